@@ -1,0 +1,5 @@
+"""``python -m sandbox`` runs the CLI."""
+
+from sandbox.cli import main
+
+main()

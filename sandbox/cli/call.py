@@ -1,0 +1,119 @@
+"""``sandbox call start|finish|plan``: the call protocol for runtimes in any language."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import SandboxGroup, dump, emit_json, open_run
+from sandbox.cli.options import call_options, parse_json
+
+
+@click.group(cls=SandboxGroup)
+def call() -> None:
+    """Record tool calls from any runtime: start before the tool runs, finish after."""
+
+
+@call.command("start")
+@click.argument("run_id")
+@click.option("--tool", "tool_name", required=True, help="The tool's name.")
+@call_options
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def call_start(
+    ctx: click.Context,
+    run_id: str,
+    tool_name: str,
+    call_id: str | None,
+    step_id: str | None,
+    input_json: str | None,
+    idempotency: str | None,
+    replay: str | None,
+    side_effects: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Record that a call starts; prints its call id once the event is on disk."""
+    run = open_run(ctx, run_id)
+    value = parse_json(input_json, "--input")
+    cid = run.start_call(
+        tool_name,
+        value,
+        call_id=call_id,
+        step_id=step_id,
+        idempotency=idempotency or "conditional",
+        replay=replay or "ask",
+        side_effects=side_effects,
+    )
+    if as_json:
+        emit_json(dump(run.entry(cid)))
+    else:
+        click.echo(cid)
+
+
+@call.command("finish")
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--status", "status_", required=True, help="succeeded or failed.")
+@click.option("--result", "result_json", default=None, help="The call's result, as JSON.")
+@click.option("--error", default=None, help="A one-line error summary for a failed call.")
+@click.option("--path", "paths", multiple=True, help="A path the call changed (default: scan the worktree).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def call_finish(
+    ctx: click.Context,
+    run_id: str,
+    call_id: str,
+    status_: str,
+    result_json: str | None,
+    error: str | None,
+    paths: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Record that a call ended; its file changes become one commit on the run's head."""
+    from sandbox.paths import normalize
+
+    run = open_run(ctx, run_id)
+    result = parse_json(result_json, "--result")
+    entry = run.finish_call(
+        call_id, status_, paths=[normalize(p) for p in paths] if paths else None, result=result, error=error
+    )
+    if as_json:
+        emit_json(dump(entry))
+    else:
+        files = ", ".join(f.path for f in entry.files) or "no file changes"
+        click.echo(f"{entry.call_id} {entry.status.value}: {files}")
+
+
+@call.command("plan")
+@click.argument("run_id")
+@click.option("--tool", "tool_name", required=True, help="The tool's name.")
+@call_options
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def call_plan(
+    ctx: click.Context,
+    run_id: str,
+    tool_name: str,
+    call_id: str | None,
+    step_id: str | None,
+    input_json: str | None,
+    idempotency: str | None,
+    replay: str | None,
+    side_effects: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Record a planned call that needs approval before it runs; prints its call id."""
+    run = open_run(ctx, run_id)
+    value = parse_json(input_json, "--input")
+    cid = run.plan_call(
+        tool_name,
+        value,
+        call_id=call_id,
+        step_id=step_id,
+        idempotency=idempotency or "conditional",
+        replay=replay or "ask",
+        side_effects=side_effects,
+    )
+    if as_json:
+        emit_json(dump(run.entry(cid)))
+    else:
+        click.echo(cid)

@@ -1,0 +1,139 @@
+"""What every command shares: lazy registration, finding the run, output, and the error edge."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import sys
+import tempfile
+import traceback
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+
+class SandboxGroup(click.Group):
+    """A click group whose commands are imported only when used."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands:
+            module, _, attr = self.lazy_commands[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Turn a :class:`SandboxError` into one line on stderr and its exit code."""
+        from sandbox.errors import SandboxError
+
+        try:
+            return super().invoke(ctx)
+        except SandboxError as exc:
+            click.echo(f"sandbox: {exc.message}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def base_dir(ctx: click.Context) -> str:
+    """The directory the command works from (``-C DIR`` or the current directory)."""
+    root = ctx.find_root()
+    directory = root.obj.get("directory") if root.obj else None
+    return os.path.abspath(directory or os.getcwd())
+
+
+def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
+    """The project around the working directory: (project, user workdir, run id of cwd)."""
+    from sandbox.project import Project
+
+    return Project.discover(base_dir(ctx))
+
+
+def open_run(ctx: click.Context, run_id: str | None) -> Run:
+    """The run named on the command line, or the one whose worktree we are in."""
+    from sandbox.run import Run
+
+    project, _workdir, cwd_run = open_project(ctx)
+    return Run.open(project, project.resolve_run_id(run_id, cwd_run))
+
+
+def emit_json(value: Any) -> None:
+    """Print a JSON document on stdout."""
+    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False))
+
+
+def dump(model: Any) -> Any:
+    """A pydantic model (or list of them) as plain JSON-able data."""
+    if isinstance(model, list):
+        return [dump(m) for m in model]
+    return model.model_dump(mode="json")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one line on stderr and exit with ``code``."""
+    click.echo(f"sandbox: {message}", err=True)
+    sys.exit(code)
+
+
+def human_size(n: int) -> str:
+    """Bytes as a short human string."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _crash_log(exc: BaseException) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    fd, path = tempfile.mkstemp(prefix=f"sandbox-crash-{stamp}-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"sandbox {' '.join(sys.argv[1:])}\n\n")
+        fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return path
+
+
+def run_main(cli: click.Group) -> None:
+    """Run the CLI, mapping errors to one line and an exit code.
+
+    1: refused or conflict; 2: usage; 3: unexpected (traceback written to a log file); 130: Ctrl-C.
+    """
+    from sandbox import faults
+
+    faults.arm(os.environ.get("SANDBOX_FAULT"))
+    try:
+        rv = cli.main(standalone_mode=False, prog_name="sandbox")
+    except click.exceptions.Abort:
+        click.echo("sandbox: interrupted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("sandbox: interrupted.", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as exc:  # the one place unexpected errors are turned into a line and a log
+        from sandbox.errors import SandboxError
+
+        if isinstance(exc, SandboxError):
+            click.echo(f"sandbox: {exc.message}", err=True)
+            sys.exit(exc.exit_code)
+        path = _crash_log(exc)
+        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {exc} (details in {path})", err=True)
+        sys.exit(3)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,74 @@
+"""``sandbox exec``: run a command in the worktree as one recorded call."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sandbox.cli.common import open_run
+from sandbox.cli.options import IDEMPOTENCY, REPLAY
+
+
+class _ExecCommand(click.Command):
+    """Splits ``[RUN] -- COMMAND...`` itself: click alone cannot tell RUN from the command's first word."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            before, after = args[:cut], args[cut + 1 :]
+        else:
+            before, after = args, []
+        super().parse_args(ctx, before)
+        rest = list(ctx.params.pop("rest", ()))
+        if len(rest) > 1:
+            raise click.UsageError("Put '--' before the command: sandbox exec [RUN] -- COMMAND ARGS...")
+        ctx.params["run_id"] = rest[0] if rest else None
+        ctx.params["command"] = tuple(after)
+        if not after:
+            raise click.UsageError("No command given: sandbox exec [RUN] -- COMMAND ARGS...")
+        return []
+
+
+@click.command("exec", cls=_ExecCommand, context_settings={"allow_interspersed_args": False})
+@click.option("--tool", "tool_name", default="run_command", help="Tool name to record (default run_command).")
+@click.option("--idempotency", type=IDEMPOTENCY, default="conditional", help="Is running it twice safe?")
+@click.option("--replay", type=REPLAY, default="ask", help="May a resume replay it?")
+@click.option("--step", "step_id", default=None, help="The runtime's step id.")
+@click.option("--call-id", default=None, help="Use this call id (default: a new one).")
+@click.argument("rest", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def exec_cmd(
+    ctx: click.Context,
+    run_id: str | None,
+    tool_name: str,
+    idempotency: str,
+    replay: str,
+    step_id: str | None,
+    call_id: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND in RUN's worktree as one recorded call; its exit code is passed through.
+
+    Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
+    Use '--' before the command: sandbox exec RUN -- make test
+    """
+    from sandbox.execute import execute
+
+    run = open_run(ctx, run_id)
+    outcome = execute(
+        run,
+        list(command),
+        tool_name=tool_name,
+        idempotency=idempotency,
+        replay=replay,
+        step_id=step_id,
+        call_id=call_id,
+    )
+    files = len(outcome.entry.files)
+    click.echo(
+        f"sandbox: {outcome.entry.call_id} {outcome.entry.status.value} (exit {outcome.returncode}), "
+        f"{files} file(s) changed",
+        err=True,
+    )
+    sys.exit(outcome.returncode)

@@ -1,0 +1,33 @@
+"""``sandbox gc``: reclaim dropped runs and stale worktree metadata."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import emit_json, human_size, open_project
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def gc(ctx: click.Context, as_json: bool) -> None:
+    """Remove what dropped or interrupted runs left behind; live runs are never touched."""
+    from dataclasses import asdict
+
+    from sandbox.gc import collect
+
+    project, _, _ = open_project(ctx)
+    report = collect(project)
+    if as_json:
+        emit_json(asdict(report))
+        return
+    if not (report.runs or report.admin_dirs):
+        click.echo("Nothing to reclaim.")
+    else:
+        click.echo(
+            f"Reclaimed {len(report.runs)} run(s), {len(report.worktrees)} worktree(s), "
+            f"{len(report.admin_dirs)} stale worktree admin dir(s), {report.refs_deleted} ref(s); "
+            f"freed {human_size(report.bytes_freed)}."
+        )
+    if report.skipped_busy:
+        click.echo(f"Skipped (busy): {', '.join(report.skipped_busy)}")

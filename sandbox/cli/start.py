@@ -1,0 +1,50 @@
+"""``sandbox start``: snapshot the working tree into a new run with its own worktree."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import base_dir, emit_json
+
+
+@click.command()
+@click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
+@click.option("--label", default=None, help="A label to recognise the run by.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+@click.pass_context
+def start(ctx: click.Context, directory: str | None, label: str | None, as_json: bool) -> None:
+    """Snapshot your working tree (with uncommitted and untracked files) into a new run.
+
+    Your index, HEAD, branches, stash and files are not touched. The run gets a locked, detached
+    worktree and hidden refs under refs/sandbox/<run>/.
+    """
+    from sandbox.errors import SandboxError
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
+    if workdir is None:
+        raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
+    run = Run.start(project, workdir, label=label)
+    info = run.info
+    if as_json:
+        emit_json(
+            {
+                "run": run.run_id,
+                "worktree": info.worktree,
+                "base": info.base,
+                "head": info.head,
+                "label": info.label,
+                "submodules": info.submodules,
+            }
+        )
+        return
+    click.echo(f"Started run {run.run_id}" + (f" ({label})" if label else ""))
+    click.echo(f"  worktree: {info.worktree}")
+    click.echo(f"  base:     {info.base[:12]} (snapshot of your tree on {(info.head or 'no commit')[:12]})")
+    if info.submodules:
+        click.echo(
+            f"  note: {len(info.submodules)} submodule(s) kept as gitlinks, not checked out: "
+            + ", ".join(info.submodules[:5])
+        )
+    click.echo(f"Next: cd {info.worktree}  or  sandbox exec {run.run_id} -- CMD")

@@ -1,0 +1,33 @@
+"""``sandbox status``: one run in detail."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Show RUN: where it came from, its calls by status, its changed paths."""
+    from sandbox.summary import summarize
+
+    run = open_run(ctx, run_id)
+    row = summarize(run)
+    in_flight = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
+    row["in_flight"] = in_flight
+    if as_json:
+        emit_json(row)
+        return
+    click.echo(f"Run {row['run']}" + (f" ({row['label']})" if row["label"] else ""))
+    click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
+    click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
+    click.echo(f"  head:      {row['head'][:12]}")
+    by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
+    click.echo(f"  calls:     {row['calls']} ({by})")
+    click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied")
+    if in_flight:
+        click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")

@@ -1,0 +1,33 @@
+"""``sandbox write``: one recorded write_file call, content on stdin."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sandbox.cli.common import dump, emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("path")
+@click.option("--executable/--not-executable", default=None, help="Set or clear the executable bit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def write(ctx: click.Context, run_id: str, path: str, executable: bool | None, as_json: bool) -> None:
+    """Write stdin to PATH in RUN's worktree as one recorded write_file call."""
+    from sandbox.paths import normalize
+
+    run = open_run(ctx, run_id)
+    rel = normalize(path)
+    data = sys.stdin.buffer.read()
+    with run.tool_call(
+        "write_file", {"path": rel, "bytes": len(data)}, idempotency="idempotent", replay="auto"
+    ) as call:
+        call.write(rel, data, executable=executable)
+    assert call.entry is not None
+    if as_json:
+        emit_json(dump(call.entry))
+    else:
+        click.echo(f"{call.entry.call_id} wrote {rel}" + ("" if call.entry.files else " (unchanged)"))

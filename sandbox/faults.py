@@ -1,0 +1,42 @@
+"""Named fault-injection points for crash tests.
+
+The library calls :func:`point` at every step where a crash matters. Nothing happens unless a
+point was armed with :func:`arm` (the CLI arms the one named in ``SANDBOX_FAULT``); an armed point
+makes the process SIGKILL itself there, exactly as a power cut or ``kill -9`` would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_armed: str | None = None
+_skip = 0
+
+#: Every point the code defines, for the crash-matrix tests (kept in sync by a test).
+POINTS: set[str] = set()
+
+
+def arm(name: str | None) -> None:
+    """Arm one point; ``name@N`` fires on the N-th time it is reached (1-based)."""
+    global _armed, _skip
+    if not name:
+        _armed, _skip = None, 0
+        return
+    if "@" in name:
+        name, _, count = name.partition("@")
+        _skip = max(int(count) - 1, 0)
+    else:
+        _skip = 0
+    _armed = name
+
+
+def point(name: str) -> None:
+    """A crash point: SIGKILL this process here if the point is armed."""
+    global _skip
+    if _armed is None or _armed != name:
+        return
+    if _skip > 0:
+        _skip -= 1
+        return
+    os.kill(os.getpid(), signal.SIGKILL)

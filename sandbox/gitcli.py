@@ -1,0 +1,69 @@
+"""The few places the sandbox runs the git command instead of libgit2, each for a stated reason.
+
+Every call goes through :func:`git`, which pins an environment that cannot touch the user's
+state by accident: no hooks, no inherited ``GIT_DIR``/``GIT_INDEX_FILE``, no optional locks, and
+fsync of what it writes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from sandbox.errors import SandboxError
+
+_STRIP = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+)
+
+BASE_CONFIG = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsync=loose-object,pack,reference,derived-metadata",
+    "-c",
+    "core.fsyncMethod=fsync",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "core.quotepath=false",
+)
+
+
+class GitCommandError(SandboxError):
+    """The git command failed; the message carries its stderr."""
+
+
+def git(
+    args: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input: bytes | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git`` with the sandbox's safe settings and return the completed process."""
+    full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+    full_env["GIT_OPTIONAL_LOCKS"] = "0"
+    full_env["GIT_TERMINAL_PROMPT"] = "0"
+    full_env["LC_ALL"] = "C"
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        ["git", "--no-optional-locks", *BASE_CONFIG, *args],
+        cwd=cwd,
+        env=full_env,
+        input=input,
+        capture_output=True,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        detail = err[-1] if err else f"exit code {proc.returncode}"
+        raise GitCommandError(f"git {args[0]} failed: {detail}")
+    return proc

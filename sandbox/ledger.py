@@ -1,0 +1,392 @@
+"""The durable, append-only ledger of a run's events.
+
+Storage: each event is one commit on ``refs/sandbox/<run>/ledger`` whose message carries the
+event as JSON; its first parent is the previous event. Other parents are the commits the event
+mentions (a call's file-change commit, a checkpoint), so everything the ledger refers to stays
+reachable for the user's own ``git gc`` and travels with a plain push or fetch of the run's refs.
+
+Appends are serialised by the run's lock and are also compare-and-swap on the ref (libgit2's
+``create_commit`` refuses unless the ref's tip is the first parent), so concurrent writers neither
+lose nor duplicate events. With libgit2's fsync turned on, an append that returned survives kill -9
+and power loss. Objects are content-addressed and zlib-checked, so a garbled event is detected and
+reported, never read as valid.
+
+A call's state is the fold (:func:`fold_event`) of its events in ledger order. The fold of the
+whole ledger is cached beside the run and extended incrementally from the cached tip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import pygit2
+from pydantic import ValidationError
+
+from sandbox import faults, objects
+from sandbox.errors import CorruptionError, SandboxError
+from sandbox.fsutil import write_json_file
+from sandbox.locks import file_lock
+from sandbox.models import (
+    FORMAT_VERSION,
+    TERMINAL_STATUSES,
+    Approval,
+    CallStatus,
+    Event,
+    EventKind,
+    LedgerEntry,
+    LedgerState,
+)
+
+MESSAGE_PREFIX = "sandbox-event"
+#: The first event of a ledger has no previous event; its parents are only commits it keeps alive.
+ROOT_PREFIX = "sandbox-event-root"
+CACHE_EVERY = 16
+
+_STATUS_RANK = {
+    CallStatus.planned: 0,
+    CallStatus.approved: 1,
+    CallStatus.started: 2,
+    CallStatus.uncertain: 3,
+    CallStatus.succeeded: 4,
+    CallStatus.failed: 4,
+}
+
+faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
+
+
+def new_event_id() -> str:
+    """A fresh, unique event id."""
+    return uuid.uuid4().hex
+
+
+def ledger_ref(run_id: str) -> str:
+    """The ref holding a run's ledger."""
+    return f"refs/sandbox/{run_id}/ledger"
+
+
+class _ReentrantFileLock:
+    """The run's file lock, re-entrant within one process (nested appends inside a finish)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._depth = 0
+        self._thread_lock = threading.RLock()
+        self._cm: contextlib.AbstractContextManager[None, None] | None = None
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float = 30.0) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth == 0:
+                cm = file_lock(self.path, self.what, timeout)
+                cm.__enter__()
+                self._cm = cm
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._cm is not None:
+                    held, self._cm = self._cm, None
+                    held.__exit__(None, None, None)
+
+
+_LOCKS: dict[str, _ReentrantFileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def run_lock(path: str, what: str) -> _ReentrantFileLock:
+    """The process-wide re-entrant lock object for one run's lock file."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(path)
+        if lock is None:
+            lock = _LOCKS[path] = _ReentrantFileLock(path, what)
+        return lock
+
+
+def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState:
+    """Fold one event into the state (mutates and returns ``state``).
+
+    Status only moves forward (planned < approved < started < uncertain < succeeded/failed), so
+    any order of the same events leaves each call in one consistent, terminal-wins state.
+    """
+    if event.event_id in state.event_ids:
+        return state
+    state.event_ids.add(event.event_id)
+    state.count += 1
+    state.tip = oid
+    kind = event.kind
+    entry = state.calls.get(event.call_id) if event.call_id else None
+    if event.call_id and entry is None and event.call is not None:
+        spec = event.call
+        entry = LedgerEntry(
+            call_id=event.call_id,
+            step_id=spec.step_id,
+            tool_name=spec.tool_name,
+            input_hash=spec.input_hash,
+            input_ref=spec.input_ref,
+            status=CallStatus.planned,
+            idempotency=spec.idempotency,
+            replay_policy=spec.replay_policy,
+            side_effects=list(spec.side_effects),
+            summary=spec.summary,
+            compensation=spec.compensation,
+            epoch=event.epoch,
+            seq=len(state.order) + 1,
+            created_at=event.at,
+        )
+        state.calls[event.call_id] = entry
+        state.order.append(event.call_id)
+
+    def advance(status: CallStatus) -> None:
+        assert entry is not None
+        if entry.status in TERMINAL_STATUSES and status not in TERMINAL_STATUSES:
+            return
+        if _STATUS_RANK[status] >= _STATUS_RANK[entry.status]:
+            entry.status = status
+
+    if kind == EventKind.run_started and event.run is not None:
+        state.run = event.run
+        state.head = event.run.base
+    elif entry is None:
+        _fold_run_event(state, event)
+    elif kind == EventKind.call_planned:
+        advance(CallStatus.planned)
+    elif kind == EventKind.call_approved:
+        entry.approval = Approval.approved
+        advance(CallStatus.approved)
+    elif kind == EventKind.call_denied:
+        entry.approval = Approval.denied
+        entry.denial_reason = event.reason
+    elif kind == EventKind.call_started:
+        advance(CallStatus.started)
+        entry.started_at = entry.started_at or event.at
+        entry.epoch = event.epoch
+    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved):
+        if kind == EventKind.call_resolved:
+            status = CallStatus(event.data.get("status", CallStatus.failed.value))
+        else:
+            status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
+        if entry.status not in TERMINAL_STATUSES:
+            entry.status = status
+            entry.finished_at = event.at
+            entry.result_ref = event.result_ref
+            entry.error = event.error
+            if event.commit:
+                entry.commit = event.commit
+                entry.parent_commit = event.parent_commit
+                entry.files = list(event.files)
+                state.head = event.commit
+    elif kind == EventKind.call_uncertain:
+        advance(CallStatus.uncertain)
+    elif kind == EventKind.undo:
+        entry.undone = True
+        if event.data.get("target") == "user":
+            entry.applied = False
+        elif event.commit:
+            state.head = event.commit
+    elif kind == EventKind.redo:
+        entry.undone = False
+        if event.data.get("target") == "user":
+            entry.applied = True
+        elif event.commit:
+            state.head = event.commit
+    else:
+        _fold_run_event(state, event)
+    return state
+
+
+def _fold_run_event(state: LedgerState, event: Event) -> None:
+    kind = event.kind
+    if kind == EventKind.resumed:
+        state.epoch = max(state.epoch, int(event.data.get("epoch", state.epoch + 1)))
+    elif kind in (EventKind.head_moved, EventKind.rollback_files, EventKind.undo, EventKind.redo):
+        if event.commit:
+            state.head = event.commit
+    elif kind == EventKind.apply_finished:
+        for call_id in event.data.get("calls", []):
+            entry = state.calls.get(call_id)
+            if entry is not None:
+                entry.applied = True
+    elif kind == EventKind.run_ended:
+        state.ended = True
+    elif kind == EventKind.run_dropped:
+        state.dropped = True
+    if kind in (EventKind.checkpoint, EventKind.rollback_session, EventKind.drift, EventKind.note):
+        state.data.setdefault(kind.value, []).append(
+            {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
+        )
+
+
+class Ledger:
+    """One run's ledger: append events durably, read them back, and fold them."""
+
+    def __init__(self, repo: pygit2.Repository, run_id: str, run_dir: str) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.ref = ledger_ref(run_id)
+        self.run_dir = run_dir
+        self.cache_path = os.path.join(run_dir, "ledger-cache.json")
+        self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
+        self._state: LedgerState | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def tip(self) -> str | None:
+        """The id of the newest event commit, or None when the ledger does not exist."""
+        try:
+            ref = self.repo.references.get(self.ref)
+        except pygit2.GitError as exc:
+            raise CorruptionError(f"The ledger ref {self.ref} cannot be read ({exc}).") from exc
+        if ref is None:
+            return None
+        return str(ref.target)
+
+    def exists(self) -> bool:
+        """True when the run's ledger ref exists."""
+        return self.tip() is not None
+
+    def _read(self, oid: str) -> tuple[Event, str | None]:
+        try:
+            commit = self.repo[oid]
+            if not isinstance(commit, pygit2.Commit):
+                raise ValueError("not a commit")
+            message = commit.message
+            parents = [str(p) for p in commit.parent_ids]
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise CorruptionError(
+                f"Ledger event {oid} of run {self.run_id} is missing or damaged ({exc}); "
+                "the ledger cannot be trusted past this point."
+            ) from exc
+        head, _, body = message.partition("\n\n")
+        if not head.startswith(MESSAGE_PREFIX):
+            raise CorruptionError(f"Commit {oid} on {self.ref} is not a sandbox ledger event.")
+        try:
+            event = Event.model_validate_json(body)
+        except ValidationError as exc:
+            raise CorruptionError(f"Ledger event {oid} of run {self.run_id} does not parse: {exc}") from exc
+        if event.version != FORMAT_VERSION:
+            raise CorruptionError(
+                f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
+            )
+        prev = None if head.startswith(ROOT_PREFIX) or not parents else parents[0]
+        return event, prev
+
+    def _walk_back(self, tip: str | None, stop: str | None) -> list[tuple[str, Event]]:
+        """Events from ``tip`` back to (excluding) ``stop``, oldest first; raises if ``stop`` unseen."""
+        out: list[tuple[str, Event]] = []
+        oid = tip
+        while oid is not None and oid != stop:
+            event, prev = self._read(oid)
+            out.append((oid, event))
+            oid = prev
+        if stop is not None and oid != stop:
+            raise LookupError(stop)
+        out.reverse()
+        return out
+
+    def events(self) -> list[tuple[str, Event]]:
+        """All events, oldest first, with their commit ids."""
+        return self._walk_back(self.tip(), None)
+
+    def state(self) -> LedgerState:
+        """The fold of the whole ledger, extended incrementally from the cached fold."""
+        tip = self.tip()
+        base = self._state if self._state is not None else self._load_cache()
+        if base is not None and base.tip == tip:
+            self._state = base
+            return base.model_copy(deep=True)
+        new: list[tuple[str, Event]] | None = None
+        if base is not None and base.tip is not None:
+            try:
+                new = self._walk_back(tip, base.tip)
+            except LookupError:
+                new = None
+        if new is None or base is None:
+            base = LedgerState()
+            new = self._walk_back(tip, None)
+        state = base.model_copy(deep=True)
+        for oid, event in new:
+            fold_event(state, event, oid)
+        self._state = state
+        if len(new) >= CACHE_EVERY:
+            self._save_cache(state)
+        return state.model_copy(deep=True)
+
+    def _load_cache(self) -> LedgerState | None:
+        try:
+            with open(self.cache_path, encoding="utf-8") as fh:
+                state = LedgerState.model_validate_json(fh.read())
+        except (OSError, ValidationError, ValueError):
+            return None
+        return state if state.version == FORMAT_VERSION else None
+
+    def _save_cache(self, state: LedgerState) -> None:
+        with contextlib.suppress(OSError):
+            write_json_file(self.cache_path, state.model_dump_json())
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        event: Event,
+        *,
+        keep: list[str] | None = None,
+        attachments: Mapping[str, bytes] | None = None,
+        check: Callable[[LedgerState], None] | None = None,
+    ) -> LedgerState:
+        """Append one event durably and return the new fold.
+
+        ``keep`` lists commits the event refers to (made parents so they stay reachable);
+        ``attachments`` are stored as blobs in the event commit's tree; ``check`` runs on the
+        current fold under the lock and may raise to refuse the append (fencing, transitions).
+        """
+        objects.enable_fsync()
+        with self.lock.hold():
+            state = self.state()
+            if check is not None:
+                check(state)
+            if event.event_id in state.event_ids:
+                return state
+            faults.point("ledger.append.before")
+            tree = objects.EMPTY_TREE_HEX
+            if attachments:
+                blobs = {
+                    name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
+                    for name, data in attachments.items()
+                }
+                tree = objects.write_tree(self.repo, blobs)
+            else:
+                self._ensure_empty_tree()
+            parents: list[str] = [state.tip] if state.tip else []
+            for oid in keep or []:
+                if oid and oid not in parents:
+                    parents.append(oid)
+            prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
+            message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
+            message += "\n\n" + event.model_dump_json() + "\n"
+            sig = objects.signature()
+            try:
+                if state.tip is None:
+                    new_oid = self.repo.create_commit(None, sig, sig, message, tree, parents)
+                    self.repo.references.create(self.ref, new_oid)
+                else:
+                    new_oid = self.repo.create_commit(self.ref, sig, sig, message, tree, parents)
+            except (pygit2.GitError, ValueError) as exc:
+                raise SandboxError(
+                    f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded."
+                ) from exc
+            faults.point("ledger.append.after")
+            state = fold_event(state, event, str(new_oid))
+            self._state = state.model_copy(deep=True)
+            if state.count % CACHE_EVERY == 0:
+                self._save_cache(state)
+            return state
+
+    def _ensure_empty_tree(self) -> None:
+        if objects.EMPTY_TREE_HEX not in self.repo.odb:
+            objects.write_tree(self.repo, {})

@@ -1,0 +1,59 @@
+"""Advisory file locks (``flock``) that die with their holder.
+
+A lock held by a process that was killed is released by the kernel, so a stale lock cannot block
+anyone; the lock file records the holder's pid only to say who is waiting on whom.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+
+from sandbox.errors import LockedError
+
+
+@contextlib.contextmanager
+def file_lock(path: str, what: str, timeout: float = 30.0) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` for the duration of the block.
+
+    Waits up to ``timeout`` seconds, then raises :class:`LockedError` naming ``what`` and the
+    holder's pid. A holder killed with SIGKILL releases the lock at once.
+    """
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = _holder(path)
+                    raise LockedError(
+                        f"{what} is locked by another sandbox process{holder}; wait for it to finish "
+                        "(a killed holder releases the lock by itself)."
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _holder(path: str) -> str:
+    try:
+        with open(path) as fh:
+            pid = fh.read().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""

@@ -1,0 +1,515 @@
+"""A run: one agent session in its own worktree, with its refs and its ledger.
+
+Refs of a run (never under refs/heads, refs/tags or refs/stash)::
+
+    refs/sandbox/<run>/base     the snapshot of the user's working tree the run started from
+    refs/sandbox/<run>/head     the run's newest recorded state (a commit per changing call)
+    refs/sandbox/<run>/ledger   the event log (see :mod:`sandbox.ledger`)
+
+The ledger is the source of truth: ``head`` is a convenience ref kept equal to the ledger's head
+and repaired from it when a crash left it behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from sandbox import faults, objects, snapshot, worktree
+from sandbox.capture import capture
+from sandbox.errors import (
+    CorruptionError,
+    SandboxError,
+    StaleWriterError,
+    UnknownCallError,
+    UnknownRunError,
+    UsageError,
+)
+from sandbox.ledger import Ledger, new_event_id
+from sandbox.models import (
+    TERMINAL_STATUSES,
+    Approval,
+    CallSpec,
+    CallStatus,
+    Event,
+    EventKind,
+    FileChange,
+    Idempotency,
+    LedgerEntry,
+    LedgerState,
+    ReplayPolicy,
+    RunInfo,
+)
+from sandbox.project import Project
+
+if TYPE_CHECKING:
+    from sandbox.recording import ToolCall
+
+faults.POINTS.update(
+    {
+        "start.after_lock",
+        "start.after_refs",
+        "start.after_worktree",
+        "start.after_ledger",
+        "call.start.before",
+        "call.start.after",
+        "call.finish.before",
+        "call.finish.after_capture",
+        "call.finish.after_commit",
+        "call.finish.after_ledger",
+        "call.finish.after_head_ref",
+        "drop.after_ledger_ref",
+        "drop.after_worktree",
+        "drop.after_refs",
+    }
+)
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON bytes of a value (sorted keys, no spaces): what ``input_hash`` hashes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def input_hash(tool_name: str, value: Any) -> str:
+    """A stable hash of a tool name and its input, used to recognise the same call again."""
+    return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + canonical_json(value)).hexdigest()
+
+
+def new_run_id() -> str:
+    """A fresh run id (8 hex digits; any unique prefix names the run on the command line)."""
+    return secrets.token_hex(4)
+
+
+def new_call_id() -> str:
+    """A fresh call id."""
+    return "call_" + secrets.token_hex(6)
+
+
+def ref_name(run_id: str, name: str) -> str:
+    """The full name of one of a run's refs."""
+    return f"refs/sandbox/{run_id}/{name}"
+
+
+class Run:
+    """One run of an agent, opened from its project. Create runs with :meth:`Run.start`."""
+
+    def __init__(self, project: Project, run_id: str) -> None:
+        self.project = project
+        self.repo = project.repo
+        self.run_id = run_id
+        self.dir = project.run_dir(run_id)
+        self.ledger = Ledger(self.repo, run_id, self.dir)
+        self._wt_repo: pygit2.Repository | None = None
+        #: Called with (run, relative path) before a write helper changes a file.
+        self.before_write_hooks: list[Callable[[Run, str], None]] = []
+
+    # -- creation ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, project: Project, run_id: str) -> Run:
+        """Open an existing run; :class:`UnknownRunError` when it has no ledger."""
+        run = cls(project, run_id)
+        if not run.ledger.exists():
+            raise UnknownRunError(f"No run {run_id!r} in this repository; see 'sandbox list'.")
+        return run
+
+    @classmethod
+    def start(cls, project: Project, workdir: str, label: str | None = None) -> Run:
+        """Snapshot ``workdir`` and create a run: refs, a locked detached worktree, a ledger.
+
+        The run becomes visible (its ledger ref is created) only as the last step; a start
+        interrupted earlier leaves pieces that ``sandbox gc`` reclaims.
+        """
+        objects.enable_fsync()
+        run_id = new_run_id()
+        while os.path.exists(project.run_dir(run_id)):
+            run_id = new_run_id()
+        run = cls(project, run_id)
+        os.makedirs(run.dir, exist_ok=True)
+        with run.ledger.lock.hold():
+            faults.point("start.after_lock")
+            message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
+            snap = snapshot.take(project.repo, workdir, run.dir, message)
+            project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
+            project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
+            faults.point("start.after_refs")
+            path = project.worktree_path(run_id)
+            worktree.add(project.common_dir, path, snap.commit, run_id)
+            faults.point("start.after_worktree")
+            info = RunInfo(
+                run_id=run_id,
+                label=label,
+                base=snap.commit,
+                head=snap.head,
+                head_ref=snap.head_ref,
+                worktree=path,
+                user_workdir=workdir,
+                submodules=snap.submodules,
+            )
+            event = Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info, pid=os.getpid())
+            run.ledger.append(event, keep=[snap.commit])
+            faults.point("start.after_ledger")
+        return run
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def state(self) -> LedgerState:
+        """The fold of the run's ledger."""
+        state = self.ledger.state()
+        if state.run is None:
+            raise CorruptionError(f"The ledger of run {self.run_id} has no start event; it is damaged.")
+        return state
+
+    @property
+    def info(self) -> RunInfo:
+        """Where the run came from (its start event)."""
+        info = self.state().run
+        assert info is not None
+        return info
+
+    @property
+    def worktree(self) -> str:
+        """Absolute path of the run's worktree."""
+        return self.info.worktree
+
+    @property
+    def base(self) -> str:
+        """The snapshot commit the run started from."""
+        return self.info.base
+
+    def head(self) -> str:
+        """The run's newest recorded commit (repairs the head ref if a crash left it behind)."""
+        state = self.state()
+        assert state.head is not None
+        self._sync_head_ref(state.head)
+        return state.head
+
+    def _sync_head_ref(self, head: str) -> None:
+        name = ref_name(self.run_id, "head")
+        ref = self.repo.references.get(name)
+        if ref is None or str(ref.target) != head:
+            self.repo.references.create(name, head, force=True)
+
+    def entries(self) -> list[LedgerEntry]:
+        """The run's calls in the order they were first recorded."""
+        state = self.state()
+        return [state.calls[c] for c in state.order]
+
+    def entry(self, call_id: str) -> LedgerEntry:
+        """One call's ledger entry; :class:`UnknownCallError` when there is none."""
+        state = self.state()
+        if call_id not in state.calls:
+            raise UnknownCallError(f"Run {self.run_id} has no call {call_id!r}; see 'sandbox log'.")
+        return state.calls[call_id]
+
+    def wt_repo(self) -> pygit2.Repository:
+        """A pygit2 repository opened on the run's worktree (for ignore rules)."""
+        if self._wt_repo is None:
+            self._wt_repo = pygit2.Repository(self.worktree)
+        return self._wt_repo
+
+    def is_ignored(self, rel: str) -> bool:
+        """True when the worktree's ignore rules exclude ``rel`` (an untracked path)."""
+        try:
+            return bool(self.wt_repo().path_is_ignored(rel))
+        except (pygit2.GitError, UnicodeError, ValueError):
+            return False
+
+    def worktree_exists(self) -> bool:
+        """True when the worktree directory is there and is a git worktree."""
+        return os.path.isfile(os.path.join(self.worktree, ".git"))
+
+    # -- recording calls -----------------------------------------------------------------------
+
+    def _event(self, kind: EventKind, call_id: str | None = None, **fields: Any) -> Event:
+        return Event(event_id=new_event_id(), kind=kind, run_id=self.run_id, call_id=call_id, pid=os.getpid(), **fields)
+
+    def _spec(
+        self,
+        tool_name: str,
+        input: Any,
+        step_id: str | None,
+        idempotency: Idempotency | str,
+        replay: ReplayPolicy | str,
+        side_effects: Iterable[str],
+        summary: str | None,
+        compensation: dict[str, Any] | None,
+    ) -> tuple[CallSpec, dict[str, bytes]]:
+        if not tool_name or len(tool_name) > 200:
+            raise UsageError("A tool name must be 1 to 200 characters.")
+        try:
+            idem = Idempotency(idempotency)
+            rep = ReplayPolicy(replay)
+        except ValueError as exc:
+            raise UsageError(f"{exc}; see 'sandbox call start --help' for the allowed values.") from exc
+        data = canonical_json(input)
+        attachments = {"input.json": data} if input is not None else {}
+        spec = CallSpec(
+            tool_name=tool_name,
+            step_id=step_id,
+            input_hash=input_hash(tool_name, input),
+            input_ref=str(pygit2.hash(data)) if input is not None else None,
+            idempotency=idem,
+            replay_policy=rep,
+            side_effects=list(side_effects),
+            summary=summary,
+            compensation=compensation,
+        )
+        return spec, attachments
+
+    def plan_call(
+        self,
+        tool_name: str,
+        input: Any = None,
+        *,
+        call_id: str | None = None,
+        step_id: str | None = None,
+        idempotency: Idempotency | str = Idempotency.conditional,
+        replay: ReplayPolicy | str = ReplayPolicy.ask,
+        side_effects: Iterable[str] = (),
+        summary: str | None = None,
+        compensation: dict[str, Any] | None = None,
+    ) -> str:
+        """Record a planned call (for runtimes that ask before acting); returns its call id."""
+        call_id = call_id or new_call_id()
+        spec, attachments = self._spec(
+            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation
+        )
+
+        def check(state: LedgerState) -> None:
+            if call_id in state.calls:
+                raise UsageError(f"Run {self.run_id} already has a call {call_id!r}.")
+
+        self.ledger.append(
+            self._event(EventKind.call_planned, call_id, call=spec, epoch=self.state().epoch),
+            attachments=attachments,
+            check=check,
+        )
+        return call_id
+
+    def start_call(
+        self,
+        tool_name: str,
+        input: Any = None,
+        *,
+        call_id: str | None = None,
+        step_id: str | None = None,
+        idempotency: Idempotency | str = Idempotency.conditional,
+        replay: ReplayPolicy | str = ReplayPolicy.ask,
+        side_effects: Iterable[str] = (),
+        summary: str | None = None,
+        compensation: dict[str, Any] | None = None,
+    ) -> str:
+        """Durably record that a call is starting; returns its call id.
+
+        When this returns, the ``started`` event is on disk (fsync'd): the tool may run. A call id
+        that was planned and approved continues; a denied one is refused.
+        """
+        call_id = call_id or new_call_id()
+        spec, attachments = self._spec(
+            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation
+        )
+        faults.point("call.start.before")
+        existing: list[LedgerEntry] = []
+
+        def check(state: LedgerState) -> None:
+            entry = state.calls.get(call_id)
+            if entry is None:
+                return
+            if entry.approval == Approval.denied:
+                raise SandboxError(
+                    f"Call {call_id} was denied ({entry.denial_reason or 'no reason given'}); it must not run."
+                )
+            if entry.status in TERMINAL_STATUSES or entry.status == CallStatus.uncertain:
+                raise SandboxError(f"Call {call_id} already ended as {entry.status.value}; use a new call id.")
+            if entry.status == CallStatus.started:
+                existing.append(entry)
+
+        state = self.state()
+        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch)
+        self.ledger.append(event, attachments=attachments, check=check)
+        faults.point("call.start.after")
+        return call_id
+
+    def finish_call(
+        self,
+        call_id: str,
+        status: CallStatus | str,
+        *,
+        paths: Iterable[str] | None = (),
+        result: Any = None,
+        error: str | None = None,
+    ) -> LedgerEntry:
+        """Record a call's end, with its file changes as exactly one commit on the run's head.
+
+        ``paths`` are the candidate paths the call may have changed; ``None`` means unknown, and
+        the worktree is scanned (correct, but costs O(repository)). Refused with
+        :class:`StaleWriterError` if the run was resumed since the call started.
+        """
+        try:
+            final = CallStatus(status)
+        except ValueError:
+            raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
+        if final not in TERMINAL_STATUSES:
+            raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
+        faults.point("call.finish.before")
+        with self.ledger.lock.hold():
+            state = self.state()
+            entry = state.calls.get(call_id)
+            if entry is None:
+                raise UnknownCallError(f"Run {self.run_id} has no call {call_id!r}; start it first.")
+            self._check_writer(state, entry)
+            head = state.head
+            assert head is not None
+            head_tree = objects.commit_tree(self.repo, head)
+            if paths is None:
+                from sandbox import scan
+
+                candidates = scan.candidates(self.repo, self.worktree, head_tree)
+            else:
+                candidates = set(paths)
+            cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored)
+            faults.point("call.finish.after_capture")
+            commit: str | None = None
+            files: list[FileChange] = []
+            if cap.changes:
+                tree = objects.edit_tree(self.repo, head_tree, cap.changes)
+                if tree != head_tree:
+                    sig = objects.signature()
+                    msg = (
+                        f"sandbox: {entry.tool_name} ({call_id})\n\n"
+                        f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
+                    )
+                    commit = str(self.repo.create_commit(None, sig, sig, msg, tree, [head]))
+                    faults.point("call.finish.after_commit")
+                    for rel in sorted(cap.changes):
+                        before, after = cap.before[rel], cap.changes[rel]
+                        files.append(
+                            FileChange(
+                                path=rel,
+                                before_hash=before.oid if before else None,
+                                after_hash=after.oid if after else None,
+                                before_mode=before.mode if before else None,
+                                after_mode=after.mode if after else None,
+                                patch_ref=f"{head}..{commit}",
+                                tool_call_id=call_id,
+                            )
+                        )
+            attachments = {"result.json": canonical_json(result)} if result is not None else {}
+            kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
+            event = self._event(
+                kind,
+                call_id,
+                commit=commit,
+                parent_commit=head if commit else None,
+                files=files,
+                error=error,
+                result_ref=str(pygit2.hash(attachments["result.json"])) if attachments else None,
+                epoch=state.epoch,
+            )
+            new_state = self.ledger.append(
+                event,
+                keep=[commit] if commit else [],
+                attachments=attachments,
+                check=lambda s: self._check_writer(s, s.calls[call_id]),
+            )
+            faults.point("call.finish.after_ledger")
+            if commit:
+                self._sync_head_ref(commit)
+                faults.point("call.finish.after_head_ref")
+            return new_state.calls[call_id]
+
+    def _check_writer(self, state: LedgerState, entry: LedgerEntry) -> None:
+        if entry.status in TERMINAL_STATUSES:
+            raise SandboxError(f"Call {entry.call_id} already ended as {entry.status.value}.")
+        if entry.status == CallStatus.uncertain or entry.epoch != state.epoch:
+            raise StaleWriterError(
+                f"Run {self.run_id} was resumed after call {entry.call_id} started; this process no longer "
+                "owns the run, so its changes were not committed (resume reports them as drift)."
+            )
+        if entry.status != CallStatus.started:
+            raise SandboxError(f"Call {entry.call_id} is {entry.status.value}, not started; start it first.")
+
+    def tool_call(
+        self,
+        tool_name: str,
+        input: Any = None,
+        *,
+        call_id: str | None = None,
+        step_id: str | None = None,
+        idempotency: Idempotency | str = Idempotency.conditional,
+        replay: ReplayPolicy | str = ReplayPolicy.ask,
+        side_effects: Iterable[str] = (),
+        summary: str | None = None,
+        compensation: dict[str, Any] | None = None,
+        watcher: Any = None,
+    ) -> ToolCall:
+        """A context manager recording one tool call; see :class:`sandbox.recording.ToolCall`."""
+        from sandbox.recording import ToolCall
+
+        return ToolCall(
+            self,
+            tool_name,
+            input,
+            call_id=call_id,
+            step_id=step_id,
+            idempotency=idempotency,
+            replay=replay,
+            side_effects=side_effects,
+            summary=summary,
+            compensation=compensation,
+            watcher=watcher,
+        )
+
+    # -- dropping ------------------------------------------------------------------------------
+
+    def changed_paths(self) -> list[str]:
+        """Paths where the run's head differs from its base (the run's whole patch)."""
+        base_tree = objects.commit_tree(self.repo, self.base)
+        head_tree = objects.commit_tree(self.repo, self.head())
+        return [c.path for c in objects.diff_trees(self.repo, base_tree, head_tree)]
+
+    def unapplied_calls(self) -> list[LedgerEntry]:
+        """Calls whose changes are in the run but neither applied to the user's tree nor undone."""
+        return [e for e in self.entries() if e.commit and not e.applied and not e.undone]
+
+    def drop(self, force: bool = False) -> int:
+        """Remove the run: its worktree, refs and scratch files. Returns bytes freed.
+
+        Refuses while the run has changes not applied to the user's tree, unless ``force``.
+        """
+        if not force:
+            pending = self.unapplied_calls()
+            if pending and self.changed_paths():
+                raise SandboxError(
+                    f"Run {self.run_id} has {len(pending)} recorded change(s) not applied to your tree; "
+                    f"apply them ('sandbox apply {self.run_id}') or drop with --force to discard them."
+                )
+        path = self.worktree
+        with self.ledger.lock.hold():
+            self.repo.references.delete(self.ledger.ref)
+            faults.point("drop.after_ledger_ref")
+            freed = worktree.remove(self.project.common_dir, path)
+            faults.point("drop.after_worktree")
+            delete_run_refs(self.repo, self.run_id)
+            faults.point("drop.after_refs")
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.dir)
+        return freed
+
+
+def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
+    """Delete every ref under ``refs/sandbox/<run>/``."""
+    prefix = f"refs/sandbox/{run_id}/"
+    for name in list(repo.references):
+        if name.startswith(prefix):
+            with contextlib.suppress(KeyError, pygit2.GitError):
+                repo.references.delete(name)

@@ -1,0 +1,60 @@
+"""Short summaries of runs for ``list`` and ``status``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox import worktree
+from sandbox.errors import SandboxError
+from sandbox.project import Project
+from sandbox.run import Run
+
+
+def summarize(run: Run, disk: bool = False) -> dict[str, Any]:
+    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use."""
+    state = run.state()
+    info = state.run
+    assert info is not None
+    counts: dict[str, int] = {}
+    for entry in state.calls.values():
+        counts[entry.status.value] = counts.get(entry.status.value, 0) + 1
+    exists = run.worktree_exists()
+    return {
+        "run": run.run_id,
+        "label": info.label,
+        "created_at": info.created_at.isoformat(),
+        "worktree": info.worktree,
+        "worktree_exists": exists,
+        "base": info.base,
+        "user_head": info.head,
+        "head": state.head,
+        "calls": len(state.calls),
+        "by_status": counts,
+        "changed_paths": len(run.changed_paths()),
+        "unapplied_calls": len(run.unapplied_calls()),
+        "epoch": state.epoch,
+        "disk_bytes": worktree.disk_usage(info.worktree) if disk and exists else 0,
+    }
+
+
+def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:
+    """Every run's summary, oldest first; a damaged run is listed with its error."""
+    rows = []
+    for run_id in project.run_ids():
+        try:
+            rows.append(summarize(Run.open(project, run_id), disk=disk))
+        except SandboxError as exc:
+            rows.append(
+                {
+                    "run": run_id,
+                    "label": None,
+                    "created_at": None,
+                    "worktree_exists": False,
+                    "calls": 0,
+                    "changed_paths": 0,
+                    "disk_bytes": 0,
+                    "error": exc.message,
+                }
+            )
+    rows.sort(key=lambda r: r["created_at"] or "")
+    return rows

@@ -1,0 +1,182 @@
+"""Shared test set-up: an isolated git environment and helpers that build real repositories."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandbox import faults
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", default=False, help="run long soak tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_git_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Pin git's identity and config so tests never read the developer's settings."""
+    home = tmp_path_factory.mktemp("home")
+    saved = dict(os.environ)
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "Test User",
+            "GIT_AUTHOR_EMAIL": "user@example.com",
+            "GIT_COMMITTER_NAME": "Test User",
+            "GIT_COMMITTER_EMAIL": "user@example.com",
+            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+            "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+        }
+    )
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "SANDBOX_FAULT"):
+        os.environ.pop(key, None)
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[safe]\n\tdirectory = *\n")
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _disarm_faults() -> Iterator[None]:
+    faults.arm(None)
+    yield
+    faults.arm(None)
+
+
+def git(cwd: Path | str, *args: str, check: bool = True) -> str:
+    """Run git in ``cwd`` and return its stdout."""
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode(errors="surrogateescape")
+
+
+def write(root: Path, rel: str, data: bytes | str, mode: int | None = None) -> Path:
+    """Write a file below ``root``, creating parents."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def make_repo(root: Path, files: dict[str, str | bytes] | None = None, commit: bool = True) -> Path:
+    """A fresh repository at ``root`` with ``files`` committed (when ``commit``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    for rel, data in (files or {"README.md": "hello\n"}).items():
+        write(root, rel, data)
+    if commit:
+        commit_all(root, "initial")
+    return root
+
+
+def commit_all(root: Path, message: str = "change") -> str:
+    """Stage everything and commit; returns the new HEAD."""
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", message)
+    return git(root, "rev-parse", "HEAD").strip()
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file below ``root`` (outside .git) with its type, mode and content hash."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if os.path.islink(full):
+                out[rel] = "link:" + os.readlink(full)
+            else:
+                with open(full, "rb") as fh:
+                    out[rel] = f"{oct(st.st_mode & 0o111)}:" + hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def user_state(root: Path) -> dict[str, object]:
+    """What must never change under the user: index bytes, refs/heads, HEAD, stash, tags."""
+    gitdir = root / ".git"
+    index = gitdir / "index"
+    return {
+        "index": index.read_bytes() if index.exists() else None,
+        "HEAD": (gitdir / "HEAD").read_text(),
+        "refs": git(
+            root,
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/heads",
+            "refs/tags",
+            "refs/stash",
+            check=False,
+        ),
+        "stash": git(root, "stash", "list", check=False),
+        "branches": git(root, "branch", "-a", check=False),
+    }
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with a few committed files and an uncommitted user edit."""
+    root = make_repo(
+        tmp_path / "repo",
+        {
+            "README.md": "hello\n",
+            "src/app.py": "print('app')\n",
+            "src/util.py": "X = 1\n",
+            ".gitignore": "*.log\n",
+        },
+    )
+    write(root, "README.md", "hello\nuser edit\n")
+    write(root, "notes.txt", "untracked notes\n")
+    write(root, "debug.log", "ignored\n")
+    return root
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A click runner (stderr kept separate)."""
+    return CliRunner()
+
+
+def sandbox_cmd(
+    *args: str,
+    cwd: Path | str,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the installed ``sandbox`` script as a real process."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    exe = Path(sys.executable).parent / "sandbox"
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=cwd,
+        env=full_env,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -22,6 +22,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pygit2
 from pydantic import ValidationError
@@ -76,7 +77,7 @@ class _ReentrantFileLock:
         self.what = what
         self._depth = 0
         self._thread_lock = threading.RLock()
-        self._cm: contextlib.AbstractContextManager[None, None] | None = None
+        self._cm: Any = None
 
     @contextlib.contextmanager
     def hold(self, timeout: float = 30.0) -> Iterator[None]:

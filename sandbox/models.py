@@ -204,5 +204,15 @@ class LedgerState(_Model):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+# --- merge-back models (apply journal, apply/undo reports) ---
+
+
+# --- checkpoint models (checkpoints, budget, resume report) ---
+
+
+# --- agent integration models (hook payloads, sandbox config) ---
+
+
 #: Every model written to disk or into git objects (``sandbox schema`` prints them).
+#: Each section above adds its own models to this list just below its definitions' section.
 PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange]

@@ -50,6 +50,22 @@ COMMANDS = {
     "log": "sandbox.cli.log:log",
     "diff": "sandbox.cli.diff:diff",
     "schema": "sandbox.cli.schema:schema",
+    # merge-back and undo
+    "apply": "sandbox.cli.apply:apply",
+    "undo": "sandbox.cli.undo:undo",
+    "redo": "sandbox.cli.redo:redo",
+    # checkpoints, approvals, resume and recovery
+    "checkpoint": "sandbox.cli.checkpoint:checkpoint",
+    "checkpoints": "sandbox.cli.checkpoints:checkpoints",
+    "approve": "sandbox.cli.approve:approve",
+    "deny": "sandbox.cli.deny:deny",
+    "resume": "sandbox.cli.resume:resume",
+    "rollback": "sandbox.cli.rollback:rollback",
+    "compensate": "sandbox.cli.compensate:compensate",
+    # wrapping agents
+    "run": "sandbox.cli.run_agent:run_agent",
+    "hook": "sandbox.cli.hook:hook",
+    "hooks": "sandbox.cli.hooks_cmd:hooks",
 }
 cli.lazy_commands.update(COMMANDS)
 

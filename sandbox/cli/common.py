@@ -26,12 +26,19 @@ class SandboxGroup(click.Group):
         self.lazy_commands: dict[str, str] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+        names = set(super().list_commands(ctx)) | set(self.lazy_commands)
+        return sorted(n for n in names if self.get_command(ctx, n) is not None)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_commands:
             module, _, attr = self.lazy_commands[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attr)
+            try:
+                loaded = importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:
+                    raise
+                return None  # registered ahead of its module (work in progress)
+            command = getattr(loaded, attr)
             assert isinstance(command, click.Command)
             return command
         return super().get_command(ctx, cmd_name)

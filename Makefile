@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m sandbox.demo
+	$(BIN)/sandbox demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check sandbox tests bench hooks

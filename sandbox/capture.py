@@ -38,11 +38,14 @@ class Capturer:
         worktree: str,
         head_tree: str | None,
         is_ignored: Callable[[str], bool] | None = None,
+        is_private: Callable[[str], bool] | None = None,
     ) -> None:
         self.repo = repo
         self.worktree = worktree
         self.head_tree = head_tree
         self.is_ignored = is_ignored
+        #: Paths never captured, tracked or not (the run's private list).
+        self.is_private = is_private
         self.changes: dict[str, Entry | None] = {}
         self.before: dict[str, Entry | None] = {}
         self._tree_cache: dict[str, Entry | None] = {}
@@ -64,6 +67,8 @@ class Capturer:
     def add(self, rel: str) -> None:
         """Compare one path (file, link, directory or absent) with the head and record differences."""
         if not rel or _skip(rel) or rel in self._seen:
+            return
+        if self.is_private is not None and self.is_private(rel):
             return
         self._seen.add(rel)
         full = os.path.join(self.worktree, rel)
@@ -134,9 +139,10 @@ def capture(
     head_tree: str | None,
     paths: Iterable[str],
     is_ignored: Callable[[str], bool] | None = None,
+    is_private: Callable[[str], bool] | None = None,
 ) -> Capturer:
     """Compare every candidate path (and, for a missing path, its parents' fate) with the head."""
-    cap = Capturer(repo, worktree, head_tree, is_ignored)
+    cap = Capturer(repo, worktree, head_tree, is_ignored, is_private)
     for rel in sorted(set(paths)):
         cap.add(rel)
         # A path whose parent became a file or vanished: check the parents too.

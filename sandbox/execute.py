@@ -1,4 +1,18 @@
-"""Running a command in a run's worktree as one recorded call (``sandbox exec``)."""
+"""Running a command in a run's worktree as one recorded call (``sandbox exec``).
+
+Where the command's file changes come from, cheapest first:
+
+1. a ``watcher`` given by the caller (anything with ``take()``, see :mod:`sandbox.watcher`);
+2. the run's live session service (:mod:`sandbox.session`, hosted by ``sandbox run``): ``begin``
+   before the command, ``end`` after it, O(changed paths);
+3. otherwise a scan of the worktree at finish (``git status`` plus a tree diff, see
+   :mod:`sandbox.scan`). Starting a watcher in this process instead was measured slower as a whole
+   ``sandbox exec`` (adding one inotify watch per directory costs more than git's stat-cached status),
+   so it is only used when asked for (``local_watcher=True``).
+
+Whatever the source, :mod:`sandbox.capture` confirms every candidate path by content hash, and a
+source that cannot vouch for the call (the service died, its watcher lost events) falls back to 3.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.models import LedgerEntry
-from sandbox.run import Run
+from sandbox.run import Run, new_call_id
 
 
 @dataclass
 class ExecOutcome:
-    """The recorded call and the command's exit code."""
+    """The recorded call, the command's exit code, and where its changes were learnt from."""
 
     entry: LedgerEntry
     returncode: int
+    #: "session", "watcher" or "scan"
+    source: str = "scan"
 
 
 def execute(
@@ -30,31 +46,58 @@ def execute(
     step_id: str | None = None,
     call_id: str | None = None,
     watcher: Any = None,
+    use_session: bool = True,
+    local_watcher: bool = False,
 ) -> ExecOutcome:
-    """Run ``argv`` in the worktree as one call; file changes come from ``watcher`` or a scan.
+    """Run ``argv`` in the worktree as one call; file changes come from a watcher, the session or a scan.
 
     The ``started`` event is durable before the command starts. The call is ``succeeded`` when the
     command exits 0 and ``failed`` otherwise (the exit code is in the result).
     """
+    call_id = call_id or new_call_id()
+    client = None
+    own_watcher = None
+    if watcher is None and use_session:
+        from sandbox import session
+
+        client = session.client_for(run)
+    if watcher is None and client is None and local_watcher:
+        from sandbox.watcher import Watcher
+
+        own_watcher = watcher = Watcher(run.worktree, take_window=True)
+        own_watcher.start()
     input_value = {"argv": list(argv)}
-    with run.tool_call(
-        tool_name,
-        input_value,
-        call_id=call_id,
-        step_id=step_id,
-        idempotency=idempotency,
-        replay=replay,
-        summary=" ".join(argv)[:500],
-        watcher=watcher,
-    ) as call:
-        call.note_unknown_changes()
-        returncode = _run(list(argv), run.worktree)
-        call.result = {"exit_code": returncode}
-        if returncode != 0:
-            # Recorded as failed without raising, so the exit code can be passed through.
-            call.failed_with = f"exit code {returncode}"
+    source = "scan"
+    try:
+        with run.tool_call(
+            tool_name,
+            input_value,
+            call_id=call_id,
+            step_id=step_id,
+            idempotency=idempotency,
+            replay=replay,
+            summary=" ".join(argv)[:500],
+            watcher=watcher,
+        ) as call:
+            begun = client is not None and client.begin(call_id) is not None
+            returncode = _run(list(argv), run.worktree)
+            call.result = {"exit_code": returncode}
+            if returncode != 0:
+                # Recorded as failed without raising, so the exit code can be passed through.
+                call.failed_with = f"exit code {returncode}"
+            changed = client.end(call_id) if client is not None and begun else None
+            if changed is not None:
+                call.touched.update(changed)
+                source = "session"
+            else:
+                call.note_unknown_changes()  # the watcher's take, or a scan when it cannot vouch
+        if source == "scan" and watcher is not None and getattr(watcher, "vouching", True):
+            source = "watcher"
+    finally:
+        if own_watcher is not None:
+            own_watcher.stop()
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode)
+    return ExecOutcome(call.entry, returncode, source)
 
 
 def _run(argv: list[str], cwd: str) -> int:

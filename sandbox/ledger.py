@@ -198,7 +198,50 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             state.head = event.commit
     else:
         _fold_run_event(state, event)
+    if kind in _MERGEBACK_KINDS:
+        _fold_mergeback(state, event)
     return state
+
+
+_MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
+
+
+def _fold_mergeback(state: LedgerState, event: Event) -> None:
+    """Merge-back bookkeeping (see :mod:`sandbox.mergeback`), kept in ``state.data``.
+
+    ``user_paths``: per path, the state the sandbox last wrote (or confirmed) in the user's tree,
+    the agent state it stands for and the calls it carries; each event names its paths' new records.
+    ``undo_stack``: the undone calls, newest last; a redo takes its call off.
+    """
+    data = event.data
+    user_paths = state.data.setdefault("user_paths", {})
+    for item in data.get("paths", []):
+        record = dict(item)
+        path = record.pop("path")
+        if record.get("drop"):
+            user_paths.pop(path, None)
+        else:
+            user_paths[path] = record
+    for call_id in data.get("unapplied", []):
+        entry = state.calls.get(call_id)
+        if entry is not None:
+            entry.applied = False
+    if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
+        stack = state.data.setdefault("undo_stack", [])
+        if event.kind == EventKind.undo:
+            stack.append(
+                {
+                    "call_id": event.call_id,
+                    "target": data.get("target"),
+                    "event_id": event.event_id,
+                    "changed": data.get("changed", []),
+                }
+            )
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i]["call_id"] == event.call_id:
+                    del stack[i]
+                    break
 
 
 def _fold_run_event(state: LedgerState, event: Event) -> None:

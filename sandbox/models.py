@@ -11,7 +11,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FORMAT_VERSION = 1
 
@@ -207,12 +207,228 @@ class LedgerState(_Model):
 # --- merge-back models (apply journal, apply/undo reports) ---
 
 
+class JournalEntry(_Model):
+    """One path an apply/undo/redo is about to change: its state before and after (None: absent)."""
+
+    version: int = FORMAT_VERSION
+    path: str
+    before_mode: int | None
+    before_oid: str | None
+    after_mode: int | None
+    after_oid: str | None
+
+
+class ApplyJournal(_Model):
+    """What an apply, undo or redo is about to write into one working tree.
+
+    Written and fsync'd before the first file changes and removed after the ledger event is
+    recorded, so a crash at any instant leaves it behind: ``sandbox apply --continue`` finishes
+    the operation from it, ``sandbox undo`` rolls it back.
+    """
+
+    version: int = FORMAT_VERSION
+    op: str
+    run_id: str
+    target: str
+    target_dir: str
+    calls: list[str] = Field(default_factory=list)
+    entries: list[JournalEntry] = Field(default_factory=list)
+    event: Event
+    old_head: str | None = None
+    new_head: str | None = None
+    pid: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ConflictReport(_Model):
+    """A path an apply or undo refused to write: the base, agent and user blob ids and why."""
+
+    version: int = FORMAT_VERSION
+    path: str
+    base: str | None
+    agent: str | None
+    user: str | None
+    reason: str
+    hint: str
+
+
+class ApplyReport(_Model):
+    """What an apply, undo or redo did (or, on a dry run or a conflict, would do)."""
+
+    version: int = FORMAT_VERSION
+    op: str = "apply"
+    run: str
+    target: str = "user"
+    target_dir: str
+    calls: list[str] = Field(default_factory=list)
+    applied: list[str] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+    conflicts: list[ConflictReport] = Field(default_factory=list)
+    merged: list[str] = Field(default_factory=list)
+    attention: list[str] = Field(default_factory=list)
+    reasons: dict[str, str] = Field(default_factory=dict)
+    dry_run: bool = False
+    head_moved: bool = False
+    recovered: str | None = None
+    head: str | None = None
+
+
+class UndoReport(ApplyReport):
+    """What an undo or redo did: the call it reversed and where (``user`` tree or ``sandbox``)."""
+
+    op: str = "undo"
+    call: str | None = None
+
+
 # --- checkpoint models (checkpoints, budget, resume report) ---
+
+
+class BudgetLine(_Model):
+    """One budget dimension: its limit (None: unlimited), what was used and what remains."""
+
+    limit: float | None = None
+    used: float = 0
+    remaining: float | None = None
+
+    @model_validator(mode="after")
+    def _fill_remaining(self) -> BudgetLine:
+        if self.remaining is None and self.limit is not None:
+            self.remaining = max(self.limit - self.used, 0)
+        return self
+
+
+class Budget(_Model):
+    """The runtime's budget at a checkpoint: steps, tokens, cost and wall time (seconds)."""
+
+    version: int = FORMAT_VERSION
+    steps: BudgetLine = Field(default_factory=BudgetLine)
+    tokens: BudgetLine = Field(default_factory=BudgetLine)
+    cost: BudgetLine = Field(default_factory=BudgetLine)
+    wall_time_s: BudgetLine = Field(default_factory=BudgetLine)
+
+
+class LedgerSnapshot(_Model):
+    """The tool ledger as of a checkpoint: its tip (which content-addresses every entry) and entries."""
+
+    tip: str | None
+    count: int
+    epoch: int
+    entries_ref: str | None = None
+
+
+class FileSnapshot(_Model):
+    """The workspace as of a checkpoint: the run's head commit and each path changed since the base."""
+
+    commit: str
+    base: str
+    files: list[FileChange] = Field(default_factory=list)
+
+
+class Checkpoint(_Model):
+    """One immutable checkpoint. ``id`` is ``ckpt_`` + 12 hex of the SHA-256 of its canonical JSON
+    with ``id`` empty, so anyone can re-hash it; ``name`` (``ckpt_004``) numbers it for humans."""
+
+    version: int = FORMAT_VERSION
+    id: str = ""
+    seq: int
+    name: str
+    run_id: str
+    step_id: str | None = None
+    label: str | None = None
+    kind: str = "runtime"
+    created_at: datetime = Field(default_factory=utcnow)
+    messages_ref: str | None = None
+    run_state: Any = None
+    tool_ledger: LedgerSnapshot
+    file_snapshot: FileSnapshot
+    approvals_ref: str | None = None
+    budget: Budget | None = None
+    trace_ref: str | None = None
+
+
+class UncertainCall(_Model):
+    """A call whose outcome is unknown after a resume, and what may be done with it."""
+
+    call_id: str
+    tool_name: str
+    step_id: str | None = None
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    decision: str
+    summary: str | None = None
+    input_hash: str
+    started_at: datetime | None = None
+
+
+class Denial(_Model):
+    """A refused call: the same tool with the same input hash is known denied."""
+
+    call_id: str
+    tool_name: str
+    input_hash: str
+    step_id: str | None = None
+    reason: str | None = None
+
+
+class DriftPath(_Model):
+    """A worktree path that differs from the run's head although no recorded call changed it."""
+
+    path: str
+    before: str | None
+    after: str | None
+    before_mode: int | None = None
+    after_mode: int | None = None
+    attributed_to: str | None = None
+
+
+class ResumeReport(_Model):
+    """What ``sandbox resume`` found and decided; ``note`` is the text for the model."""
+
+    version: int = FORMAT_VERSION
+    run_id: str
+    epoch: int
+    checkpoint: Checkpoint | None = None
+    last_completed_step: str | None = None
+    uncertain: list[UncertainCall] = Field(default_factory=list)
+    do_not_replay: list[str] = Field(default_factory=list)
+    may_replay: list[str] = Field(default_factory=list)
+    ask_first: list[str] = Field(default_factory=list)
+    denied: list[Denial] = Field(default_factory=list)
+    drift: list[DriftPath] = Field(default_factory=list)
+    drift_commit: str | None = None
+    note: str
+    next_step: str
+    messages_ref: str | None = None
+    run_state: Any = None
+    messages: Any = None
+    session_rollback: dict[str, Any] | None = None
+    head: str | None = None
+    worktree_recreated: bool = False
+    problems: list[str] = Field(default_factory=list)
 
 
 # --- agent integration models (hook payloads, sandbox config) ---
 
 
+# --- session watcher models (sandbox.session) ---
+
+
+class SessionInfo(_Model):
+    """``<run dir>/session.json``: where a run's live watcher service answers (see sandbox.session)."""
+
+    version: int = FORMAT_VERSION
+    service_id: str
+    pid: int
+    socket: str  #: an abstract Unix socket name, written with a leading ``@`` for its NUL
+    worktree: str
+    started_at: datetime = Field(default_factory=utcnow)
+
+
 #: Every model written to disk or into git objects (``sandbox schema`` prints them).
 #: Each section above adds its own models to this list just below its definitions' section.
 PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange]
+PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport]
+# checkpoint models
+PERSISTED += [Checkpoint, Budget, ResumeReport]
+# session watcher models
+PERSISTED += [SessionInfo]

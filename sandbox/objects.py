@@ -134,10 +134,11 @@ def edit_tree(repo: pygit2.Repository, tree_oid: str | None, changes: Mapping[st
         else:
             entries[name] = entry
     for name, sub in nested.items():
+        if direct.get(name) is not None:
+            # A file (or link) replaces the directory: what lay below it is gone with it.
+            continue
         existing = entries.get(name)
         base = existing.oid if existing is not None and existing.is_tree else None
-        if existing is not None and not existing.is_tree and name in direct:
-            base = None
         new_sub = edit_tree(repo, base, sub)
         if new_sub == EMPTY_TREE_HEX:
             entries.pop(name, None)

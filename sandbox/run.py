@@ -108,8 +108,14 @@ class Run:
         self.dir = project.run_dir(run_id)
         self.ledger = Ledger(self.repo, run_id, self.dir)
         self._wt_repo: pygit2.Repository | None = None
+        #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.include`).
+        self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[Run, str], None]] = []
+        from sandbox.checkpoint import capture_before_write
+
+        # O(1) per path: lets a resume attribute a crashed call's half-written files to it.
+        self.before_write_hooks.append(capture_before_write)
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -144,6 +150,9 @@ class Run:
             path = project.worktree_path(run_id)
             worktree.add(project.common_dir, path, snap.commit, run_id)
             faults.point("start.after_worktree")
+            from sandbox import include
+
+            run.include_report = include.populate(workdir, path, run.dir)
             info = RunInfo(
                 run_id=run_id,
                 label=label,
@@ -222,6 +231,12 @@ class Run:
             return bool(self.wt_repo().path_is_ignored(rel))
         except (pygit2.GitError, UnicodeError, ValueError):
             return False
+
+    def is_private(self, rel: str) -> bool:
+        """True for the run's private paths (hook settings, links into the user's tree): never captured."""
+        from sandbox.include import is_private
+
+        return is_private(self.dir, rel)
 
     def worktree_exists(self) -> bool:
         """True when the worktree directory is there and is a git worktree."""
@@ -376,7 +391,7 @@ class Run:
                 candidates = scan.candidates(self.repo, self.worktree, head_tree)
             else:
                 candidates = set(paths)
-            cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored)
+            cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
             faults.point("call.finish.after_capture")
             commit: str | None = None
             files: list[FileChange] = []
@@ -468,6 +483,66 @@ class Run:
             compensation=compensation,
             watcher=watcher,
         )
+
+    # -- checkpoints, approvals, uncertain calls (see sandbox.checkpoint, approvals, resume) -----
+
+    def checkpoint(
+        self,
+        label: str | None = None,
+        *,
+        step_id: str | None = None,
+        messages: Any = None,
+        run_state: Any = None,
+        approvals: Any = None,
+        budget: Any = None,
+        trace: Any = None,
+        trace_ref: str | None = None,
+    ) -> Any:
+        """Save a runtime checkpoint (messages, state, budget...) and return it (a ``Checkpoint``)."""
+        from sandbox.checkpoint import CheckpointStore, SessionState
+
+        state = SessionState(messages, run_state, step_id, budget, approvals, trace, trace_ref)
+        return CheckpointStore(self).save(state, label)
+
+    def approve(self, call_id: str) -> LedgerEntry:
+        """Approve a planned call; ``start_call`` with its id then continues it."""
+        from sandbox import approvals
+
+        return approvals.approve(self, call_id)
+
+    def deny(self, call_id: str, reason: str | None = None) -> LedgerEntry:
+        """Deny a planned call; it never starts, and the same tool and input are known denied."""
+        from sandbox import approvals
+
+        return approvals.deny(self, call_id, reason)
+
+    def resolve_call(self, call_id: str, status: CallStatus | str, reason: str | None = None) -> LedgerEntry:
+        """Record the checked outcome of an uncertain call (succeeded or failed); no files are captured."""
+        try:
+            final = CallStatus(status)
+        except ValueError:
+            raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
+        if final not in TERMINAL_STATUSES:
+            raise UsageError(f"An uncertain call resolves as succeeded or failed, not {final.value}.")
+
+        def check(state: LedgerState) -> None:
+            entry = state.calls.get(call_id)
+            if entry is None:
+                raise UnknownCallError(f"Run {self.run_id} has no call {call_id!r}; see 'sandbox log'.")
+            if entry.status != CallStatus.uncertain:
+                raise SandboxError(
+                    f"Call {call_id} is {entry.status.value}, not uncertain; only uncertain calls are resolved."
+                )
+
+        event = self._event(
+            EventKind.call_resolved,
+            call_id,
+            reason=reason,
+            error=reason if final == CallStatus.failed else None,
+            data={"status": final.value},
+            epoch=self.state().epoch,
+        )
+        return self.ledger.append(event, check=check).calls[call_id]
 
     # -- dropping ------------------------------------------------------------------------------
 

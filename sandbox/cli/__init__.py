@@ -50,6 +50,7 @@ COMMANDS = {
     "log": "sandbox.cli.log:log",
     "diff": "sandbox.cli.diff:diff",
     "schema": "sandbox.cli.schema:schema",
+    "demo": "sandbox.cli.demo:demo",
     # merge-back and undo
     "apply": "sandbox.cli.apply:apply",
     "undo": "sandbox.cli.undo:undo",

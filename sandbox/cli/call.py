@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from sandbox.cli.common import SandboxGroup, dump, emit_json, open_run
@@ -17,6 +19,7 @@ def call() -> None:
 @click.argument("run_id")
 @click.option("--tool", "tool_name", required=True, help="The tool's name.")
 @call_options
+@click.option("--compensation", "compensation_json", default=None, help='How to undo it, e.g. {"argv": [...]}.')
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
 def call_start(
@@ -29,11 +32,13 @@ def call_start(
     idempotency: str | None,
     replay: str | None,
     side_effects: tuple[str, ...],
+    compensation_json: str | None,
     as_json: bool,
 ) -> None:
     """Record that a call starts; prints its call id once the event is on disk."""
     run = open_run(ctx, run_id)
     value = parse_json(input_json, "--input")
+    compensation = _compensation(compensation_json)
     cid = run.start_call(
         tool_name,
         value,
@@ -42,6 +47,7 @@ def call_start(
         idempotency=idempotency or "conditional",
         replay=replay or "ask",
         side_effects=side_effects,
+        compensation=compensation,
     )
     if as_json:
         emit_json(dump(run.entry(cid)))
@@ -87,6 +93,7 @@ def call_finish(
 @click.argument("run_id")
 @click.option("--tool", "tool_name", required=True, help="The tool's name.")
 @call_options
+@click.option("--compensation", "compensation_json", default=None, help='How to undo it, e.g. {"argv": [...]}.')
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
 def call_plan(
@@ -99,11 +106,13 @@ def call_plan(
     idempotency: str | None,
     replay: str | None,
     side_effects: tuple[str, ...],
+    compensation_json: str | None,
     as_json: bool,
 ) -> None:
     """Record a planned call that needs approval before it runs; prints its call id."""
     run = open_run(ctx, run_id)
     value = parse_json(input_json, "--input")
+    compensation = _compensation(compensation_json)
     cid = run.plan_call(
         tool_name,
         value,
@@ -112,8 +121,37 @@ def call_plan(
         idempotency=idempotency or "conditional",
         replay=replay or "ask",
         side_effects=side_effects,
+        compensation=compensation,
     )
     if as_json:
         emit_json(dump(run.entry(cid)))
     else:
         click.echo(cid)
+
+
+def _compensation(text: str | None) -> dict[str, Any] | None:
+    from sandbox.errors import UsageError
+
+    value = parse_json(text, "--compensation")
+    if value is not None and not isinstance(value, dict):
+        raise UsageError('--compensation must be a JSON object, e.g. {"argv": ["gh", "issue", "close", "12"]}.')
+    return value
+
+
+@call.command("resolve")
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--status", "status_", required=True, help="succeeded or failed: what checking showed.")
+@click.option("--reason", default=None, help="How the outcome was established.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def call_resolve(
+    ctx: click.Context, run_id: str, call_id: str, status_: str, reason: str | None, as_json: bool
+) -> None:
+    """Record the checked outcome of an uncertain call (after 'sandbox resume')."""
+    run = open_run(ctx, run_id)
+    entry = run.resolve_call(call_id, status_, reason)
+    if as_json:
+        emit_json(dump(entry))
+    else:
+        click.echo(f"{entry.call_id} resolved as {entry.status.value}")

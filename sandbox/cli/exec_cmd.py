@@ -30,7 +30,7 @@ class _ExecCommand(click.Command):
         return []
 
 
-@click.command("exec", cls=_ExecCommand, context_settings={"allow_interspersed_args": False})
+@click.command("exec", cls=_ExecCommand)
 @click.option("--tool", "tool_name", default="run_command", help="Tool name to record (default run_command).")
 @click.option("--idempotency", type=IDEMPOTENCY, default="conditional", help="Is running it twice safe?")
 @click.option("--replay", type=REPLAY, default="ask", help="May a resume replay it?")

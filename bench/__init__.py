@@ -1,0 +1,1 @@
+"""Benchmarks of the sandbox against the alternatives (``make bench``; see bench/README.md)."""

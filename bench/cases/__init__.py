@@ -1,0 +1,77 @@
+"""The benchmark cases. Each module has ``run(ctx, repo)`` and ``targets(results, sizes)``.
+
+A case measures the sandbox and its alternatives side by side, alternating the variants within
+each repetition so that a burst of load on the machine hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bench.genrepo import Repo
+from bench.results import Results
+
+#: Case name -> module, in the order they run for each repository size.
+CASES = {
+    "start": "bench.cases.start",
+    "record": "bench.cases.record",
+    "apply": "bench.cases.apply",
+    "ledger": "bench.cases.ledger",
+    "hook": "bench.cases.hook",
+    "watcher": "bench.cases.watcher",
+}
+
+
+@dataclass
+class Context:
+    """What every case gets: where to work, how often to repeat, where to put results."""
+
+    results: Results
+    sizes: list[int]
+    repeat: int | None
+    log: Callable[[str], None] = print
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def reps(self, default: int) -> int:
+        """``--repeat`` when given, else the case's default."""
+        return self.repeat if self.repeat else default
+
+
+def module_available(name: str) -> bool:
+    """True when a module of the library exists (parts of it are written in parallel)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def rotate(items: Sequence[object], i: int) -> list[object]:
+    """``items`` rotated by ``i``: each repetition starts with a different variant."""
+    if not items:
+        return []
+    k = i % len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+def drop_runs(repo: Repo) -> None:
+    """Drop every run of a repository (cleanup between measurements, not timed)."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project = Project(os.path.join(repo.path, ".git"))
+    if not os.path.isdir(project.runs_dir):
+        return
+    for run_id in os.listdir(project.runs_dir):
+        try:
+            Run.open(project, run_id).drop(force=True)
+        except Exception:  # noqa: BLE001 - cleanup must go on; genrepo tidies what is left
+            pass
+
+
+def load(name: str) -> object:
+    """The module of a case."""
+    return importlib.import_module(CASES[name])

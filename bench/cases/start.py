@@ -1,0 +1,92 @@
+"""``sandbox start`` against ``git worktree add --detach`` and ``cp -a`` of the files (the floor).
+
+The sandbox snapshots the user's working tree (with the uncommitted edit and the untracked file)
+and checks the snapshot out in a locked detached worktree; ``git worktree add`` checks out HEAD
+only; ``cp -a`` copies the files without any git bookkeeping. Each variant's product is removed
+after it is timed (not timed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from bench.cases import Context, rotate
+from bench.genrepo import Repo, git
+from bench.results import Results, Target
+from bench.timing import SANDBOX, run_proc
+
+CASE = "start"
+GROUP = "start"
+
+
+def run(ctx: Context, repo: Repo) -> None:
+    """Measure every variant, interleaved."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    n = ctx.reps(3 if repo.size >= 100_000 else 5)
+    res = ctx.results
+    dest = os.path.join(repo.scratch, "start-dest")
+    names = sorted(os.listdir(repo.path))
+    names.remove(".git")
+
+    def lib() -> None:
+        t0 = time.perf_counter()
+        project, workdir, _ = Project.discover(repo.path)
+        assert workdir is not None
+        run = Run.start(project, workdir)
+        res.add(CASE, repo.size, GROUP, "sandbox start (library, in-process)", time.perf_counter() - t0)
+        run.drop(force=True)
+
+    def cli() -> None:
+        p = run_proc([SANDBOX, "-C", repo.path, "start", "--json"], rss=True)
+        res.add(CASE, repo.size, GROUP, "sandbox start (CLI process)", p.seconds, rss_kb=p.max_rss_kb)
+        run_id = json.loads(p.stdout)["run"]
+        project = Project(os.path.join(repo.path, ".git"))
+        Run.open(project, run_id).drop(force=True)
+
+    def worktree(workers: str | None) -> None:
+        extra = ["-c", f"checkout.workers={workers}"] if workers is not None else []
+        p = run_proc(["git", *extra, "worktree", "add", "-q", "--detach", dest, "HEAD"], cwd=repo.path, rss=True)
+        label = "git worktree add --detach" + (f" (checkout.workers={workers})" if workers is not None else "")
+        res.add(CASE, repo.size, GROUP, label, p.seconds, ref=workers is None, rss_kb=p.max_rss_kb)
+        shutil.rmtree(dest)
+        git(["worktree", "prune"], cwd=repo.path)
+
+    def copy() -> None:
+        os.makedirs(dest)
+        p = run_proc(["cp", "-a", *names, dest], cwd=repo.path, rss=True)
+        res.add(CASE, repo.size, GROUP, "cp -a of the files (floor)", p.seconds, rss_kb=p.max_rss_kb)
+        shutil.rmtree(dest)
+
+    variants = [lib, cli, lambda: worktree(None), lambda: worktree("0"), copy]
+    # Declare rows in a stable order (the reference first) before the interleaved samples.
+    res.row(CASE, repo.size, GROUP, "git worktree add --detach", ref=True)
+    for i in range(n):
+        for fn in rotate(variants, i):
+            fn()  # type: ignore[operator]
+
+
+def targets(results: Results, sizes: list[int]) -> list[Target]:
+    """Start within 1.3x of ``git worktree add --detach`` at the largest size (100k by the issue)."""
+    size = 100_000 if 100_000 in sizes else max(sizes)
+    ref = results.find(CASE, size, GROUP, "git worktree add --detach")
+    out = []
+    for label in ("sandbox start (library", "sandbox start (CLI"):
+        row = results.find(CASE, size, GROUP, label)
+        if row is None or ref is None:
+            out.append(Target(f"{label.split('(')[1]} start vs git worktree add", "<= 1.3x", "-", None))
+            continue
+        ratio = row.stats.median / ref.stats.median
+        out.append(
+            Target(
+                f"`sandbox start` ({label.split('(')[1]}) at {size // 1000}k vs `git worktree add --detach`",
+                "<= 1.3x",
+                f"{row.stats.median:.2f} s vs {ref.stats.median:.2f} s = {ratio:.2f}x",
+                ratio <= 1.3,
+            )
+        )
+    return out

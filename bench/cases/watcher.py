@@ -1,0 +1,50 @@
+"""Watcher start-up time and memory on the generated tree (a run's worktree of the repository).
+
+Each sample is a fresh process that imports the library and runs
+:func:`sandbox.watcher.measure_startup` on the repository's working tree: seconds from ``start()``
+to every inotify watch in place, and the growth of the process's resident set across it (the
+kernel's own memory for the watches, about 1 KB each, is not in any process's RSS).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bench.cases import Context, module_available
+from bench.genrepo import Repo
+from bench.results import Results, Target
+from bench.timing import run_proc
+
+CASE = "watcher"
+SCRIPT = "import json,sys; from sandbox.watcher import measure_startup; print(json.dumps(measure_startup(sys.argv[1])))"
+
+
+def run(ctx: Context, repo: Repo) -> None:
+    """A few fresh processes, one watcher start each."""
+    res = ctx.results
+    if not module_available("sandbox.watcher"):
+        res.skip(CASE, repo.size, "not available: sandbox/watcher.py is missing")
+        return
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    n = ctx.reps(5)
+    project, workdir, _ = Project.discover(repo.path)
+    assert workdir is not None
+    # What a session watches: a run's worktree (its .git is a file, so no git directory is watched).
+    worktree = Run.start(project, workdir).worktree
+    for _ in range(n):
+        p = run_proc([sys.executable, "-c", SCRIPT, worktree], rss=True)
+        out = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        group = f"{out['directories']} directories"
+        res.add(CASE, repo.size, group, "start() until every watch is in place", out["seconds"])
+        res.add(CASE, repo.size, group, "RSS growth across start()", out["rss_growth_bytes"] / 2**20, unit="MB")
+        res.add(CASE, repo.size, group, "RSS of the process after start()", out["rss_bytes"] / 2**20, unit="MB")
+        if not out["vouching"]:
+            res.notes.append(f"watcher at {repo.size} files did not vouch after start: {out['lost_reason']}")
+
+
+def targets(results: Results, sizes: list[int]) -> list[Target]:
+    """No numeric target: reported (the issue asks for the figures)."""
+    return []

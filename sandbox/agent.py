@@ -1,0 +1,444 @@
+"""Running a real coding agent in a run's worktree: the library side of ``sandbox run``.
+
+For the whole session this process hosts:
+
+* a :class:`~sandbox.watcher.Watcher` on the worktree, so every recorded call costs O(changed paths);
+* the hook service: a Unix socket in the run's directory on which ``sandbox hook <agent>``
+  processes hand over their events (see :mod:`sandbox.hookproto`), so a hook never pays for
+  importing pygit2 and pydantic; a command's changes come from a watcher window;
+* the cutter: at quiet points (no file event for ``debounce`` seconds, no call in flight) changes
+  that no hook recorded become one ``agent_session`` call. With no hooks that is the only record;
+  with hooks it catches what happened outside tool calls.
+
+The agent runs with its working directory in the worktree and an environment that keeps its own
+``git`` from reaching the user's refs (see :func:`agent_env`). Its exit code is passed through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox import hookproto
+from sandbox.models import CallStatus
+from sandbox.run import Run
+
+SESSION_TOOL = "agent_session"
+GITHOOKS_DIR = "githooks"
+
+#: The reference-transaction hook the agent's git runs: only per-worktree refs and pseudo-refs
+#: may move; everything else (branches, tags, the stash, remotes) is the user's.
+_REF_GUARD = """#!/bin/sh
+# Installed by sandbox for one run. The run's worktree shares refs with your repository, so a ref
+# update from the agent's git (a branch, a tag, the stash) would leak into it.
+input=$(cat)
+if [ "$1" = prepared ]; then
+  printf '%s\\n' "$input" | while read -r old new ref; do
+    case "$ref" in
+      ""|HEAD|ORIG_HEAD|FETCH_HEAD|MERGE_HEAD|CHERRY_PICK_HEAD|REVERT_HEAD|BISECT_HEAD|AUTO_MERGE) ;;
+      refs/worktree/*|refs/bisect/*|refs/rewritten/*) ;;
+      *) echo "sandbox: refused to update $ref: this worktree shares refs with your repository" \\
+              "(commit on the detached HEAD; new branches, tags and 'git stash' are not available here)." >&2
+         exit 1 ;;
+    esac
+  done || exit 1
+fi
+user_hook={user_hook}
+if [ -n "$user_hook" ] && [ -x "$user_hook" ]; then
+  printf '%s\\n' "$input" | "$user_hook" "$@"
+  exit $?
+fi
+exit 0
+"""
+
+
+@dataclass
+class SessionResult:
+    """How a session ended."""
+
+    returncode: int
+    hosted_hooks: bool
+    cuts: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# -- the agent's git -----------------------------------------------------------------------------
+
+
+def install_ref_guard(run: Run) -> str:
+    """Write the run's git hooks dir (a reference-transaction guard); returns its path.
+
+    The user's own hooks (from ``core.hooksPath`` or ``.git/hooks``) are linked in, so the
+    agent's commits in the worktree still run them; the user's reference-transaction hook runs
+    after the guard.
+    """
+    from sandbox.fsutil import atomic_write
+
+    hooks_dir = os.path.join(run.dir, GITHOOKS_DIR)
+    os.makedirs(hooks_dir, exist_ok=True)
+    user_dir = _user_hooks_dir(run)
+    user_rt = os.path.join(user_dir, "reference-transaction") if user_dir else ""
+    script = _REF_GUARD.replace("{user_hook}", _sh_quote(user_rt))
+    atomic_write(os.path.join(hooks_dir, "reference-transaction"), script.encode(), 0o755)
+    if user_dir and os.path.isdir(user_dir):
+        for name in os.listdir(user_dir):
+            src = os.path.join(user_dir, name)
+            dst = os.path.join(hooks_dir, name)
+            if name == "reference-transaction" or name.endswith(".sample") or os.path.lexists(dst):
+                continue
+            if os.path.isfile(src) and os.stat(src).st_mode & stat.S_IXUSR:
+                os.symlink(src, dst)
+    return hooks_dir
+
+
+def _user_hooks_dir(run: Run) -> str | None:
+    try:
+        configured = run.repo.config["core.hooksPath"]
+    except (KeyError, ValueError):
+        configured = None
+    if configured:
+        return os.path.join(run.info.user_workdir, os.path.expanduser(str(configured)))
+    return os.path.join(run.project.common_dir, "hooks")
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str) -> dict[str, str]:
+    """The agent's environment: ``base`` plus the run's id and the ref guard for its git.
+
+    git reads ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` as command-line config in every process
+    that inherits them, so every git the agent runs uses the guard's hooks dir. (git has no
+    per-worktree ``info/exclude`` or refs namespace, and per-worktree config would need
+    ``extensions.worktreeConfig`` written into the user's repository config.)
+    """
+    env = dict(base)
+    try:
+        n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
+    except ValueError:
+        n = 0
+    env[f"GIT_CONFIG_KEY_{n}"] = "core.hooksPath"
+    env[f"GIT_CONFIG_VALUE_{n}"] = hooks_dir
+    env["GIT_CONFIG_COUNT"] = str(n + 1)
+    env["SANDBOX_RUN"] = run.run_id
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
+        env.pop(key, None)
+    return env
+
+
+# -- the hook service ----------------------------------------------------------------------------
+
+
+class _ServiceCalls:
+    """Gives :class:`~sandbox.hookproto.Recorder` begin/end over an in-process session service."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def begin(self, call_id: str) -> None:
+        self.service.begin(call_id)
+
+    def end(self, call_id: str) -> set[str] | None:
+        paths: set[str] | None = self.service.end(call_id)[0]
+        return paths
+
+
+class HookService:
+    """Accepts hook events on the run's socket and records them, one at a time."""
+
+    def __init__(self, run: Run, service: Any, lock: threading.Lock) -> None:
+        self.run = run
+        self.recorder = hookproto.Recorder(run, _ServiceCalls(service) if service is not None else None)
+        self.lock = lock
+        self.path = hookproto.socket_path(run.dir)
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self.handled = 0
+
+    def bind(self) -> bool:
+        """Listen on the run's socket; False when another live process already hosts the run."""
+        if os.path.exists(self.path):
+            try:
+                probe = hookproto._connect(self.path, 1.0)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)  # stale: left by a session that was killed
+            else:
+                probe.close()
+                return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if len(os.fsencode(self.path)) < 100:
+            sock.bind(self.path)
+        else:
+            # sun_path is ~100 bytes; bind by a relative name. Called before any thread starts.
+            here = os.getcwd()
+            os.chdir(self.run.dir)
+            try:
+                sock.bind(hookproto.SOCKET_NAME)
+            finally:
+                os.chdir(here)
+        os.chmod(self.path, 0o600)
+        sock.listen(64)
+        self._sock = sock
+        return True
+
+    def start(self) -> None:
+        """Serve in a background thread."""
+        self._thread = threading.Thread(target=self._serve, name="sandbox-hooks", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _serve(self) -> None:
+        while self._sock is not None:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), name="sandbox-hook", daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            try:
+                data = _recv_all(conn, 2 * hookproto.MAX_PAYLOAD)
+                reply = self.handle_bytes(data)
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:
+                return  # the hook process went away; it records in-process or reports
+
+    def handle_bytes(self, data: bytes) -> dict[str, Any]:
+        """Decode one request and record it; the reply object."""
+        try:
+            event = hookproto.HookEvent.from_dict(json.loads(data))
+        except ValueError:
+            return {"ok": False, "message": "The hook request is not valid JSON; nothing recorded."}
+        except hookproto.HookInputError as exc:
+            return {"ok": False, "message": exc.message}
+        with self.lock:
+            try:
+                outcome = self.recorder.record(event)
+            except Exception as exc:  # the service must outlive one bad request; the hook reports it
+                return {"ok": False, "message": f"recording failed: {type(exc).__name__}: {exc}"}
+            self.handled += 1
+        return {"ok": outcome.ok, "message": outcome.message, "strict": outcome.strict}
+
+
+def _recv_all(conn: socket.socket, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise OSError("request too large")
+        chunks.append(chunk)
+
+
+# -- cutting changes into agent_session calls ----------------------------------------------------
+
+
+def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> str | None:
+    """Record the worktree's unrecorded changes among ``candidates`` (None: scan) as one call.
+
+    Nothing is recorded when a call is in flight (its own finish will capture its changes) or
+    when nothing differs from the run's head. Returns the new call's id.
+    """
+    from sandbox import objects
+    from sandbox.capture import capture
+
+    with run.ledger.lock.hold():
+        state = run.state()
+        if any(e.status == CallStatus.started for e in state.calls.values()):
+            return None
+        assert state.head is not None
+        head_tree = objects.commit_tree(run.repo, state.head)
+        if candidates is None:
+            from sandbox import scan
+
+            candidates = scan.candidates(run.repo, run.worktree, head_tree)
+        if not candidates:
+            return None
+        cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
+        if not cap.changes:
+            return None
+        changed = sorted(cap.changes)
+        call_id = run.start_call(
+            SESSION_TOOL,
+            {"reason": reason, "paths": changed[:200], "count": len(changed)},
+            idempotency="conditional",
+            replay="ask",
+            summary=f"{len(changed)} path(s) changed by the agent outside recorded tool calls",
+        )
+        run.finish_call(call_id, CallStatus.succeeded, paths=changed)
+        return call_id
+
+
+class Cutter:
+    """Cuts changes into ``agent_session`` calls at quiet points, in a background thread."""
+
+    def __init__(self, run: Run, watcher: Any, lock: threading.Lock, debounce: float) -> None:
+        self.run = run
+        self.watcher = watcher
+        self.lock = lock
+        self.debounce = debounce
+        self.cuts: list[str] = []
+        self.errors: list[str] = []
+        self._token = watcher.open_window() if watcher is not None else None
+        self._seen_event = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sandbox-cutter", daemon=True)
+
+    def start(self) -> None:
+        """Start cutting."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop cutting (the caller makes the final cut)."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        tick = min(0.25, self.debounce / 4)
+        while not self._stop.wait(tick):
+            last = self.watcher.last_event if self.watcher is not None else 0.0
+            if last <= self._seen_event or time.monotonic() - last < self.debounce:
+                continue
+            self._seen_event = last
+            self.cut_now()
+
+    def cut_now(self, final: bool = False) -> None:
+        """Cut now: with the watcher's paths when it vouches, else (or when ``final``) a scan."""
+        with self.lock:
+            if any(e.status == CallStatus.started for e in self.run.state().calls.values()):
+                return  # its finish captures its changes; the window keeps collecting meanwhile
+            paths: set[str] | None = None
+            if self.watcher is not None and self._token is not None:
+                paths = self.watcher.close_window(self._token)
+                self._token = self.watcher.open_window()
+            try:
+                made = cut(self.run, None if final else paths, "session end" if final else "quiet point")
+            except Exception as exc:  # a failed cut must not end the session; the final scan retries
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            if made:
+                self.cuts.append(made)
+
+
+# -- the session ---------------------------------------------------------------------------------
+
+
+def run_session(
+    run: Run,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    subdir: str = "",
+    debounce: float = 2.0,
+    on_signal: Callable[[int], None] | None = None,
+    is_foreground: Callable[[], bool] | None = None,
+) -> SessionResult:
+    """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
+
+    SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
+    from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
+    The run is left in place. Must be called from the main thread (signal handlers).
+    """
+    from sandbox import session
+
+    result = SessionResult(returncode=0, hosted_hooks=False)
+    lock = threading.Lock()
+    hooks = HookService(run, None, lock)
+    result.hosted_hooks = hooks.bind()  # first: it may change directory, before any thread runs
+    if not result.hosted_hooks:
+        result.notes.append("another 'sandbox run' already hosts this run's hooks; they are recorded there.")
+    try:
+        service: Any = session.serve(run, ignore=run.is_private)
+    except session.SessionBusyError as exc:
+        service = None
+        result.notes.append(f"{exc.message} Its watcher is used; changes are cut at the end only.")
+    watcher = service.watcher if service is not None else None
+    if watcher is not None and not watcher.vouching:
+        result.notes.append(f"the watcher cannot vouch ({watcher.lost_reason}); changes are found by scanning.")
+    if service is not None:
+        hooks.recorder.watcher = _ServiceCalls(service)
+    cutter = Cutter(run, watcher, lock, debounce)
+    if result.hosted_hooks:
+        hooks.start()
+    cutter.start()
+    hooks_dir = install_ref_guard(run)
+    cwd = (
+        os.path.join(run.worktree, subdir)
+        if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
+        else run.worktree
+    )
+    try:
+        result.returncode = _supervise(list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground)
+    finally:
+        cutter.stop()
+        hooks.stop()
+        cutter.cut_now(final=True)
+        if service is not None:
+            service.stop()
+    result.cuts = cutter.cuts
+    result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
+    result.unfinished = [e.call_id for e in run.entries() if e.status == CallStatus.started]
+    return result
+
+
+def _supervise(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    on_signal: Callable[[int], None] | None,
+    is_foreground: Callable[[], bool] | None,
+) -> int:
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env)
+    except FileNotFoundError:
+        return 127
+    except PermissionError:
+        return 126
+
+    def forward(signum: int, _frame: Any) -> None:
+        if on_signal is not None:
+            on_signal(signum)
+        if signum == signal.SIGINT and is_foreground is not None and is_foreground():
+            return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in signums}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if code < 0:
+        return 128 - code
+    return code

@@ -1,0 +1,118 @@
+"""``sandbox apply``: bring the agent's changes into your tree, never over an edit of yours."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sandbox.cli.common import dump, emit_json, open_project
+
+if TYPE_CHECKING:
+    from sandbox.models import ApplyReport
+
+
+def print_report(report: ApplyReport, verb: str) -> None:
+    """The human form of an apply, undo or redo report."""
+    if report.recovered:
+        click.echo(f"Run {report.run}: {report.recovered} in {report.target_dir}.")
+    where = "your tree" if report.target == "user" else "the run's worktree"
+    done = "Would write" if report.dry_run else verb
+    if report.applied:
+        click.echo(f"{done} {len(report.applied)} path(s) in {where}:")
+        for path in report.applied:
+            note = f"  ({report.reasons[path]})" if path in report.reasons else ""
+            click.echo(f"  {path}{note}")
+    for path in report.skipped:
+        click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
+    if report.attention:
+        click.echo(f"Needs attention (conflict markers): {', '.join(report.attention)}")
+    if report.head_moved:
+        click.echo("Note: your HEAD moved since the run started; paths were checked against your current files.")
+    if report.conflicts:
+        click.echo("Conflicts (nothing was written):")
+        for c in report.conflicts:
+            click.echo(f"  {c.path}: {c.reason}")
+            click.echo(
+                f"    base {(c.base or 'absent')[:12]}  agent {(c.agent or 'absent')[:12]}  "
+                f"yours {(c.user or 'absent')[:12]}"
+            )
+            click.echo(f"    what to do: {c.hint}")
+    if not (report.applied or report.skipped or report.conflicts or report.recovered):
+        click.echo("Nothing to do.")
+
+
+def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+    """Print a report as JSON or text."""
+    if as_json:
+        emit_json({**dump(report), **(extra or {})})
+    else:
+        print_report(report, verb)
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--call", "calls", multiple=True, help="Apply only this call's changes (repeatable).")
+@click.option("--path", "paths", multiple=True, help="Apply only this path or directory (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
+@click.option("--3way", "three_way", is_flag=True, help="Write conflict markers into text files both sides changed.")
+@click.option("--allow-moved-head", is_flag=True, help="Apply even though your HEAD moved since the run started.")
+@click.option("--continue", "cont", is_flag=True, help="Finish an interrupted apply, undo or redo.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def apply(
+    ctx: click.Context,
+    run_id: str | None,
+    calls: tuple[str, ...],
+    paths: tuple[str, ...],
+    dry_run: bool,
+    three_way: bool,
+    allow_moved_head: bool,
+    cont: bool,
+    as_json: bool,
+) -> None:
+    """Apply RUN's changes to your working tree where your files still equal what the agent started from.
+
+    Any conflict writes nothing and exits 1. Applying twice is a no-op; an interrupted apply is
+    finished by --continue or rolled back by 'sandbox undo'.
+    """
+    from sandbox import journal, mergeback
+    from sandbox import paths as pathmod
+    from sandbox.run import Run
+
+    project, workdir, cwd_run = open_project(ctx)
+    run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
+    if cont:
+        if calls or paths or dry_run or three_way:
+            raise click.UsageError("--continue takes no other options.")
+        dirs = [workdir] if workdir and not run_id else []
+        if run_id:
+            info = Run.open(project, project.resolve_run_id(run_id, cwd_run)).info
+            dirs = [info.user_workdir, info.worktree]
+        reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
+        if not reports:
+            click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
+        for report in reports:
+            finish(report, "Wrote", as_json)
+        return
+    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    root = run.info.user_workdir
+    cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
+    selected = [pathmod.from_user(root, p, cwd) for p in paths] or None
+    try:
+        report = mergeback.apply(
+            run,
+            list(calls) or None,
+            selected,
+            dry_run=dry_run,
+            three_way=three_way,
+            allow_moved_head=allow_moved_head,
+        )
+    except mergeback.ApplyConflict as exc:
+        finish(exc.report, "Applied", as_json)
+        click.echo(f"sandbox: {exc.message}", err=True)
+        ctx.exit(1)
+    finish(report, "Applied", as_json)
+    if report.attention:
+        ctx.exit(1)

@@ -1,0 +1,38 @@
+"""``sandbox checkpoints``: list a run's checkpoints, each verified."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import dump, emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--auto", "with_auto", is_flag=True, help="Also list the automatic checkpoints (ledger events).")
+@click.option("--json", "as_json", is_flag=True, help="Print checkpoints and problems as JSON.")
+@click.pass_context
+def checkpoints(ctx: click.Context, run_id: str | None, with_auto: bool, as_json: bool) -> None:
+    """List RUN's checkpoints, newest last; damaged ones are reported, never shown as valid."""
+    from sandbox.checkpoint import CheckpointStore
+
+    run = open_run(ctx, run_id)
+    store = CheckpointStore(run)
+    listing = store.list(deep=True)
+    items = list(listing.checkpoints)
+    if with_auto:
+        items = sorted(items + store.auto(), key=lambda s: s.checkpoint.created_at)
+    if as_json:
+        emit_json({"checkpoints": [dump(s.checkpoint) for s in items], "problems": listing.problems})
+    else:
+        for problem in listing.problems:
+            click.echo(f"sandbox: {problem}", err=True)
+        if not items:
+            click.echo(f"Run {run.run_id} has no checkpoints.")
+        for s in items:
+            c = s.checkpoint
+            when = c.created_at.strftime("%Y-%m-%d %H:%M:%S")
+            step = f" step {c.step_id}" if c.step_id else ""
+            click.echo(f"{c.name:<18} {c.id:<18} {when}{step}  {c.label or ''}".rstrip())
+    if listing.problems:
+        ctx.exit(1)

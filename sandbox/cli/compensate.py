@@ -1,0 +1,35 @@
+"""``sandbox compensate``: run the compensation a call registered, as its own recorded call."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import dump, emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the compensation call as JSON.")
+@click.pass_context
+def compensate(ctx: click.Context, run_id: str, call_id: str, as_json: bool) -> None:
+    """Undo CALL_ID's external effect with the compensation it registered, if it registered one."""
+    from sandbox.recovery import compensate as do_compensate
+
+    run = open_run(ctx, run_id)
+    report = do_compensate(run, call_id)
+    if as_json:
+        emit_json(
+            {
+                "action": "compensate",
+                "call_id": report.call_id,
+                "compensation_call": report.compensation_call,
+                "returncode": report.returncode,
+                "entry": dump(report.entry),
+                "message": report.message,
+            }
+        )
+    else:
+        click.echo(report.message)
+    if report.returncode != 0:
+        ctx.exit(1)

@@ -1,0 +1,108 @@
+"""``sandbox demo``: the main job end to end on a throwaway repository (what ``make demo`` runs)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import click
+
+
+def _sh(args: list[str], cwd: str, input: bytes | None = None, show: bool = True) -> subprocess.CompletedProcess[bytes]:
+    if show:
+        click.secho("$ " + " ".join(shlex.quote(a) for a in args), fg="cyan")
+    proc = subprocess.run(args, cwd=cwd, input=input, capture_output=True, check=False)
+    if show:
+        out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+        if out.strip():
+            click.echo(out.rstrip())
+    return proc
+
+
+def _fingerprint(repo: str) -> dict[str, str]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(repo):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, repo)] = hashlib.sha256(fh.read()).hexdigest()[:12]
+    for name in ("index", "HEAD"):
+        with open(os.path.join(repo, ".git", name), "rb") as fh:
+            out[".git/" + name] = hashlib.sha256(fh.read()).hexdigest()[:12]
+    refs = subprocess.run(["git", "for-each-ref", "refs/heads", "refs/tags", "refs/stash"], cwd=repo,
+                          capture_output=True, check=True).stdout
+    out["refs"] = hashlib.sha256(refs).hexdigest()[:12]
+    return out
+
+
+@click.command()
+@click.option("--keep", is_flag=True, help="Keep the throwaway repository and print its path.")
+def demo(keep: bool) -> None:
+    """Build a throwaway repository, let a scripted agent work in a run, and show the evidence."""
+    exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
+    sandbox = [exe] if os.path.exists(exe) else [sys.executable, "-m", "sandbox"]
+    tmp = tempfile.mkdtemp(prefix="sandbox-demo-")
+    repo = os.path.join(tmp, "project")
+    env_git = ["git", "-c", "user.name=Demo User", "-c", "user.email=demo@example.com"]
+    os.makedirs(os.path.join(repo, "src"))
+    files = {
+        "README.md": "# Demo project\n",
+        "src/app.py": "def greet(name):\n    return 'hello ' + name\n",
+        "src/old.py": "LEGACY = True\n",
+        "Makefile": "test:\n\tpython3 -c 'import sys; sys.exit(1)'\n",
+    }
+    for rel, text in files.items():
+        with open(os.path.join(repo, rel), "w") as fh:
+            fh.write(text)
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*env_git, "commit", "-q", "-m", "initial"], cwd=repo, check=True)
+    with open(os.path.join(repo, "README.md"), "a") as fh:
+        fh.write("\nUncommitted note by the user.\n")
+
+    click.secho(f"A throwaway repository at {repo}, with an uncommitted edit in README.md.\n", bold=True)
+    before = _fingerprint(repo)
+
+    click.secho("1. Start a run: a snapshot of the working tree, in its own worktree.", bold=True)
+    proc = _sh([*sandbox, "start", "--label", "demo", "--json"], repo)
+    import json
+
+    run = json.loads(proc.stdout)["run"]
+    click.echo()
+    click.secho("2. A scripted agent makes recorded calls.", bold=True)
+    _sh([*sandbox, "write", run, "src/hello.py"], repo, input=b"print('written by the agent')\n")
+    _sh([*sandbox, "exec", run, "--tool", "edit_file", "--", "sed", "-i", "s/hello /hi /", "src/app.py"], repo)
+    _sh([*sandbox, "exec", run, "--tool", "delete_file", "--", "rm", "src/old.py"], repo)
+    _sh([*sandbox, "exec", run, "--", "sh", "-c", "mkdir -p build && echo 'report' > build/report.txt"], repo)
+    _sh([*sandbox, "exec", run, "--tool", "run_tests", "--", "make", "-s", "test"], repo)
+    click.echo()
+    click.secho("3. The evidence: one ledger entry per call, one commit per changing call.", bold=True)
+    _sh([*sandbox, "log", run], repo)
+    click.echo()
+    click.secho("4. The agent's patch against the snapshot.", bold=True)
+    _sh([*sandbox, "diff", run], repo)
+    click.echo()
+    click.secho("5. Your files, index and branches are exactly as they were.", bold=True)
+    after = _fingerprint(repo)
+    same = before == after
+    click.echo(f"   files+index+HEAD+refs unchanged: {'yes' if same else 'NO'}")
+    _sh(["git", "status", "--short"], repo)
+    click.echo()
+    click.secho("Next, a user would type:", bold=True)
+    click.echo(f"   cd {repo}")
+    click.echo(f"   sandbox diff {run}          # review the patch")
+    click.echo(f"   sandbox apply {run}         # write it into your tree (never over your edits)")
+    click.echo(f"   sandbox undo {run}          # take the last agent change back out")
+    click.echo(f"   sandbox drop {run} --force  # throw the run away")
+    if not keep:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        click.echo(f"\n(The throwaway repository was removed; run 'sandbox demo --keep' to keep {tmp}.)")
+    if not same:
+        sys.exit(1)

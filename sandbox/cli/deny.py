@@ -1,0 +1,23 @@
+"""``sandbox deny``: deny a planned call."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import dump, emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--reason", default=None, help="Why (shown to the model after a resume).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
+@click.pass_context
+def deny(ctx: click.Context, run_id: str, call_id: str, reason: str | None, as_json: bool) -> None:
+    """Deny CALL_ID of RUN: it never runs, and the same tool and input are known denied."""
+    run = open_run(ctx, run_id)
+    entry = run.deny(call_id, reason)
+    if as_json:
+        emit_json(dump(entry))
+    else:
+        click.echo(f"{entry.call_id} ({entry.tool_name}) denied" + (f": {reason}" if reason else ""))

@@ -1,0 +1,51 @@
+"""``sandbox hooks install AGENT [RUN]``: put an agent's hooks in a run's worktree."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import open_run
+
+
+@click.group("hooks")
+def hooks() -> None:
+    """Set up agents' hooks so each tool call becomes one recorded call."""
+
+
+def hook_command(agent: str) -> str:
+    """The shell command that runs this sandbox's hook handler for ``agent``."""
+    import os
+    import shlex
+    import shutil
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), "sandbox")
+    exe = beside if os.access(beside, os.X_OK) else shutil.which("sandbox") or "sandbox"
+    return f"{shlex.quote(exe)} hook {agent}"
+
+
+@hooks.command("install")
+@click.argument("agent", type=click.Choice(["claude-code", "gemini"]))
+@click.argument("run_id", required=False)
+@click.option("--print", "print_only", is_flag=True, help="Print the settings instead of writing them.")
+@click.pass_context
+def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool) -> None:
+    """Write AGENT's hooks into RUN's worktree (never into your repository).
+
+    Claude Code: .claude/settings.local.json; Gemini CLI: .gemini/settings.json. Existing
+    settings are kept. The file is on the run's private list, so it is never part of the patch.
+    """
+    import json
+
+    from sandbox import adapters
+    from sandbox.include import add_private
+
+    adapter = adapters.load(agent)
+    command = hook_command(agent)
+    if print_only:
+        click.echo(json.dumps({"hooks": adapter.hook_settings(command)}, indent=2))
+        return
+    run = open_run(ctx, run_id)
+    add_private(run.dir, [adapter.SETTINGS_PATH])  # before the file exists: no cut can catch it
+    path = adapters.install(adapter, run.worktree, command)
+    click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")

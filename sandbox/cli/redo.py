@@ -1,0 +1,32 @@
+"""``sandbox redo``: bring back the change the last undo took out."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import open_project
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Redo RUN's newest undo, in the place where it was undone (your tree or the run)."""
+    from sandbox.cli.apply import finish
+    from sandbox.mergeback import ApplyConflict
+    from sandbox.run import Run
+    from sandbox.undo import redo as do_redo
+
+    project, _workdir, cwd_run = open_project(ctx)
+    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    try:
+        report = do_redo(run)
+    except ApplyConflict as exc:
+        finish(exc.report, "Wrote", as_json)
+        click.echo(f"sandbox: {exc.message}", err=True)
+        ctx.exit(1)
+    if not as_json:
+        where = "your tree" if report.target == "user" else "the run"
+        click.echo(f"Redid call {report.call} in {where}.")
+    finish(report, "Wrote", as_json)

@@ -1,0 +1,114 @@
+"""``sandbox run [RUN | --new [--label L]] -- AGENT ARGS...``: run a coding agent in a run's worktree."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from sandbox.cli.common import base_dir, open_project
+
+AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
+
+
+class _RunCommand(click.Command):
+    """Splits ``[RUN] -- AGENT...`` itself, as ``sandbox exec`` does."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        cut = args.index("--") if "--" in args else len(args)
+        super().parse_args(ctx, args[:cut])
+        rest = list(ctx.params.pop("rest", ()))
+        if len(rest) > 1:
+            raise click.UsageError("Put '--' before the agent: sandbox run [RUN] -- AGENT ARGS...")
+        ctx.params["run_id"] = rest[0] if rest else None
+        ctx.params["command"] = tuple(args[cut + 1 :])
+        if not ctx.params["command"]:
+            raise click.UsageError("No agent command given: sandbox run [RUN] -- AGENT ARGS...")
+        return []
+
+
+def _is_foreground() -> bool:
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except OSError:
+        return False
+
+
+@click.command("run", cls=_RunCommand)
+@click.option("--new", is_flag=True, help="Start a new run from your working tree (the default outside a run).")
+@click.option("--label", default=None, help="A label for the new run.")
+@click.option(
+    "--hooks",
+    "hooks_for",
+    type=click.Choice(["auto", "none", "claude-code", "gemini"]),
+    default="auto",
+    help="Install this agent's hooks in the worktree first (auto: from the command's name).",
+)
+@click.option("--debounce", type=click.FloatRange(0.1, 600), default=2.0, help="Quiet seconds before a cut.")
+@click.argument("rest", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run_agent(
+    ctx: click.Context,
+    run_id: str | None,
+    new: bool,
+    label: str | None,
+    hooks_for: str,
+    debounce: float,
+    command: tuple[str, ...],
+) -> None:
+    """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
+
+    Without RUN a new run is started, unless you are inside a run's worktree. The agent's exit
+    code is passed through and the run is left for you to preview, apply or drop.
+    """
+    from sandbox import adapters, agent
+    from sandbox.cli.hooks_cmd import hook_command
+    from sandbox.errors import UsageError
+    from sandbox.include import add_private
+    from sandbox.run import Run
+
+    project, workdir, cwd_run = open_project(ctx)
+    if run_id and new:
+        raise UsageError("Give either RUN or --new, not both.")
+    if run_id or (cwd_run and not new):
+        run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    elif workdir is None:
+        raise UsageError("You are inside a run's worktree; run 'sandbox run --new' from your own tree.")
+    else:
+        run = Run.start(project, workdir, label)
+        click.echo(f"sandbox: started run {run.run_id} in {run.worktree}", err=True)
+        report = run.include_report
+        if report is not None:
+            if report.copied:
+                click.echo(f"sandbox: copied into the worktree: {', '.join(report.copied)}", err=True)
+            for warning in report.warnings:
+                click.echo(f"sandbox: warning: {warning}", err=True)
+    if not run.worktree_exists():
+        raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
+    name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
+    if name and name != "none":
+        adapter = adapters.load(name)
+        add_private(run.dir, [adapter.SETTINGS_PATH])
+        adapters.install(adapter, run.worktree, hook_command(name))
+        click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
+    here = base_dir(ctx)
+    subdir = os.path.relpath(here, workdir) if workdir and here.startswith(workdir + os.sep) else ""
+    result = agent.run_session(
+        run, command, env=os.environ, subdir=subdir, debounce=debounce, is_foreground=_is_foreground
+    )
+    if result.returncode == 127:
+        click.echo(f"sandbox: {command[0]}: command not found.", err=True)
+    for note in result.notes:
+        click.echo(f"sandbox: note: {note}", err=True)
+    for call_id in result.unfinished:
+        click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
+    calls, paths = len(run.entries()), len(run.changed_paths())
+    rid = run.run_id
+    click.echo(
+        f"sandbox: run {rid}: {calls} call(s) recorded, {paths} path(s) changed; "
+        f"the agent exited {result.returncode}.\n"
+        f"  preview: sandbox diff {rid}\n  apply:   sandbox apply {rid}\n  undo:    sandbox undo {rid}",
+        err=True,
+    )
+    sys.exit(result.returncode)

@@ -1,0 +1,38 @@
+"""``sandbox undo``: take the run's last change back out (or roll back an interrupted apply)."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import open_project
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Undo RUN's newest change: in your tree if it was applied there, else in the run.
+
+    Refuses (exit 1, nothing written) where you changed a file since. After an interrupted apply,
+    undo or redo, rolls that operation back first.
+    """
+    from sandbox import journal
+    from sandbox.cli.apply import finish
+    from sandbox.mergeback import ApplyConflict
+    from sandbox.run import Run
+    from sandbox.undo import undo as do_undo
+
+    project, workdir, cwd_run = open_project(ctx)
+    run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
+    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    try:
+        report = do_undo(run)
+    except ApplyConflict as exc:
+        finish(exc.report, "Restored", as_json)
+        click.echo(f"sandbox: {exc.message}", err=True)
+        ctx.exit(1)
+    if not as_json and not report.recovered:
+        where = "your tree" if report.target == "user" else "the run"
+        click.echo(f"Undid call {report.call} in {where}.")
+    finish(report, "Restored", as_json)

@@ -1,0 +1,447 @@
+"""Conservative resume: continue a run on evidence, never replay what must not happen twice.
+
+:func:`resume`, under the run's lock:
+
+1. fences: appends a ``resumed`` event with epoch + 1 *first*, so a paused old writer can no
+   longer commit (``finish_call`` refuses when the epoch moved);
+2. turns every call that started but never ended into ``uncertain`` (durable events);
+3. verifies the ledger (every event re-read and re-folded) and the checkpoints (each re-hashed);
+   a damaged checkpoint is reported and the previous good one used; a lost checkpoints ref is
+   rebuilt from the ledger's evidence;
+4. verifies the workspace: recreates a missing worktree at the run's head; otherwise compares
+   every file with the head and reports drift (changes no recorded call made), attributed to the
+   call that was writing them when that is known, saved as a commit and never discarded;
+5. returns the message history and run state of the session's checkpoint (or of the checkpoint a
+   ``rollback --session`` chose);
+6. classifies each uncertain call: idempotent with replay ``auto`` may be replayed; ``conditional``
+   or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
+7. writes a note for the model and 8. names the next safe step.
+
+Resuming twice in a row gives the same report apart from the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandbox import approvals, faults, objects, worktree
+from sandbox.capture import capture
+from sandbox.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
+from sandbox.errors import CorruptionError, SandboxError
+from sandbox.ledger import fold_event
+from sandbox.models import (
+    CallStatus,
+    DriftPath,
+    Event,
+    EventKind,
+    Idempotency,
+    LedgerEntry,
+    LedgerState,
+    ReplayPolicy,
+    ResumeReport,
+    UncertainCall,
+)
+
+if TYPE_CHECKING:
+    from sandbox.run import Run
+
+MAY_REPLAY = "may_replay"
+ASK_FIRST = "ask_first"
+DO_NOT_REPLAY = "do_not_replay"
+#: How many calls after the checkpoint the note describes one by one.
+NOTE_CALLS = 20
+
+faults.POINTS.update(
+    {
+        "resume.after_fence",
+        "resume.after_uncertain",
+        "resume.after_verify",
+        "resume.after_worktree",
+        "resume.after_drift",
+    }
+)
+
+
+def classify(entry: LedgerEntry) -> str:
+    """What a resume may do with an uncertain call: may_replay, ask_first or do_not_replay."""
+    if entry.idempotency == Idempotency.non_idempotent or entry.replay_policy == ReplayPolicy.never:
+        return DO_NOT_REPLAY
+    if entry.idempotency == Idempotency.idempotent and entry.replay_policy == ReplayPolicy.auto:
+        return MAY_REPLAY
+    return ASK_FIRST
+
+
+def resume(run: Run) -> ResumeReport:
+    """Resume ``run`` (steps 1-8 above) and return what was found and decided."""
+    objects.enable_fsync()
+    problems: list[str] = []
+    with run.ledger.lock.hold():
+        state = run.state()
+        epoch = state.epoch + 1
+        run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
+        faults.point("resume.after_fence")
+        current = run.state()
+        for call_id in current.order:
+            if current.calls[call_id].status == CallStatus.started:
+                run.ledger.append(
+                    run._event(
+                        EventKind.call_uncertain,
+                        call_id,
+                        epoch=epoch,
+                        reason="it started but its end was not recorded before the run was resumed",
+                    ),
+                    check=_still_started(call_id),
+                )
+        faults.point("resume.after_uncertain")
+        try:
+            events = run.ledger.events()
+        except CorruptionError as exc:
+            raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
+        state = LedgerState()
+        for oid, event in events:
+            fold_event(state, event, oid)
+        store = CheckpointStore(run)
+        listing = store.list()
+        if listing.recovered and store.repair(listing):
+            problems.append(f"The checkpoints ref was rebuilt from {len(listing.checkpoints)} checkpoint(s).")
+        latest, found = store.load_latest()
+        problems[:0] = found
+        session, rollback = _session_checkpoint(store, latest, events, problems)
+        faults.point("resume.after_verify")
+        assert state.head is not None
+        recreated = _ensure_worktree(run, state.head, problems)
+        faults.point("resume.after_worktree")
+        drift, drift_commit = ([], None) if recreated else _drift(run, state, events)
+        faults.point("resume.after_drift")
+        keep_before_writes(run, _uncertain_pids(state, events))
+        run.head()  # repairs the head ref if a crash left it behind
+    return _report(run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store)
+
+
+def _still_started(call_id: str) -> Any:
+    def check(state: LedgerState) -> None:
+        entry = state.calls.get(call_id)
+        if entry is None or entry.status != CallStatus.started:
+            raise CorruptionError(f"Call {call_id} changed state during the resume; resume again.")
+
+    return check
+
+
+def _session_checkpoint(
+    store: CheckpointStore, latest: StoredCheckpoint | None, events: list[tuple[str, Event]], problems: list[str]
+) -> tuple[StoredCheckpoint | None, dict[str, Any] | None]:
+    """The checkpoint the session continues from: the newest good one, unless a later
+    ``rollback --session`` chose an older one."""
+    after = latest.checkpoint.tool_ledger.count if latest else 0
+    chosen: dict[str, Any] | None = None
+    for index, (_oid, event) in enumerate(events):
+        if event.kind == EventKind.rollback_session and index >= after:
+            chosen = dict(event.data)
+    if chosen is None:
+        return latest, None
+    try:
+        target = store.find(str(chosen.get("checkpoint")))
+    except SandboxError as exc:
+        problems.append(f"The session was rolled back to {chosen.get('name')}, which cannot be used now ({exc}).")
+        return latest, None
+    return target, chosen
+
+
+def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
+    """Recreate a missing worktree at the run's head; True when it did."""
+    if run.worktree_exists():
+        return False
+    path = run.worktree
+    if os.path.lexists(path):
+        # Not a worktree any more, but it may hold the agent's files: moved aside, never deleted.
+        aside = f"{path}.orphaned-{int(time.time())}"
+        os.rename(path, aside)
+        problems.append(f"The worktree at {path} was broken; its files were moved to {aside}.")
+    # Clears a stale, locked admin dir that still points at this path (git would refuse to add).
+    worktree.remove(run.project.common_dir, path)
+    worktree.add(run.project.common_dir, path, head, run.run_id)
+    run._wt_repo = None
+    problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]}.")
+    return True
+
+
+def _pids(events: list[tuple[str, Event]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _oid, event in events:
+        if event.kind == EventKind.call_started and event.call_id and event.pid is not None:
+            out[event.call_id] = event.pid
+    return out
+
+
+def _uncertain_pids(state: LedgerState, events: list[tuple[str, Event]]) -> set[int]:
+    pids = _pids(events)
+    return {pids[c] for c, e in state.calls.items() if e.status == CallStatus.uncertain and c in pids}
+
+
+def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tuple[list[DriftPath], str | None]:
+    """Files that differ from the run's head; saved as a commit (head unmoved) and recorded once."""
+    from sandbox import scan
+
+    assert state.head is not None
+    head_tree = objects.commit_tree(run.repo, state.head)
+    cap = capture(run.repo, run.worktree, head_tree, scan.candidates(run.repo, run.worktree, head_tree), run.is_ignored)
+    if not cap.changes:
+        return [], None
+    previous = (state.data.get(EventKind.drift.value) or [{}])[-1]
+    key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
+    old = previous.get("paths") or []
+    if sorted((p["path"], p["after"]) for p in old) == key and previous.get("commit"):
+        return [DriftPath.model_validate(p) for p in old], str(previous["commit"])
+    uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
+    started_pid = _pids(events)
+    writers: dict[str, str] = {}
+    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid}
+    for pid, rel in before_writes(run):
+        if pid in by_pid:
+            writers[rel] = by_pid[pid]
+    newly = {ev.call_id for _oid, ev in events if ev.kind == EventKind.call_uncertain and ev.epoch == state.epoch}
+    in_flight = [c for c in uncertain if c in newly] or uncertain
+    paths = []
+    for rel in sorted(cap.changes):
+        before, after = cap.before[rel], cap.changes[rel]
+        paths.append(
+            DriftPath(
+                path=rel,
+                before=before.oid if before else None,
+                after=after.oid if after else None,
+                before_mode=before.mode if before else None,
+                after_mode=after.mode if after else None,
+                attributed_to=writers.get(rel) or (in_flight[0] if len(in_flight) == 1 else None),
+            )
+        )
+    tree = objects.edit_tree(run.repo, head_tree, cap.changes)
+    sig = objects.signature()
+    message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
+    commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
+    data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}
+    event = run._event(EventKind.drift, epoch=state.epoch, commit=commit, parent_commit=state.head, data=data)
+    new = run.ledger.append(event, keep=[commit])
+    state.data = new.data
+    return paths, commit
+
+
+def _report(
+    run: Run,
+    state: LedgerState,
+    events: list[tuple[str, Event]],
+    epoch: int,
+    session: StoredCheckpoint | None,
+    rollback: dict[str, Any] | None,
+    drift: list[DriftPath],
+    drift_commit: str | None,
+    recreated: bool,
+    problems: list[str],
+    store: CheckpointStore,
+) -> ResumeReport:
+    ckpt = session.checkpoint if session else None
+    uncertain = []
+    for call_id in state.order:
+        entry = state.calls[call_id]
+        if entry.status == CallStatus.uncertain:
+            uncertain.append(
+                UncertainCall(
+                    call_id=call_id,
+                    tool_name=entry.tool_name,
+                    step_id=entry.step_id,
+                    idempotency=entry.idempotency,
+                    replay_policy=entry.replay_policy,
+                    decision=classify(entry),
+                    summary=entry.summary,
+                    input_hash=entry.input_hash,
+                    started_at=entry.started_at,
+                )
+            )
+    denied = approvals.denials(run, state)
+    last_step = _last_completed_step(state, ckpt.step_id if ckpt else None)
+    first_seen: dict[str, int] = {}
+    for index, (_oid, event) in enumerate(events):
+        if event.call_id and event.call_id not in first_seen:
+            first_seen[event.call_id] = index
+    since = ckpt.tool_ledger.count if ckpt else 0
+    after = [state.calls[c] for c in state.order if first_seen.get(c, 0) >= since]
+    rolled = [
+        dict(ev.data) for i, (_oid, ev) in enumerate(events) if ev.kind == EventKind.rollback_files and i >= since
+    ]
+    note = _note(run, ckpt, rollback, last_step, after, uncertain, denied, drift, rolled)
+    report = ResumeReport(
+        run_id=run.run_id,
+        epoch=epoch,
+        checkpoint=ckpt,
+        last_completed_step=last_step,
+        uncertain=uncertain,
+        do_not_replay=[u.call_id for u in uncertain if u.decision == DO_NOT_REPLAY],
+        may_replay=[u.call_id for u in uncertain if u.decision == MAY_REPLAY],
+        ask_first=[u.call_id for u in uncertain if u.decision == ASK_FIRST],
+        denied=denied,
+        drift=drift,
+        drift_commit=drift_commit,
+        note=note,
+        next_step="",
+        messages_ref=ckpt.messages_ref if ckpt else None,
+        run_state=ckpt.run_state if ckpt else None,
+        messages=store.messages(ckpt) if ckpt else None,
+        session_rollback=rollback,
+        head=state.head,
+        worktree_recreated=recreated,
+        problems=problems,
+    )
+    report.next_step = _next_step(run, report, state)
+    return report
+
+
+def _last_completed_step(state: LedgerState, checkpoint_step: str | None) -> str | None:
+    """The last step (in ledger order) whose calls all ended; the checkpoint's step without calls."""
+    steps: dict[str, bool] = {}
+    for call_id in state.order:
+        entry = state.calls[call_id]
+        if entry.step_id is None:
+            continue
+        open_call = entry.status in (CallStatus.started, CallStatus.uncertain)
+        steps[entry.step_id] = steps.get(entry.step_id, True) and not open_call
+    done = [s for s, complete in steps.items() if complete]
+    if done:
+        return done[-1]
+    return checkpoint_step
+
+
+def _command(run: Run, entry: LedgerEntry) -> str | None:
+    value: Any = None
+    if entry.input_ref:
+        try:
+            value = json.loads(objects.read_blob(run.repo, entry.input_ref))
+        except (KeyError, ValueError, OSError):
+            value = None
+    if isinstance(value, dict):
+        argv = value.get("argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return shlex.join(argv)
+        for key in ("command", "cmd"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+    return None
+
+
+def _paths(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _error(text: str | None) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "no error was recorded"
+    return line[:200]
+
+
+def _describe(run: Run, entry: LedgerEntry) -> str:
+    name = f"{entry.tool_name} ({entry.call_id})"
+    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
+    command = _command(run, entry)
+    text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
+    if entry.files:
+        written = all(f.after_hash is not None for f in entry.files)
+        text += f" and {'wrote' if written else 'changed'} {_paths([f.path for f in entry.files])}"
+    if entry.status == CallStatus.failed:
+        text += f": {_error(entry.error)}"
+    if entry.undone:
+        text += " (its changes were undone since)"
+    return text + "."
+
+
+def _note(
+    run: Run,
+    ckpt: Any,
+    rollback: dict[str, Any] | None,
+    last_step: str | None,
+    after: list[LedgerEntry],
+    uncertain: list[UncertainCall],
+    denied: list[Any],
+    drift: list[DriftPath],
+    rolled: list[dict[str, Any]],
+) -> str:
+    parts: list[str] = []
+    if ckpt is not None:
+        label = f" ({ckpt.label})" if ckpt.label else ""
+        parts.append(f"Resumed from checkpoint {ckpt.name}{label}.")
+    else:
+        parts.append("Resumed without a checkpoint: no message history was saved; rely on these observations.")
+    if rollback:
+        parts.append(
+            f"The session was rolled back to {rollback.get('name')} on request; the ledger still records "
+            "everything that happened after it, as listed here."
+        )
+    if last_step:
+        parts.append(f"Step {last_step} completed.")
+    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed)]
+    for entry in ended[:NOTE_CALLS]:
+        parts.append(_describe(run, entry))
+    if len(ended) > NOTE_CALLS:
+        parts.append(f"{len(ended) - NOTE_CALLS} more calls ended after the checkpoint (see 'sandbox log').")
+    for data in rolled:
+        undone = ", ".join(data.get("undone_calls") or []) or "no call"
+        parts.append(f"The worktree's files were rolled back to {data.get('name')}, undoing the changes of {undone}.")
+    drifted: dict[str | None, list[str]] = {}
+    for d in drift:
+        drifted.setdefault(d.attributed_to, []).append(d.path)
+    advice = {
+        DO_NOT_REPLAY: "do not repeat it without checking.",
+        ASK_FIRST: "check the current state (or ask the user) before repeating it.",
+        MAY_REPLAY: "it is idempotent and may be replayed.",
+    }
+    for u in uncertain:
+        text = f"{u.tool_name} ({u.call_id}) is uncertain: it started but its result was not recorded; "
+        text += advice[u.decision]
+        if u.call_id in drifted:
+            text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
+        parts.append(text)
+    for d in denied:
+        reason = f" ({d.reason})" if d.reason else ""
+        parts.append(f"The user denied {d.tool_name} ({d.call_id}){reason}; do not ask for it again.")
+    loose = [
+        p
+        for owner, paths in drifted.items()
+        for p in paths
+        if owner is None or owner not in {u.call_id for u in uncertain}
+    ]
+    if loose:
+        parts.append(f"Files changed outside any recorded call: {_paths(loose)}; they were kept; check them.")
+    repeatable = [e for e in ended if e.status == CallStatus.succeeded]
+    if repeatable:
+        names = ", ".join(f"{e.tool_name} ({e.call_id})" for e in repeatable[:NOTE_CALLS])
+        parts.append(f"Do not repeat {names}.")
+    parts.append("Plan the next step from these observations.")
+    return " ".join(parts)
+
+
+def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
+    by_id = {u.call_id: u for u in report.uncertain}
+    if report.do_not_replay:
+        u = by_id[report.do_not_replay[0]]
+        return (
+            f"Check whether {u.tool_name} ({u.call_id}) took effect, without running it again; then record the "
+            f"outcome with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
+        )
+    if report.ask_first:
+        u = by_id[report.ask_first[0]]
+        return (
+            f"Check the state (or ask the user) before repeating {u.tool_name} ({u.call_id}); then record the outcome "
+            f"with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
+        )
+    if report.drift:
+        return (
+            f"Review the files changed outside any recorded call ({_paths([d.path for d in report.drift])}): keep them "
+            f"by recording a call, or restore them with 'sandbox rollback {run.run_id} --files --to <checkpoint>'."
+        )
+    if report.may_replay:
+        u = by_id[report.may_replay[0]]
+        return f"Replay {u.tool_name} ({u.call_id}) as a new call (it is idempotent), then continue."
+    if report.last_completed_step:
+        return f"Continue after step {report.last_completed_step}: plan the next step."
+    return "Continue the run: plan the next step."

@@ -1,0 +1,1 @@
+"""The reliability suite: crash matrix, hostile input, concurrency, git hygiene, fold properties."""

@@ -1,0 +1,95 @@
+"""The agent's own git in the worktree: its commits and resets are its changes; nothing leaks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from sandbox import agent, objects
+from sandbox.run import Run
+from tests.conftest import git, user_state, write
+from tests.hook_fixtures import reopen, start_run
+
+
+def agent_git(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
+    """git as the agent runs it under 'sandbox run' (the run's environment)."""
+    env = agent.agent_env(os.environ, run, agent.install_ref_guard(run))
+    return subprocess.run(["git", *args], cwd=run.worktree, env=env, capture_output=True, text=True, check=False)
+
+
+def bash_call(run: Run, command: str) -> list[str]:
+    """A recorded command call whose changes are found by a scan; returns the changed paths."""
+    run = reopen(run)
+    call_id = run.start_call("Bash", {"command": command})
+    entry = run.finish_call(call_id, "succeeded", paths=None)
+    return sorted(f.path for f in entry.files)
+
+
+def head_file(run: Run, rel: str) -> bytes | None:
+    run = reopen(run)
+    entry = objects.lookup(run.repo, objects.commit_tree(run.repo, run.head()), rel)
+    return None if entry is None else objects.read_blob(run.repo, entry.oid)
+
+
+def test_stash_branch_and_tag_do_not_reach_the_user(repo: Path) -> None:
+    git(repo, "stash", "list")
+    before = user_state(repo)
+    run = start_run(repo)
+    write(Path(run.worktree), "src/app.py", "agent edit\n")
+    stash = agent_git(run, "stash")
+    assert stash.returncode != 0 and "refused to update refs/stash" in stash.stderr
+    assert (Path(run.worktree) / "src/app.py").read_text() == "agent edit\n"  # nothing was stashed away
+    refused = (["checkout", "-b", "agent-branch"], ["tag", "v9"], ["branch", "other"], ["update-ref", "refs/x", "HEAD"])
+    for args in refused:
+        result = agent_git(run, *args)
+        assert result.returncode != 0 and "refused to update" in result.stderr, args
+    assert user_state(repo) == before
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/x", "refs/heads/agent-branch") == ""
+
+
+def test_agent_commit_counts_as_its_change(repo: Path) -> None:
+    before = user_state(repo)
+    run = start_run(repo)
+    write(Path(run.worktree), "feature.py", "x = 1\n")
+    assert agent_git(run, "add", "-A").returncode == 0
+    commit = agent_git(run, "-c", "user.name=agent", "-c", "user.email=a@e", "commit", "-qm", "agent work")
+    assert commit.returncode == 0, commit.stderr
+    assert bash_call(run, "git commit") == ["feature.py"]
+    assert head_file(run, "feature.py") == b"x = 1\n"
+    assert user_state(repo) == before
+    # Amending and committing again keeps working on the detached HEAD.
+    write(Path(run.worktree), "feature.py", "x = 2\n")
+    assert agent_git(run, "-c", "user.name=a", "-c", "user.email=a@e", "commit", "-qam", "more").returncode == 0
+    assert bash_call(run, "git commit -a") == ["feature.py"]
+    assert user_state(repo) == before
+
+
+def test_checkout_file_and_reset_hard_are_changes(repo: Path) -> None:
+    before = user_state(repo)
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, "src/app.py", "agent edit\n")
+    assert bash_call(run, "edit") == ["src/app.py"]
+    assert agent_git(run, "checkout", "--", "src/app.py").returncode == 0
+    assert bash_call(run, "git checkout -- src/app.py") == ["src/app.py"]
+    assert head_file(run, "src/app.py") == b"print('app')\n"
+    # The worktree's HEAD is the snapshot; its parent is the user's HEAD: resetting to it drops the
+    # user's uncommitted edit and untracked file from the worktree, and that is the agent's change.
+    reset = agent_git(run, "reset", "--hard", "HEAD~1")
+    assert reset.returncode == 0, reset.stderr
+    assert bash_call(run, "git reset --hard HEAD~1") == ["README.md", "notes.txt"]
+    assert head_file(run, "README.md") == b"hello\n" and head_file(run, "notes.txt") is None
+    assert user_state(repo) == before
+    assert (repo / "README.md").read_text() == "hello\nuser edit\n"
+
+
+def test_user_hooks_still_run_for_agent_commits(repo: Path) -> None:
+    hook_file = repo / ".git" / "hooks" / "pre-commit"
+    hook_file.write_text('#!/bin/sh\necho ran > "$(git rev-parse --show-toplevel)/hook-ran.txt"\n')
+    hook_file.chmod(0o755)
+    run = start_run(repo)
+    write(Path(run.worktree), "a.txt", "a\n")
+    agent_git(run, "add", "a.txt")
+    assert agent_git(run, "-c", "user.name=a", "-c", "user.email=a@e", "commit", "-qm", "c").returncode == 0
+    assert (Path(run.worktree) / "hook-ran.txt").exists()

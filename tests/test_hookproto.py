@@ -1,0 +1,169 @@
+"""The generic hook protocol, the Gemini CLI adapter, run discovery and the settings parser."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from sandbox import config, hookproto
+from sandbox.adapters import claude_code, gemini
+from tests.conftest import write
+from tests.hook_fixtures import fixture, hook, reopen, start_run
+
+
+def event(cwd: str | Path, **fields: object) -> dict[str, object]:
+    base: dict[str, object] = {"event": "start", "cwd": str(cwd), "tool": "shell", "call_id": "c1"}
+    base.update(fields)
+    return base
+
+
+def test_generic_write_start_and_finish(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    start = event(wt / "src", tool="save", kind="write", paths=["new.py"], input={"text": "x"})
+    assert hook("generic", start).exit_code == 0
+    write(wt, "src/new.py", "x\n")
+    write(wt, "other.txt", "not this call's\n")
+    assert hook("generic", {**start, "event": "finish", "result": {"ok": True}}).exit_code == 0
+    entry = reopen(run).entry("c1")
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/new.py"]
+    assert entry.result_ref is not None
+
+
+def test_generic_command_failed_with_policy_override(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("generic", event(wt, kind="command", idempotency="idempotent", replay="auto"))
+    write(wt, "out.txt", "o\n")
+    hook("generic", event(wt, event="finish", status="failed", error="exit 3"))
+    entry = reopen(run).entry("c1")
+    assert (entry.status.value, entry.error, entry.replay_policy.value) == ("failed", "exit 3", "auto")
+    assert [f.path for f in entry.files] == ["out.txt"]
+
+
+@pytest.mark.parametrize(
+    "fields,words",
+    [
+        ({"event": "begin"}, "'event'"),
+        ({"tool": ""}, "'tool'"),
+        ({"kind": "delete"}, "'kind'"),
+        ({"paths": "a.txt"}, "'paths'"),
+        ({"event": "finish", "call_id": None}, "needs a 'call_id'"),
+        ({"status": "ok", "event": "finish"}, "'status'"),
+    ],
+)
+def test_generic_rejects_malformed_events(repo: Path, fields: dict[str, object], words: str) -> None:
+    run = start_run(repo)
+    result = hook("generic", event(run.worktree, **fields))
+    assert result.exit_code == 1 and words in result.stderr
+    assert reopen(run).entries() == []
+
+
+def test_read_payload_limits() -> None:
+    with pytest.raises(hookproto.HookInputError, match="8 MiB"):
+        hookproto.read_payload(io.BytesIO(b"1" * (hookproto.MAX_PAYLOAD + 1)))
+    with pytest.raises(hookproto.HookInputError, match="not valid JSON"):
+        hookproto.read_payload(io.BytesIO(b"[" * 100000))
+    assert hookproto.read_payload(io.BytesIO(b'{"a": 1}')) == {"a": 1}
+
+
+def test_locate_from_a_subdirectory_and_refusals(repo: Path, tmp_path: Path) -> None:
+    run = start_run(repo)
+    loc = hookproto.locate(str(Path(run.worktree) / "src"))
+    assert (loc.run_id, loc.worktree) == (run.run_id, run.worktree)
+    assert loc.run_dir == run.dir
+    with pytest.raises(hookproto.HookInputError, match="not inside a sandbox run"):
+        hookproto.locate(str(repo / "src"))
+    with pytest.raises(hookproto.HookInputError, match="not a directory"):
+        hookproto.locate(str(tmp_path / "missing"))
+
+
+def test_claude_adapter_maps_fields() -> None:
+    doc = fixture("claude-code", "Edit", "/w")
+    ev = claude_code.to_event(doc["pre"])
+    assert ev is not None and (ev.phase, ev.kind, ev.paths, ev.call_id) == (
+        "start",
+        "write",
+        ["/w/src/app.py"],
+        "toolu_01EditB2c3D4e5F6g7H8i9",
+    )
+    failed = claude_code.to_event(doc["failure"])
+    assert failed is not None and failed.status == "failed" and failed.error and "not found" in failed.error
+
+
+def test_gemini_pairs_before_and_after(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    for tool in ("write_file", "run_shell_command", "read_file", "google_web_search"):
+        doc = fixture("gemini", tool, wt)
+        result = hook("gemini", doc["before"])
+        assert result.exit_code == 0 and result.stdout.strip() == "{}"
+        if tool == "write_file":
+            write(wt, "src/greet.py", "def greet(name):\n    return f'hi {name}'\n")
+        if tool == "run_shell_command":
+            write(wt, "shell.txt", "from-gemini\n")
+        assert hook("gemini", doc["after"]).exit_code == 0
+    doc = fixture("gemini", "run_shell_command_failure", wt)
+    hook("gemini", doc["before"])
+    hook("gemini", doc["after"])
+    entries = reopen(run).entries()
+    assert [e.tool_name for e in entries] == [
+        "write_file",
+        "run_shell_command",
+        "read_file",
+        "google_web_search",
+        "run_shell_command",
+    ]
+    assert all(e.call_id.startswith("gemini_") for e in entries)
+    assert [f.path for f in entries[0].files] == ["src/greet.py"]
+    assert [f.path for f in entries[1].files] == ["shell.txt"]
+    assert entries[3].replay_policy.value == "never"
+    assert entries[4].status.value == "failed" and entries[4].error == "Command exited with code 1"
+    assert all(e.status.value in ("succeeded", "failed") for e in entries)
+
+
+def test_gemini_ignores_other_events() -> None:
+    assert gemini.to_event({"hook_event_name": "SessionStart", "cwd": "/"}) is None
+
+
+def test_config_sources_and_subset_parser(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "pyproject.toml",
+        '[project]\nname = "x"\n\n[tool.sandbox]\ninclude = [".env"]\nlink = ["node_modules"]\n',
+    )
+    write(tmp_path, ".worktreeinclude", "# secrets\n.env.local\n\nconfig/*.json\n")
+    cfg = config.load(str(tmp_path))
+    assert cfg.include == [".env", ".env.local", "config/*.json"] and cfg.link == ["node_modules"]
+    text = (
+        'include = [".env",\n  "a b"]  # comment\n[hooks]\nstrict = true\n'
+        '[[tools]]\nmatch = "mcp__*"\nkind = "read"\n[[tools]]\nmatch = \'Web*\'\nreplay = "ask"\n'
+    )
+    parsed = config.parse_toml_subset(text)
+    assert parsed == {
+        "include": [".env", "a b"],
+        "hooks": {"strict": True},
+        "tools": [{"match": "mcp__*", "kind": "read"}, {"match": "Web*", "replay": "ask"}],
+    }
+    import tomllib
+
+    assert tomllib.loads(text) == parsed
+    with pytest.raises(config.ConfigError):
+        config.parse_toml_subset("x = 1.5e3\n")
+
+
+def test_config_errors_are_one_line(tmp_path: Path) -> None:
+    write(tmp_path, ".sandbox.toml", '[[tools]]\nmatch = "x"\nkind = "teleport"\n')
+    with pytest.raises(config.ConfigError, match="teleport"):
+        config.load(str(tmp_path))
+    write(tmp_path, ".sandbox.toml", "include = [\n")
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(str(tmp_path))
+
+
+def test_generic_event_roundtrip() -> None:
+    ev = hookproto.HookEvent.from_dict(event("/w", kind="write", paths=["a"]))
+    assert hookproto.HookEvent.from_dict(json.loads(json.dumps(ev.to_dict()))) == ev

@@ -1,0 +1,250 @@
+"""The Claude Code hook handler: each tool type, bad input, and the installed settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandbox.cli import cli
+from tests.conftest import user_state, write
+from tests.hook_fixtures import CLAUDE_TOOLS, hook, payload, reopen, start_run
+
+
+def test_fixtures_cover_every_tool_type() -> None:
+    expected = {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash", "Read", "Glob", "Grep", "LS"}
+    assert expected | {"WebFetch", "WebSearch"} <= set(CLAUDE_TOOLS)
+    assert any(t.startswith("mcp__") for t in CLAUDE_TOOLS)
+
+
+def test_write_captures_exactly_its_path(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, "stray.txt", "changed outside the call\n")
+    assert hook("claude-code", payload("Write", "pre", wt)).exit_code == 0
+    entry = reopen(run).entry("toolu_01WriteA1b2C3d4E5f6G7h8")
+    assert entry.status.value == "started" and entry.tool_name == "Write"
+    assert entry.idempotency.value == "idempotent" and entry.replay_policy.value == "auto"
+    write(wt, "src/greet.py", "def greet(name):\n    return f'hello {name}'\n")
+    result = hook("claude-code", payload("Write", "post", wt))
+    assert result.exit_code == 0, result.output
+    entry = reopen(run).entry("toolu_01WriteA1b2C3d4E5f6G7h8")
+    assert entry.status.value == "succeeded"
+    assert [f.path for f in entry.files] == ["src/greet.py"]  # stray.txt is not this call's
+
+
+@pytest.mark.parametrize("tool,path", [("Edit", "src/app.py"), ("MultiEdit", "src/util.py")])
+def test_edits_capture_their_file(repo: Path, tool: str, path: str) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload(tool, "pre", wt))
+    write(wt, path, "edited\n")
+    assert hook("claude-code", payload(tool, "post", wt)).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert [f.path for f in entry.files] == [path]
+    assert entry.idempotency.value == "conditional" and entry.replay_policy.value == "ask"
+
+
+def test_notebook_edit_uses_notebook_path(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("NotebookEdit", "pre", wt))
+    write(wt, "notebooks/analysis.ipynb", '{"cells": []}\n')
+    hook("claude-code", payload("NotebookEdit", "post", wt))
+    assert [f.path for f in reopen(run).entries()[0].files] == ["notebooks/analysis.ipynb"]
+
+
+def test_bash_scans_without_a_watcher(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Bash", "pre", wt))
+    write(wt, "build/out.txt", "built\n")
+    write(wt, "data.txt", "data\n")
+    (wt / "src" / "util.py").unlink()
+    assert hook("claude-code", payload("Bash", "post", wt)).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.tool_name == "Bash" and entry.replay_policy.value == "ask"
+    assert sorted(f.path for f in entry.files) == ["build/out.txt", "data.txt", "src/util.py"]
+
+
+@pytest.mark.parametrize("tool", ["Read", "Glob", "Grep", "LS"])
+def test_read_only_calls_are_recorded_without_a_commit(repo: Path, tool: str) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, "src/app.py", "changed meanwhile\n")  # not this call's doing: not captured
+    hook("claude-code", payload(tool, "pre", wt))
+    assert hook("claude-code", payload(tool, "post", wt)).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "succeeded" and entry.commit is None and entry.files == []
+    assert entry.idempotency.value == "idempotent"
+
+
+@pytest.mark.parametrize("tool", ["WebFetch", "WebSearch", "mcp__memory__create_entities"])
+def test_external_calls_are_never_replayed(repo: Path, tool: str) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload(tool, "pre", wt))
+    hook("claude-code", payload(tool, "post", wt))
+    entry = reopen(run).entries()[0]
+    assert entry.idempotency.value == "non_idempotent" and entry.replay_policy.value == "never"
+    assert entry.side_effects == [f"external:{tool}"] and entry.commit is None
+
+
+def test_configured_mcp_tool_policy(repo: Path) -> None:
+    write(repo, ".sandbox.toml", '[[tools]]\nmatch = "mcp__memory__*"\nkind = "read"\n')
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("mcp__memory__create_entities", "pre", wt))
+    entry = reopen(run).entries()[0]
+    assert entry.idempotency.value == "idempotent" and entry.replay_policy.value == "auto"
+
+
+def test_unknown_tool_is_recorded_conservatively(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    pre = payload("Bash", "pre", wt, "toolu_task", tool_name="Task", tool_input={"prompt": "refactor"})
+    assert hook("claude-code", pre).exit_code == 0
+    write(wt, "subagent.txt", "made by a subagent\n")
+    post = payload("Bash", "post", wt, "toolu_task", tool_name="Task", tool_input={"prompt": "refactor"})
+    assert hook("claude-code", post).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert (entry.tool_name, entry.idempotency.value, entry.replay_policy.value) == ("Task", "conditional", "ask")
+    assert [f.path for f in entry.files] == ["subagent.txt"]
+
+
+def test_failure_event_marks_the_call_failed(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    fail = payload("Bash", "failure", wt)
+    hook("claude-code", {**fail, "hook_event_name": "PreToolUse"})
+    write(wt, "partial.txt", "half done\n")
+    assert hook("claude-code", fail).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "failed" and "exit code 2" in (entry.error or "")
+    assert [f.path for f in entry.files] == ["partial.txt"]
+
+
+def test_finish_without_start_is_recorded_late(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, "src/greet.py", "late\n")
+    assert hook("claude-code", payload("Write", "post", wt)).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+
+
+def test_repeated_events_are_idempotent(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    for _ in range(2):
+        assert hook("claude-code", payload("Write", "pre", wt)).exit_code == 0
+    write(wt, "src/greet.py", "x\n")
+    for _ in range(2):
+        assert hook("claude-code", payload("Write", "post", wt)).exit_code == 0
+    assert len(reopen(run).entries()) == 1
+
+
+@pytest.mark.parametrize(
+    "data,words",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"", "empty"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"hook_event_name": "PreToolUse", "cwd": "/"}', "no 'tool_name'"),
+    ],
+)
+def test_bad_input_one_line_non_blocking(repo: Path, data: bytes, words: str) -> None:
+    run = start_run(repo)
+    result = hook("claude-code", data)
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output
+    assert reopen(run).entries() == []
+
+
+def test_oversized_payload(repo: Path) -> None:
+    start_run(repo)
+    result = hook("claude-code", b" " * (8 * 1024 * 1024 + 10))
+    assert result.exit_code == 1 and "larger than 8 MiB" in result.stderr
+
+
+def test_strict_blocks_with_exit_2(repo: Path) -> None:
+    result = hook("claude-code", b"{oops", "--strict")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+
+
+def test_strict_from_settings(repo: Path, tmp_path: Path) -> None:
+    write(repo, ".sandbox.toml", "[hooks]\nstrict = true\n")
+    run = start_run(repo)
+    outside = payload("Write", "pre", run.worktree, file_path=str(tmp_path / "elsewhere.txt"))
+    outside["tool_input"] = {"file_path": str(tmp_path / "elsewhere.txt"), "content": "x"}
+    assert hook("claude-code", outside).exit_code == 2
+
+
+def test_cwd_outside_any_run(repo: Path) -> None:
+    start_run(repo)
+    result = hook("claude-code", payload("Read", "pre", repo))
+    assert result.exit_code == 1 and "not inside a sandbox run's worktree" in result.stderr
+
+
+def test_file_path_outside_worktree_is_refused(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    target = str(repo / "README.md")  # the user's own file
+    for which in ("pre", "post"):
+        data = payload("Write", which, wt)
+        data["tool_input"] = {"file_path": target, "content": "x"}
+        result = hook("claude-code", data)
+        assert result.exit_code == 1 and "outside the worktree" in result.stderr
+    assert reopen(run).entries() == []
+
+
+def test_non_tool_events_are_ignored(repo: Path) -> None:
+    run = start_run(repo)
+    event = {"session_id": "s", "cwd": run.worktree, "hook_event_name": "SessionStart", "source": "startup"}
+    assert hook("claude-code", event).exit_code == 0
+    assert reopen(run).entries() == []
+
+
+# -- sandbox hooks install ------------------------------------------------------------------------
+
+
+def test_install_merges_and_never_reaches_the_patch(repo: Path) -> None:
+    before = user_state(repo)
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, ".claude/settings.local.json", json.dumps({"permissions": {"allow": ["Bash(ls:*)"]}}))
+    runner = CliRunner()
+    for _ in range(2):
+        result = runner.invoke(cli, ["-C", str(repo), "hooks", "install", "claude-code", run.run_id])
+        assert result.exit_code == 0, result.output
+    settings = json.loads((wt / ".claude/settings.local.json").read_text())
+    assert settings["permissions"] == {"allow": ["Bash(ls:*)"]}
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        commands = [h["command"] for g in settings["hooks"][event] for h in g["hooks"]]
+        assert len(commands) == 1 and commands[0].endswith("hook claude-code")
+    assert not (repo / ".claude").exists()
+    # A Bash call scans the worktree: the settings file must not be captured.
+    hook("claude-code", payload("Bash", "pre", wt))
+    write(wt, "data.txt", "data\n")
+    write(wt, ".claude/other.json", "{}")
+    hook("claude-code", payload("Bash", "post", wt))
+    diff = runner.invoke(cli, ["-C", str(repo), "diff", run.run_id, "--stat"])
+    assert "data.txt" in diff.output and "settings.local.json" not in diff.output
+    assert ".claude/other.json" in diff.output
+    assert user_state(repo) == before
+
+
+def test_install_refuses_malformed_settings(repo: Path) -> None:
+    run = start_run(repo)
+    write(Path(run.worktree), ".claude/settings.local.json", "{broken")
+    result = CliRunner().invoke(cli, ["-C", str(repo), "hooks", "install", "claude-code", run.run_id])
+    assert result.exit_code == 1 and "not valid JSON" in result.stderr
+
+
+def test_shipped_settings_match_the_handler() -> None:
+    shipped = json.loads((Path(__file__).resolve().parent.parent / "hooks/claude-code/settings.json").read_text())
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        assert shipped["hooks"][event][0]["hooks"][0]["command"] == "sandbox hook claude-code"

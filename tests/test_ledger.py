@@ -1,0 +1,161 @@
+"""The ledger: durable before the tool runs, append-only, concurrent-safe, corruption detected."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import zlib
+from pathlib import Path
+
+import pytest
+
+from sandbox.errors import CorruptionError
+from sandbox.ledger import Ledger
+from sandbox.models import CallStatus, EventKind
+from sandbox.project import Project
+from sandbox.run import Run
+from tests.conftest import sandbox_cmd
+
+
+def start_run(repo: Path) -> Run:
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    return Run.start(project, workdir)
+
+
+def reopen(run: Run) -> Run:
+    project, _, _ = Project.discover(run.worktree)
+    return Run.open(project, run.run_id)
+
+
+def test_started_event_survives_sigkill_of_the_recorder_and_the_tool(repo: Path) -> None:
+    run = start_run(repo)
+    # A recorder process: records `started`, prints the call id, then runs a long "tool" and is killed.
+    code = (
+        "import sys, time\n"
+        "from sandbox.project import Project\nfrom sandbox.run import Run\n"
+        f"p, _, _ = Project.discover({run.worktree!r})\n"
+        f"run = Run.open(p, {run.run_id!r})\n"
+        "call = run.start_call('send_email', {'to': 'a@b'}, idempotency='non_idempotent', replay='never')\n"
+        "print(call, flush=True)\n"
+        "open(run.worktree + '/half.txt', 'w').write('half')\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=repo)
+    assert proc.stdout is not None
+    call_id = proc.stdout.readline().decode().strip()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    entry = reopen(run).entry(call_id)
+    assert entry.status == CallStatus.started
+    assert entry.tool_name == "send_email" and entry.replay_policy.value == "never"
+    # The call that never finished is findable as such.
+    assert [e.call_id for e in reopen(run).entries() if e.status == CallStatus.started] == [call_id]
+
+
+def test_cli_call_start_then_kill_then_status_shows_in_flight(repo: Path) -> None:
+    run = start_run(repo)
+    out = sandbox_cmd("call", "start", run.run_id, "--tool", "deploy", "--input", '{"env": "prod"}', cwd=repo)
+    assert out.returncode == 0, out.stderr
+    call_id = out.stdout.decode().strip()
+    status = sandbox_cmd("status", run.run_id, "--json", cwd=repo)
+    assert call_id in json.loads(status.stdout)["in_flight"]
+
+
+def _recorder(repo: Path, run_id: str, tag: str, n: int) -> subprocess.Popen[bytes]:
+    code = (
+        "from sandbox.project import Project\nfrom sandbox.run import Run\n"
+        f"p, _, _ = Project.discover({str(repo)!r})\n"
+        f"run = Run.open(p, {run_id!r})\n"
+        f"for i in range({n}):\n"
+        f"    with run.tool_call('write_file', {{'i': i, 'w': {tag!r}}}, call_id=f'{tag}-{{i}}') as c:\n"
+        f"        c.write(f'{tag}/file{{i}}.txt', f'{tag} {{i}}\\n')\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code], cwd=repo, stderr=subprocess.PIPE)
+
+
+def test_concurrent_recorders_lose_and_duplicate_nothing(repo: Path) -> None:
+    run = start_run(repo)
+    procs = [_recorder(repo, run.run_id, f"w{k}", 6) for k in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    fresh = reopen(run)
+    events = fresh.ledger.events()
+    ids = [e.event_id for _, e in events]
+    assert len(ids) == len(set(ids))
+    entries = {e.call_id: e for e in fresh.entries()}
+    assert set(entries) == {f"w{k}-{i}" for k in range(3) for i in range(6)}
+    assert all(e.status == CallStatus.succeeded and len(e.files) == 1 for e in entries.values())
+    # Head is linear: walking parents from the head passes through every call's commit once.
+    parent_of = {e.commit: e.parent_commit for e in fresh.entries()}
+    chain, node = [], fresh.head()
+    while node in parent_of:
+        chain.append(node)
+        node = parent_of[node]
+    assert node == fresh.base and len(chain) == 18
+    assert len(fresh.changed_paths()) == 18
+
+
+def _loose_object_path(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def test_garbled_ledger_event_is_detected_not_read(repo: Path) -> None:
+    run = start_run(repo)
+    with run.tool_call("a") as c:
+        c.write("x.txt", "x")
+    tip = run.ledger.tip()
+    assert tip is not None
+    path = _loose_object_path(repo, tip)
+    data = zlib.decompress(path.read_bytes())
+    garbled = data.replace(b"call_succeeded", b"call_succeedeX")
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(garbled))
+    with pytest.raises(CorruptionError):
+        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache").state()
+    out = sandbox_cmd("log", run.run_id, cwd=repo)
+    assert out.returncode != 0
+    assert out.stderr.decode().count("\n") == 1 and b"Traceback" not in out.stderr
+
+
+def test_truncated_ledger_object_is_detected(repo: Path) -> None:
+    run = start_run(repo)
+    tip = run.ledger.tip()
+    assert tip is not None
+    path = _loose_object_path(repo, tip)
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes()[:10])
+    with pytest.raises(CorruptionError):
+        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache").events()
+
+
+def test_fold_cache_is_rebuilt_when_stale_or_damaged(repo: Path) -> None:
+    run = start_run(repo)
+    for i in range(20):
+        with run.tool_call("w", {"i": i}) as c:
+            c.write(f"f{i}.txt", str(i))
+    cache = Path(run.dir) / "ledger-cache.json"
+    assert cache.exists()
+    cache.write_text("{not json")
+    assert len(reopen(run).entries()) == 20
+    kinds = [e.kind for _, e in reopen(run).ledger.events()]
+    assert kinds[0] == EventKind.run_started and kinds.count(EventKind.call_succeeded) == 20
+
+
+def test_ledger_travels_with_plain_git_fetch(repo: Path, tmp_path: Path) -> None:
+    run = start_run(repo)
+    with run.tool_call("w") as c:
+        c.write("moved.txt", "across machines\n")
+    clone = tmp_path / "elsewhere"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    subprocess.run(["git", "fetch", "-q", str(repo), "refs/sandbox/*:refs/sandbox/*"], cwd=clone, check=True)
+    project, _, _ = Project.discover(str(clone))
+    assert project.run_ids() == [run.run_id]
+    moved = Run.open(project, run.run_id)
+    assert [e.files[0].path for e in moved.entries()] == ["moved.txt"]
+

@@ -1,0 +1,255 @@
+"""Resume: fencing, uncertain calls, verification, drift, the note, and stability."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandbox.cli import cli
+from sandbox.errors import CorruptionError, StaleWriterError
+from sandbox.models import CallStatus, EventKind
+from sandbox.project import Project
+from sandbox.resume import resume
+from sandbox.run import Run
+from tests.conftest import git
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from sandbox.project import Project
+    from sandbox.run import Run
+    project = Project(sys.argv[1])
+    run = Run.open(project, sys.argv[2])
+    call = run.tool_call("write_file", {"path": "half.txt"}, step_id="s9", idempotency="idempotent", replay="auto")
+    call.__enter__()
+    call.write("half.txt", "half written\\n")
+    print(call.call_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def start(repo: Path) -> Run:
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    return Run.start(project, workdir)
+
+
+def reopen(run: Run) -> Run:
+    return Run.open(Project(run.project.common_dir), run.run_id)
+
+
+def killed_write(run: Run) -> str:
+    """A real process that starts a write_file call, writes, and dies before finishing it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, run.project.common_dir, run.run_id], capture_output=True, check=False
+    )
+    assert proc.returncode == -9, proc.stderr
+    return proc.stdout.decode().strip()
+
+
+def busy_run(repo: Path) -> tuple[Run, dict[str, str]]:
+    """A run with a checkpoint, calls that succeeded, failed, were denied, and three unfinished."""
+    run = start(repo)
+    ids: dict[str, str] = {}
+    with run.tool_call("write_file", {"path": "src/a.txt"}, step_id="step_1", idempotency="idempotent") as c:
+        c.write("src/a.txt", "a\n")
+    run.checkpoint("after step_1", step_id="step_1", messages=[{"role": "user", "content": "go"}], run_state={"n": 1})
+    with run.tool_call("write_file", {"path": "src/runtime.ts"}, step_id="step_2", idempotency="idempotent") as c:
+        c.write("src/runtime.ts", "export {}\n")
+        ids["write"] = c.call_id or ""
+    with run.tool_call("run_command", {"argv": ["npm", "test"]}, step_id="step_2") as c:
+        c.failed_with = "3 tests failed\nstack..."
+        ids["test"] = c.call_id or ""
+    ids["denied"] = run.plan_call("delete_branch", {"name": "main"}, step_id="step_2")
+    run.deny(ids["denied"], "keep main")
+    ids["email"] = run.start_call(
+        "send_email", {"to": "x"}, step_id="step_3", idempotency="non_idempotent", replay="never"
+    )
+    ids["fetch"] = run.start_call("fetch_url", {"u": 1}, step_id="step_3", idempotency="idempotent", replay="auto")
+    ids["edit"] = run.start_call("edit_issue", {"n": 2}, step_id="step_3", idempotency="conditional", replay="ask")
+    return run, ids
+
+
+def test_resume_marks_unfinished_calls_uncertain_and_classifies_them(repo: Path) -> None:
+    run, ids = busy_run(repo)
+    epoch = run.state().epoch
+    report = resume(reopen(run))
+    state = reopen(run).state()
+    assert report.epoch == state.epoch == epoch + 1
+    for key in ("email", "fetch", "edit"):
+        assert state.calls[ids[key]].status == CallStatus.uncertain
+    kinds = [e.kind for _oid, e in run.ledger.events()]
+    assert kinds.index(EventKind.resumed) < kinds.index(EventKind.call_uncertain)  # fenced first
+    assert report.do_not_replay == [ids["email"]]
+    assert report.may_replay == [ids["fetch"]]
+    assert report.ask_first == [ids["edit"]]
+    assert [d.call_id for d in report.denied] == [ids["denied"]]
+    assert report.checkpoint is not None and report.checkpoint.name == "ckpt_001"
+    assert report.messages == [{"role": "user", "content": "go"}] and report.run_state == {"n": 1}
+    assert report.last_completed_step == "step_2"
+    assert ids["email"] in report.next_step and "without running it again" in report.next_step
+
+
+def test_note_is_concrete(repo: Path) -> None:
+    run, ids = busy_run(repo)
+    note = resume(reopen(run)).note
+    assert note.startswith("Resumed from checkpoint ckpt_001 (after step_1).")
+    assert "Step step_2 completed." in note
+    assert f"write_file ({ids['write']}) succeeded and wrote src/runtime.ts." in note
+    assert f"run_command ({ids['test']}) ran `npm test` and failed: 3 tests failed." in note
+    assert f"send_email ({ids['email']}) is uncertain" in note and "do not repeat it without checking" in note
+    assert f"fetch_url ({ids['fetch']}) is uncertain" in note and "may be replayed" in note
+    assert f"edit_issue ({ids['edit']}) is uncertain" in note and "ask the user" in note
+    assert f"The user denied delete_branch ({ids['denied']}) (keep main)" in note
+    assert f"Do not repeat write_file ({ids['write']})." in note
+    assert note.endswith("Plan the next step from these observations.")
+    assert "src/a.txt" not in note  # before the checkpoint: the model already knows
+
+
+def test_resuming_twice_gives_the_same_answer(repo: Path, runner: CliRunner) -> None:
+    run, _ids = busy_run(repo)
+    killed_write(run)
+    first = runner.invoke(cli, ["-C", str(repo), "resume", run.run_id, "--json"], catch_exceptions=False)
+    second = runner.invoke(cli, ["-C", str(repo), "resume", run.run_id, "--json"], catch_exceptions=False)
+    assert first.exit_code == second.exit_code == 0
+    a, b = json.loads(first.output), json.loads(second.output)
+    assert b.pop("epoch") == a.pop("epoch") + 1
+    assert a == b
+    for field in (
+        "checkpoint",
+        "last_completed_step",
+        "uncertain",
+        "do_not_replay",
+        "may_replay",
+        "ask_first",
+        "denied",
+        "drift",
+        "note",
+        "next_step",
+        "messages_ref",
+        "run_state",
+    ):
+        assert field in a
+    assert "messages" not in a
+    drift_events = [e for _oid, e in reopen(run).ledger.events() if e.kind == EventKind.drift]
+    assert len(drift_events) == 1  # the same drift is recorded once
+
+
+def test_drift_is_reported_attributed_and_kept(repo: Path) -> None:
+    run = start(repo)
+    call_id = killed_write(run)
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("half.txt", call_id)]
+    assert Path(run.worktree, "half.txt").read_text() == "half written\n"  # never discarded
+    assert report.drift_commit is not None
+    assert git(repo, "show", f"{report.drift_commit}:half.txt") == "half written\n"
+    assert reopen(run).head() == run.base  # drift is not a recorded change
+    assert f"write_file ({call_id}) is uncertain" in report.note and "It had changed half.txt" in report.note
+    assert report.may_replay == [call_id]
+    # a replay records the file, and the drift is gone
+    run = reopen(run)
+    with run.tool_call("write_file", {"path": "half.txt"}, idempotency="idempotent", replay="auto") as c:
+        c.write("half.txt", "half written\n")
+    assert resume(reopen(run)).drift == []
+
+
+def test_drift_without_a_call_in_flight(repo: Path) -> None:
+    run = start(repo)
+    Path(run.worktree, "src", "app.py").write_text("edited behind our back\n")
+    report = resume(run)
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("src/app.py", None)]
+    assert "Files changed outside any recorded call: src/app.py" in report.note
+    assert "Review the files changed outside any recorded call" in report.next_step
+
+
+def test_missing_worktree_is_recreated_at_the_head(repo: Path) -> None:
+    run = start(repo)
+    with run.tool_call("write_file", {"p": "new.txt"}) as c:
+        c.write("new.txt", "kept\n")
+    shutil.rmtree(run.worktree)  # the admin dir in .git/worktrees stays behind, locked
+    report = resume(reopen(run))
+    assert report.worktree_recreated and any("recreated" in p for p in report.problems)
+    assert Path(run.worktree, "new.txt").read_text() == "kept\n"
+    assert Path(run.worktree, "src", "app.py").exists()
+    assert reopen(run).worktree_exists()
+    listing = git(repo, "worktree", "list", "--porcelain")
+    assert listing.count(run.worktree) == 1
+    assert "branch " not in listing.split(run.worktree, 1)[1].split("\n\n")[0]  # still detached
+    with reopen(run).tool_call("write_file", {"p": 2}) as c:
+        c.write("more.txt", "more\n")
+    assert resume(reopen(run)).drift == []
+
+
+def test_garbled_checkpoint_falls_back_and_is_reported(repo: Path) -> None:
+    run = start(repo)
+    run.checkpoint("one", messages=["first history"], run_state={"n": 1})
+    two = run.checkpoint("two", messages=["second history"], run_state={"n": 2})
+    assert two.messages_ref is not None
+    path = repo / ".git" / "objects" / two.messages_ref[:2] / two.messages_ref[2:]
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    path.write_bytes(path.read_bytes()[:5])
+    report = resume(reopen(run))
+    assert report.checkpoint is not None and report.checkpoint.name == "ckpt_001"
+    assert report.messages == ["first history"] and report.run_state == {"n": 1}
+    assert any("ckpt_002" in p and "damaged" in p for p in report.problems)
+
+
+def test_missing_checkpoint_ref_is_rebuilt(repo: Path) -> None:
+    run = start(repo)
+    run.checkpoint("one", messages=["m"])
+    git(repo, "update-ref", "-d", f"refs/sandbox/{run.run_id}/checkpoints")
+    report = resume(reopen(run))
+    assert report.checkpoint is not None and report.checkpoint.name == "ckpt_001"
+    assert any("rebuilt" in p for p in report.problems)
+    assert git(repo, "rev-parse", "--verify", "-q", f"refs/sandbox/{run.run_id}/checkpoints").strip()
+
+
+def test_stale_writer_is_fenced(repo: Path) -> None:
+    run = start(repo)
+    cid = run.start_call("write_file", {"p": 1})
+    Path(run.worktree, "late.txt").write_text("late\n")
+    resume(reopen(run))
+    with pytest.raises(StaleWriterError):
+        run.finish_call(cid, "succeeded", paths=["late.txt"])
+    assert reopen(run).head() == run.base
+
+
+def test_cli_resume_and_resolve(repo: Path, runner: CliRunner) -> None:
+    run, ids = busy_run(repo)
+    result = runner.invoke(cli, ["-C", str(repo), "resume", run.run_id], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.output.startswith("Resumed from checkpoint ckpt_001") and "Next step: Check whether" in result.output
+    base = ["-C", str(repo), "call", "resolve", run.run_id]
+    result = runner.invoke(cli, [*base, ids["email"], "--status", "succeeded", "--reason", "found it in the outbox"])
+    assert result.exit_code == 0 and "resolved as succeeded" in result.output
+    result = runner.invoke(cli, [*base, ids["write"], "--status", "failed"])
+    assert result.exit_code == 1 and "not uncertain" in result.stderr
+    result = runner.invoke(cli, [*base, ids["fetch"], "--status", "bogus"])
+    assert result.exit_code == 2
+    report = resume(reopen(run))
+    assert ids["email"] not in report.do_not_replay and report.do_not_replay == []
+    assert reopen(run).entry(ids["email"]).status == CallStatus.succeeded
+
+
+def test_resume_refuses_on_a_damaged_ledger_event(repo: Path) -> None:
+    run = start(repo)
+    with run.tool_call("write_file", {"p": 1}) as c:
+        c.write("x.txt", "x")
+    tip = run.ledger.tip()
+    assert tip is not None
+    path = repo / ".git" / "objects" / tip[:2] / tip[2:]
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    path.write_bytes(b"garbage that is not zlib")
+    with pytest.raises(CorruptionError):
+        resume(reopen(run))
+    result = CliRunner().invoke(cli, ["-C", str(repo), "resume", run.run_id])
+    assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1

@@ -170,7 +170,7 @@ def machine(fs: str, load_note: str) -> list[str]:
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {os.cpu_count()} CPUs ({model or platform.processor() or '?'}), "
         f"{mem_kb / 1024 / 1024:.1f} GiB RAM, kernel {platform.release()}",
-        f"- software: {_cmd(['git', '--version'])}, pygit2 {pygit2.__version__} "
+        f"- software: {_cmd(['git', '--version'])}, pygit2 {getattr(pygit2, '__version__', '?')} "
         f"(libgit2 {pygit2.LIBGIT2_VERSION}), watchdog {watchdog.version.VERSION_STRING}, "
         f"Python {sys.version.split()[0]}",
         f"- file system of the repositories: {fs}",

@@ -16,7 +16,7 @@ Two kinds exist, and they are honest about what they hold:
 
 Storage: ``refs/sandbox/<run>/checkpoints`` points at a parentless commit whose tree has one
 subtree per kept checkpoint (``<seq>-<id>/``: ``checkpoint.json`` plus its ``messages.json``,
-``approvals.json``, ``ledger.json`` and ``trace.json`` blobs). Pruning writes a new commit
+``approvals.json`` and ``trace.json`` blobs). Pruning writes a new commit
 without the dropped subtrees, so they become unreachable and ``git gc`` reclaims them; kept ones
 are self-contained and never touched. Each save also appends a ``checkpoint`` ledger event
 naming the checkpoint's blob and subtree ids *in its message only* (git does not follow ids in
@@ -51,10 +51,10 @@ from sandbox.models import (
     EventKind,
     FileChange,
     FileSnapshot,
+    LedgerEntry,
     LedgerSnapshot,
     LedgerState,
 )
-from sandbox.run import canonical_json
 
 if TYPE_CHECKING:
     from sandbox.run import Run
@@ -101,11 +101,16 @@ def checkpoints_ref(run_id: str) -> str:
     return f"refs/sandbox/{run_id}/checkpoints"
 
 
+def _canonical(value: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no spaces, ASCII (non-UTF-8 file names stay escapes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
+
+
 def checkpoint_id(ckpt: Checkpoint) -> str:
     """The content address of a checkpoint: ``ckpt_`` + 12 hex of its canonical JSON without id."""
     body = ckpt.model_dump(mode="json")
     body["id"] = ""
-    return "ckpt_" + hashlib.sha256(canonical_json(body)).hexdigest()[:12]
+    return "ckpt_" + hashlib.sha256(_canonical(body)).hexdigest()[:12]
 
 
 @dataclass
@@ -223,7 +228,7 @@ class CheckpointStore:
             raise _Damaged("checkpoint.json is missing")
         data = _read_raw(self.repo, meta.oid, _BLOB)
         try:
-            ckpt = Checkpoint.model_validate_json(data)
+            ckpt = Checkpoint.model_validate(json.loads(data))
         except (ValidationError, ValueError) as exc:
             raise _Damaged(f"checkpoint.json does not parse ({str(exc).splitlines()[0]})") from None
         if ckpt.version != FORMAT_VERSION:
@@ -364,9 +369,19 @@ class CheckpointStore:
         """The message history a checkpoint refers to (None when it has none)."""
         return self._json_blob(ckpt.messages_ref)
 
-    def ledger_entries(self, ckpt: Checkpoint) -> Any:
-        """The tool-ledger entries as of a checkpoint (JSON list)."""
-        return self._json_blob(ckpt.tool_ledger.entries_ref)
+    def ledger_entries(self, ckpt: Checkpoint) -> builtins.list[LedgerEntry]:
+        """The tool-ledger entries as of a checkpoint, materialized from its ledger tip.
+
+        A checkpoint stores the tip (a commit id that content-addresses every event before it)
+        rather than a copy of the entries, so saving stays O(changed files), not O(calls).
+        """
+        if ckpt.tool_ledger.entries_ref:
+            return [LedgerEntry.model_validate(e) for e in self._json_blob(ckpt.tool_ledger.entries_ref)]
+        state = LedgerState()
+        if ckpt.tool_ledger.tip:
+            for oid, event in self.run.ledger._walk_back(ckpt.tool_ledger.tip, None):
+                fold_event(state, event, oid)
+        return [state.calls[c] for c in state.order]
 
     def _json_blob(self, oid: str | None) -> Any:
         if oid is None:
@@ -430,11 +445,9 @@ class CheckpointStore:
             blobs: dict[str, bytes] = {}
             if session.messages is not None:
                 blobs["messages.json"] = _as_bytes(session.messages)
-            blobs["approvals.json"] = canonical_json(
+            blobs["approvals.json"] = _canonical(
                 {"ledger": _ledger_approvals(ledger_state), "runtime": session.approvals}
             )
-            entries = [ledger_state.calls[c].model_dump(mode="json") for c in ledger_state.order]
-            blobs["ledger.json"] = canonical_json(entries)
             if session.trace is not None:
                 blobs["trace.json"] = _as_bytes(session.trace)
             oids = {name: objects.write_blob(self.repo, data) for name, data in blobs.items()}
@@ -450,7 +463,6 @@ class CheckpointStore:
                     tip=ledger_state.tip,
                     count=ledger_state.count,
                     epoch=ledger_state.epoch,
-                    entries_ref=oids["ledger.json"],
                 ),
                 file_snapshot=objects_snapshot(self.repo, ledger_state.run.base, ledger_state.head),
                 approvals_ref=oids["approvals.json"],
@@ -458,7 +470,7 @@ class CheckpointStore:
                 trace_ref=oids.get("trace.json", session.trace_ref),
             )
             ckpt.id = checkpoint_id(ckpt)
-            body = canonical_json(ckpt.model_dump(mode="json"))
+            body = _canonical(ckpt.model_dump(mode="json"))
             sub = {name: objects.Entry(objects.MODE_FILE, oid) for name, oid in oids.items()}
             sub["checkpoint.json"] = objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, body))
             subtree = objects.write_tree(self.repo, sub)
@@ -535,7 +547,7 @@ def _describe(name: str) -> str:
 
 
 def _as_bytes(value: Any) -> bytes:
-    return bytes(value) if isinstance(value, (bytes, bytearray)) else canonical_json(value)
+    return bytes(value) if isinstance(value, (bytes, bytearray)) else _canonical(value)
 
 
 def _ledger_approvals(state: LedgerState) -> list[dict[str, Any]]:

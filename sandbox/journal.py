@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from sandbox import faults, fsutil, objects, paths
 from sandbox.errors import CorruptionError, PathRefusedError, SandboxError
 from sandbox.locks import file_lock
-from sandbox.models import FORMAT_VERSION, ApplyJournal, JournalEntry
+from sandbox.models import FORMAT_VERSION, ApplyJournal, JournalEntry, from_json, to_json
 from sandbox.objects import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 from sandbox.project import Project
 
@@ -148,7 +148,7 @@ def load(project: Project, target_dir: str) -> ApplyJournal | None:
     except FileNotFoundError:
         return None
     try:
-        journal = ApplyJournal.model_validate_json(text)
+        journal = from_json(ApplyJournal, text)
     except (ValidationError, ValueError) as exc:
         raise CorruptionError(
             f"The journal {path} of an interrupted apply or undo is damaged ({exc.__class__.__name__}); "
@@ -182,7 +182,7 @@ def save(project: Project, journal: ApplyJournal) -> None:
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
         fsutil.fsync_dir(os.path.dirname(directory))
-    fsutil.atomic_write(path, journal.model_dump_json().encode(), 0o644)
+    fsutil.atomic_write(path, to_json(journal).encode(), 0o644)
 
 
 def remove(project: Project, target_dir: str) -> None:

@@ -40,6 +40,8 @@ from sandbox.models import (
     EventKind,
     LedgerEntry,
     LedgerState,
+    from_json,
+    to_json,
 )
 
 MESSAGE_PREFIX = "sandbox-event"
@@ -260,7 +262,13 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
         state.ended = True
     elif kind == EventKind.run_dropped:
         state.dropped = True
-    if kind in (EventKind.checkpoint, EventKind.rollback_session, EventKind.drift, EventKind.note):
+    if kind in (
+        EventKind.checkpoint,
+        EventKind.rollback_session,
+        EventKind.drift,
+        EventKind.note,
+        EventKind.compensation,
+    ):
         state.data.setdefault(kind.value, []).append(
             {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
         )
@@ -296,23 +304,21 @@ class Ledger:
 
     def _read(self, oid: str) -> tuple[Event, str | None]:
         try:
-            commit = self.repo[oid]
-            if not isinstance(commit, pygit2.Commit):
-                raise ValueError("not a commit")
-            message = commit.message
-            parents = [str(p) for p in commit.parent_ids]
+            commit = objects.read_commit(self.repo, oid)
         except (KeyError, ValueError, pygit2.GitError) as exc:
             raise CorruptionError(
                 f"Ledger event {oid} of run {self.run_id} is missing or damaged ({exc}); "
                 "the ledger cannot be trusted past this point."
             ) from exc
+        message, parents = commit.message, commit.parents
         head, _, body = message.partition("\n\n")
         if not head.startswith(MESSAGE_PREFIX):
             raise CorruptionError(f"Commit {oid} on {self.ref} is not a sandbox ledger event.")
         try:
-            event = Event.model_validate_json(body)
-        except ValidationError as exc:
-            raise CorruptionError(f"Ledger event {oid} of run {self.run_id} does not parse: {exc}") from exc
+            event = from_json(Event, body)
+        except ValueError as exc:  # JSON or validation error (pydantic's is a ValueError)
+            first = str(exc).splitlines()[0]
+            raise CorruptionError(f"Ledger event {oid} of run {self.run_id} does not parse ({first}).") from exc
         if event.version != FORMAT_VERSION:
             raise CorruptionError(
                 f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
@@ -364,14 +370,14 @@ class Ledger:
     def _load_cache(self) -> LedgerState | None:
         try:
             with open(self.cache_path, encoding="utf-8") as fh:
-                state = LedgerState.model_validate_json(fh.read())
+                state = from_json(LedgerState, fh.read())
         except (OSError, ValidationError, ValueError):
             return None
         return state if state.version == FORMAT_VERSION else None
 
     def _save_cache(self, state: LedgerState) -> None:
         with contextlib.suppress(OSError):
-            write_json_file(self.cache_path, state.model_dump_json())
+            write_json_file(self.cache_path, to_json(state))
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -412,7 +418,7 @@ class Ledger:
                     parents.append(oid)
             prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
             message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
-            message += "\n\n" + event.model_dump_json() + "\n"
+            message += "\n\n" + to_json(event) + "\n"
             sig = objects.signature()
             try:
                 if state.tip is None:

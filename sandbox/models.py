@@ -8,8 +8,9 @@ JSON Schema.
 from __future__ import annotations
 
 import enum
+import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +24,24 @@ def utcnow() -> datetime:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def to_json(model: BaseModel) -> str:
+    """Serialise a model for storage, ASCII-only.
+
+    File names that are not valid UTF-8 are carried as lone surrogate escapes (``\\udce9``), which
+    the standard json module writes and reads back exactly, while pydantic's own JSON codec refuses
+    them. Every persisted model goes through this function and :func:`from_json`.
+    """
+    return json.dumps(model.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
+
+
+def from_json(cls: type[M], text: str | bytes) -> M:
+    """Parse and validate a stored model written by :func:`to_json` (raises ValueError if malformed)."""
+    return cls.model_validate(json.loads(text))
 
 
 class CallStatus(str, enum.Enum):
@@ -308,7 +327,8 @@ class Budget(_Model):
 
 
 class LedgerSnapshot(_Model):
-    """The tool ledger as of a checkpoint: its tip (which content-addresses every entry) and entries."""
+    """The tool ledger as of a checkpoint: its tip, a commit id that content-addresses every event
+    before it (the entries are materialized from it on demand); ``entries_ref`` optionally a blob."""
 
     tip: str | None
     count: int

@@ -8,8 +8,10 @@ name git can store. Paths are ``str`` everywhere in the library, decoded with ``
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -26,6 +28,86 @@ _TREE = pygit2.enums.ObjectType.TREE
 EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 _fsync_enabled = False
+_TYPE_NAMES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+
+
+class DamagedObjectError(ValueError):
+    """A git object is truncated, garbled or does not hash to its id."""
+
+
+def _objects_dir(repo: pygit2.Repository) -> str:
+    gitdir = repo.path
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+            gitdir = os.path.join(gitdir, fh.read().strip())
+    except OSError:
+        pass
+    return os.path.join(gitdir, "objects")
+
+
+def read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
+    """An object's type number and content, verified.
+
+    A loose object is read and checked here (inflated to its end, header and SHA-1 checked) before
+    libgit2 ever sees it: libgit2 1.9 loops forever on a truncated loose object (measured), and a
+    damaged object must be reported, never read as valid. Packed objects go through libgit2, whose
+    pack reads are checksummed.
+    """
+    loose = os.path.join(_objects_dir(repo), oid[:2], oid[2:])
+    try:
+        with open(loose, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise DamagedObjectError(f"object {oid} cannot be read ({exc.strerror})") from exc
+    if raw is None:
+        try:
+            kind, data = repo.odb.read(oid)
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise DamagedObjectError(f"object {oid} is missing or damaged ({exc})") from exc
+        return int(kind), bytes(data)
+    try:
+        inflater = zlib.decompressobj()
+        full = inflater.decompress(raw)
+        if not inflater.eof:
+            raise DamagedObjectError(f"object {oid} is truncated")
+    except zlib.error as exc:
+        raise DamagedObjectError(f"object {oid} does not inflate ({exc})") from exc
+    if hashlib.sha1(full).hexdigest() != oid:
+        raise DamagedObjectError(f"object {oid} does not match its hash (garbled)")
+    header, _, body = full.partition(b"\0")
+    type_name, _, size = header.partition(b" ")
+    if type_name not in _TYPE_NAMES or not size.isdigit() or int(size) != len(body):
+        raise DamagedObjectError(f"object {oid} has a malformed header")
+    return _TYPE_NAMES[type_name], body
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """The parts of a commit the sandbox reads."""
+
+    tree: str
+    parents: list[str]
+    message: str
+
+
+def read_commit(repo: pygit2.Repository, oid: str) -> CommitInfo:
+    """A verified commit's tree, parents and message."""
+    kind, data = read_object(repo, oid)
+    if kind != 1:
+        raise DamagedObjectError(f"object {oid} is not a commit")
+    headers, _, message = data.partition(b"\n\n")
+    tree = ""
+    parents = []
+    for line in headers.split(b"\n"):
+        if line.startswith(b"tree "):
+            tree = line[5:].decode()
+        elif line.startswith(b"parent "):
+            parents.append(line[7:].decode())
+    if not tree:
+        raise DamagedObjectError(f"commit {oid} has no tree")
+    return CommitInfo(tree, parents, message.decode("utf-8", errors="replace"))
 
 
 def enable_fsync() -> None:
@@ -57,7 +139,7 @@ def read_tree(repo: pygit2.Repository, oid: str | None) -> dict[str, Entry]:
     """The entries of one tree object, by name (names decoded with ``os.fsdecode``)."""
     if oid is None or oid == EMPTY_TREE_HEX:
         return {}
-    kind, data = repo.odb.read(oid)
+    kind, data = read_object(repo, oid)
     if kind != _TREE:
         raise ValueError(f"object {oid} is not a tree")
     entries: dict[str, Entry] = {}
@@ -92,7 +174,7 @@ def commit_tree(repo: pygit2.Repository, commit_oid: str | None) -> str | None:
     """The root tree id of a commit (None for None)."""
     if commit_oid is None:
         return None
-    return str(repo[commit_oid].peel(pygit2.Tree).id)
+    return read_commit(repo, commit_oid).tree
 
 
 def lookup(repo: pygit2.Repository, tree_oid: str | None, path: str) -> Entry | None:
@@ -221,7 +303,7 @@ def write_blob(repo: pygit2.Repository, data: bytes) -> str:
 
 def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
     """The bytes of a blob."""
-    kind, data = repo.odb.read(oid)
+    kind, data = read_object(repo, oid)
     if kind != _BLOB:
         raise ValueError(f"object {oid} is not a blob")
-    return bytes(data)
+    return data

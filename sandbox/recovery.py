@@ -123,10 +123,10 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
         assert head is not None and state.run is not None
         if not run.worktree_exists():
             raise SandboxError(f"The worktree of run {run.run_id} is missing; run 'sandbox resume {run.run_id}' first.")
-        if goal == head:
-            return RollbackFilesReport(ckpt.name, None, message=f"The run's files are already at {ckpt.name}.")
         head_tree = objects.commit_tree(run.repo, head)
         goal_tree = objects.commit_tree(run.repo, goal)
+        if goal_tree == head_tree:
+            return RollbackFilesReport(ckpt.name, None, message=f"The run's files are already at {ckpt.name}.")
         changes = list(objects.diff_trees(run.repo, head_tree, goal_tree))
         cap = capture(run.repo, run.worktree, head_tree, [c.path for c in changes], run.is_ignored)
         blocked = [rel for rel, now in cap.changes.items() if now != objects.lookup(run.repo, goal_tree, rel)]

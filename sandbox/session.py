@@ -231,6 +231,7 @@ class Service:
         self.counts = {"begin": 0, "vouched": 0, "not_vouched": 0}
         self._calls: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        self._stop_lock = threading.Lock()
         self._server: socketserver.BaseServer | None = None
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
@@ -303,22 +304,26 @@ class Service:
         write_json_file(os.path.join(self.run_dir, SESSION_FILE), info.model_dump_json())
 
     def stop(self) -> None:
-        """Stop answering, stop the watcher and remove ``session.json`` if it is still ours."""
-        if not self._started:
-            return
-        self._started = False
-        self._stopped.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        for thread in self._threads:  # the supervisor first: it must not restart a stopped watcher
-            thread.join(timeout=30)
-        self._threads.clear()
-        self.watcher.stop()
-        info = read_info(self.run_dir)
-        if info is not None and info.service_id == self.service_id:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.run_dir, SESSION_FILE))
+        """Stop answering, stop the watcher and remove ``session.json`` if it is still ours.
+
+        Idempotent; a second caller waits until the first one is done.
+        """
+        with self._stop_lock:
+            if not self._started:
+                return
+            self._started = False
+            self._stopped.set()
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+            for thread in self._threads:  # the supervisor first: it must not restart a stopped watcher
+                thread.join(timeout=30)
+            self._threads.clear()
+            self.watcher.stop()
+            info = read_info(self.run_dir)
+            if info is not None and info.service_id == self.service_id:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.run_dir, SESSION_FILE))
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to stop and return (safe in a signal handler)."""

@@ -60,7 +60,9 @@ def do_step(run: Run, step: str, counter: str, state_dir: str, do_not_replay: se
             call.write(path, text)
         return f"wrote {path}"
     if step == "step_3":
-        with run.tool_call("run_command", {"argv": COMMAND}, step_id=step, idempotency="idempotent", replay="auto") as c:
+        with run.tool_call(
+            "run_command", {"argv": COMMAND}, step_id=step, idempotency="idempotent", replay="auto"
+        ) as c:
             c.shell(COMMAND)
         return "built"
     if step == "step_4":

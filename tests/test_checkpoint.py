@@ -65,7 +65,7 @@ def test_save_is_content_addressed_and_complete(repo: Path) -> None:
     store = CheckpointStore(run)
     assert store.messages(ckpt) == [{"role": "user", "content": "hi"}]
     entries = store.ledger_entries(ckpt)
-    assert [e["tool_name"] for e in entries] == ["write_file"]
+    assert [e.tool_name for e in entries] == ["write_file"] and entries[0].files[0].path == "new.txt"
     latest, problems = store.load_latest()
     assert latest is not None and latest.checkpoint == ckpt and problems == []
     # the checkpoint event is evidence in the ledger; the ref holds the checkpoint itself
@@ -268,3 +268,16 @@ def test_crash_during_save_keeps_the_store_consistent(repo: Path, point: str) ->
     assert listing.checkpoints[0].checkpoint == first
     third = reopen(run).checkpoint("third")
     assert third.seq == (3 if committed else 2)
+
+
+def test_non_utf8_file_names_round_trip(repo: Path) -> None:
+    run = start(repo)
+    name = os.fsdecode(b"caf\xe9.txt")
+    with run.tool_call("write_file", {"p": 1}) as call:
+        call.write(name, "bytes\n")
+    ckpt = run.checkpoint("odd names", messages=[name])
+    assert [f.path for f in ckpt.file_snapshot.files] == [name]
+    store = CheckpointStore(reopen(run))
+    latest, problems = store.load_latest()
+    assert problems == [] and latest is not None and latest.checkpoint == ckpt
+    assert store.messages(ckpt) == [name]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-
 import zlib
 from pathlib import Path
 
@@ -158,4 +156,3 @@ def test_ledger_travels_with_plain_git_fetch(repo: Path, tmp_path: Path) -> None
     assert project.run_ids() == [run.run_id]
     moved = Run.open(project, run.run_id)
     assert [e.files[0].path for e in moved.entries()] == ["moved.txt"]
-

@@ -72,11 +72,16 @@ def test_edit_tree_matches_a_dict_model(tmp_path: Path, base: dict[str, bytes], 
     # Keep only a self-consistent change set (as capture produces): later edits win.
     new_tree = objects.edit_tree(repo, tree, changes)
     assert _listing(repo, new_tree) == {p: str(pygit2.hash(d)) for p, d in model.items()}
-    diffed = {c.path: (c.old.oid if c.old else None, c.new.oid if c.new else None)
-              for c in objects.diff_trees(repo, tree, new_tree)}
+    diffed = {
+        c.path: (c.old.oid if c.old else None, c.new.oid if c.new else None)
+        for c in objects.diff_trees(repo, tree, new_tree)
+    }
     old_listing, new_listing = _listing(repo, tree), _listing(repo, new_tree)
-    expected = {p: (old_listing.get(p), new_listing.get(p)) for p in set(old_listing) | set(new_listing)
-                if old_listing.get(p) != new_listing.get(p)}
+    expected = {
+        p: (old_listing.get(p), new_listing.get(p))
+        for p in set(old_listing) | set(new_listing)
+        if old_listing.get(p) != new_listing.get(p)
+    }
     assert diffed == expected
 
 
@@ -88,6 +93,7 @@ def test_trees_match_git_for_odd_names(tmp_path: Path) -> None:
     tree = _build(repo, files)
     out = subprocess.run(["git", "fsck", "--strict"], cwd=tmp_path / "r", capture_output=True, check=False)
     assert out.returncode == 0, out.stderr
-    listed = subprocess.run(["git", "ls-tree", "-r", "-z", "--name-only", tree], cwd=tmp_path / "r",
-                            capture_output=True, check=True).stdout.split(b"\0")
+    listed = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", "--name-only", tree], cwd=tmp_path / "r", capture_output=True, check=True
+    ).stdout.split(b"\0")
     assert sorted(n for n in listed if n) == sorted(os.fsencode(p) for p in files)

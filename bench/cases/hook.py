@@ -57,7 +57,7 @@ def run(ctx: Context, repo: Repo) -> None:
     from sandbox.project import Project
     from sandbox.run import Run
 
-    n = ctx.reps(21 if repo.size < 100_000 else 15)
+    n = ctx.reps(21 if repo.size < 100_000 else 11)
     project, workdir, _ = Project.discover(repo.path)
     assert workdir is not None
     run_ = Run.start(project, workdir)

@@ -38,7 +38,7 @@ V_EXEC = "sandbox exec, no watcher: scan (CLI process)"
 V_EXEC_SESSION = "sandbox exec, live session watcher (CLI process)"
 V_READ_TREE = "read-tree snapshot: read-tree HEAD + add -A + write-tree + commit-tree"
 V_SEEDED = "seeded-index snapshot: copy fresh index + add -A + write-tree + commit-tree"
-V_FLOOR_PY = "floor: hash + write only those blobs (pygit2, in-process)"
+V_FLOOR_PY = "floor: hash + write only those blobs (pygit2 in-process, libgit2 fsync on)"
 V_FLOOR_GIT = "floor: git hash-object -w of those files (process)"
 
 APPEND_SH = 'for f in "$@"; do echo "$0" >> "$f"; done'
@@ -157,7 +157,7 @@ def run(ctx: Context, repo: Repo) -> None:
     from functools import partial
 
     res = ctx.results
-    n = ctx.reps(15 if repo.size < 100_000 else 11)
+    n = ctx.reps(15 if repo.size < 100_000 else 9)
     n_snap = ctx.reps(7 if repo.size < 100_000 else 5)  # the whole-tree snapshots take seconds at 100k
     b = _Bench(ctx, repo)
     try:

@@ -78,7 +78,12 @@ def open_run(ctx: click.Context, run_id: str | None) -> Run:
 
 def emit_json(value: Any) -> None:
     """Print a JSON document on stdout."""
-    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False))
+    text = json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8: keep it exact as \udcXX escapes
+        text = json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=True)
+    click.echo(text)
 
 
 def dump(model: Any) -> Any:

@@ -34,8 +34,9 @@ def _fingerprint(repo: str) -> dict[str, str]:
     for name in ("index", "HEAD"):
         with open(os.path.join(repo, ".git", name), "rb") as fh:
             out[".git/" + name] = hashlib.sha256(fh.read()).hexdigest()[:12]
-    refs = subprocess.run(["git", "for-each-ref", "refs/heads", "refs/tags", "refs/stash"], cwd=repo,
-                          capture_output=True, check=True).stdout
+    refs = subprocess.run(
+        ["git", "for-each-ref", "refs/heads", "refs/tags", "refs/stash"], cwd=repo, capture_output=True, check=True
+    ).stdout
     out["refs"] = hashlib.sha256(refs).hexdigest()[:12]
     return out
 
@@ -87,22 +88,40 @@ def demo(keep: bool) -> None:
     click.secho("4. The agent's patch against the snapshot.", bold=True)
     _sh([*sandbox, "diff", run], repo)
     click.echo()
-    click.secho("5. Your files, index and branches are exactly as they were.", bold=True)
+    click.secho("5. Until you apply, your files, index and branches are exactly as they were.", bold=True)
     after = _fingerprint(repo)
     same = before == after
     click.echo(f"   files+index+HEAD+refs unchanged: {'yes' if same else 'NO'}")
+    click.echo()
+    click.secho("6. Apply: only the agent's paths, and only where your file is what the agent started from.", bold=True)
+    _sh([*sandbox, "apply", run], repo)
     _sh(["git", "status", "--short"], repo)
+    click.echo()
+    click.secho("7. Undo the last agent change in your tree, then the one before.", bold=True)
+    _sh([*sandbox, "undo", run], repo)
+    _sh([*sandbox, "undo", run], repo)
+    click.echo()
+    click.secho("8. You edit a file the agent changed; undoing that change now refuses and writes nothing.", bold=True)
+    with open(os.path.join(repo, "src", "app.py"), "a") as fh:
+        fh.write("# my own edit\n")
+    refused = _sh([*sandbox, "undo", run], repo)
+    with open(os.path.join(repo, "src", "app.py")) as fh:
+        kept = fh.read().endswith("# my own edit\n")
+    click.echo(f"   undo refused (exit {refused.returncode}); your edit kept: {'yes' if kept else 'NO'}")
+    ok = same and refused.returncode == 1 and kept
     click.echo()
     click.secho("Next, a user would type:", bold=True)
     click.echo(f"   cd {repo}")
-    click.echo(f"   sandbox diff {run}          # review the patch")
+    click.echo(f"   sandbox log {run}           # what each call did")
+    click.echo(f"   sandbox diff {run} --stat   # the agent's patch")
     click.echo(f"   sandbox apply {run}         # write it into your tree (never over your edits)")
     click.echo(f"   sandbox undo {run}          # take the last agent change back out")
-    click.echo(f"   sandbox drop {run} --force  # throw the run away")
+    click.echo(f"   sandbox resume {run}        # after a crash: what happened, what not to repeat")
+    click.echo(f"   sandbox drop {run} --force  # throw the run away; 'sandbox gc' reclaims leftovers")
     if not keep:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
         click.echo(f"\n(The throwaway repository was removed; run 'sandbox demo --keep' to keep {tmp}.)")
-    if not same:
+    if not ok:
         sys.exit(1)

@@ -1,0 +1,278 @@
+"""Concurrency with real processes: many writers on one run, applies on one tree, gc racing start/drop,
+and a writer paused with SIGSTOP while the run is resumed elsewhere (fencing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git, tree_digest, user_state, write
+
+from .helpers import (
+    SANDBOX_EXE,
+    TIMEOUT,
+    assert_fsck_clean,
+    has_command,
+    live_run_ids,
+    ok,
+    open_run,
+    sandbox_things,
+    sb,
+    things_of,
+)
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    root, run_id, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    project, _, _ = Project.discover(root)
+    run = Run.open(project, run_id)
+    for k in range(count):
+        with run.tool_call("write_file", {"writer": name, "k": k}, call_id=f"{name}-{k}") as call:
+            call.write(f"out/{name}/{k}.txt", f"{name} {k}\\n")
+        print(call.call_id, flush=True)  # acknowledged: the finish returned
+    """
+)
+
+CLI_WRITER = textwrap.dedent(
+    """
+    set -e
+    for k in $(seq 0 $(($4 - 1))); do
+      cid=$("$5" -C "$1" call start "$2" --tool cli --call-id "$3-$k")
+      wt=$("$5" -C "$1" path "$2")
+      mkdir -p "$wt/out/$3" && echo "$3 $k" > "$wt/out/$3/$k.txt"
+      "$5" -C "$1" call finish "$2" "$cid" --status succeeded --path "out/$3/$k.txt" > /dev/null
+      echo "$cid"
+    done
+    """
+)
+
+
+def start_run(root: Path) -> str:
+    return str(json.loads(ok("start", "--json", cwd=root))["run"])
+
+
+def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 180.0) -> list[tuple[int, str, str]]:
+    deadline = time.monotonic() + timeout
+    out = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            raise AssertionError(f"a concurrent process hung: {stderr.decode()}") from None
+        out.append((proc.returncode, stdout.decode(), stderr.decode()))
+    return out
+
+
+@pytest.mark.parametrize("writers,calls", [(8, 8)])
+def test_eight_writers_on_one_run(user_repo: Path, writers: int, calls: int) -> None:
+    """8 processes record calls on one run at once: nothing lost, nothing duplicated, one head chain."""
+    run_id = start_run(user_repo)
+    before = user_state(user_repo), tree_digest(user_repo)
+    procs = []
+    cli_writers = 2
+    for i in range(writers):
+        name = f"w{i}"
+        if i < cli_writers:  # two writers speak the CLI protocol, the rest use the library
+            argv = ["sh", "-c", CLI_WRITER, "sh", str(user_repo), run_id, name, str(calls // 2), SANDBOX_EXE]
+        else:
+            argv = [sys.executable, "-c", WRITER, str(user_repo), run_id, name, str(calls)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = wait_all(procs)
+    acked: list[str] = []
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+        acked += stdout.split()
+    expected = cli_writers * (calls // 2) + (writers - cli_writers) * calls
+    assert len(acked) == expected
+
+    run = open_run(user_repo, run_id)
+    events = run.ledger.events()
+    ids = [e.event_id for _oid, e in events]
+    assert len(ids) == len(set(ids)), "duplicated ledger events"
+    per_call: dict[str, list[str]] = {}
+    for _oid, event in events:
+        if event.call_id:
+            per_call.setdefault(event.call_id, []).append(event.kind.value)
+    for cid in acked:
+        assert per_call.get(cid) == ["call_started", "call_succeeded"], f"{cid}: {per_call.get(cid)}"
+    assert len(events) == 1 + 2 * expected, "events lost or extra events"
+    state = run.state()
+    assert sorted(state.order) == sorted(acked)
+    # Every call's commit is on one chain, and the head has every file every writer wrote.
+    head_files = set(git(user_repo, "ls-tree", "-r", "--name-only", str(state.head), "out").split())
+    assert head_files == {f"out/{cid.rsplit('-', 1)[0]}/{cid.rsplit('-', 1)[1]}.txt" for cid in acked}
+    chain = git(user_repo, "rev-list", "--first-parent", f"{run.base}..{state.head}").split()
+    assert len(chain) == expected
+    assert (user_state(user_repo), tree_digest(user_repo)) == before
+    assert_fsck_clean(user_repo)
+
+
+def test_four_runs_apply_to_one_tree(user_repo: Path) -> None:
+    """4 runs apply at once: serialized by the tree's lock, each one whole or not at all."""
+    if not has_command("apply"):
+        pytest.skip("'sandbox apply' does not exist yet")
+    runs = []
+    for i in range(4):
+        run_id = start_run(user_repo)
+        run = open_run(user_repo, run_id)
+        with run.tool_call("write", {}) as call:
+            for k in range(5):
+                call.write(f"applied/r{i}/f{k}.txt", f"run {i} file {k}\n")
+            call.write("shared.txt", f"run {i} wins\n")  # every run creates it: only one can apply it
+        runs.append(run_id)
+    before_user = user_state(user_repo)
+    digest = tree_digest(user_repo)
+    procs = [
+        subprocess.Popen(
+            [SANDBOX_EXE, "apply", r, "--json"], cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for r in runs
+    ]
+    results = wait_all(procs)
+    winners = [runs[i] for i, (code, _o, _e) in enumerate(results) if code == 0]
+    assert len(winners) == 1, f"exactly one run can create shared.txt: {[(c, e) for c, _o, e in results]}"
+    for i, (code, _stdout, stderr) in enumerate(results):
+        assert "Traceback" not in stderr
+        files = {f"applied/r{i}/f{k}.txt" for k in range(5)}
+        present = {f for f in files if (user_repo / f).exists()}
+        if code == 0:
+            assert present == files
+            for k in range(5):
+                assert (user_repo / f"applied/r{i}/f{k}.txt").read_text() == f"run {i} file {k}\n"
+        else:
+            assert code == 1, stderr
+            assert not present, f"run {i} was half-applied: {present}"
+    w = runs.index(winners[0])
+    assert (user_repo / "shared.txt").read_text() == f"run {w} wins\n"
+    after = tree_digest(user_repo)
+    changed = {p for p in set(after) | set(digest) if after.get(p) != digest.get(p)}
+    assert changed == {"shared.txt"} | {f"applied/r{w}/f{k}.txt" for k in range(5)}
+    assert user_state(user_repo) == before_user
+    assert not list(user_repo.rglob(".sandbox-tmp-*")), "temp files left in the user's tree"
+
+
+def test_start_and_drop_race_with_gc(user_repo: Path) -> None:
+    """gc running while runs start and drop never removes a live or starting run."""
+    victims = [start_run(user_repo) for _ in range(3)]
+    for run_id in victims:
+        ok("write", run_id, "v.txt", cwd=user_repo, input=b"v\n")
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def spawn(kind: str, *args: str) -> None:
+        procs.append(
+            (
+                kind,
+                subprocess.Popen([SANDBOX_EXE, *args], cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+            )
+        )
+
+    for i in range(4):
+        spawn("start", "start", "--json")
+        spawn("gc", "gc")
+        if i < len(victims):
+            spawn("drop", "drop", victims[i], "--force")
+    started = []
+    for kind, proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT * 3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{kind} hung") from None
+        assert proc.returncode == 0, f"{kind}: {stderr.decode()}"
+        if kind == "start":
+            started.append(json.loads(stdout)["run"])
+    live = live_run_ids(user_repo)
+    assert live == set(started), f"live {live}, acknowledged starts {started}"
+    for run_id in started:
+        run = open_run(user_repo, run_id)
+        assert run.worktree_exists(), f"gc removed the worktree of live run {run_id}"
+        assert git(user_repo, "rev-parse", f"refs/sandbox/{run_id}/base").strip() == run.base
+        ok("write", run_id, "alive.txt", cwd=user_repo, input=b"alive\n")
+    ok("gc", cwd=user_repo)
+    things = sandbox_things(user_repo)
+    for run_id in victims:
+        assert not things_of(things, run_id), things_of(things, run_id)
+    assert things["worktrees"] == set(started) and things["runs"] == set(started)
+    assert_fsck_clean(user_repo)
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def test_paused_writer_is_fenced_by_resume(user_repo: Path) -> None:
+    """A writer frozen mid-call cannot commit after the run was resumed elsewhere."""
+    if not has_command("resume"):
+        pytest.skip("'sandbox resume' does not exist yet")
+    run_id = start_run(user_repo)
+    ok("write", run_id, "first.txt", cwd=user_repo, input=b"first\n")
+    # The command writes a file, then stops its own recording process (its parent) mid-call.
+    script = "echo stale > stale.txt; kill -STOP $PPID"
+    proc = subprocess.Popen(
+        [SANDBOX_EXE, "exec", run_id, "--call-id", "call_paused", "--", "sh", "-c", script],
+        cwd=user_repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not _stopped(proc.pid):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the writer never paused"
+            time.sleep(0.02)
+        head = open_run(user_repo, run_id).state().head
+        report = json.loads(ok("resume", run_id, "--json", cwd=user_repo))
+        assert "call_paused" in json.dumps(report.get("uncertain"))
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    _stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode != 0, "the stale writer's finish was accepted"
+    assert "Traceback" not in stderr.decode()
+    run = open_run(user_repo, run_id)
+    assert run.state().head == head, "the stale writer moved the head"
+    assert run.entry("call_paused").status.value == "uncertain"
+    assert run.entry("call_paused").commit is None
+    ok("write", run_id, "next.txt", cwd=user_repo, input=b"next\n")
+    assert "stale.txt" not in git(user_repo, "ls-tree", "--name-only", str(open_run(user_repo, run_id).state().head))
+    assert_fsck_clean(user_repo)
+
+
+def test_writers_racing_a_drop(user_repo: Path) -> None:
+    """Calls racing a drop either finish before it or are refused cleanly; nothing is left behind."""
+    run_id = start_run(user_repo)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(user_repo), run_id, f"w{i}", "5"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(3)
+    ]
+    time.sleep(0.3)
+    sb("drop", run_id, "--force", cwd=user_repo)
+    for code, _stdout, stderr in wait_all(procs):
+        assert code == 0 or "Traceback" not in stderr or "sandbox" in stderr, stderr
+    ok("gc", cwd=user_repo)
+    leftovers = things_of(sandbox_things(user_repo), run_id)
+    if run_id not in live_run_ids(user_repo):
+        assert not leftovers, leftovers
+    write(user_repo, "after.txt", "user\n")
+    assert_fsck_clean(user_repo)

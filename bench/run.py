@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -67,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}", file=sys.stderr)
         return 2
     _isolate_git()
+
+    def _terminate(signum: int, frame: object) -> None:
+        # Unwind, so that services are stopped, runs dropped and the loop mount released.
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     results = Results()
     ctx = Context(results=results, sizes=sizes, repeat=args.repeat)
     modules = {name: load(name) for name in only}

@@ -19,8 +19,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pygit2
-
 from sandbox import faults, fsutil, objects, paths
 from sandbox.capture import capture
 from sandbox.checkpoint import CheckpointStore, StoredCheckpoint
@@ -99,10 +97,8 @@ def _ancestors(run: Run, commit: str, stop: str) -> set[str]:
         out.add(oid)
         if oid == stop:
             break
-        obj = run.repo[oid]
-        assert isinstance(obj, pygit2.Commit)
-        parents = obj.parent_ids
-        oid = str(parents[0]) if parents else None
+        parents = objects.read_commit(run.repo, oid).parents
+        oid = parents[0] if parents else None
     return out
 
 

@@ -158,13 +158,20 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
     path = run.worktree
     if os.path.lexists(path):
         # Not a worktree any more, but it may hold the agent's files: moved aside, never deleted.
-        aside = f"{path}.orphaned-{int(time.time())}"
+        # Kept in the run's own directory, where gc never looks for leftovers to reclaim.
+        aside = os.path.join(run.dir, f"orphaned-worktree-{int(time.time())}")
+        os.makedirs(run.dir, exist_ok=True)
         os.rename(path, aside)
         problems.append(f"The worktree at {path} was broken; its files were moved to {aside}.")
     # Clears a stale, locked admin dir that still points at this path (git would refuse to add).
     worktree.remove(run.project.common_dir, path)
     worktree.add(run.project.common_dir, path, head, run.run_id)
     run._wt_repo = None
+    from sandbox import include
+
+    # The ignored files the user listed (.worktreeinclude, .sandbox.toml) come back too.
+    report = include.populate(run.info.user_workdir, path, run.dir)
+    problems.extend(f"While recreating the worktree: {w}" for w in report.warnings)
     problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]}.")
     return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import objects
+from sandbox.checkpoint import CheckpointStore
 from sandbox.models import CallStatus
 from sandbox.project import Project
 from sandbox.resume import resume
@@ -181,15 +183,11 @@ def test_killed_twice_in_different_steps(tmp_path: Path) -> None:
 def test_missing_worktree_and_garbled_checkpoint_after_a_crash(tmp_path: Path) -> None:
     repo, state = scenario(tmp_path, ["checkpoint.save.after_ref@9"])
     run = open_run(repo, state)
-    from sandbox.checkpoint import CheckpointStore
-
     newest = CheckpointStore(run).list().checkpoints[-1]
     assert newest.blob is not None
     path = repo / ".git" / "objects" / newest.blob[:2] / newest.blob[2:]
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:7])
-    import shutil
-
     shutil.rmtree(run.worktree)
     assert run_runtime(repo, state) == 0
     check_finished(repo, state, email_sent=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from bench.genrepo import Repo
@@ -39,6 +40,18 @@ class Context:
     def reps(self, default: int) -> int:
         """``--repeat`` when given, else the case's default."""
         return self.repeat if self.repeat else default
+
+    def rounds(self, default: int, budget: float, minimum: int = 3) -> Iterator[int]:
+        """Repetition numbers: ``--repeat`` exactly when given; else ``default`` of them, but no new
+        one after ``budget`` seconds once ``minimum`` are done (a loaded machine stays in time)."""
+        if self.repeat:
+            yield from range(self.repeat)
+            return
+        t0 = time.perf_counter()
+        for i in range(default):
+            if i >= minimum and time.perf_counter() - t0 > budget:
+                return
+            yield i
 
 
 def module_available(name: str) -> bool:

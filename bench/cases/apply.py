@@ -114,7 +114,6 @@ def run(ctx: Context, repo: Repo) -> None:
     if not (module_available("sandbox.mergeback") and module_available("sandbox.undo")):
         res.skip(CASE, repo.size, "not available: sandbox/mergeback.py or sandbox/undo.py is missing")
         return
-    n = ctx.reps(9 if repo.size < 100_000 else 5)
     b = _Bench(ctx, repo)
     for k in KS:
         files = pick(repo.size, k)
@@ -132,7 +131,7 @@ def run(ctx: Context, repo: Repo) -> None:
             partial(b.cli, files, original),
             partial(b.git_apply, files, original),
         ]
-        for i in range(n):
+        for i in ctx.rounds(9 if repo.size < 100_000 else 5, budget=25):
             for fn in rotate(variants, i):
                 fn()  # type: ignore[operator]
 

@@ -35,7 +35,7 @@ def _payload(which: str, worktree: str, call_id: str) -> bytes:
 
 def _pairs(ctx: Context, repo: Repo, worktree: str, mode: str, n: int) -> None:
     target = os.path.join(worktree, "src", "greet.py")
-    for i in range(n):
+    for i in ctx.rounds(n, budget=20, minimum=5):
         call_id = f"toolu_bench_{mode}_{time.time_ns()}_{i}"
         p = run_proc([SANDBOX, "hook", "claude-code"], cwd=worktree, input=_payload("pre", worktree, call_id), rss=True)
         ctx.results.add(CASE, repo.size, mode, f"PreToolUse Write ({mode})", p.seconds, rss_kb=p.max_rss_kb)
@@ -57,7 +57,7 @@ def run(ctx: Context, repo: Repo) -> None:
     from sandbox.project import Project
     from sandbox.run import Run
 
-    n = ctx.reps(21 if repo.size < 100_000 else 11)
+    n = 21 if repo.size < 100_000 else 11
     project, workdir, _ = Project.discover(repo.path)
     assert workdir is not None
     run_ = Run.start(project, workdir)

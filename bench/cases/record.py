@@ -157,7 +157,7 @@ def run(ctx: Context, repo: Repo) -> None:
     from functools import partial
 
     res = ctx.results
-    n = ctx.reps(15 if repo.size < 100_000 else 9)
+    n = 15 if repo.size < 100_000 else 9
     n_snap = ctx.reps(7 if repo.size < 100_000 else 5)  # the whole-tree snapshots take seconds at 100k
     b = _Bench(ctx, repo)
     try:
@@ -174,7 +174,7 @@ def run(ctx: Context, repo: Repo) -> None:
                 partial(b.floor_git, files),
             ]
             snaps = [partial(b.snapshot, files, False), partial(b.snapshot, files, True)]
-            for i in range(n):
+            for i in ctx.rounds(n, budget=25):
                 for fn in rotate(variants + (snaps if i < n_snap else []), i):
                     fn()  # type: ignore[operator]
         # A live session service makes every 'sandbox exec' use it, so it gets a phase of its own.
@@ -193,7 +193,7 @@ def run(ctx: Context, repo: Repo) -> None:
             )
             for k in KS:
                 files = pick(repo.size, k)
-                for _ in range(n):
+                for _ in ctx.rounds(n, budget=12):
                     b.cli_exec(files, V_EXEC_SESSION)
         finally:
             service.stop()

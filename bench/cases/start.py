@@ -27,7 +27,6 @@ def run(ctx: Context, repo: Repo) -> None:
     from sandbox.project import Project
     from sandbox.run import Run
 
-    n = ctx.reps(3 if repo.size >= 100_000 else 5)
     res = ctx.results
     dest = os.path.join(repo.scratch, "start-dest")
     names = sorted(os.listdir(repo.path))
@@ -65,7 +64,7 @@ def run(ctx: Context, repo: Repo) -> None:
     variants = [lib, cli, lambda: worktree(None), lambda: worktree("0"), copy]
     # Declare rows in a stable order (the reference first) before the interleaved samples.
     res.row(CASE, repo.size, GROUP, "git worktree add --detach", ref=True)
-    for i in range(n):
+    for i in ctx.rounds(3 if repo.size >= 100_000 else 5, budget=120):
         for fn in rotate(variants, i):
             fn()  # type: ignore[operator]
 

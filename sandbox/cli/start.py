@@ -27,6 +27,9 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
         raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
     run = Run.start(project, workdir, label=label)
     info = run.info
+    report = run.include_report
+    for warning in report.warnings if report is not None else []:
+        click.echo(f"sandbox: warning: {warning}", err=True)
     if as_json:
         emit_json(
             {
@@ -36,6 +39,8 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
                 "head": info.head,
                 "label": info.label,
                 "submodules": info.submodules,
+                "copied": report.copied if report is not None else [],
+                "linked": report.linked if report is not None else [],
             }
         )
         return
@@ -47,4 +52,8 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
             f"  note: {len(info.submodules)} submodule(s) kept as gitlinks, not checked out: "
             + ", ".join(info.submodules[:5])
         )
+    if report is not None and report.copied:
+        click.echo(f"  copied ignored files you listed: {', '.join(report.copied[:8])}")
+    if report is not None and report.linked:
+        click.echo(f"  linked (shared with your tree!): {', '.join(report.linked[:8])}")
     click.echo(f"Next: cd {info.worktree}  or  sandbox exec {run.run_id} -- CMD")

@@ -46,16 +46,21 @@ def git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     input: bytes | None = None,
+    optional_locks: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git`` with the sandbox's safe settings and return the completed process."""
+    """Run ``git`` with the sandbox's safe settings and return the completed process.
+
+    ``optional_locks`` lets read-only commands refresh the index they read; only ever for a run's
+    own worktree, never for the user's repository.
+    """
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    full_env["GIT_OPTIONAL_LOCKS"] = "0"
+    full_env["GIT_OPTIONAL_LOCKS"] = "1" if optional_locks else "0"
     full_env["GIT_TERMINAL_PROMPT"] = "0"
     full_env["LC_ALL"] = "C"
     if env:
         full_env.update(env)
     proc = subprocess.run(
-        ["git", "--no-optional-locks", *BASE_CONFIG, *args],
+        ["git", *([] if optional_locks else ["--no-optional-locks"]), *BASE_CONFIG, *args],
         cwd=cwd,
         env=full_env,
         input=input,

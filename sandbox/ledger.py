@@ -111,6 +111,31 @@ def run_lock(path: str, what: str) -> _ReentrantFileLock:
         return lock
 
 
+def fork_state(state: LedgerState) -> LedgerState:
+    """A copy of ``state`` that :func:`fold_event` may change without touching the original.
+
+    Containers are copied one level deep and entries are copied only when an event changes them
+    (:func:`_writable`), so extending a fold costs O(changed calls), not O(ledger): a deep copy of
+    the whole state per call made recording grow with the length of the run.
+    """
+    new = state.model_copy()
+    new.calls = dict(state.calls)
+    new.order = list(state.order)
+    new.event_ids = set(state.event_ids)
+    new.data = {
+        k: dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v for k, v in state.data.items()
+    }
+    return new
+
+
+def _writable(state: LedgerState, call_id: str) -> LedgerEntry | None:
+    """The call's entry, copied into ``state`` first so older states sharing it stay unchanged."""
+    entry = state.calls.get(call_id)
+    if entry is not None:
+        entry = state.calls[call_id] = entry.model_copy(deep=True)
+    return entry
+
+
 def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState:
     """Fold one event into the state (mutates and returns ``state``).
 
@@ -123,7 +148,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     state.count += 1
     state.tip = oid
     kind = event.kind
-    entry = state.calls.get(event.call_id) if event.call_id else None
+    entry = _writable(state, event.call_id) if event.call_id else None
     if event.call_id and entry is None and event.call is not None:
         spec = event.call
         entry = LedgerEntry(
@@ -225,7 +250,7 @@ def _fold_mergeback(state: LedgerState, event: Event) -> None:
         else:
             user_paths[path] = record
     for call_id in data.get("unapplied", []):
-        entry = state.calls.get(call_id)
+        entry = _writable(state, call_id)
         if entry is not None:
             entry.applied = False
     if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
@@ -255,7 +280,7 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
             state.head = event.commit
     elif kind == EventKind.apply_finished:
         for call_id in event.data.get("calls", []):
-            entry = state.calls.get(call_id)
+            entry = _writable(state, call_id)
             if entry is not None:
                 entry.applied = True
     elif kind == EventKind.run_ended:
@@ -344,12 +369,16 @@ class Ledger:
         return self._walk_back(self.tip(), None)
 
     def state(self) -> LedgerState:
-        """The fold of the whole ledger, extended incrementally from the cached fold."""
+        """The fold of the whole ledger, extended incrementally from the cached fold.
+
+        The returned state is shared with the cache and with later callers: treat it as read-only
+        (fold into :func:`fork_state` of it to derive another).
+        """
         tip = self.tip()
         base = self._state if self._state is not None else self._load_cache()
         if base is not None and base.tip == tip:
             self._state = base
-            return base.model_copy(deep=True)
+            return base
         new: list[tuple[str, Event]] | None = None
         if base is not None and base.tip is not None:
             try:
@@ -359,13 +388,13 @@ class Ledger:
         if new is None or base is None:
             base = LedgerState()
             new = self._walk_back(tip, None)
-        state = base.model_copy(deep=True)
+        state = fork_state(base)
         for oid, event in new:
             fold_event(state, event, oid)
         self._state = state
         if len(new) >= CACHE_EVERY:
             self._save_cache(state)
-        return state.model_copy(deep=True)
+        return state
 
     def _load_cache(self) -> LedgerState | None:
         try:
@@ -431,8 +460,8 @@ class Ledger:
                     f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded."
                 ) from exc
             faults.point("ledger.append.after")
-            state = fold_event(state, event, str(new_oid))
-            self._state = state.model_copy(deep=True)
+            state = fold_event(fork_state(state), event, str(new_oid))
+            self._state = state
             if state.count % CACHE_EVERY == 0:
                 self._save_cache(state)
             return state

@@ -108,6 +108,7 @@ class Run:
         self.dir = project.run_dir(run_id)
         self.ledger = Ledger(self.repo, run_id, self.dir)
         self._wt_repo: pygit2.Repository | None = None
+        self._info: RunInfo | None = None
         #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.include`).
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
@@ -180,9 +181,11 @@ class Run:
     @property
     def info(self) -> RunInfo:
         """Where the run came from (its start event)."""
-        info = self.state().run
-        assert info is not None
-        return info
+        if self._info is None:
+            # Immutable once the run exists: read once per Run object, not per access.
+            self._info = self.state().run
+        assert self._info is not None
+        return self._info
 
     @property
     def worktree(self) -> str:

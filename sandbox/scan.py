@@ -34,6 +34,9 @@ def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None
             "--ignore-submodules=all",
         ],
         cwd=worktree,
+        # The run's own worktree index may be refreshed (when no git of the agent's holds its lock):
+        # otherwise every scan re-hashes the files git cannot trust by timestamp.
+        optional_locks=True,
     )
     for record in proc.stdout.split(b"\0"):
         if len(record) > 3:

@@ -92,6 +92,30 @@ def test_exec_with_and_without_session_records_the_same_changes(repo: Path, tmp_
         "link",
     }
     assert files_of(watched, with_session.entry.call_id) == expected
+    local = start_run(repo)
+    with_local = execute(local, ["sh", "-c", CHANGES], local_watcher=True)
+    assert with_local.source == "watcher"
+    assert files_of(local, with_local.entry.call_id) == expected
+
+
+def test_begin_and_end_from_different_processes(run: Run, service: session.Service) -> None:
+    """As agent hooks do: PreToolUse and PostToolUse are separate short-lived processes."""
+
+    def hook(op: str) -> str:
+        code = (
+            "import sys\n"
+            "from sandbox import session\n"
+            "client = session.client_for(sys.argv[1])\n"
+            "result = getattr(client, sys.argv[2])('toolu_01')\n"
+            "print(sorted(result) if isinstance(result, set) else result)\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code, run.dir, op], capture_output=True, text=True, check=True)
+        return proc.stdout.strip()
+
+    assert hook("begin").startswith(service.service_id)
+    subprocess.run(["sh", "-c", "echo bash > bash.txt && rm README.md"], cwd=run.worktree, check=True)
+    assert hook("end") == "['README.md', 'bash.txt']"
+    assert hook("end") == "None"
 
 
 def test_cli_exec_uses_a_live_session(repo: Path, run: Run, service: session.Service) -> None:

@@ -246,13 +246,14 @@ def assert_acknowledged_kept(
 ) -> None:
     """Every event and call acknowledged before the crash is still there, unchanged or advanced.
 
-    ``after`` is the run's entries as read after recovery (default: ``sandbox log --json``).
+    ``after`` is the run's entries as read after recovery (``sandbox log --json`` in the call
+    scenarios; by default a fresh read of the ledger from git).
     """
     after_events = event_ids(root, run_id)
     assert after_events[: len(before.events[run_id])] == before.events[run_id], "acknowledged ledger events lost"
     assert len(set(after_events)) == len(after_events), "duplicate ledger events"
     if after is None:
-        after = cli_entries(root, run_id)
+        after = entries(root, run_id)
     for call_id, old in before.entries[run_id].items():
         assert call_id in after, f"acknowledged call {call_id} lost"
         new = after[call_id]

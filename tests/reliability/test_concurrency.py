@@ -25,7 +25,6 @@ from .helpers import (
     ok,
     open_run,
     sandbox_things,
-    sb,
     things_of,
 )
 
@@ -77,7 +76,7 @@ def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 180.0) -> li
     return out
 
 
-@pytest.mark.parametrize("writers,calls", [(8, 8)])
+@pytest.mark.parametrize("writers,calls", [(8, 6)])
 def test_eight_writers_on_one_run(user_repo: Path, writers: int, calls: int) -> None:
     """8 processes record calls on one run at once: nothing lost, nothing duplicated, one head chain."""
     run_id = start_run(user_repo)
@@ -267,12 +266,12 @@ def test_writers_racing_a_drop(user_repo: Path) -> None:
         for i in range(3)
     ]
     time.sleep(0.3)
-    sb("drop", run_id, "--force", cwd=user_repo)
-    for code, _stdout, stderr in wait_all(procs):
-        assert code == 0 or "Traceback" not in stderr or "sandbox" in stderr, stderr
+    ok("drop", run_id, "--force", cwd=user_repo)
+    # Writers that lost the race fail (the run is gone); none may hang or resurrect the run.
+    wait_all(procs)
+    assert run_id not in live_run_ids(user_repo), "a writer brought a dropped run back"
     ok("gc", cwd=user_repo)
     leftovers = things_of(sandbox_things(user_repo), run_id)
-    if run_id not in live_run_ids(user_repo):
-        assert not leftovers, leftovers
+    assert not leftovers, leftovers
     write(user_repo, "after.txt", "user\n")
     assert_fsck_clean(user_repo)

@@ -690,3 +690,25 @@ def test_crash(case: Case, user_repo: Path) -> None:
     if case.op not in WRITES_USER_TREE:
         assert tree_digest(user_repo) == digest_before, "an operation on the run changed the user's files"
     row["result"] = "ok"
+
+
+@pytest.mark.soak
+def test_crash_soak(tmp_path: Path) -> None:
+    """Soak (--soak): every cell of the matrix, three rounds in a shuffled (seeded) order."""
+    import random
+
+    from .helpers import make_user_repo
+
+    cells = [p.values[0] for p in CASES]
+    rng = random.Random(20260101)
+    for round_no in range(3):
+        rng.shuffle(cells)
+        for i, case in enumerate(cells):
+            needed = REQUIRES.get(case.op)
+            if needed and not has_command(needed):
+                continue
+            root = make_user_repo(tmp_path / f"r{round_no}-{i}")
+            try:
+                SCENARIOS[case.op](root, case.fault)
+            except BaseException as exc:
+                raise AssertionError(f"round {round_no}, {case.id}: {exc}") from exc

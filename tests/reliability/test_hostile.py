@@ -230,8 +230,13 @@ def test_finish_refuses_unknown_and_finished_calls(env: Env) -> None:
 )
 @pytest.mark.parametrize(
     "args",
-    [["call", "start", "RUN", "--tool", "t", "--idempotency", "sometimes"], ["call", "start", "RUN"], ["nosuch"]],
-    ids=["bad-choice", "missing-option", "unknown-command"],
+    [
+        ["call", "start", "RUN", "--tool", "t", "--idempotency", "sometimes"],
+        ["call", "start", "RUN"],
+        ["nosuch"],
+        ["apply", "RUN", "--continue", "--dry-run"],
+    ],
+    ids=["bad-choice", "missing-option", "unknown-command", "apply-continue-with-options"],
 )
 def test_click_usage_errors_are_one_line(env: Env, args: list[str]) -> None:
     args = [env.run_id if a == "RUN" else a for a in args]
@@ -322,15 +327,9 @@ def test_damaged_ledger_object_is_reported_not_read(env: Env, damage: str) -> No
     check_damage_reported(env, damage_ledger_tip(env, damage), damage)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=subprocess.TimeoutExpired,
-    reason="BUG: a truncated loose ledger object makes libgit2 (pygit2 1.21 / libgit2 1.9.7) spin forever "
-    "in repo[oid] / odb.read, so 'sandbox log' hangs at 100% CPU instead of reporting corruption "
-    "(ledger.py Ledger._read); git itself reports 'corrupt loose object'",
-)
 def test_truncated_ledger_object_is_reported_not_read(env: Env) -> None:
-    check_damage_reported(env, damage_ledger_tip(env, "truncate"), "truncate", timeout=8.0)
+    """libgit2 1.9.7 spins forever on a truncated loose object; the sandbox must not (bounded here)."""
+    check_damage_reported(env, damage_ledger_tip(env, "truncate"), "truncate", timeout=30.0)
 
 
 def test_deleted_run_refs(env: Env) -> None:
@@ -549,12 +548,6 @@ def test_case_only_rename(env: Env) -> None:
 NON_UTF8 = b"caf\xe9-\xff.txt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a call that creates a non-UTF-8 file name cannot finish: ledger.py Ledger.append "
-    "event.model_dump_json() raises PydanticSerializationError on the surrogate-escaped FileChange.path "
-    "(exit 3 'unexpected error', the call stays 'started' forever)",
-)
 def test_non_utf8_names(env: Env) -> None:
     script = f"open({NON_UTF8!r}, 'wb').write(b'latin1')"
     ok("exec", env.run_id, "--", "python3", "-c", script, cwd=env.root)
@@ -638,3 +631,175 @@ def test_wrote_nothing_outside(env: Env, tmp_path: Path) -> None:
     for path in ("../../x", "../x"):
         env.refused("write", env.run_id, path, input=b"evil")
     assert sorted(p.name for p in env.root.parent.iterdir()) == siblings
+
+
+# -- merge-back under hostile conditions ----------------------------------------------------------
+
+
+def need(command: str) -> None:
+    if not has_command(command):
+        pytest.skip(f"'sandbox {command}' does not exist yet")
+
+
+def craft_call(root: Path, run_id: str, changes: dict[str, object], files: list[str] | None = None) -> str:
+    """Record a call whose commit is crafted by hand (as a hostile agent or a bug could make it).
+
+    ``changes`` maps paths to ``objects.Entry`` or None; ``files`` lists the paths the ledger
+    claims changed (default: the tree diff), which a hostile ledger may get wrong on purpose.
+    """
+    from sandbox import objects
+    from sandbox.models import EventKind, FileChange
+
+    run = open_run(root, run_id)
+    repo = run.repo
+    head = run.state().head
+    head_tree = objects.commit_tree(repo, head)
+    tree = objects.edit_tree(repo, head_tree, changes)  # type: ignore[arg-type]
+    sig = objects.signature()
+    commit = str(repo.create_commit(None, sig, sig, "crafted\n", tree, [head]))
+    diff = {c.path: c for c in objects.diff_trees(repo, head_tree, tree)}
+    listed = files if files is not None else sorted(diff)
+    changes_list = []
+    for path in listed:
+        c = diff.get(path)
+        new = changes.get(path) if c is None else c.new
+        old = objects.lookup(repo, head_tree, path) if c is None else c.old
+        changes_list.append(
+            FileChange(
+                path=path,
+                before_hash=old.oid if old else None,
+                after_hash=new.oid if new else None,  # type: ignore[attr-defined]
+                before_mode=old.mode if old else None,
+                after_mode=new.mode if new else None,  # type: ignore[attr-defined]
+                tool_call_id="crafted",
+            )
+        )
+    cid = run.start_call("crafted", {"n": len(listed)})
+    event = run._event(
+        EventKind.call_succeeded,
+        cid,
+        commit=commit,
+        parent_commit=head,
+        files=changes_list,
+        epoch=run.state().epoch,
+    )
+    run.ledger.append(event, keep=[commit])
+    run.head()
+    return cid
+
+
+def user_snapshot(root: Path) -> tuple[object, ...]:
+    return tree_digest(root), user_state(root), (root / ".git" / "config").read_bytes()
+
+
+@pytest.mark.parametrize("bad", [".git/config", ".git/hooks/post-checkout", ".GIT/config", "sub/.git/HEAD"])
+def test_apply_never_writes_git_paths_from_agent_commits(env: Env, bad: str) -> None:
+    need("apply")
+    from sandbox import objects
+
+    repo = open_run(env.root, env.run_id).repo
+    blob = objects.write_blob(repo, b"[core]\n\thooksPath = /tmp/evil\n")
+    craft_call(env.root, env.run_id, {bad: objects.Entry(objects.MODE_EXEC, blob)})
+    before = user_snapshot(env.root)
+    hooks = sorted(os.listdir(env.root / ".git" / "hooks")) if (env.root / ".git" / "hooks").exists() else []
+    proc = sb("apply", env.run_id, "--path", bad, cwd=env.root)
+    if proc.returncode != 0:
+        assert_one_line_error(proc, what=f"apply {bad}")
+    assert user_snapshot(env.root)[2] == before[2], ".git/config was written"
+    assert not (env.root / "sub" / ".git").exists()
+    now = sorted(os.listdir(env.root / ".git" / "hooks")) if (env.root / ".git" / "hooks").exists() else []
+    assert now == hooks
+    assert user_snapshot(env.root) == before
+
+
+def test_apply_dir_turned_symlink_then_file_under_it(env: Env, tmp_path: Path) -> None:
+    """Call A turns src/ into a symlink to outside, call B writes src/evil.txt: nothing lands outside."""
+    need("apply")
+    from sandbox import objects
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = open_run(env.root, env.run_id).repo
+    link = objects.Entry(objects.MODE_LINK, objects.write_blob(repo, os.fsencode(str(outside))))
+    evil = objects.Entry(objects.MODE_FILE, objects.write_blob(repo, b"evil\n"))
+    call_a = craft_call(env.root, env.run_id, {"src": link})
+    call_b = craft_call(env.root, env.run_id, {"src/evil.txt": evil})
+    # And a single call whose file list claims both at once, in the dangerous order.
+    call_c = craft_call(env.root, env.run_id, {"lib": link}, files=["lib", "lib/evil.txt"])
+    for calls in ([call_a], [call_b], [call_c], []):
+        args = [a for c in calls for a in ("--call", c)]
+        before = user_snapshot(env.root)
+        proc = sb("apply", env.run_id, *args, cwd=env.root)
+        assert list(outside.iterdir()) == [], f"apply {calls} wrote outside the tree"
+        if proc.returncode != 0:
+            assert_one_line_error(proc, what=f"apply {calls}")
+            assert user_snapshot(env.root) == before
+    for dirpath, _dirs, files in os.walk(env.root):
+        assert "evil.txt" not in files or not os.path.islink(dirpath)
+    assert user_state(env.root) == before[1]
+
+
+def test_apply_refused_mid_rebase(env: Env) -> None:
+    need("apply")
+    for marker in ("rebase-merge", "MERGE_HEAD"):
+        path = env.root / ".git" / marker
+        if marker == "rebase-merge":
+            path.mkdir()
+        else:
+            path.write_text(git(env.root, "rev-parse", "HEAD"))
+        before = user_snapshot(env.root)
+        line = assert_one_line_error(sb("apply", env.run_id, cwd=env.root), what=f"apply during {marker}")
+        assert "rebase" in line or "merge" in line, line
+        assert user_snapshot(env.root) == before
+        if path.is_dir():
+            path.rmdir()
+        else:
+            path.unlink()
+
+
+def test_apply_nothing_to_apply_and_unknown_call(env: Env) -> None:
+    need("apply")
+    env.refused("apply", env.run_id, "--call", "call_nope")
+    env.refused("apply", env.run_id, "--path", "../outside")
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_apply_onto_read_only_targets(env: Env, immutable: list[Path], what: str) -> None:
+    """A read-only (immutable) target: one clear line, and nothing at all written (all or nothing)."""
+    need("apply")
+    run = open_run(env.root, env.run_id)
+    with run.tool_call("more", {}) as call:
+        call.write("aaa-first.txt", "written before the read-only one\n")
+        call.write("zzz-last.txt", "written after it\n")
+    target = env.root / "src" / "app.py" if what == "file" else env.root / "src"
+    chattr_i(target, immutable)
+    before = user_snapshot(env.root)
+    proc = sb("apply", env.run_id, cwd=env.root)
+    assert_one_line_error(proc, what=f"apply onto a read-only {what}")
+    assert user_snapshot(env.root) == before, "a refused apply wrote some files"
+    assert not list(env.root.rglob(".sandbox-tmp-*"))
+
+
+def test_disk_full_during_apply(small_fs: Path) -> None:
+    need("apply")
+    root = make_repo(small_fs / "repo", {"a.txt": "a\n"})
+    run_id = start_run(root)
+    run = open_run(root, run_id)
+    with run.tool_call("big", {}) as call:
+        call.write("aaa.txt", "small\n")
+        call.write("big.bin", os.urandom(600_000))
+    before = user_snapshot(root)
+    filler = fill(small_fs)
+    proc = sb("apply", run_id, cwd=root)
+    filler.unlink()
+    for extra in small_fs.glob("f*"):
+        extra.unlink()
+    assert proc.returncode not in (0, -9)
+    assert "Traceback" not in proc.stderr.decode()
+    if tree_digest(root) != before[0]:
+        # Half-way: the journal must lead out, both ways.
+        ok("undo", run_id, cwd=root)
+    assert user_snapshot(root) == before
+    ok("apply", run_id, cwd=root)
+    assert (root / "big.bin").stat().st_size == 600_000
+    assert_fsck_clean(root)

@@ -1,7 +1,47 @@
 """sandbox: run coding agents in isolated git worktrees without putting the user's work at risk.
 
 The library never prints, exits or reads the environment; the CLI in :mod:`sandbox.cli` does.
-Kept free of heavy imports so that ``sandbox hook`` starts fast; import from the submodules.
+This module stays free of heavy imports so that ``sandbox hook`` starts fast; the two entry points
+below import what they need when called.
+
+Example::
+
+    import sandbox
+
+    run = sandbox.start_run("/path/to/repo", label="fix-tests")
+    with run.tool_call("write_file", {"path": "src/a.py"}, idempotency="idempotent", replay="auto") as call:
+        call.write("src/a.py", "print('hi')\\n")
+    print(run.entries()[-1].files)
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sandbox.run import Run
+
 __version__ = "0.1.0"
+__all__ = ["open_run", "start_run", "__version__"]
+
+
+def start_run(path: str, label: str | None = None) -> Run:
+    """Snapshot the working tree containing ``path`` into a new run and return it."""
+    from sandbox.errors import SandboxError
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project, workdir, cwd_run = Project.discover(path)
+    if workdir is None:
+        raise SandboxError(f"{path} is inside the worktree of run {cwd_run}; start runs from your own repository.")
+    return Run.start(project, workdir, label=label)
+
+
+def open_run(path: str, run_id: str | None = None) -> Run:
+    """Open a run of the repository containing ``path`` (``run_id`` may be a unique prefix, or
+    omitted when ``path`` is inside the run's worktree or the repository has a single run)."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project, _workdir, cwd_run = Project.discover(path)
+    return Run.open(project, project.resolve_run_id(run_id, cwd_run))

@@ -23,7 +23,8 @@ def utcnow() -> datetime:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # defer_build: a model's validator is built when first used, not at import (hooks start fast).
+    model_config = ConfigDict(extra="forbid", frozen=False, defer_build=True)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -2,10 +2,12 @@
 
 For the whole session this process hosts:
 
-* a :class:`~sandbox.watcher.Watcher` on the worktree, so every recorded call costs O(changed paths);
-* the hook service: a Unix socket in the run's directory on which ``sandbox hook <agent>``
-  processes hand over their events (see :mod:`sandbox.hookproto`), so a hook never pays for
-  importing pygit2 and pydantic; a command's changes come from a watcher window;
+* the run's host (:class:`sandbox.service.RunHost`, the same as ``sandbox serve``'s): a
+  :class:`~sandbox.watcher.Watcher` on the worktree, so every recorded call costs O(changed paths),
+  and the hook socket in the run's directory on which ``sandbox hook <agent>`` processes hand
+  over their events (see :mod:`sandbox.hookproto`), so a hook never pays for importing pygit2
+  and pydantic; a command's changes come from a watcher window. A ``sandbox serve`` hosting the
+  run is stopped first, and its host lock held for the session;
 * the cutter: at quiet points (no file event for ``debounce`` seconds, no call in flight) changes
   that no hook recorded become one ``agent_session`` call. With no hooks that is the only record;
   with hooks it catches what happened outside tool calls.
@@ -17,10 +19,8 @@ The agent runs with its working directory in the worktree and an environment tha
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import threading
@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import hookproto
 from sandbox.models import CallStatus
 from sandbox.run import Run
 
@@ -136,127 +135,6 @@ def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str) -> dict[str, st
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
         env.pop(key, None)
     return env
-
-
-# -- the hook service ----------------------------------------------------------------------------
-
-
-class _ServiceCalls:
-    """Gives :class:`~sandbox.hookproto.Recorder` begin/end over an in-process session service."""
-
-    def __init__(self, service: Any) -> None:
-        self.service = service
-
-    def begin(self, call_id: str) -> None:
-        self.service.begin(call_id)
-
-    def end(self, call_id: str) -> set[str] | None:
-        paths: set[str] | None = self.service.end(call_id)[0]
-        return paths
-
-
-class HookService:
-    """Accepts hook events on the run's socket and records them, one at a time."""
-
-    def __init__(self, run: Run, service: Any, lock: threading.Lock) -> None:
-        self.run = run
-        self.recorder = hookproto.Recorder(run, _ServiceCalls(service) if service is not None else None)
-        self.lock = lock
-        self.path = hookproto.socket_path(run.dir)
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self.handled = 0
-
-    def bind(self) -> bool:
-        """Listen on the run's socket; False when another live process already hosts the run."""
-        if os.path.exists(self.path):
-            try:
-                probe = hookproto._connect(self.path, 1.0)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(self.path)  # stale: left by a session that was killed
-            else:
-                probe.close()
-                return False
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if len(os.fsencode(self.path)) < 100:
-            sock.bind(self.path)
-        else:
-            # sun_path is ~100 bytes; bind by a relative name. Called before any thread starts.
-            here = os.getcwd()
-            os.chdir(self.run.dir)
-            try:
-                sock.bind(hookproto.SOCKET_NAME)
-            finally:
-                os.chdir(here)
-        os.chmod(self.path, 0o600)
-        sock.listen(64)
-        self._sock = sock
-        return True
-
-    def start(self) -> None:
-        """Serve in a background thread."""
-        self._thread = threading.Thread(target=self._serve, name="sandbox-hooks", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and remove the socket."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _serve(self) -> None:
-        while self._sock is not None:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), name="sandbox-hook", daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(30)
-            try:
-                data = _recv_all(conn, 2 * hookproto.MAX_PAYLOAD)
-                reply = self.handle_bytes(data)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            except OSError:
-                return  # the hook process went away; it records in-process or reports
-
-    def handle_bytes(self, data: bytes) -> dict[str, Any]:
-        """Decode one request and record it; the reply object."""
-        try:
-            event = hookproto.HookEvent.from_dict(json.loads(data))
-        except ValueError:
-            return {"ok": False, "message": "The hook request is not valid JSON; nothing recorded."}
-        except hookproto.HookInputError as exc:
-            return {"ok": False, "message": exc.message}
-        with self.lock:
-            try:
-                outcome = self.recorder.record(event)
-            except Exception as exc:  # the service must outlive one bad request; the hook reports it
-                return {"ok": False, "message": f"recording failed: {type(exc).__name__}: {exc}"}
-            self.handled += 1
-        return {"ok": outcome.ok, "message": outcome.message, "strict": outcome.strict}
-
-
-def _recv_all(conn: socket.socket, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise OSError("request too large")
-        chunks.append(chunk)
 
 
 # -- cutting changes into agent_session calls ----------------------------------------------------
@@ -368,42 +246,35 @@ def run_session(
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
     The run is left in place. Must be called from the main thread (signal handlers).
     """
-    from sandbox import session
+    from sandbox import service
 
     result = SessionResult(returncode=0, hosted_hooks=False)
-    lock = threading.Lock()
-    hooks = HookService(run, None, lock)
-    result.hosted_hooks = hooks.bind()  # first: it may change directory, before any thread runs
-    if not result.hosted_hooks:
-        result.notes.append("another 'sandbox run' already hosts this run's hooks; they are recorded there.")
+    # A `sandbox serve` started by a hook before this session would keep the socket and the
+    # watcher: stop it and host the run here, holding its host lock so no hook spawns another.
+    claim = service.take_over(run.dir)
+    host = service.RunHost(run)
     try:
-        service: Any = session.serve(run, ignore=run.is_private)
-    except session.SessionBusyError as exc:
-        service = None
-        result.notes.append(f"{exc.message} Its watcher is used; changes are cut at the end only.")
-    watcher = service.watcher if service is not None else None
-    if watcher is not None and not watcher.vouching:
-        result.notes.append(f"the watcher cannot vouch ({watcher.lost_reason}); changes are found by scanning.")
-    if service is not None:
-        hooks.recorder.watcher = _ServiceCalls(service)
-    cutter = Cutter(run, watcher, lock, debounce)
-    if result.hosted_hooks:
-        hooks.start()
-    cutter.start()
-    hooks_dir = install_ref_guard(run)
-    cwd = (
-        os.path.join(run.worktree, subdir)
-        if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
-        else run.worktree
-    )
-    try:
-        result.returncode = _supervise(list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground)
+        host.start()
+        result.hosted_hooks = host.hosted_hooks
+        result.notes.extend(host.notes)
+        cutter = Cutter(run, host.watcher, host.lock, debounce)
+        cutter.start()
+        hooks_dir = install_ref_guard(run)
+        cwd = (
+            os.path.join(run.worktree, subdir)
+            if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
+            else run.worktree
+        )
+        try:
+            result.returncode = _supervise(list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground)
+        finally:
+            cutter.stop()
+            host.stop_hooks()
+            cutter.cut_now(final=True)
     finally:
-        cutter.stop()
-        hooks.stop()
-        cutter.cut_now(final=True)
-        if service is not None:
-            service.stop()
+        host.stop()
+        if claim is not None:
+            claim.release()
     result.cuts = cutter.cuts
     result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
     result.unfinished = [e.call_id for e in run.entries() if e.status == CallStatus.started]

@@ -78,6 +78,10 @@ class Capturer:
         except (FileNotFoundError, NotADirectoryError):
             st = None
         head: Entry | None = self._head_entry(rel)
+        if head is not None and head.mode == objects.MODE_GITLINK:
+            return  # a submodule: recorded only as its gitlink, which agents' file writes never change
+        if self._under_gitlink(rel):
+            return
         if st is None:
             for path, old_entry in self._tracked_under(rel):
                 self._record(path, old_entry, None)
@@ -113,6 +117,14 @@ class Capturer:
             stored = objects.hash_path(self.repo, full, st, write=True)
             if stored is not None:
                 self._record(rel, head, stored)
+
+    def _under_gitlink(self, rel: str) -> bool:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            entry = self._head_entry("/".join(parts[:i]))
+            if entry is None or not entry.is_tree:
+                return entry is not None and entry.mode == objects.MODE_GITLINK
+        return False
 
     def _parents_are_dirs(self, rel: str) -> bool:
         current = self.worktree

@@ -9,6 +9,7 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
 
     [hooks]
     strict = false            # true: a hook that cannot record blocks the agent's tool call
+    autostart = true          # false: a hook finding no host records in-process (no `sandbox serve`)
 
     [[tools]]                 # how agent tools are recorded (first match wins; fnmatch on the name)
     match = "mcp__memory__*"
@@ -61,6 +62,7 @@ class Config:
     include: list[str] = field(default_factory=list)
     link: list[str] = field(default_factory=list)
     strict: bool = False
+    autostart: bool = True
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
@@ -110,6 +112,10 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(strict, bool):
         raise ConfigError(f"{where}: hooks.strict must be true or false.")
     cfg.strict = strict
+    autostart = hooks.get("autostart", True)
+    if not isinstance(autostart, bool):
+        raise ConfigError(f"{where}: hooks.autostart must be true or false.")
+    cfg.autostart = autostart
     rules = table.get("tools", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: 'tools' must be an array of tables ([[tools]]).")

@@ -60,11 +60,12 @@ def collect(project: Project) -> GcReport:
                     report.worktrees.append(path)
                 faults.point("gc.after_worktree")
                 report.runs.append(run_id)
+                # Under the lock: a start waiting for it re-takes it on a fresh file (see locks.py).
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(project.run_dir(run_id))
         except LockedError:
             report.skipped_busy.append(run_id)
             continue
-        with contextlib.suppress(OSError):
-            shutil.rmtree(project.run_dir(run_id))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]

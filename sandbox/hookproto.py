@@ -5,9 +5,11 @@ and after each tool call. An adapter (:mod:`sandbox.adapters`) turns the agent's
 :class:`HookEvent`; ``sandbox hook generic`` reads a :class:`HookEvent` directly (documented in
 ``hooks/README.md``). The event is then recorded:
 
-* by the ``sandbox run`` process hosting the run, over a Unix socket in the run's directory
-  (fast: the hook process imports neither pygit2 nor pydantic), or
-* in the hook process itself when no such process is live (correct, slower start-up).
+* by the process hosting the run (``sandbox run``, or the background ``sandbox serve`` of
+  :mod:`sandbox.service`), over a Unix socket in the run's directory (fast: the hook process
+  imports neither pygit2 nor pydantic), or
+* in the hook process itself when no such process is live (correct, slower start-up); it then
+  spawns ``sandbox serve`` for the next events (see :func:`handle`).
 
 ``start`` is durable before the hook returns, so before the tool runs. ``finish`` commits the
 call's file changes: exactly the named paths for a file-writing call (O(1)), the session
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sandbox.config import Config
     from sandbox.run import Run
 
@@ -249,8 +253,14 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         return None  # the host died mid-request: recording again here is idempotent
 
 
-def handle(event: HookEvent) -> Outcome:
-    """Record one hook event: through the hosting ``sandbox run`` when live, else in-process."""
+def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None) -> Outcome:
+    """Record one hook event: through the process hosting the run when live, else in-process.
+
+    In-process, ``autostart(loc)`` is called first to spawn a host (``sandbox serve``) for the
+    next events, unless the user's settings say ``hooks.autostart = false``, some process already
+    hosts the run (it may be starting), or a hook spawned one moments ago. It must not wait for
+    the host; whatever it raises is ignored: this event is recorded here either way.
+    """
     loc = locate(event.cwd)
     outcome = forward(loc, event)
     if outcome is not None:
@@ -259,7 +269,14 @@ def handle(event: HookEvent) -> Outcome:
     from sandbox.run import Run
 
     run = Run.open(Project(loc.common_dir), loc.run_id)
-    return Recorder(run).record(event)
+    recorder = Recorder(run)
+    if autostart is not None:
+        with contextlib.suppress(Exception):  # a host is an optimisation; recording is what counts
+            from sandbox import service
+
+            if recorder.config().autostart and service.claim_autostart(loc.run_dir):
+                autostart(loc)
+    return recorder.record(event)
 
 
 # -- recording (runs in the hosting process or the hook process) -------------------------------

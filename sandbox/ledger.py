@@ -28,7 +28,7 @@ import pygit2
 from pydantic import ValidationError
 
 from sandbox import faults, objects
-from sandbox.errors import CorruptionError, SandboxError
+from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.fsutil import write_json_file
 from sandbox.locks import file_lock
 from sandbox.models import (
@@ -432,39 +432,70 @@ class Ledger:
             if event.event_id in state.event_ids:
                 return state
             faults.point("ledger.append.before")
-            tree = objects.EMPTY_TREE_HEX
-            if attachments:
-                blobs = {
-                    name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
-                    for name, data in attachments.items()
-                }
-                tree = objects.write_tree(self.repo, blobs)
-            else:
-                self._ensure_empty_tree()
-            parents: list[str] = [state.tip] if state.tip else []
-            for oid in keep or []:
-                if oid and oid not in parents:
-                    parents.append(oid)
-            prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
-            message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
-            message += "\n\n" + to_json(event) + "\n"
-            sig = objects.signature()
+            if state.tip is None and event.kind != EventKind.run_started:
+                # The run was dropped (or never finished starting): never bring it back to life.
+                raise UnknownRunError(f"Run {self.run_id} no longer exists (it was dropped); nothing was recorded.")
             try:
-                if state.tip is None:
-                    new_oid = self.repo.create_commit(None, sig, sig, message, tree, parents)
-                    self.repo.references.create(self.ref, new_oid)
+                new_oid = self._write_event(state, event, keep, attachments)
+            except (pygit2.GitError, OSError, ValueError) as exc:
+                self._state = None  # re-derive from disk: never trust a fold the failure may have skewed
+                landed = self._landed(event)
+                if landed is not None:  # the ref moved before the error (e.g. a full disk at fsync)
+                    new_oid = landed
                 else:
-                    new_oid = self.repo.create_commit(self.ref, sig, sig, message, tree, parents)
-            except (pygit2.GitError, ValueError) as exc:
-                raise SandboxError(
-                    f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded."
-                ) from exc
+                    raise SandboxError(
+                        f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded. "
+                        "If the disk is full, free some space and try again."
+                    ) from exc
             faults.point("ledger.append.after")
             state = fold_event(fork_state(state), event, str(new_oid))
             self._state = state
             if state.count % CACHE_EVERY == 0:
                 self._save_cache(state)
             return state
+
+    def _landed(self, event: Event) -> str | None:
+        """The commit holding ``event`` if it is the ledger's tip after all, else None."""
+        try:
+            tip = self.tip()
+            if tip is None:
+                return None
+            found, _prev = self._read(tip)
+        except (SandboxError, OSError):
+            return None
+        return tip if found.event_id == event.event_id else None
+
+    def _write_event(
+        self,
+        state: LedgerState,
+        event: Event,
+        keep: list[str] | None,
+        attachments: Mapping[str, bytes] | None,
+    ) -> str:
+        """Write the event's objects and commit, moving the ref (compare-and-swap); its id."""
+        tree = objects.EMPTY_TREE_HEX
+        if attachments:
+            blobs = {
+                name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
+                for name, data in attachments.items()
+            }
+            tree = objects.write_tree(self.repo, blobs)
+        else:
+            self._ensure_empty_tree()
+        parents: list[str] = [state.tip] if state.tip else []
+        for oid in keep or []:
+            if oid and oid not in parents:
+                parents.append(oid)
+        prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
+        message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
+        message += "\n\n" + to_json(event) + "\n"
+        sig = objects.signature()
+        if state.tip is None:
+            new_oid = self.repo.create_commit(None, sig, sig, message, tree, parents)
+            self.repo.references.create(self.ref, new_oid)
+        else:
+            new_oid = self.repo.create_commit(self.ref, sig, sig, message, tree, parents)
+        return str(new_oid)
 
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:

@@ -23,26 +23,35 @@ def file_lock(path: str, what: str, timeout: float = 30.0) -> Iterator[None]:
     Waits up to ``timeout`` seconds, then raises :class:`LockedError` naming ``what`` and the
     holder's pid. A holder killed with SIGKILL releases the lock at once.
     """
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                holder = _holder(path)
+                raise LockedError(
+                    f"{what} is locked by another sandbox process{holder}; wait for it to finish "
+                    "(a killed holder releases the lock by itself)."
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+            continue
+        # The holder before us may have removed the lock file (gc removing a dead run's directory):
+        # a lock on an unlinked file excludes no one, so take the lock again on the file now there.
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    holder = _holder(path)
-                    raise LockedError(
-                        f"{what} is locked by another sandbox process{holder}; wait for it to finish "
-                        "(a killed holder releases the lock by itself)."
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield

@@ -9,20 +9,39 @@ block records ``succeeded``; an exception records ``failed`` and is re-raised.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sandbox import fsutil, paths
+from sandbox import fsutil, objects, paths
 from sandbox.errors import PathRefusedError
 from sandbox.models import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
 
 if TYPE_CHECKING:
     from sandbox.run import Run
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _os_errors_refused(func: F) -> F:
+    """Turn an OS error of a write helper (read-only file, full disk) into one clear refusal."""
+
+    @functools.wraps(func)
+    def wrapper(self: ToolCall, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(self, *args, **kwargs)
+        except OSError as exc:
+            target = exc.filename if exc.filename else (args[0] if args else "")
+            where = os.path.relpath(os.fsdecode(target), self.run.worktree) if target else "the worktree"
+            raise PathRefusedError(f"Cannot {func.__name__} {where!r} in the worktree: {exc.strerror or exc}.") from exc
+
+    return cast(F, wrapper)
 
 
 class ToolCall:
@@ -96,9 +115,29 @@ class ToolCall:
 
     def _target(self, path: str) -> tuple[str, str]:
         rel, full = paths.confined(self.run.worktree, path)
+        self._refuse_inside_submodule(rel)
         for hook in self.run.before_write_hooks:
             hook(self.run, rel)
         return rel, full
+
+    def _refuse_inside_submodule(self, rel: str) -> None:
+        # A submodule is a gitlink in the run's tree: writing below it would silently replace the
+        # submodule with a directory in the agent's patch. O(depth) tree reads.
+        parts = rel.split("/")
+        if len(parts) < 2:
+            return
+        tree = objects.commit_tree(self.run.repo, self.run.head())
+        for i in range(1, len(parts)):
+            entry = objects.lookup(self.run.repo, tree, "/".join(parts[:i]))
+            if entry is None or entry.mode == objects.MODE_GITLINK:
+                if entry is not None:
+                    raise PathRefusedError(
+                        f"Cannot write {rel!r}: {'/'.join(parts[:i])!r} is a submodule, which the sandbox "
+                        "records only as a gitlink; change the submodule in its own repository."
+                    )
+                return
+            if not entry.is_tree:
+                return
 
     def _ensure_parent(self, rel: str, full: str) -> None:
         parent = os.path.dirname(full)
@@ -109,6 +148,7 @@ class ToolCall:
                 f"Cannot write {rel!r}: a parent path is a file, not a directory; delete it first."
             ) from None
 
+    @_os_errors_refused
     def write(self, path: str, data: bytes | str, *, executable: bool | None = None) -> str:
         """Write a file atomically (keeps the current executable bit unless told); returns its path."""
         rel, full = self._target(path)
@@ -130,6 +170,7 @@ class ToolCall:
         fsutil.atomic_write(full, data, mode, sync=False)
         return rel
 
+    @_os_errors_refused
     def symlink(self, path: str, target: str) -> str:
         """Make ``path`` a symlink to ``target`` (the link is stored, never followed)."""
         rel, full = self._target(path)
@@ -138,6 +179,7 @@ class ToolCall:
         fsutil.atomic_symlink(full, target, sync=False)
         return rel
 
+    @_os_errors_refused
     def delete(self, path: str) -> str:
         """Delete a file, symlink or directory tree."""
         rel, full = self._target(path)
@@ -149,6 +191,7 @@ class ToolCall:
         fsutil.prune_empty_dirs(self.run.worktree, os.path.dirname(rel))
         return rel
 
+    @_os_errors_refused
     def rename(self, src: str, dst: str) -> str:
         """Rename a file or directory inside the worktree."""
         rel_src, full_src = self._target(src)
@@ -161,6 +204,7 @@ class ToolCall:
         fsutil.prune_empty_dirs(self.run.worktree, os.path.dirname(rel_src))
         return rel_dst
 
+    @_os_errors_refused
     def chmod(self, path: str, executable: bool) -> str:
         """Set or clear a file's executable bit (the only mode git stores)."""
         rel, full = self._target(path)
@@ -171,6 +215,7 @@ class ToolCall:
         os.chmod(full, (st.st_mode | 0o111) if executable else (st.st_mode & ~0o111))
         return rel
 
+    @_os_errors_refused
     def read(self, path: str) -> bytes:
         """Read a file of the worktree (confined like writes)."""
         _rel, full = paths.confined(self.run.worktree, path)

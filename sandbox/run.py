@@ -206,9 +206,13 @@ class Run:
 
     def _sync_head_ref(self, head: str) -> None:
         name = ref_name(self.run_id, "head")
-        ref = self.repo.references.get(name)
-        if ref is None or str(ref.target) != head:
-            self.repo.references.create(name, head, force=True)
+        try:
+            ref = self.repo.references.get(name)
+            if ref is None or str(ref.target) != head:
+                self.repo.references.create(name, head, force=True)
+        except (pygit2.GitError, OSError):
+            # Only a mirror of the ledger's head (which is durable already): the next read repairs it.
+            pass
 
     def entries(self) -> list[LedgerEntry]:
         """The run's calls in the order they were first recorded."""
@@ -336,6 +340,11 @@ class Run:
             tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation
         )
         faults.point("call.start.before")
+        if not self.worktree_exists():
+            raise SandboxError(
+                f"The worktree of run {self.run_id} is missing; run 'sandbox resume {self.run_id}' to recreate "
+                "it before recording calls."
+            )
         existing: list[LedgerEntry] = []
 
         def check(state: LedgerState) -> None:
@@ -394,33 +403,39 @@ class Run:
                 candidates = scan.candidates(self.repo, self.worktree, head_tree)
             else:
                 candidates = set(paths)
-            cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
-            faults.point("call.finish.after_capture")
-            commit: str | None = None
-            files: list[FileChange] = []
-            if cap.changes:
-                tree = objects.edit_tree(self.repo, head_tree, cap.changes)
-                if tree != head_tree:
+            try:
+                cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
+                faults.point("call.finish.after_capture")
+                commit: str | None = None
+                tree = objects.edit_tree(self.repo, head_tree, cap.changes) if cap.changes else head_tree
+                if tree is not None and tree != head_tree:
                     sig = objects.signature()
                     msg = (
                         f"sandbox: {entry.tool_name} ({call_id})\n\n"
                         f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
                     )
                     commit = str(self.repo.create_commit(None, sig, sig, msg, tree, [head]))
-                    faults.point("call.finish.after_commit")
-                    for rel in sorted(cap.changes):
-                        before, after = cap.before[rel], cap.changes[rel]
-                        files.append(
-                            FileChange(
-                                path=rel,
-                                before_hash=before.oid if before else None,
-                                after_hash=after.oid if after else None,
-                                before_mode=before.mode if before else None,
-                                after_mode=after.mode if after else None,
-                                patch_ref=f"{head}..{commit}",
-                                tool_call_id=call_id,
-                            )
+            except (pygit2.GitError, OSError) as exc:
+                raise SandboxError(
+                    f"Could not record the changes of call {call_id} ({exc}); the call stays started and its "
+                    "files stay in the worktree. If the disk is full, free space and finish it again."
+                ) from exc
+            files: list[FileChange] = []
+            if commit is not None:
+                faults.point("call.finish.after_commit")
+                for rel in sorted(cap.changes):
+                    before, after = cap.before[rel], cap.changes[rel]
+                    files.append(
+                        FileChange(
+                            path=rel,
+                            before_hash=before.oid if before else None,
+                            after_hash=after.oid if after else None,
+                            before_mode=before.mode if before else None,
+                            after_mode=after.mode if after else None,
+                            patch_ref=f"{head}..{commit}",
+                            tool_call_id=call_id,
                         )
+                    )
             attachments = {"result.json": canonical_json(result)} if result is not None else {}
             kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
             event = self._event(
@@ -572,6 +587,9 @@ class Run:
                     f"apply them ('sandbox apply {self.run_id}') or drop with --force to discard them."
                 )
         path = self.worktree
+        from sandbox.service import stop_service
+
+        stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
         with self.ledger.lock.hold():
             self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")

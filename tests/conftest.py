@@ -44,6 +44,8 @@ def _isolated_git_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
             "GIT_COMMITTER_EMAIL": "user@example.com",
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+            # Hooks would spawn a background `sandbox serve` per run; tests/test_serve.py turns it on.
+            "SANDBOX_HOOK_AUTOSTART": "0",
         }
     )
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "SANDBOX_FAULT"):

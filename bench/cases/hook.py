@@ -6,7 +6,10 @@ worktree on the generated repository:
 
 - hosted: while ``sandbox run RUN --hooks none -- sleep`` hosts the run (the hook hands its event
   to the host over the run's socket; the intended set-up);
-- standalone: no host (the hook process records the event itself).
+- served: while the background ``sandbox serve RUN`` hosts the run (what a hook starts by itself
+  when the user launched the agent without ``sandbox run``); same socket, same host code;
+- standalone: no host and autostart off (``SANDBOX_HOOK_AUTOSTART=0``): the hook process records
+  the event itself (what the first hook of a session costs).
 """
 
 from __future__ import annotations
@@ -33,23 +36,27 @@ def _payload(which: str, worktree: str, call_id: str) -> bytes:
     return json.dumps(payload).encode()
 
 
+#: Without it a standalone hook would spawn ``sandbox serve`` and later ones would be served.
+_ENV = {"SANDBOX_HOOK_AUTOSTART": "0"}
+
+
 def _pairs(ctx: Context, repo: Repo, worktree: str, mode: str, n: int) -> None:
     target = os.path.join(worktree, "src", "greet.py")
     for i in ctx.rounds(n, budget=20, minimum=5):
         call_id = f"toolu_bench_{mode}_{time.time_ns()}_{i}"
-        p = run_proc([SANDBOX, "hook", "claude-code"], cwd=worktree, input=_payload("pre", worktree, call_id), rss=True)
+        pre = _payload("pre", worktree, call_id)
+        p = run_proc([SANDBOX, "hook", "claude-code"], cwd=worktree, env=_ENV, input=pre, rss=True)
         ctx.results.add(CASE, repo.size, mode, f"PreToolUse Write ({mode})", p.seconds, rss_kb=p.max_rss_kb)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "w", encoding="utf-8") as fh:
             fh.write(f"def greet(name):\n    return 'hello ' + name  # {mode} {i}\n")
-        p = run_proc(
-            [SANDBOX, "hook", "claude-code"], cwd=worktree, input=_payload("post", worktree, call_id), rss=True
-        )
+        post = _payload("post", worktree, call_id)
+        p = run_proc([SANDBOX, "hook", "claude-code"], cwd=worktree, env=_ENV, input=post, rss=True)
         ctx.results.add(CASE, repo.size, mode, f"PostToolUse Write ({mode})", p.seconds, rss_kb=p.max_rss_kb)
 
 
 def run(ctx: Context, repo: Repo) -> None:
-    """Hosted pairs, then standalone pairs."""
+    """Hosted pairs, then served pairs, then standalone pairs."""
     res = ctx.results
     if not module_available("sandbox.cli.hook") or not os.path.exists(FIXTURE):
         res.skip(CASE, repo.size, "not available: sandbox/cli/hook.py or the Claude Code fixture is missing")
@@ -76,15 +83,26 @@ def run(ctx: Context, repo: Repo) -> None:
     finally:
         host.terminate()
         host.wait(timeout=60)
+    if module_available("sandbox.cli.serve"):
+        from sandbox import service
+
+        served = run_proc([SANDBOX, "serve", run_.run_id], cwd=repo.path, check=False)
+        try:
+            if served.returncode == 0 and _wait_for_host(run_.dir, None):
+                _pairs(ctx, repo, run_.worktree, "served", n)
+            else:
+                res.skip(CASE, repo.size, "served hooks: 'sandbox serve' did not start")
+        finally:
+            service.stop_service(run_.dir)
     _pairs(ctx, repo, run_.worktree, "standalone", n)
 
 
-def _wait_for_host(run_dir: str, host: subprocess.Popen[bytes]) -> bool:
+def _wait_for_host(run_dir: str, host: subprocess.Popen[bytes] | None) -> bool:
     from sandbox import session
 
     deadline = time.monotonic() + 120
     sock = os.path.join(run_dir, "hook.sock")
-    while time.monotonic() < deadline and host.poll() is None:
+    while time.monotonic() < deadline and (host is None or host.poll() is None):
         client = session.client_for(run_dir) if module_available("sandbox.session") else None
         if os.path.exists(sock) and (client is None or client.ping() is not None):
             return True
@@ -96,7 +114,7 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
     """Hook invocation <= 150 ms median as a whole process (at the largest size measured)."""
     size = 100_000 if 100_000 in sizes else max(sizes)
     out = []
-    for mode in ("hosted", "standalone"):
+    for mode in ("hosted", "served", "standalone"):
         for which in ("PreToolUse", "PostToolUse"):
             row = results.find(CASE, size, mode, f"{which} Write ({mode})")
             name = f"`sandbox hook claude-code` {which} Write, {mode}, at {size // 1000}k"

@@ -67,6 +67,7 @@ COMMANDS = {
     "run": "sandbox.cli.run_agent:run_agent",
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
+    "serve": "sandbox.cli.serve:serve",
 }
 cli.lazy_commands.update(COMMANDS)
 

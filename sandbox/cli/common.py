@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import json
 import os
 import sys
-import tempfile
-import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -110,6 +107,10 @@ def human_size(n: int) -> str:
 
 
 def _crash_log(exc: BaseException) -> str:
+    import datetime  # here, not at the top: `sandbox hook` must start fast
+    import tempfile
+    import traceback
+
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     fd, path = tempfile.mkstemp(prefix=f"sandbox-crash-{stamp}-", suffix=".log")
     with os.fdopen(fd, "w") as fh:
@@ -132,7 +133,12 @@ def run_main(cli: click.Group) -> None:
         click.echo("sandbox: interrupted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        # One line, like every other error: what is wrong, and where the help is.
+        message = exc.format_message().strip().replace("\n", " ")
+        if isinstance(exc, click.UsageError):
+            where = exc.ctx.command_path if exc.ctx is not None else "sandbox"
+            message += f" (see '{where} --help')"
+        click.echo(f"sandbox: {message}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("sandbox: interrupted.", err=True)

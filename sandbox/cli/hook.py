@@ -4,14 +4,20 @@ Reads the agent's hook JSON on stdin and records a call start or finish. It neve
 agent because of its own failure unless asked to (``--strict`` or ``hooks.strict`` in the
 settings): on any problem it prints one line on stderr and exits 1, which Claude Code and Gemini
 CLI treat as a non-blocking error; with strict it exits 2, which blocks a PreToolUse/BeforeTool.
-Only click and the standard library are imported on the way to the hook service.
+Only click and the standard library are imported on the way to the process hosting the run
+(``sandbox run`` or ``sandbox serve``); when none answers, the event is recorded in this process
+and ``sandbox serve`` is spawned in the background for the next ones.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from sandbox import hookproto
 
 EXIT_ERROR = 1
 EXIT_BLOCK = 2
@@ -38,7 +44,12 @@ def _run(agent: str, strict: bool) -> int:
             adapter = adapters.load(agent)
             success_stdout = str(adapter.SUCCESS_STDOUT)
             event = adapter.to_event(payload)
-        outcome = hookproto.Outcome(True) if event is None else hookproto.handle(event)
+        if event is None:
+            outcome = hookproto.Outcome(True)
+        else:
+            from sandbox.cli.hooks_cmd import autostart_allowed  # click and the standard library only
+
+            outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
     except SandboxError as exc:
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
@@ -49,6 +60,13 @@ def _run(agent: str, strict: bool) -> int:
         return 0
     click.echo(f"sandbox: {outcome.message}", err=True)
     return EXIT_BLOCK if strict or outcome.strict else EXIT_ERROR
+
+
+def _autostart(loc: hookproto.Location) -> None:
+    """Called only when no process hosts the run: spawn ``sandbox serve`` for the next events."""
+    from sandbox.cli.hooks_cmd import spawn_service
+
+    spawn_service(loc.run_id, loc.worktree)
 
 
 _STRICT = click.option("--strict", is_flag=True, help="Block the tool call (exit 2) when it cannot be recorded.")

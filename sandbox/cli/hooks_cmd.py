@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from sandbox.cli.common import open_run
+
+AUTOSTART_ENV = "SANDBOX_HOOK_AUTOSTART"
 
 
 @click.group("hooks")
@@ -14,14 +19,38 @@ def hooks() -> None:
 
 def hook_command(agent: str) -> str:
     """The shell command that runs this sandbox's hook handler for ``agent``."""
-    import os
     import shlex
     import shutil
-    import sys
 
-    beside = os.path.join(os.path.dirname(sys.executable), "sandbox")
+    beside = _beside()
     exe = beside if os.access(beside, os.X_OK) else shutil.which("sandbox") or "sandbox"
     return f"{shlex.quote(exe)} hook {agent}"
+
+
+def _beside() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "sandbox")
+
+
+def autostart_allowed() -> bool:
+    """False when ``SANDBOX_HOOK_AUTOSTART`` is 0/false/no/off (tests, benchmarks)."""
+    return os.environ.get(AUTOSTART_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def spawn_service(run_id: str, worktree: str) -> None:
+    """Start ``sandbox serve RUN`` in the background, without waiting for it."""
+    import subprocess
+
+    exe = [_beside()] if os.access(_beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
+    env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
+    subprocess.Popen(
+        [*exe, "-C", worktree, "serve", run_id],
+        cwd="/",  # not the worktree: `python -m` would put it on sys.path
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # the agent waits for its hook's output pipes to close
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 @hooks.command("install")
@@ -49,3 +78,8 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
     add_private(run.dir, [adapter.SETTINGS_PATH])  # before the file exists: no cut can catch it
     path = adapters.install(adapter, run.worktree, command)
     click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")
+    from sandbox import config, service
+
+    if autostart_allowed() and config.load(run.info.user_workdir).autostart and service.claim_autostart(run.dir):
+        spawn_service(run.run_id, run.worktree)
+        click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")

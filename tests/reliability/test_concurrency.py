@@ -269,9 +269,27 @@ def test_writers_racing_a_drop(user_repo: Path) -> None:
     ok("drop", run_id, "--force", cwd=user_repo)
     # Writers that lost the race fail (the run is gone); none may hang or resurrect the run.
     wait_all(procs)
-    assert run_id not in live_run_ids(user_repo), "a writer brought a dropped run back"
+    assert run_id not in live_run_ids(user_repo), RESURRECT
     ok("gc", cwd=user_repo)
     leftovers = things_of(sandbox_things(user_repo), run_id)
     assert not leftovers, leftovers
     write(user_repo, "after.txt", "user\n")
     assert_fsck_clean(user_repo)
+
+
+RESURRECT = "a call started concurrently with 'sandbox drop' must not re-create the dropped run's ledger"
+
+
+def test_append_after_drop_does_not_resurrect_the_run(user_repo: Path) -> None:
+    """A writer that read the run before a drop and appends after it must be refused."""
+    from sandbox.errors import SandboxError
+    from sandbox.models import CallSpec, EventKind
+
+    run_id = start_run(user_repo)
+    stale = open_run(user_repo, run_id)
+    epoch = stale.state().epoch  # what start_call reads before it appends
+    ok("drop", run_id, "--force", cwd=user_repo)
+    event = stale._event(EventKind.call_started, "call_late", call=CallSpec(tool_name="t", input_hash="h"), epoch=epoch)
+    with pytest.raises(SandboxError):
+        stale.ledger.append(event)
+    assert run_id not in live_run_ids(user_repo)

@@ -1,0 +1,234 @@
+"""`sandbox serve`: the background host of a run's hooks and watcher, and hooks that start it (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox import service, session
+from sandbox.errors import SandboxError
+from sandbox.project import Project
+from sandbox.run import Run
+from tests.conftest import sandbox_cmd, write
+from tests.hook_fixtures import payload, reopen, start_run
+
+AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "1"}
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {check}")
+
+
+def ready_pid(run: Run) -> int:
+    """Wait until a `sandbox serve` hosts the run and answers; its pid."""
+
+    def check() -> int | None:
+        pid = service.service_pid(run.dir)
+        client = session.client_for(run.dir)
+        if pid and client is not None and client.ping() and os.path.exists(os.path.join(run.dir, "hook.sock")):
+            return pid
+        return None
+
+    pid: int = wait_until(check)
+    return pid
+
+
+def log_text(run: Run) -> str:
+    path = Path(run.dir, service.LOG_FILE)
+    return path.read_text() if path.exists() else ""
+
+
+def hook(tool: str, which: str, run: Run, call_id: str, env: dict[str, str] | None = None) -> None:
+    data = json.dumps(payload(tool, which, run.worktree, call_id)).encode()
+    proc = sandbox_cmd("hook", "claude-code", cwd=run.worktree, input=data, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture
+def runs(repo: Path) -> Iterator[Callable[[], Run]]:
+    """Makes runs of ``repo``; afterwards stops their services and drops them (a late one then exits)."""
+    made: list[Run] = []
+
+    def make() -> Run:
+        made.append(start_run(repo))
+        return made[-1]
+
+    yield make
+    for run in made:
+        pid = service.service_pid(run.dir)
+        service.stop_service(run.dir)
+        try:
+            Run.open(Project(run.project.common_dir), run.run_id).drop(force=True)
+        except SandboxError:
+            pass  # the test dropped it itself
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_serve_detaches_answers_and_idles_out(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    proc = sandbox_cmd("serve", run.run_id, "--idle-exit", "2", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert f"serving run {run.run_id} in the background" in proc.stdout.decode()
+    pid = ready_pid(run)
+    assert os.getsid(pid) != os.getsid(0)  # its own session: no terminal, no signals from ours
+    hook("Read", "pre", run, "toolu_read1")  # answered through the socket: the idle clock restarts
+    assert "start Read toolu_read1 via socket: ok" in log_text(run)
+    wait_until(lambda: not alive(pid), timeout=60)
+    assert "stopped: no request for 2 s" in log_text(run)
+    for name in (service.PID_FILE, "hook.sock", session.SESSION_FILE):
+        assert not Path(run.dir, name).exists(), name
+    assert not service.host_alive(run.dir)
+
+
+def test_one_service_per_run(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    again = sandbox_cmd("serve", run.run_id, cwd=repo)
+    assert again.returncode == 0 and f"already hosted (by 'sandbox serve', pid {pid})" in again.stdout.decode()
+    assert service.service_pid(run.dir) == pid and log_text(run).count("serving run") == 1
+
+
+def test_the_socket_path_imports_neither_pygit2_nor_pydantic(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    ready_pid(run)
+    script = str(Path(sys.executable).parent / "sandbox")
+    data = json.dumps(payload("Bash", "pre", run.worktree, "toolu_imports")).encode()
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, "hook", "claude-code"],
+        cwd=run.worktree,
+        input=data,
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "start Bash toolu_imports via socket: ok" in log_text(run)
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
+    assert "sandbox.hookproto" in imported
+    heavy = {"sandbox.run", "sandbox.models", "sandbox.ledger"}
+    assert not {m for m in imported if m.split(".")[0] in ("pygit2", "pydantic", "watchdog") or m in heavy}
+
+
+def test_drop_stops_the_service(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    worktree = run.worktree
+    dropped = sandbox_cmd("drop", "--force", run.run_id, cwd=repo)
+    assert dropped.returncode == 0, dropped.stderr
+    wait_until(lambda: not alive(pid), timeout=15)
+    assert not Path(run.dir).exists() and not Path(worktree).exists()
+
+
+def test_service_exits_when_its_worktree_disappears(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    os.rename(run.worktree, run.worktree + ".moved")
+    try:
+        wait_until(lambda: not alive(pid), timeout=30)
+    finally:
+        os.rename(run.worktree + ".moved", run.worktree)
+    assert "stopped: the run's worktree is gone" in log_text(run)
+
+
+def test_hook_autostarts_the_service_and_the_next_hook_uses_it(runs: Callable[[], Run]) -> None:
+    run = runs()
+    hook("Write", "pre", run, "toolu_w1", env=AUTOSTART)  # no host: recorded in-process, service spawned
+    assert reopen(run).entry("toolu_w1").status.value == "started"
+    ready_pid(run)
+    write(Path(run.worktree), "src/greet.py", "def greet():\n    return 'hi'\n")
+    hook("Write", "post", run, "toolu_w1", env=AUTOSTART)
+    assert "finish Write toolu_w1 via socket: ok: toolu_w1 succeeded, 1 file(s)" in log_text(run)
+    assert "start Write toolu_w1" not in log_text(run)
+    entry = reopen(run).entry("toolu_w1")
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+
+
+@pytest.mark.parametrize("off_by", ["settings", "environment"])
+def test_autostart_off(repo: Path, runs: Callable[[], Run], off_by: str) -> None:
+    if off_by == "settings":
+        write(repo, ".sandbox.toml", "[hooks]\nautostart = false\n")
+    run = runs()
+    hook("Read", "pre", run, "toolu_r1", env=AUTOSTART if off_by == "settings" else None)
+    time.sleep(1.0)
+    assert not service.host_alive(run.dir) and not Path(run.dir, service.SPAWN_STAMP).exists()
+    assert reopen(run).entry("toolu_r1").status.value == "started"
+
+
+def test_bash_through_a_live_service_records_exactly_its_changes(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    ready_pid(run)
+    wt = Path(run.worktree)
+    write(wt, "stray.txt", "changed before the call: a scan would take it\n")
+    hook("Bash", "pre", run, "toolu_b1")
+    write(wt, "build/out.txt", "built\n")
+    write(wt, "README.md", "rewritten\n")
+    (wt / "src" / "util.py").unlink()
+    hook("Bash", "post", run, "toolu_b1")
+    assert "finish Bash toolu_b1 via socket: ok" in log_text(run)
+    entry = reopen(run).entry("toolu_b1")
+    assert sorted(f.path for f in entry.files) == ["README.md", "build/out.txt", "src/util.py"]
+
+
+def test_killed_service_makes_the_next_hook_record_in_process(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    wt = Path(run.worktree)
+    hook("Bash", "pre", run, "toolu_b2")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not alive(pid), timeout=15)
+    write(wt, "after.txt", "made while no service ran\n")
+    hook("Bash", "post", run, "toolu_b2", env=AUTOSTART)  # stale socket: in-process, with a scan
+    assert "finish Bash toolu_b2" not in log_text(run)
+    entry = reopen(run).entry("toolu_b2")
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["after.txt"]
+    ready_pid(run)  # ... and it spawned a new service for the next calls
+    hook("Read", "pre", run, "toolu_r2")
+    assert "start Read toolu_r2 via socket: ok" in log_text(run)
+
+
+def test_sandbox_run_takes_over_from_a_service(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    proc = sandbox_cmd("run", run.run_id, "--hooks", "none", "--", "sh", "-c", "echo x > a.txt", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert not alive(pid) and "note:" not in proc.stderr.decode()
+    assert [f.path for e in reopen(run).entries() for f in e.files] == ["a.txt"]
+
+
+def test_hooks_install_starts_the_service(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    proc = sandbox_cmd("hooks", "install", "claude-code", run.run_id, cwd=repo, env=AUTOSTART)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting its hook service in the background" in proc.stdout.decode()
+    ready_pid(run)

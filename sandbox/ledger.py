@@ -157,6 +157,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             tool_name=spec.tool_name,
             input_hash=spec.input_hash,
             input_ref=spec.input_ref,
+            input=spec.input,
             status=CallStatus.planned,
             idempotency=spec.idempotency,
             replay_policy=spec.replay_policy,
@@ -203,6 +204,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             entry.status = status
             entry.finished_at = event.at
             entry.result_ref = event.result_ref
+            entry.result = event.result
             entry.error = event.error
             if event.commit:
                 entry.commit = event.commit

@@ -132,6 +132,8 @@ class CallSpec(_Model):
     step_id: str | None = None
     input_hash: str
     input_ref: str | None = None
+    #: The input itself when small (inline saves two fsync'd objects per call); else see input_ref.
+    input: Any = None
     idempotency: Idempotency = Idempotency.conditional
     replay_policy: ReplayPolicy = ReplayPolicy.ask
     side_effects: list[str] = Field(default_factory=list)
@@ -170,6 +172,8 @@ class Event(_Model):
     parent_commit: str | None = None
     files: list[FileChange] = Field(default_factory=list)
     result_ref: str | None = None
+    #: The result itself when small; larger results are a blob named by result_ref.
+    result: Any = None
     error: str | None = None
     reason: str | None = None
     run: RunInfo | None = None
@@ -185,6 +189,8 @@ class LedgerEntry(_Model):
     tool_name: str
     input_hash: str
     input_ref: str | None = None
+    #: The input itself when small (inline saves two fsync'd objects per call); else see input_ref.
+    input: Any = None
     status: CallStatus
     idempotency: Idempotency
     replay_policy: ReplayPolicy
@@ -193,6 +199,8 @@ class LedgerEntry(_Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     result_ref: str | None = None
+    #: The result itself when small; larger results are a blob named by result_ref.
+    result: Any = None
     error: str | None = None
     commit: str | None = None
     parent_commit: str | None = None

@@ -321,8 +321,8 @@ def _last_completed_step(state: LedgerState, checkpoint_step: str | None) -> str
 
 
 def _command(run: Run, entry: LedgerEntry) -> str | None:
-    value: Any = None
-    if entry.input_ref:
+    value: Any = entry.input
+    if value is None and entry.input_ref:
         try:
             value = json.loads(objects.read_blob(run.repo, entry.input_ref))
         except (KeyError, ValueError, OSError):

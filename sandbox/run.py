@@ -73,6 +73,10 @@ faults.POINTS.update(
 )
 
 
+#: Inputs and results up to this many bytes of JSON live in the event itself, not in a blob.
+INLINE_LIMIT = 4096
+
+
 def canonical_json(value: Any) -> bytes:
     """The canonical JSON bytes of a value (sorted keys, no spaces): what ``input_hash`` hashes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
@@ -273,12 +277,14 @@ class Run:
         except ValueError as exc:
             raise UsageError(f"{exc}; see 'sandbox call start --help' for the allowed values.") from exc
         data = canonical_json(input)
-        attachments = {"input.json": data} if input is not None else {}
+        inline = input is not None and len(data) <= INLINE_LIMIT
+        attachments = {"input.json": data} if input is not None and not inline else {}
         spec = CallSpec(
             tool_name=tool_name,
             step_id=step_id,
             input_hash=input_hash(tool_name, input),
-            input_ref=str(pygit2.hash(data)) if input is not None else None,
+            input_ref=str(pygit2.hash(data)) if attachments else None,
+            input=input if inline else None,
             idempotency=idem,
             replay_policy=rep,
             side_effects=list(side_effects),
@@ -436,7 +442,9 @@ class Run:
                             tool_call_id=call_id,
                         )
                     )
-            attachments = {"result.json": canonical_json(result)} if result is not None else {}
+            result_data = canonical_json(result) if result is not None else b""
+            inline_result = result is not None and len(result_data) <= INLINE_LIMIT
+            attachments = {"result.json": result_data} if result is not None and not inline_result else {}
             kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
             event = self._event(
                 kind,
@@ -446,6 +454,7 @@ class Run:
                 files=files,
                 error=error,
                 result_ref=str(pygit2.hash(attachments["result.json"])) if attachments else None,
+                result=result if inline_result else None,
                 epoch=state.epoch,
             )
             new_state = self.ledger.append(

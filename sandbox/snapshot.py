@@ -59,16 +59,32 @@ def take(project_repo: pygit2.Repository, workdir: str, scratch_dir: str, messag
         if os.path.exists(real_index):
             shutil.copyfile(real_index, temp_index)
         env = {"GIT_INDEX_FILE": temp_index}
-        git(["add", "-A", "--ignore-errors", "--", "."], cwd=workdir, env=env)
+        added = git(["add", "-A", "--ignore-errors", "--", "."], cwd=workdir, env=env)
         faults.point("start.snapshot.after_add")
         tree = git(["write-tree"], cwd=workdir, env=env).stdout.decode().strip()
-        listing = git(["ls-files", "-s", "-z"], cwd=workdir, env=env).stdout
+        submodules = _embedded(added.stderr)
+        if os.path.exists(os.path.join(workdir, ".gitmodules")):
+            # Listing the whole index costs O(repository): only where submodules are declared.
+            listing = git(["ls-files", "-s", "-z"], cwd=workdir, env=env).stdout
+            submodules += [
+                os.fsdecode(rec.split(b"\t", 1)[1]) for rec in listing.split(b"\0") if rec.startswith(b"160000 ")
+            ]
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temp_index)
-    submodules = [os.fsdecode(rec.split(b"\t", 1)[1]) for rec in listing.split(b"\0") if rec.startswith(b"160000 ")]
+    submodules = sorted(set(submodules))
     sig = objects.signature()
     parents = [head] if head else []
     commit = str(project_repo.create_commit(None, sig, sig, message, tree, parents))
     faults.point("start.snapshot.after_commit")
     return Snapshot(commit=commit, tree=tree, head=head, head_ref=head_ref, submodules=submodules)
+
+
+def _embedded(stderr: bytes) -> list[str]:
+    """Nested repositories ``git add`` took in as gitlinks (it warns about each one)."""
+    out = []
+    for line in stderr.decode(errors="surrogateescape").splitlines():
+        marker = "adding embedded git repository: "
+        if marker in line:
+            out.append(line.split(marker, 1)[1].strip())
+    return out

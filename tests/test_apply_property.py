@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sandbox import mergeback, objects
 from sandbox.ledger import new_event_id
-from sandbox.models import Event, EventKind, FileChange, RunInfo
+from sandbox.models import CallSpec, Event, EventKind, FileChange, RunInfo
 from sandbox.project import Project
 from sandbox.run import Run, new_run_id
 from sandbox.undo import NothingToUndoError, undo
@@ -158,7 +158,10 @@ class World:
             if not files:
                 continue
             commit = str(repo.create_commit(None, sig, sig, f"step {i}", new_tree, [parent]))
-            call_id = run.start_call(f"step{i}")
+            # Recorded straight into the ledger: these runs have no worktree (start_call needs one).
+            call_id = f"step{i}-{run_id}"
+            spec = CallSpec(tool_name=f"step{i}", input_hash=f"sha256:{i}")
+            run.ledger.append(run._event(EventKind.call_started, call_id, call=spec))
             run.ledger.append(
                 run._event(EventKind.call_succeeded, call_id, commit=commit, parent_commit=parent, files=files),
                 keep=[commit],

@@ -127,3 +127,12 @@ def test_cli_start_json_and_path(repo: Path, runner: CliRunner) -> None:
     # RUN may be omitted inside the run's worktree
     result = runner.invoke(cli, ["-C", data["worktree"], "path"], catch_exceptions=False)
     assert result.output.strip() == data["worktree"]
+
+
+def test_embedded_repository_is_reported_as_gitlink(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "outer", {"a.txt": "a\n"})
+    make_repo(root / "vendor" / "inner", {"i.txt": "i\n"})
+    run = start(root)
+    assert run.info.submodules == ["vendor/inner"]
+    entry = objects.lookup(run.repo, objects.commit_tree(run.repo, run.base), "vendor/inner")
+    assert entry is not None and entry.mode == objects.MODE_GITLINK

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli.common import open_run
+
+if TYPE_CHECKING:
+    from sandbox.run import Run
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
 
@@ -56,6 +60,7 @@ def exec_cmd(
     from sandbox.execute import execute
 
     run = open_run(ctx, run_id)
+    _autostart_service(run)
     outcome = execute(
         run,
         list(command),
@@ -72,3 +77,27 @@ def exec_cmd(
         err=True,
     )
     sys.exit(outcome.returncode)
+
+
+def _autostart_service(run: Run) -> None:
+    """Spawn the run's ``sandbox serve`` (watcher) for the next calls when none runs.
+
+    This call scans the worktree (correct, O(repository)); later ones ask the service's watcher
+    (O(changed paths)). The service exits by itself after 15 idle minutes, or when the run is
+    dropped. Off with SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
+    """
+    from sandbox import service
+    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
+
+    if not autostart_allowed():
+        return
+    from sandbox.config import load as load_config
+    from sandbox.errors import SandboxError
+
+    try:
+        if not load_config(run.info.user_workdir).autostart:
+            return
+    except SandboxError:  # a broken settings file must not stop the command; start reports it
+        return
+    if service.claim_autostart(run.dir):
+        spawn_service(run.run_id, run.worktree)

@@ -35,6 +35,9 @@ def _isolate_git() -> None:
             "GIT_AUTHOR_EMAIL": "bench@example.com",
             "GIT_COMMITTER_NAME": "Bench",
             "GIT_COMMITTER_EMAIL": "bench@example.com",
+            # The cases host the session service themselves where they measure it; a `sandbox exec`
+            # or hook must not start one on its own and change what the next sample measures.
+            "SANDBOX_HOOK_AUTOSTART": "0",
         }
     )
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "SANDBOX_FAULT"):

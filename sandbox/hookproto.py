@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import socket
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -466,3 +467,25 @@ def _bounded(result: Any) -> Any:
     if len(text) <= MAX_RESULT:
         return result
     return {"truncated": True, "bytes": len(text)}
+
+
+def classify_tool(
+    tool: str,
+    write: Collection[str],
+    command: Collection[str],
+    read: Collection[str],
+    external: Collection[str],
+) -> str:
+    """The kind of a tool (write, command, read, external, unknown) from an adapter's tool lists.
+
+    MCP tools (``mcp__server__tool``) are external unless listed otherwise.
+    """
+    if tool in write:
+        return "write"
+    if tool in command:
+        return "command"
+    if tool in read:
+        return "read"
+    if tool in external or tool.startswith("mcp__"):
+        return "external"
+    return "unknown"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.hookproto import HookEvent, HookInputError
+from sandbox.hookproto import HookEvent, HookInputError, classify_tool
 
 NAME = "claude-code"
 SETTINGS_PATH = ".claude/settings.local.json"
@@ -31,15 +31,7 @@ COMMAND_TOOLS = {"Bash"}
 
 def classify(tool: str) -> str:
     """The kind of call a Claude Code tool makes."""
-    if tool in WRITE_TOOLS:
-        return "write"
-    if tool in COMMAND_TOOLS:
-        return "command"
-    if tool in READ_TOOLS:
-        return "read"
-    if tool in EXTERNAL_TOOLS or tool.startswith("mcp__"):
-        return "external"
-    return "unknown"
+    return classify_tool(tool, WRITE_TOOLS, COMMAND_TOOLS, READ_TOOLS, EXTERNAL_TOOLS)
 
 
 def to_event(payload: Any) -> HookEvent | None:

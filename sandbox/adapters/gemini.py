@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sandbox.hookproto import HookEvent, HookInputError
+from sandbox.hookproto import HookEvent, HookInputError, classify_tool
 
 NAME = "gemini"
 SETTINGS_PATH = ".gemini/settings.json"
@@ -32,15 +32,7 @@ COMMAND_TOOLS = {"run_shell_command"}
 
 def classify(tool: str) -> str:
     """The kind of call a Gemini CLI tool makes."""
-    if tool in WRITE_TOOLS:
-        return "write"
-    if tool in COMMAND_TOOLS:
-        return "command"
-    if tool in READ_TOOLS:
-        return "read"
-    if tool in EXTERNAL_TOOLS or tool.startswith("mcp__"):
-        return "external"
-    return "unknown"
+    return classify_tool(tool, WRITE_TOOLS, COMMAND_TOOLS, READ_TOOLS, EXTERNAL_TOOLS)
 
 
 def to_event(payload: Any) -> HookEvent | None:

@@ -154,3 +154,22 @@ def test_finish_is_refused_after_the_run_was_resumed_elsewhere(run: Run) -> None
     with pytest.raises(StaleWriterError):
         run.finish_call(call_id, "succeeded", paths=["late.txt"])
     assert run.head() == head
+
+
+def test_small_inputs_and_results_are_inline_large_ones_are_blobs(run: Run) -> None:
+    from sandbox import objects as objs
+
+    small = {"path": "a.txt"}
+    large = {"text": "x" * 10_000}
+    with run.tool_call("small", small) as call:
+        call.result = {"ok": True}
+    entry = run.entry(call.call_id or "")
+    assert entry.input == small and entry.input_ref is None and entry.result == {"ok": True}
+    with run.tool_call("large", large) as call:
+        call.result = large
+    entry = run.entry(call.call_id or "")
+    assert entry.input is None and entry.input_ref is not None and entry.result is None
+    import json as _json
+
+    assert _json.loads(objs.read_blob(run.repo, entry.input_ref)) == large
+    assert entry.result_ref is not None and _json.loads(objs.read_blob(run.repo, entry.result_ref)) == large

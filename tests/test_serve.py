@@ -232,3 +232,23 @@ def test_hooks_install_starts_the_service(repo: Path, runs: Callable[[], Run]) -
     assert proc.returncode == 0, proc.stderr
     assert "starting its hook service in the background" in proc.stdout.decode()
     ready_pid(run)
+
+
+def test_exec_autostarts_the_service_and_the_next_exec_uses_its_watcher(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    first = sandbox_cmd("exec", run.run_id, "--", "sh", "-c", "echo one > one.txt", cwd=repo, env=AUTOSTART)
+    assert first.returncode == 0, first.stderr
+    ready_pid(run)
+    second = sandbox_cmd("exec", run.run_id, "--", "sh", "-c", "echo two > two.txt", cwd=repo, env=AUTOSTART)
+    assert second.returncode == 0, second.stderr
+    entries = reopen(run).entries()
+    assert [[f.path for f in e.files] for e in entries[-2:]] == [["one.txt"], ["two.txt"]]
+    assert "via socket" in log_text(run) or session.client_for(run.dir) is not None
+
+
+def test_exec_does_not_autostart_when_turned_off(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    proc = sandbox_cmd("exec", run.run_id, "--", "true", cwd=repo, env={"SANDBOX_HOOK_AUTOSTART": "0"})
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(0.5)
+    assert service.service_pid(run.dir) is None

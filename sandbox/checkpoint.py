@@ -550,16 +550,7 @@ def objects_snapshot(repo: pygit2.Repository, base: str, head: str, with_files: 
         base_tree = objects.commit_tree(repo, base)
         head_tree = objects.commit_tree(repo, head)
         for change in objects.diff_trees(repo, base_tree, head_tree):
-            files.append(
-                FileChange(
-                    path=change.path,
-                    before_hash=change.old.oid if change.old else None,
-                    after_hash=change.new.oid if change.new else None,
-                    before_mode=change.old.mode if change.old else None,
-                    after_mode=change.new.mode if change.new else None,
-                    patch_ref=f"{base}..{head}",
-                )
-            )
+            files.append(objects.file_change(change.path, change.old, change.new, f"{base}..{head}"))
     return FileSnapshot(commit=head, base=base, files=files)
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pygit2
 
+from sandbox.models import FileChange
+
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
 MODE_LINK = 0o120000
@@ -307,3 +309,18 @@ def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
     if kind != _BLOB:
         raise ValueError(f"object {oid} is not a blob")
     return data
+
+
+def file_change(
+    path: str, old: Entry | None, new: Entry | None, patch_ref: str | None, tool_call_id: str | None = None
+) -> FileChange:
+    """The ledger's record of one path going from ``old`` to ``new`` (None: absent)."""
+    return FileChange(
+        path=path,
+        before_hash=old.oid if old else None,
+        after_hash=new.oid if new else None,
+        before_mode=old.mode if old else None,
+        after_mode=new.mode if new else None,
+        patch_ref=patch_ref,
+        tool_call_id=tool_call_id,
+    )

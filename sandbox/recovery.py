@@ -139,17 +139,7 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
         )
         assert goal_tree is not None
         commit = str(run.repo.create_commit(None, sig, sig, message, goal_tree, [head]))
-        files = [
-            FileChange(
-                path=c.path,
-                before_hash=c.old.oid if c.old else None,
-                after_hash=c.new.oid if c.new else None,
-                before_mode=c.old.mode if c.old else None,
-                after_mode=c.new.mode if c.new else None,
-                patch_ref=f"{head}..{commit}",
-            )
-            for c in changes
-        ]
+        files = [objects.file_change(c.path, c.old, c.new, f"{head}..{commit}") for c in changes]
         kept = _ancestors(run, goal, state.run.base)
         undone = [
             c

@@ -429,19 +429,10 @@ class Run:
             files: list[FileChange] = []
             if commit is not None:
                 faults.point("call.finish.after_commit")
-                for rel in sorted(cap.changes):
-                    before, after = cap.before[rel], cap.changes[rel]
-                    files.append(
-                        FileChange(
-                            path=rel,
-                            before_hash=before.oid if before else None,
-                            after_hash=after.oid if after else None,
-                            before_mode=before.mode if before else None,
-                            after_mode=after.mode if after else None,
-                            patch_ref=f"{head}..{commit}",
-                            tool_call_id=call_id,
-                        )
-                    )
+                files = [
+                    objects.file_change(rel, cap.before[rel], cap.changes[rel], f"{head}..{commit}", call_id)
+                    for rel in sorted(cap.changes)
+                ]
             result_data = canonical_json(result) if result is not None else b""
             inline_result = result is not None and len(result_data) <= INLINE_LIMIT
             attachments = {"result.json": result_data} if result is not None and not inline_result else {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sandbox import faults, worktree
 from sandbox.errors import LockedError
-from sandbox.locks import file_lock
+from sandbox.locks import file_lock, remove_locked_dir
 from sandbox.project import Project
 from sandbox.run import delete_run_refs
 
@@ -60,9 +60,9 @@ def collect(project: Project) -> GcReport:
                     report.worktrees.append(path)
                 faults.point("gc.after_worktree")
                 report.runs.append(run_id)
-                # Under the lock: a start waiting for it re-takes it on a fresh file (see locks.py).
+                # Last act under the lock: a start waiting on it re-takes it on a fresh file.
                 with contextlib.suppress(OSError):
-                    shutil.rmtree(project.run_dir(run_id))
+                    remove_locked_dir(project.run_dir(run_id))
         except LockedError:
             report.skipped_busy.append(run_id)
             continue

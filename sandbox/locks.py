@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -27,7 +28,10 @@ def file_lock(path: str, what: str, timeout: float = 30.0) -> Iterator[None]:
     delay = 0.001
     while True:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            continue  # the directory was removed between makedirs and open (remove_locked_dir)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -66,3 +70,29 @@ def _holder(path: str) -> str:
     except OSError:
         return ""
     return f" (pid {pid})" if pid else ""
+
+
+def remove_locked_dir(directory: str, lock_name: str = "lock") -> None:
+    """Remove ``directory`` while holding the lock on ``directory/lock_name``; call it last under the lock.
+
+    Everything else goes first and the lock file last: until it is unlinked, every newcomer waits on
+    it; once it is gone, a newcomer locks a fresh file (see :func:`file_lock`), and whatever it then
+    writes in the directory is left alone (the final rmdir fails on a non-empty directory).
+    """
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in entries:
+        if name == lock_name:
+            continue
+        full = os.path.join(directory, name)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, lock_name))
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)

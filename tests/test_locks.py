@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.errors import LockedError
-from sandbox.locks import file_lock
+from sandbox.locks import file_lock, remove_locked_dir
 
 
 def test_lock_is_exclusive_and_times_out(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_lock_is_exclusive_and_times_out(tmp_path: Path) -> None:
 def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
     path = str(tmp_path / "x.lock")
     code = (
-        "from sandbox.locks import file_lock\nimport time\n"
+        "from sandbox.locks import file_lock, remove_locked_dir\nimport time\n"
         f"with file_lock({path!r}, 'x'):\n print('held', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
@@ -37,28 +37,53 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
 
 
 def test_removing_the_lock_file_while_held_never_lets_two_holders_in(tmp_path: Path) -> None:
-    """gc removes a dead run's directory while holding its lock; a waiter must re-lock the new file."""
-    path = str(tmp_path / "run" / "lock")
+    """gc removes a dead run's directory as its last act under the lock; a waiter re-locks a fresh file.
+
+    No two holders are ever inside at once, and what a new holder writes in the directory survives
+    the previous holder's removal.
+    """
+    directory = str(tmp_path / "run")
+    path = os.path.join(directory, "lock")
     inside = 0
     overlap = []
+    lost = []
     guard = threading.Lock()
 
-    def hold(remove: bool) -> None:
+    errors: list[BaseException] = []
+
+    def hold(index: int) -> None:
+        try:
+            work(index)
+        except BaseException as exc:  # a holder whose directory vanished under it
+            errors.append(exc)
+
+    def work(index: int) -> None:
         nonlocal inside
-        with file_lock(path, "Run", timeout=10):
+        with file_lock(path, "Run", timeout=20):
             with guard:
                 inside += 1
                 overlap.append(inside)
-            time.sleep(0.05)
-            if remove:
-                os.unlink(path)
-                os.rmdir(os.path.dirname(path))
+            data = os.path.join(directory, "data")
+            os.makedirs(data, exist_ok=True)
+            for n in range(200):  # enough files that removing them takes a while
+                with open(os.path.join(data, f"{index}-{n}"), "w") as fh:
+                    fh.write("x")
+            mine = os.path.join(data, f"work-{index}")
+            with open(mine, "w") as fh:
+                fh.write("x")
+            time.sleep(0.02)
+            if not os.path.exists(mine):
+                lost.append(index)
             with guard:
                 inside -= 1
+            if index % 3 == 0:
+                remove_locked_dir(directory)
 
-    threads = [threading.Thread(target=hold, args=(i % 3 == 0,)) for i in range(9)]
+    threads = [threading.Thread(target=hold, args=(i,)) for i in range(12)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=60)
+    assert errors == []
     assert max(overlap) == 1
+    assert lost == []

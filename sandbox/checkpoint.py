@@ -456,9 +456,11 @@ class CheckpointStore:
             sig = objects.signature()
             # Parentless on purpose: a history of store commits would keep pruned checkpoints alive.
             message = f"sandbox checkpoints of run {run.run_id}\n\nSandbox-Run: {run.run_id}\n"
-            commit = self.repo.create_commit(None, sig, sig, message, top, [])
+            with objects.git_writes():
+                commit = self.repo.create_commit(None, sig, sig, message, top, [])
             faults.point("checkpoint.save.after_commit")
-            self.repo.references.create(self.ref, commit, force=True)
+            with objects.git_writes():
+                self.repo.references.create(self.ref, commit, force=True)
             faults.point("checkpoint.save.after_ref")
             event = run._event(
                 EventKind.checkpoint,
@@ -492,8 +494,10 @@ class CheckpointStore:
             top = objects.write_tree(self.repo, kept)
             sig = objects.signature()
             message = f"sandbox checkpoints of run {self.run.run_id} (repaired)\n\nSandbox-Run: {self.run.run_id}\n"
-            commit = self.repo.create_commit(None, sig, sig, message, top, [])
-            self.repo.references.create(self.ref, commit, force=True)
+            with objects.git_writes():
+                commit = self.repo.create_commit(None, sig, sig, message, top, [])
+            with objects.git_writes():
+                self.repo.references.create(self.ref, commit, force=True)
         return True
 
     def capture_before_write(self, path: str) -> None:

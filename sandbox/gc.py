@@ -11,15 +11,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 
-from sandbox import faults, worktree
+from sandbox import faults, packs, worktree
 from sandbox.errors import LockedError
 from sandbox.locks import file_lock, remove_locked_dir
 from sandbox.project import Project
 from sandbox.run import delete_run_refs
 
 faults.POINTS.update({"gc.after_refs", "gc.after_worktree"})
+
+#: A pack temp file this old belongs to no live writer (a write takes milliseconds).
+TEMP_FILE_AGE = 3600.0
 
 
 @dataclass
@@ -30,6 +34,8 @@ class GcReport:
     worktrees: list[str] = field(default_factory=list)
     admin_dirs: list[str] = field(default_factory=list)
     refs_deleted: int = 0
+    #: Temp files of pack writes a killed process left (older than an hour).
+    temp_files: int = 0
     bytes_freed: int = 0
     skipped_busy: list[str] = field(default_factory=list)
 
@@ -66,6 +72,8 @@ def collect(project: Project) -> GcReport:
         except LockedError:
             report.skipped_busy.append(run_id)
             continue
+    objects_dir = os.path.join(project.common_dir, "objects")
+    report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]

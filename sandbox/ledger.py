@@ -474,30 +474,39 @@ class Ledger:
         keep: list[str] | None,
         attachments: Mapping[str, bytes] | None,
     ) -> str:
-        """Write the event's objects and commit, moving the ref (compare-and-swap); its id."""
-        tree = objects.EMPTY_TREE_HEX
-        if attachments:
-            blobs = {
-                name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
-                for name, data in attachments.items()
-            }
-            tree = objects.write_tree(self.repo, blobs)
-        else:
-            self._ensure_empty_tree()
-        parents: list[str] = [state.tip] if state.tip else []
-        for oid in keep or []:
-            if oid and oid not in parents:
-                parents.append(oid)
-        prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
-        message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
-        message += "\n\n" + to_json(event) + "\n"
-        sig = objects.signature()
-        if state.tip is None:
-            new_oid = self.repo.create_commit(None, sig, sig, message, tree, parents)
-            self.repo.references.create(self.ref, new_oid)
-        else:
-            new_oid = self.repo.create_commit(self.ref, sig, sig, message, tree, parents)
-        return str(new_oid)
+        """Write the event's objects and commit, moving the ref (compare-and-swap); its id.
+
+        The objects go into the caller's batch (a call's blob, trees and commit, then the event), made
+        durable in one write just before the ref moves (see :mod:`sandbox.packs`).
+        """
+        with objects.batch(self.repo) as pending:
+            tree = objects.EMPTY_TREE_HEX
+            if attachments:
+                blobs = {
+                    name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
+                    for name, data in attachments.items()
+                }
+                tree = objects.write_tree(self.repo, blobs)
+            else:
+                self._ensure_empty_tree()
+            parents: list[str] = [state.tip] if state.tip else []
+            for oid in keep or []:
+                if oid and oid not in parents:
+                    parents.append(oid)
+            prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
+            message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
+            message += "\n\n" + to_json(event) + "\n"
+            when = objects.now()
+            new_oid = objects.write_commit(self.repo, tree, parents, message, when)
+            pending.flush()
+            with objects.git_writes():
+                if state.tip is None:
+                    self.repo.references.create(self.ref, new_oid)
+                    return new_oid
+                # The compare-and-swap: libgit2 moves the ref only if its tip is still the first
+                # parent. The commit is stored already, so it is not written again (same bytes).
+                sig = objects.signature(when)
+                return str(self.repo.create_commit(self.ref, sig, sig, message, tree, parents))
 
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:

@@ -15,6 +15,7 @@ import re
 
 import pygit2
 
+from sandbox import objects
 from sandbox.errors import NotARepositoryError, UnknownRunError
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -34,7 +35,7 @@ class Project:
     def __init__(self, common_dir: str) -> None:
         self.common_dir = os.path.realpath(common_dir)
         try:
-            self.repo = pygit2.Repository(self.common_dir)
+            self.repo = objects.open_repository(self.common_dir)
         except pygit2.GitError as exc:
             raise NotARepositoryError(f"{common_dir} is not a git repository ({exc}).") from exc
         self.state_dir = os.path.join(self.common_dir, "sandbox")

@@ -138,7 +138,8 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             f"sandbox: rollback files to {ckpt.name}\n\nSandbox-Run: {run.run_id}\nSandbox-Checkpoint: {ckpt.id}\n"
         )
         assert goal_tree is not None
-        commit = str(run.repo.create_commit(None, sig, sig, message, goal_tree, [head]))
+        with objects.git_writes():
+            commit = str(run.repo.create_commit(None, sig, sig, message, goal_tree, [head]))
         files = [objects.file_change(c.path, c.old, c.new, f"{head}..{commit}") for c in changes]
         kept = _ancestors(run, goal, state.run.base)
         undone = [

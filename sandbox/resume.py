@@ -228,7 +228,8 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     tree = objects.edit_tree(run.repo, head_tree, cap.changes)
     sig = objects.signature()
     message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
-    commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
+    with objects.git_writes():
+        commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
     data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}
     event = run._event(EventKind.drift, epoch=state.epoch, commit=commit, parent_commit=state.head, data=data)
     new = run.ledger.append(event, keep=[commit])

@@ -149,8 +149,10 @@ class Run:
             faults.point("start.after_lock")
             message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
             snap = snapshot.take(project.repo, workdir, run.dir, message)
-            project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
-            project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
+            with objects.git_writes():
+                project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
+            with objects.git_writes():
+                project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
             faults.point("start.after_refs")
             path = project.worktree_path(run_id)
             worktree.add(project.common_dir, path, snap.commit, run_id)
@@ -213,7 +215,8 @@ class Run:
         try:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
-                self.repo.references.create(name, head, force=True)
+                # A mirror of the durable ledger: written without fsync (objects.mirror_repository).
+                objects.mirror_repository(self.repo).references.create(name, head, force=True)
         except (pygit2.GitError, OSError):
             # Only a mirror of the ledger's head (which is durable already): the next read repairs it.
             pass
@@ -394,7 +397,8 @@ class Run:
         if final not in TERMINAL_STATUSES:
             raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
         faults.point("call.finish.before")
-        with self.ledger.lock.hold():
+        # The call's objects and its event are made durable together, in one pack (sandbox.packs).
+        with self.ledger.lock.hold(), objects.batch(self.repo):
             state = self.state()
             entry = state.calls.get(call_id)
             if entry is None:
@@ -415,12 +419,11 @@ class Run:
                 commit: str | None = None
                 tree = objects.edit_tree(self.repo, head_tree, cap.changes) if cap.changes else head_tree
                 if tree is not None and tree != head_tree:
-                    sig = objects.signature()
                     msg = (
                         f"sandbox: {entry.tool_name} ({call_id})\n\n"
                         f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
                     )
-                    commit = str(self.repo.create_commit(None, sig, sig, msg, tree, [head]))
+                    commit = objects.write_commit(self.repo, tree, [head], msg, objects.now())
             except (pygit2.GitError, OSError) as exc:
                 raise SandboxError(
                     f"Could not record the changes of call {call_id} ({exc}); the call stays started and its "
@@ -591,7 +594,8 @@ class Run:
 
         stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
         with self.ledger.lock.hold():
-            self.repo.references.delete(self.ledger.ref)
+            with objects.git_writes():
+                self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")
             freed = worktree.remove(self.project.common_dir, path)
             faults.point("drop.after_worktree")
@@ -607,5 +611,5 @@ def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
     prefix = f"refs/sandbox/{run_id}/"
     for name in list(repo.references):
         if name.startswith(prefix):
-            with contextlib.suppress(KeyError, pygit2.GitError):
+            with contextlib.suppress(KeyError, pygit2.GitError), objects.git_writes():
                 repo.references.delete(name)

@@ -75,7 +75,8 @@ def take(project_repo: pygit2.Repository, workdir: str, scratch_dir: str, messag
     submodules = sorted(set(submodules))
     sig = objects.signature()
     parents = [head] if head else []
-    commit = str(project_repo.create_commit(None, sig, sig, message, tree, parents))
+    with objects.git_writes():
+        commit = str(project_repo.create_commit(None, sig, sig, message, tree, parents))
     faults.point("start.snapshot.after_commit")
     return Snapshot(commit=commit, tree=tree, head=head, head_ref=head_ref, submodules=submodules)
 

@@ -252,7 +252,8 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     else:
         sig = objects.signature()
         message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
-        new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
+        with objects.git_writes():
+            new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
     event = run._event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,

@@ -182,3 +182,47 @@ def sandbox_cmd(
         timeout=timeout,
         check=False,
     )
+
+
+def replace_stored_object(root: Path, oid: str, new_data: bytes) -> None:
+    """Make the object stored as ``oid`` hold ``new_data`` instead (a garbled object that still inflates).
+
+    Loose: rewritten in place. Packed: the pack holding it is rewritten with the other objects as
+    they were, and the original pack removed, so only the damaged copy remains.
+    """
+    import zlib
+
+    from sandbox import packs
+
+    objects_dir = root / ".git" / "objects"
+    loose = objects_dir / oid[:2] / oid[2:]
+    if loose.exists():
+        header, _, _ = zlib.decompress(loose.read_bytes()).partition(b"\0")
+        kind = header.split(b" ")[0]
+        loose.chmod(0o644)
+        loose.write_bytes(zlib.compress(b"%s %d\0" % (kind, len(new_data)) + new_data))
+        return
+    import pygit2
+
+    repo = pygit2.Repository(str(root))
+    for idx in (objects_dir / "pack").glob("*.idx"):
+        ids = packs.index_ids(str(idx))
+        if oid not in ids:
+            continue
+        items = []
+        for other in ids:
+            kind, data = repo.odb.read(other)
+            items.append((other, int(kind), new_data if other == oid else bytes(data)))
+        del repo
+        packs.write_pack(str(objects_dir), items, len(items))
+        idx.unlink()
+        idx.with_suffix(".pack").unlink()
+        return
+    raise AssertionError(f"object {oid} is not stored")
+
+
+def stored_object_data(root: Path, oid: str) -> bytes:
+    """An object's content as stored, read with plain git."""
+    kind = git(root, "cat-file", "-t", oid).strip()
+    proc = subprocess.run(["git", "cat-file", kind, oid], cwd=root, capture_output=True, check=True)
+    return proc.stdout

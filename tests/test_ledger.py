@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from sandbox.ledger import Ledger
 from sandbox.models import CallStatus, EventKind
 from sandbox.project import Project
 from sandbox.run import Run
-from tests.conftest import sandbox_cmd
+from tests.conftest import replace_stored_object, sandbox_cmd, stored_object_data
 
 
 def start_run(repo: Path) -> Run:
@@ -103,17 +104,21 @@ def _loose_object_path(repo: Path, oid: str) -> Path:
     return repo / ".git" / "objects" / oid[:2] / oid[2:]
 
 
-def test_garbled_ledger_event_is_detected_not_read(repo: Path) -> None:
+@pytest.mark.parametrize("where", ["packed", "loose"])
+def test_garbled_ledger_event_is_detected_not_read(repo: Path, where: str) -> None:
+    """A garbled event that still inflates: its SHA-1 gives it away, loose or packed."""
     run = start_run(repo)
     with run.tool_call("a") as c:
         c.write("x.txt", "x")
+    if where == "loose":
+        run.start_call("b")  # a started event is one loose object
     tip = run.ledger.tip()
     assert tip is not None
-    path = _loose_object_path(repo, tip)
-    data = zlib.decompress(path.read_bytes())
-    garbled = data.replace(b"call_succeeded", b"call_succeedeX")
-    path.chmod(0o644)
-    path.write_bytes(zlib.compress(garbled))
+    assert _loose_object_path(repo, tip).exists() == (where == "loose")
+    data = stored_object_data(repo, tip)
+    kind = b"call_started" if where == "loose" else b"call_succeeded"
+    assert kind in data
+    replace_stored_object(repo, tip, data.replace(kind, kind[:-1] + b"X"))
     with pytest.raises(CorruptionError):
         Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache").state()
     out = sandbox_cmd("log", run.run_id, cwd=repo)
@@ -123,6 +128,7 @@ def test_garbled_ledger_event_is_detected_not_read(repo: Path) -> None:
 
 def test_truncated_ledger_object_is_detected(repo: Path) -> None:
     run = start_run(repo)
+    run.start_call("a")  # a started event is one loose object
     tip = run.ledger.tip()
     assert tip is not None
     path = _loose_object_path(repo, tip)
@@ -156,3 +162,37 @@ def test_ledger_travels_with_plain_git_fetch(repo: Path, tmp_path: Path) -> None
     assert project.run_ids() == [run.run_id]
     moved = Run.open(project, run.run_id)
     assert [e.files[0].path for e in moved.entries()] == ["moved.txt"]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to see the fsyncs")
+def test_a_cli_call_is_durable_before_the_ledger_moves_and_before_it_returns(repo: Path) -> None:
+    """Objects synced before the ref that names them moves; the ref and its directory synced after.
+
+    Traced in a real CLI process: libgit2 decides once per repository whether to fsync refs, so a
+    repository opened before the option was on would move the ledger without syncing it.
+    """
+    run = start_run(repo)
+    exe = Path(sys.executable).parent / "sandbox"
+    proc = subprocess.run(
+        ["strace", "-f", "-y", "-e", "trace=fsync,rename", str(exe), "write", run.run_id, "traced.txt"],
+        input=b"traced\n",
+        capture_output=True,
+        cwd=repo,
+        env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "0"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    lines = [ln for ln in proc.stderr.decode(errors="replace").splitlines() if "fsync(" in ln or "rename(" in ln]
+    ref_dir = f"refs/sandbox/{run.run_id}"
+    moves = [i for i, ln in enumerate(lines) if "rename(" in ln and f"{ref_dir}/ledger.lock" in ln]
+    assert len(moves) == 2, "one ledger move for the started event, one for the finish"
+    previous = 0
+    for move in moves:
+        before = lines[previous:move]
+        assert any("fsync(" in ln and "/objects/" in ln for ln in before), "the event's objects are synced first"
+        assert any("fsync(" in ln and f"{ref_dir}/ledger.lock>" in ln for ln in before), "the new ref is synced"
+        after = lines[move + 1 : move + 3]
+        assert any("fsync(" in ln and ln.rstrip().split(">")[0].endswith(ref_dir) for ln in after), after
+        previous = move + 1
+    packs = [ln for ln in lines if "fsync(" in ln and "/objects/pack/tmp_sandbox_" in ln]
+    assert len(packs) == 2, "the finished call's objects went into one pack (pack and index synced)"

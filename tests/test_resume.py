@@ -19,7 +19,7 @@ from sandbox.models import CallStatus, EventKind
 from sandbox.project import Project
 from sandbox.resume import resume
 from sandbox.run import Run
-from tests.conftest import git
+from tests.conftest import git, replace_stored_object
 
 KILLED_WRITER = textwrap.dedent(
     """
@@ -246,9 +246,7 @@ def test_resume_refuses_on_a_damaged_ledger_event(repo: Path) -> None:
         c.write("x.txt", "x")
     tip = run.ledger.tip()
     assert tip is not None
-    path = repo / ".git" / "objects" / tip[:2] / tip[2:]
-    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    path.write_bytes(b"garbage that is not zlib")
+    replace_stored_object(repo, tip, b"garbage that is not a commit")
     with pytest.raises(CorruptionError):
         resume(reopen(run))
     result = CliRunner().invoke(cli, ["-C", str(repo), "resume", run.run_id])

@@ -62,6 +62,17 @@ def module_available(name: str) -> bool:
         return False
 
 
+def settle() -> None:
+    """Write dirty pages back before a sample (not timed), so no sample pays for an earlier one.
+
+    Without it, the first fsync of a sandbox sample also flushes what the variant before it wrote
+    (a whole-tree snapshot writes a 10 MB index and new objects): the same one-file record measured
+    7 ms after a quiet variant and up to 180 ms after a snapshot. Every variant gets the same.
+    """
+    os.sync()
+    os.sync()  # again: on a loop mount the first one leaves the backing file dirty on the host
+
+
 def rotate(items: Sequence[object], i: int) -> list[object]:
     """``items`` rotated by ``i``: each repetition starts with a different variant."""
     if not items:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.cases import Context, module_available, rotate
+from bench.cases import Context, module_available, rotate, settle
 from bench.genrepo import Repo, git, pick
 from bench.results import Results, Target
 from bench.timing import SANDBOX, run_proc
@@ -133,6 +133,7 @@ def run(ctx: Context, repo: Repo) -> None:
         ]
         for i in ctx.rounds(9 if repo.size < 100_000 else 5, budget=25):
             for fn in rotate(variants, i):
+                settle()
                 fn()  # type: ignore[operator]
 
 

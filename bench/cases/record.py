@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 
-from bench.cases import Context, module_available, rotate
+from bench.cases import Context, module_available, rotate, settle
 from bench.genrepo import Repo, git, pick
 from bench.results import Results, Target
 from bench.timing import SANDBOX, run_proc
@@ -176,6 +176,7 @@ def run(ctx: Context, repo: Repo) -> None:
             snaps = [partial(b.snapshot, files, False), partial(b.snapshot, files, True)]
             for i in ctx.rounds(n, budget=25):
                 for fn in rotate(variants + (snaps if i < n_snap else []), i):
+                    settle()
                     fn()  # type: ignore[operator]
         # A live session service makes every 'sandbox exec' use it, so it gets a phase of its own.
         if not module_available("sandbox.session"):
@@ -194,6 +195,7 @@ def run(ctx: Context, repo: Repo) -> None:
             for k in KS:
                 files = pick(repo.size, k)
                 for _ in ctx.rounds(n, budget=12):
+                    settle()
                     b.cli_exec(files, V_EXEC_SESSION)
         finally:
             service.stop()

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 
-from bench.cases import Context, rotate
+from bench.cases import Context, rotate, settle
 from bench.genrepo import Repo, git
 from bench.results import Results, Target
 from bench.timing import SANDBOX, run_proc
@@ -66,6 +66,7 @@ def run(ctx: Context, repo: Repo) -> None:
     res.row(CASE, repo.size, GROUP, "git worktree add --detach", ref=True)
     for i in ctx.rounds(3 if repo.size >= 100_000 else 5, budget=120):
         for fn in rotate(variants, i):
+            settle()
             fn()  # type: ignore[operator]
 
 

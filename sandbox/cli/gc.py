@@ -21,8 +21,10 @@ def gc(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(asdict(report))
         return
+    if report.temp_files:
+        click.echo(f"Removed {report.temp_files} temp file(s) of interrupted pack writes.")
     if not (report.runs or report.admin_dirs):
-        click.echo("Nothing to reclaim.")
+        click.echo("Nothing to reclaim." if not report.temp_files else "No runs to reclaim.")
     else:
         click.echo(
             f"Reclaimed {len(report.runs)} run(s), {len(report.worktrees)} worktree(s), "

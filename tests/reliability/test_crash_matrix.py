@@ -82,6 +82,13 @@ CORE_PLAN: dict[str, list[str]] = {
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],
+    # A call's objects are written as one pack (sandbox.packs): the pack written, then its index,
+    # then both renamed into place; and the merge of FAN_IN packs, at its write and its removals.
+    "pack.after_pack": ["call-finish", "write"],
+    "pack.after_index": ["call-finish", "write"],
+    "pack.after_rename": ["call-finish", "write"],
+    "pack.merge.after_write": ["write-merge"],
+    "pack.merge.after_remove": ["write-merge@1", "write-merge@8"],
 }
 
 #: Points of the other areas: apply/undo/redo (merge-back), checkpoints, resume and recovery.
@@ -240,8 +247,16 @@ def scenario_call(root: Path, fault: str, op: str) -> str:
         call_id = run.start_call("edit", {"file": "src/util.py"}, idempotency="conditional")
         (worktree / "src/util.py").write_text("X = 3  # agent\n")
         (worktree / "made-by-tool.txt").write_text("tool output\n")
+    if op == "write-merge":
+        # One pack short of a merge: the crashing write's pack starts it.
+        from sandbox import packs
+
+        objects_dir = str(root / ".git" / "objects")
+        while list(packs.registered(objects_dir).values()).count(0) < packs.FAN_IN - 1:
+            with run.tool_call("write_file", {}) as call:
+                call.write("filler.txt", f"{len(packs.registered(objects_dir))}\n")
     before = capture_before(root, [run_id])
-    if op == "write":
+    if op in ("write", "write-merge"):
         call_id = None
         proc = sb("write", run_id, "written/by/crash.txt", cwd=root, fault=fault, input=b"payload\n")
     elif op == "call-start":
@@ -631,6 +646,7 @@ def scenario_compensate(root: Path, fault: str) -> str:
 SCENARIOS: dict[str, Callable[[Path, str], str]] = {
     "start": scenario_start,
     "write": lambda root, fault: scenario_call(root, fault, "write"),
+    "write-merge": lambda root, fault: scenario_call(root, fault, "write-merge"),
     "call-start": lambda root, fault: scenario_call(root, fault, "call-start"),
     "call-finish": lambda root, fault: scenario_call(root, fault, "call-finish"),
     "exec": lambda root, fault: scenario_call(root, fault, "exec"),

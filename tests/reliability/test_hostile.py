@@ -289,18 +289,39 @@ def loose_object(root: Path, oid: str) -> Path:
     return root / ".git" / "objects" / oid[:2] / oid[2:]
 
 
-def damage_ledger_tip(env: Env, damage: str) -> str:
+def pack_holding(root: Path, oid: str) -> Path:
+    """The pack file (``.pack``) whose index lists ``oid``."""
+    from sandbox import packs
+
+    for idx in (root / ".git" / "objects" / "pack").glob("*.idx"):
+        if oid in packs.index_ids(str(idx)):
+            return idx.with_suffix(".pack")
+    raise AssertionError(f"{oid} is in no pack")
+
+
+def damage_ledger_tip(env: Env, damage: str, where: str = "loose") -> str:
+    """Damage the object of the ledger's newest event: a loose one (a started call) or a packed one."""
+    if where == "loose":
+        open_run(env.root, env.run_id).start_call("noop")  # a started event: one loose object
     tip = git(env.root, "rev-parse", f"refs/sandbox/{env.run_id}/ledger").strip()
     path = loose_object(env.root, tip)
-    assert path.exists(), "the ledger tip is expected as a loose object"
+    if where == "loose":
+        assert path.exists(), "a started event is expected as a loose object"
+    else:
+        assert not path.exists(), "a finished call's event is expected in a pack"
+        path = pack_holding(env.root, tip)
     data = path.read_bytes()
     path.chmod(0o644)
     if damage == "garble":
-        path.write_bytes(data[:10] + bytes(b ^ 0xFF for b in data[10:40]) + data[40:])
+        # Loose: inside the deflated stream. Packed: every object's data (header and trailer kept).
+        start, end = (10, 40) if where == "loose" else (12, len(data) - 20)
+        path.write_bytes(data[:start] + bytes(b ^ 0xFF for b in data[start:end]) + data[end:])
     elif damage == "truncate":
         path.write_bytes(data[: len(data) // 2])
     else:
         path.unlink()
+        if where == "packed":
+            path.with_suffix(".idx").unlink()
     cache = Path(open_run(env.root, env.run_id).dir) / "ledger-cache.json"
     cache.unlink(missing_ok=True)  # force a read from git, as on another machine
     return tip
@@ -316,14 +337,16 @@ def check_damage_reported(env: Env, tip: str, damage: str, timeout: float = 60.0
     assert git(env.root, "rev-parse", f"refs/sandbox/{env.run_id}/ledger").strip() == tip
 
 
+@pytest.mark.parametrize("where", ["loose", "packed"])
 @pytest.mark.parametrize("damage", ["garble", "delete"])
-def test_damaged_ledger_object_is_reported_not_read(env: Env, damage: str) -> None:
-    check_damage_reported(env, damage_ledger_tip(env, damage), damage)
+def test_damaged_ledger_object_is_reported_not_read(env: Env, damage: str, where: str) -> None:
+    check_damage_reported(env, damage_ledger_tip(env, damage, where), damage)
 
 
-def test_truncated_ledger_object_is_reported_not_read(env: Env) -> None:
+@pytest.mark.parametrize("where", ["loose", "packed"])
+def test_truncated_ledger_object_is_reported_not_read(env: Env, where: str) -> None:
     """libgit2 1.9.7 spins forever on a truncated loose object; the sandbox must not (bounded here)."""
-    check_damage_reported(env, damage_ledger_tip(env, "truncate"), "truncate", timeout=30.0)
+    check_damage_reported(env, damage_ledger_tip(env, "truncate", where), "truncate", timeout=30.0)
 
 
 def test_deleted_run_refs(env: Env) -> None:
@@ -418,7 +441,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 def fill(fs: Path) -> Path:
     filler = fs / "filler"
-    with open(filler, "wb") as fh:
+    with open(filler, "wb", buffering=0) as fh:  # unbuffered: nothing left to fail at close
         try:
             while True:
                 fh.write(b"\0" * 65536)

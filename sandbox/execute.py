@@ -18,12 +18,11 @@ source that cannot vouch for the call (the service died, its watcher lost events
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.hosted import run_command
 from sandbox.models import LedgerEntry
 from sandbox.run import Run, new_call_id
 
@@ -82,7 +81,7 @@ def execute(
             watcher=watcher,
         ) as call:
             begun = client is not None and client.begin(call_id) is not None
-            returncode = _run(list(argv), run.worktree)
+            returncode = run_command(list(argv), run.worktree)
             call.result = {"exit_code": returncode}
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
@@ -100,22 +99,3 @@ def execute(
             own_watcher.stop()
     assert call.entry is not None
     return ExecOutcome(call.entry, returncode, source)
-
-
-def _run(argv: list[str], cwd: str) -> int:
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd)
-    except FileNotFoundError:
-        return 127
-    except PermissionError:
-        return 126
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:
-            # The child got the same SIGINT from the terminal; wait for it to finish.
-            continue
-    if code < 0:
-        return 128 + (-code if -code in set(signal.Signals) else 0)
-    return code

@@ -356,9 +356,11 @@ class Recorder:
             )
         except SandboxError:
             # A repeated start (the agent retried its hook, or a host died after recording it)
-            # is fine; anything else is a real refusal.
+            # is fine; anything else (a denied or merely planned call among them) is a refusal.
+            from sandbox.models import CallStatus
+
             entry = self.run.state().calls.get(call_id)
-            if entry is None:
+            if entry is None or entry.status in (CallStatus.planned, CallStatus.approved):
                 raise
             return f"{call_id} already recorded ({entry.status.value})"
         if kind in ("command", "unknown"):
@@ -456,6 +458,9 @@ def _summary(event: HookEvent) -> str | None:
         for key in ("command", "file_path", "notebook_path", "path", "pattern", "url", "query"):
             if isinstance(value.get(key), str):
                 return f"{event.tool}: {value[key]}"[:500]
+        argv = value.get("argv")  # sandbox exec
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return " ".join(argv)[:500]
     return event.tool
 
 

@@ -252,3 +252,65 @@ def test_exec_does_not_autostart_when_turned_off(repo: Path, runs: Callable[[], 
     assert proc.returncode == 0, proc.stderr
     time.sleep(0.5)
     assert service.service_pid(run.dir) is None
+
+
+def test_exec_through_the_host_records_exactly_its_changes_without_heavy_imports(
+    repo: Path, runs: Callable[[], Run]
+) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    ready_pid(run)
+    write(Path(run.worktree), "stray.txt", "changed before the call: not this call's\n")
+    script = str(Path(sys.executable).parent / "sandbox")
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, "exec", run.run_id, "--call-id", "call_hosted1", "--",
+         "sh", "-c", "echo made > made.txt; rm src/util.py"],
+        cwd=repo, capture_output=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert "call_hosted1 succeeded (exit 0), 2 file(s) changed" in proc.stderr.decode()
+    assert "start run_command call_hosted1 via socket: ok" in log_text(run)
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
+    heavy = {"sandbox.run", "sandbox.models", "sandbox.ledger"}
+    assert not {m for m in imported if m.split(".")[0] in ("pygit2", "pydantic", "watchdog") or m in heavy}
+    entry = reopen(run).entry("call_hosted1")
+    assert entry.status.value == "succeeded" and sorted(f.path for f in entry.files) == ["made.txt", "src/util.py"]
+    assert entry.summary == "sh -c echo made > made.txt; rm src/util.py"
+
+
+def test_exec_through_the_host_passes_the_exit_code_and_records_a_failure(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    ready_pid(run)
+    proc = sandbox_cmd("exec", run.run_id, "--call-id", "call_hosted2", "--", "sh", "-c", "echo x > x.txt; exit 3",
+                       cwd=repo)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    entry = reopen(run).entry("call_hosted2")
+    assert entry.status.value == "failed" and entry.result == {"exit_code": 3}
+    assert [f.path for f in entry.files] == ["x.txt"]
+
+
+def test_exec_whose_host_dies_mid_command_records_the_finish_itself(repo: Path, runs: Callable[[], Run]) -> None:
+    """The start went through the host (durable); the host is killed while the command runs."""
+    run = runs()
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    pid = ready_pid(run)
+    command = f"echo during > during.txt; kill -9 {pid}; while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"
+    proc = sandbox_cmd("exec", run.run_id, "--call-id", "call_hosted3", "--", "sh", "-c", command, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "start run_command call_hosted3 via socket: ok" in log_text(run)
+    assert "finish run_command call_hosted3" not in log_text(run)
+    entry = reopen(run).entry("call_hosted3")
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["during.txt"]
+
+
+def test_exec_refused_by_the_host_does_not_run_the_command(repo: Path, runs: Callable[[], Run]) -> None:
+    run = runs()
+    run.plan_call("run_command", {"argv": ["touch", "denied.txt"]}, call_id="call_denied")
+    run.deny("call_denied", reason="not today")
+    assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
+    ready_pid(run)
+    proc = sandbox_cmd("exec", run.run_id, "--call-id", "call_denied", "--", "touch", "denied.txt", cwd=repo)
+    assert proc.returncode == 1 and "denied" in proc.stderr.decode()
+    assert len(proc.stderr.decode().strip().splitlines()) == 1
+    assert not (Path(run.worktree) / "denied.txt").exists()

@@ -7,7 +7,8 @@ Sandbox variants, on one run started from the generated repository:
 - ``start_call + finish_call(paths)``: the same through the two-step API, files written with
   plain ``open``;
 - ``sandbox exec`` as a whole process (a shell appending a line to each file), without a watcher
-  (the scan fallback) and, when the session service exists, with a live session watcher.
+  (the scan fallback: a run's first exec) and with the run's ``sandbox serve`` up (what the first
+  exec starts in the background): the call is then recorded by that service over its socket.
 
 Alternatives, on a separate plain worktree of the same repository (so the run's worktree only
 ever holds changes the sandbox recorded); each iteration first changes the same files (not timed):
@@ -25,7 +26,7 @@ import os
 import shutil
 import time
 
-from bench.cases import Context, module_available, rotate, settle
+from bench.cases import Context, rotate, settle
 from bench.genrepo import Repo, git, pick
 from bench.results import Results, Target
 from bench.timing import SANDBOX, run_proc
@@ -35,7 +36,7 @@ KS = (1, 10, 100)
 V_TOOL_CALL = "sandbox tool_call + call.write (in-process)"
 V_FINISH = "sandbox start_call + finish_call(paths) (in-process)"
 V_EXEC = "sandbox exec, no watcher: scan (CLI process)"
-V_EXEC_SESSION = "sandbox exec, live session watcher (CLI process)"
+V_EXEC_SESSION = "sandbox exec, the run's service up (CLI process)"
 V_READ_TREE = "read-tree snapshot: read-tree HEAD + add -A + write-tree + commit-tree"
 V_SEEDED = "seeded-index snapshot: copy fresh index + add -A + write-tree + commit-tree"
 V_FLOOR_PY = "floor: hash + write only those blobs (pygit2 in-process, libgit2 fsync on)"
@@ -178,29 +179,41 @@ def run(ctx: Context, repo: Repo) -> None:
                 for fn in rotate(variants + (snaps if i < n_snap else []), i):
                     settle()
                     fn()  # type: ignore[operator]
-        # A live session service makes every 'sandbox exec' use it, so it gets a phase of its own.
-        if not module_available("sandbox.session"):
-            res.skip(CASE, repo.size, "sandbox exec with a live session watcher: not available (no sandbox/session.py)")
-            return
-        from bench.cases import session_support
-
-        service = session_support.start(os.path.join(repo.path, ".git"), b.run.run_id)
-        if service is None:
-            res.skip(CASE, repo.size, "sandbox exec with a live session watcher: the service did not start")
+        # The run's service (what the first `sandbox exec` of a run starts in the background) makes
+        # every later exec use it, so it gets a phase of its own.
+        ready = _serve(repo.path, b.run)
+        if ready is None:
+            res.skip(CASE, repo.size, "sandbox exec with the run's service: `sandbox serve` did not answer")
             return
         try:
-            res.add(
-                CASE, repo.size, "session", "session service ready (process start to first ping)", service.ready_seconds
-            )
+            res.add(CASE, repo.size, "session", "sandbox serve ready (process start to first answer)", ready)
             for k in KS:
                 files = pick(repo.size, k)
                 for _ in ctx.rounds(n, budget=12):
                     settle()
                     b.cli_exec(files, V_EXEC_SESSION)
         finally:
-            service.stop()
+            from sandbox import service
+
+            service.stop_service(b.run.dir)
     finally:
         b.close()
+
+
+def _serve(repo_path: str, run: object, timeout: float = 120.0) -> float | None:
+    """Start `sandbox serve` for the run and wait until its socket and watcher answer; seconds taken."""
+    from sandbox import session
+    from sandbox.hookproto import socket_path
+
+    run_dir = run.dir  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    run_proc([SANDBOX, "-C", repo_path, "serve", run.run_id])  # type: ignore[attr-defined]
+    while time.perf_counter() - t0 < timeout:
+        client = session.client_for(run_dir)
+        if os.path.exists(socket_path(run_dir)) and client is not None and client.ping() is not None:
+            return time.perf_counter() - t0
+        time.sleep(0.02)
+    return None
 
 
 def _median(results: Results, size: int, k: int, variant: str) -> float | None:
@@ -233,7 +246,7 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
                 seeded / lib >= 20,
             )
         )
-    for variant, label in ((V_EXEC, "no watcher"), (V_EXEC_SESSION, "session watcher")):
+    for variant, label in ((V_EXEC, "no service: scan"), (V_EXEC_SESSION, "the run's service up")):
         exe = _median(results, size, 1, variant)
         name = f"`sandbox exec` ({label}) changing one file vs read-tree snapshot at {tag}"
         if exe is None or read_tree is None:

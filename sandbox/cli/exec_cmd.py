@@ -57,6 +57,27 @@ def exec_cmd(
     Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
     Use '--' before the command: sandbox exec RUN -- make test
     """
+    if step_id is None:
+        # The fast path: the run's host (sandbox serve / sandbox run) records the call.
+        from sandbox.cli.common import base_dir
+        from sandbox.hosted import run_hosted
+
+        hosted = run_hosted(
+            base_dir(ctx),
+            run_id,
+            list(command),
+            tool_name=tool_name,
+            idempotency=idempotency,
+            replay=replay,
+            call_id=call_id,
+        )
+        if hosted is not None:
+            count = "?" if hosted.files is None else str(hosted.files)
+            click.echo(
+                f"sandbox: {hosted.call_id} {hosted.status} (exit {hosted.returncode}), {count} file(s) changed",
+                err=True,
+            )
+            sys.exit(hosted.returncode)
     from sandbox.execute import execute
 
     run = open_run(ctx, run_id)

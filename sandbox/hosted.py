@@ -1,0 +1,166 @@
+"""``sandbox exec`` through the process hosting the run: the command's call recorded over its socket.
+
+When ``sandbox serve`` (or ``sandbox run``) hosts a run, it already has the repository open and a
+watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
+the answer comes), run the command, and ask it to finish the call with what its watcher saw. That
+path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
+whole ``sandbox exec`` costs the command plus about the cost of two hooks.
+
+Only the standard library and :mod:`sandbox.hookproto` are imported here. When no host answers,
+:func:`run_hosted` returns None and the caller records the call in its own process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sandbox import hookproto
+from sandbox.errors import SandboxError
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_FINISHED = re.compile(r"^(\S+) (succeeded|failed), (\d+) file\(s\)$")
+
+
+@dataclass
+class HostedOutcome:
+    """What the host recorded: the call, its final status, how many files it changed."""
+
+    call_id: str
+    status: str
+    files: int | None
+    returncode: int
+    message: str
+
+
+def common_dir_of(start: str) -> str | None:
+    """The common git directory of the repository around ``start``, read from ``.git`` (no git)."""
+    here = os.path.realpath(start)
+    while True:
+        dot_git = os.path.join(here, ".git")
+        if os.path.isdir(dot_git):
+            return dot_git
+        if os.path.isfile(dot_git):
+            try:
+                with open(dot_git, encoding="utf-8") as fh:
+                    line = fh.read().strip()
+                if not line.startswith("gitdir:"):
+                    return None
+                gitdir = os.path.join(here, line[len("gitdir:") :].strip())
+                try:
+                    with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+                        return os.path.realpath(os.path.join(gitdir, fh.read().strip()))
+                except FileNotFoundError:
+                    return os.path.realpath(gitdir)
+            except (OSError, UnicodeError):
+                return None
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
+    """The run meant by ``run_id`` (exactly) or by ``base_dir`` (inside its worktree); None if unsure.
+
+    Anything this cannot settle at once (a prefix of a run id, the only run of a repository,
+    ``GIT_DIR`` in the environment) is left to the full path, which resolves it the usual way.
+    """
+    if os.environ.get("GIT_DIR") or os.environ.get("GIT_COMMON_DIR"):
+        return None
+    if run_id is None:
+        try:
+            return hookproto.locate(base_dir)
+        except SandboxError:
+            return None
+    if not _RUN_ID.match(run_id):
+        return None
+    common = common_dir_of(base_dir)
+    if common is None:
+        return None
+    loc = hookproto.Location(common, run_id, os.path.join(common, "sandbox", "worktrees", run_id))
+    if not (os.path.isdir(loc.run_dir) and os.path.isfile(os.path.join(loc.worktree, ".git"))):
+        return None
+    return loc
+
+
+def run_hosted(
+    base_dir: str,
+    run_id: str | None,
+    argv: Sequence[str],
+    *,
+    tool_name: str,
+    idempotency: str,
+    replay: str,
+    call_id: str | None,
+) -> HostedOutcome | None:
+    """Run ``argv`` as one call recorded by the run's host; None when no host answers (nothing ran).
+
+    The start is durable (the host answered) before the command runs. If the host goes away while
+    the command runs, the finish is recorded in this process (a scan finds the changes).
+    """
+    loc = locate(base_dir, run_id)
+    if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
+        return None
+    call_id = call_id or f"call_{secrets.token_hex(6)}"
+    start = hookproto.HookEvent(
+        phase="start",
+        cwd=loc.worktree,
+        tool=tool_name,
+        call_id=call_id,
+        input={"argv": list(argv)},
+        kind="command",
+        idempotency=idempotency,
+        replay=replay,
+        agent="exec",
+    )
+    answer = hookproto.forward(loc, start)
+    if answer is None:
+        return None  # no live host: the caller records the call itself
+    if not answer.ok:
+        raise SandboxError(answer.message)
+    returncode = run_command(list(argv), loc.worktree)
+    finish = hookproto.HookEvent(
+        phase="finish",
+        cwd=loc.worktree,
+        tool=tool_name,
+        call_id=call_id,
+        input={"argv": list(argv)},
+        kind="command",
+        status="succeeded" if returncode == 0 else "failed",
+        error=None if returncode == 0 else f"exit code {returncode}",
+        result={"exit_code": returncode},
+        agent="exec",
+    )
+    done = hookproto.handle(finish)  # the host, or this process if the host went away meanwhile
+    if not done.ok:
+        raise SandboxError(done.message)
+    found = _FINISHED.match(done.message)
+    if found:
+        return HostedOutcome(call_id, found.group(2), int(found.group(3)), returncode, done.message)
+    return HostedOutcome(call_id, finish.status, None, returncode, done.message)
+
+
+def run_command(argv: list[str], cwd: str) -> int:
+    """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell)."""
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd)
+    except FileNotFoundError:
+        return 127
+    except PermissionError:
+        return 126
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            # The child got the same SIGINT from the terminal; wait for it to finish.
+            continue
+    if code < 0:
+        return 128 + (-code if -code in set(signal.Signals) else 0)
+    return code

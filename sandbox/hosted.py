@@ -19,6 +19,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sandbox import hookproto
 from sandbox.errors import SandboxError
@@ -108,17 +109,14 @@ def run_hosted(
     if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
         return None
     call_id = call_id or f"call_{secrets.token_hex(6)}"
-    start = hookproto.HookEvent(
-        phase="start",
-        cwd=loc.worktree,
-        tool=tool_name,
-        call_id=call_id,
-        input={"argv": list(argv)},
-        kind="command",
-        idempotency=idempotency,
-        replay=replay,
-        agent="exec",
-    )
+    common: dict[str, Any] = {
+        "cwd": loc.worktree,
+        "tool": tool_name,
+        "call_id": call_id,
+        "input": {"argv": list(argv)},
+        "kind": "command",
+    }
+    start = hookproto.HookEvent(phase="start", idempotency=idempotency, replay=replay, agent="exec", **common)
     answer = hookproto.forward(loc, start)
     if answer is None:
         return None  # no live host: the caller records the call itself
@@ -127,15 +125,11 @@ def run_hosted(
     returncode = run_command(list(argv), loc.worktree)
     finish = hookproto.HookEvent(
         phase="finish",
-        cwd=loc.worktree,
-        tool=tool_name,
-        call_id=call_id,
-        input={"argv": list(argv)},
-        kind="command",
         status="succeeded" if returncode == 0 else "failed",
         error=None if returncode == 0 else f"exit code {returncode}",
         result={"exit_code": returncode},
         agent="exec",
+        **common,
     )
     done = hookproto.handle(finish)  # the host, or this process if the host went away meanwhile
     if not done.ok:

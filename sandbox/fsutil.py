@@ -88,7 +88,10 @@ def prune_empty_dirs(root: str, rel_dir: str) -> None:
         rel_dir = os.path.dirname(rel_dir)
 
 
-def write_json_file(path: str, text: str) -> None:
-    """Durably replace a small state file (a JSON document) under the sandbox's own directory."""
+def write_json_file(path: str, text: str, sync: bool = True) -> None:
+    """Replace a small state file (a JSON document) under the sandbox's own directory, atomically.
+
+    Durably unless ``sync`` is False (a cache that is rebuilt when it is lost or damaged).
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, text.encode(), 0o644)
+    atomic_write(path, text.encode(), 0o644, sync=sync)

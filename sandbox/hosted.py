@@ -6,7 +6,7 @@ the answer comes), run the command, and ask it to finish the call with what its 
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
-Only the standard library and :mod:`sandbox.hookproto` are imported here. When no host answers,
+Only the standard library, :mod:`sandbox.hookproto` and :mod:`sandbox.worktree` are imported here. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import hookproto
+from sandbox import hookproto, worktree
 from sandbox.errors import SandboxError
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -47,17 +47,14 @@ def common_dir_of(start: str) -> str | None:
         if os.path.isdir(dot_git):
             return dot_git
         if os.path.isfile(dot_git):
+            gitdir = worktree.admin_dir_for(here)  # a linked worktree: its admin dir names the common dir
+            if gitdir is None:
+                return None
             try:
-                with open(dot_git, encoding="utf-8") as fh:
-                    line = fh.read().strip()
-                if not line.startswith("gitdir:"):
-                    return None
-                gitdir = os.path.join(here, line[len("gitdir:") :].strip())
-                try:
-                    with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
-                        return os.path.realpath(os.path.join(gitdir, fh.read().strip()))
-                except FileNotFoundError:
-                    return os.path.realpath(gitdir)
+                with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+                    return os.path.realpath(os.path.join(gitdir, fh.read().strip()))
+            except FileNotFoundError:
+                return gitdir
             except (OSError, UnicodeError):
                 return None
         up = os.path.dirname(here)

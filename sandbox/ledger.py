@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from sandbox import faults, objects
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
-from sandbox.fsutil import atomic_write
+from sandbox.fsutil import write_json_file
 from sandbox.locks import file_lock
 from sandbox.models import (
     FORMAT_VERSION,
@@ -410,8 +410,7 @@ class Ledger:
         # Not synced: a cache lost or cut short by a power cut fails to parse and is rebuilt from
         # the ledger (which is durable), and one with an older tip is extended from it.
         with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            atomic_write(self.cache_path, to_json(state).encode(), sync=False)
+            write_json_file(self.cache_path, to_json(state), sync=False)
 
     # -- writing -------------------------------------------------------------------------------
 

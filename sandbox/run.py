@@ -151,7 +151,6 @@ class Run:
             snap = snapshot.take(project.repo, workdir, run.dir, message)
             with objects.git_writes():
                 project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
-            with objects.git_writes():
                 project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
             faults.point("start.after_refs")
             path = project.worktree_path(run_id)

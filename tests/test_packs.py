@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -198,3 +199,22 @@ def test_objects_written_in_a_failed_batch_are_never_stored(tmp_path: Path) -> N
         assert objects.read_blob(repo, oid) == b"never stored\n"  # the batch serves its own writes
         raise RuntimeError("boom")
     assert oid not in repo.odb
+
+
+def test_sandbox_gc_removes_old_pack_temp_files_only(tmp_path: Path) -> None:
+    """What a killed pack write leaves: removed by `sandbox gc` after an hour, never a fresh one."""
+    from tests.conftest import sandbox_cmd
+
+    root = make_repo(tmp_path / "repo")
+    pack_dir = _pack_dir(root)
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    old = pack_dir / f"{packs.TEMP_PREFIX}dead.pack"
+    fresh = pack_dir / f"{packs.TEMP_PREFIX}writing.pack"
+    old.write_bytes(b"PACK")
+    fresh.write_bytes(b"PACK")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    proc = sandbox_cmd("gc", "--json", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["temp_files"] == 1
+    assert not old.exists() and fresh.exists()

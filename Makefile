@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint typecheck bench bench-big soak clean
+.PHONY: venv demo test lint typecheck bench bench-big soak clean agents
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,6 +12,19 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The real agent binaries (pinned in tests/agents/package-lock.json) for the end-to-end tests.
+# npm may skip Claude Code's postinstall (it copies the native binary in); install.cjs does it by hand.
+AGENTS := tests/agents
+AGENTS_STAMP := $(AGENTS)/node_modules/.installed
+$(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
+	@command -v npm >/dev/null || { echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian: apt-get install nodejs npm)." >&2; exit 1; }
+	cd $(AGENTS) && npm ci --no-audit --no-fund --loglevel=error
+	@$(AGENTS)/node_modules/.bin/claude --version >/dev/null 2>&1 || node $(AGENTS)/node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
+	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version
+	@touch $@
+
+agents: $(AGENTS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sandbox demo
@@ -21,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check sandbox tests bench hooks
 	$(BIN)/mypy
 
-test: lint $(STAMP)
+test: lint $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python -m pytest -q
 
 soak: $(STAMP)
@@ -34,4 +47,4 @@ bench-big: $(STAMP)
 	$(BIN)/python -m bench.run --sizes 1000,10000,100000,300000
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(AGENTS)/node_modules

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sandbox.config import Config
+    from sandbox.models import ProcessScope
     from sandbox.run import Run
 
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -54,6 +55,12 @@ POLICY = {
 
 class HookInputError(SandboxError):
     """The hook payload is malformed, oversized, or names something outside the run."""
+
+    exit_code = 1
+
+
+class CallDeniedError(SandboxError):
+    """The user denied this tool with this input (``sandbox deny``): it must not run."""
 
     exit_code = 1
 
@@ -78,6 +85,9 @@ class HookEvent:
     #: whose id starts with this prefix (for agents whose hooks carry no call id).
     pair_prefix: str | None = None
     agent: str = "generic"
+    #: The agent session's token (``SANDBOX_SESSION`` in the hook's environment, set by
+    #: ``sandbox run``): recorded with the call's start so its processes can be found later.
+    session: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -120,6 +130,7 @@ class HookEvent:
             replay=data.get("replay"),
             pair_prefix=data.get("pair_prefix"),
             agent=str(data.get("agent", "generic")),
+            session=data["session"] if isinstance(data.get("session"), str) and data["session"] else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +147,9 @@ class Outcome:
     ok: bool
     message: str = ""
     strict: bool = False
+    #: The call was refused because the user denied the same tool and input: the hook blocks it
+    #: with the agent's own "deny" answer, whatever the strict setting.
+    denied: bool = False
 
 
 # -- reading the payload -----------------------------------------------------------------------
@@ -249,7 +263,12 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         sock.close()
     try:
         reply = json.loads(b"".join(chunks))
-        return Outcome(bool(reply["ok"]), str(reply.get("message", "")), bool(reply.get("strict", False)))
+        return Outcome(
+            bool(reply["ok"]),
+            str(reply.get("message", "")),
+            bool(reply.get("strict", False)),
+            bool(reply.get("denied", False)),
+        )
     except (ValueError, KeyError, TypeError):
         return None  # the host died mid-request: recording again here is idempotent
 
@@ -295,6 +314,8 @@ class Recorder:
         self.run = run
         self.watcher = watcher
         self._config: Config | None = None
+        #: The agent session this process supervises (``sandbox run``), recorded with each start.
+        self.scope: ProcessScope | None = None
 
     def config(self) -> Config:
         """The user's sandbox settings (read from the user's tree, never the worktree)."""
@@ -314,6 +335,8 @@ class Recorder:
             strict = self.config().strict
             message = self._start(event) if event.phase == "start" else self._finish(event)
             return Outcome(True, message, strict)
+        except CallDeniedError as exc:
+            return Outcome(False, exc.message, strict, denied=True)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
 
@@ -344,6 +367,7 @@ class Recorder:
         kind, idem, replay = self.policy(event)
         self._rel_paths(event)  # refuse a path outside the worktree before recording anything
         call_id = event.call_id or _new_pair_id(event.pair_prefix)
+        self._refuse_denied(event)
         try:
             self.run.start_call(
                 event.tool,
@@ -353,6 +377,7 @@ class Recorder:
                 replay=replay,
                 side_effects=[f"external:{event.tool}"] if kind == "external" else [],
                 summary=_summary(event),
+                procs=self._scope(event),
             )
         except SandboxError:
             # A repeated start (the agent retried its hook, or a host died after recording it)
@@ -366,6 +391,25 @@ class Recorder:
         if kind in ("command", "unknown"):
             self._begin_watch(call_id)
         return f"{call_id} started"
+
+    def _scope(self, event: HookEvent) -> ProcessScope | None:
+        if event.session and (self.scope is None or self.scope.token != event.session):
+            from sandbox.models import ProcessScope
+
+            return ProcessScope(token=event.session)
+        return self.scope
+
+    def _refuse_denied(self, event: HookEvent) -> None:
+        """A denial covers the same tool with the same input, whatever the new call's id."""
+        from sandbox.approvals import is_denied
+
+        denial = is_denied(self.run, event.tool, event.input)
+        if denial is not None:
+            why = f" ({denial.reason})" if denial.reason else ""
+            raise CallDeniedError(
+                f"The user denied {event.tool} with this input (call {denial.call_id}){why}; "
+                "do not run it or ask for it again."
+            )
 
     def _finish(self, event: HookEvent) -> str:
         from sandbox.models import TERMINAL_STATUSES

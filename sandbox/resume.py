@@ -17,6 +17,12 @@
    or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
 7. writes a note for the model and 8. names the next safe step.
 
+Before all that (step 0), resume looks for processes of the agent sessions in which the run's
+unfinished calls started (each ``started`` event names its session: see :mod:`sandbox.procs`). While
+any still runs it refuses, naming them, and changes nothing: a live tool could still write into the
+worktree after the report was made. ``stop_processes=True`` stops them first (SIGTERM, then SIGKILL)
+and records that in the ledger.
+
 Resuming twice in a row gives the same report apart from the epoch.
 """
 
@@ -28,7 +34,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandbox import approvals, faults, objects, worktree
+from sandbox import approvals, faults, objects, procs, worktree
 from sandbox.capture import capture
 from sandbox.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
 from sandbox.errors import CorruptionError, SandboxError
@@ -41,6 +47,8 @@ from sandbox.models import (
     Idempotency,
     LedgerEntry,
     LedgerState,
+    LiveProcess,
+    ProcessScope,
     ReplayPolicy,
     ResumeReport,
     UncertainCall,
@@ -75,15 +83,33 @@ def classify(entry: LedgerEntry) -> str:
     return ASK_FIRST
 
 
-def resume(run: Run) -> ResumeReport:
-    """Resume ``run`` (steps 1-8 above) and return what was found and decided."""
+class ProcessesAliveError(SandboxError):
+    """Processes of an unfinished call's agent session still run: resuming now would race them."""
+
+    exit_code = 1
+
+
+def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> ResumeReport:
+    """Resume ``run`` (steps 0-8 above) and return what was found and decided.
+
+    Raises :class:`ProcessesAliveError` (and changes nothing) while processes of an unfinished
+    call's agent session run, unless ``stop_processes``: then they are stopped first.
+    """
     objects.enable_fsync()
     problems: list[str] = []
     with run.ledger.lock.hold():
         state = run.state()
+        live, looked = _session_processes(run, state)
+        if live and not stop_processes:
+            raise ProcessesAliveError(_alive_message(run, live))
+        stopped = _stop(live, grace)
         epoch = state.epoch + 1
         run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
         faults.point("resume.after_fence")
+        if stopped:
+            data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
+            reason = f"resume stopped {len(stopped)} process(es) of unfinished calls' agent sessions"
+            run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
         current = run.state()
         for call_id in current.order:
             if current.calls[call_id].status == CallStatus.started:
@@ -119,7 +145,60 @@ def resume(run: Run) -> ResumeReport:
         faults.point("resume.after_drift")
         keep_before_writes(run, _uncertain_pids(state, events))
         run.head()  # repairs the head ref if a crash left it behind
-    return _report(run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store)
+    alive_calls = {c for p in live for c in p.call_ids}
+    alive = {c: c in alive_calls for c in looked}
+    report = _report(
+        run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store, alive
+    )
+    report.stopped_processes = stopped
+    if stopped:
+        report.note = _stopped_note(stopped) + " " + report.note
+    return report
+
+
+def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess], set[str]]:
+    """Live processes of the agent sessions of the run's unfinished calls; and the calls looked for.
+
+    A call is looked for when its ``started`` event names a session and processes can be listed here.
+    """
+    unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
+    if not unfinished or not procs.available():
+        return [], set()
+    scopes: dict[str, ProcessScope] = {}
+    for _oid, event in run.ledger.events():
+        if event.kind == EventKind.call_started and event.call_id in unfinished and event.procs is not None:
+            scopes[event.call_id] = event.procs
+    by_pid: dict[int, LiveProcess] = {}
+    for token in sorted({s.token for s in scopes.values()}):
+        calls = sorted(c for c, s in scopes.items() if s.token == token)
+        for proc in procs.find(token):
+            found = by_pid.setdefault(proc.pid, LiveProcess(pid=proc.pid, cmd=proc.cmd))
+            found.call_ids = sorted(set(found.call_ids) | set(calls))
+    return [by_pid[p] for p in sorted(by_pid)], set(scopes)
+
+
+def _alive_message(run: Run, live: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in live[:5])
+    more = f" and {len(live) - 5} more" if len(live) > 5 else ""
+    calls = sorted({c for p in live for c in p.call_ids})
+    return (
+        f"Run {run.run_id} still has {len(live)} running process(es) from the agent session of call "
+        f"{', '.join(calls[:3])}: {shown}{more}. They may still change the worktree, so resume changed nothing; "
+        f"stop them with 'sandbox resume {run.run_id} --stop-processes', or wait for them to end."
+    )
+
+
+def _stop(live: list[LiveProcess], grace: float) -> list[LiveProcess]:
+    if not live:
+        return []
+    targets = [procs.Proc(p.pid, procs.start_time(p.pid) or -1, p.cmd) for p in live]
+    how = {proc.pid: ended for proc, ended in procs.stop([t for t in targets if t.start >= 0], grace)}
+    return [p.model_copy(update={"state": how.get(p.pid, "TERM")}) for p in live]
+
+
+def _stopped_note(stopped: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in stopped[:5])
+    return f"Resume stopped {len(stopped)} process(es) the interrupted calls had left running: {shown}."
 
 
 def _still_started(call_id: str) -> Any:
@@ -249,6 +328,7 @@ def _report(
     recreated: bool,
     problems: list[str],
     store: CheckpointStore,
+    alive: dict[str, bool] | None = None,
 ) -> ResumeReport:
     ckpt = session.checkpoint if session else None
     uncertain = []
@@ -266,6 +346,7 @@ def _report(
                     summary=entry.summary,
                     input_hash=entry.input_hash,
                     started_at=entry.started_at,
+                    processes_alive=(alive or {}).get(call_id),
                 )
             )
     denied = approvals.denials(run, state)
@@ -406,6 +487,10 @@ def _note(
     for u in uncertain:
         text = f"{u.tool_name} ({u.call_id}) is uncertain: it started but its result was not recorded; "
         text += advice[u.decision]
+        if u.processes_alive is False:
+            text += " None of its session's processes is still running."
+        elif u.processes_alive:
+            text += " Its session's processes were still running; they were stopped before this resume."
         if u.call_id in drifted:
             text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
         parts.append(text)

@@ -45,6 +45,7 @@ from sandbox.models import (
     Idempotency,
     LedgerEntry,
     LedgerState,
+    ProcessScope,
     ReplayPolicy,
     RunInfo,
 )
@@ -337,6 +338,7 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
+        procs: ProcessScope | None = None,
     ) -> str:
         """Durably record that a call is starting; returns its call id.
 
@@ -369,7 +371,7 @@ class Run:
                 existing.append(entry)
 
         state = self.state()
-        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch)
+        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch, procs=procs)
         self.ledger.append(event, attachments=attachments, check=check)
         faults.point("call.start.after")
         return call_id

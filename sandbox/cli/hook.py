@@ -11,6 +11,7 @@ and ``sandbox serve`` is spawned in the background for the next ones.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ def _run(agent: str, strict: bool) -> int:
     from sandbox.errors import SandboxError
 
     success_stdout = ""
+    deny_answer = None
     outcome: hookproto.Outcome
     try:
         payload = hookproto.read_payload(sys.stdin.buffer)
@@ -43,7 +45,11 @@ def _run(agent: str, strict: bool) -> int:
 
             adapter = adapters.load(agent)
             success_stdout = str(adapter.SUCCESS_STDOUT)
+            deny_answer = getattr(adapter, "deny_answer", None)
             event = adapter.to_event(payload)
+        if event is not None and event.session is None:
+            # Set by `sandbox run` for the agent and everything it starts (sandbox.procs).
+            event.session = os.environ.get("SANDBOX_SESSION") or None
         if event is None:
             outcome = hookproto.Outcome(True)
         else:
@@ -58,8 +64,12 @@ def _run(agent: str, strict: bool) -> int:
         if success_stdout:
             click.echo(success_stdout)
         return 0
+    if outcome.denied and deny_answer is not None:
+        stdout, code = deny_answer(outcome.message)  # the agent's own refusal, carrying the reason
+        click.echo(stdout)
+        return int(code)
     click.echo(f"sandbox: {outcome.message}", err=True)
-    return EXIT_BLOCK if strict or outcome.strict else EXIT_ERROR
+    return EXIT_BLOCK if strict or outcome.strict or outcome.denied else EXIT_ERROR
 
 
 def _autostart(loc: hookproto.Location) -> None:

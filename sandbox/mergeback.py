@@ -226,6 +226,8 @@ def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> di
     chains: dict[str, list[Step]] = {}
     for entry in selected:
         for change in entry.files:
+            if run.is_private(change.path):
+                continue  # the sandbox's own files (hook settings) are never the agent's patch
             if paths.normalize(change.path) != change.path:
                 raise PathRefusedError(f"The run records the odd path {change.path!r}; it is not applied.")
             before = journal.entry_state(change.before_mode, change.before_hash)
@@ -277,7 +279,9 @@ def plan(
     planned_paths = set(by_path)
     for entry in selected:
         if all(
-            f.path in planned_paths or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
+            f.path in planned_paths
+            or run.is_private(f.path)
+            or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
             for f in entry.files
         ):
             result.fully_applied.append(entry.call_id)

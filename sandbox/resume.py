@@ -274,7 +274,9 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
 
     assert state.head is not None
     head_tree = objects.commit_tree(run.repo, state.head)
-    cap = capture(run.repo, run.worktree, head_tree, scan.candidates(run.repo, run.worktree, head_tree), run.is_ignored)
+    candidates = scan.candidates(run.repo, run.worktree, head_tree)
+    # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.include.
+    cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     if not cap.changes:
         return [], None
     previous = (state.data.get(EventKind.drift.value) or [{}])[-1]

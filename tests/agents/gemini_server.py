@@ -25,6 +25,7 @@ from typing import Any
 
 MAX_BODY = 32 * 1024 * 1024
 DONE_TEXT = "Done."
+SIDE_ANSWER = {"complexity_reasoning": "scripted test", "complexity_score": 1, "next_speaker": "user", "reasoning": ""}
 
 
 def call(name: str, **args: Any) -> list[dict[str, Any]]:
@@ -136,8 +137,9 @@ def _handler(server: GeminiServer) -> type[BaseHTTPRequestHandler]:
                 event = json.dumps(_response(server.next_turn()))
                 self._send(200, f"data: {event}\r\n\r\n".encode(), "text/event-stream")
             elif path.endswith(":generateContent"):
-                # Side requests (next-speaker checks, routing, summaries): a short, inert answer.
-                self._send(200, _response(text("{}")))
+                # Side requests (the model router's classifier, next-speaker checks, summaries):
+                # one JSON answer that satisfies the ones Gemini CLI 0.61 validates.
+                self._send(200, _response(text(json.dumps(SIDE_ANSWER))))
             elif path.endswith(":countTokens"):
                 self._send(200, {"totalTokens": 10})
             else:

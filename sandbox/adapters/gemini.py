@@ -173,6 +173,7 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
     """
     from sandbox.fsutil import atomic_write
 
+    os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, TRUST_FILE)
     data = {os.path.realpath(worktree): "TRUST_FOLDER"}
     atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)

@@ -8,8 +8,9 @@ Run as ``python -I -m sandbox.reaper --parent PID --report FILE --grace S -- AGE
   reparented to it rather than to init, so the agent's whole tree stays below it;
 * asks for SIGTERM when ``sandbox run`` dies (``PR_SET_PDEATHSIG``), so an owner killed with -9
   still takes its agent down;
-* starts the agent and passes it SIGTERM, SIGHUP and SIGINT (SIGINT only when the terminal did not
-  already send it to the agent's process group);
+* starts the agent and passes it SIGTERM, SIGHUP and SIGINT as a terminal would, to the agent and
+  the processes below it in its process group (SIGINT only when the terminal did not already send
+  it to that group);
 * when the agent ends, however it ends (kill -9 included), stops whatever is left below it:
   SIGTERM, then SIGKILL after ``--grace`` seconds, and reaps them; then writes what it stopped to
   the report file (JSON) and exits with the agent's exit code (128 + N for signal N).
@@ -101,6 +102,29 @@ def _stop_tree(grace: float) -> list[dict[str, Any]]:
     return list(how.values())
 
 
+def _signal_agent(pid: int, signum: int) -> None:
+    """Send ``signum`` as a terminal would: to the agent and the processes of its process group.
+
+    Agents may ignore a signal themselves and count on their children getting it from the
+    terminal (Gemini CLI's launcher relaunches itself as a child and ignores SIGINT, SIGTERM and
+    SIGHUP), so signalling the agent's pid alone would not stop it. Its whole process group is not
+    signalled either: it is this process's and ``sandbox run``'s too. Tools the agent put in a
+    process group of their own are left to the agent, as a terminal would.
+    """
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    targets = [pid]
+    for proc in procs.descendants(pid):
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(proc.pid) == group:
+                targets.append(proc.pid)
+    for target in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target, signum)
+
+
 def _write_report(path: str, data: dict[str, Any]) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -137,8 +161,7 @@ def main(argv: list[str]) -> int:
         if signum == signal.SIGINT and _foreground():
             return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
         if agent:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(agent[0], signum)
+            _signal_agent(agent[0], signum)
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, forward)
@@ -152,8 +175,7 @@ def main(argv: list[str]) -> int:
         _write_report(report, data)
         return code
     if stop_requested:  # a signal came before the agent existed
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(agent[0], stop_requested[0])
+        _signal_agent(agent[0], stop_requested[0])
     status: int | None = None
     while status is None:
         reaped = _reap(block=True)

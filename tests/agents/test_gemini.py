@@ -9,6 +9,7 @@ refs and stash stay byte-identical until ``apply``, and ``apply`` + ``undo``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -243,3 +244,66 @@ def top_gemini(run_id: str) -> int:
     tops = [pid for pid, ppid in mine.items() if ppid not in mine]
     assert len(tops) == 1, mine
     return tops[0]
+
+
+def test_interactive_session_in_a_terminal(repo: Path, run_id: str, gemini_home: Path, gemini_bin: str) -> None:
+    """``sandbox run RUN -- gemini -i PROMPT`` in a pseudo-terminal: the trust, the hooks and the calls
+    work as headless; closing the terminal (SIGHUP) ends Gemini (its launcher ignores the signal
+    itself; the sandbox passes it on as a terminal would) and leaves nothing running."""
+    import pty
+    import select
+
+    wt = worktree_of(repo, run_id)
+    turns = [
+        gs.call("write_file", file_path=str(wt / "notes.md"), content="# notes\n"),
+        gs.call("run_shell_command", command="exit 5", description=SHELL_DESC),
+        gs.text("Done."),
+    ]
+    exe = Path(sys.executable).parent / "sandbox"
+    with gs.serve(turns) as server:
+        env = {**os.environ, **agent_env(server, gemini_home), "TERM": "xterm"}
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the session leader of the new terminal, like a shell's job
+            os.chdir(repo)
+            os.execve(str(exe), [str(exe), "run", run_id, "--", gemini_bin, "-i", "do the task", "--yolo"], env)
+        screen = b""
+        status: int | None = None
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and len(server.conversation()) < 3:
+                if select.select([fd], [], [], 0.2)[0]:
+                    try:
+                        screen += os.read(fd, 65536)
+                    except OSError:
+                        break
+            assert len(server.conversation()) >= 3, screen.decode(errors="replace")[-2000:]
+            wait_for(lambda: len(log(repo, run_id)) == 2 and log(repo, run_id)[-1]["status"] != "started", 30)
+            os.kill(pid, signal.SIGHUP)  # the terminal goes away
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and status is None:
+                with contextlib.suppress(OSError):
+                    if select.select([fd], [], [], 0.2)[0]:
+                        screen += os.read(fd, 65536)
+                done, code = os.waitpid(pid, os.WNOHANG)
+                status = code if done else None
+        finally:
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
+    assert status is not None, "sandbox run did not end after SIGHUP"
+    entries = log(repo, run_id)
+    assert [(e["tool_name"], e["status"], e["error"]) for e in entries] == [
+        ("write_file", "succeeded", None),
+        ("run_shell_command", "failed", "exit code 5"),
+    ]
+    assert [files_of(e) for e in entries] == [["notes.md"], []]
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _of_run(int(p), run_id)]
+    assert "WriteFile" in screen.decode(errors="replace")
+
+
+def _of_run(pid: int, run_id: str) -> bool:
+    try:
+        return f"SANDBOX_RUN={run_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False

@@ -84,3 +84,12 @@ def test_not_in_diff_nor_apply_even_when_recorded_earlier(repo: Path) -> None:
     assert applied.returncode == 0, applied.stderr
     assert (repo / "src" / "app.py").read_text() == "print('agent')\n"
     assert not (repo / ".gemini").exists()
+
+
+def test_hooks_install_gemini_names_the_trust_for_the_worktree(repo: Path) -> None:
+    run_id, wt = start(repo)
+    proc = sandbox_cmd("hooks", "install", "gemini", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.decode().splitlines() if "GEMINI_CLI_TRUSTED_FOLDERS_PATH=" in x][0]
+    path = line.split("GEMINI_CLI_TRUSTED_FOLDERS_PATH=")[1].split()[0].strip("'")
+    assert json.loads(Path(path).read_text()) == {str(wt.resolve()): "TRUST_FOLDER"}

@@ -152,6 +152,7 @@ def test_denied_call_is_refused_with_gemini_s_own_answer(
     call_id = planned.stdout.decode().strip().split()[-1]
     denied = sandbox_cmd("deny", run_id, call_id, "--reason", "no network writes today", cwd=repo)
     assert denied.returncode == 0, denied.stderr
+    before = user_state(repo)
     wt = worktree_of(repo, run_id)
     turns = [
         gs.call("run_shell_command", **args),
@@ -175,6 +176,9 @@ def test_denied_call_is_refused_with_gemini_s_own_answer(
         ("write_file", "succeeded"),
     ]
     assert entries[0]["approval"] == "denied"
+    assert user_state(repo) == before
+    assert sandbox_cmd("apply", run_id, cwd=repo).returncode == 0 and (repo / "ok.txt").read_text() == "ok\n"
+    assert sandbox_cmd("undo", run_id, cwd=repo).returncode == 0 and not (repo / "ok.txt").exists()
 
 
 def test_kill_9_of_gemini_during_a_long_command_then_resume(
@@ -211,6 +215,7 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
     assert "never finished" in err and "they were stopped" in err
     time.sleep(0.3)
     assert (wt / "partial.txt").exists() and not (wt / "late.txt").exists()
+    assert "node" in err  # Gemini's relaunched child was among the processes stopped
     entries = log(repo, run_id)
     assert [(e["tool_name"], e["status"]) for e in entries] == [("run_shell_command", "started")]
     res = sandbox_cmd("resume", run_id, "--json", cwd=repo)
@@ -239,8 +244,9 @@ def top_gemini(run_id: str) -> int:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"SANDBOX_RUN={run_id}".encode() in env and "gemini" in procs.command(pid):
-            mine[pid] = procs.parent(pid) or 0
+        cmd = procs.command(pid)
+        if f"SANDBOX_RUN={run_id}".encode() in env and "gemini" in cmd and "sandbox" not in cmd.split(" -- ")[0]:
+            mine[pid] = procs.parent(pid) or 0  # not the supervisor (sandbox.reaper ... -- gemini) nor a hook
     tops = [pid for pid, ppid in mine.items() if ppid not in mine]
     assert len(tops) == 1, mine
     return tops[0]

@@ -81,28 +81,39 @@ def _pids() -> list[int]:
         return []
 
 
-def has_token(pid: int, token: str) -> bool:
-    """True when ``pid`` was started with ``SANDBOX_SESSION=<token>`` in its environment."""
+def token_of(pid: int) -> str | None:
+    """The session token ``pid`` was started with (``SANDBOX_SESSION``), or None."""
     try:
         with open(os.path.join(PROC, str(pid), "environ"), "rb") as fh:
             env = fh.read()
     except OSError:  # gone, or another user's process: not ours either way
-        return False
-    wanted = f"{ENV_VAR}={token}".encode()
-    return any(item == wanted for item in env.split(b"\0"))
+        return None
+    prefix = f"{ENV_VAR}=".encode()
+    for item in env.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def find_any(tokens: set[str], exclude: set[int] | None = None) -> list[tuple[str, Proc]]:
+    """Live processes started with any of the session tokens, with their token (one pass over /proc)."""
+    skip = (exclude or set()) | {os.getpid()}
+    found = []
+    for pid in _pids():
+        if pid in skip:
+            continue
+        token = token_of(pid)
+        if token is None or token not in tokens:
+            continue
+        start = start_time(pid)
+        if start is not None:
+            found.append((token, Proc(pid, start, command(pid))))
+    return sorted(found, key=lambda item: item[1].pid)
 
 
 def find(token: str, exclude: set[int] | None = None) -> list[Proc]:
     """Live processes started with the session token (zombies and ``exclude`` left out)."""
-    skip = (exclude or set()) | {os.getpid()}
-    found = []
-    for pid in _pids():
-        if pid in skip or not has_token(pid, token):
-            continue
-        start = start_time(pid)
-        if start is not None:
-            found.append(Proc(pid, start, command(pid)))
-    return sorted(found, key=lambda p: p.pid)
+    return [proc for _token, proc in find_any({token}, exclude)]
 
 
 def descendants(root: int) -> list[Proc]:

@@ -17,10 +17,10 @@
    or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
 7. writes a note for the model and 8. names the next safe step.
 
-Before all that (step 0), resume looks for processes of the agent sessions in which the run's
-unfinished calls started (each ``started`` event names its session: see :mod:`sandbox.procs`). While
-any still runs it refuses, naming them, and changes nothing: a live tool could still write into the
-worktree after the report was made. ``stop_processes=True`` stops them first (SIGTERM, then SIGKILL)
+Before all that (step 0), resume looks for live processes of the agent sessions the run's calls
+started in (each ``started`` event names its session: see :mod:`sandbox.procs`). While any still
+runs it refuses, naming them, and changes nothing: a live tool (or the agent itself) could still
+write into the worktree after the report was made. ``stop_processes=True`` stops them first (SIGTERM, then SIGKILL)
 and records that in the ledger.
 
 Resuming twice in a row gives the same report apart from the epoch.
@@ -157,33 +157,37 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
 
 
 def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess], set[str]]:
-    """Live processes of the agent sessions of the run's unfinished calls; and the calls looked for.
+    """Live processes of the run's agent sessions; and the unfinished calls looked for.
 
-    A call is looked for when its ``started`` event names a session and processes can be listed here.
+    Every session a call of the run started in is looked at (a background server a finished call
+    left running writes into the worktree as surely as an interrupted call); ``call_ids`` names the
+    unfinished calls of a process's session. A call is looked for when its ``started`` event names
+    a session and processes can be listed here.
     """
-    unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
-    if not unfinished or not procs.available():
+    if not procs.available():
         return [], set()
+    unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
     scopes: dict[str, ProcessScope] = {}
     for _oid, event in run.ledger.events():
-        if event.kind == EventKind.call_started and event.call_id in unfinished and event.procs is not None:
+        if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
             scopes[event.call_id] = event.procs
-    by_pid: dict[int, LiveProcess] = {}
-    for token in sorted({s.token for s in scopes.values()}):
-        calls = sorted(c for c, s in scopes.items() if s.token == token)
-        for proc in procs.find(token):
-            found = by_pid.setdefault(proc.pid, LiveProcess(pid=proc.pid, cmd=proc.cmd))
-            found.call_ids = sorted(set(found.call_ids) | set(calls))
-    return [by_pid[p] for p in sorted(by_pid)], set(scopes)
+    if not scopes:
+        return [], set()
+    live: list[LiveProcess] = []
+    for token, proc in procs.find_any({s.token for s in scopes.values()}):
+        calls = sorted(c for c, s in scopes.items() if s.token == token and c in unfinished)
+        live.append(LiveProcess(pid=proc.pid, cmd=proc.cmd, call_ids=calls))
+    return live, {c for c in scopes if c in unfinished}
 
 
 def _alive_message(run: Run, live: list[LiveProcess]) -> str:
     shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in live[:5])
     more = f" and {len(live) - 5} more" if len(live) > 5 else ""
     calls = sorted({c for p in live for c in p.call_ids})
+    of = f" of call {', '.join(calls[:3])}" if calls else ""
     return (
-        f"Run {run.run_id} still has {len(live)} running process(es) from the agent session of call "
-        f"{', '.join(calls[:3])}: {shown}{more}. They may still change the worktree, so resume changed nothing; "
+        f"Run {run.run_id} still has {len(live)} running process(es) from the agent session{of}: {shown}{more}. "
+        "They may still change the worktree, so resume changed nothing; "
         f"stop them with 'sandbox resume {run.run_id} --stop-processes', or wait for them to end."
     )
 

@@ -203,3 +203,36 @@ def _find(run_id: str, needle: str) -> int:
 
     wait_for(look)
     return found[0]
+
+
+def test_resume_refuses_while_a_finished_call_s_background_process_runs(repo: Path, tmp_path: Path) -> None:
+    """A server a *finished* call left running writes into the worktree too: resume refuses for it."""
+    started = tmp_path / "server"
+    server = f"echo $$ > {started}; exec sleep 300"
+    bash = {"session_id": "s1", "cwd": "__CWD__", "tool_name": "Bash", "tool_use_id": "toolu_bg",
+            "tool_input": {"command": "start the server"}}  # fmt: skip
+    steps = [
+        {
+            "pre": {**bash, "hook_event_name": "PreToolUse"},
+            "effect": {"sh": f"setsid sh -c '{server}' > /dev/null 2>&1 &"},
+            "post": {**bash, "hook_event_name": "PostToolUse", "tool_response": {"stdout": ""}},
+        },
+        {"effect": {"sh": f"while [ ! -s {started} ]; do sleep 0.05; done; sleep 300"}},  # the agent thinks
+    ]
+    proc, run_id, _wt = _start_fake_claude(repo, tmp_path, steps, new_session=True)
+    wait_for(lambda: started.exists() and started.read_text().strip() != "")
+    wait_for(lambda: any(e["kind"] == "call_succeeded" for e in ledger_events(repo, run_id)))
+    server_pid = int(started.read_text())
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    try:
+        refused = sandbox_cmd("resume", run_id, cwd=repo)
+        assert refused.returncode == 1 and str(server_pid) in refused.stderr.decode(), refused.stderr
+        res = sandbox_cmd("resume", run_id, "--stop-processes", "--json", cwd=repo)
+        assert res.returncode == 0, res.stderr
+        stopped = json.loads(res.stdout)["stopped_processes"]
+        assert [(p["pid"], p["call_ids"]) for p in stopped] == [(server_pid, [])]
+        assert not pid_alive(server_pid)
+    finally:
+        if pid_alive(server_pid):
+            os.kill(server_pid, signal.SIGKILL)

@@ -37,6 +37,9 @@ SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
+#: ``<run dir>/session-<pid of sandbox run>.json``: the supervisor's report, read (and removed) by
+#: ``sandbox run``; one left behind means ``sandbox run`` died first, and ``resume`` records it.
+SESSION_REPORT_PREFIX = "session-"
 
 #: The reference-transaction hook the agent's git runs: only per-worktree refs and pseudo-refs
 #: may move; everything else (branches, tags, the stash, remotes) is the user's.
@@ -342,7 +345,7 @@ def _supervise(
     import json
     import sys
 
-    report = os.path.join(run.dir, f"session-{os.getpid()}.json")
+    report = os.path.join(run.dir, f"{SESSION_REPORT_PREFIX}{os.getpid()}.json")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(report)
     # -I: the agent's working directory (the worktree) must not shadow the sandbox package.

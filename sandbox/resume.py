@@ -110,6 +110,7 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
             data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
             reason = f"resume stopped {len(stopped)} process(es) of unfinished calls' agent sessions"
             run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
+        _orphaned_session_reports(run, epoch)
         current = run.state()
         for call_id in current.order:
             if current.calls[call_id].status == CallStatus.started:
@@ -178,6 +179,34 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
         calls = sorted(c for c, s in scopes.items() if s.token == token and c in unfinished)
         live.append(LiveProcess(pid=proc.pid, cmd=proc.cmd, call_ids=calls))
     return live, {c for c in scopes if c in unfinished}
+
+
+def _orphaned_session_reports(run: Run, epoch: int) -> None:
+    """Record what a supervisor stopped after its ``sandbox run`` died (its report was never read)."""
+    from sandbox.agent import SESSION_REPORT_PREFIX
+
+    try:
+        names = [n for n in os.listdir(run.dir) if n.startswith(SESSION_REPORT_PREFIX) and n.endswith(".json")]
+    except OSError:
+        return
+    for name in sorted(names):
+        owner = name[len(SESSION_REPORT_PREFIX) : -len(".json")]
+        if owner.isdigit() and procs.start_time(int(owner)) is not None:
+            continue  # that `sandbox run` is alive and reads its own report
+        path = os.path.join(run.dir, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)] if isinstance(data, dict) else []
+        reason = (
+            f"sandbox run ended before its agent (exit {data.get('exit')}); the agent's supervisor stopped "
+            f"{len(stopped)} process(es) it left running"
+        )
+        note = {"agent_exit": data.get("exit"), "stopped_processes": stopped, "supervisor": data.get("pid")}
+        run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=note))
+        os.unlink(path)
 
 
 def _alive_message(run: Run, live: list[LiveProcess]) -> str:

@@ -236,3 +236,37 @@ def test_resume_refuses_while_a_finished_call_s_background_process_runs(repo: Pa
     finally:
         if pid_alive(server_pid):
             os.kill(server_pid, signal.SIGKILL)
+
+
+def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_path: Path) -> None:
+    """kill -9 of ``sandbox run`` alone: the supervisor gets SIGTERM (parent-death signal), passes it to
+    the agent and stops the tool; its report is recorded by the next resume."""
+    started = tmp_path / "started"
+    command = f"echo $$ > {started}; sleep 300; echo late > late.txt"
+    steps = [
+        {
+            "pre": {
+                "session_id": "s1",
+                "hook_event_name": "PreToolUse",
+                "cwd": "__CWD__",
+                "tool_name": "Bash",
+                "tool_use_id": "toolu_owner",
+                "tool_input": {"command": command},
+            },  # fmt: skip
+            "effect": {"sh": f"setsid sh -c '{command}'"},
+        }
+    ]
+    proc, run_id, worktree = _start_fake_claude(repo, tmp_path, steps)
+    wait_for(started.exists)
+    tool_pid = int(started.read_text())
+    agent = _find(run_id, "fake_claude.py")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    wait_for(lambda: not pid_alive(tool_pid) and not pid_alive(agent), 30)
+    res = sandbox_cmd("resume", run_id, "--json", cwd=repo)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["uncertain"][0]["processes_alive"] is False
+    notes = [e for e in ledger_events(repo, run_id) if e["kind"] == "note"]
+    assert len(notes) == 1 and "sandbox run ended before its agent" in str(notes[0]["reason"])
+    assert tool_pid in [p["pid"] for p in notes[0]["data"]["stopped_processes"]]  # type: ignore[index]
+    assert not (worktree / "late.txt").exists()

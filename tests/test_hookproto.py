@@ -168,7 +168,8 @@ def test_gemini_denied_call_gets_gemini_s_own_refusal(repo: Path) -> None:
         assert result.exit_code == 0, result.output
         answer = json.loads(result.stdout)
         assert answer["decision"] == "deny" and "not today" in answer["reason"] and planned in answer["reason"]
-    assert [e.call_id for e in reopen(run).entries()] == [planned]
+    ran = [e for e in reopen(run).entries() if e.status.value in ("started", "succeeded", "failed", "uncertain")]
+    assert ran == []  # a refused attempt may be logged, never as having run
     other = fixture("gemini", "read_file", wt)
     assert hook("gemini", other["before"]).stdout.strip() == "{}"  # other calls still run
 

@@ -171,11 +171,13 @@ def test_denied_call_is_refused_with_gemini_s_own_answer(
         text = json.dumps(r["response"])
         assert "no network writes today" in text and call_id in text
     entries = log(repo, run_id)
-    assert [(e["tool_name"], e["status"]) for e in entries] == [
-        ("run_shell_command", "planned"),
-        ("write_file", "succeeded"),
+    # The denied call stays the record; a refused attempt may be logged, but never as having run.
+    shells = [e for e in entries if e["tool_name"] == "run_shell_command"]
+    assert shells[0]["call_id"] == call_id and shells[0]["approval"] == "denied"
+    assert not [e for e in shells if e["status"] in ("started", "succeeded", "failed", "uncertain")]
+    assert [(e["tool_name"], e["status"]) for e in entries if e["tool_name"] != "run_shell_command"] == [
+        ("write_file", "succeeded")
     ]
-    assert entries[0]["approval"] == "denied"
     assert user_state(repo) == before
     assert sandbox_cmd("apply", run_id, cwd=repo).returncode == 0 and (repo / "ok.txt").read_text() == "ok\n"
     assert sandbox_cmd("undo", run_id, cwd=repo).returncode == 0 and not (repo / "ok.txt").exists()

@@ -227,6 +227,9 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
     assert [d["path"] for d in report["drift"]] == ["partial.txt"]  # never the sandbox's .gemini/settings.json
     assert [d["attributed_to"] for d in report["drift"]] == [entries[0]["call_id"]]
     assert user_state(repo) == before
+    # Nothing was recorded as the agent's change: apply has nothing to write; the drift stays in the run.
+    sandbox_cmd("apply", run_id, cwd=repo)
+    assert not (repo / "partial.txt").exists() and user_state(repo) == before
 
 
 def wait_for(predicate: Any, timeout: float = 60.0) -> None:
@@ -308,6 +311,8 @@ def test_interactive_session_in_a_terminal(repo: Path, run_id: str, gemini_home:
     assert [files_of(e) for e in entries] == [["notes.md"], []]
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _of_run(int(p), run_id)]
     assert "WriteFile" in screen.decode(errors="replace")
+    assert sandbox_cmd("apply", run_id, cwd=repo).returncode == 0 and (repo / "notes.md").read_text() == "# notes\n"
+    assert sandbox_cmd("undo", run_id, cwd=repo).returncode == 0 and not (repo / "notes.md").exists()
 
 
 def _of_run(pid: int, run_id: str) -> bool:

@@ -41,6 +41,10 @@ STOP_GRACE = 3.0
 #: ``<run dir>/session-<pid of sandbox run>.json``: the supervisor's report, read (and removed) by
 #: ``sandbox run``; one left behind means ``sandbox run`` died first, and ``resume`` records it.
 SESSION_REPORT_PREFIX = "session-"
+#: The supervisor's program: its first argument is the directory the sandbox package is imported from.
+_REAPER_MAIN = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from sandbox.reaper import main; sys.exit(main(sys.argv[1:]))"
+)
 
 #: The reference-transaction hook the agent's git runs: only per-worktree refs and pseudo-refs
 #: may move; everything else (branches, tags, the stash, remotes) is the user's.
@@ -356,8 +360,10 @@ def _supervise(
     report = os.path.join(run.dir, f"{SESSION_REPORT_PREFIX}{os.getpid()}.json")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(report)
-    # -I: the agent's working directory (the worktree) must not shadow the sandbox package.
-    supervisor = [sys.executable, "-I", "-m", "sandbox.reaper", "--parent", str(os.getpid())]
+    # -I: neither the agent's working directory (the worktree) nor PYTHON* variables may shadow the
+    # sandbox package; the supervisor imports it from where this process did.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(procs.__file__)))
+    supervisor = [sys.executable, "-I", "-c", _REAPER_MAIN, root, "--parent", str(os.getpid())]
     supervisor += ["--report", report, "--grace", str(grace), "--", *argv]
     proc = subprocess.Popen(supervisor, cwd=cwd, env=env)
     assert result.scope is not None

@@ -1,7 +1,8 @@
 """The supervisor between ``sandbox run`` and the agent: it owns the agent's whole process tree.
 
-Run as ``python -I -m sandbox.reaper --parent PID --report FILE --grace S -- AGENT ARGS...`` (by
-:func:`sandbox.agent.run_session`; standard library only, so it starts in ~25 ms). It:
+Run by :func:`sandbox.agent.run_session` as ``python -I -c '<import sandbox.reaper from ROOT, call
+main>' ROOT --parent PID --report FILE --grace S -- AGENT ARGS...`` (standard library only, so it
+starts in ~25 ms; ``python -m sandbox.reaper`` works too). It:
 
 * makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the agent
   starts that loses its parent (a tool that double-forks, calls ``setsid``, or whose agent died) is

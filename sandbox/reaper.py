@@ -167,7 +167,9 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, forward)
     try:
-        agent.append(os.posix_spawnp(command[0], command, dict(os.environ)))
+        # Python ignores SIGPIPE (and SIGXFSZ); the agent gets the defaults back, as subprocess does.
+        defaults = [sig for sig in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if sig]
+        agent.append(os.posix_spawnp(command[0], command, dict(os.environ), setsigdef=defaults))
     except OSError as exc:
         import errno
 

@@ -270,3 +270,17 @@ def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_
     assert len(notes) == 1 and "sandbox run ended before its agent" in str(notes[0]["reason"])
     assert tool_pid in [p["pid"] for p in notes[0]["data"]["stopped_processes"]]  # type: ignore[index]
     assert not (worktree / "late.txt").exists()
+
+
+def test_the_agent_gets_default_signal_dispositions(repo: Path) -> None:
+    """The supervisor is a Python process (which ignores SIGPIPE): the agent must not inherit that."""
+    script = "grep -E '^Sig(Ign|Blk):' /proc/self/status > dispositions.txt"
+    proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    worktree = Path(sandbox_cmd("path", run_id, cwd=repo).stdout.decode().strip())
+    ignored = {
+        line.split()[0]: int(line.split()[1], 16) for line in (worktree / "dispositions.txt").read_text().splitlines()
+    }
+    assert ignored["SigIgn:"] & (1 << (signal.SIGPIPE - 1)) == 0
+    assert ignored["SigBlk:"] == 0

@@ -38,9 +38,6 @@ SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
-#: ``<run dir>/session-<pid of sandbox run>.json``: the supervisor's report, read (and removed) by
-#: ``sandbox run``; one left behind means ``sandbox run`` died first, and ``resume`` records it.
-SESSION_REPORT_PREFIX = "session-"
 #: The supervisor's program: its first argument is the directory the sandbox package is imported from.
 _REAPER_MAIN = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); from sandbox.reaper import main; sys.exit(main(sys.argv[1:]))"
@@ -357,7 +354,7 @@ def _supervise(
     import json
     import sys
 
-    report = os.path.join(run.dir, f"{SESSION_REPORT_PREFIX}{os.getpid()}.json")
+    report = os.path.join(run.dir, f"{procs.SESSION_REPORT_PREFIX}{os.getpid()}.json")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(report)
     # -I: neither the agent's working directory (the worktree) nor PYTHON* variables may shadow the

@@ -464,7 +464,7 @@ class ResumeReport(_Model):
     head: str | None = None
     worktree_recreated: bool = False
     problems: list[str] = Field(default_factory=list)
-    #: Processes of the run's unfinished calls' agent sessions that resume stopped.
+    #: Processes of the run's agent sessions that resume stopped (--stop-processes).
     stopped_processes: list[LiveProcess] = Field(default_factory=list)
 
 

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 ENV_VAR = "SANDBOX_SESSION"
 PROC = "/proc"
+#: ``<run dir>/session-<pid of sandbox run>.json``: the supervisor's report (:mod:`sandbox.reaper`),
+#: read and removed by ``sandbox run``; one left behind means ``sandbox run`` died first, and
+#: ``sandbox resume`` records it.
+SESSION_REPORT_PREFIX = "session-"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@
 Before all that (step 0), resume looks for live processes of the agent sessions the run's calls
 started in (each ``started`` event names its session: see :mod:`sandbox.procs`). While any still
 runs it refuses, naming them, and changes nothing: a live tool (or the agent itself) could still
-write into the worktree after the report was made. ``stop_processes=True`` stops them first (SIGTERM, then SIGKILL)
-and records that in the ledger.
+write into the worktree after the report was made. ``stop_processes=True`` stops them first
+(SIGTERM, then SIGKILL) and records that in the ledger.
 
 Resuming twice in a row gives the same report apart from the epoch.
 """
@@ -84,7 +84,7 @@ def classify(entry: LedgerEntry) -> str:
 
 
 class ProcessesAliveError(SandboxError):
-    """Processes of an unfinished call's agent session still run: resuming now would race them."""
+    """Processes of the run's agent sessions still run: resuming now would race them."""
 
     exit_code = 1
 
@@ -92,8 +92,8 @@ class ProcessesAliveError(SandboxError):
 def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> ResumeReport:
     """Resume ``run`` (steps 0-8 above) and return what was found and decided.
 
-    Raises :class:`ProcessesAliveError` (and changes nothing) while processes of an unfinished
-    call's agent session run, unless ``stop_processes``: then they are stopped first.
+    Raises :class:`ProcessesAliveError` (and changes nothing) while processes of the run's agent
+    sessions run, unless ``stop_processes``: then they are stopped first.
     """
     objects.enable_fsync()
     problems: list[str] = []
@@ -108,7 +108,7 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
         faults.point("resume.after_fence")
         if stopped:
             data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
-            reason = f"resume stopped {len(stopped)} process(es) of unfinished calls' agent sessions"
+            reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
             run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
         _orphaned_session_reports(run, epoch)
         current = run.state()
@@ -183,14 +183,13 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
 
 def _orphaned_session_reports(run: Run, epoch: int) -> None:
     """Record what a supervisor stopped after its ``sandbox run`` died (its report was never read)."""
-    from sandbox.agent import SESSION_REPORT_PREFIX
-
+    prefix = procs.SESSION_REPORT_PREFIX
     try:
-        names = [n for n in os.listdir(run.dir) if n.startswith(SESSION_REPORT_PREFIX) and n.endswith(".json")]
+        names = [n for n in os.listdir(run.dir) if n.startswith(prefix) and n.endswith(".json")]
     except OSError:
         return
     for name in sorted(names):
-        owner = name[len(SESSION_REPORT_PREFIX) : -len(".json")]
+        owner = name[len(prefix) : -len(".json")]
         if owner.isdigit() and procs.start_time(int(owner)) is not None:
             continue  # that `sandbox run` is alive and reads its own report
         path = os.path.join(run.dir, name)
@@ -199,7 +198,9 @@ def _orphaned_session_reports(run: Run, epoch: int) -> None:
                 data = json.load(fh)
         except (OSError, ValueError):
             continue
-        stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)] if isinstance(data, dict) else []
+        if not isinstance(data, dict):
+            continue
+        stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)]
         reason = (
             f"sandbox run ended before its agent (exit {data.get('exit')}); the agent's supervisor stopped "
             f"{len(stopped)} process(es) it left running"
@@ -231,7 +232,7 @@ def _stop(live: list[LiveProcess], grace: float) -> list[LiveProcess]:
 
 def _stopped_note(stopped: list[LiveProcess]) -> str:
     shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in stopped[:5])
-    return f"Resume stopped {len(stopped)} process(es) the interrupted calls had left running: {shown}."
+    return f"Resume stopped {len(stopped)} process(es) the agent's session had left running: {shown}."
 
 
 def _still_started(call_id: str) -> Any:

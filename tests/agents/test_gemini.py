@@ -101,6 +101,8 @@ def test_tools_are_recorded_one_call_each(repo: Path, run_id: str, gemini_home: 
     with gs.serve(turns) as server:
         proc = run_gemini(repo, run_id, server, gemini_home)
     assert proc.returncode == 0, proc.stderr.decode()
+    # Trusted for this run only: the user's own trust settings were neither needed nor written.
+    assert not (gemini_home / ".gemini" / "trustedFolders.json").exists()
     entries = log(repo, run_id)
     assert [e["tool_name"] for e in entries] == ["write_file", "replace", "run_shell_command", "run_shell_command",
                                                  "read_file"]  # fmt: skip

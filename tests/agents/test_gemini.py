@@ -322,3 +322,26 @@ def _of_run(pid: int, run_id: str) -> bool:
         return f"SANDBOX_RUN={run_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def test_hooks_install_then_gemini_started_by_the_user(
+    repo: Path, run_id: str, gemini_home: Path, gemini_bin: str
+) -> None:
+    """``sandbox hooks install gemini RUN`` prints how to start Gemini with the worktree trusted; done so,
+    its hooks record each call (in-process here: the background service is off in tests)."""
+    installed = sandbox_cmd("hooks", "install", "gemini", run_id, cwd=repo)
+    assert installed.returncode == 0, installed.stderr
+    line = [x for x in installed.stdout.decode().splitlines() if "GEMINI_CLI_TRUSTED_FOLDERS_PATH=" in x][0]
+    trust = line.split("GEMINI_CLI_TRUSTED_FOLDERS_PATH=")[1].split()[0].strip("'")
+    wt = worktree_of(repo, run_id)
+    turns = [gs.call("write_file", file_path=str(wt / "by_user.txt"), content="x\n"), gs.text("Done.")]
+    with gs.serve(turns) as server:
+        env = {**os.environ, **agent_env(server, gemini_home), "GEMINI_CLI_TRUSTED_FOLDERS_PATH": trust}
+        proc = subprocess.run(
+            [gemini_bin, "-p", "do the task", "--yolo"], cwd=wt, env=env, capture_output=True, timeout=120, check=False
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    entries = log(repo, run_id)
+    assert [(e["tool_name"], e["status"], files_of(e)) for e in entries] == [
+        ("write_file", "succeeded", ["by_user.txt"])
+    ]

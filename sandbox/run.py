@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from sandbox import faults, objects, snapshot, worktree
+from sandbox import faults, integrity, objects, snapshot, worktree
 from sandbox.capture import capture
 from sandbox.errors import (
     CorruptionError,
@@ -593,6 +593,9 @@ class Run:
 
         stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
         with self.ledger.lock.hold():
+            # First forget the acknowledged tip: a drop interrupted after this is garbage for gc,
+            # never a run that vanished behind the sandbox's back (sandbox.integrity).
+            integrity.forget_ack(self.dir)
             with objects.git_writes():
                 self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")

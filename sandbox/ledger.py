@@ -64,6 +64,14 @@ _STATUS_RANK = {
 faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
 
 
+class StorageError(SandboxError):
+    """Writing the run's objects or ledger failed (a full disk, an I/O error); ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def new_event_id() -> str:
     """A fresh, unique event id."""
     return uuid.uuid4().hex
@@ -491,9 +499,11 @@ class Ledger:
                 if landed is not None:  # the ref moved before the error (e.g. a full disk at fsync)
                     new_oid = landed
                 else:
-                    raise SandboxError(
-                        f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded. "
-                        "If the disk is full, free some space and try again."
+                    what = "the call did not start" if event.kind == EventKind.call_started else "earlier events stay"
+                    raise StorageError(
+                        f"Could not append to the ledger of run {self.run_id} ({exc}); this {event.kind.value} "
+                        f"event was not recorded ({what}). If the disk is full, free some space and try again.",
+                        reason=str(exc),
                     ) from exc
             integrity.write_ack(self.run_dir, self.run_id, str(new_oid), state.count + 1)
             faults.point("ledger.append.after")

@@ -34,7 +34,6 @@ import pygit2
 
 from sandbox import objects
 from sandbox.errors import CorruptionError, SandboxError
-from sandbox.fsutil import write_json_file
 from sandbox.models import AckedTip, LedgerCacheFile, from_json, to_json
 
 #: Name of the MAC key's blob in every ledger event commit's tree.
@@ -106,12 +105,25 @@ def read_ack(run_dir: str) -> AckedTip | None:
         return None
 
 
+#: The acknowledged tip is rewritten in place at this fixed size (one pwrite, no rename).
+ACK_SIZE = 256
+
+
 def write_ack(run_dir: str, run_id: str, tip: str, count: int) -> None:
-    """Record ``tip`` as acknowledged (not synced: a lost update only leaves the ref ahead of it)."""
+    """Record ``tip`` as acknowledged.
+
+    Rewritten in place at a fixed size (one ``pwrite``, no temp file or rename: measured ~1 ms per
+    append for the atomic replace on a busy disk, ~20 us for this). Not synced and not atomic on
+    purpose: a torn or lost write makes the file unreadable or older, which only weakens detection
+    until the next append (the ref is then ahead of it, which is normal); it never reports damage.
+    """
+    text = to_json(AckedTip(run_id=run_id, tip=tip, count=count)).encode()
     with contextlib.suppress(OSError):
-        write_json_file(
-            os.path.join(run_dir, TIP_FILE), to_json(AckedTip(run_id=run_id, tip=tip, count=count)), sync=False
-        )
+        fd = os.open(os.path.join(run_dir, TIP_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, text.ljust(ACK_SIZE), 0)
+        finally:
+            os.close(fd)
 
 
 def forget_ack(run_dir: str) -> None:

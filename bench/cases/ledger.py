@@ -126,13 +126,14 @@ def _open_cost(ctx: Context, project: Any, run_id: str) -> None:
     from sandbox.run import Run
 
     cache = os.path.join(project.run_dir(run_id), "ledger-cache.json")
-    n = Run.open(Project(project.common_dir), run_id).ledger.state().count
-    Run.open(Project(project.common_dir), run_id).ledger._save_cache(
-        Run.open(Project(project.common_dir), run_id).ledger.state()
-    )
+    ledger = Run.open(Project(project.common_dir), run_id).ledger
+    state = ledger.state()
+    n = state.count
+    ledger._save_cache(state)  # a cache at the tip, as a command finds it after a busy run
     for label, rebuild in (("verified cache", False), ("no cache: every event re-read", True)):
         for _ in range(HISTORY_SAMPLES):
-            saved = open(cache, "rb").read()
+            with open(cache, "rb") as fh:
+                saved = fh.read()
             if rebuild:
                 os.unlink(cache)
             objects._commit_cache.clear()

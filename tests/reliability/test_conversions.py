@@ -151,3 +151,20 @@ def test_three_way_merge_in_a_crlf_checkout_writes_no_markers_and_keeps_crlf(tmp
     proc = sb("apply", run_id, "--3way", cwd=root)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
     assert (root / "a.txt").read_bytes() == b"one\r\nTWO\r\nthree\r\nfour\r\nFIVE\r\n"
+
+
+def test_rollback_files_writes_the_worktree_as_checkout_would(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "repo", {"a.txt": LF})
+    autocrlf(root)
+    run_id = json.loads(ok("start", "--json", cwd=root))["run"]
+    wt = Path(open_run(root, run_id).worktree)
+    original = (wt / "a.txt").read_bytes()
+    assert original == LF.replace("\n", "\r\n").encode()
+    ok("checkpoint", run_id, "--label", "before", cwd=root)
+    ok("write", run_id, "a.txt", cwd=root, input=original.replace(b"second", b"changed"))
+    ok("rollback", run_id, "--files", "--to", "before", cwd=root)
+    assert (wt / "a.txt").read_bytes() == original
+    ok("write", run_id, "a.txt", cwd=root, input=original.replace(b"third", b"changed"))
+    diff = ok("diff", run_id, cwd=root)
+    removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == ["-third"] and "\r" not in diff, diff

@@ -10,6 +10,7 @@ and leave untouched files alone, and ``undo`` must bring back the user's bytes e
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -168,3 +169,24 @@ def test_rollback_files_writes_the_worktree_as_checkout_would(tmp_path: Path) ->
     diff = ok("diff", run_id, cwd=root)
     removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     assert removed == ["-third"] and "\r" not in diff, diff
+
+
+@pytest.mark.skipif(shutil.which("git-lfs") is None, reason="git-lfs is not installed (apt-get install git-lfs)")
+def test_git_lfs_files_are_recorded_as_pointers_and_applied_as_content(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "repo", {"a.txt": LF}, commit=False)
+    git(root, "lfs", "install", "--local")
+    git(root, "lfs", "track", "*.bin")
+    write(root, "data.bin", b"large\x00binary\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "lfs")
+    run_id = json.loads(ok("start", "--json", cwd=root))["run"]
+    assert (Path(open_run(root, run_id).worktree) / "data.bin").read_bytes() == b"large\x00binary\n"
+    ok("write", run_id, "data.bin", cwd=root, input=b"large\x00changed\n")
+    pointer = git(root, "cat-file", "blob", f"refs/sandbox/{run_id}/head:data.bin")
+    assert pointer.startswith("version https://git-lfs.github.com/spec/v1"), pointer
+    ok("apply", run_id, cwd=root)
+    assert (root / "data.bin").read_bytes() == b"large\x00changed\n"
+    assert git(root, "status", "--porcelain").split() == ["M", "data.bin"]
+    ok("undo", run_id, cwd=root)
+    assert (root / "data.bin").read_bytes() == b"large\x00binary\n"
+    assert git(root, "status", "--porcelain") == ""

@@ -324,6 +324,7 @@ class Ledger:
         self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
         self._state: LedgerState | None = None
         self._key: bytes | None = None
+        self._resave = False
         #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
         #: prints them and ``resume`` reports them.
         self.problems: list[str] = []
@@ -419,7 +420,8 @@ class Ledger:
         for oid, event in new:
             fold_event(state, event, oid)
         self._state = state
-        if len(new) >= CACHE_EVERY or self.problems:
+        if len(new) >= CACHE_EVERY or self._resave:
+            self._resave = False  # a cache that failed its check is replaced at once
             self._save_cache(state)
         return state
 
@@ -442,6 +444,7 @@ class Ledger:
             return None
         state_json, forged = integrity.open_cache(self.key(tip), text)
         if forged:
+            self._resave = True
             self.problems.append(
                 f"The ledger cache of run {self.run_id} did not match the ledger (it was edited or damaged); "
                 "it was ignored and rebuilt from the ledger's events."

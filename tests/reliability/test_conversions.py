@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import git, make_repo, write
 
-from .helpers import ok, open_run, sb
+from .helpers import assert_fsck_clean, ok, open_run, sb
 
 LF = "first\nsecond\nthird\n"
 
@@ -127,6 +127,7 @@ def test_only_the_agents_real_change_is_recorded_and_applied(tmp_path: Path, cas
     ok("undo", run_id, cwd=root)
     assert (root / target).read_bytes() == before[target], "undo restores the user's bytes exactly"
     assert git(root, "status", "--porcelain") == ""
+    assert_fsck_clean(root, strict=True)
 
 
 def test_binary_attribute_keeps_bytes_exact_under_autocrlf(tmp_path: Path) -> None:

@@ -95,17 +95,32 @@ class Converter:
 
     # -- clean: working tree -> blob ------------------------------------------------------------
 
-    def clean(self, rel: str, data: bytes) -> bytes:
-        """The blob content ``git add`` would store for ``data`` at ``rel``."""
+    def _git(self, repo: pygit2.Repository | None, rel: str, args: list[str], data: bytes | None = None) -> bytes:
+        """Run a filter driver through git on this tree, against ``repo``'s object store and config.
+
+        A run's worktree has a git dir of its own (objects through alternates); a driver run there
+        would keep what it stores (git-lfs's content) in the run's git dir, where a later smudge in
+        the user's tree cannot find it. So drivers run against the user's repository, with this
+        tree's files and attributes.
+        """
+        where = ["--git-dir", repo.path, "--work-tree", self.workdir] if repo is not None else []
+        proc = git([*where, *args], cwd=self.workdir, input=data, check=False)
+        if proc.returncode != 0:
+            what = "clean" if args[0] == "hash-object" else "smudge"
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise ConversionError(
+                f"The {what} filter for {rel!r} failed ({detail[-1] if detail else proc.returncode}); "
+                "fix the filter driver in your git config, then try again."
+            )
+        return proc.stdout
+
+    def clean(self, rel: str, data: bytes, repo: pygit2.Repository | None = None) -> bytes:
+        """The blob content ``git add`` would store for ``data`` at ``rel`` (``repo``: the object store)."""
         if self._driver(rel):
-            proc = git(["hash-object", "-w", f"--path={rel}", "--stdin"], cwd=self.workdir, input=data, check=False)
-            if proc.returncode != 0:
-                raise ConversionError(
-                    f"The clean filter for {rel!r} failed ({proc.stderr.decode(errors='replace').strip()}); "
-                    "fix the filter driver in your git config, then try again."
-                )
-            assert self.repo is not None
-            return objects.read_blob(self.repo, proc.stdout.decode().strip())
+            oid = self._git(repo, rel, ["hash-object", "-w", f"--path={rel}", "--stdin"], data).decode().strip()
+            store = repo if repo is not None else self.repo
+            assert store is not None
+            return objects.read_blob(store, oid)
         filters = self._filters(rel, FilterMode.TO_ODB)
         return filters.apply_to_buffer(data) if filters is not None else data
 
@@ -116,7 +131,7 @@ class Converter:
             return objects.hash_path(repo, full, st, write)
         assert mode is not None
         with open(full, "rb") as fh:
-            data = self.clean(rel, fh.read())
+            data = self.clean(rel, fh.read(), repo)
         return Entry(mode, objects.write_blob(repo, data) if write else str(pygit2.hash(data)))
 
     def clean_probe(self, root: str, rel: str, probe: Probe) -> Probe:
@@ -147,13 +162,7 @@ class Converter:
     def smudge(self, rel: str, oid: str, repo: pygit2.Repository) -> bytes:
         """What checkout would write at ``rel`` for the blob ``oid``."""
         if self._driver(rel):
-            proc = git(["cat-file", "--filters", f"--path={rel}", oid], cwd=self.workdir, check=False)
-            if proc.returncode != 0:
-                raise ConversionError(
-                    f"The smudge filter for {rel!r} failed ({proc.stderr.decode(errors='replace').strip()}); "
-                    "fix the filter driver in your git config, then try again."
-                )
-            return proc.stdout
+            return self._git(repo, rel, ["cat-file", "--filters", f"--path={rel}", oid])
         data = objects.read_blob(repo, oid)
         filters = self._filters(rel, FilterMode.TO_WORKTREE)
         if filters is None:

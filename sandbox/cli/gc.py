@@ -32,6 +32,10 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
             f"{len(report.admin_dirs)} stale worktree admin dir(s), {report.refs_deleted} ref(s); "
             f"freed {human_size(report.bytes_freed)}."
         )
+    for run_id, path in sorted(report.moved.items()):
+        click.echo(f"Moved run {run_id} (made before runs had their own git directory) to {path}.")
+    for run_id, why in sorted(report.not_moved.items()):
+        click.echo(f"Left run {run_id} in its old place under .git: {why}")
     for run_id in report.damaged:
         click.echo(
             f"Kept run {run_id}: its ledger ref is missing but it recorded work; restore it with "

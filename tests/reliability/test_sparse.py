@@ -56,7 +56,9 @@ def test_files_next_to_excluded_ones_do_not_record_them_as_deleted(tmp_path: Pat
     run_id = json.loads(ok("start", "--json", cwd=root))["run"]
     run = open_run(root, run_id)
     wt = Path(run.worktree)
-    assert not (wt / "b").exists(), "the worktree inherits the sparse checkout"
+    if (wt / "b").exists():  # a run with its own git dir starts fully checked out; the agent narrows it
+        git(wt, "sparse-checkout", "set", "--cone", "a")
+    assert not (wt / "b").exists() and "S b/y.txt" in git(wt, "ls-files", "-t")
     (wt / "b").mkdir()
     (wt / "b/new.txt").write_text("new\n")
     # A watcher reports the new directory; capture expands it.

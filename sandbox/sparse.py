@@ -1,8 +1,9 @@
 """Sparse checkouts: a path the checkout excludes (skip-worktree) is absent on disk but not deleted.
 
 git keeps such a path in the index with its skip-worktree bit and leaves it out of the working
-tree (``git sparse-checkout set --cone DIR``); a run's worktree inherits the user's sparse
-patterns. A missing file there means "not checked out", never "you deleted it": the snapshot
+tree (``git sparse-checkout set --cone DIR``); a run's worktree (its own git dir) starts fully
+checked out, and the agent may narrow it the same way. A missing file there means "not checked
+out", never "you deleted it": the snapshot
 (``git add -A`` keeps skip-worktree entries), capture (:mod:`sandbox.capture`) and apply planning
 (:mod:`sandbox.mergeback`) ask this module before reading absence as a deletion.
 

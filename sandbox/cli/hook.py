@@ -1,6 +1,8 @@
 """``sandbox hook <agent>``: the hook handler agents call before and after each tool call.
 
-Reads the agent's hook JSON on stdin and records a call start or finish. It never blocks the
+Reads the agent's hook JSON on stdin and records a call start or finish (or settles the calls an
+agent moved on from). A call the sandbox refuses (a denial) is blocked with the agent's own deny
+answer (its adapter's ``respond``; exit 2 with the reason on stderr for others). It never blocks the
 agent because of its own failure unless asked to (``--strict`` or ``hooks.strict`` in the
 settings): on any problem it prints one line on stderr and exits 1, which Claude Code and Gemini
 CLI treat as a non-blocking error; with strict it exits 2, which blocks a PreToolUse/BeforeTool.
@@ -12,7 +14,7 @@ and ``sandbox serve`` is spawned in the background for the next ones.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +35,8 @@ def _run(agent: str, strict: bool) -> int:
     from sandbox.errors import SandboxError
 
     success_stdout = ""
+    respond: Any = None
+    payload: Any = None
     outcome: hookproto.Outcome
     try:
         payload = hookproto.read_payload(sys.stdin.buffer)
@@ -43,6 +47,7 @@ def _run(agent: str, strict: bool) -> int:
 
             adapter = adapters.load(agent)
             success_stdout = str(adapter.SUCCESS_STDOUT)
+            respond = getattr(adapter, "respond", None)
             event = adapter.to_event(payload)
         if event is None:
             outcome = hookproto.Outcome(True)
@@ -54,6 +59,15 @@ def _run(agent: str, strict: bool) -> int:
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
         outcome = hookproto.Outcome(False, f"unexpected error: {type(exc).__name__}: {exc}")
+    if outcome.ok and respond is not None:
+        stdout, code = respond(outcome, payload)  # the agent's own answer (e.g. a deny with its reason)
+        if stdout or success_stdout:
+            click.echo(stdout or success_stdout)
+        return int(code)
+    if outcome.ok and outcome.decision == "deny":
+        # An agent without its own answer format: exit 2 blocks the call, the reason on stderr.
+        click.echo(f"sandbox: {outcome.reason}", err=True)
+        return EXIT_BLOCK
     if outcome.ok:
         if success_stdout:
             click.echo(success_stdout)
@@ -75,7 +89,7 @@ _STRICT = click.option("--strict", is_flag=True, help="Block the tool call (exit
 @hook.command("claude-code")
 @_STRICT
 def claude_code(strict: bool) -> None:
-    """Claude Code's PreToolUse / PostToolUse / PostToolUseFailure hook."""
+    """Claude Code's PreToolUse / PostToolUse / PostToolUseFailure / Stop / SessionEnd ... hook."""
     sys.exit(_run("claude-code", strict))
 
 

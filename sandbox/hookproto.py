@@ -42,9 +42,10 @@ MAX_RESULT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
 SOCKET_NAME = "hook.sock"
-#: start/finish: one side of one call; settle: the agent says no call of its session is still
-#: running (its turn or session ended), so a call it started and never finished did not run.
-PHASES = ("start", "finish", "settle")
+#: start/finish: one side of one call; refused: the agent refused the call before running it
+#: (``error`` says why); settle: the agent says no call of its session is still running (its turn
+#: or session ended), so a call it started and never finished did not run.
+PHASES = ("start", "finish", "refused", "settle")
 KINDS = ("write", "command", "read", "external", "unknown")
 #: Default (idempotency, replay) per kind of call.
 POLICY = {
@@ -92,7 +93,7 @@ class HookEvent:
             raise HookInputError("The hook payload must be a JSON object.")
         phase = data.get("event", data.get("phase"))
         if phase not in PHASES:
-            raise HookInputError("The hook payload's 'event' must be 'start', 'finish' or 'settle'.")
+            raise HookInputError("The hook payload's 'event' must be 'start', 'finish', 'refused' or 'settle'.")
         if phase == "settle":
             data = {"tool": "*", **data}
         for key in ("cwd", "tool"):
@@ -110,8 +111,8 @@ class HookEvent:
         status = data.get("status", "succeeded")
         if status not in ("succeeded", "failed"):
             raise HookInputError("The hook payload's 'status' must be 'succeeded' or 'failed'.")
-        if phase == "finish" and not call_id and not data.get("pair_prefix"):
-            raise HookInputError("A finish event needs a 'call_id'.")
+        if phase in ("finish", "refused") and not call_id and not data.get("pair_prefix"):
+            raise HookInputError(f"A {phase} event needs a 'call_id'.")
         error = data.get("error")
         session = data.get("session")
         if session is not None and not isinstance(session, str):
@@ -354,8 +355,8 @@ class Recorder:
                 outcome = self._start(event)
                 outcome.strict = strict
                 return outcome
-            message = self._finish(event) if event.phase == "finish" else self._settle(event)
-            return Outcome(True, message, strict)
+            handler = {"finish": self._finish, "refused": self._refused, "settle": self._settle}[event.phase]
+            return Outcome(True, handler(event), strict)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
 
@@ -451,6 +452,33 @@ class Recorder:
         """True for a path whose edit stays in the worktree until apply (not git's, not the sandbox's own)."""
         top = rel.split("/", 1)[0]
         return top not in (".git", ".claude", ".gemini") and not self.run.is_private(rel)
+
+    def _refused(self, event: HookEvent) -> str:
+        """The agent refused the call before running it: ``not_run`` with its reason."""
+        from sandbox.models import CallStatus
+
+        kind, idem, replay = self.policy(event)
+        call_id = event.call_id or self._paired(event)
+        assert call_id is not None
+        reason = event.error or "The agent refused the call before running it."
+        entry = self.run.state().calls.get(call_id)
+        if entry is None:
+            done = self.run.refuse_call(
+                event.tool,
+                event.input,
+                reason,
+                call_id=call_id,
+                idempotency=idem,
+                replay=replay,
+                summary=_summary(event),
+                session=event.session,
+            )
+        else:
+            if entry.status == CallStatus.started and kind in ("command", "unknown"):
+                with contextlib.suppress(Exception):  # the watch is help only
+                    self._end_watch(call_id)
+            done = self.run.not_run(call_id, reason)
+        return f"{call_id} {done.status.value}"
 
     def _settle(self, event: HookEvent) -> str:
         """Calls of the event's session still started never ran: the agent moved on without them."""

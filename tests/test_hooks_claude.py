@@ -372,3 +372,17 @@ def test_failed_bash_error_is_one_line_and_kept_in_full(repo: Path, runner: CliR
     assert full.exit_code == 0 and "line 1999" in full.output and "status:  failed" in full.output
     as_json = json.loads(runner.invoke(cli, [*base, "log", run.run_id, "--call", entry.call_id, "--json"]).output)
     assert as_json["error"] == "Exit code 3" and as_json["error_text"].endswith("line 1999\n")
+
+
+def test_permission_denied_ends_the_call_not_run_with_claude_codes_reason(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Bash", "pre", wt, permission_mode="plan"))
+    denied = payload("Bash", "pre", wt, hook_event_name="PermissionDenied", reason="Classifier unavailable")
+    assert hook("claude-code", denied).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "not_run" and "Classifier unavailable" in (entry.error or "")
+    # One that never got a PreToolUse (hooks installed late) is recorded as one not-run call.
+    late = payload("Bash", "pre", wt, "toolu_late", hook_event_name="PermissionDenied", reason="rule")
+    assert hook("claude-code", late).exit_code == 0
+    assert reopen(run).entry("toolu_late").status.value == "not_run"

@@ -4,6 +4,8 @@ Events (verified against Claude Code 2.1.328, see hooks/claude-code/README.md):
 
 * ``PreToolUse`` → call start; ``PostToolUse`` → finish ``succeeded``; ``PostToolUseFailure`` →
   finish ``failed`` (``error`` is multi-line: the ledger keeps its first line and the rest beside it).
+* ``PermissionDenied`` → refused: ``not_run`` with Claude Code's reason (sent when its automatic
+  permission check refuses a call, e.g. in ``plan`` mode).
 * ``Stop``, ``StopFailure``, ``SessionEnd``, ``UserPromptSubmit`` → settle: Claude Code moved on,
   so a call of this session that got a PreToolUse but no PostToolUse/PostToolUseFailure never ran
   (its own permission check refused it, another hook blocked it, or the user said no: Claude Code
@@ -68,9 +70,19 @@ def to_event(payload: Any) -> HookEvent | None:
             raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
         reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
         return HookEvent(phase="settle", cwd=cwd, tool="*", error=reason, agent=NAME, session=session)
+    if name == "PermissionDenied":
+        denied = _tool_event(payload, name, "refused", "failed")
+        denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"
+        denied.paths = []
+        return denied
     if name not in EVENTS:
         return None
     phase, status = EVENTS[name]
+    return _tool_event(payload, name, phase, status)
+
+
+def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> HookEvent:
+    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
     tool, call_id, cwd = payload.get("tool_name"), payload.get("tool_use_id"), payload.get("cwd")
     for key, value in (("tool_name", tool), ("tool_use_id", call_id), ("cwd", cwd)):
         if not isinstance(value, str) or not value:
@@ -143,4 +155,5 @@ def hook_settings(command: str) -> dict[str, list[Any]]:
     """The ``hooks`` entries of Claude Code settings that call ``command`` for every tool and turn end."""
     group = {"matcher": "*", "hooks": [{"type": "command", "command": command, "timeout": 60}]}
     plain = {"hooks": [{"type": "command", "command": command, "timeout": 60}]}  # events without a matcher
-    return {**{event: [group] for event in EVENTS}, **{event: [plain] for event in SETTLE}}
+    tools = [*EVENTS, "PermissionDenied"]
+    return {**{event: [group] for event in tools}, **{event: [plain] for event in SETTLE}}

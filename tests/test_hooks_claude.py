@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from sandbox.cli import cli
 from tests.conftest import user_state, write
-from tests.hook_fixtures import CLAUDE_TOOLS, hook, payload, reopen, start_run
+from tests.hook_fixtures import CLAUDE_TOOLS, FIXTURES, hook, payload, reopen, start_run
 
 
 def test_fixtures_cover_every_tool_type() -> None:
@@ -123,7 +123,7 @@ def test_failure_event_marks_the_call_failed(repo: Path) -> None:
     write(wt, "partial.txt", "half done\n")
     assert hook("claude-code", fail).exit_code == 0
     entry = reopen(run).entries()[0]
-    assert entry.status.value == "failed" and "exit code 2" in (entry.error or "")
+    assert entry.status.value == "failed" and entry.error == "Exit code 2"  # the real payload's first line
     assert [f.path for f in entry.files] == ["partial.txt"]
 
 
@@ -254,8 +254,14 @@ def test_shipped_settings_match_the_handler() -> None:
 # -- honest end states, denials and the sandbox's own permission answers (issue #9) -----------
 
 
-def _settle(event: str, wt: Path, session: str = "5f0c9e8a-1b2c-4d3e-9f00-1234567890ab", **more: Any) -> dict[str, Any]:
-    return {"session_id": session, "cwd": str(wt), "hook_event_name": event, **more}
+def _settle(event: str, wt: Path, **more: Any) -> dict[str, Any]:
+    """A real session event payload from fixtures/claude-code/events/ (StopFailure: none recorded)."""
+    recorded = FIXTURES / "claude-code" / "events" / f"{event}.json"
+    if recorded.exists():
+        data: dict[str, Any] = json.loads(recorded.read_text().replace("__CWD__", str(wt)))
+    else:
+        data = {"session_id": "5f0c9e8a-1b2c-4d3e-9f00-1234567890ab", "cwd": str(wt), "hook_event_name": event}
+    return {**data, **more}
 
 
 def _decision(result: Any) -> dict[str, Any] | None:
@@ -378,7 +384,8 @@ def test_permission_denied_ends_the_call_not_run_with_claude_codes_reason(repo: 
     run = start_run(repo)
     wt = Path(run.worktree)
     hook("claude-code", payload("Bash", "pre", wt, permission_mode="plan"))
-    denied = payload("Bash", "pre", wt, hook_event_name="PermissionDenied", reason="Classifier unavailable")
+    denied = _settle("PermissionDenied", wt)  # the real payload, recorded in plan mode
+    denied["tool_use_id"] = "toolu_01BashE5f6G7h8I9j0K1l2"
     assert hook("claude-code", denied).exit_code == 0
     entry = reopen(run).entries()[0]
     assert entry.status.value == "not_run" and "Classifier unavailable" in (entry.error or "")

@@ -48,7 +48,8 @@ ALLOW_MODES = ("default", "acceptEdits")
 
 #: File-writing tools and the tool_input field holding the path they write.
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
-READ_TOOLS = {"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite", "BashOutput", "ExitPlanMode"}
+READ_TOOLS = {"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite", "BashOutput", "ExitPlanMode",
+              "ToolSearch", "ListAgents"}  # fmt: skip
 EXTERNAL_TOOLS = {"WebFetch", "WebSearch"}
 COMMAND_TOOLS = {"Bash"}
 

@@ -33,7 +33,10 @@ class Session:
 
 
 def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
-    """The environment for Claude Code: the scripted server, a private HOME, no other traffic."""
+    """The environment for Claude Code: the scripted server, a private HOME, no other traffic.
+
+    Hooks may start the run's background service, as they do for users (the test stops it).
+    """
     home.mkdir(parents=True, exist_ok=True)
     gitconfig = Path(os.environ["HOME"]) / ".gitconfig"
     if gitconfig.exists() and not (home / ".gitconfig").exists():
@@ -48,6 +51,7 @@ def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "IS_SANDBOX": "1",  # tests run as root here: bypass mode needs it
+            "SANDBOX_HOOK_AUTOSTART": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         }
     )
@@ -84,6 +88,7 @@ def install_hooks(repo: Path, run_id: str) -> None:
     proc = subprocess.run(
         [SANDBOX, "hooks", "install", "claude-code", run_id],
         cwd=repo,
+        env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "1"},  # as for users: the run's service starts
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -113,3 +118,14 @@ def in_worktree(
 def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The installed ``sandbox`` command as a real process."""
     return subprocess.run([SANDBOX, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def stop_services(repo: Path) -> None:
+    """Stop the background ``sandbox serve`` of every run of ``repo`` (started by hooks)."""
+    from sandbox import service
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project, _workdir, _ = Project.discover(str(repo))
+    for run_id in project.run_ids():
+        service.stop_service(Run.open(project, run_id).dir)

@@ -20,7 +20,16 @@ import pytest
 
 from sandbox.models import CallStatus
 from tests.agents.anthropic_server import ModelServer, ToolUse, Turn, bash, edit, read, result_text, write
-from tests.agents.claude_harness import SANDBOX, claude_args, claude_env, in_worktree, install_hooks, sandbox, via_run
+from tests.agents.claude_harness import (
+    SANDBOX,
+    claude_args,
+    claude_env,
+    in_worktree,
+    install_hooks,
+    sandbox,
+    stop_services,
+    via_run,
+)
 from tests.conftest import tree_digest, user_state
 from tests.hook_fixtures import reopen, start_run
 
@@ -52,6 +61,13 @@ def _apply_and_undo(repo: Path, run_id: str, expected: dict[str, str]) -> None:
         undone = sandbox("undo", run_id, cwd=repo)
         assert undone.returncode == 0, undone.stderr
     assert tree_digest(repo) == before and user_state(repo) == state
+
+
+@pytest.fixture(autouse=True)
+def _services(repo: Path) -> Iterator[None]:
+    """Hooks started by hand spawn the run's service, as for users: stopped after each test."""
+    yield
+    stop_services(repo)
 
 
 @pytest.fixture

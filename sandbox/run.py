@@ -628,7 +628,7 @@ class Run:
             EventKind.call_resolved,
             call_id,
             reason=reason,
-            error=reason if final == CallStatus.failed else None,
+            **_error_fields(reason if final == CallStatus.failed else None, {}),
             data={"status": final.value},
             epoch=self.state().epoch,
         )

@@ -290,6 +290,18 @@ def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None
     assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "not_run"
 
 
+def test_resume_tells_the_model_a_call_did_not_run(repo: Path) -> None:
+    from sandbox.resume import resume
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Bash", "pre", wt))
+    hook("claude-code", _settle("Stop", wt))
+    report = resume(reopen(run))
+    assert report.uncertain == [] and "did not run" in report.note
+    assert "Do not repeat" not in report.note  # it may be asked for again
+
+
 def test_stop_leaves_finished_calls_alone(repo: Path) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)

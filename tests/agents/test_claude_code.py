@@ -169,6 +169,8 @@ def test_permission_modes(
         result = server.tool_result(call_id)
         assert result is not None and bool(result.get("is_error")) == (status == "not_run")
     assert user_state(repo) == user_before and tree_digest(repo) == files_before
+    if "not_run" in expected and driver == "run":
+        assert "did not run" in session.stderr  # sandbox run's summary lists them
     if "succeeded" in expected[:3]:
         diff = sandbox("diff", run.run_id, "--stat", cwd=repo)
         assert diff.returncode == 0 and NEW_FILE in diff.stdout and ".claude" not in diff.stdout

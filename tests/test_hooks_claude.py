@@ -405,3 +405,15 @@ def test_permission_denied_ends_the_call_not_run_with_claude_codes_reason(repo: 
     late = payload("Bash", "pre", wt, "toolu_late", hook_event_name="PermissionDenied", reason="rule")
     assert hook("claude-code", late).exit_code == 0
     assert reopen(run).entry("toolu_late").status.value == "not_run"
+
+
+def test_strict_never_blocks_a_turn_end(repo: Path, tmp_path: Path) -> None:
+    """Exit 2 on Stop would make Claude Code go on instead of stopping: strict is about tool calls."""
+    write(repo, ".sandbox.toml", "[hooks]\nstrict = true\n")
+    start_run(repo)
+    elsewhere = tmp_path / "not-a-run"
+    elsewhere.mkdir()
+    for event in ("Stop", "SessionEnd", "UserPromptSubmit"):
+        result = hook("claude-code", _settle(event, elsewhere), "--strict")
+        assert result.exit_code == 1 and "not inside a sandbox run" in result.stderr
+    assert hook("claude-code", payload("Bash", "pre", elsewhere), "--strict").exit_code == 2

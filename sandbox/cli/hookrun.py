@@ -37,10 +37,11 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
     respond: Any = None
     payload: Any = None
     outcome: hookproto.Outcome
+    event: hookproto.HookEvent | None = None
     try:
         payload = hookproto.read_payload(stdin)
         if agent == "generic":
-            event: hookproto.HookEvent | None = hookproto.HookEvent.from_dict(payload)
+            event = hookproto.HookEvent.from_dict(payload)
         else:
             from sandbox import adapters
 
@@ -70,7 +71,16 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             stdout.write(success_stdout + "\n")
         return 0
     stderr.write(f"sandbox: {outcome.message}\n")
-    return EXIT_BLOCK if strict or outcome.strict else EXIT_ERROR
+    return EXIT_BLOCK if (strict or outcome.strict) and _blocks_a_call(event, payload) else EXIT_ERROR
+
+
+def _blocks_a_call(event: Any, payload: Any) -> bool:
+    """Whether exit 2 would block a tool call (strict is about those): never for a turn's or a
+    session's end, where exit 2 would make Claude Code go on instead of stopping."""
+    if event is not None:
+        return bool(event.phase == "start")
+    name = payload.get("hook_event_name") if isinstance(payload, dict) else None
+    return name in (None, "PreToolUse", "BeforeTool")
 
 
 def fast_main(argv: list[str]) -> int | None:

@@ -83,8 +83,8 @@ class HookEvent:
     #: whose id starts with this prefix (for agents whose hooks carry no call id).
     pair_prefix: str | None = None
     agent: str = "generic"
-    #: The agent session asking (e.g. Claude Code's session_id): a settle covers only its calls.
-    session: str | None = None
+    #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
+    agent_session: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -114,9 +114,9 @@ class HookEvent:
         if phase in ("finish", "refused") and not call_id and not data.get("pair_prefix"):
             raise HookInputError(f"A {phase} event needs a 'call_id'.")
         error = data.get("error")
-        session = data.get("session")
-        if session is not None and not isinstance(session, str):
-            raise HookInputError("The hook payload's 'session' must be a string.")
+        agent_session = data.get("agent_session")
+        if agent_session is not None and not isinstance(agent_session, str):
+            raise HookInputError("The hook payload's 'agent_session' must be a string.")
         return cls(
             phase=phase,
             cwd=data["cwd"],
@@ -132,7 +132,7 @@ class HookEvent:
             replay=data.get("replay"),
             pair_prefix=data.get("pair_prefix"),
             agent=str(data.get("agent", "generic")),
-            session=session or None,
+            agent_session=agent_session or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,6 +156,11 @@ class Outcome:
     strict: bool = False
     decision: str | None = None
     reason: str = ""
+
+    @property
+    def denied(self) -> bool:
+        """The sandbox refused the call (a denial or a policy): the agent must get its deny answer."""
+        return self.decision == "deny"
 
     def to_reply(self) -> dict[str, Any]:
         """The host's JSON reply for this outcome (see :func:`forward`)."""
@@ -404,7 +409,7 @@ class Recorder:
                 idempotency=idem,
                 replay=replay,
                 summary=_summary(event),
-                session=event.session,
+                agent_session=event.agent_session,
             )
             return Outcome(True, f"{call_id} refused: {denial}", decision="deny", reason=denial)
         try:
@@ -416,7 +421,7 @@ class Recorder:
                 replay=replay,
                 side_effects=[f"external:{event.tool}"] if kind == "external" else [],
                 summary=_summary(event),
-                session=event.session,
+                agent_session=event.agent_session,
             )
         except SandboxError:
             # A repeated start (the agent retried its hook, or a host died after recording it)
@@ -471,7 +476,7 @@ class Recorder:
                 idempotency=idem,
                 replay=replay,
                 summary=_summary(event),
-                session=event.session,
+                agent_session=event.agent_session,
             )
         else:
             if entry.status == CallStatus.started and kind in ("command", "unknown"):
@@ -488,7 +493,7 @@ class Recorder:
         open_calls = [
             cid
             for cid in state.order
-            if state.calls[cid].status == CallStatus.started and state.calls[cid].session == event.session
+            if state.calls[cid].status == CallStatus.started and state.calls[cid].agent_session == event.agent_session
         ]
         reason = event.error or "The agent ended its turn without running the call."
         for cid in open_calls:

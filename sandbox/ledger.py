@@ -165,7 +165,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             side_effects=list(spec.side_effects),
             summary=spec.summary,
             compensation=spec.compensation,
-            session=spec.session,
+            agent_session=spec.agent_session,
             epoch=event.epoch,
             seq=len(state.order) + 1,
             created_at=event.at,

@@ -143,8 +143,8 @@ class CallSpec(_Model):
     side_effects: list[str] = Field(default_factory=list)
     summary: str | None = None
     compensation: dict[str, Any] | None = None
-    #: The agent session that asked for the call (e.g. Claude Code's ``session_id``), when known.
-    session: str | None = None
+    #: The agent's own session id for the call (e.g. Claude Code's ``session_id``), when known.
+    agent_session: str | None = None
 
 
 class RunInfo(_Model):
@@ -214,7 +214,7 @@ class LedgerEntry(_Model):
     error: str | None = None
     error_detail: str | None = None
     error_ref: str | None = None
-    session: str | None = None
+    agent_session: str | None = None
     commit: str | None = None
     parent_commit: str | None = None
     files: list[FileChange] = Field(default_factory=list)

@@ -270,7 +270,7 @@ class Run:
         side_effects: Iterable[str],
         summary: str | None,
         compensation: dict[str, Any] | None,
-        session: str | None = None,
+        agent_session: str | None = None,
     ) -> tuple[CallSpec, dict[str, bytes]]:
         if not tool_name or len(tool_name) > 200:
             raise UsageError("A tool name must be 1 to 200 characters.")
@@ -293,7 +293,7 @@ class Run:
             side_effects=list(side_effects),
             summary=summary,
             compensation=compensation,
-            session=session,
+            agent_session=agent_session,
         )
         return spec, attachments
 
@@ -339,17 +339,17 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
-        session: str | None = None,
+        agent_session: str | None = None,
     ) -> str:
         """Durably record that a call is starting; returns its call id.
 
         When this returns, the ``started`` event is on disk (fsync'd): the tool may run. A call id
-        that was planned and approved continues; a denied one is refused. ``session`` names the
-        agent session asking (its end settles the calls it never ran, see :meth:`not_run`).
+        that was planned and approved continues; a denied one is refused. ``agent_session`` is
+        the agent's own session id (its end settles the calls it never ran, see :meth:`not_run`).
         """
         call_id = call_id or new_call_id()
         spec, attachments = self._spec(
-            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation, session
+            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation, agent_session
         )
         faults.point("call.start.before")
         if not self.worktree_exists():
@@ -575,7 +575,7 @@ class Run:
         idempotency: Idempotency | str = Idempotency.conditional,
         replay: ReplayPolicy | str = ReplayPolicy.ask,
         summary: str | None = None,
-        session: str | None = None,
+        agent_session: str | None = None,
     ) -> LedgerEntry:
         """Record a call the sandbox refused before it started (a denial): one ``not_run`` event.
 
@@ -583,7 +583,7 @@ class Run:
         a repeated refusal of the same call id is a no-op.
         """
         call_id = call_id or new_call_id()
-        spec, attachments = self._spec(tool_name, input, None, idempotency, replay, (), summary, None, session)
+        spec, attachments = self._spec(tool_name, input, None, idempotency, replay, (), summary, None, agent_session)
 
         def check(state: LedgerState) -> None:
             if call_id in state.calls:

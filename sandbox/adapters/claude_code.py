@@ -70,7 +70,7 @@ def to_event(payload: Any) -> HookEvent | None:
         if not isinstance(cwd, str) or not cwd:
             raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
         reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(phase="settle", cwd=cwd, tool="*", error=reason, agent=NAME, session=session)
+        return HookEvent(phase="settle", cwd=cwd, tool="*", error=reason, agent=NAME, agent_session=session)
     if name == "PermissionDenied":
         denied = _tool_event(payload, name, "refused", "failed")
         denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"
@@ -127,7 +127,7 @@ def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> 
         idempotency=idempotency,
         replay=replay,
         agent=NAME,
-        session=session,
+        agent_session=session,
     )
 
 

@@ -35,6 +35,7 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
 
     success_stdout = ""
     respond: Any = None
+    deny_answer: Any = None
     payload: Any = None
     outcome: hookproto.Outcome
     event: hookproto.HookEvent | None = None
@@ -48,6 +49,7 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             adapter = adapters.load(agent)
             success_stdout = str(adapter.SUCCESS_STDOUT)
             respond = getattr(adapter, "respond", None)
+            deny_answer = getattr(adapter, "deny_answer", None)  # an adapter answering denials only
             event = adapter.to_event(payload)
         if event is None:
             outcome = hookproto.Outcome(True)
@@ -61,6 +63,10 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
         text, code = respond(outcome, payload)  # the agent's own answer (e.g. a deny with its reason)
         if text or success_stdout:
             stdout.write((text or success_stdout) + "\n")
+        return int(code)
+    if outcome.ok and outcome.decision == "deny" and deny_answer is not None:
+        text, code = deny_answer(outcome.reason)
+        stdout.write(str(text) + "\n")
         return int(code)
     if outcome.ok and outcome.decision == "deny":
         # An agent without its own answer format: exit 2 blocks the call, the reason on stderr.

@@ -184,6 +184,7 @@ def test_refused_then_denied_then_retried_under_a_new_id(claude_bin: str, repo: 
     run = start_run(repo)
     wt = Path(run.worktree)
     install_hooks(repo, run.run_id)
+    user_before, files_before = user_state(repo), tree_digest(repo)
     command = "touch denied.txt"
     first, second, third = (ToolUse("Bash", {"command": command, "description": "touch"}) for _ in range(3))
     with ModelServer([Turn(tools=[first])]) as server:
@@ -210,6 +211,9 @@ def test_refused_then_denied_then_retried_under_a_new_id(claude_bin: str, repo: 
         in_worktree(claude_bin, wt, server, home, "bypassPermissions")
     assert reopen(run).entry(third.id).status == CallStatus.succeeded and (wt / "denied.txt").exists()
     assert [e.call_id for e in reopen(run).entries()] == [first.id, second.id, third.id]
+    assert user_state(repo) == user_before and tree_digest(repo) == files_before
+    assert "denied.txt" in sandbox("diff", run.run_id, "--stat", cwd=repo).stdout
+    _apply_and_undo(repo, run.run_id, {"denied.txt": ""})
 
 
 def _children(pid: int) -> list[int]:
@@ -253,6 +257,7 @@ def marker_processes() -> Iterator[str]:
 def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home: Path, marker_processes: str) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)
+    user_before, files_before = user_state(repo), tree_digest(repo)
     command = f"echo started > started.txt; sleep {marker_processes}; echo late > late.txt"
     long_call = ToolUse("Bash", {"command": command})
     turns = [write(str(wt / NEW_FILE), NEW_TEXT), Turn(tools=[long_call])]
@@ -291,3 +296,8 @@ def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home
     assert "started.txt" in [d["path"] for d in report["drift"]] or any(
         f.path == "started.txt" for f in reopen(run).entries()[-1].files
     )
+    assert user_state(repo) == user_before and tree_digest(repo) == files_before
+    for pid in _with_marker(f"sleep {marker_processes}"):  # the Bash child, if nothing stopped it
+        os.kill(pid, signal.SIGKILL)
+    assert NEW_FILE in sandbox("diff", run.run_id, "--stat", cwd=repo).stdout
+    _apply_and_undo(repo, run.run_id, {NEW_FILE: NEW_TEXT, "started.txt": "started\n"})

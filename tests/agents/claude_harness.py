@@ -9,14 +9,19 @@ developer's own Claude Code settings (or of another test) is read.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.agents.anthropic_server import ModelServer
+
+if TYPE_CHECKING:
+    from sandbox.run import Run
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
 TIMEOUT = 120
@@ -129,3 +134,17 @@ def stop_services(repo: Path) -> None:
     project, _workdir, _ = Project.discover(str(repo))
     for run_id in project.run_ids():
         service.stop_service(Run.open(project, run_id).dir)
+
+
+def cli_start(repo: Path) -> Run:
+    """``sandbox start`` as a user runs it (the run's home in the per-user data directory), opened."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    proc = sandbox("start", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    worktree = json.loads(proc.stdout)["worktree"]
+    assert "/.git/" not in worktree + "/"  # Claude Code refuses edits under any .git directory
+    project, _workdir, run_id = Project.discover(worktree)
+    assert run_id is not None
+    return Run.open(project, run_id)

@@ -24,6 +24,7 @@ from tests.agents.claude_harness import (
     SANDBOX,
     claude_args,
     claude_env,
+    cli_start,
     in_worktree,
     install_hooks,
     sandbox,
@@ -31,7 +32,7 @@ from tests.agents.claude_harness import (
     via_run,
 )
 from tests.conftest import tree_digest, user_state
-from tests.hook_fixtures import reopen, start_run
+from tests.hook_fixtures import reopen
 
 pytestmark = pytest.mark.agents
 
@@ -78,7 +79,7 @@ def home(tmp_path: Path) -> Path:
 
 def test_every_tool_via_sandbox_run(claude_bin: str, repo: Path, home: Path) -> None:
     """Write, Edit, Bash that succeeds, Bash that fails, Read: one call each, with their files."""
-    run = start_run(repo)
+    run = cli_start(repo)
     wt = Path(run.worktree)
     turns = [
         write(str(wt / NEW_FILE), NEW_TEXT),
@@ -122,14 +123,11 @@ def _ids(params: list[object]) -> list[str]:
 
 
 # (mode, how Claude Code is started, extra flags, expected status per tool: Write, Edit, Bash, Read)
-_UNDER_GIT = pytest.mark.xfail(
-    strict=True, reason="worktrees live under .git/ until the 'place' change: Claude Code refuses edits there"
-)
 MODES = [
-    pytest.param("default", "run", ("--allowedTools", "Bash"), ("succeeded",) * 4, marks=_UNDER_GIT),
-    pytest.param("default", "hooks", ("--allowedTools", "Bash"), ("succeeded",) * 4, marks=_UNDER_GIT),
-    pytest.param("acceptEdits", "run", (), ("succeeded",) * 4, marks=_UNDER_GIT),
-    pytest.param("acceptEdits", "hooks", (), ("succeeded",) * 4, marks=_UNDER_GIT),
+    pytest.param("default", "run", ("--allowedTools", "Bash"), ("succeeded",) * 4),
+    pytest.param("default", "hooks", ("--allowedTools", "Bash"), ("succeeded",) * 4),
+    pytest.param("acceptEdits", "run", (), ("succeeded",) * 4),
+    pytest.param("acceptEdits", "hooks", (), ("succeeded",) * 4),
     ("plan", "run", (), ("not_run", "not_run", "not_run", "succeeded")),
     ("bypassPermissions", "hooks", (), ("succeeded", "succeeded", "succeeded", "succeeded")),
 ]
@@ -139,7 +137,7 @@ MODES = [
 def test_permission_modes(
     claude_bin: str, repo: Path, home: Path, mode: str, driver: str, extra: tuple[str, ...], expected: tuple[str, ...]
 ) -> None:
-    run = start_run(repo)
+    run = cli_start(repo)
     wt = Path(run.worktree)
     turns = [
         write(str(wt / NEW_FILE), NEW_TEXT),
@@ -181,7 +179,7 @@ def test_permission_modes(
 
 def test_refused_then_denied_then_retried_under_a_new_id(claude_bin: str, repo: Path, home: Path) -> None:
     """Claude Code's own check refuses a Bash call; the user denies it; a retry is refused the same way."""
-    run = start_run(repo)
+    run = cli_start(repo)
     wt = Path(run.worktree)
     install_hooks(repo, run.run_id)
     user_before, files_before = user_state(repo), tree_digest(repo)
@@ -255,7 +253,7 @@ def marker_processes() -> Iterator[str]:
 
 
 def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home: Path, marker_processes: str) -> None:
-    run = start_run(repo)
+    run = cli_start(repo)
     wt = Path(run.worktree)
     user_before, files_before = user_state(repo), tree_digest(repo)
     command = f"echo started > started.txt; sleep {marker_processes}; echo late > late.txt"

@@ -59,6 +59,7 @@ _STATUS_RANK = {
     CallStatus.uncertain: 3,
     CallStatus.succeeded: 4,
     CallStatus.failed: 4,
+    CallStatus.not_run: 4,
 }
 
 faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
@@ -175,6 +176,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             side_effects=list(spec.side_effects),
             summary=spec.summary,
             compensation=spec.compensation,
+            agent_session=spec.agent_session,
             epoch=event.epoch,
             seq=len(state.order) + 1,
             created_at=event.at,
@@ -206,9 +208,11 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
         advance(CallStatus.started)
         entry.started_at = entry.started_at or event.at
         entry.epoch = event.epoch
-    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved):
+    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved, EventKind.call_not_run):
         if kind == EventKind.call_resolved:
             status = CallStatus(event.data.get("status", CallStatus.failed.value))
+        elif kind == EventKind.call_not_run:
+            status = CallStatus.not_run
         else:
             status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
         if entry.status not in TERMINAL_STATUSES:
@@ -217,6 +221,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             entry.result_ref = event.result_ref
             entry.result = event.result
             entry.error = event.error
+            entry.error_detail = event.error_detail
+            entry.error_ref = event.error_ref
             if event.commit:
                 entry.commit = event.commit
                 entry.parent_commit = event.parent_commit

@@ -369,8 +369,11 @@ def _error(text: str | None) -> str:
 
 def _describe(run: Run, entry: LedgerEntry) -> str:
     name = f"{entry.tool_name} ({entry.call_id})"
-    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
     command = _command(run, entry)
+    if entry.status == CallStatus.not_run:
+        what = f"{name} (`{command}`)" if command else name
+        return f"{what} did not run: {_error(entry.error)}"
+    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
     text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
     if entry.files:
         written = all(f.after_hash is not None for f in entry.files)
@@ -406,7 +409,7 @@ def _note(
         )
     if last_step:
         parts.append(f"Step {last_step} completed.")
-    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed)]
+    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed, CallStatus.not_run)]
     for entry in ended[:NOTE_CALLS]:
         parts.append(_describe(run, entry))
     if len(ended) > NOTE_CALLS:

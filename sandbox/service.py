@@ -301,7 +301,7 @@ class HookService:
                 status = "ok" if outcome.ok else "refused"
                 call = event.call_id or "-"
                 self.on_event(f"{event.phase} {event.tool} {call} via socket: {status}: {outcome.message}")
-        return {"ok": outcome.ok, "message": outcome.message, "strict": outcome.strict}
+        return outcome.to_reply()
 
 
 def _recv_all(conn: socket.socket, limit: int) -> bytes:

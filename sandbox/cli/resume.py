@@ -24,7 +24,7 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes
     """
     from sandbox.resume import resume as do_resume
 
-    run = open_run(ctx, run_id)
+    run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run, stop_processes=stop_processes)
     if as_json:
         data = report.model_dump(mode="json", exclude={"messages"})

@@ -254,7 +254,7 @@ def plan(
     through a symlinked directory, and :class:`ReadOnlyTargetError` for read-only targets.
     """
     state = state or run.state()
-    target = run.info.user_workdir
+    target = run.user_workdir
     selected = _select(run, state, calls)
     chains = _chains(run, selected, paths)
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
@@ -528,7 +528,7 @@ def apply(
     HEAD moved (unless ``allow_moved_head``) and for read-only targets.
     """
     project = run.project
-    target = run.info.user_workdir
+    target = run.user_workdir
     with journal.tree_lock(project, target, lock_timeout):
         faults.point("apply.after_lock")
         journal.ensure_none_pending(project, target)

@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterable
 
 from sandbox import faults
@@ -130,7 +131,8 @@ def init(
             os.makedirs(os.path.dirname(os.path.join(gd, rel)), exist_ok=True)
             shutil.copyfile(src, os.path.join(gd, rel))
     settings = list(config)
-    if not any(k.lower() == "core.hookspath" for k, _ in settings):
+    # (Git LFS finds the user's file contents through the alternates too: no lfs.storage needed.)
+    if "core.hookspath" not in {k.lower() for k, _ in settings}:
         _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
     if settings:
         with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
@@ -166,6 +168,13 @@ def finish_checkout(proc: subprocess.Popen[bytes]) -> None:
 def advance(place: Place, run_id: str, old: str, new: str) -> None:
     """Move the freshly checked-out worktree from commit ``old`` to ``new``: only the paths that differ
     are written (``read-tree -u -m``), then the run's branch names ``new``."""
+    # The checkout's files are as new as its index, so git would take every entry as racily clean
+    # and re-hash all the files when it rewrites the index (0.4-0.9 s at 100k files). Nothing else
+    # writes the worktree before the run exists: date the index after them, and git trusts the stat
+    # data it has just written. The index written here gets its true time.
+    index = os.path.join(place.git_dir, "index")
+    later = time.time() + 2
+    os.utime(index, (later, later))
     git(["-c", "core.fsync=none", "read-tree", "-u", "-m", old, new], cwd=place.worktree)
     set_branch(place, run_id, new)
 

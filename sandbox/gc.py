@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from sandbox import faults, packs, worktree
+from sandbox import faults, journal, packs, worktree
 from sandbox.errors import LockedError
 from sandbox.locks import file_lock, remove_locked_dir
 from sandbox.project import Project
@@ -74,6 +74,7 @@ def collect(project: Project) -> GcReport:
             continue
     objects_dir = os.path.join(project.common_dir, "objects")
     report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
+    report.temp_files += len(journal.remove_write_leftovers(project))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]

@@ -29,7 +29,7 @@ from sandbox import fsutil
 
 from .helpers import SANDBOX_EXE, TIMEOUT, assert_fsck_clean, assert_one_line_error, ok, open_run, sb
 
-BIG = 3 * fsutil.CHUNK + 12345  # four chunks: a kill after the second lands inside the write
+BIG = 3 * (1 << 20) + 12345  # four chunks of fsutil.CHUNK: a kill after the second lands inside the write
 
 
 def start_run(root: Path) -> str:

@@ -36,6 +36,8 @@ class GcReport:
     refs_deleted: int = 0
     #: Temp files of pack writes a killed process left (older than an hour).
     temp_files: int = 0
+    #: Temporaries of file writes a killed apply, undo or redo left (their journal stays).
+    write_temp_files: int = 0
     bytes_freed: int = 0
     skipped_busy: list[str] = field(default_factory=list)
 
@@ -74,7 +76,7 @@ def collect(project: Project) -> GcReport:
             continue
     objects_dir = os.path.join(project.common_dir, "objects")
     report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
-    report.temp_files += len(journal.remove_write_leftovers(project))
+    report.write_temp_files = len(journal.remove_write_leftovers(project))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]

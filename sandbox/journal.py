@@ -462,7 +462,11 @@ def play(
             )
         if temps is not None and temps.area and not os.path.isdir(temps.area):
             os.makedirs(temps.area, exist_ok=True)
-        put(repo, root, rel, target, current, temps.for_entry(index, rel) if temps is not None else None)
+        try:
+            put(repo, root, rel, target, current, temps.for_entry(index, rel) if temps is not None else None)
+        except OSError as exc:
+            exc.filename = os.path.join(root, rel)  # name the path, not a temporary, in the report
+            raise
         written.append(rel)
         if on_write is not None:
             on_write(rel)

@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import pygit2
 
-from sandbox import faults, fsutil, journal, objects, obstacles, paths
+from sandbox import faults, journal, objects, obstacles, paths
 from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
 from sandbox.gitcli import git
 from sandbox.journal import Probe, State
@@ -510,11 +510,8 @@ def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[st
 def _where(root: str, exc: OSError) -> str:
     if not exc.filename:
         return "your tree"
-    name = os.fsdecode(exc.filename)
-    rel = os.path.relpath(name, root)
-    if os.path.basename(rel).startswith(fsutil.TEMP_PREFIX) or rel.startswith(".."):
-        return "a file"
-    return repr(rel.replace(os.sep, "/"))
+    rel = os.path.relpath(os.fsdecode(exc.filename), root)
+    return "a file" if rel.startswith("..") else repr(rel.replace(os.sep, "/"))
 
 
 def _remedy(exc: OSError | Exception) -> str:

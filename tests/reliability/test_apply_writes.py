@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -317,20 +318,25 @@ def fill_leaving(fs: Path, free: int) -> Path:
     return filler
 
 
-def test_disk_full_during_apply_rolls_back(small_fs: Path) -> None:
+@pytest.mark.parametrize("op", ["apply", "redo"])
+def test_disk_full_during_apply_or_redo_rolls_back(small_fs: Path, op: str) -> None:
     root = make_repo(small_fs / "repo", {"a.txt": "a\n"})
     run_id = start_run(root)
     files = {f"f{i}.bin": os.urandom(400_000) for i in range(8)}
     record(root, run_id, dict(files))
+    if op == "redo":
+        ok("apply", run_id, cwd=root)
+        ok("undo", run_id, cwd=root)
     before = (tree_digest(root), user_state(root))
     filler = fill_leaving(small_fs, 1_300_000)  # three files fit, the fourth does not
-    proc = sb("apply", run_id, cwd=root)
-    line = assert_one_line_error(proc, what="apply on a full disk")
-    assert "ENOSPC" in line and "put back" in line and f"sandbox apply {run_id}" in line, line
-    assert (tree_digest(root), user_state(root)) == before, "a failed apply left part of its writes"
+    proc = sb(op, run_id, cwd=root)
+    line = assert_one_line_error(proc, what=f"{op} on a full disk")
+    assert "ENOSPC" in line and "put back" in line and f"sandbox {op} {run_id}" in line, line
+    assert re.search(r"writing 'f\d\.bin'", line), "the line does not name the path that failed"
+    assert (tree_digest(root), user_state(root)) == before, f"a failed {op} left part of its writes"
     assert not strays(root) and not journals(root)
     filler.unlink()
-    ok("apply", run_id, cwd=root)
+    ok(op, run_id, cwd=root)
     assert all((root / rel).read_bytes() == data for rel, data in files.items())
     assert_fsck_clean(root, strict=True)
 
@@ -365,4 +371,40 @@ def test_disk_full_during_undo_rolls_back(small_fs: Path) -> None:
     filler.unlink()
     ok("undo", run_id, cwd=root)
     assert all((root / rel).read_bytes() == data for rel, data in originals.items())
+    assert_fsck_clean(root, strict=True)
+
+
+@pytest.mark.parametrize("way_out", ["continue", "undo"])
+def test_disk_full_where_putting_back_fails_too_keeps_the_journal(small_fs: Path, way_out: str) -> None:
+    """The agent grows files: the disk fills mid-apply, and the first original no longer fits back.
+
+    Free 1.2 MB: f0 (1 MB -> 1.05 MB) fits, f1 and f2 (10 kB -> 500 kB) eat the rest, f3 (2 MB)
+    fails; putting f0 back then needs 1 MB for its temporary, with about 0.2 MB free.
+    """
+    sizes = {"f0.bin": (1_000_000, 1_050_000), "f1.bin": (10_000, 500_000), "f2.bin": (10_000, 500_000)}
+    sizes["f3.bin"] = (10_000, 2_000_000)
+    originals = {rel: os.urandom(old) for rel, (old, _new) in sizes.items()}
+    root = make_repo(small_fs / "repo", dict(originals))
+    run_id = start_run(root)
+    grown = {rel: os.urandom(new) for rel, (_old, new) in sizes.items()}
+    record(root, run_id, dict(grown))
+    before = tree_digest(root)
+    filler = fill_leaving(small_fs, 1_200_000)
+    proc = sb("apply", run_id, cwd=root)
+    line = assert_one_line_error(proc, what="apply on a full disk")
+    assert "journal is kept" in line, line
+    assert f"sandbox apply --continue {run_id}" in line and f"sandbox undo {run_id}" in line, line
+    assert journals(root)
+    now = tree_digest(root)
+    for rel in originals:
+        assert (root / rel).read_bytes() in (originals[rel], grown[rel]), f"{rel} is neither before nor after"
+    assert now != before, "the test did not make the roll-back fail"
+    filler.unlink()
+    if way_out == "continue":
+        ok("apply", "--continue", run_id, cwd=root)
+        assert all((root / rel).read_bytes() == data for rel, data in grown.items())
+    else:
+        ok("undo", run_id, cwd=root)
+        assert tree_digest(root) == before
+    assert not strays(root) and not journals(root)
     assert_fsck_clean(root, strict=True)

@@ -243,6 +243,20 @@ def clear_temps(project: Project, j: ApplyJournal | None, target_dir: str) -> li
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(area, name))
             removed.append(os.path.join(area, name))
+    removed += _journal_temps(project, tree_key(target_dir))
+    return removed
+
+
+def _journal_temps(project: Project, key: str) -> list[str]:
+    """Temporaries of a journal write killed before its rename (:func:`save`), for tree ``key``."""
+    directory = os.path.join(project.state_dir, "journal")
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.startswith(f"{fsutil.TEMP_PREFIX}{key}.json-"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+                    removed.append(os.path.join(directory, name))
     return removed
 
 
@@ -253,9 +267,12 @@ def remove_write_leftovers(project: Project) -> list[str]:
     is skipped. A pending journal stays (it is how the operation is finished or reversed).
     """
     keys: set[str] = set()
-    for sub, suffix in (("staging", ""), ("journal", ".json")):
-        with contextlib.suppress(OSError):
-            keys.update(n[: len(n) - len(suffix)] for n in os.listdir(os.path.join(project.state_dir, sub)))
+    with contextlib.suppress(OSError):
+        keys.update(os.listdir(os.path.join(project.state_dir, "staging")))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(os.path.join(project.state_dir, "journal")):
+            # <key>.json, or the temporary .sandbox-tmp-<key>.json-<hex> of a killed save
+            keys.add(name.removeprefix(fsutil.TEMP_PREFIX).partition(".json")[0])
     removed: list[str] = []
     for key in sorted(keys):
         try:
@@ -269,6 +286,7 @@ def remove_write_leftovers(project: Project) -> list[str]:
                         for name in os.listdir(area):
                             os.unlink(os.path.join(area, name))
                             removed.append(os.path.join(area, name))
+                    removed += _journal_temps(project, key)
                 with contextlib.suppress(OSError):
                     os.rmdir(area)
         except (LockedError, CorruptionError):

@@ -59,6 +59,7 @@ def strays(root: Path) -> list[str]:
     staging = root / ".git" / "sandbox" / "staging"
     if staging.exists():
         found += [str(p) for p in staging.rglob("*") if not p.is_dir()]
+    found += [str(p) for p in (root / ".git" / "sandbox" / "journal").glob(f"{fsutil.TEMP_PREFIX}*")]
     return found
 
 
@@ -408,3 +409,18 @@ def test_disk_full_where_putting_back_fails_too_keeps_the_journal(small_fs: Path
         assert tree_digest(root) == before
     assert not strays(root) and not journals(root)
     assert_fsck_clean(root, strict=True)
+
+
+@pytest.mark.parametrize("cleaner", ["gc", "apply"])
+def test_a_killed_journal_write_leaves_nothing(user_repo: Path, cleaner: str) -> None:
+    """A kill inside the journal's own atomic write leaves its temporary: the next apply or gc removes it."""
+    from sandbox import journal
+
+    run_id = start_run(user_repo)
+    record(user_repo, run_id, {"new.txt": b"new\n"})
+    key = journal.tree_key(str(user_repo))
+    leftover = user_repo / ".git" / "sandbox" / "journal" / f"{fsutil.TEMP_PREFIX}{key}.json-dead"
+    leftover.parent.mkdir(parents=True, exist_ok=True)
+    leftover.write_text("{half a journal")
+    ok(cleaner, *([run_id] if cleaner == "apply" else []), cwd=user_repo)
+    assert not leftover.exists() and not strays(user_repo)

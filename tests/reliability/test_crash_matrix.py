@@ -392,6 +392,8 @@ def assert_no_pending(root: Path) -> None:
     staging = root / ".git" / "sandbox" / "staging"
     left = [p for p in staging.rglob("*") if not p.is_dir()] if staging.exists() else []
     assert not left, f"temporaries of a killed write left in the staging area: {left}"
+    left = list((root / ".git" / "sandbox" / "journal").glob(".sandbox-tmp-*"))
+    assert not left, f"temporaries of a killed journal write left: {left}"
 
 
 def check_merge_recovery(

@@ -69,6 +69,7 @@ def strays(root: Path) -> list[str]:
     staging = root / ".git" / "sandbox" / "staging"
     if staging.exists():
         found += [str(p) for p in staging.rglob("*") if not p.is_dir()]
+    found += [str(p) for p in (root / ".git" / "sandbox" / "journal").glob(f"{fsutil.TEMP_PREFIX}*")]
     return found
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pygit2
+
 from sandbox import faults, journal, mergeback, objects
 from sandbox.errors import SandboxError
 from sandbox.journal import State
@@ -91,10 +93,19 @@ def _move(
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
         state = run.state()
-        if target == "user":
-            mergeback.check_in_progress(root)
-            return _move_user(run, state, entry, op, root, only)
-        return _move_sandbox(run, state, entry, op, root)
+        try:
+            if target == "user":
+                mergeback.check_in_progress(root)
+                return _move_user(run, state, entry, op, root, only)
+            return _move_sandbox(run, state, entry, op, root)
+        except (OSError, pygit2.GitError) as exc:
+            # Writes to the tree turn their own errors into WriteFailedError (mergeback.execute):
+            # what reaches here failed while planning (reading files, storing the new commit).
+            what = journal.describe(exc) if isinstance(exc, OSError) else str(exc)
+            raise journal.WriteFailedError(
+                f"The {op} of run {run.run_id} failed before writing anything ({what}); nothing was written. "
+                f"Fix the cause (free some space, if the disk is full), then run 'sandbox {op} {run.run_id}' again."
+            ) from exc
 
 
 def _states(entry: LedgerEntry, op: str) -> dict[str, tuple[State, State]]:

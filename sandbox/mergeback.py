@@ -156,7 +156,8 @@ class ApplyPlan:
         elif dry_run or written is None:
             applied = [p.path for p in self.writes]
         else:
-            applied = [p.path for p in self.writes if p.path in set(written)]
+            done = set(written)
+            applied = [p.path for p in self.writes if p.path in done]
         merged = [p.path for p in self.paths if p.action == "merge" and p.path in applied]
         return ApplyReport(
             run=self.run_id,

@@ -275,3 +275,20 @@ def assert_user_untouched(root: Path, before: Before) -> None:
     """The user's files, index, HEAD, branches, tags and stash are exactly as before."""
     assert tree_digest(root) == before.digest, "the user's files changed"
     assert user_state(root) == before.user, "the user's index, HEAD or refs changed"
+
+
+def write_temporaries(root: Path) -> list[str]:
+    """Temporaries of apply/undo/redo writes anywhere: in the tree (walked), the staging area, the journal dir."""
+    from sandbox import fsutil
+    from sandbox.project import Project
+
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        found += [os.path.join(dirpath, n) for n in filenames + dirnames if n.startswith(fsutil.TEMP_PREFIX)]
+    state = Path(Project.discover(str(root))[0].state_dir)
+    staging = state / "staging"
+    if staging.exists():
+        found += [str(p) for p in staging.rglob("*") if not p.is_dir()]
+    found += [str(p) for p in (state / "journal").glob(f"{fsutil.TEMP_PREFIX}*")]
+    return found

@@ -28,7 +28,7 @@ from conftest import git, make_repo, tree_digest, user_state, write
 
 from sandbox import fsutil
 
-from .helpers import SANDBOX_EXE, TIMEOUT, assert_fsck_clean, assert_one_line_error, ok, open_run, sb
+from .helpers import SANDBOX_EXE, TIMEOUT, assert_fsck_clean, assert_one_line_error, ok, open_run, sb, write_temporaries
 
 BIG = 3 * (1 << 20) + 12345  # four chunks of fsutil.CHUNK: a kill after the second lands inside the write
 
@@ -54,17 +54,14 @@ def record(root: Path, run_id: str, files: dict[str, bytes | None], executable: 
 
 
 def strays(root: Path) -> list[str]:
-    """Temporaries of the sandbox anywhere they could be: in the tree and in the staging area."""
-    found = [str(p) for p in root.rglob(f"{fsutil.TEMP_PREFIX}*")]
-    staging = root / ".git" / "sandbox" / "staging"
-    if staging.exists():
-        found += [str(p) for p in staging.rglob("*") if not p.is_dir()]
-    found += [str(p) for p in (root / ".git" / "sandbox" / "journal").glob(f"{fsutil.TEMP_PREFIX}*")]
-    return found
+    """Every temporary of the sandbox's writes: walked in the tree, in the staging area and the journal dir."""
+    return write_temporaries(root)
 
 
 def journals(root: Path) -> list[Path]:
-    return [p for p in (root / ".git" / "sandbox" / "journal").glob("*.json")] if (root / ".git").exists() else []
+    from sandbox.project import Project
+
+    return list((Path(Project.discover(str(root))[0].state_dir) / "journal").glob("*.json"))
 
 
 def crash(root: Path, fault: str, *args: str) -> None:
@@ -419,7 +416,8 @@ def test_a_killed_journal_write_leaves_nothing(user_repo: Path, cleaner: str) ->
     run_id = start_run(user_repo)
     record(user_repo, run_id, {"new.txt": b"new\n"})
     key = journal.tree_key(str(user_repo))
-    leftover = user_repo / ".git" / "sandbox" / "journal" / f"{fsutil.TEMP_PREFIX}{key}.json-dead"
+    leftover = Path(journal.journal_path(open_run(user_repo, run_id).project, str(user_repo))).parent
+    leftover = leftover / f"{fsutil.TEMP_PREFIX}{key}.json-dead"
     leftover.parent.mkdir(parents=True, exist_ok=True)
     leftover.write_text("{half a journal")
     ok(cleaner, *([run_id] if cleaner == "apply" else []), cwd=user_repo)

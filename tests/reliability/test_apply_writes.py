@@ -82,8 +82,14 @@ def umount(path: Path) -> None:
 # -- kills inside a write ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("recovery", ["continue", "undo", "gc"])
-@pytest.mark.parametrize("point", ["tree.write.after_create@1", "tree.write.after_chunk@2", "tree.write.after_fsync@2"])
+@pytest.mark.parametrize(
+    ("point", "recovery"),
+    [
+        ("tree.write.after_create@1", "gc"),
+        ("tree.write.after_chunk@2", "continue"),
+        ("tree.write.after_fsync@2", "undo"),
+    ],
+)
 def test_kill_inside_a_write_leaves_no_stray_file(user_repo: Path, point: str, recovery: str) -> None:
     run_id = start_run(user_repo)
     big = os.urandom(BIG)

@@ -12,12 +12,15 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     [hooks]
     strict = false            # true: a hook that cannot record blocks the agent's tool call
     autostart = true          # false: a hook finding no host records in-process (no `sandbox serve`)
+    allow_edits = true        # the sandbox answers the agent's permission question for file edits
+                              # inside the run's worktree (see hooks/README.md); false: the agent asks
 
     [[tools]]                 # how agent tools are recorded (first match wins; fnmatch on the name)
     match = "mcp__memory__*"
     kind = "read"             # write | command | read | external | unknown
     idempotency = "idempotent"
     replay = "auto"
+    # deny = "why"            # refuse every call of these tools at the hook (the agent is told why)
 
 ``.worktreeinclude`` (gitignore syntax, as Claude Code reads it) adds to ``include``.
 TOML is parsed with :mod:`tomllib` (Python 3.11+), ``tomli`` when installed, else a small parser
@@ -55,6 +58,8 @@ class ToolRule:
     kind: str | None = None
     idempotency: str | None = None
     replay: str | None = None
+    #: When set, every call of these tools is refused before it runs, with this reason.
+    deny: str | None = None
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Config:
     link: list[str] = field(default_factory=list)
     strict: bool = False
     autostart: bool = True
+    allow_edits: bool = True
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     #: The data root as written (``~`` and ``$VARS`` are expanded by the CLI, not here).
@@ -124,6 +130,10 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(autostart, bool):
         raise ConfigError(f"{where}: hooks.autostart must be true or false.")
     cfg.autostart = autostart
+    allow_edits = hooks.get("allow_edits", True)
+    if not isinstance(allow_edits, bool):
+        raise ConfigError(f"{where}: hooks.allow_edits must be true or false.")
+    cfg.allow_edits = allow_edits
     rules = table.get("tools", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: 'tools' must be an array of tables ([[tools]]).")
@@ -138,7 +148,10 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: idempotency {idem!r} is not idempotent, conditional or non_idempotent.")
         if replay is not None and replay not in ("auto", "ask", "never"):
             raise ConfigError(f"{where}: replay {replay!r} is not auto, ask or never.")
-        cfg.tools.append(ToolRule(rule["match"], kind, idem, replay))
+        deny = rule.get("deny")
+        if deny is not None and (not isinstance(deny, str) or not deny.strip()):
+            raise ConfigError(f"{where}: a tool rule's 'deny' must be a non-empty reason string.")
+        cfg.tools.append(ToolRule(rule["match"], kind, idem, replay, deny))
 
 
 def _str_list(value: Any, what: str) -> list[str]:

@@ -92,6 +92,8 @@ def run_hosted(
         return None  # no live host: the caller records the call itself
     if not answer.ok:
         raise SandboxError(answer.message)
+    if answer.decision == "deny":
+        raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
     returncode = run_command(list(argv), loc.worktree)
     finish = hookproto.HookEvent(
         phase="finish",

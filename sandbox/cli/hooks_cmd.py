@@ -61,6 +61,6 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
         click.echo(f"sandbox: start it in the worktree as: {assignments} {agent} ...  (or use 'sandbox run').")
     from sandbox import config, service
 
-    if autostart_allowed() and config.load(run.info.user_workdir).autostart and service.claim_autostart(run.dir):
+    if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
         spawn_service(run.run_id, run.worktree)
         click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")

@@ -474,3 +474,35 @@ PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoRepor
 PERSISTED += [Checkpoint, Budget, ResumeReport]
 # session watcher models
 PERSISTED += [SessionInfo]
+
+
+# --- integrity of derived state (sandbox.integrity) ---
+
+
+class LedgerCacheFile(_Model):
+    """The on-disk fold cache: the fold's JSON and a MAC over exactly those bytes.
+
+    The MAC is an HMAC-SHA256 keyed by a random key that lives only in the ledger (a blob in every
+    event commit's tree), so a cache edited by hand or by an agent no longer verifies and is
+    rebuilt from the ledger instead of being trusted.
+    """
+
+    version: int = FORMAT_VERSION
+    mac: str
+    state: str
+
+
+class AckedTip(_Model):
+    """The ledger tip a run last acknowledged, kept in the run's directory beside the ref.
+
+    Written after every append (under the run's lock, after the ref moved), so a ledger ref that was
+    deleted, rewound or rewritten behind the sandbox's back is detected and can be restored.
+    """
+
+    version: int = FORMAT_VERSION
+    run_id: str
+    tip: str
+    count: int
+
+
+PERSISTED += [LedgerCacheFile, AckedTip]

@@ -104,6 +104,12 @@ def resume(run: Run) -> ResumeReport:
         state = LedgerState()
         for oid, event in events:
             fold_event(state, event, oid)
+        # Every event was just re-read: compare the fold the other commands use with it.
+        problems.extend(run.ledger.problems)
+        if run.ledger.adopt_verified(state):
+            problems.append(
+                f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
+            )
         store = CheckpointStore(run)
         listing = store.list()
         if listing.recovered and store.repair(listing):

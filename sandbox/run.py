@@ -19,11 +19,11 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pygit2
 
-from sandbox import faults, layout, objects, snapshot, worktree
+from sandbox import faults, integrity, layout, objects, snapshot, worktree
 from sandbox.capture import capture
 from sandbox.errors import (
     CorruptionError,
@@ -33,7 +33,7 @@ from sandbox.errors import (
     UnknownRunError,
     UsageError,
 )
-from sandbox.ledger import Ledger, new_event_id
+from sandbox.ledger import Ledger, StorageError, new_event_id
 from sandbox.models import (
     TERMINAL_STATUSES,
     Approval,
@@ -85,6 +85,10 @@ def canonical_json(value: Any) -> bytes:
 def input_hash(tool_name: str, value: Any) -> str:
     """A stable hash of a tool name and its input, used to recognise the same call again."""
     return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + canonical_json(value)).hexdigest()
+
+
+class RecordingFailedError(SandboxError):
+    """A started call's changes could not be stored; the message says how it ended and what to do."""
 
 
 def new_run_id() -> str:
@@ -444,6 +448,39 @@ class Run:
         if final not in (CallStatus.succeeded, CallStatus.failed):
             raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
         faults.point("call.finish.before")
+        try:
+            return self._finish(call_id, final, paths, result, error)
+        except StorageError as exc:
+            self._record_failure(call_id, final, error, exc)
+
+    def _record_failure(self, call_id: str, final: CallStatus, error: str | None, exc: StorageError) -> NoReturn:
+        """The call's changes could not be stored: end it as failed with the reason, or say how to finish it.
+
+        Its ``started`` event is durable, so "nothing was recorded" would be false: the call either
+        ends ``failed`` (one small event, which often still fits when a pack did not) or stays
+        ``started``, and the message says which and what to do.
+        """
+        reason = exc.reason
+        why = f"its changes could not be recorded ({reason})" + (f"; {error}" if error else "")
+        try:
+            state = self.state()
+            event = self._event(EventKind.call_failed, call_id, error=why, epoch=state.epoch)
+            self.ledger.append(event, check=lambda s: self._check_writer(s, s.calls[call_id]))
+        except StorageError as again:
+            raise RecordingFailedError(
+                f"Call {call_id} of run {self.run_id} started (that is recorded), but neither its changes nor its "
+                f"end could be recorded ({reason}); it stays started and its files stay in the worktree. Free some "
+                f"space, then run 'sandbox call finish {self.run_id} {call_id} --status {final.value}' to record it."
+            ) from again
+        raise RecordingFailedError(
+            f"Call {call_id} of run {self.run_id} started, but its changes could not be recorded ({reason}); it "
+            "was recorded as failed with that reason, and its files stay in the worktree unrecorded "
+            f"('sandbox resume {self.run_id}' reports them). Free some space before the next call."
+        ) from exc
+
+    def _finish(
+        self, call_id: str, final: CallStatus, paths: Iterable[str] | None, result: Any, error: str | None
+    ) -> LedgerEntry:
         # The call's objects and its event are made durable together, in one pack (sandbox.packs).
         with self.ledger.lock.hold(), objects.batch(self.repo):
             state = self.state()
@@ -472,10 +509,7 @@ class Run:
                     )
                     commit = objects.write_commit(self.repo, tree, [head], msg, objects.now())
             except (pygit2.GitError, OSError) as exc:
-                raise SandboxError(
-                    f"Could not record the changes of call {call_id} ({exc}); the call stays started and its "
-                    "files stay in the worktree. If the disk is full, free space and finish it again."
-                ) from exc
+                raise StorageError(f"Could not record the changes of call {call_id} ({exc}).", reason=str(exc)) from exc
             files: list[FileChange] = []
             if commit is not None:
                 faults.point("call.finish.after_commit")
@@ -707,6 +741,9 @@ class Run:
 
         stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
         with self.ledger.lock.hold():
+            # First forget the acknowledged tip: a drop interrupted after this is garbage for gc,
+            # never a run that vanished behind the sandbox's back (sandbox.integrity).
+            integrity.forget_ack(self.dir)
             with objects.git_writes():
                 self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sandbox import hookproto
+from sandbox.errors import CorruptionError
 
 if TYPE_CHECKING:
     from sandbox.run import Run
@@ -385,8 +386,11 @@ class RunHost:
         if not os.path.isdir(self.run.worktree):
             return "the run's worktree is gone"
         with self.lock:  # the recorder's threads use the same repository object
-            if not self.run.ledger.exists():
-                return "the run was dropped"
+            try:
+                if not self.run.ledger.exists():
+                    return "the run was dropped"
+            except CorruptionError as exc:  # deleted or rewritten ref (sandbox.integrity): serve nothing
+                return exc.message
         return None
 
 

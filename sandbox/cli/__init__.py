@@ -36,6 +36,7 @@ COMMANDS = {
     "resume": "sandbox.cli.resume:resume",
     "rollback": "sandbox.cli.rollback:rollback",
     "compensate": "sandbox.cli.compensate:compensate",
+    "repair": "sandbox.cli.repair:repair",
     # wrapping agents
     "run": "sandbox.cli.run_agent:run_agent",
     "hook": "sandbox.cli.hook:hook",

@@ -108,7 +108,7 @@ def _user_hooks_dir(run: Run) -> str | None:
     except (KeyError, ValueError):
         configured = None
     if configured:
-        return os.path.join(run.info.user_workdir, os.path.expanduser(str(configured)))
+        return os.path.join(run.user_workdir, os.path.expanduser(str(configured)))
     return os.path.join(run.project.common_dir, "hooks")
 
 

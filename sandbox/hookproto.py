@@ -322,7 +322,7 @@ class Recorder:
             from sandbox import config
 
             try:
-                self._config = config.load(self.run.info.user_workdir)
+                self._config = config.load(self.run.user_workdir)
             except config.ConfigError:
                 self._config = config.Config()
         return self._config

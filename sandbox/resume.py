@@ -189,7 +189,7 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
     from sandbox import include
 
     # The ignored files the user listed (.worktreeinclude, .sandbox.toml) come back too.
-    report = include.populate(run.info.user_workdir, new.worktree, run.dir)
+    report = include.populate(run.user_workdir, new.worktree, run.dir)
     problems.extend(f"While recreating the worktree: {w}" for w in report.warnings)
     problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]} in {new.worktree}.")
     return True

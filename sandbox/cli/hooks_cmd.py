@@ -72,6 +72,6 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
     click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")
     from sandbox import config, service
 
-    if autostart_allowed() and config.load(run.info.user_workdir).autostart and service.claim_autostart(run.dir):
+    if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
         spawn_service(run.run_id, run.worktree)
         click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")

@@ -1,6 +1,6 @@
 """Hook latency as the real Claude Code measures it (issue #9: median <= 120 ms, p90 <= 200 ms).
 
-``python -m bench.claude_latency [--calls 40] [--files 10000] [--via run|serve|both]`` (``make
+``python -m bench.claude_latency [--calls 40] [--files 10000] [--via noop|run|serve|all]`` (``make
 bench-claude``; needs ``make agents``): builds a repository of ``--files`` files, starts a run, and
 drives the real Claude Code (headless, bypassPermissions) through ``--calls`` tool calls scripted by
 the model server of ``tests/agents/anthropic_server.py`` (Write, Edit, Bash that writes a file,
@@ -8,7 +8,9 @@ Read, in turn), with the run's service up:
 
 * ``run``: ``sandbox run RUN -- claude ...`` (the sandbox process hosts the run's hook socket);
 * ``serve``: ``sandbox hooks install claude-code RUN`` + ``sandbox serve RUN`` in the background,
-  then ``claude`` started in the worktree.
+  then ``claude`` started in the worktree;
+* ``noop`` (the floor on this machine at this load): the same session with a Python hook that only
+  reads its payload.
 
 Claude Code's ``--debug-file`` logs every hook as ``Hooks: <Event>:<tool> [<command>] finished with
 status <code> (<N>ms)``; the figures are those durations for our hook command (process start,
@@ -90,12 +92,15 @@ def env_for(server: ModelServer, home: Path) -> dict[str, str]:
     return env
 
 
-def durations(debug_log: Path) -> list[tuple[str, int]]:
-    """(event, milliseconds) of every run of our hook command in a Claude Code debug log."""
+NOOP = f"{sys.executable} -c 'import sys; sys.stdin.buffer.read()'"
+
+
+def durations(debug_log: Path, marker: str = " hook claude-code") -> list[tuple[str, int]]:
+    """(event, milliseconds) of every run of a hook command containing ``marker`` in a debug log."""
     out = []
     for line in debug_log.read_text(errors="replace").splitlines():
         found = LINE.search(line)
-        if found and "sandbox" in found.group(3) and " hook claude-code" in found.group(3):
+        if found and marker in found.group(3):
             if found.group(4) != "0":
                 raise SystemExit(f"a hook failed: {line}")
             out.append((found.group(1), int(found.group(5))))
@@ -114,7 +119,13 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     with ModelServer(script(worktree, calls)) as server:
         env = env_for(server, home)
         try:
-            if via == "run":
+            if via == "noop":  # the floor: a Python hook that only reads its payload
+                hook = {"matcher": "*", "hooks": [{"type": "command", "command": NOOP}]}
+                settings = {"hooks": {e: [hook] for e in ("PreToolUse", "PostToolUse")}}
+                (worktree / ".claude").mkdir(exist_ok=True)
+                (worktree / ".claude" / "settings.local.json").write_text(json.dumps(settings))
+                subprocess.run(args, cwd=worktree, env=env, check=True, timeout=900)
+            elif via == "run":
                 subprocess.run([SANDBOX, "run", run_id, "--", *args], cwd=repo, env=env, check=True, timeout=900)
             else:
                 subprocess.run([SANDBOX, "hooks", "install", "claude-code", run_id], cwd=repo, check=True)
@@ -130,7 +141,7 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
                 serve.terminate()
                 serve.wait(timeout=30)
     subprocess.run([SANDBOX, "drop", run_id, "--force"], cwd=repo, capture_output=True)
-    return durations(debug_log)
+    return durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
 
 
 def _socket_ready(worktree: Path) -> bool:
@@ -161,7 +172,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--files", type=int, default=10000)
-    parser.add_argument("--via", choices=["run", "serve", "both"], default="both")
+    parser.add_argument("--via", choices=["run", "serve", "noop", "all"], default="all")
     opts = parser.parse_args()
     if not os.access(CLAUDE, os.X_OK):
         raise SystemExit("The real Claude Code is not installed; run 'make agents'.")
@@ -170,7 +181,7 @@ def main() -> None:
         repo = work / "repo"
         make_repo(repo, opts.files)
         print(f"Claude Code hook latency, {opts.calls} tool calls, {opts.files} files; load {os.getloadavg()}")
-        for via in ["run", "serve"] if opts.via == "both" else [opts.via]:
+        for via in ["noop", "run", "serve"] if opts.via == "all" else [opts.via]:
             home = work / f"home-{via}"
             home.mkdir()
             report(f"via {via}", one(via, repo, home, opts.calls))

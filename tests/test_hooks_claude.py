@@ -417,3 +417,22 @@ def test_strict_never_blocks_a_turn_end(repo: Path, tmp_path: Path) -> None:
         result = hook("claude-code", _settle(event, elsewhere), "--strict")
         assert result.exit_code == 1 and "not inside a sandbox run" in result.stderr
     assert hook("claude-code", payload("Bash", "pre", elsewhere), "--strict").exit_code == 2
+
+
+def test_the_fast_hook_command_records_with_or_without_a_host(repo: Path) -> None:
+    """Claude Code's hook command starts Python without site-packages; with no host it falls back."""
+    import subprocess
+
+    from sandbox.cli.hooks_cmd import hook_command
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    command = hook_command("claude-code")
+    assert " -I -S -c " in command and "sandbox hook claude-code" in command  # the install marker is kept
+    data = json.dumps(payload("Write", "pre", wt, permission_mode="default")).encode()
+    proc = subprocess.run(command, shell=True, input=data, capture_output=True, cwd=wt, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert reopen(run).entry("toolu_01WriteA1b2C3d4E5f6G7h8").status.value == "started"
+    bad = subprocess.run(command, shell=True, input=b"{oops", capture_output=True, cwd=wt, timeout=60)
+    assert bad.returncode == 1 and bad.stderr.decode().count("\n") == 1 and "not valid JSON" in bad.stderr.decode()

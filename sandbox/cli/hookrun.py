@@ -10,6 +10,7 @@ imported then) and ``sandbox serve`` is spawned for the next events.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from typing import Any, BinaryIO, Protocol
@@ -40,7 +41,8 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
     outcome: hookproto.Outcome
     event: hookproto.HookEvent | None = None
     try:
-        payload = hookproto.read_payload(stdin)
+        raw = stdin.read(hookproto.MAX_PAYLOAD + 1)
+        payload = hookproto.read_payload(io.BytesIO(raw))
         if agent == "generic":
             event = hookproto.HookEvent.from_dict(payload)
         else:
@@ -56,6 +58,13 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             event.session = os.environ.get("SANDBOX_SESSION") or None
         if event is None:
             outcome = hookproto.Outcome(True)
+        elif sys.flags.no_site:
+            # Started without site-packages (the fast hook command): only the hand-over to the
+            # process hosting the run can happen here; recording in-process needs the git libraries.
+            answer = hookproto.forward(hookproto.locate(event.cwd), event)
+            if answer is None:
+                return _with_site(agent, strict, raw, stdout, stderr)
+            outcome = answer
         else:
             outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
     except SandboxError as exc:
@@ -90,6 +99,17 @@ def _blocks_a_call(event: Any, payload: Any) -> bool:
         return bool(event.phase == "start")
     name = payload.get("hook_event_name") if isinstance(payload, dict) else None
     return name in (None, "PreToolUse", "BeforeTool")
+
+
+def _with_site(agent: str, strict: bool, raw: bytes, stdout: Writer, stderr: Writer) -> int:
+    """Run the ordinary ``sandbox hook`` (site-packages and all) on the same payload; its exit code."""
+    import subprocess
+
+    exe = [beside()] if os.access(beside(), os.X_OK) else [sys.executable, "-I", "-m", "sandbox"]
+    done = subprocess.run([*exe, "hook", agent, *(["--strict"] if strict else [])], input=raw, capture_output=True)
+    stdout.write(done.stdout.decode("utf-8", "replace"))
+    stderr.write(done.stderr.decode("utf-8", "replace"))
+    return done.returncode
 
 
 def fast_main(argv: list[str]) -> int | None:

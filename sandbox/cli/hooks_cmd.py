@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -19,13 +20,29 @@ def hooks() -> None:
 
 
 def hook_command(agent: str) -> str:
-    """The shell command that runs this sandbox's hook handler for ``agent``."""
+    """The shell command that runs this sandbox's hook handler for ``agent``.
+
+    For Claude Code, which waits for a hook on every tool call, the interpreter is started without
+    ``site`` (``-I -S``: no site-packages scan, no ``.pth`` processing, no working directory on the
+    path) and imports the package from where it is installed: ~15-40 ms less per hook here. The hook
+    needs nothing from site-packages while a process hosts the run; when none does, it runs the
+    ordinary ``sandbox hook`` (see :mod:`sandbox.cli.hookrun`).
+    """
+    import json
     import shlex
     import shutil
 
+    import sandbox
+
     beside = _beside()
     exe = beside if os.access(beside, os.X_OK) else shutil.which("sandbox") or "sandbox"
-    return f"{shlex.quote(exe)} hook {agent}"
+    if agent != "claude-code" or not os.access(sys.executable, os.X_OK):
+        return f"{shlex.quote(exe)} hook {agent}"
+    src = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+    # The comment keeps "sandbox hook <agent>" in the command: a later install recognises it as ours.
+    code = f"import sys; sys.path.insert(0, {json.dumps(src)}); from sandbox.cli import main; main()"
+    code += f"  # sandbox hook {agent}"
+    return f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(code)} hook {agent}"
 
 
 @hooks.command("install")

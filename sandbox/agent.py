@@ -27,10 +27,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.models import CallStatus
 from sandbox.run import Run
+
+if TYPE_CHECKING:
+    from sandbox.confine import Isolation
+
+#: Starts the agent: (argv, cwd, env) -> a process with ``wait()`` and ``send_signal()``.
+Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
@@ -239,15 +245,20 @@ def run_session(
     debounce: float = 2.0,
     on_signal: Callable[[int], None] | None = None,
     is_foreground: Callable[[], bool] | None = None,
+    isolation: Isolation | None = None,
 ) -> SessionResult:
     """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
+    ``isolation``: how the agent is confined (:mod:`sandbox.confine`), recorded as a ``note``
+    event; confined, its hooks can only record through this session's host, so the session
+    refuses to start when another process hosts the run.
     The run is left in place. Must be called from the main thread (signal handlers).
     """
     from sandbox import service
 
+    launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
     # A `sandbox serve` started by a hook before this session would keep the socket and the
     # watcher: stop it and host the run here, holding its host lock so no hook spawns another.
@@ -257,6 +268,15 @@ def run_session(
         host.start()
         result.hosted_hooks = host.hosted_hooks
         result.notes.extend(host.notes)
+        if launch is not None and not host.hosted_hooks:
+            from sandbox.confine import ConfinementError
+
+            raise ConfinementError(
+                f"Another process hosts run {run.run_id}'s hooks (a 'sandbox run' of it is live); a confined agent "
+                "could only record through this session, so it was not started. End the other session first."
+            )
+        if isolation is not None:
+            run.note({"isolation": isolation.describe(), "session": "sandbox run"})
         cutter = Cutter(run, host.watcher, host.lock, debounce)
         cutter.start()
         hooks_dir = install_ref_guard(run)
@@ -266,7 +286,9 @@ def run_session(
             else run.worktree
         )
         try:
-            result.returncode = _supervise(list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground)
+            result.returncode = _supervise(
+                list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground, launch
+            )
         finally:
             cutter.stop()
             host.stop_hooks()
@@ -281,15 +303,34 @@ def run_session(
     return result
 
 
+def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
+    """How the agent process is started when confined (None: a plain ``subprocess.Popen``)."""
+    if isolation is None or not isolation.enabled:
+        return None
+    from sandbox import confine
+
+    confine.check(isolation)
+    policy = confine.policy_for(
+        isolation,
+        common_dir=run.project.common_dir,
+        run_id=run.run_id,
+        worktree=run.worktree,
+        user_workdir=run.info.user_workdir,
+    )
+    return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
+
+
 def _supervise(
     argv: list[str],
     cwd: str,
     env: dict[str, str],
     on_signal: Callable[[int], None] | None,
     is_foreground: Callable[[], bool] | None,
+    launch: Launcher | None = None,
 ) -> int:
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env)
+        # Confined, ``proc`` is a sandbox.confine.Confined: same wait/send_signal, aimed at the agent.
+        proc: Any = launch(argv, cwd, env) if launch is not None else subprocess.Popen(argv, cwd=cwd, env=env)
     except FileNotFoundError:
         return 127
     except PermissionError:
@@ -306,7 +347,7 @@ def _supervise(
     signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, forward) for s in signums}
     try:
-        code = proc.wait()
+        code: int = proc.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -11,6 +11,13 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     strict = false            # true: a hook that cannot record blocks the agent's tool call
     autostart = true          # false: a hook finding no host records in-process (no `sandbox serve`)
 
+    [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.confine)
+    isolate = true            # false: no confinement (the flags --isolate on|off win over this)
+    network_run = true        # `sandbox run`: the agent may use the network (it talks to its model)
+    network_exec = false      # `sandbox exec`: no network unless --network on
+    agent_state = ["~/.claude/", "~/.claude.json"]   # replaces the default list of agent state paths
+    writable = ["~/.cache/pip/"]                      # more paths the agent may write
+
     [[tools]]                 # how agent tools are recorded (first match wins; fnmatch on the name)
     match = "mcp__memory__*"
     kind = "read"             # write | command | read | external | unknown
@@ -65,6 +72,12 @@ class Config:
     autostart: bool = True
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    isolate: bool = True
+    network_run: bool = True
+    network_exec: bool = False
+    #: None: :data:`sandbox.confine.DEFAULT_AGENT_STATE`.
+    agent_state: list[str] | None = None
+    writable: list[str] = field(default_factory=list)
 
 
 def load(workdir: str) -> Config:
@@ -116,6 +129,7 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(autostart, bool):
         raise ConfigError(f"{where}: hooks.autostart must be true or false.")
     cfg.autostart = autostart
+    _apply_isolation(cfg, table.get("isolation", {}), where)
     rules = table.get("tools", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: 'tools' must be an array of tables ([[tools]]).")
@@ -131,6 +145,22 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
         if replay is not None and replay not in ("auto", "ask", "never"):
             raise ConfigError(f"{where}: replay {replay!r} is not auto, ask or never.")
         cfg.tools.append(ToolRule(rule["match"], kind, idem, replay))
+
+
+def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'isolation' must be a table.")
+    for key in ("isolate", "network_run", "network_exec"):
+        value = table.get(key, getattr(cfg, key))
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: isolation.{key} must be true or false.")
+        setattr(cfg, key, value)
+    if "agent_state" in table:
+        cfg.agent_state = _str_list(table["agent_state"], f"{where}: isolation.agent_state")
+    cfg.writable.extend(_str_list(table.get("writable", []), f"{where}: isolation.writable"))
+    unknown = sorted(set(table) - {"isolate", "network_run", "network_exec", "agent_state", "writable"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown isolation setting {unknown[0]!r}.")
 
 
 def _str_list(value: Any, what: str) -> list[str]:

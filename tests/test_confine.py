@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time

@@ -82,13 +82,16 @@ attempt("~/.ssh", lambda: write(os.path.join(T["home"], ".ssh", "authorized_keys
 attempt("another repository", lambda: write(os.path.join(T["other"], "README.md")))
 attempt("another repository outside /tmp", lambda: write(os.path.join(T["other_visible"], "README.md")))
 attempt(".git/config", lambda: write(os.path.join(T["gitdir"], "config"), "[core]\n\thooksPath = /tmp/evil\n"))
-attempt(".git/hooks/pre-commit", lambda: write(os.path.join(T["gitdir"], "hooks", "pre-commit"), "#!/bin/sh\necho pwned\n", "w"))
-attempt("GIT_DIR: new branch", lambda: git("update-ref", "refs/heads/evil", "HEAD", env={"GIT_DIR": T["gitdir"]}))
-attempt("GIT_DIR: core.hooksPath", lambda: git("config", "core.hooksPath", "/tmp/evil", env={"GIT_DIR": T["gitdir"]}))
+hook = os.path.join(T["gitdir"], "hooks", "pre-commit")
+attempt(".git/hooks/pre-commit", lambda: write(hook, "#!/bin/sh\necho pwned\n", "w"))
+GD = {"GIT_DIR": T["gitdir"]}
+attempt("GIT_DIR: new branch", lambda: git("update-ref", "refs/heads/evil", "HEAD", env=GD))
+attempt("GIT_DIR: core.hooksPath", lambda: git("config", "core.hooksPath", "/tmp/evil", env=GD))
 attempt("GIT_COMMON_DIR: tag", lambda: git("tag", "evil-tag", env={"GIT_COMMON_DIR": T["gitdir"]}))
 attempt("git -C user stash", lambda: git("-C", user, "stash"))
-attempt("git -C user worktree add", lambda: git("-C", user, "worktree", "add", "--detach", os.path.join(user, "wt-evil")))
-attempt("forge the run's ledger refs", lambda: git("update-ref", "refs/sandbox/%s/forged" % T["run"], "HEAD", env={"GIT_DIR": T["gitdir"]}))
+attempt("git -C user worktree add", lambda: git("-C", user, "worktree", "add", "--detach", user + "/wt-evil"))
+forged = "refs/sandbox/%s/forged" % T["run"]
+attempt("forge the run's ledger refs", lambda: git("update-ref", forged, "HEAD", env=GD))
 attempt("the run's own files", lambda: write(os.path.join(T["run_dir"], "evil")))
 def planted_symlink():
     os.symlink(os.path.join(user, "README.md"), "planted-link")

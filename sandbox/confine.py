@@ -94,6 +94,8 @@ class Isolation:
     backend: str = "bwrap"
     writable: tuple[str, ...] = ()
     interactive: bool = False
+    #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
+    readable: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off`` or ``off``."""
@@ -111,6 +113,7 @@ class Policy:
     network: bool = True
     interactive: bool = False
     extra_writable: tuple[str, ...] = field(default=())
+    readable: tuple[str, ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -200,6 +203,7 @@ def policy_for(
         network=isolation.network,
         interactive=isolation.interactive,
         extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
+        readable=tuple(isolation.readable),
     )
 
 
@@ -272,15 +276,18 @@ def bwrap_argv(
     out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for cover in _PROC_COVER:
         out += ["--ro-bind-try", cover, cover]
-    # (depth, order, args): parents first; at equal depth tmpfs, then writable, then read-only.
+    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected.
     mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--tmpfs", "/tmp"])]
+    for path in policy.readable:  # visible as on the host even if it lies below /tmp
+        real = os.path.realpath(path)
+        mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
     for path in policy.writable:
-        mounts.append((_depth(path), 1, ["--bind", path, path]))
+        mounts.append((_depth(path), 2, ["--bind", path, path]))
     for path in policy.extra_writable:
         real = os.path.realpath(path)
-        mounts.append((_depth(real), 1, ["--bind-try", real, real]))
+        mounts.append((_depth(real), 2, ["--bind-try", real, real]))
     for path in policy.protected:
-        mounts.append((_depth(path), 2, ["--ro-bind-try", path, path]))
+        mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
     out += ["--setenv", "TMPDIR", "/tmp", "--chdir", cwd]

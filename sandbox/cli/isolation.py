@@ -53,7 +53,8 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
     default_net = cfg.network_run if command == "run" else cfg.network_exec
     net = default_net if network is None else network == "on"
     entries = list(confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state) + cfg.writable
-    writable = confine.state_paths(entries, os.path.expanduser("~"))
+    home = os.path.expanduser("~")
+    writable = confine.state_paths(entries, home)
     if sys.platform == "darwin":
         backend, program = "seatbelt", SEATBELT if os.access(SEATBELT, os.X_OK) else None
     else:
@@ -62,7 +63,8 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    return confine.Isolation(enabled, net, program, backend, tuple(writable), interactive)
+    readable = (home,) if os.path.isabs(home) and home != "/" else ()
+    return confine.Isolation(enabled, net, program, backend, tuple(writable), interactive, readable)
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -276,3 +277,27 @@ def test_interactive_agent_keeps_its_terminal(repo: Path) -> None:
     os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0, output
     assert b"TTY True" in output, output
+
+
+@needs_bwrap
+def test_a_confined_run_refuses_while_another_session_hosts_the_run(repo: Path) -> None:
+    """Its hooks could only record through that other session, which may end first."""
+    run_id, _worktree = start(repo)
+    exe = str(Path(sys.executable).parent / "sandbox")
+    agent = "import time; print('ready', flush=True); time.sleep(60)"
+    first = subprocess.Popen(
+        [exe, "run", run_id, "--hooks", "none", "--", sys.executable, "-c", agent],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline() == b"ready\n"
+        second = sandbox_cmd("run", run_id, "--hooks", "none", "--", "true", cwd=repo)
+        lines = second.stderr.decode().strip().splitlines()
+        assert second.returncode == 1 and len(lines) == 1, second.stderr
+        assert "Another process hosts run" in lines[0]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)

@@ -113,6 +113,35 @@ def sysctl():  # writes back the value it has: harmless wherever it succeeds
         value = fh.read()
     write("/proc/sys/kernel/core_uses_pid", value, "w")
 attempt("sysctl", sysctl)
+def sandbox_git_runs_agent_config():
+    # Make the sandbox's own git (outside, when it scans the worktree) run a command of ours.
+    marker = T["marker"]
+    evil = "touch %s; false" % marker
+    with open(".gitattributes", "a") as fh:
+        fh.write("* filter=evil\n")
+    done = []
+    for key, value in (("core.fsmonitor", evil), ("filter.evil.clean", "touch %s; cat" % marker)):
+        try:
+            git("config", key, value)  # the run's own config where it has one
+            done.append(key)
+        except subprocess.CalledProcessError:
+            pass
+    gitdir = open(".git").read().split(":", 1)[1].strip() if os.path.isfile(".git") else ".git"
+    if os.path.exists(os.path.join(gitdir, "commondir")):  # a linked worktree: redirect its common dir
+        common = os.path.realpath(os.path.join(gitdir, open(os.path.join(gitdir, "commondir")).read().strip()))
+        fake = os.path.join(wt, ".fake-common")
+        os.makedirs(os.path.join(fake, "objects", "info"), exist_ok=True)
+        write(os.path.join(fake, "objects", "info", "alternates"), common + "/objects\n", "w")
+        subprocess.run(["cp", "-r", common + "/refs", common + "/HEAD", fake], check=True)
+        if os.path.exists(common + "/packed-refs"):
+            subprocess.run(["cp", common + "/packed-refs", fake], check=True)
+        cfg = '[core]\n\tbare = false\n\tfsmonitor = "%s"\n[filter "evil"]\n\tclean = "touch %s; cat"\n'
+        write(os.path.join(fake, "config"), cfg % (evil, marker), "w")
+        write(os.path.join(gitdir, "commondir"), fake + "\n", "w")
+        done.append("commondir")
+    if not done:
+        raise OSError(1, "no git config of the run could be written")
+attempt("the sandbox's own git runs the agent's config", sandbox_git_runs_agent_config)
 out["visible processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
 print("ATTACK " + json.dumps(out), flush=True)
 """
@@ -145,7 +174,7 @@ ESCAPE_WITHOUT_ISOLATION = {
 #: the agent's git: these ref writes may be refused there even unconfined.
 REF_GUARDED = {"GIT_DIR: new branch", "GIT_COMMON_DIR: tag", "git -C user stash", "forge the run's ledger refs"}
 #: Confined, these "succeed" but stay inside the run (checked below).
-STAYS_INSIDE = {"/proc/<ppid>/cwd"}
+STAYS_INSIDE = {"/proc/<ppid>/cwd", "the sandbox's own git runs the agent's config"}
 
 
 @pytest.fixture
@@ -174,6 +203,7 @@ def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
             "run": run_id,
             "worktree": Path(run.worktree),
             "run_dir": Path(run.dir),
+            "marker": tmp_path / "PWNED",
         }
     finally:
         shutil.rmtree(visible_root, ignore_errors=True)
@@ -190,6 +220,7 @@ def targets(w: dict[str, Any]) -> str:
             "other_visible": str(w["other_visible"]),
             "run": w["run"],
             "run_dir": str(w["run_dir"]),
+            "marker": str(w["marker"]),
         }
     )
 
@@ -232,6 +263,8 @@ def check_confined(w: dict[str, Any], before: dict[str, Any], results: dict[str,
     )
     assert escaped == [], f"escapes under confinement: {escaped}"
     assert snapshot(w) == before
+    # Planting git config in the run is allowed; the sandbox's own git (outside) must not run it.
+    assert not w["marker"].exists(), "the sandbox ran a command from the agent's git config"
     if results["/proc/<ppid>/cwd"] == "done":  # then it reached a process of the sandbox's own
         assert (w["worktree"] / "escaped-via-ppid.txt").exists()
     assert results["visible processes"] <= 8, results  # its own PID namespace: the attacker and its parents

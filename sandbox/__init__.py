@@ -25,13 +25,19 @@ __version__ = "0.1.0"
 __all__ = ["open_run", "start_run", "__version__"]
 
 
-def start_run(path: str, label: str | None = None) -> Run:
-    """Snapshot the working tree containing ``path`` into a new run and return it."""
+def start_run(path: str, label: str | None = None, data_dir: str | None = None) -> Run:
+    """Snapshot the working tree containing ``path`` into a new run and return it.
+
+    ``data_dir`` is where the run gets its home (worktree and own git directory), keyed by
+    repository below it; the CLI uses ``$XDG_DATA_HOME/sandbox``
+    (:func:`sandbox.layout.user_data_root`). Without it the home is made under the repository's
+    ``.git/sandbox/homes``, which some agents refuse to edit (Claude Code treats ``.git`` as sensitive).
+    """
     from sandbox.errors import SandboxError
     from sandbox.project import Project
     from sandbox.run import Run
 
-    project, workdir, cwd_run = Project.discover(path)
+    project, workdir, cwd_run = Project.discover(path, data_dir)
     if workdir is None:
         raise SandboxError(f"{path} is inside the worktree of run {cwd_run}; start runs from your own repository.")
     return Run.start(project, workdir, label=label)

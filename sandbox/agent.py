@@ -12,8 +12,9 @@ For the whole session this process hosts:
   that no hook recorded become one ``agent_session`` call. With no hooks that is the only record;
   with hooks it catches what happened outside tool calls.
 
-The agent runs with its working directory in the worktree and an environment that keeps its own
-``git`` from reaching the user's refs (see :func:`agent_env`). Its exit code is passed through.
+The agent runs with its working directory in the worktree; its ``git`` uses the run's own git
+directory (see :mod:`sandbox.worktree`), so its branches, stash, config and hooks stay in the run.
+Its exit code is passed through.
 """
 
 from __future__ import annotations
@@ -121,22 +122,24 @@ def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str) -> dict[str, str]:
-    """The agent's environment: ``base`` plus the run's id and the ref guard for its git.
+def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str | None = None) -> dict[str, str]:
+    """The agent's environment: ``base`` plus the run's id (and, for a legacy run, the ref guard).
 
-    git reads ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` as command-line config in every process
+    ``hooks_dir`` is given only for a run made before homes existed (a linked worktree sharing the
+    user's refs). git reads ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` as command-line config in every process
     that inherits them, so every git the agent runs uses the guard's hooks dir. (git has no
     per-worktree ``info/exclude`` or refs namespace, and per-worktree config would need
     ``extensions.worktreeConfig`` written into the user's repository config.)
     """
     env = dict(base)
-    try:
-        n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
-    except ValueError:
-        n = 0
-    env[f"GIT_CONFIG_KEY_{n}"] = "core.hooksPath"
-    env[f"GIT_CONFIG_VALUE_{n}"] = hooks_dir
-    env["GIT_CONFIG_COUNT"] = str(n + 1)
+    if hooks_dir is not None:
+        try:
+            n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
+        except ValueError:
+            n = 0
+        env[f"GIT_CONFIG_KEY_{n}"] = "core.hooksPath"
+        env[f"GIT_CONFIG_VALUE_{n}"] = hooks_dir
+        env["GIT_CONFIG_COUNT"] = str(n + 1)
     env["SANDBOX_RUN"] = run.run_id
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
         env.pop(key, None)
@@ -279,7 +282,9 @@ def run_session(
             run.note({"isolation": isolation.describe(), "session": "sandbox run"})
         cutter = Cutter(run, host.watcher, host.lock, debounce)
         cutter.start()
-        hooks_dir = install_ref_guard(run)
+        # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
+        # before homes existed shares the user's refs (until 'sandbox gc' moves it).
+        hooks_dir = install_ref_guard(run) if run.place.legacy else None
         cwd = (
             os.path.join(run.worktree, subdir)
             if subdir and os.path.isdir(os.path.join(run.worktree, subdir))

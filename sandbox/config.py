@@ -6,6 +6,8 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
 
     include = [".env", "config/*.local.json"]   # ignored paths copied into each new worktree
     link = ["node_modules", ".venv"]            # ignored directories symlinked instead (shared!)
+    data_dir = "~/sandboxes"  # where runs get their home (default: $XDG_DATA_HOME/sandbox, else
+                              # ~/.local/share/sandbox); keyed by repository below it
 
     [hooks]
     strict = false            # true: a hook that cannot record blocks the agent's tool call
@@ -78,6 +80,8 @@ class Config:
     #: None: :data:`sandbox.confine.DEFAULT_AGENT_STATE`.
     agent_state: list[str] | None = None
     writable: list[str] = field(default_factory=list)
+    #: The data root as written (``~`` and ``$VARS`` are expanded by the CLI, not here).
+    data_dir: str | None = None
 
 
 def load(workdir: str) -> Config:
@@ -118,6 +122,10 @@ def read_patterns(path: str) -> list[str]:
 def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     cfg.include.extend(_str_list(table.get("include", []), f"{where}: include"))
     cfg.link.extend(_str_list(table.get("link", []), f"{where}: link"))
+    data_dir = table.get("data_dir")
+    if data_dir is not None and (not isinstance(data_dir, str) or not data_dir.strip()):
+        raise ConfigError(f"{where}: data_dir must be a non-empty string (a directory).")
+    cfg.data_dir = data_dir
     hooks = table.get("hooks", {})
     if not isinstance(hooks, dict):
         raise ConfigError(f"{where}: 'hooks' must be a table.")

@@ -49,6 +49,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sandbox import layout
 from sandbox.errors import SandboxError
 
 #: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
@@ -120,36 +121,24 @@ class Policy:
 
 
 def run_writable_paths(common_dir: str, run_id: str, worktree: str) -> list[str]:
-    """The paths a run's processes must be able to write: its worktree and its git directory.
+    """The paths a run's processes must be able to write: its worktree and its own git directory.
 
-    The one place that says so. The git directory is found from the user's repository (never from
-    the worktree's ``.git`` file, which the agent could rewrite to name any directory).
+    The one place that says so. Both come from the user's repository (:func:`sandbox.layout.place_of`
+    reads ``runs/<run>/place`` there), never from the worktree's ``.git`` file, which the agent could
+    rewrite to name any directory. The run's home around them (with its ``origin`` file, which
+    tells hooks where the user's repository is) stays read-only. A legacy run's git dir is its
+    admin dir in the user's ``.git/worktrees``.
     """
+    place = layout.place_of(common_dir, run_id)
     paths = [os.path.realpath(worktree)]
-    admin = _admin_dir(common_dir, run_id, worktree)
-    if admin is not None:
-        paths.append(admin)
+    if os.path.realpath(place.worktree) != paths[0]:
+        raise ConfinementError(
+            f"The worktree {worktree} is not where the repository places run {run_id} ({place.worktree}); "
+            "nothing was run."
+        )
+    if os.path.isdir(place.git_dir):
+        paths.append(os.path.realpath(place.git_dir))
     return paths
-
-
-def _admin_dir(common_dir: str, run_id: str, worktree: str) -> str | None:
-    # Today's layout: a linked worktree whose admin dir is <common>/worktrees/<name>, named by
-    # git after the worktree's directory (a suffix is added on a clash, hence the scan).
-    base = os.path.join(common_dir, "worktrees")
-    want = os.path.realpath(os.path.join(worktree, ".git"))
-    names = [run_id]
-    with contextlib.suppress(OSError):
-        names += sorted(n for n in os.listdir(base) if n != run_id)
-    for name in names:
-        admin = os.path.join(base, name)
-        try:
-            with open(os.path.join(admin, "gitdir"), encoding="utf-8") as fh:
-                target = fh.read().strip()
-        except (OSError, UnicodeError):
-            continue
-        if os.path.realpath(target) == want:
-            return os.path.realpath(admin)
-    return None
 
 
 def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:

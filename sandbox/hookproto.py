@@ -29,6 +29,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from sandbox import layout
 from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -158,42 +159,21 @@ def read_payload(stream: BinaryIO) -> Any:
 # -- finding the run from a directory, without git libraries -----------------------------------
 
 
-@dataclass
-class Location:
-    """Where a run lives, found from a directory inside its worktree."""
-
-    common_dir: str
-    run_id: str
-    worktree: str
-
-    @property
-    def run_dir(self) -> str:
-        """The run's scratch directory (lock, caches, the hook socket)."""
-        return os.path.join(self.common_dir, "sandbox", "runs", self.run_id)
+#: A run found from a directory (see :mod:`sandbox.layout`, which owns the layout).
+Location = layout.Location
 
 
 def locate(cwd: str) -> Location:
-    """The run whose worktree contains ``cwd`` (see :mod:`sandbox.project` for the layout)."""
-    here = os.path.realpath(cwd)
-    if not os.path.isdir(here):
+    """The run whose worktree contains ``cwd``; :class:`HookInputError` when there is none."""
+    if not os.path.isdir(cwd):
         raise HookInputError(f"The hook's cwd {cwd!r} is not a directory; nothing recorded.")
-    while True:
-        if os.path.isfile(os.path.join(here, ".git")):
-            parent = os.path.dirname(here)
-            if os.path.basename(parent) == "worktrees" and os.path.basename(os.path.dirname(parent)) == "sandbox":
-                common = os.path.dirname(os.path.dirname(parent))
-                loc = Location(common, os.path.basename(here), here)
-                if os.path.isdir(loc.run_dir):
-                    return loc
-        elif os.path.isdir(os.path.join(here, ".git")):
-            break
-        up = os.path.dirname(here)
-        if up == here:
-            break
-        here = up
-    raise HookInputError(
-        f"{cwd} is not inside a sandbox run's worktree; start the agent with 'sandbox run -- AGENT' (nothing recorded)."
-    )
+    found = layout.locate(cwd)
+    if found is None:
+        raise HookInputError(
+            f"{cwd} is not inside a sandbox run's worktree; start the agent with 'sandbox run -- AGENT' "
+            "(nothing recorded)."
+        )
+    return found
 
 
 # -- talking to the process hosting the run ----------------------------------------------------

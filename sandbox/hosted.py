@@ -6,7 +6,7 @@ the answer comes), run the command, and ask it to finish the call with what its 
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
-Only the standard library, :mod:`sandbox.hookproto`, :mod:`sandbox.worktree` and :mod:`sandbox.confine` are
+Only the standard library, :mod:`sandbox.hookproto`, :mod:`sandbox.layout` and :mod:`sandbox.confine` are
 imported here. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
@@ -22,10 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import confine, hookproto, worktree
+from sandbox import confine, hookproto, layout
 from sandbox.errors import SandboxError
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _FINISHED = re.compile(r"^(\S+) (succeeded|failed), (\d+) file\(s\)$")
 
 
@@ -40,30 +39,6 @@ class HostedOutcome:
     message: str
 
 
-def common_dir_of(start: str) -> str | None:
-    """The common git directory of the repository around ``start``, read from ``.git`` (no git)."""
-    here = os.path.realpath(start)
-    while True:
-        dot_git = os.path.join(here, ".git")
-        if os.path.isdir(dot_git):
-            return dot_git
-        if os.path.isfile(dot_git):
-            gitdir = worktree.admin_dir_for(here)  # a linked worktree: its admin dir names the common dir
-            if gitdir is None:
-                return None
-            try:
-                with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
-                    return os.path.realpath(os.path.join(gitdir, fh.read().strip()))
-            except FileNotFoundError:
-                return gitdir
-            except (OSError, UnicodeError):
-                return None
-        up = os.path.dirname(here)
-        if up == here:
-            return None
-        here = up
-
-
 def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
     """The run meant by ``run_id`` (exactly) or by ``base_dir`` (inside its worktree); None if unsure.
 
@@ -73,16 +48,14 @@ def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
     if os.environ.get("GIT_DIR") or os.environ.get("GIT_COMMON_DIR"):
         return None
     if run_id is None:
-        try:
-            return hookproto.locate(base_dir)
-        except SandboxError:
-            return None
-    if not _RUN_ID.match(run_id):
+        return layout.locate(base_dir)
+    if not layout.valid_run_id(run_id):
         return None
-    common = common_dir_of(base_dir)
+    common = layout.common_dir_of(base_dir)
     if common is None:
         return None
-    loc = hookproto.Location(common, run_id, os.path.join(common, "sandbox", "worktrees", run_id))
+    place = layout.place_of(common, run_id)
+    loc = hookproto.Location(common, run_id, place.worktree, place.git_dir)
     if not (os.path.isdir(loc.run_dir) and os.path.isfile(os.path.join(loc.worktree, ".git"))):
         return None
     return loc

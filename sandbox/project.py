@@ -1,24 +1,20 @@
-"""The user's repository, as the sandbox sees it: where runs live and how to find them.
+"""The user's repository, as the sandbox sees it: its runs and where they live.
 
-Layout (all under the repository's common git dir, so every worktree of the repository shares it)::
-
-    <common>/sandbox/runs/<run>/        lock, ledger cache, per-run scratch files
-    <common>/sandbox/worktrees/<run>/   the run's worktree (a locked, detached git worktree)
-    <common>/sandbox/locks/             locks on the user's working trees (apply, undo)
-    refs/sandbox/<run>/{base,head,ledger,checkpoints}
+Every path and name comes from :mod:`sandbox.layout` (the one place that owns them): the run's
+scratch directory and refs are in the user's repository, its worktree and own git directory in its
+home (a per-user data directory keyed by repository).
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 import pygit2
 
-from sandbox import objects
+from sandbox import layout, objects
 from sandbox.errors import NotARepositoryError, UnknownRunError
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RUN_ID_RE = layout.RUN_ID_RE
 
 
 def _read_text(path: str) -> str | None:
@@ -30,31 +26,49 @@ def _read_text(path: str) -> str | None:
 
 
 class Project:
-    """A user's repository: its common git dir, its sandbox state dir and its runs."""
+    """A user's repository: its common git dir, its sandbox state dir and its runs.
 
-    def __init__(self, common_dir: str) -> None:
+    ``data_root`` is the per-user data directory new runs get their home in (the CLI passes
+    ``$XDG_DATA_HOME/sandbox`` or the ``data_dir`` of ``.sandbox.toml``); without one, homes are
+    made under ``<common>/sandbox/homes``. Existing runs are found wherever they are.
+    """
+
+    def __init__(self, common_dir: str, data_root: str | None = None) -> None:
         self.common_dir = os.path.realpath(common_dir)
         try:
             self.repo = objects.open_repository(self.common_dir)
         except pygit2.GitError as exc:
             raise NotARepositoryError(f"{common_dir} is not a git repository ({exc}).") from exc
-        self.state_dir = os.path.join(self.common_dir, "sandbox")
-        self.runs_dir = os.path.join(self.state_dir, "runs")
-        self.worktrees_dir = os.path.join(self.state_dir, "worktrees")
+        self.data_root = data_root
+        self.state_dir = layout.state_dir(self.common_dir)
+        self.runs_dir = layout.runs_dir(self.common_dir)
+        #: Where runs made before homes existed keep their linked worktrees.
+        self.worktrees_dir = layout.legacy_worktrees_dir(self.common_dir)
         self.locks_dir = os.path.join(self.state_dir, "locks")
+
+    @property
+    def homes_dir(self) -> str:
+        """Where new runs of this repository get their home."""
+        if self.data_root:
+            return layout.homes_dir(self.data_root, self.common_dir)
+        return layout.fallback_homes_dir(self.common_dir)
 
     # -- discovery -----------------------------------------------------------------------------
 
     @classmethod
-    def discover(cls, path: str) -> tuple[Project, str | None, str | None]:
+    def discover(cls, path: str, data_root: str | None = None) -> tuple[Project, str | None, str | None]:
         """Find the repository around ``path``.
 
         Returns the project, the user's working tree that ``path`` belongs to (None when ``path``
-        is inside a run's worktree) and the run id when it is inside a run's worktree.
+        is inside a run's worktree) and the run id when it is inside a run's worktree. Inside a
+        run's worktree the project is the user's repository the run belongs to, not the run's own.
         """
         start = os.path.abspath(path)
         if not os.path.isdir(start):
             raise NotARepositoryError(f"{path} is not a directory.")
+        loc = layout.locate(start)
+        if loc is not None:
+            return cls(loc.common_dir, data_root), None, loc.run_id
         found = pygit2.discover_repository(start)
         if found is None:
             raise NotARepositoryError(
@@ -71,23 +85,25 @@ class Project:
         gitdir = os.path.realpath(repo.path)
         common = _read_text(os.path.join(gitdir, "commondir"))
         common_dir = os.path.realpath(os.path.join(gitdir, common)) if common else gitdir
-        project = cls(common_dir)
-        workdir = os.path.realpath(repo.workdir)
-        wt_root = os.path.realpath(project.worktrees_dir) + os.sep
-        if (workdir + os.sep).startswith(wt_root):
-            run_id = os.path.relpath(workdir, project.worktrees_dir).split(os.sep)[0]
-            return project, None, run_id
-        return project, workdir, None
+        return cls(common_dir, data_root), os.path.realpath(repo.workdir), None
 
     # -- runs ----------------------------------------------------------------------------------
 
     def run_dir(self, run_id: str) -> str:
         """The run's scratch directory (lock, caches)."""
-        return os.path.join(self.runs_dir, run_id)
+        return layout.run_dir(self.common_dir, run_id)
+
+    def place(self, run_id: str) -> layout.Place:
+        """Where the run's worktree and git dir are on this machine (see :func:`sandbox.layout.place_of`)."""
+        return layout.place_of(self.common_dir, run_id)
+
+    def new_place(self, run_id: str) -> layout.Place:
+        """A fresh home for run ``run_id`` under :attr:`homes_dir`."""
+        return layout.home_place(os.path.join(self.homes_dir, run_id))
 
     def worktree_path(self, run_id: str) -> str:
-        """Where the run's worktree is created."""
-        return os.path.join(self.worktrees_dir, run_id)
+        """The run's worktree on this machine."""
+        return self.place(run_id).worktree
 
     def ref_run_ids(self) -> dict[str, set[str]]:
         """Every run id that has refs, with the names of its refs (``base``, ``ledger``, ...)."""

@@ -152,27 +152,40 @@ def _session_checkpoint(
 
 
 def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
-    """Recreate a missing worktree at the run's head; True when it did."""
+    """Recreate a missing worktree at the run's head, in a new home; True when it did.
+
+    A run made before homes existed (a linked worktree) or fetched from elsewhere gets a home here.
+    """
     if run.worktree_exists():
         return False
-    path = run.worktree
-    if os.path.lexists(path):
-        # Not a worktree any more, but it may hold the agent's files: moved aside, never deleted.
-        # Kept in the run's own directory, where gc never looks for leftovers to reclaim.
-        aside = os.path.join(run.dir, f"orphaned-worktree-{int(time.time())}")
-        os.makedirs(run.dir, exist_ok=True)
-        os.rename(path, aside)
-        problems.append(f"The worktree at {path} was broken; its files were moved to {aside}.")
-    # Clears a stale, locked admin dir that still points at this path (git would refuse to add).
-    worktree.remove(run.project.common_dir, path)
-    worktree.add(run.project.common_dir, path, head, run.run_id)
-    run._wt_repo = None
+    place = run.place
+    stamp = int(time.time())
+    home: str | None = None
+    if place.home is not None and os.path.lexists(place.home):
+        # Broken, but it may hold the agent's files and its own git history: moved aside inside the
+        # home, never deleted (dropping the run removes them with it).
+        home = place.home
+        for part in (place.worktree, place.git_dir):
+            if os.path.lexists(part):
+                aside = os.path.join(home, f"orphaned-{os.path.basename(part)}-{stamp}")
+                os.rename(part, aside)
+                problems.append(f"The run's {part} was broken; it was moved to {aside}.")
+    elif place.legacy:
+        if os.path.lexists(place.worktree):
+            # Kept in the run's own directory, where gc never looks for leftovers to reclaim.
+            aside = os.path.join(run.dir, f"orphaned-worktree-{stamp}")
+            os.makedirs(run.dir, exist_ok=True)
+            os.rename(place.worktree, aside)
+            problems.append(f"The worktree at {place.worktree} was broken; its files were moved to {aside}.")
+        # A stale, locked admin dir that still points at the old path.
+        worktree.remove(run.project.common_dir, place.worktree)
+    new = run.make_place(head, home)
     from sandbox import include
 
     # The ignored files the user listed (.worktreeinclude, .sandbox.toml) come back too.
-    report = include.populate(run.info.user_workdir, path, run.dir)
+    report = include.populate(run.info.user_workdir, new.worktree, run.dir)
     problems.extend(f"While recreating the worktree: {w}" for w in report.warnings)
-    problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]}.")
+    problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]} in {new.worktree}.")
     return True
 
 

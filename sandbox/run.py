@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from sandbox import faults, objects, snapshot, worktree
+from sandbox import faults, layout, objects, snapshot, worktree
 from sandbox.capture import capture
 from sandbox.errors import (
     CorruptionError,
@@ -97,9 +97,7 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(6)
 
 
-def ref_name(run_id: str, name: str) -> str:
-    """The full name of one of a run's refs."""
-    return f"refs/sandbox/{run_id}/{name}"
+ref_name = layout.ref_name
 
 
 class Run:
@@ -113,6 +111,7 @@ class Run:
         self.ledger = Ledger(self.repo, run_id, self.dir)
         self._wt_repo: pygit2.Repository | None = None
         self._info: RunInfo | None = None
+        self._place: layout.Place | None = None
         #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.include`).
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
@@ -134,14 +133,15 @@ class Run:
 
     @classmethod
     def start(cls, project: Project, workdir: str, label: str | None = None) -> Run:
-        """Snapshot ``workdir`` and create a run: refs, a locked detached worktree, a ledger.
+        """Snapshot ``workdir`` and create a run: refs, its home (worktree and own git dir), a ledger.
 
-        The run becomes visible (its ledger ref is created) only as the last step; a start
-        interrupted earlier leaves pieces that ``sandbox gc`` reclaims.
+        The home is made under ``project.homes_dir`` and recorded in the run's directory before it
+        is created. The run becomes visible (its ledger ref is created) only as the last step; a
+        start interrupted earlier leaves pieces that ``sandbox gc`` reclaims.
         """
         objects.enable_fsync()
         run_id = new_run_id()
-        while os.path.exists(project.run_dir(run_id)):
+        while os.path.exists(project.run_dir(run_id)) or os.path.lexists(project.new_place(run_id).home or ""):
             run_id = new_run_id()
         run = cls(project, run_id)
         os.makedirs(run.dir, exist_ok=True)
@@ -153,8 +153,8 @@ class Run:
                 project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
                 project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
             faults.point("start.after_refs")
-            path = project.worktree_path(run_id)
-            worktree.add(project.common_dir, path, snap.commit, run_id)
+            place = run.make_place(snap.commit)
+            path = place.worktree
             faults.point("start.after_worktree")
             from sandbox import include
 
@@ -193,9 +193,53 @@ class Run:
         return self._info
 
     @property
+    def place(self) -> layout.Place:
+        """Where the run's worktree and git dir are on this machine (from the repository, not the record)."""
+        if self._place is None:
+            self._place = self.project.place(self.run_id)
+        return self._place
+
+    @property
     def worktree(self) -> str:
-        """Absolute path of the run's worktree."""
-        return self.info.worktree
+        """Absolute path of the run's worktree (writable by the agent)."""
+        return self.place.worktree
+
+    @property
+    def git_dir(self) -> str:
+        """Absolute path of the run's own git directory (writable by the agent; a legacy run's admin dir)."""
+        return self.place.git_dir
+
+    def make_place(self, commit: str, home: str | None = None) -> layout.Place:
+        """Create the run's worktree and own git dir, checked out at ``commit``, in ``home`` (default: a
+        new home under the project's homes dir).
+
+        The home is recorded in the run's directory first, so an interrupted creation is found and
+        reclaimed by ``sandbox gc``. Used by :meth:`start`, and by ``resume`` when the worktree is gone.
+        """
+        from sandbox.fsutil import atomic_write
+
+        place = layout.home_place(home) if home else self.project.new_place(self.run_id)
+        assert place.home is not None
+        if os.path.lexists(place.worktree) or os.path.lexists(place.git_dir):
+            raise SandboxError(
+                f"The home {place.home} of run {self.run_id} is in use already; run 'sandbox gc' and try again."
+            )
+        os.makedirs(self.dir, exist_ok=True)
+        atomic_write(os.path.join(self.dir, layout.PLACE_FILE), (place.home + "\n").encode())
+        self._place = place
+        self._wt_repo = None
+        worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
+        return place
+
+    def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
+        """What the run's own git dir takes from the user's repository config: settings, object format."""
+        local: list[tuple[str, str]] = []
+        with contextlib.suppress(pygit2.GitError):
+            local = [
+                (e.name, e.value) for e in self.repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value
+            ]
+        object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+        return worktree.inherited(local), object_format
 
     @property
     def base(self) -> str:
@@ -233,7 +277,7 @@ class Run:
         return state.calls[call_id]
 
     def wt_repo(self) -> pygit2.Repository:
-        """A pygit2 repository opened on the run's worktree (for ignore rules)."""
+        """The run's own repository, opened on its worktree (ignore rules, the agent's git activity)."""
         if self._wt_repo is None:
             self._wt_repo = pygit2.Repository(self.worktree)
         return self._wt_repo
@@ -252,8 +296,8 @@ class Run:
         return is_private(self.dir, rel)
 
     def worktree_exists(self) -> bool:
-        """True when the worktree directory is there and is a git worktree."""
-        return os.path.isfile(os.path.join(self.worktree, ".git"))
+        """True when the worktree directory is there and its ``.git`` names an existing git dir."""
+        return os.path.isfile(os.path.join(self.worktree, ".git")) and os.path.isdir(self.git_dir)
 
     # -- recording calls -----------------------------------------------------------------------
 
@@ -592,7 +636,7 @@ class Run:
                     f"Run {self.run_id} has {len(pending)} recorded change(s) not applied to your tree; "
                     f"apply them ('sandbox apply {self.run_id}') or drop with --force to discard them."
                 )
-        path = self.worktree
+        place = self.place
         from sandbox.service import stop_service
 
         stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
@@ -600,7 +644,7 @@ class Run:
             with objects.git_writes():
                 self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")
-            freed = worktree.remove(self.project.common_dir, path)
+            freed = worktree.remove_place(self.project.common_dir, place)
             faults.point("drop.after_worktree")
             delete_run_refs(self.repo, self.run_id)
             faults.point("drop.after_refs")
@@ -611,7 +655,7 @@ class Run:
 
 def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
     """Delete every ref under ``refs/sandbox/<run>/``."""
-    prefix = f"refs/sandbox/{run_id}/"
+    prefix = layout.ref_prefix(run_id)
     for name in list(repo.references):
         if name.startswith(prefix):
             with contextlib.suppress(KeyError, pygit2.GitError), objects.git_writes():

@@ -37,9 +37,12 @@ def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None
     for path, flags in status.items():
         if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):
             out.add(path)
-    wt_head_tree = _worktree_head_tree(worktree)
+    wt, wt_head_tree = _worktree_head_tree(worktree)
     if wt_head_tree != run_head_tree:
-        for change in objects.diff_trees(repo, wt_head_tree, run_head_tree):
+        # A commit the agent made in the run is in the run's own object store, which reaches the
+        # user's store through its alternates; anything else is read (verified) from the user's.
+        source = repo if wt is None or wt_head_tree is None or repo.odb.exists(wt_head_tree) else wt
+        for change in objects.diff_trees(source, wt_head_tree, run_head_tree):
             out.add(change.path)
     return out
 
@@ -49,11 +52,11 @@ def _is_submodule(worktree: str, path: str) -> bool:
     return os.path.isdir(full) and not os.path.islink(full)  # status names files; a directory is a gitlink
 
 
-def _worktree_head_tree(worktree: str) -> str | None:
+def _worktree_head_tree(worktree: str) -> tuple[pygit2.Repository | None, str | None]:
     try:
         wt = pygit2.Repository(worktree)
         if wt.head_is_unborn:
-            return None
-        return str(wt.head.peel(pygit2.Tree).id)
+            return wt, None
+        return wt, str(wt.head.peel(pygit2.Tree).id)
     except (pygit2.GitError, KeyError):
-        return None
+        return None, None

@@ -10,8 +10,9 @@ from sandbox.project import Project
 from sandbox.run import Run
 
 
-def summarize(run: Run, disk: bool = False) -> dict[str, Any]:
-    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use."""
+def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[str, Any]:
+    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
+    what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits)."""
     state = run.state()
     info = state.run
     assert info is not None
@@ -19,11 +20,18 @@ def summarize(run: Run, disk: bool = False) -> dict[str, Any]:
     for entry in state.calls.values():
         counts[entry.status.value] = counts.get(entry.status.value, 0) + 1
     exists = run.worktree_exists()
+    extra: dict[str, Any] = {}
+    if git_activity:
+        from sandbox import agentgit
+
+        found = agentgit.activity(run.git_dir, run.run_id, info.base) if exists and not run.place.legacy else None
+        extra["agent_git"] = found.to_json() if found is not None else None
     return {
         "run": run.run_id,
         "label": info.label,
         "created_at": info.created_at.isoformat(),
-        "worktree": info.worktree,
+        "worktree": run.worktree,
+        "git_dir": run.git_dir,
         "worktree_exists": exists,
         "base": info.base,
         "user_head": info.head,
@@ -33,7 +41,9 @@ def summarize(run: Run, disk: bool = False) -> dict[str, Any]:
         "changed_paths": len(run.changed_paths()),
         "unapplied_calls": len(run.unapplied_calls()),
         "epoch": state.epoch,
-        "disk_bytes": worktree.disk_usage(info.worktree) if disk and exists else 0,
+        # A home holds the worktree and the run's own git dir (its index, the agent's objects).
+        "disk_bytes": worktree.disk_usage(run.place.home or run.worktree) if disk and exists else 0,
+        **extra,
     }
 
 

@@ -1,9 +1,18 @@
-"""Creating and removing a run's git worktree.
+"""Creating and removing a run's worktree and its own git directory.
 
-``git worktree add`` is used instead of pygit2's ``add_worktree``: libgit2 cannot create a
-detached worktree (it always makes a branch, which would show in the user's ``git branch``), its
-checkout is about 2x slower than git's, and a failed call leaves a branch behind. The worktree is
-created locked with a reason, so the user's ``git worktree prune`` leaves it alone.
+A run lives in its home (see :mod:`sandbox.layout`): a worktree whose ``.git`` file names the run's
+own git directory beside it. That git directory is a repository of its own, so whatever the agent
+does with git there (branches, tags, stash, config, hooks, ``worktree remove``) changes only the
+run: it shares nothing writable with the user's repository. The user's objects are reached through
+``objects/info/alternates`` (read-only: git writes new objects into the run's own store), so the
+snapshot commit needs no copying and the run costs its checkout plus its changes.
+
+The checkout is git's (``read-tree -u``, parallel checkout on): libgit2's is about 2x slower
+(docs/design.md), and measured side by side ``git init`` + ``read-tree -u`` costs the same as the
+``git worktree add --detach`` runs used before (bench/cases/start.py).
+
+Runs made before homes existed are linked worktrees of the user's repository (``legacy``); this
+module still removes them (their admin dir under ``<common>/worktrees``).
 """
 
 from __future__ import annotations
@@ -11,46 +20,146 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
+from collections.abc import Iterable
 
 from sandbox import faults
+from sandbox.fsutil import atomic_write
 from sandbox.gitcli import git
+from sandbox.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
 
 LOCK_REASON = "sandbox run {run_id}: remove with 'sandbox drop {run_id}'"
 
-faults.POINTS.update({"worktree.remove.after_files", "worktree.add.after"})
+faults.POINTS.update({"worktree.remove.after_files", "worktree.add.after", "worktree.create.after_init"})
+
+#: Settings of the user's repository (its own config file, not the global one) that the run's git
+#: needs to check out and commit the same way; nothing that names remotes, credentials or includes.
+INHERITED_CONFIG = (
+    "core.autocrlf",
+    "core.eol",
+    "core.filemode",
+    "core.symlinks",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.protecthfs",
+    "core.protectntfs",
+    "core.safecrlf",
+    "core.checkstat",
+    "core.trustctime",
+    "core.excludesfile",
+    "core.attributesfile",
+    "core.hookspath",
+    "core.longpaths",
+    "core.quotepath",
+    "user.",
+    "author.",
+    "committer.",
+    "i18n.",
+    "filter.",
+    "lfs.",
+)
+
+#: Files of the user's git dir the run's git dir gets a copy of: ignore rules and attributes (so
+#: the run sees the same ignored files), and ``shallow`` (so history ends where the user's ends).
+COPIED_FILES = ("info/exclude", "info/attributes", "shallow")
 
 
-def add(common_dir: str, path: str, commit: str, run_id: str) -> None:
-    """Create a locked, detached worktree at ``path`` checked out at ``commit``."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    git(
-        [
-            "-c",
-            "checkout.workers=0",
-            "worktree",
-            "add",
-            "--detach",
-            "--lock",
-            "--reason",
-            LOCK_REASON.format(run_id=run_id),
-            path,
-            commit,
-        ],
-        cwd=common_dir,
+def inherited(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (key, value) pairs of the user's repository config the run's git dir gets."""
+    out = []
+    for key, value in entries:
+        low = key.lower()
+        if any(low == k or (k.endswith(".") and low.startswith(k)) for k in INHERITED_CONFIG):
+            out.append((key, value))
+    return out
+
+
+def create(
+    place: Place,
+    common_dir: str,
+    commit: str,
+    run_id: str,
+    config: Iterable[tuple[str, str]] = (),
+    object_format: str | None = None,
+    checkout: bool = True,
+) -> None:
+    """Create the run's home: its own git dir (alternates to ``common_dir``) and its worktree at ``commit``.
+
+    The worktree starts on the branch :func:`sandbox.layout.run_branch` of the run's own repository,
+    at ``commit``. ``config`` is what :func:`inherited` chose from the user's repository. Without
+    ``checkout`` no worktree directory is left and no index is written (for :mod:`sandbox.relocate`,
+    which moves a worktree in).
+    """
+    assert place.home is not None
+    os.makedirs(place.home, exist_ok=True)
+    atomic_write(os.path.join(place.home, ORIGIN_FILE), (os.path.realpath(common_dir) + "\n").encode())
+    args = ["init", "-q", "--template=", f"--separate-git-dir={place.git_dir}"]
+    if object_format and object_format != "sha1":
+        args.append(f"--object-format={object_format}")
+    git([*args, place.worktree], cwd=place.home)
+    # Relative, so the home can be moved as a whole; git reads it relative to the worktree.
+    atomic_write(os.path.join(place.worktree, ".git"), f"gitdir: ../{os.path.basename(place.git_dir)}\n".encode())
+    faults.point("worktree.create.after_init")
+    gd = place.git_dir
+    os.makedirs(os.path.join(gd, "objects", "info"), exist_ok=True)
+    atomic_write(
+        os.path.join(gd, "objects", "info", "alternates"),
+        (os.path.join(os.path.realpath(common_dir), "objects") + "\n").encode(),
     )
+    for rel in COPIED_FILES:
+        src = os.path.join(common_dir, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(gd, rel)), exist_ok=True)
+            shutil.copyfile(src, os.path.join(gd, rel))
+    settings = list(config)
+    if not any(k.lower() == "core.hookspath" for k, _ in settings):
+        _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
+    if settings:
+        with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
+            fh.write(config_text(settings))
+    branch = f"refs/heads/{run_branch(run_id)}"
+    os.makedirs(os.path.dirname(os.path.join(gd, branch)), exist_ok=True)
+    atomic_write(os.path.join(gd, branch), f"{commit}\n".encode())
+    atomic_write(os.path.join(gd, "HEAD"), f"ref: {branch}\n".encode())
+    if not checkout:
+        os.unlink(os.path.join(place.worktree, ".git"))
+        os.rmdir(place.worktree)  # the files are moved in as a whole directory
+        return
+    # git's own checkout (parallel, as fast as cp -a); the index it writes is the run's own.
+    git(["-c", "checkout.workers=0", "read-tree", "-u", "--reset", "HEAD"], cwd=place.worktree)
     faults.point("worktree.add.after")
 
 
-def admin_dir_for(path: str) -> str | None:
-    """The ``.git/worktrees/<name>`` admin dir a worktree's ``.git`` file points to."""
+def _copy_hooks(src: str, dst: str) -> None:
+    # Copies, never links: the agent may rewrite its own hooks, which must not reach the user's files.
     try:
-        with open(os.path.join(path, ".git"), encoding="utf-8") as fh:
-            line = fh.read().strip()
+        names = os.listdir(src)
     except OSError:
-        return None
-    if not line.startswith("gitdir:"):
-        return None
-    return os.path.realpath(os.path.join(path, line.split(":", 1)[1].strip()))
+        return
+    for name in names:
+        full = os.path.join(src, name)
+        if name.endswith(".sample") or not os.path.isfile(full) or not os.stat(full).st_mode & stat.S_IXUSR:
+            continue
+        os.makedirs(dst, exist_ok=True)
+        shutil.copy2(full, os.path.join(dst, name))
+
+
+def config_text(settings: Iterable[tuple[str, str]]) -> str:
+    """git config file text for ``(key, value)`` pairs (``section[.subsection].name``)."""
+    lines = []
+    for key, value in settings:
+        section, _, name = key.rpartition(".")
+        head, dot, sub = section.partition(".")
+        quoted_sub = sub.replace("\\", "\\\\").replace('"', '\\"')
+        header = f'[{head} "{quoted_sub}"]' if dot else f"[{head}]"
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        lines.append(f'{header}\n\t{name} = "{escaped}"\n')
+    return "".join(lines)
+
+
+def admin_dir_for(path: str) -> str | None:
+    """The git dir a worktree's ``.git`` file points to (a legacy run's ``.git/worktrees/<name>``)."""
+    return gitdir_of(path)
 
 
 def admin_dirs_pointing_into(common_dir: str, root: str) -> dict[str, str]:
@@ -75,8 +184,23 @@ def admin_dirs_pointing_into(common_dir: str, root: str) -> dict[str, str]:
     return out
 
 
+def remove_place(common_dir: str, place: Place) -> int:
+    """Remove a run's worktree and git dir (its whole home); returns bytes freed. Idempotent."""
+    if place.home is None:
+        return remove(common_dir, place.worktree)
+    freed = disk_usage(place.home)
+    if os.path.lexists(place.worktree):
+        _make_writable(place.worktree)
+        shutil.rmtree(place.worktree, ignore_errors=True)
+    faults.point("worktree.remove.after_files")
+    if os.path.lexists(place.home):
+        _make_writable(place.home)
+        shutil.rmtree(place.home, ignore_errors=True)
+    return freed
+
+
 def remove(common_dir: str, path: str) -> int:
-    """Remove a run's worktree files and its admin dir; returns bytes freed. Idempotent."""
+    """Remove a legacy run's worktree files and its admin dir; returns bytes freed. Idempotent."""
     admin = admin_dir_for(path)
     if admin is None:
         for candidate, wt in admin_dirs_pointing_into(common_dir, path).items():

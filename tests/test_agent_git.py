@@ -1,12 +1,18 @@
-"""The agent's own git in the worktree: its commits and resets are its changes; nothing leaks."""
+"""The agent's own git in the worktree: the run's own repository. Its commits and resets are its
+changes; its branches, tags and stash stay in the run; nothing reaches the user's repository.
+(tests/reliability/test_git_confinement.py tries the hostile cases.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+from click.testing import CliRunner
+
 from sandbox import agent, objects
+from sandbox.cli import cli
 from sandbox.run import Run
 from tests.conftest import git, user_state, write
 from tests.hook_fixtures import reopen, start_run
@@ -14,7 +20,7 @@ from tests.hook_fixtures import reopen, start_run
 
 def agent_git(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
     """git as the agent runs it under 'sandbox run' (the run's environment)."""
-    env = agent.agent_env(os.environ, run, agent.install_ref_guard(run))
+    env = agent.agent_env(os.environ, run)
     return subprocess.run(["git", *args], cwd=run.worktree, env=env, capture_output=True, text=True, check=False)
 
 
@@ -32,20 +38,27 @@ def head_file(run: Run, rel: str) -> bytes | None:
     return None if entry is None else objects.read_blob(run.repo, entry.oid)
 
 
-def test_stash_branch_and_tag_do_not_reach_the_user(repo: Path) -> None:
+def test_stash_branch_and_tag_work_in_the_run_and_do_not_reach_the_user(repo: Path) -> None:
     git(repo, "stash", "list")
     before = user_state(repo)
     run = start_run(repo)
     write(Path(run.worktree), "src/app.py", "agent edit\n")
     stash = agent_git(run, "stash")
-    assert stash.returncode != 0 and "refused to update refs/stash" in stash.stderr
-    assert (Path(run.worktree) / "src/app.py").read_text() == "agent edit\n"  # nothing was stashed away
-    refused = (["checkout", "-b", "agent-branch"], ["tag", "v9"], ["branch", "other"], ["update-ref", "refs/x", "HEAD"])
-    for args in refused:
+    assert stash.returncode == 0, stash.stderr
+    assert (Path(run.worktree) / "src/app.py").read_text() == "print('app')\n"
+    assert agent_git(run, "stash", "pop").returncode == 0
+    assert (Path(run.worktree) / "src/app.py").read_text() == "agent edit\n"
+    for args in (
+        ["checkout", "-q", "-b", "agent-branch"],
+        ["tag", "v9"],
+        ["branch", "other"],
+        ["update-ref", "refs/x", "HEAD"],
+    ):
         result = agent_git(run, *args)
-        assert result.returncode != 0 and "refused to update" in result.stderr, args
+        assert result.returncode == 0, (args, result.stderr)
+    assert agent_git(run, "rev-parse", "--verify", "-q", "refs/tags/v9").returncode == 0
     assert user_state(repo) == before
-    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/x", "refs/heads/agent-branch") == ""
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/x", "refs/heads/agent-branch", "refs/tags") == ""
 
 
 def test_agent_commit_counts_as_its_change(repo: Path) -> None:
@@ -58,7 +71,7 @@ def test_agent_commit_counts_as_its_change(repo: Path) -> None:
     assert bash_call(run, "git commit") == ["feature.py"]
     assert head_file(run, "feature.py") == b"x = 1\n"
     assert user_state(repo) == before
-    # Amending and committing again keeps working on the detached HEAD.
+    # Committing again keeps working on the run's own branch.
     write(Path(run.worktree), "feature.py", "x = 2\n")
     assert agent_git(run, "-c", "user.name=a", "-c", "user.email=a@e", "commit", "-qam", "more").returncode == 0
     assert bash_call(run, "git commit -a") == ["feature.py"]
@@ -93,3 +106,33 @@ def test_user_hooks_still_run_for_agent_commits(repo: Path) -> None:
     agent_git(run, "add", "a.txt")
     assert agent_git(run, "-c", "user.name=a", "-c", "user.email=a@e", "commit", "-qm", "c").returncode == 0
     assert (Path(run.worktree) / "hook-ran.txt").exists()
+
+
+def test_status_shows_the_agents_git_and_apply_keeps_it(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    write(wt, "feature.py", "x = 1\n")
+    agent_git(run, "add", "feature.py")
+    assert agent_git(run, "-c", "user.name=a", "-c", "user.email=a@e", "commit", "-qm", "agent work").returncode == 0
+    assert agent_git(run, "branch", "feat").returncode == 0
+    assert agent_git(run, "tag", "v9").returncode == 0
+    write(wt, "README.md", "stashed edit\n")
+    assert agent_git(run, "stash").returncode == 0
+    assert bash_call(run, "git work") == ["feature.py"]
+    runner = CliRunner()
+    result = runner.invoke(cli, ["-C", str(repo), "status", run.run_id, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    seen = json.loads(result.output)["agent_git"]
+    assert seen["branch"] == f"sandbox/{run.run_id}" and seen["commit_count"] == 1
+    assert seen["commits"][0]["subject"] == "agent work"
+    assert set(seen["branches"]) == {f"sandbox/{run.run_id}", "feat"} and set(seen["tags"]) == {"v9"}
+    assert seen["stash"] == 1
+    text = runner.invoke(cli, ["-C", str(repo), "status", run.run_id], catch_exceptions=False).output
+    assert "agent git: on branch sandbox/" in text and "1 stash entry" in text and "agent work" in text
+    # apply applies the agent's files only; its commits, branches, tags and stash stay in the run.
+    applied = runner.invoke(cli, ["-C", str(repo), "apply", run.run_id], catch_exceptions=False)
+    assert applied.exit_code == 0, applied.output
+    assert (repo / "feature.py").read_text() == "x = 1\n"
+    after = runner.invoke(cli, ["-C", str(repo), "status", run.run_id, "--json"], catch_exceptions=False)
+    assert json.loads(after.output)["agent_git"] == seen
+    assert "feat" not in git(repo, "branch") and git(repo, "tag") == ""

@@ -67,14 +67,16 @@ def test_interactive_keeps_the_terminal_and_network_on_keeps_the_network() -> No
 
 
 def test_writable_paths_come_from_the_users_repository_not_the_worktree(repo: Path) -> None:
-    run_id, worktree = start(repo)
+    proc = sandbox_cmd("start", "--json", cwd=repo)
+    info = json.loads(proc.stdout)
+    run_id, worktree, git_dir = info["run"], Path(info["worktree"]), info["git_dir"]
     paths = confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree))
-    assert paths[0] == os.path.realpath(worktree)
-    assert all(p.startswith(os.path.realpath(repo)) for p in paths)
-    assert len(paths) == 2  # the worktree and its git dir
+    assert paths == [os.path.realpath(worktree), os.path.realpath(git_dir)]
     # An agent rewriting its worktree's .git file cannot widen them.
     (worktree / ".git").write_text(f"gitdir: {Path.home()}\n")
     assert confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
+    with pytest.raises(confine.ConfinementError, match="not where the repository places run"):
+        confine.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
 
 
 def test_settings(tmp_path: Path) -> None:

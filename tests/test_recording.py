@@ -50,7 +50,7 @@ def test_write_helpers_make_one_commit_with_before_and_after(run: Run) -> None:
     assert f"Sandbox-Call: {entry.call_id}" in commit.message
     assert f"Sandbox-Run: {run.run_id}" in commit.message
     assert run.head() == entry.commit
-    assert git(Path(run.worktree), "rev-parse", f"refs/sandbox/{run.run_id}/head").strip() == entry.commit
+    assert git(Path(run.project.common_dir), "rev-parse", f"refs/sandbox/{run.run_id}/head").strip() == entry.commit
 
 
 def test_call_without_changes_makes_no_commit(run: Run) -> None:

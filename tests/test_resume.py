@@ -175,15 +175,19 @@ def test_missing_worktree_is_recreated_at_the_head(repo: Path) -> None:
     run = start(repo)
     with run.tool_call("write_file", {"p": "new.txt"}) as c:
         c.write("new.txt", "kept\n")
-    shutil.rmtree(run.worktree)  # the admin dir in .git/worktrees stays behind, locked
+    git(Path(run.worktree), "branch", "agent-branch")  # the agent's own git history, in the run's git dir
+    shutil.rmtree(run.worktree)  # the run's git dir stays behind
     report = resume(reopen(run))
     assert report.worktree_recreated and any("recreated" in p for p in report.problems)
     assert Path(run.worktree, "new.txt").read_text() == "kept\n"
     assert Path(run.worktree, "src", "app.py").exists()
     assert reopen(run).worktree_exists()
-    listing = git(repo, "worktree", "list", "--porcelain")
-    assert listing.count(run.worktree) == 1
-    assert "branch " not in listing.split(run.worktree, 1)[1].split("\n\n")[0]  # still detached
+    assert run.worktree not in git(repo, "worktree", "list", "--porcelain")
+    assert git(Path(run.worktree), "symbolic-ref", "HEAD").strip() == f"refs/heads/sandbox/{run.run_id}"
+    # The old git dir (the agent's branch) was moved aside in the run's home, not deleted.
+    home = Path(str(run.place.home))
+    (aside,) = [p for p in home.iterdir() if p.name.startswith("orphaned-git-")]
+    assert "agent-branch" in git(home, "--git-dir", str(aside), "branch")
     with reopen(run).tool_call("write_file", {"p": 2}) as c:
         c.write("more.txt", "more\n")
     assert resume(reopen(run)).drift == []

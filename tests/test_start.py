@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import objects
+from sandbox import layout, objects
 from sandbox.cli import cli
 from sandbox.errors import NotARepositoryError
 from sandbox.project import Project
@@ -43,19 +43,53 @@ def test_user_state_is_byte_identical(repo: Path) -> None:
     assert tree_digest(repo) == before_files
 
 
-def test_worktree_is_detached_locked_and_refs_hidden(repo: Path) -> None:
-    run = start(repo)
+def test_run_has_its_own_git_dir_outside_the_users_repository(repo: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    project, workdir, _ = Project.discover(str(repo), str(data))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    home = os.path.realpath(data / "repos" / layout.repo_key(project.common_dir) / run.run_id)
+    assert run.place.home == home
+    assert run.worktree == os.path.join(home, "worktree") and run.git_dir == os.path.join(home, "git")
+    assert not run.worktree.startswith(os.path.realpath(repo) + os.sep)
+    # Its own repository: HEAD on its own branch at the snapshot, the user's objects by alternates.
+    assert os.path.realpath(git(run.worktree, "rev-parse", "--absolute-git-dir").strip()) == run.git_dir
+    assert git(run.worktree, "rev-parse", "--git-common-dir").strip() in (run.git_dir, "../git", ".")
+    assert git(run.worktree, "symbolic-ref", "HEAD").strip() == f"refs/heads/sandbox/{run.run_id}"
+    assert git(run.worktree, "rev-parse", "HEAD").strip() == run.base
+    alternates = (Path(run.git_dir) / "objects" / "info" / "alternates").read_text().strip()
+    assert alternates == os.path.join(project.common_dir, "objects")
+    assert git(run.worktree, "status", "--porcelain") == ""
+    # Nothing of it in the user's repository but the hidden refs and the run's directory.
     assert "sandbox" not in git(repo, "branch", "-a")
-    porcelain = git(repo, "worktree", "list", "--porcelain")
-    block = porcelain.split(f"worktree {run.worktree}\n")[1].split("\n\n")[0]
-    assert "detached" in block
-    assert "locked sandbox run" in block
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     refs = git(repo, "for-each-ref", "--format=%(refname) %(objecttype)", "refs/sandbox").split("\n")
     names = {line.split()[0].rsplit("/", 1)[1]: line.split()[1] for line in refs if line}
     assert names == {"base": "commit", "head": "commit", "ledger": "commit"}
-    git(repo, "worktree", "prune")
-    assert os.path.isdir(run.worktree)
-    assert run.worktree.startswith(os.path.realpath(repo / ".git" / "sandbox" / "worktrees"))
+    # Found from inside its worktree, without git and without the environment.
+    loc = layout.locate(os.path.join(run.worktree, "src"))
+    assert loc is not None and (loc.common_dir, loc.run_id) == (project.common_dir, run.run_id)
+    assert Project.discover(os.path.join(run.worktree, "src"))[2] == run.run_id
+
+
+def test_cli_places_runs_in_the_xdg_data_dir_or_data_dir_of_sandbox_toml(
+    repo: Path, tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    result = runner.invoke(cli, ["-C", str(repo), "start", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["worktree"].startswith(os.path.realpath(tmp_path / "xdg" / "sandbox" / "repos") + os.sep)
+    assert data["git_dir"] == os.path.join(os.path.dirname(data["worktree"]), "git")
+    write(repo, ".sandbox.toml", 'data_dir = "~/elsewhere"\n')
+    result = runner.invoke(cli, ["-C", str(repo), "start", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    second = json.loads(result.output)["worktree"]
+    assert second.startswith(os.path.realpath(os.path.expanduser("~/elsewhere/repos")) + os.sep)
+    # Both found from the repository, each from inside its own worktree.
+    for wt in (data["worktree"], second):
+        found = runner.invoke(cli, ["-C", wt, "path"], catch_exceptions=False)
+        assert found.output.strip() == wt
 
 
 def test_repository_without_commits(tmp_path: Path) -> None:

@@ -1,9 +1,13 @@
 """``sandbox start`` against ``git worktree add --detach`` and ``cp -a`` of the files (the floor).
 
 The sandbox snapshots the user's working tree (with the uncommitted edit and the untracked file)
-and checks the snapshot out in a locked detached worktree; ``git worktree add`` checks out HEAD
-only; ``cp -a`` copies the files without any git bookkeeping. Each variant's product is removed
-after it is timed (not timed).
+and checks the snapshot out in the run's home: a git dir of its own (alternates to the user's
+objects) and its worktree. ``git worktree add`` checks out HEAD only; ``cp -a`` copies the files
+without any git bookkeeping. Two ways of making a git dir of one's own are measured bare (HEAD only,
+no snapshot), to choose between them: ``git init`` + alternates + ``read-tree -u`` (what the sandbox
+does) and ``git clone --shared --no-checkout`` + ``checkout``. Every variant writes on the same file
+system (the data root is put in the scratch directory). Each variant's product is removed after it
+is timed (not timed).
 """
 
 from __future__ import annotations
@@ -29,19 +33,22 @@ def run(ctx: Context, repo: Repo) -> None:
 
     res = ctx.results
     dest = os.path.join(repo.scratch, "start-dest")
+    data_root = os.path.join(repo.scratch, "data")  # the runs' homes, on the benchmark's file system
+    objects_dir = os.path.join(repo.path, ".git", "objects")
+    head = git(["rev-parse", "HEAD"], cwd=repo.path).decode().strip()
     names = sorted(os.listdir(repo.path))
     names.remove(".git")
 
     def lib() -> None:
         t0 = time.perf_counter()
-        project, workdir, _ = Project.discover(repo.path)
+        project, workdir, _ = Project.discover(repo.path, data_root)
         assert workdir is not None
         run = Run.start(project, workdir)
         res.add(CASE, repo.size, GROUP, "sandbox start (library, in-process)", time.perf_counter() - t0)
         run.drop(force=True)
 
     def cli() -> None:
-        p = run_proc([SANDBOX, "-C", repo.path, "start", "--json"], rss=True)
+        p = run_proc([SANDBOX, "-C", repo.path, "start", "--json"], rss=True, env={"XDG_DATA_HOME": data_root})
         res.add(CASE, repo.size, GROUP, "sandbox start (CLI process)", p.seconds, rss_kb=p.max_rss_kb)
         run_id = json.loads(p.stdout)["run"]
         project = Project(os.path.join(repo.path, ".git"))
@@ -55,13 +62,34 @@ def run(ctx: Context, repo: Repo) -> None:
         shutil.rmtree(dest)
         git(["worktree", "prune"], cwd=repo.path)
 
+    def own_init() -> None:
+        gd, wt = os.path.join(dest, "git"), os.path.join(dest, "worktree")
+        t0 = time.perf_counter()
+        git(["init", "-q", "--template=", f"--separate-git-dir={gd}", wt], cwd=repo.path)
+        with open(os.path.join(gd, "objects", "info", "alternates"), "w", encoding="utf-8") as fh:
+            fh.write(objects_dir + "\n")
+        git(["update-ref", "refs/heads/run", head], cwd=wt)
+        git(["symbolic-ref", "HEAD", "refs/heads/run"], cwd=wt)
+        git(["-c", "checkout.workers=0", "read-tree", "-u", "--reset", "HEAD"], cwd=wt)
+        seconds = time.perf_counter() - t0
+        res.add(CASE, repo.size, GROUP, "own git dir: git init + alternates + read-tree -u", seconds)
+        shutil.rmtree(dest)
+
+    def own_clone() -> None:
+        t0 = time.perf_counter()
+        git(["clone", "-q", "--shared", "--no-checkout", repo.path, dest], cwd=repo.scratch)
+        git(["-c", "checkout.workers=0", "checkout", "-q", "--detach", head], cwd=dest)
+        seconds = time.perf_counter() - t0
+        res.add(CASE, repo.size, GROUP, "own git dir: git clone --shared --no-checkout + checkout", seconds)
+        shutil.rmtree(dest)
+
     def copy() -> None:
         os.makedirs(dest)
         p = run_proc(["cp", "-a", *names, dest], cwd=repo.path, rss=True)
         res.add(CASE, repo.size, GROUP, "cp -a of the files (floor)", p.seconds, rss_kb=p.max_rss_kb)
         shutil.rmtree(dest)
 
-    variants = [lib, cli, lambda: worktree(None), lambda: worktree("0"), copy]
+    variants = [lib, cli, lambda: worktree(None), lambda: worktree("0"), own_init, own_clone, copy]
     # Declare rows in a stable order (the reference first) before the interleaved samples.
     res.row(CASE, repo.size, GROUP, "git worktree add --detach", ref=True)
     for i in ctx.rounds(3 if repo.size >= 100_000 else 5, budget=120):

@@ -88,8 +88,8 @@ def apply(
             raise click.UsageError("--continue takes no other options.")
         dirs = [workdir] if workdir and not run_id else []
         if run_id:
-            info = Run.open(project, project.resolve_run_id(run_id, cwd_run)).info
-            dirs = [info.user_workdir, info.worktree]
+            opened = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+            dirs = [opened.info.user_workdir, opened.worktree]
         reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
         if not reports:
             click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")

@@ -59,10 +59,34 @@ def base_dir(ctx: click.Context) -> str:
 
 
 def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
-    """The project around the working directory: (project, user workdir, run id of cwd)."""
+    """The project around the working directory: (project, user workdir, run id of cwd).
+
+    The project gets the data root new runs are placed under (see :func:`data_root`).
+    """
     from sandbox.project import Project
 
-    return Project.discover(base_dir(ctx))
+    project, workdir, cwd_run = Project.discover(base_dir(ctx))
+    project.data_root = data_root(workdir or main_workdir(project.common_dir))
+    return project, workdir, cwd_run
+
+
+def main_workdir(common_dir: str) -> str | None:
+    """The main working tree of a repository whose common git dir is ``common_dir`` (None: bare)."""
+    return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
+
+
+def data_root(workdir: str | None) -> str:
+    """Where runs get their home: ``data_dir`` of the user's ``.sandbox.toml``, else the XDG default.
+
+    The one place the environment and ``~`` are read for it; the library is given the result.
+    """
+    from sandbox import config, layout
+
+    configured = config.load(workdir).data_dir if workdir else None
+    if configured:
+        expanded = os.path.expanduser(os.path.expandvars(configured))
+        return os.path.abspath(os.path.join(workdir or os.getcwd(), expanded))
+    return layout.user_data_root(os.environ, os.path.expanduser("~"))
 
 
 def open_run(ctx: click.Context, run_id: str | None) -> Run:

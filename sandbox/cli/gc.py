@@ -31,5 +31,9 @@ def gc(ctx: click.Context, as_json: bool) -> None:
             f"{len(report.admin_dirs)} stale worktree admin dir(s), {report.refs_deleted} ref(s); "
             f"freed {human_size(report.bytes_freed)}."
         )
+    for run_id, path in sorted(report.moved.items()):
+        click.echo(f"Moved run {run_id} (made before runs had their own git directory) to {path}.")
+    for run_id, why in sorted(report.not_moved.items()):
+        click.echo(f"Left run {run_id} in its old place under .git: {why}")
     if report.skipped_busy:
         click.echo(f"Skipped (busy): {', '.join(report.skipped_busy)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import base_dir, emit_json
+from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir
 
 
 @click.command()
@@ -15,14 +15,16 @@ from sandbox.cli.common import base_dir, emit_json
 def start(ctx: click.Context, directory: str | None, label: str | None, as_json: bool) -> None:
     """Snapshot your working tree (with uncommitted and untracked files) into a new run.
 
-    Your index, HEAD, branches, stash and files are not touched. The run gets a locked, detached
-    worktree and hidden refs under refs/sandbox/<run>/.
+    Your index, HEAD, branches, stash and files are not touched. The run gets its own worktree and
+    git directory (under $XDG_DATA_HOME/sandbox, or data_dir in .sandbox.toml) and hidden refs
+    under refs/sandbox/<run>/ in your repository.
     """
     from sandbox.errors import SandboxError
     from sandbox.project import Project
     from sandbox.run import Run
 
     project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
+    project.data_root = data_root(workdir or main_workdir(project.common_dir))
     if workdir is None:
         raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
     run = Run.start(project, workdir, label=label)
@@ -34,7 +36,8 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
         emit_json(
             {
                 "run": run.run_id,
-                "worktree": info.worktree,
+                "worktree": run.worktree,
+                "git_dir": run.git_dir,
                 "base": info.base,
                 "head": info.head,
                 "label": info.label,
@@ -45,7 +48,7 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
         )
         return
     click.echo(f"Started run {run.run_id}" + (f" ({label})" if label else ""))
-    click.echo(f"  worktree: {info.worktree}")
+    click.echo(f"  worktree: {run.worktree}")
     click.echo(f"  base:     {info.base[:12]} (snapshot of your tree on {(info.head or 'no commit')[:12]})")
     if info.submodules:
         click.echo(
@@ -56,4 +59,4 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
         click.echo(f"  copied ignored files you listed: {', '.join(report.copied[:8])}")
     if report is not None and report.linked:
         click.echo(f"  linked (shared with your tree!): {', '.join(report.linked[:8])}")
-    click.echo(f"Next: cd {info.worktree}  or  sandbox exec {run.run_id} -- CMD")
+    click.echo(f"Next: cd {run.worktree}  or  sandbox exec {run.run_id} -- CMD")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from sandbox.cli.common import emit_json, open_run
@@ -16,7 +18,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.summary import summarize
 
     run = open_run(ctx, run_id)
-    row = summarize(run)
+    row = summarize(run, git_activity=True)
     in_flight = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
     row["in_flight"] = in_flight
     if as_json:
@@ -24,6 +26,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         return
     click.echo(f"Run {row['run']}" + (f" ({row['label']})" if row["label"] else ""))
     click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
+    click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
     click.echo(f"  head:      {row['head'][:12]}")
     by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
@@ -31,3 +34,23 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied")
     if in_flight:
         click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
+    agent_git = row.get("agent_git")
+    if agent_git:
+        _echo_agent_git(agent_git)
+
+
+def _echo_agent_git(g: dict[str, Any]) -> None:
+    """The agent's own git activity in the run (kept in the run; 'apply' applies files only)."""
+    where = f"on branch {g['branch']}" if g["branch"] else f"detached at {(g['head'] or 'none')[:12]}"
+    parts = [where]
+    if g["commit_count"]:
+        parts.append(f"{g['commit_count']} commit(s) by the agent")
+    if g["branches"]:
+        parts.append("branches: " + ", ".join(sorted(g["branches"])[:8]))
+    if g["tags"]:
+        parts.append("tags: " + ", ".join(sorted(g["tags"])[:8]))
+    if g["stash"]:
+        parts.append(f"{g['stash']} stash entr{'y' if g['stash'] == 1 else 'ies'}")
+    click.echo(f"  agent git: {'; '.join(parts)} (in the run's own repository)")
+    for commit in g["commits"][:5]:
+        click.echo(f"             {commit['id'][:10]} {commit['subject']}")

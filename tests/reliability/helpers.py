@@ -19,7 +19,7 @@ from typing import Any
 from conftest import git, make_repo, tree_digest, user_state, write
 
 import sandbox
-from sandbox import faults
+from sandbox import faults, layout
 
 SANDBOX_EXE = str(Path(sys.executable).parent / "sandbox")
 #: A bound for every subprocess the suite starts: a hang is a failure, never a stuck CI job.
@@ -159,7 +159,7 @@ def cli_entries(root: Path, run_id: str) -> dict[str, dict[str, Any]]:
 
 
 def sandbox_things(root: Path) -> dict[str, set[str]]:
-    """Everything of the sandbox's kept in the repository: refs, worktrees, admin dirs, run dirs."""
+    """Everything of the sandbox's: refs, run dirs and admin dirs in the repository; worktrees (homes)."""
     common = root / ".git"
     refs = set(git(root, "for-each-ref", "--format=%(refname)", "refs/sandbox").split())
     admin: set[str] = set()
@@ -169,9 +169,17 @@ def sandbox_things(root: Path) -> dict[str, set[str]]:
         target = gitdir.read_text().strip() if gitdir.exists() else ""
         if not target or os.path.realpath(target).startswith(wt_root + os.sep) or not os.path.exists(target):
             admin.add(name)
+    # Runs' homes: the CLI's data root (this session's $XDG_DATA_HOME or ~/.local/share) and the
+    # library's fallback under .git/sandbox/homes; legacy worktrees under .git/sandbox/worktrees.
+    real_common = os.path.realpath(common)
+    homes_dirs = [
+        layout.homes_dir(layout.user_data_root(os.environ, os.path.expanduser("~")), real_common),
+        layout.fallback_homes_dir(real_common),
+        layout.legacy_worktrees_dir(real_common),
+    ]
     return {
         "refs": refs,
-        "worktrees": set(_listdir(common / "sandbox" / "worktrees")),
+        "worktrees": {n for d in homes_dirs for n in _listdir(Path(d))},
         "runs": set(_listdir(common / "sandbox" / "runs")),
         "admin": admin,
     }
@@ -275,3 +283,20 @@ def assert_user_untouched(root: Path, before: Before) -> None:
     """The user's files, index, HEAD, branches, tags and stash are exactly as before."""
     assert tree_digest(root) == before.digest, "the user's files changed"
     assert user_state(root) == before.user, "the user's index, HEAD or refs changed"
+
+
+def make_legacy(root: Path, run_id: str) -> Path:
+    """Turn a run into what ``start`` made before runs had homes: a locked, detached linked worktree
+    under ``.git/sandbox/worktrees/<run>`` at the run's head, and no ``place`` in the run's directory."""
+    import shutil
+
+    run = open_run(root, run_id)
+    head = run.head()
+    assert run.place.home is not None
+    shutil.rmtree(run.place.home)
+    os.unlink(os.path.join(run.dir, layout.PLACE_FILE))
+    legacy = Path(layout.legacy_place(run.project.common_dir, run_id).worktree)
+    reason = f"sandbox run {run_id}: remove with 'sandbox drop {run_id}'"
+    git(root, "worktree", "add", "-q", "--detach", "--lock", "--reason", reason, str(legacy), head)
+    assert open_run(root, run_id).place.legacy
+    return legacy

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git, tree_digest, user_state
+from conftest import git, tree_digest, user_state, write
 
 from .helpers import (
     MATRIX_ROWS,
@@ -32,6 +32,7 @@ from .helpers import (
     has_command,
     live_run_ids,
     load_all_modules,
+    make_legacy,
     ok,
     open_run,
     sandbox_things,
@@ -64,6 +65,7 @@ CORE_PLAN: dict[str, list[str]] = {
     "start.snapshot.after_add": ["start"],
     "start.snapshot.after_commit": ["start"],
     "start.after_refs": ["start"],
+    "worktree.create.after_init": ["start"],
     "worktree.add.after": ["start"],
     "start.after_worktree": ["start"],
     "start.after_ledger": ["start"],
@@ -82,6 +84,10 @@ CORE_PLAN: dict[str, list[str]] = {
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],
+    # Moving a run made before homes existed into a home (sandbox.relocate, run by gc).
+    "relocate.after_git_dir": ["gc-relocate"],
+    "relocate.after_place": ["gc-relocate"],
+    "relocate.after_move": ["gc-relocate"],
     # A call's objects are written as one pack (sandbox.packs): the pack written, then its index,
     # then both renamed into place; and the merge of FAN_IN packs, at its write and its removals.
     "pack.after_pack": ["call-finish", "write"],
@@ -347,6 +353,34 @@ def scenario_gc(root: Path, fault: str) -> str:
     assert_acknowledged_kept(root, before, keep)
     assert_run_usable(root, keep)
     assert_fsck_clean(root)
+    return "gc"
+
+
+def scenario_relocate(root: Path, fault: str) -> str:
+    """gc moving a legacy run (linked worktree) into a home is killed; the next gc finishes the move."""
+    run_id = run_with_history(root, "legacy")
+    legacy = make_legacy(root, run_id)
+    write(legacy, "agent-wip.txt", "the agent's unrecorded work\n")
+    git(legacy, "commit", "-q", "--allow-empty", "-m", "agent commit on the old detached HEAD")
+    agent_head = git(legacy, "rev-parse", "HEAD").strip()
+    before = capture_before(root, [run_id])
+    proc = sb("gc", cwd=root, fault=fault)
+    assert proc.returncode == -9, f"not killed at {fault}: exit {proc.returncode} {proc.stderr.decode()}"
+    ok("gc", cwd=root)
+    run = open_run(root, run_id)
+    assert not run.place.legacy and run.worktree_exists(), run.place
+    wt = Path(run.worktree)
+    assert (wt / "agent-wip.txt").read_text() == "the agent's unrecorded work\n"
+    assert git(wt, "rev-parse", "HEAD").strip() == agent_head
+    assert not legacy.exists() and not (root / ".git" / "worktrees" / run_id).exists()
+    assert git(root, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_user_untouched(root, before)
+    assert_acknowledged_kept(root, before, run_id)
+    assert_run_usable(root, run_id)
+    assert_fsck_clean(root)
+    # The agent's commit now lives in the run's own store: the user's gc cannot take it away.
+    git(root, "gc", "-q", "--prune=now")
+    assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"
     return "gc"
 
 
@@ -652,6 +686,7 @@ SCENARIOS: dict[str, Callable[[Path, str], str]] = {
     "exec": lambda root, fault: scenario_call(root, fault, "exec"),
     "drop": scenario_drop,
     "gc": scenario_gc,
+    "gc-relocate": scenario_relocate,
     "apply": lambda root, fault: scenario_apply(root, fault, "continue"),
     "apply-undo": lambda root, fault: scenario_apply(root, fault, "undo"),
     "undo-user": lambda root, fault: scenario_undo_user(root, fault, "continue"),

@@ -99,15 +99,13 @@ def test_long_session_hygiene(user_repo: Path) -> None:
     assert git(user_repo, "stash", "list") == before_user["stash"]
     assert "sandbox" not in git(user_repo, "branch", "-a")
 
-    # Run worktrees are locked, with a reason, so the user's 'git worktree prune' leaves them alone.
-    porcelain = git(user_repo, "worktree", "list", "--porcelain").split("\n\n")
-    for run_id in runs:
-        wt = open_run(user_repo, run_id).worktree
-        block = next(b for b in porcelain if b.startswith(f"worktree {wt}\n"))
-        assert "\ndetached" in block, block
-        assert f"\nlocked {run_id}" in block or ("\nlocked " in block and run_id in block), block
+    # Runs are no worktrees of the user's repository (each has its own git dir), so the user's
+    # 'git worktree list' does not show them and 'git worktree prune' cannot touch them.
+    assert git(user_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     git(user_repo, "worktree", "prune")
-    assert all(open_run(user_repo, r).worktree_exists() for r in runs)
+    for run_id in runs:
+        run = open_run(user_repo, run_id)
+        assert run.worktree_exists() and not run.place.legacy
 
     # The user's own gc must keep every object a run refers to.
     wanted = {r: referenced_objects(user_repo, r) for r in runs}
@@ -129,12 +127,14 @@ def test_long_session_hygiene(user_repo: Path) -> None:
     for run_id in runs:
         assert listed[run_id]["disk_bytes"] > 0, listed[run_id]
     state_dir = user_repo / ".git" / "sandbox"
-    used = _du(state_dir)
+    homes = [Path(str(open_run(user_repo, r).place.home)) for r in runs]
+    used = _du(state_dir) + sum(_du(h) for h in homes)
     freed = 0
     for run_id in runs:
         freed += json.loads(ok("drop", run_id, "--force", "--json", cwd=user_repo))["bytes_freed"]
     ok("gc", cwd=user_repo)
-    assert freed > 0 and _du(state_dir) < used - freed // 2
+    assert freed > 0 and _du(state_dir) + sum(_du(h) for h in homes) < used - freed // 2
+    assert not any(h.exists() for h in homes)
     things = sandbox_things(user_repo)
     assert things == {"refs": set(), "worktrees": set(), "runs": set(), "admin": set()}, things
     assert not (user_repo / ".git" / "worktrees").exists() or not os.listdir(user_repo / ".git" / "worktrees")

@@ -160,7 +160,6 @@ ESCAPE_WITHOUT_ISOLATION = {
     ".git/hooks/pre-commit",
     "GIT_DIR: new branch",
     "GIT_DIR: core.hooksPath",
-    "GIT_COMMON_DIR: tag",
     "git -C user stash",
     "git -C user worktree add",
     "forge the run's ledger refs",
@@ -172,9 +171,10 @@ ESCAPE_WITHOUT_ISOLATION = {
 }
 #: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent) on
 #: the agent's git: these ref writes may be refused there even unconfined.
-REF_GUARDED = {"GIT_DIR: new branch", "GIT_COMMON_DIR: tag", "git -C user stash", "forge the run's ledger refs"}
+REF_GUARDED = {"GIT_DIR: new branch", "git -C user stash", "forge the run's ledger refs"}
 #: Confined, these "succeed" but stay inside the run (checked below).
-STAYS_INSIDE = {"/proc/<ppid>/cwd", "the sandbox's own git runs the agent's config"}
+#: (git takes GIT_COMMON_DIR as no reason to leave the run's own repository: the tag lands there.)
+STAYS_INSIDE = {"/proc/<ppid>/cwd", "the sandbox's own git runs the agent's config", "GIT_COMMON_DIR: tag"}
 
 
 @pytest.fixture

@@ -71,6 +71,8 @@ OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate
 _BLOCKED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 #: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
 _SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
+#: Set inside every sandbox: a ``sandbox exec`` run by the agent knows it is already confined.
+CONFINED_ENV = "SANDBOX_CONFINED"
 _PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
 
@@ -97,9 +99,14 @@ class Isolation:
     interactive: bool = False
     #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
     readable: tuple[str, ...] = ()
+    #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
+    #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.
+    inherited: bool = False
 
     def describe(self) -> str:
-        """One phrase for the ledger and messages: ``bwrap, network off`` or ``off``."""
+        """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
+        if self.inherited:
+            return "inherited (inside the sandbox of the calling agent)"
         if not self.enabled:
             return "off"
         return f"{self.backend}, network {'on' if self.network else 'off'}"
@@ -240,6 +247,17 @@ def _userns_blocked() -> str | None:
     return None
 
 
+def inside_sandbox(env_value: str | None) -> bool:
+    """True in a process of one of our sandboxes: the variable we set, and bubblewrap as PID 1."""
+    if env_value != "1":
+        return False
+    try:
+        with open("/proc/1/comm", encoding="utf-8") as fh:
+            return fh.read().strip() == "bwrap"
+    except OSError:
+        return False
+
+
 # -- bubblewrap --------------------------------------------------------------------------------
 
 
@@ -279,7 +297,7 @@ def bwrap_argv(
         mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
-    out += ["--setenv", "TMPDIR", "/tmp", "--chdir", cwd]
+    out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
     # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)

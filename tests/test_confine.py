@@ -303,3 +303,23 @@ def test_a_confined_run_refuses_while_another_session_hosts_the_run(repo: Path) 
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
+
+
+@needs_bwrap
+def test_an_agents_own_sandbox_exec_is_recorded_through_the_host_inside_the_same_sandbox(repo: Path) -> None:
+    """bubblewrap cannot nest without capabilities: the inner exec runs in the agent's sandbox."""
+    run_id, worktree = start(repo)
+    exe = str(Path(sys.executable).parent / "sandbox")
+    agent = f"{exe} exec {run_id} --call-id call_nested -- sh -c 'echo nested > nested.txt'"
+    proc = sandbox_cmd("run", run_id, "--hooks", "none", "--", "sh", "-c", agent, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    entries = {e["call_id"]: e for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)}
+    nested = entries["call_nested"]
+    assert nested["status"] == "succeeded" and [f["path"] for f in nested["files"]] == ["nested.txt"]
+    assert nested["input"]["isolation"].startswith("inherited")
+    assert (worktree / "nested.txt").read_text() == "nested\n"
+    # Outside any sandbox the variable alone changes nothing.
+    outside = sandbox_cmd("exec", run_id, "--", "true", cwd=repo, env={confine.CONFINED_ENV: "1"})
+    assert outside.returncode == 0
+    last = json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)[-1]
+    assert last["input"]["isolation"] == "bwrap, network off"

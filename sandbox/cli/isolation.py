@@ -64,6 +64,8 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
     except (ValueError, OSError):
         interactive = False
     readable = (home,) if os.path.isabs(home) and home != "/" else ()
+    if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
+        return confine.Isolation(False, net, program, backend, inherited=True)
     return confine.Isolation(enabled, net, program, backend, tuple(writable), interactive, readable)
 
 

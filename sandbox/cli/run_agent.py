@@ -80,8 +80,10 @@ def run_agent(
 
     isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
     confine.check(isolation)  # before a run is started for nothing
-    if isolation.enabled:
-        confine.prepare_state(isolation.writable)
+    family = os.path.basename(command[0]).split("-")[0]  # claude, gemini, ...
+    if isolation.enabled and family:
+        # Only this agent's state paths are created (it hangs or fails without them, read-only).
+        confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):
         run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
     elif workdir is None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import signal
 import struct
 import subprocess
@@ -317,7 +316,7 @@ _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERR
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know."""
-    arch = _AUDIT_ARCH.get(machine or platform.machine())
+    arch = _AUDIT_ARCH.get(machine or os.uname().machine)
     if arch is None:
         return None
     audit, numbers = arch
@@ -483,7 +482,9 @@ def spawn(
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
-    program = seccomp_program()
+    # Only with the terminal shared: in a session of its own the command has no controlling
+    # terminal, and TIOCSTI works only on one's controlling terminal.
+    program = seccomp_program() if policy.interactive else None
     if program is not None:
         seccomp_fd, seccomp_w = os.pipe()
         os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer

@@ -121,6 +121,8 @@ class Policy:
     interactive: bool = False
     extra_writable: tuple[str, ...] = field(default=())
     readable: tuple[str, ...] = field(default=())
+    #: Directories replaced by an empty one (other runs' scratch dirs, with their hook sockets).
+    hidden: tuple[str, ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -198,7 +200,10 @@ def policy_for(
         network=isolation.network,
         interactive=isolation.interactive,
         extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
-        readable=tuple(isolation.readable),
+        # The other runs' scratch dirs are hidden: a path socket can be connected to on a read-only
+        # mount, and another run's host would record what this agent sends it. Its own stays.
+        readable=(*isolation.readable, os.path.realpath(layout.run_dir(common_dir, run_id))),
+        hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
     )
 
 
@@ -284,6 +289,7 @@ def bwrap_argv(
         out += ["--ro-bind-try", cover, cover]
     # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected.
     mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--tmpfs", "/tmp"])]
+    mounts += [(_depth(path), 0, ["--tmpfs", path]) for path in policy.hidden if os.path.isdir(path)]
     for path in policy.readable:  # visible as on the host even if it lies below /tmp
         real = os.path.realpath(path)
         mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
@@ -296,6 +302,9 @@ def bwrap_argv(
         mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
+    for path in policy.hidden:  # read-only once the run's own dir is mounted inside it
+        if os.path.isdir(path):
+            out += ["--remount-ro", path]
     out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]

@@ -93,6 +93,7 @@ attempt("git -C user worktree add", lambda: git("-C", user, "worktree", "add", "
 forged = "refs/sandbox/%s/forged" % T["run"]
 attempt("forge the run's ledger refs", lambda: git("update-ref", forged, "HEAD", env=GD))
 attempt("the run's own files", lambda: write(os.path.join(T["run_dir"], "evil")))
+attempt("another run's directory (its hook socket)", lambda: os.listdir(T["other_run_dir"]))
 def planted_symlink():
     os.symlink(os.path.join(user, "README.md"), "planted-link")
     write("planted-link")
@@ -195,6 +196,9 @@ def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
         assert started.returncode == 0, started.stderr
         run_id = json.loads(started.stdout)["run"]
         run = open_run(user_repo, run_id)
+        second = sb("start", "--json", cwd=user_repo)
+        assert second.returncode == 0, second.stderr
+        other_run = open_run(user_repo, json.loads(second.stdout)["run"])
         yield {
             "user": user_repo,
             "home": home,
@@ -204,6 +208,7 @@ def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
             "worktree": Path(run.worktree),
             "run_dir": Path(run.dir),
             "marker": tmp_path / "PWNED",
+            "other_run_dir": Path(other_run.dir),
         }
     finally:
         shutil.rmtree(visible_root, ignore_errors=True)
@@ -221,6 +226,7 @@ def targets(w: dict[str, Any]) -> str:
             "run": w["run"],
             "run_dir": str(w["run_dir"]),
             "marker": str(w["marker"]),
+            "other_run_dir": str(w["other_run_dir"]),
         }
     )
 

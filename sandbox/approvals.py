@@ -2,8 +2,10 @@
 
 A runtime that asks before acting records the call with ``plan_call`` (status ``planned``), then
 the user approves (status ``approved``; ``start_call`` with the same call id continues it) or
-denies it. A denial is remembered by tool name and input hash: after a resume the runtime asks
-:func:`is_denied` before asking the user again, and ``start_call`` refuses the denied call id.
+denies it. A call the agent did not run (status ``not_run``) may be denied as well. A denial is
+remembered by tool name and input hash: after a resume the runtime asks :func:`is_denied` before
+asking the user again, ``start_call`` refuses the denied call id, and the hooks refuse the same tool
+and input under any new call id (:class:`sandbox.hookproto.Recorder`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ class _AlreadyDecided(Exception):
 
 
 def approve(run: Run, call_id: str) -> LedgerEntry:
-    """Approve a planned call (status ``approved``); approving twice is a no-op."""
+    """Approve a planned call (status ``approved``), or lift a denial; approving twice is a no-op.
+
+    Lifting a denial lets the same tool and input run again under a new call id (a denied call
+    that never ran stays ``not_run``; a denied planned call becomes ``approved``).
+    """
 
     def check(state: LedgerState) -> None:
         entry = _entry(run, state, call_id)
         if entry.approval == Approval.denied:
-            raise ApprovalError(
-                f"Call {call_id} ({entry.tool_name}) was denied; plan a new call if it should run after all."
-            )
+            return  # lifting the denial
         if entry.status == CallStatus.approved:
             raise _AlreadyDecided
         if entry.status != CallStatus.planned:
@@ -56,7 +60,8 @@ def approve(run: Run, call_id: str) -> LedgerEntry:
 
 
 def deny(run: Run, call_id: str, reason: str | None = None) -> LedgerEntry:
-    """Deny a planned or approved call: it will never start; denying twice is a no-op."""
+    """Deny a planned, approved or not-run call: it never starts, nor does the same tool with the same
+    input under another call id (see :func:`is_denied`); denying twice is a no-op."""
     if reason is not None and (len(reason) > 2000 or "\0" in reason):
         raise SandboxError("A denial reason must be text of at most 2000 characters.")
 
@@ -64,7 +69,9 @@ def deny(run: Run, call_id: str, reason: str | None = None) -> LedgerEntry:
         entry = _entry(run, state, call_id)
         if entry.approval == Approval.denied:
             raise _AlreadyDecided
-        if entry.status not in (CallStatus.planned, CallStatus.approved):
+        # A call that did not run (the agent refused or skipped it) may be denied too: its retries,
+        # under new call ids, are then refused at the hook with the same reason.
+        if entry.status not in (CallStatus.planned, CallStatus.approved, CallStatus.not_run):
             raise ApprovalError(
                 f"Call {call_id} ({entry.tool_name}) is already {entry.status.value}; it can no longer be denied "
                 f"(see 'sandbox compensate {run.run_id} {call_id}' for undoing an external effect)."

@@ -3,8 +3,9 @@
 Given candidate paths (from the write helpers, a watcher or a scan), each is compared by content
 hash with the run's head tree. Directories are expanded (a created, deleted or moved directory
 yields every file in it). Paths inside ``.git``, ignored paths the head does not track, the
-sandbox's own temp files, and nested repositories are never captured. The cost follows the
-number of candidates, not the size of the repository.
+sandbox's own temp files, and nested repositories are never captured. Files are hashed as
+``git add`` would store them (:mod:`sandbox.convert`). The cost follows the number of candidates,
+not the size of the repository.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 import pygit2
 
-from sandbox import objects
+from sandbox import convert, objects, sparse
 from sandbox.fsutil import TEMP_PREFIX
 from sandbox.objects import Entry
 
@@ -50,6 +51,8 @@ class Capturer:
         self.before: dict[str, Entry | None] = {}
         self._tree_cache: dict[str, Entry | None] = {}
         self._seen: set[str] = set()
+        self.convert = convert.for_tree(worktree)
+        self._sparse: dict[str, Entry] | None = None
 
     def _head_entry(self, rel: str) -> Entry | None:
         if rel not in self._tree_cache:
@@ -84,7 +87,8 @@ class Capturer:
             return
         if st is None:
             for path, old_entry in self._tracked_under(rel):
-                self._record(path, old_entry, None)
+                if not self._not_checked_out(path, old_entry):
+                    self._record(path, old_entry, None)
             return
         if stat.S_ISDIR(st.st_mode):
             if os.path.lexists(os.path.join(full, ".git")):
@@ -106,7 +110,9 @@ class Capturer:
             return
         if head is None and self.is_ignored is not None and self.is_ignored(rel):
             return
-        entry = objects.hash_path(self.repo, full, st, write=False)
+        # Hashed as `git add` would store it (end of lines, ident, filters): a CRLF checkout of an
+        # LF blob is not a change (sandbox.convert).
+        entry = self.convert.hash_file(rel, full, st, False, self.repo)
         if entry is None:
             return  # a fifo or socket: git stores neither
         if head is not None and head.is_tree:
@@ -114,9 +120,15 @@ class Capturer:
                 self._record(path, old, None)
             head = None
         if head is None or head != entry:
-            stored = objects.hash_path(self.repo, full, st, write=True)
+            stored = self.convert.hash_file(rel, full, st, True, self.repo)
             if stored is not None:
                 self._record(rel, head, stored)
+
+    def _not_checked_out(self, rel: str, head: Entry) -> bool:
+        """True for a path the worktree's sparse checkout leaves out, unchanged since: absent, not deleted."""
+        if self._sparse is None:
+            self._sparse = sparse.excluded(self.worktree) if sparse.may_be_sparse(self.worktree) else {}
+        return self._sparse.get(rel) == head
 
     def _under_gitlink(self, rel: str) -> bool:
         parts = rel.split("/")

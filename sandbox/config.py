@@ -12,6 +12,8 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     [hooks]
     strict = false            # true: a hook that cannot record blocks the agent's tool call
     autostart = true          # false: a hook finding no host records in-process (no `sandbox serve`)
+    allow_edits = true        # the sandbox answers the agent's permission question for file edits
+                              # inside the run's worktree (see hooks/README.md); false: the agent asks
 
     [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.confine)
     isolate = true            # false: no confinement (the flags --isolate on|off win over this)
@@ -25,6 +27,7 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     kind = "read"             # write | command | read | external | unknown
     idempotency = "idempotent"
     replay = "auto"
+    # deny = "why"            # refuse every call of these tools at the hook (the agent is told why)
 
 ``.worktreeinclude`` (gitignore syntax, as Claude Code reads it) adds to ``include``.
 TOML is parsed with :mod:`tomllib` (Python 3.11+), ``tomli`` when installed, else a small parser
@@ -62,6 +65,8 @@ class ToolRule:
     kind: str | None = None
     idempotency: str | None = None
     replay: str | None = None
+    #: When set, every call of these tools is refused before it runs, with this reason.
+    deny: str | None = None
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Config:
     link: list[str] = field(default_factory=list)
     strict: bool = False
     autostart: bool = True
+    allow_edits: bool = True
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     isolate: bool = True
@@ -137,6 +143,10 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(autostart, bool):
         raise ConfigError(f"{where}: hooks.autostart must be true or false.")
     cfg.autostart = autostart
+    allow_edits = hooks.get("allow_edits", True)
+    if not isinstance(allow_edits, bool):
+        raise ConfigError(f"{where}: hooks.allow_edits must be true or false.")
+    cfg.allow_edits = allow_edits
     _apply_isolation(cfg, table.get("isolation", {}), where)
     rules = table.get("tools", [])
     if not isinstance(rules, list):
@@ -152,7 +162,10 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: idempotency {idem!r} is not idempotent, conditional or non_idempotent.")
         if replay is not None and replay not in ("auto", "ask", "never"):
             raise ConfigError(f"{where}: replay {replay!r} is not auto, ask or never.")
-        cfg.tools.append(ToolRule(rule["match"], kind, idem, replay))
+        deny = rule.get("deny")
+        if deny is not None and (not isinstance(deny, str) or not deny.strip()):
+            raise ConfigError(f"{where}: a tool rule's 'deny' must be a non-empty reason string.")
+        cfg.tools.append(ToolRule(rule["match"], kind, idem, replay, deny))
 
 
 def _apply_isolation(cfg: Config, table: Any, where: str) -> None:

@@ -4,7 +4,9 @@ A run exists while its ledger ref exists. Anything else of the sandbox's without
 garbage: refs of a start that crashed before its ledger was written, homes (worktree and own git
 dir) of dropped runs, legacy worktrees and their git admin dirs, scratch directories. A home is
 removed only when its ``origin`` names this repository. A run being started or dropped right now
-holds its run lock, and gc skips it, so gc can race with start and drop safely.
+holds its run lock, and gc skips it, so gc can race with start and drop safely. A run whose ledger
+ref vanished although it recorded work is not garbage: it is damage, kept until ``sandbox repair``
+(or ``gc --force``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from sandbox import faults, layout, packs, worktree
+from sandbox import faults, integrity, layout, packs, worktree
 from sandbox.errors import LockedError
 from sandbox.locks import file_lock, remove_locked_dir
 from sandbox.project import Project
@@ -43,10 +45,17 @@ class GcReport:
     moved: dict[str, str] = field(default_factory=dict)
     #: Such runs left where they are this time: {run id: why}.
     not_moved: dict[str, str] = field(default_factory=dict)
+    #: Runs whose ledger ref is missing but that hold recorded work: kept (see ``sandbox repair``).
+    damaged: list[str] = field(default_factory=list)
 
 
-def collect(project: Project) -> GcReport:
-    """Remove the leftovers of dropped and interrupted runs; live runs are never touched."""
+def collect(project: Project, force: bool = False) -> GcReport:
+    """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
+
+    A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
+    its head moved past its base, or it has checkpoints: :func:`sandbox.integrity.holds_work`) is
+    kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
+    """
     report = GcReport()
     refs = project.ref_run_ids()
     live = {rid for rid, names in refs.items() if "ledger" in names}
@@ -62,6 +71,9 @@ def collect(project: Project) -> GcReport:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
                 if project.repo.references.get(f"refs/sandbox/{run_id}/ledger") is not None:
                     continue  # it finished starting while we looked
+                if not force and integrity.holds_work(project.repo, run_id, project.run_dir(run_id)):
+                    report.damaged.append(run_id)
+                    continue
                 names = refs.get(run_id, set())
                 if names:
                     delete_run_refs(project.repo, run_id)
@@ -91,7 +103,7 @@ def collect(project: Project) -> GcReport:
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]
-        if run_id in live or run_id in report.skipped_busy:
+        if run_id in live or run_id in report.skipped_busy or run_id in report.damaged:
             continue
         shutil.rmtree(admin, ignore_errors=True)
         report.admin_dirs.append(admin)

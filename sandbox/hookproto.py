@@ -40,8 +40,13 @@ if TYPE_CHECKING:
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
+#: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
+MAX_ERROR = 256 * 1024
 SOCKET_NAME = "hook.sock"
-PHASES = ("start", "finish")
+#: start/finish: one side of one call; refused: the agent refused the call before running it
+#: (``error`` says why); settle: the agent says no call of its session is still running (its turn
+#: or session ended), so a call it started and never finished did not run.
+PHASES = ("start", "finish", "refused", "settle")
 KINDS = ("write", "command", "read", "external", "unknown")
 #: Default (idempotency, replay) per kind of call.
 POLICY = {
@@ -79,6 +84,8 @@ class HookEvent:
     #: whose id starts with this prefix (for agents whose hooks carry no call id).
     pair_prefix: str | None = None
     agent: str = "generic"
+    #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
+    agent_session: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -87,7 +94,9 @@ class HookEvent:
             raise HookInputError("The hook payload must be a JSON object.")
         phase = data.get("event", data.get("phase"))
         if phase not in PHASES:
-            raise HookInputError("The hook payload's 'event' must be 'start' or 'finish'.")
+            raise HookInputError("The hook payload's 'event' must be 'start', 'finish', 'refused' or 'settle'.")
+        if phase == "settle":
+            data = {"tool": "*", **data}
         for key in ("cwd", "tool"):
             if not isinstance(data.get(key), str) or not data[key]:
                 raise HookInputError(f"The hook payload has no '{key}' string.")
@@ -103,9 +112,12 @@ class HookEvent:
         status = data.get("status", "succeeded")
         if status not in ("succeeded", "failed"):
             raise HookInputError("The hook payload's 'status' must be 'succeeded' or 'failed'.")
-        if phase == "finish" and not call_id and not data.get("pair_prefix"):
-            raise HookInputError("A finish event needs a 'call_id'.")
+        if phase in ("finish", "refused") and not call_id and not data.get("pair_prefix"):
+            raise HookInputError(f"A {phase} event needs a 'call_id'.")
         error = data.get("error")
+        agent_session = data.get("agent_session")
+        if agent_session is not None and not isinstance(agent_session, str):
+            raise HookInputError("The hook payload's 'agent_session' must be a string.")
         return cls(
             phase=phase,
             cwd=data["cwd"],
@@ -115,12 +127,13 @@ class HookEvent:
             kind=kind,
             paths=list(raw_paths),
             status=status,
-            error=None if error is None else str(error)[:2000],
+            error=None if error is None else str(error)[:MAX_ERROR],
             result=data.get("result"),
             idempotency=data.get("idempotency"),
             replay=data.get("replay"),
             pair_prefix=data.get("pair_prefix"),
             agent=str(data.get("agent", "generic")),
+            agent_session=agent_session or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,11 +145,39 @@ class HookEvent:
 
 @dataclass
 class Outcome:
-    """What recording a hook event did: ``ok``, a one-line ``message``, and the strict setting."""
+    """What recording a hook event did: ``ok``, a one-line ``message``, and the strict setting.
+
+    ``decision`` answers the agent's permission question for a start: ``deny`` (the call is
+    refused before it runs; ``reason`` goes to the model), ``allow`` (the sandbox vouches for it,
+    see ``hooks.allow_edits``), or None (the agent decides as it would without the sandbox).
+    """
 
     ok: bool
     message: str = ""
     strict: bool = False
+    decision: str | None = None
+    reason: str = ""
+
+    @property
+    def denied(self) -> bool:
+        """The sandbox refused the call (a denial or a policy): the agent must get its deny answer."""
+        return self.decision == "deny"
+
+    def to_reply(self) -> dict[str, Any]:
+        """The host's JSON reply for this outcome (see :func:`forward`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> Outcome:
+        """The outcome in a host's reply (KeyError/TypeError when malformed)."""
+        decision = reply.get("decision")
+        return cls(
+            bool(reply["ok"]),
+            str(reply.get("message", "")),
+            bool(reply.get("strict", False)),
+            decision if decision in ("allow", "deny") else None,
+            str(reply.get("reason") or ""),
+        )
 
 
 # -- reading the payload -----------------------------------------------------------------------
@@ -228,9 +269,8 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
     finally:
         sock.close()
     try:
-        reply = json.loads(b"".join(chunks))
-        return Outcome(bool(reply["ok"]), str(reply.get("message", "")), bool(reply.get("strict", False)))
-    except (ValueError, KeyError, TypeError):
+        return Outcome.from_reply(json.loads(b"".join(chunks)))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None  # the host died mid-request: recording again here is idempotent
 
 
@@ -297,12 +337,20 @@ class Recorder:
         return self._config
 
     def record(self, event: HookEvent) -> Outcome:
-        """Record ``event``; refusals and failures come back as a not-ok :class:`Outcome`."""
+        """Record ``event``; refusals and failures come back as a not-ok :class:`Outcome`.
+
+        A denied call comes back ok with ``decision = "deny"``: refusing it is the sandbox
+        working, and the agent must get its own deny answer, whatever the strict setting.
+        """
         strict = False
         try:
             strict = self.config().strict
-            message = self._start(event) if event.phase == "start" else self._finish(event)
-            return Outcome(True, message, strict)
+            if event.phase == "start":
+                outcome = self._start(event)
+                outcome.strict = strict
+                return outcome
+            handler = {"finish": self._finish, "refused": self._refused, "settle": self._settle}[event.phase]
+            return Outcome(True, handler(event), strict)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
 
@@ -329,10 +377,30 @@ class Recorder:
                 raise HookInputError(f"{event.tool} call refused: {exc.message} Nothing recorded.") from None
         return out
 
-    def _start(self, event: HookEvent) -> str:
+    def _start(self, event: HookEvent, ran: bool = False) -> Outcome:
+        """Record a call's start; ``ran``: it already ran (a late start from its finish), so no refusal."""
+        from sandbox.models import CallStatus
+
         kind, idem, replay = self.policy(event)
-        self._rel_paths(event)  # refuse a path outside the worktree before recording anything
+        rels = self._rel_paths(event)  # refuse a path outside the worktree before recording anything
         call_id = event.call_id or _new_pair_id(event.pair_prefix)
+        known = self.run.state().calls.get(call_id)
+        if known is not None and known.status == CallStatus.not_run and not ran:
+            # The agent asks again for a call already refused (a hook retried): refuse it again.
+            return Outcome(True, f"{call_id} refused again", decision="deny", reason=known.error or "refused")
+        denial = None if ran else self._denial(event, call_id)
+        if denial is not None:
+            self.run.refuse_call(
+                event.tool,
+                event.input,
+                denial,
+                call_id=call_id,
+                idempotency=idem,
+                replay=replay,
+                summary=_summary(event),
+                agent_session=event.agent_session,
+            )
+            return Outcome(True, f"{call_id} refused: {denial}", decision="deny", reason=denial)
         try:
             self.run.start_call(
                 event.tool,
@@ -342,19 +410,86 @@ class Recorder:
                 replay=replay,
                 side_effects=[f"external:{event.tool}"] if kind == "external" else [],
                 summary=_summary(event),
+                agent_session=event.agent_session,
             )
         except SandboxError:
             # A repeated start (the agent retried its hook, or a host died after recording it)
             # is fine; anything else (a denied or merely planned call among them) is a refusal.
-            from sandbox.models import CallStatus
-
             entry = self.run.state().calls.get(call_id)
             if entry is None or entry.status in (CallStatus.planned, CallStatus.approved):
                 raise
-            return f"{call_id} already recorded ({entry.status.value})"
+            return Outcome(True, f"{call_id} already recorded ({entry.status.value})")
         if kind in ("command", "unknown"):
             self._begin_watch(call_id)
-        return f"{call_id} started"
+        if kind == "write" and rels and self.config().allow_edits and all(self._isolated(rel) for rel in rels):
+            return Outcome(True, f"{call_id} started", decision="allow", reason=ALLOW_REASON)
+        return Outcome(True, f"{call_id} started")
+
+    def _denial(self, event: HookEvent, call_id: str) -> str | None:
+        """Why the call must not run (a policy rule or an earlier denial of the same input), or None."""
+        for rule in self.config().tools:
+            if fnmatch.fnmatchcase(event.tool, rule.match):
+                if rule.deny:
+                    return f"The sandbox's policy refuses {event.tool} calls: {rule.deny}"
+                break
+        from sandbox import approvals
+
+        entry = self.run.state().calls.get(call_id)
+        if entry is not None and entry.approval is not None and entry.approval.value == "denied":
+            return _denied_text(event.tool, entry.call_id, entry.denial_reason)
+        denial = approvals.is_denied(self.run, event.tool, event.input)
+        if denial is not None:
+            return _denied_text(event.tool, denial.call_id, denial.reason)
+        return None
+
+    def _isolated(self, rel: str) -> bool:
+        """True for a path whose edit stays in the worktree until apply (not git's, not the sandbox's own)."""
+        top = rel.split("/", 1)[0]
+        return top not in (".git", ".claude", ".gemini") and not self.run.is_private(rel)
+
+    def _refused(self, event: HookEvent) -> str:
+        """The agent refused the call before running it: ``not_run`` with its reason."""
+        from sandbox.models import CallStatus
+
+        kind, idem, replay = self.policy(event)
+        call_id = event.call_id or self._paired(event)
+        assert call_id is not None
+        reason = event.error or "The agent refused the call before running it."
+        entry = self.run.state().calls.get(call_id)
+        if entry is None:
+            done = self.run.refuse_call(
+                event.tool,
+                event.input,
+                reason,
+                call_id=call_id,
+                idempotency=idem,
+                replay=replay,
+                summary=_summary(event),
+                agent_session=event.agent_session,
+            )
+        else:
+            if entry.status == CallStatus.started and kind in ("command", "unknown"):
+                with contextlib.suppress(Exception):  # the watch is help only
+                    self._end_watch(call_id)
+            done = self.run.not_run(call_id, reason)
+        return f"{call_id} {done.status.value}"
+
+    def _settle(self, event: HookEvent) -> str:
+        """Calls of the event's session still started never ran: the agent moved on without them."""
+        from sandbox.models import CallStatus
+
+        state = self.run.state()
+        open_calls = [
+            cid
+            for cid in state.order
+            if state.calls[cid].status == CallStatus.started and state.calls[cid].agent_session == event.agent_session
+        ]
+        reason = event.error or "The agent ended its turn without running the call."
+        for cid in open_calls:
+            with contextlib.suppress(Exception):  # the watch is help only; the call ends either way
+                self._end_watch(cid)
+            self.run.not_run(cid, reason)
+        return f"{len(open_calls)} call(s) did not run" if open_calls else "no open calls"
 
     def _finish(self, event: HookEvent) -> str:
         from sandbox.models import TERMINAL_STATUSES
@@ -370,7 +505,7 @@ class Recorder:
         if late:
             # The start was never seen (hooks installed mid-call, or its hook failed): record the
             # call now, late, rather than lose its changes.
-            self._start(HookEvent(**{**event.__dict__, "phase": "start", "call_id": call_id}))
+            self._start(HookEvent(**{**event.__dict__, "phase": "start", "call_id": call_id}), ran=True)
         paths: list[str] | None
         if kind == "write" and rels:
             paths = rels
@@ -433,6 +568,18 @@ def _session_client(run: Run) -> Any:
         return client_for(run)
     except Exception:  # no live service: the caller scans
         return None
+
+
+#: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).
+ALLOW_REASON = "sandbox: edits inside the run's worktree stay isolated until 'sandbox apply'"
+
+
+def _denied_text(tool: str, call_id: str, reason: str | None) -> str:
+    why = f": {reason}" if reason else ""
+    return (
+        f"The user denied this {tool} call in the sandbox (same tool and input as call {call_id}){why}. "
+        "Do not ask for it again."
+    )
 
 
 def _new_pair_id(prefix: str | None) -> str:

@@ -105,6 +105,8 @@ def run_hosted(
         return None  # no live host: the caller records the call itself
     if not answer.ok:
         raise SandboxError(answer.message)
+    if answer.decision == "deny":
+        raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
     refused: confine.ConfinementError | None = None
     try:
         returncode = run_command(list(argv), loc.worktree, confined)

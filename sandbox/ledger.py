@@ -12,7 +12,10 @@ and power loss. Objects are content-addressed and zlib-checked, so a garbled eve
 reported, never read as valid.
 
 A call's state is the fold (:func:`fold_event`) of its events in ledger order. The fold of the
-whole ledger is cached beside the run and extended incrementally from the cached tip.
+whole ledger is cached beside the run and extended incrementally from the cached tip; the cache is
+authenticated with a key that lives only in the ledger, and the ref is checked against the tip the
+run last acknowledged (see :mod:`sandbox.integrity`), so neither an edited cache nor a deleted or
+rewritten ref is taken for the truth.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import pygit2
 from pydantic import ValidationError
 
-from sandbox import faults, objects
+from sandbox import faults, integrity, objects
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.fsutil import write_json_file
 from sandbox.locks import file_lock
@@ -56,9 +59,18 @@ _STATUS_RANK = {
     CallStatus.uncertain: 3,
     CallStatus.succeeded: 4,
     CallStatus.failed: 4,
+    CallStatus.not_run: 4,
 }
 
 faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
+
+
+class StorageError(SandboxError):
+    """Writing the run's objects or ledger failed (a full disk, an I/O error); ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def new_event_id() -> str:
@@ -164,6 +176,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             side_effects=list(spec.side_effects),
             summary=spec.summary,
             compensation=spec.compensation,
+            agent_session=spec.agent_session,
             epoch=event.epoch,
             seq=len(state.order) + 1,
             created_at=event.at,
@@ -195,9 +208,11 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
         advance(CallStatus.started)
         entry.started_at = entry.started_at or event.at
         entry.epoch = event.epoch
-    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved):
+    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved, EventKind.call_not_run):
         if kind == EventKind.call_resolved:
             status = CallStatus(event.data.get("status", CallStatus.failed.value))
+        elif kind == EventKind.call_not_run:
+            status = CallStatus.not_run
         else:
             status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
         if entry.status not in TERMINAL_STATUSES:
@@ -206,6 +221,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             entry.result_ref = event.result_ref
             entry.result = event.result
             entry.error = event.error
+            entry.error_detail = event.error_detail
+            entry.error_ref = event.error_ref
             if event.commit:
                 entry.commit = event.commit
                 entry.parent_commit = event.parent_commit
@@ -309,9 +326,14 @@ class Ledger:
         self.run_id = run_id
         self.ref = ledger_ref(run_id)
         self.run_dir = run_dir
-        self.cache_path = os.path.join(run_dir, "ledger-cache.json")
+        self.cache_path = os.path.join(run_dir, integrity.CACHE_FILE)
         self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
         self._state: LedgerState | None = None
+        self._key: bytes | None = None
+        self._resave = False
+        #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
+        #: prints them and ``resume`` reports them.
+        self.problems: list[str] = []
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -326,8 +348,14 @@ class Ledger:
         return str(ref.target)
 
     def exists(self) -> bool:
-        """True when the run's ledger ref exists."""
-        return self.tip() is not None
+        """True when the run's ledger ref exists (:class:`LedgerDamagedError` if it vanished)."""
+        return integrity.check(self.repo, self.run_id, self.run_dir, self.tip()) is not None
+
+    def key(self, tip: str | None) -> bytes | None:
+        """The ledger's MAC key for its fold cache (None for a ledger written before keys existed)."""
+        if self._key is None:
+            self._key = integrity.key_at(self.repo, tip)
+        return self._key
 
     def _read(self, oid: str) -> tuple[Event, str | None]:
         try:
@@ -374,10 +402,14 @@ class Ledger:
         """The fold of the whole ledger, extended incrementally from the cached fold.
 
         The returned state is shared with the cache and with later callers: treat it as read-only
-        (fold into :func:`fork_state` of it to derive another).
+        (fold into :func:`fork_state` of it to derive another). Raises
+        :class:`~sandbox.integrity.LedgerDamagedError` when the ref was deleted, rewound or rewritten.
         """
         tip = self.tip()
-        base = self._state if self._state is not None else self._load_cache()
+        if self._state is not None and self._state.tip == tip:
+            return self._state
+        tip = integrity.check(self.repo, self.run_id, self.run_dir, tip)
+        base = self._state if self._state is not None else self._load_cache(tip)
         if base is not None and base.tip == tip:
             self._state = base
             return base
@@ -394,23 +426,51 @@ class Ledger:
         for oid, event in new:
             fold_event(state, event, oid)
         self._state = state
-        if len(new) >= CACHE_EVERY:
+        if len(new) >= CACHE_EVERY or self._resave:
+            self._resave = False  # a cache that failed its check is replaced at once
             self._save_cache(state)
         return state
 
-    def _load_cache(self) -> LedgerState | None:
+    def adopt_verified(self, fresh: LedgerState) -> bool:
+        """Compare the derived fold with ``fresh`` (a fold of every event); adopt it. True if they differed."""
+        derived = self._state
+        if derived is None or derived.tip != fresh.tip:
+            return False
+        differed = derived.model_dump() != fresh.model_dump()
+        if differed:
+            self._state = fresh
+            self._save_cache(fresh)
+        return differed
+
+    def _load_cache(self, tip: str | None) -> LedgerState | None:
         try:
             with open(self.cache_path, encoding="utf-8") as fh:
-                state = from_json(LedgerState, fh.read())
-        except (OSError, ValidationError, ValueError):
+                text = fh.read()
+        except OSError:
+            return None
+        state_json, forged = integrity.open_cache(self.key(tip), text)
+        if forged:
+            self._resave = True
+            self.problems.append(
+                f"The ledger cache of run {self.run_id} did not match the ledger (it was edited or damaged); "
+                "it was ignored and rebuilt from the ledger's events."
+            )
+        if state_json is None:
+            return None
+        try:
+            state = from_json(LedgerState, state_json)
+        except (ValidationError, ValueError):
             return None
         return state if state.version == FORMAT_VERSION else None
 
     def _save_cache(self, state: LedgerState) -> None:
         # Not synced: a cache lost or cut short by a power cut fails to parse and is rebuilt from
         # the ledger (which is durable), and one with an older tip is extended from it.
+        key = self.key(state.tip)
+        if key is None:
+            return  # a ledger without a key: its cache could not be verified, so none is kept
         with contextlib.suppress(OSError):
-            write_json_file(self.cache_path, to_json(state), sync=False)
+            write_json_file(self.cache_path, integrity.seal_cache(key, to_json(state)), sync=False)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -437,6 +497,7 @@ class Ledger:
                 return state
             faults.point("ledger.append.before")
             if state.tip is None and event.kind != EventKind.run_started:
+                integrity.check(self.repo, self.run_id, self.run_dir, None)  # vanished, not dropped?
                 # The run was dropped (or never finished starting): never bring it back to life.
                 raise UnknownRunError(f"Run {self.run_id} no longer exists (it was dropped); nothing was recorded.")
             try:
@@ -447,10 +508,13 @@ class Ledger:
                 if landed is not None:  # the ref moved before the error (e.g. a full disk at fsync)
                     new_oid = landed
                 else:
-                    raise SandboxError(
-                        f"Could not append to the ledger of run {self.run_id} ({exc}); nothing was recorded. "
-                        "If the disk is full, free some space and try again."
+                    what = "the call did not start" if event.kind == EventKind.call_started else "earlier events stay"
+                    raise StorageError(
+                        f"Could not append to the ledger of run {self.run_id} ({exc}); this {event.kind.value} "
+                        f"event was not recorded ({what}). If the disk is full, free some space and try again.",
+                        reason=str(exc),
                     ) from exc
+            integrity.write_ack(self.run_dir, self.run_id, str(new_oid), state.count + 1)
             faults.point("ledger.append.after")
             state = fold_event(fork_state(state), event, str(new_oid))
             self._state = state
@@ -483,12 +547,17 @@ class Ledger:
         """
         with objects.batch(self.repo) as pending:
             tree = objects.EMPTY_TREE_HEX
+            blobs = {
+                name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
+                for name, data in (attachments or {}).items()
+            }
+            key_entry = self._key_entry(state.tip)
+            if key_entry is not None:
+                blobs[integrity.KEY_NAME] = key_entry
             if attachments:
-                blobs = {
-                    name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
-                    for name, data in attachments.items()
-                }
                 tree = objects.write_tree(self.repo, blobs)
+            elif blobs:
+                tree = objects.ensure_tree(self.repo, blobs)  # the same key-only tree for every event
             else:
                 self._ensure_empty_tree()
             parents: list[str] = [state.tip] if state.tip else []
@@ -509,6 +578,14 @@ class Ledger:
                 # parent. The commit is stored already, so it is not written again (same bytes).
                 sig = objects.signature(when)
                 return str(self.repo.create_commit(self.ref, sig, sig, message, tree, parents))
+
+    def _key_entry(self, tip: str | None) -> objects.Entry | None:
+        """The MAC key's tree entry for the next event: a new key for a new ledger, else the tip's."""
+        if tip is None:
+            self._key = integrity.new_key()
+            return objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, self._key))
+        entry = objects.lookup(self.repo, objects.commit_tree(self.repo, tip), integrity.KEY_NAME)
+        return entry if entry is not None and not entry.is_tree else None
 
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:

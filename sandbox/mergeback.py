@@ -27,7 +27,7 @@ from typing import Any
 
 import pygit2
 
-from sandbox import faults, journal, objects, paths
+from sandbox import convert, faults, journal, objects, paths, sparse
 from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
 from sandbox.gitcli import git
 from sandbox.journal import Probe, State
@@ -261,10 +261,12 @@ def plan(
     if not chains:
         raise NothingToApplyError(f"Run {run.run_id} has no recorded file changes to apply.")
     user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    # The user's files are compared as `git add` would store them (sandbox.convert).
+    conv = convert.for_tree(target)
+    probes = {path: conv.clean_probe(target, path, journal.probe(target, path)) for path in sorted(chains)}
+    probes.update(excluded_probes(target, probes))
     for path in sorted(chains):
-        steps = chains[path]
-        user = journal.probe(target, path)
-        planned = PlannedPath(path, steps, user)
+        planned = PlannedPath(path, chains[path], probes[path])
         _decide(planned, user_paths.get(path))
         result.paths.append(planned)
     by_path = {p.path: p for p in result.paths}
@@ -290,9 +292,10 @@ def plan_moves(root: str, moves: list[tuple[str, State, State, str]]) -> list[Pl
     A path at ``to`` is skipped, one at ``from`` is written, anything else is a conflict; symlinked
     parents, file <-> directory obstacles and read-only targets are checked as for an apply.
     """
-    planned = [
-        PlannedPath(path, [Step(call_id, src, dst)], journal.probe(root, path)) for path, src, dst, call_id in moves
-    ]
+    conv = convert.for_tree(root)
+    probes = {path: conv.clean_probe(root, path, journal.probe(root, path)) for path, _s, _d, _c in moves}
+    probes.update(excluded_probes(root, probes))
+    planned = [PlannedPath(path, [Step(call_id, src, dst)], probes[path]) for path, src, dst, call_id in moves]
     for p in planned:
         _decide(p, None)
     by_path = {p.path: p for p in planned}
@@ -302,6 +305,15 @@ def plan_moves(root: str, moves: list[tuple[str, State, State, str]]) -> list[Pl
     return planned
 
 
+def excluded_probes(root: str, probes: dict[str, Probe]) -> dict[str, Probe]:
+    """Absent paths that the tree's sparse checkout excludes: ``excluded``, with the index's entry.
+
+    Such a file is not deleted, only not checked out (:mod:`sandbox.sparse`).
+    """
+    absent = [path for path, probe in probes.items() if probe.kind == "absent"]
+    return {path: Probe("excluded", entry) for path, entry in sparse.excluded(root, absent).items()}
+
+
 def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     """Set the action of one path from the user's state, the chain and what the sandbox wrote before."""
     user, steps = p.user, p.steps
@@ -309,6 +321,16 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     prior_target = _record_state(prior, "target_")
     prior_calls: list[str] = list(prior.get("calls", [])) if prior else []
     chain_calls = [c for c in p.calls if c not in prior_calls]
+    if user.kind == "excluded":
+        if user.entry == p.agent:
+            p.action, p.reason = "skip", "already there (outside your sparse checkout)"
+            return
+        p.reason = "it is outside your sparse checkout (not checked out, not deleted)"
+        p.hint = (
+            "add its directory to your checkout ('git sparse-checkout add DIR') and apply again, "
+            "or leave it out (--path)"
+        )
+        return
     if not user.known:
         p.reason = "it is neither a file nor a symlink in your tree (a fifo or socket)"
         p.hint = "move it away, then apply again"
@@ -436,7 +458,7 @@ def _merge(run: Run, root: str, p: PlannedPath) -> None:
     mode = user.mode if user.mode != base_mode else agent.mode
     repo = run.repo
     with open(os.path.join(root, p.path), "rb") as fh:
-        ours = fh.read()
+        ours = convert.for_tree(root).clean_bytes(p.path, fh.read())
     theirs = objects.read_blob(repo, agent.oid)
     ancestor = objects.read_blob(repo, base.oid) if base else b""
     if not (_is_text(ours) and _is_text(theirs) and _is_text(ancestor)):
@@ -493,6 +515,29 @@ def user_head(workdir: str) -> str | None:
 
 
 # -- executing --------------------------------------------------------------------------------
+
+
+def journal_entries(repo: pygit2.Repository, root: str, writes: list[PlannedPath]) -> list[JournalEntry]:
+    """Journal entries for the planned writes, in the bytes on disk (as checkout would write them).
+
+    Planning compares blobs (cleaned); the journal and the writes deal in the bytes on disk, so each
+    state goes through the tree's conversion (:mod:`sandbox.convert`): identity in most trees.
+    """
+    conv = convert.for_tree(root)
+    out = []
+    for p in writes:
+        before = conv.on_disk(p.path, p.user.state)
+        after = conv.to_disk(p.path, p.write, repo)
+        out.append(
+            JournalEntry(
+                path=p.path,
+                before_mode=before.mode if before else None,
+                before_oid=before.oid if before else None,
+                after_mode=after.mode if after else None,
+                after_oid=after.oid if after else None,
+            )
+        )
+    return out
 
 
 def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[str]:
@@ -568,16 +613,7 @@ def apply(
                 "merged": report.merged,
             },
         )
-        entries = [
-            JournalEntry(
-                path=p.path,
-                before_mode=p.user.state.mode if p.user.state else None,
-                before_oid=p.user.state.oid if p.user.state else None,
-                after_mode=p.write.mode if p.write else None,
-                after_oid=p.write.oid if p.write else None,
-            )
-            for p in result.writes
-        ]
+        entries = journal_entries(run.repo, target, result.writes)
         j = ApplyJournal(
             op="apply",
             run_id=run.run_id,

@@ -54,9 +54,12 @@ class CallStatus(str, enum.Enum):
     succeeded = "succeeded"
     failed = "failed"
     uncertain = "uncertain"
+    #: The agent refused or skipped the call before running it (its permission check, a hook, the
+    #: user, a denial, or its turn ended first): nothing ran; the reason is in ``error``.
+    not_run = "not_run"
 
 
-TERMINAL_STATUSES = frozenset({CallStatus.succeeded, CallStatus.failed})
+TERMINAL_STATUSES = frozenset({CallStatus.succeeded, CallStatus.failed, CallStatus.not_run})
 
 
 class Idempotency(str, enum.Enum):
@@ -93,6 +96,7 @@ class EventKind(str, enum.Enum):
     call_succeeded = "call_succeeded"
     call_failed = "call_failed"
     call_uncertain = "call_uncertain"
+    call_not_run = "call_not_run"
     call_resolved = "call_resolved"
     resumed = "resumed"
     head_moved = "head_moved"
@@ -139,6 +143,8 @@ class CallSpec(_Model):
     side_effects: list[str] = Field(default_factory=list)
     summary: str | None = None
     compensation: dict[str, Any] | None = None
+    #: The agent's own session id for the call (e.g. Claude Code's ``session_id``), when known.
+    agent_session: str | None = None
 
 
 class RunInfo(_Model):
@@ -174,7 +180,10 @@ class Event(_Model):
     result_ref: str | None = None
     #: The result itself when small; larger results are a blob named by result_ref.
     result: Any = None
+    #: One line (a summary); the full text, when longer, is ``error_detail`` or the blob ``error_ref``.
     error: str | None = None
+    error_detail: str | None = None
+    error_ref: str | None = None
     reason: str | None = None
     run: RunInfo | None = None
     data: dict[str, Any] = Field(default_factory=dict)
@@ -201,7 +210,11 @@ class LedgerEntry(_Model):
     result_ref: str | None = None
     #: The result itself when small; larger results are a blob named by result_ref.
     result: Any = None
+    #: One line (a summary); the full text, when longer, is ``error_detail`` or the blob ``error_ref``.
     error: str | None = None
+    error_detail: str | None = None
+    error_ref: str | None = None
+    agent_session: str | None = None
     commit: str | None = None
     parent_commit: str | None = None
     files: list[FileChange] = Field(default_factory=list)
@@ -461,3 +474,35 @@ PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoRepor
 PERSISTED += [Checkpoint, Budget, ResumeReport]
 # session watcher models
 PERSISTED += [SessionInfo]
+
+
+# --- integrity of derived state (sandbox.integrity) ---
+
+
+class LedgerCacheFile(_Model):
+    """The on-disk fold cache: the fold's JSON and a MAC over exactly those bytes.
+
+    The MAC is an HMAC-SHA256 keyed by a random key that lives only in the ledger (a blob in every
+    event commit's tree), so a cache edited by hand or by an agent no longer verifies and is
+    rebuilt from the ledger instead of being trusted.
+    """
+
+    version: int = FORMAT_VERSION
+    mac: str
+    state: str
+
+
+class AckedTip(_Model):
+    """The ledger tip a run last acknowledged, kept in the run's directory beside the ref.
+
+    Written after every append (under the run's lock, after the ref moved), so a ledger ref that was
+    deleted, rewound or rewritten behind the sandbox's back is detected and can be restored.
+    """
+
+    version: int = FORMAT_VERSION
+    run_id: str
+    tip: str
+    count: int
+
+
+PERSISTED += [LedgerCacheFile, AckedTip]

@@ -433,6 +433,20 @@ def write_tree(repo: pygit2.Repository, entries: Mapping[str, Entry]) -> str:
     return oid
 
 
+def ensure_tree(repo: pygit2.Repository, entries: Mapping[str, Entry]) -> str:
+    """Like :func:`write_tree`, but writes nothing when the tree is stored already (one odb lookup).
+
+    Keeps a lone event commit a single loose object (two fsyncs) when its tree repeats.
+    """
+    items = sorted(((os.fsencode(n), e) for n, e in entries.items()), key=_sort_key)
+    data = b"".join(b"%o %s\0" % (e.mode, n) + bytes.fromhex(e.oid) for n, e in items)
+    oid = packs.object_id(_TREE, data)
+    pending = _pending(repo)
+    if (pending is not None and oid in pending.objects) or oid in repo.odb:
+        return oid
+    return write_tree(repo, entries)
+
+
 def commit_tree(repo: pygit2.Repository, commit_oid: str | None) -> str | None:
     """The root tree id of a commit (None for None)."""
     if commit_oid is None:

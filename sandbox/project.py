@@ -116,8 +116,12 @@ class Project:
         return out
 
     def run_ids(self) -> list[str]:
-        """Ids of the runs that exist (their ledger ref exists), oldest first by id order."""
-        return sorted(rid for rid, names in self.ref_run_ids().items() if "ledger" in names)
+        """Ids of the runs that exist, by id order: their ledger ref exists, or it vanished behind
+        the sandbox's back (the run acknowledged a tip; see :mod:`sandbox.integrity`)."""
+        from sandbox.integrity import vanished_run_ids
+
+        live = {rid for rid, names in self.ref_run_ids().items() if "ledger" in names}
+        return sorted(live | set(vanished_run_ids(self.repo, self.runs_dir)))
 
     def resolve_run_id(self, given: str | None, cwd_run: str | None = None) -> str:
         """The run meant by ``given`` (an id or unique prefix), or the run whose worktree we are in."""

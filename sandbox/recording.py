@@ -38,7 +38,9 @@ def _os_errors_refused(func: F) -> F:
             return func(self, *args, **kwargs)
         except OSError as exc:
             target = exc.filename if exc.filename else (args[0] if args else "")
-            where = os.path.relpath(os.fsdecode(target), self.run.worktree) if target else "the worktree"
+            name = os.fsdecode(target) if target else ""
+            # A full disk names no file: then the helper's own (worktree-relative) path is the one.
+            where = os.path.relpath(name, self.run.worktree) if os.path.isabs(name) else name or "the worktree"
             raise PathRefusedError(f"Cannot {func.__name__} {where!r} in the worktree: {exc.strerror or exc}.") from exc
 
     return cast(F, wrapper)

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox import faults, fsutil, objects, paths
+from sandbox import convert, faults, fsutil, objects, paths
 from sandbox.capture import capture
 from sandbox.checkpoint import CheckpointStore, StoredCheckpoint
 from sandbox.errors import SandboxError
@@ -184,10 +184,10 @@ def _write(run: Run, changes: list[objects.TreeChange]) -> None:
         paths.check_parents(root, change.path)
         full = os.path.join(root, change.path)
         _make_parents(root, change.path)
-        data = objects.read_blob(run.repo, new.oid)
         if new.mode == objects.MODE_LINK:
-            fsutil.atomic_symlink(full, os.fsdecode(data), sync=False)
+            fsutil.atomic_symlink(full, os.fsdecode(objects.read_blob(run.repo, new.oid)), sync=False)
         else:
+            data = convert.for_tree(root).smudge(change.path, new.oid, run.repo)  # as checkout writes it
             fsutil.atomic_write(full, data, 0o755 if new.mode == objects.MODE_EXEC else 0o644, sync=False)
 
 

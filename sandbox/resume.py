@@ -104,6 +104,12 @@ def resume(run: Run) -> ResumeReport:
         state = LedgerState()
         for oid, event in events:
             fold_event(state, event, oid)
+        # Every event was just re-read: compare the fold the other commands use with it.
+        problems.extend(run.ledger.problems)
+        if run.ledger.adopt_verified(state):
+            problems.append(
+                f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
+            )
         store = CheckpointStore(run)
         listing = store.list()
         if listing.recovered and store.repair(listing):
@@ -363,8 +369,11 @@ def _error(text: str | None) -> str:
 
 def _describe(run: Run, entry: LedgerEntry) -> str:
     name = f"{entry.tool_name} ({entry.call_id})"
-    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
     command = _command(run, entry)
+    if entry.status == CallStatus.not_run:
+        what = f"{name} (`{command}`)" if command else name
+        return f"{what} did not run: {_error(entry.error)}"
+    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
     text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
     if entry.files:
         written = all(f.after_hash is not None for f in entry.files)
@@ -400,7 +409,7 @@ def _note(
         )
     if last_step:
         parts.append(f"Step {last_step} completed.")
-    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed)]
+    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed, CallStatus.not_run)]
     for entry in ended[:NOTE_CALLS]:
         parts.append(_describe(run, entry))
     if len(ended) > NOTE_CALLS:

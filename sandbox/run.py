@@ -19,11 +19,11 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pygit2
 
-from sandbox import faults, layout, objects, snapshot, worktree
+from sandbox import faults, integrity, layout, objects, snapshot, worktree
 from sandbox.capture import capture
 from sandbox.errors import (
     CorruptionError,
@@ -33,7 +33,7 @@ from sandbox.errors import (
     UnknownRunError,
     UsageError,
 )
-from sandbox.ledger import Ledger, new_event_id
+from sandbox.ledger import Ledger, StorageError, new_event_id
 from sandbox.models import (
     TERMINAL_STATUSES,
     Approval,
@@ -85,6 +85,10 @@ def canonical_json(value: Any) -> bytes:
 def input_hash(tool_name: str, value: Any) -> str:
     """A stable hash of a tool name and its input, used to recognise the same call again."""
     return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + canonical_json(value)).hexdigest()
+
+
+class RecordingFailedError(SandboxError):
+    """A started call's changes could not be stored; the message says how it ended and what to do."""
 
 
 def new_run_id() -> str:
@@ -314,6 +318,7 @@ class Run:
         side_effects: Iterable[str],
         summary: str | None,
         compensation: dict[str, Any] | None,
+        agent_session: str | None = None,
     ) -> tuple[CallSpec, dict[str, bytes]]:
         if not tool_name or len(tool_name) > 200:
             raise UsageError("A tool name must be 1 to 200 characters.")
@@ -336,6 +341,7 @@ class Run:
             side_effects=list(side_effects),
             summary=summary,
             compensation=compensation,
+            agent_session=agent_session,
         )
         return spec, attachments
 
@@ -381,15 +387,17 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
+        agent_session: str | None = None,
     ) -> str:
         """Durably record that a call is starting; returns its call id.
 
         When this returns, the ``started`` event is on disk (fsync'd): the tool may run. A call id
-        that was planned and approved continues; a denied one is refused.
+        that was planned and approved continues; a denied one is refused. ``agent_session`` is
+        the agent's own session id (its end settles the calls it never ran, see :meth:`not_run`).
         """
         call_id = call_id or new_call_id()
         spec, attachments = self._spec(
-            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation
+            tool_name, input, step_id, idempotency, replay, side_effects, summary, compensation, agent_session
         )
         faults.point("call.start.before")
         if not self.worktree_exists():
@@ -437,9 +445,42 @@ class Run:
             final = CallStatus(status)
         except ValueError:
             raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
-        if final not in TERMINAL_STATUSES:
+        if final not in (CallStatus.succeeded, CallStatus.failed):
             raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
         faults.point("call.finish.before")
+        try:
+            return self._finish(call_id, final, paths, result, error)
+        except StorageError as exc:
+            self._record_failure(call_id, final, error, exc)
+
+    def _record_failure(self, call_id: str, final: CallStatus, error: str | None, exc: StorageError) -> NoReturn:
+        """The call's changes could not be stored: end it as failed with the reason, or say how to finish it.
+
+        Its ``started`` event is durable, so "nothing was recorded" would be false: the call either
+        ends ``failed`` (one small event, which often still fits when a pack did not) or stays
+        ``started``, and the message says which and what to do.
+        """
+        reason = exc.reason
+        why = f"its changes could not be recorded ({reason})" + (f"; {error}" if error else "")
+        try:
+            state = self.state()
+            event = self._event(EventKind.call_failed, call_id, error=why, epoch=state.epoch)
+            self.ledger.append(event, check=lambda s: self._check_writer(s, s.calls[call_id]))
+        except StorageError as again:
+            raise RecordingFailedError(
+                f"Call {call_id} of run {self.run_id} started (that is recorded), but neither its changes nor its "
+                f"end could be recorded ({reason}); it stays started and its files stay in the worktree. Free some "
+                f"space, then run 'sandbox call finish {self.run_id} {call_id} --status {final.value}' to record it."
+            ) from again
+        raise RecordingFailedError(
+            f"Call {call_id} of run {self.run_id} started, but its changes could not be recorded ({reason}); it "
+            "was recorded as failed with that reason, and its files stay in the worktree unrecorded "
+            f"('sandbox resume {self.run_id}' reports them). Free some space before the next call."
+        ) from exc
+
+    def _finish(
+        self, call_id: str, final: CallStatus, paths: Iterable[str] | None, result: Any, error: str | None
+    ) -> LedgerEntry:
         # The call's objects and its event are made durable together, in one pack (sandbox.packs).
         with self.ledger.lock.hold(), objects.batch(self.repo):
             state = self.state()
@@ -468,10 +509,7 @@ class Run:
                     )
                     commit = objects.write_commit(self.repo, tree, [head], msg, objects.now())
             except (pygit2.GitError, OSError) as exc:
-                raise SandboxError(
-                    f"Could not record the changes of call {call_id} ({exc}); the call stays started and its "
-                    "files stay in the worktree. If the disk is full, free space and finish it again."
-                ) from exc
+                raise StorageError(f"Could not record the changes of call {call_id} ({exc}).", reason=str(exc)) from exc
             files: list[FileChange] = []
             if commit is not None:
                 faults.point("call.finish.after_commit")
@@ -483,14 +521,15 @@ class Run:
             inline_result = result is not None and len(result_data) <= INLINE_LIMIT
             attachments = {"result.json": result_data} if result is not None and not inline_result else {}
             kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
+            error_fields = _error_fields(error, attachments)
             event = self._event(
                 kind,
                 call_id,
                 commit=commit,
                 parent_commit=head if commit else None,
                 files=files,
-                error=error,
-                result_ref=str(pygit2.hash(attachments["result.json"])) if attachments else None,
+                **error_fields,
+                result_ref=str(pygit2.hash(attachments["result.json"])) if "result.json" in attachments else None,
                 result=result if inline_result else None,
                 epoch=state.epoch,
             )
@@ -580,13 +619,78 @@ class Run:
 
         return approvals.deny(self, call_id, reason)
 
+    def not_run(self, call_id: str, reason: str) -> LedgerEntry:
+        """Record that a planned, approved or started call never ran (the agent refused or skipped it).
+
+        For evidence from the agent itself: its permission check refused the call, another hook
+        blocked it, the user said no, or its turn ended with no result for the call. No files are
+        captured (nothing ran); a call that already ended, or that a resume made uncertain, is left
+        as it is. ``reason`` is kept as the call's ``error``.
+        """
+
+        def check(state: LedgerState) -> None:
+            entry = state.calls.get(call_id)
+            if entry is None:
+                raise UnknownCallError(f"Run {self.run_id} has no call {call_id!r}; see 'sandbox log'.")
+            if entry.status in TERMINAL_STATUSES or entry.status == CallStatus.uncertain:
+                raise _Settled
+            if entry.status == CallStatus.started and entry.epoch != state.epoch:
+                raise _Settled  # a resume owns it now: it reports the call, not this process
+
+        event = self._event(EventKind.call_not_run, call_id, epoch=self.state().epoch, **_error_fields(reason, {}))
+        try:
+            return self.ledger.append(event, check=check).calls[call_id]
+        except _Settled:
+            return self.entry(call_id)
+
+    def refuse_call(
+        self,
+        tool_name: str,
+        input: Any,
+        reason: str,
+        *,
+        call_id: str | None = None,
+        idempotency: Idempotency | str = Idempotency.conditional,
+        replay: ReplayPolicy | str = ReplayPolicy.ask,
+        summary: str | None = None,
+        agent_session: str | None = None,
+    ) -> LedgerEntry:
+        """Record a call the sandbox refused before it started (a denial): one ``not_run`` event.
+
+        The agent asked for it, so it is one call in the ledger, with the refusal as its ``error``;
+        a repeated refusal of the same call id is a no-op.
+        """
+        call_id = call_id or new_call_id()
+        spec, attachments = self._spec(tool_name, input, None, idempotency, replay, (), summary, None, agent_session)
+
+        def check(state: LedgerState) -> None:
+            if call_id in state.calls:
+                raise _Settled
+
+        event = self._event(
+            EventKind.call_not_run, call_id, call=spec, epoch=self.state().epoch, **_error_fields(reason, {})
+        )
+        try:
+            return self.ledger.append(event, attachments=attachments, check=check).calls[call_id]
+        except _Settled:
+            return self.entry(call_id)
+
+    def error_text(self, entry: LedgerEntry) -> str | None:
+        """The full text of a call's error (its ``error`` is one line; the rest is kept beside it)."""
+        if entry.error_ref:
+            try:
+                return objects.read_blob(self.repo, entry.error_ref).decode("utf-8", "replace")
+            except (KeyError, ValueError, pygit2.GitError):
+                return entry.error_detail or entry.error
+        return entry.error_detail or entry.error
+
     def resolve_call(self, call_id: str, status: CallStatus | str, reason: str | None = None) -> LedgerEntry:
         """Record the checked outcome of an uncertain call (succeeded or failed); no files are captured."""
         try:
             final = CallStatus(status)
         except ValueError:
             raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
-        if final not in TERMINAL_STATUSES:
+        if final not in (CallStatus.succeeded, CallStatus.failed):
             raise UsageError(f"An uncertain call resolves as succeeded or failed, not {final.value}.")
 
         def check(state: LedgerState) -> None:
@@ -602,7 +706,7 @@ class Run:
             EventKind.call_resolved,
             call_id,
             reason=reason,
-            error=reason if final == CallStatus.failed else None,
+            **_error_fields(reason if final == CallStatus.failed else None, {}),
             data={"status": final.value},
             epoch=self.state().epoch,
         )
@@ -641,6 +745,9 @@ class Run:
 
         stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
         with self.ledger.lock.hold():
+            # First forget the acknowledged tip: a drop interrupted after this is garbage for gc,
+            # never a run that vanished behind the sandbox's back (sandbox.integrity).
+            integrity.forget_ack(self.dir)
             with objects.git_writes():
                 self.repo.references.delete(self.ledger.ref)
             faults.point("drop.after_ledger_ref")
@@ -660,3 +767,34 @@ def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
         if name.startswith(prefix):
             with contextlib.suppress(KeyError, pygit2.GitError), objects.git_writes():
                 repo.references.delete(name)
+
+
+class _Settled(Exception):
+    """The call already has its final state: recording another would add nothing."""
+
+
+#: An error's one-line summary is at most this long; the whole text is kept beside it.
+ERROR_LINE = 300
+
+
+def error_summary(text: str) -> str:
+    """The one-line summary of an error text: its first non-empty line, shortened."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else "error"
+    if len(first) > ERROR_LINE:
+        first = first[: ERROR_LINE - 1].rstrip() + "…"
+    return first
+
+
+def _error_fields(error: str | None, attachments: dict[str, bytes]) -> dict[str, Any]:
+    """``error`` (one line) and, when the text is longer, ``error_detail`` inline or ``error_ref``."""
+    if error is None or not error.strip():
+        return {"error": error}
+    line = error_summary(error)
+    if line == error:
+        return {"error": line}
+    data = error.encode("utf-8", "surrogateescape")
+    if len(data) <= INLINE_LIMIT:
+        return {"error": line, "error_detail": error}
+    attachments["error.txt"] = data
+    return {"error": line, "error_ref": str(pygit2.hash(data))}

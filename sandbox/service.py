@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sandbox import hookproto
+from sandbox.errors import CorruptionError
 
 if TYPE_CHECKING:
     from sandbox.run import Run
@@ -300,7 +301,7 @@ class HookService:
                 status = "ok" if outcome.ok else "refused"
                 call = event.call_id or "-"
                 self.on_event(f"{event.phase} {event.tool} {call} via socket: {status}: {outcome.message}")
-        return {"ok": outcome.ok, "message": outcome.message, "strict": outcome.strict}
+        return outcome.to_reply()
 
 
 def _recv_all(conn: socket.socket, limit: int) -> bytes:
@@ -385,8 +386,11 @@ class RunHost:
         if not os.path.isdir(self.run.worktree):
             return "the run's worktree is gone"
         with self.lock:  # the recorder's threads use the same repository object
-            if not self.run.ledger.exists():
-                return "the run was dropped"
+            try:
+                if not self.run.ledger.exists():
+                    return "the run was dropped"
+            except CorruptionError as exc:  # deleted or rewritten ref (sandbox.integrity): serve nothing
+                return exc.message
         return None
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from sandbox import worktree
 from sandbox.errors import SandboxError
+from sandbox.integrity import LedgerDamagedError
 from sandbox.project import Project
 from sandbox.run import Run
 
@@ -64,6 +65,7 @@ def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]
                     "changed_paths": 0,
                     "disk_bytes": 0,
                     "error": exc.message,
+                    "damaged": isinstance(exc, LedgerDamagedError),
                 }
             )
     rows.sort(key=lambda r: r["created_at"] or "")

@@ -23,7 +23,7 @@ from sandbox import faults, journal, mergeback, objects
 from sandbox.errors import SandboxError
 from sandbox.journal import State
 from sandbox.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
-from sandbox.models import ApplyJournal, EventKind, JournalEntry, LedgerEntry, LedgerState, UndoReport
+from sandbox.models import ApplyJournal, EventKind, LedgerEntry, LedgerState, UndoReport
 from sandbox.project import Project
 from sandbox.run import Run
 
@@ -145,16 +145,7 @@ def _journal(
     old_head: str | None = None,
     new_head: str | None = None,
 ) -> ApplyJournal:
-    entries = [
-        JournalEntry(
-            path=p.path,
-            before_mode=p.user.state.mode if p.user.state else None,
-            before_oid=p.user.state.oid if p.user.state else None,
-            after_mode=p.write.mode if p.write else None,
-            after_oid=p.write.oid if p.write else None,
-        )
-        for p in writes
-    ]
+    entries = mergeback.journal_entries(run.repo, root, writes)
     return ApplyJournal(
         op=op,
         run_id=run.run_id,

@@ -69,8 +69,9 @@ def test_transitions_are_checked_and_repeats_are_noops(repo: Path) -> None:
     run.deny(cid)
     kinds = [e.kind for _oid, e in run.ledger.events()]
     assert kinds.count(EventKind.call_denied) == 1
-    with pytest.raises(SandboxError, match="was denied"):
-        run.approve(cid)
+    lifted = run.approve(cid)  # approving a denied call lifts the denial
+    assert lifted.approval == Approval.approved and lifted.status == CallStatus.approved
+    assert approvals.is_denied(run, "tool", {"a": 1}) is None
     started = run.start_call("other", {"b": 2})
     with pytest.raises(SandboxError, match="no longer be denied"):
         run.deny(started)
@@ -95,5 +96,7 @@ def test_cli_plan_approve_start_and_deny(repo: Path, runner: CliRunner) -> None:
     assert result.exit_code == 1 and "denied" in result.stderr
     result = runner.invoke(cli, [*base, "approve", run.run_id, "nope"])
     assert result.exit_code == 2 and "no call 'nope'" in result.stderr
-    result = runner.invoke(cli, [*base, "approve", run.run_id, "c2"])
+    result = runner.invoke(cli, [*base, "approve", run.run_id, "c2"])  # lifts the denial
+    assert result.exit_code == 0 and "denial is lifted" in result.output
+    result = runner.invoke(cli, [*base, "approve", run.run_id, cid])  # already started: refused
     assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1

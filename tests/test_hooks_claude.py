@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from sandbox.cli import cli
 from tests.conftest import user_state, write
-from tests.hook_fixtures import CLAUDE_TOOLS, hook, payload, reopen, start_run
+from tests.hook_fixtures import CLAUDE_TOOLS, FIXTURES, hook, payload, reopen, start_run
 
 
 def test_fixtures_cover_every_tool_type() -> None:
@@ -122,7 +123,7 @@ def test_failure_event_marks_the_call_failed(repo: Path) -> None:
     write(wt, "partial.txt", "half done\n")
     assert hook("claude-code", fail).exit_code == 0
     entry = reopen(run).entries()[0]
-    assert entry.status.value == "failed" and "exit code 2" in (entry.error or "")
+    assert entry.status.value == "failed" and entry.error == "Exit code 2"  # the real payload's first line
     assert [f.path for f in entry.files] == ["partial.txt"]
 
 
@@ -248,3 +249,171 @@ def test_shipped_settings_match_the_handler() -> None:
     shipped = json.loads((Path(__file__).resolve().parent.parent / "hooks/claude-code/settings.json").read_text())
     for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         assert shipped["hooks"][event][0]["hooks"][0]["command"] == "sandbox hook claude-code"
+
+
+# -- honest end states, denials and the sandbox's own permission answers (issue #9) -----------
+
+
+def _settle(event: str, wt: Path, **more: Any) -> dict[str, Any]:
+    """A real session event payload from fixtures/claude-code/events/ (StopFailure: none recorded)."""
+    recorded = FIXTURES / "claude-code" / "events" / f"{event}.json"
+    if recorded.exists():
+        data: dict[str, Any] = json.loads(recorded.read_text().replace("__CWD__", str(wt)))
+    else:
+        data = {"session_id": "5f0c9e8a-1b2c-4d3e-9f00-1234567890ab", "cwd": str(wt), "hook_event_name": event}
+    return {**data, **more}
+
+
+def _decision(result: Any) -> dict[str, Any] | None:
+    out = result.stdout.strip()
+    if not out:
+        return None
+    answer: dict[str, Any] = json.loads(out)["hookSpecificOutput"]
+    return answer
+
+
+@pytest.mark.parametrize("event", ["Stop", "SessionEnd", "UserPromptSubmit", "StopFailure"])
+def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    assert hook("claude-code", payload("Bash", "pre", wt)).exit_code == 0  # refused by Claude Code: no Post*
+    other = payload("Bash", "pre", wt, "toolu_other_session", session_id="another-session")
+    assert hook("claude-code", other).exit_code == 0
+    result = hook("claude-code", _settle(event, wt, reason="prompt_input_exit"))
+    assert result.exit_code == 0 and result.stdout == ""
+    entry = reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2")
+    assert entry.status.value == "not_run" and entry.files == [] and entry.commit is None
+    assert entry.error and "\n" not in entry.error and "Claude Code" in entry.error
+    assert reopen(run).entry("toolu_other_session").status.value == "started"  # not this session's
+    # A finish that arrives afterwards changes nothing, and the call never becomes uncertain.
+    assert hook("claude-code", payload("Bash", "post", wt)).exit_code == 0
+    assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "not_run"
+
+
+def test_resume_tells_the_model_a_call_did_not_run(repo: Path) -> None:
+    from sandbox.resume import resume
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Bash", "pre", wt))
+    hook("claude-code", _settle("Stop", wt))
+    report = resume(reopen(run))
+    assert report.uncertain == [] and "did not run" in report.note
+    assert "Do not repeat" not in report.note  # it may be asked for again
+
+
+def test_stop_leaves_finished_calls_alone(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Write", "pre", wt))
+    write(wt, "src/greet.py", "x\n")
+    hook("claude-code", payload("Write", "post", wt))
+    assert hook("claude-code", _settle("Stop", wt)).exit_code == 0
+    assert reopen(run).entries()[0].status.value == "succeeded"
+
+
+def test_a_denial_blocks_retries_under_new_ids_until_approved(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    runner = CliRunner()
+    hook("claude-code", payload("Bash", "pre", wt))
+    hook("claude-code", _settle("Stop", wt))
+    first = "toolu_01BashE5f6G7h8I9j0K1l2"
+    base = ["-C", str(repo)]
+    result = runner.invoke(cli, [*base, "deny", run.run_id, first, "--reason", "no builds here"])
+    assert result.exit_code == 0, result.output
+    for retry in ("toolu_retry1", "toolu_retry2"):
+        result = hook("claude-code", payload("Bash", "pre", wt, retry))
+        assert result.exit_code == 0
+        answer = _decision(result)
+        assert answer is not None and answer["permissionDecision"] == "deny"
+        assert "no builds here" in answer["permissionDecisionReason"] and first in answer["permissionDecisionReason"]
+        entry = reopen(run).entry(retry)
+        assert entry.status.value == "not_run" and "no builds here" in (entry.error or "")
+    # The same tool with another input is not covered.
+    changed = payload("Bash", "pre", wt, "toolu_other", tool_input={"command": "ls"})
+    assert _decision(hook("claude-code", changed)) is None
+    result = runner.invoke(cli, [*base, "approve", run.run_id, first])
+    assert result.exit_code == 0 and "lifted" in result.output
+    assert _decision(hook("claude-code", payload("Bash", "pre", wt, "toolu_retry3"))) is None
+    assert reopen(run).entry("toolu_retry3").status.value == "started"
+
+
+def test_a_policy_denial_blocks_in_every_mode(repo: Path) -> None:
+    write(repo, ".sandbox.toml", '[[tools]]\nmatch = "WebFetch"\ndeny = "no network from the sandbox"\n')
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    for mode in ("default", "acceptEdits", "plan", "bypassPermissions"):
+        data = payload("WebFetch", "pre", wt, f"toolu_fetch_{mode}", permission_mode=mode)
+        answer = _decision(hook("claude-code", data))
+        assert answer is not None and answer["permissionDecision"] == "deny"
+        assert "no network from the sandbox" in answer["permissionDecisionReason"]
+
+
+@pytest.mark.parametrize(
+    "mode,answered", [("default", True), ("acceptEdits", True), ("plan", False), ("bypassPermissions", False)]
+)
+def test_edits_in_the_worktree_are_allowed_by_the_sandbox(repo: Path, mode: str, answered: bool) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    answer = _decision(hook("claude-code", payload("Write", "pre", wt, permission_mode=mode)))
+    if answered:
+        assert answer is not None and answer["permissionDecision"] == "allow"
+    else:
+        assert answer is None  # plan mode means no edits; bypass needs no answer
+    # Bash and the sandbox's own files are left to Claude Code and the user.
+    assert _decision(hook("claude-code", payload("Bash", "pre", wt, permission_mode=mode))) is None
+    own = payload("Write", "pre", wt, "toolu_settings", permission_mode=mode)
+    own["tool_input"] = {"file_path": str(wt / ".claude" / "settings.local.json"), "content": "{}"}
+    assert _decision(hook("claude-code", own)) is None
+
+
+def test_allow_edits_can_be_turned_off(repo: Path) -> None:
+    write(repo, ".sandbox.toml", "[hooks]\nallow_edits = false\n")
+    run = start_run(repo)
+    assert _decision(hook("claude-code", payload("Write", "pre", run.worktree, permission_mode="default"))) is None
+
+
+def test_failed_bash_error_is_one_line_and_kept_in_full(repo: Path, runner: CliRunner) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    fail = payload("Bash", "failure", wt, error="Exit code 3\n" + "".join(f"line {i}\n" for i in range(2000)))
+    hook("claude-code", {**fail, "hook_event_name": "PreToolUse"})
+    assert hook("claude-code", fail).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "failed" and entry.error == "Exit code 3"
+    assert entry.error_ref is not None  # long: a blob beside the event
+    base = ["-C", str(repo)]
+    listing = runner.invoke(cli, [*base, "log", run.run_id], catch_exceptions=False).output
+    assert "error: Exit code 3  (in full: sandbox log" in listing and "line 5" not in listing
+    full = runner.invoke(cli, [*base, "log", run.run_id, "--call", entry.call_id], catch_exceptions=False)
+    assert full.exit_code == 0 and "line 1999" in full.output and "status:  failed" in full.output
+    as_json = json.loads(runner.invoke(cli, [*base, "log", run.run_id, "--call", entry.call_id, "--json"]).output)
+    assert as_json["error"] == "Exit code 3" and as_json["error_text"].endswith("line 1999\n")
+
+
+def test_permission_denied_ends_the_call_not_run_with_claude_codes_reason(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", payload("Bash", "pre", wt, permission_mode="plan"))
+    denied = _settle("PermissionDenied", wt)  # the real payload, recorded in plan mode
+    denied["tool_use_id"] = "toolu_01BashE5f6G7h8I9j0K1l2"
+    assert hook("claude-code", denied).exit_code == 0
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "not_run" and "Classifier unavailable" in (entry.error or "")
+    # One that never got a PreToolUse (hooks installed late) is recorded as one not-run call.
+    late = payload("Bash", "pre", wt, "toolu_late", hook_event_name="PermissionDenied", reason="rule")
+    assert hook("claude-code", late).exit_code == 0
+    assert reopen(run).entry("toolu_late").status.value == "not_run"
+
+
+def test_strict_never_blocks_a_turn_end(repo: Path, tmp_path: Path) -> None:
+    """Exit 2 on Stop would make Claude Code go on instead of stopping: strict is about tool calls."""
+    write(repo, ".sandbox.toml", "[hooks]\nstrict = true\n")
+    start_run(repo)
+    elsewhere = tmp_path / "not-a-run"
+    elsewhere.mkdir()
+    for event in ("Stop", "SessionEnd", "UserPromptSubmit"):
+        result = hook("claude-code", _settle(event, elsewhere), "--strict")
+        assert result.exit_code == 1 and "not inside a sandbox run" in result.stderr
+    assert hook("claude-code", payload("Bash", "pre", elsewhere), "--strict").exit_code == 2

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 from bench.cases import Context
 from bench.genrepo import Repo, pick
@@ -110,7 +111,40 @@ def _history(ctx: Context, repo: Repo) -> None:
         window = next((c for c in HISTORY if c - HISTORY_SAMPLES < count <= c), None)
         if window is not None:
             ctx.results.add(CASE, None, "history", windows[window], dt)
+    _open_cost(ctx, project, run_.run_id)
     run_.drop(force=True)
+
+
+def _open_cost(ctx: Context, project: Any, run_id: str) -> None:
+    """What a new process pays to read a long run's state: the verified cache, or a rebuild of every event.
+
+    The cache is sealed with a MAC keyed from the ledger (sandbox.integrity); verifying it costs
+    O(cache bytes), a rebuild O(events). Object caches are emptied so the rebuild reads from git.
+    """
+    from sandbox import objects
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    cache = os.path.join(project.run_dir(run_id), "ledger-cache.json")
+    ledger = Run.open(Project(project.common_dir), run_id).ledger
+    state = ledger.state()
+    n = state.count
+    ledger._save_cache(state)  # a cache at the tip, as a command finds it after a busy run
+    for label, rebuild in (("verified cache", False), ("no cache: every event re-read", True)):
+        for _ in range(HISTORY_SAMPLES):
+            with open(cache, "rb") as fh:
+                saved = fh.read()
+            if rebuild:
+                os.unlink(cache)
+            objects._commit_cache.clear()
+            objects._tree_cache.clear()
+            objects._cached_entries = 0
+            t0 = time.perf_counter()
+            Run.open(Project(project.common_dir), run_id).ledger.state()
+            dt = time.perf_counter() - t0
+            with open(cache, "wb") as fh:
+                fh.write(saved)
+            ctx.results.add(CASE, None, "open", f"state() in a new Run, {n} events, {label}", dt)
 
 
 def targets(results: Results, sizes: list[int]) -> list[Target]:

@@ -1,41 +1,14 @@
 """The command-line interface: a thin click layer over the library.
 
-Each command lives in its own module and is registered here. Command modules import only click at
-module level and the library inside their function, so that fast paths (``sandbox hook``) do not
+Each command lives in its own module and is registered here (``COMMANDS``; the click group itself is
+in :mod:`sandbox.cli.app`). Command modules import only click at module level and the library inside
+their function, and this module imports nothing at all, so that fast paths (``sandbox hook``) do not
 pay for imports they do not use.
 """
 
 from __future__ import annotations
 
-import click
-
-from sandbox.cli.common import SandboxGroup, run_main
-
-
-@click.group(cls=SandboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-C",
-    "directory",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Run as if started in DIR (like git -C).",
-)
-@click.version_option(package_name="sandbox", message="sandbox %(version)s")
-@click.pass_context
-def cli(ctx: click.Context, directory: str | None) -> None:
-    """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
-
-    \b
-    Typical session:
-      sandbox start                  # snapshot your tree into a new run
-      sandbox exec -- make fmt       # a recorded call in the run's worktree
-      sandbox log; sandbox diff      # what the agent did
-      sandbox apply                  # bring the changes into your tree
-      sandbox undo                   # take the last change back out
-    """
-    ctx.ensure_object(dict)
-    ctx.obj["directory"] = directory
-
+from typing import Any
 
 COMMANDS = {
     "start": "sandbox.cli.start:start",
@@ -63,15 +36,35 @@ COMMANDS = {
     "resume": "sandbox.cli.resume:resume",
     "rollback": "sandbox.cli.rollback:rollback",
     "compensate": "sandbox.cli.compensate:compensate",
+    "repair": "sandbox.cli.repair:repair",
     # wrapping agents
     "run": "sandbox.cli.run_agent:run_agent",
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
 }
-cli.lazy_commands.update(COMMANDS)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. ``sandbox hook AGENT`` takes a path without click (it is on
+    every tool call of an agent: see :mod:`sandbox.cli.hookrun`)."""
+    import sys
+
+    from sandbox.cli.hookrun import fast_main
+
+    code = fast_main(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from sandbox.cli.app import cli
+    from sandbox.cli.common import run_main
+
     run_main(cli)
+
+
+def __getattr__(name: str) -> Any:
+    # ``from sandbox.cli import cli``: the click group, built on first use (app.py).
+    if name == "cli":
+        from sandbox.cli.app import cli
+
+        return cli
+    raise AttributeError(f"module 'sandbox.cli' has no attribute {name!r}")

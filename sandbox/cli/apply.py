@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_project
+from sandbox.cli.common import dump, emit_json, open_project, verified
 
 if TYPE_CHECKING:
     from sandbox.models import ApplyReport
@@ -96,7 +96,7 @@ def apply(
         for report in reports:
             finish(report, "Wrote", as_json)
         return
-    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
     root = run.info.user_workdir
     cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
     selected = [pathmod.from_user(root, p, cwd) for p in paths] or None

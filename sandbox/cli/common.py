@@ -89,12 +89,28 @@ def data_root(workdir: str | None) -> str:
     return layout.user_data_root(os.environ, os.path.expanduser("~"))
 
 
-def open_run(ctx: click.Context, run_id: str | None) -> Run:
-    """The run named on the command line, or the one whose worktree we are in."""
+def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = True) -> Run:
+    """The run named on the command line, or the one whose worktree we are in.
+
+    Its ledger is read (and verified) here, so derived state that did not match the ledger is
+    reported, one line each, before the command works from the rebuilt state.
+    """
     from sandbox.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
-    return Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    if not report_problems:
+        run.ledger.state()
+        return run
+    return verified(run)
+
+
+def verified(run: Run) -> Run:
+    """``run`` with its ledger read and verified; what did not match is printed, one line each."""
+    run.ledger.state()
+    for problem in run.ledger.problems:
+        click.echo(f"sandbox: {problem}", err=True)
+    return run
 
 
 def emit_json(value: Any) -> None:

@@ -1,4 +1,4 @@
-"""``sandbox deny``: deny a planned call."""
+"""``sandbox deny``: deny a planned call, or one the agent did not run (its retries are refused too)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from sandbox.cli.common import dump, emit_json, open_run
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
 def deny(ctx: click.Context, run_id: str, call_id: str, reason: str | None, as_json: bool) -> None:
-    """Deny CALL_ID of RUN: it never runs, and the same tool and input are known denied."""
+    """Deny CALL_ID of RUN: it never runs, nor does the same tool with the same input.
+
+    CALL_ID is a planned call, or one the agent did not run (status not_run): the agent's hooks
+    then refuse every retry with the same tool and input, with REASON. 'sandbox approve' lifts it.
+    """
     run = open_run(ctx, run_id)
     entry = run.deny(call_id, reason)
     if as_json:

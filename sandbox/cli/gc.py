@@ -9,15 +9,16 @@ from sandbox.cli.common import emit_json, human_size, open_project
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--force", is_flag=True, help="Also reclaim runs whose ledger ref vanished although they recorded work.")
 @click.pass_context
-def gc(ctx: click.Context, as_json: bool) -> None:
+def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     """Remove what dropped or interrupted runs left behind; live runs are never touched."""
     from dataclasses import asdict
 
     from sandbox.gc import collect
 
     project, _, _ = open_project(ctx)
-    report = collect(project)
+    report = collect(project, force=force)
     if as_json:
         emit_json(asdict(report))
         return
@@ -35,5 +36,10 @@ def gc(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"Moved run {run_id} (made before runs had their own git directory) to {path}.")
     for run_id, why in sorted(report.not_moved.items()):
         click.echo(f"Left run {run_id} in its old place under .git: {why}")
+    for run_id in report.damaged:
+        click.echo(
+            f"Kept run {run_id}: its ledger ref is missing but it recorded work; restore it with "
+            f"'sandbox repair {run_id}' (or reclaim it with 'sandbox gc --force')."
+        )
     if report.skipped_busy:
         click.echo(f"Skipped (busy): {', '.join(report.skipped_busy)}")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from sandbox.cli.common import open_run
+from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
+from sandbox.cli.hookrun import beside as _beside
 
-AUTOSTART_ENV = "SANDBOX_HOOK_AUTOSTART"
+__all__ = ["AUTOSTART_ENV", "autostart_allowed", "hook_command", "hooks", "spawn_service"]
 
 
 @click.group("hooks")
@@ -25,32 +26,6 @@ def hook_command(agent: str) -> str:
     beside = _beside()
     exe = beside if os.access(beside, os.X_OK) else shutil.which("sandbox") or "sandbox"
     return f"{shlex.quote(exe)} hook {agent}"
-
-
-def _beside() -> str:
-    return os.path.join(os.path.dirname(sys.executable), "sandbox")
-
-
-def autostart_allowed() -> bool:
-    """False when ``SANDBOX_HOOK_AUTOSTART`` is 0/false/no/off (tests, benchmarks)."""
-    return os.environ.get(AUTOSTART_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def spawn_service(run_id: str, worktree: str) -> None:
-    """Start ``sandbox serve RUN`` in the background, without waiting for it."""
-    import subprocess
-
-    exe = [_beside()] if os.access(_beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
-    env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
-    subprocess.Popen(
-        [*exe, "-C", worktree, "serve", run_id],
-        cwd="/",  # not the worktree: `python -m` would put it on sys.path
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,  # the agent waits for its hook's output pipes to close
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
 
 
 @hooks.command("install")

@@ -28,6 +28,6 @@ def list_runs(ctx: click.Context, as_json: bool) -> None:
         click.echo(
             f"{r['run']:<10} {created:<20} {r['calls']:>5} {r['changed_paths']:>5} "
             f"{human_size(r['disk_bytes']):>10}  {r['label'] or ''}"
-            + ("" if r["worktree_exists"] else "  (worktree missing)")
-            + (f"  ({r['error']})" if r.get("error") else "")
+            + ("" if r["worktree_exists"] or r.get("damaged") else "  (worktree missing)")
+            + (f"  DAMAGED: {r['error']}" if r.get("damaged") else f"  ({r['error']})" if r.get("error") else "")
         )

@@ -1,19 +1,29 @@
-"""``sandbox log``: the run's calls in order."""
+"""``sandbox log``: the run's calls in order, or one call in full (``--call``)."""
 
 from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli.common import dump, emit_json, open_run
 
+if TYPE_CHECKING:
+    from sandbox.run import Run
+
 
 @click.command()
 @click.argument("run_id", required=False)
+@click.option("--call", "call_id", default=None, help="Show this call in full: input, result, the whole error.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entries as JSON.")
 @click.pass_context
-def log(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bool) -> None:
     """List RUN's calls in order: status, tool, commit and changed files."""
     run = open_run(ctx, run_id)
+    if call_id is not None:
+        _show_call(run, call_id, as_json)
+        return
     entries = run.entries()
     if as_json:
         emit_json(dump(entries))
@@ -34,9 +44,43 @@ def log(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         if e.summary:
             click.echo(f"       {e.summary[:100]}")
         if e.error:
-            click.echo(f"       error: {e.error[:200]}")
+            more = f"  (in full: sandbox log {run.run_id} --call {e.call_id})" if e.error_detail or e.error_ref else ""
+            first = e.error.strip().splitlines()[0] if e.error.strip() else e.error  # older entries: multi-line
+            click.echo(f"       error: {first[:200]}{more}")
         for f in e.files:
             kind = "A" if f.before_hash is None else "D" if f.after_hash is None else "M"
             if kind == "M" and f.before_hash == f.after_hash:
                 kind = "T"
             click.echo(f"       {kind} {f.path}")
+
+
+def _show_call(run: Run, call_id: str, as_json: bool) -> None:
+    entry = run.entry(call_id)
+    error = run.error_text(entry)
+    if as_json:
+        data = dump(entry)
+        assert isinstance(data, dict)
+        data["error_text"] = error
+        emit_json(data)
+        return
+    click.echo(f"call:    {entry.call_id} (#{entry.seq})")
+    click.echo(f"tool:    {entry.tool_name}")
+    click.echo(f"status:  {entry.status.value}")
+    if entry.approval is not None:
+        reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
+        click.echo(f"answer:  {entry.approval.value}{reason}")
+    for label, when in (("started", entry.started_at), ("ended", entry.finished_at)):
+        if when is not None:
+            click.echo(f"{label + ':':<9}{when.isoformat()}")
+    if entry.summary:
+        click.echo(f"summary: {entry.summary}")
+    if entry.input is not None:
+        click.echo("input:   " + json.dumps(entry.input, ensure_ascii=False)[:2000])
+    if entry.commit:
+        click.echo(f"commit:  {entry.commit}")
+    for f in entry.files:
+        click.echo(f"file:    {f.path}")
+    if error:
+        click.echo("error:")
+        for line in error.splitlines() or [error]:
+            click.echo(f"  {line}")

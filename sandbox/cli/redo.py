@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project
+from sandbox.cli.common import open_project, verified
 
 
 @click.command()
@@ -19,7 +19,7 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.undo import redo as do_redo
 
     project, _workdir, cwd_run = open_project(ctx)
-    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
     try:
         report = do_redo(run)
     except ApplyConflict as exc:

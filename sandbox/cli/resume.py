@@ -15,7 +15,7 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Resume RUN: fence old writers, mark unfinished calls uncertain, verify, and write a note."""
     from sandbox.resume import resume as do_resume
 
-    run = open_run(ctx, run_id)
+    run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run)
     if as_json:
         data = report.model_dump(mode="json", exclude={"messages"})

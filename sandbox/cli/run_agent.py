@@ -122,7 +122,13 @@ def run_agent(
         click.echo(f"sandbox: note: {note}", err=True)
     for call_id in result.unfinished:
         click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
-    calls, paths = len(run.entries()), len(run.changed_paths())
+    entries = run.entries()
+    calls, paths = len(entries), len(run.changed_paths())
+    not_run = [e for e in entries if e.status.value == "not_run"]
+    if not_run:
+        click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
+        for e in not_run[:10]:
+            click.echo(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}", err=True)
     rid = run.run_id
     click.echo(
         f"sandbox: run {rid}: {calls} call(s) recorded, {paths} path(s) changed; "

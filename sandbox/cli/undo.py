@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project
+from sandbox.cli.common import open_project, verified
 
 
 @click.command()
@@ -25,7 +25,7 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
-    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
     try:
         report = do_undo(run)
     except ApplyConflict as exc:

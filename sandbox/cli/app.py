@@ -1,0 +1,36 @@
+"""The ``sandbox`` click group; its commands are the lazily imported ``COMMANDS`` of :mod:`sandbox.cli`."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli import COMMANDS
+from sandbox.cli.common import SandboxGroup
+
+
+@click.group(cls=SandboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-C",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Run as if started in DIR (like git -C).",
+)
+@click.version_option(package_name="sandbox", message="sandbox %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, directory: str | None) -> None:
+    """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
+
+    \b
+    Typical session:
+      sandbox start                  # snapshot your tree into a new run
+      sandbox exec -- make fmt       # a recorded call in the run's worktree
+      sandbox log; sandbox diff      # what the agent did
+      sandbox apply                  # bring the changes into your tree
+      sandbox undo                   # take the last change back out
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["directory"] = directory
+
+
+cli.lazy_commands.update(COMMANDS)

@@ -1,0 +1,130 @@
+"""The body of ``sandbox hook <agent>``, importing only the standard library (the hook's fast path).
+
+Claude Code waits for every hook, so a hook's cost is mostly the interpreter's start and its
+imports: this module (and :mod:`sandbox.hookproto`, :mod:`sandbox.adapters`) imports no click, no
+pygit2, no pydantic. :func:`sandbox.cli.main` runs it directly for ``sandbox hook AGENT
+[--strict]``, before click is imported; the click command in :mod:`sandbox.cli.hook` calls it too.
+When no process hosts the run, the event is recorded in this process (the git libraries are
+imported then) and ``sandbox serve`` is spawned for the next events.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, BinaryIO, Protocol
+
+AGENTS = ("claude-code", "gemini", "generic")
+EXIT_ERROR = 1
+EXIT_BLOCK = 2
+AUTOSTART_ENV = "SANDBOX_HOOK_AUTOSTART"
+
+
+class Writer(Protocol):
+    """Where the hook's output goes (a text stream)."""
+
+    def write(self, text: str, /) -> int:
+        """Write ``text``."""
+        ...
+
+
+def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Writer) -> int:
+    """Read one hook payload from ``stdin``, record it, answer the agent; the exit code."""
+    from sandbox import hookproto
+    from sandbox.errors import SandboxError
+
+    success_stdout = ""
+    respond: Any = None
+    deny_answer: Any = None
+    payload: Any = None
+    outcome: hookproto.Outcome
+    event: hookproto.HookEvent | None = None
+    try:
+        payload = hookproto.read_payload(stdin)
+        if agent == "generic":
+            event = hookproto.HookEvent.from_dict(payload)
+        else:
+            from sandbox import adapters
+
+            adapter = adapters.load(agent)
+            success_stdout = str(adapter.SUCCESS_STDOUT)
+            respond = getattr(adapter, "respond", None)
+            deny_answer = getattr(adapter, "deny_answer", None)  # an adapter answering denials only
+            event = adapter.to_event(payload)
+        if event is None:
+            outcome = hookproto.Outcome(True)
+        else:
+            outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
+    except SandboxError as exc:
+        outcome = hookproto.Outcome(False, exc.message)
+    except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
+        outcome = hookproto.Outcome(False, f"unexpected error: {type(exc).__name__}: {exc}")
+    if outcome.ok and respond is not None:
+        text, code = respond(outcome, payload)  # the agent's own answer (e.g. a deny with its reason)
+        if text or success_stdout:
+            stdout.write((text or success_stdout) + "\n")
+        return int(code)
+    if outcome.ok and outcome.decision == "deny" and deny_answer is not None:
+        text, code = deny_answer(outcome.reason)
+        stdout.write(str(text) + "\n")
+        return int(code)
+    if outcome.ok and outcome.decision == "deny":
+        # An agent without its own answer format: exit 2 blocks the call, the reason on stderr.
+        stderr.write(f"sandbox: {outcome.reason}\n")
+        return EXIT_BLOCK
+    if outcome.ok:
+        if success_stdout:
+            stdout.write(success_stdout + "\n")
+        return 0
+    stderr.write(f"sandbox: {outcome.message}\n")
+    return EXIT_BLOCK if (strict or outcome.strict) and _blocks_a_call(event, payload) else EXIT_ERROR
+
+
+def _blocks_a_call(event: Any, payload: Any) -> bool:
+    """Whether exit 2 would block a tool call (strict is about those): never for a turn's or a
+    session's end, where exit 2 would make Claude Code go on instead of stopping."""
+    if event is not None:
+        return bool(event.phase == "start")
+    name = payload.get("hook_event_name") if isinstance(payload, dict) else None
+    return name in (None, "PreToolUse", "BeforeTool")
+
+
+def fast_main(argv: list[str]) -> int | None:
+    """``sandbox hook AGENT [--strict]`` without click: the exit code, or None for anything else."""
+    if len(argv) < 2 or argv[0] != "hook" or argv[1] not in AGENTS or any(a != "--strict" for a in argv[2:]):
+        return None
+    code = run(argv[1], "--strict" in argv[2:], sys.stdin.buffer, sys.stdout, sys.stderr)
+    sys.stdout.flush()
+    return code
+
+
+def autostart_allowed() -> bool:
+    """False when ``SANDBOX_HOOK_AUTOSTART`` is 0/false/no/off (tests, benchmarks)."""
+    return os.environ.get(AUTOSTART_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _autostart(loc: Any) -> None:
+    """Called only when no process hosts the run: spawn ``sandbox serve`` for the next events."""
+    spawn_service(loc.run_id, loc.worktree)
+
+
+def beside() -> str:
+    """The ``sandbox`` script next to this interpreter (a virtualenv's bin directory)."""
+    return os.path.join(os.path.dirname(sys.executable), "sandbox")
+
+
+def spawn_service(run_id: str, worktree: str) -> None:
+    """Start ``sandbox serve RUN`` in the background, without waiting for it."""
+    import subprocess
+
+    exe = [beside()] if os.access(beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
+    env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
+    subprocess.Popen(
+        [*exe, "-C", worktree, "serve", run_id],
+        cwd="/",  # not the worktree: `python -m` would put it on sys.path
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # the agent waits for its hook's output pipes to close
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

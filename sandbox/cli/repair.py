@@ -1,0 +1,36 @@
+"""``sandbox repair``: restore a run's ledger ref that was deleted, rewound or rewritten."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import emit_json, open_project
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def repair(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Restore RUN's ledger ref to the tip the run last acknowledged (after checking it reads back)."""
+    from dataclasses import asdict
+
+    from sandbox.integrity import repair as do_repair
+    from sandbox.ledger import run_lock
+
+    project, _, _ = open_project(ctx)
+    rid = project.resolve_run_id(run_id)
+    run_dir = project.run_dir(rid)
+    lock = run_lock(f"{run_dir}/lock", f"Run {rid}").hold()
+    report = do_repair(project.repo, rid, run_dir, lock)
+    if as_json:
+        emit_json(asdict(report))
+    elif report.problem is None:
+        click.echo(f"The ledger of run {rid} is intact; nothing to repair.")
+    else:
+        assert report.restored is not None
+        replaced = f" (it pointed at {report.replaced})" if report.replaced else ""
+        click.echo(
+            f"The ledger of run {rid} {report.problem}{replaced}; restored it to {report.restored[:12]} "
+            f"({report.events} events)."
+        )

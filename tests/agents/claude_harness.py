@@ -1,0 +1,150 @@
+"""Driving the real Claude Code against the scripted model server, the two ways people do.
+
+* ``sandbox run RUN -- claude -p ...`` (the sandbox installs the hooks and hosts the run), and
+* ``sandbox hooks install claude-code RUN`` then ``claude -p ...`` started in the run's worktree.
+
+Every process is bounded by a timeout; Claude Code gets a private ``HOME`` so nothing of the
+developer's own Claude Code settings (or of another test) is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tests.agents.anthropic_server import ModelServer
+
+if TYPE_CHECKING:
+    from sandbox.run import Run
+
+SANDBOX = str(Path(sys.executable).parent / "sandbox")
+TIMEOUT = 120
+
+
+@dataclass
+class Session:
+    """One finished Claude Code session: its exit code, output and debug log."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    debug_log: Path
+
+
+def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
+    """The environment for Claude Code: the scripted server, a private HOME, no other traffic.
+
+    Hooks may start the run's background service, as they do for users (the test stops it).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    gitconfig = Path(os.environ["HOME"]) / ".gitconfig"
+    if gitconfig.exists() and not (home / ".gitconfig").exists():
+        shutil.copy(gitconfig, home / ".gitconfig")
+    env = dict(os.environ)
+    env.update(
+        {
+            "HOME": str(home),
+            "ANTHROPIC_BASE_URL": server.url,
+            "ANTHROPIC_API_KEY": "sk-ant-test-0000",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "IS_SANDBOX": "1",  # tests run as root here: bypass mode needs it
+            "SANDBOX_HOOK_AUTOSTART": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    return env
+
+
+def claude_args(claude_bin: str, mode: str, debug_log: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """A headless Claude Code command line in permission mode ``mode``."""
+    args = [claude_bin, "-p", "Do the task.", "--debug-file", str(debug_log)]
+    args += ["--dangerously-skip-permissions"] if mode == "bypassPermissions" else ["--permission-mode", mode]
+    return [*args, *extra]
+
+
+def via_run(
+    claude_bin: str, repo: Path, run_id: str, server: ModelServer, home: Path, mode: str, extra: tuple[str, ...] = ()
+) -> Session:
+    """``sandbox run RUN -- claude ...`` from the user's repository."""
+    debug_log = home / f"debug-{len(server.requests)}.log"
+    proc = subprocess.run(
+        [SANDBOX, "run", run_id, "--", *claude_args(claude_bin, mode, debug_log, extra)],
+        cwd=repo,
+        env=claude_env(server, home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    return Session(proc.returncode, proc.stdout, proc.stderr, debug_log)
+
+
+def install_hooks(repo: Path, run_id: str) -> None:
+    """``sandbox hooks install claude-code RUN``."""
+    proc = subprocess.run(
+        [SANDBOX, "hooks", "install", "claude-code", run_id],
+        cwd=repo,
+        env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "1"},  # as for users: the run's service starts
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def in_worktree(
+    claude_bin: str, worktree: Path, server: ModelServer, home: Path, mode: str, extra: tuple[str, ...] = ()
+) -> Session:
+    """``claude ...`` started by hand in the run's worktree (hooks installed before)."""
+    debug_log = home / f"debug-{len(server.requests)}.log"
+    proc = subprocess.run(
+        claude_args(claude_bin, mode, debug_log, extra),
+        cwd=worktree,
+        env=claude_env(server, home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    return Session(proc.returncode, proc.stdout, proc.stderr, debug_log)
+
+
+def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed ``sandbox`` command as a real process."""
+    return subprocess.run([SANDBOX, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def stop_services(repo: Path) -> None:
+    """Stop the background ``sandbox serve`` of every run of ``repo`` (started by hooks)."""
+    from sandbox import service
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    project, _workdir, _ = Project.discover(str(repo))
+    for run_id in project.run_ids():
+        service.stop_service(Run.open(project, run_id).dir)
+
+
+def cli_start(repo: Path) -> Run:
+    """``sandbox start`` as a user runs it (the run's home in the per-user data directory), opened."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    proc = sandbox("start", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    worktree = json.loads(proc.stdout)["worktree"]
+    assert "/.git/" not in worktree + "/"  # Claude Code refuses edits under any .git directory
+    project, _workdir, run_id = Project.discover(worktree)
+    assert run_id is not None
+    return Run.open(project, run_id)

@@ -319,6 +319,11 @@ def test_exec_confined(world: dict[str, Any]) -> None:
     before = snapshot(world)
     results = attack_by_exec(world)
     check_confined(world, before, results)
+    # The sandbox's own later work on the run's files (undo in the sandbox cleans them as git
+    # would) must not run the agent's filter driver either.
+    sb("undo", world["run"], cwd=world["user"])
+    sb("diff", world["run"], cwd=world["user"])
+    assert not world["marker"].exists(), "the sandbox ran a command from the agent's git config"
 
 
 def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, Any]) -> None:

@@ -149,6 +149,15 @@ def run_writable_paths(common_dir: str, run_id: str, worktree: str) -> list[str]
     return paths
 
 
+def run_readable_paths(common_dir: str, run_id: str) -> list[str]:
+    """The run's home, read-only: its ``origin`` file is how a hook inside finds the run.
+
+    Visible even when the data directory lies below the private ``/tmp`` or outside the home.
+    """
+    home = layout.place_of(common_dir, run_id).home
+    return [os.path.realpath(home)] if home else []
+
+
 def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:
     """The user's working tree and git directory: read-only even below a writable path."""
     out = [os.path.realpath(common_dir)]
@@ -202,7 +211,11 @@ def policy_for(
         extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
         # The other runs' scratch dirs are hidden: a path socket can be connected to on a read-only
         # mount, and another run's host would record what this agent sends it. Its own stays.
-        readable=(*isolation.readable, os.path.realpath(layout.run_dir(common_dir, run_id))),
+        readable=(
+            *isolation.readable,
+            os.path.realpath(layout.run_dir(common_dir, run_id)),
+            *run_readable_paths(common_dir, run_id),
+        ),
         hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
     )
 

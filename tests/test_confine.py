@@ -77,6 +77,11 @@ def test_writable_paths_come_from_the_users_repository_not_the_worktree(repo: Pa
     assert confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
     with pytest.raises(confine.ConfinementError, match="not where the repository places run"):
         confine.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
+    # The run's home (with the origin file hooks find the run by) is visible, read-only, wherever it is.
+    policy = confine.policy_for(
+        confine.Isolation(), common_dir=str(repo / ".git"), run_id=run_id, worktree=str(worktree), user_workdir=None
+    )
+    assert os.path.realpath(Path(git_dir).parent) in policy.readable
 
 
 def test_settings(tmp_path: Path) -> None:

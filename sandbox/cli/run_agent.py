@@ -80,7 +80,7 @@ def run_agent(
 
     isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
     confine.check(isolation)  # before a run is started for nothing
-    family = os.path.basename(command[0]).split("-")[0]  # claude, gemini, ...
+    family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])

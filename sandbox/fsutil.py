@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
+
+from sandbox import faults
 
 TEMP_PREFIX = ".sandbox-tmp-"
 
@@ -95,3 +98,121 @@ def write_json_file(path: str, text: str, sync: bool = True) -> None:
     """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, text.encode(), 0o644, sync=sync)
+
+
+# -- journaled writes into a working tree ------------------------------------------------------
+
+#: Size of one write(2) of a journaled file write: a large file is written (and can be killed) in pieces.
+CHUNK = 1 << 20
+
+#: Fault points inside one journaled file write, in the order they are reached.
+WRITE_POINTS = (
+    "tree.write.after_create",
+    "tree.write.after_chunk",
+    "tree.write.after_fsync",
+    "tree.write.before_rename",
+    "tree.write.after_rename",
+    "tree.write.after_dir_fsync",
+)
+faults.POINTS.update(WRITE_POINTS)
+
+
+def same_device(a: str, b: str) -> bool:
+    """True when directories ``a`` and ``b`` exist on one file system (a rename between them can work)."""
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
+def _usable_temps(path: str, temps: list[str]) -> list[str]:
+    directory = os.path.dirname(path) or "."
+    return [t for t in temps if same_device(os.path.dirname(t) or ".", directory)]
+
+
+def replace_file(path: str, data: bytes, temps: list[str], *, create_mode: int, chmod: int | None) -> None:
+    """Replace ``path`` with ``data`` through the first of ``temps`` that can be renamed onto it.
+
+    The caller names every temp (a journal lists them before any exists, so a kill at any instant
+    leaves nothing nobody knows about). A temp in another file system is skipped; a rename refused
+    with EXDEV (a bind mount) falls back to the next temp. ``create_mode`` is given to open(2), so
+    the process's umask and the directory's default ACL apply as for any new file (git checkout does
+    the same); ``chmod``, when set, is applied as is (an existing file keeps its permissions).
+    Written in :data:`CHUNK` pieces with a fault point after each; the file and its directory are
+    fsync'd. Readers see the old file or the new one, never a mix.
+    """
+    candidates = _usable_temps(path, temps)
+    if not candidates:
+        raise OSError(errno.EXDEV, "no temporary location on the same file system", path)
+    for i, tmp in enumerate(candidates):
+        try:
+            _write_temp(tmp, data, create_mode, chmod)
+            faults.point("tree.write.before_rename")
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if exc.errno == errno.EXDEV and i + 1 < len(candidates):
+                continue
+            raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        break
+    faults.point("tree.write.after_rename")
+    fsync_dir(os.path.dirname(path) or ".")
+    faults.point("tree.write.after_dir_fsync")
+
+
+def _write_temp(tmp: str, data: bytes, create_mode: int, chmod: int | None) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a killed earlier attempt of the same journal
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, create_mode & 0o777)
+    try:
+        faults.point("tree.write.after_create")
+        view = memoryview(data)
+        offset = 0
+        while True:
+            end = min(offset + CHUNK, len(view))
+            while offset < end:
+                offset += os.write(fd, view[offset:end])
+            faults.point("tree.write.after_chunk")
+            if offset >= len(view):
+                break
+        if chmod is not None:
+            os.fchmod(fd, chmod & 0o7777)
+        os.fsync(fd)
+        faults.point("tree.write.after_fsync")
+    finally:
+        os.close(fd)
+
+
+def replace_symlink(path: str, target: str, temps: list[str]) -> None:
+    """Replace ``path`` with a symlink to ``target`` through the first usable ``temps`` (as :func:`replace_file`)."""
+    candidates = _usable_temps(path, temps)
+    if not candidates:
+        raise OSError(errno.EXDEV, "no temporary location on the same file system", path)
+    for i, tmp in enumerate(candidates):
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.symlink(target, tmp)
+            faults.point("tree.write.after_create")
+            faults.point("tree.write.before_rename")
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if exc.errno == errno.EXDEV and i + 1 < len(candidates):
+                continue
+            raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        break
+    faults.point("tree.write.after_rename")
+    fsync_dir(os.path.dirname(path) or ".")
+    faults.point("tree.write.after_dir_fsync")

@@ -17,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from sandbox import faults, integrity, layout, packs, worktree
+from sandbox import faults, integrity, journal, layout, packs, worktree
 from sandbox.errors import LockedError
 from sandbox.locks import file_lock, remove_locked_dir
 from sandbox.project import Project
@@ -39,6 +39,8 @@ class GcReport:
     refs_deleted: int = 0
     #: Temp files of pack writes a killed process left (older than an hour).
     temp_files: int = 0
+    #: Temporaries of file writes a killed apply, undo or redo left (their journal stays).
+    write_temp_files: int = 0
     bytes_freed: int = 0
     skipped_busy: list[str] = field(default_factory=list)
     #: Runs made before homes existed, moved into a home: {run id: new worktree}.
@@ -100,6 +102,7 @@ def collect(project: Project, force: bool = False) -> GcReport:
             continue
     objects_dir = os.path.join(project.common_dir, "objects")
     report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
+    report.write_temp_files = len(journal.remove_write_leftovers(project))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]

@@ -11,6 +11,13 @@ Layout, under the repository's common git dir::
 
     sandbox/journal/<key>.json    the pending operation on one working tree
     sandbox/locks/tree-<key>.lock serialises applies and undos into that tree
+    sandbox/staging/<key>/        temporaries of the files being written into that tree
+
+Every temporary file is named by the journal before it exists: the journal carries a token, and
+entry ``i`` is written through ``staging/<key>/<token>.<i>`` (outside the user's view) or, when
+the staging directory is on another file system than the file, ``.sandbox-tmp-<token>.<i>`` next
+to it. So a kill inside a write leaves only names the journal knows, and ``apply --continue``,
+``undo`` and ``gc`` remove them (:func:`clear_temps`).
 
 ``<key>`` is a hash of the working tree's real path, so every run of the repository that targets
 the same tree shares the lock and sees the same pending journal.
@@ -23,8 +30,10 @@ executable file, a symlink, or absent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +42,7 @@ import pygit2
 from pydantic import ValidationError
 
 from sandbox import faults, fsutil, objects, paths
-from sandbox.errors import CorruptionError, PathRefusedError, SandboxError
+from sandbox.errors import CorruptionError, LockedError, PathRefusedError, SandboxError
 from sandbox.locks import file_lock
 from sandbox.models import FORMAT_VERSION, ApplyJournal, JournalEntry, from_json, to_json
 from sandbox.objects import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
@@ -51,6 +60,21 @@ class TreeChangedError(SandboxError):
     """A path changed under a pending operation: it is at neither its before nor its after state."""
 
 
+class WriteFailedError(SandboxError):
+    """The system refused a write (disk full, I/O error, read-only file system, permission).
+
+    The operation rolled itself back, or, where it could not, kept its journal; the message says
+    which, and the exact command that finishes or reverses it.
+    """
+
+
+def describe(exc: OSError) -> str:
+    """An OS error as a short phrase: 'No space left on device (ENOSPC)'."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
 # -- reading the state of a path --------------------------------------------------------------
 
 
@@ -66,6 +90,8 @@ class Probe:
     entry: Entry | None = None
     blocker: str | None = None
     st_mode: int = 0
+    #: Why the path cannot be read (an OS error, or no read permission for its owner), else None.
+    unreadable: str | None = None
 
     @property
     def state(self) -> State:
@@ -74,8 +100,8 @@ class Probe:
 
     @property
     def known(self) -> bool:
-        """False when the path holds something git cannot store (a fifo, a socket)."""
-        return self.kind != "other"
+        """False when the path holds something git cannot store (a fifo, a socket) or cannot be read."""
+        return self.kind not in ("other", "unreadable")
 
 
 def probe(root: str, rel: str) -> Probe:
@@ -86,29 +112,37 @@ def probe(root: str, rel: str) -> Probe:
         current = os.path.join(current, part)
         try:
             st = os.lstat(current)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return Probe("absent")
+        except OSError as exc:
+            return Probe("unreadable", blocker="/".join(parts[: i + 1]), unreadable=describe(exc))
         if stat.S_ISLNK(st.st_mode):
             return Probe("via_link", blocker="/".join(parts[: i + 1]))
         if not stat.S_ISDIR(st.st_mode):
             return Probe("blocked", blocker="/".join(parts[: i + 1]))
     full = os.path.join(root, rel)
+    st_mode = 0
     try:
         st = os.lstat(full)
+        st_mode = st.st_mode
+        if stat.S_ISDIR(st.st_mode):
+            return Probe("dir", st_mode=st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            data = os.fsencode(os.readlink(full))
+            return Probe("link", Entry(MODE_LINK, str(pygit2.hash(data))), st_mode=st.st_mode)
+        if not stat.S_ISREG(st.st_mode):
+            return Probe("other", st_mode=st.st_mode)
+        with open(full, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return Probe("absent")
-    if stat.S_ISDIR(st.st_mode):
-        return Probe("dir", st_mode=st.st_mode)
-    if stat.S_ISLNK(st.st_mode):
-        data = os.fsencode(os.readlink(full))
-        return Probe("link", Entry(MODE_LINK, str(pygit2.hash(data))), st_mode=st.st_mode)
-    if not stat.S_ISREG(st.st_mode):
-        return Probe("other", st_mode=st.st_mode)
-    with open(full, "rb") as fh:
-        data = fh.read()
+    except OSError as exc:  # EACCES for another user, EIO from a failing disk: an obstacle, not a crash
+        return Probe("unreadable", st_mode=st_mode, unreadable=describe(exc))
     mode = objects.mode_of(st)
     assert mode is not None
-    return Probe("file", Entry(mode, str(pygit2.hash(data))), st_mode=st.st_mode)
+    # No read permission for the owner is the user's statement even where root can read it anyway.
+    unreadable = None if st.st_mode & stat.S_IRUSR else "it has no read permission"
+    return Probe("file", Entry(mode, str(pygit2.hash(data))), st_mode=st.st_mode, unreadable=unreadable)
 
 
 def entry_state(mode: int | None, oid: str | None) -> State:
@@ -131,17 +165,153 @@ def journal_path(project: Project, target_dir: str) -> str:
     return os.path.join(project.state_dir, "journal", tree_key(target_dir) + ".json")
 
 
+def staging_area(project: Project, target_dir: str) -> str:
+    """The directory the temporaries of writes into ``target_dir`` go to (created on first use)."""
+    return os.path.join(project.state_dir, "staging", tree_key(target_dir))
+
+
 @contextlib.contextmanager
 def tree_lock(project: Project, target_dir: str, timeout: float = 30.0) -> Iterator[None]:
     """Serialise applies, undos and redos into one working tree (flock: a killed holder releases it)."""
-    path = os.path.join(project.locks_dir, f"tree-{tree_key(target_dir)}.lock")
-    with file_lock(path, f"The working tree {target_dir}", timeout):
+    with key_lock(project, tree_key(target_dir), f"The working tree {target_dir}", timeout):
         yield
+
+
+@contextlib.contextmanager
+def key_lock(project: Project, key: str, what: str, timeout: float = 30.0) -> Iterator[None]:
+    """The tree lock by its key (``gc`` knows staging areas by key, not by tree)."""
+    path = os.path.join(project.locks_dir, f"tree-{key}.lock")
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(path, what, timeout))
+        except OSError as exc:  # a full disk cannot even take the lock: nothing was written yet
+            raise WriteFailedError(
+                f"{what} could not be locked ({describe(exc)}); nothing was written. Fix the cause "
+                "(free some space, if the disk is full), then try again."
+            ) from exc
+        yield
+
+
+def new_token() -> str:
+    """A fresh token naming the temporaries of one operation."""
+    return secrets.token_hex(6)
+
+
+@dataclass(frozen=True)
+class Temps:
+    """The temporaries of one journaled operation, each named from the journal before it exists."""
+
+    root: str
+    area: str
+    token: str
+
+    def for_entry(self, index: int, rel: str) -> list[str]:
+        """Where entry ``index`` may be staged: the staging area first, else next to the file."""
+        staged = os.path.join(self.area, f"{self.token}.{index}")
+        beside = os.path.join(self.root, os.path.dirname(rel), f"{fsutil.TEMP_PREFIX}{self.token}.{index}")
+        return [staged, beside]
+
+
+def temps_of(project: Project, j: ApplyJournal) -> Temps:
+    """The temporaries of journal ``j`` (a journal of an older version derives its token from its event)."""
+    token = j.token or hashlib.sha256(j.event.event_id.encode()).hexdigest()[:12]
+    return Temps(j.target_dir, staging_area(project, j.target_dir), token)
+
+
+def clear_temps(project: Project, j: ApplyJournal | None, target_dir: str) -> list[str]:
+    """Remove what killed writes into ``target_dir`` left: the temps ``j`` names, and the staging area.
+
+    Call under the tree lock. Never follows a symlinked parent; returns the paths removed.
+    """
+    removed: list[str] = []
+    if j is not None:
+        temps = temps_of(project, j)
+        for i, e in enumerate(j.entries):
+            beside = temps.for_entry(i, e.path)[1]
+            rel = os.path.relpath(beside, target_dir).replace(os.sep, "/")
+            if _parents_are_dirs(target_dir, rel):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    if not stat.S_ISDIR(os.lstat(beside).st_mode):
+                        os.unlink(beside)
+                        removed.append(beside)
+    area = staging_area(project, target_dir)
+    try:
+        names = os.listdir(area)
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(area, name))
+            removed.append(os.path.join(area, name))
+    removed += _journal_temps(project, tree_key(target_dir))
+    return removed
+
+
+def _journal_temps(project: Project, key: str) -> list[str]:
+    """Temporaries of a journal write killed before its rename (:func:`save`), for tree ``key``."""
+    directory = os.path.join(project.state_dir, "journal")
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.startswith(f"{fsutil.TEMP_PREFIX}{key}.json-"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+                    removed.append(os.path.join(directory, name))
+    return removed
+
+
+def remove_write_leftovers(project: Project) -> list[str]:
+    """What killed writes into any tree left (for ``gc``): temporaries only, never a journal.
+
+    Each tree is visited under its tree lock, taken without waiting: a tree being written right now
+    is skipped. A pending journal stays (it is how the operation is finished or reversed).
+    """
+    keys: set[str] = set()
+    with contextlib.suppress(OSError):
+        keys.update(os.listdir(os.path.join(project.state_dir, "staging")))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(os.path.join(project.state_dir, "journal")):
+            # <key>.json, or the temporary .sandbox-tmp-<key>.json-<hex> of a killed save
+            keys.add(name.removeprefix(fsutil.TEMP_PREFIX).partition(".json")[0])
+    removed: list[str] = []
+    for key in sorted(keys):
+        try:
+            with key_lock(project, key, f"The working tree of journal {key}", timeout=0):
+                pending = _load_path(os.path.join(project.state_dir, "journal", key + ".json"))
+                area = os.path.join(project.state_dir, "staging", key)
+                if pending is not None:
+                    removed += clear_temps(project, pending, pending.target_dir)
+                else:
+                    with contextlib.suppress(OSError):
+                        for name in os.listdir(area):
+                            os.unlink(os.path.join(area, name))
+                            removed.append(os.path.join(area, name))
+                    removed += _journal_temps(project, key)
+                with contextlib.suppress(OSError):
+                    os.rmdir(area)
+        except (LockedError, CorruptionError):
+            continue
+    return removed
+
+
+def _parents_are_dirs(root: str, rel: str) -> bool:
+    current = root
+    for part in rel.split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def load(project: Project, target_dir: str) -> ApplyJournal | None:
     """The pending journal of ``target_dir``, or None. A damaged journal is reported, never guessed."""
-    path = journal_path(project, target_dir)
+    return _load_path(journal_path(project, target_dir))
+
+
+def _load_path(path: str) -> ApplyJournal | None:
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -196,14 +366,18 @@ def remove(project: Project, target_dir: str) -> None:
 # -- writing states ---------------------------------------------------------------------------
 
 
-def _file_mode(existing_mode: int | None, git_mode: int) -> int:
-    """Permission bits for a file written with ``git_mode``: keep the user's bits, set the x bits."""
+def _file_modes(existing_mode: int | None, git_mode: int) -> tuple[int, int | None]:
+    """(mode for open(2), mode to set after) of a file written with ``git_mode``.
+
+    A new file is created 0666 or 0777 and nothing more: the umask decides the rest, as for git
+    checkout. An existing file keeps the user's bits, with the x bits following ``git_mode``.
+    """
     if existing_mode is None or not stat.S_ISREG(existing_mode):
-        return 0o755 if git_mode == MODE_EXEC else 0o644
+        return (0o777 if git_mode == MODE_EXEC else 0o666), None
     perm = existing_mode & 0o777
     if git_mode == MODE_EXEC:
-        return perm | ((perm & 0o444) >> 2)
-    return perm & ~0o111
+        return 0o600, perm | ((perm & 0o444) >> 2)
+    return 0o600, perm & ~0o111
 
 
 def _make_parents(root: str, rel: str) -> None:
@@ -224,8 +398,13 @@ def _make_parents(root: str, rel: str) -> None:
         fsutil.fsync_dir(parent)
 
 
-def put(repo: pygit2.Repository, root: str, rel: str, state: State, current: Probe) -> None:
-    """Make ``rel`` hold ``state`` (atomically per file; absent removes it and empty parents)."""
+def put(
+    repo: pygit2.Repository, root: str, rel: str, state: State, current: Probe, temps: list[str] | None = None
+) -> None:
+    """Make ``rel`` hold ``state`` (atomically per file; absent removes it and empty parents).
+
+    ``temps`` are the journaled temporary names to write through (see :class:`Temps`).
+    """
     full = os.path.join(root, rel)
     if current.kind == "via_link":
         raise PathRefusedError(
@@ -241,11 +420,14 @@ def put(repo: pygit2.Repository, root: str, rel: str, state: State, current: Pro
         os.rmdir(full)
     _make_parents(root, rel)
     data = objects.read_blob(repo, state.oid)
+    if temps is None:
+        temps = [fsutil.temp_name(os.path.dirname(full), os.path.basename(full))]
     if state.mode == MODE_LINK:
-        fsutil.atomic_symlink(full, os.fsdecode(data))
+        fsutil.replace_symlink(full, os.fsdecode(data), temps)
     elif state.mode in (MODE_FILE, MODE_EXEC):
         existing = current.st_mode if current.kind == "file" else None
-        fsutil.atomic_write(full, data, _file_mode(existing, state.mode))
+        create_mode, chmod = _file_modes(existing, state.mode)
+        fsutil.replace_file(full, data, temps, create_mode=create_mode, chmod=chmod)
     else:
         raise PathRefusedError(f"The path {rel!r} has git mode {state.mode:o}, which the sandbox does not write.")
 
@@ -265,23 +447,25 @@ def play(
     point: str,
     reverse: bool = False,
     on_write: Callable[[str], None] | None = None,
+    temps: Temps | None = None,
 ) -> list[str]:
     """Bring every entry to its after state (its before state when ``reverse``); returns paths written.
 
     Idempotent: a path already at its target is left alone, so a journal can be played again after a
     crash. A path at neither state raises :class:`TreeChangedError` (the journal stays for the user).
     Removals run first, deepest first, so a directory can become a file and a file a directory.
-    ``point`` names the fault point fired after each file written.
+    ``point`` names the fault point fired after each file written; ``temps`` names the temporaries
+    (entry ``i`` of ``entries`` is written through ``temps.for_entry(i, path)``).
     """
-    steps: list[tuple[str, State, State]] = []
-    for e in entries:
+    steps: list[tuple[int, str, State, State]] = []
+    for i, e in enumerate(entries):
         before = entry_state(e.before_mode, e.before_oid)
         after = entry_state(e.after_mode, e.after_oid)
-        steps.append((e.path, after, before) if reverse else (e.path, before, after))
-    removals = sorted((s for s in steps if s[2] is None), key=lambda s: s[0], reverse=True)
-    writes = sorted((s for s in steps if s[2] is not None), key=lambda s: s[0])
+        steps.append((i, e.path, after, before) if reverse else (i, e.path, before, after))
+    removals = sorted((s for s in steps if s[3] is None), key=lambda s: s[1], reverse=True)
+    writes = sorted((s for s in steps if s[3] is not None), key=lambda s: s[1])
     written: list[str] = []
-    for rel, source, target in removals + writes:
+    for index, rel, source, target in removals + writes:
         current = probe(root, rel)
         if matches(current, target):
             continue
@@ -294,7 +478,13 @@ def play(
                 f"{rel!r} in {root} changed while an apply or undo was writing it; it is at neither the state "
                 "before nor the state after. Check it by hand; the journal is kept."
             )
-        put(repo, root, rel, target, current)
+        if temps is not None and temps.area and not os.path.isdir(temps.area):
+            os.makedirs(temps.area, exist_ok=True)
+        try:
+            put(repo, root, rel, target, current, temps.for_entry(index, rel) if temps is not None else None)
+        except OSError as exc:
+            exc.filename = os.path.join(root, rel)  # name the path, not a temporary, in the report
+            raise
         written.append(rel)
         if on_write is not None:
             on_write(rel)

@@ -570,6 +570,7 @@ class Ledger:
             when = objects.now()
             new_oid = objects.write_commit(self.repo, tree, parents, message, when)
             pending.flush()
+            self._clear_stale_ref_lock()
             with objects.git_writes():
                 if state.tip is None:
                     self.repo.references.create(self.ref, new_oid)
@@ -578,6 +579,15 @@ class Ledger:
                 # parent. The commit is stored already, so it is not written again (same bytes).
                 sig = objects.signature(when)
                 return str(self.repo.create_commit(self.ref, sig, sig, message, tree, parents))
+
+    def _clear_stale_ref_lock(self) -> None:
+        """Remove ``<ledger ref>.lock`` left by a process killed inside libgit2's ref update.
+
+        Called under the ledger lock, which every writer of this ref holds: a lock file found now
+        belongs to a dead process, and would refuse every later append (found by random kill -9).
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.repo.path, self.ref + ".lock"))
 
     def _key_entry(self, tip: str | None) -> objects.Entry | None:
         """The MAC key's tree entry for the next event: a new key for a new ledger, else the tip's."""

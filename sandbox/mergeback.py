@@ -20,14 +20,16 @@ later undo knows what it may take back. The user's index, HEAD, refs and stash a
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import pygit2
 
-from sandbox import convert, faults, journal, objects, paths, sparse
+from sandbox import convert, faults, journal, objects, obstacles, paths, sparse
 from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
 from sandbox.gitcli import git
 from sandbox.journal import Probe, State
@@ -74,8 +76,8 @@ class NothingToApplyError(SandboxError):
     """The selected calls changed no files."""
 
 
-class ReadOnlyTargetError(SandboxError):
-    """A file or directory the apply would write is read-only."""
+class ReadOnlyTargetError(ApplyConflict):
+    """A file or directory the operation would write is read-only; nothing was written."""
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -103,6 +105,8 @@ class PlannedPath:
     write: State = None
     record: dict[str, Any] | None = None
     markers: bool = False
+    #: True when the conflict is an obstacle in the tree (see :mod:`sandbox.obstacles`), not an edit.
+    obstacle: bool = False
 
     @property
     def base(self) -> State:
@@ -141,20 +145,33 @@ class ApplyPlan:
         """Paths that would be written (the agent's state or a 3-way merge)."""
         return [p for p in self.paths if p.action in ("write", "merge")]
 
-    def report(self, dry_run: bool = False) -> ApplyReport:
-        """The plan as a report (what an apply did, or would do on a dry run)."""
+    def report(self, dry_run: bool = False, written: list[str] | None = None) -> ApplyReport:
+        """The plan as a report: on a dry run what it would write; else exactly the paths ``written``.
+
+        With any conflict the operation is refused: nothing is listed as applied or merged.
+        """
+        refused = bool(self.conflicts)
+        if refused:
+            applied: list[str] = []
+        elif dry_run or written is None:
+            applied = [p.path for p in self.writes]
+        else:
+            done = set(written)
+            applied = [p.path for p in self.writes if p.path in done]
+        merged = [p.path for p in self.paths if p.action == "merge" and p.path in applied]
         return ApplyReport(
             run=self.run_id,
             target_dir=self.target_dir,
             calls=self.calls,
-            applied=[p.path for p in self.writes],
+            applied=applied,
             skipped=[p.path for p in self.paths if p.action == "skip"],
             conflicts=[conflict_report(p) for p in self.conflicts],
-            merged=[p.path for p in self.paths if p.action == "merge"],
-            attention=[p.path for p in self.paths if p.markers],
-            reasons={p.path: p.reason for p in self.paths if p.action in ("skip", "merge")},
+            merged=merged,
+            attention=[p.path for p in self.paths if p.markers and p.path in applied],
+            reasons={p.path: p.reason for p in self.paths if p.action == "skip" or p.path in merged},
             dry_run=dry_run,
             head_moved=self.head_moved,
+            refused=refused,
         )
 
 
@@ -271,11 +288,13 @@ def plan(
         result.paths.append(planned)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
-        _check_structure(target, p, by_path)
+        obstacles.check_structure(target, p, by_path)
+    obstacles.check_sparse(target, user_git_dir(target), result.paths)
     if three_way:
         for p in result.conflicts:
-            _merge(run, target, p)
-    _check_writable(target, result.writes)
+            if not p.obstacle:
+                _merge(run, target, p)
+    obstacles.check_access(target, result.writes)
     planned_paths = set(by_path)
     for entry in selected:
         if all(
@@ -286,11 +305,12 @@ def plan(
     return result
 
 
-def plan_moves(root: str, moves: list[tuple[str, State, State, str]]) -> list[PlannedPath]:
+def plan_moves(root: str, moves: list[tuple[str, State, State, str]], user_tree: bool = False) -> list[PlannedPath]:
     """Plan moving each path from one state to another (undo, redo): (path, from, to, call id).
 
-    A path at ``to`` is skipped, one at ``from`` is written, anything else is a conflict; symlinked
-    parents, file <-> directory obstacles and read-only targets are checked as for an apply.
+    A path at ``to`` is skipped, one at ``from`` is written, anything else is a conflict; every
+    obstacle (:mod:`sandbox.obstacles`) is checked as for an apply, the sparse checkout only in
+    the user's tree (``user_tree``).
     """
     conv = convert.for_tree(root)
     probes = {path: conv.clean_probe(root, path, journal.probe(root, path)) for path, _s, _d, _c in moves}
@@ -300,8 +320,10 @@ def plan_moves(root: str, moves: list[tuple[str, State, State, str]]) -> list[Pl
         _decide(p, None)
     by_path = {p.path: p for p in planned}
     for p in planned:
-        _check_structure(root, p, by_path)
-    _check_writable(root, [p for p in planned if p.action == "write"])
+        obstacles.check_structure(root, p, by_path)
+    if user_tree:
+        obstacles.check_sparse(root, user_git_dir(root), planned)
+    obstacles.check_access(root, [p for p in planned if p.action == "write"])
     return planned
 
 
@@ -321,10 +343,17 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     prior_target = _record_state(prior, "target_")
     prior_calls: list[str] = list(prior.get("calls", [])) if prior else []
     chain_calls = [c for c in p.calls if c not in prior_calls]
+    if user.kind == "unreadable":
+        where = f" ({user.blocker!r})" if user.blocker else ""
+        p.reason = f"it cannot be read in your tree{where}: {user.unreadable}"
+        p.hint = "make it readable (chmod u+r), or leave this path out (--path)"
+        p.obstacle = True
+        return
     if user.kind == "excluded":
         if user.entry == p.agent:
             p.action, p.reason = "skip", "already there (outside your sparse checkout)"
             return
+        p.obstacle = True
         p.reason = "it is outside your sparse checkout (not checked out, not deleted)"
         p.hint = (
             "add its directory to your checkout ('git sparse-checkout add DIR') and apply again, "
@@ -334,6 +363,7 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     if not user.known:
         p.reason = "it is neither a file nor a symlink in your tree (a fifo or socket)"
         p.hint = "move it away, then apply again"
+        p.obstacle = True
         return
     if journal.matches(user, p.agent):
         p.action, p.reason = "skip", "already applied"
@@ -372,70 +402,6 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     else:
         p.reason = "your file differs from the version the agent started from"
         p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--path)"
-
-
-def _removed(by_path: dict[str, PlannedPath], rel: str) -> bool:
-    other = by_path.get(rel)
-    return other is not None and other.action == "write" and other.write is None
-
-
-def _check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) -> None:
-    """File <-> directory changes: the plan itself must clear what stands in the way of a write."""
-    if p.action != "write" or p.write is None:
-        return
-    # Through a symlinked parent only when the plan itself replaces that symlink with a directory.
-    if p.user.kind == "via_link" and not _removed(by_path, p.user.blocker or ""):
-        p.action, p.write, p.record = "conflict", None, None
-        p.reason = f"{p.user.blocker!r} is a symlink in your tree; the sandbox never writes through one"
-        p.hint = "replace the symlink with a real directory, or leave this path out (--path)"
-        return
-    if p.user.kind == "blocked" and p.user.blocker is not None and not _removed(by_path, p.user.blocker):
-        p.action, p.write, p.record = "conflict", None, None
-        p.reason = f"{p.user.blocker!r} is a file in your tree, where the agent has a directory"
-        p.hint = "move that file away, or leave this path out (--path)"
-    elif p.user.kind == "dir":
-        full = os.path.join(root, p.path)
-        for dirpath, dirnames, filenames in os.walk(full):
-            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-                if not _removed(by_path, rel):
-                    p.action, p.write, p.record = "conflict", None, None
-                    p.reason = f"it is a directory in your tree holding files the agent did not remove ({rel!r})"
-                    p.hint = "move the directory away, or leave this path out (--path)"
-                    return
-
-
-def _writable(st: os.stat_result, full: str) -> bool:
-    # Mode bits as well as access(): a root user can write anything, yet a read-only bit is a
-    # statement by the user that the file must not change.
-    return bool(st.st_mode & 0o222) and os.access(full, os.W_OK)
-
-
-def _check_writable(root: str, writes: list[PlannedPath]) -> None:
-    refused: list[str] = []
-    dirs_ok: dict[str, bool] = {}
-    for p in writes:
-        full = os.path.join(root, p.path)
-        if p.user.kind == "file":
-            st = os.lstat(full)
-            if not _writable(st, full):
-                refused.append(p.path)
-                continue
-        # The nearest directory that exists (a file in the way is removed by the plan itself).
-        directory = os.path.dirname(full)
-        while len(directory) > len(root) and not os.path.isdir(directory):
-            directory = os.path.dirname(directory)
-        if directory not in dirs_ok:
-            st = os.lstat(directory)
-            dirs_ok[directory] = _writable(st, directory) and os.access(directory, os.X_OK)
-        if not dirs_ok[directory]:
-            refused.append(os.path.relpath(directory, root) + "/")
-    if refused:
-        shown = ", ".join(sorted(set(refused))[:5]) + (" ..." if len(set(refused)) > 5 else "")
-        raise ReadOnlyTargetError(
-            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--path). "
-            "Nothing was written."
-        )
 
 
 def _is_text(data: bytes) -> bool:
@@ -541,19 +507,97 @@ def journal_entries(repo: pygit2.Repository, root: str, writes: list[PlannedPath
 
 
 def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[str]:
-    """Carry out a journaled operation: journal, files, ledger event, journal removal (each a fault point)."""
+    """Carry out a journaled operation: journal, files, ledger event, journal removal (each a fault point).
+
+    Returns the paths written. An OS error (disk full, I/O error, read-only file system) or a
+    failed ledger append rolls the written paths back and raises :class:`journal.WriteFailedError`
+    saying so; where the roll-back fails too, the journal is kept and the error names the commands
+    that finish or reverse the operation.
+    """
     project, op = run.project, j.op
-    journal.save(project, j)
+    if j.token is None:
+        j.token = journal.new_token()
+    temps = journal.temps_of(project, j)
+    journal.clear_temps(project, None, j.target_dir)  # a staging area emptied by an earlier crash's recovery
+    try:
+        journal.save(project, j)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            journal.remove(project, j.target_dir)
+        raise journal.WriteFailedError(
+            f"The {op} of run {run.run_id} could not write its journal ({journal.describe(exc)}); nothing was "
+            f"written. {_remedy(exc)}, then run '{_again(j)}' again."
+        ) from exc
     faults.point(f"{op}.after_journal")
-    written = journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file")
+    written: list[str] = []
+    try:
+        journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file", on_write=written.append, temps=temps)
+    except OSError as exc:
+        where = _where(j.target_dir, exc)
+        raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
     faults.point(f"{op}.before_ledger")
-    run.ledger.append(j.event, keep=keep)
+    try:
+        run.ledger.append(j.event, keep=keep)
+    except (OSError, pygit2.GitError, SandboxError) as exc:
+        raise _roll_back_failed(run, j, temps, written, "recording it in the run's ledger", exc) from exc
     faults.point(f"{op}.after_ledger")
     if j.target == "sandbox":
         run.head()  # moves refs/sandbox/<run>/head to the event's commit
-    journal.remove(project, j.target_dir)
+    try:
+        journal.remove(project, j.target_dir)
+    except OSError as exc:
+        raise journal.WriteFailedError(
+            f"The {op} of run {run.run_id} is complete and recorded, but its journal could not be removed "
+            f"({journal.describe(exc)}); run 'sandbox apply --continue {run.run_id}' to clear it."
+        ) from exc
     faults.point(f"{op}.after_journal_remove")
     return written
+
+
+def _where(root: str, exc: OSError) -> str:
+    if not exc.filename:
+        return "your tree"
+    rel = os.path.relpath(os.fsdecode(exc.filename), root)
+    return "a file" if rel.startswith("..") else repr(rel.replace(os.sep, "/"))
+
+
+def _remedy(exc: OSError | Exception) -> str:
+    code = getattr(exc, "errno", None)
+    if code == errno.ENOSPC or code == errno.EDQUOT:
+        return "Free some space"
+    if code == errno.EROFS:
+        return "Make the file system writable"
+    if code in (errno.EACCES, errno.EPERM):
+        return "Fix the permissions"
+    return "Fix the cause"
+
+
+def _again(j: ApplyJournal) -> str:
+    return f"sandbox {j.op} {j.run_id}"
+
+
+def _roll_back_failed(
+    run: Run, j: ApplyJournal, temps: journal.Temps, written: list[str], stage: str, exc: Exception
+) -> journal.WriteFailedError:
+    """Undo the files of a failed operation and its journal; the error that says what happened."""
+    what = journal.describe(exc) if isinstance(exc, OSError) else str(exc).rstrip(".")
+    head = f"The {j.op} of run {run.run_id} failed {stage} ({what})"
+    try:
+        journal.play(run.repo, j.target_dir, j.entries, "rollback.after_file", reverse=True, temps=temps)
+        journal.clear_temps(run.project, j, j.target_dir)
+        journal.remove(run.project, j.target_dir)
+    except (OSError, SandboxError) as again:
+        reason = journal.describe(again) if isinstance(again, OSError) else str(again).rstrip(".")
+        return journal.WriteFailedError(
+            f"{head} after writing {len(written)} path(s), and putting them back failed too ({reason}); the journal "
+            f"is kept: {_remedy(exc).lower()}, then run 'sandbox apply --continue {run.run_id}' to finish the "
+            f"{j.op} or 'sandbox undo {run.run_id}' to reverse it."
+        )
+    done = f"the {len(written)} path(s) it had written were put back, so " if written else ""
+    where = "your tree" if j.target == "user" else "the run's worktree"
+    return journal.WriteFailedError(
+        f"{head}; {done}nothing of {where} changed. {_remedy(exc)}, then run '{_again(j)}' again."
+    )
 
 
 def apply(
@@ -585,16 +629,17 @@ def apply(
                 "re-run with --allow-moved-head to apply onto your current files anyway."
             )
         state = run.state()
-        result = plan(run, calls, paths, three_way=three_way, state=state)
+        try:
+            result = plan(run, calls, paths, three_way=three_way, state=state)
+        except OSError as exc:
+            raise journal.WriteFailedError(
+                f"The apply of run {run.run_id} failed while planning ({journal.describe(exc)}); nothing was "
+                f"written. {_remedy(exc)}, then run 'sandbox apply {run.run_id}' again."
+            ) from exc
         result.head_moved = moved
         report = result.report(dry_run)
         if result.conflicts:
-            first = result.conflicts[0]
-            raise ApplyConflict(
-                f"{len(result.conflicts)} path(s) conflict with your changes ({first.path}: {first.reason}); "
-                "nothing was written.",
-                report,
-            )
+            refuse(result.conflicts, report)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths: dict[str, Any] = state.data.get("user_paths", {})
         changed = [p for p in result.paths if p.record is not None and p.record != user_paths.get(p.path)]
@@ -623,9 +668,27 @@ def apply(
             entries=entries,
             event=event,
             pid=os.getpid(),
+            token=journal.new_token(),
         )
-        execute(run, j)
-        return report
+        written = execute(run, j)
+        return result.report(written=written)
+
+
+def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:
+    """Raise the refusal of an operation with ``conflicts`` (read-only targets named as such)."""
+    read_only = [p.path for p in conflicts if obstacles.is_read_only(p)]
+    if read_only:
+        shown = ", ".join(read_only[:5]) + (" ..." if len(read_only) > 5 else "")
+        raise ReadOnlyTargetError(
+            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--path). "
+            "Nothing was written.",
+            report,
+        )
+    first = conflicts[0]
+    raise ApplyConflict(
+        f"{len(conflicts)} path(s) conflict with your changes ({first.path}: {first.reason}); nothing was written.",
+        report,
+    )
 
 
 def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0) -> ApplyReport | None:
@@ -652,18 +715,29 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 raise SandboxError(
                     f"Run {run.run_id} moved on since the interrupted {j.op}; roll it back with 'sandbox undo'."
                 )
-            written = journal.play(run.repo, workdir, j.entries, "continue.after_file")
-            run.ledger.append(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
-            if j.target == "sandbox":
-                run.head()
-            journal.remove(project, workdir)
+            written: list[str] = []
+            try:
+                journal.clear_temps(project, j, workdir)
+                temps = journal.temps_of(project, j)
+                journal.play(run.repo, workdir, j.entries, "continue.after_file", on_write=written.append, temps=temps)
+                run.ledger.append(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
+                if j.target == "sandbox":
+                    run.head()
+                journal.remove(project, workdir)
+            except OSError as exc:
+                raise journal.WriteFailedError(
+                    f"Could not finish the interrupted {j.op} of run {run.run_id} ({journal.describe(exc)}); the "
+                    f"journal is kept: {_remedy(exc).lower()}, then run 'sandbox apply --continue {run.run_id}' "
+                    f"again, or 'sandbox undo {run.run_id}' to reverse it."
+                ) from exc
         return ApplyReport(
             op=j.op,
             run=j.run_id,
             target=j.target,
             target_dir=workdir,
             calls=j.calls,
-            applied=written,
+            applied=written if j.op != "undo" else [],
+            restored=written if j.op == "undo" else [],
             skipped=[e.path for e in j.entries if e.path not in written],
             recovered="continued",
         )

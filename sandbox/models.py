@@ -279,6 +279,8 @@ class ApplyJournal(_Model):
     new_head: str | None = None
     pid: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    #: Names every temporary file of the operation before any exists (see ``sandbox.journal.Temps``).
+    token: str | None = None
 
 
 class ConflictReport(_Model):
@@ -312,6 +314,11 @@ class ApplyReport(_Model):
     head_moved: bool = False
     recovered: str | None = None
     head: str | None = None
+    #: Paths an undo (or the roll-back of an interrupted operation) put back; ``applied`` lists
+    #: only paths an apply or redo wrote, and both are empty when the operation was refused.
+    restored: list[str] = Field(default_factory=list)
+    #: True when the operation was refused (a conflict or an obstacle): nothing was written.
+    refused: bool = False
 
 
 class UndoReport(ApplyReport):

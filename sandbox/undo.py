@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pygit2
+
 from sandbox import faults, journal, mergeback, objects
 from sandbox.errors import SandboxError
 from sandbox.journal import State
@@ -91,10 +93,19 @@ def _move(
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
         state = run.state()
-        if target == "user":
-            mergeback.check_in_progress(root)
-            return _move_user(run, state, entry, op, root, only)
-        return _move_sandbox(run, state, entry, op, root)
+        try:
+            if target == "user":
+                mergeback.check_in_progress(root)
+                return _move_user(run, state, entry, op, root, only)
+            return _move_sandbox(run, state, entry, op, root)
+        except (OSError, pygit2.GitError) as exc:
+            # Writes to the tree turn their own errors into WriteFailedError (mergeback.execute):
+            # what reaches here failed while planning (reading files, storing the new commit).
+            what = journal.describe(exc) if isinstance(exc, OSError) else str(exc)
+            raise journal.WriteFailedError(
+                f"The {op} of run {run.run_id} failed before writing anything ({what}); nothing was written. "
+                f"Fix the cause (free some space, if the disk is full), then run 'sandbox {op} {run.run_id}' again."
+            ) from exc
 
 
 def _states(entry: LedgerEntry, op: str) -> dict[str, tuple[State, State]]:
@@ -111,6 +122,8 @@ def _refuse(run: Run, entry: LedgerEntry, op: str, target: str, root: str, plann
     if not conflicts:
         return
     for p in conflicts:
+        if p.obstacle:
+            continue  # the obstacle's own reason (a read-only file, a directory in the way) says it best
         if target == "user":
             p.reason = "your file changed since the sandbox wrote it"
             p.hint = "put it back as it was, or reverse this change by hand"
@@ -125,10 +138,12 @@ def _refuse(run: Run, entry: LedgerEntry, op: str, target: str, root: str, plann
         target_dir=root,
         calls=[entry.call_id],
         conflicts=[conflict_report(p) for p in conflicts],
+        refused=True,
     )
     first = conflicts[0]
+    what = "are in the way" if all(p.obstacle for p in conflicts) else "changed"
     raise UndoConflict(
-        f"Cannot {op} call {entry.call_id}: {len(conflicts)} path(s) changed ({first.path}: {first.reason}); "
+        f"Cannot {op} call {entry.call_id}: {len(conflicts)} path(s) {what} ({first.path}: {first.reason}); "
         "nothing was written.",
         report,
     )
@@ -157,6 +172,7 @@ def _journal(
         old_head=old_head,
         new_head=new_head,
         pid=os.getpid(),
+        token=journal.new_token(),
     )
 
 
@@ -170,7 +186,7 @@ def _move_user(
     else:
         chosen = [p for p in (only if only is not None else list(states)) if p in states]
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
-    planned = mergeback.plan_moves(root, moves)
+    planned = mergeback.plan_moves(root, moves, user_tree=True)
     for p in planned:
         record = user_paths.get(p.path) or {}
         if (
@@ -207,10 +223,15 @@ def _move_user(
         target="user",
         target_dir=root,
         calls=[entry.call_id],
-        applied=written,
+        **_written(op, written),
         skipped=[p.path for p in planned if p.path not in written],
         reasons={p.path: p.reason for p in planned if p.action == "skip"},
     )
+
+
+def _written(op: str, written: list[str]) -> dict[str, list[str]]:
+    """Report fields: an undo restored the paths it wrote, a redo applied them again."""
+    return {"restored": written} if op == "undo" else {"applied": written}
 
 
 def _record_only(run: Run, j: ApplyJournal) -> list[str]:
@@ -262,7 +283,7 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
         target="sandbox",
         target_dir=root,
         calls=[entry.call_id],
-        applied=written,
+        **_written(op, written),
         skipped=[p.path for p in planned if p.path not in written],
         head=new_head,
     )
@@ -309,12 +330,30 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                     f"Run {run.run_id} moved on since the interrupted {j.op}; "
                     "finish it with 'sandbox apply --continue'."
                 )
-            written = journal.play(run.repo, target_dir, j.entries, "rollback.after_file", reverse=True)
-            if recorded:
-                run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
-            if j.target == "sandbox":
-                run.head()
-            journal.remove(project, target_dir)
+            written: list[str] = []
+            try:
+                journal.clear_temps(project, j, target_dir)
+                temps = journal.temps_of(project, j)
+                journal.play(
+                    run.repo,
+                    target_dir,
+                    j.entries,
+                    "rollback.after_file",
+                    reverse=True,
+                    on_write=written.append,
+                    temps=temps,
+                )
+                if recorded:
+                    run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
+                if j.target == "sandbox":
+                    run.head()
+                journal.remove(project, target_dir)
+            except OSError as exc:
+                raise journal.WriteFailedError(
+                    f"Could not roll back the interrupted {j.op} of run {run.run_id} ({journal.describe(exc)}); the "
+                    f"journal is kept: fix the cause, then run 'sandbox undo {run.run_id}' again, or "
+                    f"'sandbox apply --continue {run.run_id}' to finish the {j.op} instead."
+                ) from exc
     return UndoReport(
         op="undo",
         run=j.run_id,
@@ -322,7 +361,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
         target=j.target,
         target_dir=target_dir,
         calls=j.calls,
-        applied=written,
+        restored=written,
         skipped=[e.path for e in j.entries if e.path not in written],
         recovered=f"rolled back the interrupted {j.op}",
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import faults, mergeback
+from sandbox import faults, fsutil, mergeback
 from sandbox.run import Run
 from tests.conftest import sandbox_cmd, user_state
 from tests.test_apply import start
@@ -152,3 +152,25 @@ def test_crash_during_undo_in_the_sandbox(repo: Path, step: str, resolve: str) -
         assert snapshot(wt) == {**APPLIED, "README.md": "file:agent\n"}
         assert fresh.head() == call_commit
     assert snapshot(repo) == user_before  # the user's tree never moved
+
+
+def strays(repo: Path) -> list[Path]:
+    """Temporaries of killed writes: in the user's tree, or in the staging area under .git."""
+    staging = repo / ".git" / "sandbox" / "staging"
+    found = list(repo.rglob(".sandbox-tmp-*"))
+    return found + ([p for p in staging.rglob("*") if not p.is_dir()] if staging.exists() else [])
+
+
+@pytest.mark.parametrize("resolve", ["continue", "undo"])
+@pytest.mark.parametrize("point", sorted(fsutil.WRITE_POINTS))
+def test_crash_inside_a_file_write(repo: Path, point: str, resolve: str) -> None:
+    """Killed inside the atomic write of the second file: every path before or after, then no stray file."""
+    run = make_run(repo)
+    crash(repo, f"{point}@2", "apply", run.run_id)
+    assert consistent(repo)
+    assert not list(repo.rglob(".sandbox-tmp-*")), "a temporary is visible in the user's tree"
+    cmd = ["apply", "--continue"] if resolve == "continue" else ["undo", run.run_id]
+    proc = sandbox_cmd("-C", str(repo), *cmd, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(repo) == (APPLIED if resolve == "continue" else ORIGINAL)
+    assert not strays(repo)

@@ -24,7 +24,7 @@ def test_undo_after_apply_restores_the_users_tree(repo: Path, runner: CliRunner)
     code, out, _ = invoke(runner, repo, "undo", run.run_id, "--json")
     assert code == 0
     report = json.loads(out)
-    assert report["target"] == "user" and report["applied"] == ["README.md"]
+    assert report["target"] == "user" and report["restored"] == ["README.md"] and report["applied"] == []
     assert (repo / "README.md").read_text() == "hello\nuser edit\nagent line\n"
     code, out, _ = invoke(runner, repo, "undo", run.run_id)
     assert code == 0 and "Undid call" in out

@@ -19,11 +19,14 @@ def print_report(report: ApplyReport, verb: str) -> None:
         click.echo(f"Run {report.run}: {report.recovered} in {report.target_dir}.")
     where = "your tree" if report.target == "user" else "the run's worktree"
     done = "Would write" if report.dry_run else verb
-    if report.applied:
-        click.echo(f"{done} {len(report.applied)} path(s) in {where}:")
-        for path in report.applied:
-            note = f"  ({report.reasons[path]})" if path in report.reasons else ""
-            click.echo(f"  {path}{note}")
+    # Only paths the operation wrote are listed as written: a refused one lists none.
+    restored = "Would restore" if report.dry_run else "Restored"
+    for written, label in ((report.applied, done), (report.restored, restored)):
+        if written:
+            click.echo(f"{label} {len(written)} path(s) in {where}:")
+            for path in written:
+                note = f"  ({report.reasons[path]})" if path in report.reasons else ""
+                click.echo(f"  {path}{note}")
     for path in report.skipped:
         click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
     if report.attention:
@@ -39,7 +42,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
                 f"yours {(c.user or 'absent')[:12]}"
             )
             click.echo(f"    what to do: {c.hint}")
-    if not (report.applied or report.skipped or report.conflicts or report.recovered):
+    if not (report.applied or report.restored or report.skipped or report.conflicts or report.recovered):
         click.echo("Nothing to do.")
 
 

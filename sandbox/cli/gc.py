@@ -24,8 +24,11 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
         return
     if report.temp_files:
         click.echo(f"Removed {report.temp_files} temp file(s) of interrupted pack writes.")
+    if report.write_temp_files:
+        click.echo(f"Removed {report.write_temp_files} temp file(s) of interrupted apply, undo or redo writes.")
     if not (report.runs or report.admin_dirs):
-        click.echo("Nothing to reclaim." if not report.temp_files else "No runs to reclaim.")
+        temps = report.temp_files + report.write_temp_files
+        click.echo("Nothing to reclaim." if not temps else "No runs to reclaim.")
     else:
         click.echo(
             f"Reclaimed {len(report.runs)} run(s), {len(report.worktrees)} worktree(s), "

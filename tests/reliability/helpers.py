@@ -285,6 +285,23 @@ def assert_user_untouched(root: Path, before: Before) -> None:
     assert user_state(root) == before.user, "the user's index, HEAD or refs changed"
 
 
+def write_temporaries(root: Path) -> list[str]:
+    """Temporaries of apply/undo/redo writes anywhere: in the tree (walked), the staging area, the journal dir."""
+    from sandbox import fsutil
+    from sandbox.project import Project
+
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        found += [os.path.join(dirpath, n) for n in filenames + dirnames if n.startswith(fsutil.TEMP_PREFIX)]
+    state = Path(Project.discover(str(root))[0].state_dir)
+    staging = state / "staging"
+    if staging.exists():
+        found += [str(p) for p in staging.rglob("*") if not p.is_dir()]
+    found += [str(p) for p in (state / "journal").glob(f"{fsutil.TEMP_PREFIX}*")]
+    return found
+
+
 def make_legacy(root: Path, run_id: str) -> Path:
     """Turn a run into what ``start`` made before runs had homes: a locked, detached linked worktree
     under ``.git/sandbox/worktrees/<run>`` at the run's head, and no ``place`` in the run's directory."""

@@ -115,6 +115,8 @@ PREFIX_PLAN: dict[str, list[str]] = {
     "redo.": ["redo"],
     "continue.after_file": ["continue@1"],
     "rollback.after_file": ["rollback@1"],
+    # Inside one file write (sandbox.fsutil.replace_file): created, each chunk, fsync, rename, dir fsync.
+    "tree.write.": ["apply@2", "apply-undo@1", "undo-user@1", "undo-sandbox@1", "redo@1", "continue@1", "rollback@1"],
     "checkpoint.save.": ["checkpoint"],
     "resume.": ["resume"],
     "recovery.rollback_files.": ["rollback-files"],
@@ -421,6 +423,11 @@ def assert_no_pending(root: Path) -> None:
     journals = list((root / ".git" / "sandbox").rglob("*journal*"))
     assert not [j for j in journals if j.is_file()], f"journal left behind: {journals}"
     assert not list(root.rglob(".sandbox-tmp-*")), "temp files left in the user's tree"
+    staging = root / ".git" / "sandbox" / "staging"
+    left = [p for p in staging.rglob("*") if not p.is_dir()] if staging.exists() else []
+    assert not left, f"temporaries of a killed write left in the staging area: {left}"
+    left = list((root / ".git" / "sandbox" / "journal").glob(".sandbox-tmp-*"))
+    assert not left, f"temporaries of a killed journal write left: {left}"
 
 
 def check_merge_recovery(

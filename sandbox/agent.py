@@ -30,7 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox.models import CallStatus
+from sandbox import procs
+from sandbox.models import CallStatus, EventKind, ProcessScope
 from sandbox.run import Run
 
 if TYPE_CHECKING:
@@ -41,6 +42,12 @@ Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
+#: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
+STOP_GRACE = 3.0
+#: The supervisor's program: its first argument is the directory the sandbox package is imported from.
+_REAPER_MAIN = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from sandbox.reaper import main; sys.exit(main(sys.argv[1:]))"
+)
 
 #: The reference-transaction hook the agent's git runs: only per-worktree refs and pseudo-refs
 #: may move; everything else (branches, tags, the stash, remotes) is the user's.
@@ -77,6 +84,10 @@ class SessionResult:
     cuts: list[str] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Processes the agent left running that were stopped when it ended: {pid, cmd, how}.
+    stopped: list[dict[str, Any]] = field(default_factory=list)
+    #: The session's token and supervisor (see :mod:`sandbox.procs`).
+    scope: ProcessScope | None = None
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -114,7 +125,7 @@ def _user_hooks_dir(run: Run) -> str | None:
     except (KeyError, ValueError):
         configured = None
     if configured:
-        return os.path.join(run.info.user_workdir, os.path.expanduser(str(configured)))
+        return os.path.join(run.user_workdir, os.path.expanduser(str(configured)))
     return os.path.join(run.project.common_dir, "hooks")
 
 
@@ -122,8 +133,11 @@ def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str | None = None) -> dict[str, str]:
-    """The agent's environment: ``base`` plus the run's id (and, for a legacy run, the ref guard).
+def agent_env(
+    base: Mapping[str, str], run: Run, hooks_dir: str | None = None, session: str | None = None
+) -> dict[str, str]:
+    """The agent's environment: ``base`` plus the run's id, the session token (``SANDBOX_SESSION``,
+    see :mod:`sandbox.procs`) and, for a legacy run, the ref guard.
 
     ``hooks_dir`` is given only for a run made before homes existed (a linked worktree sharing the
     user's refs). git reads ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` as command-line config in every process
@@ -141,6 +155,10 @@ def agent_env(base: Mapping[str, str], run: Run, hooks_dir: str | None = None) -
         env[f"GIT_CONFIG_VALUE_{n}"] = hooks_dir
         env["GIT_CONFIG_COUNT"] = str(n + 1)
     env["SANDBOX_RUN"] = run.run_id
+    if session:
+        env[procs.ENV_VAR] = session
+    else:
+        env.pop(procs.ENV_VAR, None)  # an outer session's token must not mark this one's processes
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
         env.pop(key, None)
     return env
@@ -248,9 +266,16 @@ def run_session(
     debounce: float = 2.0,
     on_signal: Callable[[int], None] | None = None,
     is_foreground: Callable[[], bool] | None = None,
+    grace: float = STOP_GRACE,
     isolation: Isolation | None = None,
 ) -> SessionResult:
     """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
+
+    The agent runs below a supervisor (:mod:`sandbox.reaper`) that owns its whole process tree:
+    when the agent ends, however it ends, what it left running is stopped (SIGTERM, SIGKILL after
+    ``grace`` s), and a ``note`` event in the ledger lists those processes. Every call started in
+    the session records the session's :class:`~sandbox.models.ProcessScope`, so ``sandbox resume``
+    can find survivors later (say, when ``sandbox run`` itself was killed).
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
@@ -259,16 +284,21 @@ def run_session(
     refuses to start when another process hosts the run.
     The run is left in place. Must be called from the main thread (signal handlers).
     """
+    import secrets
+
     from sandbox import service
 
     launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
+    token = secrets.token_hex(16)
+    result.scope = ProcessScope(token=token, boot_id=_boot_id())
     # A `sandbox serve` started by a hook before this session would keep the socket and the
     # watcher: stop it and host the run here, holding its host lock so no hook spawns another.
     claim = service.take_over(run.dir)
     host = service.RunHost(run)
     try:
         host.start()
+        host.hooks.recorder.scope = result.scope
         result.hosted_hooks = host.hosted_hooks
         result.notes.extend(host.notes)
         if launch is not None and not host.hosted_hooks:
@@ -292,12 +322,21 @@ def run_session(
         )
         try:
             result.returncode = _supervise(
-                list(argv), cwd, agent_env(env, run, hooks_dir), on_signal, is_foreground, launch
+                run,
+                list(argv),
+                cwd,
+                agent_env(env, run, hooks_dir, token),
+                on_signal,
+                is_foreground,
+                grace,
+                result,
+                launch,
             )
         finally:
             cutter.stop()
             host.stop_hooks()
             cutter.cut_now(final=True)
+            _record_end(run, result)
     finally:
         host.stop()
         if claim is not None:
@@ -325,17 +364,110 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
     return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
 
 
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _record_end(run: Run, result: SessionResult) -> None:
+    """A ``note`` event saying how the agent ended and which of its processes were stopped."""
+    if not result.stopped:
+        return
+    data = {
+        "agent_session": result.scope.model_dump(mode="json") if result.scope else None,
+        "agent_exit": result.returncode,
+        "stopped_processes": result.stopped,
+    }
+    reason = f"the agent exited ({result.returncode}); {len(result.stopped)} process(es) it left running were stopped"
+    with contextlib.suppress(Exception):  # the record is evidence, never a reason to fail the session
+        run.ledger.append(run._event(EventKind.note, reason=reason, data=data, epoch=run.state().epoch))
+
+
 def _supervise(
+    run: Run,
     argv: list[str],
     cwd: str,
     env: dict[str, str],
     on_signal: Callable[[int], None] | None,
     is_foreground: Callable[[], bool] | None,
+    grace: float,
+    result: SessionResult,
     launch: Launcher | None = None,
 ) -> int:
+    import json
+    import sys
+
+    if launch is not None:
+        return _supervise_confined(argv, cwd, env, on_signal, is_foreground, launch, result, grace)
+    report = os.path.join(run.dir, f"{procs.SESSION_REPORT_PREFIX}{os.getpid()}.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(report)
+    # -I: neither the agent's working directory (the worktree) nor PYTHON* variables may shadow the
+    # sandbox package; the supervisor imports it from where this process did.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(procs.__file__)))
+    supervisor = [sys.executable, "-I", "-c", _REAPER_MAIN, root, "--parent", str(os.getpid())]
+    supervisor += ["--report", report, "--grace", str(grace), "--", *argv]
+    proc = subprocess.Popen(supervisor, cwd=cwd, env=env)
+    assert result.scope is not None
+    result.scope.supervisor_pid = proc.pid
+    result.scope.supervisor_start = procs.start_time(proc.pid)
+
+    def forward(signum: int, _frame: Any) -> None:
+        if on_signal is not None:
+            on_signal(signum)
+        if signum == signal.SIGINT and is_foreground is not None and is_foreground():
+            return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in signums}
     try:
-        # Confined, ``proc`` is a sandbox.confine.Confined: same wait/send_signal, aimed at the agent.
-        proc: Any = launch(argv, cwd, env) if launch is not None else subprocess.Popen(argv, cwd=cwd, env=env)
+        code: int = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    try:
+        with open(report, encoding="utf-8") as fh:
+            data = json.load(fh)
+        os.unlink(report)
+        result.stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)]
+        if not data.get("subreaper", True):
+            result.notes.append("this system has no child subreaper; the agent's processes were found by its token.")
+    except (OSError, ValueError):
+        result.notes.append("the agent's supervisor ended without its report; its processes were found by token.")
+    # Belt and braces: a supervisor that was itself killed leaves the tree to init; the token finds it.
+    survivors = procs.find(result.scope.token)
+    if survivors:
+        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
+    if code < 0:
+        return 128 - code
+    return code
+
+
+def _supervise_confined(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    on_signal: Callable[[int], None] | None,
+    is_foreground: Callable[[], bool] | None,
+    launch: Launcher,
+    result: SessionResult,
+    grace: float,
+) -> int:
+    """The agent in its sandbox (:mod:`sandbox.confine`), without the supervisor.
+
+    The sandbox owns the process tree already: the agent is its PID namespace's first process, so
+    whatever it leaves running is killed with it, and ``--die-with-parent`` kills the whole sandbox
+    if this process dies. The supervisor would have to run outside (it writes its report in the
+    run's directory) and cannot see into the namespace. ``proc`` is a ``Confined``: its
+    ``send_signal`` reaches the agent itself (bubblewrap has the signals blocked).
+    """
+    try:
+        proc: Any = launch(argv, cwd, env)
     except FileNotFoundError:
         return 127
     except PermissionError:
@@ -356,6 +488,8 @@ def _supervise(
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if code < 0:
-        return 128 - code
+    assert result.scope is not None
+    survivors = procs.find(result.scope.token)  # none expected: the namespace died with the agent
+    if survivors:
+        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
     return code

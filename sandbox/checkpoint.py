@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pydantic import ValidationError
 
-from sandbox import faults, objects
+from sandbox import faults, layout, objects
 from sandbox.errors import SandboxError, UsageError
 from sandbox.ledger import fold_event
 from sandbox.models import (
@@ -97,7 +97,7 @@ class CheckpointNotFoundError(SandboxError):
 
 def checkpoints_ref(run_id: str) -> str:
     """The ref holding a run's kept checkpoints."""
-    return f"refs/sandbox/{run_id}/checkpoints"
+    return layout.ref_name(run_id, "checkpoints")
 
 
 def _canonical(value: Any) -> bytes:

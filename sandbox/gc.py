@@ -71,7 +71,7 @@ def collect(project: Project, force: bool = False) -> GcReport:
         lock_path = os.path.join(project.run_dir(run_id), "lock")
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
-                if project.repo.references.get(f"refs/sandbox/{run_id}/ledger") is not None:
+                if project.repo.references.get(layout.ref_name(run_id, "ledger")) is not None:
                     continue  # it finished starting while we looked
                 if not force and integrity.holds_work(project.repo, run_id, project.run_dir(run_id)):
                     report.damaged.append(run_id)

@@ -53,22 +53,54 @@ def git(
     ``optional_locks`` lets read-only commands refresh the index they read; only ever for a run's
     own worktree, never for the user's repository.
     """
+    proc = subprocess.run(
+        _argv(args, optional_locks),
+        cwd=cwd,
+        env=_env(env, optional_locks),
+        input=input,
+        capture_output=True,
+        check=False,
+    )
+    if check:
+        raise_for(args, proc.returncode, proc.stderr)
+    return proc
+
+
+def spawn(args: Sequence[str], cwd: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``git`` with the same safe settings without waiting; finish it with :func:`wait`."""
+    return subprocess.Popen(
+        _argv(args, False),
+        cwd=cwd,
+        env=_env(env, False),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait(args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a :func:`spawn`-ed git; :class:`GitCommandError` when it failed."""
+    _out, err = proc.communicate()
+    raise_for(args, proc.returncode, err or b"")
+
+
+def raise_for(args: Sequence[str], returncode: int, stderr: bytes) -> None:
+    """:class:`GitCommandError` with git's last line of stderr, unless ``returncode`` is 0."""
+    if returncode != 0:
+        err = stderr.decode(errors="replace").strip().splitlines()
+        detail = err[-1] if err else f"exit code {returncode}"
+        raise GitCommandError(f"git {args[0]} failed: {detail}")
+
+
+def _argv(args: Sequence[str], optional_locks: bool) -> list[str]:
+    return ["git", *([] if optional_locks else ["--no-optional-locks"]), *BASE_CONFIG, *args]
+
+
+def _env(env: Mapping[str, str] | None, optional_locks: bool) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
     full_env["GIT_OPTIONAL_LOCKS"] = "1" if optional_locks else "0"
     full_env["GIT_TERMINAL_PROMPT"] = "0"
     full_env["LC_ALL"] = "C"
     if env:
         full_env.update(env)
-    proc = subprocess.run(
-        ["git", *([] if optional_locks else ["--no-optional-locks"]), *BASE_CONFIG, *args],
-        cwd=cwd,
-        env=full_env,
-        input=input,
-        capture_output=True,
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        detail = err[-1] if err else f"exit code {proc.returncode}"
-        raise GitCommandError(f"git {args[0]} failed: {detail}")
-    return proc
+    return full_env

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sandbox.config import Config
+    from sandbox.models import ProcessScope
     from sandbox.run import Run
 
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -84,6 +85,9 @@ class HookEvent:
     #: whose id starts with this prefix (for agents whose hooks carry no call id).
     pair_prefix: str | None = None
     agent: str = "generic"
+    #: The agent session's token (``SANDBOX_SESSION`` in the hook's environment, set by
+    #: ``sandbox run``): recorded with the call's start so its processes can be found later.
+    session: str | None = None
     #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
     agent_session: str | None = None
 
@@ -133,6 +137,7 @@ class HookEvent:
             replay=data.get("replay"),
             pair_prefix=data.get("pair_prefix"),
             agent=str(data.get("agent", "generic")),
+            session=data["session"] if isinstance(data.get("session"), str) and data["session"] else None,
             agent_session=agent_session or None,
         )
 
@@ -324,6 +329,8 @@ class Recorder:
         self.run = run
         self.watcher = watcher
         self._config: Config | None = None
+        #: The agent session this process supervises (``sandbox run``), recorded with each start.
+        self.scope: ProcessScope | None = None
 
     def config(self) -> Config:
         """The user's sandbox settings (read from the user's tree, never the worktree)."""
@@ -331,7 +338,7 @@ class Recorder:
             from sandbox import config
 
             try:
-                self._config = config.load(self.run.info.user_workdir)
+                self._config = config.load(self.run.user_workdir)
             except config.ConfigError:
                 self._config = config.Config()
         return self._config
@@ -410,6 +417,7 @@ class Recorder:
                 replay=replay,
                 side_effects=[f"external:{event.tool}"] if kind == "external" else [],
                 summary=_summary(event),
+                procs=self._scope(event),
                 agent_session=event.agent_session,
             )
         except SandboxError:
@@ -490,6 +498,13 @@ class Recorder:
                 self._end_watch(cid)
             self.run.not_run(cid, reason)
         return f"{len(open_calls)} call(s) did not run" if open_calls else "no open calls"
+
+    def _scope(self, event: HookEvent) -> ProcessScope | None:
+        if event.session and (self.scope is None or self.scope.token != event.session):
+            from sandbox.models import ProcessScope
+
+            return ProcessScope(token=event.session)
+        return self.scope
 
     def _finish(self, event: HookEvent) -> str:
         from sandbox.models import TERMINAL_STATUSES

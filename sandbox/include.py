@@ -12,7 +12,11 @@ ignored by a ``dir/`` pattern (a symlink is not a directory to git), so their pa
 private list, which capture never records.
 
 The per-run private list (``<run dir>/private.json``) also holds files the sandbox itself puts in
-the worktree, such as an agent's local hook settings.
+the worktree, such as an agent's local hook settings (``.claude/settings.local.json``,
+``.gemini/settings.json``). It is the run's one list of sandbox-owned paths: recording (a call's
+files, ``agent_session`` cuts), drift at resume, ``rollback --files``, ``diff`` and ``apply`` all
+leave them out (through ``Run.is_private``). A path goes on the list *before* the sandbox writes
+it, so no cut can catch it in between.
 """
 
 from __future__ import annotations

@@ -208,11 +208,10 @@ def locate(cwd: str) -> Location | None:
     """
     here = os.path.realpath(cwd)
     while True:
-        dot_git = os.path.join(here, ".git")
-        if os.path.lexists(dot_git):
-            found = _home_location(here) or _legacy_location(here)
-            if found is not None or os.path.isdir(dot_git):
-                return found
+        if os.path.lexists(os.path.join(here, ".git")):
+            # The nearest repository decides: a run's worktree, or something else (the user's own
+            # tree, a repository nested in a worktree), which is no run.
+            return _home_location(here) or _legacy_location(here)
         up = os.path.dirname(here)
         if up == here:
             return None

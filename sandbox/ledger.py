@@ -30,7 +30,7 @@ from typing import Any
 import pygit2
 from pydantic import ValidationError
 
-from sandbox import faults, integrity, objects
+from sandbox import faults, integrity, layout, objects
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.fsutil import write_json_file
 from sandbox.locks import file_lock
@@ -80,7 +80,7 @@ def new_event_id() -> str:
 
 def ledger_ref(run_id: str) -> str:
     """The ref holding a run's ledger."""
-    return f"refs/sandbox/{run_id}/ledger"
+    return layout.ref_name(run_id, "ledger")
 
 
 class _ReentrantFileLock:

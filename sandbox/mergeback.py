@@ -243,6 +243,8 @@ def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> di
     chains: dict[str, list[Step]] = {}
     for entry in selected:
         for change in entry.files:
+            if run.is_private(change.path):
+                continue  # the sandbox's own files (hook settings) are never the agent's patch
             if paths.normalize(change.path) != change.path:
                 raise PathRefusedError(f"The run records the odd path {change.path!r}; it is not applied.")
             before = journal.entry_state(change.before_mode, change.before_hash)
@@ -271,7 +273,7 @@ def plan(
     through a symlinked directory, and :class:`ReadOnlyTargetError` for read-only targets.
     """
     state = state or run.state()
-    target = run.info.user_workdir
+    target = run.user_workdir
     selected = _select(run, state, calls)
     chains = _chains(run, selected, paths)
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
@@ -298,7 +300,9 @@ def plan(
     planned_paths = set(by_path)
     for entry in selected:
         if all(
-            f.path in planned_paths or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
+            f.path in planned_paths
+            or run.is_private(f.path)
+            or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
             for f in entry.files
         ):
             result.fully_applied.append(entry.call_id)
@@ -617,7 +621,7 @@ def apply(
     HEAD moved (unless ``allow_moved_head``) and for read-only targets.
     """
     project = run.project
-    target = run.info.user_workdir
+    target = run.user_workdir
     with journal.tree_lock(project, target, lock_timeout):
         faults.point("apply.after_lock")
         journal.ensure_none_pending(project, target)

@@ -162,6 +162,21 @@ class RunInfo(_Model):
     submodules: list[str] = Field(default_factory=list)
 
 
+class ProcessScope(_Model):
+    """How to find an agent session's processes later, from any process (see :mod:`sandbox.procs`).
+
+    ``token`` is in the environment of every process the agent started (``SANDBOX_SESSION``), so it
+    finds them even after a pid was reused; ``supervisor_pid`` and ``supervisor_start`` (clock ticks
+    since boot) name the process that owned the session's tree, on the boot ``boot_id``.
+    """
+
+    version: int = FORMAT_VERSION
+    token: str
+    supervisor_pid: int | None = None
+    supervisor_start: int | None = None
+    boot_id: str | None = None
+
+
 class Event(_Model):
     """One ledger event. Stored as the message of one commit on ``refs/sandbox/<run>/ledger``."""
 
@@ -186,6 +201,8 @@ class Event(_Model):
     error_ref: str | None = None
     reason: str | None = None
     run: RunInfo | None = None
+    #: On ``call_started``: the agent session the call ran in, to find its processes later.
+    procs: ProcessScope | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -395,6 +412,16 @@ class Checkpoint(_Model):
     trace_ref: str | None = None
 
 
+class LiveProcess(_Model):
+    """A process of an agent session found alive (or stopped) by ``sandbox resume``."""
+
+    pid: int
+    cmd: str
+    call_ids: list[str] = Field(default_factory=list)
+    #: ``alive``, or how resume stopped it: ``TERM`` or ``KILL``.
+    state: str = "alive"
+
+
 class UncertainCall(_Model):
     """A call whose outcome is unknown after a resume, and what may be done with it."""
 
@@ -407,6 +434,9 @@ class UncertainCall(_Model):
     summary: str | None = None
     input_hash: str
     started_at: datetime | None = None
+    #: Whether processes of the agent session the call ran in were still running at the resume
+    #: (None: the call's start recorded no session to look for).
+    processes_alive: bool | None = None
 
 
 class Denial(_Model):
@@ -454,6 +484,8 @@ class ResumeReport(_Model):
     head: str | None = None
     worktree_recreated: bool = False
     problems: list[str] = Field(default_factory=list)
+    #: Processes of the run's agent sessions that resume stopped (--stop-processes).
+    stopped_processes: list[LiveProcess] = Field(default_factory=list)
 
 
 # --- agent integration models (hook payloads, sandbox config) ---
@@ -475,7 +507,7 @@ class SessionInfo(_Model):
 
 #: Every model written to disk or into git objects (``sandbox schema`` prints them).
 #: Each section above adds its own models to this list just below its definitions' section.
-PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange]
+PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange, ProcessScope]
 PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport]
 # checkpoint models
 PERSISTED += [Checkpoint, Budget, ResumeReport]

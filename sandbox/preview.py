@@ -47,7 +47,17 @@ def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False) -> 
     if stat:
         args.append("--stat")
     args += [rng.old, rng.new, "--"]
+    owned = _owned(run)
+    if owned:
+        # The sandbox's own files are never part of the agent's patch (see sandbox.include).
+        args += [":(top)", *(":(exclude,literal,top)" + p for p in owned)]
     return git(args, cwd=run.project.common_dir).stdout.decode(errors="surrogateescape")
+
+
+def _owned(run: Run) -> list[str]:
+    from sandbox.include import private_paths
+
+    return private_paths(run.dir)
 
 
 def diff_files(run: Run, rng: Range) -> list[dict[str, Any]]:
@@ -57,6 +67,8 @@ def diff_files(run: Run, rng: Range) -> list[dict[str, Any]]:
     new_tree = objects.commit_tree(repo, rng.new)
     out = []
     for change in objects.diff_trees(repo, old_tree, new_tree):
+        if run.is_private(change.path):
+            continue
         status = "added" if change.old is None else "deleted" if change.new is None else "modified"
         if change.old and change.new and change.old.oid == change.new.oid:
             status = "mode"

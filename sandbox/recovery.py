@@ -124,7 +124,7 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
         if goal_tree == head_tree:
             return RollbackFilesReport(ckpt.name, None, message=f"The run's files are already at {ckpt.name}.")
         changes = list(objects.diff_trees(run.repo, head_tree, goal_tree))
-        cap = capture(run.repo, run.worktree, head_tree, [c.path for c in changes], run.is_ignored)
+        cap = capture(run.repo, run.worktree, head_tree, [c.path for c in changes], run.is_ignored, run.is_private)
         blocked = [rel for rel, now in cap.changes.items() if now != objects.lookup(run.repo, goal_tree, rel)]
         if blocked:
             raise RollbackRefusedError(

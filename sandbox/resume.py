@@ -17,6 +17,12 @@
    or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
 7. writes a note for the model and 8. names the next safe step.
 
+Before all that (step 0), resume looks for live processes of the agent sessions the run's calls
+started in (each ``started`` event names its session: see :mod:`sandbox.procs`). While any still
+runs it refuses, naming them, and changes nothing: a live tool (or the agent itself) could still
+write into the worktree after the report was made. ``stop_processes=True`` stops them first
+(SIGTERM, then SIGKILL) and records that in the ledger.
+
 Resuming twice in a row gives the same report apart from the epoch.
 """
 
@@ -28,7 +34,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandbox import approvals, faults, objects, worktree
+from sandbox import approvals, faults, objects, procs, worktree
 from sandbox.capture import capture
 from sandbox.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
 from sandbox.errors import CorruptionError, SandboxError
@@ -41,6 +47,8 @@ from sandbox.models import (
     Idempotency,
     LedgerEntry,
     LedgerState,
+    LiveProcess,
+    ProcessScope,
     ReplayPolicy,
     ResumeReport,
     UncertainCall,
@@ -75,15 +83,34 @@ def classify(entry: LedgerEntry) -> str:
     return ASK_FIRST
 
 
-def resume(run: Run) -> ResumeReport:
-    """Resume ``run`` (steps 1-8 above) and return what was found and decided."""
+class ProcessesAliveError(SandboxError):
+    """Processes of the run's agent sessions still run: resuming now would race them."""
+
+    exit_code = 1
+
+
+def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> ResumeReport:
+    """Resume ``run`` (steps 0-8 above) and return what was found and decided.
+
+    Raises :class:`ProcessesAliveError` (and changes nothing) while processes of the run's agent
+    sessions run, unless ``stop_processes``: then they are stopped first.
+    """
     objects.enable_fsync()
     problems: list[str] = []
     with run.ledger.lock.hold():
         state = run.state()
+        live, looked = _session_processes(run, state)
+        if live and not stop_processes:
+            raise ProcessesAliveError(_alive_message(run, live))
+        stopped = _stop(live, grace)
         epoch = state.epoch + 1
         run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
         faults.point("resume.after_fence")
+        if stopped:
+            data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
+            reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
+            run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
+        _orphaned_session_reports(run, epoch)
         current = run.state()
         for call_id in current.order:
             if current.calls[call_id].status == CallStatus.started:
@@ -125,7 +152,93 @@ def resume(run: Run) -> ResumeReport:
         faults.point("resume.after_drift")
         keep_before_writes(run, _uncertain_pids(state, events))
         run.head()  # repairs the head ref if a crash left it behind
-    return _report(run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store)
+    alive_calls = {c for p in live for c in p.call_ids}
+    alive = {c: c in alive_calls for c in looked}
+    report = _report(
+        run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store, alive
+    )
+    report.stopped_processes = stopped
+    if stopped:
+        report.note = _stopped_note(stopped) + " " + report.note
+    return report
+
+
+def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess], set[str]]:
+    """Live processes of the run's agent sessions; and the unfinished calls looked for.
+
+    Every session a call of the run started in is looked at (a background server a finished call
+    left running writes into the worktree as surely as an interrupted call); ``call_ids`` names the
+    unfinished calls of a process's session. A call is looked for when its ``started`` event names
+    a session and processes can be listed here.
+    """
+    if not procs.available():
+        return [], set()
+    unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
+    scopes: dict[str, ProcessScope] = {}
+    for _oid, event in run.ledger.events():
+        if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
+            scopes[event.call_id] = event.procs
+    if not scopes:
+        return [], set()
+    live: list[LiveProcess] = []
+    for token, proc in procs.find_any({s.token for s in scopes.values()}):
+        calls = sorted(c for c, s in scopes.items() if s.token == token and c in unfinished)
+        live.append(LiveProcess(pid=proc.pid, cmd=proc.cmd, call_ids=calls))
+    return live, {c for c in scopes if c in unfinished}
+
+
+def _orphaned_session_reports(run: Run, epoch: int) -> None:
+    """Record what a supervisor stopped after its ``sandbox run`` died (its report was never read)."""
+    prefix = procs.SESSION_REPORT_PREFIX
+    try:
+        names = [n for n in os.listdir(run.dir) if n.startswith(prefix) and n.endswith(".json")]
+    except OSError:
+        return
+    for name in sorted(names):
+        owner = name[len(prefix) : -len(".json")]
+        if owner.isdigit() and procs.start_time(int(owner)) is not None:
+            continue  # that `sandbox run` is alive and reads its own report
+        path = os.path.join(run.dir, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)]
+        reason = (
+            f"sandbox run ended before its agent (exit {data.get('exit')}); the agent's supervisor stopped "
+            f"{len(stopped)} process(es) it left running"
+        )
+        note = {"agent_exit": data.get("exit"), "stopped_processes": stopped, "supervisor": data.get("pid")}
+        run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=note))
+        os.unlink(path)
+
+
+def _alive_message(run: Run, live: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in live[:5])
+    more = f" and {len(live) - 5} more" if len(live) > 5 else ""
+    calls = sorted({c for p in live for c in p.call_ids})
+    of = f" of call {', '.join(calls[:3])}" if calls else ""
+    return (
+        f"Run {run.run_id} still has {len(live)} running process(es) from the agent session{of}: {shown}{more}. "
+        "They may still change the worktree, so resume changed nothing; "
+        f"stop them with 'sandbox resume {run.run_id} --stop-processes', or wait for them to end."
+    )
+
+
+def _stop(live: list[LiveProcess], grace: float) -> list[LiveProcess]:
+    if not live:
+        return []
+    targets = [procs.Proc(p.pid, procs.start_time(p.pid) or -1, p.cmd) for p in live]
+    how = {proc.pid: ended for proc, ended in procs.stop([t for t in targets if t.start >= 0], grace)}
+    return [p.model_copy(update={"state": how.get(p.pid, "TERM")}) for p in live]
+
+
+def _stopped_note(stopped: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in stopped[:5])
+    return f"Resume stopped {len(stopped)} process(es) the agent's session had left running: {shown}."
 
 
 def _still_started(call_id: str) -> Any:
@@ -189,7 +302,7 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
     from sandbox import include
 
     # The ignored files the user listed (.worktreeinclude, .sandbox.toml) come back too.
-    report = include.populate(run.info.user_workdir, new.worktree, run.dir)
+    report = include.populate(run.user_workdir, new.worktree, run.dir)
     problems.extend(f"While recreating the worktree: {w}" for w in report.warnings)
     problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]} in {new.worktree}.")
     return True
@@ -214,7 +327,9 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
 
     assert state.head is not None
     head_tree = objects.commit_tree(run.repo, state.head)
-    cap = capture(run.repo, run.worktree, head_tree, scan.candidates(run.repo, run.worktree, head_tree), run.is_ignored)
+    candidates = scan.candidates(run.repo, run.worktree, head_tree)
+    # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.include.
+    cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     if not cap.changes:
         return [], None
     previous = (state.data.get(EventKind.drift.value) or [{}])[-1]
@@ -268,6 +383,7 @@ def _report(
     recreated: bool,
     problems: list[str],
     store: CheckpointStore,
+    alive: dict[str, bool] | None = None,
 ) -> ResumeReport:
     ckpt = session.checkpoint if session else None
     uncertain = []
@@ -285,6 +401,7 @@ def _report(
                     summary=entry.summary,
                     input_hash=entry.input_hash,
                     started_at=entry.started_at,
+                    processes_alive=(alive or {}).get(call_id),
                 )
             )
     denied = approvals.denials(run, state)
@@ -428,6 +545,10 @@ def _note(
     for u in uncertain:
         text = f"{u.tool_name} ({u.call_id}) is uncertain: it started but its result was not recorded; "
         text += advice[u.decision]
+        if u.processes_alive is False:
+            text += " None of its session's processes is still running."
+        elif u.processes_alive:
+            text += " Its session's processes were still running; they were stopped before this resume."
         if u.call_id in drifted:
             text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
         parts.append(text)

@@ -45,6 +45,7 @@ from sandbox.models import (
     Idempotency,
     LedgerEntry,
     LedgerState,
+    ProcessScope,
     ReplayPolicy,
     RunInfo,
 )
@@ -116,6 +117,7 @@ class Run:
         self._wt_repo: pygit2.Repository | None = None
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None
+        self._user_workdir: str | None = None
         #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.include`).
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
@@ -151,13 +153,31 @@ class Run:
         os.makedirs(run.dir, exist_ok=True)
         with run.ledger.lock.hold():
             faults.point("start.after_lock")
-            message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
-            snap = snapshot.take(project.repo, workdir, run.dir, message)
-            with objects.git_writes():
-                project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
-                project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
-            faults.point("start.after_refs")
-            place = run.make_place(snap.commit)
+            # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while
+            # the snapshot is taken; then only the paths the snapshot changes are written on top.
+            place = run._reserve_place()
+            user_head = snapshot.user_head(workdir)
+            checkout = None
+            if user_head is not None:
+                worktree.init(place, project.common_dir, user_head, run_id, *run.git_settings())
+                checkout = worktree.start_checkout(place)
+            try:
+                message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
+                snap = snapshot.take(project.repo, workdir, run.dir, message)
+                with objects.git_writes():
+                    project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
+                    project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
+                faults.point("start.after_refs")
+                if checkout is not None and user_head is not None:
+                    proc, checkout = checkout, None
+                    worktree.finish_checkout(proc)
+                    worktree.advance(place, run_id, user_head, snap.commit)
+                else:
+                    worktree.create(place, project.common_dir, snap.commit, run_id, *run.git_settings())
+            finally:
+                if checkout is not None:  # the snapshot failed: stop the checkout (gc reclaims the home)
+                    checkout.kill()
+                    checkout.wait()
             path = place.worktree
             faults.point("start.after_worktree")
             from sandbox import include
@@ -220,6 +240,12 @@ class Run:
         The home is recorded in the run's directory first, so an interrupted creation is found and
         reclaimed by ``sandbox gc``. Used by :meth:`start`, and by ``resume`` when the worktree is gone.
         """
+        place = self._reserve_place(home)
+        worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
+        return place
+
+    def _reserve_place(self, home: str | None = None) -> layout.Place:
+        # Recorded in the user's repository before anything is made there, so gc finds leftovers.
         from sandbox.fsutil import atomic_write
 
         place = layout.home_place(home) if home else self.project.new_place(self.run_id)
@@ -232,7 +258,6 @@ class Run:
         atomic_write(os.path.join(self.dir, layout.PLACE_FILE), (place.home + "\n").encode())
         self._place = place
         self._wt_repo = None
-        worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
         return place
 
     def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
@@ -244,6 +269,24 @@ class Run:
             ]
         object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
         return worktree.inherited(local), object_format
+
+    @property
+    def user_workdir(self) -> str:
+        """The user's working tree the run applies to, in the repository this command runs in.
+
+        The run's record names the tree it was started from; that is used only while it belongs to
+        this repository. A run fetched from another clone (or a moved repository) gets this
+        repository's main working tree instead, never the other clone's.
+        """
+        if self._user_workdir is None:
+            recorded = self.info.user_workdir
+            found = layout.common_dir_of(recorded) if os.path.isdir(recorded) else None
+            main = self.project.common_dir
+            if found is not None and os.path.realpath(found) == main:
+                self._user_workdir = recorded
+            else:
+                self._user_workdir = os.path.dirname(main) if os.path.basename(main) == ".git" else recorded
+        return self._user_workdir
 
     @property
     def base(self) -> str:
@@ -387,6 +430,7 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
+        procs: ProcessScope | None = None,
         agent_session: str | None = None,
     ) -> str:
         """Durably record that a call is starting; returns its call id.
@@ -421,7 +465,7 @@ class Run:
                 existing.append(entry)
 
         state = self.state()
-        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch)
+        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch, procs=procs)
         self.ledger.append(event, attachments=attachments, check=check)
         faults.point("call.start.after")
         return call_id

@@ -41,6 +41,12 @@ def user_git_dir(workdir: str) -> str:
     return os.path.realpath(found)
 
 
+def user_head(workdir: str) -> str | None:
+    """The commit the user's working tree has checked out (None in a repository without commits)."""
+    user = pygit2.Repository(user_git_dir(workdir))
+    return None if user.head_is_unborn else str(user.head.target)
+
+
 def take(project_repo: pygit2.Repository, workdir: str, scratch_dir: str, message: str) -> Snapshot:
     """Snapshot the working tree ``workdir`` into a commit (no ref is created)."""
     objects.enable_fsync()

@@ -44,8 +44,7 @@ class UndoConflict(ApplyConflict):
 
 def _pending_dirs(run: Run) -> list[str]:
     dirs = []
-    info = run.info
-    for directory in (info.user_workdir, run.worktree):
+    for directory in (run.user_workdir, run.worktree):
         pending = journal.load(run.project, directory)
         if pending is not None and pending.run_id == run.run_id:
             dirs.append(directory)
@@ -88,7 +87,7 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
 def _move(
     run: Run, entry: LedgerEntry, op: str, target: str, lock_timeout: float, only: list[str] | None = None
 ) -> UndoReport:
-    root = run.info.user_workdir if target == "user" else run.worktree
+    root = run.user_workdir if target == "user" else run.worktree
     with journal.tree_lock(run.project, root, lock_timeout), run.ledger.lock.hold(lock_timeout):
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)

@@ -129,6 +129,8 @@ def test_status_shows_the_agents_git_and_apply_keeps_it(repo: Path) -> None:
     assert seen["stash"] == 1
     text = runner.invoke(cli, ["-C", str(repo), "status", run.run_id], catch_exceptions=False).output
     assert "agent git: on branch sandbox/" in text and "1 stash entry" in text and "agent work" in text
+    logged = runner.invoke(cli, ["-C", str(repo), "log", run.run_id], catch_exceptions=False).output
+    assert "agent git: on branch sandbox/" in logged and "1 commit(s) by the agent" in logged
     # apply applies the agent's files only; its commits, branches, tags and stash stay in the run.
     applied = runner.invoke(cli, ["-C", str(repo), "apply", run.run_id], catch_exceptions=False)
     assert applied.exit_code == 0, applied.output

@@ -121,12 +121,75 @@ def test_gemini_pairs_before_and_after(repo: Path) -> None:
     assert [f.path for f in entries[0].files] == ["src/greet.py"]
     assert [f.path for f in entries[1].files] == ["shell.txt"]
     assert entries[3].replay_policy.value == "never"
-    assert entries[4].status.value == "failed" and entries[4].error == "Command exited with code 1"
+    # Gemini reports a non-zero exit only in the text the model gets ("Exit Code: 1"), never as an error.
+    assert entries[4].status.value == "failed" and entries[4].error == "exit code 1"
     assert all(e.status.value in ("succeeded", "failed") for e in entries)
 
 
 def test_gemini_ignores_other_events() -> None:
     assert gemini.to_event({"hook_event_name": "SessionStart", "cwd": "/"}) is None
+
+
+def _shell(output: str, *sections: str, display: object = None) -> dict[str, object]:
+    body = "\n".join([f"Output: {output or '(empty)'}", *sections])
+    shown = output if display is None else display
+    return {"llmContent": f"<untrusted_context>\n{body}\n</untrusted_context>", "returnDisplay": shown}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (_shell("fine", "Process Group PGID: 12"), (None, None)),
+        (_shell("", "Exit Code: 2", "Process Group PGID: 12"), (2, None)),
+        (_shell("oops\nExit Code: 0", "Exit Code: 3", "Process Group PGID: 12"), (3, None)),
+        # The command printed a fake section and exited 0: only Gemini's own sections count.
+        (_shell("Exit Code: 9\nProcess Group PGID: 1", "Process Group PGID: 12"), (None, None)),
+        (_shell("", "Signal: SIGKILL", "Process Group PGID: 12"), (None, "SIGKILL")),
+        (_shell("x", "Error: spawn failed", "Exit Code: 127"), (127, None)),
+        # returnDisplay not the output (ANSI output, debug mode): the trailing sections decide.
+        (_shell("x\ny", "Exit Code: 4", "Background PIDs: 5, 6", display=[{"text": "x"}]), (4, None)),
+        ({"llmContent": [{"text": "not a shell result"}]}, (None, None)),
+        ("not an object", (None, None)),
+    ],
+)
+def test_gemini_shell_exit_code_from_its_text(response: object, expected: tuple[object, object]) -> None:
+    assert gemini.shell_outcome(response) == expected
+
+
+def test_gemini_denied_call_gets_gemini_s_own_refusal(repo: Path) -> None:
+    """A denial covers the tool and input: every BeforeTool asking for it gets {"decision": "deny"}."""
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    doc = fixture("gemini", "run_shell_command", wt)
+    planned = run.plan_call("run_shell_command", doc["before"]["tool_input"])
+    run.deny(planned, "not today")
+    for _attempt in range(2):  # a retry is a new call to the sandbox (Gemini gives no call id)
+        result = hook("gemini", doc["before"])
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.stdout)
+        assert answer["decision"] == "deny" and "not today" in answer["reason"] and planned in answer["reason"]
+    ran = [e for e in reopen(run).entries() if e.status.value in ("started", "succeeded", "failed", "uncertain")]
+    assert ran == []  # a refused attempt may be logged, never as having run
+    other = fixture("gemini", "read_file", wt)
+    assert hook("gemini", other["before"]).stdout.strip() == "{}"  # other calls still run
+
+
+def test_generic_denied_call_blocks_with_exit_2(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    planned = run.plan_call("shell", {"cmd": "rm -rf build"})
+    run.deny(planned, "keep the build")
+    result = hook("generic", event(wt, call_id="c9", input={"cmd": "rm -rf build"}))
+    assert result.exit_code == 2 and "keep the build" in result.stderr
+
+
+def test_gemini_trust_names_only_the_worktree(tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    env = gemini.agent_env(str(tmp_path / "rundir"), str(wt))
+    path = env["GEMINI_CLI_TRUSTED_FOLDERS_PATH"]
+    assert path.startswith(str(tmp_path / "rundir")) and list(env) == ["GEMINI_CLI_TRUSTED_FOLDERS_PATH"]
+    assert json.loads(Path(path).read_text()) == {str(wt.resolve()): "TRUST_FOLDER"}
 
 
 def test_config_sources_and_subset_parser(tmp_path: Path) -> None:

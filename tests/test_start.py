@@ -170,3 +170,17 @@ def test_embedded_repository_is_reported_as_gitlink(tmp_path: Path) -> None:
     assert run.info.submodules == ["vendor/inner"]
     entry = objects.lookup(run.repo, objects.commit_tree(run.repo, run.base), "vendor/inner")
     assert entry is not None and entry.mode == objects.MODE_GITLINK
+
+
+def test_git_lfs_files_are_checked_out_from_the_users_lfs_store(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "lfs", {"a.txt": "a\n"})
+    git(root, "lfs", "install", "--local")
+    git(root, "lfs", "track", "*.bin")
+    write(root, "big.bin", bytes(range(256)) * 64)
+    commit_all(root, "lfs file")
+    write(root, "new.bin", b"uncommitted lfs content\n")
+    run = start(root)
+    wt = Path(run.worktree)
+    assert (wt / "big.bin").read_bytes() == bytes(range(256)) * 64
+    assert (wt / "new.bin").read_bytes() == b"uncommitted lfs content\n"
+    assert git(wt, "status", "--porcelain") == ""

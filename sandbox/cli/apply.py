@@ -92,7 +92,7 @@ def apply(
         dirs = [workdir] if workdir and not run_id else []
         if run_id:
             opened = Run.open(project, project.resolve_run_id(run_id, cwd_run))
-            dirs = [opened.info.user_workdir, opened.worktree]
+            dirs = [opened.user_workdir, opened.worktree]
         reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
         if not reports:
             click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
@@ -100,7 +100,7 @@ def apply(
             finish(report, "Wrote", as_json)
         return
     run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
-    root = run.info.user_workdir
+    root = run.user_workdir
     cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
     selected = [pathmod.from_user(root, p, cwd) for p in paths] or None
     try:

@@ -126,7 +126,7 @@ def _autostart_service(run: Run) -> None:
     from sandbox.errors import SandboxError
 
     try:
-        if not load_config(run.info.user_workdir).autostart:
+        if not load_config(run.user_workdir).autostart:
             return
     except SandboxError:  # a broken settings file must not stop the command; start reports it
         return

@@ -51,6 +51,9 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             respond = getattr(adapter, "respond", None)
             deny_answer = getattr(adapter, "deny_answer", None)  # an adapter answering denials only
             event = adapter.to_event(payload)
+        if event is not None and event.session is None:
+            # Set by `sandbox run` for the agent and everything it starts (see sandbox.procs).
+            event.session = os.environ.get("SANDBOX_SESSION") or None
         if event is None:
             outcome = hookproto.Outcome(True)
         else:

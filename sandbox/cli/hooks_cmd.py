@@ -53,8 +53,14 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
     add_private(run.dir, [adapter.SETTINGS_PATH])  # before the file exists: no cut can catch it
     path = adapters.install(adapter, run.worktree, command)
     click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")
+    extra_env = getattr(adapter, "agent_env", None)
+    if extra_env is not None:  # Gemini CLI runs hooks (and -p at all) only in a folder it trusts
+        import shlex
+
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env(run.dir, run.worktree).items())
+        click.echo(f"sandbox: start it in the worktree as: {assignments} {agent} ...  (or use 'sandbox run').")
     from sandbox import config, service
 
-    if autostart_allowed() and config.load(run.info.user_workdir).autostart and service.claim_autostart(run.dir):
+    if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
         spawn_service(run.run_id, run.worktree)
         click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")

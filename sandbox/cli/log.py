@@ -52,6 +52,22 @@ def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bo
             if kind == "M" and f.before_hash == f.after_hash:
                 kind = "T"
             click.echo(f"       {kind} {f.path}")
+    _agent_git(run)
+
+
+def _agent_git(run: Run) -> None:
+    """What the agent did with the run's own git, after the calls (only when it did something)."""
+    from sandbox.agentgit import activity, describe
+
+    if run.place.legacy or not run.worktree_exists():
+        return
+    found = activity(run.git_dir, run.run_id, run.base)
+    if found is None or not found.changed:
+        return
+    first, *rest = describe(found.to_json())
+    click.echo(f"agent git: {first}")
+    for line in rest:
+        click.echo(f"           {line}")
 
 
 def _show_call(run: Run, call_id: str, as_json: bool) -> None:

@@ -10,13 +10,22 @@ from sandbox.cli.common import emit_json, open_run
 @click.command()
 @click.argument("run_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+@click.option(
+    "--stop-processes",
+    is_flag=True,
+    help="Stop processes still running from the unfinished calls' agent session (TERM, then KILL) first.",
+)
 @click.pass_context
-def resume(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
-    """Resume RUN: fence old writers, mark unfinished calls uncertain, verify, and write a note."""
+def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes: bool) -> None:
+    """Resume RUN: fence old writers, mark unfinished calls uncertain, verify, and write a note.
+
+    Refuses while processes of an unfinished call's agent session still run (it names them);
+    --stop-processes stops them first.
+    """
     from sandbox.resume import resume as do_resume
 
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
-    report = do_resume(run)
+    report = do_resume(run, stop_processes=stop_processes)
     if as_json:
         data = report.model_dump(mode="json", exclude={"messages"})
         if report.checkpoint is not None:
@@ -27,6 +36,8 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         return
     for problem in report.problems:
         click.echo(f"sandbox: {problem}", err=True)
+    for proc in report.stopped_processes:
+        click.echo(f"sandbox: stopped process {proc.pid} ({proc.cmd or '?'}) with SIG{proc.state}.", err=True)
     click.echo(report.note)
     click.echo("")
     click.echo(f"Next step: {report.next_step}")

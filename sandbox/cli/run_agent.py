@@ -100,17 +100,21 @@ def run_agent(
     if not run.worktree_exists():
         raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
+    env = dict(os.environ)
     if name and name != "none":
         adapter = adapters.load(name)
         add_private(run.dir, [adapter.SETTINGS_PATH])
         adapters.install(adapter, run.worktree, hook_command(name))
         click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
+        extra_env = getattr(adapter, "agent_env", None)
+        if extra_env is not None:  # e.g. Gemini CLI: the worktree trusted for this agent only
+            env.update(extra_env(run.dir, run.worktree))
     here = base_dir(ctx)
     subdir = os.path.relpath(here, workdir) if workdir and here.startswith(workdir + os.sep) else ""
     result = agent.run_session(
         run,
         command,
-        env=os.environ,
+        env=env,
         subdir=subdir,
         debounce=debounce,
         is_foreground=_is_foreground,
@@ -118,6 +122,13 @@ def run_agent(
     )
     if result.returncode == 127:
         click.echo(f"sandbox: {command[0]}: command not found.", err=True)
+    if result.stopped:
+        shown = ", ".join(f"{p.get('pid')} ({p.get('cmd') or '?'})" for p in result.stopped[:5])
+        more = f" and {len(result.stopped) - 5} more" if len(result.stopped) > 5 else ""
+        click.echo(
+            f"sandbox: the agent left {len(result.stopped)} process(es) running; they were stopped: {shown}{more}.",
+            err=True,
+        )
     for note in result.notes:
         click.echo(f"sandbox: note: {note}", err=True)
     for call_id in result.unfinished:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from sandbox.cli.common import emit_json, open_run
@@ -36,21 +34,9 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
     agent_git = row.get("agent_git")
     if agent_git:
-        _echo_agent_git(agent_git)
+        from sandbox.agentgit import describe
 
-
-def _echo_agent_git(g: dict[str, Any]) -> None:
-    """The agent's own git activity in the run (kept in the run; 'apply' applies files only)."""
-    where = f"on branch {g['branch']}" if g["branch"] else f"detached at {(g['head'] or 'none')[:12]}"
-    parts = [where]
-    if g["commit_count"]:
-        parts.append(f"{g['commit_count']} commit(s) by the agent")
-    if g["branches"]:
-        parts.append("branches: " + ", ".join(sorted(g["branches"])[:8]))
-    if g["tags"]:
-        parts.append("tags: " + ", ".join(sorted(g["tags"])[:8]))
-    if g["stash"]:
-        parts.append(f"{g['stash']} stash entr{'y' if g['stash'] == 1 else 'ies'}")
-    click.echo(f"  agent git: {'; '.join(parts)} (in the run's own repository)")
-    for commit in g["commits"][:5]:
-        click.echo(f"             {commit['id'][:10]} {commit['subject']}")
+        first, *rest = describe(agent_git)
+        click.echo(f"  agent git: {first}")
+        for line in rest:
+            click.echo(f"             {line}")

@@ -275,7 +275,9 @@ def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home
             while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
-            claude = [pid for pid in _children(proc.pid) if "claude" in Path(f"/proc/{pid}/cmdline").read_text()]
+            # sandbox run -> its supervisor (sandbox.reaper, which owns the agent's tree) -> claude
+            supervisor = _children(proc.pid)
+            claude = [p for s in supervisor for p in _children(s) if "claude" in Path(f"/proc/{p}/cmdline").read_text()]
             assert len(claude) == 1
             os.kill(claude[0], signal.SIGKILL)
             _out, err = proc.communicate(timeout=60)

@@ -328,3 +328,14 @@ def test_an_agents_own_sandbox_exec_is_recorded_through_the_host_inside_the_same
     assert outside.returncode == 0
     last = json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)[-1]
     assert last["input"]["isolation"] == "bwrap, network off"
+
+
+@needs_bwrap
+def test_a_confined_agents_leftover_processes_die_with_it(repo: Path) -> None:
+    """The agent is its PID namespace's first process: what it leaves running (setsid too) dies with it."""
+    script = "sleep 300 & setsid sleep 301 & echo started; exit 4"
+    proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
+    assert proc.returncode == 4, proc.stderr
+    time.sleep(0.5)
+    alive = subprocess.run(["pgrep", "-f", "^sleep 30[01]$"], capture_output=True, text=True).stdout.split()
+    assert alive == [], alive

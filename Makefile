@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint typecheck bench bench-big bench-claude soak clean agents
+.PHONY: venv demo test lint typecheck bench bench-big bench-claude soak clean agents bwrap
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 
 agents: $(AGENTS_STAMP)
 
+# OS confinement (sandbox run / sandbox exec) uses bubblewrap: installed here when root on Debian,
+# else a message says how (README: "Confinement").
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing bubblewrap (apt-get install -y bubblewrap)"; \
+	    apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; \
+	  else \
+	    echo "make: bubblewrap (bwrap) is missing; install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap; Arch: sudo pacman -S bubblewrap), or the confinement tests cannot run." >&2; exit 1; \
+	  fi; }
+	@bwrap --ro-bind / / true || { echo "make: bubblewrap is installed but cannot create a sandbox here (user namespaces disabled?); see README, Confinement." >&2; exit 1; }
+
 demo: $(STAMP)
 	$(BIN)/sandbox demo
 
@@ -34,7 +46,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check sandbox tests bench hooks
 	$(BIN)/mypy
 
-test: lint $(STAMP) $(AGENTS_STAMP)
+test: lint $(STAMP) $(AGENTS_STAMP) bwrap
 	$(BIN)/python -m pytest -q
 
 soak: $(STAMP)

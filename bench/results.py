@@ -90,6 +90,8 @@ class Results:
 def fmt_value(value: float, unit: str) -> str:
     """A value in a readable unit."""
     if unit == "s":
+        if value < 0:  # a paired difference
+            return "-" + fmt_value(-value, unit)
         if value < 1e-3:
             return f"{value * 1e6:.0f} µs"
         if value < 1:

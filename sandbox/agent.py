@@ -28,11 +28,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox import procs
 from sandbox.models import CallStatus, EventKind, ProcessScope
 from sandbox.run import Run
+
+if TYPE_CHECKING:
+    from sandbox.confine import Isolation
+
+#: Starts the agent: (argv, cwd, env) -> a process with ``wait()`` and ``send_signal()``.
+Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
@@ -261,6 +267,7 @@ def run_session(
     on_signal: Callable[[int], None] | None = None,
     is_foreground: Callable[[], bool] | None = None,
     grace: float = STOP_GRACE,
+    isolation: Isolation | None = None,
 ) -> SessionResult:
     """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
 
@@ -272,12 +279,16 @@ def run_session(
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
+    ``isolation``: how the agent is confined (:mod:`sandbox.confine`), recorded as a ``note``
+    event; confined, its hooks can only record through this session's host, so the session
+    refuses to start when another process hosts the run.
     The run is left in place. Must be called from the main thread (signal handlers).
     """
     import secrets
 
     from sandbox import service
 
+    launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
     token = secrets.token_hex(16)
     result.scope = ProcessScope(token=token, boot_id=_boot_id())
@@ -290,6 +301,15 @@ def run_session(
         host.hooks.recorder.scope = result.scope
         result.hosted_hooks = host.hosted_hooks
         result.notes.extend(host.notes)
+        if launch is not None and not host.hosted_hooks:
+            from sandbox.confine import ConfinementError
+
+            raise ConfinementError(
+                f"Another process hosts run {run.run_id}'s hooks (a 'sandbox run' of it is live); a confined agent "
+                "could only record through this session, so it was not started. End the other session first."
+            )
+        if isolation is not None:
+            run.note({"isolation": isolation.describe(), "session": "sandbox run"})
         cutter = Cutter(run, host.watcher, host.lock, debounce)
         cutter.start()
         # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
@@ -302,7 +322,15 @@ def run_session(
         )
         try:
             result.returncode = _supervise(
-                run, list(argv), cwd, agent_env(env, run, hooks_dir, token), on_signal, is_foreground, grace, result
+                run,
+                list(argv),
+                cwd,
+                agent_env(env, run, hooks_dir, token),
+                on_signal,
+                is_foreground,
+                grace,
+                result,
+                launch,
             )
         finally:
             cutter.stop()
@@ -317,6 +345,23 @@ def run_session(
     result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
     result.unfinished = [e.call_id for e in run.entries() if e.status == CallStatus.started]
     return result
+
+
+def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
+    """How the agent process is started when confined (None: a plain ``subprocess.Popen``)."""
+    if isolation is None or not isolation.enabled:
+        return None
+    from sandbox import confine
+
+    confine.check(isolation)
+    policy = confine.policy_for(
+        isolation,
+        common_dir=run.project.common_dir,
+        run_id=run.run_id,
+        worktree=run.worktree,
+        user_workdir=run.info.user_workdir,
+    )
+    return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
 
 
 def _boot_id() -> str | None:
@@ -350,10 +395,13 @@ def _supervise(
     is_foreground: Callable[[], bool] | None,
     grace: float,
     result: SessionResult,
+    launch: Launcher | None = None,
 ) -> int:
     import json
     import sys
 
+    if launch is not None:
+        return _supervise_confined(argv, cwd, env, on_signal, is_foreground, launch, result, grace)
     report = os.path.join(run.dir, f"{procs.SESSION_REPORT_PREFIX}{os.getpid()}.json")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(report)
@@ -378,7 +426,7 @@ def _supervise(
     signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, forward) for s in signums}
     try:
-        code = proc.wait()
+        code: int = proc.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -397,4 +445,51 @@ def _supervise(
         result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
     if code < 0:
         return 128 - code
+    return code
+
+
+def _supervise_confined(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    on_signal: Callable[[int], None] | None,
+    is_foreground: Callable[[], bool] | None,
+    launch: Launcher,
+    result: SessionResult,
+    grace: float,
+) -> int:
+    """The agent in its sandbox (:mod:`sandbox.confine`), without the supervisor.
+
+    The sandbox owns the process tree already: the agent is its PID namespace's first process, so
+    whatever it leaves running is killed with it, and ``--die-with-parent`` kills the whole sandbox
+    if this process dies. The supervisor would have to run outside (it writes its report in the
+    run's directory) and cannot see into the namespace. ``proc`` is a ``Confined``: its
+    ``send_signal`` reaches the agent itself (bubblewrap has the signals blocked).
+    """
+    try:
+        proc: Any = launch(argv, cwd, env)
+    except FileNotFoundError:
+        return 127
+    except PermissionError:
+        return 126
+
+    def forward(signum: int, _frame: Any) -> None:
+        if on_signal is not None:
+            on_signal(signum)
+        if signum == signal.SIGINT and is_foreground is not None and is_foreground():
+            return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in signums}
+    try:
+        code: int = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    assert result.scope is not None
+    survivors = procs.find(result.scope.token)  # none expected: the namespace died with the agent
+    if survivors:
+        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
     return code

@@ -15,6 +15,13 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     allow_edits = true        # the sandbox answers the agent's permission question for file edits
                               # inside the run's worktree (see hooks/README.md); false: the agent asks
 
+    [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.confine)
+    isolate = true            # false: no confinement (the flags --isolate on|off win over this)
+    network_run = true        # `sandbox run`: the agent may use the network (it talks to its model)
+    network_exec = false      # `sandbox exec`: no network unless --network on
+    agent_state = ["~/.claude/", "~/.claude.json"]   # replaces the default list of agent state paths
+    writable = ["~/.cache/pip/"]                      # more paths the agent may write
+
     [[tools]]                 # how agent tools are recorded (first match wins; fnmatch on the name)
     match = "mcp__memory__*"
     kind = "read"             # write | command | read | external | unknown
@@ -73,6 +80,12 @@ class Config:
     allow_edits: bool = True
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    isolate: bool = True
+    network_run: bool = True
+    network_exec: bool = False
+    #: None: :data:`sandbox.confine.DEFAULT_AGENT_STATE`.
+    agent_state: list[str] | None = None
+    writable: list[str] = field(default_factory=list)
     #: The data root as written (``~`` and ``$VARS`` are expanded by the CLI, not here).
     data_dir: str | None = None
 
@@ -134,6 +147,7 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(allow_edits, bool):
         raise ConfigError(f"{where}: hooks.allow_edits must be true or false.")
     cfg.allow_edits = allow_edits
+    _apply_isolation(cfg, table.get("isolation", {}), where)
     rules = table.get("tools", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: 'tools' must be an array of tables ([[tools]]).")
@@ -152,6 +166,22 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
         if deny is not None and (not isinstance(deny, str) or not deny.strip()):
             raise ConfigError(f"{where}: a tool rule's 'deny' must be a non-empty reason string.")
         cfg.tools.append(ToolRule(rule["match"], kind, idem, replay, deny))
+
+
+def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'isolation' must be a table.")
+    for key in ("isolate", "network_run", "network_exec"):
+        value = table.get(key, getattr(cfg, key))
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: isolation.{key} must be true or false.")
+        setattr(cfg, key, value)
+    if "agent_state" in table:
+        cfg.agent_state = _str_list(table["agent_state"], f"{where}: isolation.agent_state")
+    cfg.writable.extend(_str_list(table.get("writable", []), f"{where}: isolation.writable"))
+    unknown = sorted(set(table) - {"isolate", "network_run", "network_exec", "agent_state", "writable"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown isolation setting {unknown[0]!r}.")
 
 
 def _str_list(value: Any, what: str) -> list[str]:

@@ -52,6 +52,7 @@ class Converter:
         self._opened = False
         #: The bytes on disk behind a cleaned probe: (path, cleaned entry) -> entry of the raw bytes.
         self._raw: dict[tuple[str, Entry], Entry] = {}
+        self._user_repo: pygit2.Repository | None = None
 
     @property
     def repo(self) -> pygit2.Repository | None:
@@ -63,6 +64,25 @@ class Converter:
             except pygit2.GitError:
                 self._repo = None
         return self._repo
+
+    def _trusted(self) -> pygit2.Repository | None:
+        """For a run's worktree, the user's repository: filter drivers run with its config only.
+
+        The run's own git dir is the agent's to write: a ``filter.<name>.clean`` it configured
+        there would otherwise be run by this (unconfined) process. None for the user's own tree.
+        """
+        if self._user_repo is None:
+            from sandbox import layout
+
+            loc = layout.locate(self.workdir)
+            if loc is not None:
+                try:
+                    self._user_repo = pygit2.Repository(loc.common_dir)
+                except pygit2.GitError:
+                    raise ConversionError(
+                        f"Cannot open the repository of the run at {self.workdir}; nothing was converted."
+                    ) from None
+        return self._user_repo
 
     # -- what applies ---------------------------------------------------------------------------
 
@@ -103,6 +123,8 @@ class Converter:
         the user's tree cannot find it. So drivers run against the user's repository, with this
         tree's files and attributes.
         """
+        if repo is None:
+            repo = self._trusted()
         where = ["--git-dir", repo.path, "--work-tree", self.workdir] if repo is not None else []
         proc = git([*where, *args], cwd=self.workdir, input=data, check=False)
         if proc.returncode != 0:
@@ -118,7 +140,7 @@ class Converter:
         """The blob content ``git add`` would store for ``data`` at ``rel`` (``repo``: the object store)."""
         if self._driver(rel):
             oid = self._git(repo, rel, ["hash-object", "-w", f"--path={rel}", "--stdin"], data).decode().strip()
-            store = repo if repo is not None else self.repo
+            store = repo if repo is not None else self._trusted() or self.repo
             assert store is not None
             return objects.read_blob(store, oid)
         filters = self._filters(rel, FilterMode.TO_ODB)

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.hosted import run_command
+from sandbox import confine
+from sandbox.hosted import command_input, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run import Run, new_call_id
 
@@ -49,12 +50,26 @@ def execute(
     watcher: Any = None,
     use_session: bool = True,
     local_watcher: bool = False,
+    isolation: confine.Isolation | None = None,
 ) -> ExecOutcome:
     """Run ``argv`` in the worktree as one call; file changes come from a watcher, the session or a scan.
 
     The ``started`` event is durable before the command starts. The call is ``succeeded`` when the
-    command exits 0 and ``failed`` otherwise (the exit code is in the result).
+    command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
+    how the command is confined (:mod:`sandbox.confine`; None: not at all); it is part of the
+    call's recorded input, and confinement that cannot be had is refused before anything is recorded.
     """
+    confined = None
+    if isolation is not None and isolation.enabled:
+        confine.check(isolation)
+        policy = confine.policy_for(
+            isolation,
+            common_dir=run.project.common_dir,
+            run_id=run.run_id,
+            worktree=run.worktree,
+            user_workdir=run.info.user_workdir,
+        )
+        confined = (isolation, policy)
     call_id = call_id or new_call_id()
     client = None
     own_watcher = None
@@ -67,7 +82,7 @@ def execute(
 
         own_watcher = watcher = Watcher(run.worktree, take_window=True)
         own_watcher.start()
-    input_value = {"argv": list(argv)}
+    input_value = command_input(argv, isolation)
     source = "scan"
     try:
         with run.tool_call(
@@ -81,11 +96,15 @@ def execute(
             watcher=watcher,
         ) as call:
             begun = client is not None and client.begin(call_id) is not None
-            returncode = run_command(list(argv), run.worktree)
+            refused: confine.ConfinementError | None = None
+            try:
+                returncode = run_command(list(argv), run.worktree, confined)
+            except confine.ConfinementError as exc:
+                refused, returncode = exc, 126
             call.result = {"exit_code": returncode}
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
-                call.failed_with = f"exit code {returncode}"
+                call.failed_with = refused.message if refused else f"exit code {returncode}"
             changed = client.end(call_id) if client is not None and begun else None
             if changed is not None:
                 call.touched.update(changed)
@@ -97,5 +116,7 @@ def execute(
     finally:
         if own_watcher is not None:
             own_watcher.stop()
+    if refused is not None:
+        raise refused
     assert call.entry is not None
     return ExecOutcome(call.entry, returncode, source)

@@ -291,6 +291,15 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
     outcome = forward(loc, event)
     if outcome is not None:
         return outcome
+    if not os.access(loc.run_dir, os.W_OK):
+        # Inside an OS sandbox (sandbox.confine) the run's files are read-only: only the host
+        # outside can record. Block the tool (strict) rather than let it run unrecorded.
+        return Outcome(
+            False,
+            f"the run's host is not reachable from inside the sandbox, so this {event.tool} call cannot be "
+            f"recorded and is blocked; restart the agent with 'sandbox run {loc.run_id} -- AGENT'.",
+            strict=True,
+        )
     from sandbox.project import Project
     from sandbox.run import Run
 

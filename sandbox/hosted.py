@@ -6,7 +6,8 @@ the answer comes), run the command, and ask it to finish the call with what its 
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
-Only the standard library, :mod:`sandbox.hookproto` and :mod:`sandbox.layout` are imported here. When no host answers,
+Only the standard library, :mod:`sandbox.hookproto`, :mod:`sandbox.layout` and :mod:`sandbox.confine` are
+imported here. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
 
@@ -17,11 +18,11 @@ import re
 import secrets
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import hookproto, layout
+from sandbox import confine, hookproto, layout
 from sandbox.errors import SandboxError
 
 _FINISHED = re.compile(r"^(\S+) (succeeded|failed), (\d+) file\(s\)$")
@@ -69,21 +70,33 @@ def run_hosted(
     idempotency: str,
     replay: str,
     call_id: str | None,
+    isolation: Callable[[str | None], confine.Isolation] | None = None,
 ) -> HostedOutcome | None:
     """Run ``argv`` as one call recorded by the run's host; None when no host answers (nothing ran).
 
     The start is durable (the host answered) before the command runs. If the host goes away while
     the command runs, the finish is recorded in this process (a scan finds the changes).
+    ``isolation(user_workdir)`` says how to confine the command (None: not at all); confinement
+    that cannot be had is refused before anything is recorded.
     """
     loc = locate(base_dir, run_id)
     if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
         return None
+    user_workdir = user_workdir_of(loc.common_dir)
+    iso = isolation(user_workdir) if isolation is not None else None
+    confined: tuple[confine.Isolation, confine.Policy] | None = None
+    if iso is not None and iso.enabled:
+        confine.check(iso)
+        policy = confine.policy_for(
+            iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
+        )
+        confined = (iso, policy)
     call_id = call_id or f"call_{secrets.token_hex(6)}"
     common: dict[str, Any] = {
         "cwd": loc.worktree,
         "tool": tool_name,
         "call_id": call_id,
-        "input": {"argv": list(argv)},
+        "input": command_input(argv, iso),
         "kind": "command",
     }
     start = hookproto.HookEvent(phase="start", idempotency=idempotency, replay=replay, agent="exec", **common)
@@ -94,16 +107,22 @@ def run_hosted(
         raise SandboxError(answer.message)
     if answer.decision == "deny":
         raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
-    returncode = run_command(list(argv), loc.worktree)
+    refused: confine.ConfinementError | None = None
+    try:
+        returncode = run_command(list(argv), loc.worktree, confined)
+    except confine.ConfinementError as exc:
+        refused, returncode = exc, 126
     finish = hookproto.HookEvent(
         phase="finish",
         status="succeeded" if returncode == 0 else "failed",
-        error=None if returncode == 0 else f"exit code {returncode}",
+        error=refused.message if refused else None if returncode == 0 else f"exit code {returncode}",
         result={"exit_code": returncode},
         agent="exec",
         **common,
     )
     done = hookproto.handle(finish)  # the host, or this process if the host went away meanwhile
+    if refused is not None:
+        raise refused
     if not done.ok:
         raise SandboxError(done.message)
     found = _FINISHED.match(done.message)
@@ -112,8 +131,27 @@ def run_hosted(
     return HostedOutcome(call_id, finish.status, None, returncode, done.message)
 
 
-def run_command(argv: list[str], cwd: str) -> int:
-    """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell)."""
+def user_workdir_of(common_dir: str) -> str | None:
+    """The user's working tree of a repository's common git dir (None when bare)."""
+    return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
+
+
+def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> dict[str, Any]:
+    """A command call's recorded input: its argv, and how it was confined when the caller said."""
+    out: dict[str, Any] = {"argv": list(argv)}
+    if isolation is not None:
+        out["isolation"] = isolation.describe()
+    return out
+
+
+def run_command(argv: list[str], cwd: str, confined: tuple[confine.Isolation, confine.Policy] | None = None) -> int:
+    """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell).
+
+    ``confined``: run it in a sandbox (:mod:`sandbox.confine`); a sandbox that cannot be set up
+    raises :class:`~sandbox.confine.ConfinementError`, and the command never runs unconfined.
+    """
+    if confined is not None:
+        return confine.spawn(confined[0], confined[1], argv, cwd).wait()
     try:
         proc = subprocess.Popen(argv, cwd=cwd)
     except FileNotFoundError:

@@ -756,6 +756,10 @@ class Run:
         )
         return self.ledger.append(event, check=check).calls[call_id]
 
+    def note(self, data: dict[str, Any]) -> None:
+        """Record a fact about the run that is no call (e.g. how a session's agent was confined)."""
+        self.ledger.append(self._event(EventKind.note, data=data, epoch=self.state().epoch))
+
     # -- dropping ------------------------------------------------------------------------------
 
     def changed_paths(self) -> list[str]:

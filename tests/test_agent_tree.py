@@ -2,7 +2,9 @@
 
 Real processes and real signals: agents (shell scripts and fixtures/agents/fake_claude.py) that
 leave tools running, including ones that call ``setsid`` to leave every process group, and kill -9
-of the agent, of its supervisor and of ``sandbox run`` itself.
+of the agent, of its supervisor and of ``sandbox run`` itself. They run with ``--isolate off``: the
+supervisor is the unconfined path; a confined agent's tree is its PID namespace, which dies with it
+(tests/test_confine.py).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def test_processes_left_by_the_agent_are_stopped_and_recorded(repo: Path, tmp_pa
         f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
         f"i=0; while [ $(wc -l < {pids}) -lt 2 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 4"
     )
-    proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
+    proc = sandbox_cmd("run", "--new", "--isolate", "off", "--", "sh", "-c", script, cwd=repo)
     assert proc.returncode == 4, proc.stderr
     left = [int(x) for x in pids.read_text().split()]
     assert len(left) == 2
@@ -64,7 +66,7 @@ def test_processes_left_by_the_agent_are_stopped_and_recorded(repo: Path, tmp_pa
     err = proc.stderr.decode()
     assert "left 2 process(es) running; they were stopped" in err
     run_id = run_id_of(proc.stderr)
-    notes = [e for e in ledger_events(repo, run_id) if e["kind"] == "note"]
+    notes = [e for e in ledger_events(repo, run_id) if e["kind"] == "note" and "isolation" not in e["data"]]
     assert len(notes) == 1
     stopped = notes[0]["data"]["stopped_processes"]  # type: ignore[index]
     assert sorted(p["pid"] for p in stopped) == sorted(left)
@@ -174,7 +176,19 @@ def _start_fake_claude(
     script.write_text(text)
     exe = Path(sys.executable).parent / "sandbox"
     proc = subprocess.Popen(
-        [str(exe), "run", run_id, "--hooks", "claude-code", "--", sys.executable, str(FAKE_CLAUDE), str(script)],
+        [
+            str(exe),
+            "run",
+            run_id,
+            "--isolate",
+            "off",
+            "--hooks",
+            "claude-code",
+            "--",
+            sys.executable,
+            str(FAKE_CLAUDE),
+            str(script),
+        ],
         cwd=repo,
         # Files, not pipes: a surviving tool inherits them and would hold a pipe open.
         stdout=(tmp_path / "run.out").open("wb"),
@@ -266,7 +280,7 @@ def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_
     res = sandbox_cmd("resume", run_id, "--json", cwd=repo)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["uncertain"][0]["processes_alive"] is False
-    notes = [e for e in ledger_events(repo, run_id) if e["kind"] == "note"]
+    notes = [e for e in ledger_events(repo, run_id) if e["kind"] == "note" and "isolation" not in e["data"]]
     assert len(notes) == 1 and "sandbox run ended before its agent" in str(notes[0]["reason"])
     assert tool_pid in [p["pid"] for p in notes[0]["data"]["stopped_processes"]]  # type: ignore[index]
     assert not (worktree / "late.txt").exists()
@@ -275,7 +289,7 @@ def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_
 def test_the_agent_gets_default_signal_dispositions(repo: Path) -> None:
     """The supervisor is a Python process (which ignores SIGPIPE): the agent must not inherit that."""
     script = "grep -E '^Sig(Ign|Blk):' /proc/self/status > dispositions.txt"
-    proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
+    proc = sandbox_cmd("run", "--new", "--isolate", "off", "--", "sh", "-c", script, cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = run_id_of(proc.stderr)
     worktree = Path(sandbox_cmd("path", run_id, cwd=repo).stdout.decode().strip())

@@ -58,10 +58,17 @@ def test_scripted_claude_session(repo: Path, tmp_path: Path) -> None:
     assert sandbox_cmd("hooks", "install", "claude-code", run_id, cwd=repo).returncode == 0
     steps, expected = script(worktree)
     steps.append({"effect": {"write": {"outside.txt": "made between tool calls\n"}}})  # no hook
-    steps_file = tmp_path / "steps.json"
-    steps_file.write_text(json.dumps(steps))
-    proc = sandbox_cmd(
-        "run", run_id, "--hooks", "none", "--", sys.executable, str(FAKE_AGENT), str(steps_file), cwd=repo
+    proc = sandbox_cmd(  # the steps on stdin: the confined agent has a /tmp of its own
+        "run",
+        run_id,
+        "--hooks",
+        "none",
+        "--",
+        sys.executable,
+        str(FAKE_AGENT),
+        "-",
+        cwd=repo,
+        input=json.dumps(steps).encode(),
     )
     assert proc.returncode == 0, proc.stderr.decode()
 

@@ -296,7 +296,10 @@ def test_exec_whose_host_dies_mid_command_records_the_finish_itself(repo: Path, 
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
     command = f"echo during > during.txt; kill -9 {pid}; while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"
-    proc = sandbox_cmd("exec", run.run_id, "--call-id", "call_hosted3", "--", "sh", "-c", command, cwd=repo)
+    # --isolate off: confined, the command could not see (nor kill) the host outside its PID namespace.
+    proc = sandbox_cmd(
+        "exec", run.run_id, "--isolate", "off", "--call-id", "call_hosted3", "--", "sh", "-c", command, cwd=repo
+    )
     assert proc.returncode == 0, proc.stderr
     assert "start run_command call_hosted3 via socket: ok" in log_text(run)
     assert "finish run_command call_hosted3" not in log_text(run)

@@ -24,6 +24,7 @@ CASES = {
     "ledger": "bench.cases.ledger",
     "hook": "bench.cases.hook",
     "watcher": "bench.cases.watcher",
+    "confine": "bench.cases.confine",
 }
 
 

@@ -74,13 +74,19 @@ def demo(keep: bool) -> None:
     import json
 
     run = json.loads(proc.stdout)["run"]
+    import shutil
+
+    # Commands run confined (bubblewrap); without it the demo still runs, and says so.
+    iso = [] if shutil.which("bwrap") or sys.platform == "darwin" else ["--isolate", "off"]
+    if iso:
+        click.echo("(bubblewrap is not installed: the commands below run without OS confinement.)")
     click.echo()
     click.secho("2. A scripted agent makes recorded calls.", bold=True)
     _sh([*sandbox, "write", run, "src/hello.py"], repo, input=b"print('written by the agent')\n")
-    _sh([*sandbox, "exec", run, "--tool", "edit_file", "--", "sed", "-i", "s/hello /hi /", "src/app.py"], repo)
-    _sh([*sandbox, "exec", run, "--tool", "delete_file", "--", "rm", "src/old.py"], repo)
-    _sh([*sandbox, "exec", run, "--", "sh", "-c", "mkdir -p build && echo 'report' > build/report.txt"], repo)
-    _sh([*sandbox, "exec", run, "--tool", "run_tests", "--", "make", "-s", "test"], repo)
+    _sh([*sandbox, "exec", run, *iso, "--tool", "edit_file", "--", "sed", "-i", "s/hello /hi /", "src/app.py"], repo)
+    _sh([*sandbox, "exec", run, *iso, "--tool", "delete_file", "--", "rm", "src/old.py"], repo)
+    _sh([*sandbox, "exec", run, *iso, "--", "sh", "-c", "mkdir -p build && echo 'report' > build/report.txt"], repo)
+    _sh([*sandbox, "exec", run, *iso, "--tool", "run_tests", "--", "make", "-s", "test"], repo)
     click.echo()
     click.secho("3. The evidence: one ledger entry per call, one commit per changing call.", bold=True)
     _sh([*sandbox, "log", run], repo)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli.common import open_run
+from sandbox.cli.isolation import isolation_options, resolve, resolver
 
 if TYPE_CHECKING:
     from sandbox.run import Run
@@ -40,6 +41,7 @@ class _ExecCommand(click.Command):
 @click.option("--replay", type=REPLAY, default="ask", help="May a resume replay it?")
 @click.option("--step", "step_id", default=None, help="The runtime's step id.")
 @click.option("--call-id", default=None, help="Use this call id (default: a new one).")
+@isolation_options(network_default="off")
 @click.argument("rest", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def exec_cmd(
@@ -50,12 +52,15 @@ def exec_cmd(
     replay: str,
     step_id: str | None,
     call_id: str | None,
+    isolate: str | None,
+    network: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND in RUN's worktree as one recorded call; its exit code is passed through.
 
     Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
-    Use '--' before the command: sandbox exec RUN -- make test
+    The command runs confined (only the worktree is writable) and without network unless
+    --network on. Use '--' before the command: sandbox exec RUN -- make test
     """
     if step_id is None:
         # The fast path: the run's host (sandbox serve / sandbox run) records the call.
@@ -70,6 +75,7 @@ def exec_cmd(
             idempotency=idempotency,
             replay=replay,
             call_id=call_id,
+            isolation=resolver("exec", isolate, network),
         )
         if hosted is not None:
             count = "?" if hosted.files is None else str(hosted.files)
@@ -78,9 +84,12 @@ def exec_cmd(
                 err=True,
             )
             sys.exit(hosted.returncode)
+    from sandbox import confine
     from sandbox.execute import execute
 
     run = open_run(ctx, run_id)
+    isolation = resolve(run.info.user_workdir, "exec", isolate, network)
+    confine.check(isolation)  # refused before a service is started or anything recorded
     _autostart_service(run)
     outcome = execute(
         run,
@@ -90,6 +99,7 @@ def exec_cmd(
         replay=replay,
         step_id=step_id,
         call_id=call_id,
+        isolation=isolation,
     )
     files = len(outcome.entry.files)
     click.echo(

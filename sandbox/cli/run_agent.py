@@ -8,6 +8,7 @@ import sys
 import click
 
 from sandbox.cli.common import base_dir, open_project
+from sandbox.cli.isolation import isolation_options, resolve
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
 
@@ -46,6 +47,7 @@ def _is_foreground() -> bool:
     help="Install this agent's hooks in the worktree first (auto: from the command's name).",
 )
 @click.option("--debounce", type=click.FloatRange(0.1, 600), default=2.0, help="Quiet seconds before a cut.")
+@isolation_options(network_default="on")
 @click.argument("rest", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run_agent(
@@ -55,14 +57,17 @@ def run_agent(
     label: str | None,
     hooks_for: str,
     debounce: float,
+    isolate: str | None,
+    network: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
-    Without RUN a new run is started, unless you are inside a run's worktree. The agent's exit
-    code is passed through and the run is left for you to preview, apply or drop.
+    Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
+    confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
+    Its exit code is passed through and the run is left for you to preview, apply or drop.
     """
-    from sandbox import adapters, agent
+    from sandbox import adapters, agent, confine
     from sandbox.cli.hooks_cmd import hook_command
     from sandbox.errors import UsageError
     from sandbox.include import add_private
@@ -71,6 +76,14 @@ def run_agent(
     project, workdir, cwd_run = open_project(ctx)
     if run_id and new:
         raise UsageError("Give either RUN or --new, not both.")
+    from sandbox.hosted import user_workdir_of
+
+    isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
+    confine.check(isolation)  # before a run is started for nothing
+    family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
+    if isolation.enabled and family:
+        # Only this agent's state paths are created (it hangs or fails without them, read-only).
+        confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):
         run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
     elif workdir is None:
@@ -98,7 +111,15 @@ def run_agent(
             env.update(extra_env(run.dir, run.worktree))
     here = base_dir(ctx)
     subdir = os.path.relpath(here, workdir) if workdir and here.startswith(workdir + os.sep) else ""
-    result = agent.run_session(run, command, env=env, subdir=subdir, debounce=debounce, is_foreground=_is_foreground)
+    result = agent.run_session(
+        run,
+        command,
+        env=env,
+        subdir=subdir,
+        debounce=debounce,
+        is_foreground=_is_foreground,
+        isolation=isolation,
+    )
     if result.returncode == 127:
         click.echo(f"sandbox: {command[0]}: command not found.", err=True)
     if result.stopped:

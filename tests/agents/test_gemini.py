@@ -197,7 +197,8 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
     exe = Path(sys.executable).parent / "sandbox"
     with gs.serve(turns) as server:
         proc = subprocess.Popen(
-            [str(exe), "run", run_id, "--", gemini_bin, "-p", "do the task", "--yolo"],
+            # --isolate off: the supervisor's way of stopping the tree (and pids written to tmp_path) is the subject.
+            [str(exe), "run", run_id, "--isolate", "off", "--", gemini_bin, "-p", "do the task", "--yolo"],
             cwd=repo,
             env={**os.environ, **agent_env(server, gemini_home)},
             stdout=(tmp_path / "out").open("wb"),
@@ -278,7 +279,11 @@ def test_interactive_session_in_a_terminal(repo: Path, run_id: str, gemini_home:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the session leader of the new terminal, like a shell's job
             os.chdir(repo)
-            os.execve(str(exe), [str(exe), "run", run_id, "--", gemini_bin, "-i", "do the task", "--yolo"], env)
+            os.execve(
+                str(exe),
+                [str(exe), "run", run_id, "--isolate", "off", "--", gemini_bin, "-i", "do the task", "--yolo"],
+                env,
+            )  # noqa: E501
         screen = b""
         status: int | None = None
         try:

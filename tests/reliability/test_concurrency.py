@@ -226,7 +226,8 @@ def test_paused_writer_is_fenced_by_resume(user_repo: Path) -> None:
     # The command writes a file, then stops its own recording process (its parent) mid-call.
     script = "echo stale > stale.txt; kill -STOP $PPID"
     proc = subprocess.Popen(
-        [SANDBOX_EXE, "exec", run_id, "--call-id", "call_paused", "--", "sh", "-c", script],
+        # --isolate off: a confined command cannot see its recorder (another PID namespace) to stop it.
+        [SANDBOX_EXE, "exec", run_id, "--isolate", "off", "--call-id", "call_paused", "--", "sh", "-c", script],
         cwd=user_repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,0 +1,141 @@
+"""What OS confinement (bubblewrap) adds to ``sandbox exec`` and to the start of ``sandbox run``.
+
+Side by side, alternating within each repetition, on one run of the generated repository:
+
+- ``sandbox exec RUN -- true`` with ``--isolate on`` (the default: bubblewrap, no network) and
+  ``--isolate off``, first without a host (the command recorded in the exec process, a scan),
+  then with the run's ``sandbox serve`` up (the fast path, where the fixed costs show most);
+- ``sandbox run RUN --hooks none -- true`` with ``--isolate on`` (network on, its default) and
+  ``off``: the whole process, so the difference is what confinement adds to starting (and ending)
+  an agent session;
+- floors: ``bwrap`` with the same policy running ``true``, against ``true`` alone.
+
+Each pair runs back to back (order alternating) and its difference is a row of its own: on a
+loaded machine whole processes vary by hundreds of milliseconds, more than what is measured.
+
+Targets (issue #11): confinement adds <= 15 ms to a ``sandbox exec`` and <= 50 ms to the start of
+``sandbox run`` (medians of the paired differences).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+from bench.cases import Context, rotate, settle
+from bench.genrepo import Repo
+from bench.results import Results, Target
+from bench.timing import SANDBOX, run_proc
+
+CASE = "confine"
+G_EXEC = "sandbox exec -- true"
+G_EXEC_HOSTED = "sandbox exec -- true, the run's service up"
+G_RUN = "sandbox run -- true (whole session)"
+G_FLOOR = "floor: the command alone"
+ON = "isolate on"
+OFF = "isolate off"
+DELTA = "paired difference, on - off (same round)"
+
+
+def run(ctx: Context, repo: Repo) -> None:
+    """Measure exec and run with confinement on and off, interleaved."""
+    from sandbox.project import Project
+    from sandbox.run import Run
+
+    res = ctx.results
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        res.skip(CASE, repo.size, "bubblewrap is not installed")
+        return
+    project, workdir, _ = Project.discover(repo.path)
+    assert workdir is not None
+    run_ = Run.start(project, workdir)
+    rid = run_.run_id
+    env = {"SANDBOX_HOOK_AUTOSTART": "0"}
+
+    def exec_(flag: str) -> float:
+        return run_proc([SANDBOX, "-C", repo.path, "exec", rid, "--isolate", flag, "--", "true"], env=env).seconds
+
+    def session(flag: str) -> float:
+        argv = [SANDBOX, "-C", repo.path, "run", rid, "--hooks", "none", "--isolate", flag, "--", "true"]
+        return run_proc(argv, env=env).seconds
+
+    from sandbox import confine
+
+    iso = confine.Isolation(enabled=True, network=False, program=bwrap)
+    policy = confine.policy_for(
+        iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
+    )
+    confined_true = confine.bwrap_argv(bwrap, policy, ["true"], run_.worktree)
+
+    def floor(flag: str) -> float:
+        return run_proc(confined_true if flag == "on" else ["true"], cwd=run_.worktree).seconds
+
+    def pair(group: str, measure: Callable[[str], float], i: int) -> None:
+        """Both variants back to back (order alternating), and their difference: load hits both alike."""
+        got = {}
+        for flag in rotate(["on", "off"], i):
+            settle()
+            got[flag] = measure(str(flag))
+        res.add(CASE, repo.size, group, ON, got["on"])
+        res.add(CASE, repo.size, group, OFF, got["off"])
+        res.add(CASE, repo.size, group, DELTA, got["on"] - got["off"])
+
+    groups: list[tuple[str, Callable[[str], float]]] = [(G_EXEC, exec_), (G_RUN, session), (G_FLOOR, floor)]
+    for group, _ in groups:
+        res.row(CASE, repo.size, group, OFF, ref=True)
+    n = 11 if repo.size < 100_000 else 7
+    try:
+        for i in ctx.rounds(n, budget=60):
+            for group, measure in rotate(groups, i):  # type: ignore[misc]
+                pair(group, measure, i)
+        if _serve(repo.path, rid, run_.dir):
+            res.row(CASE, repo.size, G_EXEC_HOSTED, OFF, ref=True)
+            for i in ctx.rounds(n, budget=20):
+                pair(G_EXEC_HOSTED, exec_, i)
+        else:
+            res.skip(CASE, repo.size, "sandbox exec with the run's service: `sandbox serve` did not answer")
+    finally:
+        from sandbox import service
+
+        service.stop_service(run_.dir)
+        run_.drop(force=True)
+
+
+def _serve(path: str, run_id: str, run_dir: str) -> bool:
+    import time
+
+    from sandbox import hookproto
+
+    run_proc([SANDBOX, "-C", path, "serve", run_id])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.exists(hookproto.socket_path(run_dir)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _delta(results: Results, size: int, group: str) -> float | None:
+    row = results.find(CASE, size, group, DELTA)
+    return None if row is None else row.stats.median
+
+
+def targets(results: Results, sizes: list[int]) -> list[Target]:
+    """Confinement adds <= 15 ms to `sandbox exec`, <= 50 ms to `sandbox run` (medians, largest size)."""
+    size = max(sizes)
+    out = []
+    for group, goal, limit in (
+        (G_FLOOR, "+<= 15 ms median", 0.015),
+        (G_EXEC, "+<= 15 ms median", 0.015),
+        (G_EXEC_HOSTED, "+<= 15 ms median", 0.015),
+        (G_RUN, "+<= 50 ms median", 0.050),
+    ):
+        name = f"confinement cost: {group}, at {size // 1000}k"
+        delta = _delta(results, size, group)
+        if delta is None:
+            out.append(Target(name, goal, "-", None))
+        else:
+            out.append(Target(name, goal, f"{delta * 1e3:+.0f} ms", delta <= limit))
+    return out

@@ -1,0 +1,74 @@
+"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.confine`).
+
+The library reads no environment: this module finds the bubblewrap program on ``PATH``, expands
+``~`` with ``HOME``, looks at the terminal, reads the user's settings, and hands the library one
+:class:`~sandbox.confine.Isolation`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from sandbox.confine import Isolation
+
+F = TypeVar("F", bound=Callable[..., Any])
+ON_OFF = click.Choice(["on", "off"])
+SEATBELT = "/usr/bin/sandbox-exec"
+
+
+def isolation_options(network_default: str) -> Callable[[F], F]:
+    """``--isolate on|off`` and ``--network on|off`` (defaults from ``[isolation]`` in the settings)."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--network",
+            type=ON_OFF,
+            default=None,
+            help=f"Network inside the sandbox (default {network_default}; [isolation] in .sandbox.toml).",
+        )(func)
+        func = click.option(
+            "--isolate",
+            type=ON_OFF,
+            default=None,
+            help="OS confinement with bubblewrap (default on): only the run's worktree and git dir are writable.",
+        )(func)
+        return func
+
+    return decorate
+
+
+def resolve(user_workdir: str | None, command: str, isolate: str | None, network: str | None) -> Isolation:
+    """The confinement asked for by the flags, else by the user's settings, else the defaults."""
+    from sandbox import config, confine
+
+    cfg = config.load(user_workdir) if user_workdir else config.Config()
+    enabled = cfg.isolate if isolate is None else isolate == "on"
+    default_net = cfg.network_run if command == "run" else cfg.network_exec
+    net = default_net if network is None else network == "on"
+    entries = list(confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state) + cfg.writable
+    home = os.path.expanduser("~")
+    writable = confine.state_paths(entries, home)
+    if sys.platform == "darwin":
+        backend, program = "seatbelt", SEATBELT if os.access(SEATBELT, os.X_OK) else None
+    else:
+        backend, program = "bwrap", shutil.which("bwrap")
+    try:
+        interactive = sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        interactive = False
+    readable = (home,) if os.path.isabs(home) and home != "/" else ()
+    if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
+        return confine.Isolation(False, net, program, backend, inherited=True)
+    return confine.Isolation(enabled, net, program, backend, tuple(writable), interactive, readable)
+
+
+def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:
+    """:func:`resolve` for a user working tree found later (``sandbox exec``'s fast path)."""
+    return lambda user_workdir: resolve(user_workdir, command, isolate, network)

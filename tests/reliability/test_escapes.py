@@ -1,0 +1,361 @@
+"""Escape attempts from inside a run: under OS confinement each fails or stays inside the run.
+
+A real process inside a real run (``sandbox exec``, and an agent under ``sandbox run`` whose Bash
+tool call is recorded through its hooks) tries every way out we know of: writing the user's tree by
+absolute path, through ``..``, through ``/proc/self/cwd`` and ``/proc/<ppid>/cwd``, through symlinks
+and hard links planted in the worktree; ``~/.ssh``; another repository; the user's ``.git/config``,
+``hooks/``, refs, stash and worktree list through ``GIT_DIR``/``GIT_COMMON_DIR``/``git -C``; the
+run's own ledger refs and files; remounting read-write; a sysctl. Before and after, the user's
+files, index, refs, stash, config, hooks and worktree list, the other repositories and ``~/.ssh``
+are compared byte for byte.
+
+Under ``--isolate off`` the same attempts run and the test pins down which escapes remain there
+(:data:`ESCAPE_WITHOUT_ISOLATION`): that is the documented price of opting out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git, make_repo, tree_digest, user_state
+
+from .helpers import open_run, sb
+
+FIXTURES_AGENT = Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "fake_claude.py"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed (make venv installs it)"
+)
+
+#: The attacker: every attempt is reported as "done" or "refused: <why>", on one JSON line.
+ATTACK = r"""
+import json, os, subprocess, sys
+T = json.loads(sys.argv[1])
+out = {}
+
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = "refused: " + (exc.strerror or str(exc))
+    except subprocess.CalledProcessError as exc:
+        out[name] = "refused: exit %d: %s" % (exc.returncode, exc.stderr.decode(errors="replace").strip()[:80])
+
+def write(path, data="escaped\n", mode="a"):
+    with open(path, mode) as fh:
+        fh.write(data)
+
+def git(*args, env=None, cwd=None):
+    subprocess.run(["git", *args], check=True, capture_output=True, cwd=cwd, env={**os.environ, **(env or {})})
+
+def sh(*args):
+    subprocess.run(list(args), check=True, capture_output=True)
+
+user, wt = T["user"], os.getcwd()
+rel_readme = os.path.relpath(os.path.join(user, "README.md"), wt)
+attempt("user file by absolute path", lambda: write(os.path.join(user, "README.md")))
+attempt("new file in the user's tree", lambda: write(os.path.join(user, "evil.txt")))
+attempt("user file through ..", lambda: write(os.path.join(wt, rel_readme)))
+attempt("user file through /proc/self/cwd", lambda: write("/proc/self/cwd/" + rel_readme))
+def ancestor_cwd():  # the nearest ancestor working somewhere else than the worktree, else the parent
+    pid, here = os.getppid(), os.path.realpath(wt)
+    while pid > 1:
+        try:
+            if os.readlink("/proc/%d/cwd" % pid) != here:
+                break
+            with open("/proc/%d/stat" % pid) as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            break
+    write("/proc/%d/cwd/escaped-via-ppid.txt" % max(pid, 1))
+attempt("/proc/<ppid>/cwd", ancestor_cwd)
+attempt("~/.ssh", lambda: write(os.path.join(T["home"], ".ssh", "authorized_keys"), "ssh-ed25519 AAAA evil\n"))
+attempt("another repository", lambda: write(os.path.join(T["other"], "README.md")))
+attempt("another repository outside /tmp", lambda: write(os.path.join(T["other_visible"], "README.md")))
+attempt(".git/config", lambda: write(os.path.join(T["gitdir"], "config"), "[core]\n\thooksPath = /tmp/evil\n"))
+hook = os.path.join(T["gitdir"], "hooks", "pre-commit")
+attempt(".git/hooks/pre-commit", lambda: write(hook, "#!/bin/sh\necho pwned\n", "w"))
+GD = {"GIT_DIR": T["gitdir"]}
+attempt("GIT_DIR: new branch", lambda: git("update-ref", "refs/heads/evil", "HEAD", env=GD))
+attempt("GIT_DIR: core.hooksPath", lambda: git("config", "core.hooksPath", "/tmp/evil", env=GD))
+attempt("GIT_COMMON_DIR: tag", lambda: git("tag", "evil-tag", env={"GIT_COMMON_DIR": T["gitdir"]}))
+attempt("git -C user stash", lambda: git("-C", user, "stash"))
+attempt("git -C user worktree add", lambda: git("-C", user, "worktree", "add", "--detach", user + "/wt-evil"))
+forged = "refs/sandbox/%s/forged" % T["run"]
+attempt("forge the run's ledger refs", lambda: git("update-ref", forged, "HEAD", env=GD))
+attempt("the run's own files", lambda: write(os.path.join(T["run_dir"], "evil")))
+attempt("another run's directory (its hook socket)", lambda: os.listdir(T["other_run_dir"]))
+def planted_symlink():
+    os.symlink(os.path.join(user, "README.md"), "planted-link")
+    write("planted-link")
+attempt("symlink planted in the worktree", planted_symlink)
+def planted_dir_symlink():
+    os.symlink(user, "planted-dir")
+    write("planted-dir/evil-through-dir.txt")
+attempt("symlinked directory planted in the worktree", planted_dir_symlink)
+def hard_link():
+    os.link(os.path.join(user, "README.md"), "hard-link")
+    write("hard-link")
+attempt("hard link to a user file", hard_link)
+attempt("rename a user file into the worktree", lambda: os.rename(os.path.join(user, "notes.txt"), "stolen.txt"))
+if os.geteuid() == 0:
+    attempt("remount the user's tree read-write", lambda: sh("mount", "-o", "remount,bind,rw", user))
+def sysctl():  # writes back the value it has: harmless wherever it succeeds
+    with open("/proc/sys/kernel/core_uses_pid") as fh:
+        value = fh.read()
+    write("/proc/sys/kernel/core_uses_pid", value, "w")
+attempt("sysctl", sysctl)
+def sandbox_git_runs_agent_config():
+    # Make the sandbox's own git (outside, when it scans the worktree) run a command of ours.
+    marker = T["marker"]
+    evil = "touch %s; false" % marker
+    with open(".gitattributes", "a") as fh:
+        fh.write("* filter=evil\n")
+    done = []
+    for key, value in (("core.fsmonitor", evil), ("filter.evil.clean", "touch %s; cat" % marker)):
+        try:
+            git("config", key, value)  # the run's own config where it has one
+            done.append(key)
+        except subprocess.CalledProcessError:
+            pass
+    gitdir = open(".git").read().split(":", 1)[1].strip() if os.path.isfile(".git") else ".git"
+    if os.path.exists(os.path.join(gitdir, "commondir")):  # a linked worktree: redirect its common dir
+        common = os.path.realpath(os.path.join(gitdir, open(os.path.join(gitdir, "commondir")).read().strip()))
+        fake = os.path.join(wt, ".fake-common")
+        os.makedirs(os.path.join(fake, "objects", "info"), exist_ok=True)
+        write(os.path.join(fake, "objects", "info", "alternates"), common + "/objects\n", "w")
+        subprocess.run(["cp", "-r", common + "/refs", common + "/HEAD", fake], check=True)
+        if os.path.exists(common + "/packed-refs"):
+            subprocess.run(["cp", common + "/packed-refs", fake], check=True)
+        cfg = '[core]\n\tbare = false\n\tfsmonitor = "%s"\n[filter "evil"]\n\tclean = "touch %s; cat"\n'
+        write(os.path.join(fake, "config"), cfg % (evil, marker), "w")
+        write(os.path.join(gitdir, "commondir"), fake + "\n", "w")
+        done.append("commondir")
+    if not done:
+        raise OSError(1, "no git config of the run could be written")
+attempt("the sandbox's own git runs the agent's config", sandbox_git_runs_agent_config)
+out["visible processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
+print("ATTACK " + json.dumps(out), flush=True)
+"""
+
+#: What succeeds without OS confinement (``--isolate off``): the attacks that reach the user.
+ESCAPE_WITHOUT_ISOLATION = {
+    "user file by absolute path",
+    "new file in the user's tree",
+    "user file through ..",
+    "user file through /proc/self/cwd",
+    "/proc/<ppid>/cwd",
+    "~/.ssh",
+    "another repository",
+    "another repository outside /tmp",
+    ".git/config",
+    ".git/hooks/pre-commit",
+    "GIT_DIR: new branch",
+    "GIT_DIR: core.hooksPath",
+    "git -C user stash",
+    "git -C user worktree add",
+    "forge the run's ledger refs",
+    "the run's own files",
+    "symlink planted in the worktree",
+    "symlinked directory planted in the worktree",
+    "hard link to a user file",
+    "rename a user file into the worktree",
+}
+#: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent) on
+#: the agent's git: these ref writes may be refused there even unconfined.
+REF_GUARDED = {"GIT_DIR: new branch", "git -C user stash", "forge the run's ledger refs"}
+#: Confined, these "succeed" but stay inside the run (checked below).
+#: (git takes GIT_COMMON_DIR as no reason to leave the run's own repository: the tag lands there.)
+STAYS_INSIDE = {"/proc/<ppid>/cwd", "the sandbox's own git runs the agent's config", "GIT_COMMON_DIR: tag"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
+    """The user's repository with a run, another repository, ~/.ssh and one repository outside /tmp."""
+    home = Path(os.environ["HOME"])
+    ssh = home / ".ssh"
+    ssh.mkdir(exist_ok=True)
+    (ssh / "authorized_keys").write_text("ssh-ed25519 AAAA user\n")
+    other = make_repo(tmp_path / "other", {"README.md": "other\n"})
+    try:
+        visible_root = Path(tempfile.mkdtemp(prefix="sandbox-escapes-", dir="/var/tmp"))
+    except OSError:
+        pytest.skip("no writable /var/tmp for a repository outside /tmp")
+    try:
+        other_visible = make_repo(visible_root / "repo", {"README.md": "visible\n"})
+        started = sb("start", "--json", cwd=user_repo)
+        assert started.returncode == 0, started.stderr
+        run_id = json.loads(started.stdout)["run"]
+        run = open_run(user_repo, run_id)
+        second = sb("start", "--json", cwd=user_repo)
+        assert second.returncode == 0, second.stderr
+        other_run = open_run(user_repo, json.loads(second.stdout)["run"])
+        yield {
+            "user": user_repo,
+            "home": home,
+            "other": other,
+            "other_visible": other_visible,
+            "run": run_id,
+            "worktree": Path(run.worktree),
+            "run_dir": Path(run.dir),
+            "marker": tmp_path / "PWNED",
+            "other_run_dir": Path(other_run.dir),
+        }
+    finally:
+        shutil.rmtree(visible_root, ignore_errors=True)
+        (ssh / "authorized_keys").unlink(missing_ok=True)
+
+
+def targets(w: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "user": str(w["user"]),
+            "gitdir": str(w["user"] / ".git"),
+            "home": str(w["home"]),
+            "other": str(w["other"]),
+            "other_visible": str(w["other_visible"]),
+            "run": w["run"],
+            "run_dir": str(w["run_dir"]),
+            "marker": str(w["marker"]),
+            "other_run_dir": str(w["other_run_dir"]),
+        }
+    )
+
+
+def snapshot(w: dict[str, Any]) -> dict[str, Any]:
+    """Everything of the user's that an escape could change, byte for byte."""
+    user, gitdir = w["user"], w["user"] / ".git"
+    run_prefix = f"refs/sandbox/{w['run']}/"
+    refs = git(user, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    hooks = {p.name: p.read_bytes() for p in sorted((gitdir / "hooks").iterdir())}
+    return {
+        "files": tree_digest(user),
+        "state": user_state(user),
+        # The run's own refs move as calls are recorded; their names may not change.
+        "refs": [r if not r.startswith(run_prefix) else r.split()[0] for r in refs],
+        "config": (gitdir / "config").read_bytes(),
+        "hooks": hooks,
+        "worktrees": git(user, "worktree", "list", "--porcelain"),
+        "other": tree_digest(w["other"]),
+        "other config": (w["other"] / ".git" / "config").read_bytes(),
+        "other outside /tmp": tree_digest(w["other_visible"]),
+        "ssh": {p.name: p.read_bytes() for p in sorted((w["home"] / ".ssh").iterdir())},
+        "run dir has no evil": not (w["run_dir"] / "evil").exists(),
+    }
+
+
+def results_of(stdout: bytes) -> dict[str, Any]:
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith("ATTACK "):
+            parsed: dict[str, Any] = json.loads(line[len("ATTACK ") :])
+            return parsed
+    raise AssertionError(f"the attacker printed no result: {stdout!r}")
+
+
+def check_confined(w: dict[str, Any], before: dict[str, Any], results: dict[str, Any]) -> None:
+    escaped = sorted(
+        name
+        for name, outcome in results.items()
+        if name != "visible processes" and outcome == "done" and name not in STAYS_INSIDE
+    )
+    assert escaped == [], f"escapes under confinement: {escaped}"
+    assert snapshot(w) == before
+    # Planting git config in the run is allowed; the sandbox's own git (outside) must not run it.
+    assert not w["marker"].exists(), "the sandbox ran a command from the agent's git config"
+    if results["/proc/<ppid>/cwd"] == "done":  # then it reached a process of the sandbox's own
+        assert (w["worktree"] / "escaped-via-ppid.txt").exists()
+    assert results["visible processes"] <= 8, results  # its own PID namespace: the attacker and its parents
+
+
+def attack_by_exec(w: dict[str, Any], *flags: str) -> dict[str, Any]:
+    proc = sb("exec", w["run"], *flags, "--", sys.executable, "-c", ATTACK, targets(w), cwd=w["user"])
+    assert proc.returncode == 0, proc.stderr
+    return results_of(proc.stdout)
+
+
+def attack_by_agent(w: dict[str, Any], *flags: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A fake Claude Code whose Bash tool call runs the attacker; its hooks record the call."""
+    import shlex
+
+    command = shlex.join([sys.executable, "-c", ATTACK, targets(w)])
+    pre = {
+        "hook_event_name": "PreToolUse",
+        "session_id": "s1",
+        "cwd": str(w["worktree"]),
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+        "tool_use_id": "toolu_escape",
+    }
+    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
+    steps = [{"pre": pre, "effect": {"sh": command}, "post": post}]
+    proc = sb(
+        "run",
+        w["run"],
+        *flags,
+        "--hooks",
+        "claude-code",
+        "--",
+        sys.executable,
+        str(FIXTURES_AGENT),
+        "-",
+        cwd=w["user"],
+        input=json.dumps(steps).encode(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    log = json.loads(sb("log", w["run"], "--json", cwd=w["user"]).stdout)
+    return results_of(proc.stdout), log
+
+
+def test_exec_confined(world: dict[str, Any]) -> None:
+    before = snapshot(world)
+    results = attack_by_exec(world)
+    check_confined(world, before, results)
+    # The sandbox's own later work on the run's files (undo in the sandbox cleans them as git
+    # would) must not run the agent's filter driver either.
+    sb("undo", world["run"], cwd=world["user"])
+    sb("diff", world["run"], cwd=world["user"])
+    assert not world["marker"].exists(), "the sandbox ran a command from the agent's git config"
+
+
+def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, Any]) -> None:
+    before = snapshot(world)
+    results, log = attack_by_agent(world)
+    check_confined(world, before, results)
+    bash = [e for e in log if e["call_id"] == "toolu_escape"]
+    assert len(bash) == 1 and bash[0]["status"] == "succeeded", log  # recorded by the host, outside
+    assert "planted-link" in [f["path"] for f in bash[0]["files"]]
+    notes = [n for n in open_run(world["user"], world["run"]).state().data.get("note", [])]
+    assert [n["isolation"] for n in notes] == ["bwrap, network on"]
+
+
+def test_run_confined_without_network(world: dict[str, Any]) -> None:
+    before = snapshot(world)
+    results, _log = attack_by_agent(world, "--network", "off")
+    check_confined(world, before, results)
+
+
+@pytest.mark.parametrize("command", ["exec", "run"])
+def test_without_isolation_the_escapes_remain(world: dict[str, Any], command: str) -> None:
+    """``--isolate off`` is today's behaviour: this pins down what it does not prevent."""
+    before = snapshot(world)
+    if command == "exec":
+        results = attack_by_exec(world, "--isolate", "off")
+    else:
+        results, _log = attack_by_agent(world, "--isolate", "off")
+        notes = open_run(world["user"], world["run"]).state().data.get("note", [])
+        assert [n["isolation"] for n in notes] == ["off"]  # the run's record says so
+    escaped = {name for name, outcome in results.items() if outcome == "done"}
+    expected = ESCAPE_WITHOUT_ISOLATION - (REF_GUARDED if command == "run" else set())
+    assert expected <= escaped, sorted(expected - escaped)
+    after = snapshot(world)
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert {"files", "config", "hooks", "worktrees", "other", "ssh"} <= set(changed), changed

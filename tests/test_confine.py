@@ -1,0 +1,341 @@
+"""OS confinement (sandbox.confine): the policy, refusals, signals, exit codes, the network switch.
+
+The escape attempts themselves are in tests/reliability/test_escapes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import config, confine
+from tests.conftest import sandbox_cmd
+
+BWRAP = shutil.which("bwrap")
+needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap is not installed (make venv installs it)")
+
+
+def start(repo: Path) -> tuple[str, Path]:
+    proc = sandbox_cmd("start", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    return info["run"], Path(info["worktree"])
+
+
+def isolation(**kw: object) -> confine.Isolation:
+    fields: dict[str, object] = {"enabled": True, "network": False, "program": BWRAP, "interactive": False}
+    fields.update(kw)
+    return confine.Isolation(**fields)  # type: ignore[arg-type]
+
+
+# -- the policy ---------------------------------------------------------------------------------
+
+
+def test_mounts_go_parents_first_and_the_users_paths_are_protected_last() -> None:
+    policy = confine.Policy(
+        writable=("/r/.git/sandbox/worktrees/x", "/r/.git/worktrees/x"),
+        protected=("/r", "/r/.git"),
+        network=False,
+        extra_writable=("/home/u/.claude",),
+    )
+    argv = confine.bwrap_argv("bwrap", policy, ["true"], "/r/.git/sandbox/worktrees/x")
+    mounts = [(argv[i], argv[i + 1]) for i, a in enumerate(argv) if a.startswith("--") and i + 1 < len(argv)]
+    order = [m for m in mounts if m[0] in ("--bind", "--bind-try", "--ro-bind-try", "--tmpfs")]
+    paths = [p for _flag, p in order]
+    assert paths.index("/r") < paths.index("/r/.git") < paths.index("/r/.git/worktrees/x")
+    assert ("--ro-bind-try", "/r/.git") in order and ("--bind", "/r/.git/sandbox/worktrees/x") in order
+    assert ("--tmpfs", "/tmp") in order and ("--bind-try", "/home/u/.claude") in order
+    for flag in ("--cap-drop", "--die-with-parent", "--unshare-pid", "--unshare-net", "--new-session"):
+        assert flag in argv
+    assert argv[argv.index("--chdir") + 1] == "/r/.git/sandbox/worktrees/x"
+
+
+def test_interactive_keeps_the_terminal_and_network_on_keeps_the_network() -> None:
+    policy = confine.Policy(writable=("/w",), protected=(), network=True, interactive=True)
+    argv = confine.bwrap_argv("bwrap", policy, ["true"], "/w")
+    assert "--new-session" not in argv and "--unshare-net" not in argv
+
+
+def test_writable_paths_come_from_the_users_repository_not_the_worktree(repo: Path) -> None:
+    proc = sandbox_cmd("start", "--json", cwd=repo)
+    info = json.loads(proc.stdout)
+    run_id, worktree, git_dir = info["run"], Path(info["worktree"]), info["git_dir"]
+    paths = confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree))
+    assert paths == [os.path.realpath(worktree), os.path.realpath(git_dir)]
+    # An agent rewriting its worktree's .git file cannot widen them.
+    (worktree / ".git").write_text(f"gitdir: {Path.home()}\n")
+    assert confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
+    with pytest.raises(confine.ConfinementError, match="not where the repository places run"):
+        confine.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
+    # The run's home (with the origin file hooks find the run by) is visible, read-only, wherever it is.
+    policy = confine.policy_for(
+        confine.Isolation(), common_dir=str(repo / ".git"), run_id=run_id, worktree=str(worktree), user_workdir=None
+    )
+    assert os.path.realpath(Path(git_dir).parent) in policy.readable
+
+
+def test_settings(tmp_path: Path) -> None:
+    (tmp_path / ".sandbox.toml").write_text(
+        '[isolation]\nisolate = false\nnetwork_exec = true\nagent_state = ["~/.a/"]\nwritable = ["/opt/cache"]\n'
+    )
+    cfg = config.load(str(tmp_path))
+    assert (cfg.isolate, cfg.network_run, cfg.network_exec) == (False, True, True)
+    assert cfg.agent_state == ["~/.a/"] and cfg.writable == ["/opt/cache"]
+    (tmp_path / ".sandbox.toml").write_text("[isolation]\nisolate = 'maybe'\n")
+    with pytest.raises(config.ConfigError, match="isolation.isolate must be true or false"):
+        config.load(str(tmp_path))
+    (tmp_path / ".sandbox.toml").write_text("[isolation]\nnetwork = true\n")
+    with pytest.raises(config.ConfigError, match="unknown isolation setting 'network'"):
+        config.load(str(tmp_path))
+
+
+def test_state_paths_refuse_relative_paths_and_the_whole_home(tmp_path: Path) -> None:
+    home = str(tmp_path)
+    assert confine.state_paths(["~/.claude/", "~/.claude.json"], home) == [f"{home}/.claude/", f"{home}/.claude.json"]
+    with pytest.raises(confine.ConfinementError, match="not absolute"):
+        confine.state_paths(["cache"], home)
+    with pytest.raises(confine.ConfinementError, match="your home"):
+        confine.state_paths(["~"], home)
+    confine.prepare_state([f"{home}/.claude/", f"{home}/.claude.json", f"{home}/.x"])
+    assert (tmp_path / ".claude").is_dir() and json.loads((tmp_path / ".claude.json").read_text()) == {}
+    assert not (tmp_path / ".x").exists()
+
+
+def test_seccomp_program_shape() -> None:
+    for machine in ("x86_64", "aarch64"):
+        program = confine.seccomp_program(machine)
+        assert program is not None and len(program) % 8 == 0
+    assert confine.seccomp_program("sparc") is None
+
+
+def test_seatbelt_profile_has_the_same_policy() -> None:
+    policy = confine.Policy(writable=("/r/.git/sandbox/worktrees/x",), protected=("/r", "/r/.git"), network=False)
+    profile = confine.seatbelt_profile(policy)
+    assert "(deny file-write*)" in profile and '(subpath "/r/.git/sandbox/worktrees/x")' in profile
+    assert profile.index('(deny file-write* (subpath "/r")') < profile.rindex("/r/.git/sandbox/worktrees/x")
+    assert "(deny network*)" in profile and "(allow network* (remote unix-socket))" in profile
+
+
+@pytest.mark.skipif(sys.platform != "darwin", reason="sandbox-exec exists only on macOS")
+def test_seatbelt_confines_on_macos(tmp_path: Path) -> None:  # pragma: no cover - macOS only
+    inside, outside = tmp_path / "inside", tmp_path / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    iso = confine.Isolation(enabled=True, network=False, program="/usr/bin/sandbox-exec", backend="seatbelt")
+    policy = confine.Policy(writable=(str(inside),), protected=(str(outside),), network=False)
+    proc = confine.spawn(iso, policy, ["sh", "-c", f"echo a > ok.txt; echo b > {outside}/no.txt"], str(inside))
+    assert proc.wait() != 0
+    assert (inside / "ok.txt").exists() and not (outside / "no.txt").exists()
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+def test_no_bubblewrap_is_a_one_line_refusal_naming_the_fix_and_the_opt_out(repo: Path, tmp_path: Path) -> None:
+    run_id, worktree = start(repo)
+    bare_path = tmp_path / "bin"
+    bare_path.mkdir()
+    for tool in ("git", "sh", "touch"):
+        os.symlink(shutil.which(tool) or tool, bare_path / tool)
+    env = {"PATH": str(bare_path)}
+    for args in (("exec", run_id, "--", "touch", "x"), ("run", run_id, "--hooks", "none", "--", "touch", "x")):
+        proc = sandbox_cmd(*args, cwd=repo, env=env)
+        lines = proc.stderr.decode().strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert "apt-get install bubblewrap" in lines[0] and "--isolate off" in lines[0]
+    assert not (worktree / "x").exists()
+    assert json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout) == []  # nothing recorded
+    proc = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "touch", "x", cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)[-1]
+    assert entry["input"] == {"argv": ["touch", "x"], "isolation": "off"}
+
+
+@needs_bwrap
+def test_a_sandbox_that_cannot_be_set_up_is_never_taken_for_the_commands_exit(tmp_path: Path) -> None:
+    policy = confine.Policy(writable=(str(tmp_path / "missing"),), protected=())
+    proc = confine.spawn(isolation(), policy, ["true"], str(tmp_path))
+    with pytest.raises(confine.ConfinementError, match="could not set up the sandbox"):
+        proc.wait()
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_reach_the_command_and_a_death_by_signal_is_128_plus_n(tmp_path: Path, signum: int) -> None:
+    policy = confine.Policy(writable=(str(tmp_path),), protected=())
+    proc = confine.spawn(isolation(), policy, ["sleep", "60"], str(tmp_path))
+    deadline = time.monotonic() + 10
+    while not proc.command_pids() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signum)  # bubblewrap itself ignores it (blocked) and keeps the sandbox
+    time.sleep(0.1)
+    assert proc.poll() is None
+    proc.send_signal(signum)
+    assert proc.wait() == 128 + signum
+
+
+@needs_bwrap
+def test_exit_codes_pass_through(tmp_path: Path) -> None:
+    policy = confine.Policy(writable=(str(tmp_path),), protected=())
+    assert confine.spawn(isolation(), policy, ["sh", "-c", "exit 7"], str(tmp_path)).wait() == 7
+    assert confine.spawn(isolation(), policy, ["no-such-command-xyz"], str(tmp_path)).wait() == 127
+
+
+@needs_bwrap
+def test_tiocsti_is_refused(tmp_path: Path) -> None:
+    """Typing into the user's terminal: EPERM from the filter (ENOTTY on /dev/null without it)."""
+    code = (
+        "import fcntl, os, termios\n"
+        "fd = os.open('/dev/null', os.O_RDWR)\n"
+        "try:\n    fcntl.ioctl(fd, termios.TIOCSTI, b'x')\nexcept OSError as e:\n    print(e.errno)\n"
+    )
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True)
+    out = tmp_path / "out"
+    proc = confine.spawn(
+        isolation(interactive=True), policy, ["sh", "-c", f'{sys.executable} -c "$0" > out', code], str(tmp_path)
+    )
+    assert proc.wait() == 0
+    assert out.read_text().strip() == "1"  # EPERM
+
+
+@needs_bwrap
+def test_exec_network_is_off_by_default_and_on_by_flag(repo: Path) -> None:
+    run_id, _worktree = start(repo)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    accepted: list[bool] = []
+
+    def serve() -> None:
+        server.settimeout(30)
+        try:
+            while len(accepted) < 1:
+                conn, _ = server.accept()
+                accepted.append(True)
+                conn.close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 5)"
+    off = sandbox_cmd("exec", run_id, "--", sys.executable, "-c", probe, cwd=repo)
+    assert off.returncode != 0 and b"Connection refused" in off.stderr and not accepted
+    on = sandbox_cmd("exec", run_id, "--network", "on", "--", sys.executable, "-c", probe, cwd=repo)
+    assert on.returncode == 0, on.stderr
+    thread.join(timeout=10)
+    server.close()
+    assert accepted == [True]
+    inputs = [e["input"] for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)]
+    assert [i["isolation"] for i in inputs] == ["bwrap, network off", "bwrap, network on"]
+
+
+@needs_bwrap
+def test_a_hook_that_cannot_reach_the_host_from_inside_blocks_the_tool(repo: Path) -> None:
+    """Confined without a host (here: under exec), a hook cannot record; it fails closed (exit 2)."""
+    run_id, worktree = start(repo)
+    event = json.dumps({"event": "start", "cwd": str(worktree), "tool": "Bash", "call_id": "c1", "kind": "command"})
+    hook = f"printf '%s' '{event}' | {Path(sys.executable).parent / 'sandbox'} hook generic; echo $? > hook.rc"
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", hook, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (worktree / "hook.rc").read_text().strip() == "2"
+    assert b"cannot be recorded and is blocked" in proc.stderr
+    assert "c1" not in [e["call_id"] for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)]
+
+
+def test_interactive_agent_keeps_its_terminal(repo: Path) -> None:
+    """Under a pseudo-terminal the agent's stdin is still a terminal, with its size (no new session)."""
+    if BWRAP is None:
+        pytest.skip("bubblewrap is not installed")
+    import pty
+
+    run_id, _worktree = start(repo)
+    probe = "import os, sys; print('TTY', os.isatty(0), os.get_terminal_size(0).columns, flush=True)"
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(repo)
+        exe = str(Path(sys.executable).parent / "sandbox")
+        os.execv(exe, [exe, "run", run_id, "--hooks", "none", "--", sys.executable, "-c", probe])
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    _pid, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert b"TTY True" in output, output
+
+
+@needs_bwrap
+def test_a_confined_run_refuses_while_another_session_hosts_the_run(repo: Path) -> None:
+    """Its hooks could only record through that other session, which may end first."""
+    run_id, _worktree = start(repo)
+    exe = str(Path(sys.executable).parent / "sandbox")
+    agent = "import time; print('ready', flush=True); time.sleep(60)"
+    first = subprocess.Popen(
+        [exe, "run", run_id, "--hooks", "none", "--", sys.executable, "-c", agent],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline() == b"ready\n"
+        second = sandbox_cmd("run", run_id, "--hooks", "none", "--", "true", cwd=repo)
+        lines = second.stderr.decode().strip().splitlines()
+        assert second.returncode == 1 and len(lines) == 1, second.stderr
+        assert "Another process hosts run" in lines[0]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+
+
+@needs_bwrap
+def test_an_agents_own_sandbox_exec_is_recorded_through_the_host_inside_the_same_sandbox(repo: Path) -> None:
+    """bubblewrap cannot nest without capabilities: the inner exec runs in the agent's sandbox."""
+    run_id, worktree = start(repo)
+    exe = str(Path(sys.executable).parent / "sandbox")
+    agent = f"{exe} exec {run_id} --call-id call_nested -- sh -c 'echo nested > nested.txt'"
+    proc = sandbox_cmd("run", run_id, "--hooks", "none", "--", "sh", "-c", agent, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    entries = {e["call_id"]: e for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)}
+    nested = entries["call_nested"]
+    assert nested["status"] == "succeeded" and [f["path"] for f in nested["files"]] == ["nested.txt"]
+    assert nested["input"]["isolation"].startswith("inherited")
+    assert (worktree / "nested.txt").read_text() == "nested\n"
+    # Outside any sandbox the variable alone changes nothing.
+    outside = sandbox_cmd("exec", run_id, "--", "true", cwd=repo, env={confine.CONFINED_ENV: "1"})
+    assert outside.returncode == 0
+    last = json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)[-1]
+    assert last["input"]["isolation"] == "bwrap, network off"
+
+
+@needs_bwrap
+def test_a_confined_agents_leftover_processes_die_with_it(repo: Path) -> None:
+    """The agent is its PID namespace's first process: what it leaves running (setsid too) dies with it."""
+    script = "sleep 300 & setsid sleep 301 & echo started; exit 4"
+    proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
+    assert proc.returncode == 4, proc.stderr
+    time.sleep(0.5)
+    alive = subprocess.run(["pgrep", "-f", "^sleep 30[01]$"], capture_output=True, text=True).stdout.split()
+    assert alive == [], alive

@@ -113,7 +113,10 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     started = json.loads(start.stdout)
     run_id, worktree = started["run"], Path(started["worktree"])
     (worktree / "bench").mkdir(exist_ok=True)
-    debug_log = home / f"debug-{via}.log"
+    # Inside ~/.claude: under confinement (sandbox run's default) the agent's state directory is writable,
+    # the rest of the home is read-only and /tmp is private.
+    (home / ".claude").mkdir(exist_ok=True)
+    debug_log = home / ".claude" / f"debug-{via}.log"
     args = [str(CLAUDE), "-p", "Do the task.", "--dangerously-skip-permissions", "--debug-file", str(debug_log)]
     serve = None
     with ModelServer(script(worktree, calls)) as server:

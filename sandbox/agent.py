@@ -415,21 +415,7 @@ def _supervise(
     result.scope.supervisor_pid = proc.pid
     result.scope.supervisor_start = procs.start_time(proc.pid)
 
-    def forward(signum: int, _frame: Any) -> None:
-        if on_signal is not None:
-            on_signal(signum)
-        if signum == signal.SIGINT and is_foreground is not None and is_foreground():
-            return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, forward) for s in signums}
-    try:
-        code: int = proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    code = _wait_forwarding(proc, on_signal, is_foreground)
     try:
         with open(report, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -440,9 +426,7 @@ def _supervise(
     except (OSError, ValueError):
         result.notes.append("the agent's supervisor ended without its report; its processes were found by token.")
     # Belt and braces: a supervisor that was itself killed leaves the tree to init; the token finds it.
-    survivors = procs.find(result.scope.token)
-    if survivors:
-        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
+    _stop_survivors(result, grace)
     if code < 0:
         return 128 - code
     return code
@@ -473,6 +457,17 @@ def _supervise_confined(
     except PermissionError:
         return 126
 
+    code = _wait_forwarding(proc, on_signal, is_foreground)
+    _stop_survivors(result, grace)  # none expected: the namespace died with the agent
+    return code
+
+
+def _wait_forwarding(
+    proc: Any, on_signal: Callable[[int], None] | None, is_foreground: Callable[[], bool] | None
+) -> int:
+    """Wait for ``proc``, passing on SIGINT/SIGTERM/SIGHUP (Ctrl-C only when the agent is not in the
+    terminal's foreground group, which got it already); the previous handlers come back after."""
+
     def forward(signum: int, _frame: Any) -> None:
         if on_signal is not None:
             on_signal(signum)
@@ -488,8 +483,12 @@ def _supervise_confined(
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    return code
+
+
+def _stop_survivors(result: SessionResult, grace: float) -> None:
+    """Stop the processes still carrying the session's token, and say so in ``result``."""
     assert result.scope is not None
-    survivors = procs.find(result.scope.token)  # none expected: the namespace died with the agent
+    survivors = procs.find(result.scope.token)
     if survivors:
         result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
-    return code

@@ -7,6 +7,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Callable
 
 from sandbox import faults
 
@@ -141,28 +142,7 @@ def replace_file(path: str, data: bytes, temps: list[str], *, create_mode: int, 
     Written in :data:`CHUNK` pieces with a fault point after each; the file and its directory are
     fsync'd. Readers see the old file or the new one, never a mix.
     """
-    candidates = _usable_temps(path, temps)
-    if not candidates:
-        raise OSError(errno.EXDEV, "no temporary location on the same file system", path)
-    for i, tmp in enumerate(candidates):
-        try:
-            _write_temp(tmp, data, create_mode, chmod)
-            faults.point("tree.write.before_rename")
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if exc.errno == errno.EXDEV and i + 1 < len(candidates):
-                continue
-            raise
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        break
-    faults.point("tree.write.after_rename")
-    fsync_dir(os.path.dirname(path) or ".")
-    faults.point("tree.write.after_dir_fsync")
+    _replace_through_temp(path, temps, lambda tmp: _write_temp(tmp, data, create_mode, chmod))
 
 
 def _write_temp(tmp: str, data: bytes, create_mode: int, chmod: int | None) -> None:
@@ -191,15 +171,25 @@ def _write_temp(tmp: str, data: bytes, create_mode: int, chmod: int | None) -> N
 
 def replace_symlink(path: str, target: str, temps: list[str]) -> None:
     """Replace ``path`` with a symlink to ``target`` through the first usable ``temps`` (as :func:`replace_file`)."""
+    _replace_through_temp(path, temps, lambda tmp: _make_symlink(tmp, target))
+
+
+def _make_symlink(tmp: str, target: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    faults.point("tree.write.after_create")
+
+
+def _replace_through_temp(path: str, temps: list[str], make: Callable[[str], None]) -> None:
+    """Make the new ``path`` at the first usable temporary (``make``), rename it over ``path``, sync
+    the directory; the next candidate is tried only when the rename crosses file systems (EXDEV)."""
     candidates = _usable_temps(path, temps)
     if not candidates:
         raise OSError(errno.EXDEV, "no temporary location on the same file system", path)
     for i, tmp in enumerate(candidates):
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            os.symlink(target, tmp)
-            faults.point("tree.write.after_create")
+            make(tmp)
             faults.point("tree.write.before_rename")
             os.replace(tmp, path)
         except OSError as exc:

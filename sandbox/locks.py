@@ -27,11 +27,13 @@ def file_lock(path: str, what: str, timeout: float = 30.0) -> Iterator[None]:
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            continue  # the directory was removed between makedirs and open (remove_locked_dir)
+        except (FileNotFoundError, FileExistsError):
+            # The directory was removed (remove_locked_dir, by gc) between makedirs' mkdir and its
+            # own is-a-directory check, or between makedirs and open: make it again.
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

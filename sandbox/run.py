@@ -150,7 +150,7 @@ class Run:
         while os.path.exists(project.run_dir(run_id)) or os.path.lexists(project.new_place(run_id).home or ""):
             run_id = new_run_id()
         run = cls(project, run_id)
-        os.makedirs(run.dir, exist_ok=True)
+        # Taking the lock makes the run's directory (again, if a concurrent gc removes it first).
         with run.ledger.lock.hold():
             faults.point("start.after_lock")
             # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,3 +88,36 @@ def test_removing_the_lock_file_while_held_never_lets_two_holders_in(tmp_path: P
     assert errors == []
     assert max(overlap) == 1
     assert lost == []
+
+
+def test_taking_the_lock_while_its_directory_is_removed_and_made_again(tmp_path: Path) -> None:
+    """gc's remove_locked_dir racing a start: makedirs may see the directory exist and then vanish.
+
+    The lock is taken on a fresh directory instead of failing with FileExistsError (seen in CI).
+    """
+    directory = tmp_path / "runs" / "r1"
+    path = str(directory / "lock")
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                os.mkdir(directory)
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+    (tmp_path / "runs").mkdir()
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        taken = 0
+        while time.monotonic() < deadline:
+            with file_lock(path, "Run r1", timeout=5):
+                taken += 1
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    finally:
+        stop.set()
+        thread.join()
+    assert taken > 0

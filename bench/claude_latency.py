@@ -148,7 +148,7 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
 
 
 def _socket_ready(worktree: Path) -> bool:
-    from sandbox import hookproto
+    from sandbox.agent import hookproto
 
     try:
         loc = hookproto.locate(str(worktree))

@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed call pairs first")
     ap.add_argument("--files", type=int, default=10_000, help="files in the generated repository")
     args = ap.parse_args()
-    from sandbox import service
+    from sandbox.agent import service
 
     root = tempfile.mkdtemp(prefix="bench-hook-")
     repo = _make_repo(root, args.files)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
 __version__ = "0.1.0"
 __all__ = ["open_run", "start_run", "__version__"]
@@ -30,12 +30,12 @@ def start_run(path: str, label: str | None = None, data_dir: str | None = None) 
 
     ``data_dir`` is where the run gets its home (worktree and own git directory), keyed by
     repository below it; the CLI uses ``$XDG_DATA_HOME/sandbox``
-    (:func:`sandbox.layout.user_data_root`). Without it the home is made under the repository's
+    (:func:`sandbox.store.layout.user_data_root`). Without it the home is made under the repository's
     ``.git/sandbox/homes``, which some agents refuse to edit (Claude Code treats ``.git`` as sensitive).
     """
     from sandbox.errors import SandboxError
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, cwd_run = Project.discover(path, data_dir)
     if workdir is None:
@@ -46,8 +46,8 @@ def start_run(path: str, label: str | None = None, data_dir: str | None = None) 
 def open_run(path: str, run_id: str | None = None) -> Run:
     """Open a run of the repository containing ``path`` (``run_id`` may be a unique prefix, or
     omitted when ``path`` is inside the run's worktree or the repository has a single run)."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, _workdir, cwd_run = Project.discover(path)
     return Run.open(project, project.resolve_run_id(run_id, cwd_run))

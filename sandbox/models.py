@@ -163,7 +163,7 @@ class RunInfo(_Model):
 
 
 class ProcessScope(_Model):
-    """How to find an agent session's processes later, from any process (see :mod:`sandbox.procs`).
+    """How to find an agent session's processes later, from any process (see :mod:`sandbox.agent.procs`).
 
     ``token`` is in the environment of every process the agent started (``SANDBOX_SESSION``), so it
     finds them even after a pid was reused; ``supervisor_pid`` and ``supervisor_start`` (clock ticks
@@ -296,7 +296,7 @@ class ApplyJournal(_Model):
     new_head: str | None = None
     pid: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
-    #: Names every temporary file of the operation before any exists (see ``sandbox.journal.Temps``).
+    #: Names every temporary file of the operation before any exists (see ``sandbox.store.journal.Temps``).
     token: str | None = None
 
 
@@ -491,11 +491,11 @@ class ResumeReport(_Model):
 # --- agent integration models (hook payloads, sandbox config) ---
 
 
-# --- session watcher models (sandbox.session) ---
+# --- session watcher models (sandbox.agent.session) ---
 
 
 class SessionInfo(_Model):
-    """``<run dir>/session.json``: where a run's live watcher service answers (see sandbox.session)."""
+    """``<run dir>/session.json``: where a run's live watcher service answers (see sandbox.agent.session)."""
 
     version: int = FORMAT_VERSION
     service_id: str
@@ -515,7 +515,7 @@ PERSISTED += [Checkpoint, Budget, ResumeReport]
 PERSISTED += [SessionInfo]
 
 
-# --- integrity of derived state (sandbox.integrity) ---
+# --- integrity of derived state (sandbox.store.integrity) ---
 
 
 class LedgerCacheFile(_Model):

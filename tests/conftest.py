@@ -192,7 +192,7 @@ def replace_stored_object(root: Path, oid: str, new_data: bytes) -> None:
     """
     import zlib
 
-    from sandbox import packs
+    from sandbox.store import packs
 
     objects_dir = root / ".git" / "objects"
     loose = objects_dir / oid[:2] / oid[2:]

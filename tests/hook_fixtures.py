@@ -9,8 +9,8 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from sandbox.cli import cli
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLAUDE_TOOLS = sorted(p.stem for p in (FIXTURES / "claude-code").glob("*.json"))

@@ -3,7 +3,7 @@
     python tests/scripted_runtime.py REPO STATE_DIR COUNTER_FILE
 
 The first invocation starts a run (its id goes to STATE_DIR/run_id); later ones resume it with
-:func:`sandbox.resume.resume` (each report saved as STATE_DIR/resume-<n>.json) and follow the
+:func:`sandbox.recovery.resume.resume` (each report saved as STATE_DIR/resume-<n>.json) and follow the
 report's advice: succeeded steps are not repeated, uncertain calls that must not be replayed are
 not, idempotent ones are replayed, denied calls are not asked again. Steps: write two files, run a
 command, send an "email" (an external counter file, non-idempotent), plan a dangerous call that the
@@ -19,11 +19,12 @@ import os
 import sys
 from typing import Any
 
-from sandbox import approvals, faults
+from sandbox import faults
 from sandbox.models import CallStatus
-from sandbox.project import Project
-from sandbox.resume import resume
-from sandbox.run import Run
+from sandbox.recovery.resume import resume
+from sandbox.run import approvals
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 
 faults.POINTS.add("runtime.email_sent")
 

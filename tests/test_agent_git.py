@@ -11,9 +11,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sandbox import agent, objects
+from sandbox.agent import launch as agent
 from sandbox.cli import cli
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import objects
 from tests.conftest import git, user_state, write
 from tests.hook_fixtures import reopen, start_run
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox import procs
+from sandbox.agent import procs
 from tests.conftest import sandbox_cmd, user_state
 
 FAKE_CLAUDE = Path(__file__).resolve().parent.parent / "fixtures" / "agents" / "fake_claude.py"
@@ -132,7 +132,7 @@ def test_resume_refuses_while_survivors_run_then_stops_them(repo: Path, tmp_path
     proc, run_id, worktree = _start_fake_claude(repo, tmp_path, steps, new_session=True)
     wait_for(started.exists)
     tool_pid = int(started.read_text())
-    supervisor = _find(run_id, "sandbox.reaper")
+    supervisor = _find(run_id, "sandbox.agent.reaper")
     agent = _find(run_id, "fake_claude.py")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import journal, mergeback, objects
 from sandbox.cli import cli
 from sandbox.errors import PathRefusedError, UnknownCallError
+from sandbox.merge import mergeback
 from sandbox.models import ApplyJournal, EventKind, FileChange
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import journal, objects
+from sandbox.store.project import Project
 from tests.conftest import commit_all, git, tree_digest, user_state, write
 
 BINARY = bytes(range(256)) * 4
@@ -171,7 +172,7 @@ def test_rename_and_file_directory_swaps(tmp_path: Path) -> None:
 
 
 def undo_all(run: Run) -> None:
-    from sandbox.undo import NothingToUndoError, undo
+    from sandbox.merge.undo import NothingToUndoError, undo
 
     while True:
         try:

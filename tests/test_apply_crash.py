@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import faults, fsutil, mergeback
-from sandbox.run import Run
+from sandbox import faults
+from sandbox.merge import mergeback
+from sandbox.run.run import Run
+from sandbox.store import fsutil
 from tests.conftest import sandbox_cmd, user_state
 from tests.test_apply import start
 

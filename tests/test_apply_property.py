@@ -16,12 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox import mergeback, objects
-from sandbox.ledger import new_event_id
+from sandbox.merge import mergeback
+from sandbox.merge.undo import NothingToUndoError, undo
 from sandbox.models import CallSpec, Event, EventKind, FileChange, RunInfo
-from sandbox.project import Project
-from sandbox.run import Run, new_run_id
-from sandbox.undo import NothingToUndoError, undo
+from sandbox.run.run import Run, new_run_id
+from sandbox.store import objects
+from sandbox.store.ledger import new_event_id
+from sandbox.store.project import Project
 from tests.conftest import git, make_repo
 
 #: A small universe with file <-> directory clashes (d vs d/e) and a nested directory.

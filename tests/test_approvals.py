@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import approvals
 from sandbox.cli import cli
 from sandbox.errors import SandboxError
 from sandbox.models import Approval, CallStatus, EventKind
-from sandbox.project import Project
-from sandbox.resume import resume
-from sandbox.run import Run
+from sandbox.recovery.resume import resume
+from sandbox.run import approvals
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 
 
 def start(repo: Path) -> Run:

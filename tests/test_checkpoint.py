@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from sandbox import faults
-from sandbox.checkpoint import (
+from sandbox.cli import cli
+from sandbox.run.checkpoint import (
     BEFORE_WRITE_LOG,
     CheckpointNotFoundError,
     CheckpointStore,
@@ -19,9 +20,8 @@ from sandbox.checkpoint import (
     checkpoint_id,
     checkpoints_ref,
 )
-from sandbox.cli import cli
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 from tests.conftest import git, sandbox_cmd
 
 
@@ -237,8 +237,8 @@ def test_cli_checkpoint_missing_file_and_unknown_run(repo: Path, tmp_path: Path,
 
 
 def test_fault_points_are_registered() -> None:
-    import sandbox.recovery  # noqa: F401
-    import sandbox.resume  # noqa: F401
+    import sandbox.recovery.actions  # noqa: F401
+    import sandbox.recovery.resume  # noqa: F401
 
     for name in ("checkpoint.save.before", "checkpoint.save.after_ref", "resume.after_fence", "resume.after_drift"):
         assert name in faults.POINTS

@@ -1,4 +1,4 @@
-"""OS confinement (sandbox.confine): the policy, refusals, signals, exit codes, the network switch.
+"""OS confinement (sandbox.agent.confine): the policy, refusals, signals, exit codes, the network switch.
 
 The escape attempts themselves are in tests/reliability/test_escapes.py.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import config, confine
+from sandbox.agent import confine
+from sandbox.run import config
 from tests.conftest import sandbox_cmd
 
 BWRAP = shutil.which("bwrap")

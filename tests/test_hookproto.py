@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import config, hookproto
-from sandbox.adapters import claude_code, gemini
+from sandbox.agent import hookproto
+from sandbox.agent.adapters import claude_code, gemini
+from sandbox.run import config
 from tests.conftest import write
 from tests.hook_fixtures import fixture, hook, reopen, start_run
 

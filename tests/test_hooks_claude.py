@@ -291,7 +291,7 @@ def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None
 
 
 def test_resume_tells_the_model_a_call_did_not_run(repo: Path) -> None:
-    from sandbox.resume import resume
+    from sandbox.recovery.resume import resume
 
     run = start_run(repo)
     wt = Path(run.worktree)

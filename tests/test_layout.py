@@ -1,4 +1,4 @@
-"""sandbox.layout: the data root, the repository key, and finding a run from a directory."""
+"""sandbox.store.layout: the data root, the repository key, and finding a run from a directory."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 import shutil
 from pathlib import Path
 
-from sandbox import layout
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import layout
+from sandbox.store.project import Project
 from tests.conftest import git, make_repo
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from sandbox.errors import CorruptionError
-from sandbox.ledger import Ledger
 from sandbox.models import CallStatus, EventKind
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store.ledger import Ledger
+from sandbox.store.project import Project
 from tests.conftest import replace_stored_object, sandbox_cmd, stored_object_data
 
 
@@ -36,7 +36,7 @@ def test_started_event_survives_sigkill_of_the_recorder_and_the_tool(repo: Path)
     # A recorder process: records `started`, prints the call id, then runs a long "tool" and is killed.
     code = (
         "import sys, time\n"
-        "from sandbox.project import Project\nfrom sandbox.run import Run\n"
+        "from sandbox.store.project import Project\nfrom sandbox.run.run import Run\n"
         f"p, _, _ = Project.discover({run.worktree!r})\n"
         f"run = Run.open(p, {run.run_id!r})\n"
         "call = run.start_call('send_email', {'to': 'a@b'}, idempotency='non_idempotent', replay='never')\n"
@@ -67,7 +67,7 @@ def test_cli_call_start_then_kill_then_status_shows_in_flight(repo: Path) -> Non
 
 def _recorder(repo: Path, run_id: str, tag: str, n: int) -> subprocess.Popen[bytes]:
     code = (
-        "from sandbox.project import Project\nfrom sandbox.run import Run\n"
+        "from sandbox.store.project import Project\nfrom sandbox.run.run import Run\n"
         f"p, _, _ = Project.discover({str(repo)!r})\n"
         f"run = Run.open(p, {run_id!r})\n"
         f"for i in range({n}):\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.errors import LockedError
-from sandbox.locks import file_lock, remove_locked_dir
+from sandbox.store.locks import file_lock, remove_locked_dir
 
 
 def test_lock_is_exclusive_and_times_out(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_lock_is_exclusive_and_times_out(tmp_path: Path) -> None:
 def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
     path = str(tmp_path / "x.lock")
     code = (
-        "from sandbox.locks import file_lock, remove_locked_dir\nimport time\n"
+        "from sandbox.store.locks import file_lock, remove_locked_dir\nimport time\n"
         f"with file_lock({path!r}, 'x'):\n print('held', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)

@@ -9,8 +9,8 @@ import pygit2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox import objects
-from sandbox.objects import Entry
+from sandbox.store import objects
+from sandbox.store.objects import Entry
 
 NAMES = st.sampled_from(["a", "b", "a.txt", "a-b", "dir", os.fsdecode(b"\xe9t\xe9")])
 PATHS = st.lists(NAMES, min_size=1, max_size=3).map("/".join)

@@ -1,6 +1,6 @@
 """The sandbox's own files in a worktree (agents' hook settings) are never the agent's.
 
-One list per run (``<run dir>/private.json``, :mod:`sandbox.include`) keeps them out of a call's
+One list per run (``<run dir>/private.json``, :mod:`sandbox.run.include`) keeps them out of a call's
 files, ``agent_session`` cuts, drift at resume, ``diff`` (text and JSON) and what ``apply`` writes.
 """
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from sandbox import objects, packs
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import objects, packs
+from sandbox.store.project import Project
 from tests.conftest import git, make_repo
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import objects
+from sandbox.agent.execute import execute
 from sandbox.errors import PathRefusedError, StaleWriterError
-from sandbox.execute import execute
 from sandbox.models import CallStatus, EventKind
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import objects
+from sandbox.store.project import Project
 from tests.conftest import git, user_state
 
 
@@ -157,7 +157,7 @@ def test_finish_is_refused_after_the_run_was_resumed_elsewhere(run: Run) -> None
 
 
 def test_small_inputs_and_results_are_inline_large_ones_are_blobs(run: Run) -> None:
-    from sandbox import objects as objs
+    from sandbox.store import objects as objs
 
     small = {"path": "a.txt"}
     large = {"text": "x" * 10_000}

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import objects, recovery
-from sandbox.checkpoint import CheckpointNotFoundError, CheckpointStore
 from sandbox.cli import cli
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind
-from sandbox.project import Project
-from sandbox.recovery import NoCompensationError, RecoveryAction, RollbackRefusedError
-from sandbox.resume import resume
-from sandbox.run import Run
+from sandbox.recovery import actions as recovery
+from sandbox.recovery.actions import NoCompensationError, RecoveryAction, RollbackRefusedError
+from sandbox.recovery.resume import resume
+from sandbox.run.checkpoint import CheckpointNotFoundError, CheckpointStore
+from sandbox.run.run import Run
+from sandbox.store import objects
+from sandbox.store.project import Project
 from tests.conftest import sandbox_cmd, tree_digest
 
 

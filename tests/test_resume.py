@@ -16,16 +16,16 @@ from click.testing import CliRunner
 from sandbox.cli import cli
 from sandbox.errors import CorruptionError, StaleWriterError
 from sandbox.models import CallStatus, EventKind
-from sandbox.project import Project
-from sandbox.resume import resume
-from sandbox.run import Run
+from sandbox.recovery.resume import resume
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 from tests.conftest import git, replace_stored_object
 
 KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
     project = Project(sys.argv[1])
     run = Run.open(project, sys.argv[2])
     call = run.tool_call("write_file", {"path": "half.txt"}, step_id="s9", idempotency="idempotent", replay="auto")

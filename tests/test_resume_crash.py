@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import objects
-from sandbox.checkpoint import CheckpointStore
 from sandbox.models import CallStatus
-from sandbox.project import Project
-from sandbox.resume import resume
-from sandbox.run import Run
+from sandbox.recovery.resume import resume
+from sandbox.run.checkpoint import CheckpointStore
+from sandbox.run.run import Run
+from sandbox.store import objects
+from sandbox.store.project import Project
 from tests.conftest import make_repo, sandbox_cmd
 
 RUNTIME = str(Path(__file__).with_name("scripted_runtime.py"))
@@ -201,8 +201,8 @@ PAUSED_WRITER = textwrap.dedent(
     """
     import sys
     from sandbox.errors import StaleWriterError
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
     run = Run.open(Project(sys.argv[1]), sys.argv[2])
     call = run.tool_call("write_file", {"path": "stale.txt"})
     call.__enter__()

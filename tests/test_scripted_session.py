@@ -86,7 +86,7 @@ def test_scripted_claude_session(repo: Path, tmp_path: Path) -> None:
     assert "settings.local.json" not in diff and "outside.txt" in diff
     assert user_state(repo) == before_state and tree_digest(repo) == before_files
 
-    pytest.importorskip("sandbox.mergeback")
+    pytest.importorskip("sandbox.merge.mergeback")
     applied = sandbox_cmd("apply", run_id, cwd=repo)
     assert applied.returncode == 0, applied.stderr.decode()
     assert (repo / "src/greet.py").read_text() == "def greet(name):\n    return f'hello {name}'\n"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from sandbox import service, session
+from sandbox.agent import service, session
 from sandbox.errors import SandboxError
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 from tests.conftest import sandbox_cmd, write
 from tests.hook_fixtures import payload, reopen, start_run
 
@@ -130,8 +130,8 @@ def test_the_socket_path_imports_neither_pygit2_nor_pydantic(repo: Path, runs: C
     assert proc.returncode == 0, proc.stderr
     assert "start Bash toolu_imports via socket: ok" in log_text(run)
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
-    assert "sandbox.hookproto" in imported
-    heavy = {"sandbox.run", "sandbox.models", "sandbox.ledger"}
+    assert "sandbox.agent.hookproto" in imported
+    heavy = {"sandbox.run.run", "sandbox.models", "sandbox.store.ledger"}
     assert not {m for m in imported if m.split(".")[0] in ("pygit2", "pydantic", "watchdog") or m in heavy}
 
 
@@ -271,7 +271,7 @@ def test_exec_through_the_host_records_exactly_its_changes_without_heavy_imports
     assert "call_hosted1 succeeded (exit 0), 2 file(s) changed" in proc.stderr.decode()
     assert "start run_command call_hosted1 via socket: ok" in log_text(run)
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
-    heavy = {"sandbox.run", "sandbox.models", "sandbox.ledger"}
+    heavy = {"sandbox.run.run", "sandbox.models", "sandbox.store.ledger"}
     assert not {m for m in imported if m.split(".")[0] in ("pygit2", "pydantic", "watchdog") or m in heavy}
     entry = reopen(run).entry("call_hosted1")
     assert entry.status.value == "succeeded" and sorted(f.path for f in entry.files) == ["made.txt", "src/util.py"]

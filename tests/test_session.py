@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import session
-from sandbox.execute import execute
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.agent import session
+from sandbox.agent.execute import execute
+from sandbox.run.run import Run
+from sandbox.store.project import Project
 from tests.conftest import sandbox_cmd, write
 
 # Every kind of change a command can make, on the `repo` fixture's files.
@@ -158,8 +158,8 @@ def test_overlapping_calls_through_one_session_lose_nothing(repo: Path, run: Run
 def _service_process(run: Run) -> subprocess.Popen[bytes]:
     code = (
         "import signal, sys\n"
-        "from sandbox.project import Project\n"
-        "from sandbox.run import Run\n"
+        "from sandbox.store.project import Project\n"
+        "from sandbox.run.run import Run\n"
         "from sandbox import session\n"
         "project, _, _ = Project.discover(sys.argv[1])\n"
         "svc = session.serve(Run.open(project, sys.argv[2]))\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import layout, objects
 from sandbox.cli import cli
 from sandbox.errors import NotARepositoryError
-from sandbox.project import Project
-from sandbox.run import Run
+from sandbox.run.run import Run
+from sandbox.store import layout, objects
+from sandbox.store.project import Project
 from tests.conftest import commit_all, git, make_repo, tree_digest, user_state, write
 
 

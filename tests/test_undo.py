@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandbox import mergeback, objects
 from sandbox.cli import cli
-from sandbox.run import Run
-from sandbox.undo import NothingToRedoError, NothingToUndoError, UndoConflict, redo, undo
+from sandbox.merge import mergeback
+from sandbox.merge.undo import NothingToRedoError, NothingToUndoError, UndoConflict, redo, undo
+from sandbox.run.run import Run
+from sandbox.store import objects
 from tests.conftest import tree_digest, user_state, write
 from tests.test_apply import agent_changes, invoke, start
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import capture
-from sandbox.watcher import SYNC_PREFIX, Watcher, kernel_watch_count, measure_startup
+from sandbox.agent.watcher import SYNC_PREFIX, Watcher, kernel_watch_count, measure_startup
+from sandbox.store import capture
 from tests.conftest import write
 
 
@@ -200,7 +200,7 @@ def test_watch_limit_at_start_refuses_to_vouch(tmp_path: Path) -> None:
     for i in range(40):
         (tmp_path / f"d{i}").mkdir()
     script = (
-        "from sandbox.watcher import Watcher\n"
+        "from sandbox.agent.watcher import Watcher\n"
         f"w = Watcher({str(tmp_path)!r}); w.start()\n"
         "print(w.vouching, w.take(), w.lost_reason)\n"
     )
@@ -214,7 +214,7 @@ def test_watch_limit_for_a_new_directory_refuses_to_vouch(tmp_path: Path) -> Non
         (tmp_path / f"d{i}").mkdir()
     script = (
         "import os\n"
-        "from sandbox.watcher import Watcher\n"
+        "from sandbox.agent.watcher import Watcher\n"
         f"root = {str(tmp_path)!r}\n"
         "w = Watcher(root); w.start(); print(w.vouching, w.take())\n"
         "for i in range(30): os.makedirs(os.path.join(root, 'new', str(i)))\n"

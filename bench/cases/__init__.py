@@ -84,8 +84,8 @@ def rotate(items: Sequence[object], i: int) -> list[object]:
 
 def drop_runs(repo: Repo) -> None:
     """Drop every run of a repository (cleanup between measurements, not timed)."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project = Project(os.path.join(repo.path, ".git"))
     if not os.path.isdir(project.runs_dir):

@@ -38,8 +38,8 @@ class _Bench:
     """One run on the repository, the patch file, and the variants."""
 
     def __init__(self, ctx: Context, repo: Repo) -> None:
-        from sandbox.project import Project
-        from sandbox.run import Run
+        from sandbox.run.run import Run
+        from sandbox.store.project import Project
 
         self.res = ctx.results
         self.repo = repo
@@ -67,7 +67,7 @@ class _Bench:
         self.res.add(CASE, self.repo.size, group(len(files), op), variant, seconds, rss_kb=rss)
 
     def lib(self, files: list[str], original: dict[str, bytes]) -> None:
-        from sandbox import mergeback, undo
+        from sandbox.merge import mergeback, undo
 
         call_id = self.record(files)
         t0 = time.perf_counter()
@@ -111,8 +111,8 @@ def run(ctx: Context, repo: Repo) -> None:
     from functools import partial
 
     res = ctx.results
-    if not (module_available("sandbox.mergeback") and module_available("sandbox.undo")):
-        res.skip(CASE, repo.size, "not available: sandbox/mergeback.py or sandbox/undo.py is missing")
+    if not (module_available("sandbox.merge.mergeback") and module_available("sandbox.merge.undo")):
+        res.skip(CASE, repo.size, "not available: sandbox/merge/mergeback.py or sandbox/merge/undo.py is missing")
         return
     b = _Bench(ctx, repo)
     for k in KS:

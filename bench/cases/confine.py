@@ -40,8 +40,8 @@ DELTA = "paired difference, on - off (same round)"
 
 def run(ctx: Context, repo: Repo) -> None:
     """Measure exec and run with confinement on and off, interleaved."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     res = ctx.results
     bwrap = shutil.which("bwrap")
@@ -61,7 +61,7 @@ def run(ctx: Context, repo: Repo) -> None:
         argv = [SANDBOX, "-C", repo.path, "run", rid, "--hooks", "none", "--isolate", flag, "--", "true"]
         return run_proc(argv, env=env).seconds
 
-    from sandbox import confine
+    from sandbox.agent import confine
 
     iso = confine.Isolation(enabled=True, network=False, program=bwrap)
     policy = confine.policy_for(
@@ -97,7 +97,7 @@ def run(ctx: Context, repo: Repo) -> None:
         else:
             res.skip(CASE, repo.size, "sandbox exec with the run's service: `sandbox serve` did not answer")
     finally:
-        from sandbox import service
+        from sandbox.agent import service
 
         service.stop_service(run_.dir)
         run_.drop(force=True)
@@ -106,7 +106,7 @@ def run(ctx: Context, repo: Repo) -> None:
 def _serve(path: str, run_id: str, run_dir: str) -> bool:
     import time
 
-    from sandbox import hookproto
+    from sandbox.agent import hookproto
 
     run_proc([SANDBOX, "-C", path, "serve", run_id])
     deadline = time.monotonic() + 30

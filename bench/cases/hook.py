@@ -61,8 +61,8 @@ def run(ctx: Context, repo: Repo) -> None:
     if not module_available("sandbox.cli.hook") or not os.path.exists(FIXTURE):
         res.skip(CASE, repo.size, "not available: sandbox/cli/hook.py or the Claude Code fixture is missing")
         return
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     n = 21 if repo.size < 100_000 else 11
     project, workdir, _ = Project.discover(repo.path)
@@ -84,7 +84,7 @@ def run(ctx: Context, repo: Repo) -> None:
         host.terminate()
         host.wait(timeout=60)
     if module_available("sandbox.cli.serve"):
-        from sandbox import service
+        from sandbox.agent import service
 
         served = run_proc([SANDBOX, "serve", run_.run_id], cwd=repo.path, check=False)
         try:
@@ -98,12 +98,12 @@ def run(ctx: Context, repo: Repo) -> None:
 
 
 def _wait_for_host(run_dir: str, host: subprocess.Popen[bytes] | None) -> bool:
-    from sandbox import session
+    from sandbox.agent import session
 
     deadline = time.monotonic() + 120
     sock = os.path.join(run_dir, "hook.sock")
     while time.monotonic() < deadline and (host is None or host.poll() is None):
-        client = session.client_for(run_dir) if module_available("sandbox.session") else None
+        client = session.client_for(run_dir) if module_available("sandbox.agent.session") else None
         if os.path.exists(sock) and (client is None or client.ping() is not None):
             return True
         time.sleep(0.05)

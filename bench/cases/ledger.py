@@ -32,8 +32,8 @@ HISTORY_SAMPLES = 7
 def run(ctx: Context, repo: Repo) -> None:
     """Single writer, then 8 concurrent writers; events/s as the median of repetitions."""
     from sandbox.models import EventKind
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     if repo.size != min(ctx.sizes):
         return
@@ -95,8 +95,8 @@ def run(ctx: Context, repo: Repo) -> None:
 
 def _history(ctx: Context, repo: Repo) -> None:
     """A one-file ``tool_call`` on a fresh run, sampled as the run's ledger grows to 200 calls."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(repo.path)
     assert workdir is not None
@@ -118,12 +118,12 @@ def _history(ctx: Context, repo: Repo) -> None:
 def _open_cost(ctx: Context, project: Any, run_id: str) -> None:
     """What a new process pays to read a long run's state: the verified cache, or a rebuild of every event.
 
-    The cache is sealed with a MAC keyed from the ledger (sandbox.integrity); verifying it costs
+    The cache is sealed with a MAC keyed from the ledger (sandbox.store.integrity); verifying it costs
     O(cache bytes), a rebuild O(events). Object caches are emptied so the rebuild reads from git.
     """
-    from sandbox import objects
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store import objects
+    from sandbox.store.project import Project
 
     cache = os.path.join(project.run_dir(run_id), "ledger-cache.json")
     ledger = Run.open(Project(project.common_dir), run_id).ledger
@@ -154,8 +154,8 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
 
 def _writer() -> None:
     from sandbox.models import EventKind
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     git_dir, run_id, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     run = Run.open(Project(git_dir), run_id)

@@ -57,8 +57,8 @@ class _Bench:
     def __init__(self, ctx: Context, repo: Repo) -> None:
         import pygit2
 
-        from sandbox.project import Project
-        from sandbox.run import Run
+        from sandbox.run.run import Run
+        from sandbox.store.project import Project
 
         self._start = Run.start
         self.res = ctx.results
@@ -193,7 +193,7 @@ def run(ctx: Context, repo: Repo) -> None:
                     settle()
                     b.cli_exec(files, V_EXEC_SESSION)
         finally:
-            from sandbox import service
+            from sandbox.agent import service
 
             service.stop_service(b.run.dir)
     finally:
@@ -202,8 +202,8 @@ def run(ctx: Context, repo: Repo) -> None:
 
 def _serve(repo_path: str, run: object, timeout: float = 120.0) -> float | None:
     """Start `sandbox serve` for the run and wait until its socket and watcher answer; seconds taken."""
-    from sandbox import session
-    from sandbox.hookproto import socket_path
+    from sandbox.agent import session
+    from sandbox.agent.hookproto import socket_path
 
     run_dir = run.dir  # type: ignore[attr-defined]
     t0 = time.perf_counter()

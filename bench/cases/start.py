@@ -28,8 +28,8 @@ GROUP = "start"
 
 def run(ctx: Context, repo: Repo) -> None:
     """Measure every variant, interleaved."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     res = ctx.results
     dest = os.path.join(repo.scratch, "start-dest")

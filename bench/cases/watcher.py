@@ -1,7 +1,7 @@
 """Watcher start-up time and memory on the generated tree (a run's worktree of the repository).
 
 Each sample is a fresh process that imports the library and runs
-:func:`sandbox.watcher.measure_startup` on the repository's working tree: seconds from ``start()``
+:func:`sandbox.agent.watcher.measure_startup` on the repository's working tree: seconds from ``start()``
 to every inotify watch in place, and the growth of the process's resident set across it (the
 kernel's own memory for the watches, about 1 KB each, is not in any process's RSS).
 """
@@ -17,17 +17,20 @@ from bench.results import Results, Target
 from bench.timing import run_proc
 
 CASE = "watcher"
-SCRIPT = "import json,sys; from sandbox.watcher import measure_startup; print(json.dumps(measure_startup(sys.argv[1])))"
+SCRIPT = (
+    "import json,sys; from sandbox.agent.watcher import measure_startup; "
+    "print(json.dumps(measure_startup(sys.argv[1])))"
+)
 
 
 def run(ctx: Context, repo: Repo) -> None:
     """A few fresh processes, one watcher start each."""
     res = ctx.results
-    if not module_available("sandbox.watcher"):
-        res.skip(CASE, repo.size, "not available: sandbox/watcher.py is missing")
+    if not module_available("sandbox.agent.watcher"):
+        res.skip(CASE, repo.size, "not available: sandbox/agent/watcher.py is missing")
         return
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     n = ctx.reps(5)
     project, workdir, _ = Project.discover(repo.path)

@@ -80,9 +80,10 @@ def apply(
     Any conflict writes nothing and exits 1. Applying twice is a no-op; an interrupted apply is
     finished by --continue or rolled back by 'sandbox undo'.
     """
-    from sandbox import journal, mergeback
-    from sandbox import paths as pathmod
-    from sandbox.run import Run
+    from sandbox.merge import mergeback
+    from sandbox.run.run import Run
+    from sandbox.store import journal
+    from sandbox.store import paths as pathmod
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)

@@ -75,7 +75,7 @@ def call_finish(
     as_json: bool,
 ) -> None:
     """Record that a call ended; its file changes become one commit on the run's head."""
-    from sandbox.paths import normalize
+    from sandbox.store.paths import normalize
 
     run = open_run(ctx, run_id)
     result = parse_json(result_json, "--result")

@@ -14,7 +14,7 @@ from sandbox.cli.common import dump, emit_json, open_run
 @click.pass_context
 def checkpoints(ctx: click.Context, run_id: str | None, with_auto: bool, as_json: bool) -> None:
     """List RUN's checkpoints, newest last; damaged ones are reported, never shown as valid."""
-    from sandbox.checkpoint import CheckpointStore
+    from sandbox.run.checkpoint import CheckpointStore
 
     run = open_run(ctx, run_id)
     store = CheckpointStore(run)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
 
 class SandboxGroup(click.Group):
@@ -63,7 +63,7 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
 
     The project gets the data root new runs are placed under (see :func:`data_root`).
     """
-    from sandbox.project import Project
+    from sandbox.store.project import Project
 
     project, workdir, cwd_run = Project.discover(base_dir(ctx))
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
@@ -80,7 +80,8 @@ def data_root(workdir: str | None) -> str:
 
     The one place the environment and ``~`` are read for it; the library is given the result.
     """
-    from sandbox import config, layout
+    from sandbox.run import config
+    from sandbox.store import layout
 
     configured = config.load(workdir).data_dir if workdir else None
     if configured:
@@ -95,7 +96,7 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     Its ledger is read (and verified) here, so derived state that did not match the ledger is
     reported, one line each, before the command works from the rebuilt state.
     """
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
     run = Run.open(project, project.resolve_run_id(run_id, cwd_run))

@@ -14,7 +14,7 @@ from sandbox.cli.common import dump, emit_json, open_run
 @click.pass_context
 def compensate(ctx: click.Context, run_id: str, call_id: str, as_json: bool) -> None:
     """Undo CALL_ID's external effect with the compensation it registered, if it registered one."""
-    from sandbox.recovery import compensate as do_compensate
+    from sandbox.recovery.actions import compensate as do_compensate
 
     run = open_run(ctx, run_id)
     report = do_compensate(run, call_id)

@@ -25,7 +25,7 @@ def diff(
     as_json: bool,
 ) -> None:
     """Show the agent's patch against the base snapshot (or one call's patch with --call)."""
-    from sandbox.preview import diff_files, diff_text, preview_range
+    from sandbox.merge.preview import diff_files, diff_text, preview_range
 
     run = open_run(ctx, run_id)
     rng = preview_range(run, call_id)

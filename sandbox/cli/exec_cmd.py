@@ -11,7 +11,7 @@ from sandbox.cli.common import open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
 
 if TYPE_CHECKING:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
 
@@ -64,8 +64,8 @@ def exec_cmd(
     """
     if step_id is None:
         # The fast path: the run's host (sandbox serve / sandbox run) records the call.
+        from sandbox.agent.hosted import run_hosted
         from sandbox.cli.common import base_dir
-        from sandbox.hosted import run_hosted
 
         hosted = run_hosted(
             base_dir(ctx),
@@ -84,8 +84,8 @@ def exec_cmd(
                 err=True,
             )
             sys.exit(hosted.returncode)
-    from sandbox import confine
-    from sandbox.execute import execute
+    from sandbox.agent import confine
+    from sandbox.agent.execute import execute
 
     run = open_run(ctx, run_id)
     isolation = resolve(run.info.user_workdir, "exec", isolate, network)
@@ -117,13 +117,13 @@ def _autostart_service(run: Run) -> None:
     (O(changed paths)). The service exits by itself after 15 idle minutes, or when the run is
     dropped. Off with SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
     """
-    from sandbox import service
+    from sandbox.agent import service
     from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
 
     if not autostart_allowed():
         return
-    from sandbox.config import load as load_config
     from sandbox.errors import SandboxError
+    from sandbox.run.config import load as load_config
 
     try:
         if not load_config(run.user_workdir).autostart:

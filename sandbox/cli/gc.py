@@ -15,7 +15,7 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     """Remove what dropped or interrupted runs left behind; live runs are never touched."""
     from dataclasses import asdict
 
-    from sandbox.gc import collect
+    from sandbox.run.gc import collect
 
     project, _, _ = open_project(ctx)
     report = collect(project, force=force)

@@ -1,7 +1,7 @@
 """The body of ``sandbox hook <agent>``, importing only the standard library (the hook's fast path).
 
 Claude Code waits for every hook, so a hook's cost is mostly the interpreter's start and its
-imports: this module (and :mod:`sandbox.hookproto`, :mod:`sandbox.adapters`) imports no click, no
+imports: this module (and :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.adapters`) imports no click, no
 pygit2, no pydantic. :func:`sandbox.cli.main` runs it directly for ``sandbox hook AGENT
 [--strict]``, before click is imported; the click command in :mod:`sandbox.cli.hook` calls it too.
 When no process hosts the run, the event is recorded in this process (the git libraries are
@@ -31,7 +31,7 @@ class Writer(Protocol):
 
 def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Writer) -> int:
     """Read one hook payload from ``stdin``, record it, answer the agent; the exit code."""
-    from sandbox import hookproto
+    from sandbox.agent import hookproto
     from sandbox.errors import SandboxError
 
     success_stdout = ""
@@ -46,7 +46,7 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
         if agent == "generic":
             event = hookproto.HookEvent.from_dict(payload)
         else:
-            from sandbox import adapters
+            from sandbox.agent import adapters
 
             adapter = adapters.load(agent)
             success_stdout = str(adapter.SUCCESS_STDOUT)
@@ -54,7 +54,7 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             deny_answer = getattr(adapter, "deny_answer", None)  # an adapter answering denials only
             event = adapter.to_event(payload)
         if event is not None and event.session is None:
-            # Set by `sandbox run` for the agent and everything it starts (see sandbox.procs).
+            # Set by `sandbox run` for the agent and everything it starts (see sandbox.agent.procs).
             event.session = os.environ.get("SANDBOX_SESSION") or None
         if event is None:
             outcome = hookproto.Outcome(True)

@@ -58,8 +58,8 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
     """
     import json
 
-    from sandbox import adapters
-    from sandbox.include import add_private
+    from sandbox.agent import adapters
+    from sandbox.run.include import add_private
 
     adapter = adapters.load(agent)
     command = hook_command(agent)
@@ -76,7 +76,8 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
 
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env(run.dir, run.worktree).items())
         click.echo(f"sandbox: start it in the worktree as: {assignments} {agent} ...  (or use 'sandbox run').")
-    from sandbox import config, service
+    from sandbox.agent import service
+    from sandbox.run import config
 
     if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
         spawn_service(run.run_id, run.worktree)

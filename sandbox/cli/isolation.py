@@ -1,8 +1,8 @@
-"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.confine`).
+"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.agent.confine`).
 
 The library reads no environment: this module finds the bubblewrap program on ``PATH``, expands
 ``~`` with ``HOME``, looks at the terminal, reads the user's settings, and hands the library one
-:class:`~sandbox.confine.Isolation`.
+:class:`~sandbox.agent.confine.Isolation`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sandbox.confine import Isolation
+    from sandbox.agent.confine import Isolation
 
 F = TypeVar("F", bound=Callable[..., Any])
 ON_OFF = click.Choice(["on", "off"])
@@ -46,7 +46,8 @@ def isolation_options(network_default: str) -> Callable[[F], F]:
 
 def resolve(user_workdir: str | None, command: str, isolate: str | None, network: str | None) -> Isolation:
     """The confinement asked for by the flags, else by the user's settings, else the defaults."""
-    from sandbox import config, confine
+    from sandbox.agent import confine
+    from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
     enabled = cfg.isolate if isolate is None else isolate == "on"

@@ -12,7 +12,7 @@ from sandbox.cli.common import emit_json, human_size, open_project
 @click.pass_context
 def list_runs(ctx: click.Context, as_json: bool) -> None:
     """List the runs of this repository with their calls, changed paths and disk use."""
-    from sandbox.summary import summarize_runs
+    from sandbox.run.summary import summarize_runs
 
     project, _, _ = open_project(ctx)
     rows = summarize_runs(project, disk=True)

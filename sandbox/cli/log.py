@@ -10,7 +10,7 @@ import click
 from sandbox.cli.common import dump, emit_json, open_run
 
 if TYPE_CHECKING:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
 
 @click.command()
@@ -57,7 +57,7 @@ def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bo
 
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
-    from sandbox.agentgit import activity, describe
+    from sandbox.run.agentgit import activity, describe
 
     if run.place.legacy or not run.worktree_exists():
         return

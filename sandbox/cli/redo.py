@@ -14,9 +14,9 @@ from sandbox.cli.common import open_project, verified
 def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Redo RUN's newest undo, in the place where it was undone (your tree or the run)."""
     from sandbox.cli.apply import finish
-    from sandbox.mergeback import ApplyConflict
-    from sandbox.run import Run
-    from sandbox.undo import redo as do_redo
+    from sandbox.merge.mergeback import ApplyConflict
+    from sandbox.merge.undo import redo as do_redo
+    from sandbox.run.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
     run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))

@@ -22,7 +22,7 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes
     Refuses while processes of an unfinished call's agent session still run (it names them);
     --stop-processes stops them first.
     """
-    from sandbox.resume import resume as do_resume
+    from sandbox.recovery.resume import resume as do_resume
 
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run, stop_processes=stop_processes)

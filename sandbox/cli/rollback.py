@@ -16,8 +16,8 @@ from sandbox.cli.common import dump, emit_json, open_run
 @click.pass_context
 def rollback(ctx: click.Context, run_id: str, files: bool, session: bool, target: str, as_json: bool) -> None:
     """Roll RUN back to a checkpoint: --files (worktree) or --session (messages and state)."""
-    from sandbox import recovery
     from sandbox.errors import UsageError
+    from sandbox.recovery import actions as recovery
 
     if files == session:
         raise UsageError("Say what to roll back: --files or --session (one of them).")

@@ -67,16 +67,17 @@ def run_agent(
     confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
     Its exit code is passed through and the run is left for you to preview, apply or drop.
     """
-    from sandbox import adapters, agent, confine
+    from sandbox.agent import adapters, confine
+    from sandbox.agent import launch as agent
     from sandbox.cli.hooks_cmd import hook_command
     from sandbox.errors import UsageError
-    from sandbox.include import add_private
-    from sandbox.run import Run
+    from sandbox.run.include import add_private
+    from sandbox.run.run import Run
 
     project, workdir, cwd_run = open_project(ctx)
     if run_id and new:
         raise UsageError("Give either RUN or --new, not both.")
-    from sandbox.hosted import user_workdir_of
+    from sandbox.agent.hosted import user_workdir_of
 
     isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
     confine.check(isolation)  # before a run is started for nothing

@@ -13,7 +13,7 @@ import click
 from sandbox.cli.common import open_run
 
 if TYPE_CHECKING:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
 
 @click.command("serve")
@@ -28,7 +28,7 @@ def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: 
     .sandbox.toml turns that off). It exits after --idle-exit seconds without a request, when the
     run is dropped, and on SIGTERM. One per run: a second one exits at once.
     """
-    from sandbox import service
+    from sandbox.agent import service
     from sandbox.errors import UsageError
 
     run = open_run(ctx, run_id)
@@ -74,7 +74,7 @@ def _read_answer(fd: int, timeout: float) -> str:
 
 
 def _detached(run: Run, idle_exit: float, notify: int) -> None:
-    from sandbox import service
+    from sandbox.agent import service
 
     try:
         os.chdir("/")
@@ -99,7 +99,7 @@ def _serve(run: Run, idle_exit: float, notify: int | None) -> None:
     import threading
     import time
 
-    from sandbox import service
+    from sandbox.agent import service
 
     def log(line: str) -> None:
         click.echo(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{os.getpid()}] {line}", err=True)

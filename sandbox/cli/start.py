@@ -20,8 +20,8 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
     under refs/sandbox/<run>/ in your repository.
     """
     from sandbox.errors import SandboxError
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
     project.data_root = data_root(workdir or main_workdir(project.common_dir))

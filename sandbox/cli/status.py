@@ -13,7 +13,7 @@ from sandbox.cli.common import emit_json, open_run
 @click.pass_context
 def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Show RUN: where it came from, its calls by status, its changed paths."""
-    from sandbox.summary import summarize
+    from sandbox.run.summary import summarize
 
     run = open_run(ctx, run_id)
     row = summarize(run, git_activity=True)
@@ -34,7 +34,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
     agent_git = row.get("agent_git")
     if agent_git:
-        from sandbox.agentgit import describe
+        from sandbox.run.agentgit import describe
 
         first, *rest = describe(agent_git)
         click.echo(f"  agent git: {first}")

@@ -17,11 +17,11 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     Refuses (exit 1, nothing written) where you changed a file since. After an interrupted apply,
     undo or redo, rolls that operation back first.
     """
-    from sandbox import journal
     from sandbox.cli.apply import finish
-    from sandbox.mergeback import ApplyConflict
-    from sandbox.run import Run
-    from sandbox.undo import undo as do_undo
+    from sandbox.merge.mergeback import ApplyConflict
+    from sandbox.merge.undo import undo as do_undo
+    from sandbox.run.run import Run
+    from sandbox.store import journal
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)

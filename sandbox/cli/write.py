@@ -17,7 +17,7 @@ from sandbox.cli.common import dump, emit_json, open_run
 @click.pass_context
 def write(ctx: click.Context, run_id: str, path: str, executable: bool | None, as_json: bool) -> None:
     """Write stdin to PATH in RUN's worktree as one recorded write_file call."""
-    from sandbox.paths import normalize
+    from sandbox.store.paths import normalize
 
     run = open_run(ctx, run_id)
     rel = normalize(path)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from tests.agents.anthropic_server import ModelServer
 
 if TYPE_CHECKING:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
 TIMEOUT = 120
@@ -127,9 +127,9 @@ def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def stop_services(repo: Path) -> None:
     """Stop the background ``sandbox serve`` of every run of ``repo`` (started by hooks)."""
-    from sandbox import service
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.agent import service
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, _workdir, _ = Project.discover(str(repo))
     for run_id in project.run_ids():
@@ -138,8 +138,8 @@ def stop_services(repo: Path) -> None:
 
 def cli_start(repo: Path) -> Run:
     """``sandbox start`` as a user runs it (the run's home in the per-user data directory), opened."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     proc = sandbox("start", "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr

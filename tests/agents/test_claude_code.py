@@ -41,7 +41,7 @@ NEW_TEXT = "def new():\n    return 1\n"
 
 
 def _statuses(run: object) -> list[tuple[str, str, str, list[str]]]:
-    from sandbox.run import Run
+    from sandbox.run.run import Run
 
     assert isinstance(run, Run)
     return [(e.call_id, e.tool_name, e.status.value, [f.path for f in e.files]) for e in reopen(run).entries()]
@@ -275,7 +275,7 @@ def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home
             while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
-            # sandbox run -> its supervisor (sandbox.reaper, which owns the agent's tree) -> claude
+            # sandbox run -> its supervisor (sandbox.agent.reaper, which owns the agent's tree) -> claude
             supervisor = _children(proc.pid)
             claude = [p for s in supervisor for p in _children(s) if "claude" in Path(f"/proc/{p}/cmdline").read_text()]
             assert len(claude) == 1

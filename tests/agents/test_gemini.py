@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import procs
+from sandbox.agent import procs
 from tests.agents import gemini_server as gs
 from tests.conftest import sandbox_cmd, tree_digest, user_state
 
@@ -254,7 +254,7 @@ def top_gemini(run_id: str) -> int:
             continue
         cmd = procs.command(pid)
         if f"SANDBOX_RUN={run_id}".encode() in env and "gemini" in cmd and "sandbox" not in cmd.split(" -- ")[0]:
-            mine[pid] = procs.parent(pid) or 0  # not the supervisor (sandbox.reaper ... -- gemini) nor a hook
+            mine[pid] = procs.parent(pid) or 0  # not the supervisor (sandbox.agent.reaper ... -- gemini) nor a hook
     tops = [pid for pid, ppid in mine.items() if ppid not in mine]
     assert len(tops) == 1, mine
     return tops[0]

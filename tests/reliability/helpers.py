@@ -19,7 +19,8 @@ from typing import Any
 from conftest import git, make_repo, tree_digest, user_state, write
 
 import sandbox
-from sandbox import faults, layout
+from sandbox import faults
+from sandbox.store import layout
 
 SANDBOX_EXE = str(Path(sys.executable).parent / "sandbox")
 #: A bound for every subprocess the suite starts: a hang is a failure, never a stuck CI job.
@@ -133,9 +134,9 @@ def make_user_repo(root: Path) -> Path:
 
 
 def open_run(root: Path, run_id: str) -> Any:
-    """A freshly opened :class:`sandbox.run.Run` (nothing cached from earlier reads)."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    """A freshly opened :class:`sandbox.run.run.Run` (nothing cached from earlier reads)."""
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, _, _ = Project.discover(str(root))
     return Run.open(project, run_id)
@@ -287,8 +288,8 @@ def assert_user_untouched(root: Path, before: Before) -> None:
 
 def write_temporaries(root: Path) -> list[str]:
     """Temporaries of apply/undo/redo writes anywhere: in the tree (walked), the staging area, the journal dir."""
-    from sandbox import fsutil
-    from sandbox.project import Project
+    from sandbox.store import fsutil
+    from sandbox.store.project import Project
 
     found = []
     for dirpath, dirnames, filenames in os.walk(root):

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import git, make_repo, tree_digest, user_state, write
 
-from sandbox import fsutil
+from sandbox.store import fsutil
 
 from .helpers import SANDBOX_EXE, TIMEOUT, assert_fsck_clean, assert_one_line_error, ok, open_run, sb, write_temporaries
 
@@ -34,8 +34,8 @@ BIG = 3 * (1 << 20) + 12345  # four chunks of fsutil.CHUNK: a kill after the sec
 
 
 def start_run(root: Path) -> str:
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(str(root))
     assert workdir is not None
@@ -59,7 +59,7 @@ def strays(root: Path) -> list[str]:
 
 
 def journals(root: Path) -> list[Path]:
-    from sandbox.project import Project
+    from sandbox.store.project import Project
 
     return list((Path(Project.discover(str(root))[0].state_dir) / "journal").glob("*.json"))
 
@@ -417,7 +417,7 @@ def test_disk_full_where_putting_back_fails_too_keeps_the_journal(small_fs: Path
 @pytest.mark.parametrize("cleaner", ["gc", "apply"])
 def test_a_killed_journal_write_leaves_nothing(user_repo: Path, cleaner: str) -> None:
     """A kill inside the journal's own atomic write leaves its temporary: the next apply or gc removes it."""
-    from sandbox import journal
+    from sandbox.store import journal
 
     run_id = start_run(user_repo)
     record(user_repo, run_id, {"new.txt": b"new\n"})

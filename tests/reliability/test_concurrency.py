@@ -31,8 +31,8 @@ from .helpers import (
 WRITER = textwrap.dedent(
     """
     import sys
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
 
     root, run_id, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     project, _, _ = Project.discover(root)

@@ -84,11 +84,11 @@ CORE_PLAN: dict[str, list[str]] = {
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],
-    # Moving a run made before homes existed into a home (sandbox.relocate, run by gc).
+    # Moving a run made before homes existed into a home (sandbox.run.relocate, run by gc).
     "relocate.after_git_dir": ["gc-relocate"],
     "relocate.after_place": ["gc-relocate"],
     "relocate.after_move": ["gc-relocate"],
-    # A call's objects are written as one pack (sandbox.packs): the pack written, then its index,
+    # A call's objects are written as one pack (sandbox.store.packs): the pack written, then its index,
     # then both renamed into place; and the merge of FAN_IN packs, at its write and its removals.
     "pack.after_pack": ["call-finish", "write"],
     "pack.after_index": ["call-finish", "write"],
@@ -115,7 +115,7 @@ PREFIX_PLAN: dict[str, list[str]] = {
     "redo.": ["redo"],
     "continue.after_file": ["continue@1"],
     "rollback.after_file": ["rollback@1"],
-    # Inside one file write (sandbox.fsutil.replace_file): created, each chunk, fsync, rename, dir fsync.
+    # Inside one file write (sandbox.store.fsutil.replace_file): created, each chunk, fsync, rename, dir fsync.
     "tree.write.": ["apply@2", "apply-undo@1", "undo-user@1", "undo-sandbox@1", "redo@1", "continue@1", "rollback@1"],
     "checkpoint.save.": ["checkpoint"],
     "resume.": ["resume"],
@@ -165,8 +165,8 @@ def test_every_fault_point_is_in_the_matrix() -> None:
 
 def run_with_history(root: Path, label: str = "matrix") -> str:
     """A run with acknowledged history: two finished calls with file changes and a failed one."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(str(root))
     assert workdir is not None
@@ -257,7 +257,7 @@ def scenario_call(root: Path, fault: str, op: str) -> str:
         (worktree / "made-by-tool.txt").write_text("tool output\n")
     if op == "write-merge":
         # One pack short of a merge: the crashing write's pack starts it.
-        from sandbox import packs
+        from sandbox.store import packs
 
         objects_dir = str(root / ".git" / "objects")
         while list(packs.registered(objects_dir).values()).count(0) < packs.FAN_IN - 1:
@@ -393,7 +393,7 @@ def expected_after_apply(root: Path, run_id: str, before: dict[str, str]) -> dic
     """The user's tree digest once the run's whole patch (base..head) is applied onto ``before``."""
     import hashlib
 
-    from sandbox import objects
+    from sandbox.store import objects
 
     run = open_run(root, run_id)
     repo = run.repo
@@ -473,7 +473,7 @@ def applied_run(root: Path) -> tuple[str, dict[str, str], dict[str, str]]:
     Returns the run, the user's digest once applied, and the digest expected once its last change
     (the chmod of bin/tool.sh and the delete of data/blob.bin) is undone again.
     """
-    from sandbox import mergeback
+    from sandbox.merge import mergeback
 
     run_id = run_with_history(root)
     pristine = tree_digest(root)
@@ -505,7 +505,7 @@ def scenario_undo_user(root: Path, fault: str, recover_with: str) -> str:
 
 def assert_worktree_matches_head(root: Path, run_id: str) -> None:
     """The run's worktree holds exactly the files of the run's head: no half-done operation."""
-    from sandbox import objects
+    from sandbox.store import objects
 
     run = open_run(root, run_id)
     head_tree = objects.commit_tree(run.repo, run.state().head)
@@ -543,7 +543,7 @@ def scenario_undo_sandbox(root: Path, fault: str) -> str:
 
 
 def scenario_redo(root: Path, fault: str) -> str:
-    from sandbox.undo import undo
+    from sandbox.merge.undo import undo
 
     run_id, applied, _undone = applied_run(root)
     undo(open_run(root, run_id))
@@ -585,7 +585,7 @@ def scenario_rollback(root: Path, fault: str) -> str:
 
 
 def checkpoint_names(root: Path, run_id: str) -> list[str]:
-    from sandbox.checkpoint import CheckpointStore
+    from sandbox.run.checkpoint import CheckpointStore
 
     return [c.checkpoint.name for c in CheckpointStore(open_run(root, run_id)).list().checkpoints]
 

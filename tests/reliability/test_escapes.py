@@ -170,7 +170,7 @@ ESCAPE_WITHOUT_ISOLATION = {
     "hard link to a user file",
     "rename a user file into the worktree",
 }
-#: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent) on
+#: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent.launch) on
 #: the agent's git: these ref writes may be refused there even unconfined.
 REF_GUARDED = {"GIT_DIR: new branch", "git -C user stash", "forge the run's ledger refs"}
 #: Confined, these "succeed" but stay inside the run (checked below).

@@ -81,8 +81,8 @@ def _calls_of(events: list[str], env: Env) -> set[str]:
 
 
 def start_run(root: Path) -> str:
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(str(root))
     assert workdir is not None
@@ -130,7 +130,7 @@ def test_call_finish_refuses_bad_path(env: Env, path: str) -> None:
 def test_nul_in_path_refused_by_library(env: Env) -> None:
     """argv cannot carry NUL, so the library is the way in: refused before the tool runs."""
     from sandbox.errors import PathRefusedError
-    from sandbox.paths import normalize
+    from sandbox.store.paths import normalize
 
     with pytest.raises(PathRefusedError):
         normalize("a\0b")
@@ -291,7 +291,7 @@ def loose_object(root: Path, oid: str) -> Path:
 
 def pack_holding(root: Path, oid: str) -> Path:
     """The pack file (``.pack``) whose index lists ``oid``."""
-    from sandbox import packs
+    from sandbox.store import packs
 
     for idx in (root / ".git" / "objects" / "pack").glob("*.idx"):
         if oid in packs.index_ids(str(idx)):
@@ -650,8 +650,8 @@ def craft_call(root: Path, run_id: str, changes: dict[str, object], files: list[
     ``changes`` maps paths to ``objects.Entry`` or None; ``files`` lists the paths the ledger
     claims changed (default: the tree diff), which a hostile ledger may get wrong on purpose.
     """
-    from sandbox import objects
     from sandbox.models import EventKind, FileChange
+    from sandbox.store import objects
 
     run = open_run(root, run_id)
     repo = run.repo
@@ -698,7 +698,7 @@ def user_snapshot(root: Path) -> tuple[object, ...]:
 @pytest.mark.parametrize("bad", [".git/config", ".git/hooks/post-checkout", ".GIT/config", "sub/.git/HEAD"])
 def test_apply_never_writes_git_paths_from_agent_commits(env: Env, bad: str) -> None:
     need("apply")
-    from sandbox import objects
+    from sandbox.store import objects
 
     repo = open_run(env.root, env.run_id).repo
     blob = objects.write_blob(repo, b"[core]\n\thooksPath = /tmp/evil\n")
@@ -718,7 +718,7 @@ def test_apply_never_writes_git_paths_from_agent_commits(env: Env, bad: str) -> 
 def test_apply_dir_turned_symlink_then_file_under_it(env: Env, tmp_path: Path) -> None:
     """Call A turns src/ into a symlink to outside, call B writes src/evil.txt: nothing lands outside."""
     need("apply")
-    from sandbox import objects
+    from sandbox.store import objects
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -25,8 +25,8 @@ from .helpers import (
 
 def scripted_session(root: Path) -> list[str]:
     """3 runs, 50 calls (library and CLI), applies and undos where they exist."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     runs = []
     project, workdir, _ = Project.discover(str(root))

@@ -61,7 +61,7 @@ def build(root: Path, seed: int) -> None:
 @functools.cache
 def state_dir(root: Path) -> Path:
     """The sandbox's state directory of the repository at ``root`` (journal, staging area)."""
-    from sandbox.project import Project
+    from sandbox.store.project import Project
 
     return Path(Project.discover(str(root))[0].state_dir)
 
@@ -81,8 +81,8 @@ def strays(root: Path) -> list[str]:
 
 def make_run(root: Path, seed: int) -> tuple[str, str]:
     """A run started from the tree as it is, whose one call makes the agent's change (same bytes every time)."""
-    from sandbox.project import Project
-    from sandbox.run import Run
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(str(root))
     assert workdir is not None
@@ -120,7 +120,7 @@ def recover(root: Path, run_id: str, how: str, via_cli: bool) -> None:
     if via_cli:
         ok(*(["apply", "--continue", run_id] if how == "continue" else ["undo", run_id]), cwd=root)
         return
-    from sandbox import mergeback, undo
+    from sandbox.merge import mergeback, undo
 
     run = open_run(root, run_id)
     if how == "continue":

@@ -49,8 +49,8 @@ def test_a_file_outside_the_cone_is_not_reported_as_deleted(tmp_path: Path) -> N
 
 
 def test_files_next_to_excluded_ones_do_not_record_them_as_deleted(tmp_path: Path) -> None:
-    from sandbox.capture import capture
-    from sandbox.objects import commit_tree
+    from sandbox.store.capture import capture
+    from sandbox.store.objects import commit_tree
 
     root = sparse_repo(tmp_path)
     run_id = json.loads(ok("start", "--json", cwd=root))["run"]

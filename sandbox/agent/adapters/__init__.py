@@ -1,0 +1,80 @@
+"""Adapters from agents' hook payloads to the generic hook protocol (:mod:`sandbox.agent.hookproto`).
+
+Each adapter module defines ``NAME``, ``SETTINGS_PATH`` (the agent's local settings file, relative
+to the worktree), ``SUCCESS_STDOUT`` (what to print when all went well), ``to_event(payload)``
+(a :class:`~sandbox.agent.hookproto.HookEvent`, or None for an event the sandbox does not record) and
+``hook_settings(command)`` (the settings entries that call the hook). Modules import only the
+standard library: they are on the hook's fast path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from types import ModuleType
+from typing import Any
+
+from sandbox.errors import SandboxError, UsageError
+
+ADAPTERS = {
+    "claude-code": "sandbox.agent.adapters.claude_code",
+    "gemini": "sandbox.agent.adapters.gemini",
+}
+
+
+def load(name: str) -> ModuleType:
+    """The adapter module for an agent name; :class:`UsageError` for an unknown agent."""
+    if name not in ADAPTERS:
+        raise UsageError(f"No hook adapter for {name!r}; known: {', '.join(sorted(ADAPTERS))} (or 'generic').")
+    return importlib.import_module(ADAPTERS[name])
+
+
+def merge_settings(existing: dict[str, Any], ours: dict[str, list[Any]], marker: str) -> dict[str, Any]:
+    """``existing`` settings with our hook groups added under ``hooks``, replacing older copies.
+
+    A hook entry is ours when its command contains ``marker``; everything else is kept as it was.
+    """
+    merged = dict(existing)
+    hooks = merged.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise SandboxError("The settings file's 'hooks' is not an object; fix it by hand, then install again.")
+    hooks = dict(hooks)
+    for event, groups in ours.items():
+        kept = []
+        for group in hooks.get(event, []) if isinstance(hooks.get(event), list) else []:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                inner = [h for h in group["hooks"] if not (isinstance(h, dict) and marker in str(h.get("command", "")))]
+                if not inner:
+                    continue
+                group = {**group, "hooks": inner}
+            kept.append(group)
+        hooks[event] = kept + groups
+    merged["hooks"] = hooks
+    return merged
+
+
+def install(adapter: ModuleType, worktree: str, command: str) -> str:
+    """Write the adapter's hooks into the worktree's local agent settings; returns the file's path."""
+    from sandbox.store.fsutil import atomic_write
+    from sandbox.store.paths import check_parents
+
+    rel = str(adapter.SETTINGS_PATH)
+    check_parents(worktree, rel)
+    path = os.path.join(worktree, rel)
+    existing: dict[str, Any] = {}
+    if os.path.lexists(path):
+        if os.path.islink(path) or not os.path.isfile(path):
+            raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                loaded = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
+        if not isinstance(loaded, dict):
+            raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")
+        existing = loaded
+    merged = merge_settings(existing, adapter.hook_settings(command), str(adapter.MARKER))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, (json.dumps(merged, indent=2) + "\n").encode(), 0o644)
+    return path

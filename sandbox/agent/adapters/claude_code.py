@@ -1,0 +1,160 @@
+"""Claude Code hooks as generic hook events, and Claude Code's answers to the sandbox's decisions.
+
+Events (verified against Claude Code 2.1.328, see hooks/claude-code/README.md):
+
+* ``PreToolUse`` → call start; ``PostToolUse`` → finish ``succeeded``; ``PostToolUseFailure`` →
+  finish ``failed`` (``error`` is multi-line: the ledger keeps its first line and the rest beside it).
+* ``PermissionDenied`` → refused: ``not_run`` with Claude Code's reason (sent when its automatic
+  permission check refuses a call, e.g. in ``plan`` mode).
+* ``Stop``, ``StopFailure``, ``SessionEnd``, ``UserPromptSubmit`` → settle: Claude Code moved on,
+  so a call of this session that got a PreToolUse but no PostToolUse/PostToolUseFailure never ran
+  (its own permission check refused it, another hook blocked it, or the user said no: Claude Code
+  sends no event for that) and ends ``not_run``.
+
+Payload fields used: ``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
+``tool_use_id`` (the call id: a call's start and finish pair exactly), ``tool_response``,
+``error``, ``is_interrupt``, ``permission_mode``, ``reason`` (SessionEnd).
+
+Answers (:func:`respond`): a denied call gets PreToolUse's decision JSON ``permissionDecision:
+"deny"`` with the reason (shown to the model; the tool does not run, in every permission mode); an
+edit the sandbox vouches for gets ``"allow"`` in the ``default`` and ``acceptEdits`` modes only
+(never in ``plan``: the user asked for no edits). A hook exit 1 is a non-blocking error, exit 2
+blocks (``--strict``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool
+
+NAME = "claude-code"
+SETTINGS_PATH = ".claude/settings.local.json"
+MARKER = "sandbox hook claude-code"
+SUCCESS_STDOUT = ""
+EVENTS = {"PreToolUse": ("start", "succeeded"), "PostToolUse": ("finish", "succeeded"),
+          "PostToolUseFailure": ("finish", "failed")}  # fmt: skip
+#: Events after which no call of the session is running any more, and why its open calls never ran.
+SETTLE = {
+    "Stop": "Claude Code ended its turn without running the call (its permission check or a hook refused it, "
+    "or the user said no).",
+    "StopFailure": "Claude Code's turn ended on an error before the call ran.",
+    "SessionEnd": "The Claude Code session ended ({reason}) before the call ran.",
+    "UserPromptSubmit": "Claude Code took a new prompt without running the call (it was refused or cancelled).",
+}
+#: Permission modes in which the sandbox may answer "allow" for an edit inside the worktree.
+ALLOW_MODES = ("default", "acceptEdits")
+
+#: File-writing tools and the tool_input field holding the path they write.
+WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+READ_TOOLS = {"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite", "BashOutput", "ExitPlanMode",
+              "ToolSearch", "ListAgents"}  # fmt: skip
+EXTERNAL_TOOLS = {"WebFetch", "WebSearch"}
+COMMAND_TOOLS = {"Bash"}
+
+
+def classify(tool: str) -> str:
+    """The kind of call a Claude Code tool makes."""
+    return classify_tool(tool, WRITE_TOOLS, COMMAND_TOOLS, READ_TOOLS, EXTERNAL_TOOLS)
+
+
+def to_event(payload: Any) -> HookEvent | None:
+    """The generic event for a Claude Code hook payload (None for events not about tool calls)."""
+    if not isinstance(payload, dict):
+        raise HookInputError("The Claude Code hook payload is not a JSON object; nothing recorded.")
+    name = payload.get("hook_event_name")
+    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+    if name in SETTLE:
+        cwd = payload.get("cwd")
+        if not isinstance(cwd, str) or not cwd:
+            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
+        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
+        return HookEvent(phase="settle", cwd=cwd, tool="*", error=reason, agent=NAME, agent_session=session)
+    if name == "PermissionDenied":
+        denied = _tool_event(payload, name, "refused", "failed")
+        denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"
+        denied.paths = []
+        return denied
+    if name not in EVENTS:
+        return None
+    phase, status = EVENTS[name]
+    return _tool_event(payload, name, phase, status)
+
+
+def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> HookEvent:
+    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+    tool, call_id, cwd = payload.get("tool_name"), payload.get("tool_use_id"), payload.get("cwd")
+    for key, value in (("tool_name", tool), ("tool_use_id", call_id), ("cwd", cwd)):
+        if not isinstance(value, str) or not value:
+            raise HookInputError(f"The {name} payload has no '{key}'; nothing recorded.")
+    assert isinstance(tool, str) and isinstance(call_id, str) and isinstance(cwd, str)
+    if len(call_id) > 200:
+        raise HookInputError("The payload's tool_use_id is longer than 200 characters; nothing recorded.")
+    tool_input = payload.get("tool_input") or {}
+    if not isinstance(tool_input, dict):
+        raise HookInputError(f"The {name} payload's tool_input is not an object; nothing recorded.")
+    kind = classify(tool)
+    paths: list[str] = []
+    idempotency = replay = None
+    if kind == "write":
+        target = tool_input.get(WRITE_TOOLS[tool])
+        if isinstance(target, str) and target:
+            paths = [target]
+        if tool == "Write":  # the whole content is in the input: writing it again is the same
+            idempotency, replay = "idempotent", "auto"
+    result: Any = None
+    error = None
+    if name == "PostToolUse":
+        result = payload.get("tool_response")
+    elif name == "PostToolUseFailure":
+        error = str(payload.get("error") or "the tool failed")
+        interrupted = bool(payload.get("is_interrupt", False))
+        if interrupted:
+            error = f"interrupted by the user: {error}"
+        result = {"is_interrupt": interrupted}
+    return HookEvent(
+        phase=phase,
+        cwd=cwd,
+        tool=tool,
+        call_id=call_id,
+        input=tool_input,
+        kind=kind,
+        paths=paths,
+        status=status,
+        error=error,
+        result=result,
+        idempotency=idempotency,
+        replay=replay,
+        agent=NAME,
+        agent_session=session,
+    )
+
+
+def respond(outcome: Outcome, payload: Any) -> tuple[str, int]:
+    """What the hook prints on stdout and its exit code for a recorded event (``outcome.ok``).
+
+    A deny is PreToolUse's decision JSON (exit 0): Claude Code refuses the call and tells the
+    model the reason, whatever its permission mode. An allow is given only in :data:`ALLOW_MODES`.
+    """
+    if outcome.decision is None:
+        return "", 0
+    mode = payload.get("permission_mode") if isinstance(payload, dict) else None
+    if outcome.decision == "allow" and mode not in ALLOW_MODES:
+        return "", 0
+    answer = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": outcome.decision,
+            "permissionDecisionReason": outcome.reason,
+        }
+    }
+    return json.dumps(answer), 0
+
+
+def hook_settings(command: str) -> dict[str, list[Any]]:
+    """The ``hooks`` entries of Claude Code settings that call ``command`` for every tool and turn end."""
+    group = {"matcher": "*", "hooks": [{"type": "command", "command": command, "timeout": 60}]}
+    plain = {"hooks": [{"type": "command", "command": command, "timeout": 60}]}  # events without a matcher
+    tools = [*EVENTS, "PermissionDenied"]
+    return {**{event: [group] for event in tools}, **{event: [plain] for event in SETTLE}}

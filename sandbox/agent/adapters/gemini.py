@@ -1,0 +1,180 @@
+"""Gemini CLI hooks (BeforeTool, AfterTool) as generic hook events, and what a run needs to host it.
+
+Payload fields used (Gemini CLI hooks reference, docs/hooks/reference.md, checked against the real
+0.61 binary): ``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``, and on
+AfterTool ``tool_response`` (``llmContent``, ``returnDisplay``, optional ``error``). Gemini CLI gives
+a hook no call id, so a BeforeTool gets a fresh id prefixed by the session, and its AfterTool is
+paired with the oldest started call of that session with the same tool and input (Gemini passes
+the same ``tool_input`` object to both).
+
+A shell command that exits non-zero is *not* an error for Gemini: ``tool_response`` has no
+``error`` and the exit code is only in the text the model gets (``Output: ...`` then ``Exit Code:
+N`` among a fixed set of trailing sections), so :func:`shell_outcome` reads it from there.
+
+Exit codes Gemini CLI gives meaning to: 0 success, stdout parsed as JSON (so ``{}`` is printed, or
+``{"decision": "deny", "reason": ...}`` to refuse the tool: the reason goes to the model as the
+tool's error and the turn continues); 2 blocks the tool (stderr is the reason); any other code is
+a warning and the CLI continues.
+
+Trust: Gemini CLI 0.61 runs headless only in a folder it trusts (else it exits 55), and loads a
+project's hooks only there. :func:`agent_env` writes a trusted-folders file naming just the run's
+worktree into the run's directory and points the agent's ``GEMINI_CLI_TRUSTED_FOLDERS_PATH`` at it:
+the user's own ``~/.gemini/trustedFolders.json`` is neither read nor changed for that process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Any
+
+from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool
+
+NAME = "gemini"
+SETTINGS_PATH = ".gemini/settings.json"
+MARKER = "sandbox hook gemini"
+SUCCESS_STDOUT = "{}"
+EVENTS = {"BeforeTool": "start", "AfterTool": "finish"}
+TRUST_FILE = "gemini-trusted-folders.json"
+
+WRITE_TOOLS = {"write_file": "file_path", "replace": "file_path"}
+READ_TOOLS = {"read_file", "read_many_files", "list_directory", "glob", "search_file_content", "write_todos"}
+EXTERNAL_TOOLS = {"web_fetch", "google_web_search", "web_search", "save_memory"}
+COMMAND_TOOLS = {"run_shell_command"}
+#: Gemini CLI names MCP tools ``mcp_<server>_<tool>``.
+MCP_PREFIX = "mcp_"
+
+#: The sections the shell tool appends after ``Output: ...``, in this order (Gemini CLI 0.61).
+_TAIL = re.compile(r"^(Error|Exit Code|Signal|Background PIDs|Process Group PGID): ?(.*)$")
+_WRAP = ("<untrusted_context>\n", "\n</untrusted_context>")
+
+
+def classify(tool: str) -> str:
+    """The kind of call a Gemini CLI tool makes."""
+    if tool.startswith(MCP_PREFIX) and tool not in WRITE_TOOLS:
+        return "external"
+    return classify_tool(tool, WRITE_TOOLS, COMMAND_TOOLS, READ_TOOLS, EXTERNAL_TOOLS)
+
+
+def shell_outcome(response: Any) -> tuple[int | None, str | None]:
+    """(exit code, signal) of a ``run_shell_command`` result; (None, None) when it exited 0.
+
+    The text is ``Output: <output>`` followed by optional ``Error:``, ``Exit Code:``, ``Signal:``,
+    ``Background PIDs:`` and ``Process Group PGID:`` lines, wrapped in ``<untrusted_context>``.
+    The command's own output may contain a line ``Exit Code: 7``; where ``returnDisplay`` is the
+    output itself (the usual case) that prefix is cut off exactly, so only Gemini's own sections are
+    read. Otherwise only the trailing run of section lines counts.
+    """
+    if not isinstance(response, dict):
+        return None, None
+    content = response.get("llmContent")
+    if not isinstance(content, str):
+        return None, None
+    if content.startswith(_WRAP[0]) and content.endswith(_WRAP[1]):
+        content = content[len(_WRAP[0]) : -len(_WRAP[1])]
+    display = response.get("returnDisplay")
+    lines: list[str]
+    for output in ([display] if isinstance(display, str) and display else []) + ["(empty)"]:
+        prefix = f"Output: {output}\n"
+        if content.startswith(prefix):
+            lines = content[len(prefix) :].split("\n")
+            break
+    else:
+        tail: list[str] = []
+        for line in reversed(content.split("\n")):
+            if not _TAIL.match(line):
+                break
+            tail.append(line)
+        lines = list(reversed(tail))
+    code: int | None = None
+    signal: str | None = None
+    for line in lines:
+        found = _TAIL.match(line)
+        if found is None:
+            continue
+        if found.group(1) == "Exit Code" and re.fullmatch(r"-?\d+", found.group(2).strip()):
+            code = int(found.group(2))
+        elif found.group(1) == "Signal" and found.group(2).strip():
+            signal = found.group(2).strip()
+    return (code if code else None), signal
+
+
+def to_event(payload: Any) -> HookEvent | None:
+    """The generic event for a Gemini CLI hook payload (None for events not about tool calls)."""
+    if not isinstance(payload, dict):
+        raise HookInputError("The Gemini CLI hook payload is not a JSON object; nothing recorded.")
+    name = payload.get("hook_event_name")
+    if name not in EVENTS:
+        return None
+    tool, cwd = payload.get("tool_name"), payload.get("cwd")
+    for key, value in (("tool_name", tool), ("cwd", cwd)):
+        if not isinstance(value, str) or not value:
+            raise HookInputError(f"The {name} payload has no '{key}'; nothing recorded.")
+    assert isinstance(tool, str) and isinstance(cwd, str)
+    tool_input = payload.get("tool_input") or {}
+    if not isinstance(tool_input, dict):
+        raise HookInputError(f"The {name} payload's tool_input is not an object; nothing recorded.")
+    session = str(payload.get("session_id") or "nosession")
+    prefix = "gemini_" + hashlib.sha256(session.encode()).hexdigest()[:8] + "_"
+    kind = classify(tool)
+    paths: list[str] = []
+    if kind == "write":
+        target = tool_input.get(WRITE_TOOLS[tool])
+        if isinstance(target, str) and target:
+            paths = [target]
+    status, error, result = "succeeded", None, None
+    if name == "AfterTool":
+        response = payload.get("tool_response")
+        result = response
+        failure = response.get("error") if isinstance(response, dict) else None
+        if failure:
+            status = "failed"
+            error = str(failure.get("message", failure) if isinstance(failure, dict) else failure)
+        elif kind == "command":
+            code, signal = shell_outcome(response)
+            if code is not None or signal is not None:
+                status = "failed"
+                error = f"exit code {code}" if code is not None else f"terminated by signal {signal}"
+    return HookEvent(
+        phase=EVENTS[name],
+        cwd=cwd,
+        tool=tool,
+        call_id=None,
+        input=tool_input,
+        kind=kind,
+        paths=paths,
+        status=status,
+        error=error,
+        result=result,
+        pair_prefix=prefix,
+        agent=NAME,
+    )
+
+
+def deny_answer(reason: str) -> tuple[str, int]:
+    """(stdout, exit code) that makes Gemini CLI refuse the tool and tell the model ``reason``."""
+    return json.dumps({"decision": "deny", "reason": reason}), 0
+
+
+def hook_settings(command: str) -> dict[str, list[Any]]:
+    """The ``hooks`` entries of Gemini CLI settings that call ``command`` for every tool."""
+    hook = {"name": "sandbox", "type": "command", "command": command, "timeout": 60000}
+    return {event: [{"matcher": ".*", "hooks": [hook]}] for event in EVENTS}
+
+
+def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
+    """Environment for a Gemini CLI started by ``sandbox run``: the run's worktree, and only it, trusted.
+
+    Writes ``<run dir>/gemini-trusted-folders.json`` (Gemini's trustedFolders format) naming the
+    worktree; the variable makes Gemini read that file instead of the user's, for this process and
+    its children only.
+    """
+    from sandbox.store.fsutil import atomic_write
+
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, TRUST_FILE)
+    data = {os.path.realpath(worktree): "TRUST_FOLDER"}
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    return {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": path}

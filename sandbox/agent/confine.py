@@ -1,0 +1,528 @@
+"""OS confinement of the agent's processes: bubblewrap on Linux, a ``sandbox-exec`` profile on macOS.
+
+A run's worktree is only a convention until the processes working in it are kept out of
+everything else. ``sandbox exec`` and ``sandbox run`` start their command or agent through
+:func:`spawn`, which puts it in a bubblewrap sandbox with this policy (:func:`bwrap_argv`):
+
+* the whole file system read-only (``--ro-bind / /``), a private ``/dev`` and ``/tmp``, a ``/proc``
+  of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
+  ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
+  signalled or traced);
+* writable: the run's own paths (:func:`run_writable_paths`, the one place that says which) and the
+  agent's own state (``~/.claude``, ``~/.gemini``, ... from the settings); the user's working tree
+  and its ``.git`` are then re-mounted read-only explicitly, in case they lie under a writable path;
+* the most specific path wins: mounts are made parents first, so a writable worktree inside the
+  user's ``.git`` stays writable while ``.git`` itself is read-only;
+* no capabilities (``--cap-drop ALL``: a root caller's sandbox would otherwise keep
+  ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
+  ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
+* ``--unshare-net`` when the network is off. Unix sockets named by a path still work across it:
+  the hooks reach the run's host on ``hook.sock`` (``connect`` needs no write access to the mount);
+* ``--die-with-parent``: a sandbox never outlives the ``sandbox`` process that records it;
+* ``--new-session`` when the command does not use the terminal; an interactive agent keeps the
+  terminal (a new session has no controlling terminal: no ``/dev/tty``, no ``SIGWINCH`` on resize),
+  and a seccomp filter refuses ``TIOCSTI``/``TIOCLINUX`` instead, the ioctls that would let it type
+  into the user's shell.
+
+Signals: bubblewrap does not pass signals on, and dies of them (killing the sandbox with SIGKILL).
+So it starts with SIGINT, SIGTERM, SIGHUP and SIGQUIT blocked (bubblewrap clears the mask for the
+command), and :meth:`Confined.send_signal` delivers a signal to the command itself. A Ctrl-C from
+the terminal reaches the command directly. Bubblewrap 0.8 reports a command killed by a signal as
+exit 0, so the command runs under ``sh -c '...; "$@"; exit $?'``, which turns that into 128+N
+(its trap only stops the shell itself from dying first; the command gets default dispositions).
+
+Availability (:func:`check`) is decided from what is on disk, without starting a process; a
+sandbox that still cannot be set up is reported by :meth:`Confined.wait` from bubblewrap's
+status pipe, never taken for the command's own failure, and never followed by an unconfined run.
+
+This module imports only the standard library: ``sandbox exec``'s fast path uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import struct
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sandbox.errors import SandboxError
+from sandbox.store import layout
+
+#: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
+#: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
+#: Code hangs at start when it cannot write ``~/.claude.json``, and creates a lock and temp files
+#: beside it, which fail on the read-only home and fall back to a direct write).
+DEFAULT_AGENT_STATE = (
+    "~/.claude/",
+    "~/.claude.json",
+    "~/.gemini/",
+    "~/.npm/",
+    "~/.local/state/claude/",
+)
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
+    "Arch: pacman -S bubblewrap)"
+)
+OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate = false in .sandbox.toml)"
+_BLOCKED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+#: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
+_SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
+#: Set inside every sandbox: a ``sandbox exec`` run by the agent knows it is already confined.
+CONFINED_ENV = "SANDBOX_CONFINED"
+_PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+class ConfinementError(SandboxError):
+    """OS confinement was asked for and cannot be had (no bubblewrap, no user namespaces, ...)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What the caller asks for; the CLI builds it from flags and settings (the library reads no env).
+
+    ``program`` is the bubblewrap (or ``sandbox-exec``) executable found by the caller, None when
+    it found none. ``writable`` are more paths the agent may write (absolute; state dirs, caches).
+    ``interactive``: the command uses the terminal (keep the session, filter ``TIOCSTI`` instead).
+    """
+
+    enabled: bool = True
+    network: bool = True
+    program: str | None = None
+    backend: str = "bwrap"
+    writable: tuple[str, ...] = ()
+    interactive: bool = False
+    #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
+    readable: tuple[str, ...] = ()
+    #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
+    #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.
+    inherited: bool = False
+
+    def describe(self) -> str:
+        """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
+        if self.inherited:
+            return "inherited (inside the sandbox of the calling agent)"
+        if not self.enabled:
+            return "off"
+        return f"{self.backend}, network {'on' if self.network else 'off'}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a confined process may write, what is re-protected, and whether it has a network."""
+
+    writable: tuple[str, ...]
+    protected: tuple[str, ...]
+    network: bool = True
+    interactive: bool = False
+    extra_writable: tuple[str, ...] = field(default=())
+    readable: tuple[str, ...] = field(default=())
+    #: Directories replaced by an empty one (other runs' scratch dirs, with their hook sockets).
+    hidden: tuple[str, ...] = field(default=())
+
+
+# -- which paths ------------------------------------------------------------------------------
+
+
+def run_writable_paths(common_dir: str, run_id: str, worktree: str) -> list[str]:
+    """The paths a run's processes must be able to write: its worktree and its own git directory.
+
+    The one place that says so. Both come from the user's repository (:func:`sandbox.store.layout.place_of`
+    reads ``runs/<run>/place`` there), never from the worktree's ``.git`` file, which the agent could
+    rewrite to name any directory. The run's home around them (with its ``origin`` file, which
+    tells hooks where the user's repository is) stays read-only. A legacy run's git dir is its
+    admin dir in the user's ``.git/worktrees``.
+    """
+    place = layout.place_of(common_dir, run_id)
+    paths = [os.path.realpath(worktree)]
+    if os.path.realpath(place.worktree) != paths[0]:
+        raise ConfinementError(
+            f"The worktree {worktree} is not where the repository places run {run_id} ({place.worktree}); "
+            "nothing was run."
+        )
+    if os.path.isdir(place.git_dir):
+        paths.append(os.path.realpath(place.git_dir))
+    return paths
+
+
+def run_readable_paths(common_dir: str, run_id: str) -> list[str]:
+    """The run's home, read-only: its ``origin`` file is how a hook inside finds the run.
+
+    Visible even when the data directory lies below the private ``/tmp`` or outside the home.
+    """
+    home = layout.place_of(common_dir, run_id).home
+    return [os.path.realpath(home)] if home else []
+
+
+def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:
+    """The user's working tree and git directory: read-only even below a writable path."""
+    out = [os.path.realpath(common_dir)]
+    if user_workdir:
+        out.insert(0, os.path.realpath(user_workdir))
+    return out
+
+
+def state_paths(entries: Sequence[str], home: str) -> list[str]:
+    """Absolute paths for settings entries: ``~/x`` under ``home``; relative entries are refused."""
+    out = []
+    for entry in entries:
+        path = entry.rstrip("/") or "/"
+        if path == "~" or path.startswith("~/"):
+            path = os.path.join(home, path[2:]) if path != "~" else home
+        if not os.path.isabs(path):
+            raise ConfinementError(
+                f"The writable path {entry!r} in the isolation settings is not absolute; "
+                "write it as /abs/path or ~/path."
+            )
+        if os.path.realpath(path) in ("/", os.path.realpath(home)):
+            raise ConfinementError(
+                f"The writable path {entry!r} would make {'your home' if path != '/' else 'everything'} writable; "
+                "name the agent's own directories instead."
+            )
+        out.append(path + ("/" if entry.endswith("/") else ""))
+    return out
+
+
+def prepare_state(paths: Sequence[str]) -> None:
+    """Create missing agent state directories (entries ending in ``/``) and ``.json`` files (``{}``)."""
+    for entry in paths:
+        path = entry.rstrip("/")
+        if entry.endswith("/"):
+            with contextlib.suppress(OSError):
+                os.makedirs(path, exist_ok=True)
+        elif path.endswith(".json") and not os.path.lexists(path) and os.path.isdir(os.path.dirname(path)):
+            with contextlib.suppress(OSError), open(path, "x", encoding="utf-8") as fh:
+                fh.write("{}\n")
+
+
+def policy_for(
+    isolation: Isolation, *, common_dir: str, run_id: str, worktree: str, user_workdir: str | None
+) -> Policy:
+    """The policy for a command of run ``run_id``."""
+    return Policy(
+        writable=tuple(run_writable_paths(common_dir, run_id, worktree)),
+        protected=tuple(protected_paths(common_dir, user_workdir)),
+        network=isolation.network,
+        interactive=isolation.interactive,
+        extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
+        # The other runs' scratch dirs are hidden: a path socket can be connected to on a read-only
+        # mount, and another run's host would record what this agent sends it. Its own stays.
+        readable=(
+            *isolation.readable,
+            os.path.realpath(layout.run_dir(common_dir, run_id)),
+            *run_readable_paths(common_dir, run_id),
+        ),
+        hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
+    )
+
+
+# -- availability ------------------------------------------------------------------------------
+
+
+def check(isolation: Isolation) -> None:
+    """Raise :class:`ConfinementError` (naming the fix and the opt-out) when it cannot be had.
+
+    Decided from files only (no process is started): the program, and on Linux whether user
+    namespaces are allowed. A setup that fails anyway is reported by :meth:`Confined.wait`.
+    """
+    if not isolation.enabled:
+        return
+    if isolation.backend == "seatbelt":
+        if not isolation.program or not os.access(isolation.program, os.X_OK):
+            raise ConfinementError(f"OS confinement needs /usr/bin/sandbox-exec, which is missing; {OPT_OUT}.")
+        return
+    if not isolation.program or not os.access(isolation.program, os.X_OK):
+        raise ConfinementError(
+            f"OS confinement needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}, {OPT_OUT}."
+        )
+    reason = _userns_blocked()
+    if reason is not None:
+        raise ConfinementError(
+            f"OS confinement needs user namespaces, which this system disables ({reason}); "
+            f"enable them (sysctl -w {reason.split(' = ')[0]}=1 as root), {OPT_OUT}."
+        )
+
+
+def _userns_blocked() -> str | None:
+    if os.geteuid() == 0:
+        return None  # bubblewrap needs no user namespace when started by root
+    for path, bad in (
+        ("/proc/sys/user/max_user_namespaces", "0"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+    ):
+        try:
+            with open(path, encoding="ascii") as fh:
+                value = fh.read().strip()
+        except (OSError, UnicodeError):
+            continue
+        if value == bad:
+            return f"{path[len('/proc/sys/') :].replace('/', '.')} = {value}"
+    return None
+
+
+def inside_sandbox(env_value: str | None) -> bool:
+    """True in a process of one of our sandboxes: the variable we set, and bubblewrap as PID 1."""
+    if env_value != "1":
+        return False
+    try:
+        with open("/proc/1/comm", encoding="utf-8") as fh:
+            return fh.read().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+# -- bubblewrap --------------------------------------------------------------------------------
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.rstrip("/").count("/")
+
+
+def bwrap_argv(
+    program: str,
+    policy: Policy,
+    argv: Sequence[str],
+    cwd: str,
+    *,
+    started_fd: int | None = None,
+    seccomp_fd: int | None = None,
+) -> list[str]:
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``."""
+    out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid"]
+    if not policy.network:
+        out.append("--unshare-net")
+    if not policy.interactive:
+        out.append("--new-session")
+    out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for cover in _PROC_COVER:
+        out += ["--ro-bind-try", cover, cover]
+    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected.
+    mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--tmpfs", "/tmp"])]
+    mounts += [(_depth(path), 0, ["--tmpfs", path]) for path in policy.hidden if os.path.isdir(path)]
+    for path in policy.readable:  # visible as on the host even if it lies below /tmp
+        real = os.path.realpath(path)
+        mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
+    for path in policy.writable:
+        mounts.append((_depth(path), 2, ["--bind", path, path]))
+    for path in policy.extra_writable:
+        real = os.path.realpath(path)
+        mounts.append((_depth(real), 2, ["--bind-try", real, real]))
+    for path in policy.protected:
+        mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
+    for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
+        out += args
+    for path in policy.hidden:  # read-only once the run's own dir is mounted inside it
+        if os.path.isdir(path):
+            out += ["--remount-ro", path]
+    out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
+    # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)
+    # that the sandbox is set up, so a failed setup is never taken for the command's own exit.
+    shim = _SHIM if started_fd is None else f"printf s >/proc/self/fd/{started_fd}; {_SHIM}"
+    out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]
+    return out
+
+
+# A classic BPF program for seccomp: ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails with EPERM; every
+# other call is allowed. Unknown architectures get no filter (see :func:`seccomp_program`).
+_AUDIT_ARCH = {"x86_64": (0xC000003E, (16, 0x40000000 | 514)), "aarch64": (0xC00000B7, (29,))}
+_DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+_LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+_ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know."""
+    arch = _AUDIT_ARCH.get(machine or os.uname().machine)
+    if arch is None:
+        return None
+    audit, numbers = arch
+    # Instructions as (code, jump-if-true label, jump-if-false label, k); labels resolved below.
+    prog: list[tuple[int, str | None, str | None, int]] = [(_LD_ABS, None, None, 4)]  # seccomp_data.arch
+    prog.append((_JEQ_K, None, "allow", audit))
+    prog.append((_LD_ABS, None, None, 0))  # seccomp_data.nr
+    for i, nr in enumerate(numbers):
+        last = i == len(numbers) - 1
+        prog.append((_JEQ_K, "args", "allow" if last else None, nr))
+    prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
+    for i, cmd in enumerate(_DENIED_IOCTLS):
+        last = i == len(_DENIED_IOCTLS) - 1
+        prog.append((_JEQ_K, "deny", "allow" if last else None, cmd))
+    labels = {"args": len(numbers) + 3, "allow": len(prog), "deny": len(prog) + 1}
+    out = b""
+    for index, (code, jt, jf, k) in enumerate(prog):
+        t = labels[jt] - index - 1 if jt else 0
+        f = labels[jf] - index - 1 if jf else 0
+        out += struct.pack("=HBBI", code, t, f, k)
+    out += struct.pack("=HBBI", _RET_K, 0, 0, _ALLOW) + struct.pack("=HBBI", _RET_K, 0, 0, _DENY)
+    return out
+
+
+# -- macOS -------------------------------------------------------------------------------------
+
+
+def _sb_quote(path: str) -> str:
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def seatbelt_profile(policy: Policy) -> str:
+    """A ``sandbox-exec`` (Seatbelt) profile with the same policy. In SBPL the last match wins."""
+    lines = ["(version 1)", "(allow default)", "(deny file-write*)"]
+    allowed = [*policy.writable, *policy.extra_writable, "/private/tmp", "/private/var/folders"]
+    lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in allowed) + ")")
+    lines.append(
+        '(allow file-write* (literal "/dev/null") (literal "/dev/zero") (regex #"^/dev/tty") (regex #"^/dev/fd/"))'
+    )
+    if policy.protected:
+        lines.append("(deny file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in policy.protected) + ")")
+        # ...but not the run's own paths below them (a worktree inside the user's .git).
+        inner = [p for p in policy.writable if any(p.startswith(q.rstrip("/") + "/") for q in policy.protected)]
+        if inner:
+            lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in inner) + ")")
+    if not policy.network:
+        lines.append("(deny network*)")
+        lines.append("(allow network* (remote unix-socket))")  # the hook socket
+    return "\n".join(lines) + "\n"
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+class Confined:
+    """A command running in a sandbox: ``wait`` and ``send_signal`` like :class:`subprocess.Popen`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], started_fd: int | None, session: bool) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self._started_fd = started_fd
+        self._session = session
+        self.returncode: int | None = None
+
+    def command_pids(self) -> list[int]:
+        """Outer pids of the command: below bubblewrap's processes and the shim, best effort."""
+        pids = [self.pid]
+        while pids and all(_comm(p) == "bwrap" for p in pids):
+            pids = [c for p in pids for c in _children(p)]
+        return [c for shim in pids for c in _children(shim)]
+
+    def send_signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the command inside (bubblewrap itself has it blocked)."""
+        if self.proc.poll() is not None:
+            return
+        for pid in self.command_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def poll(self) -> int | None:
+        """The exit code when it ended, else None."""
+        if self.proc.poll() is None:
+            return None
+        return self.wait()
+
+    def wait(self) -> int:
+        """Wait for the end; the command's exit code (128+N for signal N).
+
+        Raises :class:`ConfinementError` when bubblewrap could not set the sandbox up (the shim,
+        which runs only inside a finished sandbox, never said it started). Ctrl-C while waiting
+        is passed on when the command has a session of its own.
+        """
+        if self.returncode is not None:
+            return self.returncode
+        while True:
+            try:
+                code = self.proc.wait()
+                break
+            except KeyboardInterrupt:
+                if self._session:
+                    self.send_signal(signal.SIGINT)
+                continue  # otherwise the command got the same SIGINT from the terminal
+        fd, self._started_fd = self._started_fd, None
+        if fd is not None:
+            try:
+                # Every holder of the pipe's write end lived in the sandbox's PID namespace,
+                # which died with bubblewrap: this read cannot block.
+                started = os.read(fd, 1) == b"s"
+            finally:
+                os.close(fd)
+            if not started:
+                raise ConfinementError(
+                    f"bubblewrap could not set up the sandbox (exit {code}; its message is above); "
+                    f"check that 'bwrap --ro-bind / / true' works here, {OPT_OUT}."
+                )
+        self.returncode = code if code >= 0 else 128 - code
+        return self.returncode
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return [int(p) for p in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    out = []  # kernels without CONFIG_PROC_CHILDREN: scan for the parent pid
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.append(int(name))
+    return out
+
+
+def spawn(
+    isolation: Isolation,
+    policy: Policy,
+    argv: Sequence[str],
+    cwd: str,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Confined:
+    """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would."""
+    check(isolation)
+    assert isolation.program is not None
+    if isolation.backend == "seatbelt":
+        full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
+        return Confined(subprocess.Popen(full, cwd=cwd, env=env), None, session=False)
+    started_r, started_w = os.pipe()
+    fds = [started_w]
+    seccomp_fd = None
+    # Only with the terminal shared: in a session of its own the command has no controlling
+    # terminal, and TIOCSTI works only on one's controlling terminal.
+    program = seccomp_program() if policy.interactive else None
+    if program is not None:
+        seccomp_fd, seccomp_w = os.pipe()
+        os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer
+        os.close(seccomp_w)
+        fds.append(seccomp_fd)
+    full = bwrap_argv(isolation.program, policy, argv, cwd, started_fd=started_w, seccomp_fd=seccomp_fd)
+    # The child inherits the signal mask. Blocking here rather than in a preexec_fn keeps
+    # subprocess on its vfork path (a preexec_fn costs a full fork of this process, ~6 ms).
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_BLOCKED))
+    try:
+        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds)
+    except BaseException:
+        os.close(started_r)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for fd in fds:
+            os.close(fd)
+    return Confined(proc, started_r, session=not policy.interactive)

@@ -1,0 +1,368 @@
+"""Undo and redo: take the run's last agent change back out, or bring the last undone one back.
+
+Undo picks the newest call with file changes that is not undone yet:
+
+* if the sandbox wrote any of its paths into the user's tree (an apply), it is undone **there**:
+  each path the sandbox wrote goes back to its before state, but only where the user's file is
+  still exactly what the sandbox wrote; any other user change refuses the whole undo;
+* otherwise it is undone **in the sandbox**: the run's head moves back past the call's commit (a
+  new ``undo`` event names the new head and keeps the old one reachable) and its paths are restored
+  in the worktree, refused where the worktree holds changes no call recorded.
+
+Redo reverses the newest undo, in the same place. Both are journaled exactly like an apply, and are
+forward ledger events: nothing is erased. When an interrupted apply, undo or redo left a journal,
+:func:`undo` rolls that operation back first (:func:`roll_back`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pygit2
+
+from sandbox import faults
+from sandbox.errors import SandboxError
+from sandbox.merge import mergeback
+from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
+from sandbox.models import ApplyJournal, EventKind, LedgerEntry, LedgerState, UndoReport
+from sandbox.run.run import Run
+from sandbox.store import journal, objects
+from sandbox.store.journal import State
+from sandbox.store.project import Project
+
+
+class NothingToUndoError(SandboxError):
+    """The run has no recorded change left to undo."""
+
+
+class NothingToRedoError(SandboxError):
+    """No undo of the run is left to redo."""
+
+
+class UndoConflict(ApplyConflict):
+    """Some paths changed since the agent's change; nothing was written. ``report`` lists them."""
+
+
+def _pending_dirs(run: Run) -> list[str]:
+    dirs = []
+    for directory in (run.user_workdir, run.worktree):
+        pending = journal.load(run.project, directory)
+        if pending is not None and pending.run_id == run.run_id:
+            dirs.append(directory)
+    return dirs
+
+
+def carried(state: LedgerState, entry: LedgerEntry) -> list[str]:
+    """The paths of ``entry`` whose current state in the user's tree the sandbox wrote for it."""
+    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    return [f.path for f in entry.files if entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])]
+
+
+def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
+    """Undo the run's newest change not yet undone (or roll back an interrupted operation first)."""
+    for directory in _pending_dirs(run):
+        report = roll_back(run.project, directory, lock_timeout)
+        if report is not None:
+            return report
+    state = run.state()
+    for call_id in reversed(state.order):
+        entry = state.calls[call_id]
+        if entry.commit and entry.files and not entry.undone:
+            target = "user" if entry.applied or carried(state, entry) else "sandbox"
+            return _move(run, entry, "undo", target, lock_timeout)
+    raise NothingToUndoError(f"Run {run.run_id} has no recorded change left to undo.")
+
+
+def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
+    """Redo the run's newest undo, in the place (your tree or the sandbox) where it was undone."""
+    for directory in _pending_dirs(run):
+        journal.ensure_none_pending(run.project, directory)
+    state = run.state()
+    for item in reversed(state.data.get("undo_stack", [])):
+        entry = state.calls.get(item["call_id"])
+        if entry is not None and entry.undone:
+            return _move(run, entry, "redo", item["target"], lock_timeout, only=item.get("changed"))
+    raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
+
+
+def _move(
+    run: Run, entry: LedgerEntry, op: str, target: str, lock_timeout: float, only: list[str] | None = None
+) -> UndoReport:
+    root = run.user_workdir if target == "user" else run.worktree
+    with journal.tree_lock(run.project, root, lock_timeout), run.ledger.lock.hold(lock_timeout):
+        faults.point(f"{op}.after_lock")
+        journal.ensure_none_pending(run.project, root)
+        state = run.state()
+        try:
+            if target == "user":
+                mergeback.check_in_progress(root)
+                return _move_user(run, state, entry, op, root, only)
+            return _move_sandbox(run, state, entry, op, root)
+        except (OSError, pygit2.GitError) as exc:
+            # Writes to the tree turn their own errors into WriteFailedError (mergeback.execute):
+            # what reaches here failed while planning (reading files, storing the new commit).
+            what = journal.describe(exc) if isinstance(exc, OSError) else str(exc)
+            raise journal.WriteFailedError(
+                f"The {op} of run {run.run_id} failed before writing anything ({what}); nothing was written. "
+                f"Fix the cause (free some space, if the disk is full), then run 'sandbox {op} {run.run_id}' again."
+            ) from exc
+
+
+def _states(entry: LedgerEntry, op: str) -> dict[str, tuple[State, State]]:
+    out = {}
+    for f in entry.files:
+        before = journal.entry_state(f.before_mode, f.before_hash)
+        after = journal.entry_state(f.after_mode, f.after_hash)
+        out[f.path] = (after, before) if op == "undo" else (before, after)
+    return out
+
+
+def _refuse(run: Run, entry: LedgerEntry, op: str, target: str, root: str, planned: list[PlannedPath]) -> None:
+    conflicts = [p for p in planned if p.action == "conflict"]
+    if not conflicts:
+        return
+    for p in conflicts:
+        if p.obstacle:
+            continue  # the obstacle's own reason (a read-only file, a directory in the way) says it best
+        if target == "user":
+            p.reason = "your file changed since the sandbox wrote it"
+            p.hint = "put it back as it was, or reverse this change by hand"
+        else:
+            p.reason = "the worktree file differs from what the run recorded (a change no call recorded)"
+            p.hint = "record or discard that change in the worktree first"
+    report = UndoReport(
+        op=op,
+        run=run.run_id,
+        call=entry.call_id,
+        target=target,
+        target_dir=root,
+        calls=[entry.call_id],
+        conflicts=[conflict_report(p) for p in conflicts],
+        refused=True,
+    )
+    first = conflicts[0]
+    what = "are in the way" if all(p.obstacle for p in conflicts) else "changed"
+    raise UndoConflict(
+        f"Cannot {op} call {entry.call_id}: {len(conflicts)} path(s) {what} ({first.path}: {first.reason}); "
+        "nothing was written.",
+        report,
+    )
+
+
+def _journal(
+    run: Run,
+    op: str,
+    target: str,
+    root: str,
+    entry: LedgerEntry,
+    writes: list[PlannedPath],
+    event: Any,
+    old_head: str | None = None,
+    new_head: str | None = None,
+) -> ApplyJournal:
+    entries = mergeback.journal_entries(run.repo, root, writes)
+    return ApplyJournal(
+        op=op,
+        run_id=run.run_id,
+        target=target,
+        target_dir=root,
+        calls=[entry.call_id],
+        entries=entries,
+        event=event,
+        old_head=old_head,
+        new_head=new_head,
+        pid=os.getpid(),
+        token=journal.new_token(),
+    )
+
+
+def _move_user(
+    run: Run, state: LedgerState, entry: LedgerEntry, op: str, root: str, only: list[str] | None
+) -> UndoReport:
+    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    states = _states(entry, op)
+    if op == "undo":
+        chosen = carried(state, entry)
+    else:
+        chosen = [p for p in (only if only is not None else list(states)) if p in states]
+    moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
+    planned = mergeback.plan_moves(root, moves, user_tree=True)
+    for p in planned:
+        record = user_paths.get(p.path) or {}
+        if (
+            op == "undo"
+            and p.action == "write"
+            and journal.entry_state(record.get("mode"), record.get("oid")) != p.user.state
+        ):
+            p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
+    _refuse(run, entry, op, "user", root, planned)
+    writes = [p for p in planned if p.action == "write"]
+    records = []
+    for p in planned:
+        calls = [c for c in (user_paths.get(p.path) or {}).get("calls", []) if c != entry.call_id]
+        if op == "redo":
+            calls.append(entry.call_id)
+        dst = p.steps[0].after
+        records.append({"path": p.path, **state_record(dst, dst, calls)})
+    event = run._event(
+        EventKind.undo if op == "undo" else EventKind.redo,
+        entry.call_id,
+        data={
+            "target": "user",
+            "changed": [p.path for p in planned],
+            "paths": records,
+            "prior": mergeback.prior_records(user_paths, [p.path for p in planned]),
+        },
+    )
+    j = _journal(run, op, "user", root, entry, writes, event)
+    written = mergeback.execute(run, j) if writes else _record_only(run, j)
+    return UndoReport(
+        op=op,
+        run=run.run_id,
+        call=entry.call_id,
+        target="user",
+        target_dir=root,
+        calls=[entry.call_id],
+        **_written(op, written),
+        skipped=[p.path for p in planned if p.path not in written],
+        reasons={p.path: p.reason for p in planned if p.action == "skip"},
+    )
+
+
+def _written(op: str, written: list[str]) -> dict[str, list[str]]:
+    """Report fields: an undo restored the paths it wrote, a redo applied them again."""
+    return {"restored": written} if op == "undo" else {"applied": written}
+
+
+def _record_only(run: Run, j: ApplyJournal) -> list[str]:
+    """Nothing to write (every path already there): the event alone records the undo or redo."""
+    faults.point(f"{j.op}.before_ledger")
+    run.ledger.append(j.event)
+    faults.point(f"{j.op}.after_ledger")
+    return []
+
+
+def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, root: str) -> UndoReport:
+    repo = run.repo
+    head = state.head
+    assert head is not None
+    head_tree = objects.commit_tree(repo, head)
+    states = _states(entry, op)
+    planned = mergeback.plan_moves(root, [(path, src, dst, entry.call_id) for path, (src, dst) in states.items()])
+    for p in planned:
+        if objects.lookup(repo, head_tree, p.path) != p.steps[0].before:
+            p.action, p.write = "conflict", None
+            p.reason = "a later call changed it in the run"
+            p.hint = "undo that call first"
+    _refuse(run, entry, op, "sandbox", root, planned)
+    new_tree = objects.edit_tree(repo, head_tree, {path: dst for path, (_src, dst) in states.items()})
+    parent, child = entry.parent_commit, entry.commit
+    if op == "undo" and head == child and parent and objects.commit_tree(repo, parent) == new_tree:
+        new_head = parent  # exactly back past the call's commit
+    elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
+        new_head = child
+    else:
+        sig = objects.signature()
+        message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
+        with objects.git_writes():
+            new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
+    event = run._event(
+        EventKind.undo if op == "undo" else EventKind.redo,
+        entry.call_id,
+        commit=new_head,
+        parent_commit=head,
+        data={"target": "sandbox", "changed": sorted(states), "old_head": head},
+    )
+    writes = [p for p in planned if p.action == "write"]
+    j = _journal(run, op, "sandbox", root, entry, writes, event, old_head=head, new_head=new_head)
+    written = mergeback.execute(run, j, keep=[head, new_head])
+    return UndoReport(
+        op=op,
+        run=run.run_id,
+        call=entry.call_id,
+        target="sandbox",
+        target_dir=root,
+        calls=[entry.call_id],
+        **_written(op, written),
+        skipped=[p.path for p in planned if p.path not in written],
+        head=new_head,
+    )
+
+
+def _inverse(run: Run, j: ApplyJournal) -> Any:
+    """The event recording the roll-back of a journaled operation whose own event was recorded."""
+    kind = {"apply": EventKind.undo, "undo": EventKind.redo, "redo": EventKind.undo}[j.op]
+    data: dict[str, Any] = {
+        "target": j.target,
+        "reverts": j.event.event_id,
+        "changed": [e.path for e in j.entries],
+    }
+    if j.target == "user":
+        data["paths"] = j.event.data.get("prior", [])
+    if j.op == "apply":
+        data["unapplied"] = j.event.data.get("newly", [])
+    call_id = None if j.op == "apply" else j.event.call_id
+    commit = j.old_head if j.target == "sandbox" else None
+    return run._event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
+
+
+def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> UndoReport | None:
+    """Reverse the interrupted operation journaled for ``target_dir``; None when none is pending.
+
+    Each path goes back to its before state where it is at its after state. If the operation's
+    event was already recorded, a forward event records the roll-back too.
+    """
+    with journal.tree_lock(project, target_dir, lock_timeout):
+        j = journal.load(project, target_dir)
+        if j is None:
+            return None
+        bad = journal.check(target_dir, j.entries)
+        if bad:
+            raise journal.TreeChangedError(
+                f"Cannot roll back the interrupted {j.op}: {', '.join(bad[:5])} changed since; nothing was written."
+            )
+        run = Run.open(project, j.run_id)
+        with run.ledger.lock.hold(lock_timeout):
+            state = run.state()
+            recorded = j.event.event_id in state.event_ids
+            if recorded and j.target == "sandbox" and state.head != j.new_head:
+                raise SandboxError(
+                    f"Run {run.run_id} moved on since the interrupted {j.op}; "
+                    "finish it with 'sandbox apply --continue'."
+                )
+            written: list[str] = []
+            try:
+                journal.clear_temps(project, j, target_dir)
+                temps = journal.temps_of(project, j)
+                journal.play(
+                    run.repo,
+                    target_dir,
+                    j.entries,
+                    "rollback.after_file",
+                    reverse=True,
+                    on_write=written.append,
+                    temps=temps,
+                )
+                if recorded:
+                    run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
+                if j.target == "sandbox":
+                    run.head()
+                journal.remove(project, target_dir)
+            except OSError as exc:
+                raise journal.WriteFailedError(
+                    f"Could not roll back the interrupted {j.op} of run {run.run_id} ({journal.describe(exc)}); the "
+                    f"journal is kept: fix the cause, then run 'sandbox undo {run.run_id}' again, or "
+                    f"'sandbox apply --continue {run.run_id}' to finish the {j.op} instead."
+                ) from exc
+    return UndoReport(
+        op="undo",
+        run=j.run_id,
+        call=None if j.op == "apply" else j.event.call_id,
+        target=j.target,
+        target_dir=target_dir,
+        calls=j.calls,
+        restored=written,
+        skipped=[e.path for e in j.entries if e.path not in written],
+        recovered=f"rolled back the interrupted {j.op}",
+    )

@@ -1,0 +1,601 @@
+"""Conservative resume: continue a run on evidence, never replay what must not happen twice.
+
+:func:`resume`, under the run's lock:
+
+1. fences: appends a ``resumed`` event with epoch + 1 *first*, so a paused old writer can no
+   longer commit (``finish_call`` refuses when the epoch moved);
+2. turns every call that started but never ended into ``uncertain`` (durable events);
+3. verifies the ledger (every event re-read and re-folded) and the checkpoints (each re-hashed);
+   a damaged checkpoint is reported and the previous good one used; a lost checkpoints ref is
+   rebuilt from the ledger's evidence;
+4. verifies the workspace: recreates a missing worktree at the run's head; otherwise compares
+   every file with the head and reports drift (changes no recorded call made), attributed to the
+   call that was writing them when that is known, saved as a commit and never discarded;
+5. returns the message history and run state of the session's checkpoint (or of the checkpoint a
+   ``rollback --session`` chose);
+6. classifies each uncertain call: idempotent with replay ``auto`` may be replayed; ``conditional``
+   or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
+7. writes a note for the model and 8. names the next safe step.
+
+Before all that (step 0), resume looks for live processes of the agent sessions the run's calls
+started in (each ``started`` event names its session: see :mod:`sandbox.agent.procs`). While any still
+runs it refuses, naming them, and changes nothing: a live tool (or the agent itself) could still
+write into the worktree after the report was made. ``stop_processes=True`` stops them first
+(SIGTERM, then SIGKILL) and records that in the ledger.
+
+Resuming twice in a row gives the same report apart from the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandbox import faults
+from sandbox.agent import procs
+from sandbox.errors import CorruptionError, SandboxError
+from sandbox.models import (
+    CallStatus,
+    DriftPath,
+    Event,
+    EventKind,
+    Idempotency,
+    LedgerEntry,
+    LedgerState,
+    LiveProcess,
+    ProcessScope,
+    ReplayPolicy,
+    ResumeReport,
+    UncertainCall,
+)
+from sandbox.run import approvals
+from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
+from sandbox.store import objects, worktree
+from sandbox.store.capture import capture
+from sandbox.store.ledger import fold_event
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
+
+MAY_REPLAY = "may_replay"
+ASK_FIRST = "ask_first"
+DO_NOT_REPLAY = "do_not_replay"
+#: How many calls after the checkpoint the note describes one by one.
+NOTE_CALLS = 20
+
+faults.POINTS.update(
+    {
+        "resume.after_fence",
+        "resume.after_uncertain",
+        "resume.after_verify",
+        "resume.after_worktree",
+        "resume.after_drift",
+    }
+)
+
+
+def classify(entry: LedgerEntry) -> str:
+    """What a resume may do with an uncertain call: may_replay, ask_first or do_not_replay."""
+    if entry.idempotency == Idempotency.non_idempotent or entry.replay_policy == ReplayPolicy.never:
+        return DO_NOT_REPLAY
+    if entry.idempotency == Idempotency.idempotent and entry.replay_policy == ReplayPolicy.auto:
+        return MAY_REPLAY
+    return ASK_FIRST
+
+
+class ProcessesAliveError(SandboxError):
+    """Processes of the run's agent sessions still run: resuming now would race them."""
+
+    exit_code = 1
+
+
+def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> ResumeReport:
+    """Resume ``run`` (steps 0-8 above) and return what was found and decided.
+
+    Raises :class:`ProcessesAliveError` (and changes nothing) while processes of the run's agent
+    sessions run, unless ``stop_processes``: then they are stopped first.
+    """
+    objects.enable_fsync()
+    problems: list[str] = []
+    with run.ledger.lock.hold():
+        state = run.state()
+        live, looked = _session_processes(run, state)
+        if live and not stop_processes:
+            raise ProcessesAliveError(_alive_message(run, live))
+        stopped = _stop(live, grace)
+        epoch = state.epoch + 1
+        run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
+        faults.point("resume.after_fence")
+        if stopped:
+            data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
+            reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
+            run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
+        _orphaned_session_reports(run, epoch)
+        current = run.state()
+        for call_id in current.order:
+            if current.calls[call_id].status == CallStatus.started:
+                run.ledger.append(
+                    run._event(
+                        EventKind.call_uncertain,
+                        call_id,
+                        epoch=epoch,
+                        reason="it started but its end was not recorded before the run was resumed",
+                    ),
+                    check=_still_started(call_id),
+                )
+        faults.point("resume.after_uncertain")
+        try:
+            events = run.ledger.events()
+        except CorruptionError as exc:
+            raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
+        state = LedgerState()
+        for oid, event in events:
+            fold_event(state, event, oid)
+        # Every event was just re-read: compare the fold the other commands use with it.
+        problems.extend(run.ledger.problems)
+        if run.ledger.adopt_verified(state):
+            problems.append(
+                f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
+            )
+        store = CheckpointStore(run)
+        listing = store.list()
+        if listing.recovered and store.repair(listing):
+            problems.append(f"The checkpoints ref was rebuilt from {len(listing.checkpoints)} checkpoint(s).")
+        latest, found = store.load_latest()
+        problems[:0] = found
+        session, rollback = _session_checkpoint(store, latest, events, problems)
+        faults.point("resume.after_verify")
+        assert state.head is not None
+        recreated = _ensure_worktree(run, state.head, problems)
+        faults.point("resume.after_worktree")
+        drift, drift_commit = ([], None) if recreated else _drift(run, state, events)
+        faults.point("resume.after_drift")
+        keep_before_writes(run, _uncertain_pids(state, events))
+        run.head()  # repairs the head ref if a crash left it behind
+    alive_calls = {c for p in live for c in p.call_ids}
+    alive = {c: c in alive_calls for c in looked}
+    report = _report(
+        run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store, alive
+    )
+    report.stopped_processes = stopped
+    if stopped:
+        report.note = _stopped_note(stopped) + " " + report.note
+    return report
+
+
+def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess], set[str]]:
+    """Live processes of the run's agent sessions; and the unfinished calls looked for.
+
+    Every session a call of the run started in is looked at (a background server a finished call
+    left running writes into the worktree as surely as an interrupted call); ``call_ids`` names the
+    unfinished calls of a process's session. A call is looked for when its ``started`` event names
+    a session and processes can be listed here.
+    """
+    if not procs.available():
+        return [], set()
+    unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
+    scopes: dict[str, ProcessScope] = {}
+    for _oid, event in run.ledger.events():
+        if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
+            scopes[event.call_id] = event.procs
+    if not scopes:
+        return [], set()
+    live: list[LiveProcess] = []
+    for token, proc in procs.find_any({s.token for s in scopes.values()}):
+        calls = sorted(c for c, s in scopes.items() if s.token == token and c in unfinished)
+        live.append(LiveProcess(pid=proc.pid, cmd=proc.cmd, call_ids=calls))
+    return live, {c for c in scopes if c in unfinished}
+
+
+def _orphaned_session_reports(run: Run, epoch: int) -> None:
+    """Record what a supervisor stopped after its ``sandbox run`` died (its report was never read)."""
+    prefix = procs.SESSION_REPORT_PREFIX
+    try:
+        names = [n for n in os.listdir(run.dir) if n.startswith(prefix) and n.endswith(".json")]
+    except OSError:
+        return
+    for name in sorted(names):
+        owner = name[len(prefix) : -len(".json")]
+        if owner.isdigit() and procs.start_time(int(owner)) is not None:
+            continue  # that `sandbox run` is alive and reads its own report
+        path = os.path.join(run.dir, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        stopped = [p for p in data.get("stopped", []) if isinstance(p, dict)]
+        reason = (
+            f"sandbox run ended before its agent (exit {data.get('exit')}); the agent's supervisor stopped "
+            f"{len(stopped)} process(es) it left running"
+        )
+        note = {"agent_exit": data.get("exit"), "stopped_processes": stopped, "supervisor": data.get("pid")}
+        run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=note))
+        os.unlink(path)
+
+
+def _alive_message(run: Run, live: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in live[:5])
+    more = f" and {len(live) - 5} more" if len(live) > 5 else ""
+    calls = sorted({c for p in live for c in p.call_ids})
+    of = f" of call {', '.join(calls[:3])}" if calls else ""
+    return (
+        f"Run {run.run_id} still has {len(live)} running process(es) from the agent session{of}: {shown}{more}. "
+        "They may still change the worktree, so resume changed nothing; "
+        f"stop them with 'sandbox resume {run.run_id} --stop-processes', or wait for them to end."
+    )
+
+
+def _stop(live: list[LiveProcess], grace: float) -> list[LiveProcess]:
+    if not live:
+        return []
+    targets = [procs.Proc(p.pid, procs.start_time(p.pid) or -1, p.cmd) for p in live]
+    how = {proc.pid: ended for proc, ended in procs.stop([t for t in targets if t.start >= 0], grace)}
+    return [p.model_copy(update={"state": how.get(p.pid, "TERM")}) for p in live]
+
+
+def _stopped_note(stopped: list[LiveProcess]) -> str:
+    shown = ", ".join(f"{p.pid} ({p.cmd or '?'})" for p in stopped[:5])
+    return f"Resume stopped {len(stopped)} process(es) the agent's session had left running: {shown}."
+
+
+def _still_started(call_id: str) -> Any:
+    def check(state: LedgerState) -> None:
+        entry = state.calls.get(call_id)
+        if entry is None or entry.status != CallStatus.started:
+            raise CorruptionError(f"Call {call_id} changed state during the resume; resume again.")
+
+    return check
+
+
+def _session_checkpoint(
+    store: CheckpointStore, latest: StoredCheckpoint | None, events: list[tuple[str, Event]], problems: list[str]
+) -> tuple[StoredCheckpoint | None, dict[str, Any] | None]:
+    """The checkpoint the session continues from: the newest good one, unless a later
+    ``rollback --session`` chose an older one."""
+    after = latest.checkpoint.tool_ledger.count if latest else 0
+    chosen: dict[str, Any] | None = None
+    for index, (_oid, event) in enumerate(events):
+        if event.kind == EventKind.rollback_session and index >= after:
+            chosen = dict(event.data)
+    if chosen is None:
+        return latest, None
+    try:
+        target = store.find(str(chosen.get("checkpoint")))
+    except SandboxError as exc:
+        problems.append(f"The session was rolled back to {chosen.get('name')}, which cannot be used now ({exc}).")
+        return latest, None
+    return target, chosen
+
+
+def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
+    """Recreate a missing worktree at the run's head, in a new home; True when it did.
+
+    A run made before homes existed (a linked worktree) or fetched from elsewhere gets a home here.
+    """
+    if run.worktree_exists():
+        return False
+    place = run.place
+    stamp = int(time.time())
+    home: str | None = None
+    if place.home is not None and os.path.lexists(place.home):
+        # Broken, but it may hold the agent's files and its own git history: moved aside inside the
+        # home, never deleted (dropping the run removes them with it).
+        home = place.home
+        for part in (place.worktree, place.git_dir):
+            if os.path.lexists(part):
+                aside = os.path.join(home, f"orphaned-{os.path.basename(part)}-{stamp}")
+                os.rename(part, aside)
+                problems.append(f"The run's {part} was broken; it was moved to {aside}.")
+    elif place.legacy:
+        if os.path.lexists(place.worktree):
+            # Kept in the run's own directory, where gc never looks for leftovers to reclaim.
+            aside = os.path.join(run.dir, f"orphaned-worktree-{stamp}")
+            os.makedirs(run.dir, exist_ok=True)
+            os.rename(place.worktree, aside)
+            problems.append(f"The worktree at {place.worktree} was broken; its files were moved to {aside}.")
+        # A stale, locked admin dir that still points at the old path.
+        worktree.remove(run.project.common_dir, place.worktree)
+    new = run.make_place(head, home)
+    from sandbox.run import include
+
+    # The ignored files the user listed (.worktreeinclude, .sandbox.toml) come back too.
+    report = include.populate(run.user_workdir, new.worktree, run.dir)
+    problems.extend(f"While recreating the worktree: {w}" for w in report.warnings)
+    problems.append(f"The worktree was missing; it was recreated at the run's head {head[:12]} in {new.worktree}.")
+    return True
+
+
+def _pids(events: list[tuple[str, Event]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _oid, event in events:
+        if event.kind == EventKind.call_started and event.call_id and event.pid is not None:
+            out[event.call_id] = event.pid
+    return out
+
+
+def _uncertain_pids(state: LedgerState, events: list[tuple[str, Event]]) -> set[int]:
+    pids = _pids(events)
+    return {pids[c] for c, e in state.calls.items() if e.status == CallStatus.uncertain and c in pids}
+
+
+def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tuple[list[DriftPath], str | None]:
+    """Files that differ from the run's head; saved as a commit (head unmoved) and recorded once."""
+    from sandbox.store import scan
+
+    assert state.head is not None
+    head_tree = objects.commit_tree(run.repo, state.head)
+    candidates = scan.candidates(run.repo, run.worktree, head_tree)
+    # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.run.include.
+    cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
+    if not cap.changes:
+        return [], None
+    previous = (state.data.get(EventKind.drift.value) or [{}])[-1]
+    key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
+    old = previous.get("paths") or []
+    if sorted((p["path"], p["after"]) for p in old) == key and previous.get("commit"):
+        return [DriftPath.model_validate(p) for p in old], str(previous["commit"])
+    uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
+    started_pid = _pids(events)
+    writers: dict[str, str] = {}
+    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid}
+    for pid, rel in before_writes(run):
+        if pid in by_pid:
+            writers[rel] = by_pid[pid]
+    newly = {ev.call_id for _oid, ev in events if ev.kind == EventKind.call_uncertain and ev.epoch == state.epoch}
+    in_flight = [c for c in uncertain if c in newly] or uncertain
+    paths = []
+    for rel in sorted(cap.changes):
+        before, after = cap.before[rel], cap.changes[rel]
+        paths.append(
+            DriftPath(
+                path=rel,
+                before=before.oid if before else None,
+                after=after.oid if after else None,
+                before_mode=before.mode if before else None,
+                after_mode=after.mode if after else None,
+                attributed_to=writers.get(rel) or (in_flight[0] if len(in_flight) == 1 else None),
+            )
+        )
+    tree = objects.edit_tree(run.repo, head_tree, cap.changes)
+    sig = objects.signature()
+    message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
+    with objects.git_writes():
+        commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
+    data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}
+    event = run._event(EventKind.drift, epoch=state.epoch, commit=commit, parent_commit=state.head, data=data)
+    new = run.ledger.append(event, keep=[commit])
+    state.data = new.data
+    return paths, commit
+
+
+def _report(
+    run: Run,
+    state: LedgerState,
+    events: list[tuple[str, Event]],
+    epoch: int,
+    session: StoredCheckpoint | None,
+    rollback: dict[str, Any] | None,
+    drift: list[DriftPath],
+    drift_commit: str | None,
+    recreated: bool,
+    problems: list[str],
+    store: CheckpointStore,
+    alive: dict[str, bool] | None = None,
+) -> ResumeReport:
+    ckpt = session.checkpoint if session else None
+    uncertain = []
+    for call_id in state.order:
+        entry = state.calls[call_id]
+        if entry.status == CallStatus.uncertain:
+            uncertain.append(
+                UncertainCall(
+                    call_id=call_id,
+                    tool_name=entry.tool_name,
+                    step_id=entry.step_id,
+                    idempotency=entry.idempotency,
+                    replay_policy=entry.replay_policy,
+                    decision=classify(entry),
+                    summary=entry.summary,
+                    input_hash=entry.input_hash,
+                    started_at=entry.started_at,
+                    processes_alive=(alive or {}).get(call_id),
+                )
+            )
+    denied = approvals.denials(run, state)
+    last_step = _last_completed_step(state, ckpt.step_id if ckpt else None)
+    first_seen: dict[str, int] = {}
+    for index, (_oid, event) in enumerate(events):
+        if event.call_id and event.call_id not in first_seen:
+            first_seen[event.call_id] = index
+    since = ckpt.tool_ledger.count if ckpt else 0
+    after = [state.calls[c] for c in state.order if first_seen.get(c, 0) >= since]
+    rolled = [
+        dict(ev.data) for i, (_oid, ev) in enumerate(events) if ev.kind == EventKind.rollback_files and i >= since
+    ]
+    note = _note(run, ckpt, rollback, last_step, after, uncertain, denied, drift, rolled)
+    report = ResumeReport(
+        run_id=run.run_id,
+        epoch=epoch,
+        checkpoint=ckpt,
+        last_completed_step=last_step,
+        uncertain=uncertain,
+        do_not_replay=[u.call_id for u in uncertain if u.decision == DO_NOT_REPLAY],
+        may_replay=[u.call_id for u in uncertain if u.decision == MAY_REPLAY],
+        ask_first=[u.call_id for u in uncertain if u.decision == ASK_FIRST],
+        denied=denied,
+        drift=drift,
+        drift_commit=drift_commit,
+        note=note,
+        next_step="",
+        messages_ref=ckpt.messages_ref if ckpt else None,
+        run_state=ckpt.run_state if ckpt else None,
+        messages=store.messages(ckpt) if ckpt else None,
+        session_rollback=rollback,
+        head=state.head,
+        worktree_recreated=recreated,
+        problems=problems,
+    )
+    report.next_step = _next_step(run, report, state)
+    return report
+
+
+def _last_completed_step(state: LedgerState, checkpoint_step: str | None) -> str | None:
+    """The last step (in ledger order) whose calls all ended; the checkpoint's step without calls."""
+    steps: dict[str, bool] = {}
+    for call_id in state.order:
+        entry = state.calls[call_id]
+        if entry.step_id is None:
+            continue
+        open_call = entry.status in (CallStatus.started, CallStatus.uncertain)
+        steps[entry.step_id] = steps.get(entry.step_id, True) and not open_call
+    done = [s for s, complete in steps.items() if complete]
+    if done:
+        return done[-1]
+    return checkpoint_step
+
+
+def _command(run: Run, entry: LedgerEntry) -> str | None:
+    value: Any = entry.input
+    if value is None and entry.input_ref:
+        try:
+            value = json.loads(objects.read_blob(run.repo, entry.input_ref))
+        except (KeyError, ValueError, OSError):
+            value = None
+    if isinstance(value, dict):
+        argv = value.get("argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return shlex.join(argv)
+        for key in ("command", "cmd"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+    return None
+
+
+def _paths(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _error(text: str | None) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "no error was recorded"
+    return line[:200]
+
+
+def _describe(run: Run, entry: LedgerEntry) -> str:
+    name = f"{entry.tool_name} ({entry.call_id})"
+    command = _command(run, entry)
+    if entry.status == CallStatus.not_run:
+        what = f"{name} (`{command}`)" if command else name
+        return f"{what} did not run: {_error(entry.error)}"
+    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
+    text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
+    if entry.files:
+        written = all(f.after_hash is not None for f in entry.files)
+        text += f" and {'wrote' if written else 'changed'} {_paths([f.path for f in entry.files])}"
+    if entry.status == CallStatus.failed:
+        text += f": {_error(entry.error)}"
+    if entry.undone:
+        text += " (its changes were undone since)"
+    return text + "."
+
+
+def _note(
+    run: Run,
+    ckpt: Any,
+    rollback: dict[str, Any] | None,
+    last_step: str | None,
+    after: list[LedgerEntry],
+    uncertain: list[UncertainCall],
+    denied: list[Any],
+    drift: list[DriftPath],
+    rolled: list[dict[str, Any]],
+) -> str:
+    parts: list[str] = []
+    if ckpt is not None:
+        label = f" ({ckpt.label})" if ckpt.label else ""
+        parts.append(f"Resumed from checkpoint {ckpt.name}{label}.")
+    else:
+        parts.append("Resumed without a checkpoint: no message history was saved; rely on these observations.")
+    if rollback:
+        parts.append(
+            f"The session was rolled back to {rollback.get('name')} on request; the ledger still records "
+            "everything that happened after it, as listed here."
+        )
+    if last_step:
+        parts.append(f"Step {last_step} completed.")
+    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed, CallStatus.not_run)]
+    for entry in ended[:NOTE_CALLS]:
+        parts.append(_describe(run, entry))
+    if len(ended) > NOTE_CALLS:
+        parts.append(f"{len(ended) - NOTE_CALLS} more calls ended after the checkpoint (see 'sandbox log').")
+    for data in rolled:
+        undone = ", ".join(data.get("undone_calls") or []) or "no call"
+        parts.append(f"The worktree's files were rolled back to {data.get('name')}, undoing the changes of {undone}.")
+    drifted: dict[str | None, list[str]] = {}
+    for d in drift:
+        drifted.setdefault(d.attributed_to, []).append(d.path)
+    advice = {
+        DO_NOT_REPLAY: "do not repeat it without checking.",
+        ASK_FIRST: "check the current state (or ask the user) before repeating it.",
+        MAY_REPLAY: "it is idempotent and may be replayed.",
+    }
+    for u in uncertain:
+        text = f"{u.tool_name} ({u.call_id}) is uncertain: it started but its result was not recorded; "
+        text += advice[u.decision]
+        if u.processes_alive is False:
+            text += " None of its session's processes is still running."
+        elif u.processes_alive:
+            text += " Its session's processes were still running; they were stopped before this resume."
+        if u.call_id in drifted:
+            text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
+        parts.append(text)
+    for d in denied:
+        reason = f" ({d.reason})" if d.reason else ""
+        parts.append(f"The user denied {d.tool_name} ({d.call_id}){reason}; do not ask for it again.")
+    loose = [
+        p
+        for owner, paths in drifted.items()
+        for p in paths
+        if owner is None or owner not in {u.call_id for u in uncertain}
+    ]
+    if loose:
+        parts.append(f"Files changed outside any recorded call: {_paths(loose)}; they were kept; check them.")
+    repeatable = [e for e in ended if e.status == CallStatus.succeeded]
+    if repeatable:
+        names = ", ".join(f"{e.tool_name} ({e.call_id})" for e in repeatable[:NOTE_CALLS])
+        parts.append(f"Do not repeat {names}.")
+    parts.append("Plan the next step from these observations.")
+    return " ".join(parts)
+
+
+def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
+    by_id = {u.call_id: u for u in report.uncertain}
+    if report.do_not_replay:
+        u = by_id[report.do_not_replay[0]]
+        return (
+            f"Check whether {u.tool_name} ({u.call_id}) took effect, without running it again; then record the "
+            f"outcome with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
+        )
+    if report.ask_first:
+        u = by_id[report.ask_first[0]]
+        return (
+            f"Check the state (or ask the user) before repeating {u.tool_name} ({u.call_id}); then record the outcome "
+            f"with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
+        )
+    if report.drift:
+        return (
+            f"Review the files changed outside any recorded call ({_paths([d.path for d in report.drift])}): keep them "
+            f"by recording a call, or restore them with 'sandbox rollback {run.run_id} --files --to <checkpoint>'."
+        )
+    if report.may_replay:
+        u = by_id[report.may_replay[0]]
+        return f"Replay {u.tool_name} ({u.call_id}) as a new call (it is idempotent), then continue."
+    if report.last_completed_step:
+        return f"Continue after step {report.last_completed_step}: plan the next step."
+    return "Continue the run: plan the next step."

@@ -1,0 +1,169 @@
+"""Reclaiming what dropped or half-started runs left behind.
+
+A run exists while its ledger ref exists. Anything else of the sandbox's without a live run is
+garbage: refs of a start that crashed before its ledger was written, homes (worktree and own git
+dir) of dropped runs, legacy worktrees and their git admin dirs, scratch directories. A home is
+removed only when its ``origin`` names this repository. A run being started or dropped right now
+holds its run lock, and gc skips it, so gc can race with start and drop safely. A run whose ledger
+ref vanished although it recorded work is not garbage: it is damage, kept until ``sandbox repair``
+(or ``gc --force``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from sandbox import faults
+from sandbox.errors import LockedError
+from sandbox.run.run import delete_run_refs
+from sandbox.store import integrity, journal, layout, packs, worktree
+from sandbox.store.locks import file_lock, remove_locked_dir
+from sandbox.store.project import Project
+
+faults.POINTS.update({"gc.after_refs", "gc.after_worktree"})
+
+#: A pack temp file this old belongs to no live writer (a write takes milliseconds).
+TEMP_FILE_AGE = 3600.0
+
+
+@dataclass
+class GcReport:
+    """What gc reclaimed."""
+
+    runs: list[str] = field(default_factory=list)
+    worktrees: list[str] = field(default_factory=list)
+    admin_dirs: list[str] = field(default_factory=list)
+    refs_deleted: int = 0
+    #: Temp files of pack writes a killed process left (older than an hour).
+    temp_files: int = 0
+    #: Temporaries of file writes a killed apply, undo or redo left (their journal stays).
+    write_temp_files: int = 0
+    bytes_freed: int = 0
+    skipped_busy: list[str] = field(default_factory=list)
+    #: Runs made before homes existed, moved into a home: {run id: new worktree}.
+    moved: dict[str, str] = field(default_factory=dict)
+    #: Such runs left where they are this time: {run id: why}.
+    not_moved: dict[str, str] = field(default_factory=dict)
+    #: Runs whose ledger ref is missing but that hold recorded work: kept (see ``sandbox repair``).
+    damaged: list[str] = field(default_factory=list)
+
+
+def collect(project: Project, force: bool = False) -> GcReport:
+    """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
+
+    A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
+    its head moved past its base, or it has checkpoints: :func:`sandbox.store.integrity.holds_work`) is
+    kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
+    """
+    report = GcReport()
+    refs = project.ref_run_ids()
+    live = {rid for rid, names in refs.items() if "ledger" in names}
+    candidates: set[str] = {rid for rid in refs if rid not in live}
+    homes = _own_homes(project)
+    candidates.update(rid for rid in homes if rid not in live)
+    for base in (project.worktrees_dir, project.runs_dir):
+        with contextlib.suppress(OSError):
+            candidates.update(n for n in os.listdir(base) if n not in live and layout.valid_run_id(n))
+    for run_id in sorted(candidates):
+        lock_path = os.path.join(project.run_dir(run_id), "lock")
+        try:
+            with file_lock(lock_path, f"Run {run_id}", timeout=0):
+                if project.repo.references.get(layout.ref_name(run_id, "ledger")) is not None:
+                    continue  # it finished starting while we looked
+                if not force and integrity.holds_work(project.repo, run_id, project.run_dir(run_id)):
+                    report.damaged.append(run_id)
+                    continue
+                names = refs.get(run_id, set())
+                if names:
+                    delete_run_refs(project.repo, run_id)
+                    report.refs_deleted += len(names)
+                faults.point("gc.after_refs")
+                places = [project.place(run_id), layout.legacy_place(project.common_dir, run_id)]
+                places += [layout.home_place(h) for h in homes.get(run_id, [])]
+                done: set[str] = set()
+                for place in places:
+                    key = place.home or place.worktree
+                    if key in done:
+                        continue
+                    done.add(key)
+                    if os.path.lexists(key) or (place.legacy and worktree.admin_dir_for(place.worktree)):
+                        report.bytes_freed += worktree.remove_place(project.common_dir, place)
+                        report.worktrees.append(place.worktree)
+                faults.point("gc.after_worktree")
+                report.runs.append(run_id)
+                # Last act under the lock: a start waiting on it re-takes it on a fresh file.
+                with contextlib.suppress(OSError):
+                    remove_locked_dir(project.run_dir(run_id))
+        except LockedError:
+            report.skipped_busy.append(run_id)
+            continue
+    objects_dir = os.path.join(project.common_dir, "objects")
+    report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
+    report.write_temp_files = len(journal.remove_write_leftovers(project))
+    # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
+    for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
+        run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]
+        if run_id in live or run_id in report.skipped_busy or run_id in report.damaged:
+            continue
+        shutil.rmtree(admin, ignore_errors=True)
+        report.admin_dirs.append(admin)
+    _move_legacy_runs(project, sorted(live), report)
+    return report
+
+
+def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:
+    """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
+    from sandbox.agent import service
+    from sandbox.errors import SandboxError
+    from sandbox.run import relocate
+    from sandbox.run.run import Run
+
+    for run_id in live:
+        try:
+            run = Run(project, run_id)
+            if not relocate.needs_move(run):
+                continue
+            host = service.try_claim(run.dir)  # held while moving: no host may start on the old path
+            if host is None:
+                report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
+                continue
+            try:
+                with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                    pass  # busy right now (a call being recorded): next time
+                moved = relocate.relocate(run)
+            finally:
+                host.release()
+        except LockedError:
+            report.not_moved[run_id] = "it is busy (a call is being recorded); run gc again"
+            continue
+        except (SandboxError, OSError) as exc:
+            report.not_moved[run_id] = str(exc)
+            continue
+        if moved:
+            report.moved[run_id] = moved
+
+
+def _own_homes(project: Project) -> dict[str, list[str]]:
+    """Homes of this repository's runs found in its homes directories: {run id: [home, ...]}."""
+    out: dict[str, list[str]] = {}
+    for base in {project.homes_dir, layout.fallback_homes_dir(project.common_dir)}:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            home = os.path.join(base, name)
+            origin = layout.home_place(home).origin_file
+            try:
+                with open(origin or "", encoding="utf-8") as fh:
+                    mine = os.path.realpath(fh.read().strip()) == project.common_dir
+            except (OSError, UnicodeError):
+                # An interrupted start may not have written it yet: the run's own record decides.
+                mine = layout.recorded_home(project.common_dir, name) == home
+            if mine and layout.valid_run_id(name):
+                out.setdefault(name, []).append(home)
+    return out

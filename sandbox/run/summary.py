@@ -1,0 +1,72 @@
+"""Short summaries of runs for ``list`` and ``status``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox.errors import SandboxError
+from sandbox.run.run import Run
+from sandbox.store import worktree
+from sandbox.store.integrity import LedgerDamagedError
+from sandbox.store.project import Project
+
+
+def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[str, Any]:
+    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
+    what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits)."""
+    state = run.state()
+    info = state.run
+    assert info is not None
+    counts: dict[str, int] = {}
+    for entry in state.calls.values():
+        counts[entry.status.value] = counts.get(entry.status.value, 0) + 1
+    exists = run.worktree_exists()
+    extra: dict[str, Any] = {}
+    if git_activity:
+        from sandbox.run import agentgit
+
+        found = agentgit.activity(run.git_dir, run.run_id, info.base) if exists and not run.place.legacy else None
+        extra["agent_git"] = found.to_json() if found is not None else None
+    return {
+        "run": run.run_id,
+        "label": info.label,
+        "created_at": info.created_at.isoformat(),
+        "worktree": run.worktree,
+        "git_dir": run.git_dir,
+        "worktree_exists": exists,
+        "base": info.base,
+        "user_head": info.head,
+        "head": state.head,
+        "calls": len(state.calls),
+        "by_status": counts,
+        "changed_paths": len(run.changed_paths()),
+        "unapplied_calls": len(run.unapplied_calls()),
+        "epoch": state.epoch,
+        # A home holds the worktree and the run's own git dir (its index, the agent's objects).
+        "disk_bytes": worktree.disk_usage(run.place.home or run.worktree) if disk and exists else 0,
+        **extra,
+    }
+
+
+def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:
+    """Every run's summary, oldest first; a damaged run is listed with its error."""
+    rows = []
+    for run_id in project.run_ids():
+        try:
+            rows.append(summarize(Run.open(project, run_id), disk=disk))
+        except SandboxError as exc:
+            rows.append(
+                {
+                    "run": run_id,
+                    "label": None,
+                    "created_at": None,
+                    "worktree_exists": False,
+                    "calls": 0,
+                    "changed_paths": 0,
+                    "disk_bytes": 0,
+                    "error": exc.message,
+                    "damaged": isinstance(exc, LedgerDamagedError),
+                }
+            )
+    rows.sort(key=lambda r: r["created_at"] or "")
+    return rows

@@ -1,0 +1,180 @@
+"""Turning the paths a call may have touched into exact file changes against the run's head.
+
+Given candidate paths (from the write helpers, a watcher or a scan), each is compared by content
+hash with the run's head tree. Directories are expanded (a created, deleted or moved directory
+yields every file in it). Paths inside ``.git``, ignored paths the head does not track, the
+sandbox's own temp files, and nested repositories are never captured. Files are hashed as
+``git add`` would store them (:mod:`sandbox.store.convert`). The cost follows the number of candidates,
+not the size of the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+
+import pygit2
+
+from sandbox.store import convert, objects, sparse
+from sandbox.store.fsutil import TEMP_PREFIX
+from sandbox.store.objects import Entry
+
+SYNC_NAME = ".sandbox-sync"
+
+
+def _skip(rel: str) -> bool:
+    for part in rel.split("/"):
+        if part.lower() == ".git" or part.startswith(TEMP_PREFIX) or part.startswith(SYNC_NAME):
+            return True
+    return False
+
+
+class Capturer:
+    """Compares worktree paths with a head tree and collects the differences."""
+
+    def __init__(
+        self,
+        repo: pygit2.Repository,
+        worktree: str,
+        head_tree: str | None,
+        is_ignored: Callable[[str], bool] | None = None,
+        is_private: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.repo = repo
+        self.worktree = worktree
+        self.head_tree = head_tree
+        self.is_ignored = is_ignored
+        #: Paths never captured, tracked or not (the run's private list).
+        self.is_private = is_private
+        self.changes: dict[str, Entry | None] = {}
+        self.before: dict[str, Entry | None] = {}
+        self._tree_cache: dict[str, Entry | None] = {}
+        self._seen: set[str] = set()
+        self.convert = convert.for_tree(worktree)
+        self._sparse: dict[str, Entry] | None = None
+
+    def _head_entry(self, rel: str) -> Entry | None:
+        if rel not in self._tree_cache:
+            self._tree_cache[rel] = objects.lookup(self.repo, self.head_tree, rel)
+        return self._tree_cache[rel]
+
+    def _tracked_under(self, rel: str) -> Iterable[tuple[str, Entry]]:
+        entry = self._head_entry(rel)
+        if entry is None:
+            return []
+        if entry.is_tree:
+            return objects.walk_tree(self.repo, entry.oid, rel + "/")
+        return [(rel, entry)]
+
+    def add(self, rel: str) -> None:
+        """Compare one path (file, link, directory or absent) with the head and record differences."""
+        if not rel or _skip(rel) or rel in self._seen:
+            return
+        if self.is_private is not None and self.is_private(rel):
+            return
+        self._seen.add(rel)
+        full = os.path.join(self.worktree, rel)
+        parent_ok = self._parents_are_dirs(rel)
+        try:
+            st = os.lstat(full) if parent_ok else None
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        head: Entry | None = self._head_entry(rel)
+        if head is not None and head.mode == objects.MODE_GITLINK:
+            return  # a submodule: recorded only as its gitlink, which agents' file writes never change
+        if self._under_gitlink(rel):
+            return
+        if st is None:
+            for path, old_entry in self._tracked_under(rel):
+                if not self._not_checked_out(path, old_entry):
+                    self._record(path, old_entry, None)
+            return
+        if stat.S_ISDIR(st.st_mode):
+            if os.path.lexists(os.path.join(full, ".git")):
+                return  # a nested repository or submodule: its gitlink stays as it is
+            if head is not None and not head.is_tree:
+                self._record(rel, head, None)
+            on_disk = set()
+            try:
+                names = os.listdir(full)
+            except OSError:
+                names = []
+            for name in names:
+                on_disk.add(name)
+                self.add(rel + "/" + name)
+            if head is not None and head.is_tree:
+                for name in objects.read_tree(self.repo, head.oid):
+                    if name not in on_disk:
+                        self.add(rel + "/" + name)
+            return
+        if head is None and self.is_ignored is not None and self.is_ignored(rel):
+            return
+        # Hashed as `git add` would store it (end of lines, ident, filters): a CRLF checkout of an
+        # LF blob is not a change (sandbox.store.convert).
+        entry = self.convert.hash_file(rel, full, st, False, self.repo)
+        if entry is None:
+            return  # a fifo or socket: git stores neither
+        if head is not None and head.is_tree:
+            for path, old in self._tracked_under(rel):
+                self._record(path, old, None)
+            head = None
+        if head is None or head != entry:
+            stored = self.convert.hash_file(rel, full, st, True, self.repo)
+            if stored is not None:
+                self._record(rel, head, stored)
+
+    def _not_checked_out(self, rel: str, head: Entry) -> bool:
+        """True for a path the worktree's sparse checkout leaves out, unchanged since: absent, not deleted."""
+        if self._sparse is None:
+            self._sparse = sparse.excluded(self.worktree) if sparse.may_be_sparse(self.worktree) else {}
+        return self._sparse.get(rel) == head
+
+    def _under_gitlink(self, rel: str) -> bool:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            entry = self._head_entry("/".join(parts[:i]))
+            if entry is None or not entry.is_tree:
+                return entry is not None and entry.mode == objects.MODE_GITLINK
+        return False
+
+    def _parents_are_dirs(self, rel: str) -> bool:
+        current = self.worktree
+        for part in rel.split("/")[:-1]:
+            current = os.path.join(current, part)
+            try:
+                st = os.lstat(current)
+            except OSError:
+                return False
+            if not stat.S_ISDIR(st.st_mode):
+                return False
+        return True
+
+    def _record(self, rel: str, before: Entry | None, after: Entry | None) -> None:
+        if before == after:
+            return
+        self.before[rel] = before
+        self.changes[rel] = after
+
+
+def capture(
+    repo: pygit2.Repository,
+    worktree: str,
+    head_tree: str | None,
+    paths: Iterable[str],
+    is_ignored: Callable[[str], bool] | None = None,
+    is_private: Callable[[str], bool] | None = None,
+) -> Capturer:
+    """Compare every candidate path (and, for a missing path, its parents' fate) with the head."""
+    cap = Capturer(repo, worktree, head_tree, is_ignored, is_private)
+    for rel in sorted(set(paths)):
+        cap.add(rel)
+        # A path whose parent became a file or vanished: check the parents too.
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            full = os.path.join(worktree, parent)
+            if not os.path.isdir(full) or os.path.islink(full):
+                cap.add(parent)
+                break
+    return cap

@@ -1,0 +1,284 @@
+"""Where everything of the sandbox lives: run ids, ref names, directories, and finding a run.
+
+One place for every name and path, so the CLI, the library, the hook fast path and ``sandbox exec``
+find a run the same way. Only the standard library is imported: the hook fast path uses this module.
+
+In the user's repository (its common git dir; local to this machine, never pushed)::
+
+    refs/sandbox/<run>/{base,head,ledger,checkpoints}   the run's refs (they travel with git push/fetch)
+    <common>/sandbox/runs/<run>/        lock, ledger fold cache, host files, and ``place``: the absolute
+                                        path of the run's home (below), written before the home exists
+    <common>/sandbox/locks/, journal/, packs/           see docs/refs-layout.md
+
+Each run's home, in a per-user data directory keyed by repository (outside any ``.git`` and outside
+the user's working tree)::
+
+    <data root>/repos/<repo key>/<run>/
+        origin       the user's common git dir: how a directory inside the worktree finds the run
+                     (next to the worktree, not inside the run's git dir, which the agent owns)
+        worktree/    the run's files; ``.git`` is a file naming ``../git``
+        git/         the run's own git directory: its own HEAD, refs, config, hooks, index and worktree
+                     list; the user's objects reached read-only through ``objects/info/alternates``
+
+The data root is chosen by the caller (the CLI reads ``$XDG_DATA_HOME`` and ``.sandbox.toml``: see
+:func:`user_data_root`); a library caller that passes none gets the homes under
+``<common>/sandbox/homes/`` instead. Runs made before homes existed keep their linked worktree under
+``<common>/sandbox/worktrees/<run>`` (git's admin dir ``<common>/worktrees/<run>``) until
+``sandbox gc`` moves them (:mod:`sandbox.run.relocate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: A run id: what ``sandbox start`` makes (8 hex digits), and anything else safe as a ref and file name.
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+REF_ROOT = "refs/sandbox/"
+#: The branch of the run's own repository its worktree starts on (at the snapshot commit).
+RUN_BRANCH = "sandbox/{run_id}"
+
+STATE_DIR = "sandbox"
+RUNS = "runs"
+LEGACY_WORKTREES = "worktrees"
+HOMES = "homes"
+PLACE_FILE = "place"
+ORIGIN_FILE = "origin"
+WORKTREE = "worktree"
+GIT_DIR = "git"
+
+
+def valid_run_id(run_id: str) -> bool:
+    """True when ``run_id`` has the shape of a run id."""
+    return bool(RUN_ID_RE.match(run_id))
+
+
+def ref_prefix(run_id: str) -> str:
+    """``refs/sandbox/<run>/``: every ref of the run starts with it."""
+    return f"{REF_ROOT}{run_id}/"
+
+
+def ref_name(run_id: str, name: str) -> str:
+    """The full name of one of a run's refs (``base``, ``head``, ``ledger``, ``checkpoints``)."""
+    return f"{REF_ROOT}{run_id}/{name}"
+
+
+def run_branch(run_id: str) -> str:
+    """The branch (in the run's own repository) its worktree starts on."""
+    return RUN_BRANCH.format(run_id=run_id)
+
+
+# -- in the user's repository --------------------------------------------------------------------
+
+
+def state_dir(common_dir: str) -> str:
+    """``<common>/sandbox``: the sandbox's files inside the user's repository."""
+    return os.path.join(common_dir, STATE_DIR)
+
+
+def runs_dir(common_dir: str) -> str:
+    """Where the runs' scratch directories are."""
+    return os.path.join(common_dir, STATE_DIR, RUNS)
+
+
+def run_dir(common_dir: str, run_id: str) -> str:
+    """The run's scratch directory (lock, caches, host files, the pointer to its home)."""
+    return os.path.join(common_dir, STATE_DIR, RUNS, run_id)
+
+
+def legacy_worktrees_dir(common_dir: str) -> str:
+    """Where runs made before homes existed keep their linked worktrees."""
+    return os.path.join(common_dir, STATE_DIR, LEGACY_WORKTREES)
+
+
+def fallback_homes_dir(common_dir: str) -> str:
+    """Where runs live when the caller gave no data root (library use without configuration)."""
+    return os.path.join(common_dir, STATE_DIR, HOMES)
+
+
+# -- the per-user data directory -----------------------------------------------------------------
+
+
+def user_data_root(environ: Mapping[str, str], home: str) -> str:
+    """The default data root: ``$XDG_DATA_HOME/sandbox``, else ``<home>/.local/share/sandbox``.
+
+    Takes the environment and the home directory as arguments: only the CLI reads them.
+    """
+    xdg = environ.get("XDG_DATA_HOME", "")
+    if xdg and os.path.isabs(xdg):  # the XDG spec: a relative value is invalid and ignored
+        return os.path.join(xdg, "sandbox")
+    return os.path.join(home, ".local", "share", "sandbox")
+
+
+def repo_key(common_dir: str) -> str:
+    """A stable, readable directory name for one repository: its name and a hash of its path."""
+    real = os.path.realpath(common_dir)
+    name = os.path.basename(os.path.dirname(real) if os.path.basename(real) == ".git" else real)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:40] or "repo"
+    return f"{name}-{hashlib.sha256(os.fsencode(real)).hexdigest()[:12]}"
+
+
+def homes_dir(data_root: str, common_dir: str) -> str:
+    """Where the homes of one repository's runs are created under ``data_root``."""
+    return os.path.join(data_root, "repos", repo_key(common_dir))
+
+
+# -- a run's place -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a run's files are: its home (None for a legacy run), worktree and git directory."""
+
+    worktree: str
+    git_dir: str
+    home: str | None = None
+
+    @property
+    def legacy(self) -> bool:
+        """True for a run made before homes existed (a linked worktree of the user's repository)."""
+        return self.home is None
+
+    @property
+    def origin_file(self) -> str | None:
+        """The file naming the user's common git dir (None for a legacy run)."""
+        return os.path.join(self.home, ORIGIN_FILE) if self.home else None
+
+
+def home_place(home: str) -> Place:
+    """The place of a run whose home is ``home``."""
+    return Place(os.path.join(home, WORKTREE), os.path.join(home, GIT_DIR), home)
+
+
+def legacy_place(common_dir: str, run_id: str) -> Place:
+    """Where a run made before homes existed has its worktree and git's admin dir."""
+    return Place(
+        os.path.join(legacy_worktrees_dir(common_dir), run_id),
+        os.path.join(common_dir, "worktrees", run_id),
+    )
+
+
+def recorded_home(common_dir: str, run_id: str) -> str | None:
+    """The home the user's repository records for the run (None: none recorded)."""
+    text = _read_text(os.path.join(run_dir(common_dir, run_id), PLACE_FILE))
+    return text if text and os.path.isabs(text) else None
+
+
+def place_of(common_dir: str, run_id: str) -> Place:
+    """Where run ``run_id`` of the repository lives on this machine.
+
+    Taken from the repository the command runs in (its ``runs/<run>/place``), never from the
+    run's record: a run fetched from elsewhere has no place here until one is made.
+    """
+    home = recorded_home(common_dir, run_id)
+    if home is not None:
+        return home_place(home)
+    return legacy_place(common_dir, run_id)
+
+
+# -- finding the run from a directory (hooks, exec, discovery) ------------------------------------
+
+
+@dataclass
+class Location:
+    """A run found from a directory inside its worktree (or named, in a known repository)."""
+
+    common_dir: str
+    run_id: str
+    worktree: str
+    git_dir: str = ""
+
+    @property
+    def run_dir(self) -> str:
+        """The run's scratch directory (lock, caches, the hook socket)."""
+        return run_dir(self.common_dir, self.run_id)
+
+
+def locate(cwd: str) -> Location | None:
+    """The run whose worktree contains ``cwd``, or None; no git, no environment.
+
+    A home's worktree names its repository in the ``origin`` file beside it, and the repository
+    must name that same home back (``runs/<run>/place``): a directory that merely looks like a
+    home, or an origin file pointing elsewhere, is not taken for the run. A legacy worktree is
+    recognised by its path, ``<common>/sandbox/worktrees/<run>``.
+    """
+    here = os.path.realpath(cwd)
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            # The nearest repository decides: a run's worktree, or something else (the user's own
+            # tree, a repository nested in a worktree), which is no run.
+            return _home_location(here) or _legacy_location(here)
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def _home_location(top: str) -> Location | None:
+    if os.path.basename(top) != WORKTREE:
+        return None
+    home = os.path.dirname(top)
+    run_id = os.path.basename(home)
+    common = _read_text(os.path.join(home, ORIGIN_FILE))
+    if not common or not os.path.isabs(common) or not valid_run_id(run_id):
+        return None
+    recorded = recorded_home(common, run_id)
+    if recorded is None or os.path.realpath(recorded) != home:
+        return None
+    return Location(common, run_id, top, os.path.join(home, GIT_DIR))
+
+
+def _legacy_location(top: str) -> Location | None:
+    parent = os.path.dirname(top)
+    if os.path.basename(parent) != LEGACY_WORKTREES or os.path.basename(os.path.dirname(parent)) != STATE_DIR:
+        return None
+    common = os.path.dirname(os.path.dirname(parent))
+    run_id = os.path.basename(top)
+    if not valid_run_id(run_id) or not os.path.isdir(run_dir(common, run_id)):
+        return None
+    return Location(common, run_id, top, legacy_place(common, run_id).git_dir)
+
+
+def common_dir_of(start: str) -> str | None:
+    """The user's common git dir for a directory in a run's worktree or in the user's own tree.
+
+    Read from ``.git`` files without git (for ``sandbox exec`` and hooks); None when unsure.
+    """
+    loc = locate(start)
+    if loc is not None:
+        return loc.common_dir
+    here = os.path.realpath(start)
+    while True:
+        dot_git = os.path.join(here, ".git")
+        if os.path.isdir(dot_git):
+            return dot_git
+        if os.path.isfile(dot_git):
+            gitdir = gitdir_of(here)
+            if gitdir is None:
+                return None
+            common = _read_text(os.path.join(gitdir, "commondir"))
+            return os.path.realpath(os.path.join(gitdir, common)) if common else gitdir
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def gitdir_of(worktree: str) -> str | None:
+    """The git dir a worktree's ``.git`` file names (absolute), or None."""
+    line = _read_text(os.path.join(worktree, ".git"))
+    if not line or not line.startswith("gitdir:"):
+        return None
+    return os.path.realpath(os.path.join(worktree, line.split(":", 1)[1].strip()))
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeError):
+        return None

@@ -1,0 +1,603 @@
+"""The durable, append-only ledger of a run's events.
+
+Storage: each event is one commit on ``refs/sandbox/<run>/ledger`` whose message carries the
+event as JSON; its first parent is the previous event. Other parents are the commits the event
+mentions (a call's file-change commit, a checkpoint), so everything the ledger refers to stays
+reachable for the user's own ``git gc`` and travels with a plain push or fetch of the run's refs.
+
+Appends are serialised by the run's lock and are also compare-and-swap on the ref (libgit2's
+``create_commit`` refuses unless the ref's tip is the first parent), so concurrent writers neither
+lose nor duplicate events. With libgit2's fsync turned on, an append that returned survives kill -9
+and power loss. Objects are content-addressed and zlib-checked, so a garbled event is detected and
+reported, never read as valid.
+
+A call's state is the fold (:func:`fold_event`) of its events in ledger order. The fold of the
+whole ledger is cached beside the run and extended incrementally from the cached tip; the cache is
+authenticated with a key that lives only in the ledger, and the ref is checked against the tip the
+run last acknowledged (see :mod:`sandbox.store.integrity`), so neither an edited cache nor a deleted or
+rewritten ref is taken for the truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pygit2
+from pydantic import ValidationError
+
+from sandbox import faults
+from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
+from sandbox.models import (
+    FORMAT_VERSION,
+    TERMINAL_STATUSES,
+    Approval,
+    CallStatus,
+    Event,
+    EventKind,
+    LedgerEntry,
+    LedgerState,
+    from_json,
+    to_json,
+)
+from sandbox.store import integrity, layout, objects
+from sandbox.store.fsutil import write_json_file
+from sandbox.store.locks import file_lock
+
+MESSAGE_PREFIX = "sandbox-event"
+#: The first event of a ledger has no previous event; its parents are only commits it keeps alive.
+ROOT_PREFIX = "sandbox-event-root"
+CACHE_EVERY = 16
+
+_STATUS_RANK = {
+    CallStatus.planned: 0,
+    CallStatus.approved: 1,
+    CallStatus.started: 2,
+    CallStatus.uncertain: 3,
+    CallStatus.succeeded: 4,
+    CallStatus.failed: 4,
+    CallStatus.not_run: 4,
+}
+
+faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
+
+
+class StorageError(SandboxError):
+    """Writing the run's objects or ledger failed (a full disk, an I/O error); ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def new_event_id() -> str:
+    """A fresh, unique event id."""
+    return uuid.uuid4().hex
+
+
+def ledger_ref(run_id: str) -> str:
+    """The ref holding a run's ledger."""
+    return layout.ref_name(run_id, "ledger")
+
+
+class _ReentrantFileLock:
+    """The run's file lock, re-entrant within one process (nested appends inside a finish)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._depth = 0
+        self._thread_lock = threading.RLock()
+        self._cm: Any = None
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float = 30.0) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth == 0:
+                cm = file_lock(self.path, self.what, timeout)
+                cm.__enter__()
+                self._cm = cm
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._cm is not None:
+                    held, self._cm = self._cm, None
+                    held.__exit__(None, None, None)
+
+
+_LOCKS: dict[str, _ReentrantFileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def run_lock(path: str, what: str) -> _ReentrantFileLock:
+    """The process-wide re-entrant lock object for one run's lock file."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(path)
+        if lock is None:
+            lock = _LOCKS[path] = _ReentrantFileLock(path, what)
+        return lock
+
+
+def fork_state(state: LedgerState) -> LedgerState:
+    """A copy of ``state`` that :func:`fold_event` may change without touching the original.
+
+    Containers are copied one level deep and entries are copied only when an event changes them
+    (:func:`_writable`), so extending a fold costs O(changed calls), not O(ledger): a deep copy of
+    the whole state per call made recording grow with the length of the run.
+    """
+    new = state.model_copy()
+    new.calls = dict(state.calls)
+    new.order = list(state.order)
+    new.event_ids = set(state.event_ids)
+    new.data = {
+        k: dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v for k, v in state.data.items()
+    }
+    return new
+
+
+def _writable(state: LedgerState, call_id: str) -> LedgerEntry | None:
+    """The call's entry, copied into ``state`` first so older states sharing it stay unchanged."""
+    entry = state.calls.get(call_id)
+    if entry is not None:
+        entry = state.calls[call_id] = entry.model_copy(deep=True)
+    return entry
+
+
+def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState:
+    """Fold one event into the state (mutates and returns ``state``).
+
+    Status only moves forward (planned < approved < started < uncertain < succeeded/failed), so
+    any order of the same events leaves each call in one consistent, terminal-wins state.
+    """
+    if event.event_id in state.event_ids:
+        return state
+    state.event_ids.add(event.event_id)
+    state.count += 1
+    state.tip = oid
+    kind = event.kind
+    entry = _writable(state, event.call_id) if event.call_id else None
+    if event.call_id and entry is None and event.call is not None:
+        spec = event.call
+        entry = LedgerEntry(
+            call_id=event.call_id,
+            step_id=spec.step_id,
+            tool_name=spec.tool_name,
+            input_hash=spec.input_hash,
+            input_ref=spec.input_ref,
+            input=spec.input,
+            status=CallStatus.planned,
+            idempotency=spec.idempotency,
+            replay_policy=spec.replay_policy,
+            side_effects=list(spec.side_effects),
+            summary=spec.summary,
+            compensation=spec.compensation,
+            agent_session=spec.agent_session,
+            epoch=event.epoch,
+            seq=len(state.order) + 1,
+            created_at=event.at,
+        )
+        state.calls[event.call_id] = entry
+        state.order.append(event.call_id)
+
+    def advance(status: CallStatus) -> None:
+        assert entry is not None
+        if entry.status in TERMINAL_STATUSES and status not in TERMINAL_STATUSES:
+            return
+        if _STATUS_RANK[status] >= _STATUS_RANK[entry.status]:
+            entry.status = status
+
+    if kind == EventKind.run_started and event.run is not None:
+        state.run = event.run
+        state.head = event.run.base
+    elif entry is None:
+        _fold_run_event(state, event)
+    elif kind == EventKind.call_planned:
+        advance(CallStatus.planned)
+    elif kind == EventKind.call_approved:
+        entry.approval = Approval.approved
+        advance(CallStatus.approved)
+    elif kind == EventKind.call_denied:
+        entry.approval = Approval.denied
+        entry.denial_reason = event.reason
+    elif kind == EventKind.call_started:
+        advance(CallStatus.started)
+        entry.started_at = entry.started_at or event.at
+        entry.epoch = event.epoch
+    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved, EventKind.call_not_run):
+        if kind == EventKind.call_resolved:
+            status = CallStatus(event.data.get("status", CallStatus.failed.value))
+        elif kind == EventKind.call_not_run:
+            status = CallStatus.not_run
+        else:
+            status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
+        if entry.status not in TERMINAL_STATUSES:
+            entry.status = status
+            entry.finished_at = event.at
+            entry.result_ref = event.result_ref
+            entry.result = event.result
+            entry.error = event.error
+            entry.error_detail = event.error_detail
+            entry.error_ref = event.error_ref
+            if event.commit:
+                entry.commit = event.commit
+                entry.parent_commit = event.parent_commit
+                entry.files = list(event.files)
+                state.head = event.commit
+    elif kind == EventKind.call_uncertain:
+        advance(CallStatus.uncertain)
+    elif kind == EventKind.undo:
+        entry.undone = True
+        if event.data.get("target") == "user":
+            entry.applied = False
+        elif event.commit:
+            state.head = event.commit
+    elif kind == EventKind.redo:
+        entry.undone = False
+        if event.data.get("target") == "user":
+            entry.applied = True
+        elif event.commit:
+            state.head = event.commit
+    else:
+        _fold_run_event(state, event)
+    if kind in _MERGEBACK_KINDS:
+        _fold_mergeback(state, event)
+    return state
+
+
+_MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
+
+
+def _fold_mergeback(state: LedgerState, event: Event) -> None:
+    """Merge-back bookkeeping (see :mod:`sandbox.merge.mergeback`), kept in ``state.data``.
+
+    ``user_paths``: per path, the state the sandbox last wrote (or confirmed) in the user's tree,
+    the agent state it stands for and the calls it carries; each event names its paths' new records.
+    ``undo_stack``: the undone calls, newest last; a redo takes its call off.
+    """
+    data = event.data
+    user_paths = state.data.setdefault("user_paths", {})
+    for item in data.get("paths", []):
+        record = dict(item)
+        path = record.pop("path")
+        if record.get("drop"):
+            user_paths.pop(path, None)
+        else:
+            user_paths[path] = record
+    for call_id in data.get("unapplied", []):
+        entry = _writable(state, call_id)
+        if entry is not None:
+            entry.applied = False
+    if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
+        stack = state.data.setdefault("undo_stack", [])
+        if event.kind == EventKind.undo:
+            stack.append(
+                {
+                    "call_id": event.call_id,
+                    "target": data.get("target"),
+                    "event_id": event.event_id,
+                    "changed": data.get("changed", []),
+                }
+            )
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i]["call_id"] == event.call_id:
+                    del stack[i]
+                    break
+
+
+def _fold_run_event(state: LedgerState, event: Event) -> None:
+    kind = event.kind
+    if kind == EventKind.resumed:
+        state.epoch = max(state.epoch, int(event.data.get("epoch", state.epoch + 1)))
+    elif kind in (EventKind.head_moved, EventKind.rollback_files, EventKind.undo, EventKind.redo):
+        if event.commit:
+            state.head = event.commit
+    elif kind == EventKind.apply_finished:
+        for call_id in event.data.get("calls", []):
+            entry = _writable(state, call_id)
+            if entry is not None:
+                entry.applied = True
+    elif kind == EventKind.run_ended:
+        state.ended = True
+    elif kind == EventKind.run_dropped:
+        state.dropped = True
+    if kind in (
+        EventKind.checkpoint,
+        EventKind.rollback_session,
+        EventKind.drift,
+        EventKind.note,
+        EventKind.compensation,
+    ):
+        state.data.setdefault(kind.value, []).append(
+            {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
+        )
+
+
+class Ledger:
+    """One run's ledger: append events durably, read them back, and fold them."""
+
+    def __init__(self, repo: pygit2.Repository, run_id: str, run_dir: str) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.ref = ledger_ref(run_id)
+        self.run_dir = run_dir
+        self.cache_path = os.path.join(run_dir, integrity.CACHE_FILE)
+        self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
+        self._state: LedgerState | None = None
+        self._key: bytes | None = None
+        self._resave = False
+        #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
+        #: prints them and ``resume`` reports them.
+        self.problems: list[str] = []
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def tip(self) -> str | None:
+        """The id of the newest event commit, or None when the ledger does not exist."""
+        try:
+            ref = self.repo.references.get(self.ref)
+        except pygit2.GitError as exc:
+            raise CorruptionError(f"The ledger ref {self.ref} cannot be read ({exc}).") from exc
+        if ref is None:
+            return None
+        return str(ref.target)
+
+    def exists(self) -> bool:
+        """True when the run's ledger ref exists (:class:`LedgerDamagedError` if it vanished)."""
+        return integrity.check(self.repo, self.run_id, self.run_dir, self.tip()) is not None
+
+    def key(self, tip: str | None) -> bytes | None:
+        """The ledger's MAC key for its fold cache (None for a ledger written before keys existed)."""
+        if self._key is None:
+            self._key = integrity.key_at(self.repo, tip)
+        return self._key
+
+    def _read(self, oid: str) -> tuple[Event, str | None]:
+        try:
+            commit = objects.read_commit(self.repo, oid)
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise CorruptionError(
+                f"Ledger event {oid} of run {self.run_id} is missing or damaged ({exc}); "
+                "the ledger cannot be trusted past this point."
+            ) from exc
+        message, parents = commit.message, commit.parents
+        head, _, body = message.partition("\n\n")
+        if not head.startswith(MESSAGE_PREFIX):
+            raise CorruptionError(f"Commit {oid} on {self.ref} is not a sandbox ledger event.")
+        try:
+            event = from_json(Event, body)
+        except ValueError as exc:  # JSON or validation error (pydantic's is a ValueError)
+            first = str(exc).splitlines()[0]
+            raise CorruptionError(f"Ledger event {oid} of run {self.run_id} does not parse ({first}).") from exc
+        if event.version != FORMAT_VERSION:
+            raise CorruptionError(
+                f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
+            )
+        prev = None if head.startswith(ROOT_PREFIX) or not parents else parents[0]
+        return event, prev
+
+    def _walk_back(self, tip: str | None, stop: str | None) -> list[tuple[str, Event]]:
+        """Events from ``tip`` back to (excluding) ``stop``, oldest first; raises if ``stop`` unseen."""
+        out: list[tuple[str, Event]] = []
+        oid = tip
+        while oid is not None and oid != stop:
+            event, prev = self._read(oid)
+            out.append((oid, event))
+            oid = prev
+        if stop is not None and oid != stop:
+            raise LookupError(stop)
+        out.reverse()
+        return out
+
+    def events(self) -> list[tuple[str, Event]]:
+        """All events, oldest first, with their commit ids."""
+        return self._walk_back(self.tip(), None)
+
+    def state(self) -> LedgerState:
+        """The fold of the whole ledger, extended incrementally from the cached fold.
+
+        The returned state is shared with the cache and with later callers: treat it as read-only
+        (fold into :func:`fork_state` of it to derive another). Raises
+        :class:`~sandbox.store.integrity.LedgerDamagedError` when the ref was deleted, rewound or rewritten.
+        """
+        tip = self.tip()
+        if self._state is not None and self._state.tip == tip:
+            return self._state
+        tip = integrity.check(self.repo, self.run_id, self.run_dir, tip)
+        base = self._state if self._state is not None else self._load_cache(tip)
+        if base is not None and base.tip == tip:
+            self._state = base
+            return base
+        new: list[tuple[str, Event]] | None = None
+        if base is not None and base.tip is not None:
+            try:
+                new = self._walk_back(tip, base.tip)
+            except LookupError:
+                new = None
+        if new is None or base is None:
+            base = LedgerState()
+            new = self._walk_back(tip, None)
+        state = fork_state(base)
+        for oid, event in new:
+            fold_event(state, event, oid)
+        self._state = state
+        if len(new) >= CACHE_EVERY or self._resave:
+            self._resave = False  # a cache that failed its check is replaced at once
+            self._save_cache(state)
+        return state
+
+    def adopt_verified(self, fresh: LedgerState) -> bool:
+        """Compare the derived fold with ``fresh`` (a fold of every event); adopt it. True if they differed."""
+        derived = self._state
+        if derived is None or derived.tip != fresh.tip:
+            return False
+        differed = derived.model_dump() != fresh.model_dump()
+        if differed:
+            self._state = fresh
+            self._save_cache(fresh)
+        return differed
+
+    def _load_cache(self, tip: str | None) -> LedgerState | None:
+        try:
+            with open(self.cache_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            return None
+        state_json, forged = integrity.open_cache(self.key(tip), text)
+        if forged:
+            self._resave = True
+            self.problems.append(
+                f"The ledger cache of run {self.run_id} did not match the ledger (it was edited or damaged); "
+                "it was ignored and rebuilt from the ledger's events."
+            )
+        if state_json is None:
+            return None
+        try:
+            state = from_json(LedgerState, state_json)
+        except (ValidationError, ValueError):
+            return None
+        return state if state.version == FORMAT_VERSION else None
+
+    def _save_cache(self, state: LedgerState) -> None:
+        # Not synced: a cache lost or cut short by a power cut fails to parse and is rebuilt from
+        # the ledger (which is durable), and one with an older tip is extended from it.
+        key = self.key(state.tip)
+        if key is None:
+            return  # a ledger without a key: its cache could not be verified, so none is kept
+        with contextlib.suppress(OSError):
+            write_json_file(self.cache_path, integrity.seal_cache(key, to_json(state)), sync=False)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        event: Event,
+        *,
+        keep: list[str] | None = None,
+        attachments: Mapping[str, bytes] | None = None,
+        check: Callable[[LedgerState], None] | None = None,
+    ) -> LedgerState:
+        """Append one event durably and return the new fold.
+
+        ``keep`` lists commits the event refers to (made parents so they stay reachable);
+        ``attachments`` are stored as blobs in the event commit's tree; ``check`` runs on the
+        current fold under the lock and may raise to refuse the append (fencing, transitions).
+        """
+        objects.enable_fsync()
+        with self.lock.hold():
+            state = self.state()
+            if check is not None:
+                check(state)
+            if event.event_id in state.event_ids:
+                return state
+            faults.point("ledger.append.before")
+            if state.tip is None and event.kind != EventKind.run_started:
+                integrity.check(self.repo, self.run_id, self.run_dir, None)  # vanished, not dropped?
+                # The run was dropped (or never finished starting): never bring it back to life.
+                raise UnknownRunError(f"Run {self.run_id} no longer exists (it was dropped); nothing was recorded.")
+            try:
+                new_oid = self._write_event(state, event, keep, attachments)
+            except (pygit2.GitError, OSError, ValueError) as exc:
+                self._state = None  # re-derive from disk: never trust a fold the failure may have skewed
+                landed = self._landed(event)
+                if landed is not None:  # the ref moved before the error (e.g. a full disk at fsync)
+                    new_oid = landed
+                else:
+                    what = "the call did not start" if event.kind == EventKind.call_started else "earlier events stay"
+                    raise StorageError(
+                        f"Could not append to the ledger of run {self.run_id} ({exc}); this {event.kind.value} "
+                        f"event was not recorded ({what}). If the disk is full, free some space and try again.",
+                        reason=str(exc),
+                    ) from exc
+            integrity.write_ack(self.run_dir, self.run_id, str(new_oid), state.count + 1)
+            faults.point("ledger.append.after")
+            state = fold_event(fork_state(state), event, str(new_oid))
+            self._state = state
+            if state.count % CACHE_EVERY == 0:
+                self._save_cache(state)
+            return state
+
+    def _landed(self, event: Event) -> str | None:
+        """The commit holding ``event`` if it is the ledger's tip after all, else None."""
+        try:
+            tip = self.tip()
+            if tip is None:
+                return None
+            found, _prev = self._read(tip)
+        except (SandboxError, OSError):
+            return None
+        return tip if found.event_id == event.event_id else None
+
+    def _write_event(
+        self,
+        state: LedgerState,
+        event: Event,
+        keep: list[str] | None,
+        attachments: Mapping[str, bytes] | None,
+    ) -> str:
+        """Write the event's objects and commit, moving the ref (compare-and-swap); its id.
+
+        The objects go into the caller's batch (a call's blob, trees and commit, then the event), made
+        durable in one write just before the ref moves (see :mod:`sandbox.store.packs`).
+        """
+        with objects.batch(self.repo) as pending:
+            tree = objects.EMPTY_TREE_HEX
+            blobs = {
+                name: objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, data))
+                for name, data in (attachments or {}).items()
+            }
+            key_entry = self._key_entry(state.tip)
+            if key_entry is not None:
+                blobs[integrity.KEY_NAME] = key_entry
+            if attachments:
+                tree = objects.write_tree(self.repo, blobs)
+            elif blobs:
+                tree = objects.ensure_tree(self.repo, blobs)  # the same key-only tree for every event
+            else:
+                self._ensure_empty_tree()
+            parents: list[str] = [state.tip] if state.tip else []
+            for oid in keep or []:
+                if oid and oid not in parents:
+                    parents.append(oid)
+            prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
+            message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
+            message += "\n\n" + to_json(event) + "\n"
+            when = objects.now()
+            new_oid = objects.write_commit(self.repo, tree, parents, message, when)
+            pending.flush()
+            self._clear_stale_ref_lock()
+            with objects.git_writes():
+                if state.tip is None:
+                    self.repo.references.create(self.ref, new_oid)
+                    return new_oid
+                # The compare-and-swap: libgit2 moves the ref only if its tip is still the first
+                # parent. The commit is stored already, so it is not written again (same bytes).
+                sig = objects.signature(when)
+                return str(self.repo.create_commit(self.ref, sig, sig, message, tree, parents))
+
+    def _clear_stale_ref_lock(self) -> None:
+        """Remove ``<ledger ref>.lock`` left by a process killed inside libgit2's ref update.
+
+        Called under the ledger lock, which every writer of this ref holds: a lock file found now
+        belongs to a dead process, and would refuse every later append (found by random kill -9).
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.repo.path, self.ref + ".lock"))
+
+    def _key_entry(self, tip: str | None) -> objects.Entry | None:
+        """The MAC key's tree entry for the next event: a new key for a new ledger, else the tip's."""
+        if tip is None:
+            self._key = integrity.new_key()
+            return objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, self._key))
+        entry = objects.lookup(self.repo, objects.commit_tree(self.repo, tip), integrity.KEY_NAME)
+        return entry if entry is not None and not entry.is_tree else None
+
+    def _ensure_empty_tree(self) -> None:
+        if objects.EMPTY_TREE_HEX not in self.repo.odb:
+            objects.write_tree(self.repo, {})

@@ -1,0 +1,601 @@
+"""Git objects read and written in-process through pygit2's object database.
+
+Trees are parsed and serialised here from their raw bytes instead of through ``TreeBuilder``
+because pygit2 refuses tree entry names that are not valid UTF-8, and the sandbox must handle any
+name git can store. Paths are ``str`` everywhere in the library, decoded with ``os.fsdecode``
+(surrogate escapes carry undecodable bytes) and encoded back with ``os.fsencode``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pygit2
+
+from sandbox.models import FileChange
+from sandbox.store import packs
+
+_T = TypeVar("_T")
+
+MODE_FILE = 0o100644
+MODE_EXEC = 0o100755
+MODE_LINK = 0o120000
+MODE_TREE = 0o040000
+MODE_GITLINK = 0o160000
+
+_BLOB = pygit2.enums.ObjectType.BLOB
+_TREE = pygit2.enums.ObjectType.TREE
+EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+_fsync_enabled = False
+_TYPE_NAMES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+
+
+class DamagedObjectError(ValueError):
+    """A git object is truncated, garbled or does not hash to its id."""
+
+
+_OBJECTS_DIRS: dict[str, str] = {}
+
+
+def _objects_dir(repo: pygit2.Repository) -> str:
+    gitdir = repo.path
+    found = _OBJECTS_DIRS.get(gitdir)
+    if found is not None:
+        return found
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+            gitdir = os.path.join(gitdir, fh.read().strip())
+    except OSError:
+        pass
+    found = _OBJECTS_DIRS[repo.path] = os.path.normpath(os.path.join(gitdir, "objects"))
+    return found
+
+
+# -- objects written as one pack ------------------------------------------------------------------
+
+
+class PendingObjects:
+    """Objects written during one operation, kept in memory until :meth:`flush` makes them durable.
+
+    Open with :func:`batch`. Reads of a pending object are served from here, so code inside the
+    batch sees its own writes; nothing outside may refer to them before the flush.
+    """
+
+    def __init__(self, repo: pygit2.Repository, objects_dir: str) -> None:
+        self.repo = repo
+        self.objects_dir = objects_dir
+        self.objects: dict[str, tuple[int, bytes]] = {}
+        self.trees: dict[str, dict[str, Entry]] = {}
+        self.wrote_pack = False
+
+    def add(self, kind: int, data: bytes) -> str:
+        oid = packs.object_id(kind, data)
+        self.objects.setdefault(oid, (kind, data))
+        return oid
+
+    def flush(self) -> None:
+        """Make every pending object durable: one pack for several, a loose object for one."""
+        if not self.objects:
+            return
+        if len(self.objects) == 1:
+            # Loose costs two fsyncs (file, directory); a pack three (pack, index, directory).
+            ((kind, data),) = self.objects.values()
+            with git_writes():
+                self.repo.odb.write(kind, data)
+        else:
+            items = [(oid, kind, data) for oid, (kind, data) in self.objects.items()]
+            packs.write_pack(self.objects_dir, items, len(items))
+            self.wrote_pack = True
+        for oid, entries in self.trees.items():
+            _remember(_tree_cache, (self.objects_dir, oid), entries)
+        self.objects.clear()
+        self.trees.clear()
+
+    def _read_stored(self, oid: str) -> tuple[int, bytes]:
+        kind, data = self.repo.odb.read(oid)
+        return int(kind), bytes(data)
+
+
+_BATCHES = threading.local()
+
+
+def _pending(repo: pygit2.Repository) -> PendingObjects | None:
+    batches: dict[str, PendingObjects] | None = getattr(_BATCHES, "by_dir", None)
+    if not batches:
+        return None
+    return batches.get(_objects_dir(repo))
+
+
+@contextlib.contextmanager
+def batch(repo: pygit2.Repository) -> Iterator[PendingObjects]:
+    """Collect the objects written inside into one durable write (see :mod:`sandbox.store.packs`).
+
+    Nested batches on one repository share the outer one. The caller flushes before it lets
+    anything durable (a ref) point at the objects; what is left at the end of the outermost batch
+    is flushed then, and dropped if the block raised (nothing can refer to it). Packs are merged
+    (:func:`sandbox.store.packs.maybe_merge`) when the outermost batch ends well.
+    """
+    outer = _pending(repo)
+    if outer is not None:
+        yield outer
+        return
+    directory = _objects_dir(repo)
+    pending = PendingObjects(repo, directory)
+    batches: dict[str, PendingObjects] = getattr(_BATCHES, "by_dir", None) or {}
+    _BATCHES.by_dir = batches
+    batches[directory] = pending
+    try:
+        yield pending
+        pending.flush()
+    finally:
+        batches.pop(directory, None)
+    if pending.wrote_pack:
+        # After the caller's ref moved: merging first would remove the pack libgit2 just found the
+        # event commit in, and it would write the commit again, loose (measured).
+        packs.maybe_merge(directory, pending._read_stored)
+
+
+def _write(repo: pygit2.Repository, kind: int, data: bytes) -> str:
+    pending = _pending(repo)
+    if pending is not None:
+        return pending.add(kind, data)
+    with git_writes():
+        return str(repo.odb.write(kind, data))
+
+
+def read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
+    """An object's type number and content, verified.
+
+    A loose object is read and checked here (inflated to its end, header and SHA-1 checked) before
+    libgit2 ever sees it: libgit2 1.9 loops forever on a truncated loose object (measured), and a
+    damaged object must be reported, never read as valid. Packed objects are read by libgit2 and
+    hashed here too.
+    """
+    pending = _pending(repo)
+    if pending is not None and oid in pending.objects:
+        kind, body = pending.objects[oid]
+        return kind, body
+    loose = os.path.join(_objects_dir(repo), oid[:2], oid[2:])
+    try:
+        with open(loose, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise DamagedObjectError(f"object {oid} cannot be read ({exc.strerror})") from exc
+    if raw is None:
+        try:
+            kind, data = repo.odb.read(oid)
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise DamagedObjectError(f"object {oid} is missing or damaged ({exc})") from exc
+        body = bytes(data)
+        if int(kind) in packs.TYPE_NAMES and packs.object_id(int(kind), body) != oid:
+            raise DamagedObjectError(f"object {oid} does not match its hash (garbled)")
+        return int(kind), body
+    try:
+        inflater = zlib.decompressobj()
+        full = inflater.decompress(raw)
+        if not inflater.eof:
+            raise DamagedObjectError(f"object {oid} is truncated")
+    except zlib.error as exc:
+        raise DamagedObjectError(f"object {oid} does not inflate ({exc})") from exc
+    if hashlib.sha1(full).hexdigest() != oid:
+        raise DamagedObjectError(f"object {oid} does not match its hash (garbled)")
+    header, _, body = full.partition(b"\0")
+    type_name, _, size = header.partition(b" ")
+    if type_name not in _TYPE_NAMES or not size.isdigit() or int(size) != len(body):
+        raise DamagedObjectError(f"object {oid} has a malformed header")
+    return _TYPE_NAMES[type_name], body
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """The parts of a commit the sandbox reads."""
+
+    tree: str
+    parents: list[str]
+    message: str
+
+
+#: Parsed commits and trees kept per process: at most this many objects, and this many tree entries.
+_CACHE_OBJECTS = 4096
+_CACHE_ENTRIES = 200_000
+_commit_cache: OrderedDict[tuple[str, str], CommitInfo] = OrderedDict()
+_tree_cache: OrderedDict[tuple[str, str], dict[str, Entry]] = OrderedDict()
+_cache_lock = threading.Lock()
+_cached_entries = 0
+
+
+def _cached(cache: OrderedDict[tuple[str, str], _T], key: tuple[str, str]) -> _T | None:
+    with _cache_lock:
+        found = cache.get(key)
+        if found is not None:
+            cache.move_to_end(key)
+        return found
+
+
+def _remember(cache: OrderedDict[tuple[str, str], _T], key: tuple[str, str], value: _T) -> None:
+    global _cached_entries
+    with _cache_lock:
+        if key in cache:
+            return
+        cache[key] = value
+        if isinstance(value, dict):
+            _cached_entries += len(value)
+        while len(cache) > _CACHE_OBJECTS or (cache is _tree_cache and _cached_entries > _CACHE_ENTRIES and cache):
+            _old_key, old = cache.popitem(last=False)
+            if isinstance(old, dict):
+                _cached_entries -= len(old)
+
+
+def read_commit(repo: pygit2.Repository, oid: str) -> CommitInfo:
+    """A verified commit's tree, parents and message (objects never change, so they are cached)."""
+    key = (_objects_dir(repo), oid)
+    found = _cached(_commit_cache, key)
+    if found is not None:
+        return found
+    info = _parse_commit(repo, oid)
+    pending = _pending(repo)
+    if pending is None or oid not in pending.objects:  # only what is stored is cached
+        _remember(_commit_cache, key, info)
+    return info
+
+
+def _parse_commit(repo: pygit2.Repository, oid: str) -> CommitInfo:
+    kind, data = read_object(repo, oid)
+    if kind != 1:
+        raise DamagedObjectError(f"object {oid} is not a commit")
+    headers, _, message = data.partition(b"\n\n")
+    tree = ""
+    parents = []
+    for line in headers.split(b"\n"):
+        if line.startswith(b"tree "):
+            tree = line[5:].decode()
+        elif line.startswith(b"parent "):
+            parents.append(line[7:].decode())
+    if not tree:
+        raise DamagedObjectError(f"commit {oid} has no tree")
+    return CommitInfo(tree, parents, message.decode("utf-8", errors="replace"))
+
+
+def write_commit(repo: pygit2.Repository, tree: str, parents: list[str], message: str, when: int) -> str:
+    """Write a commit by the sandbox's signature at ``when`` (epoch seconds, UTC); its id.
+
+    The bytes are exactly those libgit2's ``create_commit`` writes for the same fields (tested), so
+    a later ``create_commit`` that moves a ref finds the object already stored.
+    """
+    who = b"sandbox <sandbox@localhost> %d +0000" % when
+    lines = [b"tree " + tree.encode()]
+    lines += [b"parent " + p.encode() for p in parents]
+    lines += [b"author " + who, b"committer " + who]
+    data = b"\n".join(lines) + b"\n\n" + message.encode("utf-8")
+    return _write(repo, 1, data)
+
+
+#: Held around every libgit2 write the sandbox makes and while a repository it writes to is opened,
+#: so that :func:`mirror_repository` (which turns libgit2's process-wide fsync option off for a
+#: moment) never overlaps them.
+_WRITE_GUARD = threading.RLock()
+
+
+def enable_fsync() -> None:
+    """Make libgit2 fsync every object, ref and directory it writes (process-wide, idempotent)."""
+    global _fsync_enabled
+    if not _fsync_enabled:
+        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
+        _fsync_enabled = True
+
+
+@contextlib.contextmanager
+def git_writes() -> Iterator[None]:
+    """Wrap a libgit2 write that must be durable: fsync on, and no :func:`unsynced` block meanwhile."""
+    with _WRITE_GUARD:
+        enable_fsync()
+        yield
+
+
+def open_repository(path: str) -> pygit2.Repository:
+    """Open a repository the sandbox writes to, with fsync on for its objects and refs.
+
+    libgit2 reads its fsync option once per repository, when the reference database is first
+    used (objects check it on every write): a repository opened, or a ref read, before the option
+    was on would write refs without fsync for good. So the option goes on first, and the reference
+    database is created here, under the guard :func:`mirror_repository` holds while the option is off.
+    """
+    with _WRITE_GUARD:
+        enable_fsync()
+        repo = pygit2.Repository(path)
+        with contextlib.suppress(pygit2.GitError, ValueError):
+            repo.references.get("HEAD")
+    return repo
+
+
+_MIRRORS: dict[str, pygit2.Repository] = {}
+
+
+def mirror_repository(repo: pygit2.Repository) -> pygit2.Repository:
+    """The same repository opened with libgit2's fsync off: only for mirror refs, repaired on read.
+
+    The run's ``head`` ref mirrors the ledger's head, which is durable already; syncing it cost two
+    more fsyncs per call. The option is off only while this repository's reference database is
+    created, under the guard every durable open and write holds.
+    """
+    found = _MIRRORS.get(repo.path)
+    if found is not None:
+        return found
+    with _WRITE_GUARD:
+        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, False)
+        try:
+            mirror = pygit2.Repository(repo.path)
+            with contextlib.suppress(pygit2.GitError, ValueError):
+                mirror.references.get("HEAD")
+        finally:
+            pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, _fsync_enabled)
+    _MIRRORS[repo.path] = mirror
+    return mirror
+
+
+def signature(when: int | None = None) -> pygit2.Signature:
+    """The fixed author of every sandbox commit (``default_signature`` fails where git has no user)."""
+    if when is None:
+        return pygit2.Signature("sandbox", "sandbox@localhost")
+    return pygit2.Signature("sandbox", "sandbox@localhost", when, 0)
+
+
+def now() -> int:
+    """The current time as a commit stores it."""
+    return int(time.time())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A tree entry: its mode and object id (hex)."""
+
+    mode: int
+    oid: str
+
+    @property
+    def is_tree(self) -> bool:
+        return self.mode == MODE_TREE
+
+
+def read_tree(repo: pygit2.Repository, oid: str | None) -> dict[str, Entry]:
+    """The entries of one tree object, by name (names decoded with ``os.fsdecode``); a fresh dict."""
+    return dict(_tree(repo, oid))
+
+
+_NO_ENTRIES: dict[str, Entry] = {}
+
+
+def _tree(repo: pygit2.Repository, oid: str | None) -> dict[str, Entry]:
+    """A tree's entries from the cache (shared: never change the dict returned)."""
+    if oid is None or oid == EMPTY_TREE_HEX:
+        return _NO_ENTRIES
+    key = (_objects_dir(repo), oid)
+    found = _cached(_tree_cache, key)
+    if found is None:
+        found = _parse_tree(repo, oid)
+        pending = _pending(repo)
+        if pending is None or oid not in pending.objects:  # only what is stored is cached
+            _remember(_tree_cache, key, found)
+    return found
+
+
+def _parse_tree(repo: pygit2.Repository, oid: str) -> dict[str, Entry]:
+    kind, data = read_object(repo, oid)
+    if kind != _TREE:
+        raise ValueError(f"object {oid} is not a tree")
+    entries: dict[str, Entry] = {}
+    pos = 0
+    end = len(data)
+    while pos < end:
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        mode = int(data[pos:space], 8)
+        name = os.fsdecode(data[space + 1 : nul])
+        raw = data[nul + 1 : nul + 21]
+        entries[name] = Entry(mode, raw.hex())
+        pos = nul + 21
+    return entries
+
+
+def _sort_key(item: tuple[bytes, Entry]) -> bytes:
+    name, entry = item
+    return name + b"/" if entry.mode == MODE_TREE else name
+
+
+def write_tree(repo: pygit2.Repository, entries: Mapping[str, Entry]) -> str:
+    """Write a tree object with these entries (git's ordering) and return its id."""
+    items = sorted(((os.fsencode(n), e) for n, e in entries.items()), key=_sort_key)
+    parts = []
+    for name, entry in items:
+        parts.append(b"%o %s\0" % (entry.mode, name) + bytes.fromhex(entry.oid))
+    data = b"".join(parts)
+    pending = _pending(repo)
+    if pending is not None:
+        oid = pending.add(_TREE, data)
+        pending.trees[oid] = dict(entries)  # cached once stored
+        return oid
+    with git_writes():
+        oid = str(repo.odb.write(_TREE, data))
+    _remember(_tree_cache, (_objects_dir(repo), oid), dict(entries))
+    return oid
+
+
+def ensure_tree(repo: pygit2.Repository, entries: Mapping[str, Entry]) -> str:
+    """Like :func:`write_tree`, but writes nothing when the tree is stored already (one odb lookup).
+
+    Keeps a lone event commit a single loose object (two fsyncs) when its tree repeats.
+    """
+    items = sorted(((os.fsencode(n), e) for n, e in entries.items()), key=_sort_key)
+    data = b"".join(b"%o %s\0" % (e.mode, n) + bytes.fromhex(e.oid) for n, e in items)
+    oid = packs.object_id(_TREE, data)
+    pending = _pending(repo)
+    if (pending is not None and oid in pending.objects) or oid in repo.odb:
+        return oid
+    return write_tree(repo, entries)
+
+
+def commit_tree(repo: pygit2.Repository, commit_oid: str | None) -> str | None:
+    """The root tree id of a commit (None for None)."""
+    if commit_oid is None:
+        return None
+    return read_commit(repo, commit_oid).tree
+
+
+def lookup(repo: pygit2.Repository, tree_oid: str | None, path: str) -> Entry | None:
+    """The entry at ``path`` (``a/b/c``) below a tree, or None when absent."""
+    parts = path.split("/")
+    current = tree_oid
+    for i, part in enumerate(parts):
+        entries = _tree(repo, current)
+        entry = entries.get(part)
+        if entry is None:
+            return None
+        if i == len(parts) - 1:
+            return entry
+        if not entry.is_tree:
+            return None
+        current = entry.oid
+    return None
+
+
+def edit_tree(repo: pygit2.Repository, tree_oid: str | None, changes: Mapping[str, Entry | None]) -> str:
+    """A new tree: ``tree_oid`` with each path set to an entry or removed (None).
+
+    Only the trees on the changed paths are read and rewritten, so the cost follows the number of
+    changed paths, not the size of the tree. A file may replace a directory and the other way round;
+    directories left empty disappear, as in git.
+    """
+    entries = read_tree(repo, tree_oid)
+    direct: dict[str, Entry | None] = {}
+    nested: dict[str, dict[str, Entry | None]] = {}
+    for path, entry in changes.items():
+        head, sep, rest = path.partition("/")
+        if sep:
+            nested.setdefault(head, {})[rest] = entry
+        else:
+            direct[head] = entry
+    for name, entry in direct.items():
+        if entry is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = entry
+    for name, sub in nested.items():
+        if direct.get(name) is not None:
+            # A file (or link) replaces the directory: what lay below it is gone with it.
+            continue
+        existing = entries.get(name)
+        base = existing.oid if existing is not None and existing.is_tree else None
+        new_sub = edit_tree(repo, base, sub)
+        if new_sub == EMPTY_TREE_HEX:
+            entries.pop(name, None)
+        else:
+            entries[name] = Entry(MODE_TREE, new_sub)
+    return write_tree(repo, entries)
+
+
+@dataclass(frozen=True)
+class TreeChange:
+    """One path that differs between two trees (entries None where absent); never a tree entry."""
+
+    path: str
+    old: Entry | None
+    new: Entry | None
+
+
+def diff_trees(repo: pygit2.Repository, old: str | None, new: str | None, prefix: str = "") -> Iterator[TreeChange]:
+    """Every non-tree path that differs between two trees, skipping identical subtrees."""
+    if old == new:
+        return
+    a = _tree(repo, old)
+    b = _tree(repo, new)
+    for name in sorted(set(a) | set(b)):
+        ea, eb = a.get(name), b.get(name)
+        if ea == eb:
+            continue
+        path = prefix + name
+        a_tree = ea.oid if ea is not None and ea.is_tree else None
+        b_tree = eb.oid if eb is not None and eb.is_tree else None
+        if a_tree is not None or b_tree is not None:
+            yield from diff_trees(repo, a_tree, b_tree, path + "/")
+        a_leaf = ea if ea is not None and not ea.is_tree else None
+        b_leaf = eb if eb is not None and not eb.is_tree else None
+        if a_leaf != b_leaf:
+            yield TreeChange(path, a_leaf, b_leaf)
+
+
+def walk_tree(repo: pygit2.Repository, tree_oid: str | None, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+    """Every non-tree entry below a tree, with its full path."""
+    for name, entry in _tree(repo, tree_oid).items():
+        if entry.is_tree:
+            yield from walk_tree(repo, entry.oid, prefix + name + "/")
+        else:
+            yield prefix + name, entry
+
+
+def mode_of(st: os.stat_result) -> int | None:
+    """The git mode for a file on disk, or None for things git does not store (fifos, sockets)."""
+    if stat.S_ISLNK(st.st_mode):
+        return MODE_LINK
+    if stat.S_ISREG(st.st_mode):
+        return MODE_EXEC if st.st_mode & 0o111 else MODE_FILE
+    if stat.S_ISDIR(st.st_mode):
+        return MODE_TREE
+    return None
+
+
+def hash_path(repo: pygit2.Repository, abspath: str, st: os.stat_result, write: bool) -> Entry | None:
+    """The blob entry for a regular file or symlink on disk (written to the odb when ``write``)."""
+    mode = mode_of(st)
+    if mode is None or mode == MODE_TREE:
+        return None
+    if mode == MODE_LINK:
+        data = os.fsencode(os.readlink(abspath))
+    else:
+        with open(abspath, "rb") as fh:
+            data = fh.read()
+    if write:
+        oid = _write(repo, _BLOB, data)
+    else:
+        oid = str(pygit2.hash(data))
+    return Entry(mode, oid)
+
+
+def write_blob(repo: pygit2.Repository, data: bytes) -> str:
+    """Store bytes as a blob and return its id."""
+    return _write(repo, _BLOB, data)
+
+
+def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
+    """The bytes of a blob."""
+    kind, data = read_object(repo, oid)
+    if kind != _BLOB:
+        raise ValueError(f"object {oid} is not a blob")
+    return data
+
+
+def file_change(
+    path: str, old: Entry | None, new: Entry | None, patch_ref: str | None, tool_call_id: str | None = None
+) -> FileChange:
+    """The ledger's record of one path going from ``old`` to ``new`` (None: absent)."""
+    return FileChange(
+        path=path,
+        before_hash=old.oid if old else None,
+        after_hash=new.oid if new else None,
+        before_mode=old.mode if old else None,
+        after_mode=new.mode if new else None,
+        patch_ref=patch_ref,
+        tool_call_id=tool_call_id,
+    )

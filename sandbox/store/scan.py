@@ -1,0 +1,62 @@
+"""Finding the paths that may differ between a worktree and the run's head, without a watcher.
+
+This is the fallback when no watcher can vouch for a call (none running, or its queue overflowed).
+It must be correct, not fast: every path where the worktree may differ from the run's head is
+returned, and :mod:`sandbox.store.capture` confirms each one by content hash.
+
+It asks libgit2 for the worktree's status (index vs. files, with the index's stat cache, and
+untracked files not ignored) and adds the paths where the worktree's own HEAD tree differs from the
+run's head tree.
+Together these cover every difference even after the agent ran ``git commit``, ``git add`` or
+``git reset`` in the worktree. git's own status is about twice as fast on large trees, but it
+would run commands from the agent's git config in the sandbox's process (see :func:`candidates`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pygit2
+
+from sandbox.store import objects
+
+
+def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
+    """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
+    out: set[str] = set()
+    # libgit2, not the git command: the worktree's git dir is the agent's to write, and git would
+    # run commands named there (core.fsmonitor, filter drivers, a redirected commondir's config)
+    # in this process, outside the agent's confinement. libgit2 runs none. It is about 2x slower
+    # than git's status on large trees (docs/design.md); this is the fallback path.
+    try:
+        status = pygit2.Repository(worktree).status(untracked_files="all", ignored=False)
+    except pygit2.GitError as exc:
+        from sandbox.errors import SandboxError
+
+        raise SandboxError(f"Cannot read the status of the worktree {worktree} ({exc}).") from None
+    for path, flags in status.items():
+        if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):
+            out.add(path)
+    wt, wt_head_tree = _worktree_head_tree(worktree)
+    if wt_head_tree != run_head_tree:
+        # A commit the agent made in the run is in the run's own object store, which reaches the
+        # user's store through its alternates; anything else is read (verified) from the user's.
+        source = repo if wt is None or wt_head_tree is None or repo.odb.exists(wt_head_tree) else wt
+        for change in objects.diff_trees(source, wt_head_tree, run_head_tree):
+            out.add(change.path)
+    return out
+
+
+def _is_submodule(worktree: str, path: str) -> bool:
+    full = os.path.join(worktree, path)
+    return os.path.isdir(full) and not os.path.islink(full)  # status names files; a directory is a gitlink
+
+
+def _worktree_head_tree(worktree: str) -> tuple[pygit2.Repository | None, str | None]:
+    try:
+        wt = pygit2.Repository(worktree)
+        if wt.head_is_unborn:
+            return wt, None
+        return wt, str(wt.head.peel(pygit2.Tree).id)
+    except (pygit2.GitError, KeyError):
+        return None, None

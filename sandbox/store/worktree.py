@@ -1,0 +1,287 @@
+"""Creating and removing a run's worktree and its own git directory.
+
+A run lives in its home (see :mod:`sandbox.store.layout`): a worktree whose ``.git`` file names the run's
+own git directory beside it. That git directory is a repository of its own, so whatever the agent
+does with git there (branches, tags, stash, config, hooks, ``worktree remove``) changes only the
+run: it shares nothing writable with the user's repository. The user's objects are reached through
+``objects/info/alternates`` (read-only: git writes new objects into the run's own store), so the
+snapshot commit needs no copying and the run costs its checkout plus its changes.
+
+The checkout is git's (``read-tree -u``, parallel checkout on): libgit2's is about 2x slower
+(docs/design.md), and measured side by side ``git init`` + ``read-tree -u`` costs the same as the
+``git worktree add --detach`` runs used before (bench/cases/start.py).
+
+Runs made before homes existed are linked worktrees of the user's repository (``legacy``); this
+module still removes them (their admin dir under ``<common>/worktrees``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterable
+
+from sandbox import faults
+from sandbox.store.fsutil import atomic_write
+from sandbox.store.gitcli import git, spawn, wait
+from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
+
+LOCK_REASON = "sandbox run {run_id}: remove with 'sandbox drop {run_id}'"
+
+faults.POINTS.update({"worktree.remove.after_files", "worktree.add.after", "worktree.create.after_init"})
+
+#: Settings of the user's repository (its own config file, not the global one) that the run's git
+#: needs to check out and commit the same way; nothing that names remotes, credentials or includes.
+INHERITED_CONFIG = (
+    "core.autocrlf",
+    "core.eol",
+    "core.filemode",
+    "core.symlinks",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.protecthfs",
+    "core.protectntfs",
+    "core.safecrlf",
+    "core.checkstat",
+    "core.trustctime",
+    "core.excludesfile",
+    "core.attributesfile",
+    "core.hookspath",
+    "core.longpaths",
+    "core.quotepath",
+    "user.",
+    "author.",
+    "committer.",
+    "i18n.",
+    "filter.",
+    "lfs.",
+)
+
+#: Files of the user's git dir the run's git dir gets a copy of: ignore rules and attributes (so
+#: the run sees the same ignored files), and ``shallow`` (so history ends where the user's ends).
+COPIED_FILES = ("info/exclude", "info/attributes", "shallow")
+
+
+def inherited(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (key, value) pairs of the user's repository config the run's git dir gets."""
+    out = []
+    for key, value in entries:
+        low = key.lower()
+        if any(low == k or (k.endswith(".") and low.startswith(k)) for k in INHERITED_CONFIG):
+            out.append((key, value))
+    return out
+
+
+def create(
+    place: Place,
+    common_dir: str,
+    commit: str,
+    run_id: str,
+    config: Iterable[tuple[str, str]] = (),
+    object_format: str | None = None,
+    checkout: bool = True,
+) -> None:
+    """Create the run's home: its own git dir (alternates to ``common_dir``) and its worktree at ``commit``.
+
+    The worktree starts on the branch :func:`sandbox.store.layout.run_branch` of the run's own repository,
+    at ``commit``. ``config`` is what :func:`inherited` chose from the user's repository. Without
+    ``checkout`` no worktree directory is left and no index is written (for :mod:`sandbox.run.relocate`,
+    which moves a worktree in).
+    """
+    init(place, common_dir, commit, run_id, config, object_format)
+    if not checkout:
+        os.unlink(os.path.join(place.worktree, ".git"))
+        os.rmdir(place.worktree)  # the files are moved in as a whole directory
+        return
+    finish_checkout(start_checkout(place))
+
+
+def init(
+    place: Place,
+    common_dir: str,
+    commit: str,
+    run_id: str,
+    config: Iterable[tuple[str, str]] = (),
+    object_format: str | None = None,
+) -> None:
+    """Make the run's own git dir and its (still empty) worktree, HEAD on the run's branch at ``commit``."""
+    assert place.home is not None
+    os.makedirs(place.home, exist_ok=True)
+    atomic_write(os.path.join(place.home, ORIGIN_FILE), (os.path.realpath(common_dir) + "\n").encode())
+    args = ["init", "-q", "--template=", f"--separate-git-dir={place.git_dir}"]
+    if object_format and object_format != "sha1":
+        args.append(f"--object-format={object_format}")
+    git([*args, place.worktree], cwd=place.home)
+    # Relative, so the home can be moved as a whole; git reads it relative to the worktree.
+    atomic_write(os.path.join(place.worktree, ".git"), f"gitdir: ../{os.path.basename(place.git_dir)}\n".encode())
+    faults.point("worktree.create.after_init")
+    gd = place.git_dir
+    os.makedirs(os.path.join(gd, "objects", "info"), exist_ok=True)
+    atomic_write(
+        os.path.join(gd, "objects", "info", "alternates"),
+        (os.path.join(os.path.realpath(common_dir), "objects") + "\n").encode(),
+    )
+    for rel in COPIED_FILES:
+        src = os.path.join(common_dir, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(gd, rel)), exist_ok=True)
+            shutil.copyfile(src, os.path.join(gd, rel))
+    settings = list(config)
+    # (Git LFS finds the user's file contents through the alternates too: no lfs.storage needed.)
+    if "core.hookspath" not in {k.lower() for k, _ in settings}:
+        _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
+    if settings:
+        with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
+            fh.write(config_text(settings))
+    set_branch(place, run_id, commit)
+    atomic_write(os.path.join(gd, "HEAD"), f"ref: refs/heads/{run_branch(run_id)}\n".encode())
+
+
+def set_branch(place: Place, run_id: str, commit: str) -> None:
+    """Point the run's starting branch at ``commit`` (only while the run is being made)."""
+    branch = os.path.join(place.git_dir, "refs", "heads", *run_branch(run_id).split("/"))
+    os.makedirs(os.path.dirname(branch), exist_ok=True)
+    atomic_write(branch, f"{commit}\n".encode())
+
+
+#: git's own checkout (as fast as cp -a; libgit2's is 2x slower), into the run's own index. Without
+#: an fsync of that index: it is derived from the commit and rebuilt by the next status if lost. The
+#: checkout runs with the user's checkout settings, like the ``git worktree add`` it is measured against.
+_CHECKOUT = ["-c", "core.fsync=none", "read-tree", "-u", "--reset", "HEAD"]
+
+
+def start_checkout(place: Place) -> subprocess.Popen[bytes]:
+    """Start checking out the run's HEAD into its empty worktree (in the background)."""
+    return spawn(_CHECKOUT, cwd=place.worktree)
+
+
+def finish_checkout(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for :func:`start_checkout`; :class:`sandbox.store.gitcli.GitCommandError` when it failed."""
+    wait(_CHECKOUT[2:], proc)
+    faults.point("worktree.add.after")
+
+
+def advance(place: Place, run_id: str, old: str, new: str) -> None:
+    """Move the freshly checked-out worktree from commit ``old`` to ``new``: only the paths that differ
+    are written (``read-tree -u -m``), then the run's branch names ``new``."""
+    # The checkout's files are as new as its index, so git would take every entry as racily clean
+    # and re-hash all the files when it rewrites the index (0.4-0.9 s at 100k files). Nothing else
+    # writes the worktree before the run exists: date the index after them, and git trusts the stat
+    # data it has just written. The index written here gets its true time.
+    index = os.path.join(place.git_dir, "index")
+    later = time.time() + 2
+    os.utime(index, (later, later))
+    git(["-c", "core.fsync=none", "read-tree", "-u", "-m", old, new], cwd=place.worktree)
+    set_branch(place, run_id, new)
+
+
+def _copy_hooks(src: str, dst: str) -> None:
+    # Copies, never links: the agent may rewrite its own hooks, which must not reach the user's files.
+    try:
+        names = os.listdir(src)
+    except OSError:
+        return
+    for name in names:
+        full = os.path.join(src, name)
+        if name.endswith(".sample") or not os.path.isfile(full) or not os.stat(full).st_mode & stat.S_IXUSR:
+            continue
+        os.makedirs(dst, exist_ok=True)
+        shutil.copy2(full, os.path.join(dst, name))
+
+
+def config_text(settings: Iterable[tuple[str, str]]) -> str:
+    """git config file text for ``(key, value)`` pairs (``section[.subsection].name``)."""
+    lines = []
+    for key, value in settings:
+        section, _, name = key.rpartition(".")
+        head, dot, sub = section.partition(".")
+        quoted_sub = sub.replace("\\", "\\\\").replace('"', '\\"')
+        header = f'[{head} "{quoted_sub}"]' if dot else f"[{head}]"
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        lines.append(f'{header}\n\t{name} = "{escaped}"\n')
+    return "".join(lines)
+
+
+def admin_dir_for(path: str) -> str | None:
+    """The git dir a worktree's ``.git`` file points to (a legacy run's ``.git/worktrees/<name>``)."""
+    return gitdir_of(path)
+
+
+def admin_dirs_pointing_into(common_dir: str, root: str) -> dict[str, str]:
+    """Admin dirs of worktrees whose working tree lies under ``root``: {admin dir: worktree path}."""
+    out: dict[str, str] = {}
+    base = os.path.join(common_dir, "worktrees")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    root_real = os.path.realpath(root) + os.sep
+    for name in names:
+        admin = os.path.join(base, name)
+        try:
+            with open(os.path.join(admin, "gitdir"), encoding="utf-8") as fh:
+                gitfile = fh.read().strip()
+        except OSError:
+            continue
+        wt = os.path.dirname(gitfile)
+        if (os.path.realpath(wt) + os.sep).startswith(root_real):
+            out[admin] = wt
+    return out
+
+
+def remove_place(common_dir: str, place: Place) -> int:
+    """Remove a run's worktree and git dir (its whole home); returns bytes freed. Idempotent."""
+    if place.home is None:
+        return remove(common_dir, place.worktree)
+    freed = disk_usage(place.home)
+    if os.path.lexists(place.worktree):
+        _make_writable(place.worktree)
+        shutil.rmtree(place.worktree, ignore_errors=True)
+    faults.point("worktree.remove.after_files")
+    if os.path.lexists(place.home):
+        _make_writable(place.home)
+        shutil.rmtree(place.home, ignore_errors=True)
+    return freed
+
+
+def remove(common_dir: str, path: str) -> int:
+    """Remove a legacy run's worktree files and its admin dir; returns bytes freed. Idempotent."""
+    admin = admin_dir_for(path)
+    if admin is None:
+        for candidate, wt in admin_dirs_pointing_into(common_dir, path).items():
+            if os.path.realpath(wt) == os.path.realpath(path):
+                admin = candidate
+    freed = disk_usage(path)
+    if os.path.lexists(path):
+        _make_writable(path)
+        shutil.rmtree(path, ignore_errors=True)
+    faults.point("worktree.remove.after_files")
+    if admin and os.path.isdir(admin) and os.path.dirname(admin) == os.path.join(common_dir, "worktrees"):
+        shutil.rmtree(admin, ignore_errors=True)
+    return freed
+
+
+def _make_writable(path: str) -> None:
+    # An agent may leave read-only directories behind; rmtree needs write permission on them.
+    for dirpath, dirnames, _ in os.walk(path):
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            with contextlib.suppress(OSError):
+                if not os.path.islink(full):
+                    os.chmod(full, 0o755)
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o755)
+
+
+def disk_usage(path: str) -> int:
+    """Bytes used by the files below ``path`` (links not followed)."""
+    total = 0
+    for dirpath, _dirnames, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total

@@ -47,6 +47,7 @@ import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from sandbox.errors import SandboxError
 from sandbox.store import layout
@@ -494,13 +495,21 @@ def spawn(
     cwd: str,
     *,
     env: Mapping[str, str] | None = None,
+    stdin: int | IO[bytes] | None = None,
+    stdout: int | IO[bytes] | None = None,
+    stderr: int | IO[bytes] | None = None,
 ) -> Confined:
-    """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would."""
+    """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would.
+
+    ``stdin``/``stdout``/``stderr`` are passed to :class:`subprocess.Popen` (``sandbox mcp`` captures
+    a command's output: its own stdout is the protocol's channel).
+    """
     check(isolation)
     assert isolation.program is not None
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
-        return Confined(subprocess.Popen(full, cwd=cwd, env=env), None, session=False)
+        seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
+        return Confined(seatbelt, None, session=False)
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
@@ -517,7 +526,7 @@ def spawn(
     # subprocess on its vfork path (a preexec_fn costs a full fork of this process, ~6 ms).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_BLOCKED))
     try:
-        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds)
+        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds, stdin=stdin, stdout=stdout, stderr=stderr)
     except BaseException:
         os.close(started_r)
         raise

@@ -42,6 +42,7 @@ COMMANDS = {
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
+    "mcp": "sandbox.cli.mcp:mcp",
 }
 
 

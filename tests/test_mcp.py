@@ -431,3 +431,18 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
         server.wait(timeout=30)
     entry = only_run(repo).entries()[-1]
     assert entry.tool_name == "write_file" and entry.status.value == "succeeded"
+
+
+def test_other_commands_do_not_import_the_sdk(repo: Path) -> None:
+    """Only `sandbox mcp` pays for importing the MCP SDK (CLI start-up matters)."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from sandbox.cli.app import cli\n"
+        "for args in (['--help'], ['list'], ['mcp', '--help']):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'sandbox.mcp'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -199,6 +199,8 @@ def test_failing_and_timed_out_commands_are_failed_calls(repo: Path) -> None:
         a = await s.call_tool("run_command", {"command": "echo partial > p.txt; echo boom >&2; exit 3"})
         b = await s.call_tool("run_command", {"command": "echo t > t.txt; sleep 30", "timeout_seconds": 1})
         c = await s.call_tool("run_command", {"command": "head -c 100000 /dev/zero | tr '\\0' x; echo; echo END"})
+        d = await s.call_tool("write_file", {"path": "src", "content": "not a directory\n"})
+        assert d.is_error and "it is a directory" in text(d)
         return [a.structured_content, b.structured_content, c.structured_content]
 
     failed, timed_out, long = serve(repo, "--new")(body)
@@ -213,6 +215,8 @@ def test_failing_and_timed_out_commands_are_failed_calls(repo: Path) -> None:
     assert by_id[failed["call_id"]].result == {"exit_code": 3, "timed_out": False}
     assert by_id[timed_out["call_id"]].status.value == "failed"
     assert "timed out" in (by_id[timed_out["call_id"]].error or "")
+    write = run.entries()[-1]  # a write that fails in the tool is recorded failed, with its error
+    assert write.tool_name == "write_file" and write.status.value == "failed" and "it is a directory" in write.error
 
 
 def test_path_escapes_are_refused_and_write_nothing_outside(repo: Path, tmp_path: Path) -> None:

@@ -289,8 +289,11 @@ def _for_run(ws: Workspace, run_id: str, what: str) -> str:
     """The diff or log of any run of the repository (the resources name it), without opening it."""
     from sandbox.run.run import Run
 
+    with ws.lock:  # the project's repository is shared with the recording tools
+        run = Run.open(ws.project, ws.project.resolve_run_id(run_id, None))
     probe = Workspace(ws.project, ws.user_workdir, ws.settings)
-    probe.run = Run.open(ws.project, ws.project.resolve_run_id(run_id, None))
+    probe.lock = ws.lock
+    probe.run = run
     return probe.show_diff() if what == "diff" else probe.show_log()
 
 

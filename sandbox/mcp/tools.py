@@ -213,7 +213,8 @@ class Workspace:
         """The repository's runs: id, label, calls, changed paths, whether it is the open one."""
         from sandbox.run.summary import summarize_runs
 
-        rows = summarize_runs(self.project, disk=False)
+        with self.lock:
+            rows = summarize_runs(self.project, disk=False)
         current = self.run.run_id if self.run is not None else None
         keep = ("run", "label", "created_at", "calls", "changed_paths", "worktree", "error")
         return [{**{k: r.get(k) for k in keep if k in r}, "open": r["run"] == current} for r in rows]
@@ -548,7 +549,10 @@ class Workspace:
 
     def show_log(self, call_id: str | None = None) -> str:
         """The run's calls in order (one line each, with files), or one call in full."""
-        run = self.require_run()
+        with self.lock:  # the run's repository is shared with the recording tools
+            return self._log_text(self.require_run(), call_id)
+
+    def _log_text(self, run: Run, call_id: str | None) -> str:
         if call_id is not None:
             return _call_text(run, call_id)
         entries = run.entries()
@@ -571,8 +575,9 @@ class Workspace:
         """The run's patch against its base (or one call's), or its ``--stat`` summary; bounded."""
         from sandbox.merge.preview import diff_text, preview_range
 
-        run = self.require_run()
-        text = diff_text(run, preview_range(run, call_id), stat=stat_only, color=False)
+        with self.lock:
+            run = self.require_run()
+            text = diff_text(run, preview_range(run, call_id), stat=stat_only, color=False)
         if not text:
             return "No changes."
         if len(text) > MAX_OUTPUT_CHARS:

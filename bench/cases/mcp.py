@@ -5,7 +5,8 @@ hook leaves it), and one ``sandbox mcp --run RUN`` server driven by the MCP SDK'
 stdio, alive for the whole case (as a client keeps it). Measured from the client, request to answer:
 
 - ``write_file`` of one small file (one recorded call: ``started`` durable, the write, the finish),
-  and as its floor the same workspace method called in the benchmark's own process;
+  and as its floors the same workspace method, and the library's ``tool_call`` + ``call.write``,
+  called in the benchmark's own process (what the protocol adds, what the workspace adds);
 - ``run_command`` of a command that changes one file, against ``sandbox exec RUN -- sh -c ...``
   (a whole process, the run's service up: its fast path) of the same command, alternating.
 
@@ -31,6 +32,7 @@ G_CMD = "a command changing one file"
 V_MCP = "run_command through MCP"
 V_EXEC = "sandbox exec, the run's service up"
 V_FLOOR = "floor: the same Workspace.write_file in-process (no protocol)"
+V_LIB = "floor: run.tool_call + call.write in-process (the library alone)"
 
 
 def run(ctx: Context, repo: Repo) -> None:
@@ -67,7 +69,7 @@ async def _measure(ctx: Context, repo: Repo, run_id: str) -> None:
     res: Results = ctx.results
     env = dict(os.environ)
     params = StdioServerParameters(command=SANDBOX, args=["-C", repo.path, "mcp", "--run", run_id], env=env)
-    res.row(CASE, repo.size, G_WRITE, "write_file")
+    res.row(CASE, repo.size, G_WRITE, V_LIB, ref=True)
     res.row(CASE, repo.size, G_CMD, V_EXEC, ref=True)
     async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as s:
         await s.initialize()
@@ -83,12 +85,18 @@ async def _measure(ctx: Context, repo: Repo, run_id: str) -> None:
         floor = _in_process(repo, run_id)
         n = 31 if repo.size < 100_000 else 21
         for i in ctx.rounds(n, budget=40):
-            for variant in rotate(["write_file", V_FLOOR], i):
+            for variant in rotate(["write_file", V_FLOOR, V_LIB], i):
                 settle()
+                args = _write_args(i)
                 if variant == V_FLOOR:
                     t0 = time.perf_counter()
-                    floor.write_file(**_write_args(i))
+                    floor.write_file(**args)
                     res.add(CASE, repo.size, G_WRITE, V_FLOOR, time.perf_counter() - t0)
+                elif variant == V_LIB:
+                    t0 = time.perf_counter()
+                    with floor.run.tool_call("write_file", {"path": args["path"]}, idempotency="idempotent") as c:
+                        c.write(args["path"], args["content"])
+                    res.add(CASE, repo.size, G_WRITE, V_LIB, time.perf_counter() - t0)
                 else:
                     res.add(CASE, repo.size, G_WRITE, "write_file", await call("write_file", _write_args(i)))
         for i in ctx.rounds(11 if repo.size < 100_000 else 9, budget=60):

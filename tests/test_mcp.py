@@ -161,7 +161,9 @@ def test_every_tool_once_and_the_ledger(repo: Path) -> None:
         assert "+print('mcp')" in text(r) and "mod.py" not in text(r)
         r = await s.call_tool("show_diff", {"stat_only": True})
         assert "3 files changed" in text(r)
-        r = await s.call_tool("checkpoint", {"label": "edits done", "step_id": "s1", "messages": [{"role": "user"}]})
+        r = await s.call_tool(
+            "checkpoint", {"label": "edits done", "step_id": "s1", "messages": [{"role": "user"}], "state": {"k": 1}}
+        )
         assert not r.is_error and r.structured_content["checkpoint_id"].startswith("ckpt_")
         r = await s.call_tool("list_runs", {})
         assert [row["open"] for row in r.structured_content["runs"]] == [True]
@@ -173,6 +175,8 @@ def test_every_tool_once_and_the_ledger(repo: Path) -> None:
         assert out["cmd"] in log_res.contents[0].text
         r = await s.call_tool("resume_report", {})
         assert not r.is_error and r.structured_content["uncertain"] == []
+        assert r.structured_content["messages"] == [{"role": "user"}]  # the checkpoint's, given back
+        assert r.structured_content["state"] == {"k": 1} and r.structured_content["last_completed_step"] == "s1"
         out["note"] = r.structured_content["note"]
         return out
 

@@ -588,7 +588,8 @@ class Workspace:
 
     def resume_report(self) -> dict[str, Any]:
         """Resume the run conservatively and report: the note for you, what must not be replayed,
-        which calls are uncertain (and what they may have changed)."""
+        which calls are uncertain (and what they may have changed), and the latest checkpoint's
+        messages and state."""
         from sandbox.recovery.resume import resume
 
         with self.lock:
@@ -604,6 +605,9 @@ class Workspace:
                 "ask_first": report.ask_first,
                 "drift": [d.model_dump(mode="json") for d in report.drift],
                 "last_completed_step": report.last_completed_step,
+                "checkpoint": report.checkpoint.name if report.checkpoint else None,
+                "messages": report.messages,
+                "state": report.run_state,
                 "problems": report.problems,
             }
 

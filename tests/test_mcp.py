@@ -273,6 +273,38 @@ def test_path_escapes_are_refused_and_write_nothing_outside(repo: Path, tmp_path
     assert [e.tool_name for e in run.entries()] == ["run_command"]  # refusals record nothing
 
 
+def test_a_cancelled_command_is_stopped_and_recorded_failed(repo: Path) -> None:
+    """notifications/cancelled (the client gave up, and is still there): the command is killed and
+    the call is failed with the reason; the session goes on."""
+
+    async def body(s: ClientSession) -> tuple[str, Any]:
+        wt = (await s.call_tool("list_runs", {})).structured_content["runs"][0]["worktree"]
+        with anyio.move_on_after(60) as scope:  # cancelled as soon as the command has started
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    while not Path(wt, "started.flag").exists():
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                await s.call_tool("run_command", {"command": "touch started.flag; sleep 300; touch after.txt"})
+        assert not scope.cancelled_caught  # the watcher cancelled it, not the 60 s guard
+        for _ in range(200):  # the worker records the call once the command is dead
+            entry = only_run(repo).entries()[-1]
+            if entry.status.value != "started":
+                break
+            await anyio.sleep(0.05)
+        after = await s.call_tool("write_file", {"path": "later.txt", "content": "still here\n"})
+        return wt, (entry, after)
+
+    wt, (entry, after) = serve(repo, "--new")(body)
+    assert entry.tool_name == "run_command" and entry.status.value == "failed"
+    assert entry.error == "cancelled by the client; the command was killed"
+    assert [f.path for f in entry.files] == ["started.flag"] and not Path(wt, "after.txt").exists()
+    assert not after.is_error
+
+
 def _client_script(repo: Path, run_id: str, command: str) -> str:
     return f"""
 import anyio, os, sys

@@ -65,6 +65,8 @@ def mcp(
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
     net = now.network
+    if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
+        click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
     from sandbox.mcp import server
 
     if port is not None:

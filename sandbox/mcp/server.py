@@ -39,9 +39,13 @@ _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_
 
 
 async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a workspace method in a worker thread; a :class:`SandboxError` becomes the tool's error."""
+    """Run a workspace method in a worker thread; a :class:`SandboxError` becomes the tool's error.
+
+    A cancelled request does not wait for the thread (``abandon_on_cancel``): the worker goes on
+    to its end by itself (a command sees the cancellation and stops, see :meth:`Workspace.cancel`).
+    """
     try:
-        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
+        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs), abandon_on_cancel=True)
     except SandboxError as exc:
         raise ToolError(exc.message) from None
     except Abandoned as exc:
@@ -205,7 +209,12 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             Replay, Field(description="auto: a resume may re-run it; ask: only after asking; never.")
         ] = "ask",
     ) -> dict[str, Any]:
-        result = await _call(ws.run_command, command, timeout_seconds, idempotency, replay, request_id=_request_id(ctx))
+        call_id = ws.call_id_for(_request_id(ctx))
+        try:
+            result = await _call(ws.run_command, command, timeout_seconds, idempotency, replay, call_id=call_id)
+        except anyio.get_cancelled_exc_class():
+            ws.cancel(call_id)  # the worker stops the command and records the call failed
+            raise
         return result.to_json()
 
     # -- evidence --------------------------------------------------------------------------

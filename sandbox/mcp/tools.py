@@ -26,6 +26,8 @@ A call whose client went away while it ran (the stdio pipe closed) is abandoned 
 abandons it: the command is stopped and nothing is recorded after ``started``, so ``sandbox
 resume`` reports the call ``uncertain``; every command runs with the server's process-session
 token, so a resume after the server itself was killed finds (and waits for, or stops) what it left.
+A request the client cancels is different: the client is still there, so the command is killed and
+the call is recorded ``failed`` with what it changed until then.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class Abandoned(Exception):
 class _InFlight:
     call_id: str
     started: float = field(default_factory=time.monotonic)
+    #: The client cancelled the request: stop the command, record the call failed.
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 class Workspace:
@@ -417,6 +421,7 @@ class Workspace:
         idempotency: str = "conditional",
         replay: str = "ask",
         request_id: str | int | None = None,
+        call_id: str | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh -c`` in the worktree as one recorded call.
 
@@ -430,9 +435,18 @@ class Workspace:
             raise UsageError("The command is empty; give a shell command to run in the worktree.")
         if not 0 < timeout <= MAX_TIMEOUT:
             raise UsageError(f"timeout must be between 0 and {MAX_TIMEOUT:.0f} seconds.")
+        call_id = call_id or self.call_id_for(request_id)
         with self.lock:
             run = self.require_run()
-            return self._run_command(run, command, timeout, idempotency, replay, self.call_id_for(request_id))
+            return self._run_command(run, command, timeout, idempotency, replay, call_id)
+
+    def cancel(self, call_id: str) -> bool:
+        """The client cancelled a running call: its command is stopped and the call is recorded
+        ``failed`` (the client is still there to be told; the changes made so far are recorded)."""
+        flight = self.in_flight.get(call_id)
+        if flight is not None:
+            flight.cancelled.set()
+        return flight is not None
 
     def _run_command(
         self, run: Run, command: str, timeout: float, idempotency: str, replay: str, call_id: str
@@ -464,12 +478,12 @@ class Workspace:
             summary=command[:500],
             procs=self.scope,
         )
-        self.in_flight[call_id] = _InFlight(call_id)
+        flight = self.in_flight[call_id] = _InFlight(call_id)
         try:
             begun = client is not None and client.begin(call_id) is not None
             with tempfile.TemporaryFile() as out:
                 try:
-                    code, timed_out = self._spawn_and_wait(argv, run.worktree, confined, out, timeout)
+                    code, timed_out = self._spawn_and_wait(argv, run.worktree, confined, out, timeout, flight)
                     refused = None
                 except confine.ConfinementError as exc:
                     code, timed_out, refused = 126, False, exc
@@ -477,6 +491,8 @@ class Workspace:
             error = None
             if refused is not None:
                 error = refused.message
+            elif flight.cancelled.is_set():
+                error = "cancelled by the client; the command was killed"
             elif timed_out:
                 error = f"timed out after {timeout:g} s; the command was killed"
             elif code != 0:
@@ -509,6 +525,7 @@ class Workspace:
         confined: tuple[confine.Isolation, confine.Policy] | None,
         out: Any,
         timeout: float,
+        flight: _InFlight,
     ) -> tuple[int, bool]:
         """(exit code, timed out). Polls so a client that went away stops the command at once."""
         env = dict(self.settings.command_env) if self.settings.command_env is not None else dict(os.environ)
@@ -535,6 +552,10 @@ class Workspace:
             if self.disconnected.is_set():
                 _kill(proc, box)
                 raise Abandoned(f"the client went away while {argv[-1][:80]!r} ran")
+            if flight.cancelled.is_set():
+                _kill(proc, box)
+                timed_out = False
+                break
             if time.monotonic() >= deadline:
                 timed_out = True
                 _kill(proc, box)

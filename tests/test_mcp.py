@@ -159,6 +159,8 @@ def test_every_tool_once_and_the_ledger(repo: Path) -> None:
         out["diff"] = text(r)
         r = await s.call_tool("show_diff", {"call_id": out["edit"]})
         assert "+print('mcp')" in text(r) and "mod.py" not in text(r)
+        r = await s.call_tool("show_diff", {"call_id": "@"})  # the CLI's call names: '@' is the last call
+        assert "+x" in text(r) and "made.txt" in text(r)
         r = await s.call_tool("show_diff", {"stat_only": True})
         assert "3 files changed" in text(r)
         r = await s.call_tool(

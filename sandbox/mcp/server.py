@@ -89,11 +89,14 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         return await _call(ws.start_run, label)
 
     @server.tool(
-        description="Work in an existing run (its id or a unique prefix, from list_runs). Returns its worktree.",
+        description=(
+            "Work in an existing run (its id, its label, or a unique prefix of its id, from list_runs). "
+            "Returns its worktree."
+        ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
     )
     async def open_run(
-        run_id: Annotated[str, Field(description="The run id or a unique prefix of it.")],
+        run_id: Annotated[str, Field(description="The run id, its label, or a unique prefix of the id.")],
     ) -> dict[str, Any]:
         return await _call(ws.open_run, run_id)
 
@@ -225,7 +228,10 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         structured_output=False,
     )
     async def show_log(
-        call_id: Annotated[str | None, Field(description="Show this call in full (input, result, error).")] = None,
+        call_id: Annotated[
+            str | None,
+            Field(description="Show this call in full: its id, '@' for the last call, '@~1' the one before."),
+        ] = None,
     ) -> str:
         return await _call(ws.show_log, call_id)
 
@@ -238,7 +244,9 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         structured_output=False,
     )
     async def show_diff(
-        call_id: Annotated[str | None, Field(description="Only this call's changes.")] = None,
+        call_id: Annotated[
+            str | None, Field(description="Only this call's changes (its id, or '@' for the last call).")
+        ] = None,
         stat_only: Annotated[bool, Field(description="A per-file summary instead of the patch.")] = False,
     ) -> str:
         return await _call(ws.show_diff, call_id, stat_only)
@@ -296,10 +304,11 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
 
 def _for_run(ws: Workspace, run_id: str, what: str) -> str:
     """The diff or log of any run of the repository (the resources name it), without opening it."""
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     with ws.lock:  # the project's repository is shared with the recording tools
-        run = Run.open(ws.project, ws.project.resolve_run_id(run_id, None))
+        run = Run.open(ws.project, resolve_run(ws.project, run_id))
     probe = Workspace(ws.project, ws.user_workdir, ws.settings)
     probe.lock = ws.lock
     probe.run = run

@@ -186,7 +186,9 @@ class Workspace:
     def open_run(self, run_id: str) -> dict[str, Any]:
         """Work on an existing run (any unique prefix of its id)."""
         with self.lock:
-            run = Run.open(self.project, self.project.resolve_run_id(run_id, None))
+            from sandbox.run.names import resolve_run
+
+            run = Run.open(self.project, resolve_run(self.project, run_id))
             run.ledger.state()
             return self._opened(run, created=False)
 
@@ -575,7 +577,9 @@ class Workspace:
 
     def _log_text(self, run: Run, call_id: str | None) -> str:
         if call_id is not None:
-            return _call_text(run, call_id)
+            from sandbox.run.names import resolve_call_id
+
+            return _call_text(run, resolve_call_id(run, call_id))
         entries = run.entries()
         if not entries:
             return f"Run {run.run_id} has no calls yet."
@@ -597,8 +601,11 @@ class Workspace:
         from sandbox.merge.preview import diff_text, preview_range
 
         with self.lock:
+            from sandbox.run.names import resolve_call_id
+
             run = self.require_run()
-            text = diff_text(run, preview_range(run, call_id), stat=stat_only, color=False)
+            call = resolve_call_id(run, call_id) if call_id is not None else None
+            text = diff_text(run, preview_range(run, call), stat=stat_only, color=False)
         if not text:
             return "No changes."
         if len(text) > MAX_OUTPUT_CHARS:

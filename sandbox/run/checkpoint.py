@@ -101,16 +101,11 @@ def checkpoints_ref(run_id: str) -> str:
     return layout.ref_name(run_id, "checkpoints")
 
 
-def _canonical(value: Any) -> bytes:
-    """Canonical JSON bytes: sorted keys, no spaces, ASCII (non-UTF-8 file names stay escapes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
-
-
 def checkpoint_id(ckpt: Checkpoint) -> str:
     """The content address of a checkpoint: ``ckpt_`` + 12 hex of its canonical JSON without id."""
     body = ckpt.model_dump(mode="json")
     body["id"] = ""
-    return "ckpt_" + hashlib.sha256(_canonical(body)).hexdigest()[:12]
+    return "ckpt_" + hashlib.sha256(layout.canonical_json(body, ascii_only=True)).hexdigest()[:12]
 
 
 @dataclass
@@ -419,8 +414,8 @@ class CheckpointStore:
             blobs: dict[str, bytes] = {}
             if session.messages is not None:
                 blobs["messages.json"] = _as_bytes(session.messages)
-            blobs["approvals.json"] = _canonical(
-                {"ledger": _ledger_approvals(ledger_state), "runtime": session.approvals}
+            blobs["approvals.json"] = layout.canonical_json(
+                {"ledger": _ledger_approvals(ledger_state), "runtime": session.approvals}, ascii_only=True
             )
             if session.trace is not None:
                 blobs["trace.json"] = _as_bytes(session.trace)
@@ -444,7 +439,7 @@ class CheckpointStore:
                 trace_ref=oids.get("trace.json", session.trace_ref),
             )
             ckpt.id = checkpoint_id(ckpt)
-            body = _canonical(ckpt.model_dump(mode="json"))
+            body = layout.canonical_json(ckpt.model_dump(mode="json"), ascii_only=True)
             sub = {name: objects.Entry(objects.MODE_FILE, oid) for name, oid in oids.items()}
             sub["checkpoint.json"] = objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, body))
             subtree = objects.write_tree(self.repo, sub)
@@ -525,7 +520,7 @@ def _describe(name: str) -> str:
 
 
 def _as_bytes(value: Any) -> bytes:
-    return bytes(value) if isinstance(value, (bytes, bytearray)) else _canonical(value)
+    return bytes(value) if isinstance(value, (bytes, bytearray)) else layout.canonical_json(value, ascii_only=True)
 
 
 def _ledger_approvals(state: LedgerState) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ def collect(project: Project, force: bool = False) -> GcReport:
         with contextlib.suppress(OSError):
             candidates.update(n for n in os.listdir(base) if n not in live and layout.valid_run_id(n))
     for run_id in sorted(candidates):
-        lock_path = os.path.join(project.run_dir(run_id), "lock")
+        lock_path = layout.run_lock_path(project.common_dir, run_id)
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
                 if project.repo.references.get(layout.ref_name(run_id, "ledger")) is not None:
@@ -132,7 +132,7 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> No
                 report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
                 continue
             try:
-                with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                with file_lock(layout.run_lock_path(project.common_dir, run_id), f"Run {run_id}", timeout=0):
                     pass  # busy right now (a call being recorded): next time
                 moved = relocate.relocate(run)
             finally:

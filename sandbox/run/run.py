@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -79,14 +78,9 @@ faults.POINTS.update(
 INLINE_LIMIT = 4096
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical JSON bytes of a value (sorted keys, no spaces): what ``input_hash`` hashes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
-
-
 def input_hash(tool_name: str, value: Any) -> str:
     """A stable hash of a tool name and its input, used to recognise the same call again."""
-    return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + canonical_json(value)).hexdigest()
+    return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + layout.canonical_json(value)).hexdigest()
 
 
 class RecordingFailedError(SandboxError):
@@ -101,9 +95,6 @@ def new_run_id() -> str:
 def new_call_id() -> str:
     """A fresh call id."""
     return "call_" + secrets.token_hex(6)
-
-
-ref_name = layout.ref_name
 
 
 class Run:
@@ -166,8 +157,8 @@ class Run:
                 message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
-                    project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run_id, "head"), snap.commit, force=True)
                 faults.point("start.after_refs")
                 if checkout is not None and user_head is not None:
                     proc, checkout = checkout, None
@@ -302,7 +293,7 @@ class Run:
         return state.head
 
     def _sync_head_ref(self, head: str) -> None:
-        name = ref_name(self.run_id, "head")
+        name = layout.ref_name(self.run_id, "head")
         try:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
@@ -371,7 +362,7 @@ class Run:
             rep = ReplayPolicy(replay)
         except ValueError as exc:
             raise UsageError(f"{exc}; see 'sandbox call start --help' for the allowed values.") from exc
-        data = canonical_json(input)
+        data = layout.canonical_json(input)
         inline = input is not None and len(data) <= INLINE_LIMIT
         attachments = {"input.json": data} if input is not None and not inline else {}
         spec = CallSpec(
@@ -562,7 +553,7 @@ class Run:
                     objects.file_change(rel, cap.before[rel], cap.changes[rel], f"{head}..{commit}", call_id)
                     for rel in sorted(cap.changes)
                 ]
-            result_data = canonical_json(result) if result is not None else b""
+            result_data = layout.canonical_json(result) if result is not None else b""
             inline_result = result is not None and len(result_data) <= INLINE_LIMIT
             attachments = {"result.json": result_data} if result is not None and not inline_result else {}
             kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed

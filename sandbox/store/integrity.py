@@ -34,7 +34,7 @@ import pygit2
 
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import AckedTip, LedgerCacheFile, from_json, to_json
-from sandbox.store import objects
+from sandbox.store import layout, objects
 
 #: Name of the MAC key's blob in every ledger event commit's tree.
 KEY_NAME = "fold-key"
@@ -181,7 +181,7 @@ def damage(repo: pygit2.Repository, run_id: str, ack: AckedTip | None, tip: str 
 def damaged_message(run_id: str, what: str, ack: AckedTip) -> str:
     """The one-line refusal for a damaged ledger ref."""
     return (
-        f"The ledger of run {run_id} (refs/sandbox/{run_id}/ledger) {what}; the run last recorded "
+        f"The ledger of run {run_id} ({layout.ref_name(run_id, 'ledger')}) {what}; the run last recorded "
         f"{ack.tip[:12]} ({ack.count} events). Nothing was changed; run 'sandbox repair {run_id}' to restore it."
     )
 
@@ -204,7 +204,7 @@ def check(repo: pygit2.Repository, run_id: str, run_dir: str, tip: str | None) -
 
 def _ref_tip(repo: pygit2.Repository, run_id: str) -> str | None:
     try:
-        ref = repo.references.get(f"refs/sandbox/{run_id}/ledger")
+        ref = repo.references.get(layout.ref_name(run_id, "ledger"))
     except pygit2.GitError:
         return None
     return str(ref.target) if ref is not None else None
@@ -245,7 +245,7 @@ def holds_work(repo: pygit2.Repository, run_id: str, run_dir: str) -> bool:
 
     def target(name: str) -> str | None:
         with contextlib.suppress(pygit2.GitError):
-            ref = refs.get(f"refs/sandbox/{run_id}/{name}")
+            ref = refs.get(layout.ref_name(run_id, name))
             return str(ref.target) if ref is not None else None
         return None
 
@@ -299,7 +299,7 @@ def repair(
             raise CorruptionError(f"The acknowledged tip of run {run_id} is not this run's ledger; it is not restored.")
         objects.enable_fsync()
         with objects.git_writes():
-            repo.references.create(f"refs/sandbox/{run_id}/ledger", ack.tip, force=True)
+            repo.references.create(layout.ref_name(run_id, "ledger"), ack.tip, force=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(run_dir, CACHE_FILE))  # derived from the damaged ref, maybe
         return RepairReport(run_id, what, restored=ack.tip, replaced=tip, events=len(events))

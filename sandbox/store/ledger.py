@@ -328,7 +328,7 @@ class Ledger:
         self.ref = ledger_ref(run_id)
         self.run_dir = run_dir
         self.cache_path = os.path.join(run_dir, integrity.CACHE_FILE)
-        self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
+        self.lock = run_lock(os.path.join(run_dir, layout.LOCK_FILE), f"Run {run_id}")
         self._state: LedgerState | None = None
         self._key: bytes | None = None
         self._resave = False

@@ -83,7 +83,7 @@ def observe(repo: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"run_id": run_id}
     out["fold"] = state.model_dump(mode="json", exclude={"event_ids"})
     out["entries"] = [e.model_dump(mode="json") for e in run.entries()]
-    out["events"] = [(ev.kind.value, ev.call_id) for _oid, ev in run.ledger.events()]
+    out["events"] = [(ev.kind.value, ev.call_id) for _oid, ev in run.events()]
     out["classify"] = {e.call_id: classify(e) for e in run.entries()}
     plan = mergeback.plan(run)
     out["plan"] = [

@@ -15,7 +15,7 @@ def repair(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Restore RUN's ledger ref to the tip the run last acknowledged (after checking it reads back)."""
     from dataclasses import asdict
 
-    from sandbox.store.integrity import repair as do_repair
+    from sandbox.store.ledger import repair as do_repair
     from sandbox.store.ledger import run_lock
 
     project, _, _ = open_project(ctx)

@@ -543,7 +543,7 @@ def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[st
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
     faults.point(f"{op}.before_ledger")
     try:
-        run.ledger.append(j.event, keep=keep)
+        run.record_event(j.event, keep=keep or ())
     except (OSError, pygit2.GitError, SandboxError) as exc:
         raise _roll_back_failed(run, j, temps, written, "recording it in the run's ledger", exc) from exc
     faults.point(f"{op}.after_ledger")
@@ -651,7 +651,7 @@ def apply(
         changed = [p for p in result.paths if p.record is not None and p.record != user_paths.get(p.path)]
         if dry_run or (not result.writes and not newly and not changed):
             return report
-        event = run._event(
+        event = run.new_event(
             EventKind.apply_finished,
             data={
                 "target": "user",
@@ -714,7 +714,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 "Put them back or roll the operation back with 'sandbox undo'."
             )
         run = Run.open(project, j.run_id)
-        with run.ledger.lock.hold():
+        with run.lock():
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if j.target == "sandbox" and not recorded and state.head != j.old_head:
@@ -726,7 +726,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 journal.clear_temps(project, j, workdir)
                 temps = journal.temps_of(project, j)
                 journal.play(run.repo, workdir, j.entries, "continue.after_file", on_write=written.append, temps=temps)
-                run.ledger.append(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
+                run.record_event(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
                     run.head()
                 journal.remove(project, workdir)

@@ -90,7 +90,7 @@ def _move(
     run: Run, entry: LedgerEntry, op: str, target: str, lock_timeout: float, only: list[str] | None = None
 ) -> UndoReport:
     root = run.user_workdir if target == "user" else run.worktree
-    with journal.tree_lock(run.project, root, lock_timeout), run.ledger.lock.hold(lock_timeout):
+    with journal.tree_lock(run.project, root, lock_timeout), run.lock(lock_timeout):
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
         state = run.state()
@@ -205,7 +205,7 @@ def _move_user(
             calls.append(entry.call_id)
         dst = p.steps[0].after
         records.append({"path": p.path, **state_record(dst, dst, calls)})
-    event = run._event(
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         data={
@@ -238,7 +238,7 @@ def _written(op: str, written: list[str]) -> dict[str, list[str]]:
 def _record_only(run: Run, j: ApplyJournal) -> list[str]:
     """Nothing to write (every path already there): the event alone records the undo or redo."""
     faults.point(f"{j.op}.before_ledger")
-    run.ledger.append(j.event)
+    run.record_event(j.event)
     faults.point(f"{j.op}.after_ledger")
     return []
 
@@ -263,11 +263,10 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
         new_head = child
     else:
-        sig = objects.signature()
         message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
-        with objects.git_writes():
-            new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
-    event = run._event(
+        # Durable before the journal names it; its event follows the file writes (mergeback.execute).
+        new_head = run.write_commit(new_tree, head, message)
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         commit=new_head,
@@ -304,7 +303,7 @@ def _inverse(run: Run, j: ApplyJournal) -> Any:
         data["unapplied"] = j.event.data.get("newly", [])
     call_id = None if j.op == "apply" else j.event.call_id
     commit = j.old_head if j.target == "sandbox" else None
-    return run._event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
+    return run.new_event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
 
 
 def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> UndoReport | None:
@@ -323,7 +322,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                 f"Cannot roll back the interrupted {j.op}: {', '.join(bad[:5])} changed since; nothing was written."
             )
         run = Run.open(project, j.run_id)
-        with run.ledger.lock.hold(lock_timeout):
+        with run.lock(lock_timeout):
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if recorded and j.target == "sandbox" and state.head != j.new_head:
@@ -345,7 +344,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                     temps=temps,
                 )
                 if recorded:
-                    run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
+                    run.record_event(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
                     run.head()
                 journal.remove(project, target_dir)

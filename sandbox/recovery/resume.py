@@ -100,25 +100,25 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
     """
     objects.enable_fsync()
     problems: list[str] = []
-    with run.ledger.lock.hold():
+    with run.lock():
         state = run.state()
         live, looked = _session_processes(run, state)
         if live and not stop_processes:
             raise ProcessesAliveError(_alive_message(run, live))
         stopped = _stop(live, grace)
         epoch = state.epoch + 1
-        run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
+        run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch})
         faults.point("resume.after_fence")
         if stopped:
             data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
             reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
-            run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
+            run.record(EventKind.note, epoch=epoch, reason=reason, data=data)
         _orphaned_session_reports(run, epoch)
         current = run.state()
         for call_id in current.order:
             if current.calls[call_id].status == CallStatus.started:
-                run.ledger.append(
-                    run._event(
+                run.record_event(
+                    run.new_event(
                         EventKind.call_uncertain,
                         call_id,
                         epoch=epoch,
@@ -128,15 +128,15 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
                 )
         faults.point("resume.after_uncertain")
         try:
-            events = run.ledger.events()
+            events = run.events()
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
         state = LedgerState()
         for oid, event in events:
             fold_event(state, event, oid)
         # Every event was just re-read: compare the fold the other commands use with it.
-        problems.extend(run.ledger.problems)
-        if run.ledger.adopt_verified(state):
+        problems.extend(run.problems)
+        if run.verify_fold(state):
             problems.append(
                 f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
             )
@@ -178,7 +178,7 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
         return [], set()
     unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
     scopes: dict[str, ProcessScope] = {}
-    for _oid, event in run.ledger.events():
+    for _oid, event in run.events():
         if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
             scopes[event.call_id] = event.procs
     if not scopes:
@@ -215,7 +215,7 @@ def _orphaned_session_reports(run: Run, epoch: int) -> None:
             f"{len(stopped)} process(es) it left running"
         )
         note = {"agent_exit": data.get("exit"), "stopped_processes": stopped, "supervisor": data.get("pid")}
-        run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=note))
+        run.record(EventKind.note, epoch=epoch, reason=reason, data=note)
         os.unlink(path)
 
 
@@ -363,13 +363,15 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
             )
         )
     tree = objects.edit_tree(run.repo, head_tree, cap.changes)
-    sig = objects.signature()
     message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
-    with objects.git_writes():
-        commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
-    data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}
-    event = run._event(EventKind.drift, epoch=state.epoch, commit=commit, parent_commit=state.head, data=data)
-    new = run.ledger.append(event, keep=[commit])
+    commit, new = run.move_head(
+        EventKind.drift,
+        tree=tree,
+        parent=state.head,
+        message=message,
+        fields_of=lambda commit: {"data": {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}},
+        epoch=state.epoch,
+    )
     state.data = new.data
     return paths, commit
 

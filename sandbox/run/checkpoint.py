@@ -348,7 +348,7 @@ class CheckpointStore:
             return [LedgerEntry.model_validate(e) for e in self._json_blob(ckpt.tool_ledger.entries_ref)]
         state = LedgerState()
         if ckpt.tool_ledger.tip:
-            for oid, event in self.run.ledger._walk_back(ckpt.tool_ledger.tip, None):
+            for oid, event in self.run.events(ckpt.tool_ledger.tip):
                 fold_event(state, event, oid)
         return [state.calls[c] for c in state.order]
 
@@ -366,7 +366,7 @@ class CheckpointStore:
         """The automatic checkpoints (ledger events), materialized by folding the ledger: O(events)."""
         out: builtins.list[StoredCheckpoint] = []
         state = LedgerState()
-        for oid, event in self.run.ledger.events():
+        for oid, event in self.run.events():
             fold_event(state, event, oid)
             if event.kind not in AUTO_KINDS or state.head is None or state.run is None:
                 continue
@@ -403,7 +403,7 @@ class CheckpointStore:
                 raise UsageError(f"The budget is not valid: {where}: {err['msg']}.") from None
         run = self.run
         objects.enable_fsync()
-        with run.ledger.lock.hold():
+        with run.lock():
             faults.point("checkpoint.save.before")
             ledger_state = run.state()
             assert ledger_state.run is not None and ledger_state.head is not None
@@ -458,7 +458,7 @@ class CheckpointStore:
             with objects.git_writes():
                 self.repo.references.create(self.ref, commit, force=True)
             faults.point("checkpoint.save.after_ref")
-            event = run._event(
+            event = run.new_event(
                 EventKind.checkpoint,
                 epoch=ledger_state.epoch,
                 data={
@@ -473,7 +473,7 @@ class CheckpointStore:
                     "pruned": [p.split("-", 1)[1] for p in pruned],
                 },
             )
-            run.ledger.append(event)
+            run.record_event(event)
             faults.point("checkpoint.save.after_ledger")
         return ckpt
 
@@ -481,7 +481,7 @@ class CheckpointStore:
         """Rewrite the store ref from a listing recovered from evidence; True when it wrote one."""
         if not listing.recovered or not listing.checkpoints:
             return False
-        with self.run.ledger.lock.hold():
+        with self.run.lock():
             kept = {
                 f"{c.checkpoint.seq:08d}-{c.checkpoint.id}": objects.Entry(objects.MODE_TREE, c.tree)
                 for c in listing.checkpoints[-self.retention :]
@@ -499,17 +499,6 @@ class CheckpointStore:
     def capture_before_write(self, path: str) -> None:
         """Note, in O(1), that this process is about to write ``path`` (see :func:`capture_before_write`)."""
         capture_before_write(self.run, path)
-
-    def rollback(self, target: str, *, files: bool = True, session: bool = True) -> builtins.list[Any]:
-        """Roll the run back to a checkpoint: its files, its session, or both (see :mod:`sandbox.recovery.actions`)."""
-        from sandbox.recovery import actions as recovery
-
-        out: builtins.list[Any] = []
-        if files:
-            out.append(recovery.rollback_files(self.run, target))
-        if session:
-            out.append(recovery.rollback_session(self.run, target))
-        return out
 
 
 def _describe(name: str) -> str:

@@ -25,6 +25,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
@@ -399,6 +400,10 @@ class Ledger:
         """All events, oldest first, with their commit ids."""
         return self._walk_back(self.tip(), None)
 
+    def events_to(self, tip: str) -> list[tuple[str, Event]]:
+        """The events from the first up to the one at commit ``tip``, oldest first."""
+        return self._walk_back(tip, None)
+
     def state(self) -> LedgerState:
         """The fold of the whole ledger, extended incrementally from the cached fold.
 
@@ -429,7 +434,7 @@ class Ledger:
         self._state = state
         if len(new) >= CACHE_EVERY or self._resave:
             self._resave = False  # a cache that failed its check is replaced at once
-            self._save_cache(state)
+            self.save_cache(state)
         return state
 
     def adopt_verified(self, fresh: LedgerState) -> bool:
@@ -440,7 +445,7 @@ class Ledger:
         differed = derived.model_dump() != fresh.model_dump()
         if differed:
             self._state = fresh
-            self._save_cache(fresh)
+            self.save_cache(fresh)
         return differed
 
     def _load_cache(self, tip: str | None) -> LedgerState | None:
@@ -464,7 +469,8 @@ class Ledger:
             return None
         return state if state.version == FORMAT_VERSION else None
 
-    def _save_cache(self, state: LedgerState) -> None:
+    def save_cache(self, state: LedgerState) -> None:
+        """Write the fold cache for ``state`` (sealed with the ledger's key; not synced)."""
         # Not synced: a cache lost or cut short by a power cut fails to parse and is rebuilt from
         # the ledger (which is durable), and one with an older tip is extended from it.
         key = self.key(state.tip)
@@ -520,7 +526,7 @@ class Ledger:
             state = fold_event(fork_state(state), event, str(new_oid))
             self._state = state
             if state.count % CACHE_EVERY == 0:
-                self._save_cache(state)
+                self.save_cache(state)
             return state
 
     def _landed(self, event: Event) -> str | None:
@@ -601,3 +607,53 @@ class Ledger:
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:
             objects.write_tree(self.repo, {})
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair` found and did."""
+
+    run_id: str
+    problem: str | None
+    restored: str | None = None
+    #: The commit the damaged ref pointed at (kept in git's object store until its own gc).
+    replaced: str | None = None
+    events: int = 0
+
+
+def repair(
+    repo: pygit2.Repository, run_id: str, run_dir: str, lock: contextlib.AbstractContextManager[None]
+) -> RepairReport:
+    """Restore a deleted, rewound or rewritten ledger ref to the acknowledged tip.
+
+    The acknowledged tip's whole chain is read first (every event must parse and belong to this
+    run); only then is the ref set, so a repair never installs a ledger it cannot read.
+    """
+    with lock:
+        ack = integrity.read_ack(run_dir)
+        tip = integrity.ref_tip(repo, run_id)
+        if ack is None or ack.run_id != run_id:
+            if tip is None:
+                raise SandboxError(
+                    f"Run {run_id} has neither a ledger ref nor an acknowledged tip; there is nothing to restore."
+                )
+            return RepairReport(run_id, None)
+        what = integrity.damage(repo, run_id, ack, tip)
+        if what is None:
+            return RepairReport(run_id, None)
+        probe = Ledger(repo, run_id, run_dir)
+        try:
+            events = probe.events_to(ack.tip)
+        except CorruptionError as exc:
+            raise CorruptionError(
+                f"The ledger of run {run_id} {what}, and the acknowledged tip {ack.tip[:12]} cannot be read back "
+                f"({exc.message}); it cannot be restored."
+            ) from exc
+        if not events or any(e.run_id != run_id for _oid, e in events):
+            raise CorruptionError(f"The acknowledged tip of run {run_id} is not this run's ledger; it is not restored.")
+        objects.enable_fsync()
+        with objects.git_writes():
+            repo.references.create(layout.ref_name(run_id, "ledger"), ack.tip, force=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, integrity.CACHE_FILE))  # derived from the damaged ref, maybe
+        return RepairReport(run_id, what, restored=ack.tip, replaced=tip, events=len(events))

@@ -67,6 +67,12 @@ def _scrub(value: Any, root: str) -> Any:
     return json.loads(text.replace(root, "<ROOT>"))
 
 
+def _plain(value: Any) -> Any:
+    """A record as JSON data, whether it is a model (typed state) or a dict (as the fixture was made)."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if dump is not None else value
+
+
 def observe(repo: Path) -> dict[str, Any]:
     """What status, log, the fold, the undo stack, the apply plan and the resume decisions say."""
     from click.testing import CliRunner
@@ -82,12 +88,14 @@ def observe(repo: Path) -> dict[str, Any]:
     state = run.state()
     out: dict[str, Any] = {"run_id": run_id}
     out["fold"] = state.model_dump(mode="json", exclude={"event_ids"})
+    # The fold's bookkeeping: a kind with no events is an empty list now and was an absent key.
+    out["fold"]["data"] = {k: v for k, v in out["fold"]["data"].items() if v not in ({}, [])}
     out["entries"] = [e.model_dump(mode="json") for e in run.entries()]
     out["events"] = [(ev.kind.value, ev.call_id) for _oid, ev in run.events()]
     out["classify"] = {e.call_id: classify(e) for e in run.entries()}
     plan = mergeback.plan(run)
     out["plan"] = [
-        {"path": p.path, "action": p.action, "reason": p.reason, "hint": p.hint, "record": p.record}
+        {"path": p.path, "action": p.action, "reason": p.reason, "hint": p.hint, "record": _plain(p.record)}
         for p in sorted(plan.paths, key=lambda p: p.path)
     ]
     runner = CliRunner()

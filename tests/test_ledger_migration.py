@@ -16,6 +16,9 @@ from tests.ledger_fixture import EXPECTED, observe, restore
 
 def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> None:
     expected = json.loads(EXPECTED.read_text())
+    # Written before the fold dropped empty bookkeeping (see observe): absent and empty are the same.
+    data = expected["fold"]["data"]
+    expected["fold"]["data"] = {k: v for k, v in data.items() if v not in ({}, [])}
     seen = json.loads(json.dumps(observe(restore(tmp_path / "repo")), sort_keys=True))
     for key in sorted(expected):
         assert seen[key] == expected[key], key

@@ -25,7 +25,15 @@ from sandbox import faults
 from sandbox.errors import SandboxError
 from sandbox.merge import mergeback
 from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
-from sandbox.models import ApplyJournal, EventKind, LedgerEntry, LedgerState, UndoReport
+from sandbox.models import (
+    ApplyJournal,
+    EventKind,
+    LedgerEntry,
+    LedgerState,
+    PathRecordUpdate,
+    UndoReport,
+    UserPathRecord,
+)
 from sandbox.run.run import Run
 from sandbox.store import journal, objects
 from sandbox.store.journal import State
@@ -55,8 +63,8 @@ def _pending_dirs(run: Run) -> list[str]:
 
 def carried(state: LedgerState, entry: LedgerEntry) -> list[str]:
     """The paths of ``entry`` whose current state in the user's tree the sandbox wrote for it."""
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
-    return [f.path for f in entry.files if entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])]
+    user_paths = state.data.user_paths
+    return [f.path for f in entry.files if f.path in user_paths and entry.call_id in user_paths[f.path].calls]
 
 
 def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
@@ -79,10 +87,10 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for directory in _pending_dirs(run):
         journal.ensure_none_pending(run.project, directory)
     state = run.state()
-    for item in reversed(state.data.get("undo_stack", [])):
-        entry = state.calls.get(item["call_id"])
+    for item in reversed(state.data.undo_stack):
+        entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
-            return _move(run, entry, "redo", item["target"], lock_timeout, only=item.get("changed"))
+            return _move(run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed)
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
 
 
@@ -180,7 +188,7 @@ def _journal(
 def _move_user(
     run: Run, state: LedgerState, entry: LedgerEntry, op: str, root: str, only: list[str] | None
 ) -> UndoReport:
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    user_paths = state.data.user_paths
     states = _states(entry, op)
     if op == "undo":
         chosen = carried(state, entry)
@@ -189,22 +197,18 @@ def _move_user(
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
     planned = mergeback.plan_moves(root, moves, user_tree=True)
     for p in planned:
-        record = user_paths.get(p.path) or {}
-        if (
-            op == "undo"
-            and p.action == "write"
-            and journal.entry_state(record.get("mode"), record.get("oid")) != p.user.state
-        ):
+        record = user_paths.get(p.path) or UserPathRecord()
+        if op == "undo" and p.action == "write" and journal.entry_state(record.mode, record.oid) != p.user.state:
             p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
     _refuse(run, entry, op, "user", root, planned)
     writes = [p for p in planned if p.action == "write"]
     records = []
     for p in planned:
-        calls = [c for c in (user_paths.get(p.path) or {}).get("calls", []) if c != entry.call_id]
+        calls = [c for c in (user_paths.get(p.path) or UserPathRecord()).calls if c != entry.call_id]
         if op == "redo":
             calls.append(entry.call_id)
         dst = p.steps[0].after
-        records.append({"path": p.path, **state_record(dst, dst, calls)})
+        records.append(PathRecordUpdate.of(p.path, state_record(dst, dst, calls)).to_data())
     event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
@@ -212,7 +216,7 @@ def _move_user(
             "target": "user",
             "changed": [p.path for p in planned],
             "paths": records,
-            "prior": mergeback.prior_records(user_paths, [p.path for p in planned]),
+            "prior": [u.to_data() for u in mergeback.prior_records(user_paths, [p.path for p in planned])],
         },
     )
     j = _journal(run, op, "user", root, entry, writes, event)

@@ -260,10 +260,10 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
             f"the runtime must run it itself: {comp}."
         )
     state = run.state()
-    links = [d for d in state.data.get(EventKind.compensation.value, []) if d.get("call_id") == call_id]
+    links = [link for link in state.data.compensation if link.call_id == call_id]
     comp_id = f"{call_id}-compensate-{len(links) + 1}"
     if links:
-        last = str(links[-1]["compensation_call"])
+        last = links[-1].compensation_call
         previous = state.calls.get(last)
         if previous is None:
             comp_id = last  # linked, but the crash came before it started: this is the same attempt
@@ -274,7 +274,7 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
                 f"The compensation {last} of {call_id} is {previous.status.value}; check whether it took effect and "
                 f"record it with 'sandbox call resolve {run.run_id} {last} --status succeeded|failed'."
             )
-    if not links or comp_id != str(links[-1]["compensation_call"]):
+    if not links or comp_id != links[-1].compensation_call:
         link = run.new_event(
             EventKind.compensation,
             call_id,

@@ -47,6 +47,7 @@ from sandbox.models import (
     LedgerState,
     LiveProcess,
     ProcessScope,
+    ReplayDecision,
     ReplayPolicy,
     ResumeReport,
     UncertainCall,
@@ -60,9 +61,9 @@ from sandbox.store.ledger import fold_event
 if TYPE_CHECKING:
     from sandbox.run.run import Run
 
-MAY_REPLAY = "may_replay"
-ASK_FIRST = "ask_first"
-DO_NOT_REPLAY = "do_not_replay"
+MAY_REPLAY: ReplayDecision = "may_replay"
+ASK_FIRST: ReplayDecision = "ask_first"
+DO_NOT_REPLAY: ReplayDecision = "do_not_replay"
 #: How many calls after the checkpoint the note describes one by one.
 NOTE_CALLS = 20
 
@@ -77,7 +78,7 @@ faults.POINTS.update(
 )
 
 
-def classify(entry: LedgerEntry) -> str:
+def classify(entry: LedgerEntry) -> ReplayDecision:
     """What a resume may do with an uncertain call: may_replay, ask_first or do_not_replay."""
     if entry.idempotency == Idempotency.non_idempotent or entry.replay_policy == ReplayPolicy.never:
         return DO_NOT_REPLAY
@@ -335,11 +336,10 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     if not cap.changes:
         return [], None
-    previous = (state.data.get(EventKind.drift.value) or [{}])[-1]
+    previous = state.data.drift[-1] if state.data.drift else None
     key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
-    old = previous.get("paths") or []
-    if sorted((p["path"], p["after"]) for p in old) == key and previous.get("commit"):
-        return [DriftPath.model_validate(p) for p in old], str(previous["commit"])
+    if previous is not None and previous.commit and sorted((p.path, p.after) for p in previous.paths) == key:
+        return list(previous.paths), previous.commit
     uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
     started_pid = _pids(events)
     writers: dict[str, str] = {}

@@ -255,7 +255,7 @@ class CheckpointStore:
 
     def _evidence(self, state: LedgerState | None = None) -> builtins.list[dict[str, Any]]:
         state = state if state is not None else self.run.state()
-        return [d for d in state.data.get(EventKind.checkpoint.value, []) if d.get("tree")]
+        return [d for d in state.data.checkpoint if d.get("tree")]
 
     def list(self, *, deep: bool = False) -> Listing:
         """Every checkpoint that passes its checks, oldest first, with the problems found.

@@ -35,6 +35,7 @@ from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import (
     FORMAT_VERSION,
+    LOGGED_KINDS,
     TERMINAL_STATUSES,
     Approval,
     CallStatus,
@@ -42,7 +43,9 @@ from sandbox.models import (
     EventKind,
     LedgerEntry,
     LedgerState,
+    fold_mergeback,
     from_json,
+    log_event,
     to_json,
 )
 from sandbox.store import integrity, layout, objects
@@ -136,9 +139,18 @@ def fork_state(state: LedgerState) -> LedgerState:
     new.calls = dict(state.calls)
     new.order = list(state.order)
     new.event_ids = set(state.event_ids)
-    new.data = {
-        k: dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v for k, v in state.data.items()
-    }
+    data = state.data
+    new.data = data.model_copy(
+        update={
+            "user_paths": dict(data.user_paths),
+            "undo_stack": list(data.undo_stack),
+            "checkpoint": list(data.checkpoint),
+            "rollback_session": list(data.rollback_session),
+            "drift": list(data.drift),
+            "note": list(data.note),
+            "compensation": list(data.compensation),
+        }
+    )
     return new
 
 
@@ -247,49 +259,11 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     else:
         _fold_run_event(state, event)
     if kind in _MERGEBACK_KINDS:
-        _fold_mergeback(state, event)
+        fold_mergeback(state, event, lambda call_id: _writable(state, call_id))
     return state
 
 
 _MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
-
-
-def _fold_mergeback(state: LedgerState, event: Event) -> None:
-    """Merge-back bookkeeping (see :mod:`sandbox.merge.mergeback`), kept in ``state.data``.
-
-    ``user_paths``: per path, the state the sandbox last wrote (or confirmed) in the user's tree,
-    the agent state it stands for and the calls it carries; each event names its paths' new records.
-    ``undo_stack``: the undone calls, newest last; a redo takes its call off.
-    """
-    data = event.data
-    user_paths = state.data.setdefault("user_paths", {})
-    for item in data.get("paths", []):
-        record = dict(item)
-        path = record.pop("path")
-        if record.get("drop"):
-            user_paths.pop(path, None)
-        else:
-            user_paths[path] = record
-    for call_id in data.get("unapplied", []):
-        entry = _writable(state, call_id)
-        if entry is not None:
-            entry.applied = False
-    if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
-        stack = state.data.setdefault("undo_stack", [])
-        if event.kind == EventKind.undo:
-            stack.append(
-                {
-                    "call_id": event.call_id,
-                    "target": data.get("target"),
-                    "event_id": event.event_id,
-                    "changed": data.get("changed", []),
-                }
-            )
-        else:
-            for i in range(len(stack) - 1, -1, -1):
-                if stack[i]["call_id"] == event.call_id:
-                    del stack[i]
-                    break
 
 
 def _fold_run_event(state: LedgerState, event: Event) -> None:
@@ -308,16 +282,8 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
         state.ended = True
     elif kind == EventKind.run_dropped:
         state.dropped = True
-    if kind in (
-        EventKind.checkpoint,
-        EventKind.rollback_session,
-        EventKind.drift,
-        EventKind.note,
-        EventKind.compensation,
-    ):
-        state.data.setdefault(kind.value, []).append(
-            {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
-        )
+    if kind in LOGGED_KINDS:
+        log_event(state, event)
 
 
 class Ledger:

@@ -44,8 +44,7 @@ from sandbox.models import (
     RunInfo,
 )
 from sandbox.run.ids import input_hash, new_call_id, new_run_id
-from sandbox.store import integrity, layout, objects, snapshot, worktree
-from sandbox.store.capture import capture
+from sandbox.store import integrity, layout, objects
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
@@ -99,10 +98,8 @@ class Run:
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[Run, str], None]] = []
-        from sandbox.run.checkpoint import capture_before_write
-
         # O(1) per path: lets a resume attribute a crashed call's half-written files to it.
-        self.before_write_hooks.append(capture_before_write)
+        self.before_write_hooks.append(_capture_before_write)
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -122,6 +119,8 @@ class Run:
         is created. The run becomes visible (its ledger ref is created) only as the last step; a
         start interrupted earlier leaves pieces that ``sandbox gc`` reclaims.
         """
+        from sandbox.store import snapshot, worktree
+
         objects.enable_fsync()
         run_id = new_run_id()
         while os.path.exists(project.run_dir(run_id)) or os.path.lexists(project.new_place(run_id).home or ""):
@@ -221,6 +220,8 @@ class Run:
         The home is recorded in the run's directory first, so an interrupted creation is found and
         reclaimed by ``sandbox gc``. Used by :meth:`start`, and by ``resume`` when the worktree is gone.
         """
+        from sandbox.store import worktree
+
         place = self._reserve_place(home)
         worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
         return place
@@ -253,6 +254,8 @@ class Run:
                 (e.name, e.value) for e in self.repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value
             ]
         object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+        from sandbox.store import worktree
+
         return worktree.inherited(local), object_format
 
     @property
@@ -647,6 +650,8 @@ class Run:
                 candidates = scan.candidates(self.repo, self.worktree, head_tree)
             else:
                 candidates = set(paths)
+            from sandbox.store.capture import capture
+
             try:
                 cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
                 faults.point("call.finish.after_capture")
@@ -905,6 +910,8 @@ class Run:
             with objects.git_writes():
                 self.repo.references.delete(self._ledger.ref)
             faults.point("drop.after_ledger_ref")
+            from sandbox.store import worktree
+
             freed = worktree.remove_place(self.project.common_dir, place)
             faults.point("drop.after_worktree")
             delete_run_refs(self.repo, self.run_id)
@@ -912,6 +919,13 @@ class Run:
         with contextlib.suppress(OSError):
             shutil.rmtree(self.dir)
         return freed
+
+
+def _capture_before_write(run: Run, rel: str) -> None:
+    # Imported on the first write, not with every Run: read-only commands never need it.
+    from sandbox.run.checkpoint import capture_before_write
+
+    capture_before_write(run, rel)
 
 
 def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:

@@ -395,6 +395,10 @@ def fold_mergeback(state: LedgerState, event: Event, writable: Callable[[str], L
     run layer reads ledgers without importing the merge package (issue 14).
     """
     data = MergebackData.model_validate(event.data)
+    if event.call_id and event.kind in (EventKind.undo, EventKind.redo) and data.target == "user":
+        undone = writable(event.call_id)
+        if undone is not None:  # an undo in the user's tree takes the call out of it, a redo puts it back
+            undone.applied = event.kind == EventKind.redo
     user_paths = state.data.user_paths
     for item in data.paths:
         record = item.record()

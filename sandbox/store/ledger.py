@@ -244,17 +244,10 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
                 state.head = event.commit
     elif kind == EventKind.call_uncertain:
         advance(CallStatus.uncertain)
-    elif kind == EventKind.undo:
-        entry.undone = True
-        if event.data.get("target") == "user":
-            entry.applied = False
-        elif event.commit:
-            state.head = event.commit
-    elif kind == EventKind.redo:
-        entry.undone = False
-        if event.data.get("target") == "user":
-            entry.applied = True
-        elif event.commit:
+    elif kind in (EventKind.undo, EventKind.redo):
+        # Whether the call is still applied to the user's tree is merge-back's (fold_mergeback).
+        entry.undone = kind == EventKind.undo
+        if event.commit:  # an undo or redo in the run's worktree moved its head
             state.head = event.commit
     else:
         _fold_run_event(state, event)

@@ -4,8 +4,8 @@
 :func:`serve_stdio` and :func:`serve_http` run it. Each tool body runs in a worker thread (the
 recorder and the commands block), one at a time (the workspace's lock).
 
-The stdio transport is given our own reader of the client's pipe, so the end of that pipe (the
-client exited or was killed) is seen the moment it happens, even while a tool runs: running
+The stdio transport reads a pipe of ours, fed by a thread from the client's pipe, so the end of
+that pipe (the client exited or was killed) is seen the moment it happens, even while a tool runs: running
 commands are then stopped and their calls left ``started``, exactly as a crash leaves them, for
 ``sandbox resume`` to report as ``uncertain``. Over HTTP a dropped connection is not the end of a
 session (the client may reconnect), so a call runs to its end there.
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -318,47 +319,38 @@ def _for_run(ws: Workspace, run_id: str, what: str) -> str:
 # -- transports ---------------------------------------------------------------------------------
 
 
-class _ClientPipe:
-    """The client's side of stdio as the SDK reads it (``async for line``), telling the workspace
-    the moment it ends, even while a tool runs."""
-
-    def __init__(self, fd: int, ws: Workspace) -> None:
-        self._file = anyio.wrap_file(os.fdopen(fd, "r", encoding="utf-8", errors="replace", closefd=True))
-        self._ws = ws
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        try:
-            async for line in self._file:
-                yield line
-        finally:
-            self._ws.disconnected.set()  # running commands stop; their calls stay unfinished
+def _relay(wire: int, inner: int, ws: Workspace) -> None:
+    """Copy the client's pipe to the one the SDK reads, and tell the workspace the moment it ends."""
+    try:
+        while True:
+            data = os.read(wire, 65536)
+            if not data:
+                break
+            while data:
+                data = data[os.write(inner, data) :]
+    except OSError:
+        pass  # the client's end or ours is gone: the same as its end
+    finally:
+        ws.disconnected.set()  # first: running commands stop, their calls stay unfinished
+        os.close(inner)  # then the SDK sees the end and stops serving
 
 
 def serve_stdio(ws: Workspace, *, network: bool = False) -> list[str]:
     """Serve on stdin/stdout until the client closes its end; the calls abandoned then (if any).
 
-    fd 0 is replaced by the null device while serving (commands must not read the protocol), and
-    the SDK points fd 1 at stderr for the same reason on the writing side.
+    The SDK reads a pipe of ours on fd 0, fed by a thread from the client's pipe, so the end of the
+    client's pipe is seen while a tool runs (the SDK's own reader only notices between requests).
+    The SDK points fd 0 at the null device and fd 1 at stderr while it serves: commands can
+    neither read nor write the protocol.
     """
-    from mcp.server.stdio import stdio_server
-
     server = build(ws, network=network)
     wire = os.dup(0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    pipe = _ClientPipe(wire, ws)
-
-    async def main() -> None:
-        async with stdio_server(stdin=pipe) as (read_stream, write_stream):  # type: ignore[arg-type]
-            low = server._lowlevel_server  # the SDK's own run_stdio_async, with our reader
-            await low.run(read_stream, write_stream, low.create_initialization_options())
-
+    inner_r, inner_w = os.pipe()
+    os.dup2(inner_r, 0)
+    os.close(inner_r)
+    threading.Thread(target=_relay, args=(wire, inner_w, ws), name="mcp-client-pipe", daemon=True).start()
     try:
-        anyio.run(main)
+        anyio.run(server.run_stdio_async)
     finally:
         abandoned = ws.abandon_all()
     return abandoned

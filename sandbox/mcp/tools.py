@@ -48,7 +48,8 @@ from typing import Any
 from sandbox.agent import confine
 from sandbox.errors import PathRefusedError, SandboxError, UsageError
 from sandbox.models import CallStatus, ProcessScope
-from sandbox.run.run import Run, new_call_id
+from sandbox.run.ids import new_call_id
+from sandbox.run.run import Run
 from sandbox.store import paths
 from sandbox.store.project import Project
 
@@ -189,7 +190,7 @@ class Workspace:
             from sandbox.run.names import resolve_run
 
             run = Run.open(self.project, resolve_run(self.project, run_id))
-            run.ledger.state()
+            run.load()
             return self._opened(run, created=False)
 
     def start_run(self, label: str | None = None) -> dict[str, Any]:

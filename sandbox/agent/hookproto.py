@@ -5,15 +5,15 @@ and after each tool call. An adapter (:mod:`sandbox.agent.adapters`) turns the a
 :class:`HookEvent`; ``sandbox hook generic`` reads a :class:`HookEvent` directly (documented in
 ``hooks/README.md``). The event is then recorded:
 
-* by the process hosting the run (``sandbox run``, or the background ``sandbox serve`` of
-  :mod:`sandbox.agent.service`), over a Unix socket in the run's directory (fast: the hook process
-  imports neither pygit2 nor pydantic), or
-* in the hook process itself when no such process is live (correct, slower start-up); it then
-  spawns ``sandbox serve`` for the next events (see :func:`handle`).
+* by the repository's host (:mod:`sandbox.agent.host`, the background ``sandbox serve``), over its
+  socket (:mod:`sandbox.agent.wire`; fast: the hook process imports neither pygit2 nor pydantic), or
+* in the hook process itself when no host is live (correct, slower start-up); it then spawns
+  the host for the next events (see :func:`handle`).
 
 ``start`` is durable before the hook returns, so before the tool runs. ``finish`` commits the
-call's file changes: exactly the named paths for a file-writing call (O(1)), the session
-watcher's paths for a command, nothing for a read-only or external call, a scan when unknown.
+call's file changes: exactly the named paths for a file-writing call (O(1)), a change source's
+paths for a command (:mod:`sandbox.agent.changes`), nothing for a read-only or external call, a
+scan when unknown.
 
 This module imports only the standard library at module level: it is on the hook's fast path.
 """
@@ -24,17 +24,18 @@ import contextlib
 import fnmatch
 import json
 import os
-import socket
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from sandbox.agent import wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sandbox.agent.changes import ChangeSource
     from sandbox.models import ProcessScope
     from sandbox.run.config import Config
     from sandbox.run.run import Run
@@ -43,7 +44,6 @@ MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
-SOCKET_NAME = "hook.sock"
 #: start/finish: one side of one call; refused: the agent refused the call before running it
 #: (``error`` says why); settle: the agent says no call of its session is still running (its turn
 #: or session ended), so a call it started and never finished did not run.
@@ -155,6 +155,9 @@ class Outcome:
     ``decision`` answers the agent's permission question for a start: ``deny`` (the call is
     refused before it runs; ``reason`` goes to the model), ``allow`` (the sandbox vouches for it,
     see ``hooks.allow_edits``), or None (the agent decides as it would without the sandbox).
+    ``call``, ``status`` and ``files`` say what was recorded (the call, its status after the
+    event, how many files a finish committed); ``note`` is a one-line remark for the user (say,
+    that the run's changes are found by scanning because the inotify limits are reached).
     """
 
     ok: bool
@@ -162,6 +165,10 @@ class Outcome:
     strict: bool = False
     decision: str | None = None
     reason: str = ""
+    call: str | None = None
+    status: str | None = None
+    files: int | None = None
+    note: str | None = None
 
     @property
     def denied(self) -> bool:
@@ -176,12 +183,17 @@ class Outcome:
     def from_reply(cls, reply: Any) -> Outcome:
         """The outcome in a host's reply (KeyError/TypeError when malformed)."""
         decision = reply.get("decision")
+        files = reply.get("files")
         return cls(
             bool(reply["ok"]),
-            str(reply.get("message", "")),
+            str(reply.get("message", reply.get("error", ""))),
             bool(reply.get("strict", False)),
             decision if decision in ("allow", "deny") else None,
             str(reply.get("reason") or ""),
+            reply["call"] if isinstance(reply.get("call"), str) else None,
+            reply["status"] if isinstance(reply.get("status"), str) else None,
+            files if isinstance(files, int) and not isinstance(files, bool) else None,
+            reply["note"] if isinstance(reply.get("note"), str) else None,
         )
 
 
@@ -222,69 +234,26 @@ def locate(cwd: str) -> Location:
     return found
 
 
-# -- talking to the process hosting the run ----------------------------------------------------
-
-
-def socket_path(run_dir: str) -> str:
-    """The Unix socket on which ``sandbox run`` accepts hook events for the run."""
-    return os.path.join(run_dir, SOCKET_NAME)
-
-
-def _connect(path: str, timeout: float) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        if len(os.fsencode(path)) < 100:
-            sock.connect(path)
-        else:
-            # sun_path holds ~100 bytes; a deep repository path needs a relative name. The hook
-            # process is single-threaded and short-lived, so changing its directory is harmless.
-            here = os.getcwd()
-            os.chdir(os.path.dirname(path))
-            try:
-                sock.connect(os.path.basename(path))
-            finally:
-                os.chdir(here)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+# -- talking to the repository's host ----------------------------------------------------------
 
 
 def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome | None:
-    """Send the event to the ``sandbox run`` process hosting the run; None when none is live."""
-    path = socket_path(loc.run_dir)
-    if not os.path.exists(path):
+    """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
+    reply = wire.Client(loc.common_dir, timeout=timeout).for_run(loc.run_id, loc.run_dir, "hook", event=event.to_dict())
+    if reply is None:
+        return None  # no host, or it died mid-request: recording again here is idempotent
+    try:
+        return Outcome.from_reply(reply)
+    except (KeyError, TypeError, AttributeError):
         return None
-    try:
-        sock = _connect(path, timeout)
-    except OSError:
-        return None  # a stale socket from a session that ended: record in this process
-    try:
-        sock.sendall(json.dumps(event.to_dict()).encode() + b"\n")
-        sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        sock.close()
-    try:
-        return Outcome.from_reply(json.loads(b"".join(chunks)))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None  # the host died mid-request: recording again here is idempotent
 
 
 def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None) -> Outcome:
-    """Record one hook event: through the process hosting the run when live, else in-process.
+    """Record one hook event: through the repository's host when live, else in-process.
 
     In-process, ``autostart(loc)`` is called first to spawn a host (``sandbox serve``) for the
-    next events, unless the user's settings say ``hooks.autostart = false``, some process already
-    hosts the run (it may be starting), or a hook spawned one moments ago. It must not wait for
+    next events, unless the user's settings say ``hooks.autostart = false``, a host lives (it may
+    be starting), or a hook spawned one moments ago. It must not wait for
     the host; whatever it raises is ignored: this event is recorded here either way.
     """
     loc = locate(event.cwd)
@@ -307,9 +276,7 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
     recorder = Recorder(run)
     if autostart is not None:
         with contextlib.suppress(Exception):  # a host is an optimisation; recording is what counts
-            from sandbox.agent import service
-
-            if recorder.config().autostart and service.claim_autostart(loc.run_dir):
+            if recorder.config().autostart and wire.claim_spawn(loc.common_dir):
                 autostart(loc)
     return recorder.record(event)
 
@@ -320,17 +287,31 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
 class Recorder:
     """Turns hook events into ledger calls for one run.
 
-    ``watcher`` (from :mod:`sandbox.agent.launch`) supplies the paths a command changed; without one,
-    the session service of :mod:`sandbox.agent.session` is asked when it exists, else the worktree is
-    scanned at finish.
+    ``source`` (:mod:`sandbox.agent.changes`) supplies the paths a command changed; without one,
+    :func:`sandbox.agent.changes.pick` chooses (the repository's host when it lives, else a scan).
     """
 
-    def __init__(self, run: Run, watcher: Any = None) -> None:
+    def __init__(self, run: Run, source: ChangeSource | None = None, boot_id: str | None = None) -> None:
         self.run = run
-        self.watcher = watcher
+        self._source = source
         self._config: Config | None = None
         #: The agent session this process supervises (``sandbox run``), recorded with each start.
         self.scope: ProcessScope | None = None
+        #: This machine's boot id, recorded with a hook's session scope (the host sets it).
+        self.boot_id = boot_id
+
+    @property
+    def source(self) -> ChangeSource:
+        """Where commands' changes come from (picked on first use)."""
+        if self._source is None:
+            from sandbox.agent import changes
+
+            self._source = changes.pick(host=(self.run.project.common_dir, self.run.run_id, self.run.dir))
+        return self._source
+
+    @source.setter
+    def source(self, value: ChangeSource) -> None:
+        self._source = value
 
     def config(self) -> Config:
         """The user's sandbox settings (read from the user's tree, never the worktree)."""
@@ -356,7 +337,11 @@ class Recorder:
                 outcome = self._start(event)
                 outcome.strict = strict
                 return outcome
-            handler = {"finish": self._finish, "refused": self._refused, "settle": self._settle}[event.phase]
+            if event.phase == "finish":
+                outcome = self._finish(event)
+                outcome.strict = strict
+                return outcome
+            handler = {"refused": self._refused, "settle": self._settle}[event.phase]
             return Outcome(True, handler(event), strict)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
@@ -394,7 +379,14 @@ class Recorder:
         known = self.run.state().calls.get(call_id)
         if known is not None and known.status == CallStatus.not_run and not ran:
             # The agent asks again for a call already refused (a hook retried): refuse it again.
-            return Outcome(True, f"{call_id} refused again", decision="deny", reason=known.error or "refused")
+            return Outcome(
+                True,
+                f"{call_id} refused again",
+                decision="deny",
+                reason=known.error or "refused",
+                call=call_id,
+                status=known.status.value,
+            )
         denial = None if ran else self._denial(event, call_id)
         if denial is not None:
             self.run.refuse_call(
@@ -407,7 +399,9 @@ class Recorder:
                 summary=_summary(event),
                 agent_session=event.agent_session,
             )
-            return Outcome(True, f"{call_id} refused: {denial}", decision="deny", reason=denial)
+            return Outcome(
+                True, f"{call_id} refused: {denial}", decision="deny", reason=denial, call=call_id, status="not_run"
+            )
         try:
             self.run.start_call(
                 event.tool,
@@ -426,12 +420,16 @@ class Recorder:
             entry = self.run.state().calls.get(call_id)
             if entry is None or entry.status in (CallStatus.planned, CallStatus.approved):
                 raise
-            return Outcome(True, f"{call_id} already recorded ({entry.status.value})")
+            return Outcome(
+                True, f"{call_id} already recorded ({entry.status.value})", call=call_id, status=entry.status.value
+            )
         if kind in ("command", "unknown"):
             self._begin_watch(call_id)
         if kind == "write" and rels and self.config().allow_edits and all(self._isolated(rel) for rel in rels):
-            return Outcome(True, f"{call_id} started", decision="allow", reason=ALLOW_REASON)
-        return Outcome(True, f"{call_id} started")
+            return Outcome(
+                True, f"{call_id} started", decision="allow", reason=ALLOW_REASON, call=call_id, status="started"
+            )
+        return Outcome(True, f"{call_id} started", call=call_id, status="started")
 
     def _denial(self, event: HookEvent, call_id: str) -> str | None:
         """Why the call must not run (a policy rule or an earlier denial of the same input), or None."""
@@ -503,10 +501,10 @@ class Recorder:
         if event.session and (self.scope is None or self.scope.token != event.session):
             from sandbox.models import ProcessScope
 
-            return ProcessScope(token=event.session)
+            return ProcessScope(token=event.session, boot_id=self.boot_id)
         return self.scope
 
-    def _finish(self, event: HookEvent) -> str:
+    def _finish(self, event: HookEvent) -> Outcome:
         from sandbox.models import TERMINAL_STATUSES
 
         kind, _idem, _replay = self.policy(event)
@@ -514,7 +512,9 @@ class Recorder:
         call_id = event.call_id or self._paired(event)
         entry = self.run.state().calls.get(call_id) if call_id else None
         if entry is not None and entry.status in TERMINAL_STATUSES:
-            return f"{call_id} already {entry.status.value}"
+            return Outcome(
+                True, f"{call_id} already {entry.status.value}", call=call_id, status=entry.status.value, files=None
+            )
         assert call_id is not None
         late = entry is None
         if late:
@@ -533,7 +533,13 @@ class Recorder:
         done = self.run.finish_call(
             call_id, event.status, paths=paths, result=_bounded(event.result), error=event.error
         )
-        return f"{call_id} {done.status.value}, {len(done.files)} file(s)"
+        return Outcome(
+            True,
+            f"{call_id} {done.status.value}, {len(done.files)} file(s)",
+            call=call_id,
+            status=done.status.value,
+            files=len(done.files),
+        )
 
     def _paired(self, event: HookEvent) -> str | None:
         from sandbox.models import CallStatus
@@ -549,40 +555,15 @@ class Recorder:
         return _new_pair_id(event.pair_prefix) if event.pair_prefix else None
 
     def _begin_watch(self, call_id: str) -> None:
-        if self.watcher is not None:
-            self.watcher.begin(call_id)
-            return
-        client = _session_client(self.run)
-        if client is not None:
-            with contextlib.suppress(Exception):  # the session service is optional help, never required
-                client.begin(call_id)
+        with contextlib.suppress(Exception):  # a change source is help only: a scan is always correct
+            self.source.begin(call_id)
 
     def _end_watch(self, call_id: str) -> list[str] | None:
-        if self.watcher is not None:
-            seen = self.watcher.end(call_id)
-            return None if seen is None else sorted(seen)
-        client = _session_client(self.run)
-        if client is not None:
-            try:
-                seen = client.end(call_id)
-            except Exception:  # the session service is optional help: a scan is always correct
-                return None
-            return None if seen is None else sorted(seen)
-        return None
-
-
-def _session_client(run: Run) -> Any:
-    try:
-        from sandbox.agent import session  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    client_for = getattr(session, "client_for", None)
-    if client_for is None:
-        return None
-    try:
-        return client_for(run)
-    except Exception:  # no live service: the caller scans
-        return None
+        try:
+            seen = self.source.end(call_id)
+        except Exception:  # a change source is help only: a scan is always correct
+            return None
+        return None if seen is None else sorted(seen)
 
 
 #: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).

@@ -4,8 +4,8 @@ Claude Code waits for every hook, so a hook's cost is mostly the interpreter's s
 imports: this module (and :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.adapters`) imports no click, no
 pygit2, no pydantic. :func:`sandbox.cli.main` runs it directly for ``sandbox hook AGENT
 [--strict]``, before click is imported; the click command in :mod:`sandbox.cli.hook` calls it too.
-When no process hosts the run, the event is recorded in this process (the git libraries are
-imported then) and ``sandbox serve`` is spawned for the next events.
+When no host serves the repository, the event is recorded in this process (the git libraries are
+imported then) and ``sandbox serve`` (the repository's host) is spawned for the next events.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             outcome = hookproto.Outcome(True)
         elif sys.flags.no_site:
             # Started without site-packages (the fast hook command): only the hand-over to the
-            # process hosting the run can happen here; recording in-process needs the git libraries.
+            # repository's host can happen here; recording in-process needs the git libraries.
             answer = hookproto.forward(hookproto.locate(event.cwd), event)
             if answer is None:
                 return _with_site(agent, strict, raw, stdout, stderr)
@@ -71,6 +71,8 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
         outcome = hookproto.Outcome(False, f"unexpected error: {type(exc).__name__}: {exc}")
+    if outcome.note:  # once per run and host: say why its changes are found by scanning
+        stderr.write(f"sandbox: note: {outcome.note}\n")
     if outcome.ok and respond is not None:
         text, code = respond(outcome, payload)  # the agent's own answer (e.g. a deny with its reason)
         if text or success_stdout:
@@ -127,7 +129,7 @@ def autostart_allowed() -> bool:
 
 
 def _autostart(loc: Any) -> None:
-    """Called only when no process hosts the run: spawn ``sandbox serve`` for the next events."""
+    """Called only when no host serves the repository: spawn ``sandbox serve`` for the next events."""
     spawn_service(loc.run_id, loc.worktree)
 
 
@@ -136,14 +138,14 @@ def beside() -> str:
     return os.path.join(os.path.dirname(sys.executable), "sandbox")
 
 
-def spawn_service(run_id: str, worktree: str) -> None:
-    """Start ``sandbox serve RUN`` in the background, without waiting for it."""
+def spawn_service(run_id: str, worktree: str, idle_exit: float | None = None) -> None:
+    """Start the repository's host (``sandbox serve RUN``, in the run's worktree) without waiting for it."""
     import subprocess
 
     exe = [beside()] if os.access(beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
     env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
     subprocess.Popen(
-        [*exe, "-C", worktree, "serve", run_id],
+        [*exe, "-C", worktree, "serve", run_id, *(["--idle-exit", str(idle_exit)] if idle_exit else [])],
         cwd="/",  # not the worktree: `python -m` would put it on sys.path
         env=env,
         stdin=subprocess.DEVNULL,

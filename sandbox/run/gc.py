@@ -117,7 +117,7 @@ def collect(project: Project, force: bool = False) -> GcReport:
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:
     """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
-    from sandbox.agent import service
+    from sandbox.agent import wire
     from sandbox.errors import SandboxError
     from sandbox.run import relocate
     from sandbox.run.run import Run
@@ -127,16 +127,16 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> No
             run = Run(project, run_id)
             if not relocate.needs_move(run):
                 continue
-            host = service.try_claim(run.dir)  # held while moving: no host may start on the old path
+            host = wire.try_lock(project.common_dir)  # held while moving: no host may watch the old path
             if host is None:
-                report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
+                report.not_moved[run_id] = "the repository's host (sandbox serve) is up; stop it and run gc again"
                 continue
             try:
                 with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
                     pass  # busy right now (a call being recorded): next time
                 moved = relocate.relocate(run)
             finally:
-                host.release()
+                os.close(host)
         except LockedError:
             report.not_moved[run_id] = "it is busy (a call is being recorded); run gc again"
             continue

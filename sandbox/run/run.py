@@ -786,9 +786,8 @@ class Run:
                     f"apply them ('sandbox apply {self.run_id}') or drop with --force to discard them."
                 )
         place = self.place
-        from sandbox.agent.service import stop_service
-
-        stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
+        # The repository's host (if one serves this run) notices the drop by itself and stops
+        # watching the worktree (sandbox.agent.host.Host.check_runs).
         with self.ledger.lock.hold():
             # First forget the acknowledged tip: a drop interrupted after this is garbage for gc,
             # never a run that vanished behind the sandbox's back (sandbox.store.integrity).

@@ -180,17 +180,28 @@ def test_host_forgets_a_run_whose_worktree_disappears(repo: Path, runs: Callable
     assert f"run {run.run_id}: no longer served (the run's worktree is gone)" in log_text(run)
 
 
-def test_hook_autostarts_the_service_and_the_next_hook_uses_it(runs: Callable[[], Run]) -> None:
+def test_a_hook_that_finds_no_host_starts_one_and_hands_it_its_event(runs: Callable[[], Run]) -> None:
     run = runs()
-    hook("Write", "pre", run, "toolu_w1", env=AUTOSTART)  # no host: recorded in-process, service spawned
+    hook("Write", "pre", run, "toolu_w1", env=AUTOSTART)  # no host: it spawns one and waits for it
     assert reopen(run).entry("toolu_w1").status.value == "started"
     ready_pid(run)
+    assert f"{run.run_id} start Write toolu_w1 via socket: ok" in log_text(run)
     write(Path(run.worktree), "src/greet.py", "def greet():\n    return 'hi'\n")
     hook("Write", "post", run, "toolu_w1", env=AUTOSTART)
     assert "finish Write toolu_w1 via socket: ok: toolu_w1 succeeded, 1 file(s)" in log_text(run)
-    assert "start Write toolu_w1" not in log_text(run)
     entry = reopen(run).entry("toolu_w1")
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+
+
+def test_a_hook_records_in_its_own_process_when_the_host_does_not_come_up(runs: Callable[[], Run]) -> None:
+    """A host that cannot start (its socket path is taken by a directory) costs the hook a wait, never the event."""
+    run = runs()
+    os.makedirs(os.path.join(wire.socket_path(common(run)), "in-the-way"))
+    started = time.monotonic()
+    hook("Read", "pre", run, "toolu_nohost", env=AUTOSTART)
+    assert reopen(run).entry("toolu_nohost").status.value == "started"
+    assert time.monotonic() - started < 30
+    assert not wire.host_alive(common(run))
 
 
 @pytest.mark.parametrize("off_by", ["settings", "environment"])
@@ -220,7 +231,7 @@ def test_bash_through_a_live_service_records_exactly_its_changes(repo: Path, run
     assert sorted(f.path for f in entry.files) == ["README.md", "build/out.txt", "src/util.py"]
 
 
-def test_killed_service_makes_the_next_hook_record_in_process(repo: Path, runs: Callable[[], Run]) -> None:
+def test_killed_host_the_next_hook_starts_another_and_the_call_is_scanned(repo: Path, runs: Callable[[], Run]) -> None:
     run = runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
@@ -229,11 +240,12 @@ def test_killed_service_makes_the_next_hook_record_in_process(repo: Path, runs: 
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not alive(pid), timeout=15)
     write(wt, "after.txt", "made while no service ran\n")
-    hook("Bash", "post", run, "toolu_b2", env=AUTOSTART)  # stale socket: in-process, with a scan
-    assert "finish Bash toolu_b2" not in log_text(run)
+    hook("Bash", "post", run, "toolu_b2", env=AUTOSTART)  # stale socket: a new host, which never saw the start
+    new_pid = ready_pid(run)
+    assert new_pid != pid
+    assert "finish Bash toolu_b2 via socket: ok: toolu_b2 succeeded, 1 file(s)" in log_text(run)  # by a scan
     entry = reopen(run).entry("toolu_b2")
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["after.txt"]
-    ready_pid(run)  # ... and it spawned a new service for the next calls
     hook("Read", "pre", run, "toolu_r2")
     assert "start Read toolu_r2 via socket: ok" in log_text(run)
 

@@ -239,7 +239,8 @@ def locate(cwd: str) -> Location:
 
 def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome | None:
     """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
-    reply = wire.Client(loc.common_dir, timeout=timeout).for_run(loc.run_id, loc.run_dir, "hook", event=event.to_dict())
+    client = wire.Client(loc.common_dir, timeout=timeout)
+    reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=event.to_dict())
     if reply is None:
         return None  # no host, or it died mid-request: recording again here is idempotent
     try:
@@ -251,9 +252,10 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
 def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None) -> Outcome:
     """Record one hook event: through the repository's host when live, else in-process.
 
-    In-process, ``autostart(loc)`` is called first to spawn a host (``sandbox serve``) for the
-    next events, unless the user's settings say ``hooks.autostart = false``, a host lives (it may
-    be starting), or a hook spawned one moments ago. It must not wait for
+    Otherwise ``autostart(loc)`` is called to spawn a host (``sandbox serve``), unless the user's
+    settings say ``hooks.autostart = false``, a host lives (it may be starting), or a hook spawned
+    one moments ago; the event then goes to the new host when it answers within
+    :data:`~sandbox.agent.wire.STARTING` seconds, and is recorded in this process otherwise. It must not wait for
     the host; whatever it raises is ignored: this event is recorded here either way.
     """
     loc = locate(event.cwd)
@@ -276,8 +278,16 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
     recorder = Recorder(run)
     if autostart is not None:
         with contextlib.suppress(Exception):  # a host is an optimisation; recording is what counts
+            spawned = False
             if recorder.config().autostart and wire.claim_spawn(loc.common_dir):
                 autostart(loc)
+                spawned = True
+            if spawned:
+                # The host comes up in well under a second; handing it this event costs less than
+                # recording it here, and the hooks arriving meanwhile wait for the same host.
+                outcome = forward(loc, event)
+                if outcome is not None:
+                    return outcome
     return recorder.record(event)
 
 

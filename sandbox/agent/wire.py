@@ -53,6 +53,8 @@ LOG = "host.log"
 #: Touched when a host is spawned: no second spawn while one may still be starting.
 SPAWNED = "host.spawned"
 SPAWN_BACKOFF = 10.0
+#: Seconds after a spawn during which a client waits for the host rather than working without it.
+STARTING = 5.0
 #: In a run's directory: the secret an operation on the run carries.
 TOKEN = "host.token"
 #: The longest request a host reads (a hook event is at most 8 MiB of payload, JSON-escaped).
@@ -225,6 +227,16 @@ def claim_spawn(common_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
     return True
 
 
+def host_starting(common_dir: str) -> bool:
+    """True while a host is coming up: it holds the lock, or one was spawned under :data:`STARTING` s ago."""
+    if host_alive(common_dir):
+        return True
+    try:
+        return time.time() - os.stat(os.path.join(layout.host_dir(common_dir), SPAWNED)).st_mtime < STARTING
+    except OSError:
+        return False
+
+
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -240,12 +252,24 @@ class Client:
         self.path = socket_path(common_dir)
         self.timeout = timeout
 
-    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any] | None:
-        """Send one request and read its reply; None when no host answered."""
-        try:
-            sock = connect(self.path, min(CONNECT_TIMEOUT, timeout or CONNECT_TIMEOUT))
-        except OSError:
-            return None
+    def request(
+        self, message: dict[str, Any], timeout: float | None = None, wait_start: float = 0.0
+    ) -> dict[str, Any] | None:
+        """Send one request and read its reply; None when no host answered.
+
+        ``wait_start``: when no host listens yet but one is starting (:func:`host_starting`), wait
+        up to that many seconds for it (cheaper than working without it: a hook recording in its
+        own process imports pygit2 and pydantic and may scan the worktree).
+        """
+        deadline = time.monotonic() + wait_start
+        while True:
+            try:
+                sock = connect(self.path, min(CONNECT_TIMEOUT, timeout or CONNECT_TIMEOUT))
+                break
+            except OSError:
+                if time.monotonic() >= deadline or not host_starting(self.common_dir):
+                    return None
+                time.sleep(0.02)
         try:
             sock.settimeout(timeout or self.timeout)
             sock.sendall(json.dumps({"v": PROTOCOL, **message}).encode() + b"\n")
@@ -264,13 +288,19 @@ class Client:
         return reply if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
 
     def for_run(
-        self, run_id: str, run_dir: str, op: str, timeout: float | None = None, **fields: Any
+        self,
+        run_id: str,
+        run_dir: str,
+        op: str,
+        timeout: float | None = None,
+        wait_start: float = 0.0,
+        **fields: Any,
     ) -> dict[str, Any] | None:
         """An operation on one run, carrying its token; None when no host answered or no token."""
         token = run_token(run_dir)
         if token is None:
             return None
-        return self.request({"op": op, "run": run_id, "token": token, **fields}, timeout)
+        return self.request({"op": op, "run": run_id, "token": token, **fields}, timeout, wait_start)
 
     def ping(self) -> dict[str, Any] | None:
         """The host's pid and how many runs it serves; None when none answers."""

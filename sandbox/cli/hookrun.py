@@ -62,9 +62,12 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             # Started without site-packages (the fast hook command): only the hand-over to the
             # repository's host can happen here; recording in-process needs the git libraries.
             answer = hookproto.forward(hookproto.locate(event.cwd), event)
-            if answer is None:
+            if answer is not None:
+                outcome = answer
+            elif _enable_site():
+                outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
+            else:
                 return _with_site(agent, strict, raw, stdout, stderr)
-            outcome = answer
         else:
             outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
     except SandboxError as exc:
@@ -101,6 +104,15 @@ def _blocks_a_call(event: Any, payload: Any) -> bool:
         return bool(event.phase == "start")
     name = payload.get("hook_event_name") if isinstance(payload, dict) else None
     return name in (None, "PreToolUse", "BeforeTool")
+
+
+def _enable_site() -> bool:
+    """Add site-packages now (started with ``-S``), so this process can record by itself."""
+    import importlib.util
+    import site
+
+    site.main()
+    return all(importlib.util.find_spec(name) is not None for name in ("pygit2", "pydantic"))
 
 
 def _with_site(agent: str, strict: bool, raw: bytes, stdout: Writer, stderr: Writer) -> int:

@@ -202,6 +202,11 @@ def main() -> None:
         sandbox_pids = sampler.pids()
         instances = sum(instances_of(p)[0] for p in sandbox_pids)
         watches = sum(instances_of(p)[1] for p in sandbox_pids)
+        details = {}
+        for p in sandbox_pids:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                details[p] = (instances_of(p), fh.read().replace(b"\0", b" ").decode(errors="replace")[:150])
+        host.stop_host(common)
         served = status.get("runs", {})
         watched = sum(1 for r in served.values() if r["watched"])
         notes = sorted({r["note"] for r in served.values() if r.get("note")})
@@ -222,7 +227,6 @@ def main() -> None:
                     got = [f.path for f in entry.files] if entry else None
                     if entry is None or entry.status.value != "succeeded" or got != [path]:
                         wrong.append(f"{run_id} {cid}: {entry.status.value if entry else 'missing'} {got}")
-        host.stop_host(common)
 
         def stats(values: list[float]) -> str:
             ordered = sorted(values)
@@ -244,10 +248,8 @@ def main() -> None:
             f"(target <= 300 MiB total)"
         )
         print(f"host pid {pid}; sandbox processes alive at the end: {len(sandbox_pids)}")
-        for p in sandbox_pids:
-            with open(f"/proc/{p}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")[:150]
-            print(f"  {p}: {instances_of(p)} {cmd}")
+        for p, (held, cmd) in details.items():
+            print(f"  {p}: {held[0]} inotify instance(s), {held[1]} watches: {cmd}")
         print(
             f"inotify: {instances} instance(s), {watches} watches held by the sandbox (target <= 2 instances); "
             f"user limits: {user_limit('max_user_instances')} instances, {user_limit('max_user_watches')} watches"

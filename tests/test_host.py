@@ -373,6 +373,10 @@ def test_runs_beyond_the_limit_are_scanned_and_the_hook_says_so(repo: Path) -> N
         assert status["runs"][watched.run_id]["watched"] is True
         assert status["runs"][scanned.run_id]["watched"] is False
         assert "its limit" in status["runs"][scanned.run_id]["note"]
+        shown = sandbox_cmd("status", scanned.run_id, cwd=repo).stdout.decode()
+        assert f"host:      pid {proc.pid}; this run's changes are found by scanning (the host watches 1" in shown
+        shown = sandbox_cmd("status", watched.run_id, cwd=repo).stdout.decode()
+        assert f"host:      pid {proc.pid}; this run's changes come from its watcher" in shown
     finally:
         proc.terminate()
         proc.wait(timeout=30)

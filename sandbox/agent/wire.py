@@ -47,7 +47,7 @@ from sandbox.store import layout
 
 PROTOCOL = 1
 SOCKET = "host.sock"
-LOCK = "host.lock"
+LOCK = layout.HOST_LOCK
 INFO = "host.json"
 LOG = "host.log"
 #: Touched when a host is spawned: no second spawn while one may still be starting.

@@ -117,29 +117,30 @@ def collect(project: Project, force: bool = False) -> GcReport:
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:
     """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
-    from sandbox.agent import wire
     from sandbox.errors import SandboxError
     from sandbox.run import relocate
     from sandbox.run.run import Run
 
+    # Held while moving: no host of the repository may watch (or start watching) the old paths.
+    host_lock = os.path.join(layout.host_dir(project.common_dir), layout.HOST_LOCK)
     for run_id in live:
         try:
             run = Run(project, run_id)
             if not relocate.needs_move(run):
                 continue
-            host = wire.try_lock(project.common_dir)  # held while moving: no host may watch the old path
-            if host is None:
-                report.not_moved[run_id] = "the repository's host (sandbox serve) is up; stop it and run gc again"
-                continue
-            try:
-                with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
-                    pass  # busy right now (a call being recorded): next time
+            with contextlib.ExitStack() as held:
+                try:
+                    held.enter_context(file_lock(host_lock, "The repository's host", timeout=0))
+                except LockedError:
+                    report.not_moved[run_id] = "the repository's host (sandbox serve) is up; stop it and run gc again"
+                    continue
+                try:
+                    with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                        pass  # busy right now (a call being recorded): next time
+                except LockedError:
+                    report.not_moved[run_id] = "it is busy (a call is being recorded); run gc again"
+                    continue
                 moved = relocate.relocate(run)
-            finally:
-                os.close(host)
-        except LockedError:
-            report.not_moved[run_id] = "it is busy (a call is being recorded); run gc again"
-            continue
         except (SandboxError, OSError) as exc:
             report.not_moved[run_id] = str(exc)
             continue

@@ -46,6 +46,8 @@ RUN_BRANCH = "sandbox/{run_id}"
 STATE_DIR = "sandbox"
 RUNS = "runs"
 HOST = "host"
+#: In the host directory: flocked by the repository's host for its whole life.
+HOST_LOCK = "host.lock"
 LEGACY_WORKTREES = "worktrees"
 HOMES = "homes"
 PLACE_FILE = "place"

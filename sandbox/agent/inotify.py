@@ -254,8 +254,8 @@ class Inotify:
             tree.active = True
         failure = self._add_tree(tree, "")
         if failure is not None:
-            self._drop_watches(tree)
-            tree.lose(failure)
+            self.unwatch(tree)  # a tree that does not fit holds no watch and takes no place
+            tree.lost_reason = failure
         return tree
 
     def unwatch(self, tree: Tree) -> None:

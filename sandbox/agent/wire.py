@@ -193,7 +193,7 @@ def host_alive(common_dir: str) -> bool:
     """True while a host process of the repository lives (it holds the host lock)."""
     path = os.path.join(layout.host_dir(common_dir), LOCK)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # read-only: a confined process asks too
     except OSError:
         return False
     try:

@@ -44,9 +44,10 @@ def serve(
 
     project, _workdir, cwd_run = open_project(ctx)
     if run_id is not None or cwd_run is not None:
+        from sandbox.run.names import resolve_run
         from sandbox.run.run import Run
 
-        Run.open(project, project.resolve_run_id(run_id, cwd_run))  # a wrong RUN is refused here
+        Run.open(project, resolve_run(project, run_id, cwd_run))  # a wrong RUN is refused here
     served = host.Host(project, max_runs_watched=max_runs_watched, max_watches=max_watches)
     if wire.host_alive(project.common_dir):
         pid = host.host_pid(project.common_dir)

@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox import faults
@@ -76,7 +76,6 @@ class Slot:
     requests: int = 0
     retry_at: float = 0.0
     backoff: float = 1.0
-    calls: dict[str, int] = field(default_factory=dict)
 
 
 class Host:

@@ -5,8 +5,8 @@
 Write call (the file is written between the two hooks) and of a Bash call (the "command" writes
 one file between them), each hook a fresh ``subprocess.run`` timed with ``time.perf_counter``:
 
-* (a) service: while ``sandbox serve RUN`` hosts the run. The hook hands its event over the run's
-  socket; the Bash call's changes come from the service's watcher window (O(changed paths)).
+* (a) service: while ``sandbox serve`` hosts the repository. The hook hands its event over the
+  host's socket; the Bash call's changes come from the host's watcher window (O(changed paths)).
 * (b) in-process: no host, autostart off (``SANDBOX_HOOK_AUTOSTART=0``). The hook process imports
   pygit2 and pydantic and records the event itself; the Bash call's PostToolUse scans the worktree
   (O(repository)).

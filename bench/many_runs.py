@@ -127,6 +127,16 @@ class Sampler:
         self._thread.join()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=100)
@@ -160,6 +170,7 @@ def main() -> None:
             "PostToolUse Write": [],
         }
         lock = threading.Lock()
+        cpu: list[float] = []
         failures: list[str] = []
         # This checkout's processes only: the host and ``sandbox hook`` run this venv's script, the fast
         # hook command imports the package from this checkout (other checkouts' processes are not ours).
@@ -167,12 +178,23 @@ def main() -> None:
 
         def hook(label: str, data: bytes, worktree: str) -> None:
             t = time.perf_counter()
-            done = subprocess.run(argv, cwd=worktree, env=env, input=data, capture_output=True, check=False)
+            proc = subprocess.Popen(
+                argv, cwd=worktree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            proc.stdin.write(data)
+            proc.stdin.close()
+            proc.stdout.read()
+            err = proc.stderr.read()
+            _pid, status, usage = os.wait4(proc.pid, 0)  # its own CPU time: what the load does not inflate
             took = time.perf_counter() - t
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code
             with lock:
                 latencies[label].append(took)
-                if done.returncode != 0:
-                    failures.append(f"{label}: exit {done.returncode}: {done.stderr.decode(errors='replace')[:200]}")
+                cpu.append(usage.ru_utime + usage.ru_stime)
+                if code != 0:
+                    failures.append(f"{label}: exit {code}: {err.decode(errors='replace')[:200]}")
 
         def one_run(index: int, round_: int) -> None:
             run_id, wt = runs[index]
@@ -190,13 +212,16 @@ def main() -> None:
             hook("PostToolUse Write", payload("Write", "post", wt, wid, file_path=path, content="w\n"), wt)
 
         sampler.start()
+        loads = [os.getloadavg()[0]]
         t0 = time.perf_counter()
         for round_ in range(args.rounds):
             with ThreadPoolExecutor(max_workers=args.parallel) as pool:
                 list(pool.map(lambda i: one_run(i, round_), range(len(runs))))  # noqa: B023
         recorded = time.perf_counter() - t0
+        loads.append(os.getloadavg()[0])
         sampler.stop()
         pid = host.host_pid(common)
+        host_cpu = _cpu_seconds(pid) if pid else 0.0
         status = host.host_status(common) or {}
         host_rss = Sampler.rss_kb(pid) if pid else 0
         sandbox_pids = sampler.pids()
@@ -261,6 +286,13 @@ def main() -> None:
         for label, values in latencies.items():
             print(f"  {label:<18} {stats(values)}")
         print(f"  {'all hooks':<18} {stats(everything)} (target median <= 150 ms)")
+        print(
+            f"CPU per hook (user+sys, load-independent): the hook process median "
+            f"{statistics.median(cpu) * 1e3:.0f} ms; the host {host_cpu / max(len(everything), 1) * 1e3:.1f} ms "
+            f"per hook on average (its whole life: {host_cpu:.1f} s for {len(everything)} hooks, start-up and "
+            f"{len(runs)} trees' watches included); "
+            f"load average {loads[0]:.1f} at the start of recording, {loads[1]:.1f} at the end"
+        )
         print(f"hook failures: {len(failures)}; calls recorded wrong: {len(wrong)}")
         for line in (failures + wrong)[:10]:
             print("  " + line)

@@ -22,7 +22,7 @@ What it holds (:class:`Host`):
   watches counted; a run that does not fit (the user's inotify limits, or the host's own
   ``max_runs_watched`` / ``max_watches``) is served without a watcher and its changes are found by
   scanning, which the first reply for that run says in one line (``note``);
-* per run, a :class:`Slot`: the run, its :class:`~sandbox.agent.hookproto.Recorder`, its change source.
+* per run, a :class:`Slot`: the run, its :class:`~sandbox.agent.recorder.Recorder`, its change source.
 
 Recording is serialised by one lock (the runs share one repository object); the watcher's windows
 are not. A host killed with SIGKILL loses nothing recorded: a hook whose request got no answer
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox import faults
 from sandbox.agent import changes, hookproto, wire
 from sandbox.agent.inotify import Inotify, Tree
+from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class Slot:
     """One run served by the host."""
 
     run: Run
-    recorder: hookproto.Recorder
+    recorder: Recorder
     source: changes.ChangeSource
     tree: Tree | None = None
     #: Why the run's changes are found by scanning (one line), or None while watched.
@@ -222,7 +223,7 @@ class Host:
             with self.record_lock:
                 run = Run.open(self.project, run_id)
                 run.state()
-            recorder = hookproto.Recorder(run, changes.Scan(), boot_id=self._boot_id)
+            recorder = Recorder(run, changes.Scan(), boot_id=self._boot_id)
             slot = Slot(run, recorder, recorder.source)
             self._watch(slot)
             self.slots[run_id] = slot
@@ -289,7 +290,7 @@ class Host:
             return "the run's worktree is gone"
         with self.record_lock:
             try:
-                if not run.ledger.exists():
+                if not run.exists():
                     return "the run was dropped"
             except CorruptionError as exc:
                 return exc.message
@@ -480,6 +481,25 @@ def _boot_id() -> str | None:
             return fh.read().strip() or None
     except OSError:
         return None
+
+
+class HostClaim:
+    """The repository's host lock, held by this process (no host can start while it is held)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def release(self) -> None:
+        """Let go of the lock (idempotent)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def claim(common_dir: str) -> HostClaim | None:
+    """Take the repository's host lock without waiting; None while a host lives."""
+    fd = wire.try_lock(common_dir)
+    return HostClaim(fd) if fd is not None else None
 
 
 def stop_host(common_dir: str, timeout: float = 10.0) -> bool:

@@ -112,8 +112,9 @@ class Tree:
         self.watches = 0
         self._windows: dict[int, set[str] | None] = {}
         self._next = 1
-        self._waiters: dict[str, threading.Event] = {}
-        self._wds: set[int] = set()
+        #: Sync sentinels awaited, by name; the watch descriptors this tree holds (both under the owner's lock).
+        self.waiters: dict[str, threading.Event] = {}
+        self.wds: set[int] = set()
         self.active = False
 
     @property
@@ -148,7 +149,7 @@ class Tree:
         name = f"{SYNC_PREFIX}-{secrets.token_hex(6)}"
         waiter = threading.Event()
         with self.owner.lock:
-            self._waiters[name] = waiter
+            self.waiters[name] = waiter
         path = os.path.join(self.root, name)
         try:
             with open(path, "xb"):
@@ -156,12 +157,12 @@ class Tree:
             os.unlink(path)
         except OSError as exc:
             with self.owner.lock:
-                self._waiters.pop(name, None)
+                self.waiters.pop(name, None)
             self.lose(f"the watcher could not sync in {self.root} ({exc.strerror or exc})")
             return False
         got = waiter.wait(timeout)
         with self.owner.lock:
-            self._waiters.pop(name, None)
+            self.waiters.pop(name, None)
         if not got:
             self.lose(f"the watcher did not catch up within {timeout:g} s")
         return got and self.vouching
@@ -169,17 +170,19 @@ class Tree:
     def lose(self, reason: str) -> None:
         """Stop vouching (every open window answers None) until the tree is watched again."""
         with self.owner.lock:
-            self._lose_locked(reason)
+            self.lose_locked(reason)
 
-    def _lose_locked(self, reason: str) -> None:
+    def lose_locked(self, reason: str) -> None:
+        """:meth:`lose`, for a caller holding the owner's lock (the reader)."""
         if self.lost_reason is None:
             self.lost_reason = reason
         for token in self._windows:
             self._windows[token] = None
-        for waiter in self._waiters.values():
+        for waiter in self.waiters.values():
             waiter.set()
 
-    def _report_locked(self, rels: list[str]) -> None:
+    def report_locked(self, rels: list[str]) -> None:
+        """Add changed paths to every open window (the caller holds the owner's lock)."""
         kept = [r for r in rels if not _in_git_dir(r) and not (self.ignore is not None and self.ignore(r))]
         if not kept:
             return
@@ -263,7 +266,7 @@ class Inotify:
         self._drop_watches(tree)
         with self.lock:
             tree.active = False
-            tree._lose_locked("the run is no longer watched")
+            tree.lose_locked("the run is no longer watched")
             if tree in self.trees:
                 self.trees.remove(tree)
 
@@ -284,7 +287,7 @@ class Inotify:
         for tree in list(self.trees):
             with self.lock:
                 tree.active = False
-                tree._lose_locked("the host stopped watching")
+                tree.lose_locked("the host stopped watching")
         os.close(fd)
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -353,14 +356,14 @@ class Inotify:
             if known is None:
                 tree.watches += 1
                 self.watches += 1
-                tree._wds.add(wd)
+                tree.wds.add(wd)
             self._wd[wd] = (tree, rel)  # a directory moved within the tree keeps its wd: new name
         return None
 
     def _drop_watches(self, tree: Tree) -> None:
         with self.lock:
-            wds = list(tree._wds)
-            tree._wds.clear()
+            wds = list(tree.wds)
+            tree.wds.clear()
             for wd in wds:
                 self._wd.pop(wd, None)
             self.watches -= tree.watches
@@ -393,7 +396,7 @@ class Inotify:
             except Exception as exc:  # never let the reader die silently: nobody could vouch any more
                 with self.lock:
                     for tree in self.trees:
-                        tree._lose_locked(f"the watcher failed on an event ({type(exc).__name__}: {exc})")
+                        tree.lose_locked(f"the watcher failed on an event ({type(exc).__name__}: {exc})")
 
     def _dispatch(self, data: bytes) -> None:
         offset = 0
@@ -405,7 +408,7 @@ class Inotify:
                 offset += _HEADER.size + size
                 if mask & IN_Q_OVERFLOW:
                     for tree in self.trees:
-                        tree._lose_locked("the inotify event queue overflowed; events were lost")
+                        tree.lose_locked("the inotify event queue overflowed; events were lost")
                     continue
                 known = self._wd.get(wd)
                 if known is None:
@@ -413,14 +416,14 @@ class Inotify:
                 tree, rel_dir = known
                 if mask & IN_IGNORED:
                     self._wd.pop(wd, None)
-                    if wd in tree._wds:
-                        tree._wds.discard(wd)
+                    if wd in tree.wds:
+                        tree.wds.discard(wd)
                         tree.watches -= 1
                         self.watches -= 1
                     continue
                 if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
                     if not rel_dir:
-                        tree._lose_locked(f"the watched directory {tree.root} was deleted or moved")
+                        tree.lose_locked(f"the watched directory {tree.root} was deleted or moved")
                     continue
                 name = os.fsdecode(raw)
                 if not name:
@@ -428,11 +431,11 @@ class Inotify:
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 if not rel_dir and name.startswith(SYNC_PREFIX):
                     if mask & IN_DELETE:
-                        waiter = tree._waiters.get(name)
+                        waiter = tree.waiters.get(name)
                         if waiter is not None:
                             waiter.set()
                     continue
-                tree._report_locked([rel])
+                tree.report_locked([rel])
                 if mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
                     created.append((tree, rel))
         for tree, rel in created:  # outside the lock: a walk can take a while
@@ -445,7 +448,7 @@ class Inotify:
                 continue
             found = _files_below(os.path.join(tree.root, rel), rel)
             with self.lock:
-                tree._report_locked(found)
+                tree.report_locked(found)
 
 
 def _files_below(full: str, rel: str) -> list[str]:

@@ -65,11 +65,15 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             if answer is not None:
                 outcome = answer
             elif _enable_site():
-                outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
+                from sandbox.agent import recorder
+
+                outcome = recorder.handle(event, _autostart if autostart_allowed() else None)
             else:
                 return _with_site(agent, strict, raw, stdout, stderr)
         else:
-            outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
+            from sandbox.agent import recorder
+
+            outcome = recorder.handle(event, _autostart if autostart_allowed() else None)
     except SandboxError as exc:
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
@@ -140,9 +144,14 @@ def autostart_allowed() -> bool:
     return os.environ.get(AUTOSTART_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _autostart(loc: Any) -> None:
-    """Called only when no host serves the repository: spawn ``sandbox serve`` for the next events."""
-    spawn_service(loc.run_id, loc.worktree)
+def _autostart(loc: Any) -> bool:
+    """Spawn the repository's host for the next events, unless one lives or was just spawned; True if spawned."""
+    from sandbox.agent import wire
+
+    if wire.claim_spawn(loc.common_dir):
+        spawn_service(loc.run_id, loc.worktree)
+        return True
+    return False
 
 
 def beside() -> str:

@@ -164,7 +164,7 @@ def test_drop_makes_the_host_forget_the_run(repo: Path, runs: Callable[[], Run])
     wait_until(lambda: not served(run), timeout=15)
     assert alive(pid)  # other runs of the repository may still need it
     assert not Path(run.dir).exists() and not Path(worktree).exists()
-    assert f"run {run.run_id}: no longer served (the run was dropped)" in log_text(run)
+    assert f"run {run.run_id}: no longer served (asked to forget it: it is being dropped)" in log_text(run)
 
 
 def test_host_forgets_a_run_whose_worktree_disappears(repo: Path, runs: Callable[[], Run]) -> None:

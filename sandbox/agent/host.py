@@ -419,7 +419,10 @@ class Host:
             return {"ok": True}
         if op == "forget":
             run_id = request.get("run")
-            return {"ok": True, "forgotten": isinstance(run_id, str) and self.forget(run_id)}
+            forgotten = isinstance(run_id, str) and self.forget(run_id)
+            if forgotten and self.on_event is not None:
+                self.on_event(f"run {run_id}: no longer served (asked to forget it: it is being dropped)")
+            return {"ok": True, "forgotten": forgotten}
         return {"ok": True, **self.status()}
 
     def status(self) -> dict[str, Any]:
@@ -520,11 +523,8 @@ def forget_run(common_dir: str, run_id: str) -> None:
 
 
 def host_status(common_dir: str) -> dict[str, Any] | None:
-    """The live host's :meth:`Host.status`, or None when none answers."""
-    if not wire.host_alive(common_dir):
-        return None
-    reply = wire.Client(common_dir).request({"op": "status"}, 5.0)
-    return reply if reply and reply["ok"] else None
+    """The live host's :meth:`Host.status`, or None when none answers (see :func:`sandbox.agent.wire.status`)."""
+    return wire.status(common_dir)
 
 
 def host_pid(common_dir: str) -> int | None:

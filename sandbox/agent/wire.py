@@ -308,6 +308,14 @@ class Client:
         return reply if reply and reply["ok"] else None
 
 
+def status(common_dir: str) -> dict[str, Any] | None:
+    """The live host's status (its runs, watched or scanned and why; its inotify use), or None."""
+    if not host_alive(common_dir):
+        return None
+    reply = Client(common_dir).request({"op": "status"}, 5.0)
+    return reply if reply and reply["ok"] else None
+
+
 def run_ops(common_dir: str, run_id: str, run_dir: str, *, timeout: float = 15.0) -> RunChanges:
     """A change source for one run served by the repository's host (see :class:`RunChanges`)."""
     return RunChanges(Client(common_dir, timeout=timeout), run_id, run_dir)

@@ -46,9 +46,9 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 
 def _host(common_dir: str, run_id: str) -> dict[str, object] | None:
     """The repository's host as far as this run goes (None: no host runs)."""
-    from sandbox.agent import host
+    from sandbox.agent import wire  # standard library only: status stays a fast command
 
-    status = host.host_status(common_dir)
+    status = wire.status(common_dir)
     if status is None:
         return None
     mine = status["runs"].get(run_id)

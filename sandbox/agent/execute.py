@@ -1,28 +1,28 @@
 """Running a command in a run's worktree as one recorded call (``sandbox exec``).
 
-Where the command's file changes come from, cheapest first:
+Where the command's file changes come from is a :class:`~sandbox.agent.changes.ChangeSource`, picked
+by :func:`sandbox.agent.changes.pick`, cheapest first:
 
-1. a ``watcher`` given by the caller (anything with ``take()``, see :mod:`sandbox.agent.watcher`);
-2. the run's live session service (:mod:`sandbox.agent.session`, hosted by ``sandbox run``): ``begin``
-   before the command, ``end`` after it, O(changed paths);
+1. a source given by the caller, or a watcher started in this process for the one command
+   (``local_watcher=True``; measured against a scan as a whole ``sandbox exec`` on a 100k-file
+   worktree: about 10% faster while the worktree's index is racily clean, 20% slower once that
+   index is refreshed, and it takes one of the user's 128 inotify instances and ~10k of their
+   watches per exec, so it is not the default);
+2. the repository's live host (:mod:`sandbox.agent.host`): ``begin`` before the command, ``end``
+   after it, O(changed paths);
 3. otherwise a scan of the worktree at finish (``git status`` plus a tree diff, see
-   :mod:`sandbox.store.scan`). A watcher started in this process for the one command (``local_watcher=
-   True``) was measured against it as a whole ``sandbox exec`` on a 100k-file worktree: about 10%
-   faster while the worktree's index is racily clean (git re-hashes those files on every status),
-   20% slower once that index is refreshed; it also takes one of the user's 128 inotify instances
-   and ~10k of their watches per exec. So the scan is the default.
+   :mod:`sandbox.store.scan`).
 
 Whatever the source, :mod:`sandbox.store.capture` confirms every candidate path by content hash, and a
-source that cannot vouch for the call (the service died, its watcher lost events) falls back to 3.
+source that cannot vouch for the call (the host died, its watcher lost events) falls back to 3.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sandbox.agent import confine
+from sandbox.agent import changes, confine
 from sandbox.agent.hosted import command_input, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.ids import new_call_id
@@ -35,7 +35,7 @@ class ExecOutcome:
 
     entry: LedgerEntry
     returncode: int
-    #: "session", "watcher" or "scan"
+    #: "host", "watcher" or "scan": where the changes were learnt from
     source: str = "scan"
 
 
@@ -48,12 +48,12 @@ def execute(
     replay: str = "ask",
     step_id: str | None = None,
     call_id: str | None = None,
-    watcher: Any = None,
-    use_session: bool = True,
+    source: changes.ChangeSource | None = None,
+    use_host: bool = True,
     local_watcher: bool = False,
     isolation: confine.Isolation | None = None,
 ) -> ExecOutcome:
-    """Run ``argv`` in the worktree as one call; file changes come from a watcher, the session or a scan.
+    """Run ``argv`` in the worktree as one call; its changes come from ``source`` (or as picked).
 
     The ``started`` event is durable before the command starts. The call is ``succeeded`` when the
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
@@ -72,19 +72,17 @@ def execute(
         )
         confined = (isolation, policy)
     call_id = call_id or new_call_id()
-    client = None
     own_watcher = None
-    if watcher is None and use_session:
-        from sandbox.agent import session
-
-        client = session.client_for(run)
-    if watcher is None and client is None and local_watcher:
+    if source is None and local_watcher:
         from sandbox.agent.watcher import Watcher
 
-        own_watcher = watcher = Watcher(run.worktree, take_window=True)
+        own_watcher = Watcher(run.worktree, take_window=False)
         own_watcher.start()
+        source = changes.pick(tree=own_watcher)
+    if source is None:
+        source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
     input_value = command_input(argv, isolation)
-    source = "scan"
+    learnt = "scan"
     try:
         with run.tool_call(
             tool_name,
@@ -94,9 +92,8 @@ def execute(
             idempotency=idempotency,
             replay=replay,
             summary=" ".join(argv)[:500],
-            watcher=watcher,
         ) as call:
-            begun = client is not None and client.begin(call_id) is not None
+            source.begin(call_id)
             refused: confine.ConfinementError | None = None
             try:
                 returncode = run_command(list(argv), run.worktree, confined)
@@ -106,18 +103,16 @@ def execute(
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
                 call.failed_with = refused.message if refused else f"exit code {returncode}"
-            changed = client.end(call_id) if client is not None and begun else None
+            changed = source.end(call_id)
             if changed is not None:
                 call.touched.update(changed)
-                source = "session"
+                learnt = source.name
             else:
-                call.note_unknown_changes()  # the watcher's take, or a scan when it cannot vouch
-        if source == "scan" and watcher is not None and getattr(watcher, "vouching", True):
-            source = "watcher"
+                call.note_unknown_changes()  # a scan
     finally:
         if own_watcher is not None:
             own_watcher.stop()
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, source)
+    return ExecOutcome(call.entry, returncode, learnt)

@@ -1,20 +1,20 @@
 """``sandbox exec`` through the process hosting the run: the command's call recorded over its socket.
 
-When ``sandbox serve`` (or ``sandbox run``) hosts a run, it already has the repository open and a
-watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
+When the repository's host (``sandbox serve``, :mod:`sandbox.agent.host`) lives, it already has the
+repository open and a watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
 the answer comes), run the command, and ask it to finish the call with what its watcher saw. That
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
-Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.store.layout` and
-:mod:`sandbox.agent.confine` are imported here. When no host answers,
+Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.wire`,
+:mod:`sandbox.store.layout` and :mod:`sandbox.agent.confine` are imported here. The host's replies
+are structured (the call, its status, its file count): nothing is parsed out of a message. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -22,11 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.agent import confine, hookproto, recorder
+from sandbox.agent import confine, hookproto, recorder, wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
-
-_FINISHED = re.compile(r"^(\S+) (succeeded|failed), (\d+) file\(s\)$")
 
 
 @dataclass
@@ -81,7 +79,7 @@ def run_hosted(
     that cannot be had is refused before anything is recorded.
     """
     loc = locate(base_dir, run_id)
-    if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
+    if loc is None or not wire.host_alive(loc.common_dir):
         return None
     user_workdir = user_workdir_of(loc.common_dir)
     iso = isolation(user_workdir) if isolation is not None else None
@@ -126,10 +124,7 @@ def run_hosted(
         raise refused
     if not done.ok:
         raise SandboxError(done.message)
-    found = _FINISHED.match(done.message)
-    if found:
-        return HostedOutcome(call_id, found.group(2), int(found.group(3)), returncode, done.message)
-    return HostedOutcome(call_id, finish.status, None, returncode, done.message)
+    return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message)
 
 
 def user_workdir_of(common_dir: str) -> str | None:

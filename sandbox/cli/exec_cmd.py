@@ -111,13 +111,13 @@ def exec_cmd(
 
 
 def _autostart_service(run: Run) -> None:
-    """Spawn the run's ``sandbox serve`` (watcher) for the next calls when none runs.
+    """Spawn the repository's host (``sandbox serve``: the watcher) for the next calls when none runs.
 
-    This call scans the worktree (correct, O(repository)); later ones ask the service's watcher
-    (O(changed paths)). The service exits by itself after 15 idle minutes, or when the run is
-    dropped. Off with SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
+    This call scans the worktree (correct, O(repository)); later ones ask the host's watcher
+    (O(changed paths)). The host exits by itself after 15 idle minutes. Off with
+    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
     """
-    from sandbox.agent import service
+    from sandbox.agent import wire
     from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
 
     if not autostart_allowed():
@@ -130,5 +130,5 @@ def _autostart_service(run: Run) -> None:
             return
     except SandboxError:  # a broken settings file must not stop the command; start reports it
         return
-    if service.claim_autostart(run.dir):
+    if wire.claim_spawn(run.project.common_dir):
         spawn_service(run.run_id, run.worktree)

@@ -76,9 +76,9 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
 
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env(run.dir, run.worktree).items())
         click.echo(f"sandbox: start it in the worktree as: {assignments} {agent} ...  (or use 'sandbox run').")
-    from sandbox.agent import service
+    from sandbox.agent import wire
     from sandbox.run import config
 
-    if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
+    if autostart_allowed() and config.load(run.user_workdir).autostart and wire.claim_spawn(run.project.common_dir):
         spawn_service(run.run_id, run.worktree)
-        click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")
+        click.echo("sandbox: starting the repository's host in the background ('sandbox serve').")

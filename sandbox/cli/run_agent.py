@@ -11,6 +11,8 @@ from sandbox.cli.common import base_dir, open_project
 from sandbox.cli.isolation import isolation_options, resolve
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
+#: Seconds a host started by a session exits after its last request when autostart is off.
+SESSION_HOST_IDLE = 30.0
 
 
 class _RunCommand(click.Command):
@@ -113,6 +115,11 @@ def run_agent(
             env.update(extra_env(run.dir, run.worktree))
     here = base_dir(ctx)
     subdir = os.path.relpath(here, workdir) if workdir and here.startswith(workdir + os.sep) else ""
+    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
+
+    # The session needs the repository's host (a confined agent records only through it). With
+    # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
+    idle = None if autostart_allowed() else SESSION_HOST_IDLE
     result = agent.run_session(
         run,
         command,
@@ -121,6 +128,7 @@ def run_agent(
         debounce=debounce,
         is_foreground=_is_foreground,
         isolation=isolation,
+        start_host=lambda: spawn_service(run.run_id, run.worktree, idle),
     )
     if result.returncode == 127:
         click.echo(f"sandbox: {command[0]}: command not found.", err=True)

@@ -10,7 +10,7 @@ Recording (one ledger call per tool call that can change anything):
   recorder's confined write helper (``started`` durable before the file is touched, the finish
   costs O(1 path));
 * ``run_command`` is one ``run_command`` call, its command confined exactly as ``sandbox exec``
-  confines one (:mod:`sandbox.agent.confine`), its changes learnt from the run's service when one
+  confines one (:mod:`sandbox.agent.confine`), its changes learnt from the repository's host when one
   is up, else from a scan; a non-zero exit, a timeout or a refused sandbox is ``failed`` with the
   reason;
 * reading tools (``read_file``, ``list_files``, ``search``, ``show_log``, ``show_diff``,
@@ -454,7 +454,7 @@ class Workspace:
     def _run_command(
         self, run: Run, command: str, timeout: float, idempotency: str, replay: str, call_id: str
     ) -> CommandResult:
-        from sandbox.agent import session
+        from sandbox.agent import changes
         from sandbox.agent.hosted import command_input
 
         isolation = self.settings.isolation(run.info.user_workdir) if self.settings.isolation else None
@@ -470,7 +470,7 @@ class Workspace:
             )
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
-        client = session.client_for(run)
+        source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))
         input_value = command_input(argv, isolation)
         run.start_call(
             "run_command",
@@ -483,7 +483,7 @@ class Workspace:
         )
         flight = self.in_flight[call_id] = _InFlight(call_id)
         try:
-            begun = client is not None and client.begin(call_id) is not None
+            source.begin(call_id)
             with tempfile.TemporaryFile() as out:
                 try:
                     code, timed_out = self._spawn_and_wait(argv, run.worktree, confined, out, timeout, flight)
@@ -500,7 +500,7 @@ class Workspace:
                 error = f"timed out after {timeout:g} s; the command was killed"
             elif code != 0:
                 error = f"exit code {code}"
-            changed = client.end(call_id) if client is not None and begun else None
+            changed = source.end(call_id)
             entry = run.finish_call(
                 call_id,
                 CallStatus.failed if error else CallStatus.succeeded,

@@ -18,12 +18,13 @@ source that cannot vouch for the call (the service died, its watcher lost events
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sandbox.agent import confine
-from sandbox.agent.hosted import command_input, run_command
+from sandbox.agent.hosted import cannot_start, command_input, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run, new_call_id
 
@@ -36,6 +37,8 @@ class ExecOutcome:
     returncode: int
     #: "session", "watcher" or "scan"
     source: str = "scan"
+    #: The command could not start: why (it is recorded as the call's error).
+    cannot_start: str | None = None
 
 
 def execute(
@@ -51,6 +54,7 @@ def execute(
     use_session: bool = True,
     local_watcher: bool = False,
     isolation: confine.Isolation | None = None,
+    subdir: str = "",
 ) -> ExecOutcome:
     """Run ``argv`` in the worktree as one call; file changes come from a watcher, the session or a scan.
 
@@ -58,6 +62,9 @@ def execute(
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
     how the command is confined (:mod:`sandbox.agent.confine`; None: not at all); it is part of the
     call's recorded input, and confinement that cannot be had is refused before anything is recorded.
+    ``subdir``: where in the worktree the command runs ("" for its root; recorded in the input when set).
+    A command that cannot start at all (no such program, not executable) is recorded as failed with
+    that reason, and its exit code is a shell's (127, 126).
     """
     confined = None
     if isolation is not None and isolation.enabled:
@@ -82,7 +89,11 @@ def execute(
 
         own_watcher = watcher = Watcher(run.worktree, take_window=True)
         own_watcher.start()
-    input_value = command_input(argv, isolation)
+    if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
+        subdir = ""
+    cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
+    input_value = command_input(argv, isolation, subdir)
+    unstartable = cannot_start(argv, cwd)
     source = "scan"
     try:
         with run.tool_call(
@@ -98,13 +109,15 @@ def execute(
             begun = client is not None and client.begin(call_id) is not None
             refused: confine.ConfinementError | None = None
             try:
-                returncode = run_command(list(argv), run.worktree, confined)
+                returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
             call.result = {"exit_code": returncode}
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
                 call.failed_with = refused.message if refused else f"exit code {returncode}"
+            if unstartable is not None:
+                call.failed_with = f"the command could not start: {unstartable.message}"
             changed = client.end(call_id) if client is not None and begun else None
             if changed is not None:
                 call.touched.update(changed)
@@ -119,4 +132,4 @@ def execute(
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, source)
+    return ExecOutcome(call.entry, returncode, source, unstartable.message if unstartable else None)

@@ -44,6 +44,8 @@ SESSION_TOOL = "agent_session"
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
+#: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
+INTERRUPTED_EXIT = 130
 #: The supervisor's program: its first argument is the directory the sandbox package is imported from.
 _REAPER_MAIN = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -89,6 +91,8 @@ class SessionResult:
     stopped: list[dict[str, Any]] = field(default_factory=list)
     #: The session's token and supervisor (see :mod:`sandbox.agent.procs`).
     scope: ProcessScope | None = None
+    #: The session was interrupted (Ctrl-C / SIGINT reached it, or the agent exited 130): why, else None.
+    interrupted: str | None = None
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -168,11 +172,15 @@ def agent_env(
 # -- cutting changes into agent_session calls ----------------------------------------------------
 
 
-def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> str | None:
+def cut(
+    run: Run, candidates: set[str] | None, reason: str = "quiet point", interrupted: str | None = None
+) -> str | None:
     """Record the worktree's unrecorded changes among ``candidates`` (None: scan) as one call.
 
     Nothing is recorded when a call is in flight (its own finish will capture its changes) or
-    when nothing differs from the run's head. Returns the new call's id.
+    when nothing differs from the run's head. Returns the new call's id. ``interrupted``: the
+    session was interrupted (why); the call is then ``failed`` with that error, not ``succeeded``,
+    because the agent did not finish the work these changes belong to (they are kept all the same).
     """
     from sandbox.store import objects
     from sandbox.store.capture import capture
@@ -200,7 +208,10 @@ def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> s
             replay="ask",
             summary=f"{len(changed)} path(s) changed by the agent outside recorded tool calls",
         )
-        run.finish_call(call_id, CallStatus.succeeded, paths=changed)
+        if interrupted:
+            run.finish_call(call_id, CallStatus.failed, paths=changed, error=interrupted)
+        else:
+            run.finish_call(call_id, CallStatus.succeeded, paths=changed)
         return call_id
 
 
@@ -237,7 +248,7 @@ class Cutter:
             self._seen_event = last
             self.cut_now()
 
-    def cut_now(self, final: bool = False) -> None:
+    def cut_now(self, final: bool = False, interrupted: str | None = None) -> None:
         """Cut now: with the watcher's paths when it vouches, else (or when ``final``) a scan."""
         with self.lock:
             if any(e.status == CallStatus.started for e in self.run.state().calls.values()):
@@ -247,7 +258,8 @@ class Cutter:
                 paths = self.watcher.close_window(self._token)
                 self._token = self.watcher.open_window()
             try:
-                made = cut(self.run, None if final else paths, "session end" if final else "quiet point")
+                reason = ("session interrupted" if interrupted else "session end") if final else "quiet point"
+                made = cut(self.run, None if final else paths, reason, interrupted)
             except Exception as exc:  # a failed cut must not end the session; the final scan retries
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return
@@ -280,6 +292,8 @@ def run_session(
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
+    A session that got SIGINT, or whose agent exited 130, is *interrupted*: its final cut is
+    recorded ``failed`` with the reason, and a ``note`` event says so (``result.interrupted``).
     ``isolation``: how the agent is confined (:mod:`sandbox.agent.confine`), recorded as a ``note``
     event; confined, its hooks can only record through this session's host, so the session
     refuses to start when another process hosts the run.
@@ -291,6 +305,14 @@ def run_session(
 
     launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
+    got_sigint: list[int] = []
+
+    def noted(signum: int) -> None:
+        if signum == signal.SIGINT:
+            got_sigint.append(signum)
+        if on_signal is not None:
+            on_signal(signum)
+
     token = secrets.token_hex(16)
     result.scope = ProcessScope(token=token, boot_id=_boot_id())
     # A `sandbox serve` started by a hook before this session would keep the socket and the
@@ -327,16 +349,22 @@ def run_session(
                 list(argv),
                 cwd,
                 agent_env(env, run, hooks_dir, token),
-                on_signal,
+                noted,
                 is_foreground,
                 grace,
                 result,
                 launch,
             )
         finally:
+            if got_sigint or result.returncode == INTERRUPTED_EXIT:
+                result.interrupted = (
+                    f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"
+                    if got_sigint
+                    else f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
+                )
             cutter.stop()
             host.stop_hooks()
-            cutter.cut_now(final=True)
+            cutter.cut_now(final=True, interrupted=result.interrupted)
             _record_end(run, result)
     finally:
         host.stop()
@@ -374,15 +402,20 @@ def _boot_id() -> str | None:
 
 
 def _record_end(run: Run, result: SessionResult) -> None:
-    """A ``note`` event saying how the agent ended and which of its processes were stopped."""
-    if not result.stopped:
+    """A ``note`` event saying how the agent ended: interrupted, and which of its processes were stopped."""
+    if not result.stopped and not result.interrupted:
         return
     data = {
         "agent_session": result.scope.model_dump(mode="json") if result.scope else None,
         "agent_exit": result.returncode,
         "stopped_processes": result.stopped,
+        "interrupted": result.interrupted,
     }
-    reason = f"the agent exited ({result.returncode}); {len(result.stopped)} process(es) it left running were stopped"
+    reason = f"the agent exited ({result.returncode})"
+    if result.interrupted:
+        reason = result.interrupted
+    if result.stopped:
+        reason += f"; {len(result.stopped)} process(es) it left running were stopped"
     with contextlib.suppress(Exception):  # the record is evidence, never a reason to fail the session
         run.ledger.append(run._event(EventKind.note, reason=reason, data=data, epoch=run.state().epoch))
 

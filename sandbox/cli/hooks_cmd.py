@@ -7,14 +7,14 @@ import sys
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import SandboxGroup, open_run
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
 
 __all__ = ["AUTOSTART_ENV", "autostart_allowed", "hook_command", "hooks", "spawn_service"]
 
 
-@click.group("hooks")
+@click.group("hooks", cls=SandboxGroup)
 def hooks() -> None:
     """Set up agents' hooks so each tool call becomes one recorded call."""
 

@@ -110,6 +110,8 @@ def shared_options(command: click.Command) -> click.Command:
     if getattr(command, _SHARED, False):
         return command
     opts = {opt for param in command.params for opt in getattr(param, "opts", ())}
+    # A command where the flags mean something narrower says so (``sandbox hook``: see hook.py).
+    help_for: dict[str, str] = getattr(command, "shared_help", {})
     if "-C" not in opts:
         command.params.append(
             click.Option(
@@ -118,7 +120,7 @@ def shared_options(command: click.Command) -> click.Command:
                 type=click.Path(file_okay=False),
                 expose_value=False,
                 callback=set_directory,
-                help="Run as if started in DIR (like git -C).",
+                help=help_for.get("-C", "Run as if started in DIR (like git -C)."),
             )
         )
     if "--json" not in opts:
@@ -128,7 +130,7 @@ def shared_options(command: click.Command) -> click.Command:
                 is_flag=True,
                 expose_value=False,
                 callback=set_json,
-                help="Print the result as JSON.",
+                help=help_for.get("--json", "Print the result as JSON."),
             )
         )
     elif command.callback is not None and any(p.name == "as_json" for p in command.params):

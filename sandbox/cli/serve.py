@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import emit_json, open_run, wants_json
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -38,7 +38,10 @@ def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: 
     if lock is None:
         pid = service.service_pid(run.dir)
         by = f"by 'sandbox serve', pid {pid}" if pid else "by 'sandbox run', or a service still starting"
-        click.echo(f"sandbox: run {run.run_id} is already hosted ({by}); nothing to do.")
+        if wants_json(ctx):
+            emit_json({"run": run.run_id, "started": False, "pid": pid, "log": None})
+        else:
+            click.echo(f"sandbox: run {run.run_id} is already hosted ({by}); nothing to do.")
         return
     if foreground:
         _serve(run, idle_exit, None)
@@ -56,6 +59,9 @@ def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: 
     if not answer.startswith("ready "):
         raise UsageError(f"The service for run {run.run_id} did not start: {answer or 'it died'}.")
     log_path = os.path.join(run.dir, service.LOG_FILE)
+    if wants_json(ctx):
+        emit_json({"run": run.run_id, "started": True, "pid": int(answer.split()[1]), "log": log_path})
+        return
     click.echo(f"sandbox: serving run {run.run_id} in the background (pid {answer.split()[1]}); log: {log_path}")
 
 

@@ -135,8 +135,28 @@ def shared_options(command: click.Command) -> click.Command:
         )
     elif command.callback is not None and any(p.name == "as_json" for p in command.params):
         command.callback = _json_from_anywhere(command.callback)
+    for param in command.params:
+        _complete_names(param)
     setattr(command, _SHARED, True)
     return command
+
+
+def _complete_names(param: click.Parameter) -> None:
+    """Shell completion of run ids and labels for RUN, call ids for CALL (see sandbox.cli.completion)."""
+    if param.name == "run_id" and isinstance(param, click.Argument):
+        which = "complete_runs"
+    elif param.name in ("call_id", "calls") and (isinstance(param, click.Argument) or "--call" in param.opts):
+        which = "complete_calls"
+    else:
+        return
+
+    def complete(ctx: click.Context, incomplete: str) -> Any:
+        from sandbox.cli import completion
+
+        return getattr(completion, which)(ctx, param, incomplete)
+
+    # Click asks the parameter itself (Parameter.shell_complete); this one asks the run.
+    setattr(param, "shell_complete", complete)  # noqa: B010
 
 
 def _json_from_anywhere(callback: Any) -> Any:
@@ -261,6 +281,15 @@ def emit_json(value: Any) -> None:
     except UnicodeEncodeError:  # a file name that is not UTF-8: keep it exact as \udcXX escapes
         text = json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=True)
     click.echo(text)
+
+
+#: Names persisted reports use that the CLI's JSON says in its one vocabulary (see sandbox.cli.outputs).
+RENAMES = {"run_id": "run", "head": "run_head", "call": "call_id", "returncode": "exit_code"}
+
+
+def renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a persisted report as JSON) with its top-level keys in the CLI's vocabulary."""
+    return {RENAMES.get(k, k): v for k, v in data.items()}
 
 
 def dump(model: Any) -> Any:

@@ -151,6 +151,8 @@ def test_completion_completes_run_ids_labels_and_calls(repo: Path) -> None:
     assert complete("sandbox log --call ", 3) == [f"plain,{call_id}"]
     assert complete(f"sandbox approve {run['run']} ", 3) == [f"plain,{call_id}"]
     assert "plain,apply" in complete("sandbox ap", 1)
+    assert complete("sandbox exec tr", 2) == ["plain,try-env"]  # exec's and run's [RUN] before '--'
+    assert [w for w in complete("sandbox run -- tr", 3) if w] == []
     zsh = complete("sandbox log --call ", 3, shell="zsh")
     assert zsh[:3] == ["plain", call_id, "#1 run_command succeeded"]
     script = sandbox_cmd("completion", "bash", cwd=repo).stdout.decode()

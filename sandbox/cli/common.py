@@ -143,8 +143,8 @@ def shared_options(command: click.Command) -> click.Command:
 
 def _complete_names(param: click.Parameter) -> None:
     """Shell completion of run ids and labels for RUN, call ids for CALL (see sandbox.cli.completion)."""
-    if param.name == "run_id" and isinstance(param, click.Argument):
-        which = "complete_runs"
+    if isinstance(param, click.Argument) and (param.name == "run_id" or param.name == "rest"):
+        which = "complete_runs"  # rest: exec's and run's [RUN] -- COMMAND
     elif param.name in ("call_id", "calls") and (isinstance(param, click.Argument) or "--call" in param.opts):
         which = "complete_calls"
     else:

@@ -38,6 +38,9 @@ def complete_runs(ctx: click.Context, _param: click.Parameter, incomplete: str) 
     """Run ids (with their label as help) and labels that start with ``incomplete``."""
     from click.shell_completion import CompletionItem
 
+    if ctx.meta.get("sandbox.command_started"):
+        return []  # after exec's or run's '--': the command's own words
+
     from sandbox.errors import SandboxError
     from sandbox.run.names import run_labels
     from sandbox.store.project import Project

@@ -25,6 +25,9 @@ class _ExecCommand(click.Command):
         else:
             before, after = args, []
         super().parse_args(ctx, before)
+        if ctx.resilient_parsing:  # shell completion: RUN is completed while no '--' was typed
+            ctx.meta["sandbox.command_started"] = "--" in args
+            return []
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the command: sandbox exec [RUN] -- COMMAND ARGS...")

@@ -19,6 +19,9 @@ class _RunCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         cut = args.index("--") if "--" in args else len(args)
         super().parse_args(ctx, args[:cut])
+        if ctx.resilient_parsing:  # shell completion: RUN is completed while no '--' was typed
+            ctx.meta["sandbox.command_started"] = "--" in args
+            return []
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the agent: sandbox run [RUN] -- AGENT ARGS...")

@@ -36,10 +36,11 @@ def test_exec_keeps_the_subdirectory_of_the_worktree_or_of_your_tree(repo: Path)
     assert mapped.returncode == 0, mapped.stderr
     assert (worktree / "src" / "mapped.txt").exists()
     entries = log(repo, run_id)
-    assert [e["input"]["cwd"] for e in entries] == ["src", "src"]  # type: ignore[index]
+    assert [e["result"]["cwd"] for e in entries] == ["src", "src"]  # type: ignore[index]
+    assert all(set(e["input"]) == {"argv", "isolation"} for e in entries)  # type: ignore[arg-type]  # not cwd
     top = sandbox_cmd("exec", run_id, "--", "sh", "-c", "pwd > top.txt", cwd=repo)
     assert top.returncode == 0 and (worktree / "top.txt").exists()
-    assert "cwd" not in log(repo, run_id)[-1]["input"]  # type: ignore[operator]
+    assert "cwd" not in log(repo, run_id)[-1]["result"]  # type: ignore[operator]
 
 
 def test_exec_of_a_command_that_cannot_start_says_so_and_records_why(repo: Path) -> None:
@@ -121,3 +122,25 @@ def test_a_session_interrupted_with_ctrl_c_is_recorded_as_interrupted(repo: Path
     resumed = sandbox_cmd("resume", run_id, "--json", cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["uncertain"] == []
+
+
+def test_a_denied_command_stays_denied_in_every_subdirectory(repo: Path) -> None:
+    """The directory is recorded in the result, not the input: a denial of tool + input (as the
+    run's host checks it for every exec) holds in any directory."""
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
+
+    run_id, worktree = started(repo)
+    project, _workdir, _ = Project.discover(str(repo))
+    run = Run.open(project, run_id)
+    planned = run.plan_call("run_command", {"argv": ["touch", "d.txt"], "isolation": "off"})
+    run.deny(planned, "not here, not anywhere")
+    served = sandbox_cmd("serve", "--json", cwd=worktree)
+    assert served.returncode == 0, served.stderr
+    pid = json.loads(served.stdout)["pid"]
+    try:
+        proc = sandbox_cmd("exec", "--isolate", "off", "--", "touch", "d.txt", cwd=worktree / "src")
+        assert proc.returncode == 1 and "not here, not anywhere" in proc.stderr.decode()
+        assert not (worktree / "src" / "d.txt").exists()
+    finally:
+        os.kill(pid, signal.SIGTERM)  # the service this test started

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.agent import confine
-from sandbox.agent.hosted import cannot_start, command_input, run_command
+from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run, new_call_id
 
@@ -62,7 +62,7 @@ def execute(
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
     how the command is confined (:mod:`sandbox.agent.confine`; None: not at all); it is part of the
     call's recorded input, and confinement that cannot be had is refused before anything is recorded.
-    ``subdir``: where in the worktree the command runs ("" for its root; recorded in the input when set).
+    ``subdir``: where in the worktree the command runs ("" for its root; recorded in the result when set).
     A command that cannot start at all (no such program, not executable) is recorded as failed with
     that reason, and its exit code is a shell's (127, 126).
     """
@@ -92,7 +92,7 @@ def execute(
     if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
         subdir = ""
     cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
-    input_value = command_input(argv, isolation, subdir)
+    input_value = command_input(argv, isolation)
     unstartable = cannot_start(argv, cwd)
     source = "scan"
     try:
@@ -112,7 +112,7 @@ def execute(
                 returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
-            call.result = {"exit_code": returncode}
+            call.result = command_result(returncode, subdir)
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
                 call.failed_with = refused.message if refused else f"exit code {returncode}"

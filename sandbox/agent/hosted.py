@@ -114,7 +114,7 @@ def run_hosted(
     the command runs, the finish is recorded in this process (a scan finds the changes).
     ``isolation(user_workdir)`` says how to confine the command (None: not at all); confinement
     that cannot be had is refused before anything is recorded. ``subdir(worktree, user_workdir)``
-    says where in the worktree the command runs (None: its root; it is recorded in the input).
+    says where in the worktree the command runs (None: its root; it is recorded in the result).
     """
     loc = locate(base_dir, run_id)
     if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
@@ -135,7 +135,7 @@ def run_hosted(
         "cwd": loc.worktree,
         "tool": tool_name,
         "call_id": call_id,
-        "input": command_input(argv, iso, where),
+        "input": command_input(argv, iso),
         "kind": "command",
     }
     start = hookproto.HookEvent(phase="start", idempotency=idempotency, replay=replay, agent="exec", **common)
@@ -159,7 +159,7 @@ def run_hosted(
         phase="finish",
         status="succeeded" if returncode == 0 else "failed",
         error=error,
-        result={"exit_code": returncode},
+        result=command_result(returncode, where),
         agent="exec",
         **common,
     )
@@ -175,17 +175,23 @@ def run_hosted(
     return HostedOutcome(call_id, finish.status, None, returncode, done.message, why)
 
 
+def command_result(returncode: int, subdir: str) -> dict[str, Any]:
+    """A command call's recorded result: its exit code, and the worktree subdirectory it ran in (when
+    not the root). Not in the input: a denial or approval of a command holds in every directory."""
+    out: dict[str, Any] = {"exit_code": returncode}
+    if subdir:
+        out["cwd"] = subdir
+    return out
+
+
 def user_workdir_of(common_dir: str) -> str | None:
     """The user's working tree of a repository's common git dir (None when bare)."""
     return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
 
 
-def command_input(argv: Sequence[str], isolation: confine.Isolation | None, subdir: str = "") -> dict[str, Any]:
-    """A command call's recorded input: its argv, the worktree subdirectory it ran in (when not the
-    root), and how it was confined when the caller said."""
+def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> dict[str, Any]:
+    """A command call's recorded input: its argv, and how it was confined when the caller said."""
     out: dict[str, Any] = {"argv": list(argv)}
-    if subdir:
-        out["cwd"] = subdir
     if isolation is not None:
         out["isolation"] = isolation.describe()
     return out

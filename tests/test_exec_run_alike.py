@@ -144,3 +144,33 @@ def test_a_denied_command_stays_denied_in_every_subdirectory(repo: Path) -> None
         assert not (worktree / "src" / "d.txt").exists()
     finally:
         os.kill(pid, signal.SIGTERM)  # the service this test started
+
+
+def test_an_agent_that_ends_cleanly_on_ctrl_c_was_still_interrupted(repo: Path) -> None:
+    """Exit 0 right after the SIGINT: the session ended on it (an agent that goes on after a Ctrl-C
+    and ends later, as Claude Code does after one, is not: see launch.INTERRUPT_WINDOW)."""
+    agent = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: (open('bye.txt', 'w').write('bye'), sys.exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    exe = Path(sys.executable).parent / "sandbox"
+    proc = subprocess.Popen(
+        [str(exe), "--json", "run", "--", sys.executable, "-c", agent],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # --json: the agent's output is on stderr; bounded by its 120 s sleep
+        if line == b"ready\n":
+            break
+    proc.send_signal(signal.SIGINT)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    data = json.loads(out)
+    assert data["interrupted"].startswith("interrupted: the session was stopped with Ctrl-C")
+    last = log(repo, data["run"])[-1]
+    assert last["status"] == "failed" and [f["path"] for f in last["files"]] == ["bye.txt"]  # type: ignore[attr-defined]

@@ -46,6 +46,9 @@ GITHOOKS_DIR = "githooks"
 STOP_GRACE = 3.0
 #: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
 INTERRUPTED_EXIT = 130
+#: Seconds between the last Ctrl-C and the agent's end within which the session counts as interrupted
+#: by it (later, the agent took it as "stop this answer" and went on).
+INTERRUPT_WINDOW = 10.0
 #: The supervisor's program: its first argument is the directory the sandbox package is imported from.
 _REAPER_MAIN = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -292,8 +295,9 @@ def run_session(
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
-    A session that got SIGINT, or whose agent exited 130, is *interrupted*: its final cut is
-    recorded ``failed`` with the reason, and a ``note`` event says so (``result.interrupted``).
+    A session whose agent ended within :data:`INTERRUPT_WINDOW` s of a SIGINT, or exited 130, is
+    *interrupted*: its final cut is recorded ``failed`` with the reason, and a ``note`` event says
+    so (``result.interrupted``).
     ``isolation``: how the agent is confined (:mod:`sandbox.agent.confine`), recorded as a ``note``
     event; confined, its hooks can only record through this session's host, so the session
     refuses to start when another process hosts the run.
@@ -305,11 +309,11 @@ def run_session(
 
     launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
-    got_sigint: list[int] = []
+    last_sigint: list[float] = []
 
     def noted(signum: int) -> None:
         if signum == signal.SIGINT:
-            got_sigint.append(signum)
+            last_sigint[:] = [time.monotonic()]
         if on_signal is not None:
             on_signal(signum)
 
@@ -356,12 +360,15 @@ def run_session(
                 launch,
             )
         finally:
-            if got_sigint or result.returncode == INTERRUPTED_EXIT:
+            # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
+            # session that ended on it, or whose agent died of SIGINT, was interrupted.
+            ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW
+            if ended_on_it:
                 result.interrupted = (
                     f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"
-                    if got_sigint
-                    else f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
                 )
+            elif result.returncode == INTERRUPTED_EXIT:
+                result.interrupted = f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
             cutter.stop()
             host.stop_hooks()
             cutter.cut_now(final=True, interrupted=result.interrupted)

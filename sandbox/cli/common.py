@@ -144,7 +144,7 @@ def shared_options(command: click.Command) -> click.Command:
 
 
 def _complete_names(param: click.Parameter) -> None:
-    """Shell completion of run ids and labels for RUN, call ids for CALL (see sandbox.cli.completion)."""
+    """Shell completion of run ids and labels for RUN, call ids for CALL (see sandbox.cli.complete)."""
     if isinstance(param, click.Argument) and (param.name == "run_id" or param.name == "rest"):
         which = "complete_runs"  # rest: exec's and run's [RUN] -- COMMAND
     elif param.name in ("call_id", "calls") and (isinstance(param, click.Argument) or "--call" in param.opts):
@@ -153,9 +153,9 @@ def _complete_names(param: click.Parameter) -> None:
         return
 
     def complete(ctx: click.Context, incomplete: str) -> Any:
-        from sandbox.cli import completion
+        from sandbox.cli import complete as names
 
-        return getattr(completion, which)(ctx, param, incomplete)
+        return getattr(names, which)(ctx, param, incomplete)
 
     # Click asks the parameter itself (Parameter.shell_complete); this one asks the run.
     setattr(param, "shell_complete", complete)  # noqa: B010

@@ -19,11 +19,12 @@ source that cannot vouch for the call (the host died, its watcher lost events) f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sandbox.agent import changes, confine
-from sandbox.agent.hosted import command_input, run_command
+from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
@@ -37,6 +38,8 @@ class ExecOutcome:
     returncode: int
     #: "host", "watcher" or "scan": where the changes were learnt from
     source: str = "scan"
+    #: The command could not start: why (it is recorded as the call's error).
+    cannot_start: str | None = None
 
 
 def execute(
@@ -52,6 +55,7 @@ def execute(
     use_host: bool = True,
     local_watcher: bool = False,
     isolation: confine.Isolation | None = None,
+    subdir: str = "",
 ) -> ExecOutcome:
     """Run ``argv`` in the worktree as one call; its changes come from ``source`` (or as picked).
 
@@ -59,6 +63,9 @@ def execute(
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
     how the command is confined (:mod:`sandbox.agent.confine`; None: not at all); it is part of the
     call's recorded input, and confinement that cannot be had is refused before anything is recorded.
+    ``subdir``: where in the worktree the command runs ("" for its root; recorded in the result when set).
+    A command that cannot start at all (no such program, not executable) is recorded as failed with
+    that reason, and its exit code is a shell's (127, 126).
     """
     confined = None
     if isolation is not None and isolation.enabled:
@@ -81,7 +88,11 @@ def execute(
         source = changes.pick(tree=own_watcher)
     if source is None:
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
+    if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
+        subdir = ""
+    cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
     input_value = command_input(argv, isolation)
+    unstartable = cannot_start(argv, cwd)
     learnt = "scan"
     try:
         with run.tool_call(
@@ -96,13 +107,15 @@ def execute(
             source.begin(call_id)
             refused: confine.ConfinementError | None = None
             try:
-                returncode = run_command(list(argv), run.worktree, confined)
+                returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
-            call.result = {"exit_code": returncode}
+            call.result = command_result(returncode, subdir)
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
                 call.failed_with = refused.message if refused else f"exit code {returncode}"
+            if unstartable is not None:
+                call.failed_with = f"the command could not start: {unstartable.message}"
             changed = source.end(call_id)
             if changed is not None:
                 call.touched.update(changed)
@@ -115,4 +128,4 @@ def execute(
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, learnt)
+    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None)

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
+#: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
+INTERRUPTED_EXIT = 130
+#: Seconds between the last Ctrl-C and the agent's end within which the session counts as interrupted
+#: by it (later, the agent took it as "stop this answer" and went on).
+INTERRUPT_WINDOW = 10.0
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
@@ -89,6 +94,8 @@ class SessionResult:
     stopped: list[dict[str, Any]] = field(default_factory=list)
     #: The session's token and supervisor (see :mod:`sandbox.agent.procs`).
     scope: ProcessScope | None = None
+    #: The session was interrupted (Ctrl-C / SIGINT reached it, or the agent exited 130): why, else None.
+    interrupted: str | None = None
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -168,11 +175,15 @@ def agent_env(
 # -- cutting changes into agent_session calls ----------------------------------------------------
 
 
-def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> str | None:
+def cut(
+    run: Run, candidates: set[str] | None, reason: str = "quiet point", interrupted: str | None = None
+) -> str | None:
     """Record the worktree's unrecorded changes among ``candidates`` (None: scan) as one call.
 
     Nothing is recorded when a call is in flight (its own finish will capture its changes) or
-    when nothing differs from the run's head. Returns the new call's id.
+    when nothing differs from the run's head. Returns the new call's id. ``interrupted``: the
+    session was interrupted (why); the call is then ``failed`` with that error, not ``succeeded``,
+    because the agent did not finish the work these changes belong to (they are kept all the same).
     """
     from sandbox.store import objects
     from sandbox.store.capture import capture
@@ -200,7 +211,10 @@ def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> s
             replay="ask",
             summary=f"{len(changed)} path(s) changed by the agent outside recorded tool calls",
         )
-        run.finish_call(call_id, CallStatus.succeeded, paths=changed)
+        if interrupted:
+            run.finish_call(call_id, CallStatus.failed, paths=changed, error=interrupted)
+        else:
+            run.finish_call(call_id, CallStatus.succeeded, paths=changed)
         return call_id
 
 
@@ -267,7 +281,7 @@ class Cutter:
             self._seen_event = last
             self.cut_now()
 
-    def cut_now(self, final: bool = False) -> None:
+    def cut_now(self, final: bool = False, interrupted: str | None = None) -> None:
         """Cut now: with the host window's paths when it vouches, else (or when ``final``) a scan."""
         with self.lock:
             if any(e.status == CallStatus.started for e in self.run.state().calls.values()):
@@ -277,7 +291,8 @@ class Cutter:
                 paths = self.changes.end(self._window)
                 self._open_window()
             try:
-                made = cut(self.run, None if final else paths, "session end" if final else "quiet point")
+                reason = ("session interrupted" if interrupted else "session end") if final else "quiet point"
+                made = cut(self.run, None if final else paths, reason, interrupted)
             except Exception as exc:  # a failed cut must not end the session; the final scan retries
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return
@@ -315,9 +330,20 @@ def run_session(
     event; confined, its hooks can only record through the repository's host, so the session
     refuses to start when no host can be had. ``start_host()`` spawns one (``sandbox serve``)
     without waiting; without it, a host that does not live already is not started.
+    A session whose agent ended within :data:`INTERRUPT_WINDOW` s of a SIGINT, or exited 130, is
+    *interrupted*: its final cut is recorded ``failed`` with the reason, and a ``note`` event says
+    so (``result.interrupted``).
     The run is left in place. Must be called from the main thread (signal handlers).
     """
     from sandbox.agent import wire
+
+    last_sigint: list[float] = []
+
+    def noted(signum: int) -> None:
+        if signum == signal.SIGINT:
+            last_sigint[:] = [time.monotonic()]
+        if on_signal is not None:
+            on_signal(signum)
 
     launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
@@ -359,15 +385,24 @@ def run_session(
             list(argv),
             cwd,
             agent_env(env, run, hooks_dir, token),
-            on_signal,
+            noted,
             is_foreground,
             grace,
             result,
             launch,
         )
     finally:
+        # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
+        # session that ended on it, or whose agent died of SIGINT, was interrupted.
+        ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW
+        if ended_on_it:
+            result.interrupted = (
+                f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"
+            )
+        elif result.returncode == INTERRUPTED_EXIT:
+            result.interrupted = f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
         cutter.stop()
-        cutter.cut_now(final=True)
+        cutter.cut_now(final=True, interrupted=result.interrupted)
         _record_end(run, result)
     result.cuts = cutter.cuts
     result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
@@ -421,15 +456,20 @@ def _boot_id() -> str | None:
 
 
 def _record_end(run: Run, result: SessionResult) -> None:
-    """A ``note`` event saying how the agent ended and which of its processes were stopped."""
-    if not result.stopped:
+    """A ``note`` event saying how the agent ended: interrupted, and which of its processes were stopped."""
+    if not result.stopped and not result.interrupted:
         return
     data = {
         "agent_session": result.scope.model_dump(mode="json") if result.scope else None,
         "agent_exit": result.returncode,
         "stopped_processes": result.stopped,
+        "interrupted": result.interrupted,
     }
-    reason = f"the agent exited ({result.returncode}); {len(result.stopped)} process(es) it left running were stopped"
+    reason = f"the agent exited ({result.returncode})"
+    if result.interrupted:
+        reason = result.interrupted
+    if result.stopped:
+        reason += f"; {len(result.stopped)} process(es) it left running were stopped"
     with contextlib.suppress(Exception):  # the record is evidence, never a reason to fail the session
         run.record(EventKind.note, reason=reason, data=data, epoch=run.state().epoch)
 

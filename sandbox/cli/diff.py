@@ -35,7 +35,7 @@ def diff(
         emit_json(
             {
                 "run": run.run_id,
-                "call": call_id,
+                "call_id": call_id,
                 "from": rng.old,
                 "to": rng.new,
                 "files": diff_files(run, rng),

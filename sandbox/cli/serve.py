@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import open_project
+from sandbox.cli.common import emit_json, open_project, wants_json
 
 if TYPE_CHECKING:
     from sandbox.agent.host import Host
@@ -43,15 +43,20 @@ def serve(
     from sandbox.agent import host, wire
 
     project, _workdir, cwd_run = open_project(ctx)
+    named: str | None = None
     if run_id is not None or cwd_run is not None:
         from sandbox.run.names import resolve_run
         from sandbox.run.run import Run
 
-        Run.open(project, resolve_run(project, run_id, cwd_run))  # a wrong RUN is refused here
+        named = Run.open(project, resolve_run(project, run_id, cwd_run)).run_id  # a wrong RUN is refused here
+    as_json = wants_json(ctx)
     served = host.Host(project, max_runs_watched=max_runs_watched, max_watches=max_watches)
     if wire.host_alive(project.common_dir):
         pid = host.host_pid(project.common_dir)
-        click.echo(f"sandbox: this repository's runs are already hosted (pid {pid or '?'}); nothing to do.")
+        if as_json:
+            emit_json({"run": named, "started": False, "pid": pid, "log": None})
+        else:
+            click.echo(f"sandbox: this repository's runs are already hosted (pid {pid or '?'}); nothing to do.")
         return
     if foreground:
         _serve(served, idle_exit, None)
@@ -66,13 +71,19 @@ def serve(
     os.close(write_fd)
     answer = _read_answer(read_fd, timeout=120.0)
     if answer.startswith("busy"):
-        click.echo("sandbox: this repository's runs are already hosted; nothing to do.")
+        if as_json:
+            emit_json({"run": named, "started": False, "pid": host.host_pid(project.common_dir), "log": None})
+        else:
+            click.echo("sandbox: this repository's runs are already hosted; nothing to do.")
         return
     if not answer.startswith("ready "):
         from sandbox.errors import UsageError
 
         raise UsageError(f"The host for this repository did not start: {answer or 'it died'}.")
     log_path = os.path.join(wire.host_dir(project.common_dir), wire.LOG)
+    if as_json:
+        emit_json({"run": named, "started": True, "pid": int(answer.split()[1]), "log": log_path})
+        return
     click.echo(f"sandbox: hosting this repository's runs in the background (pid {answer.split()[1]}); log: {log_path}")
 
 

@@ -27,7 +27,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
     click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
-    click.echo(f"  head:      {row['head'][:12]}")
+    click.echo(f"  head:      {row['run_head'][:12]}")
     by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
     click.echo(f"  calls:     {row['calls']} ({by})")
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied")

@@ -405,7 +405,8 @@ def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, 
     assert len(bash) == 1 and bash[0]["status"] == "succeeded", log  # recorded by the host, outside
     assert "planted-link" in [f["path"] for f in bash[0]["files"]]
     notes = [n for n in open_run(world["user"], world["run"]).state().data.note]
-    assert [n["isolation"] for n in notes] == ["bwrap, network on"]
+    # Other notes (processes the agent left running, stopped at its end) may come too.
+    assert [n["isolation"] for n in notes if "isolation" in n] == ["bwrap, network on"]
 
 
 def test_run_confined_without_network(world: dict[str, Any]) -> None:

@@ -42,6 +42,11 @@ COMMANDS = {
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
+    # runs that travel and multiply
+    "push": "sandbox.cli.push:push",
+    "fetch": "sandbox.cli.fetch:fetch",
+    "fork": "sandbox.cli.fork:fork",
+    "compare": "sandbox.cli.compare:compare",
 }
 
 

@@ -106,6 +106,14 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     return verified(run)
 
 
+def ensure_worktree(run: Run) -> str | None:
+    """Make the run's worktree here when it has none in this repository (a fetched run); the line
+    to show, or None (see :mod:`sandbox.run.materialize`)."""
+    from sandbox.run.materialize import ensure
+
+    return ensure(run)
+
+
 def verified(run: Run) -> Run:
     """``run`` with its ledger read and verified; what did not match is printed, one line each."""
     run.ledger.state()

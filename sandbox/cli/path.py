@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import ensure_worktree, open_run
 
 
 @click.command()
 @click.argument("run_id", required=False)
 @click.pass_context
 def path(ctx: click.Context, run_id: str | None) -> None:
-    """Print the absolute path of RUN's worktree."""
-    click.echo(open_run(ctx, run_id).worktree)
+    """Print the absolute path of RUN's worktree (made first for a run fetched from elsewhere)."""
+    run = open_run(ctx, run_id)
+    made = ensure_worktree(run)
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
+    click.echo(run.worktree)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import ensure_worktree, open_run
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -32,6 +32,9 @@ def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: 
     from sandbox.errors import UsageError
 
     run = open_run(ctx, run_id)
+    made = ensure_worktree(run)
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     if not run.worktree_exists():
         raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
     lock = service.try_claim(run.dir)

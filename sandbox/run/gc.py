@@ -111,8 +111,28 @@ def collect(project: Project, force: bool = False) -> GcReport:
             continue
         shutil.rmtree(admin, ignore_errors=True)
         report.admin_dirs.append(admin)
+    _finish_interrupted_homes(project, sorted(live), report)
     _move_legacy_runs(project, sorted(live), report)
     return report
+
+
+def _finish_interrupted_homes(project: Project, live: list[str], report: GcReport) -> None:
+    """Remove homes a killed command was making for a fetched run (the next command makes it again)."""
+    from sandbox.run import materialize
+    from sandbox.run.run import Run
+
+    for run_id in live:
+        run = Run(project, run_id)
+        if not materialize.interrupted(run):
+            continue
+        try:
+            with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                if materialize.interrupted(run):
+                    place = run.place
+                    report.bytes_freed += materialize.discard_interrupted(run)
+                    report.worktrees.append(place.worktree)
+        except LockedError:
+            report.skipped_busy.append(run_id)
 
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:

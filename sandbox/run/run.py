@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -193,6 +194,7 @@ class Run:
                 worktree=path,
                 user_workdir=workdir,
                 submodules=snap.submodules,
+                host=socket.gethostname(),
             )
             event = Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info, pid=os.getpid())
             run.ledger.append(event, keep=[snap.commit])

@@ -119,6 +119,8 @@ PREFIX_PLAN: dict[str, list[str]] = {
     "tree.write.": ["apply@2", "apply-undo@1", "undo-user@1", "undo-sandbox@1", "redo@1", "continue@1", "rollback@1"],
     "checkpoint.save.": ["checkpoint"],
     "resume.": ["resume"],
+    # Making the worktree of a run fetched from another clone (sandbox.run.materialize).
+    "materialize.": ["materialize"],
     "recovery.rollback_files.": ["rollback-files"],
     "recovery.rollback_session.": ["rollback-session"],
     "recovery.compensate.": ["compensate"],
@@ -384,6 +386,27 @@ def scenario_relocate(root: Path, fault: str) -> str:
     git(root, "gc", "-q", "--prune=now")
     assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"
     return "gc"
+
+
+def scenario_materialize(root: Path, fault: str) -> str:
+    """A command making a fetched run's worktree is killed; the next command makes it, gc reclaims."""
+    run_id = run_with_history(root, "travelled")
+    before = capture_before(root, [run_id])
+    clone = root.parent / f"{root.name}-clone"
+    git(root.parent, "clone", "-q", str(root), str(clone))
+    git(clone, "fetch", "-q", str(root), "refs/sandbox/*:refs/sandbox/*")
+    proc = sb("path", run_id, cwd=clone, fault=fault)
+    assert proc.returncode == -9, f"not killed at {fault}: exit {proc.returncode} {proc.stderr.decode()}"
+    ok("gc", cwd=clone)
+    wt = Path(ok("path", run_id, cwd=clone).strip())
+    assert (wt / "src/app.py").read_text() == "print('agent')\n" and not (wt / "data/blob.bin").exists()
+    assert not wt.is_relative_to(root)
+    homes = {p.name for p in wt.parent.parent.iterdir()}
+    assert homes == {run_id}, homes
+    assert_run_usable(clone, run_id)
+    assert_user_untouched(root, before)
+    assert_acknowledged_kept(root, before, run_id)
+    return "gc, path"
 
 
 # -- merge-back: apply, undo, redo, and their recovery ------------------------------------------
@@ -704,6 +727,7 @@ SCENARIOS: dict[str, Callable[[Path, str], str]] = {
     "rollback": scenario_rollback,
     "checkpoint": scenario_checkpoint,
     "resume": scenario_resume,
+    "materialize": scenario_materialize,
     "rollback-files": scenario_rollback_files,
     "rollback-session": scenario_rollback_session,
     "compensate": scenario_compensate,

@@ -1,0 +1,87 @@
+"""Giving a run a worktree in this repository when it has none yet (a run fetched from elsewhere).
+
+A run's refs travel (``sandbox push`` / ``fetch``, or plain git); its home does not: it is made per
+repository, from the repository the command runs in (:func:`sandbox.store.layout.place_of`). A run
+that arrived by fetch has no home here. Commands that only read the record (``log``, ``diff``,
+``apply``, ``undo``, ``status``) work without one; commands that need files (``exec``, ``run``,
+``path``, ``hooks install``, ``resume``) call :func:`ensure`, which makes the home from the run's
+head and says so in one line.
+
+Crash safety: under the run's lock, a marker ``materializing`` is written in the run's directory
+*before* the home is recorded and created, and removed once the worktree is complete. A command
+killed in between leaves the marker: the next :func:`ensure` (or ``sandbox gc``) removes the half-made
+home, which holds nothing but a checkout of a recorded commit, and (for ``ensure``) makes it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from sandbox import faults
+from sandbox.run.run import Run
+from sandbox.store import layout, worktree
+from sandbox.store.fsutil import atomic_write
+
+#: In the run's directory while a home is being made for it; what a crash leaves is discarded.
+MARKER = "materializing"
+
+faults.POINTS.update({"materialize.after_marker", "materialize.after_place"})
+
+
+def has_place_here(run: Run) -> bool:
+    """True when the run has (or had) a home or a legacy worktree in this repository."""
+    common = run.project.common_dir
+    if layout.recorded_home(common, run.run_id) is not None:
+        return True
+    legacy = layout.legacy_place(common, run.run_id)
+    return os.path.lexists(legacy.worktree) or os.path.lexists(legacy.git_dir)
+
+
+def interrupted(run: Run) -> bool:
+    """True when a home was being made for the run and the command making it did not finish."""
+    return os.path.exists(os.path.join(run.dir, MARKER))
+
+
+def discard_interrupted(run: Run) -> int:
+    """Remove a half-made home (the caller holds the run's lock); bytes freed."""
+    home = layout.recorded_home(run.project.common_dir, run.run_id)
+    freed = 0
+    if home is not None:
+        freed = worktree.remove_place(run.project.common_dir, layout.home_place(home))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run.dir, layout.PLACE_FILE))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run.dir, MARKER))
+    run._place = None
+    return freed
+
+
+def ensure(run: Run) -> str | None:
+    """Make the run's worktree here from its head when the run has none in this repository.
+
+    Returns the one line to show the user when a worktree was made, else None. A run whose home
+    exists but is broken (its worktree deleted by hand, say) is left to ``sandbox resume``, which
+    reports what was there: the caller's usual "worktree missing" refusal still applies to it.
+    """
+    if run.worktree_exists() and not interrupted(run):
+        return None
+    with run.ledger.lock.hold():
+        if interrupted(run):
+            discard_interrupted(run)
+        elif run.worktree_exists() or has_place_here(run):
+            return None
+        head = run.head()
+        os.makedirs(run.dir, exist_ok=True)
+        atomic_write(os.path.join(run.dir, MARKER), b"")
+        faults.point("materialize.after_marker")
+        place = run.make_place(head)
+        faults.point("materialize.after_place")
+        from sandbox.run import include
+
+        report = include.populate(run.user_workdir, place.worktree, run.dir)
+        os.unlink(os.path.join(run.dir, MARKER))
+    line = f"run {run.run_id} had no worktree in this repository; made one at its head {head[:12]} in {place.worktree}"
+    if report.copied:
+        line += f" (copied {', '.join(report.copied[:5])})"
+    return line + "."

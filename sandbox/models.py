@@ -211,6 +211,9 @@ class Event(_Model):
     #: On ``call_started``: the agent session the call ran in, to find its processes later.
     procs: ProcessScope | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    #: The clone (the user's repository on one machine) that wrote the event: an apply, or an undo
+    #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.run.remote`).
+    clone: str | None = None
 
 
 class LedgerEntry(_Model):
@@ -267,6 +270,8 @@ class LedgerState(_Model):
     ended: bool = False
     dropped: bool = False
     data: dict[str, Any] = Field(default_factory=dict)
+    #: The clone this fold is for: merge-back events of other clones (their trees) are not folded.
+    clone: str | None = None
 
 
 # --- merge-back models (apply journal, apply/undo reports) ---

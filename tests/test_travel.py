@@ -205,3 +205,25 @@ def test_a_command_killed_while_making_the_worktree_is_completed_by_the_next(tmp
     assert (wt / "x.txt").read_text() == "x\n"
     assert sorted(p.name for p in homes_of(b).iterdir()) == [run_id]
     sb(runner, b, "exec", run_id, "--", "true")
+
+
+def test_an_apply_in_one_clone_is_not_taken_for_an_apply_in_another(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, _bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", "echo agent > agent.txt")
+    sb(runner, a, "push", run_id)
+    sb(runner, b, "fetch")
+    sb(runner, b, "apply", run_id)
+    assert json.loads(sb(runner, b, "log", run_id, "--json"))[0]["applied"]
+    sb(runner, b, "push", run_id)
+    sb(runner, a, "fetch")
+    # A's tree never got the change: A's ledger fold says so, and A's apply writes it into A.
+    assert not json.loads(sb(runner, a, "log", run_id, "--json"))[0]["applied"]
+    result = runner.invoke(cli, ["-C", str(a), "drop", run_id])
+    assert result.exit_code == 1 and "not applied to your tree" in result.output
+    sb(runner, a, "apply", run_id)
+    assert (a / "agent.txt").read_text() == "agent\n"
+    assert json.loads(sb(runner, a, "log", run_id, "--json"))[0]["applied"]
+    sb(runner, a, "undo", run_id)  # in A's tree, from A's own record
+    assert not (a / "agent.txt").exists() and (b / "agent.txt").exists()

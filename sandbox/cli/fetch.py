@@ -21,13 +21,13 @@ def fetch(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     forward: a run both sides recorded into since they last met is refused, never merged. A fetched
     run gets its worktree here when a command needs one (exec, run, path, resume).
     """
-    from sandbox.cli.push import _interactive
+    from sandbox.cli.push import _interactive, remote_arg
     from sandbox.run import remote
 
     project, _workdir, _cwd_run = open_project(ctx)
     given = list(args)
     if given and (given[0] in project.repo.remotes.names() or _looks_like_remote(given[0])):
-        name = given.pop(0)
+        name = remote_arg(ctx, given.pop(0))
     else:
         name = remote.default_remote(project)
     report = remote.fetch(project, name, given, interactive=_interactive())

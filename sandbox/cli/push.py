@@ -27,7 +27,7 @@ def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
         raise click.UsageError("Push one run at a time: sandbox push RUN [REMOTE]")
     given, where = (run_ids[0] if run_ids else None), (run_ids[1] if len(run_ids) == 2 else None)
     run_id = project.resolve_run_id(given, cwd_run)
-    name = where or remote.default_remote(project)
+    name = remote_arg(ctx, where) if where else remote.default_remote(project)
     report = remote.push(project, [run_id], name, interactive=_interactive())
     if as_json:
         emit_json({"remote": report.remote, "runs": [t.to_json() for t in report.runs]})
@@ -41,6 +41,18 @@ def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
                 click.echo(f"sandbox: {item.message}", err=True)
     if not report.ok:
         sys.exit(1)
+
+
+def remote_arg(ctx: click.Context, given: str) -> str:
+    """A remote as given; a relative path to a repository is taken from where the command runs."""
+    import os
+
+    from sandbox.cli.common import base_dir
+
+    path = os.path.join(base_dir(ctx), given)
+    if not os.path.isabs(given) and "://" not in given and os.path.isdir(path):
+        return os.path.abspath(path)
+    return given
 
 
 def _interactive() -> bool:

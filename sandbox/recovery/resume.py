@@ -134,7 +134,7 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
             events = run.ledger.events()
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
-        state = LedgerState()
+        state = run.ledger.new_state()
         for oid, event in events:
             fold_event(state, event, oid)
         # Every event was just re-read: compare the fold the other commands use with it.

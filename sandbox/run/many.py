@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from sandbox import faults
 from sandbox.errors import SandboxError, UsageError
-from sandbox.models import TERMINAL_STATUSES, Event, EventKind, LedgerState, RunInfo
+from sandbox.models import TERMINAL_STATUSES, Event, EventKind, RunInfo
 from sandbox.run.run import Run, new_run_id, ref_name
 from sandbox.store import layout, objects, snapshot, worktree
 from sandbox.store.ledger import fold_event, new_event_id
@@ -154,7 +154,7 @@ def state_at(source: Run, at: str | None) -> tuple[str, str | None]:
         return source.head(), None
     state = source.state()
     if at in state.calls:
-        folded = LedgerState()
+        folded = source.ledger.new_state()
         for oid, event in source.ledger.events():
             fold_event(folded, event, oid)
             entry = folded.calls.get(at)

@@ -136,7 +136,9 @@ def _git_remote(project: Project, args: Sequence[str], interactive: bool, check:
     out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     if check and proc.returncode != 0:
         lines = [line.strip() for line in err.splitlines() if line.strip() and not line.startswith("hint:")]
-        raise RemoteError(f"git {args[0]} failed: {lines[-1] if lines else f'exit code {proc.returncode}'}")
+        fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+        detail = (fatal or lines or [f"exit code {proc.returncode}"])[0]
+        raise RemoteError(f"git {args[0]} failed ({detail}); nothing was changed here.")
     return proc.returncode, out, err
 
 

@@ -352,7 +352,16 @@ class Run:
     # -- recording calls -----------------------------------------------------------------------
 
     def _event(self, kind: EventKind, call_id: str | None = None, **fields: Any) -> Event:
-        return Event(event_id=new_event_id(), kind=kind, run_id=self.run_id, call_id=call_id, pid=os.getpid(), **fields)
+        clone = self.ledger.ensure_clone()  # merge-back concerns this clone's tree only (runs travel)
+        return Event(
+            event_id=new_event_id(),
+            kind=kind,
+            run_id=self.run_id,
+            call_id=call_id,
+            pid=os.getpid(),
+            clone=clone,
+            **fields,
+        )
 
     def _spec(
         self,

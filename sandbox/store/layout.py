@@ -90,6 +90,17 @@ def run_dir(common_dir: str, run_id: str) -> str:
     return os.path.join(common_dir, STATE_DIR, RUNS, run_id)
 
 
+#: In ``<common>/sandbox``: a random id of this clone (this repository on this machine), never pushed.
+CLONE_FILE = "clone-id"
+CLONE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def clone_id(common_dir: str) -> str | None:
+    """This clone's id (None until something of the sandbox recorded an event here)."""
+    text = _read_text(os.path.join(common_dir, STATE_DIR, CLONE_FILE))
+    return text if text and CLONE_ID_RE.match(text) else None
+
+
 def legacy_worktrees_dir(common_dir: str) -> str:
     """Where runs made before homes existed keep their linked worktrees."""
     return os.path.join(common_dir, STATE_DIR, LEGACY_WORKTREES)

@@ -113,14 +113,30 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     assert wt.is_relative_to(homes_of(b)) and (wt / "made.txt").read_text() == "from-the-agent\n"
     assert (wt / "b.txt").exists()
     report = json.loads(sb(runner, b, "resume", run_id, "--json"))
-    assert report["checkpoint"]["label"] == "after two calls"
+    assert report["checkpoint"]["label"] == "after two calls" and report["note"]
     assert len(json.loads(sb(runner, b, "log", run_id, "--json"))) == 3
+    # Every other command in B: still nothing of A's.
+    proc = sandbox_cmd("run", run_id, "--", "sh", "-c", "echo ran > ran.txt", cwd=b)
+    assert proc.returncode == 0, proc.stderr
+    assert (wt / "ran.txt").exists() and not (a / "ran.txt").exists()
+    sb(runner, b, "hooks", "install", "claude-code", run_id)
+    sb(runner, b, "checkpoint", run_id, "--label", "in b")
+    sb(runner, b, "checkpoints", run_id)
+    sb(runner, b, "list")
+    sb(runner, b, "status", run_id)
+    fork = json.loads(sb(runner, b, "fork", run_id, "--json"))
+    assert Path(fork["worktree"]).is_relative_to(homes_of(b))
+    compared = json.loads(sb(runner, b, "compare", run_id, fork["run"], "--check", "test -f b.txt", "--json"))
+    assert [r["check"]["exit"] for r in compared["runs"]] == [0, 0]
+    sb(runner, b, "drop", "--all-but", run_id)
+    sb(runner, b, "gc")
     assert everything_of(a) == before
 
     # Back to A: B's call arrives, A's ledger moves forward; A's worktree is A's own.
     assert "Pushed run" in sb(runner, b, "push", run_id)
     assert f"Run {run_id} (travel): " in sb(runner, a, "fetch")
-    assert len(json.loads(sb(runner, a, "log", run_id, "--json"))) == 3
+    b_calls = [c["call_id"] for c in json.loads(sb(runner, b, "log", run_id, "--json"))]
+    assert [c["call_id"] for c in json.loads(sb(runner, a, "log", run_id, "--json"))] == b_calls
 
 
 def test_plain_git_moves_a_run_too(tmp_path: Path) -> None:

@@ -243,3 +243,41 @@ def test_an_apply_in_one_clone_is_not_taken_for_an_apply_in_another(tmp_path: Pa
     assert json.loads(sb(runner, a, "log", run_id, "--json"))[0]["applied"]
     sb(runner, a, "undo", run_id)  # in A's tree, from A's own record
     assert not (a / "agent.txt").exists() and (b / "agent.txt").exists()
+
+
+def test_the_agents_own_git_travels_with_the_run(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    script = (
+        "echo one > one.txt && git add one.txt && git commit -q -m 'agent: one' && git tag v1 && "
+        "git branch feature && echo wip > wip.txt"
+    )
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", script)
+    a_wt = Path(sb(runner, a, "path", run_id).strip())
+    agent_head = git(a_wt, "rev-parse", "HEAD").strip()
+    sb(runner, a, "push", run_id)
+    names = git(bare, "for-each-ref", "--format=%(refname)", f"refs/sandbox/{run_id}/git/").split()
+    prefix = f"refs/sandbox/{run_id}/git/"
+    assert {n[len(prefix) :] for n in names} == {
+        "HEAD",
+        f"refs/heads/sandbox/{run_id}",
+        "refs/heads/feature",
+        "refs/tags/v1",
+    }
+    sb(runner, b, "fetch")
+    wt = Path(sb(runner, b, "path", run_id).strip().splitlines()[-1])
+    assert git(wt, "rev-parse", "HEAD").strip() == agent_head
+    assert git(wt, "log", "-1", "--format=%s").strip() == "agent: one"
+    assert git(wt, "rev-parse", "feature").strip() == agent_head and git(wt, "rev-parse", "v1").strip()
+    assert git(wt, "status", "--porcelain").strip() == "?? wip.txt"  # as the agent left it in A
+    status = json.loads(sb(runner, b, "status", run_id, "--json"))
+    assert status["agent_git"]["commit_count"] == 1
+    # The agent deletes its branch in B; the next push removes it from the remote too.
+    sb(runner, b, "exec", run_id, "--", "git", "branch", "-D", "feature")
+    sb(runner, b, "push", run_id)
+    assert f"{prefix}refs/heads/feature" not in git(bare, "for-each-ref", "--format=%(refname)")
+    # Plain gc in the user's repository keeps the agent's commit the run's refs name (git fsck clean).
+    git(b, "gc", "-q", "--prune=now")
+    git(b, "fsck", "--strict", "--no-dangling")
+    assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"

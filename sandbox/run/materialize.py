@@ -76,6 +76,7 @@ def ensure(run: Run) -> str | None:
         atomic_write(os.path.join(run.dir, MARKER), b"")
         faults.point("materialize.after_marker")
         place = run.make_place(head)
+        restored = _agent_git(run, place, head)
         faults.point("materialize.after_place")
         from sandbox.run import include
 
@@ -84,4 +85,32 @@ def ensure(run: Run) -> str | None:
     line = f"run {run.run_id} had no worktree in this repository; made one at its head {head[:12]} in {place.worktree}"
     if report.copied:
         line += f" (copied {', '.join(report.copied[:5])})"
+    if restored:
+        line += f"; the agent's own git came along ({restored} branch(es) and tag(s))"
     return line + "."
+
+
+def _agent_git(run: Run, place: layout.Place, head: str) -> int:
+    """Give the new git dir the agent's branches, tags and HEAD commit that travelled with the run.
+
+    They arrived as ``refs/sandbox/<run>/git/...`` in the user's repository (``sandbox fetch``), with
+    their objects, which the run's git dir reaches through its alternates. The worktree keeps the
+    run's recorded files; the run's branch moves to the agent's HEAD commit with ``git reset``
+    (mixed: index only), so ``git status`` there shows what the agent had not committed, as it did
+    on the machine the run came from. Returns how many refs were restored.
+    """
+    from sandbox.run.remote import AGENT_PREFIX
+    from sandbox.store.gitcli import git
+
+    prefix = layout.ref_prefix(run.run_id) + AGENT_PREFIX
+    refs = {n[len(prefix) :]: str(run.repo.references[n].target) for n in run.repo.references if n.startswith(prefix)}
+    agent_head = refs.pop("HEAD", None)
+    own = f"refs/heads/{layout.run_branch(run.run_id)}"
+    count = 0
+    for name, oid in sorted(refs.items()):
+        if name.startswith(("refs/heads/", "refs/tags/")) and name != own:
+            git(["update-ref", name, oid], cwd=place.worktree)
+            count += 1
+    if agent_head is not None and agent_head != head:
+        git(["reset", "-q", "--mixed", agent_head], cwd=place.worktree)
+    return count

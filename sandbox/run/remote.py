@@ -51,6 +51,9 @@ from sandbox.store.project import Project
 
 #: The refs of a run that travel, in the order they are listed.
 RUN_REFS = ("ledger", "head", "base", "checkpoints")
+#: The agent's own git (the run's git dir: its branches, tags and HEAD) travels under
+#: ``refs/sandbox/<run>/git/<ref>`` (``git/refs/heads/x``, ``git/refs/tags/v1``, ``git/HEAD``).
+AGENT_PREFIX = "git/"
 #: Refs that move sideways (undo, rollback, checkpoint retention): pushed with a lease, not fast-forward.
 LEASED = ("head", "checkpoints")
 FETCHED_FILE = "fetched.json"
@@ -130,8 +133,13 @@ def _check_remote(project: Project, remote: str) -> None:
         )
 
 
-def _git_remote(project: Project, args: Sequence[str], interactive: bool, check: bool = True) -> tuple[int, str, str]:
+def _git_remote(
+    project: Project, args: Sequence[str], interactive: bool, check: bool = True, objects_dirs: Sequence[str] = ()
+) -> tuple[int, str, str]:
     env = {} if not interactive else {"GIT_TERMINAL_PROMPT": "1"}
+    if objects_dirs:
+        # The agent's own commits live in the run's git dir: git reads them from there for the push.
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.pathsep.join(objects_dirs)
     proc = git(["--git-dir", project.common_dir, *args], cwd=project.common_dir, env=env, check=False)
     out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     if check and proc.returncode != 0:
@@ -150,18 +158,51 @@ def remote_runs(project: Project, remote: str, interactive: bool = False) -> dic
     for line in out.splitlines():
         oid, _, name = line.partition("\t")
         parts = name.split("/")
-        if len(parts) == 4 and name.startswith(layout.REF_ROOT) and layout.valid_run_id(parts[2]):
-            runs.setdefault(parts[2], {})[parts[3]] = oid
+        if len(parts) >= 4 and name.startswith(layout.REF_ROOT) and layout.valid_run_id(parts[2]):
+            rest = "/".join(parts[3:])
+            if rest in RUN_REFS or rest.startswith(AGENT_PREFIX):
+                runs.setdefault(parts[2], {})[rest] = oid
     return runs
 
 
 def _local_refs(project: Project, run_id: str) -> dict[str, str]:
+    """The run's refs in the user's repository: ``{ledger: oid, ..., git/refs/heads/x: oid}``."""
     out = {}
-    for name in RUN_REFS:
-        ref = project.repo.references.get(layout.ref_name(run_id, name))
-        if ref is not None:
-            out[name] = str(ref.target)
+    prefix = layout.ref_prefix(run_id)
+    for name in project.repo.references:
+        if name.startswith(prefix):
+            rest = name[len(prefix) :]
+            if rest in RUN_REFS or rest.startswith(AGENT_PREFIX):
+                out[rest] = str(project.repo.references[name].target)
     return out
+
+
+def agent_refs(project: Project, run_id: str) -> tuple[dict[str, str], str | None]:
+    """The agent's own git refs of a run, named as they travel (``git/refs/heads/x``, ``git/HEAD``),
+    and the objects directory they need (None: the user's own store has them).
+
+    From the run's git dir when the run has a home here; else the copies a fetch left in the user's
+    repository (a fetched run whose worktree was never made here).
+    """
+    place = project.place(run_id)
+    if place.legacy or not os.path.isdir(os.path.join(place.git_dir, "objects")):
+        local = _local_refs(project, run_id)
+        return {n: oid for n, oid in local.items() if n.startswith(AGENT_PREFIX)}, None
+    try:
+        repo = pygit2.Repository(place.git_dir)
+    except pygit2.GitError:
+        return {}, None
+    out: dict[str, str] = {}
+    for name in repo.references:
+        if name.startswith(("refs/heads/", "refs/tags/")):
+            # Peeled to commits (an annotated tag's message stays behind): every ref under
+            # refs/sandbox names a commit (docs/refs-layout.md).
+            with contextlib.suppress(pygit2.GitError, KeyError, ValueError):
+                out[AGENT_PREFIX + name] = str(repo.references[name].peel(pygit2.Commit).id)
+    with contextlib.suppress(pygit2.GitError):
+        if not repo.head_is_unborn:
+            out[AGENT_PREFIX + "HEAD"] = str(repo.head.target)
+    return out, os.path.join(place.git_dir, "objects")
 
 
 def _has(repo: pygit2.Repository, oid: str) -> bool:
@@ -211,17 +252,21 @@ def push(project: Project, run_ids: Iterable[str], remote: str, interactive: boo
     theirs = remote_runs(project, remote, interactive)
     refspecs: list[str] = []
     leases: list[str] = []
+    objects_dirs: list[str] = []
     going: list[Transfer] = []
     for run_id in run_ids:
         run = Run.open(project, run_id)
         info = run.info
-        mine = _local_refs(project, run_id)
+        mine = {n: oid for n, oid in _local_refs(project, run_id).items() if n in RUN_REFS}
+        agent, agent_objects = agent_refs(project, run_id)
+        mine.update(agent)
         remote_refs = theirs.get(run_id, {})
         item = Transfer(run_id, "pushed", label=info.label, host=info.host)
         report.runs.append(item)
         their_ledger = remote_refs.get("ledger")
         relation = "ahead" if their_ledger is None else _relation(project.repo, mine["ledger"], their_ledger)
-        if relation == "same" and all(remote_refs.get(n) == mine.get(n) for n in mine):
+        gone = [n for n in remote_refs if n.startswith(AGENT_PREFIX) and n not in mine]
+        if relation == "same" and all(remote_refs.get(n) == mine.get(n) for n in mine) and not gone:
             item.outcome = "up_to_date"
             continue
         if relation == "behind":
@@ -236,15 +281,26 @@ def push(project: Project, run_ids: Iterable[str], remote: str, interactive: boo
             item.message = _diverged(run_id, remote)
             continue
         item.events = _count_between(project, run_id, mine["ledger"], their_ledger)
-        for name in mine:
+        for name, oid in mine.items():
             ref = layout.ref_name(run_id, name)
-            refspecs.append(f"{ref}:{ref}")
-            if name in LEASED:
+            # The agent's refs are pushed by commit id: their objects may be in the run's own store.
+            refspecs.append(f"{oid}:{ref}" if name.startswith(AGENT_PREFIX) else f"{ref}:{ref}")
+            if name in LEASED or name.startswith(AGENT_PREFIX):
                 leases.append(f"--force-with-lease={ref}:{remote_refs.get(name, '')}")
+        for name in gone:  # a branch or tag the agent deleted
+            ref = layout.ref_name(run_id, name)
+            refspecs.append(f":{ref}")
+            leases.append(f"--force-with-lease={ref}:{remote_refs[name]}")
+        if agent_objects:
+            objects_dirs.append(agent_objects)
         going.append(item)
     if refspecs:
         code, out, err = _git_remote(
-            project, ["push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *refspecs], interactive, False
+            project,
+            ["push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *refspecs],
+            interactive,
+            False,
+            objects_dirs,
         )
         if code != 0:
             reason = _push_refusal(out, err)
@@ -358,7 +414,10 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
         if any(event.run_id != run_id for _oid, event in arrived):
             raise CorruptionError(f"The ledger of run {run_id} on {remote} holds another run's events; not installed.")
         objects.enable_fsync()
+        stale = [n for n in _local_refs(project, run_id) if n.startswith(AGENT_PREFIX) and n not in remote_refs]
         with objects.git_writes():
+            for name in stale:
+                repo.references.delete(layout.ref_name(run_id, name))
             for name, oid in remote_refs.items():
                 ref = layout.ref_name(run_id, name)
                 if name == "ledger":

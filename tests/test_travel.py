@@ -281,3 +281,20 @@ def test_the_agents_own_git_travels_with_the_run(tmp_path: Path) -> None:
     git(b, "gc", "-q", "--prune=now")
     git(b, "fsck", "--strict", "--no-dangling")
     assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"
+
+
+def test_a_fetch_does_not_paper_over_a_damaged_ledger(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, _bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", "echo x > x.txt")
+    sb(runner, a, "push", run_id)
+    sb(runner, b, "fetch")
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", "echo y > y.txt")
+    sb(runner, a, "push", run_id)
+    ref = f"refs/sandbox/{run_id}/ledger"
+    git(b, "update-ref", ref, git(b, "rev-parse", f"{ref}~1").strip())  # rewound behind the sandbox's back
+    result = runner.invoke(cli, ["-C", str(b), "fetch"])
+    assert result.exit_code == 1 and f"sandbox repair {run_id}" in result.output
+    sb(runner, b, "repair", run_id)
+    assert "2 new event(s)" in sb(runner, b, "fetch")

@@ -393,6 +393,15 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
     ledger = Ledger(repo, run_id, run_dir)
     with ledger.lock.hold():
         local = ledger.tip()
+        what = integrity.run_damage(repo, run_id, run_dir)
+        if what is not None:
+            # A fetch must not paper over tampering here: the user sees it and repairs first.
+            return Transfer(
+                run_id,
+                "refused",
+                message=f"The ledger of run {run_id} here {what}; nothing was fetched for it. "
+                f"Run 'sandbox repair {run_id}', then fetch again.",
+            )
         relation = "new" if local is None else _relation(repo, local, incoming)
         item = Transfer(run_id, "fetched")
         if relation == "diverged":

@@ -298,3 +298,21 @@ def test_a_fetch_does_not_paper_over_a_damaged_ledger(tmp_path: Path) -> None:
     assert result.exit_code == 1 and f"sandbox repair {run_id}" in result.output
     sb(runner, b, "repair", run_id)
     assert "2 new event(s)" in sb(runner, b, "fetch")
+
+
+def test_bad_remotes_are_one_line_and_change_nothing(tmp_path: Path) -> None:
+    a, _b, _bare = two_clones(tmp_path)
+    runner = CliRunner()
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    before = everything_of(a)
+    for args, code, words in (
+        (["push", run_id, "nowhere"], 2, "No remote named 'nowhere'"),
+        (["push", run_id, str(tmp_path / "missing.git")], 1, "git ls-remote failed"),
+        (["fetch", str(tmp_path / "missing.git")], 1, "git ls-remote failed"),
+        (["fetch", "origin", "feedface"], 2, "origin has no run 'feedface'"),
+    ):
+        proc = sandbox_cmd(*args, cwd=a)
+        err = proc.stderr.decode()
+        assert proc.returncode == code, (args, err)
+        assert words in err and len(err.strip().splitlines()) == 1, err
+    assert everything_of(a) == before

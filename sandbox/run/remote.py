@@ -303,7 +303,12 @@ def push(project: Project, run_ids: Iterable[str], remote: str, interactive: boo
             objects_dirs,
         )
         if code != 0:
-            reason = _push_refusal(out, err)
+            reason = _push_refusal(out)
+            if reason is None:  # not a refusal of our refs: the remote was not reached, or said no
+                lines = [x.strip() for x in err.splitlines() if x.strip() and not x.startswith("hint:")]
+                fatal = [x for x in lines if x.startswith(("fatal:", "error:"))]
+                detail = (fatal or lines or [f"exit code {code}"])[0]
+                raise RemoteError(f"git push to {remote} failed ({detail}); nothing was pushed.")
             for item in going:
                 item.outcome, item.events = "refused", 0
                 item.message = (
@@ -313,13 +318,12 @@ def push(project: Project, run_ids: Iterable[str], remote: str, interactive: boo
     return report
 
 
-def _push_refusal(out: str, err: str) -> str:
-    for line in out.splitlines():
-        if line.startswith("!"):
-            parts = line.split("\t")
-            return parts[-1].strip() if parts else line
-    lines = [x.strip() for x in err.splitlines() if x.strip() and not x.startswith("hint:")]
-    return lines[-1] if lines else "git push failed"
+def _push_refusal(out: str) -> str | None:
+    """Why the remote refused one of the refs (``--porcelain`` lines starting with ``!``), or None."""
+    reasons = [line.split("\t")[-1].strip() for line in out.splitlines() if line.startswith("!")]
+    specific = [r for r in reasons if "atomic" not in r]
+    found = specific or reasons
+    return found[0] if found else None
 
 
 # -- fetch -------------------------------------------------------------------------------------------

@@ -304,6 +304,8 @@ def test_bad_remotes_are_one_line_and_change_nothing(tmp_path: Path) -> None:
     a, _b, _bare = two_clones(tmp_path)
     runner = CliRunner()
     run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    git(a, "remote", "add", "relative", "../remote.git")  # resolved from the repository, as git does
+    assert "Pushed run" in sandbox_cmd("push", run_id, "relative", cwd=a).stdout.decode()
     before = everything_of(a)
     for args, code, words in (
         (["push", run_id, "nowhere"], 2, "No remote named 'nowhere'"),

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import emit_json, open_project
+from sandbox.cli.common import base_dir, emit_json, open_project
 
 
 @click.command()
@@ -30,7 +30,7 @@ def fetch(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
         name = remote_arg(ctx, given.pop(0))
     else:
         name = remote.default_remote(project)
-    report = remote.fetch(project, name, given, interactive=_interactive())
+    report = remote.fetch(project, name, given, how=remote.Transport(base_dir(ctx), _interactive()))
     if as_json:
         emit_json({"remote": report.remote, "runs": [t.to_json() for t in report.runs]})
     else:

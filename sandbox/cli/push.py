@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import emit_json, open_project
+from sandbox.cli.common import base_dir, emit_json, open_project
 
 
 @click.command()
@@ -28,7 +28,7 @@ def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
     given, where = (run_ids[0] if run_ids else None), (run_ids[1] if len(run_ids) == 2 else None)
     run_id = project.resolve_run_id(given, cwd_run)
     name = remote_arg(ctx, where) if where else remote.default_remote(project)
-    report = remote.push(project, [run_id], name, interactive=_interactive())
+    report = remote.push(project, [run_id], name, how=remote.Transport(base_dir(ctx), _interactive()))
     if as_json:
         emit_json({"remote": report.remote, "runs": [t.to_json() for t in report.runs]})
     else:

@@ -122,10 +122,10 @@ def default_remote(project: Project) -> str:
     return "origin"
 
 
-def _check_remote(project: Project, remote: str) -> None:
+def _check_remote(project: Project, remote: str, cwd: str | None) -> None:
     names = {n for n in project.repo.remotes.names() if n}
     looks_like_url = "://" in remote or ":" in remote or os.sep in remote or remote.endswith(".git")
-    if remote not in names and not looks_like_url and not os.path.isdir(remote):
+    if remote not in names and not looks_like_url and not os.path.isdir(os.path.join(cwd or "", remote)):
         known = ", ".join(sorted(names)) or "none"
         raise UsageError(
             f"No remote named {remote!r} in this repository (remotes: {known}); "
@@ -133,14 +133,25 @@ def _check_remote(project: Project, remote: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How git reaches the remote: from which directory (a relative remote URL or path is resolved
+    from there, as git does for the user), and whether it may ask for a password on the terminal."""
+
+    cwd: str | None = None
+    interactive: bool = False
+
+
 def _git_remote(
-    project: Project, args: Sequence[str], interactive: bool, check: bool = True, objects_dirs: Sequence[str] = ()
+    project: Project, args: Sequence[str], how: Transport, check: bool = True, objects_dirs: Sequence[str] = ()
 ) -> tuple[int, str, str]:
-    env = {} if not interactive else {"GIT_TERMINAL_PROMPT": "1"}
+    env = {} if not how.interactive else {"GIT_TERMINAL_PROMPT": "1"}
     if objects_dirs:
         # The agent's own commits live in the run's git dir: git reads them from there for the push.
         env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.pathsep.join(objects_dirs)
-    proc = git(["--git-dir", project.common_dir, *args], cwd=project.common_dir, env=env, check=False)
+    main = os.path.dirname(project.common_dir) if os.path.basename(project.common_dir) == ".git" else None
+    cwd = how.cwd or main or project.common_dir
+    proc = git(["--git-dir", project.common_dir, *args], cwd=cwd, env=env, check=False)
     out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     if check and proc.returncode != 0:
         lines = [line.strip() for line in err.splitlines() if line.strip() and not line.startswith("hint:")]
@@ -150,10 +161,10 @@ def _git_remote(
     return proc.returncode, out, err
 
 
-def remote_runs(project: Project, remote: str, interactive: bool = False) -> dict[str, dict[str, str]]:
+def remote_runs(project: Project, remote: str, how: Transport = Transport()) -> dict[str, dict[str, str]]:
     """The runs the remote has: ``{run id: {ref name (ledger, head, ...): commit}}``."""
-    _check_remote(project, remote)
-    _code, out, _err = _git_remote(project, ["ls-remote", "--refs", remote, layout.REF_ROOT + "*"], interactive)
+    _check_remote(project, remote, how.cwd)
+    _code, out, _err = _git_remote(project, ["ls-remote", "--refs", remote, layout.REF_ROOT + "*"], how)
     runs: dict[str, dict[str, str]] = {}
     for line in out.splitlines():
         oid, _, name = line.partition("\t")
@@ -243,13 +254,13 @@ def _diverged(run_id: str, remote: str) -> str:
 # -- push --------------------------------------------------------------------------------------------
 
 
-def push(project: Project, run_ids: Iterable[str], remote: str, interactive: bool = False) -> TransferReport:
+def push(project: Project, run_ids: Iterable[str], remote: str, how: Transport = Transport()) -> TransferReport:
     """Push the runs' refs to ``remote``; a run whose remote ledger has events this clone lacks is refused.
 
     Every run that may go is pushed in one atomic ``git push``.
     """
     report = TransferReport(remote)
-    theirs = remote_runs(project, remote, interactive)
+    theirs = remote_runs(project, remote, how)
     refspecs: list[str] = []
     leases: list[str] = []
     objects_dirs: list[str] = []
@@ -298,7 +309,7 @@ def push(project: Project, run_ids: Iterable[str], remote: str, interactive: boo
         code, out, err = _git_remote(
             project,
             ["push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *refspecs],
-            interactive,
+            how,
             False,
             objects_dirs,
         )
@@ -346,10 +357,10 @@ def resolve_remote_runs(available: Iterable[str], given: Sequence[str], remote: 
     return out
 
 
-def fetch(project: Project, remote: str, run_ids: Sequence[str] = (), interactive: bool = False) -> TransferReport:
+def fetch(project: Project, remote: str, run_ids: Sequence[str] = (), how: Transport = Transport()) -> TransferReport:
     """Bring the remote's runs (all, or those named) into this repository; refuses a diverged run."""
     report = TransferReport(remote)
-    theirs = remote_runs(project, remote, interactive)
+    theirs = remote_runs(project, remote, how)
     wanted = resolve_remote_runs(theirs, run_ids, remote)
     needed: list[str] = []
     for run_id in wanted:
@@ -366,7 +377,7 @@ def fetch(project: Project, remote: str, run_ids: Sequence[str] = (), interactiv
         _git_remote(
             project,
             ["fetch", "--no-tags", "--no-write-fetch-head", "--refmap=", "--quiet", remote, *needed],
-            interactive,
+            how,
         )
     url = _remote_url(project, remote)
     for run_id in wanted:

@@ -83,7 +83,7 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     assert pushed["remote"] == "origin" and pushed["runs"][0]["outcome"] == "pushed"
     assert "up to date" in sb(runner, a, "push", run_id)
     remote_refs = git(bare, "for-each-ref", "--format=%(refname)", f"refs/sandbox/{run_id}/")
-    names = ("base", "checkpoints", "head", "ledger")
+    names = ("base", "checkpoints", "git/HEAD", f"git/refs/heads/sandbox/{run_id}", "head", "ledger")
     assert sorted(remote_refs.split()) == [f"refs/sandbox/{run_id}/{n}" for n in names]
     before = everything_of(a)
 

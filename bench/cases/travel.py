@@ -4,8 +4,9 @@ the same refs, and ``sandbox start --count 4`` against one ``sandbox start``.
 Push and fetch: a run of 100 calls (one small file each, recorded in-process) in the benchmark's
 repository; the remote is a bare clone that already has the user's branch (as a real remote
 would), and the receiver a clone of it without a checkout. Before each sample the run's refs are
-deleted on the side that receives (not timed), so every sample transfers the run again (git
-negotiates from refs: objects left unreferenced are sent again). ``sandbox push`` is a ``git
+deleted on the pushing side's remote between samples (git negotiates from refs: objects left
+unreferenced there are sent again), and each fetch goes into a fresh clone without them (git skips a
+fetch whose objects are all present, which would time nothing). ``sandbox push`` is a ``git
 ls-remote`` plus one ``git push --atomic``; ``sandbox fetch`` an ``ls-remote``, one ``git fetch``
 of the objects and the checked install of the refs. Measured at the smallest size only: the cost
 follows the run, not the repository.
@@ -103,7 +104,11 @@ def _push_fetch(res: Results, ctx: Context, repo: Repo) -> None:
 
     def push_then(fn: object) -> object:
         def wrapped() -> None:
-            git(["push", "-q", remote, *_refspecs(run_id)], cwd=repo.path)  # what the fetch takes (not timed)
+            # Not timed: a receiver without the run's objects (git skips a fetch whose objects are all
+            # there already, which would time nothing), then the run on the remote.
+            shutil.rmtree(receiver, ignore_errors=True)
+            git(["clone", "-q", "--no-checkout", remote, receiver], cwd=repo.scratch)
+            git(["push", "-q", remote, *_refspecs(run_id)], cwd=repo.path)
             fn()  # type: ignore[operator]
             clear_remote()
 

@@ -80,6 +80,9 @@ def test_fork_at_a_call_and_at_a_checkpoint(repo: Path, runner: CliRunner) -> No
     wt = Path(at_call["worktree"])
     assert (wt / "one.txt").exists() and not (wt / "two.txt").exists() and (wt / "src/app.py").exists()
     assert at_call["forked_from"] == f"{run_id}@{first}" and at_call["label"] == "early"
+    by_number = json.loads(sb(runner, repo, "fork", run_id, "--at", "#1", "--json"))  # names as in sandbox log
+    assert by_number["forked_from"] == f"{run_id}@{first}"
+    sb(runner, repo, "drop", by_number["run"], "--force")
     at_ckpt = json.loads(sb(runner, repo, "fork", run_id, "--at", "after-one", "--json"))
     assert (Path(at_ckpt["worktree"]) / "one.txt").exists()
     assert not (Path(at_ckpt["worktree"]) / "two.txt").exists()

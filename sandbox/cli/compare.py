@@ -36,10 +36,11 @@ def compare(
     from sandbox.errors import UsageError
     from sandbox.run.compare import compare as do_compare
     from sandbox.run.many import group_of
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
-    ids = [project.resolve_run_id(r, cwd_run) for r in run_ids] or [project.resolve_run_id(None, cwd_run)]
+    ids = [resolve_run(project, r, cwd_run) for r in run_ids] or [resolve_run(project, None, cwd_run)]
     if len(ids) == 1:
         ids = group_of(project, Run.open(project, ids[0]))
     if len(ids) < 2:

@@ -40,12 +40,13 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
 def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, as_json: bool) -> None:
     from sandbox.errors import UsageError
     from sandbox.run.many import group_of
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     if run_id is not None:
         raise UsageError("Give either RUN or --all-but RUN, not both.")
     project, _workdir, cwd_run = open_project(ctx)
-    kept = Run.open(project, project.resolve_run_id(keep, cwd_run))
+    kept = Run.open(project, resolve_run(project, keep, cwd_run))
     others = [r for r in group_of(project, kept) if r != kept.run_id]
     if not others:
         raise UsageError(

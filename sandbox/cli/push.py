@@ -21,12 +21,13 @@ def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
     are told to fetch first. Uses git's own push (your credential helpers and ssh config apply).
     """
     from sandbox.run import remote
+    from sandbox.run.names import resolve_run
 
     project, _workdir, cwd_run = open_project(ctx)
     if len(run_ids) > 2:
         raise click.UsageError("Push one run at a time: sandbox push RUN [REMOTE]")
     given, where = (run_ids[0] if run_ids else None), (run_ids[1] if len(run_ids) == 2 else None)
-    run_id = project.resolve_run_id(given, cwd_run)
+    run_id = resolve_run(project, given, cwd_run)
     name = remote_arg(ctx, where) if where else remote.default_remote(project)
     report = remote.push(project, [run_id], name, how=remote.Transport(base_dir(ctx), _interactive()))
     if as_json:

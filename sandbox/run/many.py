@@ -152,8 +152,15 @@ def state_at(source: Run, at: str | None) -> tuple[str, str | None]:
     """The commit of ``source``'s state to fork from, and what ``at`` named (call id or checkpoint)."""
     if not at:
         return source.head(), None
-    state = source.state()
-    if at in state.calls:
+    from sandbox.errors import UnknownCallError
+    from sandbox.run.names import resolve_call_id
+
+    try:  # a call by any of its names (id, @~N, #N, prefix: sandbox.run.names), else a checkpoint
+        call_id: str | None = resolve_call_id(source, at)
+    except UnknownCallError:
+        call_id = None
+    if call_id is not None:
+        at = call_id
         folded = source.ledger.new_state()
         for oid, event in source.ledger.events():
             fold_event(folded, event, oid)

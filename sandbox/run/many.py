@@ -200,7 +200,7 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
         run.include_report = include.populate(source.user_workdir, place.worktree, run.dir)
         started = RunInfo(
             run_id=run.run_id,
-            label=label or f"{info.label or source.run_id}-fork",
+            label=label or _free_label(project, f"{info.label or source.run_id}-fork"),
             base=info.base,
             head=info.head,
             head_ref=info.head_ref,
@@ -223,6 +223,18 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
             call_id = run.start_call("fork", call_input, idempotency="idempotent", replay="auto")
             run.finish_call(call_id, "succeeded", paths=paths, result={"from": origin, "paths": len(paths)})
     return run
+
+
+def _free_label(project: Project, wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``-3``...: a label no run has (a label names a run on the command line)."""
+    from sandbox.run.names import run_labels
+
+    taken = set(run_labels(project).values())
+    label, n = wanted, 1
+    while label in taken:
+        n += 1
+        label = f"{wanted}-{n}"
+    return label
 
 
 def source_tree(source: Run, commit: str) -> str | None:

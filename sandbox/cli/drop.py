@@ -29,8 +29,11 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
     if keep is not None:
         _drop_all_but(ctx, run_id, keep, as_json)
         return
+    from sandbox.agent.service import stop_service
+
     run = open_run(ctx, run_id)
-    freed = run.drop(force=force)
+    # A background `sandbox serve` would keep watching the worktree while it is removed.
+    freed = run.drop(force=force, before_remove=lambda r: stop_service(r.dir))
     if as_json:
         emit_json({"run": run.run_id, "dropped": True, "bytes_freed": freed})
     else:
@@ -53,9 +56,11 @@ def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, as_json: bo
             f"Run {kept.run_id} has no other run in its group (the runs of one 'start --count', and forks); "
             "nothing was dropped."
         )
+    from sandbox.agent.service import stop_service
+
     dropped = []
     for other in others:
-        freed = Run.open(project, other).drop(force=True)
+        freed = Run.open(project, other).drop(force=True, before_remove=lambda r: stop_service(r.dir))
         dropped.append({"run": other, "bytes_freed": freed})
         if not as_json:
             click.echo(f"Dropped run {other}; freed {human_size(freed)} of worktree files.")

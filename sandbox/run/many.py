@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from sandbox import faults
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import TERMINAL_STATUSES, Event, EventKind, RunInfo
-from sandbox.run.run import Run, new_run_id, ref_name
+from sandbox.run.ids import new_run_id
+from sandbox.run.run import Run
 from sandbox.store import layout, objects, snapshot, worktree
 from sandbox.store.ledger import fold_event, new_event_id
 from sandbox.store.project import Project
@@ -53,7 +54,7 @@ def _fresh_id(project: Project, taken: set[str]) -> str:
 def _locked(runs: list[Run]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for run in runs:
-            stack.enter_context(run.ledger.lock.hold())
+            stack.enter_context(run.lock())
         yield
 
 
@@ -67,7 +68,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
     group = runs[0].run_id
     with _locked(runs):
         user_head = snapshot.user_head(workdir)
-        places = [run._reserve_place() for run in runs]
+        places = [run.reserve_place() for run in runs]
         settings = runs[0].git_settings()
         start_at = user_head
         if start_at is not None:
@@ -81,8 +82,8 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
             snap = snapshot.take(project.repo, workdir, runs[0].dir, message)
             with objects.git_writes():
                 for run in runs:
-                    project.repo.references.create(ref_name(run.run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(ref_name(run.run_id, "head"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run.run_id, "base"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run.run_id, "head"), snap.commit, force=True)
             pending.finish()
         finally:
             pending.stop()
@@ -111,7 +112,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
             event = Event(
                 event_id=new_event_id(), kind=EventKind.run_started, run_id=run.run_id, run=info, pid=os.getpid()
             )
-            run.ledger.append(event, keep=[snap.commit])
+            run.record_event(event, keep=[snap.commit])
             faults.point("many.after_ledger")
     return runs
 
@@ -161,8 +162,8 @@ def state_at(source: Run, at: str | None) -> tuple[str, str | None]:
         call_id = None
     if call_id is not None:
         at = call_id
-        folded = source.ledger.new_state()
-        for oid, event in source.ledger.events():
+        folded = source.new_state()
+        for oid, event in source.events():
             fold_event(folded, event, oid)
             entry = folded.calls.get(at)
             if event.call_id == at and entry is not None and entry.status in TERMINAL_STATUSES:
@@ -189,12 +190,12 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
     info = source.info
     run = Run(project, _fresh_id(project, set()))
     origin = f"{source.run_id}@{named}" if named else source.run_id
-    with run.ledger.lock.hold():
-        place = run._reserve_place()
+    with run.lock():
+        place = run.reserve_place()
         worktree.create(place, project.common_dir, target, run.run_id, *run.git_settings())
         with objects.git_writes():
-            project.repo.references.create(ref_name(run.run_id, "base"), info.base, force=True)
-            project.repo.references.create(ref_name(run.run_id, "head"), info.base, force=True)
+            project.repo.references.create(layout.ref_name(run.run_id, "base"), info.base, force=True)
+            project.repo.references.create(layout.ref_name(run.run_id, "head"), info.base, force=True)
         from sandbox.run import include
 
         run.include_report = include.populate(source.user_workdir, place.worktree, run.dir)
@@ -214,7 +215,7 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
         event = Event(
             event_id=new_event_id(), kind=EventKind.run_started, run_id=run.run_id, run=started, pid=os.getpid()
         )
-        run.ledger.append(event, keep=[info.base])
+        run.record_event(event, keep=[info.base])
         # The source's changes up to that state, as the fork's first call: diff and apply cover them.
         changes = objects.diff_trees(project.repo, source_tree(source, info.base), source_tree(source, target))
         paths = [c.path for c in changes]

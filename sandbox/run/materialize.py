@@ -53,7 +53,7 @@ def discard_interrupted(run: Run) -> int:
         os.unlink(os.path.join(run.dir, layout.PLACE_FILE))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(run.dir, MARKER))
-    run._place = None
+    run.set_place(run.project.place(run.run_id))
     return freed
 
 
@@ -66,7 +66,7 @@ def ensure(run: Run) -> str | None:
     """
     if run.worktree_exists() and not interrupted(run):
         return None
-    with run.ledger.lock.hold():
+    with run.lock():
         if interrupted(run):
             discard_interrupted(run)
         elif run.worktree_exists() or has_place_here(run):

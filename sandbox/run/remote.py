@@ -238,7 +238,7 @@ def _relation(repo: pygit2.Repository, local: str, remote: str) -> str:
 
 def _count_between(project: Project, run_id: str, tip: str, stop: str | None) -> int:
     try:
-        return len(Ledger(project.repo, run_id, project.run_dir(run_id))._walk_back(tip, stop))
+        return len(Ledger(project.repo, run_id, project.run_dir(run_id)).events_since(stop, tip))
     except (LookupError, SandboxError):
         return 0
 
@@ -430,7 +430,7 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
         # Whole before it is trusted: every event from the incoming tip back to the local one (or
         # the root) must read as this run's.
         try:
-            arrived = ledger._walk_back(incoming, local)
+            arrived = ledger.events_since(local, incoming)
         except (LookupError, CorruptionError) as exc:
             raise CorruptionError(
                 f"The ledger of run {run_id} on {remote} does not read back ({exc}); nothing of it was installed."
@@ -452,7 +452,7 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
         state = ledger.state()
         integrity.write_ack(run_dir, run_id, incoming, state.count)
         if state.head is not None:
-            Run(project, run_id)._sync_head_ref(state.head)  # the ledger's head wins over the ref's
+            Run(project, run_id).head()  # repairs the head ref: the ledger's head wins over the fetched ref
         item.outcome = "new" if local is None else "fetched"
         item.events = len(arrived)
         record = FetchedFrom(remote=remote, url=url, tip=incoming, events=len(arrived))

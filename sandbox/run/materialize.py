@@ -23,10 +23,11 @@ from sandbox.run.run import Run
 from sandbox.store import layout, worktree
 from sandbox.store.fsutil import atomic_write
 
-#: In the run's directory while a home is being made for it; what a crash leaves is discarded.
-MARKER = "materializing"
-
 faults.POINTS.update({"materialize.after_marker", "materialize.after_place"})
+
+
+def _marker(run: Run) -> str:
+    return layout.materializing_marker(run.project.common_dir, run.run_id)
 
 
 def has_place_here(run: Run) -> bool:
@@ -40,7 +41,7 @@ def has_place_here(run: Run) -> bool:
 
 def interrupted(run: Run) -> bool:
     """True when a home was being made for the run and the command making it did not finish."""
-    return os.path.exists(os.path.join(run.dir, MARKER))
+    return os.path.exists(_marker(run))
 
 
 def discard_interrupted(run: Run) -> int:
@@ -52,7 +53,7 @@ def discard_interrupted(run: Run) -> int:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(run.dir, layout.PLACE_FILE))
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(run.dir, MARKER))
+        os.unlink(_marker(run))
     run.set_place(run.project.place(run.run_id))
     return freed
 
@@ -73,7 +74,7 @@ def ensure(run: Run) -> str | None:
             return None
         head = run.head()
         os.makedirs(run.dir, exist_ok=True)
-        atomic_write(os.path.join(run.dir, MARKER), b"")
+        atomic_write(_marker(run), b"")
         faults.point("materialize.after_marker")
         place = run.make_place(head)
         restored = _agent_git(run, place, head)
@@ -81,7 +82,7 @@ def ensure(run: Run) -> str | None:
         from sandbox.run import include
 
         report = include.populate(run.user_workdir, place.worktree, run.dir)
-        os.unlink(os.path.join(run.dir, MARKER))
+        os.unlink(_marker(run))
     line = f"run {run.run_id} had no worktree in this repository; made one at its head {head[:12]} in {place.worktree}"
     if report.copied:
         line += f" (copied {', '.join(report.copied[:5])})"

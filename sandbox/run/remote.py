@@ -56,7 +56,6 @@ RUN_REFS = ("ledger", "head", "base", "checkpoints")
 AGENT_PREFIX = "git/"
 #: Refs that move sideways (undo, rollback, checkpoint retention): pushed with a lease, not fast-forward.
 LEASED = ("head", "checkpoints")
-FETCHED_FILE = "fetched.json"
 
 
 class RemoteError(SandboxError):
@@ -456,7 +455,7 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
         item.outcome = "new" if local is None else "fetched"
         item.events = len(arrived)
         record = FetchedFrom(remote=remote, url=url, tip=incoming, events=len(arrived))
-        write_json_file(os.path.join(run_dir, FETCHED_FILE), to_json(record))
+        write_json_file(layout.fetched_file(project.common_dir, run_id), to_json(record))
         return _labelled(item, repo, run_id, run_dir)
 
 
@@ -468,10 +467,10 @@ def _labelled(item: Transfer, repo: pygit2.Repository, run_id: str, run_dir: str
     return item
 
 
-def fetched_from(run_dir: str) -> FetchedFrom | None:
+def fetched_from(project: Project, run_id: str) -> FetchedFrom | None:
     """Where the run was last fetched from (None: made here, or never fetched)."""
     try:
-        with open(os.path.join(run_dir, FETCHED_FILE), encoding="utf-8") as fh:
+        with open(layout.fetched_file(project.common_dir, run_id), encoding="utf-8") as fh:
             return from_json(FetchedFrom, fh.read())
     except (OSError, ValueError):
         return None

@@ -58,7 +58,7 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
 def _fetched(run: Run) -> dict[str, Any] | None:
     from sandbox.run.remote import fetched_from
 
-    found = fetched_from(run.dir)
+    found = fetched_from(run.project, run.run_id)
     return found.model_dump(mode="json") if found is not None else None
 
 

@@ -280,7 +280,7 @@ def _ensure_clone_id(common_dir: str) -> str:
         return found
     directory = layout.state_dir(common_dir)
     os.makedirs(directory, exist_ok=True)
-    final = os.path.join(directory, layout.CLONE_FILE)
+    final = layout.clone_file(common_dir)
     tmp = os.path.join(directory, f".{layout.CLONE_FILE}.{uuid.uuid4().hex}")
     with open(tmp, "w", encoding="ascii") as fh:
         fh.write(uuid.uuid4().hex + "\n")

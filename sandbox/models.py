@@ -161,6 +161,13 @@ class RunInfo(_Model):
     worktree: str
     user_workdir: str
     submodules: list[str] = Field(default_factory=list)
+    #: The machine the run was started on (where ``worktree`` and ``user_workdir`` were; neither is
+    #: used as a path anywhere else: see :func:`sandbox.store.layout.place_of`).
+    host: str | None = None
+    #: Runs started together (``start --count``) or forked from one another share a group id.
+    group: str | None = None
+    #: ``<run>`` or ``<run>@<call or checkpoint>`` this run was forked from (``sandbox fork``).
+    forked_from: str | None = None
 
 
 class ProcessScope(_Model):
@@ -205,6 +212,9 @@ class Event(_Model):
     #: On ``call_started``: the agent session the call ran in, to find its processes later.
     procs: ProcessScope | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    #: The clone (the user's repository on one machine) that wrote the event: an apply, or an undo
+    #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.run.remote`).
+    clone: str | None = None
 
 
 class LedgerEntry(_Model):
@@ -455,6 +465,8 @@ class LedgerState(_Model):
     ended: bool = False
     dropped: bool = False
     data: FoldData = Field(default_factory=FoldData)
+    #: The clone this fold is for: merge-back events of other clones (their trees) are not folded.
+    clone: str | None = None
 
 
 # --- merge-back models (apply journal, apply/undo reports) ---
@@ -741,3 +753,21 @@ class AckedTip(_Model):
 
 
 PERSISTED += [LedgerCacheFile, AckedTip]
+
+
+class FetchedFrom(_Model):
+    """Where a run in this repository came from (``<common>/sandbox/runs/<run>/fetched.json``).
+
+    Written by ``sandbox fetch`` each time it brings events of the run; local to this clone.
+    """
+
+    version: int = FORMAT_VERSION
+    remote: str
+    url: str | None = None
+    fetched_at: datetime = Field(default_factory=utcnow)
+    #: The ledger tip the fetch installed, and how many events arrived with it.
+    tip: str
+    events: int = 0
+
+
+PERSISTED += [FetchedFrom]

@@ -38,7 +38,8 @@ def real_json(name: str, *args: str, cwd: Path, code: int = 0) -> Any:
 def test_every_command_has_a_documented_json_output() -> None:
     documented = {name.split(" --")[0] for name in outputs.COMMANDS}
     top = {name.split()[0] for name in documented}
-    assert set(COMMANDS) - top == {"hook"}  # answers in the agent's hook protocol (hooks/README.md)
+    # hook answers in the agent's hook protocol (hooks/README.md); mcp speaks MCP on its stdout.
+    assert set(COMMANDS) - top == {"hook", "mcp"}
 
 
 def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -> None:
@@ -112,6 +113,22 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     cli_json(runner, "completion", "completion", "bash")
     schema = cli_json(runner, "schema", "schema")
     assert set(schema) == {"formats", "commands"}
+    # Runs that travel and multiply.
+    remote = repo.parent / "remote.git"
+    git(repo.parent, "clone", "-q", "--bare", str(repo), str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    pushed = real_json("push", "push", run_id, "origin", cwd=repo)
+    assert pushed["runs"][0]["run"] == run_id and pushed["runs"][0]["outcome"] == "pushed"
+    fetched = real_json("fetch", "fetch", "origin", cwd=repo)
+    assert fetched["runs"][0]["outcome"] == "up_to_date"
+    many = cli_json(runner, "start --count", *c, "start", "--count", "2", "--label", "best")
+    assert len(many["runs"]) == 2 and "head" not in many
+    forked = cli_json(runner, "fork", *c, "fork", many["runs"][0]["run"])
+    compared = cli_json(runner, "compare", *c, "compare", many["runs"][0]["run"], forked["run"])
+    assert {r["run"] for r in compared["runs"]} == {many["runs"][0]["run"], forked["run"]}
+    kept = cli_json(runner, "drop --all-but", *c, "drop", "--all-but", many["runs"][0]["run"])
+    assert kept["kept"] == many["runs"][0]["run"] and kept["dropped"]
+
     cli_json(runner, "drop", *c, "drop", agent["run"], "--force")
     cli_json(runner, "gc", *c, "gc")
 

@@ -43,7 +43,7 @@ def run(ctx: Context, repo: Repo) -> None:
     except ImportError:
         ctx.results.skip(CASE, repo.size, "the mcp package is not installed")
         return
-    from sandbox.agent import service
+    from sandbox.agent import host
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -51,14 +51,14 @@ def run(ctx: Context, repo: Repo) -> None:
     assert workdir is not None
     run_ = Run.start(project, workdir)
     try:
-        if not _serve(repo.path, run_.run_id, run_.dir):
+        if not _serve(repo.path, run_.run_id, project.common_dir):
             ctx.results.skip(CASE, repo.size, "`sandbox serve` did not answer")
             return
         import anyio
 
         anyio.run(_measure, ctx, repo, run_.run_id)
     finally:
-        service.stop_service(run_.dir)
+        host.stop_host(project.common_dir)
         run_.drop(force=True)
 
 
@@ -126,13 +126,13 @@ def _write_args(i: int) -> dict[str, Any]:
     return {"path": f"bench/mcp/file{i % 7}.txt", "content": f"sample {i}\n" * 20}
 
 
-def _serve(path: str, run_id: str, run_dir: str) -> bool:
-    from sandbox.agent import hookproto
+def _serve(path: str, run_id: str, common_dir: str) -> bool:
+    from sandbox.agent import wire
 
     run_proc([SANDBOX, "-C", path, "serve", run_id])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if os.path.exists(hookproto.socket_path(run_dir)):
+        if wire.host_alive(common_dir):
             return True
         time.sleep(0.05)
     return False

@@ -75,7 +75,7 @@ def execute(
             common_dir=run.project.common_dir,
             run_id=run.run_id,
             worktree=run.worktree,
-            user_workdir=run.info.user_workdir,
+            user_workdir=run.user_workdir,
         )
         confined = (isolation, policy)
     call_id = call_id or new_call_id()

@@ -442,7 +442,7 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
         common_dir=run.project.common_dir,
         run_id=run.run_id,
         worktree=run.worktree,
-        user_workdir=run.info.user_workdir,
+        user_workdir=run.user_workdir,
     )
     return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
 

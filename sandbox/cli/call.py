@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from sandbox.cli.common import SandboxGroup, dump, emit_json, open_call, open_run, run_then
+from sandbox.cli.common import SandboxGroup, dump, emit_json, ensure_worktree, open_call, open_run, run_then
 from sandbox.cli.options import call_options, parse_json
 
 
@@ -37,6 +37,9 @@ def call_start(
 ) -> None:
     """Record that a call starts; prints its call id once the event is on disk."""
     run = open_run(ctx, run_id)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     value = parse_json(input_json, "--input")
     compensation = _compensation(compensation_json)
     cid = run.start_call(

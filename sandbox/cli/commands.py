@@ -41,4 +41,9 @@ COMMANDS = {
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
     "mcp": "sandbox.cli.mcp:mcp",
+    # runs that travel and multiply
+    "push": "sandbox.cli.push:push",
+    "fetch": "sandbox.cli.fetch:fetch",
+    "fork": "sandbox.cli.fork:fork",
+    "compare": "sandbox.cli.compare:compare",
 }

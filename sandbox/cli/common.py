@@ -229,6 +229,14 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     return verified(run)
 
 
+def ensure_worktree(run: Run) -> str | None:
+    """Make the run's worktree here when it has none in this repository (a fetched run); the line
+    to show, or None (see :mod:`sandbox.run.materialize`)."""
+    from sandbox.run.materialize import ensure
+
+    return ensure(run)
+
+
 def run_then(run_id: str | None, other: str | None, metavar: str) -> tuple[str | None, str]:
     """``[RUN] X`` arguments: with one word it is X, and the run is the one we are in (or the only one).
 

@@ -1,22 +1,34 @@
-"""``sandbox drop``: remove a run's worktree and refs."""
+"""``sandbox drop``: remove a run's worktree and refs (or every run of a group but one)."""
 
 from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, human_size, open_run
+from sandbox.cli.common import emit_json, human_size, open_project, open_run
 
 
 @click.command()
 @click.argument("run_id", required=False)
 @click.option("--force", is_flag=True, help="Drop even though the run has changes not applied to your tree.")
+@click.option(
+    "--all-but",
+    "keep",
+    default=None,
+    metavar="RUN",
+    help="Drop every other run of RUN's group (its 'start --count' siblings and forks), changes and all.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def drop(ctx: click.Context, run_id: str | None, force: bool, as_json: bool) -> None:
+def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, as_json: bool) -> None:
     """Remove RUN: its worktree, its refs and its ledger.
 
     Refuses while the run has recorded changes that are not applied to your tree, unless --force.
+    With --all-but RUN (best-of-N, after 'sandbox compare'), the other runs of RUN's group are
+    dropped, unapplied changes included: keeping RUN is the choice.
     """
+    if keep is not None:
+        _drop_all_but(ctx, run_id, keep, as_json)
+        return
     from sandbox.agent.host import forget_run
 
     run = open_run(ctx, run_id)
@@ -27,3 +39,35 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, as_json: bool) -> 
         emit_json({"run": run.run_id, "dropped": True, "bytes_freed": freed})
     else:
         click.echo(f"Dropped run {run.run_id}; freed {human_size(freed)} of worktree files.")
+
+
+def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, as_json: bool) -> None:
+    from sandbox.errors import UsageError
+    from sandbox.run.many import group_of
+    from sandbox.run.names import resolve_run
+    from sandbox.run.run import Run
+
+    if run_id is not None:
+        raise UsageError("Give either RUN or --all-but RUN, not both.")
+    project, _workdir, cwd_run = open_project(ctx)
+    kept = Run.open(project, resolve_run(project, keep, cwd_run))
+    others = [r for r in group_of(project, kept) if r != kept.run_id]
+    if not others:
+        raise UsageError(
+            f"Run {kept.run_id} has no other run in its group (the runs of one 'start --count', and forks); "
+            "nothing was dropped."
+        )
+    from sandbox.agent.host import forget_run
+
+    dropped = []
+    for other in others:
+        freed = Run.open(project, other).drop(
+            force=True, before_remove=lambda r: forget_run(r.project.common_dir, r.run_id)
+        )
+        dropped.append({"run": other, "bytes_freed": freed})
+        if not as_json:
+            click.echo(f"Dropped run {other}; freed {human_size(freed)} of worktree files.")
+    if as_json:
+        emit_json({"kept": kept.run_id, "dropped": dropped})
+    else:
+        click.echo(f"Kept run {kept.run_id}.")

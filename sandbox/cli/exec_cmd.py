@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import ensure_worktree, open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
 
 if TYPE_CHECKING:
@@ -104,7 +104,10 @@ def exec_cmd(
     from sandbox.store.paths import subdir_in_run
 
     run = open_run(ctx, run_id)
-    isolation = resolve(run.info.user_workdir, "exec", isolate, network)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
+    isolation = resolve(run.user_workdir, "exec", isolate, network)
     confine.check(isolation)  # refused before a service is started or anything recorded
     _autostart_service(run)
     with stdout_to_stderr(as_json):

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import SandboxGroup, emit_json, open_run, wants_json
+from sandbox.cli.common import SandboxGroup, emit_json, ensure_worktree, open_run, wants_json
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
 
@@ -67,6 +67,9 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
         click.echo(json.dumps({"hooks": adapter.hook_settings(command)}, indent=2))
         return
     run = open_run(ctx, run_id)
+    made = ensure_worktree(run)
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     add_private(run.dir, [adapter.SETTINGS_PATH])  # before the file exists: no cut can catch it
     path = adapters.install(adapter, run.worktree, command)
     as_json = wants_json(ctx)

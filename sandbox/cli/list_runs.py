@@ -28,6 +28,21 @@ def list_runs(ctx: click.Context, as_json: bool) -> None:
         click.echo(
             f"{r['run']:<10} {created:<20} {r['calls']:>5} {r['changed_paths']:>5} "
             f"{human_size(r['disk_bytes']):>10}  {r['label'] or ''}"
-            + ("" if r["worktree_exists"] or r.get("damaged") else "  (worktree missing)")
+            + _came_from(r)
+            + ("" if r["worktree_exists"] or r.get("damaged") or _not_here(r) else "  (worktree missing)")
             + (f"  DAMAGED: {r['error']}" if r.get("damaged") else f"  ({r['error']})" if r.get("error") else "")
         )
+
+
+def _came_from(row: dict[str, object]) -> str:
+    """Where a run came from: the remote it was fetched from and the machine it was started on."""
+    fetched = row.get("fetched_from")
+    host = row.get("made_on")
+    if isinstance(fetched, dict):
+        return f"  (from {fetched['remote']}" + (f", made on {host})" if host else ")")
+    return ""
+
+
+def _not_here(row: dict[str, object]) -> bool:
+    """A run fetched from elsewhere that has no worktree here yet (nothing is missing)."""
+    return "worktree" in row and row["worktree"] is None

@@ -76,9 +76,22 @@ class RunRow(Output):
     changed_paths: int
     unapplied_calls: int = 0
     epoch: int = 0
+    made_on: str | None = Field(default=None, description="The machine (host name) the run was started on.")
+    fetched_from: dict[str, Any] | None = Field(
+        default=None, description="The remote this clone fetched the run from, and when (None: made here)."
+    )
     disk_bytes: int
     error: str | None = None
     damaged: bool = False
+
+
+class StatusHost(Output):
+    """The repository's host in ``sandbox status --json``."""
+
+    pid: int | None
+    serves_run: bool
+    watched: bool = Field(description="The host watches the run's worktree (else its calls are found by scanning).")
+    note: str | None
 
 
 class StatusOutput(RunRow):
@@ -86,6 +99,9 @@ class StatusOutput(RunRow):
 
     agent_git: dict[str, Any] | None = Field(description="The run's own git: branch, head, branches, tags, commits.")
     in_flight: list[str]
+    host: StatusHost | None = Field(
+        default=None, description="The repository's host process as far as this run goes (None: none runs)."
+    )
 
 
 class PathOutput(Output):
@@ -94,6 +110,105 @@ class PathOutput(Output):
     run: str
     worktree: str
     git_dir: str
+
+
+class StartedRun(Output):
+    """One run of ``sandbox start --count N --json``."""
+
+    run: str
+    worktree: str
+    git_dir: str
+    label: str | None
+
+
+class StartManyOutput(Output):
+    """``sandbox start --count N --json``: N runs from one snapshot."""
+
+    group: str | None
+    base: str
+    user_head: str | None
+    runs: list[StartedRun]
+
+
+class Transfer(Output):
+    """One run in ``sandbox push --json`` / ``sandbox fetch --json``."""
+
+    run: str
+    outcome: str = Field(description="pushed, up_to_date, new, fetched, diverged, behind or refused.")
+    events: int = Field(description="Events that travelled.")
+    label: str | None
+    host: str | None = Field(description="The machine the run was started on.")
+    message: str | None
+
+
+class TransferOutput(Output):
+    """``sandbox push --json`` and ``sandbox fetch --json``."""
+
+    remote: str
+    runs: list[Transfer]
+
+
+class ForkOutput(Output):
+    """``sandbox fork --json``."""
+
+    run: str
+    worktree: str
+    forked_from: str | None
+    label: str | None
+
+
+class CompareCheck(Output):
+    """The ``--check`` command's call in one run."""
+
+    call_id: str
+    exit_code: int
+    status: str
+
+
+class CompareRow(Output):
+    """One run in ``sandbox compare --json``."""
+
+    run: str
+    label: str | None
+    base: str
+    run_head: str
+    calls: int
+    failed_calls: int
+    uncertain_calls: int
+    files_changed: int
+    lines_added: int
+    lines_removed: int
+    check: CompareCheck | None
+
+
+class Disagreement(Output):
+    """A path where the compared runs' results differ: {run: its state there}."""
+
+    path: str
+    states: dict[str, str]
+
+
+class CompareOutput(Output):
+    """``sandbox compare --json``."""
+
+    same_base: bool
+    runs: list[CompareRow]
+    disagree: list[Disagreement]
+    agree: list[str]
+
+
+class DroppedRun(Output):
+    """One run dropped by ``sandbox drop --all-but``."""
+
+    run: str
+    bytes_freed: int
+
+
+class DropAllButOutput(Output):
+    """``sandbox drop --all-but RUN --json``."""
+
+    kept: str
+    dropped: list[DroppedRun]
 
 
 class DropOutput(Output):
@@ -303,6 +418,12 @@ COMMANDS: dict[str, Any] = {
     "status": StatusOutput,
     "path": PathOutput,
     "drop": DropOutput,
+    "drop --all-but": DropAllButOutput,
+    "start --count": StartManyOutput,
+    "push": TransferOutput,
+    "fetch": TransferOutput,
+    "fork": ForkOutput,
+    "compare": CompareOutput,
     "gc": GcOutput,
     "repair": RepairOutput,
     "log": list[models.LedgerEntry],

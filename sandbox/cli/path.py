@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.common import emit_json, ensure_worktree, open_run
 
 
 @click.command()
@@ -12,8 +12,11 @@ from sandbox.cli.common import emit_json, open_run
 @click.option("--json", "as_json", is_flag=True, help="Print the run, its worktree and git dir as JSON.")
 @click.pass_context
 def path(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
-    """Print the absolute path of RUN's worktree."""
+    """Print the absolute path of RUN's worktree (made first for a run fetched from elsewhere)."""
     run = open_run(ctx, run_id)
+    made = ensure_worktree(run)
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     if as_json:
         emit_json({"run": run.run_id, "worktree": run.worktree, "git_dir": run.git_dir})
     else:

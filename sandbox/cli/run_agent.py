@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import base_dir, open_project, stdout_to_stderr, wants_json
+from sandbox.cli.common import base_dir, ensure_worktree, open_project, stdout_to_stderr, wants_json
 from sandbox.cli.isolation import isolation_options, resolve
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
@@ -113,6 +113,9 @@ def run_agent(
                 click.echo(f"sandbox: copied into the worktree: {', '.join(report.copied)}", err=True)
             for warning in report.warnings:
                 click.echo(f"sandbox: warning: {warning}", err=True)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     if not run.worktree_exists():
         raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for

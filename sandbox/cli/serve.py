@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import emit_json, open_project, wants_json
+from sandbox.cli.common import emit_json, ensure_worktree, open_project, wants_json
 
 if TYPE_CHECKING:
     from sandbox.agent.host import Host
@@ -48,7 +48,11 @@ def serve(
         from sandbox.run.names import resolve_run
         from sandbox.run.run import Run
 
-        named = Run.open(project, resolve_run(project, run_id, cwd_run)).run_id  # a wrong RUN is refused here
+        named_run = Run.open(project, resolve_run(project, run_id, cwd_run))  # a wrong RUN is refused here
+        named = named_run.run_id
+        made = ensure_worktree(named_run)  # a run fetched from elsewhere gets its worktree here first
+        if made:
+            click.echo(f"sandbox: {made}", err=True)
     as_json = wants_json(ctx)
     served = host.Host(project, max_runs_watched=max_runs_watched, max_watches=max_watches)
     if wire.host_alive(project.common_dir):

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir
 
+if TYPE_CHECKING:
+    from sandbox.store.project import Project
+
 
 @click.command()
 @click.option("--label", default=None, help="A label to recognise the run by.")
+@click.option(
+    "--count",
+    type=click.IntRange(1),
+    default=None,
+    help="Make N runs from one snapshot (best-of-N; labels L-1..L-N).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.pass_context
-def start(ctx: click.Context, label: str | None, as_json: bool) -> None:
+def start(ctx: click.Context, label: str | None, count: int | None, as_json: bool) -> None:
     """Snapshot your working tree (with uncommitted and untracked files) into a new run.
 
     Your index, HEAD, branches, stash and files are not touched. The run gets its own worktree and
@@ -26,6 +37,9 @@ def start(ctx: click.Context, label: str | None, as_json: bool) -> None:
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     if workdir is None:
         raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
+    if count is not None:
+        _start_many(project, workdir, count, label, as_json)
+        return
     run = Run.start(project, workdir, label=label)
     info = run.info
     report = run.include_report
@@ -60,3 +74,24 @@ def start(ctx: click.Context, label: str | None, as_json: bool) -> None:
     if report is not None and report.linked:
         click.echo(f"  linked (shared with your tree!): {', '.join(report.linked[:8])}")
     click.echo(f"Next: cd {run.worktree}  or  sandbox exec {run.run_id} -- CMD")
+
+
+def _start_many(project: Project, workdir: str, count: int, label: str | None, as_json: bool) -> None:
+    """``start --count N``: N runs on one snapshot; their checkouts run in parallel."""
+    from sandbox.run.many import start_many
+
+    runs = start_many(project, workdir, count, label)
+    for run in runs:
+        report = run.include_report
+        for warning in report.warnings if report is not None else []:
+            click.echo(f"sandbox: warning: {run.run_id}: {warning}", err=True)
+    first = runs[0].info
+    if as_json:
+        rows = [{"run": r.run_id, "worktree": r.worktree, "git_dir": r.git_dir, "label": r.info.label} for r in runs]
+        emit_json({"group": first.group, "base": first.base, "user_head": first.head, "runs": rows})
+        return
+    click.echo(f"Started {len(runs)} runs from one snapshot {first.base[:12]} of your tree:")
+    for run in runs:
+        click.echo(f"  {run.run_id}  {run.worktree}" + (f"  ({run.info.label})" if run.info.label else ""))
+    ids = " ".join(r.run_id for r in runs)
+    click.echo(f"Next: an agent in each (sandbox run RUN -- AGENT), then: sandbox compare {ids}")

@@ -24,8 +24,11 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         emit_json(row)
         return
     click.echo(f"Run {row['run']}" + (f" ({row['label']})" if row["label"] else ""))
-    click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
-    click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
+    if row["worktree"] is None:
+        click.echo("  worktree:  none in this repository yet (exec, run, path or resume makes one at the run's head)")
+    else:
+        click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
+        click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
     click.echo(f"  head:      {row['run_head'][:12]}")
     by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run, run_then
+from sandbox.cli.common import dump, emit_json, ensure_worktree, open_run, run_then
 
 
 @click.command()
@@ -21,6 +21,9 @@ def write(ctx: click.Context, run_id: str | None, path: str | None, executable: 
 
     run_id, path = run_then(run_id, path, "PATH")
     run = open_run(ctx, run_id)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     rel = normalize(path)
     data = sys.stdin.buffer.read()
     with run.tool_call(

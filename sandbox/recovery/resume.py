@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -108,7 +109,8 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
             raise ProcessesAliveError(_alive_message(run, live))
         stopped = _stop(live, grace)
         epoch = state.epoch + 1
-        run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch})
+        # The host says which machine took the run over (runs travel: sandbox push / fetch).
+        run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch, "host": socket.gethostname()})
         faults.point("resume.after_fence")
         if stopped:
             data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
@@ -132,7 +134,7 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
             events = run.events()
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
-        state = LedgerState()
+        state = run.new_state()
         for oid, event in events:
             fold_event(state, event, oid)
         # Every event was just re-read: compare the fold the other commands use with it.
@@ -279,6 +281,14 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
 
     A run made before homes existed (a linked worktree) or fetched from elsewhere gets a home here.
     """
+    from sandbox.run import materialize
+
+    if materialize.interrupted(run) or not materialize.has_place_here(run):
+        # Never made here (a fetched run), or a making of it was interrupted: made from the head.
+        made = materialize.ensure(run)
+        if made:
+            problems.append(made[0].upper() + made[1:])
+        return made is not None
     if run.worktree_exists():
         return False
     place = run.place

@@ -346,7 +346,7 @@ class CheckpointStore:
         """
         if ckpt.tool_ledger.entries_ref:
             return [LedgerEntry.model_validate(e) for e in self._json_blob(ckpt.tool_ledger.entries_ref)]
-        state = LedgerState()
+        state = self.run.new_state()
         if ckpt.tool_ledger.tip:
             for oid, event in self.run.events(ckpt.tool_ledger.tip):
                 fold_event(state, event, oid)
@@ -365,7 +365,7 @@ class CheckpointStore:
     def auto(self) -> builtins.list[StoredCheckpoint]:
         """The automatic checkpoints (ledger events), materialized by folding the ledger: O(events)."""
         out: builtins.list[StoredCheckpoint] = []
-        state = LedgerState()
+        state = self.run.new_state()
         for oid, event in self.run.events():
             fold_event(state, event, oid)
             if event.kind not in AUTO_KINDS or state.head is None or state.run is None:

@@ -127,9 +127,29 @@ def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | No
             continue
         shutil.rmtree(admin, ignore_errors=True)
         report.admin_dirs.append(admin)
+    _finish_interrupted_homes(project, sorted(live), report)
     if claim_host is not None:
         _move_legacy_runs(project, sorted(live), report, claim_host)
     return report
+
+
+def _finish_interrupted_homes(project: Project, live: list[str], report: GcReport) -> None:
+    """Remove homes a killed command was making for a fetched run (the next command makes it again)."""
+    from sandbox.run import materialize
+    from sandbox.run.run import Run
+
+    for run_id in live:
+        run = Run(project, run_id)
+        if not materialize.interrupted(run):
+            continue
+        try:
+            with file_lock(layout.run_lock_path(project.common_dir, run_id), f"Run {run_id}", timeout=0):
+                if materialize.interrupted(run):
+                    place = run.place
+                    report.bytes_freed += materialize.discard_interrupted(run)
+                    report.worktrees.append(place.worktree)
+        except LockedError:
+            report.skipped_busy.append(run_id)
 
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:

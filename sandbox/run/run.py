@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -131,7 +132,7 @@ class Run:
             faults.point("start.after_lock")
             # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while
             # the snapshot is taken; then only the paths the snapshot changes are written on top.
-            place = run._reserve_place()
+            place = run.reserve_place()
             user_head = snapshot.user_head(workdir)
             checkout = None
             if user_head is not None:
@@ -168,6 +169,7 @@ class Run:
                 worktree=path,
                 user_workdir=workdir,
                 submodules=snap.submodules,
+                host=socket.gethostname(),
             )
             event = Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info, pid=os.getpid())
             run.record_event(event, keep=[snap.commit])
@@ -222,12 +224,13 @@ class Run:
         """
         from sandbox.store import worktree
 
-        place = self._reserve_place(home)
+        place = self.reserve_place(home)
         worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
         return place
 
-    def _reserve_place(self, home: str | None = None) -> layout.Place:
-        # Recorded in the user's repository before anything is made there, so gc finds leftovers.
+    def reserve_place(self, home: str | None = None) -> layout.Place:
+        """Record a new home for the run (``home``, or one under the project's homes dir) before anything
+        is made there, so ``sandbox gc`` finds leftovers; the place, not yet created."""
         from sandbox.store.fsutil import atomic_write
 
         place = layout.home_place(home) if home else self.project.new_place(self.run_id)
@@ -363,9 +366,19 @@ class Run:
         """The run's lock, re-entrant within this process: every writer of its ledger holds it."""
         return self._ledger.lock.hold(timeout)
 
+    def new_state(self) -> LedgerState:
+        """An empty fold for this clone, to fold the run's events into (see :meth:`events`)."""
+        return self._ledger.new_state()
+
     def new_event(self, kind: EventKind, call_id: str | None = None, **fields: Any) -> Event:
-        """An event of this run, not yet recorded (for operations that journal it before :meth:`record_event`)."""
-        return Event(event_id=new_event_id(), kind=kind, run_id=self.run_id, call_id=call_id, pid=os.getpid(), **fields)
+        """An event of this run, not yet recorded (for operations that journal it before :meth:`record_event`).
+
+        It names this clone: an apply, undo or redo in the user's tree concerns this clone's tree only
+        (runs travel: see :mod:`sandbox.run.remote`).
+        """
+        clone = self._ledger.ensure_clone()
+        run_id, pid = self.run_id, os.getpid()
+        return Event(event_id=new_event_id(), kind=kind, run_id=run_id, call_id=call_id, pid=pid, clone=clone, **fields)
 
     def record(
         self,

@@ -27,6 +27,10 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     for entry in state.calls.values():
         counts[entry.status.value] = counts.get(entry.status.value, 0) + 1
     exists = run.worktree_exists()
+    from sandbox.run.materialize import has_place_here
+
+    # A run fetched from elsewhere has no worktree here until a command needs one: none to show.
+    here = exists or has_place_here(run)
     extra: dict[str, Any] = {}
     if git_activity:
         from sandbox.run import agentgit
@@ -37,8 +41,8 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         "run": run.run_id,
         "label": info.label,
         "created_at": iso_time(info.created_at),
-        "worktree": run.worktree,
-        "git_dir": run.git_dir,
+        "worktree": run.worktree if here else None,
+        "git_dir": run.git_dir if here else None,
         "worktree_exists": exists,
         "base": info.base,
         "user_head": info.head,
@@ -48,10 +52,20 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         "changed_paths": len(run.changed_paths()),
         "unapplied_calls": len(run.unapplied_calls()),
         "epoch": state.epoch,
+        # Where it came from: the machine it was started on, and the remote this clone fetched it from.
+        "made_on": info.host,
+        "fetched_from": _fetched(run),
         # A home holds the worktree and the run's own git dir (its index, the agent's objects).
         "disk_bytes": worktree.disk_usage(run.place.home or run.worktree) if disk and exists else 0,
         **extra,
     }
+
+
+def _fetched(run: Run) -> dict[str, Any] | None:
+    from sandbox.run.remote import fetched_from
+
+    found = fetched_from(run.project, run.run_id)
+    return found.model_dump(mode="json") if found is not None else None
 
 
 def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:

@@ -131,6 +131,38 @@ def host_dir(common_dir: str) -> str:
     return os.path.join(common_dir, STATE_DIR, HOST)
 
 
+#: In ``<common>/sandbox``: a random id of this clone (this repository on this machine), never pushed.
+CLONE_FILE = "clone-id"
+CLONE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def clone_file(common_dir: str) -> str:
+    """``<common>/sandbox/clone-id``: this clone's id (see :func:`clone_id`)."""
+    return os.path.join(common_dir, STATE_DIR, CLONE_FILE)
+
+
+#: In a run's directory: where a fetched run came from (``sandbox fetch``).
+FETCHED_FILE = "fetched.json"
+#: In a run's directory while its worktree is being made here; what a killed command left is redone.
+MATERIALIZING_FILE = "materializing"
+
+
+def fetched_file(common_dir: str, run_id: str) -> str:
+    """Where the record of the remote a run was fetched from is kept."""
+    return os.path.join(run_dir(common_dir, run_id), FETCHED_FILE)
+
+
+def materializing_marker(common_dir: str, run_id: str) -> str:
+    """The marker present while a run's worktree is being made in this repository."""
+    return os.path.join(run_dir(common_dir, run_id), MATERIALIZING_FILE)
+
+
+def clone_id(common_dir: str) -> str | None:
+    """This clone's id (None until something of the sandbox recorded an event here)."""
+    text = _read_text(clone_file(common_dir))
+    return text if text and CLONE_ID_RE.match(text) else None
+
+
 def run_lock_path(common_dir: str, run_id: str) -> str:
     """The run's lock file (held by every writer of its ledger, and by gc before it deletes the run)."""
     return os.path.join(run_dir(common_dir, run_id), LOCK_FILE)

@@ -173,6 +173,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     state.event_ids.add(event.event_id)
     state.count += 1
     state.tip = oid
+    if _other_clones_tree(state, event):
+        return state  # an apply/undo/redo in another clone's tree: nothing of this clone's
     kind = event.kind
     entry = _writable(state, event.call_id) if event.call_id else None
     if event.call_id and entry is None and event.call is not None:
@@ -259,6 +261,43 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
 _MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
 
 
+def _other_clones_tree(state: LedgerState, event: Event) -> bool:
+    """True for a merge-back event (apply, or undo/redo in the user's tree) written by another clone.
+
+    A run travels (``sandbox push`` / ``fetch``), its ledger with it; what was applied to the tree
+    of the clone that applied it says nothing about this clone's tree. Events without a clone
+    (written before clones had ids) are taken as this clone's, as they always were.
+    """
+    if event.clone is None or event.clone == state.clone or event.kind not in _MERGEBACK_KINDS:
+        return False
+    return event.kind == EventKind.apply_finished or event.data.get("target") == "user"
+
+
+def _ensure_clone_id(common_dir: str) -> str:
+    """Read ``<common>/sandbox/clone-id``, creating it (exclusively: a link of a whole file) if missing."""
+    found = layout.clone_id(common_dir)
+    if found is not None:
+        return found
+    directory = layout.state_dir(common_dir)
+    os.makedirs(directory, exist_ok=True)
+    final = layout.clone_file(common_dir)
+    tmp = os.path.join(directory, f".{layout.CLONE_FILE}.{uuid.uuid4().hex}")
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(uuid.uuid4().hex + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, final)  # fails if another process made it first: then theirs is the id
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    found = layout.clone_id(common_dir)
+    if found is None:
+        raise SandboxError(f"{final} is not a clone id; remove it and run the command again.")
+    return found
+
+
 def _fold_run_event(state: LedgerState, event: Event) -> None:
     kind = event.kind
     if kind == EventKind.resumed:
@@ -295,6 +334,24 @@ class Ledger:
         #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
         #: prints them and ``resume`` reports them.
         self.problems: list[str] = []
+        #: This clone's id (see :func:`ensure_clone`): the fold leaves out other clones' merge-back.
+        self.clone = layout.clone_id(repo.path)
+
+    def new_state(self) -> LedgerState:
+        """An empty fold for this clone (fold a ledger's events into it)."""
+        return LedgerState(clone=self.clone)
+
+    def ensure_clone(self) -> str:
+        """This clone's id, made on first use (a random id in ``<common>/sandbox/clone-id``).
+
+        Before it exists no event carries it, so a fold made without it stays valid with it.
+        """
+        if self.clone is None:
+            self.clone = _ensure_clone_id(self.repo.path)
+            if self._state is not None and self._state.clone is None:
+                self._state = fork_state(self._state)
+                self._state.clone = self.clone
+        return self.clone
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -359,6 +416,11 @@ class Ledger:
         """All events, oldest first, with their commit ids."""
         return self._walk_back(self.tip(), None)
 
+    def events_since(self, stop: str | None, tip: str) -> list[tuple[str, Event]]:
+        """The events after ``stop`` (None: from the first) up to the one at ``tip``, oldest first;
+        :class:`LookupError` when ``stop`` is not on the way (``tip`` does not contain it)."""
+        return self._walk_back(tip, stop)
+
     def events_to(self, tip: str) -> list[tuple[str, Event]]:
         """The events from the first up to the one at commit ``tip``, oldest first."""
         return self._walk_back(tip, None)
@@ -375,6 +437,12 @@ class Ledger:
             return self._state
         tip = integrity.check(self.repo, self.run_id, self.run_dir, tip)
         base = self._state if self._state is not None else self._load_cache(tip)
+        if base is not None and base.clone != self.clone:
+            if base.clone is None:  # folded before this clone had an id: no event carried it
+                base = fork_state(base)
+                base.clone = self.clone
+            else:
+                base = None
         if base is not None and base.tip == tip:
             self._state = base
             return base
@@ -385,7 +453,7 @@ class Ledger:
             except LookupError:
                 new = None
         if new is None or base is None:
-            base = LedgerState()
+            base = self.new_state()
             new = self._walk_back(tip, None)
         state = fork_state(base)
         for oid, event in new:

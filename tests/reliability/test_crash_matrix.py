@@ -119,6 +119,11 @@ PREFIX_PLAN: dict[str, list[str]] = {
     "tree.write.": ["apply@2", "apply-undo@1", "undo-user@1", "undo-sandbox@1", "redo@1", "continue@1", "rollback@1"],
     "checkpoint.save.": ["checkpoint"],
     "resume.": ["resume"],
+    # Making the worktree of a run fetched from another clone (sandbox.run.materialize).
+    "materialize.": ["materialize"],
+    # start --count N (sandbox.run.many): one snapshot, N homes, N ledgers.
+    "many.after_checkouts": ["start-count"],
+    "many.after_ledger": ["start-count@2"],
     "recovery.rollback_files.": ["rollback-files"],
     "recovery.rollback_session.": ["rollback-session"],
     "recovery.compensate.": ["compensate"],
@@ -241,6 +246,33 @@ def scenario_start(root: Path, fault: str) -> str:
     assert_acknowledged_kept(root, before, live)
     run_with_history(root, "after-crash")  # the repository still takes new runs
     assert_user_untouched(root, before)
+    assert_fsck_clean(root)
+    return "gc"
+
+
+def scenario_start_count(root: Path, fault: str) -> str:
+    """``start --count 3`` killed: gc leaves only whole runs (usable), nothing of the others."""
+    live = run_with_history(root)
+    before = capture_before(root, [live])
+    proc = sb("start", "--count", "3", "--json", cwd=root, fault=fault)
+    assert proc.returncode == -9, f"not killed at {fault}: exit {proc.returncode} {proc.stderr.decode()}"
+    mid = sandbox_things(root)
+    new_ids = (mid["runs"] | mid["worktrees"] | {r.split("/")[2] for r in mid["refs"]}) - {live}
+    assert len(new_ids) == 3, new_ids
+    ok("gc", cwd=root)
+    after = sandbox_things(root)
+    whole = [i for i in new_ids if i in live_run_ids(root)]
+    # Killed after the N-th ledger: exactly the first N runs exist; before any ledger: none.
+    expected = int(fault.partition("@")[2] or 1) if fault.startswith("many.after_ledger") else 0
+    assert len(whole) == expected, whole
+    for new_id in new_ids:
+        if new_id in whole:
+            assert open_run(root, new_id).worktree_exists()
+            assert_run_usable(root, new_id)
+        else:
+            assert not things_of(after, new_id), f"gc left pieces of the crashed start: {things_of(after, new_id)}"
+    assert_user_untouched(root, before)
+    assert_acknowledged_kept(root, before, live)
     assert_fsck_clean(root)
     return "gc"
 
@@ -384,6 +416,27 @@ def scenario_relocate(root: Path, fault: str) -> str:
     git(root, "gc", "-q", "--prune=now")
     assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"
     return "gc"
+
+
+def scenario_materialize(root: Path, fault: str) -> str:
+    """A command making a fetched run's worktree is killed; the next command makes it, gc reclaims."""
+    run_id = run_with_history(root, "travelled")
+    before = capture_before(root, [run_id])
+    clone = root.parent / f"{root.name}-clone"
+    git(root.parent, "clone", "-q", str(root), str(clone))
+    git(clone, "fetch", "-q", str(root), "refs/sandbox/*:refs/sandbox/*")
+    proc = sb("path", run_id, cwd=clone, fault=fault)
+    assert proc.returncode == -9, f"not killed at {fault}: exit {proc.returncode} {proc.stderr.decode()}"
+    ok("gc", cwd=clone)
+    wt = Path(ok("path", run_id, cwd=clone).strip())
+    assert (wt / "src/app.py").read_text() == "print('agent')\n" and not (wt / "data/blob.bin").exists()
+    assert not wt.is_relative_to(root)
+    homes = {p.name for p in wt.parent.parent.iterdir()}
+    assert homes == {run_id}, homes
+    assert_run_usable(clone, run_id)
+    assert_user_untouched(root, before)
+    assert_acknowledged_kept(root, before, run_id)
+    return "gc, path"
 
 
 # -- merge-back: apply, undo, redo, and their recovery ------------------------------------------
@@ -686,6 +739,7 @@ def scenario_compensate(root: Path, fault: str) -> str:
 
 SCENARIOS: dict[str, Callable[[Path, str], str]] = {
     "start": scenario_start,
+    "start-count": scenario_start_count,
     "write": lambda root, fault: scenario_call(root, fault, "write"),
     "write-merge": lambda root, fault: scenario_call(root, fault, "write-merge"),
     "call-start": lambda root, fault: scenario_call(root, fault, "call-start"),
@@ -704,6 +758,7 @@ SCENARIOS: dict[str, Callable[[Path, str], str]] = {
     "rollback": scenario_rollback,
     "checkpoint": scenario_checkpoint,
     "resume": scenario_resume,
+    "materialize": scenario_materialize,
     "rollback-files": scenario_rollback_files,
     "rollback-session": scenario_rollback_session,
     "compensate": scenario_compensate,

@@ -1,0 +1,81 @@
+"""``sandbox compare RUN... [--check CMD]``: runs side by side (best-of-N)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from sandbox.cli.common import emit_json, ensure_worktree, open_project, verified
+from sandbox.cli.isolation import isolation_options, resolve
+
+if TYPE_CHECKING:
+    from sandbox.run.compare import CheckOutcome
+    from sandbox.run.run import Run
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1)
+@click.option("--check", "check_cmd", default=None, help="A shell command run in each worktree, recorded as a call.")
+@isolation_options(network_default="off")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.pass_context
+def compare(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    check_cmd: str | None,
+    isolate: str | None,
+    network: str | None,
+    as_json: bool,
+) -> None:
+    """Compare RUNs: calls, failed calls, files and lines changed, and paths where they disagree.
+
+    One RUN stands for its group (the runs of one 'start --count', and forks). With --check 'CMD',
+    CMD runs in each run's worktree (confined, like 'sandbox exec') and is recorded as a call there.
+    """
+    from sandbox.errors import UsageError
+    from sandbox.run.compare import compare as do_compare
+    from sandbox.run.many import group_of
+    from sandbox.run.names import resolve_run
+    from sandbox.run.run import Run
+
+    project, _workdir, cwd_run = open_project(ctx)
+    ids = [resolve_run(project, r, cwd_run) for r in run_ids] or [resolve_run(project, None, cwd_run)]
+    if len(ids) == 1:
+        ids = group_of(project, Run.open(project, ids[0]))
+    if len(ids) < 2:
+        raise UsageError(f"Run {ids[0]} has no other run to compare with; name two or more runs.")
+    runs = [verified(Run.open(project, i)) for i in dict.fromkeys(ids)]
+    checks = {r.run_id: _check(r, check_cmd, isolate, network) for r in runs} if check_cmd else None
+    result = do_compare(runs, checks)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if not result.same_base:
+        click.echo("note: these runs started from different snapshots; 'unchanged' means each run's own.")
+    click.echo(f"{'RUN':<10} {'CALLS':>5} {'FAILED':>6} {'FILES':>5} {'+LINES':>7} {'-LINES':>7}  {'CHECK':<12} LABEL")
+    for row in result.runs:
+        check = "-" if row.check is None else f"{row.check.status} ({row.check.returncode})"
+        failed = f"{row.failed}" + (f"+{row.uncertain}?" if row.uncertain else "")
+        click.echo(
+            f"{row.run_id:<10} {row.calls:>5} {failed:>6} {row.files:>5} {row.added:>7} {row.removed:>7}  "
+            f"{check:<12} {row.label or ''}"
+        )
+    click.echo(f"{len(result.agree)} path(s) changed the same way by every run; {len(result.disagree)} differ:")
+    for path, states in sorted(result.disagree.items())[:50]:
+        click.echo(f"  {path}: " + ", ".join(f"{rid} {st}" for rid, st in states.items()))
+    if len(result.disagree) > 50:
+        click.echo(f"  ... and {len(result.disagree) - 50} more (--json lists them all)")
+
+
+def _check(run: Run, command: str, isolate: str | None, network: str | None) -> CheckOutcome:
+    """Run the check command in the run's worktree as one recorded call."""
+    from sandbox.agent.execute import execute
+    from sandbox.run.compare import CheckOutcome
+
+    made = ensure_worktree(run)
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
+    isolation = resolve(run.user_workdir, "exec", isolate, network)
+    outcome = execute(run, ["sh", "-c", command], tool_name="check", isolation=isolation)
+    return CheckOutcome(outcome.entry.call_id, outcome.returncode, outcome.entry.status.value)

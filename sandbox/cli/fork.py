@@ -1,0 +1,32 @@
+"""``sandbox fork RUN [--at CALL|CHECKPOINT]``: a new run from another run's state."""
+
+from __future__ import annotations
+
+import click
+
+from sandbox.cli.common import emit_json, open_run
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--at", default=None, help="Fork from the state after this call, or at this checkpoint (default: head).")
+@click.option("--label", default=None, help="A label for the new run (default: the source's, with -fork).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
+@click.pass_context
+def fork(ctx: click.Context, run_id: str | None, at: str | None, label: str | None, as_json: bool) -> None:
+    """Start a new run from RUN's state: same snapshot of your tree, a worktree of its own.
+
+    The new run's first call, 'fork', holds RUN's changes up to that state, so its diff and apply
+    cover everything it holds. RUN is not changed.
+    """
+    from sandbox.run.many import fork as do_fork
+
+    source = open_run(ctx, run_id)
+    run = do_fork(source, at, label)
+    info = run.info
+    if as_json:
+        emit_json({"run": run.run_id, "worktree": run.worktree, "forked_from": info.forked_from, "label": info.label})
+        return
+    click.echo(f"Forked run {run.run_id} from {info.forked_from}" + (f" ({info.label})" if info.label else ""))
+    click.echo(f"  worktree: {run.worktree}")
+    click.echo(f"  changes:  {len(run.changed_paths())} path(s) from the source")

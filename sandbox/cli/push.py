@@ -1,0 +1,63 @@
+"""``sandbox push RUN [REMOTE]``: send a run's record to a git remote."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sandbox.cli.common import base_dir, emit_json, open_project
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1, metavar="[RUN] [REMOTE]")
+@click.option("--json", "as_json", is_flag=True, help="Print what was pushed as JSON.")
+@click.pass_context
+def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
+    """Push RUN's refs (ledger, head, base, checkpoints) to REMOTE.
+
+    REMOTE defaults to the one git would use: your branch's upstream remote, else origin. The ledger
+    only moves forward: if REMOTE has events of the run this clone lacks, nothing is pushed and you
+    are told to fetch first. Uses git's own push (your credential helpers and ssh config apply).
+    """
+    from sandbox.run import remote
+    from sandbox.run.names import resolve_run
+
+    project, _workdir, cwd_run = open_project(ctx)
+    if len(run_ids) > 2:
+        raise click.UsageError("Push one run at a time: sandbox push RUN [REMOTE]")
+    given, where = (run_ids[0] if run_ids else None), (run_ids[1] if len(run_ids) == 2 else None)
+    run_id = resolve_run(project, given, cwd_run)
+    name = remote_arg(ctx, where) if where else remote.default_remote(project)
+    report = remote.push(project, [run_id], name, how=remote.Transport(base_dir(ctx), _interactive()))
+    if as_json:
+        emit_json({"remote": report.remote, "runs": [t.to_json() for t in report.runs]})
+    else:
+        for item in report.runs:
+            if item.outcome == "pushed":
+                click.echo(f"Pushed run {item.run_id} to {report.remote} ({item.events} new event(s)).")
+            elif item.outcome == "up_to_date":
+                click.echo(f"Run {item.run_id} is up to date on {report.remote}.")
+            else:
+                click.echo(f"sandbox: {item.message}", err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+def remote_arg(ctx: click.Context, given: str) -> str:
+    """A remote as given; a relative path to a repository is taken from where the command runs."""
+    import os
+
+    from sandbox.cli.common import base_dir
+
+    path = os.path.join(base_dir(ctx), given)
+    if not os.path.isabs(given) and "://" not in given and os.path.isdir(path):
+        return os.path.abspath(path)
+    return given
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False

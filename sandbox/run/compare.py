@@ -1,0 +1,146 @@
+"""Comparing runs side by side (best-of-N): what each did, and where their results disagree.
+
+Per run: its calls, failed and uncertain calls, the paths and lines its patch changes (its head
+against its base), and optionally the outcome of a check command run in its worktree (the caller
+runs it as a recorded call and passes the outcome in: the run layer does not start processes).
+Across runs: every path some run changed, with each run's final state of it; a path where the runs
+do not all end in the same state is a disagreement. Costs O(changed paths) per run: trees are
+compared, never walked whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from sandbox.models import CallStatus
+from sandbox.run.run import Run
+from sandbox.store import objects
+
+
+@dataclass
+class CheckOutcome:
+    """The check command's result in one run (recorded as one of its calls)."""
+
+    call_id: str
+    returncode: int
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {"call_id": self.call_id, "exit_code": self.returncode, "status": self.status}
+
+
+@dataclass
+class RunFigures:
+    """One run's side of a comparison."""
+
+    run_id: str
+    label: str | None
+    base: str
+    head: str
+    calls: int
+    failed: int
+    uncertain: int
+    files: int
+    added: int
+    removed: int
+    check: CheckOutcome | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "run": self.run_id,
+            "label": self.label,
+            "base": self.base,
+            "run_head": self.head,
+            "calls": self.calls,
+            "failed_calls": self.failed,
+            "uncertain_calls": self.uncertain,
+            "files_changed": self.files,
+            "lines_added": self.added,
+            "lines_removed": self.removed,
+            "check": self.check.to_json() if self.check else None,
+        }
+
+
+@dataclass
+class Comparison:
+    """Runs side by side, and the paths where their results differ."""
+
+    runs: list[RunFigures]
+    #: path -> {run id: its final state there: a short blob id (``+x`` executable, ``@`` symlink),
+    #: ``deleted``, or ``unchanged`` (the run left the snapshot's version)}.
+    disagree: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Paths every run changed to the same state.
+    agree: list[str] = field(default_factory=list)
+    same_base: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "same_base": self.same_base,
+            "runs": [r.to_json() for r in self.runs],
+            "disagree": [{"path": p, "states": s} for p, s in sorted(self.disagree.items())],
+            "agree": sorted(self.agree),
+        }
+
+
+def _state(entry: objects.Entry | None) -> str:
+    if entry is None:
+        return "deleted"
+    suffix = "+x" if entry.mode == objects.MODE_EXEC else "@" if entry.mode == objects.MODE_LINK else ""
+    return entry.oid[:10] + suffix
+
+
+def figures(run: Run) -> tuple[RunFigures, dict[str, str]]:
+    """A run's figures and its changed paths with their final states."""
+    state = run.state()
+    head = run.head()
+    base = run.base
+    base_tree, head_tree = objects.commit_tree(run.repo, base), objects.commit_tree(run.repo, head)
+    changes = {c.path: _state(c.new) for c in objects.diff_trees(run.repo, base_tree, head_tree)}
+    added = removed = 0
+    if changes and base_tree is not None and head_tree is not None:
+        old, new = run.repo[base_tree], run.repo[head_tree]
+        assert isinstance(old, pygit2.Tree) and isinstance(new, pygit2.Tree)
+        stats = old.diff_to_tree(new).stats
+        added, removed = stats.insertions, stats.deletions
+    entries = list(state.calls.values())
+    return (
+        RunFigures(
+            run_id=run.run_id,
+            label=run.info.label,
+            base=base,
+            head=head,
+            calls=len(entries),
+            failed=sum(1 for e in entries if e.status == CallStatus.failed),
+            uncertain=sum(1 for e in entries if e.status == CallStatus.uncertain),
+            files=len(changes),
+            added=added,
+            removed=removed,
+        ),
+        changes,
+    )
+
+
+def compare(runs: list[Run], checks: dict[str, CheckOutcome] | None = None) -> Comparison:
+    """Compare ``runs`` (their heads against their bases); ``checks`` are outcomes by run id."""
+    rows: list[RunFigures] = []
+    changed: dict[str, dict[str, str]] = {}
+    for run in runs:
+        row, paths = figures(run)
+        row.check = (checks or {}).get(run.run_id)
+        rows.append(row)
+        changed[run.run_id] = paths
+    result = Comparison(rows, same_base=len({r.base for r in rows}) <= 1)
+    every = sorted({p for paths in changed.values() for p in paths})
+    for path in every:
+        states = {r.run_id: changed[r.run_id].get(path, "unchanged") for r in rows}
+        if len(set(states.values())) > 1:
+            result.disagree[path] = states
+        else:
+            result.agree.append(path)
+    return result

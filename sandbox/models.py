@@ -310,6 +310,8 @@ class ConflictReport(_Model):
     user: str | None
     reason: str
     hint: str
+    #: Unselected calls the path needs first (their changes come before the selected ones), oldest first.
+    needs: list[str] = Field(default_factory=list)
 
 
 class ApplyReport(_Model):
@@ -336,6 +338,35 @@ class ApplyReport(_Model):
     restored: list[str] = Field(default_factory=list)
     #: True when the operation was refused (a conflict or an obstacle): nothing was written.
     refused: bool = False
+    #: Paths of which only some hunks were written (``apply --hunks``), with the ids taken.
+    partial: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class HunkTaken(_Model):
+    """One hunk (or change) a partial apply took: its stable id and ``@@`` header (see sandbox.merge.hunks)."""
+
+    version: int = FORMAT_VERSION
+    id: str
+    header: str
+
+
+class PartialApply(_Model):
+    """A path the sandbox wrote only part of the agent's change to (``apply --hunks``).
+
+    Kept in the ``apply_finished`` event's path record (and so in ``user_paths``): the state the
+    hunks were taken from (``base``), the agent state they were taken out of, the calls whose change
+    it is, and the hunks taken. ``edited``: a hunk was edited by hand, so the file holds text the
+    agent never wrote. ``undo`` puts ``base`` back; a later apply takes the rest.
+    """
+
+    version: int = FORMAT_VERSION
+    base_mode: int | None
+    base_oid: str | None
+    agent_mode: int | None
+    agent_oid: str | None
+    calls: list[str] = Field(default_factory=list)
+    hunks: list[HunkTaken] = Field(default_factory=list)
+    edited: bool = False
 
 
 class UndoReport(ApplyReport):
@@ -508,7 +539,7 @@ class SessionInfo(_Model):
 #: Every model written to disk or into git objects (``sandbox schema`` prints them).
 #: Each section above adds its own models to this list just below its definitions' section.
 PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange, ProcessScope]
-PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport]
+PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport, HunkTaken, PartialApply]
 # checkpoint models
 PERSISTED += [Checkpoint, Budget, ResumeReport]
 # session watcher models

@@ -31,11 +31,15 @@ def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bo
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet.")
         return
+    from sandbox.merge.select import partly_applied
+
+    partly = partly_applied(run.state())
     for e in entries:
         flags = "".join(
             [
                 " [undone]" if e.undone else "",
                 " [applied]" if e.applied else "",
+                f" [partly applied: {', '.join(partly[e.call_id])}]" if e.call_id in partly else "",
                 f" [denied: {e.denial_reason or 'no reason'}]" if e.approval and e.approval.value == "denied" else "",
             ]
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -30,14 +31,24 @@ from typing import Any, NoReturn
 import pygit2
 
 from sandbox import faults
-from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
-from sandbox.merge import obstacles
-from sandbox.models import ApplyJournal, ApplyReport, ConflictReport, EventKind, JournalEntry, LedgerEntry, LedgerState
+from sandbox.errors import PathRefusedError, SandboxError
+from sandbox.merge import hunks, obstacles, select
+from sandbox.models import (
+    ApplyJournal,
+    ApplyReport,
+    ConflictReport,
+    EventKind,
+    JournalEntry,
+    LedgerEntry,
+    LedgerState,
+    PartialApply,
+)
 from sandbox.run.run import Run
 from sandbox.store import convert, journal, objects, paths, sparse
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
+from sandbox.store.pathspec import Pathspec
 from sandbox.store.project import Project
 from sandbox.store.snapshot import user_git_dir
 
@@ -109,6 +120,12 @@ class PlannedPath:
     markers: bool = False
     #: True when the conflict is an obstacle in the tree (see :mod:`sandbox.merge.obstacles`), not an edit.
     obstacle: bool = False
+    #: Unselected calls this path needs first (the user's file is at a state before them), oldest first.
+    needs: list[str] = field(default_factory=list)
+    #: The earlier partial apply (``--hunks``) this write continues from (the user's file is its result).
+    partial_from: PartialApply | None = None
+    #: With ``--hunks``: the ids taken from this path, when only some of them are (see :mod:`hunks`).
+    taken: list[str] | None = None
 
     @property
     def base(self) -> State:
@@ -170,23 +187,37 @@ class ApplyPlan:
             conflicts=[conflict_report(p) for p in self.conflicts],
             merged=merged,
             attention=[p.path for p in self.paths if p.markers and p.path in applied],
-            reasons={p.path: p.reason for p in self.paths if p.action == "skip" or p.path in merged},
+            reasons={
+                p.path: p.reason
+                for p in self.paths
+                if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+            },
             dry_run=dry_run,
             head_moved=self.head_moved,
             refused=refused,
+            partial={p.path: p.taken for p in self.paths if p.taken is not None and p.path in applied},
         )
 
 
 def conflict_report(p: PlannedPath) -> ConflictReport:
-    """One conflicting path as reported to the user."""
+    """One conflicting path as reported to the user (``--exclude PATH`` in hints names the path)."""
     return ConflictReport(
         path=p.path,
         base=p.base.oid if p.base else None,
         agent=p.agent.oid if p.agent else None,
         user=p.user.entry.oid if p.user.entry else None,
         reason=p.reason,
-        hint=p.hint,
+        hint=p.hint.replace("--exclude PATH", "--exclude " + exclude_arg(p.path)),
+        needs=p.needs,
     )
+
+
+def exclude_arg(path: str) -> str:
+    """``path`` as an ``--exclude`` argument for the shell, valid from any directory (``:/`` is the
+    top of the tree), literal when the name holds glob characters."""
+    if any(c in path for c in "*?[\\"):
+        return shlex.quote(":(top,literal)" + path)
+    return shlex.quote(":/" + path)
 
 
 def state_record(state: State, target: State, calls: list[str]) -> dict[str, Any]:
@@ -209,6 +240,13 @@ def prior_records(user_paths: dict[str, Any], changed: list[str]) -> list[dict[s
     return out
 
 
+def partial_of(record: dict[str, Any] | None) -> PartialApply | None:
+    """The partial apply a ``user_paths`` record describes, if the sandbox wrote only some hunks there."""
+    if not record or not record.get("partial"):
+        return None
+    return PartialApply.model_validate(record["partial"])
+
+
 def _record_state(record: dict[str, Any] | None, key: str = "") -> State:
     if record is None:
         return None
@@ -216,32 +254,26 @@ def _record_state(record: dict[str, Any] | None, key: str = "") -> State:
 
 
 def resolve_call(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
-    """The call named by an id or a unique prefix of one; :class:`UnknownCallError` otherwise."""
-    if given in state.calls:
-        return state.calls[given]
-    matches = [c for c in state.order if c.startswith(given)]
-    if len(matches) == 1:
-        return state.calls[matches[0]]
-    if matches:
-        raise UnknownCallError(f"Call id {given!r} is ambiguous in run {run_id}: {', '.join(matches)}.")
-    raise UnknownCallError(f"Run {run_id} has no call {given!r}; see 'sandbox log {run_id}'.")
+    """The call named by an id, a sequence number or a unique prefix; :class:`UnknownCallError` otherwise."""
+    return select.resolve_name(state, run_id, given)
 
 
 def _select(run: Run, state: LedgerState, calls: list[str] | None) -> list[LedgerEntry]:
     if not calls:
         return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
-    chosen: dict[str, LedgerEntry] = {}
     for given in calls:
+        if ".." in given and given not in state.calls:
+            continue  # a range: undone calls in it are simply not taken
         entry = resolve_call(state, run.run_id, given)
         if entry.undone:
             raise SandboxError(
                 f"Call {entry.call_id} was undone; bring it back with 'sandbox redo {run.run_id}' instead."
             )
-        chosen[entry.call_id] = entry
-    return sorted(chosen.values(), key=lambda e: e.seq)
+    chosen = select.expand(state, run.run_id, calls, resolve_call)
+    return [state.calls[c] for c in chosen if state.calls[c].commit and not state.calls[c].undone]
 
 
-def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> dict[str, list[Step]]:
+def _chains(run: Run, selected: list[LedgerEntry], only: Pathspec | None) -> dict[str, list[Step]]:
     chains: dict[str, list[Step]] = {}
     for entry in selected:
         for change in entry.files:
@@ -252,21 +284,38 @@ def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> di
             before = journal.entry_state(change.before_mode, change.before_hash)
             after = journal.entry_state(change.after_mode, change.after_hash)
             chains.setdefault(change.path, []).append(Step(entry.call_id, before, after))
-    if only:
-        wanted = [paths.normalize(p) for p in only]
-        for w in wanted:
-            if not any(p == w or p.startswith(w + "/") for p in chains):
-                raise SandboxError(f"The selected changes of run {run.run_id} do not touch {w!r}; see 'sandbox diff'.")
-        chains = {p: s for p, s in chains.items() if any(p == w or p.startswith(w + "/") for w in wanted)}
+    if only is not None:
+        select.check_matched(only, chains, run.run_id)
+        chains = {p: s for p, s in chains.items() if only.matches(p)}
     return chains
+
+
+def _with_dependencies(
+    run: Run, state: LedgerState, selected: list[LedgerEntry], spec: Pathspec | None
+) -> list[LedgerEntry]:
+    """``selected`` and every call it depends on for the paths ``spec`` selects, in ledger order."""
+
+    def relevant(path: str) -> bool:
+        return not run.is_private(path) and (spec is None or spec.matches(path))
+
+    deps = select.dependencies(state, [e.call_id for e in selected], relevant)
+    return sorted([*selected, *(d.call for d in deps)], key=lambda e: e.seq)
+
+
+def as_pathspec(given: Pathspec | list[str] | None) -> Pathspec | None:
+    """A :class:`Pathspec` from one, from a list of pathspec strings (from the top), or None."""
+    if given is None or isinstance(given, Pathspec):
+        return given or None
+    return select.pathspec(given)
 
 
 def plan(
     run: Run,
     calls: list[str] | None = None,
-    paths: list[str] | None = None,
+    paths: Pathspec | list[str] | None = None,
     three_way: bool = False,
     state: LedgerState | None = None,
+    with_deps: bool = False,
 ) -> ApplyPlan:
     """Decide, path by path, what applying the run (or some calls, or some paths) would do.
 
@@ -277,10 +326,14 @@ def plan(
     state = state or run.state()
     target = run.user_workdir
     selected = _select(run, state, calls)
-    chains = _chains(run, selected, paths)
+    spec = as_pathspec(paths)
+    if with_deps and calls:
+        selected = _with_dependencies(run, state, selected, spec)
+    chains = _chains(run, selected, spec)
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
     if not chains:
-        raise NothingToApplyError(f"Run {run.run_id} has no recorded file changes to apply.")
+        what = "selected changes" if calls or paths else "recorded file changes"
+        raise NothingToApplyError(f"Run {run.run_id} has no {what} to apply.")
     user_paths: dict[str, Any] = state.data.get("user_paths", {})
     # The user's files are compared as `git add` would store them (sandbox.store.convert).
     conv = convert.for_tree(target)
@@ -290,6 +343,8 @@ def plan(
         planned = PlannedPath(path, chains[path], probes[path])
         _decide(planned, user_paths.get(path))
         result.paths.append(planned)
+    if any(p.action == "conflict" for p in result.paths):
+        explain_dependencies(run, state, selected, result.paths)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
@@ -352,7 +407,7 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     if user.kind == "unreadable":
         where = f" ({user.blocker!r})" if user.blocker else ""
         p.reason = f"it cannot be read in your tree{where}: {user.unreadable}"
-        p.hint = "make it readable (chmod u+r), or leave this path out (--path)"
+        p.hint = "make it readable (chmod u+r), or leave this path out (--exclude PATH)"
         p.obstacle = True
         return
     if user.kind == "excluded":
@@ -363,7 +418,7 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
         p.reason = "it is outside your sparse checkout (not checked out, not deleted)"
         p.hint = (
             "add its directory to your checkout ('git sparse-checkout add DIR') and apply again, "
-            "or leave it out (--path)"
+            "or leave it out (--exclude PATH)"
         )
         return
     if not user.known:
@@ -384,6 +439,18 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     if prior is not None and prior_target == p.agent:
         p.action, p.reason = "skip", "applied earlier; your later changes to it are kept"
         return
+    partial = partial_of(prior)
+    if partial is not None and written == user.state:
+        broken = any(steps[j].after != steps[j + 1].before for j in range(len(steps) - 1))
+        if journal.entry_state(partial.base_mode, partial.base_oid) == steps[0].before and not broken:
+            # Only some hunks were taken before: the rest is written on top of what the sandbox wrote.
+            p.action, p.write, p.partial_from = "write", p.agent, partial
+            kept = [c for c in prior_calls if c not in partial.calls]
+            p.record = state_record(p.agent, p.agent, kept + [c for c in p.calls if c not in kept])
+            return
+        p.reason = f"only some hunks of {', '.join(partial.calls)} were taken into it (apply --hunks)"
+        p.hint = "take the rest of them first (apply those calls), or undo that apply ('sandbox undo')"
+        return
     for i in range(len(steps) - 1, -1, -1):
         if not journal.matches(user, steps[i].before):
             continue
@@ -401,13 +468,43 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
         p.hint = "select those calls too (--call), or apply the whole run"
     elif user.kind == "dir":
         p.reason = "it is a directory in your tree"
-        p.hint = "move the directory away to take the agent's version, or leave this path out (--path)"
+        p.hint = "move the directory away to take the agent's version, or leave this path out (--exclude PATH)"
     elif user.entry is None:
         p.reason = "you deleted it; the agent changed it"
-        p.hint = "restore your file to take the agent's change, or leave this path out (--path)"
+        p.hint = "restore your file to take the agent's change, or leave this path out (--exclude PATH)"
     else:
         p.reason = "your file differs from the version the agent started from"
-        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--path)"
+        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--exclude PATH)"
+
+
+def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntry], planned: list[PlannedPath]) -> None:
+    """Name the unselected calls a conflicting path needs first, instead of blaming the user.
+
+    Where the user's file is at a state before those calls (the agent's earlier, unapplied call
+    changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
+    only a file at none of those states is reported as the user's change.
+    """
+    deps = select.dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
+    by_path: dict[str, list[LedgerEntry]] = {}
+    for dep in deps:
+        for path in dep.paths:
+            by_path.setdefault(path, []).append(dep.call)
+    for p in planned:
+        needed = sorted(by_path.get(p.path, []), key=lambda e: e.seq)
+        if p.action != "conflict" or p.obstacle or not needed:
+            continue
+        p.needs = [e.call_id for e in needed]
+        earlier = [
+            journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
+        ]
+        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
+        flags = " ".join(f"--call {e.seq}" for e in needed)
+        one = len(needed) == 1
+        if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
+            p.reason = f"{'call' if one else 'calls'} {names} changed this file first"
+            p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
+        else:
+            p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"
 
 
 def _is_text(data: bytes) -> bool:
@@ -609,12 +706,14 @@ def _roll_back_failed(
 def apply(
     run: Run,
     calls: list[str] | None = None,
-    paths: list[str] | None = None,
+    paths: Pathspec | list[str] | None = None,
     *,
     dry_run: bool = False,
     three_way: bool = False,
     allow_moved_head: bool = False,
     lock_timeout: float = 30.0,
+    with_deps: bool = False,
+    choice: hunks.Choice | None = None,
 ) -> ApplyReport:
     """Apply the run's changes (all, or some calls or paths) to the user's working tree.
 
@@ -636,16 +735,18 @@ def apply(
             )
         state = run.state()
         try:
-            result = plan(run, calls, paths, three_way=three_way, state=state)
+            result = plan(run, calls, paths, three_way=three_way, state=state, with_deps=with_deps)
         except OSError as exc:
             raise journal.WriteFailedError(
                 f"The apply of run {run.run_id} failed while planning ({journal.describe(exc)}); nothing was "
                 f"written. {_remedy(exc)}, then run 'sandbox apply {run.run_id}' again."
             ) from exc
         result.head_moved = moved
-        report = result.report(dry_run)
         if result.conflicts:
-            refuse(result.conflicts, report)
+            refuse(result.conflicts, result.report(dry_run))
+        if choice is not None:
+            hunks.restrict(run.repo, result, choice)
+        report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths: dict[str, Any] = state.data.get("user_paths", {})
         changed = [p for p in result.paths if p.record is not None and p.record != user_paths.get(p.path)]
@@ -686,15 +787,18 @@ def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:
     if read_only:
         shown = ", ".join(read_only[:5]) + (" ..." if len(read_only) > 5 else "")
         raise ReadOnlyTargetError(
-            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--path). "
+            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--exclude PATH). "
             "Nothing was written.",
             report,
         )
     first = conflicts[0]
-    raise ApplyConflict(
-        f"{len(conflicts)} path(s) conflict with your changes ({first.path}: {first.reason}); nothing was written.",
-        report,
-    )
+    if all(p.needs for p in conflicts):
+        what = "need calls that are not selected"
+    elif any(p.needs for p in conflicts):
+        what = "conflict with your changes or need calls that are not selected"
+    else:
+        what = "conflict with your changes"
+    raise ApplyConflict(f"{len(conflicts)} path(s) {what} ({first.path}: {first.reason}); nothing was written.", report)
 
 
 def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0) -> ApplyReport | None:

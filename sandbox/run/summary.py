@@ -41,11 +41,23 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         "by_status": counts,
         "changed_paths": len(run.changed_paths()),
         "unapplied_calls": len(run.unapplied_calls()),
+        "partly_applied_calls": _partly_applied(state),
         "epoch": state.epoch,
         # A home holds the worktree and the run's own git dir (its index, the agent's objects).
         "disk_bytes": worktree.disk_usage(run.place.home or run.worktree) if disk and exists else 0,
         **extra,
     }
+
+
+def _partly_applied(state: Any) -> list[str]:
+    """Calls of which only some hunks were applied (``apply --hunks``; see sandbox.merge.select)."""
+    out = []
+    for path_record in state.data.get("user_paths", {}).values():
+        for call_id in ((path_record or {}).get("partial") or {}).get("calls", []):
+            entry = state.calls.get(call_id)
+            if entry is not None and not entry.undone and call_id not in out:
+                out.append(call_id)
+    return [c for c in state.order if c in out]
 
 
 def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:

@@ -239,7 +239,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             state.head = event.commit
     elif kind == EventKind.redo:
         entry.undone = False
-        if event.data.get("target") == "user":
+        if event.data.get("target") == "user" and not event.data.get("partly"):
             entry.applied = True
         elif event.commit:
             state.head = event.commit
@@ -282,6 +282,7 @@ def _fold_mergeback(state: LedgerState, event: Event) -> None:
                     "target": data.get("target"),
                     "event_id": event.event_id,
                     "changed": data.get("changed", []),
+                    "partial": data.get("partial", []),
                 }
             )
         else:

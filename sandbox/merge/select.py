@@ -1,0 +1,155 @@
+"""Selecting what to take from a run: calls (single names and ranges), paths (git pathspecs), and
+the calls a selection depends on.
+
+A *range* ``A..B`` is every call from A to B inclusive, in ledger order; ``..B`` starts at the
+first call and ``A..`` ends at the last. The ends are resolved by :func:`resolve_name` (an id, a
+unique prefix of one, or a ledger sequence number); this module only expands ranges, so the one
+resolver of call names can change without touching it.
+
+A selected call *depends* on an earlier call when both change a path and the earlier one is
+neither selected nor already in the user's tree for that path: the selected call's before-state
+for the path is (or builds on) the earlier call's after-state. :func:`dependencies` names them so
+that ``apply`` can say "apply it too" instead of blaming the user, and ``--with-deps`` adds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.errors import SandboxError, UnknownCallError
+from sandbox.models import LedgerEntry, LedgerState
+from sandbox.store.pathspec import Pathspec
+
+Resolver = Callable[[LedgerState, str, str], LedgerEntry]
+
+
+def resolve_name(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
+    """One call named by its id, a ledger sequence number (``5``) or a unique id prefix."""
+    if given in state.calls:
+        return state.calls[given]
+    if given.isdigit():
+        for call_id in state.order:
+            if state.calls[call_id].seq == int(given):
+                return state.calls[call_id]
+    matches = [c for c in state.order if c.startswith(given)]
+    if len(matches) == 1:
+        return state.calls[matches[0]]
+    if matches:
+        raise UnknownCallError(f"Call id {given!r} is ambiguous in run {run_id}: {', '.join(matches)}.")
+    raise UnknownCallError(f"Run {run_id} has no call {given!r}; see 'sandbox log {run_id}'.")
+
+
+def expand(state: LedgerState, run_id: str, names: Iterable[str], resolve: Resolver = resolve_name) -> list[str]:
+    """The call ids named by ``names`` (single names and ``A..B`` ranges), in ledger order, once each.
+
+    A single name must exist; a range takes every call between its ends, inclusive (calls that
+    changed no files are simply not part of any patch).
+    """
+    chosen: set[str] = set()
+    for name in names:
+        if ".." in name and name not in state.calls:
+            first, _, last = name.partition("..")
+            lo = state.order.index(resolve(state, run_id, first).call_id) if first else 0
+            hi = state.order.index(resolve(state, run_id, last).call_id) if last else len(state.order) - 1
+            if lo > hi:
+                raise UnknownCallError(
+                    f"The call range {name!r} runs backwards (#{state.calls[state.order[lo]].seq} comes after "
+                    f"#{state.calls[state.order[hi]].seq}); write it oldest first."
+                )
+            chosen.update(state.order[lo : hi + 1])
+        else:
+            chosen.add(resolve(state, run_id, name).call_id)
+    return [c for c in state.order if c in chosen]
+
+
+def carried(state: LedgerState, path: str) -> list[str]:
+    """The calls whose change to ``path`` the sandbox wrote into the user's tree (and still stands)."""
+    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    record = user_paths.get(path) or {}
+    if record.get("partial"):
+        return [c for c in record.get("calls", []) if c not in record["partial"].get("calls", [])]
+    return list(record.get("calls", []))
+
+
+@dataclass
+class Dependency:
+    """A call the selection needs first: ``call`` changed ``paths`` before the selected ``needed_by``."""
+
+    call: LedgerEntry
+    paths: list[str] = field(default_factory=list)
+    needed_by: list[str] = field(default_factory=list)
+
+
+def _open_calls(state: LedgerState) -> list[LedgerEntry]:
+    return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
+
+
+def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable[[str], bool]) -> list[Dependency]:
+    """The unselected calls the selection depends on for the ``relevant`` paths, transitively, oldest first."""
+    chosen = set(selected)
+    found: dict[str, Dependency] = {}
+    history: dict[str, list[LedgerEntry]] = {}
+    for entry in _open_calls(state):
+        for change in entry.files:
+            if relevant(change.path):
+                history.setdefault(change.path, []).append(entry)
+    queue = [c for c in state.order if c in chosen]
+    while queue:
+        call_id = queue.pop(0)
+        entry = state.calls[call_id]
+        for change in entry.files:
+            earlier = history.get(change.path, [])
+            position = next((i for i, e in enumerate(earlier) if e.call_id == call_id), None)
+            if not position:
+                continue
+            done = set(carried(state, change.path))
+            for prior in reversed(earlier[:position]):
+                if prior.call_id in done or prior.applied:
+                    break  # the user's tree has it; nothing older is needed for this path
+                if prior.call_id in chosen:
+                    break  # selected: its own dependencies are looked at in turn
+                dep = found.setdefault(prior.call_id, Dependency(prior))
+                if change.path not in dep.paths:
+                    dep.paths.append(change.path)
+                if call_id not in dep.needed_by:
+                    dep.needed_by.append(call_id)
+                if prior.call_id not in queue:
+                    queue.append(prior.call_id)
+                chosen.add(prior.call_id)
+                break  # the nearest one; its own predecessors are found when it is looked at
+    return sorted(found.values(), key=lambda d: d.call.seq)
+
+
+def pathspec(specs: Iterable[str], excludes: Iterable[str] = (), prefix: str = "") -> Pathspec | None:
+    """The pathspec of ``specs`` and ``--exclude`` paths given from ``prefix``; None when both are empty."""
+    spec = Pathspec(list(specs), prefix, list(excludes))
+    return spec if spec else None
+
+
+def check_matched(spec: Pathspec | None, paths: Iterable[str], run_id: str) -> None:
+    """Refuse a positive pathspec that matches none of the selected changes (as git does)."""
+    if spec is None:
+        return
+    missing = spec.unmatched(paths)
+    if missing:
+        raise SandboxError(
+            f"The selected changes of run {run_id} do not touch {', '.join(repr(m) for m in missing)}; "
+            f"see 'sandbox diff {run_id} --stat'."
+        )
+
+
+def partly_applied(state: LedgerState) -> dict[str, list[str]]:
+    """Calls of which only some hunks are in the user's tree (``apply --hunks``): call id -> paths."""
+    out: dict[str, list[str]] = {}
+    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    for path, record in sorted(user_paths.items()):
+        partial = (record or {}).get("partial")
+        if not partial:
+            continue
+        for call_id in partial.get("calls", []):
+            entry = state.calls.get(call_id)
+            if entry is not None and not entry.undone:
+                out.setdefault(call_id, []).append(path)
+    return out

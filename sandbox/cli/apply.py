@@ -27,10 +27,10 @@ def print_report(report: ApplyReport, verb: str) -> None:
             for path in written:
                 note = f"  ({report.reasons[path]})" if path in report.reasons else ""
                 click.echo(f"  {path}{note}")
-    if report.partial and not report.dry_run:
-        click.echo("Partly applied (the rest can be applied later; 'sandbox undo' takes back exactly these hunks).")
     for path in report.skipped:
         click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
+    if report.partial and not report.dry_run:
+        click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
     if report.attention:
         click.echo(f"Needs attention (conflict markers): {', '.join(report.attention)}")
     if report.head_moved:

@@ -108,6 +108,8 @@ def _ask_file(fh: FileHunks, choice: Choice) -> None:
     taken = set(fh.taken)
     queue: list[Hunk] = []
     for h in fh.hunks:
+        if h.id in taken:
+            continue  # taken earlier as a whole (an edited hunk)
         open_changes = [c for c in h.changes if c.id not in taken]
         if len(open_changes) == len(h.changes):
             queue.append(h)

@@ -139,7 +139,12 @@ def _is_text(data: bytes) -> bool:
 
 
 def _header(start: int, count: int, new_start: int, new_count: int) -> str:
-    return f"@@ -{start},{count} +{new_start},{new_count} @@"
+    """The ``@@`` line as git writes it (a count of 1 is left out)."""
+
+    def side(begin: int, n: int) -> str:
+        return str(begin) if n == 1 else f"{begin},{n}"
+
+    return f"@@ -{side(start, count)} +{side(new_start, new_count)} @@"
 
 
 def _span(start: int, count: int) -> int:
@@ -204,7 +209,7 @@ def change_hunk(fh: FileHunks, change: Change) -> Hunk:
     lines += [("-", line) for line in fh.old[change.start : change.start + change.count]]
     lines += [("+", line) for line in change.new]
     lines += [(" ", line) for line in fh.old[change.start + change.count : end]]
-    header = change.header + f" (part of {begin + 1},{end - begin})"
+    header = change.header
     return Hunk(change.id, header, begin, end - begin, lines, [change])
 
 

@@ -122,6 +122,8 @@ class PlannedPath:
     obstacle: bool = False
     #: Unselected calls this path needs first (the user's file is at a state before them), oldest first.
     needs: list[str] = field(default_factory=list)
+    #: True when the conflict is only that: the user's file is at a state before ``needs``.
+    waits: bool = False
     #: The earlier partial apply (``--hunks``) this write continues from (the user's file is its result).
     partial_from: PartialApply | None = None
     #: With ``--hunks``: the ids taken from this path, when only some of them are (see :mod:`hunks`).
@@ -501,7 +503,7 @@ def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntr
         flags = " ".join(f"--call {e.seq}" for e in needed)
         one = len(needed) == 1
         if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
-            p.reason = f"{'call' if one else 'calls'} {names} changed this file first"
+            p.reason, p.waits = f"{names} changed this file first", True
             p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
         else:
             p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"
@@ -792,9 +794,9 @@ def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:
             report,
         )
     first = conflicts[0]
-    if all(p.needs for p in conflicts):
+    if all(p.waits for p in conflicts):
         what = "need calls that are not selected"
-    elif any(p.needs for p in conflicts):
+    elif any(p.waits for p in conflicts):
         what = "conflict with your changes or need calls that are not selected"
     else:
         what = "conflict with your changes"

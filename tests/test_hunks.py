@@ -235,3 +235,47 @@ def test_whole_file_units_added_files_and_all(repo: Path) -> None:
     assert code == 0, out
     assert "Add this file" in out
     assert (repo / "new.txt").read_text() == "brand new\n" and (repo / "a.txt").read_text() == BASE
+
+
+# -- killed in the middle: the same journal as a whole-file apply --------------------------------
+
+
+def agent_run(root: Path) -> Run:
+    """A new run with the agent's edit of ``setup`` (the user's files are left as they are)."""
+    project, workdir, _ = Project.discover(str(root))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    with run.tool_call("edit") as call:
+        call.write("a.txt", lines(l2="TWO\n", l14="FOURTEEN\n", l17="SEVENTEEN\n"))
+        call.write("b.txt", "B\n")
+    return run
+
+
+def test_partial_apply_killed_at_every_step_continues_or_rolls_back(repo: Path, tmp_path: Path) -> None:
+    import signal
+
+    setup(repo)
+    taken = {"a.txt": lines(l2="TWO\n"), "b.txt": "B\n"}
+    original = {"a.txt": BASE, "b.txt": "b\n"}
+
+    def now() -> dict[str, str]:
+        return {rel: (repo / rel).read_text() for rel in taken}
+
+    for step in ("after_journal", "after_file", "before_ledger", "after_ledger"):
+        for finish in ("continue", "undo"):
+            run = agent_run(repo)
+            files = diff_json(repo, run)
+            chosen = ids_file(tmp_path, files["a.txt"]["hunks"][0]["id"], str(files["b.txt"]["id"]))  # type: ignore[index]
+            proc = sandbox_cmd(
+                "apply", run.run_id, "--hunks-from", chosen, cwd=repo, env={"SANDBOX_FAULT": f"apply.{step}"}
+            )
+            assert proc.returncode == -signal.SIGKILL, (step, proc.stderr)
+            assert all(now()[rel] in (taken[rel], original[rel]) for rel in taken), step
+            if finish == "continue":
+                proc = sandbox_cmd("apply", "--continue", run.run_id, cwd=repo)
+                assert proc.returncode == 0, (step, proc.stderr)
+                assert now() == taken, step
+                assert "[partly applied: a.txt]" in invoke(repo, "log", run.run_id)[1], step
+            proc = sandbox_cmd("undo", run.run_id, cwd=repo)  # the interrupted apply, or the finished one
+            assert proc.returncode == 0, (step, finish, proc.stderr)
+            assert now() == original, (step, finish)

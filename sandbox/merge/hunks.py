@@ -359,6 +359,11 @@ def restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
     Raises :class:`HunkSelectionError` for ids that name nothing this apply would write, and when
     the rest of a file holding an edited hunk would be taken only in part.
     """
+    with objects.batch(repo):  # the new blobs in one pack: one fsync'd write, not one per file
+        _restrict(repo, plan, choice)
+
+
+def _restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
     known: set[str] = set()
     left_out: set[str] = set()
     for p in plan.writes:

@@ -279,3 +279,19 @@ def test_partial_apply_killed_at_every_step_continues_or_rolls_back(repo: Path, 
             proc = sandbox_cmd("undo", run.run_id, cwd=repo)  # the interrupted apply, or the finished one
             assert proc.returncode == 0, (step, finish, proc.stderr)
             assert now() == original, (step, finish)
+
+
+def test_applying_other_paths_leaves_a_partly_applied_call_partly_applied(repo: Path, tmp_path: Path) -> None:
+    run = setup(repo)
+    hunk = diff_json(repo, run)["a.txt"]["hunks"][0]["id"]  # type: ignore[index]
+    assert invoke(repo, "apply", run.run_id, "--hunks-from", ids_file(tmp_path, hunk))[0] == 0
+    code, _, err = invoke(repo, "apply", run.run_id, ":!a.txt")
+    assert code == 0, err
+    assert (repo / "b.txt").read_text() == "B\n" and (repo / "new.txt").exists()
+    assert not run.entries()[0].applied
+    assert "[partly applied: a.txt]" in invoke(repo, "log", run.run_id)[1]
+    code, _, err = invoke(repo, "apply", run.run_id)
+    assert code == 0, err
+    assert run.entries()[0].applied and (repo / "a.txt").read_text() == lines(
+        l2="TWO\n", l14="FOURTEEN\n", l17="SEVENTEEN\n"
+    )

@@ -210,3 +210,11 @@ def test_diff_json_runs_no_git_process(repo: Path, tmp_path: Path) -> None:
     assert diffs() == []
     proc = sandbox_cmd("diff", run.run_id, cwd=repo, env=env)
     assert proc.returncode == 0 and len(diffs()) == 1  # the text diff: one git process for the whole run
+
+
+def test_pathspec_from_a_subdirectory_of_the_runs_worktree(repo: Path) -> None:
+    run = start(repo)
+    three_files(run)
+    proc = sandbox_cmd("diff", run.run_id, "--stat", "app.py", cwd=Path(run.worktree) / "src")
+    assert proc.returncode == 0, proc.stderr
+    assert b"src/app.py" in proc.stdout and b"util.py" not in proc.stdout

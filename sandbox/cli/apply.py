@@ -121,7 +121,7 @@ def apply(
     if ask_hunks and hunks_from:
         raise click.UsageError("Give either --hunks (on the terminal) or --hunks-from FILE, not both.")
     run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
-    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes)
+    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     choice = None
     if hunks_from is not None:
         choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))

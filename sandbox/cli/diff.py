@@ -36,7 +36,7 @@ def diff(
     from sandbox.merge.preview import diff_files, diff_text, preview_range
 
     run = open_run(ctx, run_id)
-    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes)
+    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     rng = preview_range(run, calls=list(calls))
     if as_json:
         emit_json(

@@ -57,7 +57,7 @@ def choose(run: Run, calls: list[str] | None, spec: Pathspec | None, with_deps: 
     files = hunks.offered(run.repo, plan)
     try:
         for fh in files:
-            _ask_file(fh, choice)
+            _ask_file(fh, choice, run.user_workdir)
     except Quit:
         pass
     return choice if choice.ids or choice.edits else None
@@ -91,7 +91,7 @@ def _answer(prompt: str, allowed: str) -> str:
         click.echo(HELP if key == "?" or key == "" else f"Unknown answer {key!r}.\n{HELP}")
 
 
-def _ask_file(fh: FileHunks, choice: Choice) -> None:
+def _ask_file(fh: FileHunks, choice: Choice, root: str) -> None:
     from sandbox.merge import hunks
 
     click.echo(_color(f"diff --sandbox a/{fh.path} b/{fh.path}", "white"))
@@ -136,28 +136,29 @@ def _ask_file(fh: FileHunks, choice: Choice) -> None:
             queue[i : i + 1] = parts
             continue
         elif key == "e":
-            edited = _edit(h)
+            edited = _edit(h, root)
             if edited is not None:
                 hunks.parse_edit(h, b"".join(edited))  # refuse a broken edit now, not after the questions
                 choice.edits[h.id] = edited
         i += 1
 
 
-def _editor() -> list[str]:
+def _editor(root: str) -> list[str]:
     """The editor as git chooses it: GIT_EDITOR, core.editor, VISUAL, EDITOR, then vi."""
-    for var in ("GIT_EDITOR",):
-        if os.environ.get(var):
-            return shlex.split(os.environ[var])
-    proc = subprocess.run(["git", "config", "core.editor"], capture_output=True, text=True, check=False)
-    if proc.returncode == 0 and proc.stdout.strip():
-        return shlex.split(proc.stdout.strip())
+    import pygit2
+
+    if os.environ.get("GIT_EDITOR"):
+        return shlex.split(os.environ["GIT_EDITOR"])
+    config = pygit2.Repository(root).config  # the repository's, the user's and the system's config
+    if "core.editor" in config and str(config["core.editor"]).strip():
+        return shlex.split(str(config["core.editor"]))
     for var in ("VISUAL", "EDITOR"):
         if os.environ.get(var):
             return shlex.split(os.environ[var])
     return ["vi"]
 
 
-def _edit(h: Hunk) -> list[bytes] | None:
+def _edit(h: Hunk, root: str) -> list[bytes] | None:
     """The hunk after the user edited it in their editor; None for an emptied file."""
     from sandbox.merge import hunks
 
@@ -169,7 +170,9 @@ def _edit(h: Hunk) -> list[bytes] | None:
                     errors="surrogateescape"
                 )
             )
-        subprocess.run([*_editor(), path], check=False)
+        # The editor runs on the terminal like git's does (inherits stdin/stdout); its exit code is
+        # not trusted, the file it leaves is.
+        subprocess.run([*_editor(root), path], check=False)
         with open(path, "rb") as fh:
             data = fh.read()
     finally:

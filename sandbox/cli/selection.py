@@ -40,8 +40,11 @@ def selection_options(func: F) -> F:
     return func
 
 
-def pathspec(ctx: click.Context, root: str, specs: tuple[str, ...], excludes: tuple[str, ...]) -> Pathspec | None:
-    """The pathspec of the command line, relative to the current directory when it lies in ``root``.
+def pathspec(
+    ctx: click.Context, root: str, specs: tuple[str, ...], excludes: tuple[str, ...], worktree: str | None = None
+) -> Pathspec | None:
+    """The pathspec of the command line, relative to the current directory when it lies in ``root``
+    (the user's tree) or in ``worktree`` (the run's, whose paths are the same).
 
     As in git, a pathspec is relative to the directory the command runs in (``:/`` or ``:(top)``
     for the top of the tree); with ``-C DIR`` that directory is the top.
@@ -51,9 +54,13 @@ def pathspec(ctx: click.Context, root: str, specs: tuple[str, ...], excludes: tu
 
     prefix = ""
     if ctx.find_root().obj.get("directory") is None:
-        cwd, top = os.path.realpath(os.getcwd()), os.path.realpath(root)
-        if cwd != top and cwd.startswith(top.rstrip("/") + "/"):
-            prefix = os.path.relpath(cwd, top).replace(os.sep, "/")
+        cwd = os.path.realpath(os.getcwd())
+        # The run's worktree may lie inside the user's tree (under .git): the innermost top wins.
+        tops = sorted((os.path.realpath(t) for t in (root, worktree) if t), key=len, reverse=True)
+        for top in tops:
+            if cwd != top and cwd.startswith(top.rstrip("/") + "/"):
+                prefix = os.path.relpath(cwd, top).replace(os.sep, "/")
+                break
 
     def absolute(spec: str) -> str:
         # An absolute path inside the tree, as git takes it: the literal path from the top.

@@ -361,7 +361,7 @@ def plan(
         if all(
             f.path in planned_paths
             or run.is_private(f.path)
-            or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
+            or entry.call_id in select.carried(state, f.path)  # whole: a partial apply is not carried
             for f in entry.files
         ):
             result.fully_applied.append(entry.call_id)

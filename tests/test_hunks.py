@@ -295,3 +295,52 @@ def test_applying_other_paths_leaves_a_partly_applied_call_partly_applied(repo: 
     assert run.entries()[0].applied and (repo / "a.txt").read_text() == lines(
         l2="TWO\n", l14="FOURTEEN\n", l17="SEVENTEEN\n"
     )
+
+
+def test_any_subset_of_changes_assembles_and_all_of_them_give_the_agents_file(tmp_path: Path) -> None:
+    import random
+
+    import pygit2
+
+    from sandbox.merge import hunks as hk
+    from sandbox.store.objects import MODE_FILE, Entry
+
+    repo = pygit2.init_repository(str(tmp_path / "objects.git"), bare=True)
+    rng = random.Random(12)
+    for _ in range(60):
+        old = [f"{rng.choice('abcde')}{i % 7}\n".encode() for i in range(rng.randint(0, 40))]
+        new = list(old)
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randint(0, len(new))
+            kind = rng.choice("ird")
+            if kind == "i" or not new:
+                new.insert(at, f"new {rng.random()}\n".encode())
+            elif kind == "r" and at < len(new):
+                new[at] = f"changed {rng.random()}\n".encode()
+            elif at < len(new):
+                del new[at]
+        old_data, new_data = b"".join(old), b"".join(new)
+        if rng.random() < 0.3 and new_data:
+            new_data = new_data.rstrip(b"\n")  # no newline at the end
+        if old_data == new_data:
+            continue
+        before = Entry(MODE_FILE, str(repo.create_blob(old_data)))
+        after = Entry(MODE_FILE, str(repo.create_blob(new_data)))
+        fh = hk.file_hunks(repo, "f.txt", before, after)
+        changes = fh.changes
+        chosen = {c.id for c in changes if rng.random() < 0.5}
+        part = hk.take(fh, hk.Choice(ids=chosen))
+        if not chosen:
+            assert part is None
+        elif len(chosen) == len(changes):
+            assert part is not None and part.whole
+        else:
+            assert part is not None and part.content is not None and not part.whole
+            assert sorted(part.ids) == sorted(chosen)
+        everything = hk.take(fh, hk.Choice(ids={c.id for c in changes}))
+        assert everything is not None and everything.whole
+        assert hk.assemble(fh.old, [(c.start, c.count, c.new) for c in changes]) == new_data
+        # The rest on top of a part: the same ids, computed against the same base, give the agent's file.
+        fh.taken = sorted(chosen)
+        rest = hk.take(fh, hk.Choice(ids={c.id for c in changes} - chosen))
+        assert rest is not None and rest.whole

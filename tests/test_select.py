@@ -218,3 +218,25 @@ def test_pathspec_from_a_subdirectory_of_the_runs_worktree(repo: Path) -> None:
     proc = sandbox_cmd("diff", run.run_id, "--stat", "app.py", cwd=Path(run.worktree) / "src")
     assert proc.returncode == 0, proc.stderr
     assert b"src/app.py" in proc.stdout and b"util.py" not in proc.stdout
+
+
+def test_pathspecs_outside_the_tree_and_bad_hunk_lists_are_one_line_errors(repo: Path, tmp_path: Path) -> None:
+    run = start(repo)
+    three_files(run)
+    digest = tree_digest(repo)
+    for args, code in (
+        (["../outside"], 2),
+        ([":(top)src/../../x"], 2),
+        (["--exclude", "/etc/passwd"], 1),
+        (["/etc"], 1),
+    ):
+        got, out, err = invoke(repo, "apply", run.run_id, *args)
+        assert got == code and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+    bad = tmp_path / "ids.json"
+    for text in ('["a", 3]', "[not json", '{"ids": []}'):
+        bad.write_text(text)
+        got, _, err = invoke(repo, "apply", run.run_id, "--hunks-from", str(bad))
+        assert got in (1, 2) and err.count("\n") == 1 and "Traceback" not in err, (text, err)
+    got, _, err = invoke(repo, "apply", run.run_id, "--hunks", "--3way")
+    assert got == 2
+    assert tree_digest(repo) == digest

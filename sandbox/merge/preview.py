@@ -152,6 +152,7 @@ def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[dict[
                     {
                         "id": h.id,
                         "header": h.header,
+                        "text": hunks.hunk_text(h).decode(errors="replace"),
                         "changes": [{"id": c.id, "header": c.header} for c in h.changes],
                     }
                     for h in fh.hunks

@@ -344,3 +344,12 @@ def test_any_subset_of_changes_assembles_and_all_of_them_give_the_agents_file(tm
         fh.taken = sorted(chosen)
         rest = hk.take(fh, hk.Choice(ids={c.id for c in changes} - chosen))
         assert rest is not None and rest.whole
+
+
+def test_interactive_refuses_a_conflict_before_asking(repo: Path) -> None:
+    run = setup(repo)
+    write(repo, "a.txt", "the user's own\n")
+    digest = tree_digest(repo)
+    code, out = drive(repo, ["apply", run.run_id, "--hunks"], [])
+    assert code == 1 and "your file differs" in out and "Apply this hunk" not in out
+    assert tree_digest(repo) == digest

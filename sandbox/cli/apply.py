@@ -125,14 +125,14 @@ def apply(
     choice = None
     if hunks_from is not None:
         choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))
-    elif ask_hunks:
-        from sandbox.cli.hunkprompt import choose
-
-        choice = choose(run, list(calls) or None, spec, with_deps)
-        if choice is None:
-            click.echo("No hunk chosen; nothing was written.")
-            return
     try:
+        if ask_hunks:
+            from sandbox.cli.hunkprompt import choose
+
+            choice = choose(run, list(calls) or None, spec, with_deps)
+            if choice is None:
+                click.echo("No hunk chosen; nothing was written.")
+                return
         report = mergeback.apply(
             run,
             list(calls) or None,

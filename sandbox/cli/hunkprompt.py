@@ -55,6 +55,8 @@ def choose(run: Run, calls: list[str] | None, spec: Pathspec | None, with_deps: 
         mergeback.refuse(plan.conflicts, plan.report(dry_run=True))
     choice = hunks.Choice()
     files = hunks.offered(run.repo, plan)
+    if not files:
+        click.echo("Every selected change is already in your tree; there is no hunk to choose.")
     try:
         for fh in files:
             _ask_file(fh, choice, run.user_workdir)

@@ -265,7 +265,11 @@ def _move_user(
         calls=[entry.call_id],
         **_written(op, written),
         skipped=[p.path for p in planned if p.path not in written],
-        reasons={p.path: p.reason for p in planned if p.action == "skip"},
+        reasons={
+            **{p.path: p.reason for p in planned if p.action == "skip"},
+            **{path: f"only the hunks taken with --hunks, of {', '.join(t.calls)}" for path, t in partial.items()},
+            **{path: "the hunks taken with --hunks again" for path in again},
+        },
     )
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shlex
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -209,17 +208,9 @@ def conflict_report(p: PlannedPath) -> ConflictReport:
         agent=p.agent.oid if p.agent else None,
         user=p.user.entry.oid if p.user.entry else None,
         reason=p.reason,
-        hint=p.hint.replace("--exclude PATH", "--exclude " + exclude_arg(p.path)),
+        hint=p.hint.replace("--exclude PATH", "--exclude " + select.exclude_arg(p.path)),
         needs=p.needs,
     )
-
-
-def exclude_arg(path: str) -> str:
-    """``path`` as an ``--exclude`` argument for the shell, valid from any directory (``:/`` is the
-    top of the tree), literal when the name holds glob characters."""
-    if any(c in path for c in "*?[\\"):
-        return shlex.quote(":(top,literal)" + path)
-    return shlex.quote(":/" + path)
 
 
 def state_record(state: State, target: State, calls: list[str]) -> dict[str, Any]:
@@ -292,18 +283,6 @@ def _chains(run: Run, selected: list[LedgerEntry], only: Pathspec | None) -> dic
     return chains
 
 
-def _with_dependencies(
-    run: Run, state: LedgerState, selected: list[LedgerEntry], spec: Pathspec | None
-) -> list[LedgerEntry]:
-    """``selected`` and every call it depends on for the paths ``spec`` selects, in ledger order."""
-
-    def relevant(path: str) -> bool:
-        return not run.is_private(path) and (spec is None or spec.matches(path))
-
-    deps = select.dependencies(state, [e.call_id for e in selected], relevant)
-    return sorted([*selected, *(d.call for d in deps)], key=lambda e: e.seq)
-
-
 def as_pathspec(given: Pathspec | list[str] | None) -> Pathspec | None:
     """A :class:`Pathspec` from one, from a list of pathspec strings (from the top), or None."""
     if given is None or isinstance(given, Pathspec):
@@ -330,7 +309,7 @@ def plan(
     selected = _select(run, state, calls)
     spec = as_pathspec(paths)
     if with_deps and calls:
-        selected = _with_dependencies(run, state, selected, spec)
+        selected = select.with_dependencies(run, state, selected, spec)
     chains = _chains(run, selected, spec)
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
     if not chains:
@@ -346,7 +325,7 @@ def plan(
         _decide(planned, user_paths.get(path))
         result.paths.append(planned)
     if any(p.action == "conflict" for p in result.paths):
-        explain_dependencies(run, state, selected, result.paths)
+        select.explain_dependencies(run, state, selected, result.paths)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
@@ -477,36 +456,6 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
     else:
         p.reason = "your file differs from the version the agent started from"
         p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--exclude PATH)"
-
-
-def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntry], planned: list[PlannedPath]) -> None:
-    """Name the unselected calls a conflicting path needs first, instead of blaming the user.
-
-    Where the user's file is at a state before those calls (the agent's earlier, unapplied call
-    changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
-    only a file at none of those states is reported as the user's change.
-    """
-    deps = select.dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
-    by_path: dict[str, list[LedgerEntry]] = {}
-    for dep in deps:
-        for path in dep.paths:
-            by_path.setdefault(path, []).append(dep.call)
-    for p in planned:
-        needed = sorted(by_path.get(p.path, []), key=lambda e: e.seq)
-        if p.action != "conflict" or p.obstacle or not needed:
-            continue
-        p.needs = [e.call_id for e in needed]
-        earlier = [
-            journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
-        ]
-        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
-        flags = " ".join(f"--call {e.seq}" for e in needed)
-        one = len(needed) == 1
-        if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
-            p.reason, p.waits = f"{names} changed this file first", True
-            p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
-        else:
-            p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"
 
 
 def _is_text(data: bytes) -> bool:

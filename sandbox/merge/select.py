@@ -14,13 +14,19 @@ that ``apply`` can say "apply it too" instead of blaming the user, and ``--with-
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import SandboxError, UnknownCallError
 from sandbox.models import LedgerEntry, LedgerState
+from sandbox.store import journal
 from sandbox.store.pathspec import Pathspec
+
+if TYPE_CHECKING:
+    from sandbox.merge.mergeback import PlannedPath
+    from sandbox.run.run import Run
 
 Resolver = Callable[[LedgerState, str, str], LedgerEntry]
 
@@ -153,3 +159,53 @@ def partly_applied(state: LedgerState) -> dict[str, list[str]]:
             if entry is not None and not entry.undone:
                 out.setdefault(call_id, []).append(path)
     return out
+
+
+def exclude_arg(path: str) -> str:
+    """``path`` as an ``--exclude`` argument for the shell, valid from any directory (``:/`` is the
+    top of the tree), literal when the name holds glob characters."""
+    if any(c in path for c in "*?[\\"):
+        return shlex.quote(":(top,literal)" + path)
+    return shlex.quote(":/" + path)
+
+
+def with_dependencies(
+    run: Run, state: LedgerState, selected: list[LedgerEntry], spec: Pathspec | None
+) -> list[LedgerEntry]:
+    """``selected`` and every call it depends on for the paths ``spec`` selects, in ledger order."""
+
+    def relevant(path: str) -> bool:
+        return not run.is_private(path) and (spec is None or spec.matches(path))
+
+    deps = dependencies(state, [e.call_id for e in selected], relevant)
+    return sorted([*selected, *(d.call for d in deps)], key=lambda e: e.seq)
+
+
+def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntry], planned: list[PlannedPath]) -> None:
+    """Name the unselected calls a conflicting path needs first, instead of blaming the user.
+
+    Where the user's file is at a state before those calls (the agent's earlier, unapplied call
+    changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
+    only a file at none of those states is reported as the user's change.
+    """
+    deps = dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
+    by_path: dict[str, list[LedgerEntry]] = {}
+    for dep in deps:
+        for path in dep.paths:
+            by_path.setdefault(path, []).append(dep.call)
+    for p in planned:
+        needed = sorted(by_path.get(p.path, []), key=lambda e: e.seq)
+        if p.action != "conflict" or p.obstacle or not needed:
+            continue
+        p.needs = [e.call_id for e in needed]
+        earlier = [
+            journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
+        ]
+        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
+        flags = " ".join(f"--call {e.seq}" for e in needed)
+        one = len(needed) == 1
+        if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
+            p.reason, p.waits = f"{names} changed this file first", True
+            p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
+        else:
+            p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"

@@ -240,3 +240,11 @@ def test_pathspecs_outside_the_tree_and_bad_hunk_lists_are_one_line_errors(repo:
     got, _, err = invoke(repo, "apply", run.run_id, "--hunks", "--3way")
     assert got == 2
     assert tree_digest(repo) == digest
+
+
+def test_diff_refuses_a_pathspec_that_matches_nothing(repo: Path) -> None:
+    run = start(repo)
+    three_files(run)
+    for args in (["nothing/here"], ["--stat", "nothing/here"], ["--json", "nothing/here"]):
+        code, _, err = invoke(repo, "diff", run.run_id, *args)
+        assert code == 1 and "do not touch 'nothing/here'" in err, args

@@ -79,6 +79,11 @@ def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False, spe
     ]
     if stat:
         args.append("--stat")
+    if spec is not None and spec.positive:
+        # As git refuses a pathspec that matches no file, so does diff (in-process, O(changed paths)).
+        repo = run.repo
+        changed = [c.path for c in objects.diff_trees(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))]
+        select.check_matched(spec, [p for p in changed if not run.is_private(p)], run.run_id)
     args += [rng.old, rng.new, "--"]
     items = spec.items if spec is not None else []
     positive = [i.to_git() for i in items if not i.exclude]

@@ -98,6 +98,7 @@ def apply(
     back by 'sandbox undo'.
     """
     from sandbox.merge import hunks, mergeback
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
 
@@ -108,7 +109,7 @@ def apply(
             raise click.UsageError("--continue takes no other options.")
         dirs = [workdir] if workdir and not run_id else []
         if run_id:
-            opened = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+            opened = Run.open(project, resolve_run(project, run_id, cwd_run))
             dirs = [opened.user_workdir, opened.worktree]
         reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
         if not reports:
@@ -120,7 +121,7 @@ def apply(
         raise click.UsageError("--hunks and --hunks-from take the agent's hunks as they are; --3way cannot be added.")
     if ask_hunks and hunks_from:
         raise click.UsageError("Give either --hunks (on the terminal) or --hunks-from FILE, not both.")
-    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
+    run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
     spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     choice = None
     if hunks_from is not None:

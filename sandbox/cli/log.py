@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 @click.pass_context
 def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bool) -> None:
     """List RUN's calls in order: status, tool, commit and changed files."""
+    from sandbox.run.names import resolve_call_id
+
     run = open_run(ctx, run_id)
     if call_id is not None:
-        _show_call(run, call_id, as_json)
+        _show_call(run, resolve_call_id(run, call_id), as_json)
         return
     entries = run.entries()
     if as_json:

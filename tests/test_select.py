@@ -168,10 +168,12 @@ def test_several_calls_ranges_and_sequence_numbers(repo: Path) -> None:
     assert code == 0, err
     assert json.loads(out)["calls"] == [ids[0], ids[1], ids[3]]
     assert (repo / "src/util.py").read_text() == "v2\n" and (repo / "other.txt").read_text() == "o\n"
+    code, out, err = invoke(repo, "diff", run.run_id, "--json", "--call", "@~3..@~1")
+    assert code == 0 and json.loads(out)["calls"] == ids[:3], err
     code, _, err = invoke(repo, "apply", run.run_id, "--call", "3..1")
     assert code == 2 and "backwards" in err
     code, _, err = invoke(repo, "apply", run.run_id, "--call", "9")
-    assert code == 2 and "has no call '9'" in err
+    assert code == 2 and "has no call #9" in err
 
 
 def test_diff_takes_calls_ranges_and_pathspecs(repo: Path) -> None:

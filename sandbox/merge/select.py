@@ -2,9 +2,9 @@
 the calls a selection depends on.
 
 A *range* ``A..B`` is every call from A to B inclusive, in ledger order; ``..B`` starts at the
-first call and ``A..`` ends at the last. The ends are resolved by :func:`resolve_name` (an id, a
-unique prefix of one, or a ledger sequence number); this module only expands ranges, so the one
-resolver of call names can change without touching it.
+first call and ``A..`` ends at the last. The ends are resolved by the one resolver of call names
+(:mod:`sandbox.run.names`: an id, ``@`` and ``@~N``, a ledger number, a unique prefix); this module
+only expands ranges (``2..@``, ``@~3..``).
 
 A selected call *depends* on an earlier call when both change a path and the earlier one is
 neither selected nor already in the user's tree for that path: the selected call's before-state
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import SandboxError, UnknownCallError
 from sandbox.models import LedgerEntry, LedgerState
+from sandbox.run import names
 from sandbox.store import journal
 from sandbox.store.pathspec import Pathspec
 
@@ -32,19 +33,9 @@ Resolver = Callable[[LedgerState, str, str], LedgerEntry]
 
 
 def resolve_name(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
-    """One call named by its id, a ledger sequence number (``5``) or a unique id prefix."""
-    if given in state.calls:
-        return state.calls[given]
-    if given.isdigit():
-        for call_id in state.order:
-            if state.calls[call_id].seq == int(given):
-                return state.calls[call_id]
-    matches = [c for c in state.order if c.startswith(given)]
-    if len(matches) == 1:
-        return state.calls[matches[0]]
-    if matches:
-        raise UnknownCallError(f"Call id {given!r} is ambiguous in run {run_id}: {', '.join(matches)}.")
-    raise UnknownCallError(f"Run {run_id} has no call {given!r}; see 'sandbox log {run_id}'.")
+    """One call named as everywhere else (:func:`sandbox.run.names.find_call`: an id, ``@~N``, a
+    ledger number ``5``, a unique prefix)."""
+    return names.find_call([state.calls[c] for c in state.order], given, run_id)
 
 
 def expand(state: LedgerState, run_id: str, names: Iterable[str], resolve: Resolver = resolve_name) -> list[str]:

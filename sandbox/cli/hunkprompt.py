@@ -96,7 +96,11 @@ def _answer(prompt: str, allowed: str) -> str:
 def _ask_file(fh: FileHunks, choice: Choice, root: str) -> None:
     from sandbox.merge import hunks
 
-    click.echo(_color(f"diff --sandbox a/{fh.path} b/{fh.path}", "white"))
+    click.echo(
+        click.style(f"diff --git a/{fh.path} b/{fh.path}", bold=True)
+        if sys.stdout.isatty()
+        else f"diff --git a/{fh.path} b/{fh.path}"
+    )
     if not fh.text:
         what = "Add this file" if fh.before is None else "Delete this file" if fh.after is None else "Apply this change"
         kind = "" if fh.before is None or fh.after is None else " (binary, symlink or mode change: taken whole)"

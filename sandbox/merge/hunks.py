@@ -53,6 +53,8 @@ class Change:
     start: int
     count: int
     new: list[bytes]
+    #: 0-based index of the first added line in the agent's file.
+    new_start: int = 0
 
 
 @dataclass
@@ -174,7 +176,7 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         start, new_start = _span(h.old_start, h.old_lines), _span(h.new_start, h.new_lines)
         removed, added = old[start : start + h.old_lines], new[new_start : new_start + h.new_lines]
         header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
-        changes.append(Change(hunk_id(path, header, removed, added), header, start, h.old_lines, added))
+        changes.append(Change(hunk_id(path, header, removed, added), header, start, h.old_lines, added, new_start))
     for h in pygit2.Patch.create_from(old_data, new_data, context_lines=CONTEXT).hunks:
         start = _span(h.old_start, h.old_lines)
         header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
@@ -209,8 +211,11 @@ def change_hunk(fh: FileHunks, change: Change) -> Hunk:
     lines += [("-", line) for line in fh.old[change.start : change.start + change.count]]
     lines += [("+", line) for line in change.new]
     lines += [(" ", line) for line in fh.old[change.start + change.count : end]]
-    header = change.header
-    return Hunk(change.id, header, begin, end - begin, lines, [change])
+    old_count = end - begin
+    new_count = old_count - change.count + len(change.new)
+    new_begin = change.new_start - (change.start - begin)
+    header = _header(begin + (1 if old_count else 0), old_count, new_begin + (1 if new_count else 0), new_count)
+    return Hunk(change.id, header, begin, old_count, lines, [change])
 
 
 def parse_edit(original: Hunk, edited: bytes) -> list[bytes]:

@@ -166,9 +166,10 @@ def drive(root: Path, args: list[str], answers: list[bytes], env: dict[str, str]
     pending = list(answers)
     prompts = 0
     deadline = time.monotonic() + 60
+    poller = select.poll()  # not select(): a long test session has descriptors above FD_SETSIZE
+    poller.register(fd, select.POLLIN)
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
+        if not poller.poll(500):
             continue
         try:
             chunk = os.read(fd, 4096)

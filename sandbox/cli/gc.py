@@ -15,10 +15,11 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     """Remove what dropped or interrupted runs left behind; live runs are never touched."""
     from dataclasses import asdict
 
+    from sandbox.agent.service import try_claim
     from sandbox.run.gc import collect
 
     project, _, _ = open_project(ctx)
-    report = collect(project, force=force)
+    report = collect(project, force=force, claim_host=try_claim)
     if as_json:
         emit_json(asdict(report))
         return

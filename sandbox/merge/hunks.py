@@ -391,10 +391,8 @@ def _restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
         wrote = write_taken(repo, fh, taken)
         p.write = wrote
         assert p.record is not None and wrote is not None
-        record = dict(p.record)
-        record.update(mode=wrote.mode, oid=wrote.oid, target_mode=wrote.mode, target_oid=wrote.oid)
         base = fh.before
-        record["partial"] = PartialApply(
+        partial = PartialApply(
             base_mode=base.mode if base else None,
             base_oid=base.oid if base else None,
             agent_mode=fh.after.mode if fh.after else None,
@@ -402,8 +400,16 @@ def _restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
             calls=p.calls,
             hunks=[HunkTaken(id=i, header=h) for i, h in zip(taken.ids, taken.headers, strict=True)],
             edited=taken.edited,
-        ).model_dump(mode="json")
-        p.record = record
+        )
+        p.record = p.record.model_copy(
+            update={
+                "mode": wrote.mode,
+                "oid": wrote.oid,
+                "target_mode": wrote.mode,
+                "target_oid": wrote.oid,
+                "partial": partial,
+            }
+        )
         p.taken = taken.ids
         total = len(fh.changes)
         p.reason = f"partly: {len([i for i in taken.ids if i in {c.id for c in fh.changes}])} of {total} change(s)"

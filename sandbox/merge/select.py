@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sandbox.errors import SandboxError, UnknownCallError
 from sandbox.models import LedgerEntry, LedgerState
@@ -63,11 +63,12 @@ def expand(state: LedgerState, run_id: str, names: Iterable[str], resolve: Resol
 
 def carried(state: LedgerState, path: str) -> list[str]:
     """The calls whose change to ``path`` the sandbox wrote into the user's tree (and still stands)."""
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
-    record = user_paths.get(path) or {}
-    if record.get("partial"):
-        return [c for c in record.get("calls", []) if c not in record["partial"].get("calls", [])]
-    return list(record.get("calls", []))
+    record = state.data.user_paths.get(path)
+    if record is None:
+        return []
+    if record.partial is not None:
+        return [c for c in record.calls if c not in record.partial.calls]
+    return list(record.calls)
 
 
 @dataclass
@@ -140,12 +141,10 @@ def check_matched(spec: Pathspec | None, paths: Iterable[str], run_id: str) -> N
 def partly_applied(state: LedgerState) -> dict[str, list[str]]:
     """Calls of which only some hunks are in the user's tree (``apply --hunks``): call id -> paths."""
     out: dict[str, list[str]] = {}
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
-    for path, record in sorted(user_paths.items()):
-        partial = (record or {}).get("partial")
-        if not partial:
+    for path, record in sorted(state.data.user_paths.items()):
+        if record.partial is None:
             continue
-        for call_id in partial.get("calls", []):
+        for call_id in record.partial.calls:
             entry = state.calls.get(call_id)
             if entry is not None and not entry.undone:
                 out.setdefault(call_id, []).append(path)

@@ -25,7 +25,16 @@ from sandbox import faults
 from sandbox.errors import SandboxError
 from sandbox.merge import mergeback
 from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
-from sandbox.models import ApplyJournal, EventKind, LedgerEntry, LedgerState, PartialApply, UndoReport
+from sandbox.models import (
+    ApplyJournal,
+    EventKind,
+    LedgerEntry,
+    LedgerState,
+    PartialApply,
+    PathRecordUpdate,
+    UndoReport,
+    UserPathRecord,
+)
 from sandbox.run.run import Run
 from sandbox.store import journal, objects
 from sandbox.store.journal import State
@@ -55,8 +64,8 @@ def _pending_dirs(run: Run) -> list[str]:
 
 def carried(state: LedgerState, entry: LedgerEntry) -> list[str]:
     """The paths of ``entry`` whose current state in the user's tree the sandbox wrote for it."""
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
-    return [f.path for f in entry.files if entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])]
+    user_paths = state.data.user_paths
+    return [f.path for f in entry.files if f.path in user_paths and entry.call_id in user_paths[f.path].calls]
 
 
 def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
@@ -79,11 +88,11 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for directory in _pending_dirs(run):
         journal.ensure_none_pending(run.project, directory)
     state = run.state()
-    for item in reversed(state.data.get("undo_stack", [])):
-        entry = state.calls.get(item["call_id"])
+    for item in reversed(state.data.undo_stack):
+        entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
             return _move(
-                run, entry, "redo", item["target"], lock_timeout, only=item.get("changed"), partial=item.get("partial")
+                run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed, partial=item.partial
             )
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
 
@@ -95,10 +104,10 @@ def _move(
     target: str,
     lock_timeout: float,
     only: list[str] | None = None,
-    partial: list[dict[str, Any]] | None = None,
+    partial: list[PathRecordUpdate] | None = None,
 ) -> UndoReport:
     root = run.user_workdir if target == "user" else run.worktree
-    with journal.tree_lock(run.project, root, lock_timeout), run.ledger.lock.hold(lock_timeout):
+    with journal.tree_lock(run.project, root, lock_timeout), run.lock(lock_timeout):
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
         state = run.state()
@@ -192,14 +201,14 @@ def _move_user(
     op: str,
     root: str,
     only: list[str] | None,
-    undone_partial: list[dict[str, Any]],
+    undone_partial: list[PathRecordUpdate],
 ) -> UndoReport:
     """Undo or redo ``entry`` in the user's tree; ``undone_partial``: for a redo, the records of the
     partly applied paths (``apply --hunks``) its undo took back, which the redo writes again."""
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    user_paths = state.data.user_paths
     states = _states(entry, op)
     partial: dict[str, PartialApply] = {}
-    again: dict[str, dict[str, Any]] = {}
+    again: dict[str, PathRecordUpdate] = {}
     if op == "undo":
         chosen = carried(state, entry)
         for path in chosen:
@@ -208,50 +217,46 @@ def _move_user(
                 # Only some hunks were taken: exactly those go back out, for all the calls they came from.
                 partial[path] = taken
                 record = user_paths[path]
-                wrote = journal.entry_state(record.get("mode"), record.get("oid"))
+                wrote = journal.entry_state(record.mode, record.oid)
                 states[path] = (wrote, journal.entry_state(taken.base_mode, taken.base_oid))
     else:
         chosen = [p for p in (only if only is not None else list(states)) if p in states]
-        for record in undone_partial:
-            taken = mergeback.partial_of(record)
+        for update in undone_partial:
+            taken = update.partial
             assert taken is not None
-            again[record["path"]] = record
-            wrote = journal.entry_state(record.get("mode"), record.get("oid"))
-            states[record["path"]] = (journal.entry_state(taken.base_mode, taken.base_oid), wrote)
+            again[update.path] = update
+            wrote = journal.entry_state(update.mode, update.oid)
+            states[update.path] = (journal.entry_state(taken.base_mode, taken.base_oid), wrote)
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
     planned = mergeback.plan_moves(root, moves, user_tree=True)
     for p in planned:
-        record = user_paths.get(p.path) or {}
-        if (
-            op == "undo"
-            and p.action == "write"
-            and journal.entry_state(record.get("mode"), record.get("oid")) != p.user.state
-        ):
+        record = user_paths.get(p.path) or UserPathRecord()
+        if op == "undo" and p.action == "write" and journal.entry_state(record.mode, record.oid) != p.user.state:
             p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
     _refuse(run, entry, op, "user", root, planned)
     writes = [p for p in planned if p.action == "write"]
     records = []
     for p in planned:
         if p.path in again:
-            records.append(again[p.path])  # the partial apply exactly as it was before the undo
+            records.append(again[p.path].to_data())  # the partial apply exactly as it was before the undo
             continue
         gone = set(partial[p.path].calls) if p.path in partial else {entry.call_id}
-        calls = [c for c in (user_paths.get(p.path) or {}).get("calls", []) if c not in gone]
+        calls = [c for c in (user_paths.get(p.path) or UserPathRecord()).calls if c not in gone]
         if op == "redo":
             calls.append(entry.call_id)
         dst = p.steps[0].after
-        records.append({"path": p.path, **state_record(dst, dst, calls)})
-    event = run._event(
+        records.append(PathRecordUpdate.of(p.path, state_record(dst, dst, calls)).to_data())
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         data={
             "target": "user",
             "changed": [p.path for p in planned],
             # Records of the partly applied paths taken back, so that a redo writes them again.
-            "partial": mergeback.prior_records(user_paths, sorted(partial)),
+            "partial": [u.to_data() for u in mergeback.prior_records(user_paths, sorted(partial))],
             "partly": bool(again),
             "paths": records,
-            "prior": mergeback.prior_records(user_paths, [p.path for p in planned]),
+            "prior": [u.to_data() for u in mergeback.prior_records(user_paths, [p.path for p in planned])],
         },
     )
     j = _journal(run, op, "user", root, entry, writes, event)
@@ -281,7 +286,7 @@ def _written(op: str, written: list[str]) -> dict[str, list[str]]:
 def _record_only(run: Run, j: ApplyJournal) -> list[str]:
     """Nothing to write (every path already there): the event alone records the undo or redo."""
     faults.point(f"{j.op}.before_ledger")
-    run.ledger.append(j.event)
+    run.record_event(j.event)
     faults.point(f"{j.op}.after_ledger")
     return []
 
@@ -306,11 +311,10 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
         new_head = child
     else:
-        sig = objects.signature()
         message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
-        with objects.git_writes():
-            new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
-    event = run._event(
+        # Durable before the journal names it; its event follows the file writes (mergeback.execute).
+        new_head = run.write_commit(new_tree, head, message)
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         commit=new_head,
@@ -347,7 +351,7 @@ def _inverse(run: Run, j: ApplyJournal) -> Any:
         data["unapplied"] = j.event.data.get("newly", [])
     call_id = None if j.op == "apply" else j.event.call_id
     commit = j.old_head if j.target == "sandbox" else None
-    return run._event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
+    return run.new_event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
 
 
 def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> UndoReport | None:
@@ -366,7 +370,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                 f"Cannot roll back the interrupted {j.op}: {', '.join(bad[:5])} changed since; nothing was written."
             )
         run = Run.open(project, j.run_id)
-        with run.ledger.lock.hold(lock_timeout):
+        with run.lock(lock_timeout):
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if recorded and j.target == "sandbox" and state.head != j.new_head:
@@ -388,7 +392,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                     temps=temps,
                 )
                 if recorded:
-                    run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
+                    run.record_event(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
                     run.head()
                 journal.remove(project, target_dir)

@@ -15,7 +15,9 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sandbox import faults
 from sandbox.errors import LockedError
@@ -52,12 +54,26 @@ class GcReport:
     damaged: list[str] = field(default_factory=list)
 
 
-def collect(project: Project, force: bool = False) -> GcReport:
+class HostClaim(Protocol):
+    """A held claim on hosting a run (the agent layer's host lock); released when gc is done with the run."""
+
+    def release(self) -> None:
+        """Let go of the claim."""
+
+
+#: Takes the host lock of a run directory without waiting; None when a host (``sandbox run`` or
+#: ``serve``) is up. Passed in by the caller: hosts belong to the agent layer, above this one.
+ClaimHost = Callable[[str], HostClaim | None]
+
+
+def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | None = None) -> GcReport:
     """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
 
     A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
     its head moved past its base, or it has checkpoints: :func:`sandbox.store.integrity.holds_work`) is
     kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
+    Live runs made before homes existed are moved into a home when ``claim_host`` is given (it
+    keeps a host from starting on the old path meanwhile; the CLI passes the agent layer's).
     """
     report = GcReport()
     refs = project.ref_run_ids()
@@ -69,7 +85,7 @@ def collect(project: Project, force: bool = False) -> GcReport:
         with contextlib.suppress(OSError):
             candidates.update(n for n in os.listdir(base) if n not in live and layout.valid_run_id(n))
     for run_id in sorted(candidates):
-        lock_path = os.path.join(project.run_dir(run_id), "lock")
+        lock_path = layout.run_lock_path(project.common_dir, run_id)
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
                 if project.repo.references.get(layout.ref_name(run_id, "ledger")) is not None:
@@ -111,13 +127,13 @@ def collect(project: Project, force: bool = False) -> GcReport:
             continue
         shutil.rmtree(admin, ignore_errors=True)
         report.admin_dirs.append(admin)
-    _move_legacy_runs(project, sorted(live), report)
+    if claim_host is not None:
+        _move_legacy_runs(project, sorted(live), report, claim_host)
     return report
 
 
-def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:
+def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:
     """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
-    from sandbox.agent import service
     from sandbox.errors import SandboxError
     from sandbox.run import relocate
     from sandbox.run.run import Run
@@ -127,12 +143,12 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> No
             run = Run(project, run_id)
             if not relocate.needs_move(run):
                 continue
-            host = service.try_claim(run.dir)  # held while moving: no host may start on the old path
+            host = claim_host(run.dir)  # held while moving: no host may start on the old path
             if host is None:
                 report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
                 continue
             try:
-                with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                with file_lock(layout.run_lock_path(project.common_dir, run_id), f"Run {run_id}", timeout=0):
                     pass  # busy right now (a call being recorded): next time
                 moved = relocate.relocate(run)
             finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox.errors import SandboxError
+from sandbox.models import LedgerState
 from sandbox.run.run import Run
 from sandbox.store import worktree
 from sandbox.store.integrity import LedgerDamagedError
@@ -49,14 +50,12 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     }
 
 
-def _partly_applied(state: Any) -> list[str]:
+def _partly_applied(state: LedgerState) -> list[str]:
     """Calls of which only some hunks were applied (``apply --hunks``; see sandbox.merge.select)."""
-    out = []
-    for path_record in state.data.get("user_paths", {}).values():
-        for call_id in ((path_record or {}).get("partial") or {}).get("calls", []):
-            entry = state.calls.get(call_id)
-            if entry is not None and not entry.undone and call_id not in out:
-                out.append(call_id)
+    out: set[str] = set()
+    for record in state.data.user_paths.values():
+        if record.partial is not None:
+            out.update(c for c in record.partial.calls if c in state.calls and not state.calls[c].undone)
     return [c for c in state.order if c in out]
 
 

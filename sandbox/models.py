@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 FORMAT_VERSION = 1
 
@@ -307,6 +307,14 @@ class UserPathRecord(_Model):
     calls: list[str] = Field(default_factory=list)
     partial: PartialApply | None = None
 
+    @model_serializer(mode="wrap")
+    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Stored as before partial applies existed when there is none (old readers, fixtures).
+        data: dict[str, Any] = handler(self)
+        if not data.get("partial"):
+            data.pop("partial", None)
+        return data
+
 
 class PathRecordUpdate(_Payload):
     """One path's new :class:`UserPathRecord` in an apply/undo/redo event; ``drop``: it has none any more."""
@@ -390,6 +398,14 @@ class UndoItem(_Model):
     event_id: str
     changed: list[str] = Field(default_factory=list)
     partial: list[PathRecordUpdate] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Stored as before partial applies existed when there is none (old readers, fixtures).
+        data: dict[str, Any] = handler(self)
+        if not data.get("partial"):
+            data.pop("partial", None)
+        return data
 
 
 class CompensationLink(_Payload):

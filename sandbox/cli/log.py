@@ -33,9 +33,12 @@ def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bo
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet.")
         return
-    from sandbox.merge.select import partly_applied
-
-    partly = partly_applied(run.state())
+    # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
+    # merge package stays unloaded: log is a fast command).
+    partly: dict[str, list[str]] = {}
+    for path, record in sorted(run.state().data.user_paths.items()):
+        for call_id in record.partial.calls if record.partial is not None else []:
+            partly.setdefault(call_id, []).append(path)
     for e in entries:
         flags = "".join(
             [

@@ -29,11 +29,11 @@ import pygit2
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import HunkTaken, PartialApply
 from sandbox.store import objects
-from sandbox.store.journal import State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
 if TYPE_CHECKING:
     from sandbox.merge.mergeback import ApplyPlan, PlannedPath
+    from sandbox.store.journal import State
 
 CONTEXT = 3
 BINARY_SNIFF = 8000

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 
 from sandbox.errors import SandboxError
 from sandbox.merge import hunks, select
 from sandbox.run.run import Run
-from sandbox.store import journal, objects
+from sandbox.store import objects
 from sandbox.store.gitcli import git
-from sandbox.store.journal import State
 from sandbox.store.pathspec import Pathspec
+
+if TYPE_CHECKING:
+    from sandbox.store.journal import State
 
 
 @dataclass
@@ -49,6 +51,8 @@ def preview_range(run: Run, call_id: str | None = None, calls: list[str] | None 
         if not entry.commit or not entry.parent_commit:
             raise SandboxError(f"Call {entry.call_id} ({entry.tool_name}, {entry.status.value}) changed no files.")
         return Range(entry.parent_commit, entry.commit, entry.call_id, chosen)
+    from sandbox.store import journal  # only here: `diff` of the whole run or one call loads no journal code
+
     first: dict[str, State] = {}
     last: dict[str, State] = {}
     for call in chosen:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from sandbox.errors import SandboxError, UnknownCallError
 from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run import names
-from sandbox.store import journal
 from sandbox.store.pathspec import Pathspec
 
 if TYPE_CHECKING:
@@ -178,6 +177,8 @@ def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntr
     changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
     only a file at none of those states is reported as the user's change.
     """
+    from sandbox.store import journal  # here: `diff` imports this module and must stay light
+
     deps = dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
     by_path: dict[str, list[LedgerEntry]] = {}
     for dep in deps:

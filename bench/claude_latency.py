@@ -148,13 +148,13 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
 
 
 def _socket_ready(worktree: Path) -> bool:
-    from sandbox.agent import hookproto
+    from sandbox.agent import hookproto, wire
 
     try:
         loc = hookproto.locate(str(worktree))
     except Exception:
         return False
-    return os.path.exists(hookproto.socket_path(loc.run_dir))
+    return wire.Client(loc.common_dir).ping() is not None
 
 
 def report(name: str, samples: list[tuple[str, int]]) -> None:

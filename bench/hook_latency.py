@@ -5,8 +5,8 @@
 Write call (the file is written between the two hooks) and of a Bash call (the "command" writes
 one file between them), each hook a fresh ``subprocess.run`` timed with ``time.perf_counter``:
 
-* (a) service: while ``sandbox serve RUN`` hosts the run. The hook hands its event over the run's
-  socket; the Bash call's changes come from the service's watcher window (O(changed paths)).
+* (a) service: while ``sandbox serve`` hosts the repository. The hook hands its event over the
+  host's socket; the Bash call's changes come from the host's watcher window (O(changed paths)).
 * (b) in-process: no host, autostart off (``SANDBOX_HOOK_AUTOSTART=0``). The hook process imports
   pygit2 and pydantic and records the event itself; the Bash call's PostToolUse scans the worktree
   (O(repository)).
@@ -115,22 +115,21 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed call pairs first")
     ap.add_argument("--files", type=int, default=10_000, help="files in the generated repository")
     args = ap.parse_args()
-    from sandbox.agent import service
+    from sandbox.agent import host, wire
 
     root = tempfile.mkdtemp(prefix="bench-hook-")
     repo = _make_repo(root, args.files)
     start = subprocess.run([SANDBOX, "start", "--json"], cwd=repo, check=True, capture_output=True)
     info = json.loads(start.stdout)
     run_id, worktree = info["run"], info["worktree"]
-    run_dir = os.path.join(repo, ".git", "sandbox", "runs", run_id)
     loads = [f"start: {_load()}"]
 
     subprocess.run([SANDBOX, "serve", run_id], cwd=repo, check=True, capture_output=True)
     try:
         served = _measure(worktree, args.n, args.warmup, "service")
     finally:
-        service.stop_service(run_dir)
-    with open(os.path.join(run_dir, service.LOG_FILE), encoding="utf-8") as fh:
+        host.stop_host(os.path.join(repo, ".git"))
+    with open(os.path.join(wire.host_dir(os.path.join(repo, ".git")), wire.LOG), encoding="utf-8") as fh:
         via_socket = fh.read().count(" via socket: ok")
     loads.append(f"after (a): {_load()}")
     in_process = _measure(worktree, args.n, args.warmup, "inproc")

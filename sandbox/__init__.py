@@ -44,8 +44,9 @@ def start_run(path: str, label: str | None = None, data_dir: str | None = None) 
 
 
 def open_run(path: str, run_id: str | None = None) -> Run:
-    """Open a run of the repository containing ``path`` (``run_id`` may be a unique prefix, or
-    omitted when ``path`` is inside the run's worktree or the repository has a single run)."""
+    """Open a run of the repository containing ``path``: ``run_id`` is an id, a label or a unique id
+    prefix (see :mod:`sandbox.run.names`), or omitted when ``path`` is inside the run's worktree or
+    the repository has a single run."""
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store.project import Project

@@ -757,17 +757,18 @@ class ResumeReport(_Model):
 # --- agent integration models (hook payloads, sandbox config) ---
 
 
-# --- session watcher models (sandbox.agent.session) ---
+# --- the repository's host (sandbox.agent.host) ---
 
 
-class SessionInfo(_Model):
-    """``<run dir>/session.json``: where a run's live watcher service answers (see sandbox.agent.session)."""
+class HostInfo(_Model):
+    """``<common>/sandbox/host/host.json``: the live host of a repository (its liveness record).
+
+    Valid only while a process holds ``host.lock`` (see :func:`sandbox.agent.wire.host_alive`).
+    """
 
     version: int = FORMAT_VERSION
-    service_id: str
     pid: int
-    socket: str  #: an abstract Unix socket name, written with a leading ``@`` for its NUL
-    worktree: str
+    socket: str  #: the host's socket path (a filesystem path, never an abstract name)
     started_at: datetime = Field(default_factory=utcnow)
 
 
@@ -777,8 +778,8 @@ PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, Ca
 PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport, HunkTaken, PartialApply]
 # checkpoint models
 PERSISTED += [Checkpoint, Budget, ResumeReport]
-# session watcher models
-PERSISTED += [SessionInfo]
+# the repository's host
+PERSISTED += [HostInfo]
 
 
 # --- integrity of derived state (sandbox.store.integrity) ---

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -183,3 +184,56 @@ def test_call_names_on_log_diff_and_apply(repo: Path, runner: CliRunner) -> None
     assert (repo / "f1.txt").exists() and not (repo / "f0.txt").exists()
     code, out, err = invoke(runner, "-C", str(repo), "log", run.run_id, "--call", "call_nope")
     assert code == 2 and "has no call 'call_nope'" in err
+
+
+# -- the same flags everywhere -----------------------------------------------------------------------
+
+
+def _all_commands() -> list[tuple[str, click.Command]]:
+    from sandbox.cli.app import cli as group
+
+    out: list[tuple[str, click.Command]] = []
+    ctx = click.Context(group)
+
+    def walk(prefix: str, g: click.Group, gctx: click.Context) -> None:
+        for name in g.list_commands(gctx):
+            command = g.get_command(gctx, name)
+            assert command is not None
+            out.append((f"{prefix}{name}", command))
+            if isinstance(command, click.Group):
+                walk(f"{prefix}{name} ", command, click.Context(command, parent=gctx))
+
+    walk("", group, ctx)
+    return out
+
+
+def test_every_command_takes_dash_c_and_json() -> None:
+    commands = _all_commands()
+    assert len(commands) > 30
+    for name, command in commands:
+        opts = {o for p in command.params for o in getattr(p, "opts", ())}
+        assert {"-C", "--json"} <= opts, name
+
+
+def test_dash_c_and_json_before_or_after_the_subcommand(repo: Path, runner: CliRunner) -> None:
+    run = start(repo, label="flags")
+    write_calls(run, 1)
+    outside = repo.parent
+    for args in (
+        ["-C", str(repo), "log", "--json"],
+        ["log", "-C", str(repo), "--json"],
+        ["--json", "-C", str(repo), "log"],
+        ["log", "--json", "-C", str(repo)],
+        ["-C", str(outside), "log", "-C", repo.name, "--json"],  # a later -C is relative to the earlier
+        ["-C", str(repo), "call", "finish", "-C", "src", "--help"],
+    ):
+        code, out, err = invoke(runner, *args)
+        assert code == 0, (args, err)
+        if "--help" not in args:
+            assert json.loads(out)[0]["tool_name"] == "write_file", args
+    code, out, err = invoke(runner, "--json", "-C", str(repo), "path")
+    assert code == 0, err
+    assert json.loads(out) == {"run": run.run_id, "worktree": run.worktree, "git_dir": run.git_dir}
+    code, out, err = invoke(runner, "-C", str(repo), "start", "-C", "src", "--json")
+    assert code == 0, err
+    assert json.loads(out)["label"] is None

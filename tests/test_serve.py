@@ -1,4 +1,7 @@
-"""`sandbox serve`: the background host of a run's hooks and watcher, and hooks that start it (real processes)."""
+"""`sandbox serve`: the repository's background host of every run's hooks and watcher, and what starts it.
+
+Real processes throughout: the host, hooks, ``sandbox exec`` and ``sandbox run``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.agent import service, session
+from sandbox.agent import host, wire
 from sandbox.errors import SandboxError
 from sandbox.run.run import Run
 from sandbox.store.project import Project
@@ -43,22 +46,24 @@ def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {check}")
 
 
+def common(run: Run) -> str:
+    return run.project.common_dir
+
+
 def ready_pid(run: Run) -> int:
-    """Wait until a `sandbox serve` hosts the run and answers; its pid."""
+    """Wait until the repository's host answers; its pid."""
 
     def check() -> int | None:
-        pid = service.service_pid(run.dir)
-        client = session.client_for(run.dir)
-        if pid and client is not None and client.ping() and os.path.exists(os.path.join(run.dir, "hook.sock")):
-            return pid
-        return None
+        pid = host.host_pid(common(run))
+        answer = wire.Client(common(run)).ping()
+        return pid if pid and answer and answer["pid"] == pid else None
 
     pid: int = wait_until(check)
     return pid
 
 
 def log_text(run: Run) -> str:
-    path = Path(run.dir, service.LOG_FILE)
+    path = Path(wire.host_dir(common(run)), wire.LOG)
     return path.read_text() if path.exists() else ""
 
 
@@ -78,13 +83,15 @@ def runs(repo: Path) -> Iterator[Callable[[], Run]]:
         return made[-1]
 
     yield make
+    pids = {host.host_pid(common(run)) for run in made}
     for run in made:
-        pid = service.service_pid(run.dir)
-        service.stop_service(run.dir)
+        host.stop_host(common(run))
+    for run in made:
         try:
             Run.open(Project(run.project.common_dir), run.run_id).drop(force=True)
         except SandboxError:
             pass  # the test dropped it itself
+    for pid in pids:
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
 
@@ -93,25 +100,30 @@ def test_serve_detaches_answers_and_idles_out(repo: Path, runs: Callable[[], Run
     run = runs()
     proc = sandbox_cmd("serve", run.run_id, "--idle-exit", "2", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    assert f"serving run {run.run_id} in the background" in proc.stdout.decode()
+    assert "hosting this repository's runs in the background" in proc.stdout.decode()
     pid = ready_pid(run)
     assert os.getsid(pid) != os.getsid(0)  # its own session: no terminal, no signals from ours
     hook("Read", "pre", run, "toolu_read1")  # answered through the socket: the idle clock restarts
     assert "start Read toolu_read1 via socket: ok" in log_text(run)
     wait_until(lambda: not alive(pid), timeout=60)
     assert "stopped: no request for 2 s" in log_text(run)
-    for name in (service.PID_FILE, "hook.sock", session.SESSION_FILE):
-        assert not Path(run.dir, name).exists(), name
-    assert not service.host_alive(run.dir)
+    for name in (wire.SOCKET, wire.INFO):
+        assert not Path(wire.host_dir(common(run)), name).exists(), name
+    assert not wire.host_alive(common(run))
+    assert oct(os.stat(wire.host_dir(common(run))).st_mode & 0o777) == "0o700"  # only the user opens it
 
 
-def test_one_service_per_run(repo: Path, runs: Callable[[], Run]) -> None:
-    run = runs()
+def test_one_host_per_repository(repo: Path, runs: Callable[[], Run]) -> None:
+    run, other = runs(), runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
-    again = sandbox_cmd("serve", run.run_id, cwd=repo)
-    assert again.returncode == 0 and f"already hosted (by 'sandbox serve', pid {pid})" in again.stdout.decode()
-    assert service.service_pid(run.dir) == pid and log_text(run).count("serving run") == 1
+    again = sandbox_cmd("serve", other.run_id, cwd=repo)
+    assert again.returncode == 0 and f"already hosted (pid {pid})" in again.stdout.decode()
+    hook("Read", "pre", run, "toolu_one")
+    hook("Read", "pre", other, "toolu_two")
+    assert host.host_pid(common(run)) == pid and log_text(run).count("hosting the runs of") == 1
+    assert f"{run.run_id} start Read toolu_one via socket: ok" in log_text(run)
+    assert f"{other.run_id} start Read toolu_two via socket: ok" in log_text(run)
 
 
 def test_the_socket_path_imports_neither_pygit2_nor_pydantic(repo: Path, runs: Callable[[], Run]) -> None:
@@ -135,40 +147,61 @@ def test_the_socket_path_imports_neither_pygit2_nor_pydantic(repo: Path, runs: C
     assert not {m for m in imported if m.split(".")[0] in ("pygit2", "pydantic", "watchdog") or m in heavy}
 
 
-def test_drop_stops_the_service(repo: Path, runs: Callable[[], Run]) -> None:
+def served(run: Run) -> bool:
+    status = host.host_status(common(run))
+    return status is not None and run.run_id in status["runs"]
+
+
+def test_drop_makes_the_host_forget_the_run(repo: Path, runs: Callable[[], Run]) -> None:
     run = runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
+    hook("Read", "pre", run, "toolu_before_drop")
+    assert served(run)
     worktree = run.worktree
     dropped = sandbox_cmd("drop", "--force", run.run_id, cwd=repo)
     assert dropped.returncode == 0, dropped.stderr
-    wait_until(lambda: not alive(pid), timeout=15)
+    wait_until(lambda: not served(run), timeout=15)
+    assert alive(pid)  # other runs of the repository may still need it
     assert not Path(run.dir).exists() and not Path(worktree).exists()
+    assert f"run {run.run_id}: no longer served (asked to forget it: it is being dropped)" in log_text(run)
 
 
-def test_service_exits_when_its_worktree_disappears(repo: Path, runs: Callable[[], Run]) -> None:
+def test_host_forgets_a_run_whose_worktree_disappears(repo: Path, runs: Callable[[], Run]) -> None:
     run = runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
-    pid = ready_pid(run)
+    ready_pid(run)
+    hook("Read", "pre", run, "toolu_before_move")
     os.rename(run.worktree, run.worktree + ".moved")
     try:
-        wait_until(lambda: not alive(pid), timeout=30)
+        wait_until(lambda: not served(run), timeout=30)
     finally:
         os.rename(run.worktree + ".moved", run.worktree)
-    assert "stopped: the run's worktree is gone" in log_text(run)
+    assert f"run {run.run_id}: no longer served (the run's worktree is gone)" in log_text(run)
 
 
-def test_hook_autostarts_the_service_and_the_next_hook_uses_it(runs: Callable[[], Run]) -> None:
+def test_a_hook_that_finds_no_host_starts_one_and_hands_it_its_event(runs: Callable[[], Run]) -> None:
     run = runs()
-    hook("Write", "pre", run, "toolu_w1", env=AUTOSTART)  # no host: recorded in-process, service spawned
+    hook("Write", "pre", run, "toolu_w1", env=AUTOSTART)  # no host: it spawns one and waits for it
     assert reopen(run).entry("toolu_w1").status.value == "started"
     ready_pid(run)
+    assert f"{run.run_id} start Write toolu_w1 via socket: ok" in log_text(run)
     write(Path(run.worktree), "src/greet.py", "def greet():\n    return 'hi'\n")
     hook("Write", "post", run, "toolu_w1", env=AUTOSTART)
     assert "finish Write toolu_w1 via socket: ok: toolu_w1 succeeded, 1 file(s)" in log_text(run)
-    assert "start Write toolu_w1" not in log_text(run)
     entry = reopen(run).entry("toolu_w1")
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+
+
+def test_a_hook_records_in_its_own_process_when_the_host_does_not_come_up(runs: Callable[[], Run]) -> None:
+    """A host that cannot start (its socket path is taken by a directory) costs the hook a wait, never the event."""
+    run = runs()
+    os.makedirs(os.path.join(wire.socket_path(common(run)), "in-the-way"))
+    started = time.monotonic()
+    hook("Read", "pre", run, "toolu_nohost", env=AUTOSTART)
+    assert reopen(run).entry("toolu_nohost").status.value == "started"
+    assert time.monotonic() - started < 30
+    assert not wire.host_alive(common(run))
 
 
 @pytest.mark.parametrize("off_by", ["settings", "environment"])
@@ -178,7 +211,7 @@ def test_autostart_off(repo: Path, runs: Callable[[], Run], off_by: str) -> None
     run = runs()
     hook("Read", "pre", run, "toolu_r1", env=AUTOSTART if off_by == "settings" else None)
     time.sleep(1.0)
-    assert not service.host_alive(run.dir) and not Path(run.dir, service.SPAWN_STAMP).exists()
+    assert not wire.host_alive(common(run)) and not Path(wire.host_dir(common(run)), wire.SPAWNED).exists()
     assert reopen(run).entry("toolu_r1").status.value == "started"
 
 
@@ -198,7 +231,7 @@ def test_bash_through_a_live_service_records_exactly_its_changes(repo: Path, run
     assert sorted(f.path for f in entry.files) == ["README.md", "build/out.txt", "src/util.py"]
 
 
-def test_killed_service_makes_the_next_hook_record_in_process(repo: Path, runs: Callable[[], Run]) -> None:
+def test_killed_host_the_next_hook_starts_another_and_the_call_is_scanned(repo: Path, runs: Callable[[], Run]) -> None:
     run = runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
@@ -207,22 +240,23 @@ def test_killed_service_makes_the_next_hook_record_in_process(repo: Path, runs: 
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not alive(pid), timeout=15)
     write(wt, "after.txt", "made while no service ran\n")
-    hook("Bash", "post", run, "toolu_b2", env=AUTOSTART)  # stale socket: in-process, with a scan
-    assert "finish Bash toolu_b2" not in log_text(run)
+    hook("Bash", "post", run, "toolu_b2", env=AUTOSTART)  # stale socket: a new host, which never saw the start
+    new_pid = ready_pid(run)
+    assert new_pid != pid
+    assert "finish Bash toolu_b2 via socket: ok: toolu_b2 succeeded, 1 file(s)" in log_text(run)  # by a scan
     entry = reopen(run).entry("toolu_b2")
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["after.txt"]
-    ready_pid(run)  # ... and it spawned a new service for the next calls
     hook("Read", "pre", run, "toolu_r2")
     assert "start Read toolu_r2 via socket: ok" in log_text(run)
 
 
-def test_sandbox_run_takes_over_from_a_service(repo: Path, runs: Callable[[], Run]) -> None:
+def test_sandbox_run_uses_the_repositorys_host(repo: Path, runs: Callable[[], Run]) -> None:
     run = runs()
     assert sandbox_cmd("serve", run.run_id, cwd=repo).returncode == 0
     pid = ready_pid(run)
     proc = sandbox_cmd("run", run.run_id, "--hooks", "none", "--", "sh", "-c", "echo x > a.txt", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    assert not alive(pid) and "note:" not in proc.stderr.decode()
+    assert alive(pid) and host.host_pid(common(run)) == pid and "note:" not in proc.stderr.decode()
     assert [f.path for e in reopen(run).entries() for f in e.files] == ["a.txt"]
 
 
@@ -230,7 +264,7 @@ def test_hooks_install_starts_the_service(repo: Path, runs: Callable[[], Run]) -
     run = runs()
     proc = sandbox_cmd("hooks", "install", "claude-code", run.run_id, cwd=repo, env=AUTOSTART)
     assert proc.returncode == 0, proc.stderr
-    assert "starting its hook service in the background" in proc.stdout.decode()
+    assert "starting the repository's host in the background" in proc.stdout.decode()
     ready_pid(run)
 
 
@@ -243,7 +277,7 @@ def test_exec_autostarts_the_service_and_the_next_exec_uses_its_watcher(repo: Pa
     assert second.returncode == 0, second.stderr
     entries = reopen(run).entries()
     assert [[f.path for f in e.files] for e in entries[-2:]] == [["one.txt"], ["two.txt"]]
-    assert "via socket" in log_text(run) or session.client_for(run.dir) is not None
+    assert f"{run.run_id} start run_command" in log_text(run)
 
 
 def test_exec_does_not_autostart_when_turned_off(repo: Path, runs: Callable[[], Run]) -> None:
@@ -251,7 +285,7 @@ def test_exec_does_not_autostart_when_turned_off(repo: Path, runs: Callable[[], 
     proc = sandbox_cmd("exec", run.run_id, "--", "true", cwd=repo, env={"SANDBOX_HOOK_AUTOSTART": "0"})
     assert proc.returncode == 0, proc.stderr
     time.sleep(0.5)
-    assert service.service_pid(run.dir) is None
+    assert host.host_pid(common(run)) is None
 
 
 def test_exec_through_the_host_records_exactly_its_changes_without_heavy_imports(

@@ -153,8 +153,8 @@ def test_cli_start_json_and_path(repo: Path, runner: CliRunner) -> None:
     result = runner.invoke(cli, ["-C", str(repo), "start", "--json", "--label", "first"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) >= {"run", "worktree", "base", "head"}
-    assert data["head"] == git(repo, "rev-parse", "HEAD").strip()
+    assert set(data) >= {"run", "worktree", "base", "user_head", "run_head"}
+    assert data["user_head"] == git(repo, "rev-parse", "HEAD").strip()
     assert os.path.isabs(data["worktree"]) and os.path.isdir(data["worktree"])
     result = runner.invoke(cli, ["-C", str(repo), "path", data["run"]], catch_exceptions=False)
     assert result.output.strip() == data["worktree"]

@@ -34,7 +34,7 @@ READ = {"click", "pygit2", "pydantic", "pydantic_core", "sandbox.models", "sandb
 ALLOWED: dict[str, set[str]] = {
     "--help": {"click"},
     "list": READ,
-    "status": READ,
+    "status": READ | {"sandbox.agent"},  # only sandbox.agent.wire (stdlib): the line on the repository's host
     "log": READ,
     "path": READ,
     "diff": READ | {"sandbox.merge"},  # the patch preview lives with merge-back (sandbox.merge.preview)

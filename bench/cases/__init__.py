@@ -26,6 +26,7 @@ CASES = {
     "watcher": "bench.cases.watcher",
     "confine": "bench.cases.confine",
     "hunks": "bench.cases.hunks",
+    "mcp": "bench.cases.mcp",
     "startup": "bench.cases.startup",
 }
 

@@ -19,7 +19,6 @@ Targets (issue #11): confinement adds <= 15 ms to a ``sandbox exec`` and <= 50 m
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 
@@ -90,28 +89,28 @@ def run(ctx: Context, repo: Repo) -> None:
         for i in ctx.rounds(n, budget=60):
             for group, measure in rotate(groups, i):  # type: ignore[misc]
                 pair(group, measure, i)
-        if _serve(repo.path, rid, run_.dir):
+        if _serve(repo.path, rid, run_.project.common_dir):
             res.row(CASE, repo.size, G_EXEC_HOSTED, OFF, ref=True)
             for i in ctx.rounds(n, budget=20):
                 pair(G_EXEC_HOSTED, exec_, i)
         else:
             res.skip(CASE, repo.size, "sandbox exec with the run's service: `sandbox serve` did not answer")
     finally:
-        from sandbox.agent import service
+        from sandbox.agent.host import stop_host
 
-        service.stop_service(run_.dir)
+        stop_host(run_.project.common_dir)
         run_.drop(force=True)
 
 
-def _serve(path: str, run_id: str, run_dir: str) -> bool:
+def _serve(path: str, run_id: str, common_dir: str) -> bool:
     import time
 
-    from sandbox.agent import hookproto
+    from sandbox.agent import wire
 
     run_proc([SANDBOX, "-C", path, "serve", run_id])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if os.path.exists(hookproto.socket_path(run_dir)):
+        if wire.Client(common_dir).ping() is not None:
             return True
         time.sleep(0.05)
     return False

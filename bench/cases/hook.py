@@ -4,9 +4,9 @@ The recorded PreToolUse and PostToolUse payloads of fixtures/claude-code/Write.j
 fresh hook process each (process start included), with the file written between them, in a run's
 worktree on the generated repository:
 
-- hosted: while ``sandbox run RUN --hooks none -- sleep`` hosts the run (the hook hands its event
-  to the host over the run's socket; the intended set-up);
-- served: while the background ``sandbox serve RUN`` hosts the run (what a hook starts by itself
+- hosted: while ``sandbox run RUN --hooks none -- sleep`` runs (it starts the repository's host,
+  and the hook hands its event to the host over its socket; the intended set-up);
+- served: while the background ``sandbox serve`` hosts the repository (what a hook starts by itself
   when the user launched the agent without ``sandbox run``); same socket, same host code;
 - standalone: no host and autostart off (``SANDBOX_HOOK_AUTOSTART=0``): the hook process records
   the event itself (what the first hook of a session costs).
@@ -75,36 +75,35 @@ def run(ctx: Context, repo: Repo) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        hosted = _wait_for_host(run_.dir, host)
+        hosted = _wait_for_host(project.common_dir, host)
         if hosted:
             _pairs(ctx, repo, run_.worktree, "hosted", n)
         else:
-            res.skip(CASE, repo.size, "hosted hooks: 'sandbox run' did not open its hook socket within 120 s")
+            res.skip(CASE, repo.size, "hosted hooks: 'sandbox run' did not get a host within 120 s")
     finally:
         host.terminate()
         host.wait(timeout=60)
-    if module_available("sandbox.cli.serve"):
-        from sandbox.agent import service
+    from sandbox.agent.host import stop_host
 
+    stop_host(project.common_dir)
+    if module_available("sandbox.cli.serve"):
         served = run_proc([SANDBOX, "serve", run_.run_id], cwd=repo.path, check=False)
         try:
-            if served.returncode == 0 and _wait_for_host(run_.dir, None):
+            if served.returncode == 0 and _wait_for_host(project.common_dir, None):
                 _pairs(ctx, repo, run_.worktree, "served", n)
             else:
                 res.skip(CASE, repo.size, "served hooks: 'sandbox serve' did not start")
         finally:
-            service.stop_service(run_.dir)
+            stop_host(project.common_dir)
     _pairs(ctx, repo, run_.worktree, "standalone", n)
 
 
-def _wait_for_host(run_dir: str, host: subprocess.Popen[bytes] | None) -> bool:
-    from sandbox.agent import session
+def _wait_for_host(common_dir: str, proc: subprocess.Popen[bytes] | None) -> bool:
+    from sandbox.agent import wire
 
     deadline = time.monotonic() + 120
-    sock = os.path.join(run_dir, "hook.sock")
-    while time.monotonic() < deadline and (host is None or host.poll() is None):
-        client = session.client_for(run_dir) if module_available("sandbox.agent.session") else None
-        if os.path.exists(sock) and (client is None or client.ping() is not None):
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if wire.Client(common_dir).ping() is not None:
             return True
         time.sleep(0.05)
     return False

@@ -193,24 +193,22 @@ def run(ctx: Context, repo: Repo) -> None:
                     settle()
                     b.cli_exec(files, V_EXEC_SESSION)
         finally:
-            from sandbox.agent import service
+            from sandbox.agent.host import stop_host
 
-            service.stop_service(b.run.dir)
+            stop_host(b.run.project.common_dir)
     finally:
         b.close()
 
 
 def _serve(repo_path: str, run: object, timeout: float = 120.0) -> float | None:
-    """Start `sandbox serve` for the run and wait until its socket and watcher answer; seconds taken."""
-    from sandbox.agent import session
-    from sandbox.agent.hookproto import socket_path
+    """Start the repository's host (`sandbox serve`) and wait until it answers; seconds taken."""
+    from sandbox.agent import wire
 
-    run_dir = run.dir  # type: ignore[attr-defined]
+    common_dir = run.project.common_dir  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     run_proc([SANDBOX, "-C", repo_path, "serve", run.run_id])  # type: ignore[attr-defined]
     while time.perf_counter() - t0 < timeout:
-        client = session.client_for(run_dir)
-        if os.path.exists(socket_path(run_dir)) and client is not None and client.ping() is not None:
+        if wire.Client(common_dir).ping() is not None:
             return time.perf_counter() - t0
         time.sleep(0.02)
     return None

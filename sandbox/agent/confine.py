@@ -17,7 +17,8 @@ everything else. ``sandbox exec`` and ``sandbox run`` start their command or age
   ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
   ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
 * ``--unshare-net`` when the network is off. Unix sockets named by a path still work across it:
-  the hooks reach the run's host on ``hook.sock`` (``connect`` needs no write access to the mount);
+  the hooks reach the repository's host on its ``host.sock`` (``connect`` needs no write access to
+  the mount), with their run's token, which only their own run's (visible) directory holds;
 * ``--die-with-parent``: a sandbox never outlives the ``sandbox`` process that records it;
 * ``--new-session`` when the command does not use the terminal; an interactive agent keeps the
   terminal (a new session has no controlling terminal: no ``/dev/tty``, no ``SIGWINCH`` on resize),
@@ -47,6 +48,7 @@ import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from sandbox.errors import SandboxError
 from sandbox.store import layout
@@ -121,7 +123,7 @@ class Policy:
     interactive: bool = False
     extra_writable: tuple[str, ...] = field(default=())
     readable: tuple[str, ...] = field(default=())
-    #: Directories replaced by an empty one (other runs' scratch dirs, with their hook sockets).
+    #: Directories replaced by an empty one (other runs' scratch dirs, with their host tokens).
     hidden: tuple[str, ...] = field(default=())
 
 
@@ -209,8 +211,9 @@ def policy_for(
         network=isolation.network,
         interactive=isolation.interactive,
         extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
-        # The other runs' scratch dirs are hidden: a path socket can be connected to on a read-only
-        # mount, and another run's host would record what this agent sends it. Its own stays.
+        # The other runs' scratch dirs are hidden: the host's path socket can be connected to on a
+        # read-only mount, and a run's token (in its scratch dir) is what lets a request record into
+        # that run. Its own stays.
         readable=(
             *isolation.readable,
             os.path.realpath(layout.run_dir(common_dir, run_id)),
@@ -386,7 +389,7 @@ def seatbelt_profile(policy: Policy) -> str:
             lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in inner) + ")")
     if not policy.network:
         lines.append("(deny network*)")
-        lines.append("(allow network* (remote unix-socket))")  # the hook socket
+        lines.append("(allow network* (remote unix-socket))")  # the repository's host socket
     return "\n".join(lines) + "\n"
 
 
@@ -494,13 +497,21 @@ def spawn(
     cwd: str,
     *,
     env: Mapping[str, str] | None = None,
+    stdin: int | IO[bytes] | None = None,
+    stdout: int | IO[bytes] | None = None,
+    stderr: int | IO[bytes] | None = None,
 ) -> Confined:
-    """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would."""
+    """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would.
+
+    ``stdin``/``stdout``/``stderr`` are passed to :class:`subprocess.Popen` (``sandbox mcp`` captures
+    a command's output: its own stdout is the protocol's channel).
+    """
     check(isolation)
     assert isolation.program is not None
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
-        return Confined(subprocess.Popen(full, cwd=cwd, env=env), None, session=False)
+        seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
+        return Confined(seatbelt, None, session=False)
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
@@ -517,7 +528,7 @@ def spawn(
     # subprocess on its vfork path (a preexec_fn costs a full fork of this process, ~6 ms).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_BLOCKED))
     try:
-        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds)
+        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds, stdin=stdin, stdout=stdout, stderr=stderr)
     except BaseException:
         os.close(started_r)
         raise

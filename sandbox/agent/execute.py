@@ -1,29 +1,30 @@
 """Running a command in a run's worktree as one recorded call (``sandbox exec``).
 
-Where the command's file changes come from, cheapest first:
+Where the command's file changes come from is a :class:`~sandbox.agent.changes.ChangeSource`, picked
+by :func:`sandbox.agent.changes.pick`, cheapest first:
 
-1. a ``watcher`` given by the caller (anything with ``take()``, see :mod:`sandbox.agent.watcher`);
-2. the run's live session service (:mod:`sandbox.agent.session`, hosted by ``sandbox run``): ``begin``
-   before the command, ``end`` after it, O(changed paths);
+1. a source given by the caller, or a watcher started in this process for the one command
+   (``local_watcher=True``; measured against a scan as a whole ``sandbox exec`` on a 100k-file
+   worktree: about 10% faster while the worktree's index is racily clean, 20% slower once that
+   index is refreshed, and it takes one of the user's 128 inotify instances and ~10k of their
+   watches per exec, so it is not the default);
+2. the repository's live host (:mod:`sandbox.agent.host`): ``begin`` before the command, ``end``
+   after it, O(changed paths);
 3. otherwise a scan of the worktree at finish (``git status`` plus a tree diff, see
-   :mod:`sandbox.store.scan`). A watcher started in this process for the one command (``local_watcher=
-   True``) was measured against it as a whole ``sandbox exec`` on a 100k-file worktree: about 10%
-   faster while the worktree's index is racily clean (git re-hashes those files on every status),
-   20% slower once that index is refreshed; it also takes one of the user's 128 inotify instances
-   and ~10k of their watches per exec. So the scan is the default.
+   :mod:`sandbox.store.scan`).
 
 Whatever the source, :mod:`sandbox.store.capture` confirms every candidate path by content hash, and a
-source that cannot vouch for the call (the service died, its watcher lost events) falls back to 3.
+source that cannot vouch for the call (the host died, its watcher lost events) falls back to 3.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sandbox.agent import confine
-from sandbox.agent.hosted import command_input, run_command
+from sandbox.agent import changes, confine
+from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
@@ -35,8 +36,10 @@ class ExecOutcome:
 
     entry: LedgerEntry
     returncode: int
-    #: "session", "watcher" or "scan"
+    #: "host", "watcher" or "scan": where the changes were learnt from
     source: str = "scan"
+    #: The command could not start: why (it is recorded as the call's error).
+    cannot_start: str | None = None
 
 
 def execute(
@@ -48,17 +51,21 @@ def execute(
     replay: str = "ask",
     step_id: str | None = None,
     call_id: str | None = None,
-    watcher: Any = None,
-    use_session: bool = True,
+    source: changes.ChangeSource | None = None,
+    use_host: bool = True,
     local_watcher: bool = False,
     isolation: confine.Isolation | None = None,
+    subdir: str = "",
 ) -> ExecOutcome:
-    """Run ``argv`` in the worktree as one call; file changes come from a watcher, the session or a scan.
+    """Run ``argv`` in the worktree as one call; its changes come from ``source`` (or as picked).
 
     The ``started`` event is durable before the command starts. The call is ``succeeded`` when the
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
     how the command is confined (:mod:`sandbox.agent.confine`; None: not at all); it is part of the
     call's recorded input, and confinement that cannot be had is refused before anything is recorded.
+    ``subdir``: where in the worktree the command runs ("" for its root; recorded in the result when set).
+    A command that cannot start at all (no such program, not executable) is recorded as failed with
+    that reason, and its exit code is a shell's (127, 126).
     """
     confined = None
     if isolation is not None and isolation.enabled:
@@ -72,19 +79,21 @@ def execute(
         )
         confined = (isolation, policy)
     call_id = call_id or new_call_id()
-    client = None
     own_watcher = None
-    if watcher is None and use_session:
-        from sandbox.agent import session
-
-        client = session.client_for(run)
-    if watcher is None and client is None and local_watcher:
+    if source is None and local_watcher:
         from sandbox.agent.watcher import Watcher
 
-        own_watcher = watcher = Watcher(run.worktree, take_window=True)
+        own_watcher = Watcher(run.worktree, take_window=False)
         own_watcher.start()
+        source = changes.pick(tree=own_watcher)
+    if source is None:
+        source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
+    if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
+        subdir = ""
+    cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
     input_value = command_input(argv, isolation)
-    source = "scan"
+    unstartable = cannot_start(argv, cwd)
+    learnt = "scan"
     try:
         with run.tool_call(
             tool_name,
@@ -94,30 +103,29 @@ def execute(
             idempotency=idempotency,
             replay=replay,
             summary=" ".join(argv)[:500],
-            watcher=watcher,
         ) as call:
-            begun = client is not None and client.begin(call_id) is not None
+            source.begin(call_id)
             refused: confine.ConfinementError | None = None
             try:
-                returncode = run_command(list(argv), run.worktree, confined)
+                returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
-            call.result = {"exit_code": returncode}
+            call.result = command_result(returncode, subdir)
             if returncode != 0:
                 # Recorded as failed without raising, so the exit code can be passed through.
                 call.failed_with = refused.message if refused else f"exit code {returncode}"
-            changed = client.end(call_id) if client is not None and begun else None
+            if unstartable is not None:
+                call.failed_with = f"the command could not start: {unstartable.message}"
+            changed = source.end(call_id)
             if changed is not None:
                 call.touched.update(changed)
-                source = "session"
+                learnt = source.name
             else:
-                call.note_unknown_changes()  # the watcher's take, or a scan when it cannot vouch
-        if source == "scan" and watcher is not None and getattr(watcher, "vouching", True):
-            source = "watcher"
+                call.note_unknown_changes()  # a scan
     finally:
         if own_watcher is not None:
             own_watcher.stop()
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, source)
+    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None)

@@ -5,15 +5,15 @@ and after each tool call. An adapter (:mod:`sandbox.agent.adapters`) turns the a
 :class:`HookEvent`; ``sandbox hook generic`` reads a :class:`HookEvent` directly (documented in
 ``hooks/README.md``). The event is then recorded:
 
-* by the process hosting the run (``sandbox run``, or the background ``sandbox serve`` of
-  :mod:`sandbox.agent.service`), over a Unix socket in the run's directory (fast: the hook process
-  imports neither pygit2 nor pydantic), or
-* in the hook process itself when no such process is live (correct, slower start-up); it then
-  spawns ``sandbox serve`` for the next events (see :func:`sandbox.agent.recorder.handle`).
+* by the repository's host (:mod:`sandbox.agent.host`, the background ``sandbox serve``), over its
+  socket (:mod:`sandbox.agent.wire`; fast: the hook process imports neither pygit2 nor pydantic), or
+* in the hook process itself when no host is live (correct, slower start-up); it then spawns
+  the host for the next events (see :func:`sandbox.agent.recorder.handle`).
 
 ``start`` is durable before the hook returns, so before the tool runs. ``finish`` commits the
-call's file changes: exactly the named paths for a file-writing call (O(1)), the session
-watcher's paths for a command, nothing for a read-only or external call, a scan when unknown.
+call's file changes: exactly the named paths for a file-writing call (O(1)), a change source's
+paths for a command (:mod:`sandbox.agent.changes`), nothing for a read-only or external call, a
+scan when unknown.
 
 This module is the wire protocol only and imports only the standard library (and the stdlib-only
 :mod:`sandbox.store.layout`): it is on the hook's fast path. Recording an event into the ledger
@@ -24,22 +24,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
+from sandbox.agent import wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
-
-if TYPE_CHECKING:
-    pass
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
-SOCKET_NAME = "hook.sock"
 #: start/finish: one side of one call; refused: the agent refused the call before running it
 #: (``error`` says why); settle: the agent says no call of its session is still running (its turn
 #: or session ended), so a call it started and never finished did not run.
@@ -151,6 +147,9 @@ class Outcome:
     ``decision`` answers the agent's permission question for a start: ``deny`` (the call is
     refused before it runs; ``reason`` goes to the model), ``allow`` (the sandbox vouches for it,
     see ``hooks.allow_edits``), or None (the agent decides as it would without the sandbox).
+    ``call``, ``status`` and ``files`` say what was recorded (the call, its status after the
+    event, how many files a finish committed); ``note`` is a one-line remark for the user (say,
+    that the run's changes are found by scanning because the inotify limits are reached).
     """
 
     ok: bool
@@ -158,6 +157,10 @@ class Outcome:
     strict: bool = False
     decision: str | None = None
     reason: str = ""
+    call: str | None = None
+    status: str | None = None
+    files: int | None = None
+    note: str | None = None
 
     @property
     def denied(self) -> bool:
@@ -172,12 +175,17 @@ class Outcome:
     def from_reply(cls, reply: Any) -> Outcome:
         """The outcome in a host's reply (KeyError/TypeError when malformed)."""
         decision = reply.get("decision")
+        files = reply.get("files")
         return cls(
             bool(reply["ok"]),
-            str(reply.get("message", "")),
+            str(reply.get("message", reply.get("error", ""))),
             bool(reply.get("strict", False)),
             decision if decision in ("allow", "deny") else None,
             str(reply.get("reason") or ""),
+            reply["call"] if isinstance(reply.get("call"), str) else None,
+            reply["status"] if isinstance(reply.get("status"), str) else None,
+            files if isinstance(files, int) and not isinstance(files, bool) else None,
+            reply["note"] if isinstance(reply.get("note"), str) else None,
         )
 
 
@@ -218,62 +226,19 @@ def locate(cwd: str) -> Location:
     return found
 
 
-# -- talking to the process hosting the run ----------------------------------------------------
-
-
-def socket_path(run_dir: str) -> str:
-    """The Unix socket on which ``sandbox run`` accepts hook events for the run."""
-    return os.path.join(run_dir, SOCKET_NAME)
-
-
-def connect(path: str, timeout: float) -> socket.socket:
-    """A connection to the Unix socket at ``path`` (reached from its directory when too long for an address)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        if len(os.fsencode(path)) < 100:
-            sock.connect(path)
-        else:
-            # sun_path holds ~100 bytes; a deep repository path needs a relative name. The hook
-            # process is single-threaded and short-lived, so changing its directory is harmless.
-            here = os.getcwd()
-            os.chdir(os.path.dirname(path))
-            try:
-                sock.connect(os.path.basename(path))
-            finally:
-                os.chdir(here)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+# -- talking to the repository's host ----------------------------------------------------------
 
 
 def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome | None:
-    """Send the event to the ``sandbox run`` process hosting the run; None when none is live."""
-    path = socket_path(loc.run_dir)
-    if not os.path.exists(path):
+    """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
+    client = wire.Client(loc.common_dir, timeout=timeout)
+    reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=event.to_dict())
+    if reply is None:
+        return None  # no host, or it died mid-request: recording again here is idempotent
+    try:
+        return Outcome.from_reply(reply)
+    except (KeyError, TypeError, AttributeError):
         return None
-    try:
-        sock = connect(path, timeout)
-    except OSError:
-        return None  # a stale socket from a session that ended: record in this process
-    try:
-        sock.sendall(json.dumps(event.to_dict()).encode() + b"\n")
-        sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        sock.close()
-    try:
-        return Outcome.from_reply(json.loads(b"".join(chunks)))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None  # the host died mid-request: recording again here is idempotent
 
 
 def classify_tool(

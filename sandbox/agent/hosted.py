@@ -1,32 +1,62 @@
 """``sandbox exec`` through the process hosting the run: the command's call recorded over its socket.
 
-When ``sandbox serve`` (or ``sandbox run``) hosts a run, it already has the repository open and a
-watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
+When the repository's host (``sandbox serve``, :mod:`sandbox.agent.host`) lives, it already has the
+repository open and a watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
 the answer comes), run the command, and ask it to finish the call with what its watcher saw. That
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
-Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.store.layout` and
-:mod:`sandbox.agent.confine` are imported here. When no host answers,
+Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.wire`,
+:mod:`sandbox.store.layout` and :mod:`sandbox.agent.confine` are imported here. The host's replies
+are structured (the call, its status, its file count): nothing is parsed out of a message. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.agent import confine, hookproto, recorder
+from sandbox.agent import confine, hookproto, recorder, wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
-_FINISHED = re.compile(r"^(\S+) (succeeded|failed), (\d+) file\(s\)$")
+
+class CannotStartError(SandboxError):
+    """The command could not be started at all (no such program, not executable); ``exit_code`` as a shell's."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def cannot_start(argv: Sequence[str], cwd: str) -> CannotStartError | None:
+    """Why ``argv`` cannot be started in ``cwd``, found before anything runs (None: it can, as far as is known).
+
+    Looked up as the child would be (``PATH`` for a bare name, ``cwd`` for a path), so a confined
+    command, which a shell starts inside its sandbox, is told apart from a command exiting 127 itself.
+    """
+    if not argv or not argv[0]:
+        return CannotStartError("The command is empty.", 127)
+    prog = argv[0]
+    if "/" not in prog:
+        if shutil.which(prog) is None:  # the PATH the child inherits (Popen looks it up the same way)
+            return CannotStartError(f"{prog}: command not found.", 127)
+        return None
+    full = os.path.join(cwd, prog)
+    if not os.path.exists(full):
+        return CannotStartError(f"{prog}: no such file.", 127)
+    if os.path.isdir(full):
+        return CannotStartError(f"{prog}: is a directory.", 126)
+    if not os.access(full, os.X_OK):
+        return CannotStartError(f"{prog}: permission denied (it is not executable).", 126)
+    return None
 
 
 @dataclass
@@ -38,6 +68,8 @@ class HostedOutcome:
     files: int | None
     returncode: int
     message: str
+    #: The command could not start: why (it is recorded as the call's error).
+    cannot_start: str | None = None
 
 
 def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
@@ -72,16 +104,18 @@ def run_hosted(
     replay: str,
     call_id: str | None,
     isolation: Callable[[str | None], confine.Isolation] | None = None,
+    subdir: Callable[[str, str | None], str] | None = None,
 ) -> HostedOutcome | None:
     """Run ``argv`` as one call recorded by the run's host; None when no host answers (nothing ran).
 
     The start is durable (the host answered) before the command runs. If the host goes away while
     the command runs, the finish is recorded in this process (a scan finds the changes).
     ``isolation(user_workdir)`` says how to confine the command (None: not at all); confinement
-    that cannot be had is refused before anything is recorded.
+    that cannot be had is refused before anything is recorded. ``subdir(worktree, user_workdir)``
+    says where in the worktree the command runs (None: its root; it is recorded in the result).
     """
     loc = locate(base_dir, run_id)
-    if loc is None or not os.path.exists(hookproto.socket_path(loc.run_dir)):
+    if loc is None or not wire.host_alive(loc.common_dir):
         return None
     user_workdir = user_workdir_of(loc.common_dir)
     iso = isolation(user_workdir) if isolation is not None else None
@@ -93,6 +127,8 @@ def run_hosted(
         )
         confined = (iso, policy)
     call_id = call_id or f"call_{secrets.token_hex(6)}"
+    where = subdir(loc.worktree, user_workdir) if subdir is not None else ""
+    cwd = os.path.join(loc.worktree, where) if where else loc.worktree
     common: dict[str, Any] = {
         "cwd": loc.worktree,
         "tool": tool_name,
@@ -109,15 +145,19 @@ def run_hosted(
     if answer.decision == "deny":
         raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
     refused: confine.ConfinementError | None = None
+    unstartable = cannot_start(argv, cwd)
     try:
-        returncode = run_command(list(argv), loc.worktree, confined)
+        returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
     except confine.ConfinementError as exc:
         refused, returncode = exc, 126
+    error = refused.message if refused else None if returncode == 0 else f"exit code {returncode}"
+    if unstartable is not None:
+        error = f"the command could not start: {unstartable.message}"
     finish = hookproto.HookEvent(
         phase="finish",
         status="succeeded" if returncode == 0 else "failed",
-        error=refused.message if refused else None if returncode == 0 else f"exit code {returncode}",
-        result={"exit_code": returncode},
+        error=error,
+        result=command_result(returncode, where),
         agent="exec",
         **common,
     )
@@ -126,10 +166,17 @@ def run_hosted(
         raise refused
     if not done.ok:
         raise SandboxError(done.message)
-    found = _FINISHED.match(done.message)
-    if found:
-        return HostedOutcome(call_id, found.group(2), int(found.group(3)), returncode, done.message)
-    return HostedOutcome(call_id, finish.status, None, returncode, done.message)
+    why = unstartable.message if unstartable else None
+    return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
+
+
+def command_result(returncode: int, subdir: str) -> dict[str, Any]:
+    """A command call's recorded result: its exit code, and the worktree subdirectory it ran in (when
+    not the root). Not in the input: a denial or approval of a command holds in every directory."""
+    out: dict[str, Any] = {"exit_code": returncode}
+    if subdir:
+        out["cwd"] = subdir
+    return out
 
 
 def user_workdir_of(common_dir: str) -> str | None:

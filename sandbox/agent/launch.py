@@ -1,16 +1,14 @@
 """Running a real coding agent in a run's worktree: the library side of ``sandbox run``.
 
-For the whole session this process hosts:
+For the whole session:
 
-* the run's host (:class:`sandbox.agent.service.RunHost`, the same as ``sandbox serve``'s): a
-  :class:`~sandbox.agent.watcher.Watcher` on the worktree, so every recorded call costs O(changed paths),
-  and the hook socket in the run's directory on which ``sandbox hook <agent>`` processes hand
-  over their events (see :mod:`sandbox.agent.hookproto`), so a hook never pays for importing pygit2
-  and pydantic; a command's changes come from a watcher window. A ``sandbox serve`` hosting the
-  run is stopped first, and its host lock held for the session;
-* the cutter: at quiet points (no file event for ``debounce`` seconds, no call in flight) changes
-  that no hook recorded become one ``agent_session`` call. With no hooks that is the only record;
-  with hooks it catches what happened outside tool calls.
+* the repository's host (:mod:`sandbox.agent.host`, started when none lives: ``start_host``) records
+  the agent's hooks and watches the worktree, as it does for every run of the repository; a hook
+  never pays for importing pygit2 and pydantic, and a command's changes come from a watcher window;
+* this process cuts: at quiet points (the host saw no file event for ``debounce`` seconds, no call
+  in flight) changes that no hook recorded become one ``agent_session`` call, with the paths of a
+  window the host keeps for the session. With no hooks that is the only record; with hooks it
+  catches what happened outside tool calls. If the host dies, it is started again.
 
 The agent runs with its working directory in the worktree; its ``git`` uses the run's own git
 directory (see :mod:`sandbox.store.worktree`), so its branches, stash, config and hooks stay in the run.
@@ -21,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import stat
 import subprocess
@@ -36,11 +35,17 @@ from sandbox.run.run import Run
 
 if TYPE_CHECKING:
     from sandbox.agent.confine import Isolation
+    from sandbox.agent.wire import RunChanges
 
 #: Starts the agent: (argv, cwd, env) -> a process with ``wait()`` and ``send_signal()``.
 Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
+#: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
+INTERRUPTED_EXIT = 130
+#: Seconds between the last Ctrl-C and the agent's end within which the session counts as interrupted
+#: by it (later, the agent took it as "stop this answer" and went on).
+INTERRUPT_WINDOW = 10.0
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
@@ -89,6 +94,8 @@ class SessionResult:
     stopped: list[dict[str, Any]] = field(default_factory=list)
     #: The session's token and supervisor (see :mod:`sandbox.agent.procs`).
     scope: ProcessScope | None = None
+    #: The session was interrupted (Ctrl-C / SIGINT reached it, or the agent exited 130): why, else None.
+    interrupted: str | None = None
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -168,11 +175,15 @@ def agent_env(
 # -- cutting changes into agent_session calls ----------------------------------------------------
 
 
-def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> str | None:
+def cut(
+    run: Run, candidates: set[str] | None, reason: str = "quiet point", interrupted: str | None = None
+) -> str | None:
     """Record the worktree's unrecorded changes among ``candidates`` (None: scan) as one call.
 
     Nothing is recorded when a call is in flight (its own finish will capture its changes) or
-    when nothing differs from the run's head. Returns the new call's id.
+    when nothing differs from the run's head. Returns the new call's id. ``interrupted``: the
+    session was interrupted (why); the call is then ``failed`` with that error, not ``succeeded``,
+    because the agent did not finish the work these changes belong to (they are kept all the same).
     """
     from sandbox.store import objects
     from sandbox.store.capture import capture
@@ -200,28 +211,50 @@ def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> s
             replay="ask",
             summary=f"{len(changed)} path(s) changed by the agent outside recorded tool calls",
         )
-        run.finish_call(call_id, CallStatus.succeeded, paths=changed)
+        if interrupted:
+            run.finish_call(call_id, CallStatus.failed, paths=changed, error=interrupted)
+        else:
+            run.finish_call(call_id, CallStatus.succeeded, paths=changed)
         return call_id
 
 
 class Cutter:
-    """Cuts changes into ``agent_session`` calls at quiet points, in a background thread."""
+    """Cuts changes into ``agent_session`` calls at quiet points, in a background thread.
 
-    def __init__(self, run: Run, watcher: Any, lock: threading.Lock, debounce: float) -> None:
+    ``changes`` is the host's view of the run (:class:`sandbox.agent.wire.RunChanges`), None when
+    there is no host (then only the final cut, a scan, records anything). ``restart_host`` is
+    called when the host stops answering.
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        changes: RunChanges | None,
+        debounce: float,
+        restart_host: Callable[[], None] | None = None,
+    ) -> None:
         self.run = run
-        self.watcher = watcher
-        self.lock = lock
+        self.changes = changes
+        self.lock = threading.Lock()
         self.debounce = debounce
+        self.restart_host = restart_host
         self.cuts: list[str] = []
         self.errors: list[str] = []
-        self._token = watcher.open_window() if watcher is not None else None
+        self._window = f"session-{secrets.token_hex(6)}"
+        self._open = False
         self._seen_event = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sandbox-cutter", daemon=True)
 
     def start(self) -> None:
         """Start cutting."""
+        self._open_window()
         self._thread.start()
+
+    def _open_window(self) -> None:
+        if self.changes is not None:
+            self.changes.begin(self._window)
+            self._open = True
 
     def stop(self) -> None:
         """Stop cutting (the caller makes the final cut)."""
@@ -229,25 +262,37 @@ class Cutter:
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        tick = min(0.25, self.debounce / 4)
+        tick = min(0.5, self.debounce / 4)
         while not self._stop.wait(tick):
-            last = self.watcher.last_event if self.watcher is not None else 0.0
-            if last <= self._seen_event or time.monotonic() - last < self.debounce:
+            if self.changes is None:
+                continue
+            quiet = self.changes.last_change()
+            if quiet is None:
+                if self.changes.client.ping() is None and self.restart_host is not None:
+                    with contextlib.suppress(Exception):  # a host is help; the final scan records all
+                        self.restart_host()
+                    self._open = False
+                continue
+            if not self._open:
+                self._open_window()
+            last = time.monotonic() - quiet
+            if last <= self._seen_event + 0.05 or quiet < self.debounce:
                 continue
             self._seen_event = last
             self.cut_now()
 
-    def cut_now(self, final: bool = False) -> None:
-        """Cut now: with the watcher's paths when it vouches, else (or when ``final``) a scan."""
+    def cut_now(self, final: bool = False, interrupted: str | None = None) -> None:
+        """Cut now: with the host window's paths when it vouches, else (or when ``final``) a scan."""
         with self.lock:
             if any(e.status == CallStatus.started for e in self.run.state().calls.values()):
                 return  # its finish captures its changes; the window keeps collecting meanwhile
             paths: set[str] | None = None
-            if self.watcher is not None and self._token is not None:
-                paths = self.watcher.close_window(self._token)
-                self._token = self.watcher.open_window()
+            if self.changes is not None and self._open and not final:
+                paths = self.changes.end(self._window)
+                self._open_window()
             try:
-                made = cut(self.run, None if final else paths, "session end" if final else "quiet point")
+                reason = ("session interrupted" if interrupted else "session end") if final else "quiet point"
+                made = cut(self.run, None if final else paths, reason, interrupted)
             except Exception as exc:  # a failed cut must not end the session; the final scan retries
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return
@@ -269,6 +314,7 @@ def run_session(
     is_foreground: Callable[[], bool] | None = None,
     grace: float = STOP_GRACE,
     isolation: Isolation | None = None,
+    start_host: Callable[[], None] | None = None,
 ) -> SessionResult:
     """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
 
@@ -281,71 +327,107 @@ def run_session(
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
     ``isolation``: how the agent is confined (:mod:`sandbox.agent.confine`), recorded as a ``note``
-    event; confined, its hooks can only record through this session's host, so the session
-    refuses to start when another process hosts the run.
+    event; confined, its hooks can only record through the repository's host, so the session
+    refuses to start when no host can be had. ``start_host()`` spawns one (``sandbox serve``)
+    without waiting; without it, a host that does not live already is not started.
+    A session whose agent ended within :data:`INTERRUPT_WINDOW` s of a SIGINT, or exited 130, is
+    *interrupted*: its final cut is recorded ``failed`` with the reason, and a ``note`` event says
+    so (``result.interrupted``).
     The run is left in place. Must be called from the main thread (signal handlers).
     """
-    import secrets
+    from sandbox.agent import wire
 
-    from sandbox.agent import service
+    last_sigint: list[float] = []
+
+    def noted(signum: int) -> None:
+        if signum == signal.SIGINT:
+            last_sigint[:] = [time.monotonic()]
+        if on_signal is not None:
+            on_signal(signum)
 
     launch = _launcher(run, isolation)
     result = SessionResult(returncode=0, hosted_hooks=False)
     token = secrets.token_hex(16)
     result.scope = ProcessScope(token=token, boot_id=_boot_id())
-    # A `sandbox serve` started by a hook before this session would keep the socket and the
-    # watcher: stop it and host the run here, holding its host lock so no hook spawns another.
-    claim = service.take_over(run.dir)
-    host = service.RunHost(run)
-    try:
-        host.start()
-        host.hooks.recorder.scope = result.scope
-        result.hosted_hooks = host.hosted_hooks
-        result.notes.extend(host.notes)
-        if launch is not None and not host.hosted_hooks:
-            from sandbox.agent.confine import ConfinementError
+    common_dir = run.project.common_dir
+    wire.run_token(run.dir)  # before the agent starts: a confined hook can read it, never create it
 
-            raise ConfinementError(
-                f"Another process hosts run {run.run_id}'s hooks (a 'sandbox run' of it is live); a confined agent "
-                "could only record through this session, so it was not started. End the other session first."
-            )
-        if isolation is not None:
-            run.note({"isolation": isolation.describe(), "session": "sandbox run"})
-        cutter = Cutter(run, host.watcher, host.lock, debounce)
-        cutter.start()
-        # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
-        # before homes existed shares the user's refs (until 'sandbox gc' moves it).
-        hooks_dir = install_ref_guard(run) if run.place.legacy else None
-        cwd = (
-            os.path.join(run.worktree, subdir)
-            if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
-            else run.worktree
+    def restart_host() -> None:
+        if start_host is not None and wire.claim_spawn(common_dir, backoff=2.0):
+            start_host()
+
+    result.hosted_hooks = ensure_host(common_dir, start_host)
+    if not result.hosted_hooks:
+        result.notes.append("no host serves this repository; hooks record in their own processes (slower).")
+    if launch is not None and not result.hosted_hooks:
+        from sandbox.agent.confine import ConfinementError
+
+        raise ConfinementError(
+            f"The repository's host could not be started, and a confined agent of run {run.run_id} can record "
+            "only through it; nothing was started. See 'sandbox serve --foreground' for why."
         )
-        try:
-            result.returncode = _supervise(
-                run,
-                list(argv),
-                cwd,
-                agent_env(env, run, hooks_dir, token),
-                on_signal,
-                is_foreground,
-                grace,
-                result,
-                launch,
-            )
-        finally:
-            cutter.stop()
-            host.stop_hooks()
-            cutter.cut_now(final=True)
-            _record_end(run, result)
+    if isolation is not None:
+        run.note({"isolation": isolation.describe(), "session": "sandbox run"})
+    changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
+    cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
+    cutter.start()
+    # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
+    # before homes existed shares the user's refs (until 'sandbox gc' moves it).
+    hooks_dir = install_ref_guard(run) if run.place.legacy else None
+    cwd = (
+        os.path.join(run.worktree, subdir)
+        if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
+        else run.worktree
+    )
+    try:
+        result.returncode = _supervise(
+            run,
+            list(argv),
+            cwd,
+            agent_env(env, run, hooks_dir, token),
+            noted,
+            is_foreground,
+            grace,
+            result,
+            launch,
+        )
     finally:
-        host.stop()
-        if claim is not None:
-            claim.release()
+        # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
+        # session that ended on it, or whose agent died of SIGINT, was interrupted.
+        ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW
+        if ended_on_it:
+            result.interrupted = (
+                f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"
+            )
+        elif result.returncode == INTERRUPTED_EXIT:
+            result.interrupted = f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
+        cutter.stop()
+        cutter.cut_now(final=True, interrupted=result.interrupted)
+        _record_end(run, result)
     result.cuts = cutter.cuts
     result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
     result.unfinished = [e.call_id for e in run.entries() if e.status == CallStatus.started]
     return result
+
+
+def ensure_host(common_dir: str, start_host: Callable[[], None] | None, timeout: float = 30.0) -> bool:
+    """True once the repository's host answers, starting it with ``start_host()`` when none lives."""
+    from sandbox.agent import wire
+
+    client = wire.Client(common_dir)
+    if client.ping() is not None:
+        return True
+    if start_host is None:
+        return False
+    if not wire.host_alive(common_dir):
+        wire.claim_spawn(common_dir, backoff=0.0)
+        start_host()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.ping() is not None:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
@@ -374,15 +456,20 @@ def _boot_id() -> str | None:
 
 
 def _record_end(run: Run, result: SessionResult) -> None:
-    """A ``note`` event saying how the agent ended and which of its processes were stopped."""
-    if not result.stopped:
+    """A ``note`` event saying how the agent ended: interrupted, and which of its processes were stopped."""
+    if not result.stopped and not result.interrupted:
         return
     data = {
         "agent_session": result.scope.model_dump(mode="json") if result.scope else None,
         "agent_exit": result.returncode,
         "stopped_processes": result.stopped,
+        "interrupted": result.interrupted,
     }
-    reason = f"the agent exited ({result.returncode}); {len(result.stopped)} process(es) it left running were stopped"
+    reason = f"the agent exited ({result.returncode})"
+    if result.interrupted:
+        reason = result.interrupted
+    if result.stopped:
+        reason += f"; {len(result.stopped)} process(es) it left running were stopped"
     with contextlib.suppress(Exception):  # the record is evidence, never a reason to fail the session
         run.record(EventKind.note, reason=reason, data=data, epoch=run.state().epoch)
 

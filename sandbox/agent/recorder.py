@@ -19,19 +19,21 @@ from sandbox.agent.hookproto import MAX_RESULT, POLICY, HookEvent, HookInputErro
 from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
+    from sandbox.agent.changes import ChangeSource
     from sandbox.models import ProcessScope
     from sandbox.run.config import Config
     from sandbox.run.run import Run
 
 
-def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None) -> Outcome:
-    """Record one hook event: through the process hosting the run when live, else in-process.
+def handle(event: HookEvent, autostart: Callable[[Location], bool] | None = None) -> Outcome:
+    """Record one hook event: through the repository's host when live, else in-process.
 
-    In-process, ``autostart(loc)`` is called first to spawn a host (``sandbox serve``) for the
-    next events, unless the user's settings say ``hooks.autostart = false``; the callback itself
-    skips the spawn when some process already hosts the run (it may be starting) or a hook spawned
-    one moments ago (:func:`sandbox.agent.service.claim_autostart`). It must not wait for the host;
-    whatever it raises is ignored: this event is recorded here either way.
+    Otherwise ``autostart(loc)`` is called to spawn a host (``sandbox serve``), unless the user's
+    settings say ``hooks.autostart = false``; the callback itself skips the spawn when a host lives
+    (it may be starting) or a hook spawned one moments ago (:func:`sandbox.agent.wire.claim_spawn`),
+    and says whether it spawned one. The event then goes to the new host when it answers within
+    :data:`~sandbox.agent.wire.STARTING` seconds, and is recorded in this process otherwise; what
+    the callback raises is ignored.
     """
     loc = hookproto.locate(event.cwd)
     outcome = hookproto.forward(loc, event)
@@ -52,9 +54,15 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
     run = Run.open(Project(loc.common_dir), loc.run_id)
     recorder = Recorder(run)
     if autostart is not None:
+        spawned = False
         with contextlib.suppress(Exception):  # a host is an optimisation; recording is what counts
-            if recorder.config().autostart:
-                autostart(loc)
+            spawned = bool(recorder.config().autostart and autostart(loc))
+        if spawned:
+            # The host comes up in well under a second; handing it this event costs less than
+            # recording it here, and the hooks arriving meanwhile wait for the same host.
+            outcome = hookproto.forward(loc, event)
+            if outcome is not None:
+                return outcome
     return recorder.record(event)
 
 
@@ -64,17 +72,31 @@ def handle(event: HookEvent, autostart: Callable[[Location], None] | None = None
 class Recorder:
     """Turns hook events into ledger calls for one run.
 
-    ``watcher`` (from :mod:`sandbox.agent.launch`) supplies the paths a command changed; without one,
-    the session service of :mod:`sandbox.agent.session` is asked when it exists, else the worktree is
-    scanned at finish.
+    ``source`` (:mod:`sandbox.agent.changes`) supplies the paths a command changed; without one,
+    :func:`sandbox.agent.changes.pick` chooses (the repository's host when it lives, else a scan).
     """
 
-    def __init__(self, run: Run, watcher: Any = None) -> None:
+    def __init__(self, run: Run, source: ChangeSource | None = None, boot_id: str | None = None) -> None:
         self.run = run
-        self.watcher = watcher
+        self._source = source
         self._config: Config | None = None
         #: The agent session this process supervises (``sandbox run``), recorded with each start.
         self.scope: ProcessScope | None = None
+        #: This machine's boot id, recorded with a hook's session scope (the host sets it).
+        self.boot_id = boot_id
+
+    @property
+    def source(self) -> ChangeSource:
+        """Where commands' changes come from (picked on first use)."""
+        if self._source is None:
+            from sandbox.agent import changes
+
+            self._source = changes.pick(host=(self.run.project.common_dir, self.run.run_id, self.run.dir))
+        return self._source
+
+    @source.setter
+    def source(self, value: ChangeSource) -> None:
+        self._source = value
 
     def config(self) -> Config:
         """The user's sandbox settings (read from the user's tree, never the worktree)."""
@@ -100,7 +122,11 @@ class Recorder:
                 outcome = self._start(event)
                 outcome.strict = strict
                 return outcome
-            handler = {"finish": self._finish, "refused": self._refused, "settle": self._settle}[event.phase]
+            if event.phase == "finish":
+                outcome = self._finish(event)
+                outcome.strict = strict
+                return outcome
+            handler = {"refused": self._refused, "settle": self._settle}[event.phase]
             return Outcome(True, handler(event), strict)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
@@ -138,7 +164,14 @@ class Recorder:
         known = self.run.state().calls.get(call_id)
         if known is not None and known.status == CallStatus.not_run and not ran:
             # The agent asks again for a call already refused (a hook retried): refuse it again.
-            return Outcome(True, f"{call_id} refused again", decision="deny", reason=known.error or "refused")
+            return Outcome(
+                True,
+                f"{call_id} refused again",
+                decision="deny",
+                reason=known.error or "refused",
+                call=call_id,
+                status=known.status.value,
+            )
         denial = None if ran else self._denial(event, call_id)
         if denial is not None:
             self.run.refuse_call(
@@ -151,7 +184,9 @@ class Recorder:
                 summary=_summary(event),
                 agent_session=event.agent_session,
             )
-            return Outcome(True, f"{call_id} refused: {denial}", decision="deny", reason=denial)
+            return Outcome(
+                True, f"{call_id} refused: {denial}", decision="deny", reason=denial, call=call_id, status="not_run"
+            )
         try:
             self.run.start_call(
                 event.tool,
@@ -170,12 +205,16 @@ class Recorder:
             entry = self.run.state().calls.get(call_id)
             if entry is None or entry.status in (CallStatus.planned, CallStatus.approved):
                 raise
-            return Outcome(True, f"{call_id} already recorded ({entry.status.value})")
+            return Outcome(
+                True, f"{call_id} already recorded ({entry.status.value})", call=call_id, status=entry.status.value
+            )
         if kind in ("command", "unknown"):
             self._begin_watch(call_id)
         if kind == "write" and rels and self.config().allow_edits and all(self._isolated(rel) for rel in rels):
-            return Outcome(True, f"{call_id} started", decision="allow", reason=ALLOW_REASON)
-        return Outcome(True, f"{call_id} started")
+            return Outcome(
+                True, f"{call_id} started", decision="allow", reason=ALLOW_REASON, call=call_id, status="started"
+            )
+        return Outcome(True, f"{call_id} started", call=call_id, status="started")
 
     def _denial(self, event: HookEvent, call_id: str) -> str | None:
         """Why the call must not run (a policy rule or an earlier denial of the same input), or None."""
@@ -247,10 +286,10 @@ class Recorder:
         if event.session and (self.scope is None or self.scope.token != event.session):
             from sandbox.models import ProcessScope
 
-            return ProcessScope(token=event.session)
+            return ProcessScope(token=event.session, boot_id=self.boot_id)
         return self.scope
 
-    def _finish(self, event: HookEvent) -> str:
+    def _finish(self, event: HookEvent) -> Outcome:
         from sandbox.models import TERMINAL_STATUSES
 
         kind, _idem, _replay = self.policy(event)
@@ -258,7 +297,7 @@ class Recorder:
         call_id = event.call_id or self._paired(event)
         entry = self.run.state().calls.get(call_id) if call_id else None
         if entry is not None and entry.status in TERMINAL_STATUSES:
-            return f"{call_id} already {entry.status.value}"
+            return Outcome(True, f"{call_id} already {entry.status.value}", call=call_id, status=entry.status.value)
         assert call_id is not None
         late = entry is None
         if late:
@@ -277,7 +316,13 @@ class Recorder:
         done = self.run.finish_call(
             call_id, event.status, paths=paths, result=_bounded(event.result), error=event.error
         )
-        return f"{call_id} {done.status.value}, {len(done.files)} file(s)"
+        return Outcome(
+            True,
+            f"{call_id} {done.status.value}, {len(done.files)} file(s)",
+            call=call_id,
+            status=done.status.value,
+            files=len(done.files),
+        )
 
     def _paired(self, event: HookEvent) -> str | None:
         from sandbox.models import CallStatus
@@ -293,40 +338,15 @@ class Recorder:
         return _new_pair_id(event.pair_prefix) if event.pair_prefix else None
 
     def _begin_watch(self, call_id: str) -> None:
-        if self.watcher is not None:
-            self.watcher.begin(call_id)
-            return
-        client = _session_client(self.run)
-        if client is not None:
-            with contextlib.suppress(Exception):  # the session service is optional help, never required
-                client.begin(call_id)
+        with contextlib.suppress(Exception):  # a change source is help only: a scan is always correct
+            self.source.begin(call_id)
 
     def _end_watch(self, call_id: str) -> list[str] | None:
-        if self.watcher is not None:
-            seen = self.watcher.end(call_id)
-            return None if seen is None else sorted(seen)
-        client = _session_client(self.run)
-        if client is not None:
-            try:
-                seen = client.end(call_id)
-            except Exception:  # the session service is optional help: a scan is always correct
-                return None
-            return None if seen is None else sorted(seen)
-        return None
-
-
-def _session_client(run: Run) -> Any:
-    try:
-        from sandbox.agent import session  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    client_for = getattr(session, "client_for", None)
-    if client_for is None:
-        return None
-    try:
-        return client_for(run)
-    except Exception:  # no live service: the caller scans
-        return None
+        try:
+            seen = self.source.end(call_id)
+        except Exception:  # a change source is help only: a scan is always correct
+            return None
+        return None if seen is None else sorted(seen)
 
 
 #: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).

@@ -16,9 +16,10 @@ from sandbox.cli.common import SandboxGroup
     default=None,
     help="Run as if started in DIR (like git -C).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON (any command; also after it).")
 @click.version_option(package_name="sandbox", message="sandbox %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None) -> None:
+def cli(ctx: click.Context, directory: str | None, as_json: bool) -> None:
     """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
 
     \b
@@ -31,6 +32,7 @@ def cli(ctx: click.Context, directory: str | None) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["directory"] = directory
+    ctx.obj["json"] = as_json
 
 
 cli.lazy_commands.update(COMMANDS)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_project, verified
+from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
 from sandbox.cli.selection import pathspec, selection_options
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
 def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     """Print a report as JSON or text."""
     if as_json:
-        emit_json({**dump(report), **(extra or {})})
+        emit_json({**renamed(dump(report)), **(extra or {})})
     else:
         print_report(report, verb)
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "log": "sandbox.cli.log:log",
     "diff": "sandbox.cli.diff:diff",
     "schema": "sandbox.cli.schema:schema",
+    "completion": "sandbox.cli.completion:completion",
     "demo": "sandbox.cli.demo:demo",
     # merge-back and undo
     "apply": "sandbox.cli.apply:apply",
@@ -39,4 +40,5 @@ COMMANDS = {
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
+    "mcp": "sandbox.cli.mcp:mcp",
 }

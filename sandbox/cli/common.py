@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -39,8 +41,9 @@ class SandboxGroup(click.Group):
                 return None  # registered ahead of its module (work in progress)
             command = getattr(loaded, attr)
             assert isinstance(command, click.Command)
-            return command
-        return super().get_command(ctx, cmd_name)
+            return shared_options(command)
+        found = super().get_command(ctx, cmd_name)
+        return shared_options(found) if found is not None else None
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -64,6 +67,110 @@ class SandboxGroup(click.Group):
         except SandboxError as exc:
             click.echo(f"sandbox: {exc.message}", err=True)
             ctx.exit(exc.exit_code)
+
+
+# -- -C DIR and --json on every command -----------------------------------------------------------------
+
+_SHARED = "_sandbox_shared_options"
+
+
+def _root_obj(ctx: click.Context) -> dict[str, Any]:
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    assert isinstance(root.obj, dict)
+    return root.obj
+
+
+def set_directory(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``-C DIR`` (a click callback): like git, each ``-C`` is taken relative to the one before."""
+    if value:
+        obj = _root_obj(ctx)
+        before = obj.get("directory")
+        obj["directory"] = os.path.join(before, value) if before else value
+    return value
+
+
+def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--json`` (a click callback), wherever it was given: the command prints JSON."""
+    if value:
+        _root_obj(ctx)["json"] = True
+    return value
+
+
+def wants_json(ctx: click.Context) -> bool:
+    """True when ``--json`` was given, before the subcommand or after it."""
+    return bool(_root_obj(ctx).get("json"))
+
+
+def shared_options(command: click.Command) -> click.Command:
+    """Give ``command`` the options every command takes: ``-C DIR`` and ``--json``.
+
+    One mechanism for all commands, so no command can forget them: the lazy group calls this on
+    every command it hands out (once per command object). A command with its own ``--json``
+    (a parameter ``as_json``) also gets it set by a ``--json`` given before the subcommand.
+    """
+    if getattr(command, _SHARED, False):
+        return command
+    opts = {opt for param in command.params for opt in getattr(param, "opts", ())}
+    # A command where the flags mean something narrower says so (``sandbox hook``: see hook.py).
+    help_for: dict[str, str] = getattr(command, "shared_help", {})
+    if "-C" not in opts:
+        command.params.append(
+            click.Option(
+                ["-C", "shared_directory"],
+                metavar="DIR",
+                type=click.Path(file_okay=False),
+                expose_value=False,
+                callback=set_directory,
+                help=help_for.get("-C", "Run as if started in DIR (like git -C)."),
+            )
+        )
+    if "--json" not in opts:
+        command.params.append(
+            click.Option(
+                ["--json", "shared_json"],
+                is_flag=True,
+                expose_value=False,
+                callback=set_json,
+                help=help_for.get("--json", "Print the result as JSON."),
+            )
+        )
+    elif command.callback is not None and any(p.name == "as_json" for p in command.params):
+        command.callback = _json_from_anywhere(command.callback)
+    for param in command.params:
+        _complete_names(param)
+    setattr(command, _SHARED, True)
+    return command
+
+
+def _complete_names(param: click.Parameter) -> None:
+    """Shell completion of run ids and labels for RUN, call ids for CALL (see sandbox.cli.complete)."""
+    if isinstance(param, click.Argument) and (param.name == "run_id" or param.name == "rest"):
+        which = "complete_runs"  # rest: exec's and run's [RUN] -- COMMAND
+    elif param.name in ("call_id", "calls") and (isinstance(param, click.Argument) or "--call" in param.opts):
+        which = "complete_calls"
+    else:
+        return
+
+    def complete(ctx: click.Context, incomplete: str) -> Any:
+        from sandbox.cli import complete as names
+
+        return getattr(names, which)(ctx, param, incomplete)
+
+    # Click asks the parameter itself (Parameter.shell_complete); this one asks the run.
+    setattr(param, "shell_complete", complete)  # noqa: B010
+
+
+def _json_from_anywhere(callback: Any) -> Any:
+    import functools
+
+    @functools.wraps(callback)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("as_json") and wants_json(click.get_current_context()):
+            kwargs["as_json"] = True
+        return callback(*args, **kwargs)
+
+    return wrapper
 
 
 def base_dir(ctx: click.Context) -> str:
@@ -150,6 +257,24 @@ def verified(run: Run) -> Run:
     return run
 
 
+@contextlib.contextmanager
+def stdout_to_stderr(active: bool) -> Iterator[None]:
+    """While active, file descriptor 1 is stderr: a child's output stays off stdout, which then
+    carries only this command's JSON (``exec --json``, ``run --json``)."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def emit_json(value: Any) -> None:
     """Print a JSON document on stdout."""
     text = json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False)
@@ -158,6 +283,15 @@ def emit_json(value: Any) -> None:
     except UnicodeEncodeError:  # a file name that is not UTF-8: keep it exact as \udcXX escapes
         text = json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=True)
     click.echo(text)
+
+
+#: Names persisted reports use that the CLI's JSON says in its one vocabulary (see sandbox.cli.outputs).
+RENAMES = {"run_id": "run", "head": "run_head", "call": "call_id", "returncode": "exit_code"}
+
+
+def renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a persisted report as JSON) with its top-level keys in the CLI's vocabulary."""
+    return {RENAMES.get(k, k): v for k, v in data.items()}
 
 
 def dump(model: Any) -> Any:

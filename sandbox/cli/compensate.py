@@ -25,7 +25,7 @@ def compensate(ctx: click.Context, run_id: str | None, call_id: str | None, as_j
                 "action": "compensate",
                 "call_id": report.call_id,
                 "compensation_call": report.compensation_call,
-                "returncode": report.returncode,
+                "exit_code": report.returncode,
                 "entry": dump(report.entry),
                 "message": report.message,
             }

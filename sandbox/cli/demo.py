@@ -43,8 +43,23 @@ def _fingerprint(repo: str) -> dict[str, str]:
 
 @click.command()
 @click.option("--keep", is_flag=True, help="Keep the throwaway repository and print its path.")
-def demo(keep: bool) -> None:
-    """Build a throwaway repository, let a scripted agent work in a run, and show the evidence."""
+@click.pass_context
+def demo(ctx: click.Context, keep: bool) -> None:
+    """Build a throwaway repository, let a scripted agent work in a run, and show the evidence.
+
+    With --json the walk-through goes to stderr and stdout carries what it showed, as JSON.
+    """
+    from sandbox.cli.common import emit_json, stdout_to_stderr, wants_json
+
+    with stdout_to_stderr(wants_json(ctx)):
+        facts = _demo(keep)
+    if wants_json(ctx):
+        emit_json(facts)
+    if not facts["ok"]:
+        sys.exit(1)
+
+
+def _demo(keep: bool) -> dict[str, object]:
     exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
     sandbox = [exe] if os.path.exists(exe) else [sys.executable, "-m", "sandbox"]
     tmp = tempfile.mkdtemp(prefix="sandbox-demo-")
@@ -129,5 +144,11 @@ def demo(keep: bool) -> None:
 
         shutil.rmtree(tmp, ignore_errors=True)
         click.echo(f"\n(The throwaway repository was removed; run 'sandbox demo --keep' to keep {tmp}.)")
-    if not ok:
-        sys.exit(1)
+    return {
+        "ok": ok,
+        "run": run,
+        "repository": repo if keep else None,
+        "your_tree_unchanged_before_apply": same,
+        "undo_refused_over_your_edit": refused.returncode == 1,
+        "your_edit_kept": kept,
+    }

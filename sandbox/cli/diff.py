@@ -42,7 +42,7 @@ def diff(
         emit_json(
             {
                 "run": run.run_id,
-                "call": rng.call_id,
+                "call_id": rng.call_id,
                 "calls": rng.calls,
                 "from": rng.old,
                 "to": rng.new,

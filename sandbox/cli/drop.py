@@ -17,11 +17,12 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, as_json: bool) -> 
 
     Refuses while the run has recorded changes that are not applied to your tree, unless --force.
     """
-    from sandbox.agent.service import stop_service
+    from sandbox.agent.host import forget_run
 
     run = open_run(ctx, run_id)
     # A background `sandbox serve` would keep watching the worktree while it is removed.
-    freed = run.drop(force=force, before_remove=lambda r: stop_service(r.dir))
+    # The repository's host stops watching the worktree first (it would notice the drop anyway).
+    freed = run.drop(force=force, before_remove=lambda r: forget_run(r.project.common_dir, r.run_id))
     if as_json:
         emit_json({"run": run.run_id, "dropped": True, "bytes_freed": freed})
     else:

@@ -25,6 +25,9 @@ class _ExecCommand(click.Command):
         else:
             before, after = args, []
         super().parse_args(ctx, before)
+        if ctx.resilient_parsing:  # shell completion: RUN is completed while no '--' was typed
+            ctx.meta["sandbox.command_started"] = "--" in args
+            return []
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the command: sandbox exec [RUN] -- COMMAND ARGS...")
@@ -60,64 +63,89 @@ def exec_cmd(
 
     Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
     The command runs confined (only the worktree is writable) and without network unless
-    --network on. Use '--' before the command: sandbox exec RUN -- make test
+    --network on. It runs in the subdirectory you are in: of the worktree, or the same one as in
+    your tree. Use '--' before the command: sandbox exec RUN -- make test
+
+    With --json the command's output goes to stderr and stdout carries only the call as JSON.
     """
+    from sandbox.cli.common import base_dir, stdout_to_stderr, wants_json
+
+    here = base_dir(ctx)
+    as_json = wants_json(ctx)
     if step_id is None:
         # The fast path: the run's host (sandbox serve / sandbox run) records the call.
         from sandbox.agent.hosted import run_hosted
-        from sandbox.cli.common import base_dir
+        from sandbox.store.paths import subdir_in_run
 
-        hosted = run_hosted(
-            base_dir(ctx),
-            run_id,
-            list(command),
-            tool_name=tool_name,
-            idempotency=idempotency,
-            replay=replay,
-            call_id=call_id,
-            isolation=resolver("exec", isolate, network),
-        )
+        with stdout_to_stderr(as_json):
+            hosted = run_hosted(
+                here,
+                run_id,
+                list(command),
+                tool_name=tool_name,
+                idempotency=idempotency,
+                replay=replay,
+                call_id=call_id,
+                isolation=resolver("exec", isolate, network),
+                subdir=lambda worktree, user_workdir: subdir_in_run(here, worktree, user_workdir),
+            )
         if hosted is not None:
-            count = "?" if hosted.files is None else str(hosted.files)
-            click.echo(
-                f"sandbox: {hosted.call_id} {hosted.status} (exit {hosted.returncode}), {count} file(s) changed",
-                err=True,
+            _report(
+                as_json,
+                hosted.call_id,
+                hosted.status,
+                hosted.returncode,
+                hosted.files,
+                hosted.cannot_start,
             )
             sys.exit(hosted.returncode)
     from sandbox.agent import confine
     from sandbox.agent.execute import execute
+    from sandbox.store.paths import subdir_in_run
 
     run = open_run(ctx, run_id)
     isolation = resolve(run.info.user_workdir, "exec", isolate, network)
     confine.check(isolation)  # refused before a service is started or anything recorded
     _autostart_service(run)
-    outcome = execute(
-        run,
-        list(command),
-        tool_name=tool_name,
-        idempotency=idempotency,
-        replay=replay,
-        step_id=step_id,
-        call_id=call_id,
-        isolation=isolation,
-    )
-    files = len(outcome.entry.files)
-    click.echo(
-        f"sandbox: {outcome.entry.call_id} {outcome.entry.status.value} (exit {outcome.returncode}), "
-        f"{files} file(s) changed",
-        err=True,
-    )
+    with stdout_to_stderr(as_json):
+        outcome = execute(
+            run,
+            list(command),
+            tool_name=tool_name,
+            idempotency=idempotency,
+            replay=replay,
+            step_id=step_id,
+            call_id=call_id,
+            isolation=isolation,
+            subdir=subdir_in_run(here, run.worktree, run.info.user_workdir),
+        )
+    entry = outcome.entry
+    _report(as_json, entry.call_id, entry.status.value, outcome.returncode, len(entry.files), outcome.cannot_start)
     sys.exit(outcome.returncode)
 
 
-def _autostart_service(run: Run) -> None:
-    """Spawn the run's ``sandbox serve`` (watcher) for the next calls when none runs.
+def _report(as_json: bool, call_id: str, status: str, returncode: int, files: int | None, why: str | None) -> None:
+    """The call as JSON on stdout, or one line on stderr (the command's own output is the user's)."""
+    if as_json:
+        from sandbox.cli.common import emit_json
 
-    This call scans the worktree (correct, O(repository)); later ones ask the service's watcher
-    (O(changed paths)). The service exits by itself after 15 idle minutes, or when the run is
-    dropped. Off with SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
+        emit_json({"call_id": call_id, "status": status, "exit_code": returncode, "files": files, "cannot_start": why})
+        return
+    count = "?" if files is None else str(files)
+    if why is not None:
+        click.echo(f"sandbox: {why.rstrip('.')}; recorded as {call_id} ({status}, exit {returncode}).", err=True)
+        return
+    click.echo(f"sandbox: {call_id} {status} (exit {returncode}), {count} file(s) changed", err=True)
+
+
+def _autostart_service(run: Run) -> None:
+    """Spawn the repository's host (``sandbox serve``: the watcher) for the next calls when none runs.
+
+    This call scans the worktree (correct, O(repository)); later ones ask the host's watcher
+    (O(changed paths)). The host exits by itself after 15 idle minutes. Off with
+    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
     """
-    from sandbox.agent import service
+    from sandbox.agent import wire
     from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
 
     if not autostart_allowed():
@@ -130,5 +158,5 @@ def _autostart_service(run: Run) -> None:
             return
     except SandboxError:  # a broken settings file must not stop the command; start reports it
         return
-    if service.claim_autostart(run.dir):
+    if wire.claim_spawn(run.project.common_dir):
         spawn_service(run.run_id, run.worktree)

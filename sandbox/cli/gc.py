@@ -15,11 +15,12 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     """Remove what dropped or interrupted runs left behind; live runs are never touched."""
     from dataclasses import asdict
 
-    from sandbox.agent.service import try_claim
+    from sandbox.agent import host
     from sandbox.run.gc import collect
 
     project, _, _ = open_project(ctx)
-    report = collect(project, force=force, claim_host=try_claim)
+    # The repository's host lock: no host may watch a legacy run's old path while it moves.
+    report = collect(project, force=force, claim_host=lambda _run_dir: host.claim(project.common_dir))
     if as_json:
         emit_json(asdict(report))
         return

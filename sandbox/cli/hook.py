@@ -19,8 +19,17 @@ import sys
 
 import click
 
+from sandbox.cli.common import SandboxGroup
 
-@click.group("hook")
+#: -C and --json, which every command takes, mean less here: the event names its own directory,
+#: and the answer is the agent's hook protocol (JSON already).
+SHARED_HELP = {
+    "-C": "Taken by every command; a hook's run is found from the event's cwd, not from DIR.",
+    "--json": "Taken by every command; a hook answers in the agent's hook protocol (JSON) anyway.",
+}
+
+
+@click.group("hook", cls=SandboxGroup)
 def hook() -> None:
     """Record an agent's tool call from its hook (JSON on stdin); see hooks/README.md."""
 
@@ -64,3 +73,7 @@ def gemini(strict: bool) -> None:
 def generic(strict: bool) -> None:
     """The generic protocol: {"event": "start"|"finish", "cwd", "tool", "call_id", ...}."""
     sys.exit(_run("generic", strict))
+
+
+for _command in (claude_code, gemini, generic):
+    _command.shared_help = SHARED_HELP  # type: ignore[attr-defined]

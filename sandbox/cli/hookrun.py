@@ -4,8 +4,8 @@ Claude Code waits for every hook, so a hook's cost is mostly the interpreter's s
 imports: this module (and :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.adapters`) imports no click, no
 pygit2, no pydantic. :func:`sandbox.cli.main` runs it directly for ``sandbox hook AGENT
 [--strict]``, before click is imported; the click command in :mod:`sandbox.cli.hook` calls it too.
-When no process hosts the run, the event is recorded in this process (the git libraries are
-imported then) and ``sandbox serve`` is spawned for the next events.
+When no host serves the repository, the event is recorded in this process (the git libraries are
+imported then) and ``sandbox serve`` (the repository's host) is spawned for the next events.
 """
 
 from __future__ import annotations
@@ -60,11 +60,16 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
             outcome = hookproto.Outcome(True)
         elif sys.flags.no_site:
             # Started without site-packages (the fast hook command): only the hand-over to the
-            # process hosting the run can happen here; recording in-process needs the git libraries.
+            # repository's host can happen here; recording in-process needs the git libraries.
             answer = hookproto.forward(hookproto.locate(event.cwd), event)
-            if answer is None:
+            if answer is not None:
+                outcome = answer
+            elif _enable_site():
+                from sandbox.agent import recorder
+
+                outcome = recorder.handle(event, _autostart if autostart_allowed() else None)
+            else:
                 return _with_site(agent, strict, raw, stdout, stderr)
-            outcome = answer
         else:
             from sandbox.agent import recorder
 
@@ -73,6 +78,8 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
         outcome = hookproto.Outcome(False, f"unexpected error: {type(exc).__name__}: {exc}")
+    if outcome.note:  # once per run and host: say why its changes are found by scanning
+        stderr.write(f"sandbox: note: {outcome.note}\n")
     if outcome.ok and respond is not None:
         text, code = respond(outcome, payload)  # the agent's own answer (e.g. a deny with its reason)
         if text or success_stdout:
@@ -103,6 +110,15 @@ def _blocks_a_call(event: Any, payload: Any) -> bool:
     return name in (None, "PreToolUse", "BeforeTool")
 
 
+def _enable_site() -> bool:
+    """Add site-packages now (started with ``-S``), so this process can record by itself."""
+    import importlib.util
+    import site
+
+    site.main()
+    return all(importlib.util.find_spec(name) is not None for name in ("pygit2", "pydantic"))
+
+
 def _with_site(agent: str, strict: bool, raw: bytes, stdout: Writer, stderr: Writer) -> int:
     """Run the ordinary ``sandbox hook`` (site-packages and all) on the same payload; its exit code."""
     import subprocess
@@ -128,12 +144,14 @@ def autostart_allowed() -> bool:
     return os.environ.get(AUTOSTART_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _autostart(loc: Any) -> None:
-    """Spawn ``sandbox serve`` for the next events, unless a process hosts the run or one was just spawned."""
-    from sandbox.agent import service
+def _autostart(loc: Any) -> bool:
+    """Spawn the repository's host for the next events, unless one lives or was just spawned; True if spawned."""
+    from sandbox.agent import wire
 
-    if service.claim_autostart(loc.run_dir):
+    if wire.claim_spawn(loc.common_dir):
         spawn_service(loc.run_id, loc.worktree)
+        return True
+    return False
 
 
 def beside() -> str:
@@ -141,14 +159,14 @@ def beside() -> str:
     return os.path.join(os.path.dirname(sys.executable), "sandbox")
 
 
-def spawn_service(run_id: str, worktree: str) -> None:
-    """Start ``sandbox serve RUN`` in the background, without waiting for it."""
+def spawn_service(run_id: str, worktree: str, idle_exit: float | None = None) -> None:
+    """Start the repository's host (``sandbox serve RUN``, in the run's worktree) without waiting for it."""
     import subprocess
 
     exe = [beside()] if os.access(beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
     env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
     subprocess.Popen(
-        [*exe, "-C", worktree, "serve", run_id],
+        [*exe, "-C", worktree, "serve", run_id, *(["--idle-exit", str(idle_exit)] if idle_exit else [])],
         cwd="/",  # not the worktree: `python -m` would put it on sys.path
         env=env,
         stdin=subprocess.DEVNULL,

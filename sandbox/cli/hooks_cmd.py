@@ -7,14 +7,14 @@ import sys
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import SandboxGroup, emit_json, open_run, wants_json
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
 
 __all__ = ["AUTOSTART_ENV", "autostart_allowed", "hook_command", "hooks", "spawn_service"]
 
 
-@click.group("hooks")
+@click.group("hooks", cls=SandboxGroup)
 def hooks() -> None:
     """Set up agents' hooks so each tool call becomes one recorded call."""
 
@@ -69,16 +69,24 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
     run = open_run(ctx, run_id)
     add_private(run.dir, [adapter.SETTINGS_PATH])  # before the file exists: no cut can catch it
     path = adapters.install(adapter, run.worktree, command)
-    click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")
+    as_json = wants_json(ctx)
+    if not as_json:
+        click.echo(f"sandbox: {agent} hooks written to {path} (private to run {run.run_id}, never in its patch).")
     extra_env = getattr(adapter, "agent_env", None)
-    if extra_env is not None:  # Gemini CLI runs hooks (and -p at all) only in a folder it trusts
+    env = dict(extra_env(run.dir, run.worktree)) if extra_env is not None else {}
+    if env and not as_json:  # Gemini CLI runs hooks (and -p at all) only in a folder it trusts
         import shlex
 
-        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env(run.dir, run.worktree).items())
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         click.echo(f"sandbox: start it in the worktree as: {assignments} {agent} ...  (or use 'sandbox run').")
-    from sandbox.agent import service
+    from sandbox.agent import wire
     from sandbox.run import config
 
-    if autostart_allowed() and config.load(run.user_workdir).autostart and service.claim_autostart(run.dir):
+    spawned = False
+    if autostart_allowed() and config.load(run.user_workdir).autostart and wire.claim_spawn(run.project.common_dir):
         spawn_service(run.run_id, run.worktree)
-        click.echo(f"sandbox: starting its hook service in the background ('sandbox serve {run.run_id}').")
+        spawned = True
+        if not as_json:
+            click.echo("sandbox: starting the repository's host in the background ('sandbox serve').")
+    if as_json:
+        emit_json({"run": run.run_id, "agent": agent, "settings": path, "env": env, "service_started": spawned})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_project
+from sandbox.cli.common import emit_json, open_project, renamed
 
 
 @click.command()
@@ -26,7 +26,7 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     lock = run_lock(layout.run_lock_path(project.common_dir, rid), f"Run {rid}").hold()
     report = do_repair(project.repo, rid, run_dir, lock)
     if as_json:
-        emit_json(asdict(report))
+        emit_json(renamed(asdict(report)))
     elif report.problem is None:
         click.echo(f"The ledger of run {rid} is intact; nothing to repair.")
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.common import emit_json, open_run, renamed
 
 
 @click.command()
@@ -32,7 +32,7 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes
             data["checkpoint"] = report.checkpoint.model_dump(
                 mode="json", include={"id", "name", "label", "step_id", "seq", "created_at"}
             )
-        emit_json(data)
+        emit_json(renamed(data))
         return
     for problem in report.problems:
         click.echo(f"sandbox: {problem}", err=True)

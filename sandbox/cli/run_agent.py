@@ -7,10 +7,12 @@ import sys
 
 import click
 
-from sandbox.cli.common import base_dir, open_project
+from sandbox.cli.common import base_dir, open_project, stdout_to_stderr, wants_json
 from sandbox.cli.isolation import isolation_options, resolve
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
+#: Seconds a host started by a session exits after its last request when autostart is off.
+SESSION_HOST_IDLE = 30.0
 
 
 class _RunCommand(click.Command):
@@ -19,6 +21,9 @@ class _RunCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         cut = args.index("--") if "--" in args else len(args)
         super().parse_args(ctx, args[:cut])
+        if ctx.resilient_parsing:  # shell completion: RUN is completed while no '--' was typed
+            ctx.meta["sandbox.command_started"] = "--" in args
+            return []
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the agent: sandbox run [RUN] -- AGENT ARGS...")
@@ -65,10 +70,15 @@ def run_agent(
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
     confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
-    Its exit code is passed through and the run is left for you to preview, apply or drop.
+    It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
+    Its exit code is passed through and the run is left for you to preview, apply or drop. A
+    session stopped with Ctrl-C is recorded as interrupted (its last changes as a failed call).
+
+    With --json the agent's output goes to stderr and stdout carries only the session's summary.
     """
     from sandbox.agent import adapters, confine
     from sandbox.agent import launch as agent
+    from sandbox.agent.hosted import cannot_start
     from sandbox.cli.hooks_cmd import hook_command
     from sandbox.errors import UsageError
     from sandbox.run.include import add_private
@@ -78,6 +88,10 @@ def run_agent(
     project, workdir, cwd_run = open_project(ctx)
     if run_id and new:
         raise UsageError("Give either RUN or --new, not both.")
+    here = base_dir(ctx)
+    unstartable = cannot_start(command, here)
+    if unstartable is not None:  # before a run is started or anything recorded
+        raise unstartable
     from sandbox.agent.hosted import user_workdir_of
 
     isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
@@ -111,19 +125,26 @@ def run_agent(
         extra_env = getattr(adapter, "agent_env", None)
         if extra_env is not None:  # e.g. Gemini CLI: the worktree trusted for this agent only
             env.update(extra_env(run.dir, run.worktree))
-    here = base_dir(ctx)
-    subdir = os.path.relpath(here, workdir) if workdir and here.startswith(workdir + os.sep) else ""
-    result = agent.run_session(
-        run,
-        command,
-        env=env,
-        subdir=subdir,
-        debounce=debounce,
-        is_foreground=_is_foreground,
-        isolation=isolation,
-    )
-    if result.returncode == 127:
-        click.echo(f"sandbox: {command[0]}: command not found.", err=True)
+    from sandbox.store.paths import subdir_in_run
+
+    subdir = subdir_in_run(here, run.worktree, run.info.user_workdir)
+    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
+
+    # The session needs the repository's host (a confined agent records only through it). With
+    # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
+    idle = None if autostart_allowed() else SESSION_HOST_IDLE
+    as_json = wants_json(ctx)
+    with stdout_to_stderr(as_json):
+        result = agent.run_session(
+            run,
+            command,
+            env=env,
+            subdir=subdir,
+            debounce=debounce,
+            is_foreground=_is_foreground,
+            isolation=isolation,
+            start_host=lambda: spawn_service(run.run_id, run.worktree, idle),
+        )
     if result.stopped:
         shown = ", ".join(f"{p.get('pid')} ({p.get('cmd') or '?'})" for p in result.stopped[:5])
         more = f" and {len(result.stopped) - 5} more" if len(result.stopped) > 5 else ""
@@ -143,9 +164,29 @@ def run_agent(
         for e in not_run[:10]:
             click.echo(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}", err=True)
     rid = run.run_id
+    if as_json:
+        from sandbox.cli.common import emit_json
+
+        emit_json(
+            {
+                "run": rid,
+                "worktree": run.worktree,
+                "exit_code": result.returncode,
+                "interrupted": result.interrupted,
+                "calls": calls,
+                "changed_paths": paths,
+                "unfinished": result.unfinished,
+                "not_run": [e.call_id for e in not_run],
+                "stopped_processes": result.stopped,
+                "notes": result.notes,
+            }
+        )
+        sys.exit(result.returncode)
+    ended = f"it was interrupted ({result.interrupted.partition(': ')[2]})" if result.interrupted else ""
     click.echo(
         f"sandbox: run {rid}: {calls} call(s) recorded, {paths} path(s) changed; "
-        f"the agent exited {result.returncode}.\n"
+        + (ended or f"the agent exited {result.returncode}")
+        + ".\n"
         f"  preview: sandbox diff {rid}\n  apply:   sandbox apply {rid}\n  undo:    sandbox undo {rid}",
         err=True,
     )

@@ -1,4 +1,4 @@
-"""``sandbox serve [RUN] [--idle-exit S] [--foreground]``: host a run's hooks and watcher in the background."""
+"""``sandbox serve [RUN] [--idle-exit S] [--foreground]``: host every run of the repository in the background."""
 
 from __future__ import annotations
 
@@ -10,38 +10,56 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import open_run
+from sandbox.cli.common import emit_json, open_project, wants_json
 
 if TYPE_CHECKING:
-    from sandbox.run.run import Run
+    from sandbox.agent.host import Host
 
 
 @click.command("serve")
 @click.argument("run_id", required=False)
 @click.option("--idle-exit", type=click.FloatRange(0.1), default=900.0, show_default=True, help="Exit after S idle s.")
-@click.option("--foreground", is_flag=True, help="Stay attached and log to stderr instead of serve.log.")
+@click.option("--foreground", is_flag=True, help="Stay attached and log to stderr instead of host.log.")
+@click.option(
+    "--max-runs-watched", type=click.IntRange(0), default=None, help="Watch at most N runs; the rest are scanned."
+)
+@click.option("--max-watches", type=click.IntRange(0), default=None, help="Hold at most N inotify watches.")
 @click.pass_context
-def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: bool) -> None:
-    """Host RUN's hook socket and worktree watcher, so hooks are fast and Bash calls exact.
+def serve(
+    ctx: click.Context,
+    run_id: str | None,
+    idle_exit: float,
+    foreground: bool,
+    max_runs_watched: int | None,
+    max_watches: int | None,
+) -> None:
+    """Host the hooks, watcher and sessions of every run of this repository: fast hooks, exact Bash calls.
 
-    Hooks start it by themselves when no process hosts the run ([hooks] autostart = false in
-    .sandbox.toml turns that off). It exits after --idle-exit seconds without a request, when the
-    run is dropped, and on SIGTERM. One per run: a second one exits at once.
+    One process per repository, whatever the number of runs. Hooks, 'sandbox exec' and 'sandbox
+    run' start it by themselves when none runs ([hooks] autostart = false in .sandbox.toml turns
+    that off). It exits after --idle-exit seconds without a request and on SIGTERM; a second one
+    exits at once. RUN, when given, must be a run of the repository (it is served at once).
     """
-    from sandbox.agent import service
-    from sandbox.errors import UsageError
+    from sandbox.agent import host, wire
 
-    run = open_run(ctx, run_id)
-    if not run.worktree_exists():
-        raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
-    lock = service.try_claim(run.dir)
-    if lock is None:
-        pid = service.service_pid(run.dir)
-        by = f"by 'sandbox serve', pid {pid}" if pid else "by 'sandbox run', or a service still starting"
-        click.echo(f"sandbox: run {run.run_id} is already hosted ({by}); nothing to do.")
+    project, _workdir, cwd_run = open_project(ctx)
+    named: str | None = None
+    if run_id is not None or cwd_run is not None:
+        from sandbox.run.names import resolve_run
+        from sandbox.run.run import Run
+
+        named = Run.open(project, resolve_run(project, run_id, cwd_run)).run_id  # a wrong RUN is refused here
+    as_json = wants_json(ctx)
+    served = host.Host(project, max_runs_watched=max_runs_watched, max_watches=max_watches)
+    if wire.host_alive(project.common_dir):
+        pid = host.host_pid(project.common_dir)
+        if as_json:
+            emit_json({"run": named, "started": False, "pid": pid, "log": None})
+        else:
+            click.echo(f"sandbox: this repository's runs are already hosted (pid {pid or '?'}); nothing to do.")
         return
     if foreground:
-        _serve(run, idle_exit, None)
+        _serve(served, idle_exit, None)
         return
     read_fd, write_fd = os.pipe()
     if os.fork() == 0:  # detach: a new session, then a grandchild that init adopts
@@ -49,14 +67,24 @@ def serve(ctx: click.Context, run_id: str | None, idle_exit: float, foreground: 
         os.setsid()
         if os.fork() > 0:
             os._exit(0)
-        _detached(run, idle_exit, write_fd)
+        _detached(served, idle_exit, write_fd)
     os.close(write_fd)
-    lock.release()  # the service holds the same lock through its inherited descriptor
     answer = _read_answer(read_fd, timeout=120.0)
+    if answer.startswith("busy"):
+        if as_json:
+            emit_json({"run": named, "started": False, "pid": host.host_pid(project.common_dir), "log": None})
+        else:
+            click.echo("sandbox: this repository's runs are already hosted; nothing to do.")
+        return
     if not answer.startswith("ready "):
-        raise UsageError(f"The service for run {run.run_id} did not start: {answer or 'it died'}.")
-    log_path = os.path.join(run.dir, service.LOG_FILE)
-    click.echo(f"sandbox: serving run {run.run_id} in the background (pid {answer.split()[1]}); log: {log_path}")
+        from sandbox.errors import UsageError
+
+        raise UsageError(f"The host for this repository did not start: {answer or 'it died'}.")
+    log_path = os.path.join(wire.host_dir(project.common_dir), wire.LOG)
+    if as_json:
+        emit_json({"run": named, "started": True, "pid": int(answer.split()[1]), "log": log_path})
+        return
+    click.echo(f"sandbox: hosting this repository's runs in the background (pid {answer.split()[1]}); log: {log_path}")
 
 
 def _read_answer(fd: int, timeout: float) -> str:
@@ -73,17 +101,17 @@ def _read_answer(fd: int, timeout: float) -> str:
     return data.decode(errors="replace").strip()
 
 
-def _detached(run: Run, idle_exit: float, notify: int) -> None:
-    from sandbox.agent import service
+def _detached(served: Host, idle_exit: float, notify: int) -> None:
+    from sandbox.agent import wire
 
     try:
         os.chdir("/")
-        log_path = os.path.join(run.dir, service.LOG_FILE)
+        log_path = os.path.join(wire.ensure_host_dir(served.common_dir), wire.LOG)
         big = os.path.exists(log_path) and os.path.getsize(log_path) > (1 << 20)
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if big else os.O_APPEND), 0o600)
         for fd, target in ((os.open(os.devnull, os.O_RDONLY), 0), (log, 1), (log, 2)):
             os.dup2(fd, target)
-        _serve(run, idle_exit, notify)
+        _serve(served, idle_exit, notify)
     except BaseException as exc:  # never unwind past the fork into the parent's code
         with contextlib.suppress(OSError):
             os.write(notify, f"error {type(exc).__name__}: {exc}\n".encode())
@@ -94,34 +122,31 @@ def _detached(run: Run, idle_exit: float, notify: int) -> None:
         os._exit(0)
 
 
-def _serve(run: Run, idle_exit: float, notify: int | None) -> None:
+def _serve(served: Host, idle_exit: float, notify: int | None) -> None:
     import signal
-    import threading
     import time
 
-    from sandbox.agent import service
+    from sandbox.agent.host import HostBusyError
 
     def log(line: str) -> None:
         click.echo(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{os.getpid()}] {line}", err=True)
 
-    started = []
-
-    def ready(host: service.RunHost) -> None:
-        started.append(True)
-        service.write_pid(host.run.dir)
-        log(f"serving run {host.run.run_id} (idle exit {idle_exit:g} s)")
-        for note in host.notes:
+    def ready(running: Host) -> None:
+        log(f"hosting the runs of {running.common_dir} (idle exit {idle_exit:g} s)")
+        for note in running.notes:
             log(f"note: {note}")
         if notify is not None:
             os.write(notify, f"ready {os.getpid()}\n".encode())
 
-    stop = threading.Event()
+    served.on_event = log
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda *_: served.request_stop())
     try:
-        reason = service.serve_run(run, stop, idle_exit=idle_exit, on_event=log, on_ready=ready)
-    finally:
-        service.remove_pid(run.dir)
+        reason = served.serve(idle_exit=idle_exit, on_ready=ready)
+    except HostBusyError as exc:
+        if notify is not None:
+            os.write(notify, b"busy\n")
+            return
+        click.echo(f"sandbox: {exc.message}", err=True)
+        return
     log(f"stopped: {reason}")
-    if notify is not None and not started:  # the parent reports this line
-        os.write(notify, f"stopped: {reason}\n".encode())

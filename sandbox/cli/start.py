@@ -8,11 +8,10 @@ from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir
 
 
 @click.command()
-@click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
 @click.option("--label", default=None, help="A label to recognise the run by.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.pass_context
-def start(ctx: click.Context, directory: str | None, label: str | None, as_json: bool) -> None:
+def start(ctx: click.Context, label: str | None, as_json: bool) -> None:
     """Snapshot your working tree (with uncommitted and untracked files) into a new run.
 
     Your index, HEAD, branches, stash and files are not touched. The run gets its own worktree and
@@ -23,7 +22,7 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
-    project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
+    project, workdir, cwd_run = Project.discover(base_dir(ctx))
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     if workdir is None:
         raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
@@ -39,7 +38,8 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
                 "worktree": run.worktree,
                 "git_dir": run.git_dir,
                 "base": info.base,
-                "head": info.head,
+                "user_head": info.head,
+                "run_head": info.base,
                 "label": info.label,
                 "submodules": info.submodules,
                 "copied": report.copied if report is not None else [],

@@ -19,6 +19,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     row = summarize(run, git_activity=True)
     in_flight = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
     row["in_flight"] = in_flight
+    row["host"] = _host(run.project.common_dir, run.run_id)
     if as_json:
         emit_json(row)
         return
@@ -26,7 +27,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
     click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
-    click.echo(f"  head:      {row['head'][:12]}")
+    click.echo(f"  head:      {row['run_head'][:12]}")
     by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
     click.echo(f"  calls:     {row['calls']} ({by})")
     partly = row.get("partly_applied_calls") or []
@@ -34,6 +35,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if in_flight:
         click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
+    click.echo(f"  host:      {_host_line(row['host'])}")
     agent_git = row.get("agent_git")
     if agent_git:
         from sandbox.run.agentgit import describe
@@ -42,3 +44,29 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         click.echo(f"  agent git: {first}")
         for line in rest:
             click.echo(f"             {line}")
+
+
+def _host(common_dir: str, run_id: str) -> dict[str, object] | None:
+    """The repository's host as far as this run goes (None: no host runs)."""
+    from sandbox.agent import wire  # standard library only: status stays a fast command
+
+    status = wire.status(common_dir)
+    if status is None:
+        return None
+    mine = status["runs"].get(run_id)
+    return {
+        "pid": status["pid"],
+        "serves_run": mine is not None,
+        "watched": bool(mine and mine["watched"]),
+        "note": mine["note"] if mine else None,
+    }
+
+
+def _host_line(info: dict[str, object] | None) -> str:
+    if info is None:
+        return "none running (the next hook, exec or run starts one)"
+    if not info["serves_run"]:
+        return f"pid {info['pid']}; it has not served this run yet"
+    if info["watched"]:
+        return f"pid {info['pid']}; this run's changes come from its watcher"
+    return f"pid {info['pid']}; this run's changes are found by scanning ({info['note']})"

@@ -61,8 +61,8 @@ class HostClaim(Protocol):
         """Let go of the claim."""
 
 
-#: Takes the host lock of a run directory without waiting; None when a host (``sandbox run`` or
-#: ``serve``) is up. Passed in by the caller: hosts belong to the agent layer, above this one.
+#: Takes the host lock for a run directory without waiting; None when a host (the repository's
+#: ``sandbox serve``) is up. Passed in by the caller: hosts belong to the agent layer, above this one.
 ClaimHost = Callable[[str], HostClaim | None]
 
 
@@ -145,7 +145,7 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim
                 continue
             host = claim_host(run.dir)  # held while moving: no host may start on the old path
             if host is None:
-                report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
+                report.not_moved[run_id] = "the repository's host (sandbox serve) is up; stop it and run gc again"
                 continue
             try:
                 with file_lock(layout.run_lock_path(project.common_dir, run_id), f"Run {run_id}", timeout=0):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from sandbox.errors import SandboxError
@@ -10,6 +11,11 @@ from sandbox.run.run import Run
 from sandbox.store import worktree
 from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
+
+
+def iso_time(when: datetime) -> str:
+    """``when`` as the JSON outputs write times: ISO 8601 in UTC with the zone (``Z``), as pydantic does."""
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[str, Any]:
@@ -31,13 +37,13 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     return {
         "run": run.run_id,
         "label": info.label,
-        "created_at": info.created_at.isoformat(),
+        "created_at": iso_time(info.created_at),
         "worktree": run.worktree,
         "git_dir": run.git_dir,
         "worktree_exists": exists,
         "base": info.base,
         "user_head": info.head,
-        "head": state.head,
+        "run_head": state.head,
         "calls": len(state.calls),
         "by_status": counts,
         "changed_paths": len(run.changed_paths()),

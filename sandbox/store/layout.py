@@ -8,6 +8,7 @@ In the user's repository (its common git dir; local to this machine, never pushe
     refs/sandbox/<run>/{base,head,ledger,checkpoints}   the run's refs (they travel with git push/fetch)
     <common>/sandbox/runs/<run>/        lock, ledger fold cache, host files, and ``place``: the absolute
                                         path of the run's home (below), written before the home exists
+    <common>/sandbox/host/              the repository's host: socket, lock, liveness record, log (0700)
     <common>/sandbox/locks/, journal/, packs/           see docs/refs-layout.md
 
 Each run's home, in a per-user data directory keyed by repository (outside any ``.git`` and outside
@@ -46,6 +47,9 @@ RUN_BRANCH = "sandbox/{run_id}"
 
 STATE_DIR = "sandbox"
 RUNS = "runs"
+HOST = "host"
+#: In the host directory: flocked by the repository's host for its whole life.
+HOST_LOCK = "host.lock"
 LEGACY_WORKTREES = "worktrees"
 #: git's own admin directories of linked worktrees (``<common>/worktrees/<name>``).
 GIT_WORKTREES = "worktrees"
@@ -120,6 +124,11 @@ def runs_dir(common_dir: str) -> str:
 def run_dir(common_dir: str, run_id: str) -> str:
     """The run's scratch directory (lock, caches, host files, the pointer to its home)."""
     return os.path.join(common_dir, STATE_DIR, RUNS, run_id)
+
+
+def host_dir(common_dir: str) -> str:
+    """``<common>/sandbox/host``: the repository's host (socket, lock, liveness record, log); mode 0700."""
+    return os.path.join(common_dir, STATE_DIR, HOST)
 
 
 def run_lock_path(common_dir: str, run_id: str) -> str:

@@ -61,6 +61,27 @@ def from_user(root: str, path: str, cwd: str | None = None) -> str:
     return normalize(path)
 
 
+def subdir_in_run(here: str, worktree: str, user_workdir: str | None) -> str:
+    """Where ``here`` is, relative to a run's worktree ("" for its root), for commands run from it.
+
+    ``here`` inside the worktree keeps its place there; inside the user's tree it maps to the same
+    place in the worktree (``src/`` of your tree is ``src/`` of the run's), so ``sandbox exec`` and
+    ``sandbox run`` keep the subdirectory you are in. Anywhere else (or a place the worktree does not
+    have) is the worktree's root.
+    """
+    real = os.path.realpath(here)
+    for root in (worktree, user_workdir):
+        if not root:
+            continue
+        root_real = os.path.realpath(root)
+        if _inside(real, root_real):
+            rel = os.path.relpath(real, root_real)
+            if rel == "." or rel.split(os.sep)[0] == ".git":
+                return ""
+            return rel if os.path.isdir(os.path.join(worktree, rel)) else ""
+    return ""
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 

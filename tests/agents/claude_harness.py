@@ -40,7 +40,7 @@ class Session:
 def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
     """The environment for Claude Code: the scripted server, a private HOME, no other traffic.
 
-    Hooks may start the run's background service, as they do for users (the test stops it).
+    Hooks may start the repository's background host, as they do for users (the test stops it).
     """
     home.mkdir(parents=True, exist_ok=True)
     gitconfig = Path(os.environ["HOME"]) / ".gitconfig"
@@ -93,7 +93,7 @@ def install_hooks(repo: Path, run_id: str) -> None:
     proc = subprocess.run(
         [SANDBOX, "hooks", "install", "claude-code", run_id],
         cwd=repo,
-        env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "1"},  # as for users: the run's service starts
+        env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "1"},  # as for users: the repository's host starts
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -126,14 +126,12 @@ def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def stop_services(repo: Path) -> None:
-    """Stop the background ``sandbox serve`` of every run of ``repo`` (started by hooks)."""
-    from sandbox.agent import service
-    from sandbox.run.run import Run
+    """Stop the repository's background host (``sandbox serve``, started by hooks or ``sandbox run``)."""
+    from sandbox.agent import host
     from sandbox.store.project import Project
 
     project, _workdir, _ = Project.discover(str(repo))
-    for run_id in project.run_ids():
-        service.stop_service(Run.open(project, run_id).dir)
+    host.stop_host(project.common_dir)
 
 
 def cli_start(repo: Path) -> Run:

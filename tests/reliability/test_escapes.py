@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from conftest import git, make_repo, tree_digest, user_state
 
+from sandbox.agent import host, wire
+
 from .helpers import open_run, sb
 
 FIXTURES_AGENT = Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "fake_claude.py"
@@ -143,6 +145,42 @@ def sandbox_git_runs_agent_config():
     if not done:
         raise OSError(1, "no git config of the run could be written")
 attempt("the sandbox's own git runs the agent's config", sandbox_git_runs_agent_config)
+import socket
+def host_ask(msg):  # the repository's host, as any process of the user could ask it
+    path = T["host_sock"]
+    if len(path) >= 100:
+        path = "/proc/self/fd/%d/%s" % (os.open(os.path.dirname(path), os.O_PATH), os.path.basename(path))
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect(path)
+    s.sendall((json.dumps(dict(v=1, **msg)) + "\n").encode())
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    reply = json.loads(data)
+    if not reply.get("ok"):
+        raise OSError(13, reply.get("error") or reply.get("message") or "refused")
+def other_token():
+    with open(os.path.join(T["other_run_dir"], "host.token")) as fh:
+        return fh.read().strip()
+def token_or_guess():
+    try:
+        return other_token()
+    except OSError:
+        return "0" * 48
+attempt("host: another run's token", other_token)
+EVIL = {"event": "start", "cwd": T["other_worktree"], "tool": "Evil", "call_id": "call_evil", "kind": "read"}
+def on_other(op, **fields):
+    return lambda: host_ask({"op": op, "run": T["other_run"], "token": token_or_guess(), **fields})
+attempt("host: record into another run", on_other("hook", event=EVIL))
+attempt("host: another run's watcher", on_other("end", call="x"))
+attempt("host: list every run", lambda: host_ask({"op": "status"}))
+attempt("host: forget another run", lambda: host_ask({"op": "forget", "run": T["other_run"]}))
+attempt("host: stop the host", lambda: host_ask({"op": "stop"}))
 out["visible processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
 print("ATTACK " + json.dumps(out), flush=True)
 """
@@ -169,6 +207,13 @@ ESCAPE_WITHOUT_ISOLATION = {
     "symlinked directory planted in the worktree",
     "hard link to a user file",
     "rename a user file into the worktree",
+    # The repository's host trusts the user's own processes; a confined one it does not.
+    "host: another run's token",
+    "host: record into another run",
+    "host: another run's watcher",
+    "host: list every run",
+    "host: forget another run",
+    "host: stop the host",
 }
 #: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent.launch) on
 #: the agent's git: these ref writes may be refused there even unconfined.
@@ -199,6 +244,17 @@ def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
         second = sb("start", "--json", cwd=user_repo)
         assert second.returncode == 0, second.stderr
         other_run = open_run(user_repo, json.loads(second.stdout)["run"])
+        # The repository's host serves both runs (the other one is watched) during every attack.
+        served = sb("serve", "--idle-exit", "600", cwd=user_repo)
+        assert served.returncode == 0, served.stderr
+        ping_other = {
+            "event": "start",
+            "cwd": other_run.worktree,
+            "tool": "Read",
+            "call_id": "call_ping",
+            "kind": "read",
+        }
+        assert sb("hook", "generic", cwd=other_run.worktree, input=json.dumps(ping_other).encode()).returncode == 0
         yield {
             "user": user_repo,
             "home": home,
@@ -209,8 +265,12 @@ def world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
             "run_dir": Path(run.dir),
             "marker": tmp_path / "PWNED",
             "other_run_dir": Path(other_run.dir),
+            "other_run": other_run.run_id,
+            "other_worktree": other_run.worktree,
+            "common": str(user_repo / ".git"),
         }
     finally:
+        host.stop_host(str(user_repo / ".git"))
         shutil.rmtree(visible_root, ignore_errors=True)
         (ssh / "authorized_keys").unlink(missing_ok=True)
 
@@ -227,6 +287,9 @@ def targets(w: dict[str, Any]) -> str:
             "run_dir": str(w["run_dir"]),
             "marker": str(w["marker"]),
             "other_run_dir": str(w["other_run_dir"]),
+            "other_run": w["other_run"],
+            "other_worktree": w["other_worktree"],
+            "host_sock": wire.socket_path(w["common"]),
         }
     )
 
@@ -274,6 +337,14 @@ def check_confined(w: dict[str, Any], before: dict[str, Any], results: dict[str,
     if results["/proc/<ppid>/cwd"] == "done":  # then it reached a process of the sandbox's own
         assert (w["worktree"] / "escaped-via-ppid.txt").exists()
     assert results["visible processes"] <= 8, results  # its own PID namespace: the attacker and its parents
+    # The host outlived every attempt, still serves the other run, and recorded nothing into it.
+    status = host.host_status(w["common"])
+    assert status is not None and w["other_run"] in status["runs"], status
+    assert "call_evil" not in open_run(w["user"], w["other_run"]).state().calls
+    for op in ("list every run", "forget another run", "stop the host"):
+        assert results[f"host: {op}"] == "refused: Control operations are refused to confined processes.", results
+    for op in ("record into another run", "another run's watcher"):
+        assert "does not carry its token" in results[f"host: {op}"], results
 
 
 def attack_by_exec(w: dict[str, Any], *flags: str) -> dict[str, Any]:
@@ -334,7 +405,8 @@ def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, 
     assert len(bash) == 1 and bash[0]["status"] == "succeeded", log  # recorded by the host, outside
     assert "planted-link" in [f["path"] for f in bash[0]["files"]]
     notes = [n for n in open_run(world["user"], world["run"]).state().data.note]
-    assert [n["isolation"] for n in notes] == ["bwrap, network on"]
+    # Other notes (processes the agent left running, stopped at its end) may come too.
+    assert [n["isolation"] for n in notes if "isolation" in n] == ["bwrap, network on"]
 
 
 def test_run_confined_without_network(world: dict[str, Any]) -> None:

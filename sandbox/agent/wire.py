@@ -1,0 +1,350 @@
+"""The host's wire protocol and its one client: standard library only (the hook fast path uses it).
+
+One process hosts every run of a repository (:mod:`sandbox.agent.host`). It listens on one Unix
+socket named by a path, ``<common>/sandbox/host/host.sock``, in a directory only the user can open
+(mode 0700; never an abstract socket, which a confined agent with the network on could reach).
+Each connection carries one request, a JSON object on one line, and gets one reply, a JSON object::
+
+    {"v": 1, "op": "hook",  "run": RUN, "token": T, "event": {...generic hook event...}}
+        -> {"ok": bool, "message": str, "strict": bool, "decision": "allow"|"deny"|null,
+            "reason": str, "call": CALL|null, "status": STATUS|null, "files": N|null, "note": str|null}
+    {"v": 1, "op": "begin", "run": RUN, "token": T, "call": CALL}    -> {"ok": true, "watched": bool}
+    {"v": 1, "op": "end",   "run": RUN, "token": T, "call": CALL}
+        -> {"ok": true, "paths": [...]|null, "reason": str|null}
+    {"v": 1, "op": "quiet", "run": RUN, "token": T}                  -> {"ok": true, "last_change": SECONDS_AGO|null}
+    {"v": 1, "op": "ping"}                                           -> {"ok": true, "pid": PID, "runs": N}
+    {"v": 1, "op": "status"}   (control)
+        -> {"ok": true, "pid": PID, "runs": {RUN: {...}}, "inotify": {...}, "notes": [...]}
+    {"v": 1, "op": "forget", "run": RUN}  (control)                  -> {"ok": true}
+    {"v": 1, "op": "stop"}     (control)                             -> {"ok": true}
+    any refusal                                                      -> {"ok": false, "error": str}
+
+Who may ask what:
+
+* an operation on a run carries the run's token, ``<run dir>/host.token`` (0600, created by
+  whoever needs it first). A confined agent sees only its own run's directory (the others are
+  hidden, :mod:`sandbox.agent.confine`), so it can record into its own run and no other;
+* control operations (``status``, ``forget``, ``stop``) are refused to a peer in another PID
+  namespace (every confined process is in one of its own) or of another user (``SO_PEERCRED``).
+
+The structured reply is all a caller reads: no human text is parsed. Paths are JSON strings
+(non-UTF-8 names as lone surrogates, escaped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import socket
+import time
+from typing import Any
+
+from sandbox.store import layout
+
+PROTOCOL = 1
+SOCKET = "host.sock"
+LOCK = layout.HOST_LOCK
+INFO = "host.json"
+LOG = "host.log"
+#: Touched when a host is spawned: no second spawn while one may still be starting.
+SPAWNED = "host.spawned"
+SPAWN_BACKOFF = 10.0
+#: Seconds after a spawn during which a client waits for the host rather than working without it.
+STARTING = 5.0
+#: In a run's directory: the secret an operation on the run carries.
+TOKEN = "host.token"
+#: The longest request a host reads (a hook event is at most 8 MiB of payload, JSON-escaped).
+MAX_REQUEST = 24 * 1024 * 1024
+#: Seconds a client waits to connect.
+CONNECT_TIMEOUT = 2.0
+#: Operations only a peer in the host's PID namespace, of the same user, may ask for.
+CONTROL_OPS = ("status", "forget", "stop")
+
+
+def host_dir(common_dir: str) -> str:
+    """The repository's host directory (see :func:`sandbox.store.layout.host_dir`)."""
+    return layout.host_dir(common_dir)
+
+
+def socket_path(common_dir: str) -> str:
+    """The host's socket for a repository."""
+    return os.path.join(layout.host_dir(common_dir), SOCKET)
+
+
+def ensure_host_dir(common_dir: str) -> str:
+    """Create the host directory, mode 0700 (only the user may open it); its path."""
+    path = layout.host_dir(common_dir)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+# -- addressing a socket whose path is too long for sun_path -------------------------------------
+
+
+class _Address:
+    """A socket path usable in ``connect``/``bind``: itself, or ``/proc/self/fd/N/NAME`` when too long.
+
+    ``sun_path`` holds ~108 bytes and a repository can be deep; a directory descriptor names the
+    directory without changing the process's working directory (which threads share).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+
+    def __enter__(self) -> str:
+        if len(os.fsencode(self.path)) < 100:
+            return self.path
+        self._fd = os.open(os.path.dirname(self.path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return f"/proc/self/fd/{self._fd}/{os.path.basename(self.path)}"
+
+    def __exit__(self, *_: object) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def connect(path: str, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
+    """A connected socket to ``path`` (OSError when nobody listens)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        with _Address(path) as address:
+            while True:
+                try:
+                    sock.connect(address)
+                    return sock
+                except BlockingIOError:  # a full backlog refuses with EAGAIN instead of waiting
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.005)
+    except OSError:
+        sock.close()
+        raise
+
+
+def bind(sock: socket.socket, path: str) -> None:
+    """Bind ``sock`` to ``path`` (long paths too)."""
+    with _Address(path) as address:
+        sock.bind(address)
+
+
+# -- run tokens ----------------------------------------------------------------------------------
+
+
+def run_token(run_dir: str, create: bool = True) -> str | None:
+    """The run's token (created atomically when missing and ``create``); None when unreadable."""
+    path = os.path.join(run_dir, TOKEN)
+    for _ in range(2):
+        try:
+            with open(path, "rb") as fh:
+                value = fh.read(256).decode("ascii", "replace").strip()
+            if value:
+                return value
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        if not create:
+            return None
+        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, secrets.token_hex(24).encode() + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)  # atomic, and never replaces a token someone already read
+        except OSError:
+            return None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return None
+
+
+# -- liveness --------------------------------------------------------------------------------------
+
+
+def try_lock(common_dir: str) -> int | None:
+    """Take the host lock without waiting: a descriptor, or None when a live host holds it."""
+    path = os.path.join(ensure_host_dir(common_dir), LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def host_alive(common_dir: str) -> bool:
+    """True while a host process of the repository lives (it holds the host lock)."""
+    path = os.path.join(layout.host_dir(common_dir), LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # read-only: a confined process asks too
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def claim_spawn(common_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
+    """True when the caller should spawn a host now: none lives and none was spawned in ``backoff`` s.
+
+    Marks the spawn, so that hooks arriving while the host starts do not spawn more.
+    """
+    if host_alive(common_dir):
+        return False
+    try:
+        stamp = os.path.join(ensure_host_dir(common_dir), SPAWNED)
+        try:
+            if time.time() - os.stat(stamp).st_mtime < backoff:
+                return False
+        except FileNotFoundError:
+            pass
+        with open(stamp, "wb"):
+            pass
+        os.utime(stamp)
+    except OSError:
+        return False
+    return True
+
+
+def host_starting(common_dir: str) -> bool:
+    """True while a host is coming up: it holds the lock, or one was spawned under :data:`STARTING` s ago."""
+    if host_alive(common_dir):
+        return True
+    try:
+        return time.time() - os.stat(os.path.join(layout.host_dir(common_dir), SPAWNED)).st_mtime < STARTING
+    except OSError:
+        return False
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+class Client:
+    """Talks to a repository's host. Every method answers None when no host answered.
+
+    None means "nobody answered" (no host, or it died mid-request); a host's refusal is a reply
+    with ``ok`` false.
+    """
+
+    def __init__(self, common_dir: str, *, timeout: float = 120.0) -> None:
+        self.common_dir = common_dir
+        self.path = socket_path(common_dir)
+        self.timeout = timeout
+
+    def request(
+        self, message: dict[str, Any], timeout: float | None = None, wait_start: float = 0.0
+    ) -> dict[str, Any] | None:
+        """Send one request and read its reply; None when no host answered.
+
+        ``wait_start``: when no host listens yet but one is starting (:func:`host_starting`), wait
+        up to that many seconds for it (cheaper than working without it: a hook recording in its
+        own process imports pygit2 and pydantic and may scan the worktree).
+        """
+        deadline = time.monotonic() + wait_start
+        while True:
+            try:
+                sock = connect(self.path, min(CONNECT_TIMEOUT, timeout or CONNECT_TIMEOUT))
+                break
+            except OSError:
+                if time.monotonic() >= deadline or not host_starting(self.common_dir):
+                    return None
+                time.sleep(0.02)
+        try:
+            sock.settimeout(timeout or self.timeout)
+            sock.sendall(json.dumps({"v": PROTOCOL, **message}).encode() + b"\n")
+            sock.shutdown(socket.SHUT_WR)
+            chunks = []
+            while True:
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            reply = json.loads(b"".join(chunks))
+        except (OSError, ValueError):
+            return None  # the host died mid-request: the caller decides (recording again is idempotent)
+        finally:
+            sock.close()
+        return reply if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
+
+    def for_run(
+        self,
+        run_id: str,
+        run_dir: str,
+        op: str,
+        timeout: float | None = None,
+        wait_start: float = 0.0,
+        **fields: Any,
+    ) -> dict[str, Any] | None:
+        """An operation on one run, carrying its token; None when no host answered or no token."""
+        token = run_token(run_dir)
+        if token is None:
+            return None
+        return self.request({"op": op, "run": run_id, "token": token, **fields}, timeout, wait_start)
+
+    def ping(self) -> dict[str, Any] | None:
+        """The host's pid and how many runs it serves; None when none answers."""
+        reply = self.request({"op": "ping"}, CONNECT_TIMEOUT)
+        return reply if reply and reply["ok"] else None
+
+
+def status(common_dir: str) -> dict[str, Any] | None:
+    """The live host's status (its runs, watched or scanned and why; its inotify use), or None."""
+    if not host_alive(common_dir):
+        return None
+    reply = Client(common_dir).request({"op": "status"}, 5.0)
+    return reply if reply and reply["ok"] else None
+
+
+def run_ops(common_dir: str, run_id: str, run_dir: str, *, timeout: float = 15.0) -> RunChanges:
+    """A change source for one run served by the repository's host (see :class:`RunChanges`)."""
+    return RunChanges(Client(common_dir, timeout=timeout), run_id, run_dir)
+
+
+class RunChanges:
+    """``begin``/``end`` of one run's calls, asked of the host's watcher (``end``: None means scan)."""
+
+    name = "host"
+
+    def __init__(self, client: Client, run_id: str, run_dir: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.run_dir = run_dir
+
+    def begin(self, call_id: str) -> None:
+        """A call starts: the host collects its changes from now on."""
+        self.client.for_run(self.run_id, self.run_dir, "begin", call=call_id)
+
+    def end(self, call_id: str) -> set[str] | None:
+        """The paths changed since ``begin(call_id)``, or None (scan)."""
+        reply = self.client.for_run(self.run_id, self.run_dir, "end", call=call_id)
+        paths = reply.get("paths") if reply and reply["ok"] else None
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            return None
+        return set(paths)
+
+    def last_change(self) -> float | None:
+        """Seconds since the host last saw a change in the run's worktree (None: unknown)."""
+        reply = self.client.for_run(self.run_id, self.run_dir, "quiet", timeout=5.0)
+        value = reply.get("last_change") if reply and reply["ok"] else None
+        return float(value) if isinstance(value, (int, float)) else None

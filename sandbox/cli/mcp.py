@@ -1,0 +1,108 @@
+"""``sandbox mcp``: serve a run's tools over the Model Context Protocol (stdio, or HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sandbox.cli.common import base_dir, data_root, main_workdir
+from sandbox.cli.isolation import isolation_options, resolver
+
+
+@click.command("mcp")
+@click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
+@click.option("--run", "run_id", default=None, help="Work in this run from the start (id or unique prefix).")
+@click.option("--new", "new", is_flag=True, help="Start a new run for the session (snapshot of your tree).")
+@click.option("--label", default=None, help="Label of the run --new starts.")
+@click.option(
+    "--http", "port", type=click.IntRange(1, 65535), default=None, help="Serve streamable HTTP on 127.0.0.1:PORT/mcp."
+)
+@isolation_options(network_default="off")
+@click.pass_context
+def mcp(
+    ctx: click.Context,
+    directory: str | None,
+    run_id: str | None,
+    new: bool,
+    label: str | None,
+    port: int | None,
+    isolate: str | None,
+    network: str | None,
+) -> None:
+    """Serve the sandbox's tools to any MCP client (Claude Code, Codex, Cursor, ...) on stdio.
+
+    The client's model gets tools to start or open a run, read, write, edit, list and search its
+    files, run confined commands, and read the run's log and diff. Each changing tool call is one
+    recorded call in the run's ledger. Applying, undoing and dropping stay with you, on this CLI.
+    Commands run as under 'sandbox exec' (--isolate, --network; network off by default).
+    """
+    from sandbox.errors import UsageError
+    from sandbox.store.project import Project
+
+    if new and run_id:
+        raise UsageError("Give --run RUN or --new, not both.")
+    if label and not new:
+        raise UsageError("--label names the run that --new starts; add --new.")
+    project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
+    project.data_root = data_root(workdir or main_workdir(project.common_dir))
+    iso = resolver("exec", isolate, network)
+    now = iso(workdir or main_workdir(project.common_dir))
+    _check_isolation(now)
+
+    from sandbox.mcp.tools import Settings, Workspace
+
+    settings = Settings(
+        data_root=project.data_root,
+        isolation=iso,
+        command_env=dict(os.environ),
+        on_open=_autostart_service,
+        boot_id=_boot_id(),
+    )
+    ws = Workspace(project, workdir, settings)
+    if new:
+        ws.start_run(label)
+    elif run_id or cwd_run:
+        ws.open_run(run_id or cwd_run or "")
+    net = now.network
+    if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
+        click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
+    from sandbox.mcp import server
+
+    if port is not None:
+        click.echo(f"sandbox: MCP server on http://127.0.0.1:{port}/mcp", err=True)
+        server.serve_http(ws, port, network=net)
+        return
+    abandoned = server.serve_stdio(ws, network=net)
+    if abandoned:
+        run = ws.run.run_id if ws.run is not None else "RUN"
+        click.echo(
+            f"sandbox: the client went away during {', '.join(abandoned)}; left unfinished: "
+            f"'sandbox resume {run}' reports it uncertain.",
+            err=True,
+        )
+
+
+def _check_isolation(isolation: object) -> None:
+    """Refuse at start (one line) when the confinement asked for cannot be had here."""
+    from sandbox.agent import confine
+
+    assert isinstance(isolation, confine.Isolation)
+    if isolation.enabled:
+        confine.check(isolation)
+
+
+def _autostart_service(run: object) -> None:
+    from sandbox.cli.exec_cmd import _autostart_service as autostart
+    from sandbox.run.run import Run
+
+    assert isinstance(run, Run)
+    autostart(run)
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None

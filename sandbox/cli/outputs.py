@@ -1,0 +1,348 @@
+"""What every command prints with ``--json``: one pydantic model per command, one vocabulary.
+
+The commands build their JSON as plain data (no pydantic on their fast paths); these models
+document it (``sandbox schema``), and tests/test_json_vocabulary.py checks every command's real
+output against them, with unknown keys refused, so the two cannot drift apart.
+
+The vocabulary, the same in every command:
+
+- ``run``: the run's id (at the top level; persisted records nested inside keep ``run_id``);
+- ``call_id`` / ``calls``: one call's id / several;
+- ``user_head``: the user's HEAD when the run started; ``run_head``: the run's head commit (its
+  last recorded change); ``base``: the snapshot the run started from;
+- ``exit_code``: a command's exit status, as a shell reports it (127: could not start);
+- times: ISO 8601 in UTC with the zone, ``2026-11-30T16:11:04.103445Z`` (``Z`` is offset +00:00);
+- paths: relative to the worktree / your tree, ``/``-separated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from sandbox import models
+from sandbox.cli.common import RENAMES
+
+
+class Output(BaseModel):
+    """A command's JSON output; unknown keys are refused so the schema and the output cannot drift."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _renamed_model(model: type[BaseModel], name: str, drop: tuple[str, ...] = ()) -> type[BaseModel]:
+    """An output model with ``model``'s fields under their :data:`RENAMES` names (follows the model)."""
+    fields: dict[str, Any] = {
+        RENAMES.get(field, field): (info.annotation, info)
+        for field, info in model.model_fields.items()
+        if field not in drop
+    }
+    return create_model(name, __base__=Output, __doc__=f"{model.__name__} in the CLI's vocabulary.", **fields)
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+
+
+class StartOutput(Output):
+    """``sandbox start --json``."""
+
+    run: str
+    worktree: str
+    git_dir: str
+    base: str
+    user_head: str | None = Field(description="Your HEAD when the run started (None: no commit yet).")
+    run_head: str = Field(description="The run's head: its base, as nothing is recorded yet.")
+    label: str | None
+    submodules: list[str]
+    copied: list[str]
+    linked: list[str]
+
+
+class RunRow(Output):
+    """One run in ``sandbox list --json`` (a damaged run has ``error`` and few other fields)."""
+
+    run: str
+    label: str | None
+    created_at: str | None = Field(description="ISO 8601, UTC, with the zone (Z).")
+    worktree: str | None = None
+    git_dir: str | None = None
+    worktree_exists: bool
+    base: str | None = None
+    user_head: str | None = None
+    run_head: str | None = None
+    calls: int
+    by_status: dict[str, int] = Field(default_factory=dict)
+    changed_paths: int
+    unapplied_calls: int = 0
+    epoch: int = 0
+    disk_bytes: int
+    error: str | None = None
+    damaged: bool = False
+
+
+class StatusOutput(RunRow):
+    """``sandbox status --json``: the run's row, what the agent did with its own git, calls in flight."""
+
+    agent_git: dict[str, Any] | None = Field(description="The run's own git: branch, head, branches, tags, commits.")
+    in_flight: list[str]
+
+
+class PathOutput(Output):
+    """``sandbox path --json``."""
+
+    run: str
+    worktree: str
+    git_dir: str
+
+
+class DropOutput(Output):
+    """``sandbox drop --json``."""
+
+    run: str
+    dropped: bool
+    bytes_freed: int
+
+
+class GcOutput(Output):
+    """``sandbox gc --json``."""
+
+    runs: list[str]
+    worktrees: list[str]
+    admin_dirs: list[str]
+    refs_deleted: int
+    temp_files: int
+    write_temp_files: int
+    bytes_freed: int
+    skipped_busy: list[str]
+    moved: dict[str, str]
+    not_moved: dict[str, str]
+    damaged: list[str]
+
+
+class RepairOutput(Output):
+    """``sandbox repair --json``."""
+
+    run: str
+    problem: str | None
+    restored: str | None
+    replaced: str | None
+    events: int
+
+
+# -- calls ---------------------------------------------------------------------------------------------
+
+
+class CallDetail(models.LedgerEntry):
+    """``sandbox log --call CALL --json``: the ledger entry with its whole error text."""
+
+    error_text: str | None
+
+
+class ExecOutput(Output):
+    """``sandbox exec --json`` (the command's own output goes to stderr)."""
+
+    call_id: str
+    status: str
+    exit_code: int
+    files: int | None = Field(description="Files the call changed (None: the host did not say).")
+    cannot_start: str | None = Field(description="Why the command could not start (it is recorded failed).")
+
+
+class DiffFile(Output):
+    """One file of ``sandbox diff --json``."""
+
+    path: str
+    status: str
+    before_hash: str | None
+    after_hash: str | None
+    before_mode: str | None
+    after_mode: str | None
+    binary: bool
+    patch: str
+
+
+class DiffOutput(Output):
+    """``sandbox diff --json``: the range shown and its files."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    run: str
+    call_id: str | None
+    from_: str = Field(alias="from")
+    to: str
+    files: list[DiffFile]
+
+
+ApplyOutput = _renamed_model(models.ApplyReport, "ApplyOutput")
+UndoOutput = _renamed_model(models.UndoReport, "UndoOutput")
+
+
+class CheckpointsOutput(Output):
+    """``sandbox checkpoints --json``."""
+
+    checkpoints: list[models.Checkpoint]
+    problems: list[str]
+
+
+class ResumeCheckpoint(Output):
+    """The checkpoint a resume starts from, in brief."""
+
+    id: str
+    name: str
+    label: str | None
+    step_id: str | None
+    seq: int
+    created_at: str
+
+
+_ResumeBase = _renamed_model(models.ResumeReport, "_ResumeBase", drop=("messages", "checkpoint"))
+
+
+class ResumeOutput(_ResumeBase):  # type: ignore[misc,valid-type]
+    """``sandbox resume --json`` (the message history is left out: see ``messages_ref``)."""
+
+    checkpoint: ResumeCheckpoint | None = None
+
+
+class RollbackFilesOutput(Output):
+    """``sandbox rollback --files --json``."""
+
+    action: str
+    checkpoint: str
+    commit: str | None
+    files: list[Any]
+    undone_calls: list[str]
+    applied_calls: list[str]
+    message: str
+
+
+class RollbackSessionOutput(Output):
+    """``sandbox rollback --session --json``."""
+
+    action: str
+    checkpoint: str
+    checkpoint_id: str
+    run_state: Any
+    calls_after: list[str]
+    message: str
+
+
+class CompensateOutput(Output):
+    """``sandbox compensate --json``."""
+
+    action: str
+    call_id: str
+    compensation_call: str | None
+    exit_code: int
+    entry: models.LedgerEntry | None
+    message: str
+
+
+# -- agents --------------------------------------------------------------------------------------------
+
+
+class RunAgentOutput(Output):
+    """``sandbox run --json`` (the agent's own output goes to stderr)."""
+
+    run: str
+    worktree: str
+    exit_code: int
+    interrupted: str | None = Field(description="Why the session counts as interrupted (Ctrl-C), else None.")
+    calls: int
+    changed_paths: int
+    unfinished: list[str]
+    not_run: list[str]
+    stopped_processes: list[dict[str, Any]]
+    notes: list[str]
+
+
+class ServeOutput(Output):
+    """``sandbox serve --json``."""
+
+    run: str | None = Field(description="The run named (RUN, or the worktree you are in), if any.")
+    started: bool = Field(description="False: a host already serves this repository's runs (its pid, if known).")
+    pid: int | None
+    log: str | None
+
+
+class HooksInstallOutput(Output):
+    """``sandbox hooks install AGENT --json``."""
+
+    run: str
+    agent: str
+    settings: str
+    env: dict[str, str]
+    service_started: bool
+
+
+class DemoOutput(Output):
+    """``sandbox demo --json`` (the walk-through goes to stderr)."""
+
+    ok: bool
+    run: str
+    repository: str | None
+    your_tree_unchanged_before_apply: bool
+    undo_refused_over_your_edit: bool
+    your_edit_kept: bool
+
+
+class CompletionOutput(Output):
+    """``sandbox completion SHELL --json``."""
+
+    shell: str
+    script: str
+    install: str
+
+
+#: Each command's ``--json`` output. ``hook`` answers in the agent's hook protocol (hooks/README.md);
+#: ``schema`` prints JSON Schema documents.
+COMMANDS: dict[str, Any] = {
+    "start": StartOutput,
+    "list": list[RunRow],
+    "status": StatusOutput,
+    "path": PathOutput,
+    "drop": DropOutput,
+    "gc": GcOutput,
+    "repair": RepairOutput,
+    "log": list[models.LedgerEntry],
+    "log --call": CallDetail,
+    "diff": DiffOutput,
+    "exec": ExecOutput,
+    "write": models.LedgerEntry,
+    "call start": models.LedgerEntry,
+    "call plan": models.LedgerEntry,
+    "call finish": models.LedgerEntry,
+    "call resolve": models.LedgerEntry,
+    "approve": models.LedgerEntry,
+    "deny": models.LedgerEntry,
+    "apply": ApplyOutput,
+    "undo": UndoOutput,
+    "redo": UndoOutput,
+    "checkpoint": models.Checkpoint,
+    "checkpoints": CheckpointsOutput,
+    "resume": ResumeOutput,
+    "rollback --files": RollbackFilesOutput,
+    "rollback --session": RollbackSessionOutput,
+    "compensate": CompensateOutput,
+    "run": RunAgentOutput,
+    "serve": ServeOutput,
+    "hooks install": HooksInstallOutput,
+    "demo": DemoOutput,
+    "completion": CompletionOutput,
+    "schema": dict[str, Any],
+}
+
+
+def schema_of(command: str) -> dict[str, Any]:
+    """The JSON Schema of ``command``'s ``--json`` output."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(COMMANDS[command]).json_schema(by_alias=True)
+
+
+def check(command: str, data: Any) -> Any:
+    """Validate ``data`` (a command's parsed ``--json`` output) against its model; raises on a mismatch."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(COMMANDS[command]).validate_python(data)

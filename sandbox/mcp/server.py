@@ -1,0 +1,362 @@
+"""``sandbox mcp``: the run's tools as a Model Context Protocol server (the official ``mcp`` SDK).
+
+:func:`build` makes an ``MCPServer`` whose tools call a :class:`~sandbox.mcp.tools.Workspace`;
+:func:`serve_stdio` and :func:`serve_http` run it. Each tool body runs in a worker thread (the
+recorder and the commands block), one at a time (the workspace's lock).
+
+The stdio transport reads a pipe of ours, fed by a thread from the client's pipe, so the end of
+that pipe (the client exited or was killed) is seen the moment it happens, even while a tool runs: running
+commands are then stopped and their calls left ``started``, exactly as a crash leaves them, for
+``sandbox resume`` to report as ``uncertain``. Over HTTP a dropped connection is not the end of a
+session (the client may reconnect), so a call runs to its end there.
+
+This module imports the SDK; nothing else in the package does, so only ``sandbox mcp`` pays for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from sandbox.errors import SandboxError
+from sandbox.mcp.tools import INSTRUCTIONS, Abandoned, Workspace
+
+T = TypeVar("T")
+
+Idem = Literal["idempotent", "conditional", "non_idempotent"]
+Replay = Literal["auto", "ask", "never"]
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a workspace method in a worker thread; a :class:`SandboxError` becomes the tool's error.
+
+    A cancelled request does not wait for the thread (``abandon_on_cancel``): the worker goes on
+    to its end by itself (a command sees the cancellation and stops, see :meth:`Workspace.cancel`).
+    """
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs), abandon_on_cancel=True)
+    except SandboxError as exc:
+        raise ToolError(exc.message) from None
+    except Abandoned as exc:
+        raise ToolError(f"Abandoned: {exc}; the call is left unfinished for 'sandbox resume'.") from None
+
+
+def _request_id(ctx: Context) -> str | None:
+    try:
+        return ctx.request_id
+    except (AttributeError, ValueError, LookupError):
+        return None
+
+
+def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
+    """The MCP server over ``ws``: its tools, its resources and its instructions."""
+    server: MCPServer[Any] = MCPServer(
+        name="sandbox",
+        title="sandbox: an isolated, recorded run of your repository",
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+    )
+    write_hints = ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
+    edit_hints = ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    )
+
+    # -- runs ------------------------------------------------------------------------------
+
+    @server.tool(
+        description=(
+            "Start a new sandbox run: a snapshot of the user's working tree (uncommitted and untracked files "
+            "included) in an isolated worktree. Every later tool works in it. Returns the run id and worktree."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    async def start_run(
+        label: Annotated[str | None, Field(description="A short label to recognise the run by.")] = None,
+    ) -> dict[str, Any]:
+        return await _call(ws.start_run, label)
+
+    @server.tool(
+        description=(
+            "Work in an existing run (its id, its label, or a unique prefix of its id, from list_runs). "
+            "Returns its worktree."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    async def open_run(
+        run_id: Annotated[str, Field(description="The run id, its label, or a unique prefix of the id.")],
+    ) -> dict[str, Any]:
+        return await _call(ws.open_run, run_id)
+
+    @server.tool(
+        description="List the runs of this repository, with their labels and number of calls.", annotations=_READ
+    )
+    async def list_runs() -> dict[str, Any]:
+        return {"runs": await _call(ws.list_runs)}
+
+    # -- files -----------------------------------------------------------------------------
+
+    @server.tool(
+        description=(
+            "Read a text file of the run's worktree. Lines come numbered (number, tab, text); read a long file "
+            "in parts with offset and limit. Paths are relative to the worktree."
+        ),
+        annotations=_READ,
+        structured_output=False,
+    )
+    async def read_file(
+        path: Annotated[str, Field(description="File path, relative to the worktree.")],
+        offset: Annotated[int, Field(description="First line to read, counted from 1.", ge=1)] = 1,
+        limit: Annotated[int | None, Field(description="How many lines to read (default and most: 2000).")] = None,
+    ) -> str:
+        return await _call(ws.read_file, path, offset, limit)
+
+    @server.tool(
+        description=(
+            "Create or overwrite a file in the run's worktree with the given content (parent directories are "
+            "created). Recorded as one call in the run's ledger; the user's own files are not touched."
+        ),
+        annotations=write_hints,
+    )
+    async def write_file(
+        path: Annotated[str, Field(description="File path, relative to the worktree.")],
+        content: Annotated[str, Field(description="The whole new content of the file.")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        return await _call(ws.write_file, path, content, request_id=_request_id(ctx))
+
+    @server.tool(
+        description=(
+            "Replace an exact string in a file of the run's worktree. old_string must occur exactly once (include "
+            "enough surrounding lines to make it unique) unless replace_all is true; copy it exactly, whitespace "
+            "and indentation included, without the line numbers read_file adds. Recorded as one call."
+        ),
+        annotations=edit_hints,
+    )
+    async def edit_file(
+        path: Annotated[str, Field(description="File path, relative to the worktree.")],
+        old_string: Annotated[str, Field(description="The exact text to replace.")],
+        new_string: Annotated[str, Field(description="The text to put in its place.")],
+        ctx: Context,
+        replace_all: Annotated[bool, Field(description="Replace every occurrence, not just a unique one.")] = False,
+    ) -> dict[str, Any]:
+        return await _call(ws.edit_file, path, old_string, new_string, replace_all, request_id=_request_id(ctx))
+
+    @server.tool(
+        description=(
+            "List a directory of the run's worktree (directories end with '/'), or with pattern, the files below "
+            "it matching a glob ('*.py' matches at any depth, 'src/**/test_*.py', '?', '[abc]')."
+        ),
+        annotations=_READ,
+        structured_output=False,
+    )
+    async def list_files(
+        path: Annotated[str, Field(description="Directory, relative to the worktree ('.' for its top).")] = ".",
+        pattern: Annotated[str | None, Field(description="A glob to find files below path.")] = None,
+    ) -> str:
+        return await _call(ws.list_files, path, pattern)
+
+    @server.tool(
+        description=(
+            "Search file contents of the run's worktree for a regular expression (Perl syntax; files ignored by "
+            ".gitignore are skipped). Answers 'path:line:text' lines, at most max_results."
+        ),
+        annotations=_READ,
+        structured_output=False,
+    )
+    async def search(
+        pattern: Annotated[str, Field(description="Regular expression to look for.")],
+        path: Annotated[str, Field(description="Directory or file to search in, relative to the worktree.")] = ".",
+        glob: Annotated[str | None, Field(description="Only files matching this glob, e.g. '*.py'.")] = None,
+        ignore_case: Annotated[bool, Field(description="Match case-insensitively.")] = False,
+        max_results: Annotated[int, Field(description="Most lines to answer (1-1000).", ge=1, le=1000)] = 200,
+    ) -> str:
+        return await _call(ws.search, pattern, path, glob, ignore_case, max_results)
+
+    # -- commands --------------------------------------------------------------------------
+
+    @server.tool(
+        description=(
+            "Run a shell command (/bin/sh -c) in the run's worktree and return its exit code and output (stdout "
+            "and stderr together; long output keeps its start and end). It is confined: only the worktree is "
+            "writable" + ("" if network else ", and there is no network") + ". Recorded as one call with every "
+            "file it changed. Say whether running it twice is safe (idempotency) and whether a resume may run it "
+            "again by itself (replay)."
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=network
+        ),
+    )
+    async def run_command(
+        command: Annotated[str, Field(description="The shell command, e.g. 'pytest -q tests/test_x.py'.")],
+        ctx: Context,
+        timeout_seconds: Annotated[
+            float, Field(description="Kill the command after this many seconds (default 120, at most 3600).", gt=0)
+        ] = 120.0,
+        idempotency: Annotated[
+            Idem, Field(description="idempotent: running it twice is harmless; conditional: depends; non_idempotent.")
+        ] = "conditional",
+        replay: Annotated[
+            Replay, Field(description="auto: a resume may re-run it; ask: only after asking; never.")
+        ] = "ask",
+    ) -> dict[str, Any]:
+        call_id = ws.call_id_for(_request_id(ctx))
+        try:
+            result = await _call(ws.run_command, command, timeout_seconds, idempotency, replay, call_id=call_id)
+        except anyio.get_cancelled_exc_class():
+            ws.cancel(call_id)  # the worker stops the command and records the call failed
+            raise
+        return result.to_json()
+
+    # -- evidence --------------------------------------------------------------------------
+
+    @server.tool(
+        description="The run's ledger: every recorded call in order with its status and files, or one call in full.",
+        annotations=_READ,
+        structured_output=False,
+    )
+    async def show_log(
+        call_id: Annotated[
+            str | None,
+            Field(description="Show this call in full: its id, '@' for the last call, '@~1' the one before."),
+        ] = None,
+    ) -> str:
+        return await _call(ws.show_log, call_id)
+
+    @server.tool(
+        description=(
+            "The run's changes as a unified diff against the snapshot it started from (or one call's changes), "
+            "or with stat_only a per-file summary."
+        ),
+        annotations=_READ,
+        structured_output=False,
+    )
+    async def show_diff(
+        call_id: Annotated[
+            str | None, Field(description="Only this call's changes (its id, or '@' for the last call).")
+        ] = None,
+        stat_only: Annotated[bool, Field(description="A per-file summary instead of the patch.")] = False,
+    ) -> str:
+        return await _call(ws.show_diff, call_id, stat_only)
+
+    @server.tool(
+        description=(
+            "After an interruption (a crash, a lost connection): resume the run conservatively and report which "
+            "calls are uncertain (they may or may not have taken effect), which must not be replayed, and a note "
+            "on how to go on. Never repeats anything by itself."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    async def resume_report() -> dict[str, Any]:
+        return await _call(ws.resume_report)
+
+    @server.tool(
+        description=(
+            "Save a checkpoint of your progress in the run's ledger: a label, your step id, and any messages and "
+            "state you want back after an interruption (resume_report returns the latest)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    async def checkpoint(
+        label: Annotated[str | None, Field(description="What this point is, e.g. 'tests pass'.")] = None,
+        step_id: Annotated[str | None, Field(description="Your own id for the step just finished.")] = None,
+        messages: Annotated[Any, Field(description="Conversation messages to keep (any JSON).")] = None,
+        state: Annotated[Any, Field(description="Your working state to keep (any JSON).")] = None,
+    ) -> dict[str, Any]:
+        return await _call(ws.checkpoint, label, step_id, messages, state)
+
+    # -- resources -------------------------------------------------------------------------
+
+    @server.resource("sandbox://run/diff", name="diff", description="The open run's patch.", mime_type="text/x-diff")
+    async def current_diff() -> str:
+        return await _call(ws.show_diff)
+
+    @server.resource("sandbox://run/log", name="log", description="The open run's ledger.", mime_type="text/plain")
+    async def current_log() -> str:
+        return await _call(ws.show_log)
+
+    @server.resource(
+        "sandbox://runs/{run_id}/diff", name="run-diff", description="A run's patch.", mime_type="text/x-diff"
+    )
+    async def run_diff(run_id: str) -> str:
+        return await _call(_for_run, ws, run_id, "diff")
+
+    @server.resource(
+        "sandbox://runs/{run_id}/log", name="run-log", description="A run's ledger.", mime_type="text/plain"
+    )
+    async def run_log(run_id: str) -> str:
+        return await _call(_for_run, ws, run_id, "log")
+
+    return server
+
+
+def _for_run(ws: Workspace, run_id: str, what: str) -> str:
+    """The diff or log of any run of the repository (the resources name it), without opening it."""
+    from sandbox.run.names import resolve_run
+    from sandbox.run.run import Run
+
+    with ws.lock:  # the project's repository is shared with the recording tools
+        run = Run.open(ws.project, resolve_run(ws.project, run_id))
+    probe = Workspace(ws.project, ws.user_workdir, ws.settings)
+    probe.lock = ws.lock
+    probe.run = run
+    return probe.show_diff() if what == "diff" else probe.show_log()
+
+
+# -- transports ---------------------------------------------------------------------------------
+
+
+def _relay(wire: int, inner: int, ws: Workspace) -> None:
+    """Copy the client's pipe to the one the SDK reads, and tell the workspace the moment it ends."""
+    try:
+        while True:
+            data = os.read(wire, 65536)
+            if not data:
+                break
+            while data:
+                data = data[os.write(inner, data) :]
+    except OSError:
+        pass  # the client's end or ours is gone: the same as its end
+    finally:
+        ws.disconnected.set()  # first: running commands stop, their calls stay unfinished
+        os.close(inner)  # then the SDK sees the end and stops serving
+
+
+def serve_stdio(ws: Workspace, *, network: bool = False) -> list[str]:
+    """Serve on stdin/stdout until the client closes its end; the calls abandoned then (if any).
+
+    The SDK reads a pipe of ours on fd 0, fed by a thread from the client's pipe, so the end of the
+    client's pipe is seen while a tool runs (the SDK's own reader only notices between requests).
+    The SDK points fd 0 at the null device and fd 1 at stderr while it serves: commands can
+    neither read nor write the protocol.
+    """
+    server = build(ws, network=network)
+    wire = os.dup(0)
+    inner_r, inner_w = os.pipe()
+    os.dup2(inner_r, 0)
+    os.close(inner_r)
+    threading.Thread(target=_relay, args=(wire, inner_w, ws), name="mcp-client-pipe", daemon=True).start()
+    try:
+        anyio.run(server.run_stdio_async)
+    finally:
+        abandoned = ws.abandon_all()
+    return abandoned
+
+
+def serve_http(ws: Workspace, port: int, *, network: bool = False) -> None:
+    """Serve streamable HTTP on 127.0.0.1:``port`` (path ``/mcp``) until interrupted."""
+    server = build(ws, network=network)
+    server.run("streamable-http", host="127.0.0.1", port=port)

@@ -1,0 +1,795 @@
+"""What the ``sandbox mcp`` tools do, without the protocol: one :class:`Workspace` per server.
+
+The Model Context Protocol glue (:mod:`sandbox.mcp.server`) only turns these methods into tools;
+everything a tool does to a run happens here, through the library, so it can be tested and
+benchmarked without the SDK.
+
+Recording (one ledger call per tool call that can change anything):
+
+* ``write_file`` and ``edit_file`` are one ``write_file`` / ``edit_file`` call each, written with the
+  recorder's confined write helper (``started`` durable before the file is touched, the finish
+  costs O(1 path));
+* ``run_command`` is one ``run_command`` call, its command confined exactly as ``sandbox exec``
+  confines one (:mod:`sandbox.agent.confine`), its changes learnt from the repository's host when one
+  is up, else from a scan; a non-zero exit, a timeout or a refused sandbox is ``failed`` with the
+  reason;
+* reading tools (``read_file``, ``list_files``, ``search``, ``show_log``, ``show_diff``,
+  ``list_runs``) change nothing and are not recorded: a ledger call per read would grow the ledger
+  with the model's browsing and cost a durable append (several fsyncs) on every look;
+* ``start_run`` makes a run (its own ``run_started`` event), ``checkpoint`` writes a checkpoint,
+  ``resume_report`` runs the conservative resume (its fence and ``uncertain`` marks are its events).
+
+Nothing here applies, undoes or drops: those act on the user's tree or throw work away, and stay
+with the user's CLI.
+
+A call whose client went away while it ran (the stdio pipe closed) is abandoned as a crash
+abandons it: the command is stopped and nothing is recorded after ``started``, so ``sandbox
+resume`` reports the call ``uncertain``; every command runs with the server's process-session
+token, so a resume after the server itself was killed finds (and waits for, or stops) what it left.
+A request the client cancels is different: the client is still there, so the command is killed and
+the call is recorded ``failed`` with what it changed until then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.agent import confine
+from sandbox.errors import PathRefusedError, SandboxError, UsageError
+from sandbox.models import CallStatus, ProcessScope
+from sandbox.run.ids import new_call_id
+from sandbox.run.run import Run
+from sandbox.store import paths
+from sandbox.store.project import Project
+
+#: Bounds on what one tool answer carries (the model's context is the scarce resource).
+MAX_OUTPUT_CHARS = 30_000
+MAX_READ_LINES = 2_000
+MAX_LINE_CHARS = 2_000
+MAX_LIST = 1_000
+MAX_SEARCH = 200
+MAX_TIMEOUT = 3_600.0
+#: How often a running command looks whether its client went away.
+_POLL = 0.05
+
+INSTRUCTIONS = """\
+Every tool here works inside a sandbox run: an isolated copy (worktree) of the user's repository.
+Nothing you do reaches the user's files: each change is recorded in the run's ledger as one call,
+and the user reviews it (sandbox diff) and brings it into their tree (sandbox apply) themselves.
+
+Start with start_run (or open_run with a run id you were given; list_runs shows them) unless the
+server was started with a run. Then use read_file, write_file, edit_file, list_files and search for
+files, and run_command for shell commands (confined to the worktree, no network unless the user
+allowed it). Paths are relative to the worktree (absolute paths inside it are accepted too).
+show_diff and show_log show what the run has done so far; checkpoint saves your progress; after an
+interruption, resume_report says which calls are uncertain and must not be repeated blindly.
+
+You cannot apply, undo or drop a run from here: those act on the user's own tree or discard work,
+so they stay with the user ('sandbox apply', 'sandbox undo', 'sandbox drop' on their command line).
+When you are done, tell the user the run id and suggest they review it with 'sandbox diff RUN'.
+"""
+
+
+class NoRunError(SandboxError):
+    """A tool that works on a run was called before a run was opened or started."""
+
+    exit_code = 2
+
+
+@dataclass
+class Settings:
+    """What the caller (the CLI) decided for this server; the library reads no environment."""
+
+    #: Where new runs get their home (``data_dir`` of ``.sandbox.toml`` or the XDG default).
+    data_root: str
+    #: How ``run_command`` is confined, built from ``--isolate``/``--network`` and the settings.
+    isolation: Callable[[str | None], confine.Isolation] | None = None
+    #: The environment of commands (the server's own, usually); ``SANDBOX_SESSION`` is added.
+    command_env: Mapping[str, str] | None = None
+    #: Called with a run when a tool opens or starts it (the CLI starts the run's service).
+    on_open: Callable[[Run], None] | None = None
+    #: The boot id of this machine, recorded with the process scope (None: unknown).
+    boot_id: str | None = None
+
+
+@dataclass
+class CommandResult:
+    """What ``run_command`` answers: the recorded call, the exit code and the (bounded) output."""
+
+    call_id: str
+    status: str
+    exit_code: int | None
+    output: str
+    output_truncated: bool
+    files_changed: list[str]
+    timed_out: bool = False
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as a JSON object."""
+        return {
+            "call_id": self.call_id,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "timed_out": self.timed_out,
+            "files_changed": self.files_changed,
+            "output": self.output,
+            "output_truncated": self.output_truncated,
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+class Abandoned(Exception):
+    """The client went away while a call ran; the call is left as a crash leaves it."""
+
+
+@dataclass
+class _InFlight:
+    call_id: str
+    started: float = field(default_factory=time.monotonic)
+    #: The client cancelled the request: stop the command, record the call failed.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class Workspace:
+    """The state of one MCP server: its project, the run it works on, the calls in flight.
+
+    Tool methods are serialized (one ``threading.Lock``): a run's recorder, pygit2 objects and
+    the worktree are used by one call at a time, as the agents' own tools use them.
+    """
+
+    def __init__(self, project: Project, user_workdir: str | None, settings: Settings) -> None:
+        import secrets
+
+        self.project = project
+        self.user_workdir = user_workdir
+        self.settings = settings
+        self.run: Run | None = None
+        self.lock = threading.Lock()
+        #: Set when the client went away: running commands are stopped and left unfinished.
+        self.disconnected = threading.Event()
+        self.in_flight: dict[str, _InFlight] = {}
+        self.scope = ProcessScope(
+            token=secrets.token_hex(16),
+            supervisor_pid=os.getpid(),
+            supervisor_start=_start_time(os.getpid()),
+            boot_id=settings.boot_id,
+        )
+        self._instance = secrets.token_hex(3)
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def call_id_for(self, request_id: str | int | None) -> str:
+        """A ledger call id for an MCP request: ``mcp-<server>-<request id>`` (request ids repeat
+        across sessions, so the server's own token keeps them unique), or a new id."""
+        if request_id is None:
+            return new_call_id()
+        text = re.sub(r"[^A-Za-z0-9_.-]", "_", str(request_id))[:64]
+        return f"mcp-{self._instance}-{text}"
+
+    def require_run(self) -> Run:
+        """The run the tools work on; :class:`NoRunError` before one is open."""
+        if self.run is None:
+            raise NoRunError("No run is open yet; call start_run (or open_run with a run id from list_runs) first.")
+        return self.run
+
+    def open_run(self, run_id: str) -> dict[str, Any]:
+        """Work on an existing run (any unique prefix of its id)."""
+        with self.lock:
+            from sandbox.run.names import resolve_run
+
+            run = Run.open(self.project, resolve_run(self.project, run_id))
+            run.load()
+            return self._opened(run, created=False)
+
+    def start_run(self, label: str | None = None) -> dict[str, Any]:
+        """Snapshot the user's working tree into a new run and work on it."""
+        with self.lock:
+            if self.user_workdir is None:
+                raise SandboxError(
+                    "This server was started inside a run's worktree; start it from your repository to make new runs."
+                )
+            run = Run.start(self.project, self.user_workdir, label=label)
+            return self._opened(run, created=True)
+
+    def _opened(self, run: Run, created: bool) -> dict[str, Any]:
+        self.run = run
+        if self.settings.on_open is not None:
+            self.settings.on_open(run)
+        info = run.info
+        return {
+            "run_id": run.run_id,
+            "worktree": run.worktree,
+            "label": info.label,
+            "created": created,
+            "calls": len(run.entries()),
+        }
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        """The repository's runs: id, label, calls, changed paths, whether it is the open one."""
+        from sandbox.run.summary import summarize_runs
+
+        with self.lock:
+            rows = summarize_runs(self.project, disk=False)
+        current = self.run.run_id if self.run is not None else None
+        keep = ("run", "label", "created_at", "calls", "changed_paths", "worktree", "error")
+        return [{**{k: r.get(k) for k in keep if k in r}, "open": r["run"] == current} for r in rows]
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def _rel(self, run: Run, path: str) -> str:
+        """``path`` as the CLI confines it (:func:`sandbox.store.paths.from_user`), relative."""
+        if any(part.lower() == ".git" for part in path.replace("\\", "/").split("/")):
+            raise PathRefusedError(f"The path {path!r} is inside .git; the sandbox's tools never read or write there.")
+        return paths.from_user(run.worktree, path)
+
+    def _readable(self, run: Run, path: str, allow_root: bool = False) -> tuple[str, str]:
+        """(relative, absolute) of a path to read: confined, and not leading out through a symlink."""
+        if allow_root and path.strip() in ("", ".", "./"):
+            return "", run.worktree
+        if allow_root and os.path.isabs(path) and os.path.realpath(path) == os.path.realpath(run.worktree):
+            return "", run.worktree
+        rel = self._rel(run, path)
+        full = os.path.join(run.worktree, rel)
+        root = os.path.realpath(run.worktree)
+        real = os.path.realpath(full)
+        if real != root and not real.startswith(root + "/"):
+            raise PathRefusedError(f"The path {path!r} leads out of the worktree through a symlink; it is refused.")
+        inside = os.path.relpath(real, root)
+        if inside != "." and any(p.lower() == ".git" for p in inside.split("/")):
+            raise PathRefusedError(f"The path {path!r} leads into .git through a symlink; it is refused.")
+        return ("" if inside == "." else inside), real
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def read_file(self, path: str, offset: int = 1, limit: int | None = None) -> str:
+        """Lines ``offset``.. (1-based, at most ``limit``) of a text file, numbered like ``cat -n``."""
+        run = self.require_run()
+        if offset < 1:
+            raise UsageError("offset is the first line to read, counted from 1.")
+        limit = MAX_READ_LINES if limit is None else limit
+        if limit < 1:
+            raise UsageError("limit is the number of lines to read; give at least 1.")
+        rel, full = self._readable(run, path)
+        data = _read_bytes(rel, full)
+        if b"\0" in data[:8192]:
+            return f"{rel} is a binary file ({len(data)} bytes); it is not shown."
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        if not lines:
+            return f"{rel} is empty."
+        if offset > len(lines):
+            raise UsageError(f"{rel} has {len(lines)} lines; offset {offset} is past its end.")
+        end = min(len(lines), offset - 1 + min(limit, MAX_READ_LINES))
+        out = []
+        for number in range(offset, end + 1):
+            line = lines[number - 1]
+            if len(line) > MAX_LINE_CHARS:
+                line = line[:MAX_LINE_CHARS] + f" [... {len(line) - MAX_LINE_CHARS} more characters]"
+            out.append(f"{number:>6}\t{line}")
+        if end < len(lines):
+            out.append(f"[{len(lines) - end} more lines: read with offset={end + 1}]")
+        return "\n".join(out)
+
+    def write_file(self, path: str, content: str, request_id: str | int | None = None) -> dict[str, Any]:
+        """Write ``content`` to ``path`` (created with its directories) as one recorded call."""
+        with self.lock:
+            run = self.require_run()
+            rel = self._rel(run, path)
+            paths.check_parents(run.worktree, rel)  # refused before anything is recorded
+            data = content.encode("utf-8")
+            with run.tool_call(
+                "write_file",
+                {"path": rel, "bytes": len(data)},
+                call_id=self.call_id_for(request_id),
+                idempotency="idempotent",
+                replay="auto",
+                summary=f"write {rel}",
+            ) as call:
+                call.write(rel, data)
+            assert call.entry is not None
+            return {
+                "call_id": call.entry.call_id,
+                "path": rel,
+                "bytes": len(data),
+                "changed": bool(call.entry.files),
+            }
+
+    def edit_file(
+        self,
+        path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,
+        request_id: str | int | None = None,
+    ) -> dict[str, Any]:
+        """Replace ``old_string`` by ``new_string`` in ``path`` as one recorded call.
+
+        The agents' Edit semantics: ``old_string`` must occur exactly once unless ``replace_all``,
+        must differ from ``new_string``, and the file must exist. Nothing is recorded when the
+        edit is refused (it changes nothing).
+        """
+        with self.lock:
+            run = self.require_run()
+            if old_string == "":
+                raise UsageError("old_string is empty; to create or overwrite a whole file use write_file.")
+            if old_string == new_string:
+                raise UsageError("old_string and new_string are the same; the edit would change nothing.")
+            rel, full = self._readable(run, path)
+            text = _read_bytes(rel, full).decode("utf-8", errors="surrogateescape")
+            count = text.count(old_string)
+            if count == 0:
+                raise SandboxError(
+                    f"old_string was not found in {rel}; read the file and copy the text exactly "
+                    "(whitespace and indentation included)."
+                )
+            if count > 1 and not replace_all:
+                raise SandboxError(
+                    f"old_string occurs {count} times in {rel}; give more surrounding text to make it unique, "
+                    "or set replace_all to replace every occurrence."
+                )
+            updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+            with run.tool_call(
+                "edit_file",
+                {"path": rel, "old_string": old_string, "new_string": new_string, "replace_all": replace_all},
+                call_id=self.call_id_for(request_id),
+                idempotency="conditional",
+                replay="ask",
+                summary=f"edit {rel}",
+            ) as call:
+                call.write(rel, updated.encode("utf-8", errors="surrogateescape"))
+            assert call.entry is not None
+            return {"call_id": call.entry.call_id, "path": rel, "replacements": count if replace_all else 1}
+
+    def list_files(self, path: str = ".", pattern: str | None = None) -> str:
+        """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
+        run = self.require_run()
+        rel, full = self._readable(run, path, allow_root=True)
+        if not os.path.isdir(full):
+            raise SandboxError(f"{rel or '.'} is not a directory of the worktree.")
+        if pattern is None:
+            names = []
+            for name in sorted(os.listdir(full)):
+                if name.lower() == ".git":
+                    continue
+                kind = _kind(os.path.join(full, name))
+                names.append(name + ("/" if kind == "dir" else "@" if kind == "link" else ""))
+            return _bounded_list(names, f"{rel or '.'} is empty.")
+        regex = glob_regex(pattern)
+        found = []
+        for dirpath, dirnames, filenames in os.walk(full):
+            dirnames[:] = sorted(d for d in dirnames if d.lower() != ".git")
+            base = os.path.relpath(dirpath, full)
+            for name in sorted(filenames):
+                sub = name if base == "." else f"{base}/{name}"
+                if regex.fullmatch(sub):
+                    found.append(sub if not rel else f"{rel}/{sub}")
+                    if len(found) > MAX_LIST:
+                        break
+            if len(found) > MAX_LIST:
+                break
+        return _bounded_list(found, f"No file matches {pattern!r}.")
+
+    def search(
+        self,
+        pattern: str,
+        path: str = ".",
+        glob: str | None = None,
+        ignore_case: bool = False,
+        max_results: int = MAX_SEARCH,
+    ) -> str:
+        """Lines matching a regular expression (``git grep``: tracked, new and untracked files
+        not ignored by ``.gitignore``), as ``path:line:text``; at most ``max_results`` lines."""
+        from sandbox.store import gitcli
+
+        run = self.require_run()
+        rel, _full = self._readable(run, path, allow_root=True)
+        limit = max(1, min(max_results, 1000))
+        # libgit2 has no grep; git grep is also the fastest way over a large worktree.
+        args = ["grep", "-n", "-I", "--untracked", "--no-color", "--full-name"]
+        if ignore_case:
+            args.append("-i")
+        spec = rel or "."
+        pathspecs = [f":(glob){rel + '/' if rel else ''}{glob if '/' in glob else '**/' + glob}"] if glob else [spec]
+        proc = gitcli.git([*args, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
+        if proc.returncode == 128 and b"PCRE" in proc.stderr:  # a git built without PCRE
+            proc = gitcli.git([*args, "-E", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
+        if proc.returncode == 1:
+            return f"No line matches {pattern!r}."
+        if proc.returncode != 0:
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(proc.returncode)}.")
+        lines = proc.stdout.decode("utf-8", errors="replace").splitlines()
+        out = [ln if len(ln) <= 400 else ln[:400] + " [...]" for ln in lines[:limit]]
+        if len(lines) > limit:
+            out.append(f"[{len(lines) - limit} more matching lines; narrow the pattern, path or glob]")
+        return "\n".join(out)
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def run_command(
+        self,
+        command: str,
+        timeout: float = 120.0,
+        idempotency: str = "conditional",
+        replay: str = "ask",
+        request_id: str | int | None = None,
+        call_id: str | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with ``/bin/sh -c`` in the worktree as one recorded call.
+
+        Confined as ``sandbox exec`` confines a command (refused before anything is recorded when
+        the confinement cannot be had). The output (stdout and stderr together) is kept in a
+        temporary file and answered bounded: its head and its tail. ``timeout`` seconds: then the
+        command is killed and the call is ``failed`` ("timed out"). Raises :class:`Abandoned` when
+        the client went away meanwhile (the call stays ``started``).
+        """
+        if not command.strip():
+            raise UsageError("The command is empty; give a shell command to run in the worktree.")
+        if not 0 < timeout <= MAX_TIMEOUT:
+            raise UsageError(f"timeout must be between 0 and {MAX_TIMEOUT:.0f} seconds.")
+        call_id = call_id or self.call_id_for(request_id)
+        with self.lock:
+            run = self.require_run()
+            return self._run_command(run, command, timeout, idempotency, replay, call_id)
+
+    def cancel(self, call_id: str) -> bool:
+        """The client cancelled a running call: its command is stopped and the call is recorded
+        ``failed`` (the client is still there to be told; the changes made so far are recorded)."""
+        flight = self.in_flight.get(call_id)
+        if flight is not None:
+            flight.cancelled.set()
+        return flight is not None
+
+    def _run_command(
+        self, run: Run, command: str, timeout: float, idempotency: str, replay: str, call_id: str
+    ) -> CommandResult:
+        from sandbox.agent import changes
+        from sandbox.agent.hosted import command_input
+
+        isolation = self.settings.isolation(run.info.user_workdir) if self.settings.isolation else None
+        confined = None
+        if isolation is not None and isolation.enabled:
+            confine.check(isolation)  # refused before anything is recorded
+            policy = confine.policy_for(
+                isolation,
+                common_dir=run.project.common_dir,
+                run_id=run.run_id,
+                worktree=run.worktree,
+                user_workdir=run.info.user_workdir,
+            )
+            confined = (isolation, policy)
+        argv = ["/bin/sh", "-c", command]
+        source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))
+        input_value = command_input(argv, isolation)
+        run.start_call(
+            "run_command",
+            input_value,
+            call_id=call_id,
+            idempotency=idempotency,
+            replay=replay,
+            summary=command[:500],
+            procs=self.scope,
+        )
+        flight = self.in_flight[call_id] = _InFlight(call_id)
+        try:
+            source.begin(call_id)
+            with tempfile.TemporaryFile() as out:
+                try:
+                    code, timed_out = self._spawn_and_wait(argv, run.worktree, confined, out, timeout, flight)
+                    refused = None
+                except confine.ConfinementError as exc:
+                    code, timed_out, refused = 126, False, exc
+                output, truncated = _bounded_output(out)
+            error = None
+            if refused is not None:
+                error = refused.message
+            elif flight.cancelled.is_set():
+                error = "cancelled by the client; the command was killed"
+            elif timed_out:
+                error = f"timed out after {timeout:g} s; the command was killed"
+            elif code != 0:
+                error = f"exit code {code}"
+            changed = source.end(call_id)
+            entry = run.finish_call(
+                call_id,
+                CallStatus.failed if error else CallStatus.succeeded,
+                paths=changed,
+                result={"exit_code": None if timed_out else code, "timed_out": timed_out},
+                error=error,
+            )
+        finally:
+            self.in_flight.pop(call_id, None)
+        return CommandResult(
+            call_id=call_id,
+            status=entry.status.value,
+            exit_code=None if timed_out else code,
+            output=output,
+            output_truncated=truncated,
+            files_changed=[f.path for f in entry.files],
+            timed_out=timed_out,
+            error=error,
+        )
+
+    def _spawn_and_wait(
+        self,
+        argv: list[str],
+        cwd: str,
+        confined: tuple[confine.Isolation, confine.Policy] | None,
+        out: Any,
+        timeout: float,
+        flight: _InFlight,
+    ) -> tuple[int, bool]:
+        """(exit code, timed out). Polls so a client that went away stops the command at once."""
+        env = dict(self.settings.command_env) if self.settings.command_env is not None else dict(os.environ)
+        env["SANDBOX_SESSION"] = self.scope.token  # resume finds the command by it (sandbox.agent.procs)
+        proc: subprocess.Popen[bytes]
+        box: confine.Confined | None = None
+        if confined is not None:
+            box = confine.spawn(
+                confined[0], confined[1], argv, cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
+            proc = box.proc
+        else:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        while True:
+            try:
+                proc.wait(timeout=_POLL)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if self.disconnected.is_set():
+                _kill(proc, box)
+                raise Abandoned(f"the client went away while {argv[-1][:80]!r} ran")
+            if flight.cancelled.is_set():
+                _kill(proc, box)
+                timed_out = False
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                _kill(proc, box)
+                break
+        if box is not None:
+            code = box.wait()
+        else:
+            code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        return code, timed_out
+
+    # -- evidence ------------------------------------------------------------------------------
+
+    def show_log(self, call_id: str | None = None) -> str:
+        """The run's calls in order (one line each, with files), or one call in full."""
+        with self.lock:  # the run's repository is shared with the recording tools
+            return self._log_text(self.require_run(), call_id)
+
+    def _log_text(self, run: Run, call_id: str | None) -> str:
+        if call_id is not None:
+            from sandbox.run.names import resolve_call_id
+
+            return _call_text(run, resolve_call_id(run, call_id))
+        entries = run.entries()
+        if not entries:
+            return f"Run {run.run_id} has no calls yet."
+        out = []
+        for e in entries:
+            flags = (" [undone]" if e.undone else "") + (" [applied]" if e.applied else "")
+            out.append(f"{e.seq:>3}  {e.call_id}  {e.status.value}  {e.tool_name}{flags}")
+            if e.summary:
+                out.append(f"       {e.summary[:200]}")
+            if e.error:
+                out.append(f"       error: {e.error.strip().splitlines()[0][:300] if e.error.strip() else e.error}")
+            for f in e.files:
+                kind = "A" if f.before_hash is None else "D" if f.after_hash is None else "M"
+                out.append(f"       {kind} {f.path}")
+        return "\n".join(out)
+
+    def show_diff(self, call_id: str | None = None, stat_only: bool = False) -> str:
+        """The run's patch against its base (or one call's), or its ``--stat`` summary; bounded."""
+        from sandbox.merge.preview import diff_text, preview_range
+
+        with self.lock:
+            from sandbox.run.names import resolve_call_id
+
+            run = self.require_run()
+            call = resolve_call_id(run, call_id) if call_id is not None else None
+            text = diff_text(run, preview_range(run, call), stat=stat_only, color=False)
+        if not text:
+            return "No changes."
+        if len(text) > MAX_OUTPUT_CHARS:
+            return text[:MAX_OUTPUT_CHARS] + (
+                f"\n[... {len(text) - MAX_OUTPUT_CHARS} more characters; use stat_only, or call_id for one call]"
+            )
+        return text
+
+    def resume_report(self) -> dict[str, Any]:
+        """Resume the run conservatively and report: the note for you, what must not be replayed,
+        which calls are uncertain (and what they may have changed), and the latest checkpoint's
+        messages and state."""
+        from sandbox.recovery.resume import resume
+
+        with self.lock:
+            run = self.require_run()
+            report = resume(run)
+            return {
+                "run_id": report.run_id,
+                "note": report.note,
+                "next_step": report.next_step,
+                "uncertain": [u.model_dump(mode="json") for u in report.uncertain],
+                "do_not_replay": report.do_not_replay,
+                "may_replay": report.may_replay,
+                "ask_first": report.ask_first,
+                "drift": [d.model_dump(mode="json") for d in report.drift],
+                "last_completed_step": report.last_completed_step,
+                "checkpoint": report.checkpoint.name if report.checkpoint else None,
+                "messages": report.messages,
+                "state": report.run_state,
+                "problems": report.problems,
+            }
+
+    def checkpoint(
+        self,
+        label: str | None = None,
+        step_id: str | None = None,
+        messages: Any = None,
+        state: Any = None,
+    ) -> dict[str, Any]:
+        """Save a checkpoint with the messages and state the client passes."""
+        with self.lock:
+            run = self.require_run()
+            ckpt = run.checkpoint(label, step_id=step_id, messages=messages, run_state=state)
+            return {"checkpoint_id": ckpt.id, "name": ckpt.name, "label": label, "step_id": step_id}
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def abandon_all(self, wait: float = 5.0) -> list[str]:
+        """The client went away: stop running commands, leave their calls unfinished; their ids."""
+        self.disconnected.set()
+        pending = list(self.in_flight)
+        deadline = time.monotonic() + wait
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(_POLL)
+        return pending
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regular expression over ``/``-separated relative paths.
+
+    ``*`` and ``?`` stay within a name, ``**`` crosses directories, ``[...]`` is a class; a
+    pattern without ``/`` matches a file name at any depth (``*.py`` is ``**/*.py``).
+    """
+    if "/" not in pattern and "**" not in pattern:
+        pattern = "**/" + pattern
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end]
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def _read_bytes(rel: str, full: str) -> bytes:
+    try:
+        st = os.stat(full)
+    except FileNotFoundError:
+        raise SandboxError(f"{rel} does not exist in the worktree; list_files shows what does.") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SandboxError(f"{rel} is a directory; use list_files to see what is in it.")
+    if not stat.S_ISREG(st.st_mode):
+        raise SandboxError(f"{rel} is not a regular file.")
+    try:
+        with open(full, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SandboxError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
+
+
+def _kind(full: str) -> str:
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return "file"
+    if stat.S_ISLNK(st.st_mode):
+        return "link"
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _bounded_list(items: list[str], empty: str) -> str:
+    if not items:
+        return empty
+    if len(items) > MAX_LIST:
+        return "\n".join(items[:MAX_LIST]) + f"\n[more than {MAX_LIST} entries; narrow the path or the pattern]"
+    return "\n".join(items)
+
+
+def _bounded_output(fh: Any) -> tuple[str, bool]:
+    """The command's output: whole when short, else its head and its tail (the end matters most)."""
+    size = fh.seek(0, os.SEEK_END)
+    if size <= MAX_OUTPUT_CHARS:
+        fh.seek(0)
+        return fh.read().decode("utf-8", errors="replace"), False
+    head_len, tail_len = MAX_OUTPUT_CHARS // 4, MAX_OUTPUT_CHARS - MAX_OUTPUT_CHARS // 4
+    fh.seek(0)
+    head = fh.read(head_len).decode("utf-8", errors="replace")
+    fh.seek(size - tail_len)
+    tail = fh.read(tail_len).decode("utf-8", errors="replace")
+    return f"{head}\n[... {size - head_len - tail_len} bytes of output left out ...]\n{tail}", True
+
+
+def _kill(proc: subprocess.Popen[bytes], box: confine.Confined | None) -> None:
+    """Kill a command and everything it started (bubblewrap's PID namespace, or its session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if box is not None:
+            proc.kill()  # the namespace's init dies with bubblewrap, and every process in it
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _start_time(pid: int) -> int | None:
+    from sandbox.agent import procs
+
+    return procs.start_time(pid)
+
+
+def _call_text(run: Run, call_id: str) -> str:
+    import json
+
+    entry = run.entry(call_id)
+    lines = [
+        f"call:    {entry.call_id} (#{entry.seq})",
+        f"tool:    {entry.tool_name}",
+        f"status:  {entry.status.value}",
+    ]
+    if entry.summary:
+        lines.append(f"summary: {entry.summary}")
+    if entry.input is not None:
+        lines.append("input:   " + json.dumps(entry.input, ensure_ascii=False)[:2000])
+    if entry.result is not None:
+        lines.append("result:  " + json.dumps(entry.result, ensure_ascii=False)[:2000])
+    if entry.commit:
+        lines.append(f"commit:  {entry.commit}")
+    lines.extend(f"file:    {f.path}" for f in entry.files)
+    error = run.error_text(entry)
+    if error:
+        lines.append("error:")
+        lines.extend(f"  {line}" for line in error.splitlines() or [error])
+    return "\n".join(lines)

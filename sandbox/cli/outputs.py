@@ -75,6 +75,8 @@ class RunRow(Output):
     by_status: dict[str, int] = Field(default_factory=dict)
     changed_paths: int
     unapplied_calls: int = 0
+    #: Calls of which only some hunks were applied (``apply --hunks``).
+    partly_applied_calls: list[str] = Field(default_factory=list)
     epoch: int = 0
     disk_bytes: int
     error: str | None = None
@@ -160,6 +162,10 @@ class DiffFile(Output):
     after_mode: str | None
     binary: bool
     patch: str
+    #: The whole file's stable id, and its hunks (``id``, ``header``, ``text``, ``changes``) with
+    #: theirs: what ``apply --hunks-from`` takes (see sandbox.merge.hunks).
+    id: str
+    hunks: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class DiffOutput(Output):
@@ -169,6 +175,8 @@ class DiffOutput(Output):
 
     run: str
     call_id: str | None
+    #: The selected calls (several ``--call``, ranges), in ledger order; None for the whole run.
+    calls: list[str] | None = None
     from_: str = Field(alias="from")
     to: str
     files: list[DiffFile]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 FORMAT_VERSION = 1
 
@@ -274,12 +274,40 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="allow", defer_build=True)
 
 
+class HunkTaken(_Model):
+    """One hunk (or change) a partial apply took: its stable id and ``@@`` header (see sandbox.merge.hunks)."""
+
+    version: int = FORMAT_VERSION
+    id: str
+    header: str
+
+
+class PartialApply(_Model):
+    """A path the sandbox wrote only part of the agent's change to (``apply --hunks``).
+
+    Kept in the ``apply_finished`` event's path record (and so in ``user_paths``): the state the
+    hunks were taken from (``base``), the agent state they were taken out of, the calls whose change
+    it is, and the hunks taken. ``edited``: a hunk was edited by hand, so the file holds text the
+    agent never wrote. ``undo`` puts ``base`` back; a later apply takes the rest.
+    """
+
+    version: int = FORMAT_VERSION
+    base_mode: int | None
+    base_oid: str | None
+    agent_mode: int | None
+    agent_oid: str | None
+    calls: list[str] = Field(default_factory=list)
+    hunks: list[HunkTaken] = Field(default_factory=list)
+    edited: bool = False
+
+
 class UserPathRecord(_Model):
     """What the sandbox last wrote (or confirmed) at one path of the user's tree.
 
     ``mode``/``oid``: the state written there (None: absent); ``target_mode``/``target_oid``: the
     agent's state it stands for (differs after a 3-way merge); ``calls``: the calls it carries. An
     undo may overwrite the user's file only while it still is what this record says was written.
+    ``partial``: only some hunks were written there (``apply --hunks``).
     """
 
     mode: int | None = None
@@ -287,6 +315,15 @@ class UserPathRecord(_Model):
     target_mode: int | None = None
     target_oid: str | None = None
     calls: list[str] = Field(default_factory=list)
+    partial: PartialApply | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Stored as before partial applies existed when there is none (old readers, fixtures).
+        data: dict[str, Any] = handler(self)
+        if not data.get("partial"):
+            data.pop("partial", None)
+        return data
 
 
 class PathRecordUpdate(_Payload):
@@ -299,6 +336,7 @@ class PathRecordUpdate(_Payload):
     target_mode: int | None = None
     target_oid: str | None = None
     calls: list[str] = Field(default_factory=list)
+    partial: PartialApply | None = None
 
     @classmethod
     def of(cls, path: str, record: UserPathRecord | None) -> PathRecordUpdate:
@@ -312,7 +350,12 @@ class PathRecordUpdate(_Payload):
         if self.drop:
             return None
         return UserPathRecord(
-            mode=self.mode, oid=self.oid, target_mode=self.target_mode, target_oid=self.target_oid, calls=self.calls
+            mode=self.mode,
+            oid=self.oid,
+            target_mode=self.target_mode,
+            target_oid=self.target_oid,
+            calls=self.calls,
+            partial=self.partial,
         )
 
     def to_data(self) -> dict[str, Any]:
@@ -321,7 +364,10 @@ class PathRecordUpdate(_Payload):
             return {"path": self.path, "drop": True}
         record = self.record()
         assert record is not None
-        return {"path": self.path, **record.model_dump(mode="json")}
+        data = record.model_dump(mode="json")
+        if data.get("partial") is None:
+            data.pop("partial", None)  # records of whole paths are stored as before partial applies existed
+        return {"path": self.path, **data}
 
 
 class MergebackData(_Payload):
@@ -346,15 +392,30 @@ class MergebackData(_Payload):
     unapplied: list[str] = Field(default_factory=list)
     reverts: str | None = None
     old_head: str | None = None
+    #: An undo: the partly applied paths it took back, as they were (what a redo writes again).
+    partial: list[PathRecordUpdate] = Field(default_factory=list)
+    #: A redo that wrote partly applied paths again: its call is not (wholly) applied.
+    partly: bool = False
 
 
 class UndoItem(_Model):
-    """One undone call on the run's undo stack (newest last); a redo takes it off."""
+    """One undone call on the run's undo stack (newest last); a redo takes it off.
+
+    ``partial``: the partly applied paths (``apply --hunks``) the undo took back, for the redo."""
 
     call_id: str
     target: MoveTarget | None = None
     event_id: str
     changed: list[str] = Field(default_factory=list)
+    partial: list[PathRecordUpdate] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Stored as before partial applies existed when there is none (old readers, fixtures).
+        data: dict[str, Any] = handler(self)
+        if not data.get("partial"):
+            data.pop("partial", None)
+        return data
 
 
 class CompensationLink(_Payload):
@@ -408,7 +469,7 @@ def fold_mergeback(state: LedgerState, event: Event, writable: Callable[[str], L
     if event.call_id and event.kind in (EventKind.undo, EventKind.redo) and data.target == "user":
         undone = writable(event.call_id)
         if undone is not None:  # an undo in the user's tree takes the call out of it, a redo puts it back
-            undone.applied = event.kind == EventKind.redo
+            undone.applied = event.kind == EventKind.redo and not data.partly
     user_paths = state.data.user_paths
     for item in data.paths:
         record = item.record()
@@ -424,7 +485,13 @@ def fold_mergeback(state: LedgerState, event: Event, writable: Callable[[str], L
         stack = state.data.undo_stack
         if event.kind == EventKind.undo:
             stack.append(
-                UndoItem(call_id=event.call_id, target=data.target, event_id=event.event_id, changed=data.changed)
+                UndoItem(
+                    call_id=event.call_id,
+                    target=data.target,
+                    event_id=event.event_id,
+                    changed=data.changed,
+                    partial=data.partial,
+                )
             )
         else:
             for i in range(len(stack) - 1, -1, -1):
@@ -517,6 +584,8 @@ class ConflictReport(_Model):
     user: str | None
     reason: str
     hint: str
+    #: Unselected calls the path needs first (their changes come before the selected ones), oldest first.
+    needs: list[str] = Field(default_factory=list)
 
 
 class ApplyReport(_Model):
@@ -543,6 +612,8 @@ class ApplyReport(_Model):
     restored: list[str] = Field(default_factory=list)
     #: True when the operation was refused (a conflict or an obstacle): nothing was written.
     refused: bool = False
+    #: Paths of which only some hunks were written (``apply --hunks``), with the ids taken.
+    partial: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class UndoReport(ApplyReport):
@@ -716,7 +787,7 @@ class HostInfo(_Model):
 #: Every model written to disk or into git objects (``sandbox schema`` prints them).
 #: Each section above adds its own models to this list just below its definitions' section.
 PERSISTED: list[type[BaseModel]] = [Event, LedgerEntry, LedgerState, RunInfo, CallSpec, FileChange, ProcessScope]
-PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport]
+PERSISTED += [JournalEntry, ApplyJournal, ConflictReport, ApplyReport, UndoReport, HunkTaken, PartialApply]
 # checkpoint models
 PERSISTED += [Checkpoint, Budget, ResumeReport]
 # the repository's host

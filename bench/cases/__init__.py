@@ -25,6 +25,7 @@ CASES = {
     "hook": "bench.cases.hook",
     "watcher": "bench.cases.watcher",
     "confine": "bench.cases.confine",
+    "hunks": "bench.cases.hunks",
     "mcp": "bench.cases.mcp",
     "travel": "bench.cases.travel",
     "startup": "bench.cases.startup",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
+from sandbox.cli.selection import pathspec, selection_options
 
 if TYPE_CHECKING:
     from sandbox.models import ApplyReport
@@ -29,6 +29,8 @@ def print_report(report: ApplyReport, verb: str) -> None:
                 click.echo(f"  {path}{note}")
     for path in report.skipped:
         click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
+    if report.partial and not report.dry_run:
+        click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
     if report.attention:
         click.echo(f"Needs attention (conflict markers): {', '.join(report.attention)}")
     if report.head_moved:
@@ -56,8 +58,16 @@ def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] 
 
 @click.command()
 @click.argument("run_id", required=False)
-@click.option("--call", "calls", multiple=True, help="Apply only this call's changes (repeatable).")
-@click.option("--path", "paths", multiple=True, help="Apply only this path or directory (repeatable).")
+@selection_options
+@click.option("--with-deps", is_flag=True, help="Also take the earlier calls the selected ones build on.")
+@click.option("--hunks", "ask_hunks", is_flag=True, help="Choose hunk by hunk on the terminal (like git add -p).")
+@click.option(
+    "--hunks-from",
+    "hunks_from",
+    type=click.File("r"),
+    default=None,
+    help="Take only these hunk ids (from 'diff --json').",
+)
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
 @click.option("--3way", "three_way", is_flag=True, help="Write conflict markers into text files both sides changed.")
 @click.option("--allow-moved-head", is_flag=True, help="Apply even though your HEAD moved since the run started.")
@@ -67,8 +77,13 @@ def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] 
 def apply(
     ctx: click.Context,
     run_id: str | None,
+    pathspecs: tuple[str, ...],
     calls: tuple[str, ...],
     paths: tuple[str, ...],
+    excludes: tuple[str, ...],
+    with_deps: bool,
+    ask_hunks: bool,
+    hunks_from: TextIO | None,
     dry_run: bool,
     three_way: bool,
     allow_moved_head: bool,
@@ -77,19 +92,20 @@ def apply(
 ) -> None:
     """Apply RUN's changes to your working tree where your files still equal what the agent started from.
 
-    Any conflict writes nothing and exits 1. Applying twice is a no-op; an interrupted apply is
-    finished by --continue or rolled back by 'sandbox undo'.
+    PATHSPEC (git pathspecs: paths, globs, ':!PATH' to leave out) and --call (ids, log numbers,
+    ranges A..B) select what to take; --hunks chooses hunk by hunk. Any conflict writes nothing and
+    exits 1. Applying twice is a no-op; an interrupted apply is finished by --continue or rolled
+    back by 'sandbox undo'.
     """
-    from sandbox.merge import mergeback
-    from sandbox.run.names import resolve_call_id, resolve_run
+    from sandbox.merge import hunks, mergeback
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
-    from sandbox.store import paths as pathmod
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
     if cont:
-        if calls or paths or dry_run or three_way:
+        if calls or paths or pathspecs or excludes or dry_run or three_way or ask_hunks or hunks_from or with_deps:
             raise click.UsageError("--continue takes no other options.")
         dirs = [workdir] if workdir and not run_id else []
         if run_id:
@@ -101,18 +117,32 @@ def apply(
         for report in reports:
             finish(report, "Wrote", as_json)
         return
+    if (ask_hunks or hunks_from) and three_way:
+        raise click.UsageError("--hunks and --hunks-from take the agent's hunks as they are; --3way cannot be added.")
+    if ask_hunks and hunks_from:
+        raise click.UsageError("Give either --hunks (on the terminal) or --hunks-from FILE, not both.")
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
-    root = run.user_workdir
-    cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
-    selected = [pathmod.from_user(root, p, cwd) for p in paths] or None
+    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
+    choice = None
+    if hunks_from is not None:
+        choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))
     try:
+        if ask_hunks:
+            from sandbox.cli.hunkprompt import choose
+
+            choice = choose(run, list(calls) or None, spec, with_deps)
+            if choice is None:
+                click.echo("No hunk chosen; nothing was written.")
+                return
         report = mergeback.apply(
             run,
-            [resolve_call_id(run, c) for c in calls] or None,
-            selected,
+            list(calls) or None,
+            spec,
             dry_run=dry_run,
             three_way=three_way,
             allow_moved_head=allow_moved_head,
+            with_deps=with_deps,
+            choice=choice,
         )
     except mergeback.ApplyConflict as exc:
         finish(exc.report, "Applied", as_json)

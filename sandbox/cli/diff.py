@@ -1,4 +1,4 @@
-"""``sandbox diff``: the agent's patch, for the run or one call."""
+"""``sandbox diff``: the agent's patch, for the run, some calls, or some paths."""
 
 from __future__ import annotations
 
@@ -7,41 +7,49 @@ import sys
 import click
 
 from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.selection import pathspec, selection_options
 
 
 @click.command()
 @click.argument("run_id", required=False)
-@click.option("--call", "call_id", default=None, help="Only this call's changes.")
+@selection_options
 @click.option("--stat", "stat_", is_flag=True, help="Summarise changed files instead of the full patch.")
 @click.option("--color/--no-color", default=None, help="Color the diff (default: when on a terminal).")
-@click.option("--json", "as_json", is_flag=True, help="Print per-file records as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print per-file records (with hunk ids) as JSON.")
 @click.pass_context
 def diff(
     ctx: click.Context,
     run_id: str | None,
-    call_id: str | None,
+    pathspecs: tuple[str, ...],
+    calls: tuple[str, ...],
+    paths: tuple[str, ...],
+    excludes: tuple[str, ...],
     stat_: bool,
     color: bool | None,
     as_json: bool,
 ) -> None:
-    """Show the agent's patch against the base snapshot (or one call's patch with --call)."""
+    """Show the agent's patch against the base snapshot (or the patch of some calls with --call).
+
+    PATHSPEC (git pathspecs, ':!PATH' to leave out) limits it to some paths. With --json every
+    file and hunk carries the stable id that 'sandbox apply --hunks-from' takes.
+    """
     from sandbox.merge.preview import diff_files, diff_text, preview_range
-    from sandbox.run.names import resolve_call_id
 
     run = open_run(ctx, run_id)
-    call_id = resolve_call_id(run, call_id) if call_id is not None else None
-    rng = preview_range(run, call_id)
+    spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
+    rng = preview_range(run, calls=list(calls))
     if as_json:
         emit_json(
             {
                 "run": run.run_id,
-                "call_id": call_id,
+                "call_id": rng.call_id,
+                "calls": rng.calls,
                 "from": rng.old,
                 "to": rng.new,
-                "files": diff_files(run, rng),
+                "files": diff_files(run, rng, spec),
             }
         )
         return
     use_color = sys.stdout.isatty() if color is None else color
-    text = diff_text(run, rng, stat=stat_, color=use_color)
+    text = diff_text(run, rng, stat=stat_, color=use_color, spec=spec)
     click.echo(text if text else "No changes.", nl=not text.endswith("\n") if text else True)

@@ -33,11 +33,18 @@ def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bo
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet.")
         return
+    # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
+    # merge package stays unloaded: log is a fast command).
+    partly: dict[str, list[str]] = {}
+    for path, record in sorted(run.state().data.user_paths.items()):
+        for call_id in record.partial.calls if record.partial is not None else []:
+            partly.setdefault(call_id, []).append(path)
     for e in entries:
         flags = "".join(
             [
                 " [undone]" if e.undone else "",
                 " [applied]" if e.applied else "",
+                f" [partly applied: {', '.join(partly[e.call_id])}]" if e.call_id in partly else "",
                 f" [denied: {e.denial_reason or 'no reason'}]" if e.approval and e.approval.value == "denied" else "",
             ]
         )

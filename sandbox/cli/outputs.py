@@ -75,6 +75,8 @@ class RunRow(Output):
     by_status: dict[str, int] = Field(default_factory=dict)
     changed_paths: int
     unapplied_calls: int = 0
+    #: Calls of which only some hunks were applied (``apply --hunks``).
+    partly_applied_calls: list[str] = Field(default_factory=list)
     epoch: int = 0
     made_on: str | None = Field(default=None, description="The machine (host name) the run was started on.")
     fetched_from: dict[str, Any] | None = Field(
@@ -275,6 +277,10 @@ class DiffFile(Output):
     after_mode: str | None
     binary: bool
     patch: str
+    #: The whole file's stable id, and its hunks (``id``, ``header``, ``text``, ``changes``) with
+    #: theirs: what ``apply --hunks-from`` takes (see sandbox.merge.hunks).
+    id: str
+    hunks: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class DiffOutput(Output):
@@ -284,6 +290,8 @@ class DiffOutput(Output):
 
     run: str
     call_id: str | None
+    #: The selected calls (several ``--call``, ranges), in ledger order; None for the whole run.
+    calls: list[str] | None = None
     from_: str = Field(alias="from")
     to: str
     files: list[DiffFile]

@@ -33,7 +33,9 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     click.echo(f"  head:      {row['run_head'][:12]}")
     by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
     click.echo(f"  calls:     {row['calls']} ({by})")
-    click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied")
+    partly = row.get("partly_applied_calls") or []
+    more = f" ({len(partly)} partly applied: {', '.join(partly)})" if partly else ""
+    click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if in_flight:
         click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")

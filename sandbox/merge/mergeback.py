@@ -31,8 +31,8 @@ from typing import NoReturn
 import pygit2
 
 from sandbox import faults
-from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
-from sandbox.merge import obstacles
+from sandbox.errors import PathRefusedError, SandboxError
+from sandbox.merge import hunks, obstacles, select
 from sandbox.models import (
     ApplyAction,
     ApplyJournal,
@@ -42,6 +42,7 @@ from sandbox.models import (
     JournalEntry,
     LedgerEntry,
     LedgerState,
+    PartialApply,
     PathRecordUpdate,
     UserPathRecord,
 )
@@ -50,6 +51,7 @@ from sandbox.store import convert, journal, objects, paths, sparse
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
+from sandbox.store.pathspec import Pathspec
 from sandbox.store.project import Project
 from sandbox.store.snapshot import user_git_dir
 
@@ -121,6 +123,14 @@ class PlannedPath:
     markers: bool = False
     #: True when the conflict is an obstacle in the tree (see :mod:`sandbox.merge.obstacles`), not an edit.
     obstacle: bool = False
+    #: Unselected calls this path needs first (the user's file is at a state before them), oldest first.
+    needs: list[str] = field(default_factory=list)
+    #: True when the conflict is only that: the user's file is at a state before ``needs``.
+    waits: bool = False
+    #: The earlier partial apply (``--hunks``) this write continues from (the user's file is its result).
+    partial_from: PartialApply | None = None
+    #: With ``--hunks``: the ids taken from this path, when only some of them are (see :mod:`hunks`).
+    taken: list[str] | None = None
 
     @property
     def base(self) -> State:
@@ -182,22 +192,28 @@ class ApplyPlan:
             conflicts=[conflict_report(p) for p in self.conflicts],
             merged=merged,
             attention=[p.path for p in self.paths if p.markers and p.path in applied],
-            reasons={p.path: p.reason for p in self.paths if p.action == "skip" or p.path in merged},
+            reasons={
+                p.path: p.reason
+                for p in self.paths
+                if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+            },
             dry_run=dry_run,
             head_moved=self.head_moved,
             refused=refused,
+            partial={p.path: p.taken for p in self.paths if p.taken is not None and p.path in applied},
         )
 
 
 def conflict_report(p: PlannedPath) -> ConflictReport:
-    """One conflicting path as reported to the user."""
+    """One conflicting path as reported to the user (``--exclude PATH`` in hints names the path)."""
     return ConflictReport(
         path=p.path,
         base=p.base.oid if p.base else None,
         agent=p.agent.oid if p.agent else None,
         user=p.user.entry.oid if p.user.entry else None,
         reason=p.reason,
-        hint=p.hint,
+        hint=p.hint.replace("--exclude PATH", "--exclude " + select.exclude_arg(p.path)),
+        needs=p.needs,
     )
 
 
@@ -217,6 +233,11 @@ def prior_records(user_paths: Mapping[str, UserPathRecord], changed: list[str]) 
     return [PathRecordUpdate.of(path, user_paths.get(path)) for path in changed]
 
 
+def partial_of(record: UserPathRecord | None) -> PartialApply | None:
+    """The partial apply a ``user_paths`` record describes, if the sandbox wrote only some hunks there."""
+    return None if record is None else record.partial
+
+
 def _written_state(record: UserPathRecord | None) -> State:
     """The state the sandbox wrote at a path (None: no record)."""
     return None if record is None else journal.entry_state(record.mode, record.oid)
@@ -228,32 +249,26 @@ def _target_state(record: UserPathRecord | None) -> State:
 
 
 def resolve_call(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
-    """The call named by an id or a unique prefix of one; :class:`UnknownCallError` otherwise."""
-    if given in state.calls:
-        return state.calls[given]
-    matches = [c for c in state.order if c.startswith(given)]
-    if len(matches) == 1:
-        return state.calls[matches[0]]
-    if matches:
-        raise UnknownCallError(f"Call id {given!r} is ambiguous in run {run_id}: {', '.join(matches)}.")
-    raise UnknownCallError(f"Run {run_id} has no call {given!r}; see 'sandbox log {run_id}'.")
+    """The call named by an id, a sequence number or a unique prefix; :class:`UnknownCallError` otherwise."""
+    return select.resolve_name(state, run_id, given)
 
 
 def _select(run: Run, state: LedgerState, calls: list[str] | None) -> list[LedgerEntry]:
     if not calls:
         return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
-    chosen: dict[str, LedgerEntry] = {}
     for given in calls:
+        if ".." in given and given not in state.calls:
+            continue  # a range: undone calls in it are simply not taken
         entry = resolve_call(state, run.run_id, given)
         if entry.undone:
             raise SandboxError(
                 f"Call {entry.call_id} was undone; bring it back with 'sandbox redo {run.run_id}' instead."
             )
-        chosen[entry.call_id] = entry
-    return sorted(chosen.values(), key=lambda e: e.seq)
+    chosen = select.expand(state, run.run_id, calls, resolve_call)
+    return [state.calls[c] for c in chosen if state.calls[c].commit and not state.calls[c].undone]
 
 
-def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> dict[str, list[Step]]:
+def _chains(run: Run, selected: list[LedgerEntry], only: Pathspec | None) -> dict[str, list[Step]]:
     chains: dict[str, list[Step]] = {}
     for entry in selected:
         for change in entry.files:
@@ -264,21 +279,26 @@ def _chains(run: Run, selected: list[LedgerEntry], only: list[str] | None) -> di
             before = journal.entry_state(change.before_mode, change.before_hash)
             after = journal.entry_state(change.after_mode, change.after_hash)
             chains.setdefault(change.path, []).append(Step(entry.call_id, before, after))
-    if only:
-        wanted = [paths.normalize(p) for p in only]
-        for w in wanted:
-            if not any(p == w or p.startswith(w + "/") for p in chains):
-                raise SandboxError(f"The selected changes of run {run.run_id} do not touch {w!r}; see 'sandbox diff'.")
-        chains = {p: s for p, s in chains.items() if any(p == w or p.startswith(w + "/") for w in wanted)}
+    if only is not None:
+        select.check_matched(only, chains, run.run_id)
+        chains = {p: s for p, s in chains.items() if only.matches(p)}
     return chains
+
+
+def as_pathspec(given: Pathspec | list[str] | None) -> Pathspec | None:
+    """A :class:`Pathspec` from one, from a list of pathspec strings (from the top), or None."""
+    if given is None or isinstance(given, Pathspec):
+        return given or None
+    return select.pathspec(given)
 
 
 def plan(
     run: Run,
     calls: list[str] | None = None,
-    paths: list[str] | None = None,
+    paths: Pathspec | list[str] | None = None,
     three_way: bool = False,
     state: LedgerState | None = None,
+    with_deps: bool = False,
 ) -> ApplyPlan:
     """Decide, path by path, what applying the run (or some calls, or some paths) would do.
 
@@ -289,10 +309,14 @@ def plan(
     state = state or run.state()
     target = run.user_workdir
     selected = _select(run, state, calls)
-    chains = _chains(run, selected, paths)
+    spec = as_pathspec(paths)
+    if with_deps and calls:
+        selected = select.with_dependencies(run, state, selected, spec)
+    chains = _chains(run, selected, spec)
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
     if not chains:
-        raise NothingToApplyError(f"Run {run.run_id} has no recorded file changes to apply.")
+        what = "selected changes" if calls or paths else "recorded file changes"
+        raise NothingToApplyError(f"Run {run.run_id} has no {what} to apply.")
     user_paths = state.data.user_paths
     # The user's files are compared as `git add` would store them (sandbox.store.convert).
     conv = convert.for_tree(target)
@@ -302,6 +326,8 @@ def plan(
         planned = PlannedPath(path, chains[path], probes[path])
         _decide(planned, user_paths.get(path))
         result.paths.append(planned)
+    if any(p.action == "conflict" for p in result.paths):
+        select.explain_dependencies(run, state, selected, result.paths)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
@@ -316,7 +342,7 @@ def plan(
         if all(
             f.path in planned_paths
             or run.is_private(f.path)
-            or (f.path in user_paths and entry.call_id in user_paths[f.path].calls)
+            or entry.call_id in select.carried(state, f.path)  # whole: a partial apply is not carried
             for f in entry.files
         ):
             result.fully_applied.append(entry.call_id)
@@ -364,7 +390,7 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
     if user.kind == "unreadable":
         where = f" ({user.blocker!r})" if user.blocker else ""
         p.reason = f"it cannot be read in your tree{where}: {user.unreadable}"
-        p.hint = "make it readable (chmod u+r), or leave this path out (--path)"
+        p.hint = "make it readable (chmod u+r), or leave this path out (--exclude PATH)"
         p.obstacle = True
         return
     if user.kind == "excluded":
@@ -375,7 +401,7 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
         p.reason = "it is outside your sparse checkout (not checked out, not deleted)"
         p.hint = (
             "add its directory to your checkout ('git sparse-checkout add DIR') and apply again, "
-            "or leave it out (--path)"
+            "or leave it out (--exclude PATH)"
         )
         return
     if not user.known:
@@ -396,6 +422,18 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
     if prior is not None and prior_target == p.agent:
         p.action, p.reason = "skip", "applied earlier; your later changes to it are kept"
         return
+    partial = partial_of(prior)
+    if partial is not None and written == user.state:
+        broken = any(steps[j].after != steps[j + 1].before for j in range(len(steps) - 1))
+        if journal.entry_state(partial.base_mode, partial.base_oid) == steps[0].before and not broken:
+            # Only some hunks were taken before: the rest is written on top of what the sandbox wrote.
+            p.action, p.write, p.partial_from = "write", p.agent, partial
+            kept = [c for c in prior_calls if c not in partial.calls]
+            p.record = state_record(p.agent, p.agent, kept + [c for c in p.calls if c not in kept])
+            return
+        p.reason = f"only some hunks of {', '.join(partial.calls)} were taken into it (apply --hunks)"
+        p.hint = "take the rest of them first (apply those calls), or undo that apply ('sandbox undo')"
+        return
     for i in range(len(steps) - 1, -1, -1):
         if not journal.matches(user, steps[i].before):
             continue
@@ -413,13 +451,13 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
         p.hint = "select those calls too (--call), or apply the whole run"
     elif user.kind == "dir":
         p.reason = "it is a directory in your tree"
-        p.hint = "move the directory away to take the agent's version, or leave this path out (--path)"
+        p.hint = "move the directory away to take the agent's version, or leave this path out (--exclude PATH)"
     elif user.entry is None:
         p.reason = "you deleted it; the agent changed it"
-        p.hint = "restore your file to take the agent's change, or leave this path out (--path)"
+        p.hint = "restore your file to take the agent's change, or leave this path out (--exclude PATH)"
     else:
         p.reason = "your file differs from the version the agent started from"
-        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--path)"
+        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--exclude PATH)"
 
 
 def _is_text(data: bytes) -> bool:
@@ -621,12 +659,14 @@ def _roll_back_failed(
 def apply(
     run: Run,
     calls: list[str] | None = None,
-    paths: list[str] | None = None,
+    paths: Pathspec | list[str] | None = None,
     *,
     dry_run: bool = False,
     three_way: bool = False,
     allow_moved_head: bool = False,
     lock_timeout: float = 30.0,
+    with_deps: bool = False,
+    choice: hunks.Choice | None = None,
 ) -> ApplyReport:
     """Apply the run's changes (all, or some calls or paths) to the user's working tree.
 
@@ -648,16 +688,18 @@ def apply(
             )
         state = run.state()
         try:
-            result = plan(run, calls, paths, three_way=three_way, state=state)
+            result = plan(run, calls, paths, three_way=three_way, state=state, with_deps=with_deps)
         except OSError as exc:
             raise journal.WriteFailedError(
                 f"The apply of run {run.run_id} failed while planning ({journal.describe(exc)}); nothing was "
                 f"written. {_remedy(exc)}, then run 'sandbox apply {run.run_id}' again."
             ) from exc
         result.head_moved = moved
-        report = result.report(dry_run)
         if result.conflicts:
-            refuse(result.conflicts, report)
+            refuse(result.conflicts, result.report(dry_run))
+        if choice is not None:
+            hunks.restrict(run.repo, result, choice)
+        report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths = state.data.user_paths
         changed = [p for p in result.paths if p.record is not None and p.record != user_paths.get(p.path)]
@@ -698,15 +740,18 @@ def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:
     if read_only:
         shown = ", ".join(read_only[:5]) + (" ..." if len(read_only) > 5 else "")
         raise ReadOnlyTargetError(
-            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--path). "
+            f"Read-only in your tree: {shown}; make them writable (chmod u+w) or leave them out (--exclude PATH). "
             "Nothing was written.",
             report,
         )
     first = conflicts[0]
-    raise ApplyConflict(
-        f"{len(conflicts)} path(s) conflict with your changes ({first.path}: {first.reason}); nothing was written.",
-        report,
-    )
+    if all(p.waits for p in conflicts):
+        what = "need calls that are not selected"
+    elif any(p.waits for p in conflicts):
+        what = "conflict with your changes or need calls that are not selected"
+    else:
+        what = "conflict with your changes"
+    raise ApplyConflict(f"{len(conflicts)} path(s) {what} ({first.path}: {first.reason}); nothing was written.", report)
 
 
 def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0) -> ApplyReport | None:

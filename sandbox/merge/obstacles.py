@@ -53,13 +53,13 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
         refuse(
             p,
             f"{p.user.blocker!r} is a symlink in your tree; the sandbox never writes through one",
-            "replace the symlink with a real directory, or leave this path out (--path)",
+            "replace the symlink with a real directory, or leave this path out (--exclude PATH)",
         )
     elif p.user.kind == "blocked" and p.user.blocker is not None and not _removed(by_path, p.user.blocker):
         refuse(
             p,
             f"{p.user.blocker!r} is a file in your tree, where the agent has a directory",
-            "move that file away, or leave this path out (--path)",
+            "move that file away, or leave this path out (--exclude PATH)",
         )
     elif p.user.kind == "dir":
         full = os.path.join(root, p.path)
@@ -71,7 +71,7 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
                     refuse(
                         p,
                         f"it is a directory in your tree holding files the agent did not remove ({rel!r})",
-                        "move the directory away, or leave this path out (--path)",
+                        "move the directory away, or leave this path out (--exclude PATH)",
                     )
                     return
             if not real_dirs and not filenames:
@@ -81,7 +81,7 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
                 refuse(
                     p,
                     f"it is {what} in your tree, where the agent has a file",
-                    "remove or move the directory away, or leave this path out (--path)",
+                    "remove or move the directory away, or leave this path out (--exclude PATH)",
                 )
                 return
 
@@ -100,11 +100,11 @@ def check_access(root: str, writes: list[PlannedPath]) -> None:
             refuse(
                 p,
                 f"it cannot be read in your tree{where}: {p.user.unreadable}",
-                "make it readable (chmod u+r), or leave this path out (--path)",
+                "make it readable (chmod u+r), or leave this path out (--exclude PATH)",
             )
             continue
         if p.user.kind == "file" and not _writable(os.lstat(full), full):
-            refuse(p, "it is read-only in your tree", "make it writable (chmod u+w), or leave it out (--path)")
+            refuse(p, "it is read-only in your tree", "make it writable (chmod u+w), or leave it out (--exclude PATH)")
             continue
         # The nearest directory that exists (a file in the way is removed by the plan itself).
         directory = os.path.dirname(full)
@@ -118,7 +118,7 @@ def check_access(root: str, writes: list[PlannedPath]) -> None:
             refuse(
                 p,
                 f"its directory {rel + '/'!r} is read-only in your tree",
-                "make the directory writable (chmod u+w), or leave this path out (--path)",
+                "make the directory writable (chmod u+w), or leave this path out (--exclude PATH)",
             )
 
 
@@ -200,5 +200,6 @@ def check_sparse(workdir: str, gitdir: str, planned: list[PlannedPath]) -> None:
             refuse(
                 p,
                 "it is outside your sparse checkout (git sparse-checkout excludes it)",
-                "add its directory to your sparse checkout (git sparse-checkout add DIR), or leave it out (--path)",
+                "add its directory to your sparse checkout (git sparse-checkout add DIR), "
+                "or leave it out (--exclude PATH)",
             )

@@ -1,42 +1,79 @@
-"""Previewing a run's patch: the whole run against its base, or one call against its parent.
+"""Previewing a run's patch: the whole run against its base, one call against its parent, or any
+selection of calls (several ``--call``, ranges) as the chain of their recorded changes.
 
-Text diffs come from ``git diff`` (run on the repository's git dir, no working tree involved):
-it is the format users read every day, with color, rename-free exact paths (including names that
-are not UTF-8, which pygit2's patch text cannot carry), and binary files named, not dumped.
+Text diffs come from ``git diff`` (one process, on the repository's git dir, no working tree
+involved): it is the format users read every day, with color and exact paths (including names that
+are not UTF-8). The JSON records (``diff --json``) are built in-process with pygit2 from one tree
+diff, with no git process at all, and carry the stable hunk ids ``apply --hunks-from`` takes
+(:mod:`sandbox.merge.hunks`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pygit2
 
 from sandbox.errors import SandboxError
+from sandbox.merge import hunks, select
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.gitcli import git
+from sandbox.store.pathspec import Pathspec
+
+if TYPE_CHECKING:
+    from sandbox.store.journal import State
 
 
 @dataclass
 class Range:
-    """The two commits a preview compares."""
+    """The two trees (or commits) a preview compares."""
 
     old: str
     new: str
     call_id: str | None = None
+    calls: list[str] | None = None
 
 
-def preview_range(run: Run, call_id: str | None = None) -> Range:
-    """The commits to compare: base..head for the run, parent..commit for one call."""
-    if call_id is None:
+def preview_range(run: Run, call_id: str | None = None, calls: list[str] | None = None) -> Range:
+    """What to compare: base..head for the run, parent..commit for one call, or the chains of the
+    changes of several calls (each path from its state before the first selected call that changed
+    it to its state after the last one)."""
+    names = list(calls or ([call_id] if call_id else []))
+    if not names:
         return Range(run.base, run.head())
-    entry = run.entry(call_id)
-    if not entry.commit or not entry.parent_commit:
-        raise SandboxError(f"Call {call_id} ({entry.tool_name}, {entry.status.value}) changed no files.")
-    return Range(entry.parent_commit, entry.commit, call_id)
+    state = run.state()
+    chosen = select.expand(state, run.run_id, names)
+    if len(names) == 1 and ".." not in names[0]:
+        entry = state.calls[chosen[0]]
+        if not entry.commit or not entry.parent_commit:
+            raise SandboxError(f"Call {entry.call_id} ({entry.tool_name}, {entry.status.value}) changed no files.")
+        return Range(entry.parent_commit, entry.commit, entry.call_id, chosen)
+    from sandbox.store import journal  # only here: `diff` of the whole run or one call loads no journal code
+
+    first: dict[str, State] = {}
+    last: dict[str, State] = {}
+    for call in chosen:
+        entry = state.calls[call]
+        if not entry.commit or entry.undone:
+            continue
+        for f in entry.files:
+            first.setdefault(f.path, journal.entry_state(f.before_mode, f.before_hash))
+            last[f.path] = journal.entry_state(f.after_mode, f.after_hash)
+    if not last:
+        raise SandboxError(f"The selected calls of run {run.run_id} changed no files.")
+    repo = run.repo
+    base = objects.commit_tree(repo, run.base)
+    with objects.git_writes():
+        old = objects.edit_tree(repo, base, first)
+        new = objects.edit_tree(repo, base, last)
+    return Range(old, new, None, chosen)
 
 
-def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False) -> str:
-    """A git-style unified diff (or ``--stat``) between the range's commits."""
+def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False, spec: Pathspec | None = None) -> str:
+    """A git-style unified diff (or ``--stat``) between the range's trees, limited to ``spec``."""
     args = [
         "diff",
         "--no-ext-diff",
@@ -46,11 +83,19 @@ def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False) -> 
     ]
     if stat:
         args.append("--stat")
+    if spec is not None and spec.positive:
+        # As git refuses a pathspec that matches no file, so does diff (in-process, O(changed paths)).
+        repo = run.repo
+        changed = [c.path for c in objects.diff_trees(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))]
+        select.check_matched(spec, [p for p in changed if not run.is_private(p)], run.run_id)
     args += [rng.old, rng.new, "--"]
-    owned = _owned(run)
-    if owned:
-        # The sandbox's own files are never part of the agent's patch (see sandbox.run.include).
-        args += [":(top)", *(":(exclude,literal,top)" + p for p in owned)]
+    items = spec.items if spec is not None else []
+    positive = [i.to_git() for i in items if not i.exclude]
+    negative = [i.to_git() for i in items if i.exclude]
+    # The sandbox's own files are never part of the agent's patch (see sandbox.run.include).
+    owned = [":(exclude,literal,top)" + p for p in _owned(run)]
+    if positive or negative or owned:
+        args += [*(positive or [":(top)"]), *negative, *owned]
     return git(args, cwd=run.project.common_dir).stdout.decode(errors="surrogateescape")
 
 
@@ -60,33 +105,47 @@ def _owned(run: Run) -> list[str]:
     return private_paths(run.dir)
 
 
-def diff_files(run: Run, rng: Range) -> list[dict[str, Any]]:
-    """Per-file records of the range: path, status, blob ids, modes, binary flag and patch text."""
+def _tree_of(repo: pygit2.Repository, oid: str) -> str | None:
+    obj = repo.get(oid)
+    if isinstance(obj, pygit2.Commit):
+        return str(obj.tree_id)
+    return oid
+
+
+def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[dict[str, Any]]:
+    """Per-file records of the range: path, status, blob ids, modes, binary flag, patch text, and the
+    file's and its hunks' stable ids (see :mod:`sandbox.merge.hunks`). In-process: no git process."""
     repo = run.repo
-    old_tree = objects.commit_tree(repo, rng.old)
-    new_tree = objects.commit_tree(repo, rng.new)
+    old_tree = _tree_of(repo, rng.old)
+    new_tree = _tree_of(repo, rng.new)
+    changes = [
+        c
+        for c in objects.diff_trees(repo, old_tree, new_tree)
+        if not run.is_private(c.path) and (spec is None or spec.matches(c.path))
+    ]
+    if spec is not None:
+        select.check_matched(spec, [c.path for c in changes], run.run_id)
+    texts: dict[str, bytes] = {}
+    binary: set[str] = set()
+    if changes:
+        # One libgit2 tree diff for the patch texts (libgit2 skips identical subtrees, as git does).
+        diff = repo.diff(old_tree or objects.EMPTY_TREE_HEX, new_tree or objects.EMPTY_TREE_HEX)
+        wanted = {c.path for c in changes}
+        for patch in diff:
+            if patch is None:
+                continue
+            delta = patch.delta
+            path = os.fsdecode(delta.new_file.raw_path or delta.old_file.raw_path)
+            if path in wanted:
+                texts[path] = texts.get(path, b"") + patch.data
+                if delta.is_binary:
+                    binary.add(path)
     out = []
-    for change in objects.diff_trees(repo, old_tree, new_tree):
-        if run.is_private(change.path):
-            continue
+    for change in changes:
         status = "added" if change.old is None else "deleted" if change.new is None else "modified"
         if change.old and change.new and change.old.oid == change.new.oid:
             status = "mode"
-        proc = git(
-            [
-                "diff",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-renames",
-                "--color=never",
-                rng.old,
-                rng.new,
-                "--",
-                ":(literal)" + change.path,
-            ],
-            cwd=run.project.common_dir,
-        )
-        text = proc.stdout.decode(errors="replace")
+        fh = hunks.file_hunks(repo, change.path, change.old, change.new)
         out.append(
             {
                 "path": change.path,
@@ -95,8 +154,18 @@ def diff_files(run: Run, rng: Range) -> list[dict[str, Any]]:
                 "after_hash": change.new.oid if change.new else None,
                 "before_mode": f"{change.old.mode:06o}" if change.old else None,
                 "after_mode": f"{change.new.mode:06o}" if change.new else None,
-                "binary": "Binary files " in text and "\n@@" not in text,
-                "patch": text,
+                "binary": change.path in binary,
+                "patch": texts.get(change.path, b"").decode(errors="replace"),
+                "id": fh.id,
+                "hunks": [
+                    {
+                        "id": h.id,
+                        "header": h.header,
+                        "text": hunks.hunk_text(h).decode(errors="replace"),
+                        "changes": [{"id": c.id, "header": c.header} for c in h.changes],
+                    }
+                    for h in fh.hunks
+                ],
             }
         )
     return out

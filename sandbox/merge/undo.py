@@ -30,6 +30,7 @@ from sandbox.models import (
     EventKind,
     LedgerEntry,
     LedgerState,
+    PartialApply,
     PathRecordUpdate,
     UndoReport,
     UserPathRecord,
@@ -90,12 +91,20 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for item in reversed(state.data.undo_stack):
         entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
-            return _move(run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed)
+            return _move(
+                run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed, partial=item.partial
+            )
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
 
 
 def _move(
-    run: Run, entry: LedgerEntry, op: str, target: str, lock_timeout: float, only: list[str] | None = None
+    run: Run,
+    entry: LedgerEntry,
+    op: str,
+    target: str,
+    lock_timeout: float,
+    only: list[str] | None = None,
+    partial: list[PathRecordUpdate] | None = None,
 ) -> UndoReport:
     root = run.user_workdir if target == "user" else run.worktree
     with journal.tree_lock(run.project, root, lock_timeout), run.lock(lock_timeout):
@@ -105,7 +114,7 @@ def _move(
         try:
             if target == "user":
                 mergeback.check_in_progress(root)
-                return _move_user(run, state, entry, op, root, only)
+                return _move_user(run, state, entry, op, root, only, partial or [])
             return _move_sandbox(run, state, entry, op, root)
         except (OSError, pygit2.GitError) as exc:
             # Writes to the tree turn their own errors into WriteFailedError (mergeback.execute):
@@ -186,14 +195,38 @@ def _journal(
 
 
 def _move_user(
-    run: Run, state: LedgerState, entry: LedgerEntry, op: str, root: str, only: list[str] | None
+    run: Run,
+    state: LedgerState,
+    entry: LedgerEntry,
+    op: str,
+    root: str,
+    only: list[str] | None,
+    undone_partial: list[PathRecordUpdate],
 ) -> UndoReport:
+    """Undo or redo ``entry`` in the user's tree; ``undone_partial``: for a redo, the records of the
+    partly applied paths (``apply --hunks``) its undo took back, which the redo writes again."""
     user_paths = state.data.user_paths
     states = _states(entry, op)
+    partial: dict[str, PartialApply] = {}
+    again: dict[str, PathRecordUpdate] = {}
     if op == "undo":
         chosen = carried(state, entry)
+        for path in chosen:
+            taken = mergeback.partial_of(user_paths.get(path))
+            if taken is not None and entry.call_id in taken.calls:
+                # Only some hunks were taken: exactly those go back out, for all the calls they came from.
+                partial[path] = taken
+                record = user_paths[path]
+                wrote = journal.entry_state(record.mode, record.oid)
+                states[path] = (wrote, journal.entry_state(taken.base_mode, taken.base_oid))
     else:
         chosen = [p for p in (only if only is not None else list(states)) if p in states]
+        for update in undone_partial:
+            taken = update.partial
+            assert taken is not None
+            again[update.path] = update
+            wrote = journal.entry_state(update.mode, update.oid)
+            states[update.path] = (journal.entry_state(taken.base_mode, taken.base_oid), wrote)
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
     planned = mergeback.plan_moves(root, moves, user_tree=True)
     for p in planned:
@@ -204,7 +237,11 @@ def _move_user(
     writes = [p for p in planned if p.action == "write"]
     records = []
     for p in planned:
-        calls = [c for c in (user_paths.get(p.path) or UserPathRecord()).calls if c != entry.call_id]
+        if p.path in again:
+            records.append(again[p.path].to_data())  # the partial apply exactly as it was before the undo
+            continue
+        gone = set(partial[p.path].calls) if p.path in partial else {entry.call_id}
+        calls = [c for c in (user_paths.get(p.path) or UserPathRecord()).calls if c not in gone]
         if op == "redo":
             calls.append(entry.call_id)
         dst = p.steps[0].after
@@ -215,6 +252,9 @@ def _move_user(
         data={
             "target": "user",
             "changed": [p.path for p in planned],
+            # Records of the partly applied paths taken back, so that a redo writes them again.
+            "partial": [u.to_data() for u in mergeback.prior_records(user_paths, sorted(partial))],
+            "partly": bool(again),
             "paths": records,
             "prior": [u.to_data() for u in mergeback.prior_records(user_paths, [p.path for p in planned])],
         },
@@ -230,7 +270,11 @@ def _move_user(
         calls=[entry.call_id],
         **_written(op, written),
         skipped=[p.path for p in planned if p.path not in written],
-        reasons={p.path: p.reason for p in planned if p.action == "skip"},
+        reasons={
+            **{p.path: p.reason for p in planned if p.action == "skip"},
+            **{path: f"only the hunks taken with --hunks, of {', '.join(t.calls)}" for path, t in partial.items()},
+            **{path: "the hunks taken with --hunks again" for path in again},
+        },
     )
 
 

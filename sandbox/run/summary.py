@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sandbox.errors import SandboxError
+from sandbox.models import LedgerState
 from sandbox.run.run import Run
 from sandbox.store import worktree
 from sandbox.store.integrity import LedgerDamagedError
@@ -51,6 +52,7 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         "by_status": counts,
         "changed_paths": len(run.changed_paths()),
         "unapplied_calls": len(run.unapplied_calls()),
+        "partly_applied_calls": _partly_applied(state),
         "epoch": state.epoch,
         # Where it came from: the machine it was started on, and the remote this clone fetched it from.
         "made_on": info.host,
@@ -66,6 +68,15 @@ def _fetched(run: Run) -> dict[str, Any] | None:
 
     found = fetched_from(run.project, run.run_id)
     return found.model_dump(mode="json") if found is not None else None
+
+
+def _partly_applied(state: LedgerState) -> list[str]:
+    """Calls of which only some hunks were applied (``apply --hunks``; see sandbox.merge.select)."""
+    out: set[str] = set()
+    for record in state.data.user_paths.values():
+        if record.partial is not None:
+            out.update(c for c in record.partial.calls if c in state.calls and not state.calls[c].undone)
+    return [c for c in state.order if c in out]
 
 
 def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:

@@ -1,0 +1,432 @@
+"""Hunks: taking part of the agent's change to a file.
+
+The diff of one path is computed in-process by libgit2 (pygit2) between the state the apply starts
+from (the first selected call's before-state) and the agent's state, twice: with three lines of
+context, as ``git diff`` shows it (a *hunk*), and with none (a *change*: one run of removed and
+added lines; a hunk holds one or more, and splitting a hunk shows them one by one).
+
+**Hunk ids** are stable: ``sha256(path NUL header NUL removed lines NUL added lines)``, cut to 16 hex
+digits, where ``header`` is the ``@@ -a,b +c,d @@`` line of the hunk (or of the change) in that
+diff. The same selection of calls and paths therefore gives the same ids in ``sandbox diff --json``
+and in ``sandbox apply --hunks-from``, before and after some of them were taken. A file whose change
+is not a text edit (added, deleted, binary, a symlink, a mode change) is one unit; its id (``file``)
+is the hash of the path and both states, and naming it takes the whole file, as naming every hunk does.
+
+Taking a subset writes ``base + chosen changes`` (a new blob); the apply records it as a
+:class:`~sandbox.models.PartialApply` so that ``status``/``log`` say "partly applied", a later
+apply can take the rest, and ``undo`` puts back exactly the base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from sandbox.errors import SandboxError, UsageError
+from sandbox.models import HunkTaken, PartialApply
+from sandbox.store import objects
+from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
+
+if TYPE_CHECKING:
+    from sandbox.merge.mergeback import ApplyPlan, PlannedPath
+    from sandbox.store.journal import State
+
+CONTEXT = 3
+BINARY_SNIFF = 8000
+NO_NEWLINE = b"\\ No newline at end of file\n"
+
+
+class HunkSelectionError(SandboxError):
+    """The hunks named for an apply do not exist (any more) or an edited hunk does not apply."""
+
+
+@dataclass
+class Change:
+    """One run of removed and added lines (a zero-context hunk): old lines ``[start, start+count)``."""
+
+    id: str
+    header: str
+    start: int
+    count: int
+    new: list[bytes]
+    #: 0-based index of the first added line in the agent's file.
+    new_start: int = 0
+
+
+@dataclass
+class Hunk:
+    """A hunk with context, as ``git diff`` shows it, and the changes it is made of."""
+
+    id: str
+    header: str
+    start: int
+    count: int
+    lines: list[tuple[str, bytes]]
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class FileHunks:
+    """The hunks of one path between ``before`` and ``after`` (``text`` False: one whole-file unit)."""
+
+    path: str
+    before: State
+    after: State
+    id: str
+    text: bool
+    old: list[bytes] = field(default_factory=list)
+    hunks: list[Hunk] = field(default_factory=list)
+    #: Ids taken by an earlier partial apply of this path (not offered again).
+    taken: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[Change]:
+        """Every change of the file, in order."""
+        return [c for h in self.hunks for c in h.changes]
+
+    def all_ids(self) -> set[str]:
+        """Every id that names something in this file."""
+        return {self.id} | {h.id for h in self.hunks} | {c.id for c in self.changes}
+
+
+@dataclass
+class Choice:
+    """What to take: hunk, change or file ids, and edited hunks (hunk id -> the edited hunk's lines)."""
+
+    ids: set[str] = field(default_factory=set)
+    edits: dict[str, list[bytes]] = field(default_factory=dict)
+
+
+@dataclass
+class Taken:
+    """What a choice takes from one file: the new blob's lines (None: the whole agent state)."""
+
+    ids: list[str]
+    headers: list[str]
+    edited: bool
+    whole: bool
+    content: bytes | None = None
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them."""
+    out: list[bytes] = []
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            break
+        out.append(data[start : end + 1])
+        start = end + 1
+    if start < len(data):
+        out.append(data[start:])
+    return out
+
+
+def hunk_id(path: str, header: str, old: list[bytes], new: list[bytes]) -> str:
+    """The stable id of a hunk or change (see the module docstring)."""
+    digest = hashlib.sha256()
+    for part in (os.fsencode(path), header.encode(), b"".join(old), b"".join(new)):
+        digest.update(part)
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _is_text(data: bytes) -> bool:
+    return b"\0" not in data[:BINARY_SNIFF]
+
+
+def _header(start: int, count: int, new_start: int, new_count: int) -> str:
+    """The ``@@`` line as git writes it (a count of 1 is left out)."""
+
+    def side(begin: int, n: int) -> str:
+        return str(begin) if n == 1 else f"{begin},{n}"
+
+    return f"@@ -{side(start, count)} +{side(new_start, new_count)} @@"
+
+
+def _span(start: int, count: int) -> int:
+    """0-based index of a hunk side's first line (git numbers an empty side by the line before it)."""
+    return start if count == 0 else start - 1
+
+
+def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) -> FileHunks:
+    """The hunks and changes of ``path`` from ``before`` to ``after`` (blobs in ``repo``)."""
+    whole_id = hunk_id(
+        path,
+        "file",
+        [f"{before.mode:o} {before.oid}".encode() if before else b"absent"],
+        [f"{after.mode:o} {after.oid}".encode() if after else b"absent"],
+    )
+    regular = (MODE_FILE, MODE_EXEC)
+    if before is None or after is None or before.mode != after.mode or before.mode not in regular:
+        return FileHunks(path, before, after, whole_id, text=False)
+    old_data = objects.read_blob(repo, before.oid)
+    new_data = objects.read_blob(repo, after.oid)
+    if not (_is_text(old_data) and _is_text(new_data)):
+        return FileHunks(path, before, after, whole_id, text=False)
+    old, new = split_lines(old_data), split_lines(new_data)
+    result = FileHunks(path, before, after, whole_id, text=True, old=old)
+    changes = []
+    for h in pygit2.Patch.create_from(old_data, new_data, context_lines=0).hunks:
+        start, new_start = _span(h.old_start, h.old_lines), _span(h.new_start, h.new_lines)
+        removed, added = old[start : start + h.old_lines], new[new_start : new_start + h.new_lines]
+        header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
+        changes.append(Change(hunk_id(path, header, removed, added), header, start, h.old_lines, added, new_start))
+    for h in pygit2.Patch.create_from(old_data, new_data, context_lines=CONTEXT).hunks:
+        start = _span(h.old_start, h.old_lines)
+        header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
+        lines = [(line.origin, line.raw_content) for line in h.lines if line.origin in " +-"]
+        removed = [c for o, c in lines if o in " -"]
+        added = [c for o, c in lines if o in " +"]
+        hunk = Hunk(hunk_id(path, header, removed, added), header, start, h.old_lines, lines)
+        end = start + h.old_lines
+        hunk.changes = [c for c in changes if start <= c.start and c.start + c.count <= end]
+        result.hunks.append(hunk)
+    placed = {c.id for h in result.hunks for c in h.changes}
+    if len(placed) != len(changes):  # never seen; refuse rather than take a change twice or not at all
+        raise HunkSelectionError(f"The hunks of {path!r} could not be split into changes; apply it whole.")
+    return result
+
+
+def hunk_text(h: Hunk) -> bytes:
+    """A hunk as ``git diff`` prints it (header and lines, with "no newline" markers)."""
+    out = [h.header.encode() + b"\n"]
+    for origin, content in h.lines:
+        out.append(origin.encode() + content)
+        if not content.endswith(b"\n"):
+            out.append(b"\n" + NO_NEWLINE)
+    return b"".join(out)
+
+
+def change_hunk(fh: FileHunks, change: Change) -> Hunk:
+    """One change of a split hunk shown as a hunk of its own (with context around it)."""
+    begin = max(0, change.start - CONTEXT)
+    end = min(len(fh.old), change.start + change.count + CONTEXT)
+    lines = [(" ", line) for line in fh.old[begin : change.start]]
+    lines += [("-", line) for line in fh.old[change.start : change.start + change.count]]
+    lines += [("+", line) for line in change.new]
+    lines += [(" ", line) for line in fh.old[change.start + change.count : end]]
+    old_count = end - begin
+    new_count = old_count - change.count + len(change.new)
+    new_begin = change.new_start - (change.start - begin)
+    header = _header(begin + (1 if old_count else 0), old_count, new_begin + (1 if new_count else 0), new_count)
+    return Hunk(change.id, header, begin, old_count, lines, [change])
+
+
+def parse_edit(original: Hunk, edited: bytes) -> list[bytes]:
+    """The new side of an edited hunk; its old side must still be the hunk's (as ``git add -p`` checks).
+
+    Lines starting with ``#`` are comments; ``' '`` and ``'-'`` lines are the old side, ``' '`` and
+    ``'+'`` lines the new side; ``\\ No newline at end of file`` strips the line before it.
+    """
+    old: list[bytes] = []
+    new: list[bytes] = []
+    last: list[list[bytes]] = []
+    for raw in split_lines(edited):
+        line = raw if raw.endswith(b"\n") else raw + b"\n"
+        if line.startswith(b"#") or line.startswith(b"@@"):
+            continue
+        if line.startswith(b"\\"):
+            for side in last:
+                if side:
+                    side[-1] = side[-1][:-1] if side[-1].endswith(b"\n") else side[-1]
+            continue
+        mark, content = line[:1], line[1:]
+        if line == b"\n":
+            mark, content = b" ", b"\n"  # an editor may strip the blank of an empty context line
+        if mark == b" ":
+            old.append(content)
+            new.append(content)
+            last = [old, new]
+        elif mark == b"-":
+            old.append(content)
+            last = [old]
+        elif mark == b"+":
+            new.append(content)
+            last = [new]
+        else:
+            raise HunkSelectionError(
+                f"The edited hunk has a line starting with {mark.decode(errors='replace')!r}; "
+                "each line must start with ' ', '-' or '+'."
+            )
+    expected = [c for o, c in original.lines if o in " -"]
+    if old != expected:
+        raise HunkSelectionError(
+            "The edited hunk does not apply: its context and '-' lines must stay as they were; nothing was taken "
+            "from it."
+        )
+    return new
+
+
+def assemble(old: list[bytes], replacements: list[tuple[int, int, list[bytes]]]) -> bytes:
+    """``old`` with each ``(start, count, new lines)`` replacement made (they must not overlap)."""
+    out: list[bytes] = []
+    at = 0
+    for start, count, new in sorted(replacements, key=lambda r: (r[0], r[1])):
+        if start < at:
+            raise HunkSelectionError("Two of the chosen hunks overlap (an edited hunk and a part of it); choose one.")
+        out.extend(old[at:start])
+        out.extend(new)
+        at = start + count
+    out.extend(old[at:])
+    return b"".join(out)
+
+
+def take(fh: FileHunks, choice: Choice) -> Taken | None:
+    """What ``choice`` (plus what was taken before, ``fh.taken``) takes from ``fh``; None: nothing."""
+    ids = choice.ids | set(fh.taken)
+    if not fh.text:
+        if ids & fh.all_ids():
+            return Taken([fh.id], ["file"], edited=False, whole=True)
+        return None
+    if fh.id in ids:
+        return Taken([fh.id], ["file"], edited=False, whole=True)
+    replacements: list[tuple[int, int, list[bytes]]] = []
+    taken_ids: list[str] = []
+    headers: list[str] = []
+    edited = False
+    chosen_changes: set[str] = set()
+    for hunk in fh.hunks:
+        if hunk.id in choice.edits:
+            new = parse_edit(hunk, b"".join(choice.edits[hunk.id]))
+            replacements.append((hunk.start, hunk.count, new))
+            taken_ids.append(hunk.id)
+            headers.append(hunk.header)
+            edited = True
+            continue
+        for change in hunk.changes:
+            if change.id in choice.edits:  # a part of a split hunk, edited
+                part = change_hunk(fh, change)
+                replacements.append((part.start, part.count, parse_edit(part, b"".join(choice.edits[change.id]))))
+                taken_ids.append(change.id)
+                headers.append(change.header)
+                edited = True
+            elif hunk.id in ids or change.id in ids:
+                replacements.append((change.start, change.count, change.new))
+                taken_ids.append(change.id)
+                headers.append(change.header)
+                chosen_changes.add(change.id)
+    if not replacements:
+        return None
+    if not edited and chosen_changes == {c.id for c in fh.changes}:
+        return Taken(taken_ids, headers, edited=False, whole=True)
+    return Taken(taken_ids, headers, edited=edited, whole=False, content=assemble(fh.old, replacements))
+
+
+def write_taken(repo: pygit2.Repository, fh: FileHunks, taken: Taken) -> State:
+    """The state a partial take writes: the base's mode with the assembled content."""
+    assert fh.before is not None and taken.content is not None
+    return Entry(fh.before.mode, objects.write_blob(repo, taken.content))
+
+
+def read_ids(text: str) -> set[str]:
+    """Hunk ids from a ``--hunks-from`` file: one per line (``#`` comments), or a JSON list of ids."""
+    import json
+
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"The hunk list is not valid JSON ({exc.msg}); give one id per line.") from None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError("The hunk list must be a JSON list of id strings, or one id per line.")
+        return {v.strip() for v in value if v.strip()}
+    ids = set()
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            ids.add(line)
+    return ids
+
+
+def for_path(repo: pygit2.Repository, p: PlannedPath) -> FileHunks:
+    """The hunks a planned write offers: from the chain's start (or an earlier partial's base) to the agent."""
+    fh = file_hunks(repo, p.path, p.base, p.agent)
+    if p.partial_from is not None:
+        fh.taken = [h.id for h in p.partial_from.hunks]
+    return fh
+
+
+def offered(repo: pygit2.Repository, plan: ApplyPlan) -> list[FileHunks]:
+    """Every planned write's hunks, in path order (what ``apply --hunks`` asks about)."""
+    return [for_path(repo, p) for p in plan.writes]
+
+
+def restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
+    """Cut ``plan`` down to what ``choice`` takes: whole paths, partial paths (a new blob), or none.
+
+    Raises :class:`HunkSelectionError` for ids that name nothing this apply would write, and when
+    the rest of a file holding an edited hunk would be taken only in part.
+    """
+    with objects.batch(repo):  # the new blobs in one pack: one fsync'd write, not one per file
+        _restrict(repo, plan, choice)
+
+
+def _restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
+    known: set[str] = set()
+    left_out: set[str] = set()
+    for p in plan.writes:
+        fh = for_path(repo, p)
+        known |= fh.all_ids() | set(choice.edits)
+        taken = take(fh, choice)
+        if taken is None:
+            p.action, p.write, p.record = "skip", None, None
+            p.reason = "left out: none of its hunks was chosen"
+            left_out.add(p.path)
+            continue
+        if taken.whole:
+            continue
+        partial = p.partial_from
+        if partial is not None and partial.edited:
+            raise HunkSelectionError(
+                f"{p.path!r} holds a hunk you edited in an earlier 'apply --hunks'; take the rest of it whole "
+                "(apply without --hunks) or undo that apply first."
+            )
+        wrote = write_taken(repo, fh, taken)
+        p.write = wrote
+        assert p.record is not None and wrote is not None
+        base = fh.before
+        partial = PartialApply(
+            base_mode=base.mode if base else None,
+            base_oid=base.oid if base else None,
+            agent_mode=fh.after.mode if fh.after else None,
+            agent_oid=fh.after.oid if fh.after else None,
+            calls=p.calls,
+            hunks=[HunkTaken(id=i, header=h) for i, h in zip(taken.ids, taken.headers, strict=True)],
+            edited=taken.edited,
+        )
+        p.record = p.record.model_copy(
+            update={
+                "mode": wrote.mode,
+                "oid": wrote.oid,
+                "target_mode": wrote.mode,
+                "target_oid": wrote.oid,
+                "partial": partial,
+            }
+        )
+        p.taken = taken.ids
+        total = len(fh.changes)
+        p.reason = f"partly: {len([i for i in taken.ids if i in {c.id for c in fh.changes}])} of {total} change(s)"
+        if taken.edited:
+            p.reason += ", with an edited hunk"
+        left_out.add(p.path)
+    unknown = sorted(choice.ids - known)
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        raise HunkSelectionError(
+            f"No change this apply would write has the hunk id(s) {shown} (already applied, left out by the "
+            f"selection, or from another diff); list the ids with 'sandbox diff {plan.run_id} --json' and the "
+            "same --call and paths. Nothing was written."
+        )
+    if left_out:
+        plan.fully_applied = [c for c in plan.fully_applied if not _touches(plan, c, left_out)]
+
+
+def _touches(plan: ApplyPlan, call_id: str, paths: set[str]) -> bool:
+    return any(call_id in p.calls for p in plan.paths if p.path in paths)

@@ -1,0 +1,202 @@
+"""Selecting what to take from a run: calls (single names and ranges), paths (git pathspecs), and
+the calls a selection depends on.
+
+A *range* ``A..B`` is every call from A to B inclusive, in ledger order; ``..B`` starts at the
+first call and ``A..`` ends at the last. The ends are resolved by the one resolver of call names
+(:mod:`sandbox.run.names`: an id, ``@`` and ``@~N``, a ledger number, a unique prefix); this module
+only expands ranges (``2..@``, ``@~3..``).
+
+A selected call *depends* on an earlier call when both change a path and the earlier one is
+neither selected nor already in the user's tree for that path: the selected call's before-state
+for the path is (or builds on) the earlier call's after-state. :func:`dependencies` names them so
+that ``apply`` can say "apply it too" instead of blaming the user, and ``--with-deps`` adds them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sandbox.errors import SandboxError, UnknownCallError
+from sandbox.models import LedgerEntry, LedgerState
+from sandbox.run import names
+from sandbox.store.pathspec import Pathspec
+
+if TYPE_CHECKING:
+    from sandbox.merge.mergeback import PlannedPath
+    from sandbox.run.run import Run
+
+Resolver = Callable[[LedgerState, str, str], LedgerEntry]
+
+
+def resolve_name(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
+    """One call named as everywhere else (:func:`sandbox.run.names.find_call`: an id, ``@~N``, a
+    ledger number ``5``, a unique prefix)."""
+    return names.find_call([state.calls[c] for c in state.order], given, run_id)
+
+
+def expand(state: LedgerState, run_id: str, names: Iterable[str], resolve: Resolver = resolve_name) -> list[str]:
+    """The call ids named by ``names`` (single names and ``A..B`` ranges), in ledger order, once each.
+
+    A single name must exist; a range takes every call between its ends, inclusive (calls that
+    changed no files are simply not part of any patch).
+    """
+    chosen: set[str] = set()
+    for name in names:
+        if ".." in name and name not in state.calls:
+            first, _, last = name.partition("..")
+            lo = state.order.index(resolve(state, run_id, first).call_id) if first else 0
+            hi = state.order.index(resolve(state, run_id, last).call_id) if last else len(state.order) - 1
+            if lo > hi:
+                raise UnknownCallError(
+                    f"The call range {name!r} runs backwards (#{state.calls[state.order[lo]].seq} comes after "
+                    f"#{state.calls[state.order[hi]].seq}); write it oldest first."
+                )
+            chosen.update(state.order[lo : hi + 1])
+        else:
+            chosen.add(resolve(state, run_id, name).call_id)
+    return [c for c in state.order if c in chosen]
+
+
+def carried(state: LedgerState, path: str) -> list[str]:
+    """The calls whose change to ``path`` the sandbox wrote into the user's tree (and still stands)."""
+    record = state.data.user_paths.get(path)
+    if record is None:
+        return []
+    if record.partial is not None:
+        return [c for c in record.calls if c not in record.partial.calls]
+    return list(record.calls)
+
+
+@dataclass
+class Dependency:
+    """A call the selection needs first: ``call`` changed ``paths`` before the selected ``needed_by``."""
+
+    call: LedgerEntry
+    paths: list[str] = field(default_factory=list)
+    needed_by: list[str] = field(default_factory=list)
+
+
+def _open_calls(state: LedgerState) -> list[LedgerEntry]:
+    return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
+
+
+def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable[[str], bool]) -> list[Dependency]:
+    """The unselected calls the selection depends on for the ``relevant`` paths, transitively, oldest first."""
+    chosen = set(selected)
+    found: dict[str, Dependency] = {}
+    history: dict[str, list[LedgerEntry]] = {}
+    for entry in _open_calls(state):
+        for change in entry.files:
+            if relevant(change.path):
+                history.setdefault(change.path, []).append(entry)
+    queue = [c for c in state.order if c in chosen]
+    while queue:
+        call_id = queue.pop(0)
+        entry = state.calls[call_id]
+        for change in entry.files:
+            earlier = history.get(change.path, [])
+            position = next((i for i, e in enumerate(earlier) if e.call_id == call_id), None)
+            if not position:
+                continue
+            done = set(carried(state, change.path))
+            for prior in reversed(earlier[:position]):
+                if prior.call_id in done or prior.applied:
+                    break  # the user's tree has it; nothing older is needed for this path
+                if prior.call_id in chosen:
+                    break  # selected: its own dependencies are looked at in turn
+                dep = found.setdefault(prior.call_id, Dependency(prior))
+                if change.path not in dep.paths:
+                    dep.paths.append(change.path)
+                if call_id not in dep.needed_by:
+                    dep.needed_by.append(call_id)
+                if prior.call_id not in queue:
+                    queue.append(prior.call_id)
+                chosen.add(prior.call_id)
+                break  # the nearest one; its own predecessors are found when it is looked at
+    return sorted(found.values(), key=lambda d: d.call.seq)
+
+
+def pathspec(specs: Iterable[str], excludes: Iterable[str] = (), prefix: str = "") -> Pathspec | None:
+    """The pathspec of ``specs`` and ``--exclude`` paths given from ``prefix``; None when both are empty."""
+    spec = Pathspec(list(specs), prefix, list(excludes))
+    return spec if spec else None
+
+
+def check_matched(spec: Pathspec | None, paths: Iterable[str], run_id: str) -> None:
+    """Refuse a positive pathspec that matches none of the selected changes (as git does)."""
+    if spec is None:
+        return
+    missing = spec.unmatched(paths)
+    if missing:
+        raise SandboxError(
+            f"The selected changes of run {run_id} do not touch {', '.join(repr(m) for m in missing)}; "
+            f"see 'sandbox diff {run_id} --stat'."
+        )
+
+
+def partly_applied(state: LedgerState) -> dict[str, list[str]]:
+    """Calls of which only some hunks are in the user's tree (``apply --hunks``): call id -> paths."""
+    out: dict[str, list[str]] = {}
+    for path, record in sorted(state.data.user_paths.items()):
+        if record.partial is None:
+            continue
+        for call_id in record.partial.calls:
+            entry = state.calls.get(call_id)
+            if entry is not None and not entry.undone:
+                out.setdefault(call_id, []).append(path)
+    return out
+
+
+def exclude_arg(path: str) -> str:
+    """``path`` as an ``--exclude`` argument for the shell, valid from any directory (``:/`` is the
+    top of the tree), literal when the name holds glob characters."""
+    if any(c in path for c in "*?[\\"):
+        return shlex.quote(":(top,literal)" + path)
+    return shlex.quote(":/" + path)
+
+
+def with_dependencies(
+    run: Run, state: LedgerState, selected: list[LedgerEntry], spec: Pathspec | None
+) -> list[LedgerEntry]:
+    """``selected`` and every call it depends on for the paths ``spec`` selects, in ledger order."""
+
+    def relevant(path: str) -> bool:
+        return not run.is_private(path) and (spec is None or spec.matches(path))
+
+    deps = dependencies(state, [e.call_id for e in selected], relevant)
+    return sorted([*selected, *(d.call for d in deps)], key=lambda e: e.seq)
+
+
+def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntry], planned: list[PlannedPath]) -> None:
+    """Name the unselected calls a conflicting path needs first, instead of blaming the user.
+
+    Where the user's file is at a state before those calls (the agent's earlier, unapplied call
+    changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
+    only a file at none of those states is reported as the user's change.
+    """
+    from sandbox.store import journal  # here: `diff` imports this module and must stay light
+
+    deps = dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
+    by_path: dict[str, list[LedgerEntry]] = {}
+    for dep in deps:
+        for path in dep.paths:
+            by_path.setdefault(path, []).append(dep.call)
+    for p in planned:
+        needed = sorted(by_path.get(p.path, []), key=lambda e: e.seq)
+        if p.action != "conflict" or p.obstacle or not needed:
+            continue
+        p.needs = [e.call_id for e in needed]
+        earlier = [
+            journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
+        ]
+        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
+        flags = " ".join(f"--call {e.seq}" for e in needed)
+        one = len(needed) == 1
+        if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
+            p.reason, p.waits = f"{names} changed this file first", True
+            p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
+        else:
+            p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"

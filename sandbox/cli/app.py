@@ -16,9 +16,11 @@ from sandbox.cli.common import SandboxGroup
     default=None,
     help="Run as if started in DIR (like git -C).",
 )
+@click.option("-P", "--no-pager", "no_pager", is_flag=True, help="Do not pipe output into a pager (like git).")
+@click.option("-p", "--paginate", is_flag=True, help="Pipe output into a pager even where a command does not.")
 @click.version_option(package_name="sandbox", message="sandbox %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None) -> None:
+def cli(ctx: click.Context, directory: str | None, no_pager: bool, paginate: bool) -> None:
     """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
 
     \b
@@ -31,6 +33,8 @@ def cli(ctx: click.Context, directory: str | None) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["directory"] = directory
+    ctx.obj["no_pager"] = no_pager
+    ctx.obj["paginate"] = paginate
 
 
 cli.lazy_commands.update(COMMANDS)

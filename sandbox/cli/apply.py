@@ -34,13 +34,14 @@ def print_report(report: ApplyReport, verb: str) -> None:
     if report.head_moved:
         click.echo("Note: your HEAD moved since the run started; paths were checked against your current files.")
     if report.conflicts:
-        click.echo("Conflicts (nothing was written):")
+        from sandbox.cli.output import setup
+
+        out = setup(click.get_current_context(), page=False)
+        click.echo(out.style("Conflicts (nothing was written):", fg="red", bold=True))
         for c in report.conflicts:
-            click.echo(f"  {c.path}: {c.reason}")
-            click.echo(
-                f"    base {(c.base or 'absent')[:12]}  agent {(c.agent or 'absent')[:12]}  "
-                f"yours {(c.user or 'absent')[:12]}"
-            )
+            click.echo(f"  {out.style(c.path, fg='red')}: {c.reason}")
+            versions = (("base", c.base), ("agent", c.agent), ("yours", c.user))
+            click.echo("    " + "  ".join(f"{k} {out.style((v or 'absent')[:12], fg='yellow')}" for k, v in versions))
             click.echo(f"    what to do: {c.hint}")
     if not (report.applied or report.restored or report.skipped or report.conflicts or report.recovered):
         click.echo("Nothing to do.")

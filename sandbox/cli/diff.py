@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.output import color_option, pager_option, setup
 
 
 @click.command()
 @click.argument("run_id", required=False)
 @click.option("--call", "call_id", default=None, help="Only this call's changes.")
 @click.option("--stat", "stat_", is_flag=True, help="Summarise changed files instead of the full patch.")
-@click.option("--color/--no-color", default=None, help="Color the diff (default: when on a terminal).")
+@click.option("--no-renames", is_flag=True, help="Show a renamed file as a deletion and an addition.")
+@click.option("--conflicts", is_flag=True, help="Show base, agent and yours for each path an apply would refuse.")
+@color_option
+@pager_option
 @click.option("--json", "as_json", is_flag=True, help="Print per-file records as JSON.")
 @click.pass_context
 def diff(
@@ -21,10 +23,23 @@ def diff(
     run_id: str | None,
     call_id: str | None,
     stat_: bool,
-    color: bool | None,
+    no_renames: bool,
+    conflicts: bool,
+    color: str | None,
+    no_color: bool,
+    no_pager: bool,
     as_json: bool,
 ) -> None:
-    """Show the agent's patch against the base snapshot (or one call's patch with --call)."""
+    """Show the agent's patch against the base snapshot (or one call's patch with --call).
+
+    Paged and coloured as git does it (GIT_PAGER, core.pager, PAGER; --color, color.diff,
+    NO_COLOR); renames are detected unless --no-renames.
+    """
+    if conflicts:
+        from sandbox.cli.conflicts import show_conflicts
+
+        show_conflicts(ctx, run_id, (call_id,) if call_id else (), color, no_color, no_pager, as_json)
+        return
     from sandbox.merge.preview import diff_files, diff_text, preview_range
 
     run = open_run(ctx, run_id)
@@ -40,6 +55,7 @@ def diff(
             }
         )
         return
-    use_color = sys.stdout.isatty() if color is None else color
-    text = diff_text(run, rng, stat=stat_, color=use_color)
+    out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
+    text = diff_text(run, rng, stat=stat_, color=out.color, renames=not no_renames)
+    out.page()
     click.echo(text if text else "No changes.", nl=not text.endswith("\n") if text else True)

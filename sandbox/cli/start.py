@@ -10,9 +10,14 @@ from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir
 @click.command()
 @click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
 @click.option("--label", default=None, help="A label to recognise the run by.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show progress on stderr (default: when stderr is a terminal and not --json).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.pass_context
-def start(ctx: click.Context, directory: str | None, label: str | None, as_json: bool) -> None:
+def start(ctx: click.Context, directory: str | None, label: str | None, progress: bool | None, as_json: bool) -> None:
     """Snapshot your working tree (with uncommitted and untracked files) into a new run.
 
     Your index, HEAD, branches, stash and files are not touched. The run gets its own worktree and
@@ -27,7 +32,13 @@ def start(ctx: click.Context, directory: str | None, label: str | None, as_json:
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     if workdir is None:
         raise SandboxError(f"You are inside the worktree of run {cwd_run}; start runs from your own repository.")
-    run = Run.start(project, workdir, label=label)
+    from sandbox.cli.output import Progress
+
+    shown = Progress.choose(progress, as_json)
+    try:
+        run = Run.start(project, workdir, label=label, progress=shown if shown.enabled else None)
+    finally:
+        shown.done()
     info = run.info
     report = run.include_report
     for warning in report.warnings if report is not None else []:

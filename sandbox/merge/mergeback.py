@@ -407,7 +407,10 @@ def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
         p.hint = "restore your file to take the agent's change, or leave this path out (--path)"
     else:
         p.reason = "your file differs from the version the agent started from"
-        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--path)"
+        p.hint = (
+            "see base, agent and yours with 'sandbox conflicts', then merge by hand, use --3way, "
+            "or leave it out (--path)"
+        )
 
 
 def _is_text(data: bytes) -> bool:
@@ -443,11 +446,14 @@ def _merge(run: Run, root: str, p: PlannedPath) -> None:
     p.record = state_record(p.write, p.agent, p.calls)
 
 
-def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
+def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes, diff3: bool = False) -> tuple[bytes, int]:
     """Merge three texts with git-style conflict markers; returns (result, number of conflicts).
 
     Runs ``git merge-file``: libgit2 (pygit2) has no binding to merge raw contents, only blobs of
-    an index, so the git command on three temp files is the one way to get git's own markers.
+    an index, so the git command on three temp files is the one way to get git's own markers. It
+    runs inside the repository, so its ``merge.conflictStyle`` (diff3, zdiff3) applies as it does
+    to ``git merge``; ``diff3`` asks for the base section whatever the config says. The labels are
+    ``yours``, ``base`` and ``agent``.
     """
     scratch = os.path.join(project.state_dir, "tmp")
     os.makedirs(scratch, exist_ok=True)
@@ -458,7 +464,8 @@ def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes) -> tup
             with open(path, "wb") as fh:
                 fh.write(data)
             names.append(path)
-        args = ["merge-file", "-p", "-L", "yours", "-L", "base", "-L", "agent", *names]
+        style = ["--diff3"] if diff3 else []
+        args = ["merge-file", "-p", *style, "-L", "yours", "-L", "base", "-L", "agent", *names]
         proc = git(args, cwd=tmp, check=False)
     if proc.returncode < 0 or proc.returncode > 127:
         raise SandboxError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")

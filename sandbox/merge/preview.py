@@ -1,8 +1,9 @@
 """Previewing a run's patch: the whole run against its base, or one call against its parent.
 
 Text diffs come from ``git diff`` (run on the repository's git dir, no working tree involved):
-it is the format users read every day, with color, rename-free exact paths (including names that
-are not UTF-8, which pygit2's patch text cannot carry), and binary files named, not dumped.
+it is the format users read every day, with color, renames detected as git detects them (or exact
+paths with ``renames=False``), names that are not UTF-8 (which pygit2's patch text cannot carry),
+and binary files named, not dumped.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ def preview_range(run: Run, call_id: str | None = None) -> Range:
     return Range(entry.parent_commit, entry.commit, call_id)
 
 
-def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False) -> str:
+def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False, renames: bool = True) -> str:
     """A git-style unified diff (or ``--stat``) between the range's commits."""
     args = [
         "diff",
         "--no-ext-diff",
         "--no-textconv",
-        "--no-renames",
+        "-M" if renames else "--no-renames",
         f"--color={'always' if color else 'never'}",
     ]
     if stat:

@@ -68,9 +68,8 @@ def log(
         return
     out.page()
     width = out.width
-    click.echo(
-        out.style(f"{'#':>3}  {'CALL':<20} {'STATUS':<10} {'TOOL':<16} {'STARTED':<25} {'TOOK':>7}  COMMIT", bold=True)
-    )
+    click.echo(out.style(f"{'#':>3}  {'CALL':<18} {'STATUS':<10} {'TOOL':<16} COMMIT", bold=True))
+    click.echo(out.style(f"{'':>7}{'STARTED':<25} {'TOOK':>6}  COMMAND", bold=True))
     for e in entries:
         _row(run, e, out, width)
         if patch and e.commit and e.parent_commit:
@@ -110,14 +109,13 @@ def _row(run: Run, e: LedgerEntry, out: Output, width: int | None) -> None:
     commit = e.commit[:10] if e.commit else "-"
     status = e.status.value
     click.echo(
-        f"{out.style(f'{e.seq:>3}', fg='yellow')}  {e.call_id:<20} "
+        f"{out.style(f'{e.seq:>3}', fg='yellow')}  {e.call_id:<18} "
         f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e.tool_name:<16} "
-        f"{local_time(e.started_at or e.created_at):<25} {duration(e.started_at, e.finished_at):>7}  "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
+    when = f"{local_time(e.started_at or e.created_at):<25} {duration(e.started_at, e.finished_at):>6}"
     command = command_of(e.tool_name, e.input, e.summary)
-    if command:
-        click.echo(fit(f"       {command}", width))
+    click.echo(fit(f"       {when}  {command}".rstrip(), width))
     if e.error:
         more = f"  (in full: sandbox log {run.run_id} --call {e.call_id})" if e.error_detail or e.error_ref else ""
         first = e.error.strip().splitlines()[0] if e.error.strip() else e.error  # older entries: multi-line

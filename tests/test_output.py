@@ -254,3 +254,21 @@ def test_start_shows_gits_progress_on_a_terminal_only(repo: Path) -> None:
     assert piped.returncode == 0 and piped.stderr == b""
     forced = sandbox_cmd("start", "--progress", cwd=repo, env=env)
     assert forced.returncode == 0 and b"Updating files" in forced.stderr
+
+
+def test_apply_and_gc_show_progress_on_a_terminal_only_after_the_delay(repo: Path) -> None:
+    run = start(repo)
+    with run.tool_call("many") as call:
+        for i in range(50):
+            call.write(f"gen/f{i}.txt", f"{i}\n")
+    code, screen = on_pty("apply", run.run_id, "--dry-run", cwd=repo)
+    assert code == 0 and b"Checking your files" not in screen  # under a second: silent, as git is
+    piped = sandbox_cmd("apply", run.run_id, "--dry-run", cwd=repo, env={"GIT_PROGRESS_DELAY": "0"})
+    assert piped.returncode == 0 and piped.stderr == b""
+    code, screen = on_pty("apply", run.run_id, cwd=repo, env={"GIT_PROGRESS_DELAY": "0"})
+    assert code == 0, screen
+    assert b"Checking your files" in screen and b"Writing files: 50/50" in screen
+    assert b"Applied 50 path(s)" in screen
+    code, screen = on_pty("gc", cwd=repo, env={"GIT_PROGRESS_DELAY": "0"})
+    assert code == 0 and b"Removing leftover temp files" in screen
+    assert sandbox_cmd("gc", cwd=repo, env={"GIT_PROGRESS_DELAY": "0"}).stderr == b""

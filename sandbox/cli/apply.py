@@ -105,6 +105,9 @@ def apply(
     root = run.user_workdir
     cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
     selected = [pathmod.from_user(root, p, cwd) for p in paths] or None
+    from sandbox.cli.output import Progress
+
+    shown = Progress.choose(None, as_json, delayed=True)
     try:
         report = mergeback.apply(
             run,
@@ -113,11 +116,15 @@ def apply(
             dry_run=dry_run,
             three_way=three_way,
             allow_moved_head=allow_moved_head,
+            progress=shown.callback,
         )
     except mergeback.ApplyConflict as exc:
+        shown.done()
         finish(exc.report, "Applied", as_json)
         click.echo(f"sandbox: {exc.message}", err=True)
         ctx.exit(1)
+    finally:
+        shown.done()
     finish(report, "Applied", as_json)
     if report.attention:
         ctx.exit(1)

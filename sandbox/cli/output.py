@@ -246,35 +246,60 @@ class Progress:
     """Progress of a slow step as one line on standard error, rewritten in place.
 
     Shown only where git shows its own: standard error is a terminal (or ``--progress`` asked for
-    it), and not with ``--json``. The library hands lines to it (it never prints itself).
+    it), and not with ``--json``. Like git's delayed progress, nothing is shown before ``delay``
+    seconds (a quick step stays silent), and the line is redrawn at most ten times a second. The
+    library hands lines to it (it never prints itself).
     """
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, delay: float = 0.0) -> None:
         import threading
         import time
 
         self.enabled = enabled
+        self.delay = delay
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self._drawn = 0.0
+        self._kind = ""
         self._shown = False
 
     @classmethod
-    def choose(cls, flag: bool | None, as_json: bool) -> Progress:
-        """On by ``--progress``, off by ``--no-progress`` or ``--json``, else when stderr is a terminal."""
-        return cls(flag if flag is not None else (not as_json and sys.stderr.isatty()))
+    def choose(cls, flag: bool | None, as_json: bool, delayed: bool = False) -> Progress:
+        """On by ``--progress``, off by ``--no-progress`` or ``--json``, else when stderr is a terminal.
+
+        ``delayed``: shown after a second, or after ``GIT_PROGRESS_DELAY`` seconds when that is set
+        (git's own knob for the same thing)."""
+        delay = 0.0
+        if delayed:
+            try:
+                delay = float(os.environ.get("GIT_PROGRESS_DELAY", "1"))
+            except ValueError:
+                delay = 1.0
+        return cls(flag if flag is not None else (not as_json and sys.stderr.isatty()), delay)
+
+    @property
+    def callback(self) -> Callable[[str], None] | None:
+        """What to pass to the library: this object when enabled, else None (no work spent on it)."""
+        return self if self.enabled else None
 
     def __call__(self, line: str) -> None:
         if not self.enabled:
             return
         import time
 
-        elapsed = time.monotonic() - self._started
+        now = time.monotonic()
+        elapsed = now - self._started
+        kind = line.split(":", 1)[0]  # a new step is always drawn; a counter of the same one throttled
+        if elapsed < self.delay or (kind == self._kind and now - self._drawn < 0.1 and not line.endswith("done.")):
+            return
+        self._kind = kind
         text = f"sandbox: {line} ({elapsed:.1f}s)"
         width = shutil.get_terminal_size().columns
         with self._lock:
             sys.stderr.write("\r\x1b[K" + text[: max(10, width - 1)])
             sys.stderr.flush()
             self._shown = True
+            self._drawn = now
 
     def done(self) -> None:
         """Clear the line (the command's own output follows)."""

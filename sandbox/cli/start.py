@@ -36,7 +36,7 @@ def start(ctx: click.Context, directory: str | None, label: str | None, progress
 
     shown = Progress.choose(progress, as_json)
     try:
-        run = Run.start(project, workdir, label=label, progress=shown if shown.enabled else None)
+        run = Run.start(project, workdir, label=label, progress=shown.callback)
     finally:
         shown.done()
     info = run.info

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -519,13 +520,15 @@ def journal_entries(repo: pygit2.Repository, root: str, writes: list[PlannedPath
     return out
 
 
-def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[str]:
+def execute(
+    run: Run, j: ApplyJournal, keep: list[str] | None = None, progress: Callable[[str], None] | None = None
+) -> list[str]:
     """Carry out a journaled operation: journal, files, ledger event, journal removal (each a fault point).
 
-    Returns the paths written. An OS error (disk full, I/O error, read-only file system) or a
-    failed ledger append rolls the written paths back and raises :class:`journal.WriteFailedError`
-    saying so; where the roll-back fails too, the journal is kept and the error names the commands
-    that finish or reverse the operation.
+    Returns the paths written; ``progress`` is told each one ("Writing files: 3/120"). An OS error
+    (disk full, I/O error, read-only file system) or a failed ledger append rolls the written paths
+    back and raises :class:`journal.WriteFailedError` saying so; where the roll-back fails too, the
+    journal is kept and the error names the commands that finish or reverse the operation.
     """
     project, op = run.project, j.op
     if j.token is None:
@@ -543,8 +546,16 @@ def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[st
         ) from exc
     faults.point(f"{op}.after_journal")
     written: list[str] = []
+    total = len(j.entries)
+
+    def wrote(path: str) -> None:
+        written.append(path)
+        if progress is not None:
+            done = ", done." if len(written) == total else ""  # git's way: the last count always shows
+            progress(f"Writing files: {len(written)}/{total}{done}")
+
     try:
-        journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file", on_write=written.append, temps=temps)
+        journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file", on_write=wrote, temps=temps)
     except OSError as exc:
         where = _where(j.target_dir, exc)
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
@@ -622,8 +633,11 @@ def apply(
     three_way: bool = False,
     allow_moved_head: bool = False,
     lock_timeout: float = 30.0,
+    progress: Callable[[str], None] | None = None,
 ) -> ApplyReport:
     """Apply the run's changes (all, or some calls or paths) to the user's working tree.
+
+    ``progress`` is told what is being done ("Checking your files", "Writing files: 3/120").
 
     All or nothing: raises :class:`ApplyConflict` (with the report) and writes nothing when any path
     conflicts. Refuses while another operation on the tree is pending or in progress, when the user's
@@ -642,6 +656,8 @@ def apply(
                 "re-run with --allow-moved-head to apply onto your current files anyway."
             )
         state = run.state()
+        if progress is not None:
+            progress("Checking your files")
         try:
             result = plan(run, calls, paths, three_way=three_way, state=state)
         except OSError as exc:
@@ -683,7 +699,7 @@ def apply(
             pid=os.getpid(),
             token=journal.new_token(),
         )
-        written = execute(run, j)
+        written = execute(run, j, progress=progress)
         return result.report(written=written)
 
 

@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sandbox import faults
@@ -52,12 +53,13 @@ class GcReport:
     damaged: list[str] = field(default_factory=list)
 
 
-def collect(project: Project, force: bool = False) -> GcReport:
+def collect(project: Project, force: bool = False, progress: Callable[[str], None] | None = None) -> GcReport:
     """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
 
     A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
     its head moved past its base, or it has checkpoints: :func:`sandbox.store.integrity.holds_work`) is
     kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
+    ``progress`` is told which run is being reclaimed.
     """
     report = GcReport()
     refs = project.ref_run_ids()
@@ -68,7 +70,9 @@ def collect(project: Project, force: bool = False) -> GcReport:
     for base in (project.worktrees_dir, project.runs_dir):
         with contextlib.suppress(OSError):
             candidates.update(n for n in os.listdir(base) if n not in live and layout.valid_run_id(n))
-    for run_id in sorted(candidates):
+    for n, run_id in enumerate(sorted(candidates), 1):
+        if progress is not None:
+            progress(f"Reclaiming run {run_id} ({n}/{len(candidates)})")
         lock_path = os.path.join(project.run_dir(run_id), "lock")
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
@@ -102,6 +106,8 @@ def collect(project: Project, force: bool = False) -> GcReport:
             report.skipped_busy.append(run_id)
             continue
     objects_dir = os.path.join(project.common_dir, "objects")
+    if progress is not None:
+        progress("Removing leftover temp files")
     report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
     report.write_temp_files = len(journal.remove_write_leftovers(project))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from sandbox.merge import mergeback
 from sandbox.run.run import Run
-from tests.conftest import git, tree_digest, user_state, write
+from tests.conftest import git, sandbox_cmd, tree_digest, user_state, write
 from tests.test_apply import invoke, start
 
 BASE = "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n"
@@ -108,3 +108,11 @@ def test_undo_conflict_labels_base_as_the_original_and_agent_as_the_agents(repo:
     assert conflict["user"] == blob(AGENT_APP + "# my own edit\n")
     code, out, _ = invoke(runner, repo, "undo", run.run_id)
     assert f"base {blob(original)[:12]}  agent {blob(AGENT_APP)[:12]}" in out
+
+
+def test_the_demos_undo_conflict_names_base_and_agent_right(tmp_path: Path) -> None:
+    original = "def greet(name):\n    return 'hello ' + name\n"  # src/app.py in sandbox.cli.demo
+    agent = original.replace("hello ", "hi ")  # its scripted agent's sed
+    proc = sandbox_cmd("demo", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout.decode()[-2000:]
+    assert f"base {blob(original)[:12]}  agent {blob(agent)[:12]}  yours ".encode() in proc.stdout

@@ -18,6 +18,7 @@ source that cannot vouch for the call (the service died, its watcher lost events
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,7 @@ def execute(
             step_id=step_id,
             idempotency=idempotency,
             replay=replay,
-            summary=" ".join(argv)[:500],
+            summary=shlex.join(argv)[:500],  # as the shell needs it typed
             watcher=watcher,
         ) as call:
             begun = client is not None and client.begin(call_id) is not None

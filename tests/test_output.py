@@ -115,6 +115,9 @@ def test_color_settings_read_as_git_reads_them() -> None:
     assert want_color(None, {"color.ui": "never", "color.diff": "auto"}, "diff", tty, stdout_tty=True, paging=False)
     assert not want_color(None, {"color.status": "never"}, "status", tty, stdout_tty=True, paging=False)
     assert not want_color(None, {"color.pager": "false"}, "diff", tty, stdout_tty=True, paging=True)
+    under_git = {**tty, "GIT_PAGER_IN_USE": "true"}  # run by git into its own pager: a pipe, but coloured
+    assert want_color(None, {}, "diff", under_git, stdout_tty=False, paging=False)
+    assert not want_color(None, {"color.pager": "false"}, "diff", under_git, stdout_tty=False, paging=False)
 
 
 def test_pager_chosen_as_git_chooses_it() -> None:
@@ -217,6 +220,8 @@ def test_colour_on_a_pipe_only_when_asked(changed: Run, repo: Path, runner: CliR
         assert code == 0 and "\x1b[" in out, command
         code, out, _ = invoke(runner, repo, *command, "--color", "--no-color")
         assert code == 0 and "\x1b[" not in out, command
+    code, out, _ = invoke(runner, repo, "log", "--color", changed.run_id)  # bare --color: always, as in git
+    assert code == 0 and "\x1b[" in out
     git(repo, "config", "color.ui", "always")
     code, out, _ = invoke(runner, repo, "log", changed.run_id)
     assert "\x1b[" in out

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli.common import emit_json, open_run
-from sandbox.cli.output import Output, color_option, pager_option, setup
+from sandbox.cli.output import Output, OutputCommand, color_option, pager_option, setup
 
 if TYPE_CHECKING:
     from sandbox.merge.conflicts import Conflict, Side
 
 
-@click.command()
+@click.command(cls=OutputCommand)
 @click.argument("run_id", required=False)
 @click.option("--call", "calls", multiple=True, help="Only as applying this call would (repeatable).")
 @color_option

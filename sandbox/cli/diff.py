@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from sandbox.cli.common import emit_json, open_run
-from sandbox.cli.output import color_option, pager_option, setup
+from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 
 
-@click.command()
+@click.command(cls=OutputCommand)
 @click.argument("run_id", required=False)
 @click.option("--call", "call_id", default=None, help="Only this call's changes.")
 @click.option("--stat", "stat_", is_flag=True, help="Summarise changed files instead of the full patch.")

@@ -6,10 +6,10 @@ import click
 
 from sandbox.cli.common import emit_json, human_size, open_project
 from sandbox.cli.fmt import local_time
-from sandbox.cli.output import color_option, pager_option, setup
+from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 
 
-@click.command("list")
+@click.command("list", cls=OutputCommand)
 @color_option
 @pager_option
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")

@@ -10,14 +10,14 @@ import click
 
 from sandbox.cli.common import dump, emit_json, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
-from sandbox.cli.output import STATUS_COLORS, Output, color_option, pager_option, setup
+from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 
 if TYPE_CHECKING:
     from sandbox.models import LedgerEntry
     from sandbox.run.run import Run
 
 
-class _PathspecCommand(click.Command):
+class _PathspecCommand(OutputCommand):
     """Takes ``-- PATH...`` after the options, as ``git log`` does: everything after ``--`` is a path."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

@@ -42,6 +42,16 @@ _pager: subprocess.Popen[bytes] | None = None
 _pager_has_stderr = False
 
 
+class OutputCommand(click.Command):
+    """A command with ``--color``: as in git, a bare ``--color`` means ``always`` and never takes the
+    next argument as its value (``sandbox log --color RUN``); a value is given as ``--color=WHEN``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        args = [("--color=always" if a == "--color" and i < end else a) for i, a in enumerate(args)]
+        return super().parse_args(ctx, args)
+
+
 def color_option(func: F) -> F:
     """``--color[=WHEN]`` and ``--no-color``, as git spells them."""
     func = click.option("--no-color", "no_color", is_flag=True, help="Never colour (same as --color=never).")(func)
@@ -119,9 +129,12 @@ def want_color(
         return True
     if setting == "never":
         return False
-    if paging and colorbool(config.get("color.pager")) == "never":
+    pager_colour = colorbool(config.get("color.pager")) != "never"
+    if paging and not pager_colour:
         return False
-    return stdout_tty and env.get("TERM", "") != "dumb"
+    # git's check_auto_color: a terminal, or a pager git started for us (``git -p sandbox-alias``).
+    under_gits_pager = env.get("GIT_PAGER_IN_USE", "").lower() in ("true", "1", "yes", "on") and pager_colour
+    return (stdout_tty or under_gits_pager) and env.get("TERM", "") != "dumb"
 
 
 def pager_command(env: Mapping[str, str], config: Mapping[str, str], stdout_tty: bool) -> str | None:

@@ -6,10 +6,10 @@ import click
 
 from sandbox.cli.common import emit_json, open_run
 from sandbox.cli.fmt import local_time
-from sandbox.cli.output import STATUS_COLORS, color_option, setup
+from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 
 
-@click.command()
+@click.command(cls=OutputCommand)
 @click.argument("run_id", required=False)
 @color_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")

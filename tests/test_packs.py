@@ -170,7 +170,7 @@ def test_a_killed_pack_write_leaves_only_temp_files_that_gc_removes(tmp_path: Pa
     run = _start(root)
     code = (
         "import os, signal\n"
-        "from sandbox import packs, objects\n"
+        "from sandbox.store import objects, packs\n"
         "real = os.fsync\n"
         "def die(fd):\n"
         "    real(fd)\n"

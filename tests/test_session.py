@@ -104,7 +104,7 @@ def test_begin_and_end_from_different_processes(run: Run, service: session.Servi
     def hook(op: str) -> str:
         code = (
             "import sys\n"
-            "from sandbox import session\n"
+            "from sandbox.agent import session\n"
             "client = session.client_for(sys.argv[1])\n"
             "result = getattr(client, sys.argv[2])('toolu_01')\n"
             "print(sorted(result) if isinstance(result, set) else result)\n"
@@ -160,7 +160,7 @@ def _service_process(run: Run) -> subprocess.Popen[bytes]:
         "import signal, sys\n"
         "from sandbox.store.project import Project\n"
         "from sandbox.run.run import Run\n"
-        "from sandbox import session\n"
+        "from sandbox.agent import session\n"
         "project, _, _ = Project.discover(sys.argv[1])\n"
         "svc = session.serve(Run.open(project, sys.argv[2]))\n"
         "signal.signal(signal.SIGTERM, lambda *_: svc.request_stop())\n"

@@ -49,6 +49,8 @@ def test_conflicts_shows_base_agent_and_yours_and_writes_nothing(repo: Path, run
     assert "@@ your line 1 @@" in out and "src/new.py" not in out  # only the conflicting path
     code, same, _ = invoke(runner, repo, "diff", run.run_id, "--conflicts")
     assert code == 0 and same == out
+    code, coloured, _ = invoke(runner, repo, "conflicts", run.run_id, "--color=always")
+    assert code == 0 and "\x1b[" in coloured and "\x1b[" not in out
     code, out, _ = invoke(runner, repo, "conflicts", run.run_id, "--json")
     found = json.loads(out)["conflicts"]
     assert [c["path"] for c in found] == ["src/app.py"]

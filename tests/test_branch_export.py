@@ -78,6 +78,9 @@ def test_branch_refuses_to_overwrite_without_force_and_never_a_checked_out_one(r
     assert code == 1 and "checked out" in err and user_state(repo) == state
     code, _, err = invoke(runner, repo, "branch", run.run_id, "bad..name")
     assert code == 2 and "not a valid branch name" in err
+    code, out, err = invoke(runner, Path(run.worktree), "branch", "from-inside")  # RUN: the worktree's
+    assert code == 0 and "Created branch from-inside" in out, err
+    assert git(repo, "rev-parse", "from-inside") == git(repo, "rev-parse", "taken")
 
 
 def test_branch_skips_undone_calls_and_outlives_drop_and_gc(repo: Path) -> None:

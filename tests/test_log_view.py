@@ -84,3 +84,6 @@ def test_log_patch_call_prefix_and_path_filter(repo: Path, runner: CliRunner) ->
     assert code == 0 and "No call changed those paths." in out
     proc = sandbox_cmd("log", run.run_id, "--", "util.py", cwd=repo / "src")  # relative to where you are
     assert proc.returncode == 0 and second.call_id.encode() in proc.stdout and first.call_id.encode() not in proc.stdout
+    inside = sandbox_cmd("log", "--", "util.py", cwd=Path(run.worktree) / "src")  # RUN: the worktree's own
+    assert inside.returncode == 0 and second.call_id.encode() in inside.stdout
+    assert first.call_id.encode() not in inside.stdout

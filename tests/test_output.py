@@ -49,9 +49,11 @@ def on_pty(
     os.close(slave)
     out = b""
     deadline = time.monotonic() + timeout
+    poller = select.poll()  # not select(): a long test session may hold descriptors above 1024
+    poller.register(master, select.POLLIN)
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
+            ready = poller.poll(200)
             if ready:
                 try:
                     data = os.read(master, 65536)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -54,7 +53,9 @@ def log(
     run = open_run(ctx, run_id)
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     if call_id is not None:
-        _show_call(run, call_id, as_json, patch, out)
+        from sandbox.cli.log_call import show_call
+
+        show_call(run, call_id, as_json, patch, out)
         return
     entries = run.entries()
     specs = _pathspecs(ctx, run)
@@ -73,7 +74,7 @@ def log(
     for e in entries:
         _row(run, e, out, width)
         if patch and e.commit and e.parent_commit:
-            _patch(run, e, out)
+            patch_of(run, e, out)
     if specs is None:
         _agent_git(run)
 
@@ -86,7 +87,10 @@ def _pathspecs(ctx: click.Context, run: Run) -> list[str] | None:
     from sandbox.store import paths as pathmod
 
     cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
-    root = run.worktree if cwd and pathmod._inside(os.path.realpath(cwd), os.path.realpath(run.worktree)) else None
+    # Relative paths are relative to where you are: in your tree, or in the run's worktree.
+    worktree = os.path.realpath(run.worktree)
+    inside = cwd is not None and (os.path.realpath(cwd) + os.sep).startswith(worktree + os.sep)
+    root = run.worktree if inside else None
     out = []
     for p in given:
         rel = pathmod.from_user(root or run.user_workdir, p, cwd)
@@ -127,7 +131,8 @@ def _row(run: Run, e: LedgerEntry, out: Output, width: int | None) -> None:
         click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f.path}")
 
 
-def _patch(run: Run, e: LedgerEntry, out: Output) -> None:
+def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
+    """The call's patch (parent..commit), after a blank line."""
     from sandbox.merge.preview import Range, diff_text
 
     assert e.commit and e.parent_commit
@@ -149,65 +154,3 @@ def _agent_git(run: Run) -> None:
     click.echo(f"agent git: {first}")
     for line in rest:
         click.echo(f"           {line}")
-
-
-def _show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> None:
-    from sandbox.merge.mergeback import resolve_call
-
-    entry = resolve_call(run.state(), run.run_id, given)
-    error = run.error_text(entry)
-    if as_json:
-        data = dump(entry)
-        assert isinstance(data, dict)
-        data["error_text"] = error
-        emit_json(data)
-        return
-    out.page()
-    status = entry.status.value
-    click.echo(f"call:    {out.style(entry.call_id, fg='yellow')} (#{entry.seq})")
-    click.echo(f"tool:    {entry.tool_name}")
-    click.echo(f"status:  {out.style(status, fg=STATUS_COLORS.get(status))}")
-    if entry.approval is not None:
-        reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
-        click.echo(f"answer:  {entry.approval.value}{reason}")
-    for label, when in (("started", entry.started_at), ("ended", entry.finished_at)):
-        if when is not None:
-            click.echo(f"{label + ':':<9}{local_time(when)}")
-    took = duration(entry.started_at, entry.finished_at)
-    if took:
-        click.echo(f"took:    {took}")
-    command = _full_command(entry.input)
-    if command:
-        click.echo("command: " + command.replace("\n", "\n         "))
-    if entry.summary:
-        click.echo(f"summary: {entry.summary}")
-    if entry.input is not None:
-        click.echo("input:   " + _json(entry.input).replace("\n", "\n         "))
-    if entry.commit:
-        click.echo(f"commit:  {out.style(entry.commit, fg='yellow')}")
-    for f in entry.files:
-        click.echo(f"file:    {f.path}")
-    if error:
-        click.echo(out.style("error:", fg="red"))
-        for line in error.splitlines() or [error]:
-            click.echo(f"  {line}")
-    if patch and entry.commit and entry.parent_commit:
-        _patch(run, entry, out)
-
-
-def _full_command(inputs: Any) -> str:
-    import shlex
-
-    if isinstance(inputs, dict):
-        argv = inputs.get("argv")
-        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            return shlex.join(argv)
-        command = inputs.get("command")
-        if isinstance(command, str):
-            return command
-    return ""
-
-
-def _json(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 200 else json.dumps(value, ensure_ascii=False, indent=2)

@@ -46,8 +46,9 @@ def start_run(path: str, label: str | None = None, data_dir: str | None = None) 
 def open_run(path: str, run_id: str | None = None) -> Run:
     """Open a run of the repository containing ``path`` (``run_id`` may be a unique prefix, or
     omitted when ``path`` is inside the run's worktree or the repository has a single run)."""
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
     project, _workdir, cwd_run = Project.discover(path)
-    return Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    return Run.open(project, resolve_run(project, run_id, cwd_run))

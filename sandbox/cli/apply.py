@@ -82,6 +82,7 @@ def apply(
     finished by --continue or rolled back by 'sandbox undo'.
     """
     from sandbox.merge import mergeback
+    from sandbox.run.names import resolve_call_id, resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
     from sandbox.store import paths as pathmod
@@ -93,7 +94,7 @@ def apply(
             raise click.UsageError("--continue takes no other options.")
         dirs = [workdir] if workdir and not run_id else []
         if run_id:
-            opened = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+            opened = Run.open(project, resolve_run(project, run_id, cwd_run))
             dirs = [opened.user_workdir, opened.worktree]
         reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
         if not reports:
@@ -101,7 +102,7 @@ def apply(
         for report in reports:
             finish(report, "Wrote", as_json)
         return
-    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
+    run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
     root = run.user_workdir
     cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
     selected = [pathmod.from_user(root, p, cwd) for p in paths] or None
@@ -111,7 +112,7 @@ def apply(
     try:
         report = mergeback.apply(
             run,
-            list(calls) or None,
+            [resolve_call_id(run, c) for c in calls] or None,
             selected,
             dry_run=dry_run,
             three_way=three_way,

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("call_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("call_id", required=False, metavar="CALL")
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
-def approve(ctx: click.Context, run_id: str, call_id: str, as_json: bool) -> None:
-    """Approve CALL_ID of RUN; 'sandbox call start --call-id CALL_ID' then runs it.
+def approve(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bool) -> None:
+    """Approve CALL of RUN; 'sandbox call start --call-id ID' (its whole id) then runs it.
 
     For a denied call this lifts the denial: the same tool and input may run again.
     """
-    run = open_run(ctx, run_id)
+    run_id, call = run_then(run_id, call_id, "CALL")
+    run, call_id = open_call(ctx, run_id, call)
     was_denied = _denied(run.entry(call_id).approval)
     entry = run.approve(call_id)
     if as_json:

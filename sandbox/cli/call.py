@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from sandbox.cli.common import SandboxGroup, dump, emit_json, open_run
+from sandbox.cli.common import SandboxGroup, dump, emit_json, open_call, open_run, run_then
 from sandbox.cli.options import call_options, parse_json
 
 
@@ -16,7 +16,7 @@ def call() -> None:
 
 
 @call.command("start")
-@click.argument("run_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--tool", "tool_name", required=True, help="The tool's name.")
 @call_options
 @click.option("--compensation", "compensation_json", default=None, help='How to undo it, e.g. {"argv": [...]}.')
@@ -24,7 +24,7 @@ def call() -> None:
 @click.pass_context
 def call_start(
     ctx: click.Context,
-    run_id: str,
+    run_id: str | None,
     tool_name: str,
     call_id: str | None,
     step_id: str | None,
@@ -56,8 +56,8 @@ def call_start(
 
 
 @call.command("finish")
-@click.argument("run_id")
-@click.argument("call_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("call_id", required=False, metavar="CALL")
 @click.option("--status", "status_", required=True, help="succeeded or failed.")
 @click.option("--result", "result_json", default=None, help="The call's result, as JSON.")
 @click.option("--error", default=None, help="A one-line error summary for a failed call.")
@@ -66,8 +66,8 @@ def call_start(
 @click.pass_context
 def call_finish(
     ctx: click.Context,
-    run_id: str,
-    call_id: str,
+    run_id: str | None,
+    call_id: str | None,
     status_: str,
     result_json: str | None,
     error: str | None,
@@ -77,7 +77,8 @@ def call_finish(
     """Record that a call ended; its file changes become one commit on the run's head."""
     from sandbox.store.paths import normalize
 
-    run = open_run(ctx, run_id)
+    run_id, call = run_then(run_id, call_id, "CALL")
+    run, call_id = open_call(ctx, run_id, call)
     result = parse_json(result_json, "--result")
     entry = run.finish_call(
         call_id, status_, paths=[normalize(p) for p in paths] if paths else None, result=result, error=error
@@ -90,7 +91,7 @@ def call_finish(
 
 
 @call.command("plan")
-@click.argument("run_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--tool", "tool_name", required=True, help="The tool's name.")
 @call_options
 @click.option("--compensation", "compensation_json", default=None, help='How to undo it, e.g. {"argv": [...]}.')
@@ -98,7 +99,7 @@ def call_finish(
 @click.pass_context
 def call_plan(
     ctx: click.Context,
-    run_id: str,
+    run_id: str | None,
     tool_name: str,
     call_id: str | None,
     step_id: str | None,
@@ -139,17 +140,18 @@ def _compensation(text: str | None) -> dict[str, Any] | None:
 
 
 @call.command("resolve")
-@click.argument("run_id")
-@click.argument("call_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("call_id", required=False, metavar="CALL")
 @click.option("--status", "status_", required=True, help="succeeded or failed: what checking showed.")
 @click.option("--reason", default=None, help="How the outcome was established.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
 def call_resolve(
-    ctx: click.Context, run_id: str, call_id: str, status_: str, reason: str | None, as_json: bool
+    ctx: click.Context, run_id: str | None, call_id: str | None, status_: str, reason: str | None, as_json: bool
 ) -> None:
     """Record the checked outcome of an uncertain call (after 'sandbox resume')."""
-    run = open_run(ctx, run_id)
+    run_id, call = run_then(run_id, call_id, "CALL")
+    run, call_id = open_call(ctx, run_id, call)
     entry = run.resolve_call(call_id, status_, reason)
     if as_json:
         emit_json(dump(entry))

@@ -29,7 +29,7 @@ def read_json_file(path: str | None, what: str) -> Any:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--label", required=True, help="A name for the checkpoint (e.g. before-model-request).")
 @click.option("--step", "step_id", default=None, help="The runtime's step id.")
 @click.option("--messages", "messages_file", default=None, help="JSON file with the message history (- = stdin).")
@@ -39,7 +39,7 @@ def read_json_file(path: str | None, what: str) -> Any:
 @click.pass_context
 def checkpoint(
     ctx: click.Context,
-    run_id: str,
+    run_id: str | None,
     label: str,
     step_id: str | None,
     messages_file: str | None,

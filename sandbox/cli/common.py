@@ -40,6 +40,19 @@ class SandboxGroup(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Like click's, with "did you mean" over every command, the lazily imported ones too."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand:
+            from sandbox.run.names import did_you_mean
+
+            names = set(self.commands) | set(self.lazy_commands)
+            hint = did_you_mean(args[0], names)
+            raise click.UsageError(f"No such command {args[0]!r}.{hint}", ctx=ctx) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         """Turn a :class:`SandboxError` into one line on stderr and its exit code."""
         from sandbox.errors import SandboxError
@@ -96,14 +109,35 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     Its ledger is read (and verified) here, so derived state that did not match the ledger is
     reported, one line each, before the command works from the rebuilt state.
     """
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
-    run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+    run = Run.open(project, resolve_run(project, run_id, cwd_run))
     if not report_problems:
         run.ledger.state()
         return run
     return verified(run)
+
+
+def run_then(run_id: str | None, other: str | None, metavar: str) -> tuple[str | None, str]:
+    """``[RUN] X`` arguments: with one word it is X, and the run is the one we are in (or the only one).
+
+    Declare both arguments optional (``run_id`` first); click alone fills the first one first.
+    """
+    if other is not None:
+        return run_id, other
+    if run_id is None:
+        raise click.UsageError(f"Missing argument '{metavar}'.")
+    return None, run_id
+
+
+def open_call(ctx: click.Context, run_id: str | None, call: str) -> tuple[Run, str]:
+    """The run named (or the one we are in) and the id of its call ``call`` names (see sandbox.run.names)."""
+    from sandbox.run.names import resolve_call_id
+
+    run = open_run(ctx, run_id)
+    return run, resolve_call_id(run, call)
 
 
 def verified(run: Run) -> Run:

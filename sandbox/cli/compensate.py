@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("call_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("call_id", required=False, metavar="CALL")
 @click.option("--json", "as_json", is_flag=True, help="Print the compensation call as JSON.")
 @click.pass_context
-def compensate(ctx: click.Context, run_id: str, call_id: str, as_json: bool) -> None:
-    """Undo CALL_ID's external effect with the compensation it registered, if it registered one."""
+def compensate(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bool) -> None:
+    """Undo CALL's external effect with the compensation it registered, if it registered one."""
     from sandbox.recovery.actions import compensate as do_compensate
 
-    run = open_run(ctx, run_id)
+    run_id, call = run_then(run_id, call_id, "CALL")
+    run, call_id = open_call(ctx, run_id, call)
     report = do_compensate(run, call_id)
     if as_json:
         emit_json(

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("call_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("call_id", required=False, metavar="CALL")
 @click.option("--reason", default=None, help="Why (shown to the model after a resume).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
-def deny(ctx: click.Context, run_id: str, call_id: str, reason: str | None, as_json: bool) -> None:
-    """Deny CALL_ID of RUN: it never runs, nor does the same tool with the same input.
+def deny(ctx: click.Context, run_id: str | None, call_id: str | None, reason: str | None, as_json: bool) -> None:
+    """Deny CALL of RUN: it never runs, nor does the same tool with the same input.
 
-    CALL_ID is a planned call, or one the agent did not run (status not_run): the agent's hooks
+    CALL is a planned call, or one the agent did not run (status not_run): the agent's hooks
     then refuse every retry with the same tool and input, with REASON. 'sandbox approve' lifts it.
     """
-    run = open_run(ctx, run_id)
+    run_id, call = run_then(run_id, call_id, "CALL")
+    run, call_id = open_call(ctx, run_id, call)
     entry = run.deny(call_id, reason)
     if as_json:
         emit_json(dump(entry))

@@ -41,8 +41,10 @@ def diff(
         show_conflicts(ctx, run_id, (call_id,) if call_id else (), color, no_color, no_pager, as_json)
         return
     from sandbox.merge.preview import diff_files, diff_text, preview_range
+    from sandbox.run.names import resolve_call_id
 
     run = open_run(ctx, run_id)
+    call_id = resolve_call_id(run, call_id) if call_id is not None else None
     rng = preview_range(run, call_id)
     if as_json:
         emit_json(

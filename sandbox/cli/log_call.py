@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> None:
     """One call whole: tool, status, local times, duration, command, input, files, the full error."""
-    from sandbox.merge.mergeback import resolve_call
+    from sandbox.run.names import resolve_call
 
-    entry = resolve_call(run.state(), run.run_id, given)
+    entry = resolve_call(run, given)
     error = run.error_text(entry)
     if as_json:
         data = dump(entry)

@@ -16,10 +16,11 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.cli.apply import finish
     from sandbox.merge.mergeback import ApplyConflict
     from sandbox.merge.undo import redo as do_redo
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     project, _workdir, cwd_run = open_project(ctx)
-    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
+    run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
     try:
         report = do_redo(run)
     except ApplyConflict as exc:

@@ -8,18 +8,19 @@ from sandbox.cli.common import emit_json, open_project
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def repair(ctx: click.Context, run_id: str, as_json: bool) -> None:
+def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Restore RUN's ledger ref to the tip the run last acknowledged (after checking it reads back)."""
     from dataclasses import asdict
 
+    from sandbox.run.names import resolve_run
     from sandbox.store.integrity import repair as do_repair
     from sandbox.store.ledger import run_lock
 
-    project, _, _ = open_project(ctx)
-    rid = project.resolve_run_id(run_id)
+    project, _, cwd_run = open_project(ctx)
+    rid = resolve_run(project, run_id, cwd_run)
     run_dir = project.run_dir(rid)
     lock = run_lock(f"{run_dir}/lock", f"Run {rid}").hold()
     report = do_repair(project.repo, rid, run_dir, lock)

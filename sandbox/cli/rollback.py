@@ -8,13 +8,13 @@ from sandbox.cli.common import dump, emit_json, open_run
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--files", "files", is_flag=True, help="Put the worktree's files back to the checkpoint.")
 @click.option("--session", "session", is_flag=True, help="Put the message history and run state back.")
 @click.option("--to", "target", required=True, help="Checkpoint id, name (ckpt_004), label or auto_<event>.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def rollback(ctx: click.Context, run_id: str, files: bool, session: bool, target: str, as_json: bool) -> None:
+def rollback(ctx: click.Context, run_id: str | None, files: bool, session: bool, target: str, as_json: bool) -> None:
     """Roll RUN back to a checkpoint: --files (worktree) or --session (messages and state)."""
     from sandbox.errors import UsageError
     from sandbox.recovery import actions as recovery

@@ -72,6 +72,7 @@ def run_agent(
     from sandbox.cli.hooks_cmd import hook_command
     from sandbox.errors import UsageError
     from sandbox.run.include import add_private
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -86,7 +87,7 @@ def run_agent(
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):
-        run = Run.open(project, project.resolve_run_id(run_id, cwd_run))
+        run = Run.open(project, resolve_run(project, run_id, cwd_run))
     elif workdir is None:
         raise UsageError("You are inside a run's worktree; run 'sandbox run --new' from your own tree.")
     else:

@@ -20,12 +20,13 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.cli.apply import finish
     from sandbox.merge.mergeback import ApplyConflict
     from sandbox.merge.undo import undo as do_undo
+    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
-    run = verified(Run.open(project, project.resolve_run_id(run_id, cwd_run)))
+    run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
     try:
         report = do_undo(run)
     except ApplyConflict as exc:

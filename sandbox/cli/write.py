@@ -6,19 +6,20 @@ import sys
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.common import dump, emit_json, open_run, run_then
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("path")
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.argument("path", required=False, metavar="PATH")
 @click.option("--executable/--not-executable", default=None, help="Set or clear the executable bit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entry as JSON.")
 @click.pass_context
-def write(ctx: click.Context, run_id: str, path: str, executable: bool | None, as_json: bool) -> None:
+def write(ctx: click.Context, run_id: str | None, path: str | None, executable: bool | None, as_json: bool) -> None:
     """Write stdin to PATH in RUN's worktree as one recorded write_file call."""
     from sandbox.store.paths import normalize
 
+    run_id, path = run_then(run_id, path, "PATH")
     run = open_run(ctx, run_id)
     rel = normalize(path)
     data = sys.stdin.buffer.read()

@@ -11,10 +11,8 @@ import os
 
 import pygit2
 
-from sandbox.errors import NotARepositoryError, UnknownRunError
+from sandbox.errors import NotARepositoryError
 from sandbox.store import layout, objects
-
-RUN_ID_RE = layout.RUN_ID_RE
 
 
 def _read_text(path: str) -> str | None:
@@ -122,28 +120,3 @@ class Project:
 
         live = {rid for rid, names in self.ref_run_ids().items() if "ledger" in names}
         return sorted(live | set(vanished_run_ids(self.repo, self.runs_dir)))
-
-    def resolve_run_id(self, given: str | None, cwd_run: str | None = None) -> str:
-        """The run meant by ``given`` (an id or unique prefix), or the run whose worktree we are in."""
-        if not given:
-            if cwd_run:
-                return cwd_run
-            ids = self.run_ids()
-            if len(ids) == 1:
-                return ids[0]
-            if not ids:
-                raise UnknownRunError("This repository has no sandbox runs; start one with 'sandbox start'.")
-            raise UnknownRunError(
-                f"This repository has {len(ids)} runs; name one (see 'sandbox list') or run from its worktree."
-            )
-        if not RUN_ID_RE.match(given):
-            raise UnknownRunError(f"{given!r} is not a valid run id; see 'sandbox list'.")
-        ids = self.run_ids()
-        if given in ids:
-            return given
-        matches = [i for i in ids if i.startswith(given)]
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            raise UnknownRunError(f"Run id {given!r} is ambiguous: {', '.join(matches)}.")
-        raise UnknownRunError(f"No run {given!r} in this repository; see 'sandbox list'.")

@@ -74,6 +74,8 @@ def test_log_patch_call_prefix_and_path_filter(repo: Path, runner: CliRunner) ->
     code, out, _ = invoke(runner, repo, "log", run.run_id, "--call", third.call_id[:9])
     assert code == 0 and f"call:    {third.call_id}" in out
     assert "  the whole story" in out and "ValueError: bad" in out and f"echo {LONG}" in out
+    code, out, _ = invoke(runner, repo, "log", run.run_id, "--call", str(third.seq))  # a ledger number too
+    assert code == 0 and f"call:    {third.call_id}" in out
     code, out, _ = invoke(runner, repo, "log", run.run_id, "--call", first.call_id, "-p")
     assert code == 0 and "+print('b')" in out and "took:" in out
     code, out, _ = invoke(runner, repo, "log", run.run_id, "--", "src/util.py")

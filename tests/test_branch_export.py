@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sandbox.merge import mergeback
 from sandbox.merge.undo import undo
 from sandbox.run.run import Run
 from tests.conftest import commit_all, git, sandbox_cmd, tree_digest, user_state, write
@@ -92,6 +93,10 @@ def test_branch_skips_undone_calls_and_outlives_drop_and_gc(repo: Path) -> None:
     proc = sandbox_cmd("branch", run.run_id, "kept", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert b"2 commit(s)" in proc.stdout and b"note:" not in proc.stdout  # nothing uncommitted at start
+    mergeback.apply(run)
+    undo(run)  # now in your tree: the run keeps the change, and so does the branch (as diff does)
+    proc = sandbox_cmd("branch", run.run_id, "kept", "--force", cwd=repo)
+    assert proc.returncode == 0 and b"2 commit(s)" in proc.stdout, proc.stdout
     tip = git(repo, "rev-parse", "kept").strip()
     assert sandbox_cmd("drop", run.run_id, "--force", cwd=repo).returncode == 0
     assert sandbox_cmd("gc", cwd=repo).returncode == 0

@@ -2,7 +2,7 @@
 
 For a pull-request workflow (and to keep the agent's history after ``drop``): the branch starts at
 the commit your working tree had checked out when the run started, and each recorded call that
-changed files and was not undone becomes one commit setting those files to the call's result.
+changed files and was not undone in the run becomes one commit setting those files to the call's result.
 Each commit is authored by the agent (``sandbox agent``) at the call's time; its message says the
 tool, the command and the call (``Sandbox-Run``/``Sandbox-Call`` trailers).
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
-from sandbox.models import LedgerEntry
+from sandbox.models import EventKind, LedgerEntry
 from sandbox.run.run import Run
 from sandbox.store import objects
 
@@ -77,10 +77,11 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
     tree = objects.commit_tree(repo, base) if base else None
     result = BranchExport(name, ref, base or "", base, replaced=str(existing.target) if existing else None)
     result.snapshot_differs = objects.commit_tree(repo, run.base) != tree
+    dropped = undone_in_run(run)
     with objects.git_writes():
         for call_id in state.order:
             entry = state.calls[call_id]
-            if not entry.commit or entry.undone:
+            if not entry.commit or call_id in dropped:
                 continue
             changes = {
                 f.path: (objects.Entry(f.after_mode, f.after_hash) if f.after_hash and f.after_mode else None)
@@ -110,6 +111,23 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
             repo.references.create(ref, parent)
     result.tip = parent
     return result
+
+
+def undone_in_run(run: Run) -> set[str]:
+    """The calls whose changes an undo took out of the run itself (and no redo brought back).
+
+    An undo in *your* tree (after an apply) leaves the run as it was, so that call stays on the
+    branch, as it stays in ``sandbox diff``; the ledger's ``undone`` flag does not tell the two apart.
+    """
+    out: set[str] = set()
+    for _oid, event in run.ledger.events():
+        if event.call_id is None or (event.data or {}).get("target") != "sandbox":
+            continue
+        if event.kind == EventKind.undo:
+            out.add(event.call_id)
+        elif event.kind == EventKind.redo:
+            out.discard(event.call_id)
+    return out
 
 
 def message(run_id: str, entry: LedgerEntry) -> str:

@@ -73,6 +73,8 @@ def test_apply_refusal_points_to_conflicts_with_labels_in_order(repo: Path, runn
 
 def test_no_conflicts_says_so(repo: Path, runner: CliRunner) -> None:
     run = start(repo)
+    code, out, _ = invoke(runner, repo, "conflicts", run.run_id)  # no calls yet
+    assert code == 0 and "No conflicts" in out
     with run.tool_call("edit") as call:
         call.write("src/new.py", "NEW = 1\n")
     code, out, _ = invoke(runner, repo, "conflicts", run.run_id)

@@ -48,10 +48,14 @@ def show_conflicts(
 ) -> None:
     """The body of ``sandbox conflicts`` (and of ``sandbox diff --conflicts``)."""
     from sandbox.merge.conflicts import explain
+    from sandbox.merge.mergeback import NothingToApplyError
     from sandbox.run.names import resolve_call_id
 
     run = open_run(ctx, run_id)
-    found = explain(run, [resolve_call_id(run, c) for c in calls] or None)
+    try:
+        found = explain(run, [resolve_call_id(run, c) for c in calls] or None)
+    except NothingToApplyError:
+        found = []  # nothing to apply: nothing can conflict
     if as_json:
         emit_json({"run": run.run_id, "conflicts": [c.to_json() for c in found]})
         return

@@ -45,6 +45,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check sandbox tests bench hooks
 	$(BIN)/ruff format --check sandbox tests bench hooks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint $(STAMP) $(AGENTS_STAMP) bwrap
 	$(BIN)/python -m pytest -q

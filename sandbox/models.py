@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -245,6 +246,200 @@ class LedgerEntry(_Model):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+# --- typed payloads of ledger events, and the bookkeeping their fold keeps ---
+#
+# An event's ``data`` is stored as JSON in the event (its ``version`` covers them). Each payload
+# below is read back through its model: known fields typed, fields it does not know kept as they
+# are (``extra="allow"``), so a ledger written by an older or newer sandbox still reads.
+
+#: What an apply does with one path (:class:`sandbox.merge.mergeback.PlannedPath`).
+ApplyAction = Literal["write", "merge", "skip", "conflict"]
+#: What a resume may do with an uncertain call (:func:`sandbox.recovery.resume.classify`).
+ReplayDecision = Literal["may_replay", "ask_first", "do_not_replay"]
+#: Where an apply, undo or redo wrote: the user's working tree or the run's worktree.
+MoveTarget = Literal["user", "sandbox"]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+
+class UserPathRecord(_Model):
+    """What the sandbox last wrote (or confirmed) at one path of the user's tree.
+
+    ``mode``/``oid``: the state written there (None: absent); ``target_mode``/``target_oid``: the
+    agent's state it stands for (differs after a 3-way merge); ``calls``: the calls it carries. An
+    undo may overwrite the user's file only while it still is what this record says was written.
+    """
+
+    mode: int | None = None
+    oid: str | None = None
+    target_mode: int | None = None
+    target_oid: str | None = None
+    calls: list[str] = Field(default_factory=list)
+
+
+class PathRecordUpdate(_Payload):
+    """One path's new :class:`UserPathRecord` in an apply/undo/redo event; ``drop``: it has none any more."""
+
+    path: str
+    drop: bool = False
+    mode: int | None = None
+    oid: str | None = None
+    target_mode: int | None = None
+    target_oid: str | None = None
+    calls: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, path: str, record: UserPathRecord | None) -> PathRecordUpdate:
+        """The update that sets ``path`` to ``record`` (None: drops the path's record)."""
+        if record is None:
+            return cls(path=path, drop=True)
+        return cls(path=path, **record.model_dump())
+
+    def record(self) -> UserPathRecord | None:
+        """The record this update sets (None when it drops the path's record)."""
+        if self.drop:
+            return None
+        return UserPathRecord(
+            mode=self.mode, oid=self.oid, target_mode=self.target_mode, target_oid=self.target_oid, calls=self.calls
+        )
+
+    def to_data(self) -> dict[str, Any]:
+        """The update as stored in an event: ``{"path", "drop": true}`` or ``{"path", **record}``."""
+        if self.drop:
+            return {"path": self.path, "drop": True}
+        record = self.record()
+        assert record is not None
+        return {"path": self.path, **record.model_dump(mode="json")}
+
+
+class MergebackData(_Payload):
+    """The ``data`` of an ``apply_finished``, ``undo`` or ``redo`` event.
+
+    ``paths``: the new records of the paths it wrote; ``prior``: their records before (what rolling
+    it back restores); ``calls``/``newly``: applied calls (``newly``: for the first time);
+    ``unapplied``: calls no longer applied (a rolled-back apply); ``changed``: the paths it moved;
+    ``reverts``: the event a roll-back reverses; ``old_head``: the run's head before an undo in the
+    sandbox.
+    """
+
+    target: MoveTarget | None = None
+    workdir: str | None = None
+    selected: list[str] = Field(default_factory=list)
+    calls: list[str] = Field(default_factory=list)
+    newly: list[str] = Field(default_factory=list)
+    paths: list[PathRecordUpdate] = Field(default_factory=list)
+    prior: list[PathRecordUpdate] = Field(default_factory=list)
+    merged: list[str] = Field(default_factory=list)
+    changed: list[str] = Field(default_factory=list)
+    unapplied: list[str] = Field(default_factory=list)
+    reverts: str | None = None
+    old_head: str | None = None
+
+
+class UndoItem(_Model):
+    """One undone call on the run's undo stack (newest last); a redo takes it off."""
+
+    call_id: str
+    target: MoveTarget | None = None
+    event_id: str
+    changed: list[str] = Field(default_factory=list)
+
+
+class CompensationLink(_Payload):
+    """A compensation started for a call (the ``compensation`` event, folded with its id and time)."""
+
+    event_id: str = ""
+    at: str = ""
+    call_id: str
+    compensation_call: str
+    argv: list[str] = Field(default_factory=list)
+
+
+class DriftRecord(_Payload):
+    """Changes found in the worktree that no recorded call made (a ``drift`` event, folded)."""
+
+    event_id: str = ""
+    at: str = ""
+    paths: list[DriftPath] = Field(default_factory=list)
+    commit: str | None = None
+
+
+class FoldData(_Model):
+    """The bookkeeping a ledger's fold keeps besides its calls.
+
+    ``user_paths``: per path of the user's tree, what the sandbox last wrote there
+    (:class:`UserPathRecord`); ``undo_stack``: the undone calls; then, per event kind, the events
+    of that kind in ledger order, each with its ``event_id`` and ``at``.
+    """
+
+    user_paths: dict[str, UserPathRecord] = Field(default_factory=dict)
+    undo_stack: list[UndoItem] = Field(default_factory=list)
+    checkpoint: list[dict[str, Any]] = Field(default_factory=list)
+    rollback_session: list[dict[str, Any]] = Field(default_factory=list)
+    drift: list[DriftRecord] = Field(default_factory=list)
+    note: list[dict[str, Any]] = Field(default_factory=list)
+    compensation: list[CompensationLink] = Field(default_factory=list)
+
+
+def fold_mergeback(state: LedgerState, event: Event, writable: Callable[[str], LedgerEntry | None]) -> None:
+    """Fold an ``apply_finished``/``undo``/``redo`` event's merge-back bookkeeping into ``state.data``.
+
+    Each event names its paths' new :class:`UserPathRecord` (or drops them); ``unapplied`` calls are
+    no longer applied; an undo pushes its call on the undo stack and a redo takes it off.
+    ``writable(call_id)`` is the call's entry, copied so older states sharing it stay unchanged.
+
+    Kept with the payload types, not in the storage module and not in :mod:`sandbox.merge`: every
+    process that reads a ledger (a hook, ``status``, ``drop``) must fold it completely, and the
+    run layer reads ledgers without importing the merge package (issue 14).
+    """
+    data = MergebackData.model_validate(event.data)
+    if event.call_id and event.kind in (EventKind.undo, EventKind.redo) and data.target == "user":
+        undone = writable(event.call_id)
+        if undone is not None:  # an undo in the user's tree takes the call out of it, a redo puts it back
+            undone.applied = event.kind == EventKind.redo
+    user_paths = state.data.user_paths
+    for item in data.paths:
+        record = item.record()
+        if record is None:
+            user_paths.pop(item.path, None)
+        else:
+            user_paths[item.path] = record
+    for call_id in data.unapplied:
+        entry = writable(call_id)
+        if entry is not None:
+            entry.applied = False
+    if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
+        stack = state.data.undo_stack
+        if event.kind == EventKind.undo:
+            stack.append(
+                UndoItem(call_id=event.call_id, target=data.target, event_id=event.event_id, changed=data.changed)
+            )
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i].call_id == event.call_id:
+                    del stack[i]
+                    break
+
+
+#: Event kinds whose events are also kept in the fold, in ledger order (``FoldData.<kind>``).
+LOGGED_KINDS = frozenset(
+    {EventKind.checkpoint, EventKind.rollback_session, EventKind.drift, EventKind.note, EventKind.compensation}
+)
+
+
+def log_event(state: LedgerState, event: Event) -> None:
+    """Append an event of a :data:`LOGGED_KINDS` kind to its list in ``state.data``."""
+    item = {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
+    if event.kind == EventKind.drift:
+        state.data.drift.append(DriftRecord.model_validate(item))
+    elif event.kind == EventKind.compensation:
+        state.data.compensation.append(CompensationLink.model_validate(item))
+    else:
+        getattr(state.data, event.kind.value).append(item)
+
+
 class LedgerState(_Model):
     """The fold of a whole ledger up to ``tip``; cached on disk and rebuilt from git when in doubt."""
 
@@ -259,7 +454,7 @@ class LedgerState(_Model):
     event_ids: set[str] = Field(default_factory=set)
     ended: bool = False
     dropped: bool = False
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: FoldData = Field(default_factory=FoldData)
 
 
 # --- merge-back models (apply journal, apply/undo reports) ---
@@ -430,7 +625,7 @@ class UncertainCall(_Model):
     step_id: str | None = None
     idempotency: Idempotency
     replay_policy: ReplayPolicy
-    decision: str
+    decision: ReplayDecision
     summary: str | None = None
     input_hash: str
     started_at: datetime | None = None

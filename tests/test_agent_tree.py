@@ -47,7 +47,7 @@ def ledger_events(repo: Path, run_id: str) -> list[dict[str, object]]:
     import sandbox
 
     run = sandbox.open_run(str(repo), run_id)
-    return [e.model_dump(mode="json") for _oid, e in run.ledger.events()]
+    return [e.model_dump(mode="json") for _oid, e in run.events()]
 
 
 def test_processes_left_by_the_agent_are_stopped_and_recorded(repo: Path, tmp_path: Path) -> None:

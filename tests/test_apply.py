@@ -77,13 +77,13 @@ def test_apply_twice_is_a_no_op(repo: Path, runner: CliRunner) -> None:
     run = start(repo)
     agent_changes(run)
     assert invoke(runner, repo, "apply", run.run_id)[0] == 0
-    digest, events = tree_digest(repo), len(run.ledger.events())
+    digest, events = tree_digest(repo), len(run.events())
     code, out, _ = invoke(runner, repo, "apply", run.run_id, "--json")
     assert code == 0
     report = json.loads(out)
     assert report["applied"] == [] and len(report["skipped"]) == 6
     assert tree_digest(repo) == digest
-    assert len(run.ledger.events()) == events
+    assert len(run.events()) == events
 
 
 def test_conflict_writes_nothing_and_exits_1(repo: Path, runner: CliRunner) -> None:
@@ -146,10 +146,10 @@ def test_partial_apply_by_path_then_the_rest_keeps_later_user_edits(repo: Path) 
 def test_dry_run_writes_nothing(repo: Path, runner: CliRunner) -> None:
     run = start(repo)
     agent_changes(run)
-    digest, events = tree_digest(repo), len(run.ledger.events())
+    digest, events = tree_digest(repo), len(run.events())
     code, out, _ = invoke(runner, repo, "apply", run.run_id, "--dry-run")
     assert code == 0 and "Would write 6 path(s)" in out
-    assert tree_digest(repo) == digest and len(run.ledger.events()) == events
+    assert tree_digest(repo) == digest and len(run.events()) == events
 
 
 def test_rename_and_file_directory_swaps(tmp_path: Path) -> None:
@@ -286,8 +286,8 @@ def craft_call(run: Run, changes: dict[str, tuple[objects.Entry | None, objects.
         )
         for p, (b, a) in changes.items()
     ]
-    event = run._event(EventKind.call_succeeded, call_id, commit=commit, parent_commit=head, files=files)
-    run.ledger.append(event, keep=[commit])
+    event = run.new_event(EventKind.call_succeeded, call_id, commit=commit, parent_commit=head, files=files)
+    run.record_event(event, keep=[commit])
     return call_id
 
 
@@ -310,7 +310,7 @@ def test_paths_into_git_or_outside_are_refused(repo: Path, bad: str) -> None:
     call_id = run.start_call("crafted")
     files = [FileChange(path=bad, before_hash=None, after_hash=blob.oid, before_mode=None, after_mode=blob.mode)]
     head = run.head()
-    run.ledger.append(run._event(EventKind.call_succeeded, call_id, commit=head, parent_commit=head, files=files))
+    run.record(EventKind.call_succeeded, call_id, commit=head, parent_commit=head, files=files)
     with pytest.raises(PathRefusedError):
         mergeback.apply(run)
     assert not (repo / ".git/hooks/post-checkout").exists()
@@ -359,7 +359,7 @@ def test_pending_journal_blocks_other_applies(repo: Path, runner: CliRunner) -> 
     run = start(repo)
     with run.tool_call("w") as call:
         call.write("n.txt", "n\n")
-    event = run._event(EventKind.apply_finished, data={})
+    event = run.new_event(EventKind.apply_finished, data={})
     pending = ApplyJournal(op="apply", run_id=run.run_id, target="user", target_dir=str(repo), event=event)
     journal.save(run.project, pending)
     code, _, err = invoke(runner, repo, "apply", run.run_id)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from sandbox.merge import mergeback
 from sandbox.merge.undo import NothingToUndoError, undo
 from sandbox.models import CallSpec, Event, EventKind, FileChange, RunInfo
-from sandbox.run.run import Run, new_run_id
+from sandbox.run.ids import new_run_id
+from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.ledger import new_event_id
 from sandbox.store.project import Project
@@ -142,7 +143,7 @@ class World:
             worktree=str(self.root) + "-none",
             user_workdir=self.workdir,
         )
-        run.ledger.append(Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info))
+        run.record_event(Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info))
         parent, parent_tree = base_commit, build_tree(repo, base)
         for i, tree in enumerate(steps):
             new_tree = build_tree(repo, tree)
@@ -162,9 +163,9 @@ class World:
             # Recorded straight into the ledger: these runs have no worktree (start_call needs one).
             call_id = f"step{i}-{run_id}"
             spec = CallSpec(tool_name=f"step{i}", input_hash=f"sha256:{i}")
-            run.ledger.append(run._event(EventKind.call_started, call_id, call=spec))
-            run.ledger.append(
-                run._event(EventKind.call_succeeded, call_id, commit=commit, parent_commit=parent, files=files),
+            run.record(EventKind.call_started, call_id, call=spec)
+            run.record_event(
+                run.new_event(EventKind.call_succeeded, call_id, commit=commit, parent_commit=parent, files=files),
                 keep=[commit],
             )
             parent, parent_tree = commit, new_tree

@@ -67,7 +67,7 @@ def test_transitions_are_checked_and_repeats_are_noops(repo: Path) -> None:
     assert run.state().count == count
     run.deny(cid, "changed my mind")  # an approval can be revoked before the call starts
     run.deny(cid)
-    kinds = [e.kind for _oid, e in run.ledger.events()]
+    kinds = [e.kind for _oid, e in run.events()]
     assert kinds.count(EventKind.call_denied) == 1
     lifted = run.approve(cid)  # approving a denied call lifts the denial
     assert lifted.approval == Approval.approved and lifted.status == CallStatus.approved

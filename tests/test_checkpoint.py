@@ -69,7 +69,7 @@ def test_save_is_content_addressed_and_complete(repo: Path) -> None:
     latest, problems = store.load_latest()
     assert latest is not None and latest.checkpoint == ckpt and problems == []
     # the checkpoint event is evidence in the ledger; the ref holds the checkpoint itself
-    assert state.data["checkpoint"][-1]["id"] == ckpt.id
+    assert state.data.checkpoint[-1]["id"] == ckpt.id
     assert git(repo, "rev-parse", checkpoints_ref(run.run_id)).strip()
     second = run.checkpoint("again", messages=[1])
     assert second.name == "ckpt_002" and second.id != ckpt.id

@@ -84,7 +84,7 @@ def test_concurrent_recorders_lose_and_duplicate_nothing(repo: Path) -> None:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
     fresh = reopen(run)
-    events = fresh.ledger.events()
+    events = fresh.events()
     ids = [e.event_id for _, e in events]
     assert len(ids) == len(set(ids))
     entries = {e.call_id: e for e in fresh.entries()}
@@ -112,7 +112,7 @@ def test_garbled_ledger_event_is_detected_not_read(repo: Path, where: str) -> No
         c.write("x.txt", "x")
     if where == "loose":
         run.start_call("b")  # a started event is one loose object
-    tip = run.ledger.tip()
+    tip = run.ledger_tip()
     assert tip is not None
     assert _loose_object_path(repo, tip).exists() == (where == "loose")
     data = stored_object_data(repo, tip)
@@ -129,7 +129,7 @@ def test_garbled_ledger_event_is_detected_not_read(repo: Path, where: str) -> No
 def test_truncated_ledger_object_is_detected(repo: Path) -> None:
     run = start_run(repo)
     run.start_call("a")  # a started event is one loose object
-    tip = run.ledger.tip()
+    tip = run.ledger_tip()
     assert tip is not None
     path = _loose_object_path(repo, tip)
     path.chmod(0o644)
@@ -147,7 +147,7 @@ def test_fold_cache_is_rebuilt_when_stale_or_damaged(repo: Path) -> None:
     assert cache.exists()
     cache.write_text("{not json")
     assert len(reopen(run).entries()) == 20
-    kinds = [e.kind for _, e in reopen(run).ledger.events()]
+    kinds = [e.kind for _, e in reopen(run).events()]
     assert kinds[0] == EventKind.run_started and kinds.count(EventKind.call_succeeded) == 20
 
 

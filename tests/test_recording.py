@@ -77,7 +77,7 @@ def test_started_event_is_in_the_ledger_before_the_body_runs(run: Run) -> None:
         entry = run.entry(call.call_id or "")
         assert entry.status == CallStatus.started
         assert entry.idempotency.value == "non_idempotent" and entry.replay_policy.value == "never"
-        kinds = [e.kind for _, e in run.ledger.events()]
+        kinds = [e.kind for _, e in run.events()]
         assert kinds[-1] == EventKind.call_started
 
 
@@ -86,11 +86,11 @@ def test_started_event_is_in_the_ledger_before_the_body_runs(run: Run) -> None:
     ["../outside.txt", "/etc/passwd", ".git/config", "src/../../x", "a/.git/hooks/pre-commit", "x\0y", "a" * 300],
 )
 def test_paths_outside_the_worktree_are_refused(run: Run, bad: str) -> None:
-    before = run.ledger.tip()
+    before = run.ledger_tip()
     with pytest.raises(PathRefusedError), run.tool_call("write_file") as call:
         call.write(bad, "nope")
     assert not os.path.exists("/tmp/outside.txt") or bad != "../outside.txt"
-    assert run.ledger.tip() != before  # the call is recorded as failed...
+    assert run.ledger_tip() != before  # the call is recorded as failed...
     assert run.entries()[-1].status == CallStatus.failed
     assert run.entries()[-1].files == []  # ...with nothing written
 
@@ -149,7 +149,7 @@ def test_finish_is_refused_after_the_run_was_resumed_elsewhere(run: Run) -> None
     call_id = run.start_call("slow_tool")
     Path(run.worktree, "late.txt").write_text("late\n")
     state = run.state()
-    run.ledger.append(run._event(EventKind.resumed, data={"epoch": state.epoch + 1}))
+    run.record(EventKind.resumed, data={"epoch": state.epoch + 1})
     head = run.head()
     with pytest.raises(StaleWriterError):
         run.finish_call(call_id, "succeeded", paths=["late.txt"])

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from sandbox.cli import cli
 from sandbox.errors import SandboxError
-from sandbox.models import CallStatus, EventKind
+from sandbox.models import CallStatus
 from sandbox.recovery import actions as recovery
 from sandbox.recovery.actions import NoCompensationError, RecoveryAction, RollbackRefusedError
 from sandbox.recovery.resume import resume
@@ -150,8 +150,8 @@ def test_compensate_runs_the_registered_compensation_as_its_own_call(repo: Path,
     entry = reopen(run).entry(report.compensation_call)
     assert entry.tool_name == "compensate_create_issue" and entry.status == CallStatus.succeeded
     assert entry.idempotency.value == "non_idempotent"
-    links = reopen(run).state().data[EventKind.compensation.value]
-    assert links[-1]["call_id"] == cid and links[-1]["compensation_call"] == report.compensation_call
+    links = reopen(run).state().data.compensation
+    assert links[-1].call_id == cid and links[-1].compensation_call == report.compensation_call
     with pytest.raises(SandboxError, match="already compensated"):
         recovery.compensate(reopen(run), cid)
     assert log.read_text() == "closed\n"

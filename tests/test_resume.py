@@ -87,7 +87,7 @@ def test_resume_marks_unfinished_calls_uncertain_and_classifies_them(repo: Path)
     assert report.epoch == state.epoch == epoch + 1
     for key in ("email", "fetch", "edit"):
         assert state.calls[ids[key]].status == CallStatus.uncertain
-    kinds = [e.kind for _oid, e in run.ledger.events()]
+    kinds = [e.kind for _oid, e in run.events()]
     assert kinds.index(EventKind.resumed) < kinds.index(EventKind.call_uncertain)  # fenced first
     assert report.do_not_replay == [ids["email"]]
     assert report.may_replay == [ids["fetch"]]
@@ -140,7 +140,7 @@ def test_resuming_twice_gives_the_same_answer(repo: Path, runner: CliRunner) -> 
     ):
         assert field in a
     assert "messages" not in a
-    drift_events = [e for _oid, e in reopen(run).ledger.events() if e.kind == EventKind.drift]
+    drift_events = [e for _oid, e in reopen(run).events() if e.kind == EventKind.drift]
     assert len(drift_events) == 1  # the same drift is recorded once
 
 
@@ -248,7 +248,7 @@ def test_resume_refuses_on_a_damaged_ledger_event(repo: Path) -> None:
     run = start(repo)
     with run.tool_call("write_file", {"p": 1}) as c:
         c.write("x.txt", "x")
-    tip = run.ledger.tip()
+    tip = run.ledger_tip()
     assert tip is not None
     replace_stored_object(repo, tip, b"garbage that is not a commit")
     with pytest.raises(CorruptionError):

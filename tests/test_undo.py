@@ -32,7 +32,7 @@ def test_undo_after_apply_restores_the_users_tree(repo: Path, runner: CliRunner)
     assert tree_digest(repo) == original and user_state(repo) == state
     code, _, err = invoke(runner, repo, "undo", run.run_id)
     assert code == 1 and "no recorded change left" in err
-    events = [e.kind.value for _oid, e in run.ledger.events()]
+    events = [e.kind.value for _oid, e in run.events()]
     assert events.count("undo") == 2 and "apply_finished" in events  # forward events, nothing erased
 
 

@@ -25,6 +25,7 @@ CASES = {
     "hook": "bench.cases.hook",
     "watcher": "bench.cases.watcher",
     "confine": "bench.cases.confine",
+    "startup": "bench.cases.startup",
 }
 
 

@@ -44,10 +44,10 @@ def run(ctx: Context, repo: Repo) -> None:
         project, workdir, _ = Project.discover(repo.path)
         assert workdir is not None
         run_ = Run.start(project, workdir)
-        before = run_.ledger.state().count
+        before = run_.load().count
         t0 = time.perf_counter()
         for i in range(SINGLE):
-            run_.ledger.append(run_._event(EventKind.note, data={"i": i}))
+            run_.record(EventKind.note, data={"i": i})
         dt = time.perf_counter() - t0
         res.add(CASE, None, "events/s", "Ledger.append, fsync on, 1 writer (in-process)", SINGLE / dt, unit="events/s")
         res.add(CASE, None, "latency", "Ledger.append, fsync on, 1 writer (per event)", dt / SINGLE)
@@ -74,7 +74,7 @@ def run(ctx: Context, repo: Repo) -> None:
                 raise RuntimeError("a ledger writer failed")
         dt = time.perf_counter() - t0
         total = WRITERS * PER_WRITER
-        count = Run.open(Project(git_dir), run_.run_id).ledger.state().count - before - SINGLE
+        count = Run.open(Project(git_dir), run_.run_id).load().count - before - SINGLE
         if count != total:
             raise AssertionError(f"the ledger holds {count} events from the writers, expected {total}")
         res.add(
@@ -126,21 +126,21 @@ def _open_cost(ctx: Context, project: Any, run_id: str) -> None:
     from sandbox.store.project import Project
 
     cache = os.path.join(project.run_dir(run_id), "ledger-cache.json")
-    ledger = Run.open(Project(project.common_dir), run_id).ledger
+    from sandbox.store.ledger import Ledger
+
+    ledger = Ledger(project.repo, run_id, project.run_dir(run_id))
     state = ledger.state()
     n = state.count
-    ledger._save_cache(state)  # a cache at the tip, as a command finds it after a busy run
+    ledger.save_cache(state)  # a cache at the tip, as a command finds it after a busy run
     for label, rebuild in (("verified cache", False), ("no cache: every event re-read", True)):
         for _ in range(HISTORY_SAMPLES):
             with open(cache, "rb") as fh:
                 saved = fh.read()
             if rebuild:
                 os.unlink(cache)
-            objects._commit_cache.clear()
-            objects._tree_cache.clear()
-            objects._cached_entries = 0
+            objects.clear_caches()
             t0 = time.perf_counter()
-            Run.open(Project(project.common_dir), run_id).ledger.state()
+            Run.open(Project(project.common_dir), run_id).load()
             dt = time.perf_counter() - t0
             with open(cache, "wb") as fh:
                 fh.write(saved)
@@ -159,11 +159,11 @@ def _writer() -> None:
 
     git_dir, run_id, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     run = Run.open(Project(git_dir), run_id)
-    run.ledger.state()
+    run.load()
     print("ready", flush=True)
     sys.stdin.readline()
     for i in range(count):
-        run.ledger.append(run._event(EventKind.note, data={"writer": os.getpid(), "i": i}))
+        run.record(EventKind.note, data={"writer": os.getpid(), "i": i})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from typing import Any
 from sandbox.agent import confine
 from sandbox.agent.hosted import command_input, run_command
 from sandbox.models import LedgerEntry
-from sandbox.run.run import Run, new_call_id
+from sandbox.run.ids import new_call_id
+from sandbox.run.run import Run
 
 
 @dataclass

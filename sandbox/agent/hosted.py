@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.agent import confine, hookproto
+from sandbox.agent import confine, hookproto, recorder
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
@@ -121,7 +121,7 @@ def run_hosted(
         agent="exec",
         **common,
     )
-    done = hookproto.handle(finish)  # the host, or this process if the host went away meanwhile
+    done = recorder.handle(finish)  # the host, or this process if the host went away meanwhile
     if refused is not None:
         raise refused
     if not done.ok:

@@ -177,7 +177,7 @@ def cut(run: Run, candidates: set[str] | None, reason: str = "quiet point") -> s
     from sandbox.store import objects
     from sandbox.store.capture import capture
 
-    with run.ledger.lock.hold():
+    with run.lock():
         state = run.state()
         if any(e.status == CallStatus.started for e in state.calls.values()):
             return None
@@ -384,7 +384,7 @@ def _record_end(run: Run, result: SessionResult) -> None:
     }
     reason = f"the agent exited ({result.returncode}); {len(result.stopped)} process(es) it left running were stopped"
     with contextlib.suppress(Exception):  # the record is evidence, never a reason to fail the session
-        run.ledger.append(run._event(EventKind.note, reason=reason, data=data, epoch=run.state().epoch))
+        run.record(EventKind.note, reason=reason, data=data, epoch=run.state().epoch)
 
 
 def _supervise(

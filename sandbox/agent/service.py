@@ -7,7 +7,7 @@ exits. Two processes host a run that way, both through :class:`RunHost`, so they
 * ``sandbox run`` (:mod:`sandbox.agent.launch`), for the session of the agent it launched;
 * ``sandbox serve`` (:func:`serve_run`), a background process of its own, for an agent the user
   started themselves: the first hook that finds no host spawns it (see
-  :func:`sandbox.agent.hookproto.handle`), and it exits after a spell without requests, when the run is
+  :func:`sandbox.agent.recorder.handle`), and it exits after a spell without requests, when the run is
   dropped or its worktree disappears, and on SIGTERM.
 
 A host holds:
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sandbox.agent import hookproto
+from sandbox.agent import hookproto, recorder
 from sandbox.errors import CorruptionError
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ def claim_autostart(run_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
 
 
 class _ServiceCalls:
-    """Gives :class:`~sandbox.agent.hookproto.Recorder` begin/end over an in-process session service."""
+    """Gives :class:`~sandbox.agent.recorder.Recorder` begin/end over an in-process session service."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -199,7 +199,7 @@ class HookService:
         self, run: Run, service: Service | None, lock: threading.Lock, on_event: Callable[[str], None] | None = None
     ) -> None:
         self.run = run
-        self.recorder = hookproto.Recorder(run, _ServiceCalls(service) if service is not None else None)
+        self.recorder = recorder.Recorder(run, _ServiceCalls(service) if service is not None else None)
         self.lock = lock
         self.on_event = on_event
         self.path = hookproto.socket_path(run.dir)
@@ -215,7 +215,7 @@ class HookService:
         """Listen on the run's socket; False when another live process already hosts the run."""
         if os.path.exists(self.path):
             try:
-                probe = hookproto._connect(self.path, 1.0)
+                probe = hookproto.connect(self.path, 1.0)
             except OSError:
                 with contextlib.suppress(OSError):
                     os.unlink(self.path)  # stale: left by a host that was killed
@@ -387,7 +387,7 @@ class RunHost:
             return "the run's worktree is gone"
         with self.lock:  # the recorder's threads use the same repository object
             try:
-                if not self.run.ledger.exists():
+                if not self.run.exists():
                     return "the run was dropped"
             except CorruptionError as exc:  # deleted or rewritten ref (sandbox.store.integrity): serve nothing
                 return exc.message

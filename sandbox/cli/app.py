@@ -1,10 +1,10 @@
-"""The ``sandbox`` click group; its commands are the lazily imported ``COMMANDS`` of :mod:`sandbox.cli`."""
+"""The ``sandbox`` click group; its commands are the lazily imported ``COMMANDS`` of :mod:`sandbox.cli.commands`."""
 
 from __future__ import annotations
 
 import click
 
-from sandbox.cli import COMMANDS
+from sandbox.cli.commands import COMMANDS
 from sandbox.cli.common import SandboxGroup
 
 

@@ -23,10 +23,12 @@ class SandboxGroup(click.Group):
         self.lazy_commands: dict[str, str] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, lazily registered ones included."""
         names = set(super().list_commands(ctx)) | set(self.lazy_commands)
         return sorted(n for n in names if self.get_command(ctx, n) is not None)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command named ``cmd_name``, its module imported now if it was registered lazily."""
         if cmd_name in self.lazy_commands:
             module, _, attr = self.lazy_commands[cmd_name].partition(":")
             try:
@@ -115,7 +117,7 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     project, _workdir, cwd_run = open_project(ctx)
     run = Run.open(project, resolve_run(project, run_id, cwd_run))
     if not report_problems:
-        run.ledger.state()
+        run.load()
         return run
     return verified(run)
 
@@ -142,8 +144,8 @@ def open_call(ctx: click.Context, run_id: str | None, call: str) -> tuple[Run, s
 
 def verified(run: Run) -> Run:
     """``run`` with its ledger read and verified; what did not match is printed, one line each."""
-    run.ledger.state()
-    for problem in run.ledger.problems:
+    run.load()
+    for problem in run.problems:
         click.echo(f"sandbox: {problem}", err=True)
     return run
 

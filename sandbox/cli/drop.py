@@ -17,8 +17,11 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, as_json: bool) -> 
 
     Refuses while the run has recorded changes that are not applied to your tree, unless --force.
     """
+    from sandbox.agent.service import stop_service
+
     run = open_run(ctx, run_id)
-    freed = run.drop(force=force)
+    # A background `sandbox serve` would keep watching the worktree while it is removed.
+    freed = run.drop(force=force, before_remove=lambda r: stop_service(r.dir))
     if as_json:
         emit_json({"run": run.run_id, "dropped": True, "bytes_freed": freed})
     else:

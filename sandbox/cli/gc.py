@@ -15,13 +15,14 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     """Remove what dropped or interrupted runs left behind; live runs are never touched."""
     from dataclasses import asdict
 
+    from sandbox.agent.service import try_claim
     from sandbox.cli.output import Progress
     from sandbox.run.gc import collect
 
     project, _, _ = open_project(ctx)
     shown = Progress.choose(None, as_json, delayed=True)
     try:
-        report = collect(project, force=force, progress=shown.callback)
+        report = collect(project, force=force, claim_host=try_claim, progress=shown.callback)
     finally:
         shown.done()
     if as_json:

@@ -66,7 +66,9 @@ def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Write
                 return _with_site(agent, strict, raw, stdout, stderr)
             outcome = answer
         else:
-            outcome = hookproto.handle(event, _autostart if autostart_allowed() else None)
+            from sandbox.agent import recorder
+
+            outcome = recorder.handle(event, _autostart if autostart_allowed() else None)
     except SandboxError as exc:
         outcome = hookproto.Outcome(False, exc.message)
     except Exception as exc:  # the hook must never crash the agent's tool call with a traceback
@@ -127,8 +129,11 @@ def autostart_allowed() -> bool:
 
 
 def _autostart(loc: Any) -> None:
-    """Called only when no process hosts the run: spawn ``sandbox serve`` for the next events."""
-    spawn_service(loc.run_id, loc.worktree)
+    """Spawn ``sandbox serve`` for the next events, unless a process hosts the run or one was just spawned."""
+    from sandbox.agent import service
+
+    if service.claim_autostart(loc.run_dir):
+        spawn_service(loc.run_id, loc.worktree)
 
 
 def beside() -> str:

@@ -47,6 +47,7 @@ class OutputCommand(click.Command):
     next argument as its value (``sandbox log --color RUN``); a value is given as ``--color=WHEN``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Rewrite a bare ``--color`` (before any ``--``) to ``--color=always``, then parse."""
         end = args.index("--") if "--" in args else len(args)
         args = [("--color=always" if a == "--color" and i < end else a) for i, a in enumerate(args)]
         return super().parse_args(ctx, args)
@@ -296,6 +297,7 @@ class Progress:
         return self if self.enabled else None
 
     def __call__(self, line: str) -> None:
+        """Show ``line`` (a step, or a counter of one) unless it is too early or too soon after the last."""
         if not self.enabled:
             return
         import time

@@ -16,13 +16,14 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from dataclasses import asdict
 
     from sandbox.run.names import resolve_run
-    from sandbox.store.integrity import repair as do_repair
+    from sandbox.store import layout
+    from sandbox.store.ledger import repair as do_repair
     from sandbox.store.ledger import run_lock
 
     project, _, cwd_run = open_project(ctx)
     rid = resolve_run(project, run_id, cwd_run)
     run_dir = project.run_dir(rid)
-    lock = run_lock(f"{run_dir}/lock", f"Run {rid}").hold()
+    lock = run_lock(layout.run_lock_path(project.common_dir, rid), f"Run {rid}").hold()
     report = do_repair(project.repo, rid, run_dir, lock)
     if as_json:
         emit_json(asdict(report))

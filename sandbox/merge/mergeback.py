@@ -24,16 +24,27 @@ import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pygit2
 
 from sandbox import faults
 from sandbox.errors import PathRefusedError, SandboxError, UnknownCallError
 from sandbox.merge import obstacles
-from sandbox.models import ApplyJournal, ApplyReport, ConflictReport, EventKind, JournalEntry, LedgerEntry, LedgerState
+from sandbox.models import (
+    ApplyAction,
+    ApplyJournal,
+    ApplyReport,
+    ConflictReport,
+    EventKind,
+    JournalEntry,
+    LedgerEntry,
+    LedgerState,
+    PathRecordUpdate,
+    UserPathRecord,
+)
 from sandbox.run.run import Run
 from sandbox.store import convert, journal, objects, paths, sparse
 from sandbox.store.gitcli import git
@@ -102,11 +113,11 @@ class PlannedPath:
     path: str
     steps: list[Step]
     user: Probe
-    action: str = "conflict"
+    action: ApplyAction = "conflict"
     reason: str = ""
     hint: str = ""
     write: State = None
-    record: dict[str, Any] | None = None
+    record: UserPathRecord | None = None
     markers: bool = False
     #: True when the conflict is an obstacle in the tree (see :mod:`sandbox.merge.obstacles`), not an edit.
     obstacle: bool = False
@@ -190,30 +201,30 @@ def conflict_report(p: PlannedPath) -> ConflictReport:
     )
 
 
-def state_record(state: State, target: State, calls: list[str]) -> dict[str, Any]:
+def state_record(state: State, target: State, calls: list[str]) -> UserPathRecord:
     """A ``user_paths`` record: the state written, the agent state it stands for, the calls it carries."""
-    return {
-        "mode": state.mode if state else None,
-        "oid": state.oid if state else None,
-        "target_mode": target.mode if target else None,
-        "target_oid": target.oid if target else None,
-        "calls": calls,
-    }
+    return UserPathRecord(
+        mode=state.mode if state else None,
+        oid=state.oid if state else None,
+        target_mode=target.mode if target else None,
+        target_oid=target.oid if target else None,
+        calls=calls,
+    )
 
 
-def prior_records(user_paths: dict[str, Any], changed: list[str]) -> list[dict[str, Any]]:
+def prior_records(user_paths: Mapping[str, UserPathRecord], changed: list[str]) -> list[PathRecordUpdate]:
     """The ``user_paths`` records of ``changed`` as they are now (what rolling back restores)."""
-    out: list[dict[str, Any]] = []
-    for path in changed:
-        record = user_paths.get(path)
-        out.append({"path": path, **record} if record is not None else {"path": path, "drop": True})
-    return out
+    return [PathRecordUpdate.of(path, user_paths.get(path)) for path in changed]
 
 
-def _record_state(record: dict[str, Any] | None, key: str = "") -> State:
-    if record is None:
-        return None
-    return journal.entry_state(record.get(key + "mode"), record.get(key + "oid"))
+def _written_state(record: UserPathRecord | None) -> State:
+    """The state the sandbox wrote at a path (None: no record)."""
+    return None if record is None else journal.entry_state(record.mode, record.oid)
+
+
+def _target_state(record: UserPathRecord | None) -> State:
+    """The agent's state a path's record stands for (None: no record)."""
+    return None if record is None else journal.entry_state(record.target_mode, record.target_oid)
 
 
 def resolve_call(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
@@ -282,7 +293,7 @@ def plan(
     result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
     if not chains:
         raise NothingToApplyError(f"Run {run.run_id} has no recorded file changes to apply.")
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    user_paths = state.data.user_paths
     # The user's files are compared as `git add` would store them (sandbox.store.convert).
     conv = convert.for_tree(target)
     probes = {path: conv.clean_probe(target, path, journal.probe(target, path)) for path in sorted(chains)}
@@ -305,7 +316,7 @@ def plan(
         if all(
             f.path in planned_paths
             or run.is_private(f.path)
-            or entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])
+            or (f.path in user_paths and entry.call_id in user_paths[f.path].calls)
             for f in entry.files
         ):
             result.fully_applied.append(entry.call_id)
@@ -343,12 +354,12 @@ def excluded_probes(root: str, probes: dict[str, Probe]) -> dict[str, Probe]:
     return {path: Probe("excluded", entry) for path, entry in sparse.excluded(root, absent).items()}
 
 
-def _decide(p: PlannedPath, prior: dict[str, Any] | None) -> None:
+def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
     """Set the action of one path from the user's state, the chain and what the sandbox wrote before."""
     user, steps = p.user, p.steps
-    written = _record_state(prior)
-    prior_target = _record_state(prior, "target_")
-    prior_calls: list[str] = list(prior.get("calls", [])) if prior else []
+    written = _written_state(prior)
+    prior_target = _target_state(prior)
+    prior_calls: list[str] = list(prior.calls) if prior else []
     chain_calls = [c for c in p.calls if c not in prior_calls]
     if user.kind == "unreadable":
         where = f" ({user.blocker!r})" if user.blocker else ""
@@ -561,7 +572,7 @@ def execute(
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
     faults.point(f"{op}.before_ledger")
     try:
-        run.ledger.append(j.event, keep=keep)
+        run.record_event(j.event, keep=keep or ())
     except (OSError, pygit2.GitError, SandboxError) as exc:
         raise _roll_back_failed(run, j, temps, written, "recording it in the run's ledger", exc) from exc
     faults.point(f"{op}.after_ledger")
@@ -670,11 +681,11 @@ def apply(
         if result.conflicts:
             refuse(result.conflicts, report)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
-        user_paths: dict[str, Any] = state.data.get("user_paths", {})
+        user_paths = state.data.user_paths
         changed = [p for p in result.paths if p.record is not None and p.record != user_paths.get(p.path)]
         if dry_run or (not result.writes and not newly and not changed):
             return report
-        event = run._event(
+        event = run.new_event(
             EventKind.apply_finished,
             data={
                 "target": "user",
@@ -682,8 +693,8 @@ def apply(
                 "selected": result.calls,
                 "calls": result.fully_applied,
                 "newly": newly,
-                "paths": [{"path": p.path, **(p.record or {})} for p in changed],
-                "prior": prior_records(user_paths, [p.path for p in changed]),
+                "paths": [PathRecordUpdate.of(p.path, p.record).to_data() for p in changed],
+                "prior": [u.to_data() for u in prior_records(user_paths, [p.path for p in changed])],
                 "merged": report.merged,
             },
         )
@@ -737,7 +748,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 "Put them back or roll the operation back with 'sandbox undo'."
             )
         run = Run.open(project, j.run_id)
-        with run.ledger.lock.hold():
+        with run.lock():
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if j.target == "sandbox" and not recorded and state.head != j.old_head:
@@ -749,7 +760,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 journal.clear_temps(project, j, workdir)
                 temps = journal.temps_of(project, j)
                 journal.play(run.repo, workdir, j.entries, "continue.after_file", on_write=written.append, temps=temps)
-                run.ledger.append(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
+                run.record_event(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
                     run.head()
                 journal.remove(project, workdir)

@@ -25,7 +25,16 @@ from sandbox import faults
 from sandbox.errors import SandboxError
 from sandbox.merge import mergeback
 from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
-from sandbox.models import ApplyJournal, ConflictReport, EventKind, LedgerEntry, LedgerState, UndoReport
+from sandbox.models import (
+    ApplyJournal,
+    ConflictReport,
+    EventKind,
+    LedgerEntry,
+    LedgerState,
+    PathRecordUpdate,
+    UndoReport,
+    UserPathRecord,
+)
 from sandbox.run.run import Run
 from sandbox.store import journal, objects
 from sandbox.store.journal import State
@@ -55,8 +64,8 @@ def _pending_dirs(run: Run) -> list[str]:
 
 def carried(state: LedgerState, entry: LedgerEntry) -> list[str]:
     """The paths of ``entry`` whose current state in the user's tree the sandbox wrote for it."""
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
-    return [f.path for f in entry.files if entry.call_id in (user_paths.get(f.path) or {}).get("calls", [])]
+    user_paths = state.data.user_paths
+    return [f.path for f in entry.files if f.path in user_paths and entry.call_id in user_paths[f.path].calls]
 
 
 def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
@@ -79,10 +88,10 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for directory in _pending_dirs(run):
         journal.ensure_none_pending(run.project, directory)
     state = run.state()
-    for item in reversed(state.data.get("undo_stack", [])):
-        entry = state.calls.get(item["call_id"])
+    for item in reversed(state.data.undo_stack):
+        entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
-            return _move(run, entry, "redo", item["target"], lock_timeout, only=item.get("changed"))
+            return _move(run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed)
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
 
 
@@ -90,7 +99,7 @@ def _move(
     run: Run, entry: LedgerEntry, op: str, target: str, lock_timeout: float, only: list[str] | None = None
 ) -> UndoReport:
     root = run.user_workdir if target == "user" else run.worktree
-    with journal.tree_lock(run.project, root, lock_timeout), run.ledger.lock.hold(lock_timeout):
+    with journal.tree_lock(run.project, root, lock_timeout), run.lock(lock_timeout):
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
         state = run.state()
@@ -193,7 +202,7 @@ def _journal(
 def _move_user(
     run: Run, state: LedgerState, entry: LedgerEntry, op: str, root: str, only: list[str] | None
 ) -> UndoReport:
-    user_paths: dict[str, Any] = state.data.get("user_paths", {})
+    user_paths = state.data.user_paths
     states = _states(entry, op)
     if op == "undo":
         chosen = carried(state, entry)
@@ -202,30 +211,26 @@ def _move_user(
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
     planned = mergeback.plan_moves(root, moves, user_tree=True)
     for p in planned:
-        record = user_paths.get(p.path) or {}
-        if (
-            op == "undo"
-            and p.action == "write"
-            and journal.entry_state(record.get("mode"), record.get("oid")) != p.user.state
-        ):
+        record = user_paths.get(p.path) or UserPathRecord()
+        if op == "undo" and p.action == "write" and journal.entry_state(record.mode, record.oid) != p.user.state:
             p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
     _refuse(run, entry, op, "user", root, planned)
     writes = [p for p in planned if p.action == "write"]
     records = []
     for p in planned:
-        calls = [c for c in (user_paths.get(p.path) or {}).get("calls", []) if c != entry.call_id]
+        calls = [c for c in (user_paths.get(p.path) or UserPathRecord()).calls if c != entry.call_id]
         if op == "redo":
             calls.append(entry.call_id)
         dst = p.steps[0].after
-        records.append({"path": p.path, **state_record(dst, dst, calls)})
-    event = run._event(
+        records.append(PathRecordUpdate.of(p.path, state_record(dst, dst, calls)).to_data())
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         data={
             "target": "user",
             "changed": [p.path for p in planned],
             "paths": records,
-            "prior": mergeback.prior_records(user_paths, [p.path for p in planned]),
+            "prior": [u.to_data() for u in mergeback.prior_records(user_paths, [p.path for p in planned])],
         },
     )
     j = _journal(run, op, "user", root, entry, writes, event)
@@ -251,7 +256,7 @@ def _written(op: str, written: list[str]) -> dict[str, list[str]]:
 def _record_only(run: Run, j: ApplyJournal) -> list[str]:
     """Nothing to write (every path already there): the event alone records the undo or redo."""
     faults.point(f"{j.op}.before_ledger")
-    run.ledger.append(j.event)
+    run.record_event(j.event)
     faults.point(f"{j.op}.after_ledger")
     return []
 
@@ -276,11 +281,10 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
         new_head = child
     else:
-        sig = objects.signature()
         message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
-        with objects.git_writes():
-            new_head = str(repo.create_commit(None, sig, sig, message, new_tree, [head]))
-    event = run._event(
+        # Durable before the journal names it; its event follows the file writes (mergeback.execute).
+        new_head = run.write_commit(new_tree, head, message)
+    event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
         entry.call_id,
         commit=new_head,
@@ -317,7 +321,7 @@ def _inverse(run: Run, j: ApplyJournal) -> Any:
         data["unapplied"] = j.event.data.get("newly", [])
     call_id = None if j.op == "apply" else j.event.call_id
     commit = j.old_head if j.target == "sandbox" else None
-    return run._event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
+    return run.new_event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)
 
 
 def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> UndoReport | None:
@@ -336,7 +340,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                 f"Cannot roll back the interrupted {j.op}: {', '.join(bad[:5])} changed since; nothing was written."
             )
         run = Run.open(project, j.run_id)
-        with run.ledger.lock.hold(lock_timeout):
+        with run.lock(lock_timeout):
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if recorded and j.target == "sandbox" and state.head != j.new_head:
@@ -358,7 +362,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                     temps=temps,
                 )
                 if recorded:
-                    run.ledger.append(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
+                    run.record_event(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
                     run.head()
                 journal.remove(project, target_dir)

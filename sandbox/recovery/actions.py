@@ -114,7 +114,7 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
     ckpt = item.checkpoint
     goal = ckpt.file_snapshot.commit
     objects.enable_fsync()
-    with run.ledger.lock.hold():
+    with run.lock():
         state = run.state()
         head = state.head
         assert head is not None and state.run is not None
@@ -134,14 +134,10 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             )
         _write(run, changes)
         faults.point("recovery.rollback_files.after_worktree")
-        sig = objects.signature()
         message = (
             f"sandbox: rollback files to {ckpt.name}\n\nSandbox-Run: {run.run_id}\nSandbox-Checkpoint: {ckpt.id}\n"
         )
         assert goal_tree is not None
-        with objects.git_writes():
-            commit = str(run.repo.create_commit(None, sig, sig, message, goal_tree, [head]))
-        files = [objects.file_change(c.path, c.old, c.new, f"{head}..{commit}") for c in changes]
         kept = _ancestors(run, goal, state.run.base)
         undone = [
             c
@@ -149,17 +145,22 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             if state.calls[c].commit and not state.calls[c].undone and state.calls[c].commit not in kept
         ]
         applied = [c for c in undone if state.calls[c].applied]
-        event = run._event(
+        files: list[FileChange] = []
+
+        def files_of(commit: str) -> dict[str, Any]:
+            files.extend(objects.file_change(c.path, c.old, c.new, f"{head}..{commit}") for c in changes)
+            return {"files": files}
+
+        commit, _state = run.move_head(
             EventKind.rollback_files,
-            commit=commit,
-            parent_commit=head,
-            files=files,
+            tree=goal_tree,
+            parent=head,
+            message=message,
+            fields_of=files_of,
             epoch=state.epoch,
             data={"checkpoint": ckpt.id, "name": ckpt.name, "undone_calls": undone, "applied_calls": applied},
         )
-        run.ledger.append(event, keep=[commit])
         faults.point("recovery.rollback_files.after_ledger")
-        run.head()
     text = f"The run's files are back at {ckpt.name}: {len(files)} path(s) restored in the worktree."
     if applied:
         text += (
@@ -216,9 +217,9 @@ def rollback_session(run: Run, target: str) -> RollbackSessionReport:
     messages = store.messages(ckpt)
     faults.point("recovery.rollback_session.before")
     state: LedgerState = run.state()
-    seen = {e.call_id for _oid, e in run.ledger.events()[: ckpt.tool_ledger.count] if e.call_id}
+    seen = {e.call_id for _oid, e in run.events()[: ckpt.tool_ledger.count] if e.call_id}
     after = [c for c in state.order if c not in seen]
-    event = run._event(
+    event = run.new_event(
         EventKind.rollback_session,
         epoch=state.epoch,
         data={
@@ -230,7 +231,7 @@ def rollback_session(run: Run, target: str) -> RollbackSessionReport:
             "calls_after": after,
         },
     )
-    run.ledger.append(event)
+    run.record_event(event)
     text = (
         f"The session is back at {ckpt.name}; {len(after)} call(s) recorded after it stay in the ledger "
         "and the next resume note lists them."
@@ -259,10 +260,10 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
             f"the runtime must run it itself: {comp}."
         )
     state = run.state()
-    links = [d for d in state.data.get(EventKind.compensation.value, []) if d.get("call_id") == call_id]
+    links = [link for link in state.data.compensation if link.call_id == call_id]
     comp_id = f"{call_id}-compensate-{len(links) + 1}"
     if links:
-        last = str(links[-1]["compensation_call"])
+        last = links[-1].compensation_call
         previous = state.calls.get(last)
         if previous is None:
             comp_id = last  # linked, but the crash came before it started: this is the same attempt
@@ -273,14 +274,14 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
                 f"The compensation {last} of {call_id} is {previous.status.value}; check whether it took effect and "
                 f"record it with 'sandbox call resolve {run.run_id} {last} --status succeeded|failed'."
             )
-    if not links or comp_id != str(links[-1]["compensation_call"]):
-        link = run._event(
+    if not links or comp_id != links[-1].compensation_call:
+        link = run.new_event(
             EventKind.compensation,
             call_id,
             epoch=state.epoch,
             data={"call_id": call_id, "compensation_call": comp_id, "argv": argv},
         )
-        run.ledger.append(link)
+        run.record_event(link)
     faults.point("recovery.compensate.after_link")
     outcome = execute(
         run,

@@ -47,6 +47,7 @@ from sandbox.models import (
     LedgerState,
     LiveProcess,
     ProcessScope,
+    ReplayDecision,
     ReplayPolicy,
     ResumeReport,
     UncertainCall,
@@ -60,9 +61,9 @@ from sandbox.store.ledger import fold_event
 if TYPE_CHECKING:
     from sandbox.run.run import Run
 
-MAY_REPLAY = "may_replay"
-ASK_FIRST = "ask_first"
-DO_NOT_REPLAY = "do_not_replay"
+MAY_REPLAY: ReplayDecision = "may_replay"
+ASK_FIRST: ReplayDecision = "ask_first"
+DO_NOT_REPLAY: ReplayDecision = "do_not_replay"
 #: How many calls after the checkpoint the note describes one by one.
 NOTE_CALLS = 20
 
@@ -77,7 +78,7 @@ faults.POINTS.update(
 )
 
 
-def classify(entry: LedgerEntry) -> str:
+def classify(entry: LedgerEntry) -> ReplayDecision:
     """What a resume may do with an uncertain call: may_replay, ask_first or do_not_replay."""
     if entry.idempotency == Idempotency.non_idempotent or entry.replay_policy == ReplayPolicy.never:
         return DO_NOT_REPLAY
@@ -100,25 +101,25 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
     """
     objects.enable_fsync()
     problems: list[str] = []
-    with run.ledger.lock.hold():
+    with run.lock():
         state = run.state()
         live, looked = _session_processes(run, state)
         if live and not stop_processes:
             raise ProcessesAliveError(_alive_message(run, live))
         stopped = _stop(live, grace)
         epoch = state.epoch + 1
-        run.ledger.append(run._event(EventKind.resumed, epoch=epoch, data={"epoch": epoch}))
+        run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch})
         faults.point("resume.after_fence")
         if stopped:
             data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
             reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
-            run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=data))
+            run.record(EventKind.note, epoch=epoch, reason=reason, data=data)
         _orphaned_session_reports(run, epoch)
         current = run.state()
         for call_id in current.order:
             if current.calls[call_id].status == CallStatus.started:
-                run.ledger.append(
-                    run._event(
+                run.record_event(
+                    run.new_event(
                         EventKind.call_uncertain,
                         call_id,
                         epoch=epoch,
@@ -128,15 +129,15 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
                 )
         faults.point("resume.after_uncertain")
         try:
-            events = run.ledger.events()
+            events = run.events()
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
         state = LedgerState()
         for oid, event in events:
             fold_event(state, event, oid)
         # Every event was just re-read: compare the fold the other commands use with it.
-        problems.extend(run.ledger.problems)
-        if run.ledger.adopt_verified(state):
+        problems.extend(run.problems)
+        if run.verify_fold(state):
             problems.append(
                 f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
             )
@@ -178,7 +179,7 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
         return [], set()
     unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
     scopes: dict[str, ProcessScope] = {}
-    for _oid, event in run.ledger.events():
+    for _oid, event in run.events():
         if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
             scopes[event.call_id] = event.procs
     if not scopes:
@@ -215,7 +216,7 @@ def _orphaned_session_reports(run: Run, epoch: int) -> None:
             f"{len(stopped)} process(es) it left running"
         )
         note = {"agent_exit": data.get("exit"), "stopped_processes": stopped, "supervisor": data.get("pid")}
-        run.ledger.append(run._event(EventKind.note, epoch=epoch, reason=reason, data=note))
+        run.record(EventKind.note, epoch=epoch, reason=reason, data=note)
         os.unlink(path)
 
 
@@ -335,11 +336,10 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     if not cap.changes:
         return [], None
-    previous = (state.data.get(EventKind.drift.value) or [{}])[-1]
+    previous = state.data.drift[-1] if state.data.drift else None
     key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
-    old = previous.get("paths") or []
-    if sorted((p["path"], p["after"]) for p in old) == key and previous.get("commit"):
-        return [DriftPath.model_validate(p) for p in old], str(previous["commit"])
+    if previous is not None and previous.commit and sorted((p.path, p.after) for p in previous.paths) == key:
+        return list(previous.paths), previous.commit
     uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
     started_pid = _pids(events)
     writers: dict[str, str] = {}
@@ -363,13 +363,15 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
             )
         )
     tree = objects.edit_tree(run.repo, head_tree, cap.changes)
-    sig = objects.signature()
     message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
-    with objects.git_writes():
-        commit = str(run.repo.create_commit(None, sig, sig, message, tree, [state.head]))
-    data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}
-    event = run._event(EventKind.drift, epoch=state.epoch, commit=commit, parent_commit=state.head, data=data)
-    new = run.ledger.append(event, keep=[commit])
+    commit, new = run.move_head(
+        EventKind.drift,
+        tree=tree,
+        parent=state.head,
+        message=message,
+        fields_of=lambda commit: {"data": {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}},
+        epoch=state.epoch,
+    )
     state.data = new.data
     return paths, commit
 

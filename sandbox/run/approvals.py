@@ -5,7 +5,7 @@ the user approves (status ``approved``; ``start_call`` with the same call id con
 denies it. A call the agent did not run (status ``not_run``) may be denied as well. A denial is
 remembered by tool name and input hash: after a resume the runtime asks :func:`is_denied` before
 asking the user again, ``start_call`` refuses the denied call id, and the hooks refuse the same tool
-and input under any new call id (:class:`sandbox.agent.hookproto.Recorder`).
+and input under any new call id (:class:`sandbox.agent.recorder.Recorder`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def approve(run: Run, call_id: str) -> LedgerEntry:
             )
 
     try:
-        run.ledger.append(run._event(EventKind.call_approved, call_id, epoch=run.state().epoch), check=check)
+        run.record(EventKind.call_approved, call_id, epoch=run.state().epoch, check=check)
     except _AlreadyDecided:
         pass
     return run.entry(call_id)
@@ -77,9 +77,9 @@ def deny(run: Run, call_id: str, reason: str | None = None) -> LedgerEntry:
                 f"(see 'sandbox compensate {run.run_id} {call_id}' for undoing an external effect)."
             )
 
-    event = run._event(EventKind.call_denied, call_id, reason=reason, epoch=run.state().epoch)
+    event = run.new_event(EventKind.call_denied, call_id, reason=reason, epoch=run.state().epoch)
     try:
-        run.ledger.append(event, check=check)
+        run.record_event(event, check=check)
     except _AlreadyDecided:
         pass
     return run.entry(call_id)
@@ -106,7 +106,7 @@ def denials(run: Run, state: LedgerState | None = None) -> list[Denial]:
 
 def is_denied(run: Run, tool_name: str, input: Any = None) -> Denial | None:
     """The denial of an earlier call with this tool and the same input, or None: do not ask again."""
-    from sandbox.run.run import input_hash
+    from sandbox.run.ids import input_hash
 
     wanted = input_hash(tool_name, input)
     for denial in denials(run):
@@ -117,7 +117,7 @@ def is_denied(run: Run, tool_name: str, input: Any = None) -> Denial | None:
 
 def is_approved(run: Run, tool_name: str, input: Any = None) -> LedgerEntry | None:
     """An approved call with this tool and input that has not started yet, or None."""
-    from sandbox.run.run import input_hash
+    from sandbox.run.ids import input_hash
 
     wanted = input_hash(tool_name, input)
     for entry in run.entries():

@@ -101,16 +101,11 @@ def checkpoints_ref(run_id: str) -> str:
     return layout.ref_name(run_id, "checkpoints")
 
 
-def _canonical(value: Any) -> bytes:
-    """Canonical JSON bytes: sorted keys, no spaces, ASCII (non-UTF-8 file names stay escapes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
-
-
 def checkpoint_id(ckpt: Checkpoint) -> str:
     """The content address of a checkpoint: ``ckpt_`` + 12 hex of its canonical JSON without id."""
     body = ckpt.model_dump(mode="json")
     body["id"] = ""
-    return "ckpt_" + hashlib.sha256(_canonical(body)).hexdigest()[:12]
+    return "ckpt_" + hashlib.sha256(layout.canonical_json(body, ascii_only=True)).hexdigest()[:12]
 
 
 @dataclass
@@ -260,7 +255,7 @@ class CheckpointStore:
 
     def _evidence(self, state: LedgerState | None = None) -> builtins.list[dict[str, Any]]:
         state = state if state is not None else self.run.state()
-        return [d for d in state.data.get(EventKind.checkpoint.value, []) if d.get("tree")]
+        return [d for d in state.data.checkpoint if d.get("tree")]
 
     def list(self, *, deep: bool = False) -> Listing:
         """Every checkpoint that passes its checks, oldest first, with the problems found.
@@ -353,7 +348,7 @@ class CheckpointStore:
             return [LedgerEntry.model_validate(e) for e in self._json_blob(ckpt.tool_ledger.entries_ref)]
         state = LedgerState()
         if ckpt.tool_ledger.tip:
-            for oid, event in self.run.ledger._walk_back(ckpt.tool_ledger.tip, None):
+            for oid, event in self.run.events(ckpt.tool_ledger.tip):
                 fold_event(state, event, oid)
         return [state.calls[c] for c in state.order]
 
@@ -371,7 +366,7 @@ class CheckpointStore:
         """The automatic checkpoints (ledger events), materialized by folding the ledger: O(events)."""
         out: builtins.list[StoredCheckpoint] = []
         state = LedgerState()
-        for oid, event in self.run.ledger.events():
+        for oid, event in self.run.events():
             fold_event(state, event, oid)
             if event.kind not in AUTO_KINDS or state.head is None or state.run is None:
                 continue
@@ -408,7 +403,7 @@ class CheckpointStore:
                 raise UsageError(f"The budget is not valid: {where}: {err['msg']}.") from None
         run = self.run
         objects.enable_fsync()
-        with run.ledger.lock.hold():
+        with run.lock():
             faults.point("checkpoint.save.before")
             ledger_state = run.state()
             assert ledger_state.run is not None and ledger_state.head is not None
@@ -419,8 +414,8 @@ class CheckpointStore:
             blobs: dict[str, bytes] = {}
             if session.messages is not None:
                 blobs["messages.json"] = _as_bytes(session.messages)
-            blobs["approvals.json"] = _canonical(
-                {"ledger": _ledger_approvals(ledger_state), "runtime": session.approvals}
+            blobs["approvals.json"] = layout.canonical_json(
+                {"ledger": _ledger_approvals(ledger_state), "runtime": session.approvals}, ascii_only=True
             )
             if session.trace is not None:
                 blobs["trace.json"] = _as_bytes(session.trace)
@@ -444,7 +439,7 @@ class CheckpointStore:
                 trace_ref=oids.get("trace.json", session.trace_ref),
             )
             ckpt.id = checkpoint_id(ckpt)
-            body = _canonical(ckpt.model_dump(mode="json"))
+            body = layout.canonical_json(ckpt.model_dump(mode="json"), ascii_only=True)
             sub = {name: objects.Entry(objects.MODE_FILE, oid) for name, oid in oids.items()}
             sub["checkpoint.json"] = objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, body))
             subtree = objects.write_tree(self.repo, sub)
@@ -463,7 +458,7 @@ class CheckpointStore:
             with objects.git_writes():
                 self.repo.references.create(self.ref, commit, force=True)
             faults.point("checkpoint.save.after_ref")
-            event = run._event(
+            event = run.new_event(
                 EventKind.checkpoint,
                 epoch=ledger_state.epoch,
                 data={
@@ -478,7 +473,7 @@ class CheckpointStore:
                     "pruned": [p.split("-", 1)[1] for p in pruned],
                 },
             )
-            run.ledger.append(event)
+            run.record_event(event)
             faults.point("checkpoint.save.after_ledger")
         return ckpt
 
@@ -486,7 +481,7 @@ class CheckpointStore:
         """Rewrite the store ref from a listing recovered from evidence; True when it wrote one."""
         if not listing.recovered or not listing.checkpoints:
             return False
-        with self.run.ledger.lock.hold():
+        with self.run.lock():
             kept = {
                 f"{c.checkpoint.seq:08d}-{c.checkpoint.id}": objects.Entry(objects.MODE_TREE, c.tree)
                 for c in listing.checkpoints[-self.retention :]
@@ -505,17 +500,6 @@ class CheckpointStore:
         """Note, in O(1), that this process is about to write ``path`` (see :func:`capture_before_write`)."""
         capture_before_write(self.run, path)
 
-    def rollback(self, target: str, *, files: bool = True, session: bool = True) -> builtins.list[Any]:
-        """Roll the run back to a checkpoint: its files, its session, or both (see :mod:`sandbox.recovery.actions`)."""
-        from sandbox.recovery import actions as recovery
-
-        out: builtins.list[Any] = []
-        if files:
-            out.append(recovery.rollback_files(self.run, target))
-        if session:
-            out.append(recovery.rollback_session(self.run, target))
-        return out
-
 
 def _describe(name: str) -> str:
     seq, _, ident = name.partition("-")
@@ -525,7 +509,7 @@ def _describe(name: str) -> str:
 
 
 def _as_bytes(value: Any) -> bytes:
-    return bytes(value) if isinstance(value, (bytes, bytearray)) else _canonical(value)
+    return bytes(value) if isinstance(value, (bytes, bytearray)) else layout.canonical_json(value, ascii_only=True)
 
 
 def _ledger_approvals(state: LedgerState) -> list[dict[str, Any]]:

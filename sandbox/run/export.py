@@ -120,7 +120,7 @@ def undone_in_run(run: Run) -> set[str]:
     branch, as it stays in ``sandbox diff``; the ledger's ``undone`` flag does not tell the two apart.
     """
     out: set[str] = set()
-    for _oid, event in run.ledger.events():
+    for _oid, event in run.events():
         if event.call_id is None or (event.data or {}).get("target") != "sandbox":
             continue
         if event.kind == EventKind.undo:

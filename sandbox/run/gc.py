@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sandbox import faults
 from sandbox.errors import LockedError
@@ -53,12 +54,32 @@ class GcReport:
     damaged: list[str] = field(default_factory=list)
 
 
-def collect(project: Project, force: bool = False, progress: Callable[[str], None] | None = None) -> GcReport:
+class HostClaim(Protocol):
+    """A held claim on hosting a run (the agent layer's host lock); released when gc is done with the run."""
+
+    def release(self) -> None:
+        """Let go of the claim."""
+
+
+#: Takes the host lock of a run directory without waiting; None when a host (``sandbox run`` or
+#: ``serve``) is up. Passed in by the caller: hosts belong to the agent layer, above this one.
+ClaimHost = Callable[[str], HostClaim | None]
+
+
+def collect(
+    project: Project,
+    force: bool = False,
+    *,
+    claim_host: ClaimHost | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GcReport:
     """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
 
     A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
     its head moved past its base, or it has checkpoints: :func:`sandbox.store.integrity.holds_work`) is
     kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
+    Live runs made before homes existed are moved into a home when ``claim_host`` is given (it
+    keeps a host from starting on the old path meanwhile; the CLI passes the agent layer's).
     ``progress`` is told which run is being reclaimed.
     """
     report = GcReport()
@@ -73,7 +94,7 @@ def collect(project: Project, force: bool = False, progress: Callable[[str], Non
     for n, run_id in enumerate(sorted(candidates), 1):
         if progress is not None:
             progress(f"Reclaiming run {run_id} ({n}/{len(candidates)})")
-        lock_path = os.path.join(project.run_dir(run_id), "lock")
+        lock_path = layout.run_lock_path(project.common_dir, run_id)
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
                 if project.repo.references.get(layout.ref_name(run_id, "ledger")) is not None:
@@ -117,13 +138,13 @@ def collect(project: Project, force: bool = False, progress: Callable[[str], Non
             continue
         shutil.rmtree(admin, ignore_errors=True)
         report.admin_dirs.append(admin)
-    _move_legacy_runs(project, sorted(live), report)
+    if claim_host is not None:
+        _move_legacy_runs(project, sorted(live), report, claim_host)
     return report
 
 
-def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> None:
+def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:
     """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
-    from sandbox.agent import service
     from sandbox.errors import SandboxError
     from sandbox.run import relocate
     from sandbox.run.run import Run
@@ -133,12 +154,12 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport) -> No
             run = Run(project, run_id)
             if not relocate.needs_move(run):
                 continue
-            host = service.try_claim(run.dir)  # held while moving: no host may start on the old path
+            host = claim_host(run.dir)  # held while moving: no host may start on the old path
             if host is None:
                 report.not_moved[run_id] = "its host (sandbox run or serve) is up; stop it and run gc again"
                 continue
             try:
-                with file_lock(os.path.join(run.dir, "lock"), f"Run {run_id}", timeout=0):
+                with file_lock(layout.run_lock_path(project.common_dir, run_id), f"Run {run_id}", timeout=0):
                     pass  # busy right now (a call being recorded): next time
                 moved = relocate.relocate(run)
             finally:

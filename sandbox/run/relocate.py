@@ -57,7 +57,7 @@ def relocate(run: Run) -> str | None:
     """
     common = run.project.common_dir
     legacy = layout.legacy_place(common, run.run_id)
-    with run.ledger.lock.hold():
+    with run.lock():
         if not needs_move(run):
             return None
         recorded = layout.recorded_home(common, run.run_id)
@@ -76,8 +76,7 @@ def relocate(run: Run) -> str | None:
         _move_files(legacy.worktree, place)
         faults.point("relocate.after_move")
         worktree.remove(common, legacy.worktree)
-        run._place = place
-        run._wt_repo = None
+        run.set_place(place)
     return place.worktree
 
 

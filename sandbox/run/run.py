@@ -13,12 +13,9 @@ and repaired from it when a crash left it behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import secrets
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pygit2
@@ -39,7 +36,6 @@ from sandbox.models import (
     CallStatus,
     Event,
     EventKind,
-    FileChange,
     Idempotency,
     LedgerEntry,
     LedgerState,
@@ -47,8 +43,8 @@ from sandbox.models import (
     ReplayPolicy,
     RunInfo,
 )
-from sandbox.store import integrity, layout, objects, snapshot, worktree
-from sandbox.store.capture import capture
+from sandbox.run.ids import input_hash, new_call_id, new_run_id
+from sandbox.store import integrity, layout, objects
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
@@ -79,31 +75,8 @@ faults.POINTS.update(
 INLINE_LIMIT = 4096
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical JSON bytes of a value (sorted keys, no spaces): what ``input_hash`` hashes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
-
-
-def input_hash(tool_name: str, value: Any) -> str:
-    """A stable hash of a tool name and its input, used to recognise the same call again."""
-    return "sha256:" + hashlib.sha256(tool_name.encode() + b"\0" + canonical_json(value)).hexdigest()
-
-
 class RecordingFailedError(SandboxError):
     """A started call's changes could not be stored; the message says how it ended and what to do."""
-
-
-def new_run_id() -> str:
-    """A fresh run id (8 hex digits; any unique prefix names the run on the command line)."""
-    return secrets.token_hex(4)
-
-
-def new_call_id() -> str:
-    """A fresh call id."""
-    return "call_" + secrets.token_hex(6)
-
-
-ref_name = layout.ref_name
 
 
 class Run:
@@ -114,7 +87,9 @@ class Run:
         self.repo = project.repo
         self.run_id = run_id
         self.dir = project.run_dir(run_id)
-        self.ledger = Ledger(self.repo, run_id, self.dir)
+        # Private: every write goes through :meth:`record` / :meth:`move_head`, every read through
+        # :meth:`state` / :meth:`events`, so the fold's checks and the lock cannot be bypassed.
+        self._ledger = Ledger(self.repo, run_id, self.dir)
         self._wt_repo: pygit2.Repository | None = None
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None
@@ -123,10 +98,8 @@ class Run:
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[Run, str], None]] = []
-        from sandbox.run.checkpoint import capture_before_write
-
         # O(1) per path: lets a resume attribute a crashed call's half-written files to it.
-        self.before_write_hooks.append(capture_before_write)
+        self.before_write_hooks.append(_capture_before_write)
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -134,7 +107,7 @@ class Run:
     def open(cls, project: Project, run_id: str) -> Run:
         """Open an existing run; :class:`UnknownRunError` when it has no ledger."""
         run = cls(project, run_id)
-        if not run.ledger.exists():
+        if not run.exists():
             raise UnknownRunError(f"No run {run_id!r} in this repository; see 'sandbox list'.")
         return run
 
@@ -149,6 +122,8 @@ class Run:
         start interrupted earlier leaves pieces that ``sandbox gc`` reclaims. ``progress`` is told
         each step as a line of text, git's own progress meter included (the caller shows them).
         """
+        from sandbox.store import snapshot, worktree
+
         say = progress or (lambda _line: None)
         objects.enable_fsync()
         run_id = new_run_id()
@@ -156,7 +131,7 @@ class Run:
             run_id = new_run_id()
         run = cls(project, run_id)
         # Taking the lock makes the run's directory (again, if a concurrent gc removes it first).
-        with run.ledger.lock.hold():
+        with run.lock():
             faults.point("start.after_lock")
             # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while
             # the snapshot is taken; then only the paths the snapshot changes are written on top.
@@ -171,8 +146,8 @@ class Run:
                 message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
-                    project.repo.references.create(ref_name(run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(ref_name(run_id, "head"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
+                    project.repo.references.create(layout.ref_name(run_id, "head"), snap.commit, force=True)
                 faults.point("start.after_refs")
                 if checkout is not None and user_head is not None:
                     proc, checkout = checkout, None
@@ -202,15 +177,19 @@ class Run:
                 submodules=snap.submodules,
             )
             event = Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info, pid=os.getpid())
-            run.ledger.append(event, keep=[snap.commit])
+            run.record_event(event, keep=[snap.commit])
             faults.point("start.after_ledger")
         return run
 
     # -- reading -------------------------------------------------------------------------------
 
+    def load(self) -> LedgerState:
+        """Read (and verify) the ledger now: its fold, whatever it holds (:attr:`problems` says what was rebuilt)."""
+        return self._ledger.state()
+
     def state(self) -> LedgerState:
         """The fold of the run's ledger."""
-        state = self.ledger.state()
+        state = self._ledger.state()
         if state.run is None:
             raise CorruptionError(f"The ledger of run {self.run_id} has no start event; it is damaged.")
         return state
@@ -248,6 +227,8 @@ class Run:
         The home is recorded in the run's directory first, so an interrupted creation is found and
         reclaimed by ``sandbox gc``. Used by :meth:`start`, and by ``resume`` when the worktree is gone.
         """
+        from sandbox.store import worktree
+
         place = self._reserve_place(home)
         worktree.create(place, self.project.common_dir, commit, self.run_id, *self.git_settings())
         return place
@@ -264,9 +245,13 @@ class Run:
             )
         os.makedirs(self.dir, exist_ok=True)
         atomic_write(os.path.join(self.dir, layout.PLACE_FILE), (place.home + "\n").encode())
+        self.set_place(place)
+        return place
+
+    def set_place(self, place: layout.Place) -> None:
+        """Take ``place`` as where the run's files are from now on (after they were moved there)."""
         self._place = place
         self._wt_repo = None
-        return place
 
     def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
         """What the run's own git dir takes from the user's repository config: settings, object format."""
@@ -276,6 +261,8 @@ class Run:
                 (e.name, e.value) for e in self.repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value
             ]
         object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+        from sandbox.store import worktree
+
         return worktree.inherited(local), object_format
 
     @property
@@ -309,7 +296,7 @@ class Run:
         return state.head
 
     def _sync_head_ref(self, head: str) -> None:
-        name = ref_name(self.run_id, "head")
+        name = layout.ref_name(self.run_id, "head")
         try:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
@@ -354,10 +341,131 @@ class Run:
         """True when the worktree directory is there and its ``.git`` names an existing git dir."""
         return os.path.isfile(os.path.join(self.worktree, ".git")) and os.path.isdir(self.git_dir)
 
-    # -- recording calls -----------------------------------------------------------------------
+    def events(self, tip: str | None = None) -> list[tuple[str, Event]]:
+        """The run's ledger events, oldest first, with their commit ids (up to ``tip``: default, all)."""
+        if tip is not None:
+            return self._ledger.events_to(tip)
+        return self._ledger.events()
 
-    def _event(self, kind: EventKind, call_id: str | None = None, **fields: Any) -> Event:
+    def ledger_tip(self) -> str | None:
+        """The commit id of the run's newest ledger event (None: the ledger does not exist)."""
+        return self._ledger.tip()
+
+    def exists(self) -> bool:
+        """True while the run's ledger exists (False once it was dropped)."""
+        return self._ledger.exists()
+
+    @property
+    def problems(self) -> list[str]:
+        """Derived state (the fold cache) found not to match the ledger and rebuilt: one sentence each."""
+        return self._ledger.problems
+
+    def verify_fold(self, fresh: LedgerState) -> bool:
+        """Compare the cached fold with ``fresh`` (a fold of every event) and adopt it; True if they differed."""
+        return self._ledger.adopt_verified(fresh)
+
+    # -- writing the ledger ----------------------------------------------------------------------
+
+    def lock(self, timeout: float = 30.0) -> contextlib.AbstractContextManager[None]:
+        """The run's lock, re-entrant within this process: every writer of its ledger holds it."""
+        return self._ledger.lock.hold(timeout)
+
+    def new_event(self, kind: EventKind, call_id: str | None = None, **fields: Any) -> Event:
+        """An event of this run, not yet recorded (for operations that journal it before :meth:`record_event`)."""
         return Event(event_id=new_event_id(), kind=kind, run_id=self.run_id, call_id=call_id, pid=os.getpid(), **fields)
+
+    def record(
+        self,
+        kind: EventKind,
+        call_id: str | None = None,
+        *,
+        keep: Iterable[str] = (),
+        attachments: Mapping[str, bytes] | None = None,
+        check: Callable[[LedgerState], None] | None = None,
+        **fields: Any,
+    ) -> LedgerState:
+        """Append one event to the run's ledger, durably, under the run's lock; the new fold.
+
+        ``fields`` are the :class:`~sandbox.models.Event` fields; ``keep`` lists commits the event
+        refers to (kept reachable); ``check`` runs on the current fold under the lock and may raise
+        to refuse the event (fencing, transitions). An event that moves the run's head is written
+        with :meth:`move_head` instead.
+        """
+        event = self.new_event(kind, call_id, **fields)
+        return self.record_event(event, keep=keep, attachments=attachments, check=check)
+
+    def record_event(
+        self,
+        event: Event,
+        *,
+        keep: Iterable[str] = (),
+        attachments: Mapping[str, bytes] | None = None,
+        check: Callable[[LedgerState], None] | None = None,
+    ) -> LedgerState:
+        """Append an event made by :meth:`new_event` (see :meth:`record`); appending it again is a no-op."""
+        return self._ledger.append(event, keep=[c for c in keep if c], attachments=attachments, check=check)
+
+    def write_commit(self, tree: str, parent: str, message: str) -> str:
+        """Store a commit of ``tree`` on ``parent`` through the run's durable object path; its id.
+
+        Inside a :meth:`move_head` (or a batch) the commit goes into the same pack as its event;
+        alone, it is made durable before this returns (an operation that journals the commit before
+        recording its event relies on that).
+        """
+        with objects.batch(self.repo):  # the outermost batch makes it durable as it ends
+            return objects.write_commit(self.repo, tree, [parent], message, objects.now())
+
+    def move_head(
+        self,
+        kind: EventKind,
+        call_id: str | None = None,
+        *,
+        tree: str,
+        parent: str,
+        message: str,
+        keep: Iterable[str] = (),
+        attachments: Mapping[str, bytes] | None = None,
+        check: Callable[[LedgerState], None] | None = None,
+        fields_of: Callable[[str], Mapping[str, Any]] | None = None,
+        fault: str | None = None,
+        **fields: Any,
+    ) -> tuple[str, LedgerState]:
+        """The one writer of a new state of the run's files: tree -> commit -> event -> head ref.
+
+        The commit of ``tree`` on ``parent`` and the event naming it (``commit``/``parent_commit``,
+        plus ``fields`` and what ``fields_of(commit)`` adds) are made durable together in one pack,
+        then the ``head`` ref follows the fold (an event kind that does not move the head, such as
+        drift, leaves it). ``fault`` names the crash points ``<fault>.after_commit``,
+        ``.after_ledger`` and ``.after_head_ref``. Returns the commit and the new fold.
+        """
+        with self.lock(), objects.batch(self.repo):
+            try:
+                commit = self.write_commit(tree, parent, message)
+            except (pygit2.GitError, OSError) as exc:
+                raise StorageError(f"Could not store a commit of run {self.run_id} ({exc}).", reason=str(exc)) from exc
+            if fault:
+                faults.point(f"{fault}.after_commit")
+            if fields_of is not None:
+                fields.update(fields_of(commit))
+            state = self.record(
+                kind,
+                call_id,
+                commit=commit,
+                parent_commit=parent,
+                keep=[commit, *keep],
+                attachments=attachments,
+                check=check,
+                **fields,
+            )
+            if fault:
+                faults.point(f"{fault}.after_ledger")
+            if state.head == commit:
+                self._sync_head_ref(commit)
+                if fault:
+                    faults.point(f"{fault}.after_head_ref")
+        return commit, state
+
+    # -- recording calls -----------------------------------------------------------------------
 
     def _spec(
         self,
@@ -378,7 +486,7 @@ class Run:
             rep = ReplayPolicy(replay)
         except ValueError as exc:
             raise UsageError(f"{exc}; see 'sandbox call start --help' for the allowed values.") from exc
-        data = canonical_json(input)
+        data = layout.canonical_json(input)
         inline = input is not None and len(data) <= INLINE_LIMIT
         attachments = {"input.json": data} if input is not None and not inline else {}
         spec = CallSpec(
@@ -419,8 +527,8 @@ class Run:
             if call_id in state.calls:
                 raise UsageError(f"Run {self.run_id} already has a call {call_id!r}.")
 
-        self.ledger.append(
-            self._event(EventKind.call_planned, call_id, call=spec, epoch=self.state().epoch),
+        self.record_event(
+            self.new_event(EventKind.call_planned, call_id, call=spec, epoch=self.state().epoch),
             attachments=attachments,
             check=check,
         )
@@ -473,8 +581,8 @@ class Run:
                 existing.append(entry)
 
         state = self.state()
-        event = self._event(EventKind.call_started, call_id, call=spec, epoch=state.epoch, procs=procs)
-        self.ledger.append(event, attachments=attachments, check=check)
+        event = self.new_event(EventKind.call_started, call_id, call=spec, epoch=state.epoch, procs=procs)
+        self.record_event(event, attachments=attachments, check=check)
         faults.point("call.start.after")
         return call_id
 
@@ -516,8 +624,8 @@ class Run:
         why = f"its changes could not be recorded ({reason})" + (f"; {error}" if error else "")
         try:
             state = self.state()
-            event = self._event(EventKind.call_failed, call_id, error=why, epoch=state.epoch)
-            self.ledger.append(event, check=lambda s: self._check_writer(s, s.calls[call_id]))
+            event = self.new_event(EventKind.call_failed, call_id, error=why, epoch=state.epoch)
+            self.record_event(event, check=lambda s: self._check_writer(s, s.calls[call_id]))
         except StorageError as again:
             raise RecordingFailedError(
                 f"Call {call_id} of run {self.run_id} started (that is recorded), but neither its changes nor its "
@@ -534,7 +642,7 @@ class Run:
         self, call_id: str, final: CallStatus, paths: Iterable[str] | None, result: Any, error: str | None
     ) -> LedgerEntry:
         # The call's objects and its event are made durable together, in one pack (sandbox.store.packs).
-        with self.ledger.lock.hold(), objects.batch(self.repo):
+        with self.lock(), objects.batch(self.repo):
             state = self.state()
             entry = state.calls.get(call_id)
             if entry is None:
@@ -549,52 +657,56 @@ class Run:
                 candidates = scan.candidates(self.repo, self.worktree, head_tree)
             else:
                 candidates = set(paths)
+            from sandbox.store.capture import capture
+
             try:
                 cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
                 faults.point("call.finish.after_capture")
-                commit: str | None = None
                 tree = objects.edit_tree(self.repo, head_tree, cap.changes) if cap.changes else head_tree
-                if tree is not None and tree != head_tree:
-                    msg = (
-                        f"sandbox: {entry.tool_name} ({call_id})\n\n"
-                        f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
-                    )
-                    commit = objects.write_commit(self.repo, tree, [head], msg, objects.now())
             except (pygit2.GitError, OSError) as exc:
                 raise StorageError(f"Could not record the changes of call {call_id} ({exc}).", reason=str(exc)) from exc
-            files: list[FileChange] = []
-            if commit is not None:
-                faults.point("call.finish.after_commit")
-                files = [
-                    objects.file_change(rel, cap.before[rel], cap.changes[rel], f"{head}..{commit}", call_id)
-                    for rel in sorted(cap.changes)
-                ]
-            result_data = canonical_json(result) if result is not None else b""
+            result_data = layout.canonical_json(result) if result is not None else b""
             inline_result = result is not None and len(result_data) <= INLINE_LIMIT
             attachments = {"result.json": result_data} if result is not None and not inline_result else {}
             kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
-            error_fields = _error_fields(error, attachments)
-            event = self._event(
-                kind,
-                call_id,
-                commit=commit,
-                parent_commit=head if commit else None,
-                files=files,
-                **error_fields,
+            fields: dict[str, Any] = dict(
+                _error_fields(error, attachments),
                 result_ref=str(pygit2.hash(attachments["result.json"])) if "result.json" in attachments else None,
                 result=result if inline_result else None,
                 epoch=state.epoch,
             )
-            new_state = self.ledger.append(
-                event,
-                keep=[commit] if commit else [],
-                attachments=attachments,
-                check=lambda s: self._check_writer(s, s.calls[call_id]),
-            )
-            faults.point("call.finish.after_ledger")
-            if commit:
-                self._sync_head_ref(commit)
-                faults.point("call.finish.after_head_ref")
+
+            def check(s: LedgerState) -> None:
+                self._check_writer(s, s.calls[call_id])
+
+            if tree is not None and tree != head_tree:
+                msg = (
+                    f"sandbox: {entry.tool_name} ({call_id})\n\n"
+                    f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
+                )
+
+                def files_of(commit: str) -> dict[str, Any]:
+                    files = [
+                        objects.file_change(rel, cap.before[rel], cap.changes[rel], f"{head}..{commit}", call_id)
+                        for rel in sorted(cap.changes)
+                    ]
+                    return {"files": files}
+
+                _commit, new_state = self.move_head(
+                    kind,
+                    call_id,
+                    tree=tree,
+                    parent=head,
+                    message=msg,
+                    attachments=attachments,
+                    check=check,
+                    fields_of=files_of,
+                    fault="call.finish",
+                    **fields,
+                )
+            else:
+                new_state = self.record(kind, call_id, attachments=attachments, check=check, files=[], **fields)
+                faults.point("call.finish.after_ledger")
             return new_state.calls[call_id]
 
     def _check_writer(self, state: LedgerState, entry: LedgerEntry) -> None:
@@ -689,9 +801,9 @@ class Run:
             if entry.status == CallStatus.started and entry.epoch != state.epoch:
                 raise _Settled  # a resume owns it now: it reports the call, not this process
 
-        event = self._event(EventKind.call_not_run, call_id, epoch=self.state().epoch, **_error_fields(reason, {}))
+        event = self.new_event(EventKind.call_not_run, call_id, epoch=self.state().epoch, **_error_fields(reason, {}))
         try:
-            return self.ledger.append(event, check=check).calls[call_id]
+            return self.record_event(event, check=check).calls[call_id]
         except _Settled:
             return self.entry(call_id)
 
@@ -719,11 +831,11 @@ class Run:
             if call_id in state.calls:
                 raise _Settled
 
-        event = self._event(
+        event = self.new_event(
             EventKind.call_not_run, call_id, call=spec, epoch=self.state().epoch, **_error_fields(reason, {})
         )
         try:
-            return self.ledger.append(event, attachments=attachments, check=check).calls[call_id]
+            return self.record_event(event, attachments=attachments, check=check).calls[call_id]
         except _Settled:
             return self.entry(call_id)
 
@@ -754,7 +866,7 @@ class Run:
                     f"Call {call_id} is {entry.status.value}, not uncertain; only uncertain calls are resolved."
                 )
 
-        event = self._event(
+        event = self.new_event(
             EventKind.call_resolved,
             call_id,
             reason=reason,
@@ -762,11 +874,11 @@ class Run:
             data={"status": final.value},
             epoch=self.state().epoch,
         )
-        return self.ledger.append(event, check=check).calls[call_id]
+        return self.record_event(event, check=check).calls[call_id]
 
     def note(self, data: dict[str, Any]) -> None:
         """Record a fact about the run that is no call (e.g. how a session's agent was confined)."""
-        self.ledger.append(self._event(EventKind.note, data=data, epoch=self.state().epoch))
+        self.record_event(self.new_event(EventKind.note, data=data, epoch=self.state().epoch))
 
     # -- dropping ------------------------------------------------------------------------------
 
@@ -780,10 +892,13 @@ class Run:
         """Calls whose changes are in the run but neither applied to the user's tree nor undone."""
         return [e for e in self.entries() if e.commit and not e.applied and not e.undone]
 
-    def drop(self, force: bool = False) -> int:
+    def drop(self, force: bool = False, before_remove: Callable[[Run], object] | None = None) -> int:
         """Remove the run: its worktree, refs and scratch files. Returns bytes freed.
 
         Refuses while the run has changes not applied to the user's tree, unless ``force``.
+        ``before_remove(run)`` is called once the checks passed, before anything is removed: the
+        CLI stops a background ``sandbox serve`` of the run there (the agent layer, above this one;
+        a host left running notices the drop and exits by itself within a second).
         """
         if not force:
             pending = self.unapplied_calls()
@@ -793,16 +908,17 @@ class Run:
                     f"apply them ('sandbox apply {self.run_id}') or drop with --force to discard them."
                 )
         place = self.place
-        from sandbox.agent.service import stop_service
-
-        stop_service(self.dir)  # a background `sandbox serve` would keep watching the worktree
-        with self.ledger.lock.hold():
+        if before_remove is not None:
+            before_remove(self)
+        with self.lock():
             # First forget the acknowledged tip: a drop interrupted after this is garbage for gc,
             # never a run that vanished behind the sandbox's back (sandbox.store.integrity).
             integrity.forget_ack(self.dir)
             with objects.git_writes():
-                self.repo.references.delete(self.ledger.ref)
+                self.repo.references.delete(self._ledger.ref)
             faults.point("drop.after_ledger_ref")
+            from sandbox.store import worktree
+
             freed = worktree.remove_place(self.project.common_dir, place)
             faults.point("drop.after_worktree")
             delete_run_refs(self.repo, self.run_id)
@@ -810,6 +926,13 @@ class Run:
         with contextlib.suppress(OSError):
             shutil.rmtree(self.dir)
         return freed
+
+
+def _capture_before_write(run: Run, rel: str) -> None:
+    # Imported on the first write, not with every Run: read-only commands never need it.
+    from sandbox.run.checkpoint import capture_before_write
+
+    capture_before_write(run, rel)
 
 
 def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:

@@ -28,13 +28,12 @@ import contextlib
 import hashlib
 import hmac
 import os
-from dataclasses import dataclass
 
 import pygit2
 
-from sandbox.errors import CorruptionError, SandboxError
+from sandbox.errors import CorruptionError
 from sandbox.models import AckedTip, LedgerCacheFile, from_json, to_json
-from sandbox.store import objects
+from sandbox.store import layout, objects
 
 #: Name of the MAC key's blob in every ledger event commit's tree.
 KEY_NAME = "fold-key"
@@ -181,7 +180,7 @@ def damage(repo: pygit2.Repository, run_id: str, ack: AckedTip | None, tip: str 
 def damaged_message(run_id: str, what: str, ack: AckedTip) -> str:
     """The one-line refusal for a damaged ledger ref."""
     return (
-        f"The ledger of run {run_id} (refs/sandbox/{run_id}/ledger) {what}; the run last recorded "
+        f"The ledger of run {run_id} ({layout.ref_name(run_id, 'ledger')}) {what}; the run last recorded "
         f"{ack.tip[:12]} ({ack.count} events). Nothing was changed; run 'sandbox repair {run_id}' to restore it."
     )
 
@@ -195,16 +194,17 @@ def check(repo: pygit2.Repository, run_id: str, run_dir: str, tip: str | None) -
     ack = read_ack(run_dir)
     if ack is None or ack.tip == tip:
         return tip
-    tip = _ref_tip(repo, run_id)
+    tip = ref_tip(repo, run_id)
     what = damage(repo, run_id, ack, tip)
     if what is not None:
         raise LedgerDamagedError(damaged_message(run_id, what, ack))
     return tip
 
 
-def _ref_tip(repo: pygit2.Repository, run_id: str) -> str | None:
+def ref_tip(repo: pygit2.Repository, run_id: str) -> str | None:
+    """The ledger ref's target, or None when it is missing or unreadable."""
     try:
-        ref = repo.references.get(f"refs/sandbox/{run_id}/ledger")
+        ref = repo.references.get(layout.ref_name(run_id, "ledger"))
     except pygit2.GitError:
         return None
     return str(ref.target) if ref is not None else None
@@ -219,7 +219,7 @@ def vanished_run_ids(repo: pygit2.Repository, runs_dir: str) -> list[str]:
         return []
     for name in sorted(names):
         ack = read_ack(os.path.join(runs_dir, name))
-        if ack is not None and ack.run_id == name and _ref_tip(repo, name) is None:
+        if ack is not None and ack.run_id == name and ref_tip(repo, name) is None:
             out.append(name)
     return out
 
@@ -227,7 +227,7 @@ def vanished_run_ids(repo: pygit2.Repository, runs_dir: str) -> list[str]:
 def run_damage(repo: pygit2.Repository, run_id: str, run_dir: str) -> str | None:
     """What is wrong with the run's ledger ref (for ``list``), or None."""
     ack = read_ack(run_dir)
-    return damage(repo, run_id, ack, _ref_tip(repo, run_id))
+    return damage(repo, run_id, ack, ref_tip(repo, run_id))
 
 
 def holds_work(repo: pygit2.Repository, run_id: str, run_dir: str) -> bool:
@@ -245,61 +245,9 @@ def holds_work(repo: pygit2.Repository, run_id: str, run_dir: str) -> bool:
 
     def target(name: str) -> str | None:
         with contextlib.suppress(pygit2.GitError):
-            ref = refs.get(f"refs/sandbox/{run_id}/{name}")
+            ref = refs.get(layout.ref_name(run_id, name))
             return str(ref.target) if ref is not None else None
         return None
 
     head, base = target("head"), target("base")
     return target("checkpoints") is not None or (head is not None and head != base)
-
-
-@dataclass
-class RepairReport:
-    """What :func:`repair` found and did."""
-
-    run_id: str
-    problem: str | None
-    restored: str | None = None
-    #: The commit the damaged ref pointed at (kept in git's object store until its own gc).
-    replaced: str | None = None
-    events: int = 0
-
-
-def repair(
-    repo: pygit2.Repository, run_id: str, run_dir: str, lock: contextlib.AbstractContextManager[None]
-) -> RepairReport:
-    """Restore a deleted, rewound or rewritten ledger ref to the acknowledged tip.
-
-    The acknowledged tip's whole chain is read first (every event must parse and belong to this
-    run); only then is the ref set, so a repair never installs a ledger it cannot read.
-    """
-    from sandbox.store.ledger import Ledger
-
-    with lock:
-        ack = read_ack(run_dir)
-        tip = _ref_tip(repo, run_id)
-        if ack is None or ack.run_id != run_id:
-            if tip is None:
-                raise SandboxError(
-                    f"Run {run_id} has neither a ledger ref nor an acknowledged tip; there is nothing to restore."
-                )
-            return RepairReport(run_id, None)
-        what = damage(repo, run_id, ack, tip)
-        if what is None:
-            return RepairReport(run_id, None)
-        probe = Ledger(repo, run_id, run_dir)
-        try:
-            events = probe._walk_back(ack.tip, None)
-        except CorruptionError as exc:
-            raise CorruptionError(
-                f"The ledger of run {run_id} {what}, and the acknowledged tip {ack.tip[:12]} cannot be read back "
-                f"({exc.message}); it cannot be restored."
-            ) from exc
-        if not events or any(e.run_id != run_id for _oid, e in events):
-            raise CorruptionError(f"The acknowledged tip of run {run_id} is not this run's ledger; it is not restored.")
-        objects.enable_fsync()
-        with objects.git_writes():
-            repo.references.create(f"refs/sandbox/{run_id}/ledger", ack.tip, force=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, CACHE_FILE))  # derived from the damaged ref, maybe
-        return RepairReport(run_id, what, restored=ack.tip, replaced=tip, events=len(events))

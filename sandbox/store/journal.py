@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from sandbox import faults
 from sandbox.errors import CorruptionError, LockedError, PathRefusedError, SandboxError
 from sandbox.models import FORMAT_VERSION, ApplyJournal, JournalEntry, from_json, to_json
-from sandbox.store import fsutil, objects, paths
+from sandbox.store import fsutil, layout, objects, paths
 from sandbox.store.locks import file_lock
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 from sandbox.store.project import Project
@@ -163,12 +163,12 @@ def tree_key(target_dir: str) -> str:
 
 def journal_path(project: Project, target_dir: str) -> str:
     """Where the pending journal of ``target_dir`` is stored."""
-    return os.path.join(project.state_dir, "journal", tree_key(target_dir) + ".json")
+    return os.path.join(layout.journal_dir(project.common_dir), tree_key(target_dir) + ".json")
 
 
 def staging_area(project: Project, target_dir: str) -> str:
     """The directory the temporaries of writes into ``target_dir`` go to (created on first use)."""
-    return os.path.join(project.state_dir, "staging", tree_key(target_dir))
+    return os.path.join(layout.staging_dir(project.common_dir), tree_key(target_dir))
 
 
 @contextlib.contextmanager
@@ -250,7 +250,7 @@ def clear_temps(project: Project, j: ApplyJournal | None, target_dir: str) -> li
 
 def _journal_temps(project: Project, key: str) -> list[str]:
     """Temporaries of a journal write killed before its rename (:func:`save`), for tree ``key``."""
-    directory = os.path.join(project.state_dir, "journal")
+    directory = layout.journal_dir(project.common_dir)
     removed = []
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
@@ -269,17 +269,17 @@ def remove_write_leftovers(project: Project) -> list[str]:
     """
     keys: set[str] = set()
     with contextlib.suppress(OSError):
-        keys.update(os.listdir(os.path.join(project.state_dir, "staging")))
+        keys.update(os.listdir(layout.staging_dir(project.common_dir)))
     with contextlib.suppress(OSError):
-        for name in os.listdir(os.path.join(project.state_dir, "journal")):
+        for name in os.listdir(layout.journal_dir(project.common_dir)):
             # <key>.json, or the temporary .sandbox-tmp-<key>.json-<hex> of a killed save
             keys.add(name.removeprefix(fsutil.TEMP_PREFIX).partition(".json")[0])
     removed: list[str] = []
     for key in sorted(keys):
         try:
             with key_lock(project, key, f"The working tree of journal {key}", timeout=0):
-                pending = _load_path(os.path.join(project.state_dir, "journal", key + ".json"))
-                area = os.path.join(project.state_dir, "staging", key)
+                pending = _load_path(os.path.join(layout.journal_dir(project.common_dir), key + ".json"))
+                area = os.path.join(layout.staging_dir(project.common_dir), key)
                 if pending is not None:
                     removed += clear_temps(project, pending, pending.target_dir)
                 else:

@@ -30,10 +30,12 @@ The data root is chosen by the caller (the CLI reads ``$XDG_DATA_HOME`` and ``.s
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 #: A run id: what ``sandbox start`` makes (8 hex digits), and anything else safe as a ref and file name.
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -45,8 +47,16 @@ RUN_BRANCH = "sandbox/{run_id}"
 STATE_DIR = "sandbox"
 RUNS = "runs"
 LEGACY_WORKTREES = "worktrees"
+#: git's own admin directories of linked worktrees (``<common>/worktrees/<name>``).
+GIT_WORKTREES = "worktrees"
 HOMES = "homes"
+LOCKS = "locks"
+JOURNAL = "journal"
+STAGING = "staging"
+PACKS = "packs"
 PLACE_FILE = "place"
+#: The run's lock file, in its scratch directory: every writer of the run's ledger holds it.
+LOCK_FILE = "lock"
 ORIGIN_FILE = "origin"
 WORKTREE = "worktree"
 GIT_DIR = "git"
@@ -72,6 +82,28 @@ def run_branch(run_id: str) -> str:
     return RUN_BRANCH.format(run_id=run_id)
 
 
+def run_refs(ref_names: Iterable[str]) -> dict[str, set[str]]:
+    """The run ids among ``ref_names``, each with the names of its refs (``base``, ``ledger``, ...)."""
+    out: dict[str, set[str]] = {}
+    for name in ref_names:
+        if name.startswith(REF_ROOT):
+            parts = name.split("/")
+            if len(parts) >= 4:
+                out.setdefault(parts[2], set()).add("/".join(parts[3:]))
+    return out
+
+
+def canonical_json(value: Any, *, ascii_only: bool = False) -> bytes:
+    """The canonical JSON bytes of a value: sorted keys, no spaces, ``str()`` of what JSON lacks.
+
+    What content hashes are taken of: a call's ``input_hash`` (``ascii_only=False``, non-ASCII
+    text as UTF-8) and a checkpoint's id and blobs (``ascii_only=True``, ``\\u`` escapes). The two
+    differ only in how non-ASCII text is spelled; each is kept because ids already stored were
+    computed with it.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, default=str).encode()
+
+
 # -- in the user's repository --------------------------------------------------------------------
 
 
@@ -88,6 +120,36 @@ def runs_dir(common_dir: str) -> str:
 def run_dir(common_dir: str, run_id: str) -> str:
     """The run's scratch directory (lock, caches, host files, the pointer to its home)."""
     return os.path.join(common_dir, STATE_DIR, RUNS, run_id)
+
+
+def run_lock_path(common_dir: str, run_id: str) -> str:
+    """The run's lock file (held by every writer of its ledger, and by gc before it deletes the run)."""
+    return os.path.join(run_dir(common_dir, run_id), LOCK_FILE)
+
+
+def locks_dir(common_dir: str) -> str:
+    """Where the locks of the user's working trees are (one per tree; see :mod:`sandbox.store.journal`)."""
+    return os.path.join(common_dir, STATE_DIR, LOCKS)
+
+
+def journal_dir(common_dir: str) -> str:
+    """Where the pending write journals of the user's working trees are."""
+    return os.path.join(common_dir, STATE_DIR, JOURNAL)
+
+
+def staging_dir(common_dir: str) -> str:
+    """Where the temporaries of writes into the user's working trees go (one directory per tree)."""
+    return os.path.join(common_dir, STATE_DIR, STAGING)
+
+
+def packs_registry(common_dir: str) -> str:
+    """The registry of the sandbox's own packs (see :mod:`sandbox.store.packs`); ``.lock`` beside it."""
+    return os.path.join(common_dir, STATE_DIR, PACKS)
+
+
+def git_worktrees_dir(common_dir: str) -> str:
+    """git's admin directories of linked worktrees (a legacy run's git dir is one of them)."""
+    return os.path.join(common_dir, GIT_WORKTREES)
 
 
 def legacy_worktrees_dir(common_dir: str) -> str:
@@ -158,7 +220,7 @@ def legacy_place(common_dir: str, run_id: str) -> Place:
     """Where a run made before homes existed has its worktree and git's admin dir."""
     return Place(
         os.path.join(legacy_worktrees_dir(common_dir), run_id),
-        os.path.join(common_dir, "worktrees", run_id),
+        os.path.join(git_worktrees_dir(common_dir), run_id),
     )
 
 

@@ -25,6 +25,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
@@ -34,6 +35,7 @@ from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import (
     FORMAT_VERSION,
+    LOGGED_KINDS,
     TERMINAL_STATUSES,
     Approval,
     CallStatus,
@@ -41,7 +43,9 @@ from sandbox.models import (
     EventKind,
     LedgerEntry,
     LedgerState,
+    fold_mergeback,
     from_json,
+    log_event,
     to_json,
 )
 from sandbox.store import integrity, layout, objects
@@ -135,9 +139,18 @@ def fork_state(state: LedgerState) -> LedgerState:
     new.calls = dict(state.calls)
     new.order = list(state.order)
     new.event_ids = set(state.event_ids)
-    new.data = {
-        k: dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v for k, v in state.data.items()
-    }
+    data = state.data
+    new.data = data.model_copy(
+        update={
+            "user_paths": dict(data.user_paths),
+            "undo_stack": list(data.undo_stack),
+            "checkpoint": list(data.checkpoint),
+            "rollback_session": list(data.rollback_session),
+            "drift": list(data.drift),
+            "note": list(data.note),
+            "compensation": list(data.compensation),
+        }
+    )
     return new
 
 
@@ -231,64 +244,19 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
                 state.head = event.commit
     elif kind == EventKind.call_uncertain:
         advance(CallStatus.uncertain)
-    elif kind == EventKind.undo:
-        entry.undone = True
-        if event.data.get("target") == "user":
-            entry.applied = False
-        elif event.commit:
-            state.head = event.commit
-    elif kind == EventKind.redo:
-        entry.undone = False
-        if event.data.get("target") == "user":
-            entry.applied = True
-        elif event.commit:
+    elif kind in (EventKind.undo, EventKind.redo):
+        # Whether the call is still applied to the user's tree is merge-back's (fold_mergeback).
+        entry.undone = kind == EventKind.undo
+        if event.commit:  # an undo or redo in the run's worktree moved its head
             state.head = event.commit
     else:
         _fold_run_event(state, event)
     if kind in _MERGEBACK_KINDS:
-        _fold_mergeback(state, event)
+        fold_mergeback(state, event, lambda call_id: _writable(state, call_id))
     return state
 
 
 _MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
-
-
-def _fold_mergeback(state: LedgerState, event: Event) -> None:
-    """Merge-back bookkeeping (see :mod:`sandbox.merge.mergeback`), kept in ``state.data``.
-
-    ``user_paths``: per path, the state the sandbox last wrote (or confirmed) in the user's tree,
-    the agent state it stands for and the calls it carries; each event names its paths' new records.
-    ``undo_stack``: the undone calls, newest last; a redo takes its call off.
-    """
-    data = event.data
-    user_paths = state.data.setdefault("user_paths", {})
-    for item in data.get("paths", []):
-        record = dict(item)
-        path = record.pop("path")
-        if record.get("drop"):
-            user_paths.pop(path, None)
-        else:
-            user_paths[path] = record
-    for call_id in data.get("unapplied", []):
-        entry = _writable(state, call_id)
-        if entry is not None:
-            entry.applied = False
-    if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
-        stack = state.data.setdefault("undo_stack", [])
-        if event.kind == EventKind.undo:
-            stack.append(
-                {
-                    "call_id": event.call_id,
-                    "target": data.get("target"),
-                    "event_id": event.event_id,
-                    "changed": data.get("changed", []),
-                }
-            )
-        else:
-            for i in range(len(stack) - 1, -1, -1):
-                if stack[i]["call_id"] == event.call_id:
-                    del stack[i]
-                    break
 
 
 def _fold_run_event(state: LedgerState, event: Event) -> None:
@@ -307,16 +275,8 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
         state.ended = True
     elif kind == EventKind.run_dropped:
         state.dropped = True
-    if kind in (
-        EventKind.checkpoint,
-        EventKind.rollback_session,
-        EventKind.drift,
-        EventKind.note,
-        EventKind.compensation,
-    ):
-        state.data.setdefault(kind.value, []).append(
-            {"event_id": event.event_id, "at": event.at.isoformat(), **event.data}
-        )
+    if kind in LOGGED_KINDS:
+        log_event(state, event)
 
 
 class Ledger:
@@ -328,7 +288,7 @@ class Ledger:
         self.ref = ledger_ref(run_id)
         self.run_dir = run_dir
         self.cache_path = os.path.join(run_dir, integrity.CACHE_FILE)
-        self.lock = run_lock(os.path.join(run_dir, "lock"), f"Run {run_id}")
+        self.lock = run_lock(os.path.join(run_dir, layout.LOCK_FILE), f"Run {run_id}")
         self._state: LedgerState | None = None
         self._key: bytes | None = None
         self._resave = False
@@ -399,6 +359,10 @@ class Ledger:
         """All events, oldest first, with their commit ids."""
         return self._walk_back(self.tip(), None)
 
+    def events_to(self, tip: str) -> list[tuple[str, Event]]:
+        """The events from the first up to the one at commit ``tip``, oldest first."""
+        return self._walk_back(tip, None)
+
     def state(self) -> LedgerState:
         """The fold of the whole ledger, extended incrementally from the cached fold.
 
@@ -429,7 +393,7 @@ class Ledger:
         self._state = state
         if len(new) >= CACHE_EVERY or self._resave:
             self._resave = False  # a cache that failed its check is replaced at once
-            self._save_cache(state)
+            self.save_cache(state)
         return state
 
     def adopt_verified(self, fresh: LedgerState) -> bool:
@@ -440,7 +404,7 @@ class Ledger:
         differed = derived.model_dump() != fresh.model_dump()
         if differed:
             self._state = fresh
-            self._save_cache(fresh)
+            self.save_cache(fresh)
         return differed
 
     def _load_cache(self, tip: str | None) -> LedgerState | None:
@@ -464,7 +428,8 @@ class Ledger:
             return None
         return state if state.version == FORMAT_VERSION else None
 
-    def _save_cache(self, state: LedgerState) -> None:
+    def save_cache(self, state: LedgerState) -> None:
+        """Write the fold cache for ``state`` (sealed with the ledger's key; not synced)."""
         # Not synced: a cache lost or cut short by a power cut fails to parse and is rebuilt from
         # the ledger (which is durable), and one with an older tip is extended from it.
         key = self.key(state.tip)
@@ -520,7 +485,7 @@ class Ledger:
             state = fold_event(fork_state(state), event, str(new_oid))
             self._state = state
             if state.count % CACHE_EVERY == 0:
-                self._save_cache(state)
+                self.save_cache(state)
             return state
 
     def _landed(self, event: Event) -> str | None:
@@ -601,3 +566,53 @@ class Ledger:
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:
             objects.write_tree(self.repo, {})
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair` found and did."""
+
+    run_id: str
+    problem: str | None
+    restored: str | None = None
+    #: The commit the damaged ref pointed at (kept in git's object store until its own gc).
+    replaced: str | None = None
+    events: int = 0
+
+
+def repair(
+    repo: pygit2.Repository, run_id: str, run_dir: str, lock: contextlib.AbstractContextManager[None]
+) -> RepairReport:
+    """Restore a deleted, rewound or rewritten ledger ref to the acknowledged tip.
+
+    The acknowledged tip's whole chain is read first (every event must parse and belong to this
+    run); only then is the ref set, so a repair never installs a ledger it cannot read.
+    """
+    with lock:
+        ack = integrity.read_ack(run_dir)
+        tip = integrity.ref_tip(repo, run_id)
+        if ack is None or ack.run_id != run_id:
+            if tip is None:
+                raise SandboxError(
+                    f"Run {run_id} has neither a ledger ref nor an acknowledged tip; there is nothing to restore."
+                )
+            return RepairReport(run_id, None)
+        what = integrity.damage(repo, run_id, ack, tip)
+        if what is None:
+            return RepairReport(run_id, None)
+        probe = Ledger(repo, run_id, run_dir)
+        try:
+            events = probe.events_to(ack.tip)
+        except CorruptionError as exc:
+            raise CorruptionError(
+                f"The ledger of run {run_id} {what}, and the acknowledged tip {ack.tip[:12]} cannot be read back "
+                f"({exc.message}); it cannot be restored."
+            ) from exc
+        if not events or any(e.run_id != run_id for _oid, e in events):
+            raise CorruptionError(f"The acknowledged tip of run {run_id} is not this run's ledger; it is not restored.")
+        objects.enable_fsync()
+        with objects.git_writes():
+            repo.references.create(layout.ref_name(run_id, "ledger"), ack.tip, force=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, integrity.CACHE_FILE))  # derived from the damaged ref, maybe
+        return RepairReport(run_id, what, restored=ack.tip, replaced=tip, events=len(events))

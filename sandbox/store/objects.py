@@ -80,6 +80,7 @@ class PendingObjects:
         self.wrote_pack = False
 
     def add(self, kind: int, data: bytes) -> str:
+        """Keep an object for the batch's pack; its id."""
         oid = packs.object_id(kind, data)
         self.objects.setdefault(oid, (kind, data))
         return oid
@@ -102,7 +103,8 @@ class PendingObjects:
         self.objects.clear()
         self.trees.clear()
 
-    def _read_stored(self, oid: str) -> tuple[int, bytes]:
+    def read_stored(self, oid: str) -> tuple[int, bytes]:
+        """An object of this batch, read back from the pack it was written to."""
         kind, data = self.repo.odb.read(oid)
         return int(kind), bytes(data)
 
@@ -143,7 +145,7 @@ def batch(repo: pygit2.Repository) -> Iterator[PendingObjects]:
     if pending.wrote_pack:
         # After the caller's ref moved: merging first would remove the pack libgit2 just found the
         # event commit in, and it would write the commit again, loose (measured).
-        packs.maybe_merge(directory, pending._read_stored)
+        packs.maybe_merge(directory, pending.read_stored)
 
 
 def _write(repo: pygit2.Repository, kind: int, data: bytes) -> str:
@@ -215,6 +217,14 @@ _commit_cache: OrderedDict[tuple[str, str], CommitInfo] = OrderedDict()
 _tree_cache: OrderedDict[tuple[str, str], dict[str, Entry]] = OrderedDict()
 _cache_lock = threading.Lock()
 _cached_entries = 0
+
+
+def clear_caches() -> None:
+    """Forget the parsed commits and trees kept in memory (benchmarks measure a cold read)."""
+    global _cached_entries
+    _commit_cache.clear()
+    _tree_cache.clear()
+    _cached_entries = 0
 
 
 def _cached(cache: OrderedDict[tuple[str, str], _T], key: tuple[str, str]) -> _T | None:
@@ -367,6 +377,7 @@ class Entry:
 
     @property
     def is_tree(self) -> bool:
+        """True for a tree (a directory)."""
         return self.mode == MODE_TREE
 
 

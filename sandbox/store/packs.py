@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 from sandbox import faults
 from sandbox.errors import LockedError
+from sandbox.store import layout
 from sandbox.store.fsutil import fsync_dir
 from sandbox.store.locks import file_lock
 
@@ -166,7 +167,7 @@ def index_ids(idx_path: str) -> list[str]:
 
 
 def _registry(objects_dir: str) -> str:
-    return os.path.join(os.path.dirname(objects_dir), "sandbox", "packs")
+    return layout.packs_registry(os.path.dirname(objects_dir))
 
 
 def _register(objects_dir: str, name: str, level: int) -> None:
@@ -212,7 +213,7 @@ def maybe_merge(objects_dir: str, read: Callable[[str], tuple[int, bytes]]) -> l
     if not any(count >= FAN_IN for count in levels.values()):
         return []  # the common case: one directory listing
     made: list[str] = []
-    lock = os.path.join(os.path.dirname(objects_dir), "sandbox", "packs.lock")
+    lock = layout.packs_registry(os.path.dirname(objects_dir)) + ".lock"
     try:
         with file_lock(lock, "Merging sandbox packs", timeout=0):
             _prune_registry(objects_dir)

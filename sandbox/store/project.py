@@ -42,7 +42,7 @@ class Project:
         self.runs_dir = layout.runs_dir(self.common_dir)
         #: Where runs made before homes existed keep their linked worktrees.
         self.worktrees_dir = layout.legacy_worktrees_dir(self.common_dir)
-        self.locks_dir = os.path.join(self.state_dir, "locks")
+        self.locks_dir = layout.locks_dir(self.common_dir)
 
     @property
     def homes_dir(self) -> str:
@@ -105,13 +105,7 @@ class Project:
 
     def ref_run_ids(self) -> dict[str, set[str]]:
         """Every run id that has refs, with the names of its refs (``base``, ``ledger``, ...)."""
-        out: dict[str, set[str]] = {}
-        for name in self.repo.references:
-            if name.startswith("refs/sandbox/"):
-                parts = name.split("/")
-                if len(parts) >= 4:
-                    out.setdefault(parts[2], set()).add("/".join(parts[3:]))
-        return out
+        return layout.run_refs(self.repo.references)
 
     def run_ids(self) -> list[str]:
         """Ids of the runs that exist, by id order: their ledger ref exists, or it vanished behind

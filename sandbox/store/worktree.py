@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sandbox import faults
+from sandbox.store import layout
 from sandbox.store.fsutil import atomic_write
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -221,7 +222,7 @@ def admin_dir_for(path: str) -> str | None:
 def admin_dirs_pointing_into(common_dir: str, root: str) -> dict[str, str]:
     """Admin dirs of worktrees whose working tree lies under ``root``: {admin dir: worktree path}."""
     out: dict[str, str] = {}
-    base = os.path.join(common_dir, "worktrees")
+    base = layout.git_worktrees_dir(common_dir)
     try:
         names = os.listdir(base)
     except OSError:
@@ -267,7 +268,7 @@ def remove(common_dir: str, path: str) -> int:
         _make_writable(path)
         shutil.rmtree(path, ignore_errors=True)
     faults.point("worktree.remove.after_files")
-    if admin and os.path.isdir(admin) and os.path.dirname(admin) == os.path.join(common_dir, "worktrees"):
+    if admin and os.path.isdir(admin) and os.path.dirname(admin) == layout.git_worktrees_dir(common_dir):
         shutil.rmtree(admin, ignore_errors=True)
     return freed
 

@@ -144,7 +144,7 @@ def open_run(root: Path, run_id: str) -> Any:
 
 def event_ids(root: Path, run_id: str) -> list[str]:
     """The run's ledger event ids, oldest first, read from git."""
-    return [event.event_id for _oid, event in open_run(root, run_id).ledger.events()]
+    return [event.event_id for _oid, event in open_run(root, run_id).events()]
 
 
 def entries(root: Path, run_id: str) -> dict[str, dict[str, Any]]:

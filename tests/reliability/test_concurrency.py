@@ -99,7 +99,7 @@ def test_eight_writers_on_one_run(user_repo: Path, writers: int, calls: int) -> 
     assert len(acked) == expected
 
     run = open_run(user_repo, run_id)
-    events = run.ledger.events()
+    events = run.events()
     ids = [e.event_id for _oid, e in events]
     assert len(ids) == len(set(ids)), "duplicated ledger events"
     per_call: dict[str, list[str]] = {}
@@ -290,7 +290,7 @@ def test_append_after_drop_does_not_resurrect_the_run(user_repo: Path) -> None:
     stale = open_run(user_repo, run_id)
     epoch = stale.state().epoch  # what start_call reads before it appends
     ok("drop", run_id, "--force", cwd=user_repo)
-    event = stale._event(EventKind.call_started, "call_late", call=CallSpec(tool_name="t", input_hash="h"), epoch=epoch)
+    spec = CallSpec(tool_name="t", input_hash="h")
     with pytest.raises(SandboxError):
-        stale.ledger.append(event)
+        stale.record(EventKind.call_started, "call_late", call=spec, epoch=epoch)
     assert run_id not in live_run_ids(user_repo)

@@ -333,7 +333,7 @@ def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, 
     bash = [e for e in log if e["call_id"] == "toolu_escape"]
     assert len(bash) == 1 and bash[0]["status"] == "succeeded", log  # recorded by the host, outside
     assert "planted-link" in [f["path"] for f in bash[0]["files"]]
-    notes = [n for n in open_run(world["user"], world["run"]).state().data.get("note", [])]
+    notes = [n for n in open_run(world["user"], world["run"]).state().data.note]
     assert [n["isolation"] for n in notes] == ["bwrap, network on"]
 
 
@@ -351,7 +351,7 @@ def test_without_isolation_the_escapes_remain(world: dict[str, Any], command: st
         results = attack_by_exec(world, "--isolate", "off")
     else:
         results, _log = attack_by_agent(world, "--isolate", "off")
-        notes = open_run(world["user"], world["run"]).state().data.get("note", [])
+        notes = open_run(world["user"], world["run"]).state().data.note
         assert [n["isolation"] for n in notes] == ["off"]  # the run's record says so
     escaped = {name for name, outcome in results.items() if outcome == "done"}
     expected = ESCAPE_WITHOUT_ISOLATION - (REF_GUARDED if command == "run" else set())

@@ -77,7 +77,7 @@ def _calls_of(events: list[str], env: Env) -> set[str]:
     """The call ids that had events among ``events`` (the ledger before a command)."""
     run = open_run(env.root, env.run_id)
     known = set(events)
-    return {e.call_id for _oid, e in run.ledger.events() if e.event_id in known and e.call_id}
+    return {e.call_id for _oid, e in run.events() if e.event_id in known and e.call_id}
 
 
 def start_run(root: Path) -> str:
@@ -678,7 +678,7 @@ def craft_call(root: Path, run_id: str, changes: dict[str, object], files: list[
             )
         )
     cid = run.start_call("crafted", {"n": len(listed)})
-    event = run._event(
+    event = run.new_event(
         EventKind.call_succeeded,
         cid,
         commit=commit,
@@ -686,7 +686,7 @@ def craft_call(root: Path, run_id: str, changes: dict[str, object], files: list[
         files=changes_list,
         epoch=run.state().epoch,
     )
-    run.ledger.append(event, keep=[commit])
+    run.record_event(event, keep=[commit])
     run.head()
     return cid
 

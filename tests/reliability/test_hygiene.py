@@ -68,7 +68,7 @@ def referenced_objects(root: Path, run_id: str) -> set[str]:
     """Every object the run's ledger refers to: event commits, call commits, blobs, inputs, results."""
     run = open_run(root, run_id)
     out: set[str] = set()
-    for oid, event in run.ledger.events():
+    for oid, event in run.events():
         out.add(oid)
         for value in (event.commit, event.parent_commit, event.result_ref):
             if value:

@@ -1,0 +1,103 @@
+"""Start-up budget (issue 14): each fast command imports only what it uses.
+
+Not a wall-clock test (bench/cases/startup.py measures the ratios against ``python3 -c pass``):
+``python -X importtime`` lists the modules a real ``sandbox`` process loaded, and each command may
+load only the heavy ones named here. A command that starts importing more (the merge package for
+``status``, pygit2 for ``--help``, the agent layer for ``log``) fails this test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox.run.run import Run
+from sandbox.store.project import Project
+
+#: What counts as heavy: third-party packages, and library parts a read-only command has no use for.
+HEAVY_PACKAGES = ("pygit2", "pydantic", "pydantic_core", "watchdog", "click")
+HEAVY_PARTS = ("sandbox.merge", "sandbox.recovery", "sandbox.agent")
+HEAVY_MODULES = (
+    "sandbox.models",
+    "sandbox.run.run",
+    "sandbox.run.checkpoint",
+    "sandbox.run.recording",
+    "sandbox.store.capture",
+    "sandbox.store.journal",
+    "sandbox.store.snapshot",
+)
+
+READ = {"click", "pygit2", "pydantic", "pydantic_core", "sandbox.models", "sandbox.run.run"}
+ALLOWED: dict[str, set[str]] = {
+    "--help": {"click"},
+    "list": READ,
+    "status": READ,
+    "log": READ,
+    "path": READ,
+    "diff": READ | {"sandbox.merge"},  # the patch preview lives with merge-back (sandbox.merge.preview)
+    # a one-file apply plans and writes through the merge package and the write journal
+    "apply": READ | {"sandbox.merge", "sandbox.store.journal", "sandbox.store.snapshot"},
+}
+
+
+def heavy_loaded(stderr: str) -> set[str]:
+    """The heavy modules in ``python -X importtime`` output, by package or part."""
+    out: set[str] = set()
+    for line in stderr.splitlines():
+        if "|" not in line:
+            continue
+        name = line.rsplit("|", 1)[1].strip()
+        top = name.split(".")[0]
+        if top in HEAVY_PACKAGES:
+            out.add(top)
+        for part in HEAVY_PARTS:
+            if name == part or name.startswith(part + "."):
+                out.add(part)
+        if name in HEAVY_MODULES:
+            out.add(name)
+    return out
+
+
+def imports_of(args: list[str], cwd: Path) -> set[str]:
+    script = str(Path(sys.executable).parent / "sandbox")
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, *args], cwd=cwd, capture_output=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return heavy_loaded(proc.stderr.decode())
+
+
+@pytest.fixture
+def started(repo: Path) -> Run:
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    with run.tool_call("write_file", {"path": "src/app.py"}) as call:
+        call.write("src/app.py", "print('agent')\n")
+    return run
+
+
+@pytest.mark.parametrize("command", ["--help", "list", "status", "log", "path", "diff"])
+def test_a_fast_command_loads_only_what_it_may(command: str, repo: Path, started: Run) -> None:
+    args = [command] if command in ("--help", "list") else [command, started.run_id]
+    loaded = imports_of(args, repo)
+    assert loaded <= ALLOWED[command], f"{command} also loads {sorted(loaded - ALLOWED[command])}"
+
+
+def test_apply_of_a_one_file_patch_loads_only_what_it_may(repo: Path, started: Run) -> None:
+    loaded = imports_of(["apply", started.run_id], repo)
+    assert loaded <= ALLOWED["apply"], f"apply also loads {sorted(loaded - ALLOWED['apply'])}"
+    assert (repo / "src/app.py").read_text() == "print('agent')\n"
+
+
+def test_heavy_loaded_reads_importtime_lines() -> None:
+    sample = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       120 |        120 |   pygit2._pygit2\n"
+        "import time:        80 |        900 | sandbox.merge.mergeback\n"
+        "import time:        10 |         10 | sandbox.store.layout\n"
+    )
+    assert heavy_loaded(sample) == {"pygit2", "sandbox.merge"}

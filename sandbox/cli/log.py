@@ -9,6 +9,7 @@ import click
 
 from sandbox.cli.common import dump, emit_json, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
+from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ def log(
     run = open_run(ctx, run_id)
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     if call_id is not None:
-        from sandbox.cli.log_call import show_call
-
         show_call(run, call_id, as_json, patch, out)
         return
     entries = run.entries()
@@ -129,16 +128,6 @@ def _row(run: Run, e: LedgerEntry, out: Output, width: int | None) -> None:
         if kind == "M" and f.before_hash == f.after_hash:
             kind = "T"
         click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f.path}")
-
-
-def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
-    """The call's patch (parent..commit), after a blank line."""
-    from sandbox.merge.preview import Range, diff_text
-
-    assert e.commit and e.parent_commit
-    text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
-    click.echo()
-    click.echo(text, nl=not text.endswith("\n"))
 
 
 def _agent_git(run: Run) -> None:

@@ -10,10 +10,10 @@ import click
 
 from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
-from sandbox.cli.log import patch_of
 from sandbox.cli.output import STATUS_COLORS, Output
 
 if TYPE_CHECKING:
+    from sandbox.models import LedgerEntry
     from sandbox.run.run import Run
 
 
@@ -76,3 +76,13 @@ def _full_command(inputs: Any) -> str:
 def _json(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 200 else json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
+    """The call's patch (parent..commit), after a blank line."""
+    from sandbox.merge.preview import Range, diff_text
+
+    assert e.commit and e.parent_commit
+    text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
+    click.echo()
+    click.echo(text, nl=not text.endswith("\n"))

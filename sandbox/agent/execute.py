@@ -20,6 +20,7 @@ source that cannot vouch for the call (the host died, its watcher lost events) f
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -102,7 +103,7 @@ def execute(
             step_id=step_id,
             idempotency=idempotency,
             replay=replay,
-            summary=" ".join(argv)[:500],
+            summary=shlex.join(argv)[:500],  # as the shell needs it typed
         ) as call:
             source.begin(call_id)
             refused: confine.ConfinementError | None = None

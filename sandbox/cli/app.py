@@ -17,9 +17,11 @@ from sandbox.cli.common import SandboxGroup
     help="Run as if started in DIR (like git -C).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON (any command; also after it).")
+@click.option("-P", "--no-pager", "no_pager", is_flag=True, help="Do not pipe output into a pager (like git).")
+@click.option("-p", "--paginate", is_flag=True, help="Pipe output into a pager even where a command does not.")
 @click.version_option(package_name="sandbox", message="sandbox %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, directory: str | None, as_json: bool, no_pager: bool, paginate: bool) -> None:
     """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
 
     \b
@@ -33,6 +35,8 @@ def cli(ctx: click.Context, directory: str | None, as_json: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["directory"] = directory
     ctx.obj["json"] = as_json
+    ctx.obj["no_pager"] = no_pager
+    ctx.obj["paginate"] = paginate
 
 
 cli.lazy_commands.update(COMMANDS)

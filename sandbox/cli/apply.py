@@ -36,13 +36,14 @@ def print_report(report: ApplyReport, verb: str) -> None:
     if report.head_moved:
         click.echo("Note: your HEAD moved since the run started; paths were checked against your current files.")
     if report.conflicts:
-        click.echo("Conflicts (nothing was written):")
+        from sandbox.cli.output import setup
+
+        out = setup(click.get_current_context(), page=False)
+        click.echo(out.style("Conflicts (nothing was written):", fg="red", bold=True))
         for c in report.conflicts:
-            click.echo(f"  {c.path}: {c.reason}")
-            click.echo(
-                f"    base {(c.base or 'absent')[:12]}  agent {(c.agent or 'absent')[:12]}  "
-                f"yours {(c.user or 'absent')[:12]}"
-            )
+            click.echo(f"  {out.style(c.path, fg='red')}: {c.reason}")
+            versions = (("base", c.base), ("agent", c.agent), ("yours", c.user))
+            click.echo("    " + "  ".join(f"{k} {out.style((v or 'absent')[:12], fg='yellow')}" for k, v in versions))
             click.echo(f"    what to do: {c.hint}")
     if not (report.applied or report.restored or report.skipped or report.conflicts or report.recovered):
         click.echo("Nothing to do.")
@@ -126,6 +127,9 @@ def apply(
     choice = None
     if hunks_from is not None:
         choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))
+    from sandbox.cli.output import Progress
+
+    shown = Progress.choose(None, as_json, delayed=True)
     try:
         if ask_hunks:
             from sandbox.cli.hunkprompt import choose
@@ -143,11 +147,15 @@ def apply(
             allow_moved_head=allow_moved_head,
             with_deps=with_deps,
             choice=choice,
+            progress=shown.callback,
         )
     except mergeback.ApplyConflict as exc:
+        shown.done()
         finish(exc.report, "Applied", as_json)
         click.echo(f"sandbox: {exc.message}", err=True)
         ctx.exit(1)
+    finally:
+        shown.done()
     finish(report, "Applied", as_json)
     if report.attention:
         ctx.exit(1)

@@ -26,6 +26,8 @@ COMMANDS = {
     "apply": "sandbox.cli.apply:apply",
     "undo": "sandbox.cli.undo:undo",
     "redo": "sandbox.cli.redo:redo",
+    "conflicts": "sandbox.cli.conflicts:conflicts",
+    "branch": "sandbox.cli.branch:branch",
     # checkpoints, approvals, resume and recovery
     "checkpoint": "sandbox.cli.checkpoint:checkpoint",
     "checkpoints": "sandbox.cli.checkpoints:checkpoints",

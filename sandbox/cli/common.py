@@ -363,7 +363,9 @@ def run_main(cli: click.Group) -> None:
         click.echo("sandbox: interrupted.", err=True)
         sys.exit(130)
     except BrokenPipeError:
-        sys.exit(1)
+        from sandbox.cli.output import paging
+
+        sys.exit(0 if paging() else 1)  # quitting the pager early is not a failure
     except Exception as exc:  # the one place unexpected errors are turned into a line and a log
         from sandbox.errors import SandboxError
 

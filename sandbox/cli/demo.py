@@ -136,6 +136,8 @@ def _demo(keep: bool) -> dict[str, object]:
     click.echo(f"   sandbox log {run}           # what each call did")
     click.echo(f"   sandbox diff {run} --stat   # the agent's patch")
     click.echo(f"   sandbox apply {run}         # write it into your tree (never over your edits)")
+    click.echo(f"   sandbox conflicts {run}     # where apply refuses: base, agent and yours")
+    click.echo(f"   sandbox branch {run} NAME   # keep the run as a branch of per-call commits")
     click.echo(f"   sandbox undo {run}          # take the last agent change back out")
     click.echo(f"   sandbox resume {run}        # after a crash: what happened, what not to repeat")
     click.echo(f"   sandbox drop {run} --force  # throw the run away; 'sandbox gc' reclaims leftovers")

@@ -16,11 +16,21 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
     from dataclasses import asdict
 
     from sandbox.agent import host
+    from sandbox.cli.output import Progress
     from sandbox.run.gc import collect
 
     project, _, _ = open_project(ctx)
-    # The repository's host lock: no host may watch a legacy run's old path while it moves.
-    report = collect(project, force=force, claim_host=lambda _run_dir: host.claim(project.common_dir))
+    shown = Progress.choose(None, as_json, delayed=True)
+    try:
+        # The repository's host lock: no host may watch a legacy run's old path while it moves.
+        report = collect(
+            project,
+            force=force,
+            claim_host=lambda _run_dir: host.claim(project.common_dir),
+            progress=shown.callback,
+        )
+    finally:
+        shown.done()
     if as_json:
         emit_json(asdict(report))
         return

@@ -5,12 +5,16 @@ from __future__ import annotations
 import click
 
 from sandbox.cli.common import emit_json, human_size, open_project
+from sandbox.cli.fmt import local_time
+from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 
 
-@click.command("list")
+@click.command("list", cls=OutputCommand)
+@color_option
+@pager_option
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 @click.pass_context
-def list_runs(ctx: click.Context, as_json: bool) -> None:
+def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: bool, as_json: bool) -> None:
     """List the runs of this repository with their calls, changed paths and disk use."""
     from sandbox.run.summary import summarize_runs
 
@@ -22,15 +26,24 @@ def list_runs(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("No runs. Start one with 'sandbox start'.")
         return
-    click.echo(f"{'RUN':<10} {'CREATED':<20} {'CALLS':>5} {'PATHS':>5} {'DISK':>10}  LABEL")
+    out = setup(ctx, color, no_color, no_pager=no_pager)
+    out.page()
+    click.echo(out.style(f"{'RUN':<10} {'CREATED':<25} {'CALLS':>5} {'PATHS':>5} {'DISK':>10}  LABEL", bold=True))
     for r in rows:
-        created = (r["created_at"] or "")[:19].replace("T", " ")
+        created = local_time(r["created_at"])
+        run_col = out.style(f"{r['run']:<10}", fg="yellow")
         click.echo(
-            f"{r['run']:<10} {created:<20} {r['calls']:>5} {r['changed_paths']:>5} "
+            f"{run_col} {created:<25} {r['calls']:>5} {r['changed_paths']:>5} "
             f"{human_size(r['disk_bytes']):>10}  {r['label'] or ''}"
             + _came_from(r)
             + ("" if r["worktree_exists"] or r.get("damaged") or _not_here(r) else "  (worktree missing)")
-            + (f"  DAMAGED: {r['error']}" if r.get("damaged") else f"  ({r['error']})" if r.get("error") else "")
+            + (
+                out.style(f"  DAMAGED: {r['error']}", fg="red")
+                if r.get("damaged")
+                else f"  ({r['error']})"
+                if r.get("error")
+                else ""
+            )
         )
 
 

@@ -2,66 +2,139 @@
 
 from __future__ import annotations
 
-import json
+import os
 from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.fmt import command_of, duration, fit, local_time
+from sandbox.cli.log_call import patch_of, show_call
+from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 
 if TYPE_CHECKING:
+    from sandbox.models import LedgerEntry
     from sandbox.run.run import Run
 
 
-@click.command()
+class _PathspecCommand(OutputCommand):
+    """Takes ``-- PATH...`` after the options, as ``git log`` does: everything after ``--`` is a path."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["pathspecs"] = args[at + 1 :]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_PathspecCommand)
 @click.argument("run_id", required=False)
 @click.option("--call", "call_id", default=None, help="Show this call in full: input, result, the whole error.")
+@click.option("-p", "--patch", is_flag=True, help="Show each call's patch.")
+@color_option
+@pager_option
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger entries as JSON.")
 @click.pass_context
-def log(ctx: click.Context, run_id: str | None, call_id: str | None, as_json: bool) -> None:
-    """List RUN's calls in order: status, tool, commit and changed files."""
-    from sandbox.run.names import resolve_call_id
+def log(
+    ctx: click.Context,
+    run_id: str | None,
+    call_id: str | None,
+    patch: bool,
+    color: str | None,
+    no_color: bool,
+    no_pager: bool,
+    as_json: bool,
+) -> None:
+    """List RUN's calls in order: when, how long, status, tool, command, commit and changed files.
 
+    `sandbox log RUN -- PATH...` lists only the calls that changed those paths (or paths below them).
+    Paged and coloured as git does it (see 'sandbox diff --help').
+    """
     run = open_run(ctx, run_id)
+    out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     if call_id is not None:
-        _show_call(run, resolve_call_id(run, call_id), as_json)
+        show_call(run, call_id, as_json, patch, out)
         return
     entries = run.entries()
+    specs = _pathspecs(ctx, run)
+    if specs is not None:
+        entries = [e for e in entries if any(_matches(f.path, specs) for f in e.files)]
     if as_json:
         emit_json(dump(entries))
         return
     if not entries:
-        click.echo(f"Run {run.run_id} has no calls yet.")
+        click.echo(f"Run {run.run_id} has no calls yet." if specs is None else "No call changed those paths.")
         return
+    out.page()
+    width = out.width
+    click.echo(out.style(f"{'#':>3}  {'CALL':<18} {'STATUS':<10} {'TOOL':<16} COMMIT", bold=True))
+    click.echo(out.style(f"{'':>7}{'STARTED':<25} {'TOOK':>6}  COMMAND", bold=True))
     # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
     # merge package stays unloaded: log is a fast command).
     partly: dict[str, list[str]] = {}
     for path, record in sorted(run.state().data.user_paths.items()):
-        for call_id in record.partial.calls if record.partial is not None else []:
-            partly.setdefault(call_id, []).append(path)
+        for partial_call in record.partial.calls if record.partial is not None else []:
+            partly.setdefault(partial_call, []).append(path)
     for e in entries:
-        flags = "".join(
-            [
-                " [undone]" if e.undone else "",
-                " [applied]" if e.applied else "",
-                f" [partly applied: {', '.join(partly[e.call_id])}]" if e.call_id in partly else "",
-                f" [denied: {e.denial_reason or 'no reason'}]" if e.approval and e.approval.value == "denied" else "",
-            ]
-        )
-        commit = e.commit[:10] if e.commit else "-"
-        click.echo(f"{e.seq:>3}  {e.call_id:<20} {e.status.value:<10} {e.tool_name:<16} {commit:<10}{flags}")
-        if e.summary:
-            click.echo(f"       {e.summary[:100]}")
-        if e.error:
-            more = f"  (in full: sandbox log {run.run_id} --call {e.call_id})" if e.error_detail or e.error_ref else ""
-            first = e.error.strip().splitlines()[0] if e.error.strip() else e.error  # older entries: multi-line
-            click.echo(f"       error: {first[:200]}{more}")
-        for f in e.files:
-            kind = "A" if f.before_hash is None else "D" if f.after_hash is None else "M"
-            if kind == "M" and f.before_hash == f.after_hash:
-                kind = "T"
-            click.echo(f"       {kind} {f.path}")
-    _agent_git(run)
+        _row(run, e, out, width, partly.get(e.call_id))
+        if patch and e.commit and e.parent_commit:
+            patch_of(run, e, out)
+    if specs is None:
+        _agent_git(run)
+
+
+def _pathspecs(ctx: click.Context, run: Run) -> list[str] | None:
+    """The ``-- PATH...`` given, as paths relative to the top of the tree (None: no filter)."""
+    given = ctx.meta.get("pathspecs")
+    if not given:
+        return None
+    from sandbox.store import paths as pathmod
+
+    cwd = os.getcwd() if ctx.find_root().obj.get("directory") is None else None
+    # Relative paths are relative to where you are: in your tree, or in the run's worktree.
+    worktree = os.path.realpath(run.worktree)
+    inside = cwd is not None and (os.path.realpath(cwd) + os.sep).startswith(worktree + os.sep)
+    root = run.worktree if inside else None
+    out = []
+    for p in given:
+        rel = pathmod.from_user(root or run.user_workdir, p, cwd)
+        out.append("" if rel in (".", "") else rel.rstrip("/"))
+    return out
+
+
+def _matches(path: str, specs: list[str]) -> bool:
+    return any(s == "" or path == s or path.startswith(s + "/") for s in specs)
+
+
+def _row(run: Run, e: LedgerEntry, out: Output, width: int | None, partly: list[str] | None = None) -> None:
+    flags = "".join(
+        [
+            " [undone]" if e.undone else "",
+            " [applied]" if e.applied else "",
+            f" [partly applied: {', '.join(partly)}]" if partly else "",
+            f" [denied: {e.denial_reason or 'no reason'}]" if e.approval and e.approval.value == "denied" else "",
+        ]
+    )
+    commit = e.commit[:10] if e.commit else "-"
+    status = e.status.value
+    click.echo(
+        f"{out.style(f'{e.seq:>3}', fg='yellow')}  {e.call_id:<18} "
+        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e.tool_name:<16} "
+        f"{out.style(commit, fg='yellow')}{flags}"
+    )
+    when = f"{local_time(e.started_at or e.created_at):<25} {duration(e.started_at, e.finished_at):>6}"
+    command = command_of(e.tool_name, e.input, e.summary)
+    click.echo(fit(f"       {when}  {command}".rstrip(), width))
+    if e.error:
+        more = f"  (in full: sandbox log {run.run_id} --call {e.call_id})" if e.error_detail or e.error_ref else ""
+        first = e.error.strip().splitlines()[0] if e.error.strip() else e.error  # older entries: multi-line
+        click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else width))
+    for f in e.files:
+        kind = "A" if f.before_hash is None else "D" if f.after_hash is None else "M"
+        if kind == "M" and f.before_hash == f.after_hash:
+            kind = "T"
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f.path}")
 
 
 def _agent_git(run: Run) -> None:
@@ -77,35 +150,3 @@ def _agent_git(run: Run) -> None:
     click.echo(f"agent git: {first}")
     for line in rest:
         click.echo(f"           {line}")
-
-
-def _show_call(run: Run, call_id: str, as_json: bool) -> None:
-    entry = run.entry(call_id)
-    error = run.error_text(entry)
-    if as_json:
-        data = dump(entry)
-        assert isinstance(data, dict)
-        data["error_text"] = error
-        emit_json(data)
-        return
-    click.echo(f"call:    {entry.call_id} (#{entry.seq})")
-    click.echo(f"tool:    {entry.tool_name}")
-    click.echo(f"status:  {entry.status.value}")
-    if entry.approval is not None:
-        reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
-        click.echo(f"answer:  {entry.approval.value}{reason}")
-    for label, when in (("started", entry.started_at), ("ended", entry.finished_at)):
-        if when is not None:
-            click.echo(f"{label + ':':<9}{when.isoformat()}")
-    if entry.summary:
-        click.echo(f"summary: {entry.summary}")
-    if entry.input is not None:
-        click.echo("input:   " + json.dumps(entry.input, ensure_ascii=False)[:2000])
-    if entry.commit:
-        click.echo(f"commit:  {entry.commit}")
-    for f in entry.files:
-        click.echo(f"file:    {f.path}")
-    if error:
-        click.echo("error:")
-        for line in error.splitlines() or [error]:
-            click.echo(f"  {line}")

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     default=None,
     help="Make N runs from one snapshot (best-of-N; labels L-1..L-N).",
 )
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show progress on stderr (default: when stderr is a terminal and not --json).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.pass_context
-def start(ctx: click.Context, label: str | None, count: int | None, as_json: bool) -> None:
+def start(ctx: click.Context, label: str | None, count: int | None, progress: bool | None, as_json: bool) -> None:
     """Snapshot your working tree (with uncommitted and untracked files) into a new run.
 
     Your index, HEAD, branches, stash and files are not touched. The run gets its own worktree and
@@ -40,7 +45,13 @@ def start(ctx: click.Context, label: str | None, count: int | None, as_json: boo
     if count is not None:
         _start_many(project, workdir, count, label, as_json)
         return
-    run = Run.start(project, workdir, label=label)
+    from sandbox.cli.output import Progress
+
+    shown = Progress.choose(progress, as_json)
+    try:
+        run = Run.start(project, workdir, label=label, progress=shown.callback)
+    finally:
+        shown.done()
     info = run.info
     report = run.include_report
     for warning in report.warnings if report is not None else []:

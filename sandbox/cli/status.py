@@ -5,13 +5,16 @@ from __future__ import annotations
 import click
 
 from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.fmt import local_time
+from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 
 
-@click.command()
+@click.command(cls=OutputCommand)
 @click.argument("run_id", required=False)
+@color_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
-def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: bool, as_json: bool) -> None:
     """Show RUN: where it came from, its calls by status, its changed paths."""
     from sandbox.run.summary import summarize
 
@@ -23,21 +26,27 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(row)
         return
-    click.echo(f"Run {row['run']}" + (f" ({row['label']})" if row["label"] else ""))
+    # Not paged by default, like 'git status' ('sandbox --paginate status' pages it).
+    out = setup(ctx, color, no_color, slot="status", page=False)
+    out.page()
+    click.echo(out.style(f"Run {row['run']}", fg="yellow") + (f" ({row['label']})" if row["label"] else ""))
+    click.echo(f"  created:   {local_time(row['created_at'])}")
+    missing = out.style("  (MISSING)", fg="red")
     if row["worktree"] is None:
         click.echo("  worktree:  none in this repository yet (exec, run, path or resume makes one at the run's head)")
     else:
-        click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else "  (MISSING)"))
+        click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else missing))
         click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
     click.echo(f"  head:      {row['run_head'][:12]}")
-    by = ", ".join(f"{v} {k}" for k, v in sorted(row["by_status"].items())) or "none"
-    click.echo(f"  calls:     {row['calls']} ({by})")
+    by = ", ".join(f"{v} {out.style(k, fg=STATUS_COLORS.get(k))}" for k, v in sorted(row["by_status"].items()))
+    click.echo(f"  calls:     {row['calls']} ({by or 'none'})")
     partly = row.get("partly_applied_calls") or []
     more = f" ({len(partly)} partly applied: {', '.join(partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if in_flight:
-        click.echo(f"  in flight: {', '.join(in_flight)} (run 'sandbox resume' after a crash)")
+        flight = out.style(", ".join(in_flight), fg="yellow")
+        click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")
     agent_git = row.get("agent_git")
     if agent_git:

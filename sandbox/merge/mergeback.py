@@ -24,7 +24,7 @@ import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -457,7 +457,10 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
         p.hint = "restore your file to take the agent's change, or leave this path out (--exclude PATH)"
     else:
         p.reason = "your file differs from the version the agent started from"
-        p.hint = "compare with 'sandbox diff', then merge by hand, use --3way, or leave it out (--exclude PATH)"
+        p.hint = (
+            "see base, agent and yours with 'sandbox conflicts', then merge by hand, use --3way, "
+            "or leave it out (--exclude PATH)"
+        )
 
 
 def _is_text(data: bytes) -> bool:
@@ -493,11 +496,14 @@ def _merge(run: Run, root: str, p: PlannedPath) -> None:
     p.record = state_record(p.write, p.agent, p.calls)
 
 
-def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
+def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes, diff3: bool = False) -> tuple[bytes, int]:
     """Merge three texts with git-style conflict markers; returns (result, number of conflicts).
 
     Runs ``git merge-file``: libgit2 (pygit2) has no binding to merge raw contents, only blobs of
-    an index, so the git command on three temp files is the one way to get git's own markers.
+    an index, so the git command on three temp files is the one way to get git's own markers. It
+    runs inside the repository, so its ``merge.conflictStyle`` (diff3, zdiff3) applies as it does
+    to ``git merge``; ``diff3`` asks for the base section whatever the config says. The labels are
+    ``yours``, ``base`` and ``agent``.
     """
     scratch = os.path.join(project.state_dir, "tmp")
     os.makedirs(scratch, exist_ok=True)
@@ -508,7 +514,8 @@ def merge_text(project: Project, ours: bytes, base: bytes, theirs: bytes) -> tup
             with open(path, "wb") as fh:
                 fh.write(data)
             names.append(path)
-        args = ["merge-file", "-p", "-L", "yours", "-L", "base", "-L", "agent", *names]
+        style = ["--diff3"] if diff3 else []
+        args = ["merge-file", "-p", *style, "-L", "yours", "-L", "base", "-L", "agent", *names]
         proc = git(args, cwd=tmp, check=False)
     if proc.returncode < 0 or proc.returncode > 127:
         raise SandboxError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
@@ -562,13 +569,15 @@ def journal_entries(repo: pygit2.Repository, root: str, writes: list[PlannedPath
     return out
 
 
-def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[str]:
+def execute(
+    run: Run, j: ApplyJournal, keep: list[str] | None = None, progress: Callable[[str], None] | None = None
+) -> list[str]:
     """Carry out a journaled operation: journal, files, ledger event, journal removal (each a fault point).
 
-    Returns the paths written. An OS error (disk full, I/O error, read-only file system) or a
-    failed ledger append rolls the written paths back and raises :class:`journal.WriteFailedError`
-    saying so; where the roll-back fails too, the journal is kept and the error names the commands
-    that finish or reverse the operation.
+    Returns the paths written; ``progress`` is told each one ("Writing files: 3/120"). An OS error
+    (disk full, I/O error, read-only file system) or a failed ledger append rolls the written paths
+    back and raises :class:`journal.WriteFailedError` saying so; where the roll-back fails too, the
+    journal is kept and the error names the commands that finish or reverse the operation.
     """
     project, op = run.project, j.op
     if j.token is None:
@@ -586,8 +595,16 @@ def execute(run: Run, j: ApplyJournal, keep: list[str] | None = None) -> list[st
         ) from exc
     faults.point(f"{op}.after_journal")
     written: list[str] = []
+    total = len(j.entries)
+
+    def wrote(path: str) -> None:
+        written.append(path)
+        if progress is not None:
+            done = ", done." if len(written) == total else ""  # git's way: the last count always shows
+            progress(f"Writing files: {len(written)}/{total}{done}")
+
     try:
-        journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file", on_write=written.append, temps=temps)
+        journal.play(run.repo, j.target_dir, j.entries, f"{op}.after_file", on_write=wrote, temps=temps)
     except OSError as exc:
         where = _where(j.target_dir, exc)
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
@@ -667,8 +684,11 @@ def apply(
     lock_timeout: float = 30.0,
     with_deps: bool = False,
     choice: hunks.Choice | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ApplyReport:
     """Apply the run's changes (all, or some calls or paths) to the user's working tree.
+
+    ``progress`` is told what is being done ("Checking your files", "Writing files: 3/120").
 
     All or nothing: raises :class:`ApplyConflict` (with the report) and writes nothing when any path
     conflicts. Refuses while another operation on the tree is pending or in progress, when the user's
@@ -687,6 +707,8 @@ def apply(
                 "re-run with --allow-moved-head to apply onto your current files anyway."
             )
         state = run.state()
+        if progress is not None:
+            progress("Checking your files")
         try:
             result = plan(run, calls, paths, three_way=three_way, state=state, with_deps=with_deps)
         except OSError as exc:
@@ -730,7 +752,7 @@ def apply(
             pid=os.getpid(),
             token=journal.new_token(),
         )
-        written = execute(run, j)
+        written = execute(run, j, progress=progress)
         return result.report(written=written)
 
 

@@ -2,10 +2,11 @@
 selection of calls (several ``--call``, ranges) as the chain of their recorded changes.
 
 Text diffs come from ``git diff`` (one process, on the repository's git dir, no working tree
-involved): it is the format users read every day, with color and exact paths (including names that
-are not UTF-8). The JSON records (``diff --json``) are built in-process with pygit2 from one tree
-diff, with no git process at all, and carry the stable hunk ids ``apply --hunks-from`` takes
-(:mod:`sandbox.merge.hunks`).
+involved): it is the format users read every day, with color, renames detected as git detects them
+(or exact paths with ``renames=False``), names that are not UTF-8 (which pygit2's patch text cannot
+carry), and binary files named, not dumped. The JSON records (``diff --json``) are built in-process
+with pygit2 from one tree diff, with no git process at all, and carry the stable hunk ids
+``apply --hunks-from`` takes (:mod:`sandbox.merge.hunks`).
 """
 
 from __future__ import annotations
@@ -72,13 +73,15 @@ def preview_range(run: Run, call_id: str | None = None, calls: list[str] | None 
     return Range(old, new, None, chosen)
 
 
-def diff_text(run: Run, rng: Range, stat: bool = False, color: bool = False, spec: Pathspec | None = None) -> str:
+def diff_text(
+    run: Run, rng: Range, stat: bool = False, color: bool = False, spec: Pathspec | None = None, renames: bool = True
+) -> str:
     """A git-style unified diff (or ``--stat``) between the range's trees, limited to ``spec``."""
     args = [
         "diff",
         "--no-ext-diff",
         "--no-textconv",
-        "--no-renames",
+        "-M" if renames else "--no-renames",
         f"--color={'always' if color else 'never'}",
     ]
     if stat:

@@ -27,6 +27,7 @@ from sandbox.merge import mergeback
 from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
 from sandbox.models import (
     ApplyJournal,
+    ConflictReport,
     EventKind,
     LedgerEntry,
     LedgerState,
@@ -155,7 +156,7 @@ def _refuse(run: Run, entry: LedgerEntry, op: str, target: str, root: str, plann
         target=target,
         target_dir=root,
         calls=[entry.call_id],
-        conflicts=[conflict_report(p) for p in conflicts],
+        conflicts=[_labelled(op, p) for p in conflicts],
         refused=True,
     )
     first = conflicts[0]
@@ -165,6 +166,19 @@ def _refuse(run: Run, entry: LedgerEntry, op: str, target: str, root: str, plann
         "nothing was written.",
         report,
     )
+
+
+def _labelled(op: str, p: PlannedPath) -> ConflictReport:
+    """The conflict with its versions named for what they are, whichever way the move goes.
+
+    An undo moves a path from the agent's version back to the original, so its planned step runs
+    agent -> original: ``base`` (the original, what the undo would restore) is the step's *after*
+    state and ``agent`` its *before* state. A redo runs original -> agent, as an apply does.
+    """
+    report = conflict_report(p)
+    if op == "undo":
+        report.base, report.agent = report.agent, report.base
+    return report
 
 
 def _journal(

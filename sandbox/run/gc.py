@@ -66,7 +66,13 @@ class HostClaim(Protocol):
 ClaimHost = Callable[[str], HostClaim | None]
 
 
-def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | None = None) -> GcReport:
+def collect(
+    project: Project,
+    force: bool = False,
+    *,
+    claim_host: ClaimHost | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GcReport:
     """Remove the leftovers of dropped and interrupted runs; live runs are never touched.
 
     A run whose ledger ref is missing but that holds recorded work (it acknowledged a ledger tip,
@@ -74,6 +80,7 @@ def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | No
     kept and listed in ``damaged`` unless ``force``: its ledger ref vanished, it was not dropped.
     Live runs made before homes existed are moved into a home when ``claim_host`` is given (it
     keeps a host from starting on the old path meanwhile; the CLI passes the agent layer's).
+    ``progress`` is told which run is being reclaimed.
     """
     report = GcReport()
     refs = project.ref_run_ids()
@@ -84,7 +91,9 @@ def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | No
     for base in (project.worktrees_dir, project.runs_dir):
         with contextlib.suppress(OSError):
             candidates.update(n for n in os.listdir(base) if n not in live and layout.valid_run_id(n))
-    for run_id in sorted(candidates):
+    for n, run_id in enumerate(sorted(candidates), 1):
+        if progress is not None:
+            progress(f"Reclaiming run {run_id} ({n}/{len(candidates)})")
         lock_path = layout.run_lock_path(project.common_dir, run_id)
         try:
             with file_lock(lock_path, f"Run {run_id}", timeout=0):
@@ -118,6 +127,8 @@ def collect(project: Project, force: bool = False, *, claim_host: ClaimHost | No
             report.skipped_busy.append(run_id)
             continue
     objects_dir = os.path.join(project.common_dir, "objects")
+    if progress is not None:
+        progress("Removing leftover temp files")
     report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
     report.write_temp_files = len(journal.remove_write_leftovers(project))
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).

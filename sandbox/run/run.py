@@ -113,15 +113,19 @@ class Run:
         return run
 
     @classmethod
-    def start(cls, project: Project, workdir: str, label: str | None = None) -> Run:
+    def start(
+        cls, project: Project, workdir: str, label: str | None = None, progress: Callable[[str], None] | None = None
+    ) -> Run:
         """Snapshot ``workdir`` and create a run: refs, its home (worktree and own git dir), a ledger.
 
         The home is made under ``project.homes_dir`` and recorded in the run's directory before it
         is created. The run becomes visible (its ledger ref is created) only as the last step; a
-        start interrupted earlier leaves pieces that ``sandbox gc`` reclaims.
+        start interrupted earlier leaves pieces that ``sandbox gc`` reclaims. ``progress`` is told
+        each step as a line of text, git's own progress meter included (the caller shows them).
         """
         from sandbox.store import snapshot, worktree
 
+        say = progress or (lambda _line: None)
         objects.enable_fsync()
         run_id = new_run_id()
         while os.path.exists(project.run_dir(run_id)) or os.path.lexists(project.new_place(run_id).home or ""):
@@ -137,8 +141,9 @@ class Run:
             checkout = None
             if user_head is not None:
                 worktree.init(place, project.common_dir, user_head, run_id, *run.git_settings())
-                checkout = worktree.start_checkout(place)
+                checkout = worktree.start_checkout(place, progress)
             try:
+                say("Taking a snapshot of your working tree")
                 message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
@@ -147,6 +152,7 @@ class Run:
                 faults.point("start.after_refs")
                 if checkout is not None and user_head is not None:
                     proc, checkout = checkout, None
+                    say("Checking out the run's worktree")
                     worktree.finish_checkout(proc)
                     worktree.advance(place, run_id, user_head, snap.commit)
                 else:
@@ -159,6 +165,7 @@ class Run:
             faults.point("start.after_worktree")
             from sandbox.run import include
 
+            say("Finishing the worktree")
             run.include_report = include.populate(workdir, path, run.dir)
             info = RunInfo(
                 run_id=run_id,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
 from sandbox.errors import SandboxError
 
@@ -66,9 +67,22 @@ def git(
     return proc
 
 
-def spawn(args: Sequence[str], cwd: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``git`` with the same safe settings without waiting; finish it with :func:`wait`."""
-    return subprocess.Popen(
+#: The stderr readers of spawned gits whose progress is passed on: (thread, chunks read so far).
+_PUMPS: dict[int, tuple[threading.Thread, list[bytes]]] = {}
+
+
+def spawn(
+    args: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``git`` with the same safe settings without waiting; finish it with :func:`wait`.
+
+    ``progress`` gets each line git writes on stderr (its progress meter writes lines ended by
+    ``\r``) as it comes, from a reader thread; the whole stderr is still kept for :func:`wait`.
+    """
+    proc = subprocess.Popen(
         _argv(args, False),
         cwd=cwd,
         env=_env(env, False),
@@ -76,11 +90,43 @@ def spawn(args: Sequence[str], cwd: str, env: Mapping[str, str] | None = None) -
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    if progress is not None:
+        assert proc.stderr is not None
+        chunks: list[bytes] = []
+        thread = threading.Thread(target=_pump, args=(proc.stderr.fileno(), progress, chunks), daemon=True)
+        thread.start()
+        _PUMPS[proc.pid] = (thread, chunks)
+    return proc
+
+
+def _pump(fd: int, progress: Callable[[str], None], chunks: list[bytes]) -> None:
+    pending = b""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        chunks.append(data)
+        pending += data
+        *lines, pending = pending.replace(b"\r", b"\n").split(b"\n")
+        for line in lines:
+            if line.strip():
+                progress(line.decode(errors="replace").strip())
 
 
 def wait(args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
     """Wait for a :func:`spawn`-ed git; :class:`GitCommandError` when it failed."""
-    _out, err = proc.communicate()
+    pump = _PUMPS.pop(proc.pid, None)
+    if pump is None:
+        _out, err = proc.communicate()
+    else:
+        proc.wait()
+        pump[0].join()
+        err = b"".join(pump[1])
+        if proc.stderr is not None:
+            proc.stderr.close()
     raise_for(args, proc.returncode, err or b"")
 
 

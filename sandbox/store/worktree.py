@@ -23,7 +23,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sandbox import faults
 from sandbox.store import layout
@@ -155,9 +155,16 @@ def set_branch(place: Place, run_id: str, commit: str) -> None:
 _CHECKOUT = ["-c", "core.fsync=none", "read-tree", "-u", "--reset", "HEAD"]
 
 
-def start_checkout(place: Place) -> subprocess.Popen[bytes]:
-    """Start checking out the run's HEAD into its empty worktree (in the background)."""
-    return spawn(_CHECKOUT, cwd=place.worktree)
+def start_checkout(place: Place, progress: Callable[[str], None] | None = None) -> subprocess.Popen[bytes]:
+    """Start checking out the run's HEAD into its empty worktree (in the background).
+
+    With ``progress``, git's own progress meter (``read-tree -v``: "Updating files: 45% ...",
+    shown by git after two seconds, as for a clone) is passed to it line by line.
+    """
+    if progress is None:
+        return spawn(_CHECKOUT, cwd=place.worktree)
+    verbose = [*_CHECKOUT[:3], "-v", *_CHECKOUT[3:]]
+    return spawn(verbose, cwd=place.worktree, progress=progress)
 
 
 def finish_checkout(proc: subprocess.Popen[bytes]) -> None:

@@ -244,7 +244,7 @@ def test_click_usage_errors_are_one_line(env: Env, args: list[str]) -> None:
 
 
 UNKNOWN_RUNS = {
-    "unknown": ["log", "--", "deadbeef"],
+    "unknown": ["log", "deadbeef", "--", "src"],  # after "--": paths, as in git log
     "traversal": ["status", "--", "../../etc"],
     "dash": ["write", "--", "-rf", "f"],
     "overlong": ["drop", "--", "a" * 100],

@@ -1,0 +1,88 @@
+"""``sandbox log --call ID``: one call whole (its command, input and full error), for :mod:`sandbox.cli.log`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sandbox.cli.common import dump, emit_json
+from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.output import STATUS_COLORS, Output
+
+if TYPE_CHECKING:
+    from sandbox.models import LedgerEntry
+    from sandbox.run.run import Run
+
+
+def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> None:
+    """One call whole: tool, status, local times, duration, command, input, files, the full error."""
+    from sandbox.run.names import resolve_call
+
+    entry = resolve_call(run, given)
+    error = run.error_text(entry)
+    if as_json:
+        data = dump(entry)
+        assert isinstance(data, dict)
+        data["error_text"] = error
+        emit_json(data)
+        return
+    out.page()
+    status = entry.status.value
+    click.echo(f"call:    {out.style(entry.call_id, fg='yellow')} (#{entry.seq})")
+    click.echo(f"tool:    {entry.tool_name}")
+    click.echo(f"status:  {out.style(status, fg=STATUS_COLORS.get(status))}")
+    if entry.approval is not None:
+        reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
+        click.echo(f"answer:  {entry.approval.value}{reason}")
+    for label, when in (("started", entry.started_at), ("ended", entry.finished_at)):
+        if when is not None:
+            click.echo(f"{label + ':':<9}{local_time(when)}")
+    took = duration(entry.started_at, entry.finished_at)
+    if took:
+        click.echo(f"took:    {took}")
+    command = _full_command(entry.input)
+    if command:
+        click.echo("command: " + command.replace("\n", "\n         "))
+    if entry.summary:
+        click.echo(f"summary: {entry.summary}")
+    if entry.input is not None:
+        click.echo("input:   " + _json(entry.input).replace("\n", "\n         "))
+    if entry.commit:
+        click.echo(f"commit:  {out.style(entry.commit, fg='yellow')}")
+    for f in entry.files:
+        click.echo(f"file:    {f.path}")
+    if error:
+        click.echo(out.style("error:", fg="red"))
+        for line in error.splitlines() or [error]:
+            click.echo(f"  {line}")
+    if patch and entry.commit and entry.parent_commit:
+        patch_of(run, entry, out)
+
+
+def _full_command(inputs: Any) -> str:
+    if isinstance(inputs, dict):
+        argv = inputs.get("argv")
+        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            return shlex.join(argv)
+        command = inputs.get("command")
+        if isinstance(command, str):
+            return command
+    return ""
+
+
+def _json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 200 else json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
+    """The call's patch (parent..commit), after a blank line."""
+    from sandbox.merge.preview import Range, diff_text
+
+    assert e.commit and e.parent_commit
+    text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
+    click.echo()
+    click.echo(text, nl=not text.endswith("\n"))

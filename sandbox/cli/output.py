@@ -1,0 +1,325 @@
+"""git's conventions for output: which pager, and whether to colour, decided exactly as git decides.
+
+Pager (git's ``pager.c``): only when standard output is a terminal; the command is ``GIT_PAGER``,
+else ``core.pager`` from your git config, else ``PAGER``, else ``less``; an empty value or ``cat``
+means no pager. ``LESS=FRX`` and ``LV=-c`` are set when unset, so a short output is printed and
+left on the screen. ``sandbox --no-pager`` (``-P``) or a command's ``--no-pager`` turns it off;
+``sandbox --paginate`` (``-p``) pages commands that do not page by default (``status``).
+
+Colour (git's ``color.c``): ``--color[=WHEN]``/``--no-color`` first, then your git config
+(``color.diff``, ``color.status``, falling back to ``color.ui``: ``always``/``never`` decide, a
+true value or ``auto`` means auto); then ``NO_COLOR`` (set and non-empty: no colour, as
+https://no-color.org asks: config and flags override it); auto means standard output is a
+terminal whose ``TERM`` is not ``dumb``. It is decided before the pager starts, as git does, so
+the pipe to the pager is not mistaken for a file (``color.pager=false`` turns colour off when paging).
+
+This is the only module that starts a pager or reads these settings; commands call :func:`setup`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WHEN = ("auto", "always", "never")
+_TRUE = ("true", "yes", "on", "1", "")
+_FALSE = ("false", "no", "off", "0")
+
+#: How a call's status is coloured wherever it is shown (log, status).
+STATUS_COLORS = {"succeeded": "green", "failed": "red", "started": "yellow", "uncertain": "magenta"}
+
+_pager: subprocess.Popen[bytes] | None = None
+_pager_has_stderr = False
+
+
+class OutputCommand(click.Command):
+    """A command with ``--color``: as in git, a bare ``--color`` means ``always`` and never takes the
+    next argument as its value (``sandbox log --color RUN``); a value is given as ``--color=WHEN``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Rewrite a bare ``--color`` (before any ``--``) to ``--color=always``, then parse."""
+        end = args.index("--") if "--" in args else len(args)
+        args = [("--color=always" if a == "--color" and i < end else a) for i, a in enumerate(args)]
+        return super().parse_args(ctx, args)
+
+
+def color_option(func: F) -> F:
+    """``--color[=WHEN]`` and ``--no-color``, as git spells them."""
+    func = click.option("--no-color", "no_color", is_flag=True, help="Never colour (same as --color=never).")(func)
+    return click.option(
+        "--color",
+        "color",
+        type=click.Choice(WHEN),
+        is_flag=False,
+        flag_value="always",
+        default=None,
+        help="Colour the output: auto (on a terminal), always, never (default: your git config, else auto).",
+    )(func)
+
+
+def pager_option(func: F) -> F:
+    """A command's own ``--no-pager`` (``sandbox --no-pager CMD`` works for every command)."""
+    return click.option("--no-pager", "no_pager", is_flag=True, help="Do not pipe the output into a pager.")(func)
+
+
+def git_config(cwd: str) -> dict[str, str]:
+    """The colour and pager settings of the git config that applies in ``cwd`` (keys lower-cased).
+
+    Read with ``git config`` itself (one process): includes, conditional includes and
+    ``GIT_CONFIG_*`` variables then count exactly as they do for git.
+    """
+    try:
+        proc = subprocess.run(
+            ["git", "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"],
+            cwd=cwd if os.path.isdir(cwd) else None,
+            capture_output=True,
+            check=False,
+        )
+    except OSError:  # no git at all: every setting is at its default
+        return {}
+    out: dict[str, str] = {}
+    for record in proc.stdout.split(b"\0"):
+        if not record:
+            continue
+        key, _, value = record.decode(errors="surrogateescape").partition("\n")
+        out[key.lower()] = value  # the last one wins, as in git
+    return out
+
+
+def colorbool(value: str | None) -> str | None:
+    """A git colour setting as ``always``, ``never`` or ``auto`` (None when unset or unreadable)."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in WHEN:
+        return v
+    if v in _FALSE:
+        return "never"
+    if v in _TRUE:
+        return "auto"  # git: "any normal truth value defaults to 'auto'"
+    return None
+
+
+def want_color(
+    flag: str | None,
+    config: Mapping[str, str],
+    slot: str,
+    env: Mapping[str, str],
+    stdout_tty: bool,
+    paging: bool,
+) -> bool:
+    """Whether to colour: the flag, else ``color.<slot>``/``color.ui``, else ``NO_COLOR``, else auto."""
+    setting = flag
+    if setting is None:
+        setting = colorbool(config.get(f"color.{slot}")) if slot != "ui" else None
+        if setting is None:
+            setting = colorbool(config.get("color.ui"))
+        if setting in (None, "auto") and env.get("NO_COLOR"):
+            return False
+    if setting == "always":
+        return True
+    if setting == "never":
+        return False
+    pager_colour = colorbool(config.get("color.pager")) != "never"
+    if paging and not pager_colour:
+        return False
+    # git's check_auto_color: a terminal, or a pager git started for us (``git -p sandbox-alias``).
+    under_gits_pager = env.get("GIT_PAGER_IN_USE", "").lower() in ("true", "1", "yes", "on") and pager_colour
+    return (stdout_tty or under_gits_pager) and env.get("TERM", "") != "dumb"
+
+
+def pager_command(env: Mapping[str, str], config: Mapping[str, str], stdout_tty: bool) -> str | None:
+    """The pager git would start here, or None (git's ``git_pager``)."""
+    if not stdout_tty:
+        return None
+    pager = env.get("GIT_PAGER")
+    if pager is None:
+        pager = config.get("core.pager")
+    if pager is None:
+        pager = env.get("PAGER")
+    if pager is None:
+        pager = "less"
+    if not pager.strip() or pager.strip() == "cat":
+        return None
+    return pager
+
+
+@dataclass
+class Output:
+    """How one command writes: with colour or not, through a pager or not, at what width."""
+
+    color: bool = False
+    pager: str | None = None
+    #: The terminal's width when standard output is one (lines may be fitted to it), else None.
+    width: int | None = None
+
+    def style(self, text: str, **styles: Any) -> str:
+        """``text`` in ``click.style`` styles when colouring, else as it is."""
+        return click.style(text, **styles) if self.color and text else text
+
+    def page(self) -> None:
+        """Start the pager (if one was chosen): from here on standard output goes to it."""
+        if self.pager is not None:
+            start_pager(self.pager)
+            self.pager = None
+
+
+def setup(
+    ctx: click.Context,
+    color: str | None = None,
+    no_color: bool = False,
+    slot: str = "ui",
+    page: bool = True,
+    no_pager: bool = False,
+) -> Output:
+    """Decide colour and pager for a command. ``page``: whether the command pages by default (as
+    ``git log`` and ``git diff`` do, and ``git status`` does not); ``sandbox --paginate`` pages it anyway."""
+    root = ctx.find_root().obj or {}
+    if root.get("no_pager"):
+        no_pager = True
+    if root.get("paginate"):
+        page = True
+    tty = sys.stdout.isatty()
+    env = os.environ
+    flag = "never" if no_color else color
+    needs_config = flag is None or (tty and page and not no_pager)
+    config = git_config(root.get("directory") or os.getcwd()) if needs_config else {}
+    pager = pager_command(env, config, tty) if page and not no_pager else None
+    width = shutil.get_terminal_size().columns if tty else None
+    out = Output(want_color(flag, config, slot, env, tty, pager is not None), pager, width)
+    # click.echo drops colour codes when its stream is not a terminal (the pager's pipe, a file);
+    # the decision made here is the one that counts.
+    ctx.color = out.color
+    return out
+
+
+def start_pager(command: str) -> None:
+    """Run ``command`` through the shell with our standard output (and standard error, when that is
+    the terminal too, as git does) piped into it; it is waited for when the process exits."""
+    global _pager, _pager_has_stderr
+    if _pager is not None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    env.setdefault("LV", "-c")
+    env["GIT_PAGER_IN_USE"] = "true"
+    try:
+        proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env)
+    except OSError:
+        return  # git too goes on without a pager it cannot start
+    assert proc.stdin is not None
+    os.dup2(proc.stdin.fileno(), 1)
+    if os.isatty(2):
+        os.dup2(proc.stdin.fileno(), 2)
+        _pager_has_stderr = True
+    proc.stdin.close()
+    _pager = proc
+    atexit.register(_wait_for_pager)
+
+
+def paging() -> bool:
+    """Whether a pager was started (a broken pipe then means the reader quit, not a failure)."""
+    return _pager is not None
+
+
+def _wait_for_pager() -> None:
+    """Close our ends of the pipe so the pager sees the end of input, then wait for the reader."""
+    global _pager
+    proc, _pager = _pager, None
+    if proc is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # the reader quit early: what is left is not wanted
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    if _pager_has_stderr:
+        os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C reaches the pager too; it decides when it is done
+        proc.wait()
+
+
+class Progress:
+    """Progress of a slow step as one line on standard error, rewritten in place.
+
+    Shown only where git shows its own: standard error is a terminal (or ``--progress`` asked for
+    it), and not with ``--json``. Like git's delayed progress, nothing is shown before ``delay``
+    seconds (a quick step stays silent), and the line is redrawn at most ten times a second. The
+    library hands lines to it (it never prints itself).
+    """
+
+    def __init__(self, enabled: bool, delay: float = 0.0) -> None:
+        import threading
+        import time
+
+        self.enabled = enabled
+        self.delay = delay
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._drawn = 0.0
+        self._kind = ""
+        self._shown = False
+
+    @classmethod
+    def choose(cls, flag: bool | None, as_json: bool, delayed: bool = False) -> Progress:
+        """On by ``--progress``, off by ``--no-progress`` or ``--json``, else when stderr is a terminal.
+
+        ``delayed``: shown after a second, or after ``GIT_PROGRESS_DELAY`` seconds when that is set
+        (git's own knob for the same thing)."""
+        delay = 0.0
+        if delayed:
+            try:
+                delay = float(os.environ.get("GIT_PROGRESS_DELAY", "1"))
+            except ValueError:
+                delay = 1.0
+        return cls(flag if flag is not None else (not as_json and sys.stderr.isatty()), delay)
+
+    @property
+    def callback(self) -> Callable[[str], None] | None:
+        """What to pass to the library: this object when enabled, else None (no work spent on it)."""
+        return self if self.enabled else None
+
+    def __call__(self, line: str) -> None:
+        """Show ``line`` (a step, or a counter of one) unless it is too early or too soon after the last."""
+        if not self.enabled:
+            return
+        import time
+
+        now = time.monotonic()
+        elapsed = now - self._started
+        kind = line.split(":", 1)[0]  # a new step is always drawn; a counter of the same one throttled
+        if elapsed < self.delay or (kind == self._kind and now - self._drawn < 0.1 and not line.endswith("done.")):
+            return
+        self._kind = kind
+        text = f"sandbox: {line} ({elapsed:.1f}s)"
+        width = shutil.get_terminal_size().columns
+        with self._lock:
+            sys.stderr.write("\r\x1b[K" + text[: max(10, width - 1)])
+            sys.stderr.flush()
+            self._shown = True
+            self._drawn = now
+
+    def done(self) -> None:
+        """Clear the line (the command's own output follows)."""
+        with self._lock:
+            if self._shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self._shown = False

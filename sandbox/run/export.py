@@ -1,0 +1,188 @@
+"""A run as an ordinary branch: one commit per call that changed files, on top of your HEAD at start.
+
+For a pull-request workflow (and to keep the agent's history after ``drop``): the branch starts at
+the commit your working tree had checked out when the run started, and each recorded call that
+changed files and was not undone in the run becomes one commit setting those files to the call's result.
+Each commit is authored by the agent (``sandbox agent``) at the call's time; its message says the
+tool, the command and the call (``Sandbox-Run``/``Sandbox-Call`` trailers).
+
+Only the changes the calls recorded are on the branch: uncommitted changes of yours that the
+snapshot held at start are not, except inside files a call changed (the agent's version of such
+a file was made from yours). The sandbox's own files are never exported.
+
+Only ``refs/heads/NAME`` is written, in one reference update; your HEAD, index, working tree and
+every other ref are left as they are. An existing branch is replaced only with ``force``, and
+never a branch checked out in one of the repository's working trees.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+from dataclasses import dataclass, field
+
+import pygit2
+
+from sandbox.errors import SandboxError, UsageError
+from sandbox.models import EventKind, LedgerEntry
+from sandbox.run.run import Run
+from sandbox.store import objects
+
+AGENT_NAME = "sandbox agent"
+AGENT_EMAIL = "sandbox@localhost"
+SUBJECT_WIDTH = 72
+
+
+class BranchExistsError(SandboxError):
+    """The branch exists and ``force`` was not given (or it is checked out: never replaced)."""
+
+
+@dataclass
+class BranchExport:
+    """What :func:`export` made."""
+
+    branch: str
+    ref: str
+    tip: str
+    base: str | None
+    commits: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    replaced: str | None = None
+    #: True when your tree had uncommitted changes at start (they are not on the branch).
+    snapshot_differs: bool = False
+
+
+def export(run: Run, name: str, force: bool = False) -> BranchExport:
+    """Write the run's calls as a branch ``name`` of per-call commits on your HEAD at start."""
+    repo = run.repo
+    ref = f"refs/heads/{name}"
+    if not pygit2.reference_is_valid_name(ref) or name.startswith("-"):
+        raise UsageError(f"{name!r} is not a valid branch name; see 'git check-ref-format --branch'.")
+    existing = repo.references.get(ref)
+    if existing is not None:
+        where = checked_out(run.project.common_dir, ref)
+        if where is not None:
+            raise BranchExistsError(
+                f"Branch {name} is checked out in {where}; it is never replaced. Choose another name."
+            )
+        if not force:
+            raise BranchExistsError(
+                f"Branch {name} already exists (at {str(existing.target)[:12]}); choose another name, "
+                "or replace it with --force."
+            )
+    state = run.state()
+    base = run.info.head
+    parent = base
+    tree = objects.commit_tree(repo, base) if base else None
+    result = BranchExport(name, ref, base or "", base, replaced=str(existing.target) if existing else None)
+    result.snapshot_differs = objects.commit_tree(repo, run.base) != tree
+    dropped = undone_in_run(run)
+    with objects.git_writes():
+        for call_id in state.order:
+            entry = state.calls[call_id]
+            if not entry.commit or call_id in dropped:
+                continue
+            changes = {
+                f.path: (objects.Entry(f.after_mode, f.after_hash) if f.after_hash and f.after_mode else None)
+                for f in entry.files
+                if not run.is_private(f.path)
+            }
+            if not changes:
+                continue
+            new_tree = objects.edit_tree(repo, tree, changes)
+            if new_tree == tree:
+                continue
+            sig = _signature(entry)
+            commit = str(
+                repo.create_commit(None, sig, sig, message(run.run_id, entry), new_tree, [parent] if parent else [])
+            )
+            parent, tree = commit, new_tree
+            result.commits.append(commit)
+            result.calls.append(call_id)
+        if parent is None:
+            raise SandboxError(
+                f"Run {run.run_id} started in a repository without commits and no call changed files; "
+                "there is nothing to put on a branch."
+            )
+        if existing is not None:
+            repo.references.create(ref, parent, force=True)
+        else:
+            repo.references.create(ref, parent)
+    result.tip = parent
+    return result
+
+
+def undone_in_run(run: Run) -> set[str]:
+    """The calls whose changes an undo took out of the run itself (and no redo brought back).
+
+    An undo in *your* tree (after an apply) leaves the run as it was, so that call stays on the
+    branch, as it stays in ``sandbox diff``; the ledger's ``undone`` flag does not tell the two apart.
+    """
+    out: set[str] = set()
+    for _oid, event in run.events():
+        if event.call_id is None or (event.data or {}).get("target") != "sandbox":
+            continue
+        if event.kind == EventKind.undo:
+            out.add(event.call_id)
+        elif event.kind == EventKind.redo:
+            out.discard(event.call_id)
+    return out
+
+
+def message(run_id: str, entry: LedgerEntry) -> str:
+    """The commit message of one call: its tool and command, then trailers naming run and call."""
+    what = entry.tool_name
+    inputs = entry.input
+    detail = ""
+    if isinstance(inputs, dict) and isinstance(inputs.get("argv"), list):
+        detail = shlex.join(str(a) for a in inputs["argv"])
+    elif isinstance(inputs, dict) and isinstance(inputs.get("command"), str):
+        detail = inputs["command"]
+    elif isinstance(inputs, dict) and isinstance(inputs.get("path") or inputs.get("file_path"), str):
+        detail = inputs.get("path") or inputs["file_path"]
+    elif entry.summary:
+        detail = entry.summary
+    first = (detail.strip().splitlines() or [""])[0]
+    subject = f"{what}: {first}" if first else what
+    if len(subject) > SUBJECT_WIDTH:
+        subject = subject[: SUBJECT_WIDTH - 1] + "…"
+    body = [subject, ""]
+    if detail.strip() and detail.strip() != first:
+        body += [detail.strip(), ""]
+    files = ", ".join(f.path for f in entry.files[:10]) + (" …" if len(entry.files) > 10 else "")
+    body.append(f"Changed: {files}")
+    body += ["", f"Sandbox-Run: {run_id}", f"Sandbox-Call: {entry.call_id}", f"Sandbox-Seq: {entry.seq}"]
+    body.append(f"Sandbox-Status: {entry.status.value}")
+    return "\n".join(body) + "\n"
+
+
+def _signature(entry: LedgerEntry) -> pygit2.Signature:
+    when = entry.finished_at or entry.started_at or entry.created_at
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return pygit2.Signature(AGENT_NAME, AGENT_EMAIL, int(when.timestamp()), 0)
+
+
+def checked_out(common_dir: str, ref: str) -> str | None:
+    """The working tree (or git dir) that has ``ref`` checked out, else None."""
+    heads = [(os.path.dirname(common_dir), os.path.join(common_dir, "HEAD"))]
+    worktrees = os.path.join(common_dir, "worktrees")
+    if os.path.isdir(worktrees):
+        for name in sorted(os.listdir(worktrees)):
+            admin = os.path.join(worktrees, name)
+            where = admin
+            try:
+                with open(os.path.join(admin, "gitdir")) as fh:
+                    where = os.path.dirname(fh.read().strip())
+            except OSError:
+                pass
+            heads.append((where, os.path.join(admin, "HEAD")))
+    for where, head in heads:
+        try:
+            with open(head) as fh:
+                if fh.read().strip() == f"ref: {ref}":
+                    return where
+        except OSError:
+            continue
+    return None

@@ -50,7 +50,7 @@ def test_compare_check_apply_the_winner_and_drop_the_rest(repo: Path, runner: Cl
     assert set(rows) == set(runs) and out["same_base"]
     assert rows[a]["files_changed"] == 1 and rows[a]["lines_added"] == 1 and rows[a]["lines_removed"] == 1
     assert rows[b]["files_changed"] == 2 and rows[c]["failed_calls"] == 1
-    assert rows[a]["check"]["exit_code"] == 0 and rows[b]["check"]["exit_code"] == 1 and rows[c]["check"]["exit_code"] == 0
+    assert [rows[r]["check"]["exit_code"] for r in (a, b, c)] == [0, 1, 0]
     # The check is a call of each run.
     log_b = json.loads(sb(runner, repo, "log", b, "--json"))
     assert log_b[-1]["tool_name"] == "check" and log_b[-1]["status"] == "failed"

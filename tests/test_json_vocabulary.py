@@ -113,6 +113,11 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     cli_json(runner, "completion", "completion", "bash")
     schema = cli_json(runner, "schema", "schema")
     assert set(schema) == {"formats", "commands"}
+    conflicting = cli_json(runner, "conflicts", *c, "conflicts", run_id)
+    assert conflicting["run"] == run_id
+    exported = cli_json(runner, "branch", *c, "branch", run_id, "vocab-branch")
+    assert exported["ref"] == "refs/heads/vocab-branch" and exported["commits"]
+
     # Runs that travel and multiply.
     remote = repo.parent / "remote.git"
     git(repo.parent, "clone", "-q", "--bare", str(repo), str(remote))

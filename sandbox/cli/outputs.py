@@ -199,6 +199,56 @@ class CompareOutput(Output):
     agree: list[str]
 
 
+class ConflictSide(Output):
+    """One version of a conflicting path: base, agent or yours."""
+
+    oid: str | None
+    mode: str | None
+    describe: str
+
+
+class ConflictRegion(Output):
+    """Where in the file the versions disagree."""
+
+    line: int
+    lines: int
+
+
+class ConflictRow(Output):
+    """One path ``apply`` would refuse, explained."""
+
+    path: str
+    reason: str
+    hint: str
+    calls: list[str]
+    base: ConflictSide
+    agent: ConflictSide
+    yours: ConflictSide
+    obstacle: bool
+    regions: list[ConflictRegion]
+
+
+class ConflictsOutput(Output):
+    """``sandbox conflicts --json`` (and ``diff --conflicts --json``)."""
+
+    run: str
+    conflicts: list[ConflictRow]
+
+
+class BranchOutput(Output):
+    """``sandbox branch --json``."""
+
+    run: str
+    branch: str
+    ref: str
+    tip: str
+    base: str | None = Field(description="Your HEAD when the run started: the branch's first parent.")
+    commits: list[str]
+    calls: list[str]
+    replaced: str | None = Field(description="The commit the branch was at before (--force).")
+    snapshot_differs: bool = Field(description="Your tree had uncommitted changes at start; they are not on it.")
+
+
 class DroppedRun(Output):
     """One run dropped by ``sandbox drop --all-but``."""
 
@@ -432,6 +482,8 @@ COMMANDS: dict[str, Any] = {
     "fetch": TransferOutput,
     "fork": ForkOutput,
     "compare": CompareOutput,
+    "conflicts": ConflictsOutput,
+    "branch": BranchOutput,
     "gc": GcOutput,
     "repair": RepairOutput,
     "log": list[models.LedgerEntry],

@@ -43,7 +43,7 @@ def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> N
     seen = json.loads(json.dumps(observe(restore(tmp_path / "repo")), sort_keys=True))
     # Fields added since (runs that travel, issue 13) read as None from an old ledger: the same as absent.
     added = [(seen["fold"], "clone")] + [(seen["fold"]["run"], k) for k in ("host", "group", "forked_from")]
-    added += [(seen["status"]["output"], k) for k in ("host", "fetched_from")]
+    added += [(seen["status"]["output"], k) for k in ("made_on", "fetched_from")]
     for where, key in added:
         if where.get(key, "present") is None:
             del where[key]

@@ -419,15 +419,20 @@ def ensure_host(common_dir: str, start_host: Callable[[], None] | None, timeout:
         return True
     if start_host is None:
         return False
-    if not wire.host_alive(common_dir):
-        wire.claim_spawn(common_dir, backoff=0.0)
-        start_host()
+    spawned = False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        # A host that is stopping (SIGTERM, idle exit) still holds its lock for a moment: start
+        # a new one as soon as it is gone, not only when none was there at first.
+        if not spawned and not wire.host_alive(common_dir):
+            wire.claim_spawn(common_dir, backoff=0.0)
+            start_host()
+            spawned = True
         if client.ping() is not None:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return False
 
 
 def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:

@@ -335,9 +335,14 @@ def test_an_agents_own_sandbox_exec_is_recorded_through_the_host_inside_the_same
 @needs_bwrap
 def test_a_confined_agents_leftover_processes_die_with_it(repo: Path) -> None:
     """The agent is its PID namespace's first process: what it leaves running (setsid too) dies with it."""
-    script = "sleep 300 & setsid sleep 301 & echo started; exit 4"
+    # Durations no one else uses, so a stray `sleep 300` elsewhere on the machine is not taken for ours.
+    script = "sleep 3071 & setsid sleep 3073 & echo started; exit 4"
     proc = sandbox_cmd("run", "--new", "--", "sh", "-c", script, cwd=repo)
     assert proc.returncode == 4, proc.stderr
-    time.sleep(0.5)
-    alive = subprocess.run(["pgrep", "-f", "^sleep 30[01]$"], capture_output=True, text=True).stdout.split()
+    deadline = time.monotonic() + 10  # the namespace's end is asynchronous: give a loaded machine time
+    while True:
+        alive = subprocess.run(["pgrep", "-f", "^sleep 307[13]$"], capture_output=True, text=True).stdout.split()
+        if alive == [] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert alive == [], alive

@@ -424,7 +424,8 @@ def test_without_isolation_the_escapes_remain(world: dict[str, Any], command: st
     else:
         results, _log = attack_by_agent(world, "--isolate", "off")
         notes = open_run(world["user"], world["run"]).state().data.note
-        assert [n["isolation"] for n in notes] == ["off"]  # the run's record says so
+        # the run's record says so (other notes, e.g. processes stopped at the end, may come too)
+        assert [n["isolation"] for n in notes if "isolation" in n] == ["off"]
     escaped = {name for name, outcome in results.items() if outcome == "done"}
     expected = ESCAPE_WITHOUT_ISOLATION - (REF_GUARDED if command == "run" else set())
     assert expected <= escaped, sorted(expected - escaped)

@@ -115,6 +115,10 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     report = json.loads(sb(runner, b, "resume", run_id, "--json"))
     assert report["checkpoint"]["label"] == "after two calls" and report["note"]
     assert len(json.loads(sb(runner, b, "log", run_id, "--json"))) == 3
+    # From a subdirectory of B's tree, exec runs in the same subdirectory of the worktree (B's tree
+    # is the run's user tree here, not the A path its record names).
+    sb(runner, b / "src", "exec", run_id, "--", "sh", "-c", "pwd > where.txt")
+    assert (wt / "src" / "where.txt").read_text().strip() == str(wt / "src")
     # Every other command in B: still nothing of A's.
     proc = sandbox_cmd("run", run_id, "--", "sh", "-c", "echo ran > ran.txt", cwd=b)
     assert proc.returncode == 0, proc.stderr

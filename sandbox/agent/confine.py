@@ -48,10 +48,13 @@ import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from sandbox.errors import SandboxError
 from sandbox.store import layout
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
 
 #: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
 #: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
@@ -199,6 +202,18 @@ def prepare_state(paths: Sequence[str]) -> None:
         elif path.endswith(".json") and not os.path.lexists(path) and os.path.isdir(os.path.dirname(path)):
             with contextlib.suppress(OSError), open(path, "x", encoding="utf-8") as fh:
                 fh.write("{}\n")
+
+
+def policy_for_run(isolation: Isolation, run: Run) -> Policy:
+    """The policy for a command of ``run``: its paths in the repository this command runs in (never
+    the tree its record names, which may be another clone's: a fetched run)."""
+    return policy_for(
+        isolation,
+        common_dir=run.project.common_dir,
+        run_id=run.run_id,
+        worktree=run.worktree,
+        user_workdir=run.user_workdir,
+    )
 
 
 def policy_for(

@@ -71,13 +71,7 @@ def execute(
     confined = None
     if isolation is not None and isolation.enabled:
         confine.check(isolation)
-        policy = confine.policy_for(
-            isolation,
-            common_dir=run.project.common_dir,
-            run_id=run.run_id,
-            worktree=run.worktree,
-            user_workdir=run.user_workdir,
-        )
+        policy = confine.policy_for_run(isolation, run)
         confined = (isolation, policy)
     call_id = call_id or new_call_id()
     own_watcher = None

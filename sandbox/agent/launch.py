@@ -442,13 +442,7 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
     from sandbox.agent import confine
 
     confine.check(isolation)
-    policy = confine.policy_for(
-        isolation,
-        common_dir=run.project.common_dir,
-        run_id=run.run_id,
-        worktree=run.worktree,
-        user_workdir=run.user_workdir,
-    )
+    policy = confine.policy_for_run(isolation, run)
     return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
 
 

@@ -120,7 +120,7 @@ def exec_cmd(
             step_id=step_id,
             call_id=call_id,
             isolation=isolation,
-            subdir=subdir_in_run(here, run.worktree, run.info.user_workdir),
+            subdir=subdir_in_run(here, run.worktree, run.user_workdir),
         )
     entry = outcome.entry
     _report(as_json, entry.call_id, entry.status.value, outcome.returncode, len(entry.files), outcome.cannot_start)

@@ -130,7 +130,7 @@ def run_agent(
             env.update(extra_env(run.dir, run.worktree))
     from sandbox.store.paths import subdir_in_run
 
-    subdir = subdir_in_run(here, run.worktree, run.info.user_workdir)
+    subdir = subdir_in_run(here, run.worktree, run.user_workdir)
     from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
 
     # The session needs the repository's host (a confined agent records only through it). With

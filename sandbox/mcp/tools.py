@@ -457,17 +457,11 @@ class Workspace:
         from sandbox.agent import changes
         from sandbox.agent.hosted import command_input
 
-        isolation = self.settings.isolation(run.info.user_workdir) if self.settings.isolation else None
+        isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
         confined = None
         if isolation is not None and isolation.enabled:
             confine.check(isolation)  # refused before anything is recorded
-            policy = confine.policy_for(
-                isolation,
-                common_dir=run.project.common_dir,
-                run_id=run.run_id,
-                worktree=run.worktree,
-                user_workdir=run.info.user_workdir,
-            )
+            policy = confine.policy_for_run(isolation, run)
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))

@@ -7,18 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import sandbox_cmd, user_state
-
-# Waits (bounded) until the run's head moved, i.e. the cutter recorded what came before.
-WAIT_FOR_CUT = (
-    'base=$(git for-each-ref --format="%(objectname)" refs/sandbox/$SANDBOX_RUN/base); i=0; '
-    'while [ "$(git for-each-ref --format="%(objectname)" refs/sandbox/$SANDBOX_RUN/head)" = "$base" ] '
-    "&& [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
-)
+from tests.conftest import git, sandbox_cmd, user_state
 
 
 def log(repo: Path, run_id: str) -> list[dict[str, object]]:
@@ -37,11 +31,38 @@ def run_id_of(stderr: bytes) -> str:
 
 def test_cuts_at_quiet_points_and_passes_the_exit_code(repo: Path) -> None:
     before = user_state(repo)
-    script = f"echo one > a.txt; {WAIT_FOR_CUT}; echo two > b.txt; pwd > where.txt; exit 3"
-    proc = sandbox_cmd("run", "--new", "--debounce", "0.3", "--", "sh", "-c", script, cwd=repo)
-    assert proc.returncode == 3, proc.stderr
-    run_id = run_id_of(proc.stderr)
-    err = proc.stderr.decode()
+    # The agent waits for the first cut before its second change. It cannot see the run's refs (its git
+    # directory is its own), so the test watches them in the user's repository and then says "go" on the
+    # agent's standard input, which `sandbox run` hands through.
+    script = "echo one > a.txt; read go; echo two > b.txt; pwd > where.txt; exit 3"
+    exe = Path(sys.executable).parent / "sandbox"
+    proc = subprocess.Popen(
+        [str(exe), "run", "--new", "--debounce", "0.3", "--", "sh", "-c", script],
+        cwd=repo,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        started = b""
+        while not started.startswith(b"sandbox: started run "):
+            started = proc.stderr.readline()
+            assert started, "sandbox run ended before it said which run it started"
+        run_id = run_id_of(started)
+        deadline = time.monotonic() + 60
+        while git(repo, "rev-parse", f"refs/sandbox/{run_id}/head") == git(
+            repo, "rev-parse", f"refs/sandbox/{run_id}/base"
+        ):
+            assert time.monotonic() < deadline, "the first quiet-point cut never came"
+            time.sleep(0.05)
+        _out, rest = proc.communicate(b"go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, rest
+    err = rest.decode()
     for hint in (f"sandbox diff {run_id}", f"sandbox apply {run_id}", f"sandbox undo {run_id}"):
         assert hint in err
     entries = log(repo, run_id)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from sandbox.cli import cli
@@ -252,7 +253,11 @@ def agent_run(root: Path) -> Run:
     return run
 
 
-def test_partial_apply_killed_at_every_step_continues_or_rolls_back(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("finish", ["continue", "undo"])
+@pytest.mark.parametrize("step", ["after_journal", "after_file", "before_ledger", "after_ledger"])
+def test_partial_apply_killed_at_every_step_continues_or_rolls_back(
+    repo: Path, tmp_path: Path, step: str, finish: str
+) -> None:
     import signal
 
     setup(repo)
@@ -262,24 +267,21 @@ def test_partial_apply_killed_at_every_step_continues_or_rolls_back(repo: Path, 
     def now() -> dict[str, str]:
         return {rel: (repo / rel).read_text() for rel in taken}
 
-    for step in ("after_journal", "after_file", "before_ledger", "after_ledger"):
-        for finish in ("continue", "undo"):
-            run = agent_run(repo)
-            files = diff_json(repo, run)
-            chosen = ids_file(tmp_path, files["a.txt"]["hunks"][0]["id"], str(files["b.txt"]["id"]))  # type: ignore[index]
-            proc = sandbox_cmd(
-                "apply", run.run_id, "--hunks-from", chosen, cwd=repo, env={"SANDBOX_FAULT": f"apply.{step}"}
-            )
-            assert proc.returncode == -signal.SIGKILL, (step, proc.stderr)
-            assert all(now()[rel] in (taken[rel], original[rel]) for rel in taken), step
-            if finish == "continue":
-                proc = sandbox_cmd("apply", "--continue", run.run_id, cwd=repo)
-                assert proc.returncode == 0, (step, proc.stderr)
-                assert now() == taken, step
-                assert "[partly applied: a.txt]" in invoke(repo, "log", run.run_id)[1], step
-            proc = sandbox_cmd("undo", run.run_id, cwd=repo)  # the interrupted apply, or the finished one
-            assert proc.returncode == 0, (step, finish, proc.stderr)
-            assert now() == original, (step, finish)
+    # A second run after the first (setup's) one, as a user who tried twice: the kill is in its apply.
+    run = agent_run(repo)
+    files = diff_json(repo, run)
+    chosen = ids_file(tmp_path, files["a.txt"]["hunks"][0]["id"], str(files["b.txt"]["id"]))  # type: ignore[index]
+    proc = sandbox_cmd("apply", run.run_id, "--hunks-from", chosen, cwd=repo, env={"SANDBOX_FAULT": f"apply.{step}"})
+    assert proc.returncode == -signal.SIGKILL, (step, proc.stderr)
+    assert all(now()[rel] in (taken[rel], original[rel]) for rel in taken), step
+    if finish == "continue":
+        proc = sandbox_cmd("apply", "--continue", run.run_id, cwd=repo)
+        assert proc.returncode == 0, (step, proc.stderr)
+        assert now() == taken, step
+        assert "[partly applied: a.txt]" in invoke(repo, "log", run.run_id)[1], step
+    proc = sandbox_cmd("undo", run.run_id, cwd=repo)  # the interrupted apply, or the finished one
+    assert proc.returncode == 0, (step, finish, proc.stderr)
+    assert now() == original, (step, finish)
 
 
 def test_applying_other_paths_leaves_a_partly_applied_call_partly_applied(repo: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from reliability import matrix
 
 from sandbox import faults
 
@@ -26,6 +27,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand this worker's crash-matrix rows to the controller."""
+    if _is_xdist_worker(session.config):
+        session.config.workeroutput["crash_matrix"] = list(matrix.MATRIX_ROWS)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """On the pytest-xdist controller: gather the rows of each worker that finished."""
+    matrix.MATRIX_ROWS.extend(getattr(node, "workeroutput", {}).get("crash_matrix", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The crash matrix (tests/reliability/test_crash_matrix.py), once, from every worker's rows."""
+    if _is_xdist_worker(config) or not matrix.MATRIX_ROWS:
+        return
+    header, table = matrix.summary(matrix.MATRIX_ROWS)
+    terminalreporter.section("crash matrix")
+    terminalreporter.write_line(header)
+    terminalreporter.write(table)
+    try:
+        matrix.MATRIX_FILE.write_text(header + "\n" + table)
+    except OSError:
+        pass
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -26,10 +26,6 @@ SANDBOX_EXE = str(Path(sys.executable).parent / "sandbox")
 #: A bound for every subprocess the suite starts: a hang is a failure, never a stuck CI job.
 TIMEOUT = 60.0
 
-#: Rows of the crash matrix, filled by test_crash_matrix and printed at the end of the session.
-MATRIX_ROWS: list[dict[str, str]] = []
-MATRIX_FILE = Path(__file__).with_name("last_matrix.txt")
-
 
 def load_all_modules() -> set[str]:
     """Import every library module so each registers its fault points; returns ``faults.POINTS``."""

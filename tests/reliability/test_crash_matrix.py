@@ -20,7 +20,6 @@ import pytest
 from conftest import git, tree_digest, user_state, write
 
 from .helpers import (
-    MATRIX_ROWS,
     Before,
     assert_acknowledged_kept,
     assert_fsck_clean,
@@ -39,6 +38,7 @@ from .helpers import (
     sb,
     things_of,
 )
+from .matrix import MATRIX_ROWS
 
 POINTS = load_all_modules()
 

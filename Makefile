@@ -48,8 +48,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on git and on real processes, so
-# more workers than the 2 cores still pay). Tests that need one another's state or must not overlap
-# share an xdist_group and run on one worker, in file order (--dist loadgroup). The slowest tests are
+# more workers than the 2 cores still pay). Modules whose tests need one another run on one worker,
+# in file order (ONE_WORKER in tests/conftest.py, used with --dist loadgroup). The slowest tests are
 # listed at the end: the run must stay under ~10 min (CI runs this target).
 TEST_WORKERS ?= 3
 test: lint $(STAMP) $(AGENTS_STAMP) bwrap

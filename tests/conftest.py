@@ -29,6 +29,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+#: Test modules whose tests must run on one pytest-xdist worker, in file order, and why.
+ONE_WORKER = {
+    # Its last test checks that the tests above it checked every documented output (CHECKED).
+    "tests/test_json_vocabulary.py": "the last test reads what the others recorded",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` (make test), with the modules of :data:`ONE_WORKER` kept on one worker each.
+
+    pytest-xdist 3.8 groups ``xdist_group`` marks by renaming node ids, which pytest 9.2 no longer
+    lets it do: the marks are silently ignored (pytest-xdist issue 1386). The scheduler runs on the
+    controller, from node ids alone, so it works with either.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
+
+
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 

@@ -9,16 +9,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner
 
 from sandbox.cli import COMMANDS, cli, outputs
 from tests.conftest import git, sandbox_cmd, write
 
 # The last test reads what the others checked: under pytest-xdist (make test) the whole module runs on
-# one worker, in file order (`--dist loadgroup`).
-pytestmark = pytest.mark.xdist_group("json_vocabulary")
-
+# one worker, in file order (tests/conftest.py, ONE_WORKER).
 CHECKED: set[str] = set()
 
 

@@ -189,6 +189,10 @@ class Run:
         """Read (and verify) the ledger now: its fold, whatever it holds (:attr:`problems` says what was rebuilt)."""
         return self._ledger.state()
 
+    def seal_cache(self) -> None:
+        """Leave the fold cache at the ledger's tip (read commands: the next one takes the fast path)."""
+        self._ledger.seal()
+
     def state(self) -> LedgerState:
         """The fold of the run's ledger."""
         state = self._ledger.state()

@@ -50,7 +50,7 @@ from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
 if TYPE_CHECKING:
-    from sandbox.run.recording import ToolCall
+    from sandbox.run.recording import PathsSeen, ToolCall
 
 faults.POINTS.update(
     {
@@ -749,7 +749,7 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
-        watcher: Any = None,
+        watcher: PathsSeen | None = None,
     ) -> ToolCall:
         """A context manager recording one tool call; see :class:`sandbox.run.recording.ToolCall`."""
         from sandbox.run.recording import ToolCall

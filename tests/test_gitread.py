@@ -517,3 +517,26 @@ def test_reftable_config_refused(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("refStorage = reftable", "someFutureThing = true"))
     with pytest.raises(GitReadError, match="somefuturething"):
         Repo(str(root / ".git")).ref("HEAD")
+
+
+def test_idx_whose_pack_was_removed(tmp_path: Path) -> None:
+    """A repack unlinks the pack before its idx: such an idx is passed over, not read."""
+    root = make_repo(tmp_path / "r")
+    git(root, "gc", "-q")
+    head = git(root, "rev-parse", "HEAD").strip()
+    (pack,) = (root / ".git" / "objects" / "pack").glob("*.pack")
+    pack.unlink()
+    with pytest.raises(GitReadError, match="missing"):
+        Repo(str(root / ".git")).read(head)
+
+
+def test_explicit_sha1_and_files_formats_are_read(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "r")
+    head = git(root, "rev-parse", "HEAD").strip()  # (this git does not know refStorage yet)
+    with open(root / ".git" / "config", "a") as fh:
+        fh.write(
+            '[core]\n\trepositoryformatversion = 1 ; v1\n[extensions]\n\tobjectFormat = "sha1"\n\trefStorage = files\n'
+        )
+        fh.write("\tworktreeConfig\n")
+    reader = Repo(str(root / ".git"))
+    assert reader.ref("HEAD") == head

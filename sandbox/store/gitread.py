@@ -510,30 +510,26 @@ class Repo:
             self._object_dirs = dirs
         return self._object_dirs
 
-    def _dir_packs(self, directory: str) -> list[_Pack]:
+    def _dir_packs(self, directory: str, known: dict[str, _Pack] | None = None) -> list[_Pack]:
+        """The packs of one objects directory (listed once; ``known`` packs are kept, not reopened)."""
         found = self._packs.get(directory)
         if found is None:
             pack_dir = os.path.join(directory, "pack")
             try:
-                names = sorted(n for n in os.listdir(pack_dir) if n.endswith(".idx"))
+                paths = [os.path.join(pack_dir, n) for n in sorted(os.listdir(pack_dir)) if n.endswith(".idx")]
             except FileNotFoundError:
-                names = []
-            found = self._packs[directory] = [_Pack(os.path.join(pack_dir, n)) for n in names]
+                paths = []
+            known = known or {}
+            found = self._packs[directory] = [known.get(p) or _Pack(p) for p in paths]
         return found
 
     def _rescan(self) -> None:
-        """Forget the pack lists (and alternates) so that packs written since are found; keep open maps."""
+        """List the packs (and alternates) again, so that packs written since are found."""
         known = {p.idx_path: p for packs in self._packs.values() for p in packs}
         self._object_dirs = None
         self._packs = {}
         for directory in self._dirs():
-            pack_dir = os.path.join(directory, "pack")
-            try:
-                names = sorted(n for n in os.listdir(pack_dir) if n.endswith(".idx"))
-            except FileNotFoundError:
-                names = []
-            paths = [os.path.join(pack_dir, n) for n in names]
-            self._packs[directory] = [known.get(p) or _Pack(p) for p in paths]
+            self._dir_packs(directory, known)
 
     def _find(self, oid: str) -> tuple[str, bytes] | None:
         raw = bytes.fromhex(oid)
@@ -550,7 +546,7 @@ class Repo:
                 offset = pack.find(raw)
                 if offset is None:
                     continue
-                if not os.path.exists(pack.pack_path):
+                if pack.data is None and not os.path.exists(pack.pack_path):
                     continue  # a repack removed the pack and not yet its idx (git unlinks the idx last)
                 return pack.read_at(self, offset)
         return None

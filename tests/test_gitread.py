@@ -205,6 +205,10 @@ def test_objects_written_by_the_sandbox(repo: Path) -> None:
     assert head_commit.tree == str(own_oracle.head.peel(pygit2.Commit).tree.id)
     head = run.head()
     assert reader.commit(head).tree == objects.read_commit(oracle, head).tree
+    # Every object, including those in the packs the sandbox writes itself (sandbox.store.packs).
+    assert list((repo / ".git" / "objects" / "pack").glob("*.idx"))
+    assert assert_all_objects_equal(repo) > 10
+    assert assert_all_objects_equal(Path(run.worktree), Path(run.git_dir)) > 10  # through its alternates
 
 
 def test_commit_fields(tmp_path: Path) -> None:

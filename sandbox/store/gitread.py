@@ -180,7 +180,7 @@ class _Pack:
             raise GitReadError(f"{self.pack_path}: an object is shorter than its header says")
         return b"".join(out)
 
-    def read_at(self, repo: Repo, offset: int) -> tuple[str, bytes]:
+    def read_at(self, offset: int) -> tuple[str, bytes]:
         """The object at ``offset``: its delta chain walked down to a base, then applied upwards."""
         deltas: list[bytes] = []
         pos = offset
@@ -202,13 +202,12 @@ class _Pack:
                     raise GitReadError(f"{self.pack_path}: a delta's base offset is out of range")
                 deltas.append(self._inflate(at, size))
                 pos -= distance
-            elif kind == 7:  # REF_DELTA: the base is named by id, in this pack or anywhere
+            elif kind == 7:  # REF_DELTA: the base is named by its id
                 raw = bytes(self.pack()[at : at + 20])
                 deltas.append(self._inflate(at + 20, size))
                 found = self.find(raw)
-                if found is None:
-                    kind_name, base = repo.read(raw.hex())
-                    break
+                if found is None:  # a thin pack: git does not read these from disk either
+                    raise GitReadError(f"{self.pack_path}: a delta's base {raw.hex()} is not in the pack")
                 pos = found
             else:
                 raise GitReadError(f"{self.pack_path}: unknown object type {kind} at offset {pos}")
@@ -548,7 +547,7 @@ class Repo:
                     continue
                 if pack.data is None and not os.path.exists(pack.pack_path):
                     continue  # a repack removed the pack and not yet its idx (git unlinks the idx last)
-                return pack.read_at(self, offset)
+                return pack.read_at(offset)
         return None
 
     def read(self, oid: str) -> tuple[str, bytes]:
@@ -637,7 +636,8 @@ class Repo:
         subtrees skipped, mode-only changes included, gitlinks treated as leaves.
         """
         out: list[str] = []
-        self._diff(old_tree, new_tree, "", out)
+        with _guard("changed paths"):  # (a RecursionError on an absurdly deep tree included)
+            self._diff(old_tree, new_tree, "", out)
         return out
 
     def _diff(self, old: str | None, new: str | None, prefix: str, out: list[str]) -> None:

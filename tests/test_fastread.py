@@ -220,3 +220,25 @@ def test_discovery_matches_the_full_path(repo: Path, tmp_path: Path) -> None:
     git(repo, "config", "core.worktree", str(repo))
     with pytest.raises(fastread.Miss):
         fastread.discover(str(repo))
+
+
+def test_a_fetched_run_without_a_worktree_here_reads_the_same_both_ways(tmp_path: Path) -> None:
+    from tests.test_travel import two_clones
+
+    a, b, _bare = two_clones(tmp_path)
+    run_id = json.loads(sandbox_cmd("start", "--label", "travel", "--json", cwd=a).stdout)["run"]
+    assert sandbox_cmd("exec", run_id, "--", "sh", "-c", "echo made > made.txt", cwd=a).returncode == 0
+    assert sandbox_cmd("push", run_id, cwd=a).returncode == 0
+    assert sandbox_cmd("fetch", cwd=b).returncode == 0
+    project, _, _ = Project.discover(str(b))
+    for args in (["list"], ["list", "--json"], ["status", run_id], ["status", run_id, "--json"], ["log", run_id]):
+        drop_caches(project)
+        full = invoke(b, *args)
+        fast = invoke(b, *args)
+        assert full[0] == 0 and full[3] and not fast[3], args
+        assert fast[:3] == full[:3], args
+    assert '"worktree": null' in invoke(b, "status", run_id, "--json")[1]
+    # path makes the worktree here first: the full path's work, not the fast one's.
+    code, out, err, loaded = invoke(b, "path", run_id)
+    assert code == 0 and loaded and os.path.isdir(out.strip())
+    assert not invoke(b, "path", run_id)[3]

@@ -151,13 +151,27 @@ class ToolCall:
                 return
 
     def _ensure_parent(self, rel: str, full: str) -> None:
-        parent = os.path.dirname(full)
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise PathRefusedError(
-                f"Cannot write {rel!r}: a parent path is a file, not a directory; delete it first."
-            ) from None
+        # One directory at a time below the worktree, never the worktree itself (no makedirs): a write
+        # racing a drop must not make the removed run's home again, which nothing would then remove.
+        current = self.run.worktree
+        for name in rel.split("/")[:-1]:
+            current = os.path.join(current, name)
+            try:
+                os.mkdir(current)
+            except FileExistsError:
+                if not os.path.isdir(current):
+                    raise PathRefusedError(
+                        f"Cannot write {rel!r}: a parent path is a file, not a directory; delete it first."
+                    ) from None
+            except NotADirectoryError:
+                raise PathRefusedError(
+                    f"Cannot write {rel!r}: a parent path is a file, not a directory; delete it first."
+                ) from None
+            except FileNotFoundError:
+                raise PathRefusedError(
+                    f"Cannot write {rel!r}: the run's worktree {self.run.worktree} no longer exists "
+                    "(was the run dropped?)."
+                ) from None
 
     @_os_errors_refused
     def write(self, path: str, data: bytes | str, *, executable: bool | None = None) -> str:

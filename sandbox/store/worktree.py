@@ -252,7 +252,19 @@ def remove_place(common_dir: str, place: Place) -> int:
     faults.point("worktree.remove.after_files")
     if os.path.lexists(place.home):
         _make_writable(place.home)
-        shutil.rmtree(place.home, ignore_errors=True)
+        # The origin file goes last: a home left half removed (a writer still adding files to the
+        # worktree as the run is dropped) still names its repository, so the next gc removes it.
+        with contextlib.suppress(FileNotFoundError):  # a concurrent gc may remove it first
+            for name in os.listdir(place.home):
+                if name != layout.ORIGIN_FILE:
+                    path = os.path.join(place.home, name)
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(path)
+            if set(os.listdir(place.home)) <= {layout.ORIGIN_FILE}:
+                shutil.rmtree(place.home, ignore_errors=True)
     return freed
 
 

@@ -294,3 +294,18 @@ def test_append_after_drop_does_not_resurrect_the_run(user_repo: Path) -> None:
     with pytest.raises(SandboxError):
         stale.record(EventKind.call_started, "call_late", call=spec, epoch=epoch)
     assert run_id not in live_run_ids(user_repo)
+
+
+def test_a_write_after_the_worktree_was_removed_does_not_make_the_home_again(user_repo: Path) -> None:
+    """The window test_writers_racing_a_drop hits now and then, made certain: the drop removed the
+    worktree between a call's path checks and its write. The write is refused; no directory of the
+    removed run comes back (gc could not have told it was the sandbox's)."""
+    import shutil
+
+    from sandbox.errors import PathRefusedError
+
+    run = open_run(user_repo, start_run(user_repo))
+    with pytest.raises(PathRefusedError, match="no longer exists"), run.tool_call("write_file", {}) as call:
+        shutil.rmtree(run.worktree)
+        call.write("out/w0/0.txt", "late\n")
+    assert not os.path.exists(run.worktree)

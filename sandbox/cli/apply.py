@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
+from sandbox.cli.common import dump, emit_json, open_project, renamed, verified, without_pydantic_plugins
 from sandbox.cli.selection import pathspec, selection_options
 
 if TYPE_CHECKING:
@@ -98,10 +98,12 @@ def apply(
     exits 1. Applying twice is a no-op; an interrupted apply is finished by --continue or rolled
     back by 'sandbox undo'.
     """
-    from sandbox.merge import hunks, mergeback
+    from sandbox.merge import mergeback
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
+
+    without_pydantic_plugins()
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
@@ -126,6 +128,8 @@ def apply(
     spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     choice = None
     if hunks_from is not None:
+        from sandbox.merge import hunks
+
         choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))
     from sandbox.cli.output import Progress
 

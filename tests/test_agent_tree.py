@@ -92,7 +92,8 @@ def test_agent_killed_mid_call_its_tool_is_stopped_and_resume_says_so(repo: Path
         }
     ]
     proc, run_id, worktree = _start_fake_claude(repo, tmp_path, steps)
-    wait_for(started.exists)
+    # The shell makes the file before it writes the pid: wait for the whole line, not the file.
+    wait_for(lambda: started.exists() and started.read_text().endswith("\n"))
     tool_pid = int(started.read_text())
     agent = _find(run_id, "fake_claude.py")
     os.kill(agent, signal.SIGKILL)
@@ -130,7 +131,8 @@ def test_resume_refuses_while_survivors_run_then_stops_them(repo: Path, tmp_path
         }
     ]
     proc, run_id, worktree = _start_fake_claude(repo, tmp_path, steps, new_session=True)
-    wait_for(started.exists)
+    # The shell makes the file before it writes the pid: wait for the whole line, not the file.
+    wait_for(lambda: started.exists() and started.read_text().endswith("\n"))
     tool_pid = int(started.read_text())
     supervisor = _find(run_id, "sandbox.agent.reaper")
     agent = _find(run_id, "fake_claude.py")
@@ -271,7 +273,8 @@ def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_
         }
     ]
     proc, run_id, worktree = _start_fake_claude(repo, tmp_path, steps)
-    wait_for(started.exists)
+    # The shell makes the file before it writes the pid: wait for the whole line, not the file.
+    wait_for(lambda: started.exists() and started.read_text().endswith("\n"))
     tool_pid = int(started.read_text())
     agent = _find(run_id, "fake_claude.py")
     os.kill(proc.pid, signal.SIGKILL)

@@ -398,3 +398,23 @@ def test_a_watch_budget_too_small_for_the_tree_falls_back_to_scanning(run: Run) 
     finally:
         host.request_stop()
         thread.join(timeout=30)
+
+
+def test_a_quiet_host_seals_what_it_recorded_so_status_reads_without_git(run: Run, served: Host) -> None:
+    from sandbox.run import fastread
+
+    def fast_state() -> dict[str, Any] | None:
+        try:
+            return fastread.Repository(run.project.common_dir).state(run.run_id)
+        except fastread.Miss:
+            return None
+
+    run.seal_cache()
+    assert fast_state() is not None
+    assert hook_proc(run, "Bash", "pre", "toolu_seal").returncode == 0
+    write(Path(run.worktree), "sealed.txt", "by the agent\n")
+    assert hook_proc(run, "Bash", "post", "toolu_seal").returncode == 0
+    # Recorded by the host, every 16 events only; once no request came for a second, it is sealed.
+    state = wait_until(lambda: (s := fast_state()) is not None and "toolu_seal" in s["calls"] and s)
+    assert state["calls"]["toolu_seal"]["status"] == "succeeded"
+    assert [f["path"] for f in state["calls"]["toolu_seal"]["files"]] == ["sealed.txt"]

@@ -33,10 +33,11 @@ HEAVY_MODULES = (
 READ = {"click", "pygit2", "pydantic", "pydantic_core", "sandbox.models", "sandbox.run.run"}
 ALLOWED: dict[str, set[str]] = {
     "--help": {"click"},
-    "list": READ,
-    "status": READ | {"sandbox.agent"},  # only sandbox.agent.wire (stdlib): the line on the repository's host
-    "log": READ,
-    "path": READ,
+    # list, status, log and path read the sealed fold cache with the standard library (sandbox.run.fastread)
+    "list": {"click"},
+    "status": {"click", "sandbox.agent"},  # only sandbox.agent.wire (stdlib): the line on the repository's host
+    "log": {"click"},
+    "path": {"click"},
     "diff": READ | {"sandbox.merge"},  # the patch preview lives with merge-back (sandbox.merge.preview)
     # a one-file apply plans and writes through the merge package and the write journal
     "apply": READ | {"sandbox.merge", "sandbox.store.journal", "sandbox.store.snapshot"},
@@ -133,6 +134,7 @@ def started(repo: Path) -> Run:
     run = Run.start(project, workdir)
     with run.tool_call("write_file", {"path": "src/app.py"}) as call:
         call.write("src/app.py", "print('agent')\n")
+    run.seal_cache()  # as any command that opened the run leaves it (tests/test_fastread.py)
     return run
 
 

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 IDLE_EXIT = 900.0
 #: Seconds between checks that the served runs still exist.
 CHECK_EVERY = 2.0
+#: After this long without a request, the runs recorded since are sealed (their fold cache written
+#: at the ledger's tip), so the next ``status`` or ``log`` reads without git (sandbox.run.fastread).
+SEAL_WHEN_QUIET = 1.0
 
 
 class HostBusyError(SandboxError):
@@ -77,6 +80,8 @@ class Slot:
     requests: int = 0
     retry_at: float = 0.0
     backoff: float = 1.0
+    #: Calls were recorded since the run's fold cache was last sealed.
+    unsealed: bool = False
 
 
 class Host:
@@ -202,9 +207,21 @@ class Host:
                     seen, last = activity, now
                 elif now - last >= idle_exit:
                     return f"no request for {idle_exit:g} s"
+                elif now - last >= SEAL_WHEN_QUIET:
+                    self.seal_recorded()
             return "asked to stop"
         finally:
             self.stop()
+
+    def seal_recorded(self) -> None:
+        """Seal the fold cache of every run that recorded calls since it was last sealed (the host
+        writes it every 16 events only, as recording must not pay O(ledger) per call)."""
+        for slot in list(self.slots.values()):
+            if not slot.unsealed:
+                continue
+            slot.unsealed = False
+            with self.record_lock, contextlib.suppress(SandboxError, OSError):
+                slot.run.seal_cache()
 
     def activity(self) -> tuple[int, int]:
         """Changes whenever a request arrives or is handled."""
@@ -385,6 +402,7 @@ class Host:
         except hookproto.HookInputError as exc:
             return {"ok": False, "message": exc.message}
         with self.record_lock:
+            slot.unsealed = True
             try:
                 outcome = slot.recorder.record(event)
             except Exception as exc:  # the host must outlive one bad request; the hook reports it

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
+    from sandbox.run.fastread import Repository
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -192,6 +193,20 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
     return project, workdir, cwd_run
 
 
+def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] | None:
+    """The repository and the id of the run named (or the one we are in) as the fast read path
+    finds them (:mod:`sandbox.run.fastread`); None when it cannot: take the full path."""
+    from sandbox.run import fastread
+
+    try:
+        repo, _workdir, cwd_run = fastread.discover(base_dir(ctx))
+        found = repo.resolve(run_id, cwd_run)
+        repo.state(found)  # the run reads whole from its sealed cache
+        return repo, found
+    except fastread.Miss:
+        return None
+
+
 def main_workdir(common_dir: str) -> str | None:
     """The main working tree of a repository whose common git dir is ``common_dir`` (None: bare)."""
     return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
@@ -225,8 +240,24 @@ def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = Tru
     run = Run.open(project, resolve_run(project, run_id, cwd_run))
     if not report_problems:
         run.load()
+        seal_when_done(run)
         return run
     return verified(run)
+
+
+def seal_when_done(run: Run) -> None:
+    """Leave the run's fold cache at the ledger's tip when the command ends (see :func:`verified`)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(lambda: _seal(run))
+
+
+def _seal(run: Run) -> None:
+    from sandbox.errors import SandboxError
+
+    # Only a cache: a run dropped, damaged or unwritable meanwhile keeps the one it has.
+    with contextlib.suppress(SandboxError, OSError):
+        run.seal_cache()
 
 
 def ensure_worktree(run: Run) -> str | None:
@@ -270,8 +301,13 @@ def without_pydantic_plugins() -> None:
 
 
 def verified(run: Run) -> Run:
-    """``run`` with its ledger read and verified; what did not match is printed, one line each."""
+    """``run`` with its ledger read and verified; what did not match is printed, one line each.
+
+    When the command ends, the run's fold cache is left at the ledger's tip, so the next ``list``,
+    ``status``, ``log`` or ``path`` reads it without git or pydantic (:mod:`sandbox.run.fastread`).
+    """
     run.load()
+    seal_when_done(run)
     for problem in run.problems:
         click.echo(f"sandbox: {problem}", err=True)
     return run

@@ -11,7 +11,7 @@ from sandbox.cli.common import ensure_worktree, open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
 
 if TYPE_CHECKING:
-    from sandbox.run.run import Run
+    pass
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
 
@@ -109,7 +109,9 @@ def exec_cmd(
         click.echo(f"sandbox: {made}", err=True)
     isolation = resolve(run.user_workdir, "exec", isolate, network)
     confine.check(isolation)  # refused before a service is started or anything recorded
-    _autostart_service(run)
+    from sandbox.cli.hooks_cmd import autostart_host
+
+    autostart_host(run)
     with stdout_to_stderr(as_json):
         outcome = execute(
             run,
@@ -139,27 +141,3 @@ def _report(as_json: bool, call_id: str, status: str, returncode: int, files: in
         click.echo(f"sandbox: {why.rstrip('.')}; recorded as {call_id} ({status}, exit {returncode}).", err=True)
         return
     click.echo(f"sandbox: {call_id} {status} (exit {returncode}), {count} file(s) changed", err=True)
-
-
-def _autostart_service(run: Run) -> None:
-    """Spawn the repository's host (``sandbox serve``: the watcher) for the next calls when none runs.
-
-    This call scans the worktree (correct, O(repository)); later ones ask the host's watcher
-    (O(changed paths)). The host exits by itself after 15 idle minutes. Off with
-    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
-    """
-    from sandbox.agent import wire
-    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
-
-    if not autostart_allowed():
-        return
-    from sandbox.errors import SandboxError
-    from sandbox.run.config import load as load_config
-
-    try:
-        if not load_config(run.user_workdir).autostart:
-            return
-    except SandboxError:  # a broken settings file must not stop the command; start reports it
-        return
-    if wire.claim_spawn(run.project.common_dir):
-        spawn_service(run.run_id, run.worktree)

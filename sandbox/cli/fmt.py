@@ -17,8 +17,8 @@ def local_time(when: datetime.datetime | str | None) -> str:
     """``when`` in the local time zone, with the zone: ``YYYY-MM-DD HH:MM:SS +HHMM`` ("" for None)."""
     if when is None or when == "":
         return ""
-    if isinstance(when, str):
-        when = datetime.datetime.fromisoformat(when)
+    if isinstance(when, str):  # pydantic's JSON ends UTC times with Z, which Python 3.10 does not read
+        when = datetime.datetime.fromisoformat(when[:-1] + "+00:00" if when.endswith("Z") else when)
     if when.tzinfo is None:  # stored times are UTC; an old record may lack the marker
         when = when.replace(tzinfo=datetime.timezone.utc)
     return when.astimezone().strftime("%Y-%m-%d %H:%M:%S %z")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli.common import SandboxGroup, emit_json, ensure_worktree, open_run, wants_json
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
 
 __all__ = ["AUTOSTART_ENV", "autostart_allowed", "hook_command", "hooks", "spawn_service"]
 
@@ -93,3 +97,26 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
             click.echo("sandbox: starting the repository's host in the background ('sandbox serve').")
     if as_json:
         emit_json({"run": run.run_id, "agent": agent, "settings": path, "env": env, "service_started": spawned})
+
+
+def autostart_host(run: Run) -> None:
+    """Spawn the repository's host (``sandbox serve``: the watcher) for the next calls when none runs.
+
+    This call scans the worktree (correct, O(repository)); later ones ask the host's watcher
+    (O(changed paths)). The host exits by itself after 15 idle minutes. Off with
+    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
+    """
+    from sandbox.agent import wire
+
+    if not autostart_allowed():
+        return
+    from sandbox.errors import SandboxError
+    from sandbox.run.config import load as load_config
+
+    try:
+        if not load_config(run.user_workdir).autostart:
+            return
+    except SandboxError:  # a broken settings file must not stop the command; start reports it
+        return
+    if wire.claim_spawn(run.project.common_dir):
+        spawn_service(run.run_id, run.worktree)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.common import dump, emit_json, fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
+from sandbox.run import views
+from sandbox.run.views import parse_time
 
 if TYPE_CHECKING:
-    from sandbox.models import LedgerEntry
+    from sandbox.run.fastread import Repository
     from sandbox.run.run import Run
 
 
@@ -51,6 +53,10 @@ def log(
     `sandbox log RUN -- PATH...` lists only the calls that changed those paths (or paths below them).
     Paged and coloured as git does it (see 'sandbox diff --help').
     """
+    if call_id is None and not patch and not ctx.meta.get("pathspecs"):
+        fast = fast_open(ctx, run_id)
+        if fast is not None and _fast_log(fast[0], fast[1], as_json, ctx, color, no_color, no_pager):
+            return
     run = open_run(ctx, run_id)
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     if call_id is not None:
@@ -67,21 +73,56 @@ def log(
         click.echo(f"Run {run.run_id} has no calls yet." if specs is None else "No call changed those paths.")
         return
     out.page()
-    width = out.width
-    click.echo(out.style(f"{'#':>3}  {'CALL':<18} {'STATUS':<10} {'TOOL':<16} COMMIT", bold=True))
-    click.echo(out.style(f"{'':>7}{'STARTED':<25} {'TOOK':>6}  COMMAND", bold=True))
+    _header(out)
     # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
     # merge package stays unloaded: log is a fast command).
-    partly: dict[str, list[str]] = {}
-    for path, record in sorted(run.state().data.user_paths.items()):
-        for partial_call in record.partial.calls if record.partial is not None else []:
-            partly.setdefault(partial_call, []).append(path)
+    partly = views.partial_paths(run.state().model_dump(mode="json"))
     for e in entries:
-        _row(run, e, out, width, partly.get(e.call_id))
+        _row(run.run_id, dump(e), out, partly.get(e.call_id))
         if patch and e.commit and e.parent_commit:
             patch_of(run, e, out)
     if specs is None:
         _agent_git(run)
+
+
+def _fast_log(
+    repo: Repository,
+    run_id: str,
+    as_json: bool,
+    ctx: click.Context,
+    color: str | None,
+    no_color: bool,
+    no_pager: bool,
+) -> bool:
+    """The whole log from the run's sealed fold cache; False (having shown nothing): take the full path."""
+    from sandbox.run import fastread
+
+    state = repo.state(run_id)
+    entries = views.entries(state)
+    try:
+        agent = repo.agent_git(run_id, state["run"]["base"]) if entries and not as_json else None
+    except fastread.Miss:
+        return False
+    if as_json:
+        emit_json(entries)
+        return True
+    if not entries:
+        click.echo(f"Run {run_id} has no calls yet.")
+        return True
+    out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
+    out.page()
+    _header(out)
+    partly = views.partial_paths(state)
+    for e in entries:
+        _row(run_id, e, out, partly.get(e["call_id"]))
+    if agent is not None:
+        _show_agent_git(agent)
+    return True
+
+
+def _header(out: Output) -> None:
+    click.echo(out.style(f"{'#':>3}  {'CALL':<18} {'STATUS':<10} {'TOOL':<16} COMMIT", bold=True))
+    click.echo(out.style(f"{'':>7}{'STARTED':<25} {'TOOK':>6}  COMMAND", bold=True))
 
 
 def _pathspecs(ctx: click.Context, run: Run) -> list[str] | None:
@@ -107,46 +148,58 @@ def _matches(path: str, specs: list[str]) -> bool:
     return any(s == "" or path == s or path.startswith(s + "/") for s in specs)
 
 
-def _row(run: Run, e: LedgerEntry, out: Output, width: int | None, partly: list[str] | None = None) -> None:
+def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None = None) -> None:
+    """One call's lines; ``e`` is its ledger entry as JSON data (both read paths give it so)."""
+    approval = e["approval"]
     flags = "".join(
         [
-            " [undone]" if e.undone else "",
-            " [applied]" if e.applied else "",
+            " [undone]" if e["undone"] else "",
+            " [applied]" if e["applied"] else "",
             f" [partly applied: {', '.join(partly)}]" if partly else "",
-            f" [denied: {e.denial_reason or 'no reason'}]" if e.approval and e.approval.value == "denied" else "",
+            f" [denied: {e['denial_reason'] or 'no reason'}]" if approval == "denied" else "",
         ]
     )
-    commit = e.commit[:10] if e.commit else "-"
-    status = e.status.value
+    commit = e["commit"][:10] if e["commit"] else "-"
+    status = e["status"]
+    seq = f"{e['seq']:>3}"
     click.echo(
-        f"{out.style(f'{e.seq:>3}', fg='yellow')}  {e.call_id:<18} "
-        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e.tool_name:<16} "
+        f"{out.style(seq, fg='yellow')}  {e['call_id']:<18} "
+        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e['tool_name']:<16} "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
-    when = f"{local_time(e.started_at or e.created_at):<25} {duration(e.started_at, e.finished_at):>6}"
-    command = command_of(e.tool_name, e.input, e.summary)
-    click.echo(fit(f"       {when}  {command}".rstrip(), width))
-    if e.error:
-        more = f"  (in full: sandbox log {run.run_id} --call {e.call_id})" if e.error_detail or e.error_ref else ""
-        first = e.error.strip().splitlines()[0] if e.error.strip() else e.error  # older entries: multi-line
-        click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else width))
-    for f in e.files:
-        kind = "A" if f.before_hash is None else "D" if f.after_hash is None else "M"
-        if kind == "M" and f.before_hash == f.after_hash:
+    started = e["started_at"]
+    finished = e["finished_at"]
+    took = duration(parse_time(started), parse_time(finished)) if started and finished else ""
+    when = f"{local_time(started or e['created_at']):<25} {took:>6}"
+    command = command_of(e["tool_name"], e["input"], e["summary"])
+    click.echo(fit(f"       {when}  {command}".rstrip(), out.width))
+    error = e["error"]
+    if error:
+        more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
+        first = error.strip().splitlines()[0] if error.strip() else error  # older entries: multi-line
+        click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
+    for f in e["files"]:
+        kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
+        if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f.path}")
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f['path']}")
 
 
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
-    from sandbox.run.agentgit import activity, describe
+    from sandbox.run.agentgit import activity
 
     if run.place.legacy or not run.worktree_exists():
         return
     found = activity(run.git_dir, run.run_id, run.base)
-    if found is None or not found.changed:
+    if found is not None:
+        _show_agent_git(found.to_json())
+
+
+def _show_agent_git(found: dict[str, Any]) -> None:
+    if not views.agent_git_changed(found):
         return
-    first, *rest = describe(found.to_json())
+    first, *rest = views.describe_agent_git(found)
     click.echo(f"agent git: {first}")
     for line in rest:
         click.echo(f"           {line}")

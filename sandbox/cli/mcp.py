@@ -93,11 +93,11 @@ def _check_isolation(isolation: object) -> None:
 
 
 def _autostart_service(run: object) -> None:
-    from sandbox.cli.exec_cmd import _autostart_service as autostart
+    from sandbox.cli.hooks_cmd import autostart_host
     from sandbox.run.run import Run
 
     assert isinstance(run, Run)
-    autostart(run)
+    autostart_host(run)
 
 
 def _boot_id() -> str | None:

@@ -21,13 +21,15 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    import subprocess
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,6 +81,8 @@ def git_config(cwd: str) -> dict[str, str]:
     ``GIT_CONFIG_*`` variables then count exactly as they do for git.
     """
     try:
+        import subprocess  # only on a terminal: a command writing to a pipe does not pay for it
+
         proc = subprocess.run(
             ["git", "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"],
             cwd=cwd if os.path.isdir(cwd) else None,
@@ -216,6 +220,8 @@ def start_pager(command: str) -> None:
     env.setdefault("LV", "-c")
     env["GIT_PAGER_IN_USE"] = "true"
     try:
+        import subprocess
+
         proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:
         return  # git too goes on without a pager it cannot start

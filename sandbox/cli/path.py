@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, ensure_worktree, open_run
+from sandbox.cli.common import emit_json, ensure_worktree, fast_open, open_run
 
 
 @click.command()
@@ -13,11 +13,24 @@ from sandbox.cli.common import emit_json, ensure_worktree, open_run
 @click.pass_context
 def path(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Print the absolute path of RUN's worktree (made first for a run fetched from elsewhere)."""
+    fast = fast_open(ctx, run_id)
+    if fast is not None:
+        from sandbox.run import views
+
+        repo, found = fast
+        place = repo.place(found)
+        if views.worktree_exists(place):
+            _show(found, place.worktree, place.git_dir, as_json)
+            return
     run = open_run(ctx, run_id)
     made = ensure_worktree(run)
     if made:
         click.echo(f"sandbox: {made}", err=True)
+    _show(run.run_id, run.worktree, run.git_dir, as_json)
+
+
+def _show(run_id: str, worktree: str, git_dir: str, as_json: bool) -> None:
     if as_json:
-        emit_json({"run": run.run_id, "worktree": run.worktree, "git_dir": run.git_dir})
+        emit_json({"run": run_id, "worktree": worktree, "git_dir": git_dir})
     else:
-        click.echo(run.worktree)
+        click.echo(worktree)

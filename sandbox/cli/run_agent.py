@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from sandbox.cli.common import base_dir, ensure_worktree, open_project, stdout_to_stderr, wants_json
+from sandbox.cli.common import (
+    base_dir,
+    ensure_worktree,
+    open_project,
+    seal_when_done,
+    stdout_to_stderr,
+    wants_json,
+)
 from sandbox.cli.isolation import isolation_options, resolve
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
@@ -113,6 +120,7 @@ def run_agent(
                 click.echo(f"sandbox: copied into the worktree: {', '.join(report.copied)}", err=True)
             for warning in report.warnings:
                 click.echo(f"sandbox: warning: {warning}", err=True)
+    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.run.fastread)
     made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
     if made:
         click.echo(f"sandbox: {made}", err=True)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir
+from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir, seal_when_done
 
 if TYPE_CHECKING:
     from sandbox.store.project import Project
@@ -50,6 +50,7 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
     shown = Progress.choose(progress, as_json)
     try:
         run = Run.start(project, workdir, label=label, progress=shown.callback)
+        seal_when_done(run)
     finally:
         shown.done()
     info = run.info
@@ -92,6 +93,8 @@ def _start_many(project: Project, workdir: str, count: int, label: str | None, a
     from sandbox.run.many import start_many
 
     runs = start_many(project, workdir, count, label)
+    for run in runs:
+        seal_when_done(run)
     for run in runs:
         report = run.include_report
         for warning in report.warnings if report is not None else []:

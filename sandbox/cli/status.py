@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.common import emit_json, fast_open, open_run
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 
@@ -16,13 +18,15 @@ from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 @click.pass_context
 def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: bool, as_json: bool) -> None:
     """Show RUN: where it came from, its calls by status, its changed paths."""
-    from sandbox.run.summary import summarize
+    row = _fast_row(ctx, run_id)
+    if row is None:
+        from sandbox.run.summary import summarize
 
-    run = open_run(ctx, run_id)
-    row = summarize(run, git_activity=True)
-    in_flight = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
-    row["in_flight"] = in_flight
-    row["host"] = _host(run.project.common_dir, run.run_id)
+        run = open_run(ctx, run_id)
+        row = summarize(run, git_activity=True)
+        row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
+        row["host"] = _host(run.project.common_dir, run.run_id)
+    in_flight = row["in_flight"]
     if as_json:
         emit_json(row)
         return
@@ -50,12 +54,30 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     click.echo(f"  host:      {_host_line(row['host'])}")
     agent_git = row.get("agent_git")
     if agent_git:
-        from sandbox.run.agentgit import describe
+        from sandbox.run.views import describe_agent_git
 
-        first, *rest = describe(agent_git)
+        first, *rest = describe_agent_git(agent_git)
         click.echo(f"  agent git: {first}")
         for line in rest:
             click.echo(f"             {line}")
+
+
+def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
+    """The status row from the run's sealed fold cache (None: take the full path)."""
+    from sandbox.run import fastread, views
+
+    fast = fast_open(ctx, run_id)
+    if fast is None:
+        return None
+    repo, found = fast
+    try:
+        row = repo.summary(found)
+        row["agent_git"] = repo.agent_git(found, row["base"])
+    except fastread.Miss:
+        return None
+    row["in_flight"] = views.in_flight(repo.state(found))
+    row["host"] = _host(repo.common_dir, found)
+    return row
 
 
 def _host(common_dir: str, run_id: str) -> dict[str, object] | None:

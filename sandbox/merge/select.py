@@ -137,19 +137,6 @@ def check_matched(spec: Pathspec | None, paths: Iterable[str], run_id: str) -> N
         )
 
 
-def partly_applied(state: LedgerState) -> dict[str, list[str]]:
-    """Calls of which only some hunks are in the user's tree (``apply --hunks``): call id -> paths."""
-    out: dict[str, list[str]] = {}
-    for path, record in sorted(state.data.user_paths.items()):
-        if record.partial is None:
-            continue
-        for call_id in record.partial.calls:
-            entry = state.calls.get(call_id)
-            if entry is not None and not entry.undone:
-                out.setdefault(call_id, []).append(path)
-    return out
-
-
 def exclude_arg(path: str) -> str:
     """``path`` as an ``--exclude`` argument for the shell, valid from any directory (``:/`` is the
     top of the tree), literal when the name holds glob characters."""

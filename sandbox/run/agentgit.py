@@ -10,7 +10,6 @@ agent's commits are kept in the run (never removed by apply) until the run is dr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pygit2
 
@@ -52,30 +51,6 @@ class GitActivity:
             "commits": [{"id": c, "subject": s} for c, s in self.commits],
             "commit_count": self.commit_count,
         }
-
-
-def describe(g: dict[str, Any]) -> list[str]:
-    """Lines for people, from :meth:`GitActivity.to_json` data: a summary, then the newest commits."""
-    head = str(g.get("head") or "none")
-    where = f"on branch {g['branch']}" if g.get("branch") else f"detached at {head[:12]}"
-    parts = [where]
-    count = int(g.get("commit_count") or 0)
-    stash = int(g.get("stash") or 0)
-    branches = sorted(g.get("branches") or {})
-    tags = sorted(g.get("tags") or {})
-    if count:
-        parts.append(f"{count} commit(s) by the agent")
-    if branches:
-        parts.append("branches: " + ", ".join(branches[:8]))
-    if tags:
-        parts.append("tags: " + ", ".join(tags[:8]))
-    if stash:
-        parts.append(f"{stash} stash entr{'y' if stash == 1 else 'ies'}")
-    lines = [f"{'; '.join(parts)} (in the run's own repository; 'apply' applies files only)"]
-    commits = g.get("commits") or []
-    for commit in commits[:5]:
-        lines.append(f"{str(commit['id'])[:10]} {commit['subject']}")
-    return lines
 
 
 def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:

@@ -32,11 +32,7 @@ def _marker(run: Run) -> str:
 
 def has_place_here(run: Run) -> bool:
     """True when the run has (or had) a home or a legacy worktree in this repository."""
-    common = run.project.common_dir
-    if layout.recorded_home(common, run.run_id) is not None:
-        return True
-    legacy = layout.legacy_place(common, run.run_id)
-    return os.path.lexists(legacy.worktree) or os.path.lexists(legacy.git_dir)
+    return layout.has_place(run.project.common_dir, run.run_id)
 
 
 def interrupted(run: Run) -> bool:

@@ -67,7 +67,9 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
     labels: dict[str, str] = {}
     for run_id in project.run_ids() if run_ids is None else run_ids:
         try:
-            label = Run.open(project, run_id).info.label
+            run = Run.open(project, run_id)
+            label = run.info.label
+            run.seal_cache()  # read whole anyway: the next name is resolved without git (sandbox.run.fastread)
         except SandboxError:
             continue
         if label:

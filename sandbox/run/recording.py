@@ -16,7 +16,7 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from sandbox.errors import PathRefusedError
 from sandbox.models import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class PathsSeen(Protocol):
+    """What a call needs of a watcher (:class:`sandbox.agent.watcher.Watcher`): the paths changed
+    since the last time it was asked, or None when it cannot vouch for them (then a scan tells)."""
+
+    def take(self) -> set[str] | None:
+        """The paths seen since the last ``take``, or None."""
+        ...
 
 
 def _os_errors_refused(func: F) -> F:
@@ -62,7 +71,7 @@ class ToolCall:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
-        watcher: Any = None,
+        watcher: PathsSeen | None = None,
     ) -> None:
         self.run = run
         self.tool_name = tool_name

@@ -50,7 +50,7 @@ from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
 if TYPE_CHECKING:
-    from sandbox.run.recording import ToolCall
+    from sandbox.run.recording import PathsSeen, ToolCall
 
 faults.POINTS.update(
     {
@@ -188,6 +188,10 @@ class Run:
     def load(self) -> LedgerState:
         """Read (and verify) the ledger now: its fold, whatever it holds (:attr:`problems` says what was rebuilt)."""
         return self._ledger.state()
+
+    def seal_cache(self) -> None:
+        """Leave the fold cache at the ledger's tip (read commands: the next one takes the fast path)."""
+        self._ledger.seal()
 
     def state(self) -> LedgerState:
         """The fold of the run's ledger."""
@@ -745,7 +749,7 @@ class Run:
         side_effects: Iterable[str] = (),
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
-        watcher: Any = None,
+        watcher: PathsSeen | None = None,
     ) -> ToolCall:
         """A context manager recording one tool call; see :class:`sandbox.run.recording.ToolCall`."""
         from sandbox.run.recording import ToolCall

@@ -206,3 +206,13 @@ def _replace_through_temp(path: str, temps: list[str], make: Callable[[str], Non
     faults.point("tree.write.after_rename")
     fsync_dir(os.path.dirname(path) or ".")
     faults.point("tree.write.after_dir_fsync")
+
+
+def disk_usage(path: str) -> int:
+    """Bytes used by the files below ``path`` (links not followed)."""
+    total = 0
+    for dirpath, _dirnames, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total

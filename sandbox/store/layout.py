@@ -283,6 +283,14 @@ def place_of(common_dir: str, run_id: str) -> Place:
     return legacy_place(common_dir, run_id)
 
 
+def has_place(common_dir: str, run_id: str) -> bool:
+    """True when the run has (or had) a home or a legacy worktree in this repository."""
+    if recorded_home(common_dir, run_id) is not None:
+        return True
+    legacy = legacy_place(common_dir, run_id)
+    return os.path.lexists(legacy.worktree) or os.path.lexists(legacy.git_dir)
+
+
 # -- finding the run from a directory (hooks, exec, discovery) ------------------------------------
 
 

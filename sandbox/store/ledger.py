@@ -331,6 +331,8 @@ class Ledger:
         self._state: LedgerState | None = None
         self._key: bytes | None = None
         self._resave = False
+        #: The tip of the fold cache on disk, as far as this process knows (read or written by it).
+        self._cached_tip: str | None = None
         #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
         #: prints them and ``resume`` reports them.
         self.problems: list[str] = []
@@ -494,7 +496,10 @@ class Ledger:
             state = from_json(LedgerState, state_json)
         except (ValidationError, ValueError):
             return None
-        return state if state.version == FORMAT_VERSION else None
+        if state.version != FORMAT_VERSION:
+            return None
+        self._cached_tip = state.tip
+        return state
 
     def save_cache(self, state: LedgerState) -> None:
         """Write the fold cache for ``state`` (sealed with the ledger's key; not synced)."""
@@ -505,6 +510,15 @@ class Ledger:
             return  # a ledger without a key: its cache could not be verified, so none is kept
         with contextlib.suppress(OSError):
             write_json_file(self.cache_path, integrity.seal_cache(key, to_json(state)), sync=False)
+            self._cached_tip = state.tip
+
+    def seal(self) -> None:
+        """Bring the fold cache up to the ledger's tip if it is behind (read commands call this, so
+        the next one reads it without git or pydantic: see :mod:`sandbox.run.fastread`)."""
+        state = self.state()
+        # Never made again for a run a drop or gc removed meanwhile (the write would make its directory).
+        if state.tip is not None and state.tip != self._cached_tip and os.path.isdir(self.run_dir):
+            self.save_cache(state)
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 from sandbox import faults
 from sandbox.store import layout
-from sandbox.store.fsutil import atomic_write
+from sandbox.store.fsutil import atomic_write, disk_usage
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
 
@@ -283,13 +283,3 @@ def _make_writable(path: str) -> None:
                     os.chmod(full, 0o755)
     with contextlib.suppress(OSError):
         os.chmod(path, 0o755)
-
-
-def disk_usage(path: str) -> int:
-    """Bytes used by the files below ``path`` (links not followed)."""
-    total = 0
-    for dirpath, _dirnames, filenames in os.walk(path):
-        for name in filenames:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total

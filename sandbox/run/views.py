@@ -1,0 +1,150 @@
+"""What ``list``, ``status`` and ``log`` show of a run, built from its fold as JSON data.
+
+Standard library only. Both read paths build their rows here, so the two cannot drift apart: the
+full one (the ledger read and folded through :mod:`sandbox.run.run`, its state dumped as JSON data)
+and the fast one (:mod:`sandbox.run.fastread`: the sealed fold cache read without pygit2 or
+pydantic). ``state`` is always ``LedgerState.model_dump(mode="json")`` (what the cache stores), and
+an entry ``LedgerEntry.model_dump(mode="json")``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any
+
+from sandbox.store import layout
+from sandbox.store.fsutil import disk_usage
+
+
+def parse_time(text: str) -> datetime.datetime:
+    """A stored time (pydantic's JSON: ISO 8601, ``Z`` for UTC) as an aware datetime."""
+    when = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def iso_time(when: datetime.datetime) -> str:
+    """``when`` as the JSON outputs write times: ISO 8601 in UTC with the zone (``Z``), as pydantic does."""
+    return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def entries(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's calls in the order they were first recorded."""
+    calls = state["calls"]
+    return [calls[c] for c in state["order"]]
+
+
+def partial_paths(state: dict[str, Any]) -> dict[str, list[str]]:
+    """Per call, the paths of the user's tree that hold only some of its hunks (``apply --hunks``),
+    by path order (as ``log`` marks its rows)."""
+    found: dict[str, list[str]] = {}
+    for path, record in sorted(state["data"]["user_paths"].items()):
+        partial = record.get("partial")
+        for call_id in partial["calls"] if partial else []:
+            found.setdefault(call_id, []).append(path)
+    return found
+
+
+def partly_applied(state: dict[str, Any]) -> list[str]:
+    """Calls of which only some hunks are in the user's tree and that are not undone, in ledger order."""
+    found = partial_paths(state)
+    calls = state["calls"]
+    return [c for c in state["order"] if c in found and c in calls and not calls[c]["undone"]]
+
+
+def in_flight(state: dict[str, Any]) -> list[str]:
+    """Calls that started and did not finish (a crash, or running now)."""
+    return [e["call_id"] for e in entries(state) if e["status"] in ("started", "uncertain")]
+
+
+def worktree_exists(place: layout.Place) -> bool:
+    """True when the worktree directory is there and its ``.git`` names an existing git dir."""
+    return os.path.isfile(os.path.join(place.worktree, ".git")) and os.path.isdir(place.git_dir)
+
+
+def fetched_from(common_dir: str, run_id: str) -> dict[str, Any] | None:
+    """Where the run was last fetched from, as stored (None: made here, never fetched, or unreadable)."""
+    try:
+        with open(layout.fetched_file(common_dir, run_id), encoding="utf-8") as fh:
+            found = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def summary(
+    run_id: str,
+    state: dict[str, Any],
+    *,
+    common_dir: str,
+    place: layout.Place,
+    changed_paths: int,
+    fetched: dict[str, Any] | None,
+    disk: bool = False,
+) -> dict[str, Any]:
+    """A run as ``list`` and ``status`` show it (``status`` adds ``agent_git``, ``in_flight``, ``host``).
+
+    ``changed_paths``: how many paths the run's head changes from its base; ``fetched``: the
+    remote it was fetched from (:func:`fetched_from`, as its model dumps it).
+    """
+    info = state["run"]
+    counts: dict[str, int] = {}
+    for entry in state["calls"].values():
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    exists = worktree_exists(place)
+    # A run fetched from elsewhere has no worktree here until a command needs one: none to show.
+    here = exists or layout.has_place(common_dir, run_id)
+    unapplied = [e for e in state["calls"].values() if e["commit"] and not e["applied"] and not e["undone"]]
+    return {
+        "run": run_id,
+        "label": info["label"],
+        "created_at": iso_time(parse_time(info["created_at"])),
+        "worktree": place.worktree if here else None,
+        "git_dir": place.git_dir if here else None,
+        "worktree_exists": exists,
+        "base": info["base"],
+        "user_head": info["head"],
+        "run_head": state["head"],
+        "calls": len(state["calls"]),
+        "by_status": counts,
+        "changed_paths": changed_paths,
+        "unapplied_calls": len(unapplied),
+        "partly_applied_calls": partly_applied(state),
+        "epoch": state["epoch"],
+        # Where it came from: the machine it was started on, and the remote this clone fetched it from.
+        "made_on": info["host"],
+        "fetched_from": fetched,
+        # A home holds the worktree and the run's own git dir (its index, the agent's objects).
+        "disk_bytes": disk_usage(place.home or place.worktree) if disk and exists else 0,
+    }
+
+
+def agent_git_changed(g: dict[str, Any]) -> bool:
+    """True when the agent did anything with git beyond editing files on the starting branch."""
+    return bool(g.get("branches") or g.get("tags") or g.get("stash") or g.get("commits"))
+
+
+def describe_agent_git(g: dict[str, Any]) -> list[str]:
+    """Lines for people, from :meth:`sandbox.run.agentgit.GitActivity.to_json` data: a summary, then
+    the newest commits."""
+    head = str(g.get("head") or "none")
+    where = f"on branch {g['branch']}" if g.get("branch") else f"detached at {head[:12]}"
+    parts = [where]
+    count = int(g.get("commit_count") or 0)
+    stash = int(g.get("stash") or 0)
+    branches = sorted(g.get("branches") or {})
+    tags = sorted(g.get("tags") or {})
+    if count:
+        parts.append(f"{count} commit(s) by the agent")
+    if branches:
+        parts.append("branches: " + ", ".join(branches[:8]))
+    if tags:
+        parts.append("tags: " + ", ".join(tags[:8]))
+    if stash:
+        parts.append(f"{stash} stash entr{'y' if stash == 1 else 'ies'}")
+    lines = [f"{'; '.join(parts)} (in the run's own repository; 'apply' applies files only)"]
+    commits = g.get("commits") or []
+    for commit in commits[:5]:
+        lines.append(f"{str(commit['id'])[:10]} {commit['subject']}")
+    return lines

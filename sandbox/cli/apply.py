@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_project, renamed, verified, without_pydantic_plugins
+from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
 from sandbox.cli.selection import pathspec, selection_options
 
 if TYPE_CHECKING:
@@ -102,8 +102,6 @@ def apply(
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
-
-    without_pydantic_plugins()
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)

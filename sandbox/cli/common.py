@@ -288,18 +288,6 @@ def open_call(ctx: click.Context, run_id: str | None, call: str) -> tuple[Run, s
     return run, resolve_call_id(run, call)
 
 
-def without_pydantic_plugins() -> None:
-    """Skip pydantic's plugin discovery in this process, unless the user set ``PYDANTIC_DISABLE_PLUGINS``.
-
-    On the first model it validates, pydantic looks for plugins in every installed package's
-    metadata (importing :mod:`importlib.metadata` and ``email``: measured ~10 ms, a twentieth of
-    ``sandbox apply``); the sandbox's own models have no use for a plugin. The variable is inherited
-    by children, so only commands that start none of the user's programs call this (not ``run`` or
-    ``exec``: a test the agent runs may use a pydantic plugin).
-    """
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
-
 def verified(run: Run) -> Run:
     """``run`` with its ledger read and verified; what did not match is printed, one line each.
 

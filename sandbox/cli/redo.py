@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project, verified, without_pydantic_plugins
+from sandbox.cli.common import open_project, verified
 
 
 @click.command()
@@ -18,8 +18,6 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.merge.undo import redo as do_redo
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
-
-    without_pydantic_plugins()
 
     project, _workdir, cwd_run = open_project(ctx)
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))

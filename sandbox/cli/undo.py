@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project, verified, without_pydantic_plugins
+from sandbox.cli.common import open_project, verified
 
 
 @click.command()
@@ -23,8 +23,6 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
-
-    without_pydantic_plugins()
 
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)

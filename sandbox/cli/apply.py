@@ -98,7 +98,7 @@ def apply(
     exits 1. Applying twice is a no-op; an interrupted apply is finished by --continue or rolled
     back by 'sandbox undo'.
     """
-    from sandbox.merge import hunks, mergeback
+    from sandbox.merge import mergeback
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
@@ -126,6 +126,8 @@ def apply(
     spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     choice = None
     if hunks_from is not None:
+        from sandbox.merge import hunks
+
         choice = hunks.Choice(ids=hunks.read_ids(hunks_from.read()))
     from sandbox.cli.output import Progress
 

@@ -26,13 +26,13 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pygit2
 
 from sandbox import faults
 from sandbox.errors import PathRefusedError, SandboxError
-from sandbox.merge import hunks, obstacles, select
+from sandbox.merge import obstacles, select
 from sandbox.models import (
     ApplyAction,
     ApplyJournal,
@@ -54,6 +54,9 @@ from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 from sandbox.store.pathspec import Pathspec
 from sandbox.store.project import Project
 from sandbox.store.snapshot import user_git_dir
+
+if TYPE_CHECKING:
+    from sandbox.merge import hunks  # imported when a choice of hunks is given (apply --hunks)
 
 OPS = ("apply", "undo", "redo")
 STEPS = ("after_lock", "after_journal", "after_file", "before_ledger", "after_ledger", "after_journal_remove")
@@ -720,6 +723,8 @@ def apply(
         if result.conflicts:
             refuse(result.conflicts, result.report(dry_run))
         if choice is not None:
+            from sandbox.merge import hunks
+
             hunks.restrict(run.repo, result, choice)
         report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]

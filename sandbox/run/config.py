@@ -227,10 +227,12 @@ def _load_toml(path: str) -> dict[str, Any]:
 
 # -- a small TOML subset, for Python 3.10 without tomli ----------------------------------------
 
+# Patterns, not compiled ones: compiled on first use (re caches them), so a process that reads no
+# settings file, or has tomllib, does not pay for them (~2 ms of every command's start-up).
 _KEY = r'(?:[A-Za-z0-9_-]+|"[^"]*")'
-_HEADER = re.compile(rf"^\[(\[)?\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]?\]\s*(?:#.*)?$")
-_ASSIGN = re.compile(rf"^({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$")
-_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'')
+_HEADER = rf"^\[(\[)?\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]?\]\s*(?:#.*)?$"
+_ASSIGN = rf"^({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$"
+_STRING = r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\''
 
 
 def parse_toml_subset(text: str, where: str = "TOML") -> dict[str, Any]:
@@ -244,7 +246,7 @@ def parse_toml_subset(text: str, where: str = "TOML") -> dict[str, Any]:
         i += 1
         if not line or line.startswith("#"):
             continue
-        header = _HEADER.match(line)
+        header = re.match(_HEADER, line)
         if header and line.startswith("["):
             keys = _split_key(header.group(2))
             if header.group(1):
@@ -257,7 +259,7 @@ def parse_toml_subset(text: str, where: str = "TOML") -> dict[str, Any]:
             else:
                 current = _descend(root, keys, where)
             continue
-        assign = _ASSIGN.match(line)
+        assign = re.match(_ASSIGN, line)
         if not assign:
             raise ConfigError(f"{where}: cannot read line {i}: {line[:60]!r}.")
         value_text = assign.group(2)
@@ -292,8 +294,8 @@ def _value(text: str, where: str, line: int) -> Any:
         return int(text)
     if text.startswith("["):
         body = text[1 : text.rindex("]")] if "]" in text else ""
-        return [m.group(1) if m.group(1) is not None else m.group(2) for m in _STRING.finditer(body)]
-    m = _STRING.fullmatch(text)
+        return [m.group(1) if m.group(1) is not None else m.group(2) for m in re.finditer(_STRING, body)]
+    m = re.fullmatch(_STRING, text)
     if m:
         return (m.group(1) if m.group(1) is not None else m.group(2)).replace('\\"', '"').replace("\\\\", "\\")
     raise ConfigError(f"{where}: line {line}: unsupported value {text[:40]!r} (install tomli for full TOML).")

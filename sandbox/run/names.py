@@ -79,6 +79,8 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
 
 def resolve_run(project: Project, given: str | None, cwd_run: str | None = None) -> str:
     """The id of the run ``given`` names (see the module docstring), or the run we are in when omitted."""
+    if given and project.has_ledger(given):
+        return given  # a whole id: the common case, without listing every run
     ids = project.run_ids()
     if not given:
         if cwd_run:

@@ -107,6 +107,11 @@ class Project:
         """Every run id that has refs, with the names of its refs (``base``, ``ledger``, ...)."""
         return layout.run_refs(self.repo.references)
 
+    def has_ledger(self, run_id: str) -> bool:
+        """True when run ``run_id`` has its ledger ref: :meth:`run_ids` for one whole id, without
+        reading every run's acknowledged tip."""
+        return layout.valid_run_id(run_id) and self.repo.references.get(layout.ref_name(run_id, "ledger")) is not None
+
     def run_ids(self) -> list[str]:
         """Ids of the runs that exist, by id order: their ledger ref exists, or it vanished behind
         the sandbox's back (the run acknowledged a tip; see :mod:`sandbox.store.integrity`)."""

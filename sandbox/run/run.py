@@ -196,6 +196,10 @@ class Run:
     def state(self) -> LedgerState:
         """The fold of the run's ledger."""
         state = self._ledger.state()
+        if state.run is None and state.tip is None:
+            # No ledger at all any more (a vanished ref with an acknowledged tip is reported as
+            # damage before this): the run was dropped since it was opened.
+            raise UnknownRunError(f"Run {self.run_id} no longer exists (it was dropped); see 'sandbox list'.")
         if state.run is None:
             raise CorruptionError(f"The ledger of run {self.run_id} has no start event; it is damaged.")
         return state

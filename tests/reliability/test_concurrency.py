@@ -294,6 +294,9 @@ def test_append_after_drop_does_not_resurrect_the_run(user_repo: Path) -> None:
     with pytest.raises(SandboxError):
         stale.record(EventKind.call_started, "call_late", call=spec, epoch=epoch)
     assert run_id not in live_run_ids(user_repo)
+    # What the late writer is told says what happened: the run was dropped, not "damaged".
+    with pytest.raises(SandboxError, match="no longer exists \\(it was dropped\\)"):
+        stale.state()
 
 
 def test_a_write_after_the_worktree_was_removed_does_not_make_the_home_again(user_repo: Path) -> None:

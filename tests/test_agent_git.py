@@ -139,3 +139,25 @@ def test_status_shows_the_agents_git_and_apply_keeps_it(repo: Path) -> None:
     after = runner.invoke(cli, ["-C", str(repo), "status", run.run_id, "--json"], catch_exceptions=False)
     assert json.loads(after.output)["agent_git"] == seen
     assert "feat" not in git(repo, "branch") and git(repo, "tag") == ""
+
+
+def test_a_fifo_the_agent_puts_in_its_git_dir_does_not_hang_status_or_log(repo: Path) -> None:
+    """The run's git dir is the agent's to write: a FIFO where git keeps refs or packs would block
+    any reader in open() (libgit2's too); status and log, on either read path, say nothing of the
+    agent's git instead."""
+    from tests.conftest import sandbox_cmd
+
+    run = start_run(repo)
+    git_dir = Path(run.git_dir)
+    for where in ("packed-refs", "refs/heads/trap", "objects/pack/pack-trap.idx"):
+        fifo = git_dir / where
+        fifo.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(fifo)
+        for args in (["status", run.run_id], ["log", run.run_id], ["status", run.run_id, "--json"]):
+            done = sandbox_cmd(*args, cwd=repo, timeout=60)  # raises if it hangs
+            assert done.returncode == 0, (where, args, done.stderr)
+        status = json.loads(sandbox_cmd("status", run.run_id, "--json", cwd=repo, timeout=60).stdout)
+        assert status["agent_git"] is None, where
+        fifo.unlink()
+    status = json.loads(sandbox_cmd("status", run.run_id, "--json", cwd=repo, timeout=60).stdout)
+    assert status["agent_git"] is not None  # read again once the directory is plain

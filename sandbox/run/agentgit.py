@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from sandbox.store.gitread import plain_files_only
 from sandbox.store.layout import run_branch
 
 #: At most this many of the agent's commits are listed (the count is exact up to :data:`MAX_WALK`).
@@ -54,7 +55,11 @@ class GitActivity:
 
 
 def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
-    """Read the run's own git directory; None when it cannot be read (missing, or a legacy run)."""
+    """Read the run's own git directory; None when it cannot be read (missing, a legacy run, or a
+    file that is not a plain file where git keeps refs and packs: see
+    :func:`sandbox.store.gitread.plain_files_only`)."""
+    if not plain_files_only(git_dir):
+        return None
     try:
         repo = pygit2.Repository(git_dir)
     except (pygit2.GitError, KeyError):

@@ -195,8 +195,8 @@ class Repository:
         """What the agent did with the run's own git (as :func:`sandbox.run.agentgit.activity` gives
         it), answered only when it did nothing a walk would find: no commit, branch or tag of its own."""
         place = self.place(run_id)
-        if place.legacy or not views.worktree_exists(place):
-            return None
+        if place.legacy or not views.worktree_exists(place) or not gitread.plain_files_only(place.git_dir):
+            return None  # as the full path says it: nothing to show, or unreadable
         try:
             own = gitread.Repo(place.git_dir)
             symbolic = own.symbolic_target("HEAD")

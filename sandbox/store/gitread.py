@@ -13,10 +13,12 @@ Only the standard library is imported (an import-linter contract in pyproject.to
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import mmap
 import os
 import re
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -83,8 +85,31 @@ class Commit(NamedTuple):
     committer_time: int
 
 
+def _open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file.
+
+    Opened without blocking and checked before anything is read: a run's own git directory is the
+    agent's to write, and a FIFO (or a device) put where a ref or a pack should be would otherwise
+    hang the command that reads it. OSError (FileNotFoundError...) as ``open`` raises it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):  # as open() says it: a ref named like a directory of refs is no ref
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise GitReadError(f"{path} is not a regular file")
+    return fd
+
+
+def _read_file(path: str) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`_open_regular`)."""
+    with os.fdopen(_open_regular(path), "rb") as fh:
+        return fh.read()
+
+
 def _map(path: str) -> mmap.mmap:
-    with open(path, "rb") as fh:
+    with os.fdopen(_open_regular(path), "rb") as fh:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
@@ -278,8 +303,7 @@ def _config_error(config_path: str) -> str | None:
     A minimal parser: only ``core.repositoryformatversion`` and ``[extensions]`` matter.
     """
     try:
-        with open(config_path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
+        text = _read_file(config_path).decode("utf-8", errors="surrogateescape")
     except FileNotFoundError:
         return None
     section = ""
@@ -332,8 +356,7 @@ class Repo:
     def __init__(self, git_dir: str) -> None:
         self.git_dir = os.path.abspath(git_dir)
         try:
-            with open(os.path.join(self.git_dir, "commondir"), encoding="utf-8") as fh:
-                common = fh.read().strip()
+            common = _read_file(os.path.join(self.git_dir, "commondir")).decode("utf-8").strip()
         except (FileNotFoundError, NotADirectoryError):
             common = ""
         except (OSError, UnicodeDecodeError) as exc:
@@ -365,8 +388,7 @@ class Repo:
     def _loose(self, name: str) -> str | None:
         """A loose ref file's content: ``ref: target`` or an oid (None when there is no such file)."""
         try:
-            with open(os.path.join(self._ref_dir(name), name), "rb") as fh:
-                raw = fh.read()
+            raw = _read_file(os.path.join(self._ref_dir(name), name))
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         text = raw.decode("ascii").strip()
@@ -388,8 +410,7 @@ class Repo:
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if self._packed is not None and self._packed[0] == key:
             return self._packed[1]
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
+        text = _read_file(path).decode("utf-8")
         found: dict[str, str] = {}
         for line in text.split("\n"):
             if not line or line.startswith("#"):
@@ -495,8 +516,7 @@ class Repo:
                     continue
                 dirs.append(directory)
                 try:
-                    with open(os.path.join(directory, "info", "alternates"), encoding="utf-8") as fh:
-                        lines = fh.read().splitlines()
+                    lines = _read_file(os.path.join(directory, "info", "alternates")).decode("utf-8").splitlines()
                 except FileNotFoundError:
                     continue
                 for line in lines:
@@ -535,8 +555,7 @@ class Repo:
         for directory in self._dirs():
             loose = os.path.join(directory, oid[:2], oid[2:])
             try:
-                with open(loose, "rb") as fh:
-                    compressed = fh.read()
+                compressed = _read_file(loose)
             except FileNotFoundError:
                 pass
             else:
@@ -677,3 +696,30 @@ def _inflate_loose(oid: str, compressed: bytes) -> tuple[str, bytes]:
     if kind not in _TYPE_NUMBERS or not size.isdigit() or int(size) != len(body):
         raise GitReadError(f"loose object {oid} has a malformed header")
     return kind.decode(), body
+
+
+def plain_files_only(git_dir: str) -> bool:
+    """True when what libgit2 opens to list refs and walk commits is a regular file (or absent).
+
+    A run's git directory is the agent's to write. A FIFO where ``packed-refs``, a ref or a pack
+    should be makes libgit2 block in ``open`` for ever (measured), so ``status`` and ``log`` would
+    hang on an agent's say-so; both read paths check this first and report such a directory as
+    unreadable. Loose objects are not checked (O(objects)); the walk reads only the agent's commits.
+    """
+    named = ("HEAD", "config", "commondir", "packed-refs", "logs/refs/stash", "objects/info/alternates")
+    paths = [os.path.join(git_dir, n) for n in named]
+    for top in ("refs", os.path.join("objects", "pack")):
+        for dirpath, dirs, files in os.walk(os.path.join(git_dir, top)):
+            paths.extend(os.path.join(dirpath, f) for f in files)
+            if any(os.path.islink(os.path.join(dirpath, d)) for d in dirs):
+                return False  # a directory of refs somewhere else: not walked, not trusted
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        if not stat.S_ISREG(mode):
+            return False
+    return True

@@ -76,9 +76,10 @@ def log(
     _header(out)
     # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
     # merge package stays unloaded: log is a fast command).
-    partly = views.partial_paths(run.state().model_dump(mode="json"))
+    data = run.state().model_dump(mode="json")  # once: the rows and the partial applies read it
+    partly = views.partial_paths(data)
     for e in entries:
-        _row(run.run_id, dump(e), out, partly.get(e.call_id))
+        _row(run.run_id, data["calls"][e.call_id], out, partly.get(e.call_id))
         if patch and e.commit and e.parent_commit:
             patch_of(run, e, out)
     if specs is None:

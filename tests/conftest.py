@@ -6,8 +6,10 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -284,3 +286,23 @@ def stored_object_data(root: Path, oid: str) -> bytes:
     kind = git(root, "cat-file", "-t", oid).strip()
     proc = subprocess.run(["git", "cat-file", kind, oid], cwd=root, capture_output=True, check=True)
     return proc.stdout
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """The first truthy value of ``check()``, polled every 50 ms; fails the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {check}")
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False

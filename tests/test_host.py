@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from sandbox.agent.host import Host
 from sandbox.agent.inotify import instances_of
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import sandbox_cmd, write
+from tests.conftest import sandbox_cmd, wait_until, write
 from tests.hook_fixtures import payload, reopen, start_run
 
 # Every kind of change a command can make, on the `repo` fixture's files.
@@ -40,24 +40,6 @@ CHANGES = (
 def files_of(run: Run, call_id: str) -> list[tuple[str, str | None, str | None, int | None, int | None]]:
     """A call's recorded changes, comparable across runs of the same snapshot."""
     return [(f.path, f.before_hash, f.after_hash, f.before_mode, f.after_mode) for f in run.entry(call_id).files]
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {check}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,29 +20,10 @@ from sandbox.agent import host, wire
 from sandbox.errors import SandboxError
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import sandbox_cmd, write
+from tests.conftest import alive, sandbox_cmd, wait_until, write
 from tests.hook_fixtures import payload, reopen, start_run
 
 AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "1"}
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie nobody reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {check}")
 
 
 def common(run: Run) -> str:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sandbox.errors import UnknownCallError, UnknownRunError
+from sandbox.errors import UnknownCallError, UnknownRunError, UsageError
 
 if TYPE_CHECKING:
     from sandbox.models import LedgerEntry
@@ -77,12 +77,57 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
     return labels
 
 
+#: The longest label of a run or a checkpoint.
+MAX_LABEL = 200
+
+
+def check_label(label: str, what: str) -> str:
+    """``label``, when it can name a ``what`` ("run", "checkpoint") on the command line and in every
+    listing: one line of 1 to :data:`MAX_LABEL` characters, not blank, not starting with ``-`` (it
+    would read as an option), no control characters, valid UTF-8. Else a :class:`UsageError`."""
+    encodable = True
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        encodable = False
+    if (
+        not encodable
+        or not label.strip()
+        or len(label) > MAX_LABEL
+        or label.startswith("-")
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in label)
+    ):
+        raise UsageError(
+            f"A {what} label must be one line of 1 to {MAX_LABEL} characters, not blank and not starting "
+            f"with '-'; {_shown(label)} is not."
+        )
+    return label
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short and with what a terminal would act on escaped."""
+    cut = text if len(text) <= 60 else text[:57] + "..."
+    return repr(cut).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def empty_run_name(given: str) -> UnknownRunError:
+    """The refusal of a run name that is empty or blank (it names no run; left out, RUN would)."""
+    return UnknownRunError(
+        f"The run name {given!r} is empty; name a run by its id, label or id prefix (see 'sandbox list'), "
+        "or leave RUN out."
+    )
+
+
 def resolve_run(project: Project, given: str | None, cwd_run: str | None = None) -> str:
-    """The id of the run ``given`` names (see the module docstring), or the run we are in when omitted."""
+    """The id of the run ``given`` names (see the module docstring), or the run we are in when omitted
+    (``None``). An empty or blank name is refused: ``sandbox drop "$RUN"`` with RUN unset must not
+    mean the only run."""
+    if given is not None and not given.strip():
+        raise empty_run_name(given)
     if given and project.has_ledger(given):
         return given  # a whole id: the common case, without listing every run
     ids = project.run_ids()
-    if not given:
+    if given is None:
         if cwd_run:
             return cwd_run
         if len(ids) == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
@@ -21,11 +22,13 @@ def print_report(report: ApplyReport, verb: str) -> None:
     done = "Would write" if report.dry_run else verb
     # Only paths the operation wrote are listed as written: a refused one lists none.
     restored = "Would restore" if report.dry_run else "Restored"
-    for written, label in ((report.applied, done), (report.restored, restored)):
+    for written, label, gone in ((report.applied, done, "deleted"), (report.restored, restored, "removed")):
         if written:
             click.echo(f"{label} {len(written)} path(s) in {where}:")
             for path in written:
                 note = f"  ({report.reasons[path]})" if path in report.reasons else ""
+                if not note and not report.dry_run and not os.path.lexists(os.path.join(report.target_dir, path)):
+                    note = f"  ({gone})"  # written as absent: the agent deleted it, or it was not there before
                 click.echo(f"  {path}{note}")
     for path in report.skipped:
         click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")

@@ -68,7 +68,7 @@ class SandboxGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SandboxError as exc:
-            click.echo(f"sandbox: {exc.message}", err=True)
+            click.echo(f"sandbox: {_safe(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
 
 
@@ -395,6 +395,13 @@ def _crash_log(exc: BaseException) -> str:
     return path
 
 
+def _safe(message: str) -> str:
+    """An error's one line, with what the agent or the user typed in it made safe for a terminal."""
+    from sandbox.cli import escape
+
+    return escape.text(message)
+
+
 def _write_names_as_given(exc: UnicodeError) -> tuple[str | bytes, int]:
     """An output error handler: a path's undecodable byte (a surrogate escape) is written as the
     byte it was, as ``ls`` and ``git -c core.quotePath=false`` do; anything else the terminal's
@@ -434,7 +441,7 @@ def run_main(cli: click.Group) -> None:
         if isinstance(exc, click.UsageError):
             where = exc.ctx.command_path if exc.ctx is not None else "sandbox"
             message += f" (see '{where} --help')"
-        click.echo(f"sandbox: {message}", err=True)
+        click.echo(f"sandbox: {_safe(message)}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("sandbox: interrupted.", err=True)
@@ -447,9 +454,9 @@ def run_main(cli: click.Group) -> None:
         from sandbox.errors import SandboxError
 
         if isinstance(exc, SandboxError):
-            click.echo(f"sandbox: {exc.message}", err=True)
+            click.echo(f"sandbox: {_safe(exc.message)}", err=True)
             sys.exit(exc.exit_code)
         path = _crash_log(exc)
-        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {exc} (details in {path})", err=True)
+        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
         sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

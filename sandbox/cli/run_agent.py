@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import (
     base_dir,
     ensure_worktree,
@@ -121,9 +122,10 @@ def run_agent(
         report = run.include_report
         if report is not None:
             if report.copied:
-                click.echo(f"sandbox: copied into the worktree: {', '.join(report.copied)}", err=True)
+                copied = ", ".join(escape.path(p) for p in report.copied)
+                click.echo(f"sandbox: copied into the worktree: {copied}", err=True)
             for warning in report.warnings:
-                click.echo(f"sandbox: warning: {warning}", err=True)
+                click.echo(f"sandbox: warning: {escape.text(warning)}", err=True)
     seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.run.fastread)
     made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
     if made:
@@ -177,7 +179,7 @@ def run_agent(
     if not_run:
         click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
         for e in not_run[:10]:
-            click.echo(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}", err=True)
+            click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
     rid = run.run_id
     if as_json:
         from sandbox.cli.common import emit_json

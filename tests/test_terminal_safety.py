@@ -10,6 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.conftest import git, sandbox_cmd
 from tests.test_names import start
 from tests.test_output import on_pty
@@ -75,3 +78,15 @@ def test_escape_rules() -> None:
     assert escape.text("\x1b[31m\x07\x7f\u0085\u009b") == "\\033[31m\\a\\177\\205\\233"
     assert escape.text("rtl\u202eexe\u2066\u2028\ufeff") == "rtl\\u202eexe\\u2066\\u2028\\ufeff"
     assert escape.lines("one\ntwo\x1b") == ["one", "two\\033"]
+
+
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())))
+def test_escaped_text_holds_nothing_a_terminal_acts_on(value: str) -> None:
+    from sandbox.cli import escape
+
+    for shown in (escape.text(value), escape.path(value)):
+        assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or 0xD800 <= ord(ch) <= 0xDFFF for ch in shown)
+        assert not set(shown) & set("\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+        shown.encode("utf-8")  # printable under any UTF-8 locale
+    if escape.text(value) == value and '"' not in value and "\\" not in value:
+        assert escape.path(value) == value  # nothing to escape: shown as it is

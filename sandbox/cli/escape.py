@@ -8,6 +8,7 @@ every such string goes through :func:`text` or :func:`path` before the CLI print
 
 - C0 controls, DEL, C1 controls (U+0080..U+009F) and the bytes of a name that are not UTF-8 (which
   Python holds as surrogate escapes) are written as escapes: ``\\n``, ``\\t``, ``\\033``, ``\\377``;
+  any other lone surrogate (a JSON ``"\\ud800"`` from a hook) as ``\\ud800``;
 - the bidi controls and the line and paragraph separators as ``\\u202e``;
 - a path that needed any escape, or holds a double quote or a backslash, is quoted as git quotes it
   (``"evil\\033[31m.txt"``, the way ``sandbox diff --stat`` shows it, from git); other non-ASCII
@@ -25,8 +26,8 @@ _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f":
 #: Bidi embeddings, overrides and isolates, the line and paragraph separators, and the zero-width
 #: no-break space: invisible, and they change how the rest of the line reads.
 _INVISIBLE = "\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
-_UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\udc80-\\udcff{_INVISIBLE}]")
-_NEEDS_QUOTES = re.compile(f'[\\x00-\\x1f\\x7f-\\x9f\\udc80-\\udcff{_INVISIBLE}"\\\\]')
+_UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]")
+_NEEDS_QUOTES = re.compile(f'[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}"\\\\]')
 
 
 def _escaped(ch: str) -> str:

@@ -179,7 +179,7 @@ def test_an_empty_run_name_is_refused_not_taken_for_the_only_run(repo: Path) -> 
 
 
 def test_labels_that_cannot_name_a_run_are_refused(repo: Path) -> None:
-    for label in ("", " ", "a\nb", "-x", "tab\there", "x" * 201):
+    for label in ("", " ", "a\nb", "-x", "tab\there", "x" * 201, "c1\u009b", "bad\udcff"):
         made = sandbox_cmd("start", "--label", label, cwd=repo)
         assert made.returncode == 2, (label, made.stderr)
         assert made.stderr.decode().count("\n") == 1 and "label must be one line" in made.stderr.decode()

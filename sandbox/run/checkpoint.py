@@ -392,7 +392,7 @@ class CheckpointStore:
         """Save a runtime checkpoint durably and return it (prunes beyond the retention setting)."""
         session = state or SessionState()
         if label is not None:
-            from sandbox.run.names import check_label
+            from sandbox.run.labels import check_label
 
             check_label(label, "checkpoint")
         budget = session.budget

@@ -63,7 +63,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
     if not 1 <= count <= MAX_COUNT:
         raise UsageError(f"--count must be between 1 and {MAX_COUNT}; each run is a full checkout of your tree.")
     if label is not None:
-        from sandbox.run.names import check_label
+        from sandbox.run.labels import check_label
 
         check_label(label, "run")
     objects.enable_fsync()
@@ -190,7 +190,7 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
     """A new run from ``source``'s state (its head, or the state after call / at checkpoint ``at``)."""
     objects.enable_fsync()
     if label is not None:
-        from sandbox.run.names import check_label
+        from sandbox.run.labels import check_label
 
         check_label(label, "run")
     project = source.project

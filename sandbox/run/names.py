@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sandbox.errors import UnknownCallError, UnknownRunError, UsageError
+from sandbox.errors import UnknownCallError, UnknownRunError
 
 if TYPE_CHECKING:
     from sandbox.models import LedgerEntry
@@ -75,39 +75,6 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
         if label:
             labels[run_id] = label
     return labels
-
-
-#: The longest label of a run or a checkpoint.
-MAX_LABEL = 200
-
-
-def check_label(label: str, what: str) -> str:
-    """``label``, when it can name a ``what`` ("run", "checkpoint") on the command line and in every
-    listing: one line of 1 to :data:`MAX_LABEL` characters, not blank, not starting with ``-`` (it
-    would read as an option), no control characters, valid UTF-8. Else a :class:`UsageError`."""
-    encodable = True
-    try:
-        label.encode("utf-8")
-    except UnicodeEncodeError:
-        encodable = False
-    if (
-        not encodable
-        or not label.strip()
-        or len(label) > MAX_LABEL
-        or label.startswith("-")
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in label)
-    ):
-        raise UsageError(
-            f"A {what} label must be one line of 1 to {MAX_LABEL} characters, not blank and not starting "
-            f"with '-'; {_shown(label)} is not."
-        )
-    return label
-
-
-def _shown(text: str) -> str:
-    """``text`` quoted for a message, cut short and with what a terminal would act on escaped."""
-    cut = text if len(text) <= 60 else text[:57] + "..."
-    return repr(cut).encode("ascii", "backslashreplace").decode("ascii")
 
 
 def empty_run_name(given: str) -> UnknownRunError:

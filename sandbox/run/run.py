@@ -123,7 +123,7 @@ class Run:
         start interrupted earlier leaves pieces that ``sandbox gc`` reclaims. ``progress`` is told
         each step as a line of text, git's own progress meter included (the caller shows them).
         """
-        from sandbox.run.names import check_label
+        from sandbox.run.labels import check_label
         from sandbox.store import snapshot, worktree
 
         if label is not None:

@@ -1,0 +1,217 @@
+"""The real Codex CLI using ``sandbox mcp``'s tools, configured as the README says (``~/.codex/config.toml``).
+
+Codex (``codex exec``, headless) gets a private ``CODEX_HOME`` whose ``config.toml`` has the README's
+``[mcp_servers.sandbox]`` snippet (``sandbox mcp -C REPO --new``), a model provider pointing at the
+scripted Responses API server (:mod:`tests.agents.openai_server`), and everything that would reach
+the internet turned off. Codex offers the server's tools to the model as one namespace,
+``mcp__sandbox`` (a ``function_call`` names the tool and carries ``"namespace": "mcp__sandbox"``).
+
+* With the built-in shell turned off (``[features] shell_tool = false``) and Codex's own sandbox
+  read-only, the scripted model writes, edits, runs a command that succeeds and one that fails,
+  reads, and tries the built-in ``exec_command`` anyway: the ledger has one call per changing tool
+  use, the user's tree is byte-identical until ``sandbox apply``, and ``apply`` brings exactly those
+  files (``undo`` takes them back).
+* With the built-in shell left on, ``sandbox_mode = "read-only"`` is what keeps it off the user's
+  tree: Codex's own sandbox (bubblewrap + seccomp, here in this container) refuses the write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agents.claude_harness import SANDBOX, TIMEOUT, sandbox, stop_services
+from tests.agents.openai_server import FunctionCall, Recorded, ResponsesServer, Turn, call, output_text
+from tests.agents.test_claude_code import _apply_and_undo
+from tests.conftest import tree_digest, user_state
+
+pytestmark = pytest.mark.agents
+
+NAMESPACE = "mcp__sandbox"  # how Codex 0.171 offers (and expects back) the sandbox server's tools
+# The model slug: one outside Codex's bundled catalogue, so Codex offers plain function tools (a
+# catalogue model like gpt-6.1-sol gets them through its JavaScript "code mode" exec tool instead).
+MODEL = "gpt-test"
+KEY_VAR = "SANDBOX_TEST_OPENAI_KEY"
+
+
+def mcp(name: str, **args: object) -> Turn:
+    """A turn asking for one tool of the ``sandbox`` MCP server."""
+    return Turn(calls=[FunctionCall(name, dict(args), namespace=NAMESPACE)])
+
+
+def codex_config(server: ResponsesServer, repo: Path, *, shell_tool: bool) -> str:
+    """``$CODEX_HOME/config.toml``: the README's snippet, the scripted provider, no other traffic.
+
+    ``plugins`` (a curated-plugin sync from github.com and chatgpt.com), ``apps`` (ChatGPT
+    connectors) and ``analytics`` (ab.chatgpt.com) are what Codex 0.171 reaches out for on its own
+    with a custom provider; all three off, it connects to nothing but the model server.
+    ``required = true`` makes Codex wait for the server's tools before its first model request.
+    """
+    return f"""\
+model = "{MODEL}"
+model_provider = "scripted"
+approval_policy = "never"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+
+[features]
+shell_tool = {str(shell_tool).lower()}
+plugins = false
+apps = false
+
+[analytics]
+enabled = false
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "{server.base_url}"
+env_key = "{KEY_VAR}"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[mcp_servers.sandbox]
+command = {json.dumps(SANDBOX)}
+args = ["mcp", "-C", {json.dumps(str(repo))}, "--new"]
+required = true
+"""
+
+
+def run_codex(codex_bin: str, repo: Path, tmp_path: Path, server: ResponsesServer, *, shell_tool: bool) -> str:
+    """``codex exec`` in the user's repository with a private CODEX_HOME; its stdout + stderr.
+
+    It must succeed and have asked for nothing but model turns (no connection through the proxy).
+    """
+    home = tmp_path / "codex-home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(codex_config(server, repo, shell_tool=shell_tool))
+    # Codex refuses to put its sandbox helper (codex-linux-sandbox, a link to itself) under the
+    # temporary directory, where tmp_path is; with TMPDIR elsewhere its own sandbox works here.
+    tmpdir = tmp_path / "codex-tmp"
+    tmpdir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env.update({"CODEX_HOME": str(home), KEY_VAR: "sk-test-0000", "TMPDIR": str(tmpdir), "NO_COLOR": "1"})
+    # Anything bound for the internet goes to the scripted server as a proxy, which refuses and records it.
+    for var in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        env[var] = env[var.lower()] = server.proxy_url
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
+    proc = subprocess.run(
+        [codex_bin, "exec", "--strict-config", "--color", "never", "-C", str(repo), "Do the task."],
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    elsewhere = [f"{r.method} {r.path}" for r in server.requests if not r.is_turn]
+    assert not elsewhere, elsewhere  # nothing but model requests: no plugin sync, analytics, update check
+    return proc.stdout + proc.stderr
+
+
+def offered(request: Recorded) -> set[str]:
+    """The tool names one model request offers: top-level functions and ``namespace/name``."""
+    names: set[str] = set()
+    for tool in request.body.get("tools", []):
+        names.add(str(tool.get("name", tool.get("type"))))
+        names.update(f"{tool['name']}/{inner['name']}" for inner in tool.get("tools", []) or [])
+    return names
+
+
+def the_run(repo: Path) -> str:
+    """The one run ``sandbox mcp --new`` started in ``repo`` (from ``sandbox list --json``)."""
+    listed = sandbox("list", "--json", cwd=repo)
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)
+    assert len(runs) == 1, runs
+    return str(runs[0]["run"])
+
+
+@pytest.fixture(autouse=True)
+def _services(repo: Path) -> Iterator[None]:
+    yield
+    stop_services(repo)
+
+
+def test_codex_with_the_readme_snippet_and_only_the_mcp_tools(codex_bin: str, repo: Path, tmp_path: Path) -> None:
+    turns = [
+        mcp("write_file", path="src/new.py", content="def new():\n    return 1\n"),
+        mcp("edit_file", path="src/app.py", old_string="print('app')", new_string="print('edited')"),
+        mcp("run_command", command="echo built > out.txt"),
+        mcp("run_command", command="echo broken >&2; exit 3"),
+        mcp("read_file", path="src/app.py"),
+        call("exec_command", cmd=f"echo x > {repo / 'escape.txt'}"),  # the built-in shell, turned off
+        mcp("show_diff", stat_only=True),
+    ]
+    ids = [t.calls[0].call_id for t in turns]
+    user_before, files_before = user_state(repo), tree_digest(repo)
+    with ResponsesServer(turns) as server:
+        run_codex(codex_bin, repo, tmp_path, server, shell_tool=False)
+        requests = server.model_requests()
+        results = {cid: server.output(cid) for cid in ids}
+    assert len(requests) == len(turns) + 1  # one request per scripted turn, then the closing text
+
+    # What Codex offered: the server's tools in their namespace (from the first request on), and
+    # neither the built-in shell nor apply_patch.
+    tools = offered(requests[0])
+    for name in ("write_file", "edit_file", "run_command", "read_file", "show_diff", "list_files", "search"):
+        assert f"{NAMESPACE}/{name}" in tools, sorted(tools)
+    assert not {"exec_command", "write_stdin", "shell", "apply_patch"} & tools, sorted(tools)
+    assert all(offered(r) == tools for r in requests)
+
+    # What the model was told, tool by tool (Codex prefixes "Wall time: ...\nOutput:\n").
+    for cid in ids:
+        assert results[cid] is not None, cid
+    texts = {cid: output_text(results[cid]) for cid in ids}
+    assert '"changed":true' in texts[ids[0]].replace(" ", "")
+    failed = json.loads(texts[ids[3]][texts[ids[3]].index("{") :])
+    assert failed["status"] == "failed" and failed["exit_code"] == 3 and "broken" in failed["output"]
+    assert "print('edited')" in texts[ids[4]]
+    assert texts[ids[5]] == "unsupported call: exec_command"
+    assert "src/new.py" in texts[ids[6]] and "out.txt" in texts[ids[6]]
+    assert not (repo / "escape.txt").exists()
+
+    # The ledger: one call per changing tool use, in order, with its files; reads are not recorded.
+    run_id = the_run(repo)
+    logged = sandbox("log", run_id, "--json", cwd=repo)
+    assert logged.returncode == 0, logged.stderr
+    entries = json.loads(logged.stdout)
+    assert [(e["tool_name"], e["status"], [f["path"] for f in e["files"]]) for e in entries] == [
+        ("write_file", "succeeded", ["src/new.py"]),
+        ("edit_file", "succeeded", ["src/app.py"]),
+        ("run_command", "succeeded", ["out.txt"]),
+        ("run_command", "failed", []),
+    ]
+    assert all(e["call_id"].startswith("mcp-") for e in entries)
+    assert user_state(repo) == user_before and tree_digest(repo) == files_before  # nothing reached the user
+    _apply_and_undo(
+        repo,
+        run_id,
+        {"src/new.py": "def new():\n    return 1\n", "src/app.py": "print('edited')\n", "out.txt": "built\n"},
+    )
+
+
+def test_codex_builtin_shell_is_kept_off_the_tree_by_its_read_only_sandbox(
+    codex_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    escape = repo / "escape.txt"
+    shell = call("exec_command", cmd=f"echo x > {escape}; echo exit=$?")
+    turns = [shell, mcp("write_file", path="ok.txt", content="through the sandbox\n")]
+    files_before = tree_digest(repo)
+    with ResponsesServer(turns) as server:
+        run_codex(codex_bin, repo, tmp_path, server, shell_tool=True)
+        tools = offered(server.model_requests()[0])
+        refused = output_text(server.output(shell.calls[0].call_id))
+        wrote = output_text(server.output(turns[1].calls[0].call_id))
+    assert "exec_command" in tools  # Codex's default: the built-in shell is offered...
+    assert "Read-only file system" in refused and "exit=1" in refused, refused  # ...and cannot write
+    assert not escape.exists() and tree_digest(repo) == files_before
+    assert '"changed":true' in wrote.replace(" ", "")
+    _apply_and_undo(repo, the_run(repo), {"ok.txt": "through the sandbox\n"})

@@ -43,6 +43,7 @@ class FunctionCall:
     arguments: dict[str, Any]
     call_id: str = field(default_factory=lambda: "call_" + secrets.token_hex(8))
     namespace: str | None = None
+    custom_input: str | None = None  # a free-form (custom_tool_call) tool's input instead of JSON arguments
 
 
 @dataclass
@@ -56,6 +57,11 @@ class Turn:
 def call(name: str, **arguments: Any) -> Turn:
     """A turn that makes one function call."""
     return Turn(calls=[FunctionCall(name, dict(arguments))])
+
+
+def custom(name: str, text: str) -> Turn:
+    """A turn that calls one free-form tool (e.g. Codex's code-mode ``exec``, whose input is JavaScript)."""
+    return Turn(calls=[FunctionCall(name, {}, custom_input=text)])
 
 
 @dataclass
@@ -187,17 +193,14 @@ def events(turn: Turn, model: str) -> Iterator[dict[str, Any]]:
         items.append(done)
     for fc in turn.calls:
         index = len(items)
-        item = {
-            "type": "function_call",
-            "id": "fc_" + secrets.token_hex(8),
-            "call_id": fc.call_id,
-            "name": fc.name,
-            "arguments": json.dumps(fc.arguments),
-            "status": "completed",
-        }
+        item: dict[str, Any] = {"id": "fc_" + secrets.token_hex(8), "call_id": fc.call_id, "name": fc.name}
+        if fc.custom_input is not None:
+            item.update(type="custom_tool_call", input=fc.custom_input, status="completed")
+        else:
+            item.update(type="function_call", arguments=json.dumps(fc.arguments), status="completed")
         if fc.namespace is not None:
             item["namespace"] = fc.namespace
-        yield {"type": "response.output_item.added", "output_index": index, "item": {**item, "arguments": ""}}
+        yield {"type": "response.output_item.added", "output_index": index, "item": item}
         yield {"type": "response.output_item.done", "output_index": index, "item": item}
         items.append(item)
     usage = {

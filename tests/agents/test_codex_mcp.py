@@ -26,17 +26,19 @@ from pathlib import Path
 import pytest
 
 from tests.agents.claude_harness import SANDBOX, TIMEOUT, sandbox, stop_services
-from tests.agents.openai_server import FunctionCall, Recorded, ResponsesServer, Turn, call, output_text
+from tests.agents.openai_server import FunctionCall, Recorded, ResponsesServer, Turn, call, custom, output_text
 from tests.agents.test_claude_code import _apply_and_undo
 from tests.conftest import tree_digest, user_state
 
 pytestmark = pytest.mark.agents
 
 NAMESPACE = "mcp__sandbox"  # how Codex 0.171 offers (and expects back) the sandbox server's tools
-# The model slug: one outside Codex's bundled catalogue, so Codex offers plain function tools (a
-# catalogue model like gpt-6.1-sol gets them through its JavaScript "code mode" exec tool instead).
+# The model slug: one outside Codex's bundled catalogue, so Codex offers plain function tools; a
+# catalogue model (CODE_MODE_MODEL) gets them through its JavaScript "code mode" exec tool instead.
 MODEL = "gpt-test"
+CODE_MODE_MODEL = "gpt-6.1-sol"
 KEY_VAR = "SANDBOX_TEST_OPENAI_KEY"
+NO_TRAFFIC = ("--disable", "plugins", "--disable", "apps")
 
 
 def mcp(name: str, **args: object) -> Turn:
@@ -44,26 +46,30 @@ def mcp(name: str, **args: object) -> Turn:
     return Turn(calls=[FunctionCall(name, dict(args), namespace=NAMESPACE)])
 
 
-def codex_config(server: ResponsesServer, repo: Path, *, shell_tool: bool) -> str:
-    """``$CODEX_HOME/config.toml``: the README's snippet, the scripted provider, no other traffic.
+def readme_snippet(repo: Path) -> str:
+    """The README's Codex ``config.toml`` snippet, with this venv's ``sandbox`` and the test's repository."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```toml\n", readme.index("**Codex** (`~/.codex/config.toml`")) + len("```toml\n")
+    snippet = readme[start : readme.index("```", start)]
+    assert 'command = "sandbox"' in snippet and '"/path/to/repo"' in snippet, snippet
+    return snippet.replace('command = "sandbox"', f"command = {json.dumps(SANDBOX)}").replace(
+        '"/path/to/repo"', json.dumps(str(repo))
+    )
 
-    ``plugins`` (a curated-plugin sync from github.com and chatgpt.com), ``apps`` (ChatGPT
-    connectors) and ``analytics`` (ab.chatgpt.com) are what Codex 0.171 reaches out for on its own
-    with a custom provider; all three off, it connects to nothing but the model server.
-    ``required = true`` makes Codex wait for the server's tools before its first model request.
+
+def codex_config(server: ResponsesServer, repo: Path, *, model: str = MODEL, snippet: str | None = None) -> str:
+    """``$CODEX_HOME/config.toml``: the scripted provider, then the README's snippet as it stands.
+
+    Codex's own reaching out (a curated-plugin sync from github.com and chatgpt.com, ChatGPT
+    connectors, analytics to ab.chatgpt.com) is turned off here and by ``--disable plugins
+    --disable apps`` on the command line (a second ``[features]`` table would not be TOML).
     """
     return f"""\
-model = "{MODEL}"
+model = "{model}"
 model_provider = "scripted"
-approval_policy = "never"
-sandbox_mode = "read-only"
 check_for_update_on_startup = false
 
-[features]
-shell_tool = {str(shell_tool).lower()}
-plugins = false
-apps = false
-
+{readme_snippet(repo) if snippet is None else snippet}
 [analytics]
 enabled = false
 
@@ -74,22 +80,19 @@ env_key = "{KEY_VAR}"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
-
-[mcp_servers.sandbox]
-command = {json.dumps(SANDBOX)}
-args = ["mcp", "-C", {json.dumps(str(repo))}, "--new"]
-required = true
 """
 
 
-def run_codex(codex_bin: str, repo: Path, tmp_path: Path, server: ResponsesServer, *, shell_tool: bool) -> str:
+def run_codex(
+    codex_bin: str, repo: Path, tmp_path: Path, server: ResponsesServer, *flags: str, config: str | None = None
+) -> str:
     """``codex exec`` in the user's repository with a private CODEX_HOME; its stdout + stderr.
 
     It must succeed and have asked for nothing but model turns (no connection through the proxy).
     """
     home = tmp_path / "codex-home"
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(codex_config(server, repo, shell_tool=shell_tool))
+    (home / "config.toml").write_text(config or codex_config(server, repo))
     # Codex refuses to put its sandbox helper (codex-linux-sandbox, a link to itself) under the
     # temporary directory, where tmp_path is; with TMPDIR elsewhere its own sandbox works here.
     tmpdir = tmp_path / "codex-tmp"
@@ -101,7 +104,7 @@ def run_codex(codex_bin: str, repo: Path, tmp_path: Path, server: ResponsesServe
         env[var] = env[var.lower()] = server.proxy_url
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
     proc = subprocess.run(
-        [codex_bin, "exec", "--strict-config", "--color", "never", "-C", str(repo), "Do the task."],
+        [codex_bin, "exec", *NO_TRAFFIC, *flags, "--strict-config", "--color=never", "-C", str(repo), "Do the task."],
         cwd=repo,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -153,7 +156,7 @@ def test_codex_with_the_readme_snippet_and_only_the_mcp_tools(codex_bin: str, re
     ids = [t.calls[0].call_id for t in turns]
     user_before, files_before = user_state(repo), tree_digest(repo)
     with ResponsesServer(turns) as server:
-        run_codex(codex_bin, repo, tmp_path, server, shell_tool=False)
+        run_codex(codex_bin, repo, tmp_path, server)
         requests = server.model_requests()
         results = {cid: server.output(cid) for cid in ids}
     assert len(requests) == len(turns) + 1  # one request per scripted turn, then the closing text
@@ -201,17 +204,86 @@ def test_codex_with_the_readme_snippet_and_only_the_mcp_tools(codex_bin: str, re
 def test_codex_builtin_shell_is_kept_off_the_tree_by_its_read_only_sandbox(
     codex_bin: str, repo: Path, tmp_path: Path
 ) -> None:
+    """The shell left on (``--enable shell_tool``): Codex's read-only sandbox is what stops it."""
     escape = repo / "escape.txt"
     shell = call("exec_command", cmd=f"echo x > {escape}; echo exit=$?")
-    turns = [shell, mcp("write_file", path="ok.txt", content="through the sandbox\n")]
+    escalate = call(
+        "exec_command", cmd=f"echo x > {escape}", sandbox_permissions="require_escalated", justification="write it"
+    )
+    wrote = mcp("write_file", path="ok.txt", content="through the sandbox\n")
     files_before = tree_digest(repo)
-    with ResponsesServer(turns) as server:
-        run_codex(codex_bin, repo, tmp_path, server, shell_tool=True)
+    with ResponsesServer([shell, escalate, wrote]) as server:
+        out = run_codex(codex_bin, repo, tmp_path, server, "--enable", "shell_tool")
         tools = offered(server.model_requests()[0])
-        refused = output_text(server.output(shell.calls[0].call_id))
-        wrote = output_text(server.output(turns[1].calls[0].call_id))
+        said = {t.calls[0].call_id: output_text(server.output(t.calls[0].call_id)) for t in (shell, escalate, wrote)}
+    assert "approval: never" in out  # codex exec's default: nothing can be approved, so nothing escalates
     assert "exec_command" in tools  # Codex's default: the built-in shell is offered...
+    refused = said[shell.calls[0].call_id]
     assert "Read-only file system" in refused and "exit=1" in refused, refused  # ...and cannot write
+    assert "cannot ask for escalated permissions" in said[escalate.calls[0].call_id]
     assert not escape.exists() and tree_digest(repo) == files_before
-    assert '"changed":true' in wrote.replace(" ", "")
+    assert '"changed":true' in said[wrote.calls[0].call_id].replace(" ", "")
     _apply_and_undo(repo, the_run(repo), {"ok.txt": "through the sandbox\n"})
+
+
+def test_without_required_codex_exec_asks_the_model_before_the_tools_are_listed(
+    codex_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    """Why the README's snippet says ``required = true``: without it the first turn has no sandbox tools."""
+    snippet = "\n".join(line for line in readme_snippet(repo).splitlines() if not line.startswith("required"))
+    with ResponsesServer([]) as server:
+        run_codex(codex_bin, repo, tmp_path, server, config=codex_config(server, repo, snippet=snippet + "\n"))
+        first = offered(server.model_requests()[0])
+    assert NAMESPACE not in first and "list_mcp_resources" in first, sorted(first)
+
+
+CODE_MODE_SCRIPT = """\
+text(JSON.stringify(ALL_TOOLS.map((t) => t.name)));
+const sb = tools;
+text(JSON.stringify(await sb.mcp__sandbox__write_file({path: "src/new.py", content: "def new():\\n    return 1\\n"})));
+const edit = {path: "src/app.py", old_string: "print('app')", new_string: "print('edited')"};
+text(JSON.stringify(await sb.mcp__sandbox__edit_file(edit)));
+text(JSON.stringify(await sb.mcp__sandbox__run_command({command: "echo built > out.txt"})));
+text(JSON.stringify(await sb.mcp__sandbox__read_file({path: "src/app.py"})));
+try {
+  await sb.apply_patch("*** Begin Patch\\n*** Add File: escape.txt\\n+x\\n*** End Patch\\n");
+  text("PATCHED");
+} catch (e) {
+  text("PATCH REFUSED: " + String(e));
+}
+"""
+
+
+def test_codex_code_mode_model_reaches_the_mcp_tools_and_apply_patch_is_refused(
+    codex_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    """A catalogue model: the tools are JavaScript functions of ``exec``; the read-only sandbox stops apply_patch."""
+    script = custom("exec", CODE_MODE_SCRIPT)
+    files_before, user_before = tree_digest(repo), user_state(repo)
+    with ResponsesServer([script]) as server:
+        run_codex(codex_bin, repo, tmp_path, server, config=codex_config(server, repo, model=CODE_MODE_MODEL))
+        first = server.model_requests()[0]
+        parts = server.output(script.calls[0].call_id)  # one text item per text() of the script
+    assert "tools" not in first.body  # code mode: the tools travel in an "additional_tools" input item
+    said = output_text(parts)
+    names = json.loads(parts[1]["text"])  # parts[0] is "Script completed", the wall time, "Output:"
+    assert {f"mcp__sandbox__{n}" for n in ("write_file", "edit_file", "run_command", "read_file")} <= set(names)
+    assert "apply_patch" in names and "exec_command" not in names, names  # the built-in shell is off
+    assert "PATCH REFUSED: patch rejected: writing is blocked by read-only sandbox" in said, said
+    assert "print('edited')" in said and '"changed":true' in said
+    assert not (repo / "escape.txt").exists()
+    assert tree_digest(repo) == files_before and user_state(repo) == user_before
+
+    run_id = the_run(repo)
+    logged = sandbox("log", run_id, "--json", cwd=repo)
+    assert logged.returncode == 0, logged.stderr
+    assert [(e["tool_name"], e["status"]) for e in json.loads(logged.stdout)] == [
+        ("write_file", "succeeded"),
+        ("edit_file", "succeeded"),
+        ("run_command", "succeeded"),
+    ]
+    _apply_and_undo(
+        repo,
+        run_id,
+        {"src/new.py": "def new():\n    return 1\n", "src/app.py": "print('edited')\n", "out.txt": "built\n"},
+    )

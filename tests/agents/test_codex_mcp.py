@@ -1,18 +1,21 @@
-"""The real Codex CLI using ``sandbox mcp``'s tools, configured as the README says (``~/.codex/config.toml``).
+"""The real Codex CLI using ``sandbox mcp``'s tools, configured by the README's ``config.toml`` snippet.
 
-Codex (``codex exec``, headless) gets a private ``CODEX_HOME`` whose ``config.toml`` has the README's
-``[mcp_servers.sandbox]`` snippet (``sandbox mcp -C REPO --new``), a model provider pointing at the
-scripted Responses API server (:mod:`tests.agents.openai_server`), and everything that would reach
-the internet turned off. Codex offers the server's tools to the model as one namespace,
-``mcp__sandbox`` (a ``function_call`` names the tool and carries ``"namespace": "mcp__sandbox"``).
+Codex (``codex exec``, headless) gets a private ``CODEX_HOME`` whose ``config.toml`` holds the
+README's Codex snippet as it stands (read from README.md: read-only sandbox, no built-in shell,
+``[mcp_servers.sandbox]`` = ``sandbox mcp -C REPO --new`` with ``required = true``), and a model
+provider pointing at the scripted Responses API server (:mod:`tests.agents.openai_server`), which is
+also every proxy: Codex must ask for nothing but model turns. Codex offers the server's tools as the
+namespace ``mcp__sandbox`` (a ``function_call`` names the tool and carries ``"namespace"``).
 
-* With the built-in shell turned off (``[features] shell_tool = false``) and Codex's own sandbox
-  read-only, the scripted model writes, edits, runs a command that succeeds and one that fails,
-  reads, and tries the built-in ``exec_command`` anyway: the ledger has one call per changing tool
-  use, the user's tree is byte-identical until ``sandbox apply``, and ``apply`` brings exactly those
+* Only the MCP tools: the scripted model writes, edits, runs a command that succeeds and one that
+  fails, reads, and tries the built-in ``exec_command`` anyway: the ledger has one call per changing
+  tool use, the user's tree is byte-identical until ``sandbox apply``, which brings exactly those
   files (``undo`` takes them back).
-* With the built-in shell left on, ``sandbox_mode = "read-only"`` is what keeps it off the user's
-  tree: Codex's own sandbox (bubblewrap + seccomp, here in this container) refuses the write.
+* The shell left on: the read-only sandbox (Codex's own bubblewrap + seccomp, which works in this
+  container) refuses its write and ``codex exec`` refuses its request to escalate.
+* A catalogue model (code mode): the tools are JavaScript functions of Codex's ``exec`` tool, and
+  ``apply_patch`` is refused by the read-only sandbox.
+* Without ``required = true`` the first model request has no sandbox tools (why the README says it).
 """
 
 from __future__ import annotations

@@ -71,6 +71,7 @@ class Recorded:
     method: str
     path: str
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_turn(self) -> bool:
@@ -222,7 +223,7 @@ def _handler(server: ResponsesServer) -> type[BaseHTTPRequestHandler]:
             pass  # requests are recorded in server.requests, not printed
 
         def _record(self, body: Any) -> Recorded:
-            request = Recorded(self.command, self.path, body)
+            request = Recorded(self.command, self.path, body, {k.lower(): v for k, v in self.headers.items()})
             with server._lock:
                 server.requests.append(request)
             return request

@@ -40,8 +40,8 @@ NAMESPACE = "mcp__sandbox"  # how Codex 0.171 offers (and expects back) the sand
 # catalogue model (CODE_MODE_MODEL) gets them through its JavaScript "code mode" exec tool instead.
 MODEL = "gpt-test"
 CODE_MODE_MODEL = "gpt-6.1-sol"
-KEY_VAR = "SANDBOX_TEST_OPENAI_KEY"
-NO_TRAFFIC = ("--disable", "plugins", "--disable", "apps")
+KEY_VAR, KEY = "SANDBOX_TEST_OPENAI_KEY", "sk-test-0000"
+NO_TRAFFIC = ("--disable", "plugins", "--disable", "apps")  # Codex's own reaching out (see codex_config)
 
 
 def mcp(name: str, **args: object) -> Turn:
@@ -101,7 +101,7 @@ def run_codex(
     tmpdir = tmp_path / "codex-tmp"
     tmpdir.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update({"CODEX_HOME": str(home), KEY_VAR: "sk-test-0000", "TMPDIR": str(tmpdir), "NO_COLOR": "1"})
+    env.update({"CODEX_HOME": str(home), KEY_VAR: KEY, "TMPDIR": str(tmpdir), "NO_COLOR": "1"})
     # Anything bound for the internet goes to the scripted server as a proxy, which refuses and records it.
     for var in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
         env[var] = env[var.lower()] = server.proxy_url
@@ -163,6 +163,7 @@ def test_codex_with_the_readme_snippet_and_only_the_mcp_tools(codex_bin: str, re
         requests = server.model_requests()
         results = {cid: server.output(cid) for cid in ids}
     assert len(requests) == len(turns) + 1  # one request per scripted turn, then the closing text
+    assert all(r.headers.get("authorization") == f"Bearer {KEY}" for r in requests)  # env_key's variable
 
     # What Codex offered: the server's tools in their namespace (from the first request on), and
     # neither the built-in shell nor apply_patch.

@@ -1,7 +1,8 @@
 """Every field of a Claude Code or Gemini CLI hook payload, and of its tool input, replaced by odd
 values (wrong types, escapes, paths outside, control characters, a lone surrogate) or left out: the
-hook answers with an exit code the agent understands (0; 1, a non-blocking error; 2, a refusal) and stdout that is empty or JSON,
-never a traceback, and nothing reaches the user's files, index or refs."""
+hook answers with an exit code the agent understands (0; 1, a non-blocking error; 2, a refusal)
+and stdout that is empty or JSON, never a traceback, and nothing reaches the user's files, index or
+refs."""
 
 from __future__ import annotations
 

@@ -109,3 +109,54 @@ def test_mcp_search_never_runs_the_agents_fsmonitor(repo: Path, mark: Path) -> N
     found = anyio.run(main)
     assert_never_ran(mark, "the MCP search tool")
     assert not found["error"] and "src/app.py" in found["text"], found
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes]:
+    """``sandbox ARGS`` with standard output and error on a pseudo-terminal (so it pages)."""
+    import os
+    import pty
+    import subprocess
+
+    exe = str(Path(sys.executable).parent / "sandbox")
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_PAGER", "PAGER", "LESS")} | {"TERM": "xterm"}
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [exe, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary
+        )
+        os.close(secondary)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        return proc.wait(timeout=60), out
+    finally:
+        os.close(primary)
+
+
+@pytest.mark.parametrize("key", ["core.pager", "include.path"])
+def test_a_pager_the_agent_configures_is_never_started_by_the_users_commands(
+    repo: Path, mark: Path, tmp_path: Path, key: str
+) -> None:
+    """``sandbox diff``/``log`` in the run's worktree (RUN left out, as the README allows) read the
+    pager from git config: never from the run's own git dir, which the agent writes."""
+    run_id, wt = start(repo)
+    pager = f"echo pwned > {mark}; cat"
+    if key == "core.pager":
+        sh(repo, run_id, f"git config core.pager '{pager}' && echo x >> README.md")
+    else:  # the same through a file the agent includes from its config
+        sh(
+            repo,
+            run_id,
+            f"printf '[core]\\n\\tpager = {pager}\\n' > inc.cfg && git config include.path \"$PWD/inc.cfg\"",
+        )
+    for cmd in (["diff"], ["log"], ["status"]):
+        code, out = _on_a_terminal(cmd, wt)
+        assert code == 0, out.decode(errors="replace")
+        assert_never_ran(mark, f"sandbox {cmd[0]} in the worktree")
+        assert b"Traceback" not in out

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 
 
 def print_report(report: ApplyReport, verb: str) -> None:
-    """The human form of an apply, undo or redo report."""
+    """The human form of an apply, undo or redo report (paths quoted as git quotes them)."""
+    from sandbox.cli.fmt import quote_path as shown
+
     if report.recovered:
         click.echo(f"Run {report.run}: {report.recovered} in {report.target_dir}.")
     where = "your tree" if report.target == "user" else "the run's worktree"
@@ -26,13 +28,13 @@ def print_report(report: ApplyReport, verb: str) -> None:
             click.echo(f"{label} {len(written)} path(s) in {where}:")
             for path in written:
                 note = f"  ({report.reasons[path]})" if path in report.reasons else ""
-                click.echo(f"  {path}{note}")
+                click.echo(f"  {shown(path)}{note}")
     for path in report.skipped:
-        click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
+        click.echo(f"  skipped {shown(path)}: {report.reasons.get(path, 'already there')}")
     if report.partial and not report.dry_run:
         click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
     if report.attention:
-        click.echo(f"Needs attention (conflict markers): {', '.join(report.attention)}")
+        click.echo(f"Needs attention (conflict markers): {', '.join(map(shown, report.attention))}")
     if report.head_moved:
         click.echo("Note: your HEAD moved since the run started; paths were checked against your current files.")
     if report.conflicts:
@@ -41,7 +43,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
         out = setup(click.get_current_context(), page=False)
         click.echo(out.style("Conflicts (nothing was written):", fg="red", bold=True))
         for c in report.conflicts:
-            click.echo(f"  {out.style(c.path, fg='red')}: {c.reason}")
+            click.echo(f"  {out.style(shown(c.path), fg='red')}: {c.reason}")
             versions = (("base", c.base), ("agent", c.agent), ("yours", c.user))
             click.echo("    " + "  ".join(f"{k} {out.style((v or 'absent')[:12], fg='yellow')}" for k, v in versions))
             click.echo(f"    what to do: {c.hint}")

@@ -40,6 +40,41 @@ def duration(start: datetime.datetime | None, end: datetime.datetime | None) -> 
     return f"{hours}h{minutes:02d}m"
 
 
+_QUOTED = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def quote_path(name: str) -> str:
+    """A path as git shows it with ``core.quotePath=false``: as it is, unless it holds a control
+    character, a double quote or a backslash; then C-quoted in double quotes.
+
+    A path is the agent's to choose: a raw newline in one would print as more lines of a listing,
+    so ``apply`` could seem to write paths it never wrote.
+    """
+    if not any(c in _QUOTED or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return name
+    out = []
+    for c in name:
+        if c in _QUOTED:
+            out.append(_QUOTED[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\{ord(c):03o}")
+        elif "\udc80" <= c <= "\udcff":  # a byte of a non-UTF-8 name, as git writes it
+            out.append(f"\\{ord(c) - 0xDC00:03o}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
 def first_line(text: str) -> str:
     """The first line of ``text``, with ``…(+N lines)`` when there are more."""
     lines = text.strip("\n").splitlines() or [""]
@@ -59,7 +94,7 @@ def command_of(tool: str, inputs: Any, summary: str | None) -> str:
             return first_line(command)
         path = inputs.get("path") or inputs.get("file_path")
         if isinstance(path, str) and not summary:
-            return path
+            return quote_path(path)
     return first_line(summary) if summary else ""
 
 

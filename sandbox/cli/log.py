@@ -9,6 +9,7 @@ import click
 
 from sandbox.cli.common import dump, emit_json, fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
+from sandbox.cli.fmt import quote_path as shown_path
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 from sandbox.run import views
@@ -183,7 +184,7 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
         kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
         if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f['path']}")
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {shown_path(f['path'])}")
 
 
 def _agent_git(run: Run) -> None:

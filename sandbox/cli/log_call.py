@@ -10,6 +10,7 @@ import click
 
 from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.fmt import quote_path as shown_path
 from sandbox.cli.output import STATUS_COLORS, Output
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
     if entry.commit:
         click.echo(f"commit:  {out.style(entry.commit, fg='yellow')}")
     for f in entry.files:
-        click.echo(f"file:    {f.path}")
+        click.echo(f"file:    {shown_path(f.path)}")
     if error:
         click.echo(out.style("error:", fg="red"))
         for line in error.splitlines() or [error]:

@@ -1,0 +1,118 @@
+"""A confined agent rewires its worktree and git dir; the user's later commands stay the user's.
+
+Two rewirings the agent may make (its worktree and git dir are writable to it, confined or not),
+followed by every user command that reads or writes a run: status, log, diff, resume, list, exec,
+checkpoint, apply, undo, redo, rollback, compensate, drop, gc. The user's index, HEAD, config,
+refs, hooks and files must stay byte-identical wherever the command is not apply/undo/redo (which
+write only files of the user's tree, and only the run's changes), and nothing the agent configured
+may run outside its sandbox (the marker of a planted command is on the private /tmp inside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import git, sandbox_cmd
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def gitdir_state(repo: Path) -> dict[str, object]:
+    """The user's git state, byte for byte, except the sandbox's own refs and files."""
+    common = repo / ".git"
+    files = {}
+    for name in ("index", "HEAD", "config", "packed-refs", "FETCH_HEAD", "ORIG_HEAD"):
+        path = common / name
+        files[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    hooks = sorted(os.listdir(common / "hooks")) if (common / "hooks").exists() else []
+    refs = [
+        line
+        for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+        if not line.startswith("refs/sandbox/")
+    ]
+    return {"files": files, "hooks": hooks, "refs": refs, "stash": git(repo, "stash", "list")}
+
+
+def start(repo: Path) -> tuple[str, Path]:
+    out = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    return out["run"], Path(out["worktree"])
+
+
+def exec_sh(repo: Path, run_id: str, script: str) -> None:
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def every_command(repo: Path, run_id: str) -> dict[str, int]:
+    """Each user command once; their exit codes (none may crash or hang)."""
+    codes = {}
+    for args in (
+        ["status", run_id],
+        ["log", run_id],
+        ["diff", run_id],
+        ["resume", run_id],
+        ["list"],
+        ["exec", run_id, "--", "sh", "-c", "echo later > later.txt"],
+        ["checkpoint", run_id, "--label", "late"],
+        ["diff", run_id, "--stat"],
+    ):
+        proc = sandbox_cmd(*args, cwd=repo, timeout=60)
+        assert "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
+        assert proc.returncode in (0, 1, 2), (args, proc.returncode, proc.stderr.decode())
+        codes[args[0]] = proc.returncode
+    return codes
+
+
+def test_the_worktrees_dot_git_pointed_at_the_users_git_dir(repo: Path) -> None:
+    """The agent writes ``gitdir: <the user's .git>`` into its worktree's ``.git`` file."""
+    run_id, _wt = start(repo)
+    before = gitdir_state(repo)
+    exec_sh(repo, run_id, f"echo new > n.txt; rm src/util.py; printf 'gitdir: {repo / '.git'}\\n' > .git")
+    every_command(repo, run_id)
+    assert gitdir_state(repo) == before
+    for args in (["apply", run_id], ["undo", run_id], ["redo", run_id], ["undo", run_id]):
+        proc = sandbox_cmd(*args, cwd=repo, timeout=60)
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
+        assert gitdir_state(repo) == before, args
+    for args in (["drop", "--force", run_id], ["gc"]):
+        sandbox_cmd(*args, cwd=repo, timeout=60)
+        assert gitdir_state(repo) == before, args
+
+
+def test_filter_drivers_and_ident_the_agent_configures_never_run_at_apply_undo_or_rollback(
+    repo: Path, tmp_path: Path
+) -> None:
+    """``.gitattributes`` sends every file through a driver the agent defines in its own git
+    config (clean, smudge and process); apply, undo, rollback and compensate must not run it."""
+    mark = tmp_path / "pwned"
+    run_id, _wt = start(repo)
+    assert sandbox_cmd("checkpoint", run_id, "--label", "c0", cwd=repo).returncode == 0
+    cmd = f'sh -c \\"echo pwned >> {mark}; cat\\"'
+    exec_sh(
+        repo,
+        run_id,
+        "printf '* filter=evil\\n*.txt ident\\n' > .gitattributes"
+        f' && git config filter.evil.clean "{cmd}" && git config filter.evil.smudge "{cmd}"'
+        f' && git config filter.evil.process "{cmd}" && printf "\\$Id\\$\\nline\\n" > b.txt',
+    )
+    exec_sh(repo, run_id, "echo more >> b.txt && echo x >> src/app.py")
+    before = gitdir_state(repo)
+    every_command(repo, run_id)
+    for args in (
+        ["apply", run_id],
+        ["undo", run_id],
+        ["redo", run_id],
+        ["undo", run_id],
+        ["undo", run_id],
+        ["rollback", run_id, "--files", "--to", "c0"],
+        ["compensate", run_id, "@"],
+    ):
+        proc = sandbox_cmd(*args, cwd=repo, timeout=60)
+        assert "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
+        assert not mark.exists(), f"the agent's filter driver ran outside its sandbox ({args[0]})"
+    assert gitdir_state(repo) == before

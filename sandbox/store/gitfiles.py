@@ -131,11 +131,21 @@ def path_rules_plain(workdir: str, rel: str, names: tuple[str, ...] = (".gitattr
 
 def tree_rules_plain(workdir: str, names: tuple[str, ...] = (".gitattributes", ".gitignore")) -> str | None:
     """The first rule file (``names``) below ``workdir`` that is not plain, relative; None when all
-    are. One walk of the tree: for the paths that read every rule file anyway (a whole status)."""
-    for dirpath, dirnames, filenames in os.walk(workdir):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        present = set(filenames) | set(dirnames)
-        for name in names:
-            if name in present and not plain_or_absent(os.path.join(dirpath, name)):
-                return os.path.relpath(os.path.join(dirpath, name), workdir)
+    are. One walk of the tree (iterative: the agent may nest directories deeper than Python
+    recurses), for the paths that read every rule file anyway (a whole status)."""
+    stack = [workdir]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name in names and not plain_or_absent(entry.path):
+                return os.path.relpath(entry.path, workdir)
+            try:
+                if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                continue
     return None

@@ -116,3 +116,22 @@ def test_filter_drivers_and_ident_the_agent_configures_never_run_at_apply_undo_o
         assert "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
         assert not mark.exists(), f"the agent's filter driver ran outside its sandbox ({args[0]})"
     assert gitdir_state(repo) == before
+
+
+def test_settings_the_agent_writes_in_its_worktree_never_loosen_its_confinement(repo: Path, tmp_path: Path) -> None:
+    """``.sandbox.toml`` and ``pyproject.toml`` ``[tool.sandbox]`` are read from the user's tree only:
+    written in the worktree they do not turn isolation off, even for a command started there."""
+    run_id, wt = start(repo)
+    exec_sh(
+        repo,
+        run_id,
+        "printf '[isolation]\\nisolate = false\\nnetwork_exec = true\\nwritable = [\"/\"]\\n' > .sandbox.toml"
+        " && printf '[tool.sandbox.isolation]\\nisolate = false\\n' > pyproject.toml",
+    )
+    mark = tmp_path / "escaped"
+    for cwd in (wt, repo):
+        proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", f"echo x > {mark}", cwd=cwd, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert not mark.exists(), f"a command started in {cwd} ran unconfined"
+    inputs = [e["input"] for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)]
+    assert [i.get("isolation") for i in inputs] == ["bwrap, network off"] * 3

@@ -60,14 +60,14 @@ def quote_path(name: str) -> str:
     A path is the agent's to choose: a raw newline in one would print as more lines of a listing,
     so ``apply`` could seem to write paths it never wrote.
     """
-    if not any(c in _QUOTED or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if not any(c in _QUOTED or ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
         return name
     out = []
     for c in name:
         if c in _QUOTED:
             out.append(_QUOTED[c])
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\{ord(c):03o}")
+        elif ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F:  # C1 too: a terminal may take U+009B for ESC [
+            out.append("".join(f"\\{b:03o}" for b in c.encode()))
         elif "\udc80" <= c <= "\udcff":  # a byte of a non-UTF-8 name, as git writes it
             out.append(f"\\{ord(c) - 0xDC00:03o}")
         else:
@@ -75,11 +75,32 @@ def quote_path(name: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def visible(text: str, keep: str = "\n\t") -> str:
+    """``text`` with every control character but those in ``keep`` written out (``\\x1b``).
+
+    Commands, errors and summaries are the agent's words: printed raw, an escape sequence could
+    move the cursor and overwrite what the user reads (``\\r``, ``ESC[2K``: a command shown as
+    another), or act on the terminal (OSC 52 writes the clipboard). C0, DEL and C1 controls are
+    shown, not sent.
+    """
+    if text.isprintable() and not any(c in text for c in "\x7f\x85\u2028\u2029"):
+        return text
+    out = []
+    for c in text:
+        code = ord(c)
+        if c in keep or not (code < 0x20 or 0x7F <= code <= 0x9F):
+            out.append(c)
+        else:
+            out.append(f"\\x{code:02x}")
+    return "".join(out)
+
+
 def first_line(text: str) -> str:
-    """The first line of ``text``, with ``…(+N lines)`` when there are more."""
+    """The first line of ``text``, with ``…(+N lines)`` when there are more (control characters
+    written out: see :func:`visible`)."""
     lines = text.strip("\n").splitlines() or [""]
     more = len(lines) - 1
-    return lines[0] + (f" …(+{more} line{'s' if more != 1 else ''})" if more else "")
+    return visible(lines[0], keep="\t") + (f" …(+{more} line{'s' if more != 1 else ''})" if more else "")
 
 
 def command_of(tool: str, inputs: Any, summary: str | None) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandbox.cli.common import dump, emit_json, fast_open, open_run
-from sandbox.cli.fmt import command_of, duration, fit, local_time
+from sandbox.cli.fmt import command_of, duration, first_line, fit, local_time, visible
 from sandbox.cli.fmt import quote_path as shown_path
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
@@ -165,8 +165,8 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
     status = e["status"]
     seq = f"{e['seq']:>3}"
     click.echo(
-        f"{out.style(seq, fg='yellow')}  {e['call_id']:<18} "
-        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e['tool_name']:<16} "
+        f"{out.style(seq, fg='yellow')}  {visible(e['call_id'], keep=''):<18} "
+        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {visible(e['tool_name'], keep=''):<16} "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
     started = e["started_at"]
@@ -177,8 +177,9 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
     click.echo(fit(f"       {when}  {command}".rstrip(), out.width))
     error = e["error"]
     if error:
-        more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
-        first = error.strip().splitlines()[0] if error.strip() else error  # older entries: multi-line
+        shown_id = visible(e["call_id"], keep="")
+        more = f"  (in full: sandbox log {run_id} --call {shown_id})" if e["error_detail"] or e["error_ref"] else ""
+        first = first_line(error).split(" …(+")[0]  # older entries: multi-line; controls written out
         click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
     for f in e["files"]:
         kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"

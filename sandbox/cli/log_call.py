@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandbox.cli.common import dump, emit_json
-from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.fmt import duration, local_time, visible
 from sandbox.cli.fmt import quote_path as shown_path
 from sandbox.cli.output import STATUS_COLORS, Output
 
@@ -33,7 +33,7 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
     out.page()
     status = entry.status.value
     click.echo(f"call:    {out.style(entry.call_id, fg='yellow')} (#{entry.seq})")
-    click.echo(f"tool:    {entry.tool_name}")
+    click.echo(f"tool:    {visible(entry.tool_name, keep='')}")
     click.echo(f"status:  {out.style(status, fg=STATUS_COLORS.get(status))}")
     if entry.approval is not None:
         reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
@@ -46,9 +46,9 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         click.echo(f"took:    {took}")
     command = _full_command(entry.input)
     if command:
-        click.echo("command: " + command.replace("\n", "\n         "))
+        click.echo("command: " + visible(command).replace("\n", "\n         "))
     if entry.summary:
-        click.echo(f"summary: {entry.summary}")
+        click.echo(f"summary: {visible(entry.summary)}")
     if entry.input is not None:
         click.echo("input:   " + _json(entry.input).replace("\n", "\n         "))
     if entry.commit:
@@ -57,7 +57,7 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         click.echo(f"file:    {shown_path(f.path)}")
     if error:
         click.echo(out.style("error:", fg="red"))
-        for line in error.splitlines() or [error]:
+        for line in visible(error).split("\n") or [error]:
             click.echo(f"  {line}")
     if patch and entry.commit and entry.parent_commit:
         patch_of(run, entry, out)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from sandbox.cli.common import emit_json, fast_open, open_run
-from sandbox.cli.fmt import local_time
+from sandbox.cli.fmt import local_time, visible
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 
 
@@ -49,7 +49,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     more = f" ({len(partly)} partly applied: {', '.join(partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if in_flight:
-        flight = out.style(", ".join(in_flight), fg="yellow")
+        flight = out.style(visible(", ".join(in_flight), keep=""), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")
     agent_git = row.get("agent_git")

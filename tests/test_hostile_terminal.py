@@ -49,7 +49,8 @@ def on_a_terminal(args: list[str], cwd: Path) -> str:
 
 
 def test_agent_text_is_written_out_in_every_listing(repo: Path) -> None:
-    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    # A label is the user's, or the pusher's for a fetched run.
+    run_id = json.loads(sandbox_cmd("start", "--json", "--label", "lab\x1b[2K", cwd=repo).stdout)["run"]
 
     def call(*args: str) -> str:
         proc = sandbox_cmd("call", *args, cwd=repo)
@@ -66,6 +67,7 @@ def test_agent_text_is_written_out_in_every_listing(repo: Path) -> None:
         ["log", run_id],
         ["log", run_id, "--call", "1"],
         ["status", run_id],
+        ["list"],
         ["checkpoints", run_id],
         ["resume", run_id],
     ):

@@ -173,7 +173,10 @@ def run_agent(
     if not_run:
         click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
         for e in not_run[:10]:
-            click.echo(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}", err=True)
+            from sandbox.cli.fmt import first_line, visible
+
+            said = first_line(e.error) if e.error else "no reason recorded"  # the agent's words
+            click.echo(f"  {visible(e.call_id, keep='')} {visible(e.tool_name, keep='')}: {said}", err=True)
     rid = run.run_id
     if as_json:
         from sandbox.cli.common import emit_json

@@ -33,7 +33,8 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     # Not paged by default, like 'git status' ('sandbox --paginate status' pages it).
     out = setup(ctx, color, no_color, slot="status", page=False)
     out.page()
-    click.echo(out.style(f"Run {row['run']}", fg="yellow") + (f" ({row['label']})" if row["label"] else ""))
+    label = f" ({visible(row['label'], keep='')})" if row["label"] else ""  # a fetched run's label is the pusher's
+    click.echo(out.style(f"Run {row['run']}", fg="yellow") + label)
     click.echo(f"  created:   {local_time(row['created_at'])}")
     missing = out.style("  (MISSING)", fg="red")
     if row["worktree"] is None:

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import git, sandbox_cmd
+from conftest import git, sandbox_cmd, tree_digest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -135,3 +135,20 @@ def test_settings_the_agent_writes_in_its_worktree_never_loosen_its_confinement(
         assert not mark.exists(), f"a command started in {cwd} ran unconfined"
     inputs = [e["input"] for e in json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)]
     assert [i.get("isolation") for i in inputs] == ["bwrap, network off"] * 3
+
+
+def test_a_worktree_directory_swapped_for_a_symlink_into_the_users_tree_is_never_written_through(
+    repo: Path,
+) -> None:
+    """The agent replaces its ``src`` by a symlink to the user's ``src``; the user then rolls the
+    run's files back, undoes and redoes in the run: the sandbox (unconfined) writes the worktree and
+    must replace the link, never write through it into the user's tree."""
+    run_id, wt = start(repo)
+    exec_sh(repo, run_id, "echo agent > src/app.py")
+    assert sandbox_cmd("checkpoint", run_id, "--label", "c1", cwd=repo).returncode == 0
+    before = (tree_digest(repo), gitdir_state(repo))
+    for args in (["rollback", run_id, "--files", "--to", "c1"], ["undo", run_id], ["redo", run_id]):
+        exec_sh(repo, run_id, f"rm -rf src && ln -s {repo / 'src'} src")
+        proc = sandbox_cmd(*args, cwd=repo, timeout=60)
+        assert "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
+        assert (tree_digest(repo), gitdir_state(repo)) == before, f"{args[0]} wrote through the agent's symlink"

@@ -83,3 +83,31 @@ def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: 
     assert "hello\nuser edit" not in out["text"]  # nothing of the user's tree
     assert user_state(repo) == before
     assert not os.path.exists("/tmp/x")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a server pinned to one run (--run A) still lets the model open_run any other run of "
+    "the repository and write there (another agent's run included); design decision left to the integrator",
+)
+def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> None:
+    import json
+
+    from tests.conftest import sandbox_cmd
+
+    a = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    b = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    other = Path(b["worktree"])
+
+    async def main() -> bool:
+        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--run", a], env=dict(os.environ), cwd=str(repo))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            opened = await session.call_tool("open_run", {"run_id": b["run"]})
+            if opened.is_error:
+                return False
+            wrote = await session.call_tool("write_file", {"path": "planted.txt", "content": "x\n"})
+            return not wrote.is_error
+
+    wrote = anyio.run(main)
+    assert not wrote and not (other / "planted.txt").exists()

@@ -29,10 +29,13 @@ PLANTS = {
     "gitattributes-symlink-to-fifo": "mkfifo ../fifo-in-tmp 2>/dev/null || mkfifo /tmp/f; ln -sf /tmp/f .gitattributes",
     "gitattributes-symlink-to-dev-zero": "ln -sf /dev/zero .gitattributes",
     "info-attributes": 'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; mkfifo "$g/info/attributes"',
-    "core-attributesfile": "mkfifo attrs.fifo && git config core.attributesFile \"$PWD/attrs.fifo\"",
+    "core-attributesfile": 'mkfifo attrs.fifo && git config core.attributesFile "$PWD/attrs.fifo"',
     "run-git-config": 'g="$(git rev-parse --git-dir)"; rm "$g/config"; mkfifo "$g/config"',
     "run-git-index": 'g="$(git rev-parse --git-dir)"; rm "$g/index"; mkfifo "$g/index"',
     "dot-git-file": "rm .git; mkfifo .git",
+    "alternates": 'a="$(git rev-parse --git-dir)/objects/info/alternates"; rm -f "$a"; mkfifo "$a"',
+    "packed-refs": 'g="$(git rev-parse --git-dir)"; mkfifo "$g/packed-refs"',
+    "branch-ref": 'r="$(git rev-parse --git-dir)/$(git symbolic-ref HEAD)"; rm -f "$r"; mkfifo "$r"',
     "sparse-checkout": 'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; mkfifo "$g/info/sparse-checkout"',
 }
 

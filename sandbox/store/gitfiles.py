@@ -20,7 +20,16 @@ import re
 import stat
 
 #: Files of a git dir that libgit2 reads when it opens a repository, its index or its attributes.
-GIT_DIR_FILES = ("config", "index", "HEAD", "commondir", "info/attributes", "info/exclude", "info/sparse-checkout")
+GIT_DIR_FILES = (
+    "config",
+    "index",
+    "HEAD",
+    "commondir",
+    "info/attributes",
+    "info/exclude",
+    "info/sparse-checkout",
+    "objects/info/alternates",
+)
 
 #: Config keys naming a file libgit2 reads (``include.path``, ``includeIf.<cond>.path``, ...).
 _FILE_KEYS = re.compile(rb"^\s*(path|attributesfile|excludesfile)\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)

@@ -111,3 +111,60 @@ def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> N
 
     wrote = anyio.run(main)
     assert not wrote and not (other / "planted.txt").exists()
+
+
+#: A confined agent's client for another session's HTTP MCP server (the SDK's, run inside the sandbox).
+HTTP_CLIENT = r"""
+import sys, anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    async with streamable_http_client(sys.argv[1]) as (read, write), ClientSession(read, write) as s:
+        await s.initialize()
+        r = await s.call_tool("write_file", {"path": "from-another-run.txt", "content": "x\n"})
+        print("ERROR" if r.is_error else "WROTE")
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: 'sandbox mcp --http' has no authentication; a confined agent of another run with the "
+    "network on (the default for 'sandbox run') reaches 127.0.0.1:PORT and writes into that server's run",
+)
+def test_a_confined_agent_cannot_drive_another_sessions_http_server(repo: Path) -> None:
+    import json
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from tests.conftest import sandbox_cmd
+
+    a = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    b = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [SANDBOX, "mcp", "--run", b["run"], "--http", str(port)],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        proc = sandbox_cmd("exec", a, "--network", "on", "--", sys.executable, "-c", HTTP_CLIENT, url, cwd=repo)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    assert b"WROTE" not in proc.stdout and not (Path(b["worktree"]) / "from-another-run.txt").exists()

@@ -61,6 +61,11 @@ def test_agent_text_is_written_out_in_every_listing(repo: Path) -> None:
     proc = sandbox_cmd("call", "finish", run_id, done, "--status", "failed", "--error", ERROR, cwd=repo)
     assert proc.returncode == 0, proc.stderr.decode()
     call("start", run_id, "--tool", "T\x1b[2Kx", "--call-id", "id\x1b[2K\rfake", "--input", "{}")
+    # The agent's own commit in its run: its subject is shown by status and log ("agent git").
+    worktree = sandbox_cmd("path", run_id, cwd=repo).stdout.decode().strip()
+    subprocess.run(
+        ["git", "commit", "-q", "--allow-empty", "-m", "fix\x1b]52;c;eA==\x07\x9b2K"], cwd=worktree, check=True
+    )
     proc = sandbox_cmd("checkpoint", run_id, "--label", "l\x1b]52;c;eA==\x07", "--step", "s\x1b[2K", cwd=repo)
     assert proc.returncode == 0, proc.stderr.decode()
     for args in (

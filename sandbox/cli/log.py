@@ -202,7 +202,8 @@ def _agent_git(run: Run) -> None:
 def _show_agent_git(found: dict[str, Any]) -> None:
     if not views.agent_git_changed(found):
         return
-    first, *rest = views.describe_agent_git(found)
+    # The agent's commit subjects and ref names: written out, never sent to the terminal as controls.
+    first, *rest = (visible(line, keep="") for line in views.describe_agent_git(found))
     click.echo(f"agent git: {first}")
     for line in rest:
         click.echo(f"           {line}")

@@ -57,7 +57,8 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     if agent_git:
         from sandbox.run.views import describe_agent_git
 
-        first, *rest = describe_agent_git(agent_git)
+        # The agent's commit subjects and ref names: written out, never sent to the terminal as controls.
+        first, *rest = (visible(line, keep="") for line in describe_agent_git(agent_git))
         click.echo(f"  agent git: {first}")
         for line in rest:
             click.echo(f"             {line}")

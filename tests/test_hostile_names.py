@@ -37,3 +37,15 @@ def test_a_newline_in_a_name_is_quoted_in_every_listing(repo: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
     assert not any(line.strip() == "README.md" for line in lines(proc.stdout)), proc.stdout
     assert not (repo / EVIL).exists()
+
+
+def test_compare_quotes_the_paths_where_runs_disagree(repo: Path) -> None:
+    runs = [r["run"] for r in json.loads(sandbox_cmd("start", "--count", "2", "--json", cwd=repo).stdout)["runs"]]
+    for run_id, data in zip(runs, (b"one\n", b"two\n"), strict=True):
+        proc = sandbox_cmd("write", run_id, EVIL, cwd=repo, input=data)
+        assert proc.returncode == 0, proc.stderr.decode()
+    proc = sandbox_cmd("compare", runs[0], cwd=repo)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = lines(proc.stdout)
+    assert not any(line.strip().startswith("README.md") for line in out), out
+    assert any(line.startswith('  "z\\n  README.md": ') for line in out), out

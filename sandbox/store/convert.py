@@ -95,7 +95,7 @@ class Converter:
         dir at any time, and this converter lives as long as the host (:mod:`sandbox.store.gitfiles`).
         Where one is not, no conversion applies, as git ignores a ``.gitattributes`` it cannot read.
         """
-        return gitfiles.repository_plain(self.workdir) and gitfiles.path_rules_plain(
+        return gitfiles.repository_plain(self.workdir, gitfiles.ATTRIBUTE_FILES) and gitfiles.path_rules_plain(
             self.workdir, rel, (".gitattributes",)
         )
 

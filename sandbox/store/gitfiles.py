@@ -79,13 +79,20 @@ def git_dir(workdir: str) -> str | None:
     return os.path.join(workdir, line[len("gitdir:") :].strip())
 
 
-def _config_files_plain(path: str, depth: int = 0) -> bool:
-    """True when the config ``path`` and every file it names (includes, followed) are plain."""
-    if not plain_or_absent(path):
-        return False
+#: The files a config names, by the config's (path, inode, size, mtime): read once per version.
+_NAMED: dict[tuple[str, int, int, int], list[tuple[bytes, str]]] = {}
+
+
+def _named_files(path: str, st: os.stat_result) -> list[tuple[bytes, str]] | None:
+    """(key, path) of each file the config ``path`` names; None when it cannot be read as a file."""
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _NAMED.get(key)
+    if found is not None:
+        return found
     data = _read_plain(path)
     if data is None:
-        return True  # absent
+        return None
+    found = []
     for match in _FILE_KEYS.finditer(data):
         value = match.group(2).strip(b'"')
         if not value:
@@ -93,19 +100,45 @@ def _config_files_plain(path: str, depth: int = 0) -> bool:
         named = os.path.expanduser(os.fsdecode(value))
         if not os.path.isabs(named):
             named = os.path.join(os.path.dirname(path), named)
-        if not plain_or_absent(named):
+        found.append((match.group(1).lower(), named))
+    if len(_NAMED) > 256:
+        _NAMED.clear()
+    _NAMED[key] = found
+    return found
+
+
+def _config_files_plain(path: str, depth: int = 0) -> bool:
+    """True when the config ``path`` and every file it names (includes, followed) are plain."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    named = _named_files(path, st)
+    if named is None:
+        return False
+    for key, other in named:
+        if not plain_or_absent(other):
             return False
-        nested = match.group(1).lower() == b"path"
-        if nested and (depth >= MAX_INCLUDE_DEPTH or not _config_files_plain(named, depth + 1)):
+        nested = key == b"path"
+        if nested and (depth >= MAX_INCLUDE_DEPTH or not _config_files_plain(other, depth + 1)):
             return False
     return True
 
 
-def repository_plain(workdir: str) -> bool:
+#: What an attribute lookup reads of the git dir (the config, for ``core.attributesFile``; the
+#: index, for ``.gitattributes`` staged there; alternates, for the blobs a smudge reads).
+ATTRIBUTE_FILES = ("config", "index", "info/attributes", "objects/info/alternates")
+
+
+def repository_plain(workdir: str, names: tuple[str, ...] = GIT_DIR_FILES) -> bool:
     """True when what libgit2 reads to open ``workdir``'s repository, its index and its
     attribute and ignore settings is plain: its ``.git``, the git dir's files
-    (:data:`GIT_DIR_FILES`, and the common dir's when ``commondir`` names one) and the files its
-    config names."""
+    (``names``: :data:`GIT_DIR_FILES`, and the common dir's when ``commondir`` names one) and the
+    files its config names."""
     dotgit = os.path.join(workdir, ".git")
     if not os.path.isdir(dotgit) and not plain_or_absent(dotgit):
         return False
@@ -117,7 +150,7 @@ def repository_plain(workdir: str) -> bool:
     if common is not None and common.strip():
         dirs.append(os.path.join(gdir, os.fsdecode(common.strip())))
     for d in dirs:
-        if not all(plain_or_absent(os.path.join(d, name)) for name in GIT_DIR_FILES):
+        if not all(plain_or_absent(os.path.join(d, name)) for name in names):
             return False
         if not _config_files_plain(os.path.join(d, "config")):
             return False

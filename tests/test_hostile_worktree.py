@@ -152,3 +152,35 @@ def test_a_worktree_directory_swapped_for_a_symlink_into_the_users_tree_is_never
         proc = sandbox_cmd(*args, cwd=repo, timeout=60)
         assert "Traceback" not in proc.stderr.decode(), (args, proc.stderr.decode())
         assert (tree_digest(repo), gitdir_state(repo)) == before, f"{args[0]} wrote through the agent's symlink"
+
+
+@pytest.mark.parametrize("target", ["abs-git-config", "rel-git-hooks", "other-run"])
+def test_a_symlink_planted_and_applied_is_only_ever_a_link(repo: Path, target: str) -> None:
+    """The agent plants a link to the user's ``.git/config`` (absolute), to ``.git/hooks`` (relative)
+    or to another run's worktree; the user applies it (a link is content), then a later call turns
+    the link into a file, or writes below it: applying that replaces the link, never its target."""
+    run_id, _wt = start(repo)
+    other_id, other_wt = start(repo)
+    points_to = {
+        "abs-git-config": str(repo / ".git" / "config"),
+        "rel-git-hooks": ".git/hooks",
+        "other-run": str(other_wt / "src"),
+    }[target]
+    other_before = tree_digest(other_wt)
+    exec_sh(repo, run_id, f"ln -s '{points_to}' planted")
+    before = gitdir_state(repo)
+    proc = sandbox_cmd("apply", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert os.readlink(repo / "planted") == points_to
+    exec_sh(repo, run_id, "rm planted && printf '[core]\\n\\thooksPath = /tmp/evil\\n' > planted")
+    proc = sandbox_cmd("apply", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert not (repo / "planted").is_symlink() and "hooksPath" in (repo / "planted").read_text()
+    exec_sh(repo, run_id, f"rm planted && ln -s '{points_to}' planted")
+    sandbox_cmd("apply", run_id, cwd=repo)
+    exec_sh(repo, run_id, "rm planted && mkdir planted && echo x > planted/pre-commit")
+    proc = sandbox_cmd("apply", run_id, cwd=repo)
+    assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
+    assert gitdir_state(repo) == before
+    assert tree_digest(other_wt) == other_before
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()

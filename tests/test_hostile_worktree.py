@@ -184,3 +184,24 @@ def test_a_symlink_planted_and_applied_is_only_ever_a_link(repo: Path, target: s
     assert gitdir_state(repo) == before
     assert tree_digest(other_wt) == other_before
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+@pytest.mark.parametrize("plant", ["deep-json", "fifo", "symlink-out"])
+def test_hooks_install_over_agent_settings_refuses_in_one_line(repo: Path, tmp_path: Path, plant: str) -> None:
+    """``sandbox run`` (and ``hooks install``) merge into the worktree's agent settings, which the
+    agent wrote: nested deeper than Python parses, a FIFO, or a link out of the worktree."""
+    run_id, _wt = start(repo)
+    outside = tmp_path / "settings.json"
+    outside.write_text("{}\n")
+    script = {
+        "deep-json": "mkdir -p .claude && python3 -c \"print('[' * 99999 + ']' * 99999)\""
+        " > .claude/settings.local.json",
+        "fifo": "mkdir -p .claude && mkfifo .claude/settings.local.json",
+        "symlink-out": f"mkdir -p .claude && ln -s {outside} .claude/settings.local.json",
+    }[plant]
+    exec_sh(repo, run_id, script)
+    proc = sandbox_cmd("hooks", "install", "claude-code", run_id, cwd=repo, timeout=30)
+    err = proc.stderr.decode()
+    assert proc.returncode not in (0, 3) and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "settings.local.json" in err, err
+    assert outside.read_text() == "{}\n"

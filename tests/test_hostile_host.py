@@ -71,11 +71,11 @@ try:
 except OSError as exc:
     out["read-token-b"] = "refused: %s" % exc.strerror
 idle = []
-for _ in range(200):
+for _ in range(100):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock_path)
     idle.append(s)
-ask(req({"v": 1, "op": "ping"}), "ping-while-idle-held")
+ask(req({"v": 1, "op": "ping"}), "ping-while-idle-held", wait=60)
 print(json.dumps(out))
 """
 
@@ -117,7 +117,8 @@ def test_forged_requests_from_a_confined_agent(repo: Path) -> None:
         assert answers["garbage"]["ok"] is False
         assert answers["deep"] != "closed" and answers["deep"]["ok"] is False, answers["deep"]  # answered, not dropped
         assert answers["read-token-b"].startswith("refused"), answers["read-token-b"]
-        assert answers["ping-while-idle-held"]["ok"] is True, answers
+        held = answers["ping-while-idle-held"]
+        assert isinstance(held, dict) and held["ok"] is True, held
         hooked = answers["paths-outside"]
         assert not (isinstance(hooked, dict) and hooked.get("ok") and hooked.get("decision") != "deny"), hooked
         # The host is the same process and still serves both runs.

@@ -55,6 +55,7 @@ APPLY_MODULES = {
     "sandbox.cli.app",
     "sandbox.cli.commands",
     "sandbox.cli.common",
+    "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",
     "sandbox.cli.output",
     "sandbox.cli.selection",
@@ -75,6 +76,7 @@ APPLY_MODULES = {
     "sandbox.store.convert",
     "sandbox.store.fsutil",
     "sandbox.store.gitcli",
+    "sandbox.store.gitfiles",  # the converter's check that no FIFO waits where libgit2 reads (stdlib)
     "sandbox.store.integrity",
     "sandbox.store.journal",
     "sandbox.store.layout",

@@ -75,7 +75,11 @@ for _ in range(100):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock_path)
     idle.append(s)
-ask(req({"v": 1, "op": "ping"}), "ping-while-idle-held", wait=60)
+for _ in range(20):  # a full listen backlog (EAGAIN) on a busy machine is retried, as a hook would
+    ask(req({"v": 1, "op": "ping"}), "ping-while-idle-held", wait=60)
+    if isinstance(out["ping-while-idle-held"], dict):
+        break
+    time.sleep(1)
 print(json.dumps(out))
 """
 

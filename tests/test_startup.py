@@ -54,6 +54,7 @@ APPLY_MODULES = {
     "sandbox.cli",
     "sandbox.cli.app",
     "sandbox.cli.commands",
+    "sandbox.cli.escape",
     "sandbox.cli.common",
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",

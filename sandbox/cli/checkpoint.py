@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_run
-from sandbox.cli.fmt import visible
 
 
 def read_json_file(path: str | None, what: str) -> Any:
@@ -64,4 +64,4 @@ def checkpoint(
     if as_json:
         emit_json(dump(ckpt))
     else:
-        click.echo(f"{ckpt.name} {ckpt.id} saved ({visible(label, keep='')})")
+        click.echo(f"{ckpt.name} {ckpt.id} saved ({escape.text(label)})")

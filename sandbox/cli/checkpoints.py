@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_run
-from sandbox.cli.fmt import visible
 
 
 @click.command()
@@ -33,7 +33,7 @@ def checkpoints(ctx: click.Context, run_id: str | None, with_auto: bool, as_json
         for s in items:
             c = s.checkpoint
             when = c.created_at.strftime("%Y-%m-%d %H:%M:%S")
-            step = visible(f" step {c.step_id}" if c.step_id else "", keep="")  # the runtime's words
-            click.echo(f"{c.name:<18} {c.id:<18} {when}{step}  {visible(c.label or '', keep='')}".rstrip())
+            step = f" step {c.step_id}" if c.step_id else ""
+            click.echo(escape.text(f"{c.name:<18} {c.id:<18} {when}{step}  {c.label or ''}".rstrip()))
     if listing.problems:
         ctx.exit(1)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, fast_open, open_run
-from sandbox.cli.fmt import command_of, duration, first_line, fit, local_time, visible
-from sandbox.cli.fmt import quote_path as shown_path
+from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 from sandbox.run import views
@@ -157,16 +157,16 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
         [
             " [undone]" if e["undone"] else "",
             " [applied]" if e["applied"] else "",
-            f" [partly applied: {', '.join(partly)}]" if partly else "",
-            f" [denied: {e['denial_reason'] or 'no reason'}]" if approval == "denied" else "",
+            f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
+            f" [denied: {escape.text(e['denial_reason'] or 'no reason')}]" if approval == "denied" else "",
         ]
     )
     commit = e["commit"][:10] if e["commit"] else "-"
     status = e["status"]
     seq = f"{e['seq']:>3}"
     click.echo(
-        f"{out.style(seq, fg='yellow')}  {visible(e['call_id'], keep=''):<18} "
-        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {visible(e['tool_name'], keep=''):<16} "
+        f"{out.style(seq, fg='yellow')}  {escape.text(e['call_id']):<18} "
+        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {escape.text(e['tool_name']):<16} "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
     started = e["started_at"]
@@ -177,15 +177,14 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
     click.echo(fit(f"       {when}  {command}".rstrip(), out.width))
     error = e["error"]
     if error:
-        shown_id = visible(e["call_id"], keep="")
-        more = f"  (in full: sandbox log {run_id} --call {shown_id})" if e["error_detail"] or e["error_ref"] else ""
-        first = first_line(error).split(" …(+")[0]  # older entries: multi-line; controls written out
+        more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
+        first = escape.text(error.strip().splitlines()[0] if error.strip() else error)  # older: multi-line
         click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
     for f in e["files"]:
         kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
         if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {shown_path(f['path'])}")
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {escape.path(f['path'])}")
 
 
 def _agent_git(run: Run) -> None:
@@ -202,8 +201,7 @@ def _agent_git(run: Run) -> None:
 def _show_agent_git(found: dict[str, Any]) -> None:
     if not views.agent_git_changed(found):
         return
-    # The agent's commit subjects and ref names: written out, never sent to the terminal as controls.
-    first, *rest = (visible(line, keep="") for line in views.describe_agent_git(found))
-    click.echo(f"agent git: {first}")
+    first, *rest = views.describe_agent_git(found)  # branch names and commit subjects are the agent's
+    click.echo(f"agent git: {escape.text(first)}")
     for line in rest:
-        click.echo(f"           {line}")
+        click.echo(f"           {escape.text(line)}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run, renamed
-from sandbox.cli.fmt import visible
 
 
 @click.command()
@@ -38,7 +38,9 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes
     for problem in report.problems:
         click.echo(f"sandbox: {problem}", err=True)
     for proc in report.stopped_processes:
-        click.echo(f"sandbox: stopped process {proc.pid} ({proc.cmd or '?'}) with SIG{proc.state}.", err=True)
-    click.echo(visible(report.note))  # the agent's commands and errors are quoted in it
+        click.echo(
+            f"sandbox: stopped process {proc.pid} ({escape.text(proc.cmd or '?')}) with SIG{proc.state}.", err=True
+        )
+    click.echo(escape.text(report.note))
     click.echo("")
-    click.echo(f"Next step: {visible(report.next_step)}")
+    click.echo(f"Next step: {escape.text(report.next_step)}")

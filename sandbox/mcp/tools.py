@@ -390,10 +390,16 @@ class Workspace:
     ) -> str:
         """Lines matching a regular expression (``git grep``: tracked, new and untracked files
         not ignored by ``.gitignore``), as ``path:line:text``; at most ``max_results`` lines."""
-        from sandbox.store import gitcli
+        from sandbox.store import gitcli, gitfiles
 
         run = self.require_run()
         rel, _full = self._readable(run, path, allow_root=True)
+        # git grep --untracked reads every .gitignore, info/exclude and core.excludesFile: one the
+        # model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
+        odd = None if gitfiles.repository_plain(run.worktree) else ".git"
+        odd = odd or gitfiles.tree_rules_plain(run.worktree, (".gitignore",))
+        if odd is not None:
+            raise UsageError(f"The search cannot read the worktree's ignore rules: {odd} is not a regular file.")
         limit = max(1, min(max_results, 1000))
         # libgit2 has no grep; git grep is also the fastest way over a large worktree.
         args = ["grep", "-n", "-I", "--untracked", "--no-color", "--full-name"]

@@ -85,11 +85,6 @@ def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: 
     assert not os.path.exists("/tmp/x")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a server pinned to one run (--run A) still lets the model open_run any other run of "
-    "the repository and write there (another agent's run included); design decision left to the integrator",
-)
 def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> None:
     import json
 
@@ -103,6 +98,8 @@ def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> N
         params = StdioServerParameters(command=SANDBOX, args=["mcp", "--run", a], env=dict(os.environ), cwd=str(repo))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
+            started = await session.call_tool("start_run", {})
+            assert started.is_error and "works on run" in str(started.content), started
             opened = await session.call_tool("open_run", {"run_id": b["run"]})
             if opened.is_error:
                 return False

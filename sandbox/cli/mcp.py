@@ -73,6 +73,8 @@ def mcp(
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
+    if ws.run is not None:
+        ws.pin()  # the run chosen here is the only one the model works on
     net = now.network
     if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
         click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)

@@ -167,6 +167,8 @@ class Workspace:
             boot_id=settings.boot_id,
         )
         self._instance = secrets.token_hex(3)
+        #: Set by :meth:`pin`: the one run this server works on (``sandbox mcp --run`` / ``--new``).
+        self.pinned: str | None = None
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -184,18 +186,34 @@ class Workspace:
             raise NoRunError("No run is open yet; call start_run (or open_run with a run id from list_runs) first.")
         return self.run
 
+    def pin(self) -> None:
+        """Keep this server on the run it has open: ``open_run`` of another run and ``start_run``
+        are refused from now on (the user chose the run; the model may not move to another
+        agent's run and write there)."""
+        self.pinned = self.require_run().run_id
+
+    def _refuse_if_pinned(self, wanted: str | None) -> None:
+        if self.pinned is not None and wanted != self.pinned:
+            raise SandboxError(
+                f"This server works on run {self.pinned} only (it was started with --run or --new); "
+                "ask the user to start 'sandbox mcp' without them to choose runs."
+            )
+
     def open_run(self, run_id: str) -> dict[str, Any]:
         """Work on an existing run (any unique prefix of its id)."""
         with self.lock:
             from sandbox.run.names import resolve_run
 
-            run = Run.open(self.project, resolve_run(self.project, run_id))
+            rid = resolve_run(self.project, run_id)
+            self._refuse_if_pinned(rid)
+            run = Run.open(self.project, rid)
             run.load()
             return self._opened(run, created=False)
 
     def start_run(self, label: str | None = None) -> dict[str, Any]:
         """Snapshot the user's working tree into a new run and work on it."""
         with self.lock:
+            self._refuse_if_pinned(None)
             if self.user_workdir is None:
                 raise SandboxError(
                     "This server was started inside a run's worktree; start it from your repository to make new runs."

@@ -126,11 +126,6 @@ anyio.run(main)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: 'sandbox mcp --http' has no authentication; a confined agent of another run with the "
-    "network on (the default for 'sandbox run') reaches 127.0.0.1:PORT and writes into that server's run",
-)
 def test_a_confined_agent_cannot_drive_another_sessions_http_server(repo: Path) -> None:
     import json
     import signal

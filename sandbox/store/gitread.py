@@ -36,6 +36,12 @@ _ALTERNATES_DEPTH = 5
 _MAX_CHAIN = 10_000
 _TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _TYPE_NUMBERS = {name.encode(): num for num, name in _TYPES.items()}
+#: Bounds on what one read may take: a file (a sparse file can claim a terabyte), an inflated
+#: object (a loose object of a few bytes can inflate to gigabytes) and the objects directories
+#: listed by alternates (each is searched for every object).
+MAX_FILE = 256 << 20
+MAX_OBJECT = 256 << 20
+_MAX_OBJECT_DIRS = 64
 MODE_TREE = 0o040000
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #: Extensions that do not change how refs and objects are stored (anything else: GitReadError).
@@ -88,11 +94,17 @@ class Commit(NamedTuple):
 def _open_regular(path: str) -> int:
     """A read-only descriptor of ``path``, which must be a regular file.
 
-    Opened without blocking and checked before anything is read: a run's own git directory is the
-    agent's to write, and a FIFO (or a device) put where a ref or a pack should be would otherwise
-    hang the command that reads it. OSError (FileNotFoundError...) as ``open`` raises it.
+    Checked before it is opened (a device is not even opened), then opened without blocking and
+    checked again (it may have been swapped in between): a run's own git directory is the agent's
+    to write, and a FIFO (or a device) put where a ref, a pack or an object should be would
+    otherwise hang the command that reads it. OSError (FileNotFoundError...) as ``open`` raises it.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise GitReadError(f"{path} is not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -102,10 +114,16 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def _read_file(path: str) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`_open_regular`)."""
+def _read_file(path: str, limit: int = MAX_FILE) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`_open_regular`), at most ``limit`` of them
+    (a longer file raises GitReadError, without being read whole)."""
     with os.fdopen(_open_regular(path), "rb") as fh:
-        return fh.read()
+        if os.fstat(fh.fileno()).st_size > limit:
+            raise GitReadError(f"{path} is larger than {limit} bytes")
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # it grew while being read
+        raise GitReadError(f"{path} is larger than {limit} bytes")
+    return data
 
 
 def _map(path: str) -> mmap.mmap:
@@ -205,12 +223,15 @@ class _Pack:
             raise GitReadError(f"{self.pack_path}: an object is shorter than its header says")
         return b"".join(out)
 
-    def read_at(self, offset: int) -> tuple[str, bytes]:
-        """The object at ``offset``: its delta chain walked down to a base, then applied upwards."""
+    def read_at(self, offset: int, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
+        """The object at ``offset``: its delta chain walked down to a base, then applied upwards
+        (GitReadError when the object, or a piece of its chain, is bigger than ``limit``)."""
         deltas: list[bytes] = []
         pos = offset
         for _ in range(_MAX_CHAIN):
             kind, size, at = self._header(pos)
+            if size > limit:
+                raise GitReadError(f"{self.pack_path}: an object is larger than {limit} bytes")
             if kind in _TYPES:
                 kind_name, base = _TYPES[kind], self._inflate(at, size)
                 break
@@ -239,7 +260,7 @@ class _Pack:
         else:
             raise GitReadError(f"{self.pack_path}: a delta chain is longer than {_MAX_CHAIN}")
         for delta in reversed(deltas):
-            base = _apply_delta(base, delta)
+            base = _apply_delta(base, delta, limit)
         return kind_name, base
 
     def close(self) -> None:
@@ -260,12 +281,14 @@ def _varint(delta: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _apply_delta(base: bytes, delta: bytes) -> bytes:
+def _apply_delta(base: bytes, delta: bytes, limit: int = MAX_OBJECT) -> bytes:
     """git's delta format: source and target sizes, then copy-from-base and insert instructions."""
     source_size, pos = _varint(delta, 0)
     target_size, pos = _varint(delta, pos)
     if source_size != len(base):
         raise GitReadError("a delta does not fit its base (wrong source size)")
+    if target_size > limit:
+        raise GitReadError(f"a delta makes an object larger than {limit} bytes")
     out = bytearray()
     end = len(delta)
     while pos < end:
@@ -458,6 +481,17 @@ class Repo:
             value = self._loose(name)
         return value[5:] if value is not None and value.startswith("ref: ") else None
 
+    def read_file(self, name: str, limit: int = MAX_FILE) -> bytes:
+        """A file of the common git dir (``shallow``, ``logs/refs/stash``...), read as every file here
+        is read (regular files only, without blocking, bounded); FileNotFoundError when absent."""
+        path = os.path.join(self.common_dir, name)
+        try:
+            return _read_file(path, limit)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
+        except OSError as exc:
+            raise GitReadError(f"{path} cannot be read ({exc})") from exc
+
     def _loose_names(self, root: str, prefix: str) -> Iterator[str]:
         """Names of the loose ref files below ``root`` that start with ``prefix``."""
         base = prefix.rpartition("/")[0]
@@ -514,6 +548,8 @@ class Repo:
                 directory = os.path.normpath(directory)
                 if directory in dirs or depth > _ALTERNATES_DEPTH:
                     continue
+                if len(dirs) >= _MAX_OBJECT_DIRS:
+                    raise GitReadError(f"alternates name more than {_MAX_OBJECT_DIRS} object directories")
                 dirs.append(directory)
                 try:
                     lines = _read_file(os.path.join(directory, "info", "alternates")).decode("utf-8").splitlines()
@@ -550,39 +586,41 @@ class Repo:
         for directory in self._dirs():
             self._dir_packs(directory, known)
 
-    def _find(self, oid: str) -> tuple[str, bytes] | None:
+    def _find(self, oid: str, limit: int) -> tuple[str, bytes] | None:
         raw = bytes.fromhex(oid)
         for directory in self._dirs():
             loose = os.path.join(directory, oid[:2], oid[2:])
             try:
-                compressed = _read_file(loose)
-            except FileNotFoundError:
+                # zlib never grows incompressible data by more than 0.1% + a few bytes.
+                compressed = _read_file(loose, limit + limit // 512 + 1024)
+            except (FileNotFoundError, NotADirectoryError):
                 pass
             else:
-                return _inflate_loose(oid, compressed)
+                return _inflate_loose(oid, compressed, limit)
             for pack in self._dir_packs(directory):
                 offset = pack.find(raw)
                 if offset is None:
                     continue
                 if pack.data is None and not os.path.exists(pack.pack_path):
                     continue  # a repack removed the pack and not yet its idx (git unlinks the idx last)
-                return pack.read_at(offset)
+                return pack.read_at(offset, limit)
         return None
 
-    def read(self, oid: str) -> tuple[str, bytes]:
+    def read(self, oid: str, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
         """An object's type (``commit``, ``tree``, ``blob``, ``tag``) and content, checked against its id.
 
         Loose objects first, then packs, then alternates; when the object is found nowhere, the pack
-        lists are read again once (a pack may have appeared since).
+        lists are read again once (a pack may have appeared since). An object bigger than ``limit``
+        bytes is not read (GitReadError).
         """
         self._check()
         if not _HEX40.fullmatch(oid):
             raise GitReadError(f"{oid!r} is not a SHA-1 object id")
         with _guard(f"object {oid}"):
-            found = self._find(oid)
+            found = self._find(oid, limit)
             if found is None:
                 self._rescan()
-                found = self._find(oid)
+                found = self._find(oid, limit)
         if found is None:
             raise GitReadError(f"object {oid} is missing")
         kind, data = found
@@ -685,10 +723,13 @@ class Repo:
         self._packs = {}
 
 
-def _inflate_loose(oid: str, compressed: bytes) -> tuple[str, bytes]:
-    """A loose object's type and content (its id is checked by the caller)."""
+def _inflate_loose(oid: str, compressed: bytes, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
+    """A loose object's type and content (its id is checked by the caller); inflated no further
+    than ``limit`` bytes (and a header)."""
     inflater = zlib.decompressobj()
-    full = inflater.decompress(compressed)
+    full = inflater.decompress(compressed, limit + 32)
+    if inflater.unconsumed_tail:
+        raise GitReadError(f"loose object {oid} is larger than {limit} bytes")
     if not inflater.eof:
         raise GitReadError(f"loose object {oid} is truncated")
     header, _, body = full.partition(b"\0")

@@ -548,6 +548,8 @@ class Repo:
                 directory = os.path.normpath(directory)
                 if directory in dirs or depth > _ALTERNATES_DEPTH:
                     continue
+                if dirs and not os.path.isdir(directory):
+                    continue  # as git and libgit2 skip an alternate that does not exist
                 if len(dirs) >= _MAX_OBJECT_DIRS:
                     raise GitReadError(f"alternates name more than {_MAX_OBJECT_DIRS} object directories")
                 dirs.append(directory)

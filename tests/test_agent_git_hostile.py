@@ -1,0 +1,264 @@
+"""Nothing the agent puts in the run's own git dir hangs or crashes ``status``, ``status --json`` or
+``log``: each answers, showing the agent's git or saying nothing of it (unreadable).
+
+The run's git dir is the agent's to write. Each trap below is made for real in a real run's git
+dir (real FIFOs, a bound unix socket, symlinks to devices, sparse files, zlib bombs, hand-written
+objects, alternates that loop), then the real ``sandbox`` runs with a timeout: a hang fails the
+test instead of hanging the suite. The pygit2 walk that came before hung for ever on the FIFO, the
+shallow and grafts traps and crashed on a commit with an unknown encoding
+(tests/test_revwalk.py covers the encodings).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sandbox.run.run import Run
+from tests.conftest import git, sandbox_cmd, write
+from tests.hook_fixtures import start_run
+
+#: A trap: (the run's git dir, the agent's commits oldest first, the snapshot) -> None.
+Trap = Callable[[Path, list[str], str], None]
+
+
+def _loose(git_dir: Path, oid: str) -> Path:
+    return git_dir / "objects" / oid[:2] / oid[2:]
+
+
+def _replace(path: Path, make: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        path.chmod(0o644)
+        path.unlink()
+    make(path)
+
+
+def _fifo_at_head(g: Path, ids: list[str], base: str) -> None:
+    _replace(_loose(g, ids[-1]), os.mkfifo)
+
+
+def _fifo_at_parent(g: Path, ids: list[str], base: str) -> None:
+    _replace(_loose(g, ids[0]), os.mkfifo)
+
+
+def _symlink_to_fifo(g: Path, ids: list[str], base: str) -> None:
+    os.mkfifo(g / "trap-fifo")
+    _replace(_loose(g, ids[-1]), lambda p: p.symlink_to(g / "trap-fifo"))
+
+
+def _socket_at_head(g: Path, ids: list[str], base: str) -> None:
+    def bind(path: Path) -> None:
+        # Bound at a short path (the socket path limit is ~108 bytes), then moved into place.
+        short = Path(tempfile.mkdtemp(dir="/tmp")) / "s"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(short))
+        _SOCKETS.append(sock)
+        os.rename(short, path)
+        short.parent.rmdir()
+
+    _replace(_loose(g, ids[-1]), bind)
+
+
+_SOCKETS: list[socket.socket] = []
+
+
+def _dev_zero_at_head(g: Path, ids: list[str], base: str) -> None:
+    _replace(_loose(g, ids[-1]), lambda p: p.symlink_to("/dev/zero"))
+
+
+def _directory_at_head(g: Path, ids: list[str], base: str) -> None:
+    _replace(_loose(g, ids[-1]), lambda p: p.mkdir())
+
+
+def _alternates_to_fifos(g: Path, ids: list[str], base: str) -> None:
+    """An objects directory of FIFOs named first in alternates: the snapshot's id, a pack index."""
+    trap = g / "trap-objects"
+    for oid in (base, ids[0]):
+        _replace(_loose(trap, oid).parent.parent / oid[:2] / oid[2:], os.mkfifo)
+    (trap / "pack").mkdir()
+    os.mkfifo(trap / "pack" / "pack-trap.idx")
+    os.mkfifo(trap / "pack" / "pack-trap.pack")
+    _loose(g, ids[0]).unlink()  # found nowhere but in the trap
+    alternates = g / "objects" / "info" / "alternates"
+    alternates.write_text(f"{trap}\n" + alternates.read_text())
+
+
+def _alternates_loop(g: Path, ids: list[str], base: str) -> None:
+    """Alternates naming the run's own store and a directory that names it back."""
+    other = g / "loop-objects"
+    (other / "info").mkdir(parents=True)
+    (other / "info" / "alternates").write_text(f"{g / 'objects'}\n")
+    alternates = g / "objects" / "info" / "alternates"
+    alternates.write_text(f"{g / 'objects'}\n{other}\n" + alternates.read_text())
+
+
+def _alternates_missing(g: Path, ids: list[str], base: str) -> None:
+    """5,000 alternates that do not exist (skipped, as git skips them)."""
+    alternates = g / "objects" / "info" / "alternates"
+    alternates.write_text("".join(f"{g}/nowhere-{i}\n" for i in range(5000)) + alternates.read_text())
+
+
+def _alternates_many(g: Path, ids: list[str], base: str) -> None:
+    """500 alternates that exist: each would be searched for every object (refused past 64)."""
+    for i in range(500):
+        (g / f"empty-{i}").mkdir()
+    alternates = g / "objects" / "info" / "alternates"
+    alternates.write_text("".join(f"{g}/empty-{i}\n" for i in range(500)) + alternates.read_text())
+
+
+def _sparse(size: int) -> Callable[[Path], None]:
+    def make(path: Path) -> None:
+        with open(path, "wb") as fh:
+            fh.truncate(size)
+
+    return make
+
+
+def _huge_loose(g: Path, ids: list[str], base: str) -> None:
+    _replace(_loose(g, ids[-1]), _sparse(8 << 30))
+
+
+def _huge_packed_refs(g: Path, ids: list[str], base: str) -> None:
+    _replace(g / "packed-refs", _sparse(1 << 30))
+
+
+def _huge_alternates(g: Path, ids: list[str], base: str) -> None:
+    _replace(g / "objects" / "info" / "alternates", _sparse(1 << 30))
+
+
+def _zlib_bomb(g: Path, ids: list[str], base: str) -> None:
+    """A loose object of 64 KiB that inflates to 64 MiB (its id does not match either)."""
+    size = 64 << 20
+    packer = zlib.compressobj(9)
+    data = packer.compress(b"commit %d\0" % size) + packer.compress(b"\0" * size) + packer.flush()
+    _replace(_loose(g, ids[-1]), lambda p: p.write_bytes(data))
+
+
+def _corrupt(g: Path, ids: list[str], base: str) -> None:
+    path = _loose(g, ids[-1])
+    body = zlib.decompress(path.read_bytes()).replace(b"agent commit", b"agent cOmmit")
+    _replace(path, lambda p: p.write_bytes(zlib.compress(body)))
+
+
+def _cycle(g: Path, ids: list[str], base: str) -> None:
+    """Hand-written objects that name each other as parents (at paths their content does not hash to)."""
+    tree = git(g, "rev-parse", f"{ids[0]}^{{tree}}").strip()
+    for me, parent in ((ids[-1], ids[0]), (ids[0], ids[-1])):
+        body = f"tree {tree}\nparent {parent}\nauthor A <a@e> 1 +0000\ncommitter A <a@e> 1 +0000\n\nloop\n"
+        raw = b"commit %d\0%s" % (len(body), body.encode())
+        _replace(_loose(g, me), lambda p, raw=raw: p.write_bytes(zlib.compress(raw)))  # type: ignore[misc]
+
+
+def _graft_cycle(g: Path, ids: list[str], base: str) -> None:
+    """info/grafts makes a true cycle (git reads grafts; so did libgit2, so does the walk)."""
+    (g / "info").mkdir(exist_ok=True)
+    (g / "info" / "grafts").write_text(f"{ids[-1]} {ids[0]}\n{ids[0]} {ids[-1]}\n")
+
+
+def _fifo_at(rel: str) -> Trap:
+    def trap(g: Path, ids: list[str], base: str) -> None:
+        _replace(g / rel, os.mkfifo)
+
+    return trap
+
+
+def _symref_loop(g: Path, ids: list[str], base: str) -> None:
+    (g / "refs" / "heads" / "a").write_text("ref: refs/heads/b\n")
+    (g / "refs" / "heads" / "b").write_text("ref: refs/heads/a\n")
+
+
+def _deep_tags(g: Path, ids: list[str], base: str) -> None:
+    """Annotated tags of annotated tags, 150 deep."""
+    target, kind = ids[-1], "commit"
+    for i in range(150):
+        body = f"object {target}\ntype {kind}\ntag t{i}\ntagger A <a@e> 1 +0000\n\nt\n"
+        made = subprocess.run(
+            ["git", "hash-object", "-w", "-t", "tag", "--stdin"],
+            cwd=g,
+            input=body.encode(),
+            capture_output=True,
+            check=True,
+        )
+        target = made.stdout.decode().strip()
+        kind = "tag"
+    (g / "refs" / "tags" / "deep").write_text(target + "\n")
+
+
+TRAPS: dict[str, Trap] = {
+    "fifo-at-head-commit": _fifo_at_head,
+    "fifo-at-parent-commit": _fifo_at_parent,
+    "symlink-to-fifo": _symlink_to_fifo,
+    "socket-at-commit": _socket_at_head,
+    "symlink-to-dev-zero": _dev_zero_at_head,
+    "directory-at-commit": _directory_at_head,
+    "alternates-to-fifos": _alternates_to_fifos,
+    "alternates-loop": _alternates_loop,
+    "alternates-5000-missing-dirs": _alternates_missing,
+    "alternates-500-dirs": _alternates_many,
+    "sparse-8g-loose-object": _huge_loose,
+    "sparse-1g-packed-refs": _huge_packed_refs,
+    "sparse-1g-alternates": _huge_alternates,
+    "zlib-bomb-64m": _zlib_bomb,
+    "corrupt-object": _corrupt,
+    "commit-cycle-hand-written": _cycle,
+    "graft-cycle": _graft_cycle,
+    "fifo-shallow": _fifo_at("shallow"),
+    "fifo-grafts": _fifo_at("info/grafts"),
+    "fifo-commit-graph": _fifo_at("objects/info/commit-graph"),
+    "fifo-stash-reflog": _fifo_at("logs/refs/stash"),
+    "symref-loop": _symref_loop,
+    "tags-150-deep": _deep_tags,
+}
+
+#: Traps the run's git still reads past (the agent's git is shown): the rest are unreadable.
+READABLE = {"alternates-loop", "alternates-5000-missing-dirs", "graft-cycle", "fifo-commit-graph", "tags-150-deep"}
+
+
+def agent_run(repo: Path) -> tuple[Run, list[str]]:
+    """A run with a recorded call, whose agent then made two commits on its branch: (the run, their ids)."""
+    run = start_run(repo)
+    with run.tool_call("write_file", {"path": "notes.md"}) as call:  # log shows the agent's git after calls
+        call.write("notes.md", "a call\n")
+    worktree = Path(run.worktree)
+    ids = []
+    for i in range(2):
+        write(worktree, "agent.txt", f"agent {i}\n")
+        git(worktree, "add", "agent.txt")
+        git(worktree, "commit", "-q", "-m", f"agent commit {i}")
+        ids.append(git(worktree, "rev-parse", "HEAD").strip())
+    return run, ids
+
+
+@pytest.mark.parametrize("name", sorted(TRAPS))
+def test_status_and_log_answer_whatever_the_agent_put_in_its_git_dir(repo: Path, name: str) -> None:
+    run, ids = agent_run(repo)
+    git_dir = Path(run.git_dir)
+    before = json.loads(sandbox_cmd("status", run.run_id, "--json", cwd=repo, timeout=60).stdout)["agent_git"]
+    assert before is not None and before["commit_count"] == 2
+    TRAPS[name](git_dir, ids, run.base)
+    try:
+        for args in (["status", run.run_id, "--json"], ["status", run.run_id], ["log", run.run_id]):
+            # Twice: the first may take the full path (no sealed cache), the second the fast one.
+            for _ in range(2):
+                done = sandbox_cmd(*args, cwd=repo, timeout=60)  # raises subprocess.TimeoutExpired if it hangs
+                assert done.returncode == 0, (name, args, done.stderr.decode())
+                assert b"Traceback" not in done.stderr, (name, args, done.stderr.decode())
+        shown = json.loads(sandbox_cmd("status", run.run_id, "--json", cwd=repo, timeout=60).stdout)["agent_git"]
+        logged = sandbox_cmd("log", run.run_id, cwd=repo, timeout=60).stdout.decode()
+        if name in READABLE:
+            assert shown is not None and "agent git:" in logged, name
+        else:
+            assert shown is None and "agent git:" not in logged, (name, shown)
+    finally:
+        for sock in _SOCKETS:
+            sock.close()
+        _SOCKETS.clear()

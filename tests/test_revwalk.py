@@ -239,7 +239,7 @@ def test_the_walk_stops_above_the_users_history(tmp_path: Path) -> None:
     tip = repo.ref("HEAD")
     assert tip is not None
     assert len(walker.walk([tip], [base])) == 3
-    assert walker._parsed <= 3 + 1 + revwalk.SLOP + 1
+    assert walker.parsed <= 3 + 1 + revwalk.SLOP + 1
     found = agentgit.activity(git_dir, RUN, base)
     assert found is not None and found.commit_count == 3 and found == oracle(git_dir, RUN, base)
 
@@ -346,3 +346,34 @@ def test_an_empty_repository(tmp_path: Path) -> None:
     found = agentgit.activity(str(git_dir), RUN, "0" * 40)
     assert found == oracle(str(git_dir), RUN, "0" * 40)
     assert found is not None and found.head is None and not found.changed
+
+
+def test_odd_signatures_equal_pygit2(tmp_path: Path) -> None:
+    """Times libgit2 reads (leading zeros, a sign, no time at all) or refuses (5,000 digits, past
+    int64, none after the e-mail's '> '); a commit without an author (the walk's quick parse takes
+    it, the listing's full parse does not)."""
+    git_dir = tmp_path / "repo.git"
+    git(tmp_path, "init", "-q", "--bare", str(git_dir))
+    tree = git(git_dir, "hash-object", "-w", "-t", "tree", "/dev/null").strip()
+    base = git(git_dir, "commit-tree", tree, "-m", "base").strip()
+    git(git_dir, "symbolic-ref", "HEAD", f"refs/heads/sandbox/{RUN}")
+    for author, committer in (
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e> 000000000000000000000000000000042 +0000\n"),
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e> -7 +0000\n"),
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e>\n"),
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e> " + b"9" * 5000 + b" +0000\n"),
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e> 9223372036854775808 +0000\n"),
+        (b"author A <a@e> 1 +0000\n", b"committer C <c@e> x12 +0000\n"),
+        (b"", b"committer C <c@e> 5 +0000\n"),
+        (b"author A <a@e> 1 +0000\nauthor B <b@e> 2 +0000\n", b"committer C <c@e> 5 +0000\n"),
+    ):
+        body = b"tree %s\nparent %s\n%s%s\nmessage\n" % (tree.encode(), base.encode(), author, committer)
+        proc = subprocess.run(
+            ["git", "hash-object", "-w", "-t", "commit", "--literally", "--stdin"],
+            cwd=git_dir,
+            input=body,
+            capture_output=True,
+            check=True,
+        )
+        git(git_dir, "update-ref", f"refs/heads/sandbox/{RUN}", proc.stdout.decode().strip())
+        assert agentgit.activity(str(git_dir), RUN, base) == oracle(str(git_dir), RUN, base), committer[:40]

@@ -78,8 +78,9 @@ def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
         return None
     try:
         return _read(repo, run_id, base)
-    except (GitReadError, FileNotFoundError, NotADirectoryError):
-        # FileNotFoundError: HEAD (or the whole directory) is gone; libgit2 could not open it either.
+    except (GitReadError, OSError):
+        # OSError: HEAD (or the whole directory) is gone, or a file the readers do not wrap cannot be
+        # read; libgit2 could not have opened the repository either.
         return None
     finally:
         repo.close()

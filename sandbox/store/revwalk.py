@@ -117,7 +117,10 @@ def _strntol64(text: bytes) -> int:
     digits = len(stripped) - len(stripped.lstrip(b"0123456789"))
     if not digits:
         raise GitReadError("a signature's time is not a number")
-    value = sign * int(stripped[:digits])
+    significant = stripped[:digits].lstrip(b"0") or b"0"
+    if len(significant) > 19:  # more than int64 holds (and more than int() converts unasked)
+        raise GitReadError("a signature's time overflows")
+    value = sign * int(significant)
     if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
         raise GitReadError("a signature's time overflows")
     return value
@@ -244,6 +247,11 @@ class Walker:
         self._data: dict[str, bytes] = {}
         # Grafts first, then shallow, as libgit2's ``git_commit__parse_ext`` looks them up.
         self._grafts = [_grafts(repo, os.path.join("info", "grafts")), _grafts(repo, "shallow")]
+
+    @property
+    def parsed(self) -> int:
+        """How many commits this walker has parsed (the walk's work: the tests and the bench read it)."""
+        return self._parsed
 
     def _object(self, oid: str) -> tuple[str, bytes]:
         return self.repo.read(oid, limit=MAX_OBJECT)

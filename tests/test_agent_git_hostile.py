@@ -262,3 +262,52 @@ def test_status_and_log_answer_whatever_the_agent_put_in_its_git_dir(repo: Path,
         for sock in _SOCKETS:
             sock.close()
         _SOCKETS.clear()
+
+
+_TRUNCATE = """
+import os, sys
+from sandbox.store import gitread
+repo = gitread.Repo(sys.argv[1], mapped=sys.argv[2] == "mapped")
+first, last = sys.argv[3], sys.argv[4]
+repo.read(first)  # the pack is open now
+pack = [p for p in os.listdir(os.path.join(sys.argv[1], "objects", "pack")) if p.endswith(".pack")][0]
+os.truncate(os.path.join(sys.argv[1], "objects", "pack", pack), 4096)  # what an agent can do meanwhile
+try:
+    repo.read(last)
+except gitread.GitReadError as exc:
+    print("unreadable:", exc)
+"""
+
+
+def test_a_pack_truncated_while_it_is_read(tmp_path: Path) -> None:
+    """The run's git is read with pread, never mapped: a mapped pack truncated under the reader
+    kills it with SIGBUS (shown here in a child process); read with pread, it is unreadable."""
+    import sys
+
+    git_dir = tmp_path / "repo.git"
+    git(tmp_path, "init", "-q", "--bare", str(git_dir))
+    lines = []
+    for i in range(300):
+        blob = os.urandom(600).hex()  # incompressible: the pack grows past a few pages
+        lines += [f"commit refs/heads/main\ncommitter C <c@e> {1_600_000_000 + i} +0000\ndata 2\nc"]
+        lines += [f"M 644 inline f{i}\ndata {len(blob)}\n{blob}"]
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=git_dir, input="\n".join(lines).encode() + b"\n", check=True)
+    for mode, expect in (("pread", 0), ("mapped", -7)):  # -7: killed by SIGBUS
+        git(git_dir, "gc", "-q")  # a fresh, whole pack for each
+        (idx,) = (git_dir / "objects" / "pack").glob("*.idx")
+        listed = subprocess.run(["git", "show-index"], stdin=idx.open("rb"), capture_output=True, check=True)
+        by_offset = sorted((int(line.split()[0]), line.split()[1]) for line in listed.stdout.decode().splitlines())
+        first, last = by_offset[0][1], by_offset[-1][1]  # the last object lies past the truncation
+        done = subprocess.run(
+            [sys.executable, "-c", _TRUNCATE, str(git_dir), mode, first, last],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == expect, (mode, done.returncode, done.stderr.decode())
+        if mode == "pread":
+            assert b"unreadable:" in done.stdout
+        subprocess.run(["rm", "-rf", str(git_dir / "objects" / "pack")], check=True)
+        subprocess.run(
+            ["git", "fast-import", "--quiet"], cwd=git_dir, input="\n".join(lines).encode() + b"\n", check=True
+        )

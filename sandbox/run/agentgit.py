@@ -73,7 +73,7 @@ def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
     if not plain_files_only(git_dir):
         return None
     try:
-        repo = Repo(git_dir)
+        repo = Repo(git_dir, mapped=False)  # the agent could truncate a mapped pack: SIGBUS
     except GitReadError:
         return None
     try:

@@ -21,9 +21,9 @@ import re
 import stat
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _PSEUDO_REF = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -131,6 +131,45 @@ def _map(path: str) -> mmap.mmap:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+class _Pread:
+    """A file read with ``pread`` at every access, never mapped: for a directory someone else writes.
+
+    A mapped file truncated under the reader kills the process with SIGBUS at the next access of a
+    page past the new end; an agent that truncates a pack of its own git dir while ``status`` reads
+    it could do that on purpose. A ``pread`` past the end returns fewer bytes instead, which the
+    pack checks turn into GitReadError. Indexed and sliced like the mmap it stands in for.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.fd = _open_regular(path)
+        self.size = os.fstat(self.fd).st_size
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, slice):
+            start, stop, _step = key.indices(self.size)
+            return os.pread(self.fd, stop - start, start) if stop > start else b""
+        at = key + self.size if key < 0 else key
+        byte = os.pread(self.fd, 1, at) if 0 <= at < self.size else b""
+        if not byte:
+            raise IndexError(f"offset {key} is past the end of the file")
+        return byte[0]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _unpack(fmt: str, data: mmap.mmap | _Pread, offset: int) -> tuple[int, ...]:
+    """``struct.unpack_from`` for a mapped or a pread file (struct.error when it is too short)."""
+    return struct.unpack(fmt, data[offset : offset + struct.calcsize(fmt)])
+
+
 def _object_id(kind: str, data: bytes) -> str:
     h = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)))
     h.update(data)
@@ -140,21 +179,22 @@ def _object_id(kind: str, data: bytes) -> str:
 class _Pack:
     """One pack: its idx mapped at once, the pack itself mapped on first use."""
 
-    def __init__(self, idx_path: str) -> None:
+    def __init__(self, idx_path: str, mapped: bool = True) -> None:
         self.idx_path = idx_path
         self.pack_path = idx_path[:-4] + ".pack"
-        idx = self.idx = _map(idx_path)
+        self.open: type[_Pread] | Callable[[str], mmap.mmap] = _map if mapped else _Pread
+        idx = self.idx = self.open(idx_path)
         if idx[:4] != b"\377tOc":
             raise GitReadError(f"{idx_path} is not a version 2 pack index (version 1 is not read here)")
-        if struct.unpack_from(">I", idx, 4)[0] != 2:
+        if _unpack(">I", idx, 4)[0] != 2:
             raise GitReadError(f"{idx_path} has an unknown pack index version")
-        self.fanout = struct.unpack_from(">256I", idx, 8)
+        self.fanout = _unpack(">256I", idx, 8)
         self.count = n = self.fanout[255]
         self.offsets_at = 1032 + 24 * n
         self.large_at = 1032 + 28 * n
         if len(idx) < self.large_at + 40:
             raise GitReadError(f"{idx_path} is truncated")
-        self.data: mmap.mmap | None = None
+        self.data: mmap.mmap | _Pread | None = None
 
     def find(self, raw: bytes) -> int | None:
         """The pack offset of an object (20-byte id), or None: fanout, then binary search."""
@@ -170,17 +210,17 @@ class _Pack:
             elif found > raw:
                 hi = mid
             else:
-                offset: int = struct.unpack_from(">I", idx, self.offsets_at + 4 * mid)[0]
+                offset: int = _unpack(">I", idx, self.offsets_at + 4 * mid)[0]
                 if offset & 0x80000000:
-                    offset = struct.unpack_from(">Q", idx, self.large_at + 8 * (offset & 0x7FFFFFFF))[0]
+                    offset = _unpack(">Q", idx, self.large_at + 8 * (offset & 0x7FFFFFFF))[0]
                 return offset
         return None
 
-    def pack(self) -> mmap.mmap:
+    def pack(self) -> mmap.mmap | _Pread:
         """The pack's bytes, checked against the checksum its idx records (catches truncation)."""
         if self.data is None:
-            data = _map(self.pack_path)
-            if data[:4] != b"PACK" or struct.unpack_from(">I", data, 4)[0] not in (2, 3):
+            data = self.open(self.pack_path)
+            if data[:4] != b"PACK" or _unpack(">I", data, 4)[0] not in (2, 3):
                 raise GitReadError(f"{self.pack_path} is not a pack")
             if len(data) < 32 or data[-20:] != self.idx[-40:-20]:
                 raise GitReadError(f"{self.pack_path} does not match its index (truncated or replaced)")
@@ -211,6 +251,8 @@ class _Pack:
             if pos >= end:
                 raise GitReadError(f"{self.pack_path}: an object runs past the end of the pack")
             chunk = data[pos : min(end, pos + step)]
+            if not chunk:  # the file shrank under a pread reader
+                raise GitReadError(f"{self.pack_path}: the pack was truncated while it was read")
             pos += len(chunk)
             step *= 2
             # The bound stops a damaged stream from inflating far beyond the size it declares.
@@ -373,11 +415,14 @@ class Repo:
 
     ``git_dir`` is a repository's git dir (``.git``), a linked worktree's git dir, or a run's own git
     dir; ``common_dir`` comes from its ``commondir`` file, else it is ``git_dir`` itself. Opened packs
-    are kept (mapped) until :meth:`close`.
+    are kept (mapped, or open for ``pread`` when ``mapped`` is False) until :meth:`close`.
     """
 
-    def __init__(self, git_dir: str) -> None:
+    def __init__(self, git_dir: str, mapped: bool = True) -> None:
         self.git_dir = os.path.abspath(git_dir)
+        #: False for a directory another party writes (a run's own git dir): packs are then read with
+        #: pread, never mapped (see :class:`_Pread`).
+        self.mapped = mapped
         try:
             common = _read_file(os.path.join(self.git_dir, "commondir")).decode("utf-8").strip()
         except (FileNotFoundError, NotADirectoryError):
@@ -577,7 +622,7 @@ class Repo:
             except FileNotFoundError:
                 paths = []
             known = known or {}
-            found = self._packs[directory] = [known.get(p) or _Pack(p) for p in paths]
+            found = self._packs[directory] = [known.get(p) or _Pack(p, self.mapped) for p in paths]
         return found
 
     def _rescan(self) -> None:

@@ -176,6 +176,10 @@ def _symref_loop(g: Path, ids: list[str], base: str) -> None:
     (g / "refs" / "heads" / "b").write_text("ref: refs/heads/a\n")
 
 
+def _garbage_ref(g: Path, ids: list[str], base: str) -> None:
+    (g / "refs" / "heads" / "garbage").write_bytes(b"\xff not a ref\n")
+
+
 def _deep_tags(g: Path, ids: list[str], base: str) -> None:
     """Annotated tags of annotated tags, 150 deep."""
     target, kind = ids[-1], "commit"
@@ -216,11 +220,20 @@ TRAPS: dict[str, Trap] = {
     "fifo-commit-graph": _fifo_at("objects/info/commit-graph"),
     "fifo-stash-reflog": _fifo_at("logs/refs/stash"),
     "symref-loop": _symref_loop,
+    "garbage-ref": _garbage_ref,
     "tags-150-deep": _deep_tags,
 }
 
 #: Traps the run's git still reads past (the agent's git is shown): the rest are unreadable.
-READABLE = {"alternates-loop", "alternates-5000-missing-dirs", "graft-cycle", "fifo-commit-graph", "tags-150-deep"}
+READABLE = {
+    "alternates-loop",
+    "alternates-5000-missing-dirs",
+    "symref-loop",
+    "garbage-ref",
+    "graft-cycle",
+    "fifo-commit-graph",
+    "tags-150-deep",
+}
 
 
 def agent_run(repo: Path) -> tuple[Run, list[str]]:

@@ -314,7 +314,8 @@ def test_commit_messages_decode_as_pygit2_decodes_them(tmp_path: Path) -> None:
 
 
 def test_odd_heads_and_refs_equal_pygit2(tmp_path: Path) -> None:
-    """A ref to a tree or a blob or a missing object is skipped; HEAD at a tree or a missing commit
+    """A ref to a tree or a blob or a missing object, garbage, a loop of symbolic refs: skipped; HEAD
+    at a tree or a missing commit
     makes the walk fail (unreadable); HEAD at an annotated tag is peeled; a chain of symbolic refs."""
     git_dir = tmp_path / "repo.git"
     git(tmp_path, "init", "-q", "--bare", str(git_dir))
@@ -330,6 +331,9 @@ def test_odd_heads_and_refs_equal_pygit2(tmp_path: Path) -> None:
         Path(git_dir, name).parent.mkdir(parents=True, exist_ok=True)
         Path(git_dir, name).write_text(value + "\n")
     Path(git_dir, "refs/heads/alias").write_text("ref: refs/heads/sandbox/" + RUN + "\n")
+    Path(git_dir, "refs/heads/garbage").write_text("not a ref\n")
+    Path(git_dir, "refs/heads/loop-a").write_text("ref: refs/heads/loop-b\n")
+    Path(git_dir, "refs/heads/loop-b").write_text("ref: refs/heads/loop-a\n")
     for head in ("ref: refs/heads/alias", tag, tree, missing, top, "ref: refs/heads/nothing-yet"):
         Path(git_dir, "HEAD").write_text(head + "\n")
         new, old = agentgit.activity(str(git_dir), RUN, base), oracle(str(git_dir), RUN, base)

@@ -121,13 +121,18 @@ def _read(repo: Repo, run_id: str, base: str) -> GitActivity:
     # In name order, and the walk's tips in that order too (HEAD first): libgit2's order of commits
     # with equal times depends on the order the tips were pushed in.
     tips: list[str] = [head] if head else []
-    for name, oid in repo.refs("refs/").items():
+    for name in repo.ref_names("refs/"):
         if not name.startswith(("refs/heads/", "refs/tags/")) and name != "refs/stash":
             continue
         try:
+            oid = repo.ref(name)
+            if oid is None:
+                continue  # a dangling symbolic ref
             target = walker.peel(oid)
         except GitReadError:
-            continue  # as libgit2's peel fails: a ref to a tree, a blob, a missing or damaged object
+            # As libgit2 skips a ref that does not resolve or peel: garbage in the file, a loop of
+            # symbolic refs, a ref to a tree, a blob, a missing or damaged object.
+            continue
         if name.startswith("refs/heads/"):
             if not (name == start_ref and target == base):
                 branches[name.removeprefix("refs/heads/")] = target

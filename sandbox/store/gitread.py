@@ -549,12 +549,9 @@ class Repo:
                 if name.startswith(prefix) and not file.endswith(".lock"):
                     yield name
 
-    def refs(self, prefix: str) -> dict[str, str]:
-        """Every ref whose name starts with ``prefix`` (e.g. ``refs/heads/``), loose and packed.
-
-        Loose refs win; symbolic ones are resolved (dangling ones left out); names git would not
-        accept as refs are skipped, as git skips them.
-        """
+    def ref_names(self, prefix: str) -> list[str]:
+        """The names of the refs that start with ``prefix`` (e.g. ``refs/heads/``), loose and packed,
+        sorted, not resolved; names git would not accept as refs are skipped, as git skips them."""
         self._check()
         with _guard(f"refs {prefix}"):
             if not prefix.startswith("refs/"):
@@ -570,15 +567,26 @@ class Repo:
             ):
                 names.update(n for n in self._loose_names(self.git_dir, prefix) if n.startswith(_PER_WORKTREE))
             names.update(n for n in self._packed_refs() if n.startswith(prefix))
-            out: dict[str, str] = {}
+            valid = []
             for name in sorted(names):
                 try:
                     _check_ref_name(name)
                 except GitReadError:
                     continue
-                oid = self.ref(name)
-                if oid is not None:
-                    out[name] = oid
+                valid.append(name)
+        return valid
+
+    def refs(self, prefix: str) -> dict[str, str]:
+        """Every ref whose name starts with ``prefix`` (see :meth:`ref_names`), resolved.
+
+        Loose refs win; symbolic ones are resolved (dangling ones left out); a ref that does not
+        read (garbage, a loop of symbolic refs) raises GitReadError.
+        """
+        out: dict[str, str] = {}
+        for name in self.ref_names(prefix):
+            oid = self.ref(name)
+            if oid is not None:
+                out[name] = oid
         return out
 
     # -- objects -----------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ _TYPE_NUMBERS = {name.encode(): num for num, name in _TYPES.items()}
 MAX_FILE = 256 << 20
 MAX_OBJECT = 256 << 20
 _MAX_OBJECT_DIRS = 64
+#: A pack index no bigger than this is read whole when packs are not mapped (see :class:`_Pread`).
+_READ_IDX = 16 << 20
 MODE_TREE = 0o040000
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #: Extensions that do not change how refs and objects are stored (anything else: GitReadError).
@@ -165,7 +167,7 @@ class _Pread:
         os.close(self.fd)
 
 
-def _unpack(fmt: str, data: mmap.mmap | _Pread, offset: int) -> tuple[int, ...]:
+def _unpack(fmt: str, data: mmap.mmap | _Pread | bytes, offset: int) -> tuple[int, ...]:
     """``struct.unpack_from`` for a mapped or a pread file (struct.error when it is too short)."""
     return struct.unpack(fmt, data[offset : offset + struct.calcsize(fmt)])
 
@@ -183,7 +185,12 @@ class _Pack:
         self.idx_path = idx_path
         self.pack_path = idx_path[:-4] + ".pack"
         self.open: type[_Pread] | Callable[[str], mmap.mmap] = _map if mapped else _Pread
-        idx = self.idx = self.open(idx_path)
+        idx: mmap.mmap | _Pread | bytes
+        if not mapped and os.stat(idx_path).st_size <= _READ_IDX:
+            idx = _read_file(idx_path, _READ_IDX)  # small: one read beats a pread per probe
+        else:
+            idx = self.open(idx_path)
+        self.idx = idx
         if idx[:4] != b"\377tOc":
             raise GitReadError(f"{idx_path} is not a version 2 pack index (version 1 is not read here)")
         if _unpack(">I", idx, 4)[0] != 2:
@@ -306,8 +313,9 @@ class _Pack:
         return kind_name, base
 
     def close(self) -> None:
-        """Unmap the files."""
-        self.idx.close()
+        """Unmap (or close) the files."""
+        if not isinstance(self.idx, bytes):
+            self.idx.close()
         if self.data is not None:
             self.data.close()
 

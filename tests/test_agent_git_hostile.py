@@ -143,6 +143,62 @@ def _zlib_bomb(g: Path, ids: list[str], base: str) -> None:
     _replace(_loose(g, ids[-1]), lambda p: p.write_bytes(data))
 
 
+def _delta_bomb(g: Path, ids: list[str], base: str) -> None:
+    """A hand-made pack where the agent's head commit is the top of 5,000 deltas, each a few bytes
+    that copy the 8 MB before it: 40 GB of copying before the id could be checked."""
+    import hashlib
+    import struct
+
+    size = 8 << 20
+
+    def header(kind: int, n: int) -> bytes:
+        out = [(kind << 4) | (n & 15)]
+        n >>= 4
+        while n:
+            out[-1] |= 0x80
+            out.append(n & 0x7F)
+            n >>= 7
+        return bytes(out)
+
+    def distance(n: int) -> bytes:
+        out = [n & 0x7F]
+        n >>= 7
+        while n:
+            n -= 1
+            out.insert(0, 0x80 | (n & 0x7F))
+            n >>= 7
+        return bytes(out)
+
+    def varint(n: int) -> bytes:
+        out = []
+        while True:
+            out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    delta = varint(size) + varint(size) + bytes([0x80 | 0x40, size >> 16])  # copy 8 MB from offset 0
+    depth = 5000
+    body = bytearray(b"PACK" + struct.pack(">II", 2, depth + 1))
+    positions = [len(body)]
+    body += header(1, size) + zlib.compress(b"\0" * size)
+    packed_delta = zlib.compress(delta)
+    for _ in range(depth):
+        here = len(body)
+        body += header(6, len(delta)) + distance(here - positions[-1]) + packed_delta
+        positions.append(here)
+    pack_sum = hashlib.sha1(body).digest()
+    body += pack_sum
+    top = bytes.fromhex(ids[-1])
+    fanout = b"".join(struct.pack(">I", 0 if i < top[0] else 1) for i in range(256))
+    idx = b"\377tOc" + struct.pack(">I", 2) + fanout + top + struct.pack(">I", 0) + struct.pack(">I", positions[-1])
+    idx += pack_sum
+    idx += hashlib.sha1(idx).digest()
+    (g / "objects" / "pack" / "pack-bomb.pack").write_bytes(bytes(body))
+    (g / "objects" / "pack" / "pack-bomb.idx").write_bytes(idx)
+    _loose(g, ids[-1]).unlink()
+
+
 def _corrupt(g: Path, ids: list[str], base: str) -> None:
     path = _loose(g, ids[-1])
     body = zlib.decompress(path.read_bytes()).replace(b"agent commit", b"agent cOmmit")
@@ -212,6 +268,7 @@ TRAPS: dict[str, Trap] = {
     "sparse-1g-packed-refs": _huge_packed_refs,
     "sparse-1g-alternates": _huge_alternates,
     "zlib-bomb-64m": _zlib_bomb,
+    "delta-chain-bomb-40g": _delta_bomb,
     "corrupt-object": _corrupt,
     "commit-cycle-hand-written": _cycle,
     "graft-cycle": _graft_cycle,

@@ -274,13 +274,19 @@ class _Pack:
 
     def read_at(self, offset: int, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
         """The object at ``offset``: its delta chain walked down to a base, then applied upwards
-        (GitReadError when the object, or a piece of its chain, is bigger than ``limit``)."""
+        (GitReadError when the object, or a piece of its chain, is bigger than ``limit``, or when the
+        chain inflates and produces more than a few times ``limit`` in all: a damaged or crafted pack
+        of tiny deltas that each copy ``limit`` bytes would otherwise take minutes)."""
         deltas: list[bytes] = []
         pos = offset
+        budget = 4 * limit + (1 << 20)
         for _ in range(_MAX_CHAIN):
             kind, size, at = self._header(pos)
             if size > limit:
                 raise GitReadError(f"{self.pack_path}: an object is larger than {limit} bytes")
+            budget -= size
+            if budget < 0:
+                raise GitReadError(f"{self.pack_path}: a delta chain inflates to more than {4 * limit} bytes")
             if kind in _TYPES:
                 kind_name, base = _TYPES[kind], self._inflate(at, size)
                 break
@@ -310,6 +316,9 @@ class _Pack:
             raise GitReadError(f"{self.pack_path}: a delta chain is longer than {_MAX_CHAIN}")
         for delta in reversed(deltas):
             base = _apply_delta(base, delta, limit)
+            budget -= len(base)
+            if budget < 0:
+                raise GitReadError(f"{self.pack_path}: a delta chain produces more than {4 * limit} bytes")
         return kind_name, base
 
     def close(self) -> None:

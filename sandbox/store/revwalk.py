@@ -30,6 +30,8 @@ from sandbox.store.gitread import GitReadError, Repo
 SLOP = 5
 #: A commit or tag bigger than this is not read (a loose object can inflate to anything).
 MAX_OBJECT = 8 << 20
+#: At most this many bytes of objects are read in one walk (and kept: listed commits are read twice).
+MAX_BYTES = 128 << 20
 #: At most this many commits are parsed in one walk; past it the walk gives up (GitReadError).
 #: Bounds the work an agent can cause (a million commits of its own, clocks skewed so the limit
 #: pass cannot stop early) to about a second or two; an honest walk parses its own commits plus
@@ -244,6 +246,7 @@ class Walker:
         self.repo = repo
         self._nodes: dict[str, _Node] = {}
         self._parsed = 0
+        self._bytes = 0
         self._data: dict[str, bytes] = {}
         # Grafts first, then shallow, as libgit2's ``git_commit__parse_ext`` looks them up.
         self._grafts = [_grafts(repo, os.path.join("info", "grafts")), _grafts(repo, "shallow")]
@@ -254,7 +257,11 @@ class Walker:
         return self._parsed
 
     def _object(self, oid: str) -> tuple[str, bytes]:
-        return self.repo.read(oid, limit=MAX_OBJECT)
+        kind, data = self.repo.read(oid, limit=MAX_OBJECT)
+        self._bytes += len(data)
+        if self._bytes > MAX_BYTES:
+            raise GitReadError(f"the walk read more than {MAX_BYTES} bytes of objects and gave up")
+        return kind, data
 
     def peel(self, oid: str) -> str:
         """The commit an object is or (through annotated tags) points at; GitReadError otherwise."""

@@ -15,13 +15,14 @@ venv: $(STAMP)
 
 # The real agent binaries (pinned in tests/agents/package-lock.json) for the end-to-end tests.
 # npm may skip Claude Code's postinstall (it copies the native binary in); install.cjs does it by hand.
+# Codex's native binary is the platform's optional dependency (@openai/codex-linux-x64...): never omitted.
 AGENTS := tests/agents
 AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 	@command -v npm >/dev/null || { echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian: apt-get install nodejs npm)." >&2; exit 1; }
-	cd $(AGENTS) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(AGENTS) && npm ci --include=optional --no-audit --no-fund --loglevel=error
 	@$(AGENTS)/node_modules/.bin/claude --version >/dev/null 2>&1 || node $(AGENTS)/node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
-	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version
+	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version && $(AGENTS)/node_modules/.bin/codex --version
 	@touch $@
 
 agents: $(AGENTS_STAMP)

@@ -229,13 +229,14 @@ def test_host_process_stops_cleanly_on_sigterm(repo: Path, run: Run) -> None:
 
 def test_killed_host_makes_clients_fall_back_to_scan(repo: Path, run: Run) -> None:
     proc = host_process(repo)
-    ops = changes_of(run)
+    # A long client timeout: a dead host is known from the refused connection, never by waiting it out.
+    ops = wire.run_ops(run.project.common_dir, run.run_id, run.dir, timeout=120.0)
     ops.begin("early")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     started = time.monotonic()
-    assert ops.end("early") is None  # at once, never raising
-    assert time.monotonic() - started < 1.0
+    assert ops.end("early") is None  # never raising
+    assert time.monotonic() - started < 120.0  # did not wait for the timeout (not a speed bound)
     assert Path(wire.socket_path(run.project.common_dir)).exists()  # left behind, recognised as dead
     assert not wire.host_alive(run.project.common_dir)
     done = sandbox_cmd("exec", run.run_id, "--", "sh", "-c", "echo after > after.txt && rm src/util.py", cwd=repo)
@@ -280,8 +281,10 @@ def test_hung_host_costs_at_most_the_client_timeout(repo: Path, run: Run) -> Non
         proc.send_signal(signal.SIGSTOP)
         ops = wire.run_ops(run.project.common_dir, run.run_id, run.dir, timeout=0.3)
         started = time.monotonic()
-        assert ops.end("c") is None
-        assert time.monotonic() - started < 2.5
+        assert ops.end("c") is None  # the client gave up: the caller scans instead
+        # It waited for the stopped host (its timeout), and then stopped waiting: bounded, not hung.
+        # The upper bound is 100 times the timeout, a liveness check, not a speed bound.
+        assert 0.3 <= time.monotonic() - started < 30.0
     finally:
         proc.send_signal(signal.SIGCONT)
         proc.kill()

@@ -438,24 +438,23 @@ def test_bad_usage_is_one_line(repo: Path) -> None:
 
 @pytest.mark.parametrize("transport", ["http"])
 def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
-    import socket
-
     from mcp.client.streamable_http import streamable_http_client
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    # Port 0: the server binds a free port itself and announces it, so no other process can take it
+    # between our choosing it and the server binding it.
     server = subprocess.Popen(
-        [SANDBOX, "mcp", "--new", "--http", str(port)], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [SANDBOX, "mcp", "--new", "--http", "0"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        assert server.stderr is not None
+        port = 0
+        for _ in range(10):  # "serving run ..." first, then the address (bounded: the process ends or says it)
+            line = server.stderr.readline().decode()
+            assert line, f"the server ended: {server.wait()}"
+            if "MCP server on http://127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
+                break
+        assert port > 0
 
         async def main() -> Any:
             url = f"http://127.0.0.1:{port}/mcp"
@@ -473,6 +472,21 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
         server.wait(timeout=30)
     entry = only_run(repo).entries()[-1]
     assert entry.tool_name == "write_file" and entry.status.value == "succeeded"
+
+
+def test_http_port_in_use_is_one_line_and_starts_no_run(repo: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [SANDBOX, "mcp", "--new", "--http", str(port)], cwd=repo, capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in done.stderr and "0 for a free one" in done.stderr
+    assert sandbox_cmd("list", "--json", cwd=repo).stdout.strip() == b"[]"
 
 
 def test_other_commands_do_not_import_the_sdk(repo: Path) -> None:

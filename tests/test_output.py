@@ -279,3 +279,23 @@ def test_apply_and_gc_show_progress_on_a_terminal_only_after_the_delay(repo: Pat
     code, screen = on_pty("gc", cwd=repo, env={"GIT_PROGRESS_DELAY": "0"})
     assert code == 0 and b"Removing leftover temp files" in screen
     assert sandbox_cmd("gc", cwd=repo, env={"GIT_PROGRESS_DELAY": "0"}).stderr == b""
+
+
+def test_apply_and_undo_say_which_paths_they_deleted(repo: Path) -> None:
+    """'Applied' or 'Restored' a path that is now absent says so: the agent deleted it, or undo took
+    back a file the call had created."""
+    run = start(repo)
+    with run.tool_call("Bash", {"command": "rm README.md; echo n > new.txt"}) as call:
+        call.delete("README.md")
+        call.write("new.txt", "n\n")
+    applied = sandbox_cmd("apply", run.run_id, cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.decode().splitlines() == [
+        "Applied 2 path(s) in your tree:",
+        "  README.md  (deleted)",
+        "  new.txt",
+    ]
+    undone = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert undone.returncode == 0, undone.stderr
+    assert sorted(undone.stdout.decode().splitlines()[2:]) == ["  README.md", "  new.txt  (removed)"]
+    assert (repo / "README.md").exists() and not (repo / "new.txt").exists()

@@ -54,6 +54,7 @@ APPLY_MODULES = {
     "sandbox.cli",
     "sandbox.cli.app",
     "sandbox.cli.commands",
+    "sandbox.cli.escape",
     "sandbox.cli.common",
     "sandbox.cli.hookrun",
     "sandbox.cli.output",

@@ -9,6 +9,10 @@ commands read the run's sealed fold cache (sandbox.run.fastread); ``status`` rig
 process appended to the ledger takes the full path once, and is measured on its own row. Measured
 once, on its own repository, whatever ``--sizes`` says: start-up does not depend on it.
 
+The last row, ``import click, pygit2, sandbox.models``, is what any in-process apply must load
+before it does anything (the CLI, libgit2, the persisted formats): it shows how much of apply's
+ratio is that floor and how much is sandbox's own.
+
 The package is byte-compiled first (as ``pip install`` does): with ``PYTHONDONTWRITEBYTECODE`` set,
 an editable install would otherwise compile every module from source on every run (measured: about
 a third of ``sandbox list``'s start-up).
@@ -30,6 +34,8 @@ REF = "python3 -c pass (same interpreter)"
 FAST = ("--help", "list", "status", "log", "path")
 APPLY = "apply --call (1-file patch)"
 BEHIND = "status, first after another process appended (full path)"
+#: What any in-process apply must load: click, pygit2 and the persisted formats (pydantic models).
+FLOOR = "python3 -c 'import click, pygit2, sandbox.models' (apply's floor)"
 FILES = 50
 _done: set[str] = set()
 
@@ -101,7 +107,11 @@ def run(ctx: Context, repo: Repo) -> None:
         p = run_proc([SANDBOX, "status", sandbox_run.run_id], cwd=root, rss=True)
         res.add(CASE, None, GROUP, BEHIND, p.seconds, rss_kb=p.max_rss_kb)
 
-    variants = [ref, *[(lambda c=c: fast(c)) for c in FAST], apply, behind]
+    def floor() -> None:
+        p = run_proc([sys.executable, "-c", "import click, pygit2, sandbox.models"], cwd=root, rss=True)
+        res.add(CASE, None, GROUP, FLOOR, p.seconds, rss_kb=p.max_rss_kb)
+
+    variants = [ref, *[(lambda c=c: fast(c)) for c in FAST], apply, behind, floor]
     res.row(CASE, None, GROUP, REF, ref=True)
     for i in ctx.rounds(15, budget=120, minimum=5):
         for fn in rotate(variants, i):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
 from sandbox.cli.selection import pathspec, selection_options
 
@@ -21,18 +23,20 @@ def print_report(report: ApplyReport, verb: str) -> None:
     done = "Would write" if report.dry_run else verb
     # Only paths the operation wrote are listed as written: a refused one lists none.
     restored = "Would restore" if report.dry_run else "Restored"
-    for written, label in ((report.applied, done), (report.restored, restored)):
+    for written, label, gone in ((report.applied, done, "deleted"), (report.restored, restored, "removed")):
         if written:
             click.echo(f"{label} {len(written)} path(s) in {where}:")
             for path in written:
                 note = f"  ({report.reasons[path]})" if path in report.reasons else ""
-                click.echo(f"  {path}{note}")
+                if not note and not report.dry_run and not os.path.lexists(os.path.join(report.target_dir, path)):
+                    note = f"  ({gone})"  # written as absent: the agent deleted it, or it was not there before
+                click.echo(f"  {escape.path(path)}{note}")
     for path in report.skipped:
-        click.echo(f"  skipped {path}: {report.reasons.get(path, 'already there')}")
+        click.echo(f"  skipped {escape.path(path)}: {report.reasons.get(path, 'already there')}")
     if report.partial and not report.dry_run:
         click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
     if report.attention:
-        click.echo(f"Needs attention (conflict markers): {', '.join(report.attention)}")
+        click.echo(f"Needs attention (conflict markers): {', '.join(escape.path(p) for p in report.attention)}")
     if report.head_moved:
         click.echo("Note: your HEAD moved since the run started; paths were checked against your current files.")
     if report.conflicts:
@@ -41,7 +45,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
         out = setup(click.get_current_context(), page=False)
         click.echo(out.style("Conflicts (nothing was written):", fg="red", bold=True))
         for c in report.conflicts:
-            click.echo(f"  {out.style(c.path, fg='red')}: {c.reason}")
+            click.echo(f"  {out.style(escape.path(c.path), fg='red')}: {c.reason}")
             versions = (("base", c.base), ("agent", c.agent), ("yours", c.user))
             click.echo("    " + "  ".join(f"{k} {out.style((v or 'absent')[:12], fg='yellow')}" for k, v in versions))
             click.echo(f"    what to do: {c.hint}")
@@ -154,7 +158,7 @@ def apply(
     except mergeback.ApplyConflict as exc:
         shown.done()
         finish(exc.report, "Applied", as_json)
-        click.echo(f"sandbox: {exc.message}", err=True)
+        click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     finally:
         shown.done()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
@@ -25,7 +26,7 @@ def approve(ctx: click.Context, run_id: str | None, call_id: str | None, as_json
         emit_json(dump(entry))
     else:
         lifted = "; its denial is lifted: the same tool and input may run again" if was_denied else ""
-        click.echo(f"{entry.call_id} ({entry.tool_name}) approved{lifted}")
+        click.echo(escape.text(f"{entry.call_id} ({entry.tool_name}) approved{lifted}"))
 
 
 def _denied(approval: object) -> bool:

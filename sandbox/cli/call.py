@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import SandboxGroup, dump, emit_json, ensure_worktree, open_call, open_run, run_then
 from sandbox.cli.options import call_options, parse_json
 
@@ -89,8 +90,8 @@ def call_finish(
     if as_json:
         emit_json(dump(entry))
     else:
-        files = ", ".join(f.path for f in entry.files) or "no file changes"
-        click.echo(f"{entry.call_id} {entry.status.value}: {files}")
+        files = ", ".join(escape.path(f.path) for f in entry.files) or "no file changes"
+        click.echo(f"{escape.text(entry.call_id)} {entry.status.value}: {files}")
 
 
 @call.command("plan")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_run
 
 
@@ -33,6 +34,6 @@ def checkpoints(ctx: click.Context, run_id: str | None, with_auto: bool, as_json
             c = s.checkpoint
             when = c.created_at.strftime("%Y-%m-%d %H:%M:%S")
             step = f" step {c.step_id}" if c.step_id else ""
-            click.echo(f"{c.name:<18} {c.id:<18} {when}{step}  {c.label or ''}".rstrip())
+            click.echo(escape.text(f"{c.name:<18} {c.id:<18} {when}{step}  {c.label or ''}".rstrip()))
     if listing.problems:
         ctx.exit(1)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import importlib
+import io
 import json
 import os
 import sys
@@ -66,7 +68,7 @@ class SandboxGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SandboxError as exc:
-            click.echo(f"sandbox: {exc.message}", err=True)
+            click.echo(f"sandbox: {_safe(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
 
 
@@ -140,6 +142,7 @@ def shared_options(command: click.Command) -> click.Command:
         command.callback = _json_from_anywhere(command.callback)
     for param in command.params:
         _complete_names(param)
+        _refuse_empty_run(param)
     setattr(command, _SHARED, True)
     return command
 
@@ -160,6 +163,23 @@ def _complete_names(param: click.Parameter) -> None:
 
     # Click asks the parameter itself (Parameter.shell_complete); this one asks the run.
     setattr(param, "shell_complete", complete)  # noqa: B010
+
+
+def _refuse_empty_run(param: click.Parameter) -> None:
+    """RUN given but empty (``sandbox drop "$RUN"`` with RUN unset) is refused before the command
+    runs; left out, it means the run we are in or the only run (see :func:`sandbox.run.names.resolve_run`)."""
+    if not (isinstance(param, click.Argument) and param.name == "run_id"):
+        return
+    inner = param.callback
+
+    def check(ctx: click.Context, p: click.Parameter, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            from sandbox.run.names import empty_run_name
+
+            raise empty_run_name(value)
+        return inner(ctx, p, value) if inner is not None else value
+
+    param.callback = check
 
 
 def _json_from_anywhere(callback: Any) -> Any:
@@ -368,10 +388,37 @@ def _crash_log(exc: BaseException) -> str:
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     fd, path = tempfile.mkstemp(prefix=f"sandbox-crash-{stamp}-", suffix=".log")
-    with os.fdopen(fd, "w") as fh:
+    # backslashreplace: an argument that is not valid UTF-8 (a surrogate escape) must not crash the crash log.
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
         fh.write(f"sandbox {' '.join(sys.argv[1:])}\n\n")
         fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return path
+
+
+def _safe(message: str) -> str:
+    """An error's one line, with what the agent or the user typed in it made safe for a terminal."""
+    from sandbox.cli import escape
+
+    return escape.text(message)
+
+
+def _write_names_as_given(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """An output error handler: a path's undecodable byte (a surrogate escape) is written as the
+    byte it was, as ``ls`` and ``git -c core.quotePath=false`` do; anything else the terminal's
+    encoding lacks is written as a backslash escape. Never an error."""
+    try:
+        return codecs.lookup_error("surrogateescape")(exc)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(exc)
+
+
+def lenient_output() -> None:
+    """Make stdout and stderr write any name (see :func:`_write_names_as_given`): under a UTF-8
+    locale Python's stdout is strict, and one file name that is not UTF-8 would end the command."""
+    codecs.register_error("sandbox-names", _write_names_as_given)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="sandbox-names")
 
 
 def run_main(cli: click.Group) -> None:
@@ -381,6 +428,7 @@ def run_main(cli: click.Group) -> None:
     """
     from sandbox import faults
 
+    lenient_output()
     faults.arm(os.environ.get("SANDBOX_FAULT"))
     try:
         rv = cli.main(standalone_mode=False, prog_name="sandbox")
@@ -393,7 +441,7 @@ def run_main(cli: click.Group) -> None:
         if isinstance(exc, click.UsageError):
             where = exc.ctx.command_path if exc.ctx is not None else "sandbox"
             message += f" (see '{where} --help')"
-        click.echo(f"sandbox: {message}", err=True)
+        click.echo(f"sandbox: {_safe(message)}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("sandbox: interrupted.", err=True)
@@ -406,9 +454,9 @@ def run_main(cli: click.Group) -> None:
         from sandbox.errors import SandboxError
 
         if isinstance(exc, SandboxError):
-            click.echo(f"sandbox: {exc.message}", err=True)
+            click.echo(f"sandbox: {_safe(exc.message)}", err=True)
             sys.exit(exc.exit_code)
         path = _crash_log(exc)
-        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {exc} (details in {path})", err=True)
+        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
         sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

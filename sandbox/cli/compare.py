@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, ensure_worktree, open_project, verified
 from sandbox.cli.isolation import isolation_options, resolve
 
@@ -59,11 +60,11 @@ def compare(
         failed = f"{row.failed}" + (f"+{row.uncertain}?" if row.uncertain else "")
         click.echo(
             f"{row.run_id:<10} {row.calls:>5} {failed:>6} {row.files:>5} {row.added:>7} {row.removed:>7}  "
-            f"{check:<12} {row.label or ''}"
+            f"{check:<12} {escape.text(row.label or '')}"
         )
     click.echo(f"{len(result.agree)} path(s) changed the same way by every run; {len(result.disagree)} differ:")
     for path, states in sorted(result.disagree.items())[:50]:
-        click.echo(f"  {path}: " + ", ".join(f"{rid} {st}" for rid, st in states.items()))
+        click.echo(f"  {escape.path(path)}: " + ", ".join(f"{rid} {st}" for rid, st in states.items()))
     if len(result.disagree) > 50:
         click.echo(f"  ... and {len(result.disagree) - 50} more (--json lists them all)")
 

@@ -62,7 +62,7 @@ def complete_calls(ctx: click.Context, _param: click.Parameter, incomplete: str)
     try:
         project, _workdir, cwd_run = Project.discover(_directory(ctx))
         given = ctx.params.get("run_id")
-        run = Run.open(project, resolve_run(project, given if isinstance(given, str) else None, cwd_run))
+        run = Run.open(project, resolve_run(project, given if isinstance(given, str) and given else None, cwd_run))
         entries = run.entries()
     except (SandboxError, OSError):
         return []

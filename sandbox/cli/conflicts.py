@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run
 from sandbox.cli.output import Output, OutputCommand, color_option, pager_option, setup
 
@@ -74,13 +75,13 @@ def show_conflicts(
 
 def render(out: Output, c: Conflict) -> None:
     """One conflict: the reason, the three versions, and where they disagree."""
-    click.echo(out.style(f"CONFLICT {c.path}", fg="red", bold=True) + f": {c.reason}")
+    click.echo(out.style(f"CONFLICT {escape.path(c.path)}", fg="red", bold=True) + f": {escape.text(c.reason)}")
     for side in (c.base, c.agent, c.yours):
         oid = (side.oid or "-")[:12]
         extra = f"  (call {', '.join(c.calls)})" if side.label == "agent" and c.calls else ""
         click.echo(f"  {side.label:<6} {out.style(f'{oid:<12}', fg='yellow')}  {side.describe()}{extra}")
     if c.hint:
-        click.echo(f"  what to do: {c.hint}")
+        click.echo(f"  what to do: {escape.text(c.hint)}")
     if c.regions:
         section = ""
         for region in c.regions:

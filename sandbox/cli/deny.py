@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
@@ -25,4 +26,4 @@ def deny(ctx: click.Context, run_id: str | None, call_id: str | None, reason: st
     if as_json:
         emit_json(dump(entry))
     else:
-        click.echo(f"{entry.call_id} ({entry.tool_name}) denied" + (f": {reason}" if reason else ""))
+        click.echo(escape.text(f"{entry.call_id} ({entry.tool_name}) denied" + (f": {reason}" if reason else "")))

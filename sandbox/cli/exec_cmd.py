@@ -31,6 +31,10 @@ class _ExecCommand(click.Command):
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the command: sandbox exec [RUN] -- COMMAND ARGS...")
+        if rest and not rest[0].strip():
+            from sandbox.run.names import empty_run_name
+
+            raise empty_run_name(rest[0])  # "$RUN" unset: not a new run, nor the only one
         ctx.params["run_id"] = rest[0] if rest else None
         ctx.params["command"] = tuple(after)
         if not after:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import base_dir, emit_json, open_project
 
 
@@ -37,7 +38,7 @@ def fetch(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
         if not report.runs:
             click.echo(f"{report.remote} has no sandbox runs.")
         for item in report.runs:
-            what = f"{item.run_id}" + (f" ({item.label})" if item.label else "")
+            what = f"{item.run_id}" + (f" ({escape.text(item.label)})" if item.label else "")  # another's label
             made = f", made on {item.host}" if item.host else ""
             if item.outcome == "new":
                 click.echo(f"New run {what}: {item.events} event(s){made}.")

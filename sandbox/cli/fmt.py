@@ -12,6 +12,8 @@ import datetime
 import shlex
 from typing import Any
 
+from sandbox.cli import escape
+
 
 def local_time(when: datetime.datetime | str | None) -> str:
     """``when`` in the local time zone, with the zone: ``YYYY-MM-DD HH:MM:SS +HHMM`` ("" for None)."""
@@ -49,7 +51,11 @@ def first_line(text: str) -> str:
 
 def command_of(tool: str, inputs: Any, summary: str | None) -> str:
     """What a call ran, as one line: an argv quoted for the shell, a shell command's first line, or
-    the recorded summary."""
+    the recorded summary; safe to print (:func:`sandbox.cli.escape.text`: it is the agent's)."""
+    return escape.text(_command_of(inputs, summary))
+
+
+def _command_of(inputs: Any, summary: str | None) -> str:
     if isinstance(inputs, dict):
         argv = inputs.get("argv")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):

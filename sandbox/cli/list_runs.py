@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import base_dir, emit_json, human_size, open_project
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
@@ -38,7 +39,7 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
         run_col = out.style(f"{r['run']:<10}", fg="yellow")
         click.echo(
             f"{run_col} {created:<25} {r['calls']:>5} {r['changed_paths']:>5} "
-            f"{human_size(r['disk_bytes']):>10}  {r['label'] or ''}"
+            f"{human_size(r['disk_bytes']):>10}  {escape.text(r['label'] or '')}"
             + _came_from(r)
             + ("" if r["worktree_exists"] or r.get("damaged") or _not_here(r) else "  (worktree missing)")
             + (

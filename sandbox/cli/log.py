@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.log_call import patch_of, show_call
@@ -156,16 +157,16 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
         [
             " [undone]" if e["undone"] else "",
             " [applied]" if e["applied"] else "",
-            f" [partly applied: {', '.join(partly)}]" if partly else "",
-            f" [denied: {e['denial_reason'] or 'no reason'}]" if approval == "denied" else "",
+            f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
+            f" [denied: {escape.text(e['denial_reason'] or 'no reason')}]" if approval == "denied" else "",
         ]
     )
     commit = e["commit"][:10] if e["commit"] else "-"
     status = e["status"]
     seq = f"{e['seq']:>3}"
     click.echo(
-        f"{out.style(seq, fg='yellow')}  {e['call_id']:<18} "
-        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {e['tool_name']:<16} "
+        f"{out.style(seq, fg='yellow')}  {escape.text(e['call_id']):<18} "
+        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {escape.text(e['tool_name']):<16} "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
     started = e["started_at"]
@@ -177,13 +178,13 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
     error = e["error"]
     if error:
         more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
-        first = error.strip().splitlines()[0] if error.strip() else error  # older entries: multi-line
+        first = escape.text(error.strip().splitlines()[0] if error.strip() else error)  # older: multi-line
         click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
     for f in e["files"]:
         kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
         if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {f['path']}")
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {escape.path(f['path'])}")
 
 
 def _agent_git(run: Run) -> None:
@@ -200,7 +201,7 @@ def _agent_git(run: Run) -> None:
 def _show_agent_git(found: dict[str, Any]) -> None:
     if not views.agent_git_changed(found):
         return
-    first, *rest = views.describe_agent_git(found)
-    click.echo(f"agent git: {first}")
+    first, *rest = views.describe_agent_git(found)  # branch names and commit subjects are the agent's
+    click.echo(f"agent git: {escape.text(first)}")
     for line in rest:
-        click.echo(f"           {line}")
+        click.echo(f"           {escape.text(line)}")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
 from sandbox.cli.output import STATUS_COLORS, Output
@@ -31,11 +32,11 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         return
     out.page()
     status = entry.status.value
-    click.echo(f"call:    {out.style(entry.call_id, fg='yellow')} (#{entry.seq})")
-    click.echo(f"tool:    {entry.tool_name}")
+    click.echo(f"call:    {out.style(escape.text(entry.call_id), fg='yellow')} (#{entry.seq})")
+    click.echo(f"tool:    {escape.text(entry.tool_name)}")
     click.echo(f"status:  {out.style(status, fg=STATUS_COLORS.get(status))}")
     if entry.approval is not None:
-        reason = f" ({entry.denial_reason})" if entry.denial_reason else ""
+        reason = f" ({escape.text(entry.denial_reason)})" if entry.denial_reason else ""
         click.echo(f"answer:  {entry.approval.value}{reason}")
     for label, when in (("started", entry.started_at), ("ended", entry.finished_at)):
         if when is not None:
@@ -45,18 +46,18 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         click.echo(f"took:    {took}")
     command = _full_command(entry.input)
     if command:
-        click.echo("command: " + command.replace("\n", "\n         "))
+        click.echo("command: " + "\n         ".join(escape.lines(command) or [""]))
     if entry.summary:
-        click.echo(f"summary: {entry.summary}")
+        click.echo(f"summary: {escape.text(entry.summary)}")
     if entry.input is not None:
-        click.echo("input:   " + _json(entry.input).replace("\n", "\n         "))
+        click.echo("input:   " + "\n         ".join(escape.lines(_json(entry.input))))
     if entry.commit:
         click.echo(f"commit:  {out.style(entry.commit, fg='yellow')}")
     for f in entry.files:
-        click.echo(f"file:    {f.path}")
+        click.echo(f"file:    {escape.path(f.path)}")
     if error:
         click.echo(out.style("error:", fg="red"))
-        for line in error.splitlines() or [error]:
+        for line in escape.lines(error) or [escape.text(error)]:
             click.echo(f"  {line}")
     if patch and entry.commit and entry.parent_commit:
         patch_of(run, entry, out)

@@ -16,7 +16,11 @@ from sandbox.cli.isolation import isolation_options, resolver
 @click.option("--new", "new", is_flag=True, help="Start a new run for the session (snapshot of your tree).")
 @click.option("--label", default=None, help="Label of the run --new starts.")
 @click.option(
-    "--http", "port", type=click.IntRange(1, 65535), default=None, help="Serve streamable HTTP on 127.0.0.1:PORT/mcp."
+    "--http",
+    "port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp (0: a free port, announced on stderr).",
 )
 @isolation_options(network_default="off")
 @click.pass_context
@@ -45,6 +49,11 @@ def mcp(
     if label and not new:
         raise UsageError("--label names the run that --new starts; add --new.")
     project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
+    listening = None
+    if port is not None:
+        from sandbox.mcp.server import listen_http
+
+        listening = listen_http(port)  # before a run starts: a port in use costs nothing
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
@@ -69,9 +78,10 @@ def mcp(
         click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
     from sandbox.mcp import server
 
-    if port is not None:
-        click.echo(f"sandbox: MCP server on http://127.0.0.1:{port}/mcp", err=True)
-        server.serve_http(ws, port, network=net)
+    if listening is not None:
+        bound = listening.getsockname()[1]
+        click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
+        server.serve_http(ws, listening, network=net)
         return
     abandoned = server.serve_stdio(ws, network=net)
     if abandoned:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import open_project, verified
 
 
@@ -25,7 +26,7 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         report = do_redo(run)
     except ApplyConflict as exc:
         finish(exc.report, "Wrote", as_json)
-        click.echo(f"sandbox: {exc.message}", err=True)
+        click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     if not as_json:
         where = "your tree" if report.target == "user" else "the run"

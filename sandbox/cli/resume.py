@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run, renamed
 
 
@@ -37,7 +38,9 @@ def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes
     for problem in report.problems:
         click.echo(f"sandbox: {problem}", err=True)
     for proc in report.stopped_processes:
-        click.echo(f"sandbox: stopped process {proc.pid} ({proc.cmd or '?'}) with SIG{proc.state}.", err=True)
-    click.echo(report.note)
+        click.echo(
+            f"sandbox: stopped process {proc.pid} ({escape.text(proc.cmd or '?')}) with SIG{proc.state}.", err=True
+        )
+    click.echo(escape.text(report.note))
     click.echo("")
-    click.echo(f"Next step: {report.next_step}")
+    click.echo(f"Next step: {escape.text(report.next_step)}")

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import (
     base_dir,
     ensure_worktree,
@@ -34,6 +35,10 @@ class _RunCommand(click.Command):
         rest = list(ctx.params.pop("rest", ()))
         if len(rest) > 1:
             raise click.UsageError("Put '--' before the agent: sandbox run [RUN] -- AGENT ARGS...")
+        if rest and not rest[0].strip():
+            from sandbox.run.names import empty_run_name
+
+            raise empty_run_name(rest[0])  # "$RUN" unset: not a new run, nor the only one
         ctx.params["run_id"] = rest[0] if rest else None
         ctx.params["command"] = tuple(args[cut + 1 :])
         if not ctx.params["command"]:
@@ -117,9 +122,10 @@ def run_agent(
         report = run.include_report
         if report is not None:
             if report.copied:
-                click.echo(f"sandbox: copied into the worktree: {', '.join(report.copied)}", err=True)
+                copied = ", ".join(escape.path(p) for p in report.copied)
+                click.echo(f"sandbox: copied into the worktree: {copied}", err=True)
             for warning in report.warnings:
-                click.echo(f"sandbox: warning: {warning}", err=True)
+                click.echo(f"sandbox: warning: {escape.text(warning)}", err=True)
     seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.run.fastread)
     made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
     if made:
@@ -173,7 +179,7 @@ def run_agent(
     if not_run:
         click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
         for e in not_run[:10]:
-            click.echo(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}", err=True)
+            click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
     rid = run.run_id
     if as_json:
         from sandbox.cli.common import emit_json

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, ensure_worktree, open_project, wants_json
 
 if TYPE_CHECKING:
@@ -151,6 +152,6 @@ def _serve(served: Host, idle_exit: float, notify: int | None) -> None:
         if notify is not None:
             os.write(notify, b"busy\n")
             return
-        click.echo(f"sandbox: {exc.message}", err=True)
+        click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         return
     log(f"stopped: {reason}")

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, fast_open, open_run
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
@@ -46,10 +47,10 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     by = ", ".join(f"{v} {out.style(k, fg=STATUS_COLORS.get(k))}" for k, v in sorted(row["by_status"].items()))
     click.echo(f"  calls:     {row['calls']} ({by or 'none'})")
     partly = row.get("partly_applied_calls") or []
-    more = f" ({len(partly)} partly applied: {', '.join(partly)})" if partly else ""
+    more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if in_flight:
-        flight = out.style(", ".join(in_flight), fg="yellow")
+        flight = out.style(", ".join(escape.text(c) for c in in_flight), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")
     agent_git = row.get("agent_git")
@@ -57,9 +58,9 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         from sandbox.run.views import describe_agent_git
 
         first, *rest = describe_agent_git(agent_git)
-        click.echo(f"  agent git: {first}")
+        click.echo(f"  agent git: {escape.text(first)}")  # branch names and commit subjects are the agent's
         for line in rest:
-            click.echo(f"             {line}")
+            click.echo(f"             {escape.text(line)}")
 
 
 def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import open_project, verified
 
 
@@ -31,7 +32,7 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         report = do_undo(run)
     except ApplyConflict as exc:
         finish(exc.report, "Restored", as_json)
-        click.echo(f"sandbox: {exc.message}", err=True)
+        click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     if not as_json and not report.recovered:
         where = "your tree" if report.target == "user" else "the run"

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, ensure_worktree, open_run, run_then
 
 
@@ -34,4 +35,4 @@ def write(ctx: click.Context, run_id: str | None, path: str | None, executable: 
     if as_json:
         emit_json(dump(call.entry))
     else:
-        click.echo(f"{call.entry.call_id} wrote {rel}" + ("" if call.entry.files else " (unchanged)"))
+        click.echo(f"{call.entry.call_id} wrote {escape.path(rel)}" + ("" if call.entry.files else " (unchanged)"))

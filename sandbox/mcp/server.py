@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -28,7 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxError, UsageError
 from sandbox.mcp.tools import INSTRUCTIONS, Abandoned, Workspace
 
 T = TypeVar("T")
@@ -356,7 +357,28 @@ def serve_stdio(ws: Workspace, *, network: bool = False) -> list[str]:
     return abandoned
 
 
-def serve_http(ws: Workspace, port: int, *, network: bool = False) -> None:
-    """Serve streamable HTTP on 127.0.0.1:``port`` (path ``/mcp``) until interrupted."""
+def listen_http(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port``; 0 lets the system pick a free port (read it back with
+    ``getsockname()``). Bound before the run starts, so a port in use costs nothing and the port the
+    server announces is the one it holds (no window in which another process could take it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"Cannot serve MCP on 127.0.0.1:{port}: {exc.strerror or exc}. Choose another port, or 0 for a free one."
+        ) from exc
+    return sock
+
+
+def serve_http(ws: Workspace, sock: socket.socket, *, network: bool = False) -> None:
+    """Serve streamable HTTP on ``sock`` (from :func:`listen_http`; path ``/mcp``) until interrupted."""
+    import uvicorn  # the SDK's own HTTP server (the SDK depends on it); only HTTP needs it
+
     server = build(ws, network=network)
-    server.run("streamable-http", host="127.0.0.1", port=port)
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+    anyio.run(uvicorn.Server(config).serve, [sock])

@@ -391,8 +391,10 @@ class CheckpointStore:
     def save(self, state: SessionState | None = None, label: str | None = None) -> Checkpoint:
         """Save a runtime checkpoint durably and return it (prunes beyond the retention setting)."""
         session = state or SessionState()
-        if label is not None and (not label or len(label) > 200 or "\n" in label):
-            raise SandboxError("A checkpoint label must be one line of 1 to 200 characters.")
+        if label is not None:
+            from sandbox.run.labels import check_label
+
+            check_label(label, "checkpoint")
         budget = session.budget
         if isinstance(budget, dict):
             try:

@@ -57,7 +57,7 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
     """Write the run's calls as a branch ``name`` of per-call commits on your HEAD at start."""
     repo = run.repo
     ref = f"refs/heads/{name}"
-    if not pygit2.reference_is_valid_name(ref) or name.startswith("-"):
+    if not _valid_branch_name(ref) or name.startswith("-"):
         raise UsageError(f"{name!r} is not a valid branch name; see 'git check-ref-format --branch'.")
     existing = repo.references.get(ref)
     if existing is not None:
@@ -111,6 +111,22 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
             repo.references.create(ref, parent)
     result.tip = parent
     return result
+
+
+#: A loose ref is a file; its lock file adds ".lock", and most file systems allow 255 bytes a name.
+_MAX_COMPONENT = 255 - len(".lock")
+
+
+def _valid_branch_name(ref: str) -> bool:
+    """git's rules (libgit2's check), plus what the file system can hold: UTF-8 (an undecodable byte
+    from the command line is not), and no path component too long to be a file."""
+    try:
+        encoded = ref.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    if any(len(part) > _MAX_COMPONENT for part in encoded.split(b"/")):
+        return False
+    return pygit2.reference_is_valid_name(ref)
 
 
 def undone_in_run(run: Run) -> set[str]:

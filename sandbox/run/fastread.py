@@ -176,7 +176,9 @@ class Repository:
         """The id of the run ``given`` names, when it names exactly one (else :class:`Miss`: the full
         path explains what is wrong, see :func:`sandbox.run.names.resolve_run`)."""
         ids = self.run_ids()
-        if not given:
+        if given is not None and not given.strip():
+            raise Miss("an empty run name")  # refused by the full path, with its words
+        if given is None:
             if cwd_run:
                 return cwd_run
             if len(ids) == 1:

@@ -62,6 +62,10 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
     """Snapshot ``workdir`` once and make ``count`` runs on that snapshot (labels ``L-1`` ... ``L-N``)."""
     if not 1 <= count <= MAX_COUNT:
         raise UsageError(f"--count must be between 1 and {MAX_COUNT}; each run is a full checkout of your tree.")
+    if label is not None:
+        from sandbox.run.labels import check_label
+
+        check_label(label, "run")
     objects.enable_fsync()
     taken: set[str] = set()
     runs = [Run(project, _fresh_id(project, taken)) for _ in range(count)]
@@ -185,6 +189,10 @@ def state_at(source: Run, at: str | None) -> tuple[str, str | None]:
 def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
     """A new run from ``source``'s state (its head, or the state after call / at checkpoint ``at``)."""
     objects.enable_fsync()
+    if label is not None:
+        from sandbox.run.labels import check_label
+
+        check_label(label, "run")
     project = source.project
     target, named = state_at(source, at)
     info = source.info

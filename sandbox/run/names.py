@@ -77,12 +77,24 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
     return labels
 
 
+def empty_run_name(given: str) -> UnknownRunError:
+    """The refusal of a run name that is empty or blank (it names no run; left out, RUN would)."""
+    return UnknownRunError(
+        f"The run name {given!r} is empty; name a run by its id, label or id prefix (see 'sandbox list'), "
+        "or leave RUN out."
+    )
+
+
 def resolve_run(project: Project, given: str | None, cwd_run: str | None = None) -> str:
-    """The id of the run ``given`` names (see the module docstring), or the run we are in when omitted."""
+    """The id of the run ``given`` names (see the module docstring), or the run we are in when omitted
+    (``None``). An empty or blank name is refused: ``sandbox drop "$RUN"`` with RUN unset must not
+    mean the only run."""
+    if given is not None and not given.strip():
+        raise empty_run_name(given)
     if given and project.has_ledger(given):
         return given  # a whole id: the common case, without listing every run
     ids = project.run_ids()
-    if not given:
+    if given is None:
         if cwd_run:
             return cwd_run
         if len(ids) == 1:

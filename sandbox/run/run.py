@@ -123,8 +123,11 @@ class Run:
         start interrupted earlier leaves pieces that ``sandbox gc`` reclaims. ``progress`` is told
         each step as a line of text, git's own progress meter included (the caller shows them).
         """
+        from sandbox.run.labels import check_label
         from sandbox.store import snapshot, worktree
 
+        if label is not None:
+            check_label(label, "run")
         say = progress or (lambda _line: None)
         objects.enable_fsync()
         run_id = new_run_id()

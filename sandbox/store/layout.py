@@ -105,7 +105,10 @@ def canonical_json(value: Any, *, ascii_only: bool = False) -> bytes:
     differ only in how non-ASCII text is spelled; each is kept because ids already stored were
     computed with it.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, default=str).encode()
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, default=str)
+    # A lone surrogate (an undecodable byte of a path, or a hook's "\udcff") has no UTF-8: written as
+    # JSON's own escape for it, which reads back to the same string.
+    return text.encode("utf-8", "backslashreplace")
 
 
 # -- in the user's repository --------------------------------------------------------------------

@@ -15,7 +15,7 @@ BIN_DIR = Path(__file__).resolve().parent / "node_modules" / ".bin"
 
 
 def agent_binary(name: str) -> str:
-    """The absolute path of a real agent binary (``claude`` or ``gemini``), or a test failure."""
+    """The absolute path of a real agent binary (``claude``, ``gemini`` or ``codex``), or a test failure."""
     path = BIN_DIR / name
     if not os.access(path, os.X_OK):
         pytest.fail(f"The real {name!r} binary is not installed; run 'make agents' (pinned npm packages).")
@@ -32,3 +32,9 @@ def claude_bin() -> str:
 def gemini_bin() -> str:
     """The real Gemini CLI binary."""
     return agent_binary("gemini")
+
+
+@pytest.fixture
+def codex_bin() -> str:
+    """The real Codex CLI (its native binary comes from the platform package, e.g. @openai/codex-linux-x64)."""
+    return agent_binary("codex")

@@ -28,6 +28,7 @@ CASE = "agentgit"
 HISTORY = 10_000
 AGENT = (1, 100, 1000)
 REF = "python3 -c pass (same interpreter)"
+PARSED = f"commits parsed by the walk ({HISTORY} history commits)"
 T0 = 1_600_000_000
 _done: set[str] = set()
 
@@ -107,8 +108,7 @@ def run(ctx: Context, repo: Repo) -> None:
         assert head is not None
         walked = walker.walk([head], [r.base])
         assert len(walked) == n, (n, len(walked))
-        group = f"{HISTORY} history commits, agent made {n}"
-        res.add(CASE, None, group, "commits parsed by the walk", walker.parsed, unit="n")
+        res.add(CASE, None, PARSED, f"agent made {n}", walker.parsed, unit="n")
         # Seal the fold cache, as any command that opened the run leaves it.
         Run.open(Project(project.common_dir), r.run_id).seal_cache()
         found = agentgit.activity(r.git_dir, r.run_id, r.base)
@@ -166,7 +166,7 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
     """The walk parses the agent's commits and a handful of the user's, never the whole history."""
     out = []
     for n in AGENT:
-        row = results.find(CASE, None, f"{HISTORY} history commits, agent made {n}", "commits parsed")
+        row = results.find(CASE, None, PARSED, f"agent made {n}")
         name = f"agent git walk with {n} agent commit(s) on {HISTORY} history commits: commits parsed"
         goal = n + 10
         if row is None:

@@ -30,12 +30,12 @@ from sandbox.store.gitread import GitReadError, Repo
 SLOP = 5
 #: A commit or tag bigger than this is not read (a loose object can inflate to anything).
 MAX_OBJECT = 8 << 20
-#: At most this many bytes of objects are read in one walk (and kept: listed commits are read twice).
+#: At most this many bytes of objects are read in one walk (and kept, so listed commits are not read twice).
 MAX_BYTES = 128 << 20
 #: At most this many commits are parsed in one walk; past it the walk gives up (GitReadError).
-#: Bounds the work an agent can cause (a million commits of its own, clocks skewed so the limit
-#: pass cannot stop early) to about a second or two; an honest walk parses its own commits plus
-#: a handful of the user's.
+#: Bounds the work an agent can cause (a million commits of its own, or equal commit times, which
+#: keep git's limit pass going down the whole history) to about three seconds (~32 us a commit,
+#: measured); an honest walk parses the agent's commits plus a handful of the user's.
 MAX_PARSED = 100_000
 _INT64_MAX = (1 << 63) - 1
 _HEX = re.compile(rb"[0-9a-fA-F]{40}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2 as httpx  # the HTTP client the MCP SDK itself uses
 import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -447,23 +448,33 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
     )
     try:
         assert server.stderr is not None
-        port = 0
-        for _ in range(10):  # "serving run ..." first, then the address (bounded: the process ends or says it)
+        port, token = 0, ""
+        for _ in range(10):  # "serving run ...", the address, the token (bounded: the process ends or says it)
             line = server.stderr.readline().decode()
             assert line, f"the server ended: {server.wait()}"
             if "MCP server on http://127.0.0.1:" in line:
                 port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
+            if "Authorization: Bearer " in line:
+                token = line.split("Bearer ", 1)[1].strip().rstrip("'")
                 break
-        assert port > 0
+        assert port > 0 and len(token) >= 32
+        url = f"http://127.0.0.1:{port}/mcp"
 
         async def main() -> Any:
-            url = f"http://127.0.0.1:{port}/mcp"
-            async with streamable_http_client(url) as (read, write), ClientSession(read, write) as s:
+            client = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            async with (
+                client,
+                streamable_http_client(url, http_client=client) as (read, write),
+                ClientSession(read, write) as s,
+            ):
                 await s.initialize()
                 return await s.call_tool("write_file", {"path": "h.txt", "content": "over http\n"})
 
         result = anyio.run(main)
         assert not result.is_error, text(result)
+        for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):  # no token, no entry
+            refused = httpx.post(url, headers=header, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            assert refused.status_code == 401, (header, refused.status_code)
         with open(f"/proc/{server.pid}/net/tcp") as fh:  # listening on 127.0.0.1 only
             listening = [ln.split() for ln in fh.readlines()[1:] if ln.split()[3] == "0A"]
         assert all(addr.startswith("0100007F:") for _sl, addr, *_ in listening if addr.endswith(f":{port:04X}"))

@@ -56,6 +56,7 @@ APPLY_MODULES = {
     "sandbox.cli.commands",
     "sandbox.cli.escape",
     "sandbox.cli.common",
+    "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",
     "sandbox.cli.output",
     "sandbox.cli.selection",
@@ -76,6 +77,7 @@ APPLY_MODULES = {
     "sandbox.store.convert",
     "sandbox.store.fsutil",
     "sandbox.store.gitcli",
+    "sandbox.store.gitfiles",  # the converter's check that no FIFO waits where libgit2 reads (stdlib)
     "sandbox.store.integrity",
     "sandbox.store.journal",
     "sandbox.store.layout",

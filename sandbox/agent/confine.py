@@ -67,6 +67,32 @@ DEFAULT_AGENT_STATE = (
     "~/.npm/",
     "~/.local/state/claude/",
 )
+#: Agent state that is configuration: what the user's own, unconfined agent loads at its next start
+#: (hooks and MCP servers it runs, commands, agents, skills, plugins, instructions). Read-only in the
+#: sandbox even though the state around it is writable, so that a confined process cannot plant a
+#: command that runs outside the sandbox later. A missing one is created first (a directory empty,
+#: a ``.json`` file as ``{}``, another file empty): the agent could otherwise create it.
+AGENT_CONFIG = (
+    "~/.claude/settings.json",
+    "~/.claude/settings.local.json",
+    "~/.claude/CLAUDE.md",
+    "~/.claude/commands/",
+    "~/.claude/agents/",
+    "~/.claude/skills/",
+    "~/.claude/hooks/",
+    "~/.claude/plugins/",
+    "~/.claude/output-styles/",
+    "~/.gemini/settings.json",
+    "~/.gemini/GEMINI.md",
+    "~/.gemini/commands/",
+    "~/.gemini/extensions/",
+    "~/.gemini/policies/",
+)
+#: Agent state files that hold configuration (``~/.claude.json``: the MCP servers Claude Code starts)
+#: and that the agent rewrites at every start, so they cannot be read-only: each run's sandbox
+#: writes a copy of its own (in the run's directory, seeded from yours the first time), and yours
+#: is never written from inside.
+AGENT_PRIVATE = ("~/.claude.json",)
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
     "Arch: pacman -S bubblewrap)"
@@ -106,6 +132,10 @@ class Isolation:
     #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
     #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.
     inherited: bool = False
+    #: Agent configuration below the writable state, kept read-only (see :data:`AGENT_CONFIG`).
+    config: tuple[str, ...] = ()
+    #: Agent state files each run writes a copy of instead (see :data:`AGENT_PRIVATE`).
+    private: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -128,6 +158,10 @@ class Policy:
     readable: tuple[str, ...] = field(default=())
     #: Directories replaced by an empty one (other runs' scratch dirs, with their host tokens).
     hidden: tuple[str, ...] = field(default=())
+    #: Agent configuration kept read-only below the writable agent state (:data:`AGENT_CONFIG`).
+    config: tuple[str, ...] = field(default=())
+    #: (the run's copy, the path it is mounted at): agent state written per run (:data:`AGENT_PRIVATE`).
+    private: tuple[tuple[str, str], ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -204,6 +238,48 @@ def prepare_state(paths: Sequence[str]) -> None:
                 fh.write("{}\n")
 
 
+def config_paths(
+    entries: Sequence[str], private: Sequence[str], state: Sequence[str], home: str
+) -> tuple[list[str], list[str]]:
+    """The agent configuration to keep read-only and the state files to give each run a copy of:
+    those of ``entries`` / ``private`` (``~/`` paths) that lie in the writable agent ``state``."""
+    writable = [p.rstrip("/") for p in state]
+
+    def under(path: str, exact: bool) -> bool:
+        return any(path == w or (not exact and path.startswith(w + "/")) for w in writable)
+
+    config = [p for p in state_paths(entries, home) if under(p.rstrip("/"), exact=False)]
+    copies = [p for p in state_paths(private, home) if under(p.rstrip("/"), exact=True)]
+    return config, copies
+
+
+def prepare_config(policy: Policy) -> None:
+    """Make sure every configuration path exists (else the agent could create it: see
+    :data:`AGENT_CONFIG`) and every run's copy of private state is there, seeded from the user's."""
+    for entry in policy.config:
+        path = entry.rstrip("/")
+        if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.endswith("/"):
+                os.mkdir(path, 0o700)
+            else:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write("{}\n" if path.endswith(".json") else "")
+    for copy, dest in policy.private:
+        if os.path.exists(copy):
+            continue
+        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+        data = b"{}\n"
+        with contextlib.suppress(OSError):
+            if os.path.isfile(dest):
+                with open(dest, "rb") as fh:
+                    data = fh.read(64 * 1024 * 1024)
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+
+
 def policy_for_run(isolation: Isolation, run: Run) -> Policy:
     """The policy for a command of ``run``: its paths in the repository this command runs in (never
     the tree its record names, which may be another clone's: a fetched run)."""
@@ -235,7 +311,17 @@ def policy_for(
             *run_readable_paths(common_dir, run_id),
         ),
         hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
+        config=isolation.config,
+        private=tuple(
+            (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
+            for dest in isolation.private
+        ),
     )
+
+
+def _copy_name(path: str) -> str:
+    """The file name of a run's copy of ``path`` (``~/.claude.json`` -> ``.claude.json``)."""
+    return os.path.basename(path.rstrip("/")) or "state"
 
 
 # -- availability ------------------------------------------------------------------------------
@@ -331,6 +417,14 @@ def bwrap_argv(
         mounts.append((_depth(real), 2, ["--bind-try", real, real]))
     for path in policy.protected:
         mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
+    for entry in policy.config:  # the agent's configuration, read-only below its writable state
+        real = os.path.realpath(entry.rstrip("/"))
+        if os.path.lexists(real):
+            mounts.append((_depth(real), 3, ["--ro-bind", real, real]))
+    for copy, dest in policy.private:  # the run's own copy where the agent writes this state
+        if os.path.isfile(dest) and os.path.isfile(copy):
+            real = os.path.realpath(dest)
+            mounts.append((_depth(real), 3, ["--bind", copy, real]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
     for path in policy.hidden:  # read-only once the run's own dir is mounted inside it
@@ -402,6 +496,12 @@ def seatbelt_profile(policy: Policy) -> str:
         inner = [p for p in policy.writable if any(p.startswith(q.rstrip("/") + "/") for q in policy.protected)]
         if inner:
             lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in inner) + ")")
+    if policy.config:  # no copy-on-write here: the private state stays writable (a known gap)
+        rules = [
+            f"(subpath {_sb_quote(p.rstrip('/'))})" if p.endswith("/") else f"(literal {_sb_quote(p)})"
+            for p in policy.config
+        ]
+        lines.append("(deny file-write* " + " ".join(rules) + ")")
     if not policy.network:
         lines.append("(deny network*)")
         lines.append("(allow network* (remote unix-socket))")  # the repository's host socket
@@ -523,6 +623,7 @@ def spawn(
     """
     check(isolation)
     assert isolation.program is not None
+    prepare_config(policy)
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)

@@ -339,7 +339,7 @@ class Host:
                 data = _recv_all(conn, wire.MAX_REQUEST)
                 try:
                     request = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):  # nested deeper than Python recurses: a forged one
                     reply: dict[str, Any] = {"ok": False, "error": "The request is not valid JSON."}
                 else:
                     reply = self.handle(request, peer)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_run
 
 
@@ -63,4 +64,4 @@ def checkpoint(
     if as_json:
         emit_json(dump(ckpt))
     else:
-        click.echo(f"{ckpt.name} {ckpt.id} saved ({label})")
+        click.echo(f"{ckpt.name} {ckpt.id} saved ({escape.text(label)})")

@@ -67,7 +67,18 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
     readable = (home,) if os.path.isabs(home) and home != "/" else ()
     if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
         return confine.Isolation(False, net, program, backend, inherited=True)
-    return confine.Isolation(enabled, net, program, backend, tuple(writable), interactive, readable)
+    settings, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    return confine.Isolation(
+        enabled,
+        net,
+        program,
+        backend,
+        tuple(writable),
+        interactive,
+        readable,
+        config=tuple(settings),
+        private=tuple(private),
+    )
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

@@ -9,6 +9,9 @@ import click
 from sandbox.cli.common import base_dir, data_root, main_workdir
 from sandbox.cli.isolation import isolation_options, resolver
 
+#: A fixed bearer token for ``--http`` (else a new one is made and printed on stderr).
+TOKEN_ENV = "SANDBOX_MCP_TOKEN"
+
 
 @click.command("mcp")
 @click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
@@ -20,7 +23,7 @@ from sandbox.cli.isolation import isolation_options, resolver
     "port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp (0: a free port, announced on stderr).",
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp to clients with its bearer token (0: a free port).",
 )
 @isolation_options(network_default="off")
 @click.pass_context
@@ -73,15 +76,23 @@ def mcp(
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
+    if ws.run is not None:
+        ws.pin()  # the run chosen here is the only one the model works on
     net = now.network
     if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
         click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
     from sandbox.mcp import server
 
     if listening is not None:
+        import secrets
+
         bound = listening.getsockname()[1]
+        # Yours to give the client; SANDBOX_MCP_TOKEN sets it (a client config that stays the same).
+        token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
         click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
-        server.serve_http(ws, listening, network=net)
+        if not os.environ.get(TOKEN_ENV):
+            click.echo(f"sandbox: clients send the header 'Authorization: Bearer {token}'", err=True)
+        server.serve_http(ws, listening, token, network=net)
         return
     abandoned = server.serve_stdio(ws, network=net)
     if abandoned:

@@ -78,14 +78,21 @@ def git_config(cwd: str) -> dict[str, str]:
     """The colour and pager settings of the git config that applies in ``cwd`` (keys lower-cased).
 
     Read with ``git config`` itself (one process): includes, conditional includes and
-    ``GIT_CONFIG_*`` variables then count exactly as they do for git.
+    ``GIT_CONFIG_*`` variables then count exactly as they do for git. In a run's worktree, the
+    config of the user's repository: the run's own git dir is the agent's to write, and
+    ``core.pager`` is a command this (unconfined) process would start.
     """
+    from sandbox.store import layout
+
+    where = cwd if os.path.isdir(cwd) else None
+    loc = layout.locate(where) if where is not None else None
+    git_dir = ["--git-dir", loc.common_dir] if loc is not None else []
     try:
         import subprocess  # only on a terminal: a command writing to a pipe does not pay for it
 
         proc = subprocess.run(
-            ["git", "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"],
-            cwd=cwd if os.path.isdir(cwd) else None,
+            ["git", *git_dir, "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"],
+            cwd=loc.common_dir if loc is not None else where,
             capture_output=True,
             check=False,
         )

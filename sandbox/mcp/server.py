@@ -374,11 +374,42 @@ def listen_http(port: int) -> socket.socket:
     return sock
 
 
-def serve_http(ws: Workspace, sock: socket.socket, *, network: bool = False) -> None:
-    """Serve streamable HTTP on ``sock`` (from :func:`listen_http`; path ``/mcp``) until interrupted."""
+def serve_http(ws: Workspace, sock: socket.socket, token: str, *, network: bool = False) -> None:
+    """Serve streamable HTTP on ``sock`` (from :func:`listen_http`; path ``/mcp``) until interrupted,
+    to clients that send ``Authorization: Bearer TOKEN`` only.
+
+    Loopback is not a boundary: any process of the machine reaches 127.0.0.1, a confined agent of
+    another run with the network on included. The token is what makes a client this server's.
+    """
     import uvicorn  # the SDK's own HTTP server (the SDK depends on it); only HTTP needs it
 
     server = build(ws, network=network)
-    app = server.streamable_http_app(host="127.0.0.1")
+    app = _BearerOnly(server.streamable_http_app(host="127.0.0.1"), token)
     config = uvicorn.Config(app, log_level="warning")
     anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+class _BearerOnly:
+    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get a 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            import hmac
+
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error": "this server needs its bearer token (Authorization: Bearer ...)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

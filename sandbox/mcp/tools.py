@@ -167,6 +167,8 @@ class Workspace:
             boot_id=settings.boot_id,
         )
         self._instance = secrets.token_hex(3)
+        #: Set by :meth:`pin`: the one run this server works on (``sandbox mcp --run`` / ``--new``).
+        self.pinned: str | None = None
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -184,18 +186,34 @@ class Workspace:
             raise NoRunError("No run is open yet; call start_run (or open_run with a run id from list_runs) first.")
         return self.run
 
+    def pin(self) -> None:
+        """Keep this server on the run it has open: ``open_run`` of another run and ``start_run``
+        are refused from now on (the user chose the run; the model may not move to another
+        agent's run and write there)."""
+        self.pinned = self.require_run().run_id
+
+    def _refuse_if_pinned(self, wanted: str | None) -> None:
+        if self.pinned is not None and wanted != self.pinned:
+            raise SandboxError(
+                f"This server works on run {self.pinned} only (it was started with --run or --new); "
+                "ask the user to start 'sandbox mcp' without them to choose runs."
+            )
+
     def open_run(self, run_id: str) -> dict[str, Any]:
         """Work on an existing run (any unique prefix of its id)."""
         with self.lock:
             from sandbox.run.names import resolve_run
 
-            run = Run.open(self.project, resolve_run(self.project, run_id))
+            rid = resolve_run(self.project, run_id)
+            self._refuse_if_pinned(rid)
+            run = Run.open(self.project, rid)
             run.load()
             return self._opened(run, created=False)
 
     def start_run(self, label: str | None = None) -> dict[str, Any]:
         """Snapshot the user's working tree into a new run and work on it."""
         with self.lock:
+            self._refuse_if_pinned(None)
             if self.user_workdir is None:
                 raise SandboxError(
                     "This server was started inside a run's worktree; start it from your repository to make new runs."
@@ -390,10 +408,16 @@ class Workspace:
     ) -> str:
         """Lines matching a regular expression (``git grep``: tracked, new and untracked files
         not ignored by ``.gitignore``), as ``path:line:text``; at most ``max_results`` lines."""
-        from sandbox.store import gitcli
+        from sandbox.store import gitcli, gitfiles
 
         run = self.require_run()
         rel, _full = self._readable(run, path, allow_root=True)
+        # git grep --untracked reads every .gitignore, info/exclude and core.excludesFile: one the
+        # model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
+        odd = None if gitfiles.repository_plain(run.worktree) else ".git"
+        odd = odd or gitfiles.tree_rules_plain(run.worktree, (".gitignore",))
+        if odd is not None:
+            raise UsageError(f"The search cannot read the worktree's ignore rules: {odd} is not a regular file.")
         limit = max(1, min(max_results, 1000))
         # libgit2 has no grep; git grep is also the fastest way over a large worktree.
         args = ["grep", "-n", "-I", "--untracked", "--no-color", "--full-name"]

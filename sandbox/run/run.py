@@ -339,7 +339,12 @@ class Run:
         return self._wt_repo
 
     def is_ignored(self, rel: str) -> bool:
-        """True when the worktree's ignore rules exclude ``rel`` (an untracked path)."""
+        """True when the worktree's ignore rules exclude ``rel`` (an untracked path); False when a
+        file libgit2 would read for them is not a plain file (a FIFO would hang it: the agent's)."""
+        from sandbox.store import gitfiles
+
+        if not gitfiles.repository_plain(self.worktree) or not gitfiles.path_rules_plain(self.worktree, rel):
+            return False
         try:
             return bool(self.wt_repo().path_is_ignored(rel))
         except (pygit2.GitError, UnicodeError, ValueError):

@@ -16,11 +16,22 @@ from collections.abc import Callable, Iterable
 
 import pygit2
 
+from sandbox.errors import SandboxError
 from sandbox.store import convert, objects, sparse
 from sandbox.store.fsutil import TEMP_PREFIX
 from sandbox.store.objects import Entry
 
 SYNC_NAME = ".sandbox-sync"
+
+#: The deepest path recorded, in directories. Capture, tree edits and tree diffs go one Python
+#: frame per level, and an agent may nest directories deeper than Python recurses (measured: 1,500
+#: levels ended a recording in a RecursionError and left the call in flight). libgit2's status,
+#: the scan's fallback, stops at 100 levels.
+MAX_DEPTH = 256
+
+
+class TooDeepError(SandboxError):
+    """A changed path is nested deeper than :data:`MAX_DEPTH` directories: nothing was recorded."""
 
 
 def _skip(rel: str) -> bool:
@@ -71,6 +82,12 @@ class Capturer:
         """Compare one path (file, link, directory or absent) with the head and record differences."""
         if not rel or _skip(rel) or rel in self._seen:
             return
+        if rel.count("/") >= MAX_DEPTH:
+            shown = "/".join(rel.split("/")[:3])
+            raise TooDeepError(
+                f"The worktree has a path nested deeper than {MAX_DEPTH} directories ({shown}/...); "
+                "nothing of this call was recorded. Remove or flatten it in the worktree, then record again."
+            )
         if self.is_private is not None and self.is_private(rel):
             return
         self._seen.add(rel)

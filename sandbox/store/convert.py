@@ -31,7 +31,7 @@ from pygit2.enums import FilterMode
 from pygit2.filter import FilterList
 
 from sandbox.errors import SandboxError
-from sandbox.store import objects
+from sandbox.store import gitfiles, objects
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -57,6 +57,8 @@ class Converter:
     @property
     def repo(self) -> pygit2.Repository | None:
         """The working tree's repository (None when it cannot be opened: then nothing is converted)."""
+        if not self._opened and not gitfiles.repository_plain(self.workdir):
+            return None  # a FIFO where libgit2 reads: opening would hang (sandbox.store.gitfiles)
         if not self._opened:
             self._opened = True
             try:
@@ -86,10 +88,21 @@ class Converter:
 
     # -- what applies ---------------------------------------------------------------------------
 
+    def _plain(self, rel: str) -> bool:
+        """True when the files libgit2 reads to know what applies to ``rel`` are plain files.
+
+        Checked on every lookup, not once: the agent may plant a FIFO in a run's worktree or git
+        dir at any time, and this converter lives as long as the host (:mod:`sandbox.store.gitfiles`).
+        Where one is not, no conversion applies, as git ignores a ``.gitattributes`` it cannot read.
+        """
+        return gitfiles.repository_plain(self.workdir, gitfiles.ATTRIBUTE_FILES) and gitfiles.path_rules_plain(
+            self.workdir, rel, (".gitattributes",)
+        )
+
     def _driver(self, rel: str) -> bool:
         """True when a configured filter driver applies to ``rel`` (git must run it)."""
         repo = self.repo
-        if repo is None:
+        if repo is None or not self._plain(rel):
             return False
         try:
             name = repo.get_attr(rel, "filter")
@@ -102,7 +115,7 @@ class Converter:
 
     def _filters(self, rel: str, mode: FilterMode) -> FilterList | None:
         repo = self.repo
-        if repo is None:
+        if repo is None or not self._plain(rel):
             return None
         try:
             return repo.load_filter_list(rel, mode)

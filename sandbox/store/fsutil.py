@@ -209,10 +209,90 @@ def _replace_through_temp(path: str, temps: list[str], make: Callable[[str], Non
 
 
 def disk_usage(path: str) -> int:
-    """Bytes used by the files below ``path`` (links not followed)."""
+    """Bytes used by the files below ``path`` (links not followed).
+
+    Walked with a stack, not ``os.walk``: that recurses per level (before Python 3.12), and an
+    agent may nest its worktree's directories deeper than Python recurses.
+    """
     total = 0
-    for dirpath, _dirnames, filenames in os.walk(path):
-        for name in filenames:
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
     return total
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: str) -> None:
+    """Remove the directory ``path`` and everything below it, as ``shutil.rmtree(path,
+    ignore_errors=True)`` does, making the agent's read-only directories writable on the way.
+
+    Iterative, not recursive: ``shutil.rmtree`` (and ``os.walk`` before Python 3.12) recurse per
+    directory level, and an agent may nest directories deeper than Python recurses (measured:
+    1,500 levels made ``drop`` and ``gc`` end in a RecursionError). Like ``shutil.rmtree`` it works
+    through directory descriptors opened without following symlinks, one open at a time, so an
+    agent that swaps a directory for a symlink meanwhile cannot lead it outside. Errors are
+    ignored: what could not be removed stays.
+    """
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return
+    names: list[str] = []  # the directories descended into, from ``path``
+    stuck: set[tuple[int, int]] = set()  # directories that could not be removed: not entered again
+    try:
+        while True:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o700)  # an agent's read-only directory: its entries must be removable
+            child = None
+            try:
+                entries = list(os.scandir(fd))
+            except OSError:
+                entries = []
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    if is_dir and (entry.stat(follow_symlinks=False).st_dev, entry.inode()) in stuck:
+                        continue
+                except OSError:
+                    continue
+                if not is_dir:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.name, dir_fd=fd)
+                    continue
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:  # swapped for a symlink or a file meanwhile: remove that instead
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.name, dir_fd=fd)
+                    continue
+                names.append(entry.name)
+                break
+            if child is not None:
+                os.close(fd)
+                fd = child
+                continue
+            if not names:
+                break
+            here = os.fstat(fd)
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            try:
+                os.rmdir(names.pop(), dir_fd=fd)
+            except OSError:
+                stuck.add((here.st_dev, here.st_ino))
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)

@@ -2,7 +2,7 @@
 
 Every call goes through :func:`git`, which pins an environment that cannot touch the user's
 state by accident: no hooks, no inherited ``GIT_DIR``/``GIT_INDEX_FILE``, no optional locks, and
-fsync of what it writes.
+fsync of what it writes, and no ``core.fsmonitor`` command (see :data:`BASE_CONFIG`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,16 @@ _STRIP = (
     "GIT_PREFIX",
 )
 
+#: ``core.fsmonitor`` names a command git runs on every read of the index. A run's git dir (and the
+#: ``.git`` file that points at it) is the agent's to write, even confined, so a git run by the
+#: sandbox in a run's worktree would otherwise run the agent's command outside its sandbox, with the
+#: user's rights. Off for every git the sandbox runs: the user's tree is only read by ``add -A``
+#: into a copied index, where the monitor saves little.
 BASE_CONFIG = (
     "-c",
     "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
     "-c",
     "core.fsync=loose-object,pack,reference,derived-metadata",
     "-c",

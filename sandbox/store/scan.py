@@ -23,7 +23,21 @@ from sandbox.store import objects
 
 def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
+    from sandbox.errors import SandboxError
+    from sandbox.store import gitfiles, gitread
+
     out: set[str] = set()
+    # A status reads every ignore and attributes file and the git dir's: one that the agent made a
+    # FIFO (or a link to one) would block libgit2 for ever (sandbox.store.gitfiles).
+    gdir = gitfiles.git_dir(worktree)
+    plain = gitfiles.repository_plain(worktree) and (gdir is None or gitread.plain_files_only(gdir))
+    odd = None if plain else ".git"  # the worktree's HEAD and objects are read too: its refs, packs
+    odd = odd or gitfiles.tree_rules_plain(worktree)
+    if odd is not None:
+        raise SandboxError(
+            f"Cannot read the status of the worktree {worktree}: {odd} (or a file it names) is not a "
+            "regular file; remove it in the worktree, then try again."
+        )
     # libgit2, not the git command: the worktree's git dir is the agent's to write, and git would
     # run commands named there (core.fsmonitor, filter drivers, a redirected commondir's config)
     # in this process, outside the agent's confinement. libgit2 runs none. It is about 2x slower
@@ -31,8 +45,6 @@ def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None
     try:
         status = pygit2.Repository(worktree).status(untracked_files="all", ignored=False)
     except pygit2.GitError as exc:
-        from sandbox.errors import SandboxError
-
         raise SandboxError(f"Cannot read the status of the worktree {worktree} ({exc}).") from None
     for path, flags in status.items():
         if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 from sandbox import faults
 from sandbox.store import layout
-from sandbox.store.fsutil import atomic_write, disk_usage
+from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
 
@@ -247,11 +247,11 @@ def remove_place(common_dir: str, place: Place) -> int:
         return remove(common_dir, place.worktree)
     freed = disk_usage(place.home)
     if os.path.lexists(place.worktree):
-        _make_writable(place.worktree)
-        shutil.rmtree(place.worktree, ignore_errors=True)
+        remove_tree(place.worktree)
     faults.point("worktree.remove.after_files")
     if os.path.lexists(place.home):
-        _make_writable(place.home)
+        with contextlib.suppress(OSError):
+            os.chmod(place.home, 0o755)
         # The origin file goes last: a home left half removed (a writer still adding files to the
         # worktree as the run is dropped) still names its repository, so the next gc removes it.
         with contextlib.suppress(FileNotFoundError):  # a concurrent gc may remove it first
@@ -259,12 +259,12 @@ def remove_place(common_dir: str, place: Place) -> int:
                 if name != layout.ORIGIN_FILE:
                     path = os.path.join(place.home, name)
                     if os.path.isdir(path) and not os.path.islink(path):
-                        shutil.rmtree(path, ignore_errors=True)
+                        remove_tree(path)
                     else:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(path)
             if set(os.listdir(place.home)) <= {layout.ORIGIN_FILE}:
-                shutil.rmtree(place.home, ignore_errors=True)
+                remove_tree(place.home)
     return freed
 
 
@@ -277,21 +277,8 @@ def remove(common_dir: str, path: str) -> int:
                 admin = candidate
     freed = disk_usage(path)
     if os.path.lexists(path):
-        _make_writable(path)
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     faults.point("worktree.remove.after_files")
     if admin and os.path.isdir(admin) and os.path.dirname(admin) == layout.git_worktrees_dir(common_dir):
-        shutil.rmtree(admin, ignore_errors=True)
+        remove_tree(admin)
     return freed
-
-
-def _make_writable(path: str) -> None:
-    # An agent may leave read-only directories behind; rmtree needs write permission on them.
-    for dirpath, dirnames, _ in os.walk(path):
-        for d in dirnames:
-            full = os.path.join(dirpath, d)
-            with contextlib.suppress(OSError):
-                if not os.path.islink(full):
-                    os.chmod(full, 0o755)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o755)

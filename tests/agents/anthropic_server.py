@@ -16,8 +16,10 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.agents.loopback import Loopback
 
 MODEL = "claude-sonnet-4-5"
 
@@ -106,8 +108,7 @@ class ModelServer:
         self.requests: list[Request] = []
         self.lock = threading.Lock()
         self._next = 0
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: Loopback | None = None
         self._closed = threading.Event()
         self._made: list[ToolUse] = []
 
@@ -116,9 +117,8 @@ class ModelServer:
     @property
     def url(self) -> str:
         """The base URL for ``ANTHROPIC_BASE_URL``."""
-        assert self._httpd is not None
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        assert self._loop is not None
+        return f"http://127.0.0.1:{self._loop.port}"
 
     def agent_requests(self) -> list[Request]:
         """The agent loop's requests, in order."""
@@ -147,18 +147,13 @@ class ModelServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> ModelServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._loop = Loopback(_handler(self)).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
-        assert self._httpd is not None and self._thread is not None
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        assert self._loop is not None
+        self._loop.stop()
 
     # -- answering -----------------------------------------------------------------------------
 

@@ -20,8 +20,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.agents.loopback import Loopback
 
 MAX_BODY = 32 * 1024 * 1024
 DONE_TEXT = "Done."
@@ -152,14 +154,10 @@ def _handler(server: GeminiServer) -> type[BaseHTTPRequestHandler]:
 def serve(turns: list[list[dict[str, Any]]]) -> Iterator[GeminiServer]:
     """Run a scripted server for the ``with`` block."""
     state = GeminiServer(turns=list(turns))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
+    loop = Loopback(_handler(state))
+    state.port = loop.port
+    loop.start()
     try:
         yield state
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+        loop.stop()

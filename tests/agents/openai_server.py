@@ -27,8 +27,10 @@ import secrets
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.agents.loopback import Loopback
 
 MAX_BODY = 32 * 1024 * 1024
 DONE_TEXT = "Done."
@@ -119,21 +121,20 @@ class ResponsesServer:
     requests: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next: int = 0
-    _httpd: ThreadingHTTPServer | None = None
-    _thread: threading.Thread | None = None
+    _loop: Loopback | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @property
     def base_url(self) -> str:
         """What the provider's ``base_url`` should be (Codex appends ``/responses``)."""
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        assert self._loop is not None
+        return f"http://127.0.0.1:{self._loop.port}/v1"
 
     @property
     def proxy_url(self) -> str:
         """The same server as an HTTP(S) proxy that refuses everything (``HTTPS_PROXY``): what else was asked for."""
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        assert self._loop is not None
+        return f"http://127.0.0.1:{self._loop.port}"
 
     def model_requests(self) -> list[Recorded]:
         """The recorded ``/responses`` requests, in order."""
@@ -157,18 +158,13 @@ class ResponsesServer:
             return self.turns[self._next - 1]
 
     def __enter__(self) -> ResponsesServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._loop = Loopback(_handler(self)).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
-        assert self._httpd is not None and self._thread is not None
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        assert self._loop is not None
+        self._loop.stop()
 
 
 def events(turn: Turn, model: str) -> Iterator[dict[str, Any]]:

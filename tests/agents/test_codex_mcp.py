@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,8 +234,21 @@ def test_codex_builtin_shell_is_kept_off_the_tree_by_its_read_only_sandbox(
 def test_without_required_codex_exec_asks_the_model_before_the_tools_are_listed(
     codex_bin: str, repo: Path, tmp_path: Path
 ) -> None:
-    """Why the README's snippet says ``required = true``: without it the first turn has no sandbox tools."""
-    snippet = "\n".join(line for line in readme_snippet(repo).splitlines() if not line.startswith("required"))
+    """Why the README's snippet says ``required = true``: without it the first turn has no sandbox tools.
+
+    ``sandbox mcp`` lists its tools in about a second; on a quiet machine Codex can still be later, so
+    the server here starts 5 s late (as a slow machine would), making the race's outcome certain."""
+    lines = [line for line in readme_snippet(repo).splitlines() if not line.startswith("required")]
+    args = next(line for line in lines if line.startswith("args = "))
+    command = next(line for line in lines if line.startswith("command = "))
+    late = "sleep 5; exec " + " ".join(
+        shlex.quote(a) for a in [json.loads(command.split("=", 1)[1]), *json.loads(args.split("=", 1)[1])]
+    )
+    lines = [line for line in lines if line not in (args, command)] + [
+        'command = "sh"',
+        f"args = {json.dumps(['-c', late])}",
+    ]
+    snippet = "\n".join(lines)
     with ResponsesServer([]) as server:
         run_codex(codex_bin, repo, tmp_path, server, config=codex_config(server, repo, snippet=snippet + "\n"))
         first = offered(server.model_requests()[0])

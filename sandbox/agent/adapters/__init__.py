@@ -69,7 +69,7 @@ def install(adapter: ModuleType, worktree: str, command: str) -> str:
         try:
             with open(path, encoding="utf-8") as fh:
                 loaded = json.load(fh)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # nested deeper than Python recurses: the agent's
             raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
         if not isinstance(loaded, dict):
             raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")

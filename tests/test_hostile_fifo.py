@@ -1,0 +1,66 @@
+"""FIFOs (and symlinks to them) an agent puts where the sandbox reads never hang a command.
+
+A confined agent can make a FIFO anywhere in its worktree and its own git dir. Opening a FIFO for
+reading blocks until someone writes to it, for ever here: a recording (``sandbox exec``, a hook, the
+shared host of every run of the repository) or a user's command that opened one would hang. Each
+case plants one from inside a confined ``sandbox exec`` together with an ordinary change, and
+every later command must finish (bounded by a timeout), without a traceback; the user's tree is
+never touched. (FIFOs among the agent's loose objects, refs and packs, and the rest of what its git dir
+can hold: tests/test_agent_git.py, tests/test_agent_git_hostile.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import sandbox_cmd, tree_digest, user_state
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+#: Seconds any one command may take here (each takes well under 5 s when nothing hangs).
+LIMIT = 30
+
+PLANTS = {
+    "root-gitattributes": "rm -f .gitattributes; mkfifo .gitattributes",
+    "nested-gitattributes": "mkfifo src/.gitattributes",
+    "gitattributes-symlink-to-fifo": "mkfifo ../fifo-in-tmp 2>/dev/null || mkfifo /tmp/f; ln -sf /tmp/f .gitattributes",
+    "gitattributes-symlink-to-dev-zero": "ln -sf /dev/zero .gitattributes",
+    "info-attributes": 'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; mkfifo "$g/info/attributes"',
+    "core-attributesfile": 'mkfifo attrs.fifo && git config core.attributesFile "$PWD/attrs.fifo"',
+    "run-git-config": 'g="$(git rev-parse --git-dir)"; rm "$g/config"; mkfifo "$g/config"',
+    "run-git-index": 'g="$(git rev-parse --git-dir)"; rm "$g/index"; mkfifo "$g/index"',
+    "dot-git-file": "rm .git; mkfifo .git",
+    "alternates": 'a="$(git rev-parse --git-dir)/objects/info/alternates"; rm -f "$a"; mkfifo "$a"',
+    "packed-refs": 'g="$(git rev-parse --git-dir)"; mkfifo "$g/packed-refs"',
+    "branch-ref": 'r="$(git rev-parse --git-dir)/$(git symbolic-ref HEAD)"; rm -f "$r"; mkfifo "$r"',
+    "sparse-checkout": 'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; mkfifo "$g/info/sparse-checkout"',
+}
+
+
+def run(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        proc = sandbox_cmd(*args, cwd=repo, timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"sandbox {' '.join(args)} hung (more than {LIMIT} s)")
+    assert "Traceback" not in proc.stderr.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    return proc
+
+
+@pytest.mark.parametrize("plant", list(PLANTS.values()), ids=list(PLANTS))
+def test_a_planted_fifo_never_hangs_recording_or_the_users_commands(repo: Path, plant: str) -> None:
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    before = (tree_digest(repo), user_state(repo))
+    # The call that plants it, and one after it: both are recorded (or refused in one line).
+    run(repo, "exec", run_id, "--", "sh", "-c", f"{plant}; echo one >> src/app.py; rm -f src/util.py")
+    run(repo, "exec", run_id, "--", "sh", "-c", "echo two >> src/app.py")
+    for args in (["status", run_id], ["log", run_id], ["diff", run_id], ["list"], ["resume", run_id]):
+        run(repo, *args)
+    assert (tree_digest(repo), user_state(repo)) == before
+    run(repo, "apply", run_id)
+    run(repo, "undo", run_id)
+    run(repo, "drop", "--force", run_id)
+    run(repo, "gc")

@@ -1,0 +1,162 @@
+"""``sandbox mcp`` against a model that plants traps with its own ``run_command`` first.
+
+The MCP server is not confined (only the commands it runs are): a tool that opens what the model
+planted in the worktree or the run's git dir must neither hang (a FIFO), nor read outside, nor run
+anything. Each answer must come back within a bound, as a tool error or a result, and the session
+must go on answering.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.conftest import user_state
+
+SANDBOX = str(Path(sys.executable).parent / "sandbox")
+#: Seconds one tool call may take here (each takes well under a second when nothing hangs).
+LIMIT = 20
+
+TRAPS = {
+    "fifo-gitignore": ("mkfifo .gitignore", "search", {"pattern": "app"}),
+    "fifo-nested-gitignore": ("mkfifo src/.gitignore", "search", {"pattern": "app", "path": "src"}),
+    "fifo-excludesfile": ('mkfifo x.fifo && git config core.excludesFile "$PWD/x.fifo"', "search", {"pattern": "app"}),
+    "fifo-info-exclude": (
+        'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; rm -f "$g/info/exclude"; mkfifo "$g/info/exclude"',
+        "search",
+        {"pattern": "app"},
+    ),
+    "fifo-read": ("mkfifo p", "read_file", {"path": "p"}),
+    "fifo-edit": ("mkfifo p", "edit_file", {"path": "p", "old_string": "a", "new_string": "b"}),
+    "fifo-write-over": ("mkfifo p", "write_file", {"path": "p", "content": "x\n"}),
+    "fifo-list": ("mkfifo p", "list_files", {"path": "."}),
+    "glob-climbs-out": ("true", "search", {"pattern": "hello", "glob": "../../**"}),
+    "glob-top-magic": ("true", "search", {"pattern": "hello", "glob": ":(top)*"}),
+    "pattern-is-an-option": ("true", "search", {"pattern": "--open-files-in-pager=touch /tmp/x"}),
+}
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """True when ``exc`` is a timeout, or a group (the SDK's task groups) holding one."""
+    inner = getattr(exc, "exceptions", None)
+    return isinstance(exc, TimeoutError) or (isinstance(inner, tuple) and any(_timed_out(e) for e in inner))
+
+
+@pytest.mark.parametrize("trap", list(TRAPS), ids=list(TRAPS))
+def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: str) -> None:
+    plant, tool, args = TRAPS[trap]
+    before = user_state(repo)
+
+    async def main() -> dict[str, Any]:
+        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--new"], env=dict(os.environ), cwd=str(repo))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            # Its own recording may refuse (a scan cannot read a FIFO'd .gitignore): the trap is there.
+            await session.call_tool("run_command", {"command": plant})
+            with anyio.fail_after(LIMIT):
+                answer = await session.call_tool(tool, args)
+            with anyio.fail_after(LIMIT):  # and the server still answers
+                after = await session.call_tool("read_file", {"path": "src/app.py"})
+            text = "".join(getattr(c, "text", "") for c in answer.content)
+            return {
+                "error": answer.is_error,
+                "text": text,
+                "after": "".join(getattr(c, "text", "") for c in after.content),
+            }
+
+    try:
+        out = anyio.run(main)
+    except BaseException as exc:  # the SDK's task groups wrap the timeout
+        if _timed_out(exc):
+            pytest.fail(f"{tool} hung on {trap}")
+        raise
+
+    assert "print('app')" in out["after"], out
+    assert "Traceback" not in out["text"], out
+    assert "hello\nuser edit" not in out["text"]  # nothing of the user's tree
+    assert user_state(repo) == before
+    assert not os.path.exists("/tmp/x")
+
+
+def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> None:
+    import json
+
+    from tests.conftest import sandbox_cmd
+
+    a = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    b = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    other = Path(b["worktree"])
+
+    async def main() -> bool:
+        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--run", a], env=dict(os.environ), cwd=str(repo))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            started = await session.call_tool("start_run", {})
+            assert started.is_error and "works on run" in str(started.content), started
+            opened = await session.call_tool("open_run", {"run_id": b["run"]})
+            if opened.is_error:
+                return False
+            wrote = await session.call_tool("write_file", {"path": "planted.txt", "content": "x\n"})
+            return not wrote.is_error
+
+    wrote = anyio.run(main)
+    assert not wrote and not (other / "planted.txt").exists()
+
+
+#: A confined agent's client for another session's HTTP MCP server (the SDK's, run inside the sandbox).
+HTTP_CLIENT = r"""
+import sys, anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    async with streamable_http_client(sys.argv[1]) as (read, write), ClientSession(read, write) as s:
+        await s.initialize()
+        r = await s.call_tool("write_file", {"path": "from-another-run.txt", "content": "x\n"})
+        print("ERROR" if r.is_error else "WROTE")
+
+anyio.run(main)
+"""
+
+
+def test_a_confined_agent_cannot_drive_another_sessions_http_server(repo: Path) -> None:
+    import json
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from tests.conftest import sandbox_cmd
+
+    a = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    b = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [SANDBOX, "mcp", "--run", b["run"], "--http", str(port)],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        proc = sandbox_cmd("exec", a, "--network", "on", "--", sys.executable, "-c", HTTP_CLIENT, url, cwd=repo)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    assert b"WROTE" not in proc.stdout and not (Path(b["worktree"]) / "from-another-run.txt").exists()

@@ -6,7 +6,7 @@ no cache (the full path: pygit2, pydantic, the ledger's events; it leaves the ca
 tip), then again (the fast path), and the two outputs must be byte for byte the same. Which path
 answered is read from ``python -X importtime`` (the fast one loads no pygit2). Then the cases the
 fast path must refuse: a cache edited, a ledger that moved on, a ref rewound or deleted, a head
-ref out of step, an agent that used git, names that do not resolve.
+ref out of step, names that do not resolve. An agent that used git reads the same both ways.
 """
 
 from __future__ import annotations
@@ -170,20 +170,37 @@ def test_the_fast_path_steps_aside_whenever_the_cache_is_not_the_ledger(repo: Pa
     assert code == 0 and loaded and "DAMAGED" in out and run.run_id in out
 
 
-def test_an_agent_that_used_git_is_shown_by_the_full_path(repo: Path) -> None:
+def test_an_agent_that_used_git_reads_the_same_both_ways(repo: Path) -> None:
+    """An agent that committed, branched, tagged (lightweight and annotated), stashed and left HEAD
+    on a branch of its own: both paths walk the run's git with the same function, so the fast path
+    answers and says exactly what the full path says."""
     project, run, _other = busy_run(repo)
     worktree = Path(run.worktree)
+    for i in range(3):
+        write(worktree, "agent.txt", f"committed by the agent {i}\n")
+        git(worktree, "add", "agent.txt")
+        git(worktree, "commit", "-q", "-m", f"the agent's own commit {i}")
+    git(worktree, "branch", "side", "HEAD~1")
+    git(worktree, "tag", "light", "HEAD~2")
+    git(worktree, "tag", "-a", "-m", "annotated", "v1.0")
+    write(worktree, "agent.txt", "stashed\n")
+    git(worktree, "stash", "-q")
     git(worktree, "checkout", "-q", "-b", "agent-work")
-    write(worktree, "agent.txt", "committed by the agent\n")
-    git(worktree, "add", "agent.txt")
-    git(worktree, "commit", "-q", "-m", "the agent's own commit")
-    invoke(repo, "status", run.run_id)
-    code, out, _err, loaded = invoke(repo, "status", run.run_id)
-    assert code == 0 and loaded, "the agent's commits are walked with pygit2"
-    assert "the agent's own commit" in out and "agent-work" in out
+    write(worktree, "agent.txt", "on its branch\n")
+    git(worktree, "commit", "-q", "-am", "on agent-work")
+    for args in (["status", run.run_id], ["status", run.run_id, "--json"], ["log", run.run_id]):
+        drop_caches(project)
+        full = invoke(repo, *args)
+        fast = invoke(repo, *args)
+        assert full[0] == 0 and full[3], (args, full[2])
+        assert not fast[3], f"{args}: the agent's git no longer sends the command to the full path"
+        assert fast[:3] == full[:3], args
+    shown = json.loads(invoke(repo, "status", run.run_id, "--json")[1])["agent_git"]
+    assert shown["branch"] == "agent-work" and shown["commit_count"] == 4 and shown["stash"] == 1
+    assert [c["subject"] for c in shown["commits"]][:2] == ["on agent-work", "the agent's own commit 2"]
+    assert set(shown["tags"]) == {"light", "v1.0"} and {"side", "agent-work"} <= set(shown["branches"])
     code, out, _err, loaded = invoke(repo, "log", run.run_id)
-    assert code == 0 and loaded and "agent git:" in out
-    # --json leaves the agent's git out, so it stays fast.
+    assert code == 0 and not loaded and "agent git:" in out and "4 commit(s) by the agent" in out
     assert not invoke(repo, "log", run.run_id, "--json")[3]
 
 

@@ -29,6 +29,7 @@ CASES = {
     "mcp": "bench.cases.mcp",
     "travel": "bench.cases.travel",
     "startup": "bench.cases.startup",
+    "agentgit": "bench.cases.agentgit",
 }
 
 

@@ -189,13 +189,13 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
 
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
-    from sandbox.run.agentgit import activity
+    from sandbox.run.agentgit import read
 
     if run.place.legacy or not run.worktree_exists():
         return
-    found = activity(run.git_dir, run.run_id, run.base)
+    found = read(run.git_dir, run.run_id, run.base)
     if found is not None:
-        _show_agent_git(found.to_json())
+        _show_agent_git(found)
 
 
 def _show_agent_git(found: dict[str, Any]) -> None:

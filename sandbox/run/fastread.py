@@ -9,9 +9,10 @@ it needs) and answers only when the answer is exactly what the full path would g
 * the ledger ref's tip equals the tip the run acknowledged (or none was acknowledged), the
   cache's MAC verifies with the key in that tip's tree, and the cache was folded up to that very
   tip, for this clone;
-* the run's head ref mirrors the fold's head (the full path would repair it);
-* the run's own git shows no work of the agent (branches, tags, commits: those are walked by the
-  full path), when the command shows it.
+* the run's head ref mirrors the fold's head (the full path would repair it).
+
+What the agent did with the run's own git (branches, tags, stash, commits) is read by the same
+function on both paths (:func:`sandbox.run.agentgit.read`), so it never sends a command to the full path.
 
 Anything else (a ledger that moved on since the cache was written, a damaged or vanished run, an
 odd repository, a name that does not resolve) raises :class:`Miss`, and the command takes the full
@@ -28,7 +29,7 @@ import json
 import os
 from typing import Any
 
-from sandbox.run import views
+from sandbox.run import agentgit, views
 from sandbox.store import gitread, layout
 
 #: The persisted format this reader understands (``sandbox.models.FORMAT_VERSION``; a test keeps them equal).
@@ -194,41 +195,13 @@ class Repository:
         raise Miss(f"{given!r} names no single run")
 
     def agent_git(self, run_id: str, base: str) -> dict[str, Any] | None:
-        """What the agent did with the run's own git (as :func:`sandbox.run.agentgit.activity` gives
-        it), answered only when it did nothing a walk would find: no commit, branch or tag of its own."""
+        """What the agent did with the run's own git, exactly as the full path shows it (both call
+        :func:`sandbox.run.agentgit.read`, standard library only); None when there is nothing to show
+        (a legacy run, no worktree here) or the run's git does not read."""
         place = self.place(run_id)
-        if place.legacy or not views.worktree_exists(place) or not gitread.plain_files_only(place.git_dir):
-            return None  # as the full path says it: nothing to show, or unreadable
-        try:
-            own = gitread.Repo(place.git_dir)
-            symbolic = own.symbolic_target("HEAD")
-            head = own.ref("HEAD")
-            refs = own.refs("refs/")
-        except gitread.GitReadError as exc:
-            raise Miss(str(exc)) from exc
-        start = "refs/heads/" + layout.run_branch(run_id)
-        for name, target in refs.items():
-            if name.startswith(("refs/heads/", "refs/tags/")) and not (name == start and target == base):
-                raise Miss("the agent made branches or tags")
-        if head is not None and head != base:
-            raise Miss("the agent made commits")
-        stash = 0
-        if "refs/stash" in refs:
-            try:
-                with open(os.path.join(own.common_dir, "logs", "refs", "stash"), "rb") as fh:
-                    stash = sum(1 for line in fh if line.strip())
-            except OSError as exc:
-                raise Miss("the stash's log does not read") from exc
-        branch = symbolic.removeprefix("refs/heads/") if head is not None and symbolic else None
-        return {
-            "branch": branch,
-            "head": head,
-            "branches": {},
-            "tags": {},
-            "stash": stash,
-            "commits": [],
-            "commit_count": 0,
-        }
+        if place.legacy or not views.worktree_exists(place):
+            return None
+        return agentgit.read(place.git_dir, run_id, base)
 
 
 def discover(path: str) -> tuple[Repository, str | None, str | None]:

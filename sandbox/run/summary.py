@@ -36,8 +36,9 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         from sandbox.run import agentgit
 
         exists = row["worktree_exists"]
-        found = agentgit.activity(run.git_dir, run.run_id, info.base) if exists and not run.place.legacy else None
-        row["agent_git"] = found.to_json() if found is not None else None
+        row["agent_git"] = (
+            agentgit.read(run.git_dir, run.run_id, info.base) if exists and not run.place.legacy else None
+        )
     return row
 
 

@@ -21,9 +21,9 @@ import re
 import stat
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _PSEUDO_REF = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -36,6 +36,14 @@ _ALTERNATES_DEPTH = 5
 _MAX_CHAIN = 10_000
 _TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _TYPE_NUMBERS = {name.encode(): num for num, name in _TYPES.items()}
+#: Bounds on what one read may take: a file (a sparse file can claim a terabyte), an inflated
+#: object (a loose object of a few bytes can inflate to gigabytes) and the objects directories
+#: listed by alternates (each is searched for every object).
+MAX_FILE = 256 << 20
+MAX_OBJECT = 256 << 20
+_MAX_OBJECT_DIRS = 64
+#: A pack index no bigger than this is read whole when packs are not mapped (see :class:`_Pread`).
+_READ_IDX = 16 << 20
 MODE_TREE = 0o040000
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #: Extensions that do not change how refs and objects are stored (anything else: GitReadError).
@@ -88,11 +96,17 @@ class Commit(NamedTuple):
 def _open_regular(path: str) -> int:
     """A read-only descriptor of ``path``, which must be a regular file.
 
-    Opened without blocking and checked before anything is read: a run's own git directory is the
-    agent's to write, and a FIFO (or a device) put where a ref or a pack should be would otherwise
-    hang the command that reads it. OSError (FileNotFoundError...) as ``open`` raises it.
+    Checked before it is opened (a device is not even opened), then opened without blocking and
+    checked again (it may have been swapped in between): a run's own git directory is the agent's
+    to write, and a FIFO (or a device) put where a ref, a pack or an object should be would
+    otherwise hang the command that reads it. OSError (FileNotFoundError...) as ``open`` raises it.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise GitReadError(f"{path} is not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -102,15 +116,60 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def _read_file(path: str) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`_open_regular`)."""
+def _read_file(path: str, limit: int = MAX_FILE) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`_open_regular`), at most ``limit`` of them
+    (a longer file raises GitReadError, without being read whole)."""
     with os.fdopen(_open_regular(path), "rb") as fh:
-        return fh.read()
+        if os.fstat(fh.fileno()).st_size > limit:
+            raise GitReadError(f"{path} is larger than {limit} bytes")
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # it grew while being read
+        raise GitReadError(f"{path} is larger than {limit} bytes")
+    return data
 
 
 def _map(path: str) -> mmap.mmap:
     with os.fdopen(_open_regular(path), "rb") as fh:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+class _Pread:
+    """A file read with ``pread`` at every access, never mapped: for a directory someone else writes.
+
+    A mapped file truncated under the reader kills the process with SIGBUS at the next access of a
+    page past the new end; an agent that truncates a pack of its own git dir while ``status`` reads
+    it could do that on purpose. A ``pread`` past the end returns fewer bytes instead, which the
+    pack checks turn into GitReadError. Indexed and sliced like the mmap it stands in for.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.fd = _open_regular(path)
+        self.size = os.fstat(self.fd).st_size
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, slice):
+            start, stop, _step = key.indices(self.size)
+            return os.pread(self.fd, stop - start, start) if stop > start else b""
+        at = key + self.size if key < 0 else key
+        byte = os.pread(self.fd, 1, at) if 0 <= at < self.size else b""
+        if not byte:
+            raise IndexError(f"offset {key} is past the end of the file")
+        return byte[0]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _unpack(fmt: str, data: mmap.mmap | _Pread | bytes, offset: int) -> tuple[int, ...]:
+    """``struct.unpack_from`` for a mapped or a pread file (struct.error when it is too short)."""
+    return struct.unpack(fmt, data[offset : offset + struct.calcsize(fmt)])
 
 
 def _object_id(kind: str, data: bytes) -> str:
@@ -122,21 +181,27 @@ def _object_id(kind: str, data: bytes) -> str:
 class _Pack:
     """One pack: its idx mapped at once, the pack itself mapped on first use."""
 
-    def __init__(self, idx_path: str) -> None:
+    def __init__(self, idx_path: str, mapped: bool = True) -> None:
         self.idx_path = idx_path
         self.pack_path = idx_path[:-4] + ".pack"
-        idx = self.idx = _map(idx_path)
+        self.open: type[_Pread] | Callable[[str], mmap.mmap] = _map if mapped else _Pread
+        idx: mmap.mmap | _Pread | bytes
+        if not mapped and os.stat(idx_path).st_size <= _READ_IDX:
+            idx = _read_file(idx_path, _READ_IDX)  # small: one read beats a pread per probe
+        else:
+            idx = self.open(idx_path)
+        self.idx = idx
         if idx[:4] != b"\377tOc":
             raise GitReadError(f"{idx_path} is not a version 2 pack index (version 1 is not read here)")
-        if struct.unpack_from(">I", idx, 4)[0] != 2:
+        if _unpack(">I", idx, 4)[0] != 2:
             raise GitReadError(f"{idx_path} has an unknown pack index version")
-        self.fanout = struct.unpack_from(">256I", idx, 8)
+        self.fanout = _unpack(">256I", idx, 8)
         self.count = n = self.fanout[255]
         self.offsets_at = 1032 + 24 * n
         self.large_at = 1032 + 28 * n
         if len(idx) < self.large_at + 40:
             raise GitReadError(f"{idx_path} is truncated")
-        self.data: mmap.mmap | None = None
+        self.data: mmap.mmap | _Pread | None = None
 
     def find(self, raw: bytes) -> int | None:
         """The pack offset of an object (20-byte id), or None: fanout, then binary search."""
@@ -152,17 +217,17 @@ class _Pack:
             elif found > raw:
                 hi = mid
             else:
-                offset: int = struct.unpack_from(">I", idx, self.offsets_at + 4 * mid)[0]
+                offset: int = _unpack(">I", idx, self.offsets_at + 4 * mid)[0]
                 if offset & 0x80000000:
-                    offset = struct.unpack_from(">Q", idx, self.large_at + 8 * (offset & 0x7FFFFFFF))[0]
+                    offset = _unpack(">Q", idx, self.large_at + 8 * (offset & 0x7FFFFFFF))[0]
                 return offset
         return None
 
-    def pack(self) -> mmap.mmap:
+    def pack(self) -> mmap.mmap | _Pread:
         """The pack's bytes, checked against the checksum its idx records (catches truncation)."""
         if self.data is None:
-            data = _map(self.pack_path)
-            if data[:4] != b"PACK" or struct.unpack_from(">I", data, 4)[0] not in (2, 3):
+            data = self.open(self.pack_path)
+            if data[:4] != b"PACK" or _unpack(">I", data, 4)[0] not in (2, 3):
                 raise GitReadError(f"{self.pack_path} is not a pack")
             if len(data) < 32 or data[-20:] != self.idx[-40:-20]:
                 raise GitReadError(f"{self.pack_path} does not match its index (truncated or replaced)")
@@ -193,6 +258,8 @@ class _Pack:
             if pos >= end:
                 raise GitReadError(f"{self.pack_path}: an object runs past the end of the pack")
             chunk = data[pos : min(end, pos + step)]
+            if not chunk:  # the file shrank under a pread reader
+                raise GitReadError(f"{self.pack_path}: the pack was truncated while it was read")
             pos += len(chunk)
             step *= 2
             # The bound stops a damaged stream from inflating far beyond the size it declares.
@@ -205,12 +272,21 @@ class _Pack:
             raise GitReadError(f"{self.pack_path}: an object is shorter than its header says")
         return b"".join(out)
 
-    def read_at(self, offset: int) -> tuple[str, bytes]:
-        """The object at ``offset``: its delta chain walked down to a base, then applied upwards."""
+    def read_at(self, offset: int, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
+        """The object at ``offset``: its delta chain walked down to a base, then applied upwards
+        (GitReadError when the object, or a piece of its chain, is bigger than ``limit``, or when the
+        chain inflates and produces more than a few times ``limit`` in all: a damaged or crafted pack
+        of tiny deltas that each copy ``limit`` bytes would otherwise take minutes)."""
         deltas: list[bytes] = []
         pos = offset
+        budget = 4 * limit + (1 << 20)
         for _ in range(_MAX_CHAIN):
             kind, size, at = self._header(pos)
+            if size > limit:
+                raise GitReadError(f"{self.pack_path}: an object is larger than {limit} bytes")
+            budget -= size
+            if budget < 0:
+                raise GitReadError(f"{self.pack_path}: a delta chain inflates to more than {4 * limit} bytes")
             if kind in _TYPES:
                 kind_name, base = _TYPES[kind], self._inflate(at, size)
                 break
@@ -239,12 +315,16 @@ class _Pack:
         else:
             raise GitReadError(f"{self.pack_path}: a delta chain is longer than {_MAX_CHAIN}")
         for delta in reversed(deltas):
-            base = _apply_delta(base, delta)
+            base = _apply_delta(base, delta, limit)
+            budget -= len(base)
+            if budget < 0:
+                raise GitReadError(f"{self.pack_path}: a delta chain produces more than {4 * limit} bytes")
         return kind_name, base
 
     def close(self) -> None:
-        """Unmap the files."""
-        self.idx.close()
+        """Unmap (or close) the files."""
+        if not isinstance(self.idx, bytes):
+            self.idx.close()
         if self.data is not None:
             self.data.close()
 
@@ -260,12 +340,14 @@ def _varint(delta: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _apply_delta(base: bytes, delta: bytes) -> bytes:
+def _apply_delta(base: bytes, delta: bytes, limit: int = MAX_OBJECT) -> bytes:
     """git's delta format: source and target sizes, then copy-from-base and insert instructions."""
     source_size, pos = _varint(delta, 0)
     target_size, pos = _varint(delta, pos)
     if source_size != len(base):
         raise GitReadError("a delta does not fit its base (wrong source size)")
+    if target_size > limit:
+        raise GitReadError(f"a delta makes an object larger than {limit} bytes")
     out = bytearray()
     end = len(delta)
     while pos < end:
@@ -350,11 +432,14 @@ class Repo:
 
     ``git_dir`` is a repository's git dir (``.git``), a linked worktree's git dir, or a run's own git
     dir; ``common_dir`` comes from its ``commondir`` file, else it is ``git_dir`` itself. Opened packs
-    are kept (mapped) until :meth:`close`.
+    are kept (mapped, or open for ``pread`` when ``mapped`` is False) until :meth:`close`.
     """
 
-    def __init__(self, git_dir: str) -> None:
+    def __init__(self, git_dir: str, mapped: bool = True) -> None:
         self.git_dir = os.path.abspath(git_dir)
+        #: False for a directory another party writes (a run's own git dir): packs are then read with
+        #: pread, never mapped (see :class:`_Pread`).
+        self.mapped = mapped
         try:
             common = _read_file(os.path.join(self.git_dir, "commondir")).decode("utf-8").strip()
         except (FileNotFoundError, NotADirectoryError):
@@ -458,6 +543,17 @@ class Repo:
             value = self._loose(name)
         return value[5:] if value is not None and value.startswith("ref: ") else None
 
+    def read_file(self, name: str, limit: int = MAX_FILE) -> bytes:
+        """A file of the common git dir (``shallow``, ``logs/refs/stash``...), read as every file here
+        is read (regular files only, without blocking, bounded); FileNotFoundError when absent."""
+        path = os.path.join(self.common_dir, name)
+        try:
+            return _read_file(path, limit)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
+        except OSError as exc:
+            raise GitReadError(f"{path} cannot be read ({exc})") from exc
+
     def _loose_names(self, root: str, prefix: str) -> Iterator[str]:
         """Names of the loose ref files below ``root`` that start with ``prefix``."""
         base = prefix.rpartition("/")[0]
@@ -470,12 +566,9 @@ class Repo:
                 if name.startswith(prefix) and not file.endswith(".lock"):
                     yield name
 
-    def refs(self, prefix: str) -> dict[str, str]:
-        """Every ref whose name starts with ``prefix`` (e.g. ``refs/heads/``), loose and packed.
-
-        Loose refs win; symbolic ones are resolved (dangling ones left out); names git would not
-        accept as refs are skipped, as git skips them.
-        """
+    def ref_names(self, prefix: str) -> list[str]:
+        """The names of the refs that start with ``prefix`` (e.g. ``refs/heads/``), loose and packed,
+        sorted, not resolved; names git would not accept as refs are skipped, as git skips them."""
         self._check()
         with _guard(f"refs {prefix}"):
             if not prefix.startswith("refs/"):
@@ -491,15 +584,26 @@ class Repo:
             ):
                 names.update(n for n in self._loose_names(self.git_dir, prefix) if n.startswith(_PER_WORKTREE))
             names.update(n for n in self._packed_refs() if n.startswith(prefix))
-            out: dict[str, str] = {}
+            valid = []
             for name in sorted(names):
                 try:
                     _check_ref_name(name)
                 except GitReadError:
                     continue
-                oid = self.ref(name)
-                if oid is not None:
-                    out[name] = oid
+                valid.append(name)
+        return valid
+
+    def refs(self, prefix: str) -> dict[str, str]:
+        """Every ref whose name starts with ``prefix`` (see :meth:`ref_names`), resolved.
+
+        Loose refs win; symbolic ones are resolved (dangling ones left out); a ref that does not
+        read (garbage, a loop of symbolic refs) raises GitReadError.
+        """
+        out: dict[str, str] = {}
+        for name in self.ref_names(prefix):
+            oid = self.ref(name)
+            if oid is not None:
+                out[name] = oid
         return out
 
     # -- objects -----------------------------------------------------------------------------------
@@ -514,6 +618,10 @@ class Repo:
                 directory = os.path.normpath(directory)
                 if directory in dirs or depth > _ALTERNATES_DEPTH:
                     continue
+                if dirs and not os.path.isdir(directory):
+                    continue  # as git and libgit2 skip an alternate that does not exist
+                if len(dirs) >= _MAX_OBJECT_DIRS:
+                    raise GitReadError(f"alternates name more than {_MAX_OBJECT_DIRS} object directories")
                 dirs.append(directory)
                 try:
                     lines = _read_file(os.path.join(directory, "info", "alternates")).decode("utf-8").splitlines()
@@ -539,7 +647,7 @@ class Repo:
             except FileNotFoundError:
                 paths = []
             known = known or {}
-            found = self._packs[directory] = [known.get(p) or _Pack(p) for p in paths]
+            found = self._packs[directory] = [known.get(p) or _Pack(p, self.mapped) for p in paths]
         return found
 
     def _rescan(self) -> None:
@@ -550,39 +658,41 @@ class Repo:
         for directory in self._dirs():
             self._dir_packs(directory, known)
 
-    def _find(self, oid: str) -> tuple[str, bytes] | None:
+    def _find(self, oid: str, limit: int) -> tuple[str, bytes] | None:
         raw = bytes.fromhex(oid)
         for directory in self._dirs():
             loose = os.path.join(directory, oid[:2], oid[2:])
             try:
-                compressed = _read_file(loose)
-            except FileNotFoundError:
+                # zlib never grows incompressible data by more than 0.1% + a few bytes.
+                compressed = _read_file(loose, limit + limit // 512 + 1024)
+            except (FileNotFoundError, NotADirectoryError):
                 pass
             else:
-                return _inflate_loose(oid, compressed)
+                return _inflate_loose(oid, compressed, limit)
             for pack in self._dir_packs(directory):
                 offset = pack.find(raw)
                 if offset is None:
                     continue
                 if pack.data is None and not os.path.exists(pack.pack_path):
                     continue  # a repack removed the pack and not yet its idx (git unlinks the idx last)
-                return pack.read_at(offset)
+                return pack.read_at(offset, limit)
         return None
 
-    def read(self, oid: str) -> tuple[str, bytes]:
+    def read(self, oid: str, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
         """An object's type (``commit``, ``tree``, ``blob``, ``tag``) and content, checked against its id.
 
         Loose objects first, then packs, then alternates; when the object is found nowhere, the pack
-        lists are read again once (a pack may have appeared since).
+        lists are read again once (a pack may have appeared since). An object bigger than ``limit``
+        bytes is not read (GitReadError).
         """
         self._check()
         if not _HEX40.fullmatch(oid):
             raise GitReadError(f"{oid!r} is not a SHA-1 object id")
         with _guard(f"object {oid}"):
-            found = self._find(oid)
+            found = self._find(oid, limit)
             if found is None:
                 self._rescan()
-                found = self._find(oid)
+                found = self._find(oid, limit)
         if found is None:
             raise GitReadError(f"object {oid} is missing")
         kind, data = found
@@ -685,10 +795,13 @@ class Repo:
         self._packs = {}
 
 
-def _inflate_loose(oid: str, compressed: bytes) -> tuple[str, bytes]:
-    """A loose object's type and content (its id is checked by the caller)."""
+def _inflate_loose(oid: str, compressed: bytes, limit: int = MAX_OBJECT) -> tuple[str, bytes]:
+    """A loose object's type and content (its id is checked by the caller); inflated no further
+    than ``limit`` bytes (and a header)."""
     inflater = zlib.decompressobj()
-    full = inflater.decompress(compressed)
+    full = inflater.decompress(compressed, limit + 32)
+    if inflater.unconsumed_tail:
+        raise GitReadError(f"loose object {oid} is larger than {limit} bytes")
     if not inflater.eof:
         raise GitReadError(f"loose object {oid} is truncated")
     header, _, body = full.partition(b"\0")

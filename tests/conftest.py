@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +290,62 @@ def stored_object_data(root: Path, oid: str) -> bytes:
     kind = git(root, "cat-file", "-t", oid).strip()
     proc = subprocess.run(["git", "cat-file", kind, oid], cwd=root, capture_output=True, check=True)
     return proc.stdout
+
+
+def on_pty(
+    *args: str,
+    cwd: Path | str,
+    env: Mapping[str, str | None] | None = None,
+    columns: int = 100,
+    timeout: float = 60,
+    stdin_null: bool = False,
+) -> tuple[int, bytes]:
+    """Run the installed ``sandbox`` with stdout and stderr (and stdin, unless ``stdin_null``) on a
+    new pseudo-terminal; its exit code and all it wrote there. ``env``: variables to set, or to
+    remove with None. Bounded by ``timeout``: a process that does not finish fails the test."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    full_env = {**os.environ, "TERM": "xterm"}
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
+    exe = Path(sys.executable).parent / "sandbox"
+    proc = subprocess.Popen(
+        [str(exe), *args],
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.DEVNULL if stdin_null else slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    poller = select.poll()  # not select(): a long test session may hold descriptors above 1024
+    poller.register(master, select.POLLIN)
+    try:
+        while time.monotonic() < deadline:
+            ready = poller.poll(200)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    break
+                if not data:
+                    break
+                out += data
+            elif proc.poll() is not None:
+                # Everything written is readable before EIO; one more pass, then done.
+                continue
+        else:
+            proc.kill()
+            raise AssertionError(f"sandbox {' '.join(args)} did not finish on the terminal: {out!r}")
+    finally:
+        os.close(master)
+    return proc.wait(timeout=timeout), out
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sandbox_cmd, user_state
+from conftest import on_pty, sandbox_cmd, user_state
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -113,30 +113,7 @@ def test_mcp_search_never_runs_the_agents_fsmonitor(repo: Path, mark: Path) -> N
 
 def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes]:
     """``sandbox ARGS`` with standard output and error on a pseudo-terminal (so it pages)."""
-    import os
-    import pty
-    import subprocess
-
-    exe = str(Path(sys.executable).parent / "sandbox")
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_PAGER", "PAGER", "LESS")} | {"TERM": "xterm"}
-    primary, secondary = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [exe, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary
-        )
-        os.close(secondary)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        return proc.wait(timeout=60), out
-    finally:
-        os.close(primary)
+    return on_pty(*args, cwd=cwd, env={"GIT_PAGER": None, "PAGER": None, "LESS": None}, stdin_null=True)
 
 
 @pytest.mark.parametrize("key", ["core.pager", "include.path"])

@@ -11,13 +11,11 @@ colour off, so any escape byte that arrives is the agent's.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import sandbox_cmd
+from conftest import on_pty, sandbox_cmd
 
 EXE = str(Path(sys.executable).parent / "sandbox")
 CONTROLS = ("\x1b", "\r", "\x07", "\x9b")
@@ -26,26 +24,8 @@ ERROR = "boom\x1b]52;c;ZXZpbA==\x07 \x1b[31mred\x9b2K"
 
 
 def on_a_terminal(args: list[str], cwd: Path) -> str:
-    env = dict(os.environ) | {"TERM": "xterm", "GIT_PAGER": "cat", "NO_COLOR": "1"}
-    primary, secondary = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [EXE, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary
-        )
-        os.close(secondary)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        proc.wait(timeout=60)
-        return out.decode(errors="replace").replace("\r\n", "\n")  # the terminal's own line ends
-    finally:
-        os.close(primary)
+    _code, out = on_pty(*args, cwd=cwd, env={"GIT_PAGER": "cat", "NO_COLOR": "1"}, stdin_null=True)
+    return out.decode(errors="replace").replace("\r\n", "\n")  # the terminal's own line ends
 
 
 def test_agent_text_is_written_out_in_every_listing(repo: Path) -> None:

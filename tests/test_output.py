@@ -6,16 +6,7 @@ Where the behaviour depends on a terminal, the real ``sandbox`` script runs on a
 
 from __future__ import annotations
 
-import fcntl
-import os
-import select
 import shlex
-import struct
-import subprocess
-import sys
-import termios
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -23,54 +14,10 @@ from click.testing import CliRunner
 
 from sandbox.cli.output import colorbool, pager_command, want_color
 from sandbox.run.run import Run
-from tests.conftest import git, sandbox_cmd, write
+from tests.conftest import git, on_pty, sandbox_cmd, write
 from tests.test_apply import invoke, start
 
 ESC = b"\x1b["
-
-
-def on_pty(
-    *args: str, cwd: Path, env: Mapping[str, str | None] | None = None, columns: int = 100, timeout: float = 60
-) -> tuple[int, bytes]:
-    """Run the installed ``sandbox`` with stdin, stdout and stderr on a new pseudo-terminal
-    (``env``: variables to set, or to remove with None)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    full_env = {**os.environ, "TERM": "xterm"}
-    for key, value in (env or {}).items():
-        if value is None:
-            full_env.pop(key, None)
-        else:
-            full_env[key] = value
-    exe = Path(sys.executable).parent / "sandbox"
-    proc = subprocess.Popen(
-        [str(exe), *args], cwd=cwd, env=full_env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
-    )
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + timeout
-    poller = select.poll()  # not select(): a long test session may hold descriptors above 1024
-    poller.register(master, select.POLLIN)
-    try:
-        while time.monotonic() < deadline:
-            ready = poller.poll(200)
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: every process holding the terminal has exited
-                    break
-                if not data:
-                    break
-                out += data
-            elif proc.poll() is not None:
-                # Everything written is readable before EIO; one more pass, then done.
-                continue
-        else:
-            proc.kill()
-            raise AssertionError(f"sandbox {' '.join(args)} did not finish on the terminal: {out!r}")
-    finally:
-        os.close(master)
-    return proc.wait(timeout=timeout), out
 
 
 def recording_pager(tmp_path: Path, name: str = "paged") -> tuple[str, Path, Path]:

@@ -11,9 +11,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sandbox.run.run import Run
-from tests.conftest import sandbox_cmd
+from tests.conftest import on_pty, sandbox_cmd
 from tests.test_apply import invoke, start
-from tests.test_output import on_pty
 
 SED = ["sed", "-i", "s/a/b/; 1i x", "f"]
 LONG = "x" * 300

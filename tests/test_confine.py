@@ -189,6 +189,18 @@ def test_signals_reach_the_command_and_a_death_by_signal_is_128_plus_n(tmp_path:
 
 
 @needs_bwrap
+def test_the_mcp_servers_token_is_never_handed_to_a_confined_command(repo: Path) -> None:
+    """A user who fixes ``sandbox mcp --http``'s token in their shell must not give it to the agents
+    they start from that shell: with it, a confined agent could drive the server over loopback."""
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    env = {confine.MCP_TOKEN_ENV: "secret-token", "OTHER_VAR": "kept"}
+    shown = "echo token=${SANDBOX_MCP_TOKEN:-none} other=$OTHER_VAR"
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().strip() == "token=none other=kept"
+
+
+@needs_bwrap
 def test_exit_codes_pass_through(tmp_path: Path) -> None:
     policy = confine.Policy(writable=(str(tmp_path),), protected=())
     assert confine.spawn(isolation(), policy, ["sh", "-c", "exit 7"], str(tmp_path)).wait() == 7

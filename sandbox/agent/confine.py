@@ -103,6 +103,11 @@ _BLOCKED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
 #: Set inside every sandbox: a ``sandbox exec`` run by the agent knows it is already confined.
 CONFINED_ENV = "SANDBOX_CONFINED"
+#: The bearer token of ``sandbox mcp --http`` (when the user fixes it): never handed to a confined
+#: process, which could otherwise drive that server (loopback reaches it).
+MCP_TOKEN_ENV = "SANDBOX_MCP_TOKEN"
+#: Variables of ours a confined process never inherits.
+WITHHELD_ENV = (MCP_TOKEN_ENV,)
 _PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
 
@@ -624,6 +629,8 @@ def spawn(
     check(isolation)
     assert isolation.program is not None
     prepare_config(policy)
+    # The environment is passed on as given (or as this process has it), less what is withheld.
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in WITHHELD_ENV}
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)

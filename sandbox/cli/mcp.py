@@ -9,9 +9,6 @@ import click
 from sandbox.cli.common import base_dir, data_root, main_workdir
 from sandbox.cli.isolation import isolation_options, resolver
 
-#: A fixed bearer token for ``--http`` (else a new one is made and printed on stderr).
-TOKEN_ENV = "SANDBOX_MCP_TOKEN"
-
 
 @click.command("mcp")
 @click.option("-C", "directory", type=click.Path(file_okay=False), default=None, help="The repository to use.")
@@ -88,9 +85,11 @@ def mcp(
 
         bound = listening.getsockname()[1]
         # Yours to give the client; SANDBOX_MCP_TOKEN sets it (a client config that stays the same).
-        token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+        from sandbox.agent import confine
+
+        token = os.environ.get(confine.MCP_TOKEN_ENV) or secrets.token_urlsafe(32)
         click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
-        if not os.environ.get(TOKEN_ENV):
+        if not os.environ.get(confine.MCP_TOKEN_ENV):
             click.echo(f"sandbox: clients send the header 'Authorization: Bearer {token}'", err=True)
         server.serve_http(ws, listening, token, network=net)
         return

@@ -89,6 +89,7 @@ APPLY_MODULES = {
     "sandbox.store.pathspec",
     "sandbox.store.project",
     "sandbox.store.snapshot",
+    "sandbox.store.treediff",
     "sandbox.store.sparse",
 }
 

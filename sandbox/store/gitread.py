@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple, overload
 
+from sandbox.store import treediff
+
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _PSEUDO_REF = re.compile(r"[A-Z][A-Z0-9_]*")
 #: Per-worktree refs live in the worktree's own git dir (git's ``is_per_worktree_ref``).
@@ -764,28 +766,8 @@ class Repo:
         changes before the entry's own (a file replaced by a directory gives both), identical
         subtrees skipped, mode-only changes included, gitlinks treated as leaves.
         """
-        out: list[str] = []
         with _guard("changed paths"):  # (a RecursionError on an absurdly deep tree included)
-            self._diff(old_tree, new_tree, "", out)
-        return out
-
-    def _diff(self, old: str | None, new: str | None, prefix: str, out: list[str]) -> None:
-        if old == new:
-            return
-        a, b = self._entries(old), self._entries(new)
-        for name in sorted(set(a) | set(b)):
-            ea, eb = a.get(name), b.get(name)
-            if ea == eb:
-                continue
-            path = prefix + name
-            a_tree = ea.oid if ea is not None and ea.is_tree else None
-            b_tree = eb.oid if eb is not None and eb.is_tree else None
-            if a_tree is not None or b_tree is not None:
-                self._diff(a_tree, b_tree, path + "/", out)
-            a_leaf = ea if ea is not None and not ea.is_tree else None
-            b_leaf = eb if eb is not None and not eb.is_tree else None
-            if a_leaf != b_leaf:
-                out.append(path)
+            return [path for path, _a, _b in treediff.changes(self._entries, old_tree, new_tree)]
 
     def close(self) -> None:
         """Unmap every opened pack (the Repo stays usable: packs are mapped again when needed)."""

@@ -23,7 +23,7 @@ from typing import TypeVar
 import pygit2
 
 from sandbox.models import FileChange
-from sandbox.store import packs
+from sandbox.store import packs, treediff
 
 _T = TypeVar("_T")
 
@@ -527,24 +527,10 @@ class TreeChange:
 
 
 def diff_trees(repo: pygit2.Repository, old: str | None, new: str | None, prefix: str = "") -> Iterator[TreeChange]:
-    """Every non-tree path that differs between two trees, skipping identical subtrees."""
-    if old == new:
-        return
-    a = _tree(repo, old)
-    b = _tree(repo, new)
-    for name in sorted(set(a) | set(b)):
-        ea, eb = a.get(name), b.get(name)
-        if ea == eb:
-            continue
-        path = prefix + name
-        a_tree = ea.oid if ea is not None and ea.is_tree else None
-        b_tree = eb.oid if eb is not None and eb.is_tree else None
-        if a_tree is not None or b_tree is not None:
-            yield from diff_trees(repo, a_tree, b_tree, path + "/")
-        a_leaf = ea if ea is not None and not ea.is_tree else None
-        b_leaf = eb if eb is not None and not eb.is_tree else None
-        if a_leaf != b_leaf:
-            yield TreeChange(path, a_leaf, b_leaf)
+    """Every non-tree path that differs between two trees, skipping identical subtrees
+    (:func:`sandbox.store.treediff.changes`, reading the trees with libgit2)."""
+    for path, before, after in treediff.changes(lambda oid: _tree(repo, oid), old, new, prefix):
+        yield TreeChange(path, before, after)
 
 
 def walk_tree(repo: pygit2.Repository, tree_oid: str | None, prefix: str = "") -> Iterator[tuple[str, Entry]]:

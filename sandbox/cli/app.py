@@ -19,9 +19,25 @@ from sandbox.cli.common import SandboxGroup
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON (any command; also after it).")
 @click.option("-P", "--no-pager", "no_pager", is_flag=True, help="Do not pipe output into a pager (like git).")
 @click.option("-p", "--paginate", is_flag=True, help="Pipe output into a pager even where a command does not.")
+@click.option(
+    "--color",
+    "color",
+    type=click.Choice(("auto", "always", "never")),
+    default=None,
+    help="Colour: auto, always, never (a bare --color means always; like git, also after the command).",
+)
+@click.option("--no-color", "no_color", is_flag=True, help="Never colour (same as --color=never).")
 @click.version_option(package_name="sandbox", message="sandbox %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None, as_json: bool, no_pager: bool, paginate: bool) -> None:
+def cli(
+    ctx: click.Context,
+    directory: str | None,
+    as_json: bool,
+    no_pager: bool,
+    paginate: bool,
+    color: str | None,
+    no_color: bool,
+) -> None:
     """Run coding agents in isolated git worktrees, with a durable ledger of every tool call.
 
     \b
@@ -37,6 +53,8 @@ def cli(ctx: click.Context, directory: str | None, as_json: bool, no_pager: bool
     ctx.obj["json"] = as_json
     ctx.obj["no_pager"] = no_pager
     ctx.obj["paginate"] = paginate
+    ctx.obj["color"] = color
+    ctx.obj["no_color"] = no_color
 
 
 cli.lazy_commands.update(COMMANDS)

@@ -9,7 +9,8 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
-from sandbox.cli.selection import pathspec, selection_options
+from sandbox.cli.output import OutputCommand
+from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 
 if TYPE_CHECKING:
     from sandbox.models import ApplyReport
@@ -61,7 +62,7 @@ def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] 
         print_report(report, verb)
 
 
-@click.command()
+@click.command(cls=OutputCommand)
 @click.argument("run_id", required=False)
 @selection_options
 @click.option("--with-deps", is_flag=True, help="Also take the earlier calls the selected ones build on.")
@@ -107,6 +108,7 @@ def apply(
     from sandbox.run.run import Run
     from sandbox.store import journal
 
+    run_id, pathspecs = run_and_pathspecs(ctx, run_id, pathspecs)
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
     if cont:

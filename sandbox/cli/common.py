@@ -48,6 +48,21 @@ class SandboxGroup(click.Group):
         found = super().get_command(ctx, cmd_name)
         return shared_options(found) if found is not None else None
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A bare ``--color`` before the command's name means ``always`` (as after it, and in git):
+        it never takes the command's name as its value."""
+        out = list(args)
+        i = 0
+        while i < len(out) and out[i] != "--":
+            if out[i] == "--color":
+                out[i] = "--color=always"
+            elif out[i] == "-C":
+                i += 1  # its value
+            elif not out[i].startswith("-"):
+                break  # the command's name: what follows is the command's
+            i += 1
+        return super().parse_args(ctx, out)
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:

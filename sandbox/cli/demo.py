@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -64,6 +65,41 @@ def _demo(keep: bool) -> dict[str, object]:
     sandbox = [exe] if os.path.exists(exe) else [sys.executable, "-m", "sandbox"]
     tmp = tempfile.mkdtemp(prefix="sandbox-demo-")
     repo = os.path.join(tmp, "project")
+    if keep:
+        return _walk(sandbox, tmp, repo, keep=True)
+    # Whatever ends the walk (a failure, Ctrl-C, 'sandbox demo | head' closing the pipe), the run,
+    # its home in the data directory and the repository's host go with the throwaway repository.
+    try:
+        return _walk(sandbox, tmp, repo, keep=False)
+    finally:
+        _clean_up(sandbox, tmp, repo)
+
+
+def _clean_up(sandbox: list[str], tmp: str, repo: str) -> None:
+    """Drop the demo's runs (their homes live outside ``tmp``), stop its host, remove ``tmp``."""
+    import shutil
+    import signal
+
+    if os.path.isdir(os.path.join(repo, ".git")):
+        listed = subprocess.run([*sandbox, "list", "--json"], cwd=repo, capture_output=True, check=False)
+        try:
+            import json
+
+            runs = [r["run"] for r in json.loads(listed.stdout or b"[]")]
+        except (ValueError, TypeError, KeyError):
+            runs = []
+        for run in runs:
+            subprocess.run([*sandbox, "drop", run, "--force"], cwd=repo, capture_output=True, check=False)
+        from sandbox.agent.host import host_pid
+
+        pid = host_pid(os.path.join(repo, ".git"))
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _walk(sandbox: list[str], tmp: str, repo: str, keep: bool) -> dict[str, object]:
     env_git = ["git", "-c", "user.name=Demo User", "-c", "user.email=demo@example.com"]
     os.makedirs(os.path.join(repo, "src"))
     files = {
@@ -88,7 +124,7 @@ def _demo(keep: bool) -> dict[str, object]:
     proc = _sh([*sandbox, "start", "--label", "demo", "--json"], repo)
     import json
 
-    run = json.loads(proc.stdout)["run"]
+    run = run_id = json.loads(proc.stdout)["run"]
     import shutil
 
     # Commands run confined (bubblewrap); without it the demo still runs, and says so.
@@ -132,7 +168,10 @@ def _demo(keep: bool) -> dict[str, object]:
     ok = same and refused.returncode == 1 and kept
     click.echo()
     click.secho("Next, a user would type:", bold=True)
-    click.echo(f"   cd {repo}")
+    if keep:
+        click.echo(f"   cd {repo}")
+    else:
+        run = "RUN"  # this demo's run goes with its repository: in yours, its id or label
     click.echo(f"   sandbox log {run}           # what each call did")
     click.echo(f"   sandbox diff {run} --stat   # the agent's patch")
     click.echo(f"   sandbox apply {run}         # write it into your tree (never over your edits)")
@@ -142,13 +181,10 @@ def _demo(keep: bool) -> dict[str, object]:
     click.echo(f"   sandbox resume {run}        # after a crash: what happened, what not to repeat")
     click.echo(f"   sandbox drop {run} --force  # throw the run away; 'sandbox gc' reclaims leftovers")
     if not keep:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        click.echo(f"\n(The throwaway repository was removed; run 'sandbox demo --keep' to keep {tmp}.)")
+        click.echo("\n(The throwaway repository, its run and its host are removed now; 'demo --keep' keeps them.)")
     return {
         "ok": ok,
-        "run": run,
+        "run": run_id,
         "repository": repo if keep else None,
         "your_tree_unchanged_before_apply": same,
         "undo_refused_over_your_edit": refused.returncode == 1,

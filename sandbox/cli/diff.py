@@ -6,7 +6,7 @@ import click
 
 from sandbox.cli.common import emit_json, open_run
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
-from sandbox.cli.selection import pathspec, selection_options
+from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 
 
 @click.command(cls=OutputCommand)
@@ -48,6 +48,7 @@ def diff(
         return
     from sandbox.merge.preview import diff_files, diff_text, preview_range
 
+    run_id, pathspecs = run_and_pathspecs(ctx, run_id, pathspecs)
     run = open_run(ctx, run_id)
     spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     rng = preview_range(run, calls=list(calls))

@@ -113,9 +113,10 @@ def exec_cmd(
         click.echo(f"sandbox: {made}", err=True)
     isolation = resolve(run.user_workdir, "exec", isolate, network)
     confine.check(isolation)  # refused before a service is started or anything recorded
-    from sandbox.cli.hooks_cmd import autostart_host
+    from sandbox.cli.hooks_cmd import HOST_STARTED, autostart_host
 
-    autostart_host(run)
+    if autostart_host(run):
+        click.echo(f"sandbox: {HOST_STARTED}", err=True)
     with stdout_to_stderr(as_json):
         outcome = execute(
             run,

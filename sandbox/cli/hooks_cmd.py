@@ -99,24 +99,34 @@ def install(ctx: click.Context, agent: str, run_id: str | None, print_only: bool
         emit_json({"run": run.run_id, "agent": agent, "settings": path, "env": env, "service_started": spawned})
 
 
-def autostart_host(run: Run) -> None:
+#: What a command that started the host in the background says, once, on stderr.
+HOST_STARTED = (
+    "started this repository's host in the background (it records the next calls faster and exits after "
+    "15 idle minutes; 'sandbox serve --stop' stops it, '[hooks] autostart = false' in .sandbox.toml keeps it off)."
+)
+
+
+def autostart_host(run: Run) -> bool:
     """Spawn the repository's host (``sandbox serve``: the watcher) for the next calls when none runs.
 
     This call scans the worktree (correct, O(repository)); later ones ask the host's watcher
     (O(changed paths)). The host exits by itself after 15 idle minutes. Off with
-    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``.
+    SANDBOX_HOOK_AUTOSTART=0 or ``[hooks] autostart = false``. True when this call started one
+    (the caller says so: a git user does not expect a daemon).
     """
     from sandbox.agent import wire
 
     if not autostart_allowed():
-        return
+        return False
     from sandbox.errors import SandboxError
     from sandbox.run.config import load as load_config
 
     try:
         if not load_config(run.user_workdir).autostart:
-            return
+            return False
     except SandboxError:  # a broken settings file must not stop the command; start reports it
-        return
+        return False
     if wire.claim_spawn(run.project.common_dir):
         spawn_service(run.run_id, run.worktree)
+        return True
+    return False

@@ -44,14 +44,23 @@ _pager: subprocess.Popen[bytes] | None = None
 _pager_has_stderr = False
 
 
+#: ``ctx.meta`` key: the arguments given after ``--`` (see :meth:`OutputCommand.parse_args`).
+AFTER_DASHDASH = "sandbox.after_dashdash"
+
+
 class OutputCommand(click.Command):
     """A command with ``--color``: as in git, a bare ``--color`` means ``always`` and never takes the
     next argument as its value (``sandbox log --color RUN``); a value is given as ``--color=WHEN``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Rewrite a bare ``--color`` (before any ``--``) to ``--color=always``, then parse."""
+        """Rewrite a bare ``--color`` (before any ``--``) to ``--color=always``, then parse.
+
+        Also notes (``ctx.meta[AFTER_DASHDASH]``) the arguments that came after ``--``: there, as in
+        git, they are paths, never the RUN argument (``sandbox diff -- 'src/*.py'``).
+        """
         end = args.index("--") if "--" in args else len(args)
         args = [("--color=always" if a == "--color" and i < end else a) for i, a in enumerate(args)]
+        ctx.meta[AFTER_DASHDASH] = tuple(args[end + 1 :])
         return super().parse_args(ctx, args)
 
 
@@ -202,7 +211,10 @@ def setup(
         page = True
     tty = sys.stdout.isatty()
     env = os.environ
+    # The command's own flag wins over one given before its name (``sandbox --color=never log``).
     flag = "never" if no_color else color
+    if flag is None:
+        flag = "never" if root.get("no_color") else root.get("color")
     needs_config = flag is None or (tty and page and not no_pager)
     config = git_config(root.get("directory") or os.getcwd()) if needs_config else {}
     pager = pager_command(env, config, tty) if page and not no_pager else None

@@ -437,6 +437,7 @@ class ServeOutput(Output):
     started: bool = Field(description="False: a host already serves this repository's runs (its pid, if known).")
     pid: int | None
     log: str | None
+    stopped: bool | None = Field(default=None, description="With --stop: True when a running host was stopped.")
 
 
 class HooksInstallOutput(Output):

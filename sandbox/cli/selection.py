@@ -40,6 +40,38 @@ def selection_options(func: F) -> F:
     return func
 
 
+def run_and_pathspecs(
+    ctx: click.Context, run_id: str | None, pathspecs: tuple[str, ...]
+) -> tuple[str | None, tuple[str, ...]]:
+    """RUN may be left out before pathspecs (the run of the worktree you are in, or the only run):
+    what click took for RUN is a pathspec when it came after ``--``, or when it names no run and
+    reads as a path (``:!tests``, ``src/*.py``, a path that exists here)."""
+    from sandbox.cli.output import AFTER_DASHDASH
+
+    if run_id is None:
+        return None, pathspecs
+    after = ctx.meta.get(AFTER_DASHDASH, ())
+    if after and after[0] == run_id and len(after) == len(pathspecs) + 1:
+        return None, (run_id, *pathspecs)
+    looks_like_path = run_id.startswith(":") or any(ch in run_id for ch in "*?[/")
+    if not looks_like_path:
+        from sandbox.cli.common import base_dir
+
+        looks_like_path = os.path.lexists(os.path.join(base_dir(ctx), run_id))
+    if not looks_like_path:
+        return run_id, pathspecs
+    from sandbox.cli.common import open_project
+    from sandbox.errors import UnknownRunError
+    from sandbox.run.names import resolve_run
+
+    project, _workdir, cwd_run = open_project(ctx)
+    try:
+        resolve_run(project, run_id, cwd_run)
+    except UnknownRunError:
+        return None, (run_id, *pathspecs)
+    return run_id, pathspecs
+
+
 def pathspec(
     ctx: click.Context, root: str, specs: tuple[str, ...], excludes: tuple[str, ...], worktree: str | None = None
 ) -> Pathspec | None:

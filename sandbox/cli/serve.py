@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     "--max-runs-watched", type=click.IntRange(0), default=None, help="Watch at most N runs; the rest are scanned."
 )
 @click.option("--max-watches", type=click.IntRange(0), default=None, help="Hold at most N inotify watches.")
+@click.option("--stop", is_flag=True, help="Stop this repository's host (it is started again when needed).")
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -33,6 +34,7 @@ def serve(
     foreground: bool,
     max_runs_watched: int | None,
     max_watches: int | None,
+    stop: bool,
 ) -> None:
     """Host the hooks, watcher and sessions of every run of this repository: fast hooks, exact Bash calls.
 
@@ -44,6 +46,9 @@ def serve(
     from sandbox.agent import host, wire
 
     project, _workdir, cwd_run = open_project(ctx)
+    if stop:
+        _stop(project.common_dir, wants_json(ctx))
+        return
     named: str | None = None
     if run_id is not None or cwd_run is not None:
         from sandbox.run.names import resolve_run
@@ -90,6 +95,34 @@ def serve(
         emit_json({"run": named, "started": True, "pid": int(answer.split()[1]), "log": log_path})
         return
     click.echo(f"sandbox: hosting this repository's runs in the background (pid {answer.split()[1]}); log: {log_path}")
+
+
+def _stop(common_dir: str, as_json: bool) -> None:
+    """SIGTERM to the repository's host, then wait (10 s at most) until its lock is free."""
+    import signal
+    import time
+
+    from sandbox.agent import host, wire
+
+    pid = host.host_pid(common_dir)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pid = None
+        deadline = time.monotonic() + 10.0
+        while pid is not None and wire.host_alive(common_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if wire.host_alive(common_dir):
+            from sandbox.errors import SandboxError
+
+            raise SandboxError(f"The host of this repository (pid {pid}) did not stop within 10 s; try again.")
+    if as_json:
+        emit_json({"run": None, "started": False, "pid": pid, "log": None, "stopped": pid is not None})
+    elif pid is None:
+        click.echo("sandbox: no host runs for this repository; nothing to stop.")
+    else:
+        click.echo(f"sandbox: stopped this repository's host (pid {pid}).")
 
 
 def _read_answer(fd: int, timeout: float) -> str:

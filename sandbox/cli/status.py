@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, fast_open, open_run
+from sandbox.cli.common import emit_json, fast_open, human_size, open_run
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 
@@ -24,7 +24,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         from sandbox.run.summary import summarize
 
         run = open_run(ctx, run_id)
-        row = summarize(run, git_activity=True)
+        row = summarize(run, git_activity=True, disk=True)
         row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
         row["host"] = _host(run.project.common_dir, run.run_id)
     in_flight = row["in_flight"]
@@ -49,6 +49,8 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     partly = row.get("partly_applied_calls") or []
     more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
+    if row["worktree_exists"]:
+        click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
     if in_flight:
         flight = out.style(", ".join(escape.text(c) for c in in_flight), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
@@ -72,7 +74,7 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
         return None
     repo, found = fast
     try:
-        row = repo.summary(found)
+        row = repo.summary(found, disk=True)
         row["agent_git"] = repo.agent_git(found, row["base"])
     except fastread.Miss:
         return None

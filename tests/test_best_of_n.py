@@ -62,7 +62,11 @@ def test_compare_check_apply_the_winner_and_drop_the_rest(repo: Path, runner: Cl
     assert "2 differ" in text and "src/util.py" in text
     sb(runner, repo, "apply", a)
     assert (repo / "src" / "util.py").read_text() == "X = 2\n"
-    dropped = json.loads(sb(runner, repo, "drop", "--all-but", a, "--json"))
+    # b and c hold changes not applied: as 'drop' does, '--all-but' refuses them without --force.
+    refused = runner.invoke(cli, ["-C", str(repo), "drop", "--all-but", a])
+    assert refused.exit_code == 1 and "nothing was dropped" in refused.output
+    assert len(json.loads(sb(runner, repo, "list", "--json"))) == 3
+    dropped = json.loads(sb(runner, repo, "drop", "--all-but", a, "--force", "--json"))
     assert sorted(d["run"] for d in dropped["dropped"]) == sorted([b, c])
     assert [r["run"] for r in json.loads(sb(runner, repo, "list", "--json"))] == [a]
 
@@ -108,3 +112,17 @@ def test_start_count_through_the_real_cli(repo: Path) -> None:
     assert all(Path(r["worktree"], "README.md").exists() for r in runs)
     proc = sandbox_cmd("compare", runs[0]["run"], cwd=repo)
     assert proc.returncode == 0 and b"0 differ" in proc.stdout, proc.stderr
+
+
+def test_compare_check_output_comes_after_the_table_not_inside_it(repo: Path) -> None:
+    runs = [r["run"] for r in json.loads(sandbox_cmd("start", "--count", "2", "--json", cwd=repo).stdout)["runs"]]
+    proc = sandbox_cmd(
+        "compare", *runs, "--isolate", "off", "--check", "echo line-one; echo boom >&2; exit 3", cwd=repo
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode()
+    assert out.splitlines()[0].startswith("RUN ")  # the table first
+    table_end = out.index("differ:")
+    assert "line-one" not in out[:table_end] and "boom" not in out[:table_end]
+    assert "exited 3; its last 2 of 2 output line(s):" in out[table_end:]
+    assert "  line-one" in out and "  boom" in out

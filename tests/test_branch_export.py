@@ -54,7 +54,7 @@ def test_branch_has_one_commit_per_changing_call_and_touches_nothing_else(repo: 
     assert git(repo, "rev-list", "--reverse", f"{head}..agent/work").split() == made["commits"]
     assert git(repo, "log", "-1", "--format=%an <%ae>", "agent/work").strip() == "sandbox agent <sandbox@localhost>"
     subjects = git(repo, "log", "--format=%s", f"{head}..agent/work").splitlines()
-    assert subjects == ["Bash: rm src/util.py", "write_file: src/new.py", "run_command: sed -i s/app/APP/ src/app.py"]
+    assert subjects == ["Bash: rm src/util.py …", "write_file: src/new.py", "run_command: sed -i s/app/APP/ src/app.py"]
     body = git(repo, "log", "-1", "--format=%B", "agent/work")
     assert f"Sandbox-Call: {ids[2]}" in body and f"Sandbox-Run: {run.run_id}" in body and "echo done" in body
     assert git(repo, "show", "agent/work:src/app.py") == "print('APP')\n"
@@ -104,3 +104,36 @@ def test_branch_skips_undone_calls_and_outlives_drop_and_gc(repo: Path) -> None:
     assert git(repo, "rev-parse", "kept").strip() == tip
     assert git(repo, "show", "kept:src/new.py") == "NEW = 1\n"
     assert git(repo, "fsck", "--connectivity-only", "--no-dangling").strip() == ""
+
+
+def test_your_uncommitted_edit_in_a_file_the_agent_changed_is_your_commit_not_the_agents(repo: Path) -> None:
+    """The agent's version of a file was made from yours: your part comes first, authored by you."""
+    git(repo, "config", "user.name", "Ada User")
+    git(repo, "config", "user.email", "ada@example.com")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    write(repo, "src/app.py", "print('app')\n# my uncommitted line\n")
+    run = start(repo)
+    with run.tool_call("edit_file", {"path": "src/app.py"}) as call:
+        call.write("src/app.py", "print('app')\n# my uncommitted line\n# agent line\n")
+    proc = sandbox_cmd("branch", run.run_id, "agent/mine", cwd=repo)
+    assert proc.returncode == 0, proc.stderr.decode()
+    commits = git(repo, "rev-list", "--reverse", f"{head}..agent/mine").split()
+    assert len(commits) == 2
+    first = git(repo, "show", "-s", "--format=%an <%ae>|%s", commits[0]).strip()
+    assert first.startswith("Ada User <ada@example.com>|Your uncommitted changes to 1 file(s)")
+    assert "# my uncommitted line" in git(repo, "show", commits[0], "--", "src/app.py")
+    agent = git(repo, "show", "--format=%an|%s", commits[1], "--", "src/app.py")
+    assert agent.startswith("sandbox agent|edit_file: src/app.py")
+    # The agent's commit adds only the agent's line.
+    added = [line for line in agent.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ["+# agent line"]
+
+
+def test_a_multi_line_command_is_named_by_its_first_line_in_the_subject(repo: Path) -> None:
+    run = start(repo)
+    script = "import pathlib\npathlib.Path('src/app.py').write_text('x')\n"
+    with run.tool_call("run_command", {"argv": ["python3", "-c", script]}) as call:
+        call.write("src/app.py", "x")
+    assert sandbox_cmd("branch", run.run_id, "agent/multi", cwd=repo).returncode == 0
+    subject = git(repo, "log", "-1", "--format=%s", "agent/multi").strip()
+    assert subject == "run_command: python3 -c 'import pathlib …'"

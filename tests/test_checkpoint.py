@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -206,12 +207,18 @@ def test_cli_checkpoint_and_list(repo: Path, tmp_path: Path, runner: CliRunner) 
     assert data["name"] == "ckpt_001" and data["run_state"] == {"next": 3} and data["step_id"] == "s3"
     assert data["budget"]["steps"]["remaining"] == 3
     result = runner.invoke(cli, ["-C", str(repo), "checkpoint", run.run_id, "--label", "plain"])
-    assert result.exit_code == 0 and result.output.startswith("ckpt_002 ckpt_")
+    assert result.exit_code == 0 and result.output.startswith("Saved checkpoint ckpt_002 (plain) of run ")
+    # A label is optional: the checkpoint is numbered anyway.
+    result = runner.invoke(cli, ["-C", str(repo), "checkpoint", run.run_id], catch_exceptions=False)
+    assert result.exit_code == 0 and result.output.startswith("Saved checkpoint ckpt_003 of run ")
     result = runner.invoke(cli, ["-C", str(repo), "checkpoints", run.run_id, "--json"])
     listed = json.loads(result.output)
-    assert [c["label"] for c in listed["checkpoints"]] == ["L", "plain"] and listed["problems"] == []
+    assert [c["label"] for c in listed["checkpoints"]] == ["L", "plain", None] and listed["problems"] == []
     result = runner.invoke(cli, ["-C", str(repo), "checkpoints", run.run_id])
     assert "ckpt_001" in result.output and "step s3" in result.output
+    # One name per checkpoint (the id is in --json) and the time with its zone.
+    row = next(line for line in result.output.splitlines() if line.startswith("ckpt_001"))
+    assert "ckpt_" not in row[len("ckpt_001") :] and re.search(r"\d\d:\d\d:\d\d [+-]\d{4}", row)
 
 
 @pytest.mark.parametrize(

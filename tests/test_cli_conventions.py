@@ -75,3 +75,11 @@ def test_exec_says_when_it_starts_a_host_and_serve_stop_stops_it(tmp_path: Path)
     again = sandbox_cmd("serve", "--stop", "--json", cwd=repo)
     assert again.returncode == 0 and json.loads(again.stdout)["stopped"] is False
     assert os.path.isdir(repo)
+
+
+def test_help_never_cuts_a_description_mid_sentence(tmp_path: Path) -> None:
+    proc = sandbox_cmd("--help", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert proc.returncode == 0
+    commands = proc.stdout.decode().split("Commands:", 1)[1]
+    assert not [line for line in commands.splitlines() if line.rstrip().endswith("...")]
+    assert "where your files still\n" in commands or "where your files still equal" in commands

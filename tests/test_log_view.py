@@ -52,6 +52,16 @@ def test_log_fits_the_terminal(repo: Path) -> None:
         assert len(line) <= 80 or "--call" in line, line  # an error line keeps the way to its full text
 
 
+def test_log_through_a_pager_hands_it_whole_commands(repo: Path, tmp_path: Path) -> None:
+    """The pager decides how long lines show (git's way): log cuts nothing it pipes into one."""
+    run = start(repo)
+    calls(run)
+    seen = tmp_path / "paged.txt"
+    code, _screen = on_pty("log", run.run_id, cwd=repo, env={"GIT_PAGER": f"cat > {seen}", "NO_COLOR": "1"}, columns=80)
+    assert code == 0
+    assert f"echo {LONG}" in seen.read_text()
+
+
 def test_times_are_local_with_the_zone_in_log_list_and_status(repo: Path) -> None:
     run = start(repo)
     calls(run)

@@ -208,6 +208,9 @@ def test_failing_and_timed_out_commands_are_failed_calls(repo: Path) -> None:
         c = await s.call_tool("run_command", {"command": "head -c 100000 /dev/zero | tr '\\0' x; echo; echo END"})
         d = await s.call_tool("write_file", {"path": "src", "content": "not a directory\n"})
         assert d.is_error and "it is a directory" in text(d)
+        # A failed command is a failed tool call for the client, with the same structured answer.
+        assert a.is_error and b.is_error and not c.is_error
+        assert '"exit_code": 3' in text(a)
         return [a.structured_content, b.structured_content, c.structured_content]
 
     failed, timed_out, long = serve(repo, "--new")(body)

@@ -240,3 +240,12 @@ def test_dash_c_and_json_before_or_after_the_subcommand(repo: Path, runner: CliR
     code, out, err = invoke(runner, "-C", str(repo), "start", "-C", "src", "--json")
     assert code == 0, err
     assert json.loads(out)["label"] is None
+
+
+def test_a_group_label_names_its_runs(repo: Path, runner: CliRunner) -> None:
+    """'start --count 3 --label try' labels try-1..try-3: 'try' alone says which runs, and how to compare."""
+    result = runner.invoke(cli, ["-C", str(repo), "start", "--count", "3", "--label", "try"], catch_exceptions=False)
+    assert result.exit_code == 0
+    result = runner.invoke(cli, ["-C", str(repo), "diff", "try"])
+    assert result.exit_code == 2
+    assert "try-1, try-2, try-3" in result.output and "sandbox compare try-1 try-2 try-3" in result.output

@@ -132,7 +132,7 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     assert Path(fork["worktree"]).is_relative_to(homes_of(b))
     compared = json.loads(sb(runner, b, "compare", run_id, fork["run"], "--check", "test -f b.txt", "--json"))
     assert [r["check"]["exit_code"] for r in compared["runs"]] == [0, 0]
-    sb(runner, b, "drop", "--all-but", run_id)
+    sb(runner, b, "drop", "--all-but", run_id, "--force")
     sb(runner, b, "gc")
     assert everything_of(a) == before
 

@@ -31,7 +31,7 @@ def read_json_file(path: str | None, what: str) -> Any:
 
 @click.command()
 @click.argument("run_id", required=False, metavar="[RUN]")
-@click.option("--label", required=True, help="A name for the checkpoint (e.g. before-model-request).")
+@click.option("--label", default=None, help="A name for the checkpoint (e.g. before-risky); it is numbered anyway.")
 @click.option("--step", "step_id", default=None, help="The runtime's step id.")
 @click.option("--messages", "messages_file", default=None, help="JSON file with the message history (- = stdin).")
 @click.option("--state", "state_file", default=None, help="JSON file with the runtime's state.")
@@ -41,14 +41,18 @@ def read_json_file(path: str | None, what: str) -> Any:
 def checkpoint(
     ctx: click.Context,
     run_id: str | None,
-    label: str,
+    label: str | None,
     step_id: str | None,
     messages_file: str | None,
     state_file: str | None,
     budget_file: str | None,
     as_json: bool,
 ) -> None:
-    """Save a checkpoint of RUN: messages, state and budget, with the ledger and files as of now."""
+    """Save a checkpoint of RUN: messages, state and budget, with the ledger and files as of now.
+
+    It is named by its number (ckpt_004), its id, or its --label wherever a checkpoint is taken
+    ('rollback --to', 'fork --at').
+    """
     from sandbox.errors import UsageError
 
     messages = read_json_file(messages_file, "--messages")
@@ -64,4 +68,5 @@ def checkpoint(
     if as_json:
         emit_json(dump(ckpt))
     else:
-        click.echo(f"{ckpt.name} {ckpt.id} saved ({escape.text(label)})")
+        named = f" ({escape.text(label)})" if label is not None else ""
+        click.echo(f"Saved checkpoint {ckpt.name}{named} of run {run.run_id}, id {ckpt.id}.")

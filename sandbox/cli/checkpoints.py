@@ -6,6 +6,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.fmt import local_time
 
 
 @click.command()
@@ -30,10 +31,12 @@ def checkpoints(ctx: click.Context, run_id: str | None, with_auto: bool, as_json
             click.echo(f"sandbox: {problem}", err=True)
         if not items:
             click.echo(f"Run {run.run_id} has no checkpoints.")
+        else:
+            click.echo(f"{'CHECKPOINT':<10} {'SAVED':<25} LABEL")
         for s in items:
             c = s.checkpoint
-            when = c.created_at.strftime("%Y-%m-%d %H:%M:%S")
-            step = f" step {c.step_id}" if c.step_id else ""
-            click.echo(escape.text(f"{c.name:<18} {c.id:<18} {when}{step}  {c.label or ''}".rstrip()))
+            # One name per checkpoint (its number; the id is in --json), the time with its zone as log shows it.
+            step = f"  (step {c.step_id})" if c.step_id else ""
+            click.echo(escape.text(f"{c.name:<10} {local_time(c.created_at):<25} {c.label or ''}{step}".rstrip()))
     if listing.problems:
         ctx.exit(1)

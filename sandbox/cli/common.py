@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -63,6 +64,19 @@ class SandboxGroup(click.Group):
             i += 1
         return super().parse_args(ctx, out)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's first sentence whole (wrapped, never cut mid-sentence)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            text = cmd.short_help or _first_sentence(cmd.help or "")
+            rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -85,6 +99,13 @@ class SandboxGroup(click.Group):
         except SandboxError as exc:
             click.echo(f"sandbox: {_safe(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
+
+
+def _first_sentence(help_text: str) -> str:
+    """The first sentence of a command's help (its first paragraph, up to a full stop), whole."""
+    paragraph = " ".join(inspect.cleandoc(help_text).split("\n\n", 1)[0].split())
+    end = paragraph.find(". ")
+    return paragraph[: end + 1] if end >= 0 else paragraph
 
 
 # -- -C DIR and --json on every command -----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -47,7 +48,8 @@ def compare(
     if len(ids) < 2:
         raise UsageError(f"Run {ids[0]} has no other run to compare with; name two or more runs.")
     runs = [verified(Run.open(project, i)) for i in dict.fromkeys(ids)]
-    checks = {r.run_id: _check(r, check_cmd, isolate, network) for r in runs} if check_cmd else None
+    outputs: dict[str, bytes] = {}
+    checks = {r.run_id: _check(r, check_cmd, isolate, network, outputs) for r in runs} if check_cmd else None
     result = do_compare(runs, checks)
     if as_json:
         emit_json(result.to_json())
@@ -67,10 +69,29 @@ def compare(
         click.echo(f"  {escape.path(path)}: " + ", ".join(f"{rid} {st}" for rid, st in states.items()))
     if len(result.disagree) > 50:
         click.echo(f"  ... and {len(result.disagree) - 50} more (--json lists them all)")
+    # The checks' own output after the table, the end of each failed one (in full: sandbox log RUN --call ID).
+    for row in result.runs:
+        if row.check is None or row.check.returncode == 0:
+            continue
+        lines = outputs.get(row.run_id, b"").decode(errors="replace").rstrip("\n").splitlines()
+        click.echo(
+            f"\ncheck in {row.run_id} exited {row.check.returncode}"
+            + (f"; its last {min(len(lines), TAIL)} of {len(lines)} output line(s):" if lines else " with no output.")
+        )
+        for line in lines[-TAIL:]:
+            click.echo("  " + escape.text(line))
 
 
-def _check(run: Run, command: str, isolate: str | None, network: str | None) -> CheckOutcome:
-    """Run the check command in the run's worktree as one recorded call."""
+#: Lines of a failed check's output shown after the table.
+TAIL = 15
+
+
+def _check(run: Run, command: str, isolate: str | None, network: str | None, outputs: dict[str, bytes]) -> CheckOutcome:
+    """Run the check command in the run's worktree as one recorded call; its output (stdout and
+    stderr, as the command wrote them) goes to ``outputs[run]``, not between the table's lines."""
+    import sys
+    import tempfile
+
     from sandbox.agent.execute import execute
     from sandbox.run.compare import CheckOutcome
 
@@ -78,5 +99,21 @@ def _check(run: Run, command: str, isolate: str | None, network: str | None) -> 
     if made:
         click.echo(f"sandbox: {made}", err=True)
     isolation = resolve(run.user_workdir, "exec", isolate, network)
-    outcome = execute(run, ["sh", "-c", command], tool_name="check", isolation=isolation)
+    with tempfile.TemporaryFile() as captured:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        try:
+            os.dup2(captured.fileno(), 1)
+            os.dup2(captured.fileno(), 2)
+            outcome = execute(run, ["sh", "-c", command], tool_name="check", isolation=isolation)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        captured.seek(0)
+        outputs[run.run_id] = captured.read(4 * 1024 * 1024)
     return CheckOutcome(outcome.entry.call_id, outcome.returncode, outcome.entry.status.value)

@@ -15,7 +15,7 @@ from sandbox.cli.common import emit_json, human_size, open_project, open_run
     "keep",
     default=None,
     metavar="RUN",
-    help="Drop every other run of RUN's group (its 'start --count' siblings and forks), changes and all.",
+    help="Drop every other run of RUN's group (its 'start --count' siblings and forks); with --force, changes and all.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
@@ -24,10 +24,10 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
 
     Refuses while the run has recorded changes that are not applied to your tree, unless --force.
     With --all-but RUN (best-of-N, after 'sandbox compare'), the other runs of RUN's group are
-    dropped, unapplied changes included: keeping RUN is the choice.
+    dropped; as for one run, a run with unapplied changes refuses (nothing is dropped) unless --force.
     """
     if keep is not None:
-        _drop_all_but(ctx, run_id, keep, as_json)
+        _drop_all_but(ctx, run_id, keep, force, as_json)
         return
     from sandbox.agent.host import forget_run
 
@@ -41,7 +41,7 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
         click.echo(f"Dropped run {run.run_id}; freed {human_size(freed)} of worktree files.")
 
 
-def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, as_json: bool) -> None:
+def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, force: bool, as_json: bool) -> None:
     from sandbox.errors import UsageError
     from sandbox.run.many import group_of
     from sandbox.run.names import resolve_run
@@ -57,6 +57,20 @@ def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, as_json: bo
             f"Run {kept.run_id} has no other run in its group (the runs of one 'start --count', and forks); "
             "nothing was dropped."
         )
+    if not force:  # checked for all first: one refusal drops none of them
+        pending = []
+        for other in others:
+            run = Run.open(project, other)
+            if run.unapplied_calls() and run.changed_paths():
+                pending.append(other)
+        if pending:
+            from sandbox.errors import SandboxError
+
+            raise SandboxError(
+                f"{len(pending)} other run(s) of the group have changes not applied to your tree "
+                f"({', '.join(pending)}); nothing was dropped. Add --force to discard them, "
+                "or apply what you want to keep first."
+            )
     from sandbox.agent.host import forget_run
 
     dropped = []

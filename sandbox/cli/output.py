@@ -192,6 +192,8 @@ class Output:
         if self.pager is not None:
             start_pager(self.pager)
             self.pager = None
+            # The pager shows whole lines (wrapped, or scrolled sideways with less -S): nothing is cut here.
+            self.width = None
 
 
 def setup(

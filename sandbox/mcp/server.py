@@ -20,13 +20,13 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from sandbox.errors import SandboxError, UsageError
@@ -38,6 +38,14 @@ Idem = Literal["idempotent", "conditional", "non_idempotent"]
 Replay = Literal["auto", "ask", "never"]
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+def _failed(answer: dict[str, Any]) -> CallToolResult:
+    """``answer`` as a tool result marked ``isError``: the text (JSON) and the same structured content."""
+    import json
+
+    text = json.dumps(answer, ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer, is_error=True)
 
 
 async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -220,7 +228,12 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         except anyio.get_cancelled_exc_class():
             ws.cancel(call_id)  # the worker stops the command and records the call failed
             raise
-        return result.to_json()
+        answer = result.to_json()
+        if result.exit_code == 0 and result.status == "succeeded":
+            return answer
+        # A command that failed is a failed tool call for the client (isError), with the same answer;
+        # the SDK passes a CallToolResult through as it is (the annotation keeps the output schema).
+        return cast(dict[str, Any], _failed(answer))
 
     # -- evidence --------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ Each commit is authored by the agent (``sandbox agent``) at the call's time; its
 tool, the command and the call (``Sandbox-Run``/``Sandbox-Call`` trailers).
 
 Only the changes the calls recorded are on the branch: uncommitted changes of yours that the
-snapshot held at start are not, except inside files a call changed (the agent's version of such
-a file was made from yours). The sandbox's own files are never exported.
+snapshot held at start are not, except in files a call changed (the agent's version of such a
+file was made from yours): those come first, as one commit authored by you, so the agent's
+commits hold only the agent's changes. The sandbox's own files are never exported.
 
 Only ``refs/heads/NAME`` is written, in one reference update; your HEAD, index, working tree and
 every other ref are left as they are. An existing branch is replaced only with ``force``, and
@@ -79,6 +80,28 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
     result.snapshot_differs = objects.commit_tree(repo, run.base) != tree
     dropped = undone_in_run(run)
     with objects.git_writes():
+        if result.snapshot_differs:
+            # Your uncommitted edits to the files the calls change come first, as your own commit:
+            # the agent's commits then hold only the agent's changes.
+            touched = {
+                f.path
+                for cid in state.order
+                if state.calls[cid].commit and cid not in dropped
+                for f in state.calls[cid].files
+                if not run.is_private(f.path)
+            }
+            yours = _snapshot_entries(repo, run.base, tree, touched)
+            if yours:
+                new_tree = objects.edit_tree(repo, tree, yours)
+                sig = _user_signature(repo, run.info.created_at)
+                msg = (
+                    f"Your uncommitted changes to {len(yours)} file(s) when run {run.run_id} started\n\n"
+                    "The agent's commits that follow were made on top of them.\n\n"
+                    f"Sandbox-Run: {run.run_id}\n"
+                )
+                commit = str(repo.create_commit(None, sig, sig, msg, new_tree, [parent] if parent else []))
+                parent, tree = commit, new_tree
+                result.commits.append(commit)
         for call_id in state.order:
             entry = state.calls[call_id]
             if not entry.commit or call_id in dropped:
@@ -160,6 +183,13 @@ def message(run_id: str, entry: LedgerEntry) -> str:
     elif entry.summary:
         detail = entry.summary
     first = (detail.strip().splitlines() or [""])[0]
+    lines = len(detail.strip().splitlines())
+    if lines > 1 and isinstance(inputs, dict) and isinstance(inputs.get("argv"), list):
+        # A multi-line argument (python -c '...') is shown by its first line, quoted whole.
+        shown = [str(a).strip().splitlines()[0] + " …" if "\n" in str(a).strip() else str(a) for a in inputs["argv"]]
+        first = shlex.join(shown)
+    elif lines > 1:
+        first = first.rstrip() + " …"
     subject = f"{what}: {first}" if first else what
     if len(subject) > SUBJECT_WIDTH:
         subject = subject[: SUBJECT_WIDTH - 1] + "…"
@@ -171,6 +201,49 @@ def message(run_id: str, entry: LedgerEntry) -> str:
     body += ["", f"Sandbox-Run: {run_id}", f"Sandbox-Call: {entry.call_id}", f"Sandbox-Seq: {entry.seq}"]
     body.append(f"Sandbox-Status: {entry.status.value}")
     return "\n".join(body) + "\n"
+
+
+def _snapshot_entries(
+    repo: pygit2.Repository, snapshot: str, head_tree: str | None, paths: set[str]
+) -> dict[str, objects.Entry | None]:
+    """The entries of ``paths`` where the run's snapshot differs from your HEAD's tree."""
+    snap_tree = objects.commit_tree(repo, snapshot)
+    assert snap_tree is not None
+    snap = repo[snap_tree]
+    head = repo[head_tree] if head_tree else None
+    out: dict[str, objects.Entry | None] = {}
+    for path in sorted(paths):
+        mine = _entry(snap, path)
+        if mine != (_entry(head, path) if head is not None else None):
+            out[path] = mine
+    return out
+
+
+def _entry(tree: object, path: str) -> objects.Entry | None:
+    assert isinstance(tree, pygit2.Tree)
+    try:
+        obj = tree[path]
+    except KeyError:
+        return None
+    if obj.filemode == pygit2.enums.FileMode.TREE:
+        return None
+    return objects.Entry(int(obj.filemode), str(obj.id))
+
+
+def _user_signature(repo: pygit2.Repository, when: datetime.datetime) -> pygit2.Signature:
+    """Your identity from the repository's git config (user.name / user.email), else a plain one."""
+    config = repo.config
+    name = email = None
+    try:
+        name = config["user.name"]
+        email = config["user.email"]
+    except (KeyError, ValueError):
+        pass
+    name = (name or "").strip() or "you"
+    email = (email or "").strip().replace("<", "").replace(">", "") or "you@localhost"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return pygit2.Signature(name.replace("<", "").replace(">", ""), email, int(when.timestamp()), 0)
 
 
 def _signature(entry: LedgerEntry) -> pygit2.Signature:

@@ -122,6 +122,14 @@ def resolve_run(project: Project, given: str | None, cwd_run: str | None = None)
     if matches:
         shown = ", ".join(rid + (f" ({labels[rid]})" if rid in labels else "") for rid in matches)
         raise UnknownRunError(f"Run name {given!r} is ambiguous: {shown}; give more of the id.")
+    group = sorted(
+        label for label in labels.values() if label.startswith(given + "-") and label[len(given) + 1 :].isdigit()
+    )
+    if group:  # 'start --count 3 --label try' labels its runs try-1, try-2, try-3
+        raise UnknownRunError(
+            f"No run is labelled {given!r}; {len(group)} runs of one 'start --count' are: {', '.join(group)}. "
+            f"Name one of them, or compare them with 'sandbox compare {' '.join(group)}'."
+        )
     hint = did_you_mean(given, [*ids, *labels.values()])
     raise UnknownRunError(f"No run {given!r} in this repository.{hint} See 'sandbox list'.")
 

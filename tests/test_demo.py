@@ -73,3 +73,29 @@ def test_demo_cut_short_by_a_closed_pipe_leaves_nothing(tmp_path: Path) -> None:
     assert not os.path.exists(repo)
     assert _homes(tmp_path) == []
     wait_until(lambda: not _holders(os.path.dirname(repo)), timeout=30)
+
+
+def test_gc_lists_and_removes_homes_of_deleted_repositories(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from conftest import make_repo
+
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    gone = make_repo(tmp_path / "gone", {"a.txt": "a\n"})
+    kept = make_repo(tmp_path / "kept", {"b.txt": "b\n"})
+    for repo in (gone, kept):
+        assert sandbox_cmd("start", cwd=repo, env=env).returncode == 0
+    assert len(_homes(tmp_path)) == 2
+    shutil.rmtree(gone)  # the clone is deleted with its runs' refs; their homes stay behind
+    listed = sandbox_cmd("gc", cwd=kept, env=env)
+    assert listed.returncode == 0
+    assert "1 run home(s)" in listed.stdout.decode() and "'sandbox gc --orphans' removes them" in listed.stdout.decode()
+    assert len(_homes(tmp_path)) == 2  # listed, not removed
+    removed = sandbox_cmd("gc", "--orphans", "--json", cwd=kept, env=env)
+    assert removed.returncode == 0, removed.stderr.decode()
+    data = json.loads(removed.stdout)
+    assert data["orphans_removed"] is True and data["orphan_homes"][0]["origin"] == str(gone / ".git")
+    homes = _homes(tmp_path)
+    assert len(homes) == 1  # the live repository's run is untouched
+    assert sandbox_cmd("status", cwd=kept, env=env).returncode == 0

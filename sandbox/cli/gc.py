@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, human_size, open_project
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--force", is_flag=True, help="Also reclaim runs whose ledger ref vanished although they recorded work.")
+@click.option(
+    "--orphans", is_flag=True, help="Also remove run homes whose repository no longer exists (a deleted clone)."
+)
 @click.pass_context
-def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
-    """Remove what dropped or interrupted runs left behind; live runs are never touched."""
+def gc(ctx: click.Context, as_json: bool, force: bool, orphans: bool) -> None:
+    """Remove what dropped or interrupted runs left behind; live runs are never touched.
+
+    Run homes in the data directory whose repository was deleted are listed; --orphans removes them.
+    """
     from dataclasses import asdict
 
     from sandbox.agent import host
+    from sandbox.cli.common import data_root
     from sandbox.cli.output import Progress
-    from sandbox.run.gc import collect
+    from sandbox.run.gc import collect, orphan_homes, remove_orphan_homes
 
-    project, _, _ = open_project(ctx)
+    project, workdir, _ = open_project(ctx)
     shown = Progress.choose(None, as_json, delayed=True)
     try:
         # The repository's host lock: no host may watch a legacy run's old path while it moves.
@@ -31,9 +39,24 @@ def gc(ctx: click.Context, as_json: bool, force: bool) -> None:
         )
     finally:
         shown.done()
+    found = orphan_homes(data_root(workdir))
+    freed = remove_orphan_homes(found) if orphans else 0
     if as_json:
-        emit_json(asdict(report))
+        emit_json(
+            {
+                **asdict(report),
+                "orphan_homes": [{"home": o.home, "origin": o.origin, "bytes": o.bytes} for o in found],
+                "orphans_removed": orphans and bool(found),
+            }
+        )
         return
+    if found and orphans:
+        click.echo(f"Removed {len(found)} run home(s) of repositories that no longer exist; freed {human_size(freed)}.")
+    elif found:
+        click.echo(
+            f"{len(found)} run home(s) ({human_size(sum(o.bytes for o in found))}) belong to repositories that no "
+            f"longer exist (e.g. {escape.path(found[0].origin)}); 'sandbox gc --orphans' removes them."
+        )
     if report.temp_files:
         click.echo(f"Removed {report.temp_files} temp file(s) of interrupted pack writes.")
     if report.write_temp_files:

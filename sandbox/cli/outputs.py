@@ -271,6 +271,14 @@ class DropOutput(Output):
     bytes_freed: int
 
 
+class OrphanHomeOutput(Output):
+    """A run home whose repository no longer exists."""
+
+    home: str
+    origin: str
+    bytes: int
+
+
 class GcOutput(Output):
     """``sandbox gc --json``."""
 
@@ -285,6 +293,10 @@ class GcOutput(Output):
     moved: dict[str, str]
     not_moved: dict[str, str]
     damaged: list[str]
+    orphan_homes: list[OrphanHomeOutput] = Field(
+        description="Run homes whose repository no longer exists: home, origin (the gone git dir), bytes."
+    )
+    orphans_removed: bool = Field(description="True when --orphans removed them.")
 
 
 class RepairOutput(Output):

@@ -214,3 +214,63 @@ def _own_homes(project: Project) -> dict[str, list[str]]:
             if mine and layout.valid_run_id(name):
                 out.setdefault(name, []).append(home)
     return out
+
+
+@dataclass
+class OrphanHome:
+    """A run's home in the data directory whose repository no longer exists (a deleted clone)."""
+
+    home: str
+    #: The repository's git directory the home names (its ``origin`` file): gone.
+    origin: str
+    bytes: int = 0
+
+
+def orphan_homes(data_root: str) -> list[OrphanHome]:
+    """Homes under ``data_root`` whose repository is gone: no ``gc`` in that repository can reach
+    them any more. A home whose ``origin`` cannot be read, or names a directory that exists, is
+    never listed (an interrupted start, a repository on a disk that is not mounted is still
+    listed: the caller decides, see ``sandbox gc --orphans``)."""
+    from sandbox.store.fsutil import disk_usage
+
+    out = []
+    repos = os.path.join(data_root, "repos")
+    try:
+        keys = sorted(os.listdir(repos))
+    except OSError:
+        return []
+    for key in keys:
+        try:
+            names = sorted(os.listdir(os.path.join(repos, key)))
+        except OSError:
+            continue
+        for name in names:
+            home = os.path.join(repos, key, name)
+            origin = layout.home_place(home).origin_file or ""
+            if not layout.valid_run_id(name) or os.path.islink(home):
+                continue
+            try:
+                with open(origin, encoding="utf-8") as fh:
+                    common = fh.read(4096).strip()
+            except (OSError, UnicodeError):
+                continue
+            if not common or not os.path.isabs(common) or os.path.lexists(common):
+                continue
+            out.append(OrphanHome(home, common, disk_usage(home)))
+    return out
+
+
+def remove_orphan_homes(orphans: list[OrphanHome]) -> int:
+    """Remove the homes listed by :func:`orphan_homes` (checked again: a repository that came back
+    keeps its runs); bytes freed."""
+    from sandbox.store.fsutil import remove_tree
+
+    freed = 0
+    for orphan in orphans:
+        if os.path.lexists(orphan.origin):
+            continue
+        remove_tree(orphan.home)
+        freed += orphan.bytes
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(orphan.home))  # the repository's key directory, once empty
+    return freed

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint typecheck bench bench-big bench-claude bench-many soak clean agents bwrap
+.PHONY: venv demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,17 @@ bwrap:
 	  fi; }
 	@bwrap --ro-bind / / true || { echo "make: bubblewrap is installed but cannot create a sandbox here (user namespaces disabled?); see README, Confinement." >&2; exit 1; }
 
+# sandbox ui's browser test drives Debian's chromium through Playwright (executable_path: Playwright's own
+# browser download is never used). Installed here when root on Debian, else a message says how.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing chromium (apt-get install -y chromium)"; \
+	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; }; \
+	  else \
+	    echo "make: chromium is missing; install it (Debian/Ubuntu: sudo apt-get install chromium), or the browser test of 'sandbox ui' cannot run." >&2; exit 1; \
+	  fi; }
+
 demo: $(STAMP)
 	$(BIN)/sandbox demo
 
@@ -53,7 +64,7 @@ lint: $(STAMP)
 # in file order (ONE_WORKER in tests/conftest.py, used with --dist loadgroup). The slowest tests are
 # listed at the end: the run must stay under ~10 min (CI runs this target).
 TEST_WORKERS ?= 3
-test: lint $(STAMP) $(AGENTS_STAMP) bwrap
+test: lint $(STAMP) $(AGENTS_STAMP) bwrap chromium
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 soak: $(STAMP)
@@ -73,6 +84,14 @@ bench-claude: $(STAMP) $(AGENTS_STAMP)
 # One host for a hundred runs (issue 13): memory <= 300 MiB, inotify instances <= 2, hook median <= 150 ms.
 bench-many: $(STAMP)
 	$(BIN)/python -m bench.many_runs --runs 100 --files 10000 --rounds 2 --parallel 2
+
+# sandbox ui: a run of 500 calls in headless chromium (DOMContentLoaded; issue #23 target: within 1 s).
+bench-ui: $(STAMP) chromium
+	$(BIN)/python -m bench.ui_page --calls 500 --repeat 7
+
+# The screenshots of sandbox ui in docs/ (the README shows one).
+screenshots: $(STAMP) chromium
+	$(BIN)/python -m bench.ui_page --calls 40 --repeat 1 --screenshots docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(AGENTS)/node_modules

@@ -42,6 +42,7 @@ COMMANDS = {
     "hook": "sandbox.cli.hook:hook",
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
+    "ui": "sandbox.cli.ui:ui",
     "mcp": "sandbox.cli.mcp:mcp",
     # runs that travel and multiply
     "push": "sandbox.cli.push:push",

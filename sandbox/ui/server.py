@@ -1,0 +1,284 @@
+"""The web application of ``sandbox ui``: its routes, the token guard, and the actions.
+
+The guard (:class:`Guard`) lets a request through only with the page's token: a ``GET`` with
+``?token=`` (the URL the CLI prints) sets it in a cookie (HttpOnly, SameSite=Strict) and redirects
+to the same path without it; later page loads carry the cookie. An action (``POST``) needs the token
+in the ``X-Sandbox-Token`` header (a cookie alone is not enough: another site could make the
+browser send it) and, when the browser says where the request comes from, the page's own origin.
+Requests naming another host are refused (DNS rebinding). The token lives only in this process and
+in the page: nothing is written to disk, so a confined agent cannot read it.
+
+Every read opens the run afresh (a ``Run`` per request: pygit2 objects are not shared between the
+server's threads); every write takes one lock and calls the library function the CLI calls
+(``mergeback.apply``, ``undo``/``redo``, ``Run.approve``/``deny``), so a refusal reads in the CLI's
+words and the ledger records the action as the CLI's would be.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from sandbox.errors import SandboxError
+from sandbox.run.run import Run
+from sandbox.store.project import Project
+from sandbox.ui import pages
+
+COOKIE = "sandbox_ui"
+HEADER = "x-sandbox-token"
+STATIC = os.path.join(os.path.dirname(__file__), "static")
+
+
+@dataclass
+class Settings:
+    """What the CLI hands the application: the repository, the token, the port it listens on."""
+
+    project: Project
+    token: str
+    port: int
+    #: Runs named on the command line (their ids); empty: every run of the repository.
+    runs: tuple[str, ...] = ()
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        """The page's own origins."""
+        return (f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}")
+
+    def allows(self, given: str | None) -> bool:
+        """True when ``given`` is the token (compared in constant time)."""
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+class Guard(BaseHTTPMiddleware):
+    """The token and origin checks in front of every route (see the module docstring)."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        super().__init__(app)
+        self.settings = settings
+
+    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Refuse, redirect with the cookie, or pass the request on."""
+        s = self.settings
+        host = request.headers.get("host", "")
+        if host not in (o.split("//", 1)[1] for o in s.origins):
+            return PlainTextResponse("This page answers only on 127.0.0.1.", status_code=400)
+        given = request.query_params.get("token")
+        if request.method in ("GET", "HEAD"):
+            if given is not None:
+                if not s.allows(given):
+                    return _unauthorized()
+                rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+                target = request.url.path + ("?" + urlencode(rest) if rest else "")
+                response = RedirectResponse(target, status_code=303)
+                response.set_cookie(COOKIE, s.token, httponly=True, samesite="strict", path="/")
+                return response
+            if s.allows(request.cookies.get(COOKIE)) or s.allows(request.headers.get(HEADER)):
+                return await call_next(request)
+            return _unauthorized()
+        if not s.allows(request.headers.get(HEADER)):
+            return _unauthorized()
+        origin = request.headers.get("origin")
+        if origin is not None and origin not in s.origins:
+            return PlainTextResponse("Cross-site requests are refused.", status_code=403)
+        if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
+            return PlainTextResponse("Cross-site requests are refused.", status_code=403)
+        return await call_next(request)
+
+
+def _unauthorized() -> Response:
+    return PlainTextResponse(
+        "This page needs the token in the address 'sandbox ui' printed; open that address.", status_code=401
+    )
+
+
+def build(settings: Settings) -> Starlette:
+    """The application for ``settings`` (served by uvicorn on 127.0.0.1 by the CLI)."""
+    s = settings
+
+    def open_run(request: Request) -> Run:
+        run_id = request.path_params["run_id"]
+        if run_id not in s.project.run_ids():
+            raise SandboxError(f"No run {run_id!r} in this repository.")
+        return Run.open(s.project, run_id)
+
+    def runs(request: Request) -> Response:
+        from sandbox.run.summary import summarize_runs
+
+        rows = [r for r in summarize_runs(s.project, disk=True) if not s.runs or r["run"] in s.runs]
+        return HTMLResponse(pages.runs_page(rows, s.token, _tips(s)))
+
+    def run_page(request: Request) -> Response:
+        run = open_run(request)
+        return HTMLResponse(pages.run_page(run, s.token))
+
+    def timeline(request: Request) -> Response:
+        return HTMLResponse(pages.timeline(open_run(request)))
+
+    def run_diff(request: Request) -> Response:
+        run = open_run(request)
+        page = _int(request.query_params.get("page"), 0)
+        side = request.query_params.get("view") == "split"
+        return HTMLResponse(pages.run_diff(run, page, side_by_side=side))
+
+    def call_diff(request: Request) -> Response:
+        run = open_run(request)
+        side = request.query_params.get("view") == "split"
+        return HTMLResponse(pages.call_diff(run, request.path_params["call_id"], side_by_side=side))
+
+    def file_rest(request: Request) -> Response:
+        run = open_run(request)
+        return HTMLResponse(
+            pages.file_rest(run, request.query_params.get("path", ""), _int(request.query_params.get("from"), 0))
+        )
+
+    def conflicts(request: Request) -> Response:
+        return HTMLResponse(pages.conflicts(open_run(request)))
+
+    def compare(request: Request) -> Response:
+        from sandbox.run.many import group_of
+
+        ids = [r for r in request.query_params.getlist("run") if r in s.project.run_ids()]
+        if len(ids) == 1:
+            ids = group_of(s.project, Run.open(s.project, ids[0]))
+        if len(ids) < 2:
+            raise SandboxError("Name two or more runs to compare (or one run of a 'start --count' group).")
+        return HTMLResponse(pages.compare_page([Run.open(s.project, i) for i in dict.fromkeys(ids)], s.token))
+
+    def approvals(request: Request) -> Response:
+        ids = [r for r in s.project.run_ids() if not s.runs or r in s.runs]
+        return HTMLResponse(pages.approvals_page([Run.open(s.project, i) for i in ids], s.token))
+
+    def tips(request: Request) -> Response:
+        return JSONResponse(_tips(s))
+
+    async def action(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        run_id = request.path_params["run_id"]
+        name = request.path_params["action"]
+
+        def act() -> tuple[int, dict[str, Any]]:
+            with s.write_lock:
+                run = open_run(request)
+                return _act(run, name, body)
+
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            status, answer = await run_in_threadpool(act)
+        except SandboxError as exc:
+            status, answer = 409, {"ok": False, "message": exc.message}
+        return JSONResponse({"run": run_id, **answer}, status_code=status)
+
+    async def sandbox_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SandboxError)
+        return HTMLResponse(pages.error_page(exc.message), status_code=404)
+
+    routes = [
+        Route("/", runs),
+        Route("/run/{run_id}", run_page),
+        Route("/run/{run_id}/timeline", timeline),
+        Route("/run/{run_id}/diff", run_diff),
+        Route("/run/{run_id}/call/{call_id}/diff", call_diff),
+        Route("/run/{run_id}/file", file_rest),
+        Route("/run/{run_id}/conflicts", conflicts),
+        Route("/compare", compare),
+        Route("/approvals", approvals),
+        Route("/api/tips", tips),
+        Route("/api/run/{run_id}/{action}", action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, settings=s)],
+        exception_handlers={SandboxError: sandbox_error},
+    )
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return max(0, int(text or default))
+    except ValueError:
+        return default
+
+
+def _tips(s: Settings) -> dict[str, str | None]:
+    """Each shown run's ledger tip: the page reloads what changed (a live agent's calls)."""
+    out: dict[str, str | None] = {}
+    for run_id in s.project.run_ids():
+        if s.runs and run_id not in s.runs:
+            continue
+        try:
+            out[run_id] = Run.open(s.project, run_id).ledger_tip()
+        except SandboxError:
+            out[run_id] = None
+    return out
+
+
+def _act(run: Run, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """One action, as the CLI does it; (HTTP status, answer)."""
+    from sandbox.merge import mergeback
+
+    if name in ("apply", "preview"):
+        from sandbox.merge import hunks
+        from sandbox.merge.select import pathspec
+
+        ids = body.get("hunks")
+        choice = hunks.Choice(ids={str(i) for i in ids}) if isinstance(ids, list) and ids else None
+        paths = body.get("paths")
+        spec = pathspec([str(p) for p in paths]) if isinstance(paths, list) and paths else None
+        try:
+            report = mergeback.apply(run, None, spec, dry_run=name == "preview", choice=choice)
+        except mergeback.ApplyConflict as exc:
+            return 409, {"ok": False, "message": exc.message, "report": _dump(exc.report)}
+        return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
+    if name in ("undo", "redo"):
+        from sandbox.merge import undo
+
+        report = (undo.undo if name == "undo" else undo.redo)(run)
+        return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
+    if name in ("approve", "deny"):
+        from sandbox.run.names import resolve_call
+
+        call_id = resolve_call(run, str(body.get("call_id") or "")).call_id
+        if name == "approve":
+            entry = run.approve(call_id)
+        else:
+            reason = body.get("reason")
+            entry = run.deny(call_id, str(reason) if reason else None)
+        return 200, {"ok": True, "call_id": entry.call_id, "message": f"Call {entry.call_id}: {name}d."}
+    return 404, {"ok": False, "message": f"No action {name!r}."}
+
+
+def _dump(report: Any) -> dict[str, Any]:
+    data: dict[str, Any] = report.model_dump(mode="json")
+    return data
+
+
+def _said(report: Any) -> str:
+    """One line in the CLI's words for what an apply, undo or redo did."""
+    verb = {"apply": "Applied", "undo": "Undid", "redo": "Redid"}.get(report.op, "Wrote")
+    if report.dry_run:
+        return f"Would write {len(report.applied)} path(s): {', '.join(report.applied) or 'none'}."
+    written = report.applied or report.restored
+    if not written:
+        return "Nothing to do."
+    return f"{verb}: {len(written)} path(s) in your tree ({', '.join(written)})."

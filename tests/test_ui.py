@@ -117,6 +117,10 @@ def test_review_pick_two_hunks_apply_undo_approve_and_a_refusal_in_a_real_browse
             page.wait_for_selector("table.calls")
             calls = page.inner_text("table.calls")
             assert "edit_file" in calls and "deploy" in calls and "planned" in calls
+            # Live: a call the agent makes now shows up without a reload.
+            with Run.open(agent_run.project, agent_run.run_id).tool_call("live_tool", {"path": "notes.txt"}):
+                pass
+            page.wait_for_function("document.getElementById('timeline').innerText.includes('live_tool')")
             # j/k and Enter: the first call's own diff opens under it.
             page.focus("tr.call")
             page.keyboard.press("Enter")

@@ -85,8 +85,8 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
     except fastread.Miss:
         return None
     row["in_flight"] = views.in_flight(repo.state(found))
-    row["network_refused"] = views.network_refusals(repo.state(found))
     row["host"] = _host(repo.common_dir, found)
+    row["network_refused"] = views.network_refusals(repo.state(found))
     return row
 
 

@@ -96,6 +96,8 @@ class SessionResult:
     scope: ProcessScope | None = None
     #: The session was interrupted (Ctrl-C / SIGINT reached it, or the agent exited 130): why, else None.
     interrupted: str | None = None
+    #: Connections the network allowlist refused in the session (``--network allow``).
+    network_refused: int = 0
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -380,7 +382,7 @@ def run_session(
         else run.worktree
     )
     try:
-        with _net_proxy(run, isolation if launch is not None else None, token):
+        with _net_proxy(run, isolation if launch is not None else None, token) as proxy:
             result.returncode = _supervise(
                 run,
                 list(argv),
@@ -392,6 +394,7 @@ def run_session(
                 result,
                 launch,
             )
+            result.network_refused = getattr(proxy, "refused", 0)
     finally:
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.

@@ -442,6 +442,9 @@ class RunAgentOutput(Output):
     not_run: list[str]
     stopped_processes: list[dict[str, Any]]
     notes: list[str]
+    network: str = Field(default="on", description="allow (through the allowlist proxy), on or off.")
+    network_allow: list[str] | None = Field(default=None, description="The allowlist of --network allow.")
+    network_refused: int = Field(default=0, description="Connections the allowlist refused in this session.")
 
 
 class ServeOutput(Output):

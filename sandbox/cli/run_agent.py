@@ -176,6 +176,12 @@ def run_agent(
         )
     for note in result.notes:
         click.echo(f"sandbox: note: {note}", err=True)
+    if result.network_refused:
+        click.echo(
+            f"sandbox: the network allowlist refused {result.network_refused} connection(s); "
+            f"'sandbox log {run.run_id}' shows where to and when ([network] allow in .sandbox.toml adds a host).",
+            err=True,
+        )
     for call_id in result.unfinished:
         click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
     entries = run.entries()
@@ -201,6 +207,9 @@ def run_agent(
                 "not_run": [e.call_id for e in not_run],
                 "stopped_processes": result.stopped,
                 "notes": result.notes,
+                "network": isolation.network_mode if isolation.enabled else "on",
+                "network_allow": list(isolation.allow) if isolation.enabled and isolation.allow is not None else None,
+                "network_refused": result.network_refused,
             }
         )
         sys.exit(result.returncode)

@@ -300,3 +300,20 @@ def _sleepers(worktree: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_run_json_says_the_mode_the_allowlist_and_the_refusals(net: dict[str, Any]) -> None:
+    b = net["b"].port
+    get = f"import urllib.request as u\ntry: u.urlopen('http://127.0.0.1:{b}/', timeout=10)\nexcept OSError: pass\n"
+    argv = ["run", net["run"], "--hooks", "none", "--json", "--", sys.executable, "-c", get]
+    proc = sb(*argv, cwd=net["user"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["network"], out["network_allow"], out["network_refused"]) == (
+        "allow",
+        [f"127.0.0.1:{net['a'].port}"],  # a command of no known agent: the settings' list only
+        1,
+    )
+    assert b"the network allowlist refused 1 connection(s)" in proc.stderr
+    off = json.loads(sb(*argv[:4], "--network", "off", *argv[4:], cwd=net["user"]).stdout)
+    assert (off["network"], off["network_allow"], off["network_refused"]) == ("off", None, 0)

@@ -218,10 +218,12 @@ class NetProxy:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._inode = -1
 
     def start(self) -> NetProxy:
         """Listen, then serve in a daemon thread; returns self."""
         sock = _bind_unix(self.path)
+        self._inode = os.stat(self.path).st_ino
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="sandbox-netproxy", daemon=True)
         self._thread.start()
         self._ready.wait(10)
@@ -238,7 +240,8 @@ class NetProxy:
             thread.join(5)
         self._thread = None
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            if os.stat(self.path).st_ino == self._inode:  # not another session's, bound since
+                os.unlink(self.path)
 
     def __enter__(self) -> NetProxy:
         return self.start()

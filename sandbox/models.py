@@ -460,6 +460,22 @@ class DriftRecord(_Payload):
     commit: str | None = None
 
 
+class NetworkRefusal(_Payload):
+    """A connection the run's allowlist proxy refused (``--network allow``): a ``note`` event whose
+    ``data`` is ``{"network_refused": {...}}``, so older readers fold it as any note.
+
+    ``call_id``: the call that was running then (the newest started one), None between calls;
+    ``session``: the token of the ``sandbox run`` session it happened in.
+    """
+
+    host: str
+    port: int
+    at: str
+    method: str = "CONNECT"
+    call_id: str | None = None
+    session: str | None = None
+
+
 class FoldData(_Model):
     """The bookkeeping a ledger's fold keeps besides its calls.
 

@@ -90,7 +90,7 @@ def test_settings(tmp_path: Path) -> None:
         '[isolation]\nisolate = false\nnetwork_exec = true\nagent_state = ["~/.a/"]\nwritable = ["/opt/cache"]\n'
     )
     cfg = config.load(str(tmp_path))
-    assert (cfg.isolate, cfg.network_run, cfg.network_exec) == (False, True, True)
+    assert (cfg.isolate, cfg.network_run, cfg.network_exec) == (False, "allow", True)
     assert cfg.agent_state == ["~/.a/"] and cfg.writable == ["/opt/cache"]
     (tmp_path / ".sandbox.toml").write_text("[isolation]\nisolate = 'maybe'\n")
     with pytest.raises(config.ConfigError, match="isolation.isolate must be true or false"):

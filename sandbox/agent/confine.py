@@ -16,7 +16,9 @@ everything else. ``sandbox exec`` and ``sandbox run`` start their command or age
 * no capabilities (``--cap-drop ALL``: a root caller's sandbox would otherwise keep
   ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
   ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
-* ``--unshare-net`` when the network is off. Unix sockets named by a path still work across it:
+* ``--unshare-net`` when the network is off, and under ``--network allow``, where the one way out
+  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.agent.bridge`). Unix
+  sockets named by a path still work across it:
   the hooks reach the repository's host on its ``host.sock`` (``connect`` needs no write access to
   the mount), with their run's token, which only their own run's (visible) directory holds;
 * ``--die-with-parent``: a sandbox never outlives the ``sandbox`` process that records it;
@@ -108,6 +110,8 @@ CONFINED_ENV = "SANDBOX_CONFINED"
 MCP_TOKEN_ENV = "SANDBOX_MCP_TOKEN"
 #: Variables of ours a confined process never inherits.
 WITHHELD_ENV = (MCP_TOKEN_ENV,)
+#: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.agent.netproxy`).
+PROXY_SOCKET = "net.sock"
 _PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
 
@@ -141,6 +145,14 @@ class Isolation:
     config: tuple[str, ...] = ()
     #: Agent state files each run writes a copy of instead (see :data:`AGENT_PRIVATE`).
     private: tuple[str, ...] = ()
+    #: ``--network allow``: the hosts the agent may reach, through the run's proxy
+    #: (:mod:`sandbox.agent.netproxy`); None: the network is wholly on or off (``network``).
+    allow: tuple[str, ...] | None = None
+
+    @property
+    def network_mode(self) -> str:
+        """``on``, ``off`` or ``allow`` (through the run's allowlist proxy)."""
+        return "allow" if self.allow is not None and not self.network else "on" if self.network else "off"
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -148,6 +160,8 @@ class Isolation:
             return "inherited (inside the sandbox of the calling agent)"
         if not self.enabled:
             return "off"
+        if self.network_mode == "allow":
+            return f"{self.backend}, network allow ({', '.join(self.allow or ()) or 'no host'})"
         return f"{self.backend}, network {'on' if self.network else 'off'}"
 
 
@@ -167,6 +181,9 @@ class Policy:
     config: tuple[str, ...] = field(default=())
     #: (the run's copy, the path it is mounted at): agent state written per run (:data:`AGENT_PRIVATE`).
     private: tuple[tuple[str, str], ...] = field(default=())
+    #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
+    #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
+    proxy: str | None = None
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -321,6 +338,11 @@ def policy_for(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
             for dest in isolation.private
         ),
+        proxy=(
+            os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), PROXY_SOCKET)
+            if isolation.network_mode == "allow"
+            else None
+        ),
     )
 
 
@@ -441,6 +463,10 @@ def bwrap_argv(
     # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)
     # that the sandbox is set up, so a failed setup is never taken for the command's own exit.
     shim = _SHIM if started_fd is None else f"printf s >/proc/self/fd/{started_fd}; {_SHIM}"
+    if policy.proxy is not None:  # the forwarder to the run's proxy listens before the agent starts
+        from sandbox.agent import bridge
+
+        argv = bridge.wrap(argv, policy.proxy)
     out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]
     return out
 

@@ -96,6 +96,8 @@ class SessionResult:
     scope: ProcessScope | None = None
     #: The session was interrupted (Ctrl-C / SIGINT reached it, or the agent exited 130): why, else None.
     interrupted: str | None = None
+    #: Connections the network allowlist refused in the session (``--network allow``).
+    network_refused: int = 0
 
 
 # -- the agent's git -----------------------------------------------------------------------------
@@ -380,17 +382,19 @@ def run_session(
         else run.worktree
     )
     try:
-        result.returncode = _supervise(
-            run,
-            list(argv),
-            cwd,
-            agent_env(env, run, hooks_dir, token),
-            noted,
-            is_foreground,
-            grace,
-            result,
-            launch,
-        )
+        with _net_proxy(run, isolation if launch is not None else None, token) as proxy:
+            result.returncode = _supervise(
+                run,
+                list(argv),
+                cwd,
+                agent_env(env, run, hooks_dir, token),
+                noted,
+                is_foreground,
+                grace,
+                result,
+                launch,
+            )
+            result.network_refused = getattr(proxy, "refused", 0)
     finally:
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.
@@ -444,6 +448,16 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
     confine.check(isolation)
     policy = confine.policy_for_run(isolation, run)
     return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
+
+
+def _net_proxy(run: Run, isolation: Isolation | None, session: str) -> contextlib.AbstractContextManager[object]:
+    """The session's allowlist proxy under ``--network allow`` (:mod:`sandbox.agent.netrecord`)."""
+    if isolation is None or isolation.network_mode != "allow":
+        return contextlib.nullcontext()
+    from sandbox.agent import confine, netrecord
+
+    policy = confine.policy_for_run(isolation, run)
+    return netrecord.serving(run, policy, isolation.allow or (), session)
 
 
 def _boot_id() -> str | None:

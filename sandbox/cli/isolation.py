@@ -23,15 +23,22 @@ ON_OFF = click.Choice(["on", "off"])
 SEATBELT = "/usr/bin/sandbox-exec"
 
 
+#: ``sandbox run``'s network modes: ``allow`` goes through the run's allowlist proxy.
+NETWORK_MODES = click.Choice(["allow", "on", "off"])
+
+
 def isolation_options(network_default: str) -> Callable[[F], F]:
-    """``--isolate on|off`` and ``--network on|off`` (defaults from ``[isolation]`` in the settings)."""
+    """``--isolate on|off`` and ``--network on|off`` (defaults from ``[isolation]`` in the settings);
+    ``--network allow|on|off`` where the default is ``allow`` (``sandbox run``)."""
 
     def decorate(func: F) -> F:
+        modes = NETWORK_MODES if network_default == "allow" else ON_OFF
+        more = "; allow: only the agent's model endpoints and [network] allow" if network_default == "allow" else ""
         func = click.option(
             "--network",
-            type=ON_OFF,
+            type=modes,
             default=None,
-            help=f"Network inside the sandbox (default {network_default}; [isolation] in .sandbox.toml).",
+            help=f"Network inside the sandbox (default {network_default}; [isolation] in .sandbox.toml{more}).",
         )(func)
         func = click.option(
             "--isolate",
@@ -44,15 +51,31 @@ def isolation_options(network_default: str) -> Callable[[F], F]:
     return decorate
 
 
-def resolve(user_workdir: str | None, command: str, isolate: str | None, network: str | None) -> Isolation:
-    """The confinement asked for by the flags, else by the user's settings, else the defaults."""
+def resolve(
+    user_workdir: str | None,
+    command: str,
+    isolate: str | None,
+    network: str | None,
+    agent: tuple[str, str | None] | None = None,
+) -> Isolation:
+    """The confinement asked for by the flags, else by the user's settings, else the defaults.
+
+    ``agent``: the command and ``--hooks`` adapter of ``sandbox run``, whose model endpoints (and
+    base-URL variable's host) start the allowlist of ``--network allow``.
+    """
     from sandbox.agent import confine
     from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
     enabled = cfg.isolate if isolate is None else isolate == "on"
-    default_net = cfg.network_run if command == "run" else cfg.network_exec
-    net = default_net if network is None else network == "on"
+    if command == "run":
+        mode = cfg.network_run if network is None else network
+    else:
+        mode = ("on" if cfg.network_exec else "off") if network is None else network
+    if mode == "allow" and sys.platform == "darwin":
+        mode = "on"  # no network namespace to put the agent in: Seatbelt cannot route it to the proxy
+    net = mode == "on"
+    allow = _allowlist(cfg.network_allow, agent) if mode == "allow" else None
     entries = list(confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state) + cfg.writable
     home = os.path.expanduser("~")
     writable = confine.state_paths(entries, home)
@@ -78,7 +101,20 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
         readable,
         config=tuple(settings),
         private=tuple(private),
+        allow=allow,
     )
+
+
+def _allowlist(extra: list[str], agent: tuple[str, str | None] | None) -> tuple[str, ...]:
+    """The agent's model endpoints, its base URL's host (from the environment) and ``[network] allow``."""
+    from sandbox.agent import netproxy
+    from sandbox.run.config import ConfigError
+
+    who = netproxy.agent_of(*agent) if agent else None
+    try:
+        return tuple(netproxy.default_allowlist(who, os.environ, extra))
+    except netproxy.AllowlistError as exc:
+        raise ConfigError(f"[network] allow in your settings: {exc}; write host, host:port or *.domain.") from None
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

@@ -72,6 +72,8 @@ def log(
         return
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet." if specs is None else "No call changed those paths.")
+        if specs is None:
+            _session_refusals(_refusals_by_call(run.state().model_dump(mode="json")), out)
         return
     out.page()
     _header(out)
@@ -79,11 +81,13 @@ def log(
     # merge package stays unloaded: log is a fast command).
     data = run.state().model_dump(mode="json")  # once: the rows and the partial applies read it
     partly = views.partial_paths(data)
+    refused = _refusals_by_call(data)
     for e in entries:
-        _row(run.run_id, data["calls"][e.call_id], out, partly.get(e.call_id))
+        _row(run.run_id, data["calls"][e.call_id], out, partly.get(e.call_id), refused.pop(e.call_id, None))
         if patch and e.commit and e.parent_commit:
             patch_of(run, e, out)
     if specs is None:
+        _session_refusals(refused, out)
         _agent_git(run)
 
 
@@ -108,15 +112,18 @@ def _fast_log(
     if as_json:
         emit_json(entries)
         return True
+    out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     if not entries:
         click.echo(f"Run {run_id} has no calls yet.")
+        _session_refusals(_refusals_by_call(state), out)
         return True
-    out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     out.page()
     _header(out)
     partly = views.partial_paths(state)
+    refused = _refusals_by_call(state)
     for e in entries:
-        _row(run_id, e, out, partly.get(e["call_id"]))
+        _row(run_id, e, out, partly.get(e["call_id"]), refused.pop(e["call_id"], None))
+    _session_refusals(refused, out)
     if agent is not None:
         _show_agent_git(agent)
     return True
@@ -150,7 +157,36 @@ def _matches(path: str, specs: list[str]) -> bool:
     return any(s == "" or path == s or path.startswith(s + "/") for s in specs)
 
 
-def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None = None) -> None:
+def _refusals_by_call(state: dict[str, Any]) -> dict[str | None, list[dict[str, Any]]]:
+    """The network allowlist's refusals per call running then (None: between calls)."""
+    found: dict[str | None, list[dict[str, Any]]] = {}
+    for item in views.network_refusals(state):
+        found.setdefault(item["call_id"], []).append(item)
+    return found
+
+
+def _refused_line(item: dict[str, Any], out: Output) -> str:
+    when = local_time(item["at"]) if item["at"] else "?"
+    where = escape.text(f"{item['host']}:{item['port']}")
+    return f"       {out.style('refused:', fg='red')} network {where} at {when} (not in the allowlist)"
+
+
+def _session_refusals(left: dict[str | None, list[dict[str, Any]]], out: Output) -> None:
+    """Refusals between calls (or of calls not listed): after the calls, tied to the session."""
+    items = [item for group in left.values() for item in group]
+    if items:
+        click.echo("network refused outside any call (during an agent session):")
+        for item in items:
+            click.echo(_refused_line(item, out))
+
+
+def _row(
+    run_id: str,
+    e: dict[str, Any],
+    out: Output,
+    partly: list[str] | None = None,
+    refused: list[dict[str, Any]] | None = None,
+) -> None:
     """One call's lines; ``e`` is its ledger entry as JSON data (both read paths give it so)."""
     approval = e["approval"]
     flags = "".join(
@@ -185,6 +221,8 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
         if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
         click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {escape.path(f['path'])}")
+    for item in refused or []:
+        click.echo(_refused_line(item, out))
 
 
 def _agent_git(run: Run) -> None:

@@ -96,6 +96,17 @@ class StatusHost(Output):
     note: str | None
 
 
+class NetworkRefusalRow(Output):
+    """A connection the run's allowlist proxy refused (``sandbox run --network allow``)."""
+
+    host: str
+    port: int | None
+    at: str | None = Field(description="ISO 8601, UTC, with the zone.")
+    method: str | None = Field(default=None, description="CONNECT (a tunnel) or the plain-HTTP method.")
+    call_id: str | None = Field(description="The call running then (None: between calls, in the session).")
+    session: str | None = Field(default=None, description="The token of the 'sandbox run' session.")
+
+
 class StatusOutput(RunRow):
     """``sandbox status --json``: the run's row, what the agent did with its own git, calls in flight."""
 
@@ -103,6 +114,9 @@ class StatusOutput(RunRow):
     in_flight: list[str]
     host: StatusHost | None = Field(
         default=None, description="The repository's host process as far as this run goes (None: none runs)."
+    )
+    network_refused: list[NetworkRefusalRow] = Field(
+        default_factory=list, description="Connections refused by the run's network allowlist, oldest first."
     )
 
 
@@ -440,6 +454,9 @@ class RunAgentOutput(Output):
     not_run: list[str]
     stopped_processes: list[dict[str, Any]]
     notes: list[str]
+    network: str = Field(default="on", description="allow (through the allowlist proxy), on or off.")
+    network_allow: list[str] | None = Field(default=None, description="The allowlist of --network allow.")
+    network_refused: int = Field(default=0, description="Connections the allowlist refused in this session.")
 
 
 class ServeOutput(Output):

@@ -64,7 +64,7 @@ def _is_foreground() -> bool:
     help="Install this agent's hooks in the worktree first (auto: from the command's name).",
 )
 @click.option("--debounce", type=click.FloatRange(0.1, 600), default=2.0, help="Quiet seconds before a cut.")
-@isolation_options(network_default="on")
+@isolation_options(network_default="allow")
 @click.argument("rest", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run_agent(
@@ -82,6 +82,8 @@ def run_agent(
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
     confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
+    Its network goes through an allowlist (its model endpoints and [network] allow in
+    .sandbox.toml; --network on: all, off: none); each refused connection is in 'sandbox log'.
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
     Its exit code is passed through and the run is left for you to preview, apply or drop. A
     session stopped with Ctrl-C is recorded as interrupted (its last changes as a failed call).
@@ -106,7 +108,10 @@ def run_agent(
         raise unstartable
     from sandbox.agent.hosted import user_workdir_of
 
-    isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
+    hooks_named = hooks_for if hooks_for not in ("auto", "none") else None
+    isolation = resolve(
+        workdir or user_workdir_of(project.common_dir), "run", isolate, network, agent=(command[0], hooks_named)
+    )
     confine.check(isolation)  # before a run is started for nothing
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family:
@@ -171,6 +176,12 @@ def run_agent(
         )
     for note in result.notes:
         click.echo(f"sandbox: note: {note}", err=True)
+    if result.network_refused:
+        click.echo(
+            f"sandbox: the network allowlist refused {result.network_refused} connection(s); "
+            f"'sandbox log {run.run_id}' shows where to and when ([network] allow in .sandbox.toml adds a host).",
+            err=True,
+        )
     for call_id in result.unfinished:
         click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
     entries = run.entries()
@@ -196,6 +207,9 @@ def run_agent(
                 "not_run": [e.call_id for e in not_run],
                 "stopped_processes": result.stopped,
                 "notes": result.notes,
+                "network": isolation.network_mode if isolation.enabled else "on",
+                "network_allow": list(isolation.allow) if isolation.enabled and isolation.allow is not None else None,
+                "network_refused": result.network_refused,
             }
         )
         sys.exit(result.returncode)

@@ -27,6 +27,9 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         row = summarize(run, git_activity=True, disk=True)
         row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
         row["host"] = _host(run.project.common_dir, run.run_id)
+        from sandbox.run import views
+
+        row["network_refused"] = views.network_refusals(run.state().model_dump(mode="json"))
     in_flight = row["in_flight"]
     if as_json:
         emit_json(row)
@@ -55,6 +58,11 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         flight = out.style(", ".join(escape.text(c) for c in in_flight), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")
+    refused = row.get("network_refused") or []
+    if refused:
+        shown = ", ".join(escape.text(f"{r['host']}:{r['port']}") for r in refused[-5:])
+        more = f" (the last 5 of {len(refused)}; all in 'sandbox log')" if len(refused) > 5 else ""
+        click.echo(f"  network:   {len(refused)} connection(s) refused by the allowlist: {shown}{more}")
     agent_git = row.get("agent_git")
     if agent_git:
         from sandbox.run.views import describe_agent_git
@@ -80,6 +88,7 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
         return None
     row["in_flight"] = views.in_flight(repo.state(found))
     row["host"] = _host(repo.common_dir, found)
+    row["network_refused"] = views.network_refusals(repo.state(found))
     return row
 
 

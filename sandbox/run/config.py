@@ -17,10 +17,13 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
 
     [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.agent.confine)
     isolate = true            # false: no confinement (the flags --isolate on|off win over this)
-    network_run = true        # `sandbox run`: the agent may use the network (it talks to its model)
+    network_run = "allow"     # `sandbox run`: "allow" (through the allowlist below), true (all), false
     network_exec = false      # `sandbox exec`: no network unless --network on
     agent_state = ["~/.claude/", "~/.claude.json"]   # replaces the default list of agent state paths
     writable = ["~/.cache/pip/"]                      # more paths the agent may write
+
+    [network]                 # `sandbox run --network allow` (its default): hosts the agent may reach
+    allow = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org:443", "*.internal.example:*"]
 
     [[tools]]                 # how agent tools are recorded (first match wins; fnmatch on the name)
     match = "mcp__memory__*"
@@ -81,8 +84,11 @@ class Config:
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     isolate: bool = True
-    network_run: bool = True
+    #: ``allow`` (the allowlist proxy), ``on`` or ``off``; ``true``/``false`` in the file are on/off.
+    network_run: str = "allow"
     network_exec: bool = False
+    #: ``[network] allow``: hosts added to the allowlist of ``--network allow``.
+    network_allow: list[str] = field(default_factory=list)
     #: None: :data:`sandbox.agent.confine.DEFAULT_AGENT_STATE`.
     agent_state: list[str] | None = None
     writable: list[str] = field(default_factory=list)
@@ -148,6 +154,7 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: hooks.allow_edits must be true or false.")
     cfg.allow_edits = allow_edits
     _apply_isolation(cfg, table.get("isolation", {}), where)
+    _apply_network(cfg, table.get("network", {}), where)
     rules = table.get("tools", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: 'tools' must be an array of tables ([[tools]]).")
@@ -171,7 +178,13 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
 def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: 'isolation' must be a table.")
-    for key in ("isolate", "network_run", "network_exec"):
+    run_net = table.get("network_run", cfg.network_run)
+    if isinstance(run_net, bool):
+        run_net = "on" if run_net else "off"
+    if run_net not in ("on", "off", "allow"):
+        raise ConfigError(f'{where}: isolation.network_run must be "allow", true or false.')
+    cfg.network_run = run_net
+    for key in ("isolate", "network_exec"):
         value = table.get(key, getattr(cfg, key))
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: isolation.{key} must be true or false.")
@@ -182,6 +195,15 @@ def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
     unknown = sorted(set(table) - {"isolate", "network_run", "network_exec", "agent_state", "writable"})
     if unknown:
         raise ConfigError(f"{where}: unknown isolation setting {unknown[0]!r}.")
+
+
+def _apply_network(cfg: Config, table: Any, where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'network' must be a table.")
+    cfg.network_allow.extend(_str_list(table.get("allow", []), f"{where}: network.allow"))
+    unknown = sorted(set(table) - {"allow"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown network setting {unknown[0]!r}.")
 
 
 def _str_list(value: Any, what: str) -> list[str]:

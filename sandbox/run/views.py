@@ -148,3 +148,24 @@ def describe_agent_git(g: dict[str, Any]) -> list[str]:
     for commit in commits[:5]:
         lines.append(f"{str(commit['id'])[:10]} {commit['subject']}")
     return lines
+
+
+def network_refusals(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Connections the run's allowlist proxy refused, oldest first: ``host``, ``port``, ``at``,
+    ``call_id`` (the call running then, None between calls), ``session`` (see
+    :class:`sandbox.models.NetworkRefusal`, stored in ``note`` events)."""
+    out = []
+    for note in state["data"]["note"]:
+        item = note.get("network_refused")
+        if isinstance(item, dict) and isinstance(item.get("host"), str):
+            out.append(
+                {
+                    "host": item["host"],
+                    "port": item.get("port"),
+                    "at": item.get("at") or note.get("at"),
+                    "method": item.get("method"),
+                    "call_id": item.get("call_id"),
+                    "session": item.get("session"),
+                }
+            )
+    return out

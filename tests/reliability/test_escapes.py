@@ -406,7 +406,9 @@ def test_run_confined_and_its_hooks_record_across_the_boundary(world: dict[str, 
     assert "planted-link" in [f["path"] for f in bash[0]["files"]]
     notes = [n for n in open_run(world["user"], world["run"]).state().data.note]
     # Other notes (processes the agent left running, stopped at its end) may come too.
-    assert [n["isolation"] for n in notes if "isolation" in n] == ["bwrap, network on"]
+    # The network by allowlist, sandbox run's default: the started agent's model endpoints.
+    allow = "bwrap, network allow (api.anthropic.com, console.anthropic.com)"
+    assert [n["isolation"] for n in notes if "isolation" in n] == [allow]
 
 
 def test_run_confined_without_network(world: dict[str, Any]) -> None:

@@ -208,7 +208,9 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
     """
     from sandbox.store.project import Project
 
-    project, workdir, cwd_run = Project.discover(base_dir(ctx))
+    # GIT_DIR / GIT_WORK_TREE name the repository and tree as they do for git (the library reads no environment).
+    git_dir, work_tree = os.environ.get("GIT_DIR") or None, os.environ.get("GIT_WORK_TREE") or None
+    project, workdir, cwd_run = Project.discover(base_dir(ctx), git_dir=git_dir, work_tree=work_tree)
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     return project, workdir, cwd_run
 

@@ -281,20 +281,11 @@ class Run:
 
     @property
     def user_workdir(self) -> str:
-        """The user's working tree the run applies to, in the repository this command runs in.
-
-        The run's record names the tree it was started from; that is used only while it belongs to
-        this repository. A run fetched from another clone (or a moved repository) gets this
-        repository's main working tree instead, never the other clone's.
-        """
+        """The user's working tree the run applies to: found from the repository this command runs
+        in (:meth:`Project.target_workdir <sandbox.store.project.Project.target_workdir>`), never
+        taken from the run's record, which a run fetched from another clone brings with it."""
         if self._user_workdir is None:
-            recorded = self.info.user_workdir
-            found = layout.common_dir_of(recorded) if os.path.isdir(recorded) else None
-            main = self.project.common_dir
-            if found is not None and os.path.realpath(found) == main:
-                self._user_workdir = recorded
-            else:
-                self._user_workdir = os.path.dirname(main) if os.path.basename(main) == ".git" else recorded
+            self._user_workdir = self.project.target_workdir(self.run_id, self.info.user_workdir)
         return self._user_workdir
 
     @property

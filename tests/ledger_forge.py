@@ -59,11 +59,18 @@ def rewrite(bare: Path, run_id: str, edit: Edit, extra_parents: Callable[[int], 
         oid = None if head.startswith("sandbox-event-root") or not commit.parent_ids else commit.parent_ids[0]
     chain.reverse()
     prev: str | None = None
+    same = True  # the chain is unchanged so far: its commits are kept (a fetch sees a fast-forward)
     for i, commit in enumerate(chain):
         head, _, body = commit.message.partition("\n\n")
+        original = json.loads(body)
         event = edit(i, json.loads(body))
         if event is None:
+            same = False
             continue
+        if same and event == original and extra_parents is None:
+            prev = str(commit.id)
+            continue
+        same = False
         root = head.startswith("sandbox-event-root")
         extras = [str(p) for p in (commit.parent_ids if root else commit.parent_ids[1:])]
         for key in ("commit", "parent_commit"):
@@ -96,32 +103,53 @@ def blob(bare: Path, data: bytes) -> str:
 def commit_with(bare: Path, parent: str, changes: dict[str, tuple[int, str] | None]) -> str:
     """A commit on ``parent`` whose tree is the parent's with ``changes`` ({path: (mode, oid) or None}).
 
-    Any mode and any object id go in as given (a gitlink, a tree mode, a missing object): the
-    remote's object store is the forger's.
+    Any mode, name and object id go in as given (a gitlink, a tree mode, a missing object, ``.git ``):
+    the trees are written as raw objects, past libgit2's own checks, as a forger's git would.
     """
     repo = pygit2.Repository(str(bare))
     base = repo[parent]
     assert isinstance(base, pygit2.Commit)
-    tree = _edit(repo, base.tree, changes)
-    return str(repo.create_commit(None, SIG, SIG, "forged\n", tree, [parent]))
+    tree = _edit(repo, str(base.tree_id), changes)
+    return str(repo.create_commit(None, SIG, SIG, "forged\n", pygit2.Oid(hex=tree), [parent]))
 
 
-def _edit(repo: pygit2.Repository, tree: pygit2.Tree | None, changes: dict[str, tuple[int, str] | None]) -> pygit2.Oid:
-    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+def _entries(repo: pygit2.Repository, tree: str | None) -> dict[str, tuple[int, str]]:
+    if tree is None:
+        return {}
+    kind, data = repo.odb.read(tree)
+    out: dict[str, tuple[int, str]] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        out[data[space + 1 : nul].decode("utf-8", "surrogateescape")] = (
+            int(data[pos:space], 8),
+            data[nul + 1 : nul + 21].hex(),
+        )
+        pos = nul + 21
+    return out
+
+
+def _edit(repo: pygit2.Repository, tree: str | None, changes: dict[str, tuple[int, str] | None]) -> str:
+    entries = _entries(repo, tree)
     below: dict[str, dict[str, tuple[int, str] | None]] = {}
     for path, entry in changes.items():
         name, sep, rest = path.partition("/")
         if sep:
             below.setdefault(name, {})[rest] = entry
         elif entry is None:
-            if builder.get(name) is not None:
-                builder.remove(name)
+            entries.pop(name, None)
         else:
-            mode, oid = entry
-            builder.insert(name, pygit2.Oid(hex=oid), mode)
+            entries[name] = entry
     for name, sub in below.items():
-        existing = builder.get(name)
-        is_tree = existing is not None and existing.filemode == pygit2.enums.FileMode.TREE
-        subtree = repo[existing.id] if existing is not None and is_tree else None
-        builder.insert(name, _edit(repo, subtree, sub), pygit2.enums.FileMode.TREE)  # type: ignore[arg-type]
-    return builder.write()
+        existing = entries.get(name)
+        subtree = existing[1] if existing is not None and existing[0] == 0o040000 else None
+        entries[name] = (0o040000, _edit(repo, subtree, sub))
+    items = sorted(
+        entries.items(),
+        key=lambda kv: kv[0].encode("utf-8", "surrogateescape") + (b"/" if kv[1][0] == 0o040000 else b""),
+    )
+    data = b"".join(
+        b"%o %s\0" % (mode, name.encode("utf-8", "surrogateescape")) + bytes.fromhex(oid) for name, (mode, oid) in items
+    )
+    return str(repo.odb.write(pygit2.enums.ObjectType.TREE, data))

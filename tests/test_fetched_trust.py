@@ -155,3 +155,172 @@ def test_approve_and_deny_inside_a_sandbox_are_refused_in_one_line(repo: Path, c
     # Outside any sandbox the variable alone changes nothing: the user's own shell may answer.
     proc = sandbox_cmd(command, run_id, "c_plan", cwd=repo, env={"SANDBOX_CONFINED": "1"})
     assert proc.returncode == 0, proc.stderr
+
+
+# -- 2. a fetched ledger is checked against its commits ----------------------------------------------
+
+
+def _call_event(events: list[tuple[str, dict[str, Any]]]) -> int:
+    """Index of the last event that recorded files."""
+    return max(i for i, (_oid, e) in enumerate(events) if e["kind"] == "call_succeeded" and e["files"])
+
+
+def _entry(bare: Path, commit: str, path: str) -> tuple[int, str]:
+    import pygit2
+
+    repo = pygit2.Repository(str(bare))
+    obj = repo[commit]
+    assert isinstance(obj, pygit2.Commit)
+    entry = obj.tree[path]
+    return int(entry.filemode), str(entry.id)
+
+
+def _one_line_refusal(out: str) -> str:
+    lines = [line for line in out.strip().splitlines() if line.startswith("sandbox:")]
+    assert len(lines) == 1 and "Traceback" not in out, out
+    return lines[0]
+
+
+def test_a_forged_call_that_adds_a_path_its_commit_does_not_change_is_refused_at_fetch(tmp_path: Path) -> None:
+    a, b, bare = shared(tmp_path, separate=False)
+    run_id = made_in_a(a, "echo agent >> README.md")
+    evil = forge.blob(bare, b"evil: ; rm -rf /\n")
+    found = forge.events(bare, run_id)
+    target = _call_event(found)
+    base = found[0][1]["run"]["base"]
+    make_mode, make_blob = _entry(bare, base, "Makefile")
+
+    def lie(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        if i == target:
+            extra = dict(event["files"][0], path="Makefile", before_hash=make_blob, after_hash=evil)
+            extra.update(before_mode=make_mode, after_mode=make_mode)
+            event["files"].append(extra)
+        return event
+
+    forge.rewrite(bare, run_id, lie)
+    result = CliRunner().invoke(cli, ["-C", str(b), "fetch", "origin", run_id], catch_exceptions=False)
+    assert result.exit_code == 1
+    line = _one_line_refusal(result.output)
+    assert f"Event {target + 1} of run {run_id}" in line and "'Makefile'" in line, line
+    assert git(b, "for-each-ref", "refs/sandbox") == ""
+    # The same ledger taken with plain git: apply checks it before deciding anything.
+    git(b, "fetch", "-q", "origin", "+refs/sandbox/*:refs/sandbox/*")
+    before = tree_digest(b)
+    result = CliRunner().invoke(cli, ["-C", str(b), "apply", run_id], catch_exceptions=False)
+    assert result.exit_code == 1 and "'Makefile'" in _one_line_refusal(result.output)
+    assert tree_digest(b) == before and (b / "Makefile").read_text() == "all:\n\ttrue\n"
+
+
+def test_a_forged_blob_id_differing_from_the_commit_is_refused_and_the_previous_state_kept(tmp_path: Path) -> None:
+    a, b, bare = shared(tmp_path, separate=False)
+    run_id = made_in_a(a, "echo one >> README.md")
+    sb(b, "fetch", "origin", run_id)
+    tip_before = git(b, "rev-parse", f"refs/sandbox/{run_id}/ledger").strip()
+    sb(a, "exec", run_id, "--", "sh", "-c", "echo two >> src/app.py")
+    sb(a, "push", run_id)
+    other = forge.blob(bare, b"x = 'not what diff shows'\n")
+    found = forge.events(bare, run_id)
+    target = _call_event(found)
+
+    def lie(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        if i == target:
+            event["files"][0]["after_hash"] = other
+        return event
+
+    forge.rewrite(bare, run_id, lie)
+    result = CliRunner().invoke(cli, ["-C", str(b), "fetch", "origin", run_id], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert "was refused" in _one_line_refusal(result.output) and "kept as it was" in result.output
+    assert git(b, "rev-parse", f"refs/sandbox/{run_id}/ledger").strip() == tip_before
+    sb(b, "apply", run_id)
+    assert (b / "README.md").read_text() == "hello\none\n" and (b / "src/app.py").read_text() == "x = 1\n"
+
+
+def _forge_call(
+    bare: Path, run_id: str, changes: dict[str, tuple[int, str] | None], files: list[dict[str, Any]]
+) -> None:
+    """Append to the run a call whose commit makes ``changes`` on the head and whose event lists ``files``."""
+    found = forge.events(bare, run_id)
+    target = _call_event(found)
+    head = found[target][1]["commit"]
+    commit = forge.commit_with(bare, head, changes) if changes else head
+    template = found[target][1]["files"][0]
+
+    def add(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        if i == target:
+            event["files"] = [dict(template, **f) for f in files]
+            event["commit"] = commit
+        return event
+
+    forge.rewrite(bare, run_id, add)
+
+
+MALFORMED = {
+    "gitlink": lambda blob, tree, commit: (
+        {"sub": (0o160000, commit)},
+        [dict(path="sub", after_mode=0o160000, after_hash=commit)],
+    ),
+    "tree_mode": lambda blob, tree, commit: ({}, [dict(path="dir", after_mode=0o040000, after_hash=tree)]),
+    "missing_blob": lambda blob, tree, commit: ({}, [dict(path="new.txt", after_mode=0o100644, after_hash="ab" * 20)]),
+    "dotgit_space": lambda blob, tree, commit: (
+        {".git /hooks/post-checkout": (0o100755, blob)},
+        [dict(path=".git /hooks/post-checkout", after_mode=0o100755, after_hash=blob)],
+    ),
+    "dotgit_zwnj": lambda blob, tree, commit: (
+        {".g\u200cit/hooks/post-checkout": (0o100755, blob)},
+        [dict(path=".g\u200cit/hooks/post-checkout", after_mode=0o100755, after_hash=blob)],
+    ),
+    "dotgit_ntfs_short": lambda blob, tree, commit: (
+        {"GIT~1/config": (0o100644, blob)},
+        [dict(path="GIT~1/config", after_mode=0o100644, after_hash=blob)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_entries_are_refused_in_one_line_and_nothing_is_written(tmp_path: Path, case: str) -> None:
+    a, b, bare = shared(tmp_path, separate=False)
+    run_id = made_in_a(a, "echo agent >> README.md")
+    blob = forge.blob(bare, b"#!/bin/sh\necho owned\n")
+    found = forge.events(bare, run_id)
+    base = found[0][1]["run"]["base"]
+    import pygit2
+
+    tree = str(pygit2.Repository(str(bare))[base].tree_id)  # type: ignore[union-attr]
+    changes, files = MALFORMED[case](blob, tree, base)
+    for f in files:
+        f.setdefault("before_mode", None)
+        f.setdefault("before_hash", None)
+    _forge_call(bare, run_id, changes, files)
+    result = CliRunner().invoke(cli, ["-C", str(b), "fetch", "origin", run_id], catch_exceptions=False)
+    assert result.exit_code == 1
+    _one_line_refusal(result.output)
+    git(b, "fetch", "-q", "origin", "+refs/sandbox/*:refs/sandbox/*")
+    before = tree_digest(b)
+    hooks = sorted(os.listdir(b / ".git" / "hooks"))
+    result = CliRunner().invoke(cli, ["-C", str(b), "apply", run_id], catch_exceptions=False)
+    assert result.exit_code == 1
+    _one_line_refusal(result.output)
+    assert tree_digest(b) == before and sorted(os.listdir(b / ".git" / "hooks")) == hooks
+    assert not any(name.startswith((".git ", ".g\u200c", "GIT~1")) for name in os.listdir(b))
+
+
+# -- 3. plans validated whole before the journal -----------------------------------------------------
+
+
+def test_a_symlink_and_a_path_below_it_in_one_apply_is_refused_before_anything_is_written(
+    repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run_id: str = json.loads(sb(repo, "start", "--json"))["run"]
+    sb(repo, "exec", run_id, "--call-id", "c_link", "--", "ln", "-s", str(outside), "lnk")
+    sb(repo, "exec", run_id, "--call-id", "c_rm", "--", "rm", "lnk")
+    sb(repo, "exec", run_id, "--call-id", "c_below", "--", "sh", "-c", "mkdir lnk && echo evil > lnk/payload")
+    before = tree_digest(repo)
+    result = CliRunner().invoke(
+        cli, ["-C", str(repo), "apply", run_id, "--call", "c_link", "--call", "c_below"], catch_exceptions=False
+    )
+    assert result.exit_code == 1, result.output
+    assert "lnk" in _one_line_refusal(result.output)
+    assert tree_digest(repo) == before and not (repo / "lnk").exists() and list(outside.iterdir()) == []

@@ -207,6 +207,25 @@ class Run:
             raise CorruptionError(f"The ledger of run {self.run_id} has no start event; it is damaged.")
         return state
 
+    def verified_state(self) -> LedgerState:
+        """The fold of the run's ledger, after every event was checked against its commits
+        (:mod:`sandbox.run.verify`): what apply, undo, redo and branch decide from."""
+        from sandbox.run.verify import LedgerRefusedError, verified
+
+        state = self.state()
+        if state.tip is not None:
+            try:
+                verified(self._ledger, state.tip)
+            except LedgerRefusedError as exc:
+                raise type(exc)(
+                    f"{exc.message}; the run's record disagrees with its commits, so nothing was done. Drop the run "
+                    f"('sandbox drop {self.run_id} --force') or fetch it again from a remote you trust.",
+                    exc.index,
+                    exc.oid,
+                    exc.reason,
+                ) from None
+        return state
+
     @property
     def info(self) -> RunInfo:
         """Where the run came from (its start event)."""

@@ -324,3 +324,94 @@ def test_a_symlink_and_a_path_below_it_in_one_apply_is_refused_before_anything_i
     assert result.exit_code == 1, result.output
     assert "lnk" in _one_line_refusal(result.output)
     assert tree_digest(repo) == before and not (repo / "lnk").exists() and list(outside.iterdir()) == []
+
+
+def _journal_entry(path: str, mode: int | None, oid: str | None) -> Any:
+    from sandbox.models import JournalEntry
+
+    return JournalEntry(path=path, before_mode=None, before_oid=None, after_mode=mode, after_oid=oid)
+
+
+def test_the_plan_check_refuses_each_malformed_entry_naming_it(repo: Path) -> None:
+    import pygit2
+
+    from sandbox.merge.validate import PlanRefusedError, check
+
+    r = pygit2.Repository(str(repo))
+    blob = str(r.create_blob(b"data\n"))
+    tree = str(r.head.peel(pygit2.Commit).tree_id)
+    commit = str(r.head.target)
+    fine = _journal_entry("fine.txt", 0o100644, blob)
+    cases = {
+        "gitlink": [_journal_entry("sub", 0o160000, commit)],
+        "tree": [_journal_entry("dir", 0o040000, tree)],
+        "missing": [_journal_entry("gone.txt", 0o100644, "ab" * 20)],
+        "not a blob": [_journal_entry("t.txt", 0o100644, tree)],
+        "dotgit space": [_journal_entry(".git /hooks/post-checkout", 0o100755, blob)],
+        "dotgit zwnj": [_journal_entry(".g\u200cit/hooks/post-checkout", 0o100755, blob)],
+        "dotgit ntfs": [_journal_entry("a/GIT~1/config", 0o100644, blob)],
+        "dotgit stream": [_journal_entry(".git::$INDEX_ALLOCATION/config", 0o100644, blob)],
+        "climbs": [_journal_entry("a/../../x", 0o100644, blob)],
+        "link then below": [_journal_entry("lnk", 0o120000, blob), _journal_entry("lnk/payload", 0o100644, blob)],
+        "file then below": [_journal_entry("f", 0o100644, blob), _journal_entry("f/payload", 0o100644, blob)],
+        "twice": [_journal_entry("x", 0o100644, blob), _journal_entry("x", 0o100755, blob)],
+        "gitmodules link": [_journal_entry(".gitmodules", 0o120000, blob)],
+    }
+    for name, entries in cases.items():
+        with pytest.raises(PlanRefusedError) as info:
+            check(r, [fine, *entries])
+        assert "nothing was written" in str(info.value) and "\n" not in str(info.value), name
+    # What a real tree needs passes: a directory becoming a file (removals run first), a deletion below it.
+    check(r, [fine, _journal_entry("d", 0o100644, blob), _journal_entry("d/old", None, None)])
+
+
+def test_gits_path_rules_with_the_ntfs_and_hfs_foldings() -> None:
+    from sandbox.store.gitpath import refusal
+
+    bad = [".git", ".GIT/x", ".git /x", ".git./x", ".git . ./x", "git~1/x", "GIT~1", ".git::$INDEX_ALLOCATION"]
+    bad += [".g\u200cit/x", "\ufeff.git", ".gi\u200dt", "a\\.git/x", "../x", "/x", "a//b", "a/./b", "x/", ""]
+    for path in bad:
+        assert refusal(path) is not None, path
+    good = [
+        ".gitignore",
+        ".github/workflows/ci.yml",
+        "git~2",
+        ".git-blame-ignore-revs",
+        "a/b.git/c",
+        "...",
+        "g\u200cit",
+    ]
+    for path in good:
+        assert refusal(path) is None, path
+    assert refusal(".gitmodules", 0o120000) is not None and refusal(".gitmodules", 0o100644) is None
+
+
+def test_the_verified_tip_is_kept_and_a_ledger_moved_past_it_is_checked_again(tmp_path: Path) -> None:
+    from sandbox.run.verify import CACHE_FILE
+
+    a, b, bare = shared(tmp_path, separate=False)
+    run_id = made_in_a(a, "echo one >> README.md")
+    sb(b, "fetch", "origin", run_id)
+    cache = b / ".git" / "sandbox" / "runs" / run_id / CACHE_FILE
+    tip = git(b, "rev-parse", f"refs/sandbox/{run_id}/ledger").strip()
+    assert cache.read_text().splitlines()[0] == tip
+    # The remote's ledger grows by a forged call; plain git moves the ref here past the checks of fetch.
+    sb(a, "exec", run_id, "--", "sh", "-c", "echo two >> src/app.py")
+    sb(a, "push", run_id)
+    found = forge.events(bare, run_id)
+    target = _call_event(found)
+    evil = forge.blob(bare, b"evil\n")
+
+    def lie(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        if i == target:
+            event["files"][0]["after_hash"] = evil
+        return event
+
+    forge.rewrite(bare, run_id, lie)
+    git(b, "fetch", "-q", "origin", "+refs/sandbox/*:refs/sandbox/*")
+    before = tree_digest(b)
+    result = CliRunner().invoke(cli, ["-C", str(b), "apply", run_id], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert "Event" in _one_line_refusal(result.output), result.output
+    assert tree_digest(b) == before
+    assert cache.read_text().splitlines()[0] == tip  # what was verified stays what it was

@@ -54,7 +54,7 @@ HEAD_KINDS = frozenset(
 DIFF_KINDS = frozenset(
     {EventKind.call_succeeded, EventKind.call_failed, EventKind.head_moved, EventKind.rollback_files}
 )
-CACHE_FILE = "verified.json"
+CACHE_FILE = "verified"
 
 
 class LedgerRefusedError(CorruptionError):
@@ -270,22 +270,36 @@ def check(
 # -- the verified tip, kept beside the run --------------------------------------------------------
 
 
+def _cached_tip(path: str) -> str | None:
+    """The tip the kept fold was verified at (its first line: read without parsing the fold)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            line = fh.readline().strip()
+    except (OSError, UnicodeError):
+        return None
+    return line or None
+
+
 def _load(path: str) -> LedgerState | None:
     try:
         with open(path, encoding="utf-8") as fh:
+            fh.readline()
             state = from_json(LedgerState, fh.read())
     except (OSError, ValueError, ValidationError):
         return None
     return state if state.tip is not None else None
 
 
-def verified(ledger: Ledger, tip: str) -> LedgerState:
-    """The fold of ``ledger`` up to commit ``tip``, every event checked (:func:`check`).
+def verified(ledger: Ledger, tip: str) -> None:
+    """Check the events of ``ledger`` up to commit ``tip`` (:func:`check`); raises
+    :class:`LedgerRefusedError` for the first bad one.
 
-    O(events after the last verified tip): the fold verified last is kept in the run's directory
-    with its tip, and used only when that tip is in ``tip``'s chain.
+    O(events after the last verified tip): the fold verified last is kept in the run's directory,
+    its tip on the first line, and used only when that tip is in ``tip``'s chain.
     """
     path = os.path.join(ledger.run_dir, CACHE_FILE)
+    if _cached_tip(path) == tip:
+        return  # this very ledger was verified: a commit id names its whole chain
     cached = _load(path)
     if cached is not None and cached.clone != ledger.clone:
         if cached.clone is None:  # verified before this clone had an id: no event carried it
@@ -293,10 +307,8 @@ def verified(ledger: Ledger, tip: str) -> LedgerState:
             cached.clone = ledger.clone
         else:
             cached = None
-    if cached is not None and cached.tip == tip:
-        return cached
     new = None
-    if cached is not None:
+    if cached is not None and cached.tip is not None:
         with contextlib.suppress(LookupError):
             new = ledger.events_since(cached.tip, tip)
     if new is None or cached is None:
@@ -304,5 +316,4 @@ def verified(ledger: Ledger, tip: str) -> LedgerState:
     state = check(ledger.repo, ledger.run_id, cached, new)
     if os.path.isdir(ledger.run_dir):
         with contextlib.suppress(OSError):
-            write_json_file(path, to_json(state), sync=False)
-    return state
+            write_json_file(path, tip + "\n" + to_json(state), sync=False)

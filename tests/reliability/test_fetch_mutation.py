@@ -95,7 +95,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 Mutation = tuple[str, int, int, int]  # (what, event index, file index, choice)
 
 WHAT = ["path", "before_mode", "after_mode", "after_hash", "before_hash", "commit", "parent_commit", "run_id"]
-WHAT += ["epoch", "label", "drop", "repeat", "other_commit", "drop_file", "base", "call_id"]
+WHAT += ["epoch", "label", "drop", "repeat", "other_commit", "drop_file", "base", "call_id", "reparent"]
 
 
 def mutations() -> st.SearchStrategy[list[Mutation]]:
@@ -119,6 +119,17 @@ def mutate(w: World, bare: Path, plan: list[Mutation]) -> None:
                 path = EVIL_PATHS[choice % len(EVIL_PATHS)] or "x"
                 change = None if choice % 7 == 0 else (0o100644, forge.blob(bare, b"not what the event says\n"))
                 forged_commits[index] = forge.commit_with(bare, event["parent_commit"], {path: change})
+        elif what == "reparent":
+            event = w.events[index][1]
+            if event.get("commit"):
+                # The same tree on other parents: the diff may even match, the chain must not.
+                repo = pygit2.Repository(str(bare))
+                commit = repo[event["commit"]]
+                assert isinstance(commit, pygit2.Commit)
+                parents = [w.commits[choice % len(w.commits)]][: choice % 3]
+                forged_commits[index] = str(
+                    repo.create_commit(None, forge.SIG, forge.SIG, "forged\n", commit.tree_id, parents)
+                )
 
     def edit(k: int, event: dict[str, Any]) -> dict[str, Any] | None:
         for what, i, j, choice in plan:
@@ -144,7 +155,7 @@ def mutate(w: World, bare: Path, plan: list[Mutation]) -> None:
                 event["run"]["label"] = ["evil\x1b[2J", "\u202eevil", "x" * 300, ""][choice % 4]
             elif what == "base" and event.get("run"):
                 event["run"]["base"] = _oid_choice(w, bare, choice)
-            elif what == "other_commit" and k in forged_commits:
+            elif what in ("other_commit", "reparent") and k in forged_commits:
                 event["commit"] = forged_commits[k]
             elif what == "drop_file" and files:
                 files.pop(j % len(files))

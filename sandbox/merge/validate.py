@@ -40,9 +40,11 @@ def _refuse(path: str, why: str) -> PlanRefusedError:
 
 def _blob(repo: pygit2.Repository, path: str, oid: str) -> None:
     try:
-        kind, _size = repo.odb.read_header(oid)
+        # Read and checked whole (and found in a pending pack too): libgit2 would hang on a truncated
+        # loose object; the write reads it next anyway.
+        kind, _data = objects.read_object(repo, oid)
     except (KeyError, ValueError, pygit2.GitError):
-        raise _refuse(path, f"would be written from object {oid[:12]}, which is missing") from None
+        raise _refuse(path, f"would be written from object {oid[:12]}, which is missing or damaged") from None
     if kind != pygit2.enums.ObjectType.BLOB:
         raise _refuse(path, f"would be written from object {oid[:12]}, which is not a file's contents")
 

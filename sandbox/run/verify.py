@@ -80,23 +80,20 @@ class _Bad(Exception):
         self.path = path
 
 
-def _commit(repo: pygit2.Repository, oid: str | None, what: str) -> pygit2.Commit:
+def _commit(repo: pygit2.Repository, oid: str | None, what: str) -> objects.CommitInfo:
     if not oid:
         raise _Bad(f"names no {what}")
     try:
-        obj = repo.get(oid)
-    except (ValueError, pygit2.GitError):
-        obj = None
-    if not isinstance(obj, pygit2.Commit):
-        raise _Bad(f"names {what} {oid[:12]}, which is not a commit here")
-    return obj
+        return objects.read_commit(repo, oid)  # read and checked by the sandbox, never a hang
+    except (KeyError, ValueError, pygit2.GitError):
+        raise _Bad(f"names {what} {oid[:12]}, which is not a commit here") from None
 
 
 def _blob(repo: pygit2.Repository, oid: str, path: str) -> None:
     try:
-        kind, _size = repo.odb.read_header(oid)
+        kind, _data = objects.read_object(repo, oid)  # checked against its id; never a hang on a bad object
     except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise _Bad(f"lists {path!r} with object {oid[:12]}, which is missing") from exc
+        raise _Bad(f"lists {path!r} with object {oid[:12]}, which is missing or damaged") from exc
     if kind != pygit2.enums.ObjectType.BLOB:
         raise _Bad(f"lists {path!r} with object {oid[:12]}, which is not a blob")
 
@@ -129,10 +126,10 @@ def _check_files(repo: pygit2.Repository, files: list[FileChange]) -> None:
 Change = tuple[str, int | None, str | None, int | None, str | None]
 
 
-def _diff(repo: pygit2.Repository, parent: pygit2.Commit, commit: pygit2.Commit) -> set[Change]:
+def _diff(repo: pygit2.Repository, parent: objects.CommitInfo, commit: objects.CommitInfo) -> set[Change]:
     try:
         out = set()
-        for c in objects.diff_trees(repo, str(parent.tree_id), str(commit.tree_id)):
+        for c in objects.diff_trees(repo, parent.tree, commit.tree):
             why = gitpath.refusal(c.path, c.new.mode if c.new else None)
             if why is not None:
                 raise _Bad(f"has a commit with the path {c.path!r}, which {why}", path=True)
@@ -162,9 +159,9 @@ def _first_difference(listed: set[Change], actual: set[Change]) -> str:
     return f"leaves out the change its commit makes to {missing[0][0]!r}"
 
 
-def _single_parent(commit: pygit2.Commit, parent: pygit2.Commit) -> None:
-    if [str(p) for p in commit.parent_ids] != [str(parent.id)]:
-        raise _Bad(f"names commit {str(commit.id)[:12]}, whose parent is not the event's parent commit")
+def _single_parent(commit: objects.CommitInfo, parent_oid: str | None) -> None:
+    if commit.parents != [parent_oid]:
+        raise _Bad("names a commit whose only parent is not the event's parent commit")
 
 
 def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Event) -> None:
@@ -179,7 +176,7 @@ def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Eve
         base = _commit(repo, event.run.base, "base")
         # The snapshot is a commit on the user's HEAD at start (none on an unborn branch): the HEAD a
         # branch export builds on is the one the snapshot was taken from.
-        if [str(p) for p in base.parent_ids] != ([event.run.head] if event.run.head else []):
+        if base.parents != ([event.run.head] if event.run.head else []):
             raise _Bad("names a HEAD at start that is not the parent of its base snapshot")
         return
     if state.run is None:
@@ -192,7 +189,7 @@ def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Eve
     commit = _commit(repo, event.commit, "commit")
     parent = _commit(repo, event.parent_commit, "parent commit")
     if event.kind in DIFF_KINDS:
-        _single_parent(commit, parent)
+        _single_parent(commit, event.parent_commit)
         actual = _diff(repo, parent, commit)
         listed = _as_changes(event.files)
         if listed != actual:
@@ -200,7 +197,7 @@ def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Eve
     elif event.files:
         raise _Bad(f"lists files on a {event.kind.value} event")
     elif event.kind == EventKind.drift:
-        _single_parent(commit, parent)
+        _single_parent(commit, event.parent_commit)
         if event.parent_commit != state.head:
             raise _Bad("records drift on a commit that is not the run's head")
         _diff(repo, parent, commit)  # its paths must pass git's checks too
@@ -211,7 +208,7 @@ def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Eve
 
 
 def _undo_moves(
-    repo: pygit2.Repository, state: LedgerState, event: Event, parent: pygit2.Commit, commit: pygit2.Commit
+    repo: pygit2.Repository, state: LedgerState, event: Event, parent: objects.CommitInfo, commit: objects.CommitInfo
 ) -> None:
     """An undo (redo) in the run's worktree takes exactly the call's changes back (forth)."""
     entry = state.calls.get(event.call_id or "")

@@ -67,7 +67,8 @@ def rewrite(bare: Path, run_id: str, edit: Edit, extra_parents: Callable[[int], 
         if event is None:
             same = False
             continue
-        if same and event == original and extra_parents is None:
+        more = extra_parents(i) if extra_parents is not None else []
+        if same and event == original and not more:
             prev = str(commit.id)
             continue
         same = False
@@ -77,8 +78,7 @@ def rewrite(bare: Path, run_id: str, edit: Edit, extra_parents: Callable[[int], 
             value = event.get(key)
             if isinstance(value, str) and _is_commit(repo, value) and value not in extras:
                 extras.append(value)
-        if extra_parents is not None:
-            extras += [p for p in extra_parents(i) if p not in extras]
+        extras += [p for p in more if p not in extras]
         prefix = "sandbox-event" if prev is not None else "sandbox-event-root"
         message = f"{prefix} {event.get('kind', '')}\n\n{json.dumps(event)}\n"
         parents = ([prev] if prev else []) + [p for p in extras if p != prev]

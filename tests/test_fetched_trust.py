@@ -197,11 +197,13 @@ def test_a_forged_call_that_adds_a_path_its_commit_does_not_change_is_refused_at
             event["files"].append(extra)
         return event
 
-    forge.rewrite(bare, run_id, lie)
+    # The evil blob travels with the ledger (a commit holding it is another parent of the event).
+    carrier = forge.commit_with(bare, base, {"carrier": (0o100644, evil)})
+    forge.rewrite(bare, run_id, lie, extra_parents=lambda i: [carrier] if i == target else [])
     result = CliRunner().invoke(cli, ["-C", str(b), "fetch", "origin", run_id], catch_exceptions=False)
     assert result.exit_code == 1
     line = _one_line_refusal(result.output)
-    assert f"Event {target + 1} of run {run_id}" in line and "'Makefile'" in line, line
+    assert f"Event {target + 1} of run {run_id}" in line and "change to 'Makefile' that its commit does not" in line
     assert git(b, "for-each-ref", "refs/sandbox") == ""
     # The same ledger taken with plain git: apply checks it before deciding anything.
     git(b, "fetch", "-q", "origin", "+refs/sandbox/*:refs/sandbox/*")

@@ -220,6 +220,8 @@ def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] 
     finds them (:mod:`sandbox.run.fastread`); None when it cannot: take the full path."""
     from sandbox.run import fastread
 
+    if os.environ.get("GIT_DIR"):
+        return None  # the fast path finds repositories from the directory only: GIT_DIR is the full path's
     try:
         repo, _workdir, cwd_run = fastread.discover(base_dir(ctx))
         found = repo.resolve(run_id, cwd_run)

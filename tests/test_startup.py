@@ -66,6 +66,7 @@ APPLY_MODULES = {
     "sandbox.merge.mergeback",
     "sandbox.merge.obstacles",
     "sandbox.merge.select",
+    "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
     "sandbox.models",
     "sandbox.run",
     "sandbox.run.config",
@@ -73,10 +74,12 @@ APPLY_MODULES = {
     "sandbox.run.include",
     "sandbox.run.names",
     "sandbox.run.run",
+    "sandbox.run.verify",  # the ledger checked against its commits before apply decides (issue 25)
     "sandbox.store",
     "sandbox.store.convert",
     "sandbox.store.fsutil",
     "sandbox.store.gitcli",
+    "sandbox.store.gitpath",  # git's path rules, for both of the above (standard library only)
     "sandbox.store.gitfiles",  # the converter's check that no FIFO waits where libgit2 reads (stdlib)
     "sandbox.store.integrity",
     "sandbox.store.journal",

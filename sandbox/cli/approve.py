@@ -18,6 +18,7 @@ def approve(ctx: click.Context, run_id: str | None, call_id: str | None, as_json
 
     For a denied call this lifts the denial: the same tool and input may run again.
     """
+    refuse_inside_sandbox("approve")
     run_id, call = run_then(run_id, call_id, "CALL")
     run, call_id = open_call(ctx, run_id, call)
     was_denied = _denied(run.entry(call_id).approval)
@@ -27,6 +28,20 @@ def approve(ctx: click.Context, run_id: str | None, call_id: str | None, as_json
     else:
         lifted = "; its denial is lifted: the same tool and input may run again" if was_denied else ""
         click.echo(escape.text(f"{entry.call_id} ({entry.tool_name}) approved{lifted}"))
+
+
+def refuse_inside_sandbox(command: str) -> None:
+    """Refuse ``approve``/``deny`` in a confined process: an agent must not answer for its own calls."""
+    import os
+
+    from sandbox.agent.confine import CONFINED_ENV, inside_sandbox
+    from sandbox.errors import SandboxError
+
+    if inside_sandbox(os.environ.get(CONFINED_ENV)):
+        raise SandboxError(
+            f"'sandbox {command}' is refused inside a sandbox: approving or denying calls is the user's, "
+            "not the agent's; run it from your own shell."
+        )
 
 
 def _denied(approval: object) -> bool:

@@ -244,7 +244,9 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
     """
     from sandbox.store.project import Project
 
-    project, workdir, cwd_run = Project.discover(base_dir(ctx))
+    # GIT_DIR / GIT_WORK_TREE name the repository and tree as they do for git (the library reads no environment).
+    git_dir, work_tree = os.environ.get("GIT_DIR") or None, os.environ.get("GIT_WORK_TREE") or None
+    project, workdir, cwd_run = Project.discover(base_dir(ctx), git_dir=git_dir, work_tree=work_tree)
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     return project, workdir, cwd_run
 
@@ -254,6 +256,8 @@ def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] 
     finds them (:mod:`sandbox.run.fastread`); None when it cannot: take the full path."""
     from sandbox.run import fastread
 
+    if os.environ.get("GIT_DIR"):
+        return None  # the fast path finds repositories from the directory only: GIT_DIR is the full path's
     try:
         repo, _workdir, cwd_run = fastread.discover(base_dir(ctx))
         found = repo.resolve(run_id, cwd_run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
+from sandbox.cli.approve import refuse_inside_sandbox
 from sandbox.cli.common import dump, emit_json, open_call, run_then
 
 
@@ -20,6 +21,7 @@ def deny(ctx: click.Context, run_id: str | None, call_id: str | None, reason: st
     CALL is a planned call, or one the agent did not run (status not_run): the agent's hooks
     then refuse every retry with the same tool and input, with REASON. 'sandbox approve' lifts it.
     """
+    refuse_inside_sandbox("deny")
     run_id, call = run_then(run_id, call_id, "CALL")
     run, call_id = open_call(ctx, run_id, call)
     entry = run.deny(call_id, reason)

@@ -32,7 +32,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import PathRefusedError, SandboxError
-from sandbox.merge import obstacles, select
+from sandbox.merge import obstacles, select, validate
 from sandbox.models import (
     ApplyAction,
     ApplyJournal,
@@ -583,6 +583,7 @@ def execute(
     journal is kept and the error names the commands that finish or reverse the operation.
     """
     project, op = run.project, j.op
+    validate.check(run.repo, j.entries)  # the whole plan, before the journal: nothing half-applies
     if j.token is None:
         j.token = journal.new_token()
     temps = journal.temps_of(project, j)
@@ -709,7 +710,7 @@ def apply(
                 f"Your HEAD moved since run {run.run_id} started (was {(run.info.head or 'unborn')[:12]}); "
                 "re-run with --allow-moved-head to apply onto your current files anyway."
             )
-        state = run.state()
+        state = run.verified_state()
         if progress is not None:
             progress("Checking your files")
         try:

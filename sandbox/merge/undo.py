@@ -75,7 +75,7 @@ def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
         report = roll_back(run.project, directory, lock_timeout)
         if report is not None:
             return report
-    state = run.state()
+    state = run.verified_state()
     for call_id in reversed(state.order):
         entry = state.calls[call_id]
         if entry.commit and entry.files and not entry.undone:
@@ -88,7 +88,7 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     """Redo the run's newest undo, in the place (your tree or the sandbox) where it was undone."""
     for directory in _pending_dirs(run):
         journal.ensure_none_pending(run.project, directory)
-    state = run.state()
+    state = run.verified_state()
     for item in reversed(state.data.undo_stack):
         entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
@@ -111,7 +111,7 @@ def _move(
     with journal.tree_lock(run.project, root, lock_timeout), run.lock(lock_timeout):
         faults.point(f"{op}.after_lock")
         journal.ensure_none_pending(run.project, root)
-        state = run.state()
+        state = run.verified_state()
         try:
             if target == "user":
                 mergeback.check_in_progress(root)

@@ -72,7 +72,7 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 f"Branch {name} already exists (at {str(existing.target)[:12]}); choose another name, "
                 "or replace it with --force."
             )
-    state = run.state()
+    state = run.verified_state()
     base = run.info.head
     parent = base
     tree = objects.commit_tree(repo, base) if base else None

@@ -61,6 +61,8 @@ def ensure(run: Run) -> str | None:
     exists but is broken (its worktree deleted by hand, say) is left to ``sandbox resume``, which
     reports what was there: the caller's usual "worktree missing" refusal still applies to it.
     """
+    # Hooks and hosts inside the worktree find the user's tree from this note, never from the record.
+    run.project.remember_workdir(run.run_id)
     if run.worktree_exists() and not interrupted(run):
         return None
     with run.lock():

@@ -21,8 +21,9 @@ ledger ref only ever moves fast-forward, in both directions.
   or none.
 * ``fetch`` downloads the objects without writing any ref (``--no-write-fetch-head``,
   ``--refmap=`` so no configured fetch refspec updates ``refs/sandbox`` on git's own), reads the
-  incoming ledger back event by event (each must parse and belong to the run), and then, under the
-  run's lock, moves the local ledger only if the incoming one contains it.
+  incoming ledger back event by event (each must parse and belong to the run, and agree with its
+  commits: :mod:`sandbox.run.verify`), and then, under the run's lock, moves the local ledger only
+  if the incoming one contains it.
 
 A ledger that diverged (both sides appended since they last met) is refused either way, with what
 to do; nothing is merged. Fencing needs nothing more: a ``resume`` on machine B appends a
@@ -42,6 +43,7 @@ import pygit2
 
 from sandbox.errors import CorruptionError, SandboxError, UsageError
 from sandbox.models import FetchedFrom, from_json, to_json
+from sandbox.run import verify
 from sandbox.run.run import Run
 from sandbox.store import integrity, layout, objects
 from sandbox.store.fsutil import write_json_file
@@ -436,6 +438,15 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             ) from exc
         if any(event.run_id != run_id for _oid, event in arrived):
             raise CorruptionError(f"The ledger of run {run_id} on {remote} holds another run's events; not installed.")
+        try:
+            # Checked against its commits before any ref moves (sandbox.run.verify): what diff shows
+            # is then what apply writes.
+            verify.verified(ledger, incoming)
+        except verify.LedgerRefusedError as exc:
+            kept = "nothing of it was installed" if local is None else "the run here is kept as it was"
+            return Transfer(
+                run_id, "refused", message=f"The ledger of run {run_id} on {remote} was refused: {exc.message}; {kept}."
+            )
         objects.enable_fsync()
         stale = [n for n in _local_refs(project, run_id) if n.startswith(AGENT_PREFIX) and n not in remote_refs]
         with objects.git_writes():

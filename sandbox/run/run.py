@@ -207,6 +207,25 @@ class Run:
             raise CorruptionError(f"The ledger of run {self.run_id} has no start event; it is damaged.")
         return state
 
+    def verified_state(self) -> LedgerState:
+        """The fold of the run's ledger, after every event was checked against its commits
+        (:mod:`sandbox.run.verify`): what apply, undo, redo and branch decide from."""
+        from sandbox.run.verify import LedgerRefusedError, verified
+
+        state = self.state()
+        if state.tip is not None:
+            try:
+                verified(self._ledger, state.tip)
+            except LedgerRefusedError as exc:
+                raise type(exc)(
+                    f"{exc.message}; the run's record disagrees with its commits, so nothing was done. Drop the run "
+                    f"('sandbox drop {self.run_id} --force') or fetch it again from a remote you trust.",
+                    exc.index,
+                    exc.oid,
+                    exc.reason,
+                ) from None
+        return state
+
     @property
     def info(self) -> RunInfo:
         """Where the run came from (its start event)."""
@@ -281,20 +300,11 @@ class Run:
 
     @property
     def user_workdir(self) -> str:
-        """The user's working tree the run applies to, in the repository this command runs in.
-
-        The run's record names the tree it was started from; that is used only while it belongs to
-        this repository. A run fetched from another clone (or a moved repository) gets this
-        repository's main working tree instead, never the other clone's.
-        """
+        """The user's working tree the run applies to: found from the repository this command runs
+        in (:meth:`Project.target_workdir <sandbox.store.project.Project.target_workdir>`), never
+        taken from the run's record, which a run fetched from another clone brings with it."""
         if self._user_workdir is None:
-            recorded = self.info.user_workdir
-            found = layout.common_dir_of(recorded) if os.path.isdir(recorded) else None
-            main = self.project.common_dir
-            if found is not None and os.path.realpath(found) == main:
-                self._user_workdir = recorded
-            else:
-                self._user_workdir = os.path.dirname(main) if os.path.basename(main) == ".git" else recorded
+            self._user_workdir = self.project.target_workdir(self.run_id, self.info.user_workdir)
         return self._user_workdir
 
     @property

@@ -368,6 +368,8 @@ def run_session(
         )
     if isolation is not None:
         run.note({"isolation": isolation.describe(), "session": "sandbox run"})
+    # What 'sandbox resume --continue' relaunches: the same agent and flags (sandbox.recovery.continue_).
+    run.note({"agent_command": list(argv), "subdir": subdir, "scope": token})
     changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
     cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
     cutter.start()

@@ -1,0 +1,43 @@
+"""Relaunching a run's agent on its conversation: shared by ``resume --continue`` and ``rewind --continue``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import click
+
+from sandbox.cli import escape
+
+if TYPE_CHECKING:
+    from sandbox.models import ResumeReport
+    from sandbox.run.run import Run
+
+
+def continue_agent(ctx: click.Context, run: Run, report: ResumeReport, extra: Sequence[str]) -> None:
+    """Plan the relaunch (:mod:`sandbox.recovery.continue_`) and run it as ``sandbox run`` does; exits."""
+    from sandbox.cli.agenthomes import homes
+    from sandbox.cli.common import base_dir
+    from sandbox.cli.run_agent import run_agent
+    from sandbox.recovery import continue_
+    from sandbox.store.paths import subdir_in_run
+
+    subdir = subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)  # where 'sandbox run' will start it
+    plan = continue_.plan(run, report, homes(run), extra, subdir=subdir)
+    for problem in report.problems:
+        click.echo(f"sandbox: {escape.text(problem)}", err=True)
+    for message in plan.messages:
+        click.echo(f"sandbox: {escape.text(message)}", err=True)
+    assert run_agent.callback is not None
+    # The callback itself: 'sandbox run' splits its own arguments (RUN -- AGENT...), which are given here.
+    ctx.invoke(
+        run_agent.callback,
+        run_id=run.run_id,
+        new=False,
+        label=None,
+        hooks_for="auto",
+        debounce=2.0,
+        isolate=None,
+        network=None,
+        command=tuple(plan.argv),
+    )

@@ -1,0 +1,195 @@
+"""The real Claude Code crashes, continues and rewinds with its conversation (issue #22).
+
+Claude Code is killed with SIGKILL during a Bash call under ``sandbox run``; ``sandbox resume RUN
+--continue`` relaunches it on its own conversation (the scripted server's next request carries the
+earlier turns and the resume note), the uncertain command stays refused until approved, and the
+session goes on recording. ``sandbox rewind RUN --to CALL --continue`` puts the files back to just
+before CALL and continues a fork of the conversation cut there. A pushed run continues its
+conversation in another clone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.models import CallStatus
+from tests.agents.anthropic_server import ModelServer, Request, ToolUse, Turn, bash, result_text, write
+from tests.agents.claude_harness import SANDBOX, TIMEOUT, claude_args, claude_env, cli_start, stop_services, via_run
+from tests.agents.test_claude_code import _children, _with_marker
+from tests.hook_fixtures import reopen
+
+pytestmark = pytest.mark.agents
+
+NEW_FILE = "src/new.py"
+NEW_TEXT = "def new():\n    return 1\n"
+NOTE_HEAD = "The sandbox stopped and resumed this session"
+
+
+@pytest.fixture(autouse=True)
+def _services(repo: Path) -> Iterator[None]:
+    yield
+    stop_services(repo)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A private HOME for Claude Code (its settings and sessions)."""
+    return tmp_path / "claude-home"
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A unique marker for a test's long commands; processes carrying it are stopped at the end."""
+    mark = f"42.{os.getpid() % 1000:03d}{time.monotonic_ns() % 1000:03d}"
+    yield mark
+    for pid in _with_marker(f"sleep {mark}"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _tool_ids(request: Request) -> list[str]:
+    """The tool_use ids of a request's messages, in order."""
+    out = []
+    for message in request.body.get("messages", []):
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                out.append(str(block.get("id")))
+    return out
+
+
+def _texts(request: Request) -> str:
+    """Every text of a request's user messages, joined."""
+    out = []
+    for message in request.body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict):
+                out.append(str(block.get("text", "")))
+    return "\n".join(out)
+
+
+def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SANDBOX, *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def _crash_during_bash(claude_bin: str, repo: Path, run_id: str, wt: Path, home: Path, turns: list[Turn]) -> str:
+    """Run Claude Code under ``sandbox run`` and SIGKILL it once the last turn's Bash wrote started.txt."""
+    with ModelServer(list(turns)) as server:
+        proc = subprocess.Popen(
+            [SANDBOX, "run", run_id, "--", *claude_args(claude_bin, "bypassPermissions", home / "debug.log")],
+            cwd=repo,
+            env=claude_env(server, home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
+            claude = [
+                p
+                for s in _children(proc.pid)
+                for p in _children(s)
+                if "claude" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+            ]
+            assert len(claude) == 1
+            os.kill(claude[0], signal.SIGKILL)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return err
+
+
+def test_kill_9_then_resume_continue(claude_bin: str, repo: Path, home: Path, marker: str) -> None:
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
+    first = write(str(wt / NEW_FILE), NEW_TEXT)
+    long_call = ToolUse("Bash", {"command": command, "description": "long"})
+    err = _crash_during_bash(claude_bin, repo, run.run_id, wt, home, [first, Turn(tools=[long_call])])
+    assert reopen(run).entry(long_call.id).status == CallStatus.started, err
+
+    retry = ToolUse("Bash", {"command": command, "description": "long"})  # the same input under a new id
+    after = write(str(wt / "src/after.py"), "AFTER = 1\n")
+    with ModelServer([Turn(tools=[retry]), after]) as server:
+        started = time.monotonic()
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=claude_env(server, home))
+        elapsed = time.monotonic() - started
+        requests = server.agent_requests()
+    assert done.returncode == 0, done.stderr
+    assert "continuing claude-code session" in done.stderr and long_call.id in done.stderr
+    # The first request of the continued session carries the earlier turns and the note.
+    opening = requests[0]
+    assert _tool_ids(opening)[:2] == [first.tools[0].id, long_call.id], _tool_ids(opening)
+    assert NOTE_HEAD in _texts(opening) and long_call.id in _texts(opening)
+    # The model's retry of the uncertain command is refused, with a reason it understands.
+    refused = server.tool_result(retry.id)
+    assert refused is not None and refused.get("is_error") is True
+    assert "outcome is unknown" in result_text(refused)
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    assert entries[retry.id].status == CallStatus.not_run
+    assert entries[long_call.id].status == CallStatus.uncertain
+    # The session goes on, recorded, in the same agent session.
+    assert entries[after.tools[0].id].status == CallStatus.succeeded
+    assert (wt / "src/after.py").read_text() == "AFTER = 1\n" and not (wt / "late.txt").exists()
+    assert entries[after.tools[0].id].agent_session == entries[first.tools[0].id].agent_session
+    print(f"resume --continue took {elapsed:.2f} s in all")
+
+    # Approving the blocked call lifts the block: the same command would run again.
+    from sandbox.run import approvals
+
+    assert approvals.is_denied(reopen(run), "Bash", long_call.input) is not None
+    approved = _sandbox("approve", run.run_id, long_call.id, cwd=repo)
+    assert approved.returncode == 0, approved.stderr
+    assert approvals.is_denied(reopen(run), "Bash", long_call.input) is None
+    assert reopen(run).entry(long_call.id).status == CallStatus.uncertain  # its outcome is still unknown
+
+
+def test_transcript_is_stored_with_the_run_and_mapped(claude_bin: str, repo: Path, home: Path) -> None:
+    """After a ``sandbox run`` session the run holds the conversation, each call mapped to its line."""
+    from sandbox.agent import transcripts
+
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [write(str(wt / NEW_FILE), NEW_TEXT), bash("echo x > x.txt")]
+    with ModelServer(turns) as server:
+        session = via_run(claude_bin, repo, run.run_id, server, home, "bypassPermissions")
+    assert session.returncode == 0, session.stderr
+    run = reopen(run)
+    session_id = run.entries()[0].agent_session
+    assert session_id is not None
+    stored = transcripts.latest(run, session_id)
+    assert stored is not None and stored.index.agent == "claude-code"
+    assert set(stored.index.calls) == {t.tools[0].id for t in turns}
+    found = list((home / ".claude" / "projects").glob(f"*/{session_id}.jsonl"))
+    assert len(found) == 1 and transcripts.load(run, stored) == found[0].read_bytes()
+    log = _sandbox("log", run.run_id, "--json", cwd=repo)
+    assert log.returncode == 0
+    json.loads(log.stdout)

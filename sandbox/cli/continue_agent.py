@@ -14,17 +14,16 @@ if TYPE_CHECKING:
     from sandbox.run.run import Run
 
 
-def continue_agent(ctx: click.Context, run: Run, report: ResumeReport, extra: Sequence[str]) -> None:
+def continue_agent(
+    ctx: click.Context, run: Run, report: ResumeReport | None, extra: Sequence[str], prompt: str | None = None
+) -> None:
     """Plan the relaunch (:mod:`sandbox.recovery.continue_`) and run it as ``sandbox run`` does; exits."""
     from sandbox.cli.agenthomes import homes
-    from sandbox.cli.common import base_dir
     from sandbox.cli.run_agent import run_agent
     from sandbox.recovery import continue_
-    from sandbox.store.paths import subdir_in_run
 
-    subdir = subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)  # where 'sandbox run' will start it
-    plan = continue_.plan(run, report, homes(run), extra, subdir=subdir)
-    for problem in report.problems:
+    plan = continue_.plan(run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt)
+    for problem in report.problems if report is not None else []:
         click.echo(f"sandbox: {escape.text(problem)}", err=True)
     for message in plan.messages:
         click.echo(f"sandbox: {escape.text(message)}", err=True)
@@ -41,3 +40,11 @@ def continue_agent(ctx: click.Context, run: Run, report: ResumeReport, extra: Se
         network=None,
         command=tuple(plan.argv),
     )
+
+
+def start_subdir(ctx: click.Context, run: Run) -> str:
+    """Where in the worktree ``sandbox run`` will start the agent from here (its session is looked up there)."""
+    from sandbox.cli.common import base_dir
+    from sandbox.store.paths import subdir_in_run
+
+    return subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)

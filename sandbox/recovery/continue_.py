@@ -148,14 +148,16 @@ def _prompt(report: ResumeReport, continued: bool, blocked: list[str], run: Run)
 
 def plan(
     run: Run,
-    report: ResumeReport,
+    report: ResumeReport | None,
     homes: Mapping[str, Sequence[str]],
     extra: Sequence[str] = (),
     subdir: str | None = None,
+    prompt: str | None = None,
 ) -> ContinuePlan:
     """Decide what ``resume --continue`` starts (steps 1-4 of the module docstring); blocks calls.
 
     ``subdir``: where in the worktree the agent will start (default: where it ran before).
+    ``report`` None with a ``prompt`` (``rewind --continue``): no resume note, no calls blocked.
     """
     recorded = agent_command(run)
     if recorded is None:
@@ -179,8 +181,11 @@ def plan(
     if session is not None:
         path, restored = place_transcript(run, agent, session, agent_homes, cwd)
     continued = path is not None
-    blocked = block_uncertain(run, report)
-    prompt = _prompt(report, continued, blocked, run)
+    blocked = block_uncertain(run, report) if report is not None else []
+    if report is not None:
+        prompt = _prompt(report, continued, blocked, run)
+    elif prompt is None or not prompt.strip():
+        raise ValueError("plan() needs a resume report or a prompt")
     if continued and session is not None:
         new_argv = agent.relaunch(argv, session, prompt)
     else:

@@ -193,3 +193,34 @@ def test_transcript_is_stored_with_the_run_and_mapped(claude_bin: str, repo: Pat
     log = _sandbox("log", run.run_id, "--json", cwd=repo)
     assert log.returncode == 0
     json.loads(log.stdout)
+
+
+def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path) -> None:
+    """Files back to just before the call; the next request carries exactly the turns before it."""
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [write(str(wt / "a.txt"), "one\n"), bash("echo two > b.txt"), write(str(wt / "c.txt"), "three\n")]
+    ids = [t.tools[0].id for t in turns]
+    with ModelServer(turns) as server:
+        session = via_run(claude_bin, repo, run.run_id, server, home, "bypassPermissions")
+    assert session.returncode == 0, session.stderr
+    assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
+    original = list((home / ".claude" / "projects").glob("*/*.jsonl"))
+    assert len(original) == 1
+    before = original[0].read_bytes()
+
+    later = write(str(wt / "d.txt"), "four\n")
+    with ModelServer([later]) as server:
+        done = _sandbox("rewind", run.run_id, "--to", ids[1], "--continue", cwd=repo, env=claude_env(server, home))
+        requests = server.agent_requests()
+    assert done.returncode == 0, done.stderr
+    assert "forked just before call" in done.stderr and ids[1] in done.stderr  # the Bash is listed as a side effect
+    opening = requests[0]
+    assert _tool_ids(opening) == [ids[0]]  # exactly the turns before the call
+    assert "rewound this session to just before call" in _texts(opening)
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists() and not (wt / "c.txt").exists()
+    assert (wt / "d.txt").read_text() == "four\n"
+    assert original[0].read_bytes() == before  # the agent's own transcript is never edited
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    assert entries[later.tools[0].id].status == CallStatus.succeeded
+    assert entries[later.tools[0].id].agent_session != entries[ids[0]].agent_session  # the fork's session

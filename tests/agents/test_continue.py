@@ -224,3 +224,50 @@ def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path)
     entries = {e.call_id: e for e in reopen(run).entries()}
     assert entries[later.tools[0].id].status == CallStatus.succeeded
     assert entries[later.tools[0].id].agent_session != entries[ids[0]].agent_session  # the fork's session
+
+
+def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: str, tmp_path: Path, repo: Path) -> None:
+    """Clone B has never seen the agent's session: resume --continue writes it from the run's copy."""
+    from tests.conftest import git
+
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [write(str(wt / NEW_FILE), NEW_TEXT), bash("echo built > out.txt")]
+    home_a, home_b = tmp_path / "home-a", tmp_path / "home-b"
+    with ModelServer(turns) as server:
+        session = via_run(claude_bin, repo, run.run_id, server, home_a, "bypassPermissions")
+    assert session.returncode == 0, session.stderr
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
+    pushed = _sandbox("push", run.run_id, "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    fetched = _sandbox("fetch", "origin", run.run_id, cwd=other)
+    assert fetched.returncode == 0, fetched.stderr
+    stop_services(repo)
+
+    later = write(str(tmp_path / "unused"), "")  # its path is set below, once the worktree in B is known
+    with ModelServer([later]) as server:
+        env = claude_env(server, home_b)
+        path = _sandbox("path", run.run_id, cwd=other, env=env)
+        assert path.returncode == 0, path.stderr
+        wt_b = Path(path.stdout.strip())
+        later.tools[0].input["file_path"] = str(wt_b / "b.txt")
+        later.tools[0].input["content"] = "from b\n"
+        done = _sandbox("resume", run.run_id, "--continue", cwd=other, env=env)
+        requests = server.agent_requests()
+    stop_services(other)
+    assert done.returncode == 0, done.stderr
+    assert "from the run's stored copy" in done.stderr
+    assert _tool_ids(requests[0])[:2] == [t.tools[0].id for t in turns]  # the conversation of clone A
+    assert (wt_b / "b.txt").read_text() == "from b\n" and (wt_b / "out.txt").read_text() == "built\n"
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
+
+    project, _workdir, _cwd_run = Project.discover(str(other))
+    entries = {e.call_id: e for e in Run.open(project, run.run_id).entries()}
+    assert entries[later.tools[0].id].status == CallStatus.succeeded
+    assert entries[later.tools[0].id].agent_session == entries[turns[0].tools[0].id].agent_session  # same session

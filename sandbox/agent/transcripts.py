@@ -21,6 +21,7 @@ A copy equal to the latest one stored is not stored again.
 from __future__ import annotations
 
 import hashlib
+import os
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, TranscriptIndex, from_json, to_json
 from sandbox.store import objects, packs
+from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -234,3 +236,83 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
                 out.append(stored)
             break
     return out
+
+
+# -- which agent, which session ------------------------------------------------------------------
+
+
+def agent_command(run: Run) -> tuple[list[str], str] | None:
+    """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
+    found = None
+    for _oid, event in run.events():
+        data = event.data if event.kind == EventKind.note else {}
+        argv = data.get("agent_command")
+        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            found = (list(argv), str(data.get("subdir") or ""))
+    return found
+
+
+#: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).
+SESSION_NOTES = ("rewind", "conversation_fork")
+
+
+def current_session(run: Run) -> str | None:
+    """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
+    session = None
+    for _oid, event in run.events():
+        if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
+            session = event.call.agent_session
+        elif event.kind == EventKind.note:
+            for key in SESSION_NOTES:
+                made = event.data.get(key)
+                if isinstance(made, dict) and isinstance(made.get("session"), str):
+                    session = made["session"]
+    return session
+
+
+def primary_home(homes: Sequence[str]) -> str | None:
+    """The configuration home a relaunched agent will use: the first that exists, else the last."""
+    for home in homes:
+        if os.path.isdir(home):
+            return home
+    return homes[-1] if homes else None
+
+
+def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[str, Sequence[str]]) -> str | None:
+    """Give ``target`` (a fork of ``source``) ``source``'s conversation up to just after call ``at``.
+
+    The conversation is copied, cut before the next tool use after ``at`` (whole for None), into a
+    new agent session stored with ``target``, written where the agent finds it, and named by a
+    ``note`` event, with ``source``'s agent command, so ``sandbox resume TARGET --continue`` goes on
+    from there. Returns the new session id, or None when ``source`` holds no conversation.
+    """
+    from sandbox.agent.sessions import AGENTS
+
+    capture(source, homes, f"fork into {target.run_id}")
+    state = source.state()
+    upto = state.order[: state.order.index(at) + 1] if at in state.calls else state.order
+    old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
+    stored = latest(source, old) if old else None
+    agent = AGENTS.get(stored.index.agent) if stored is not None else None
+    if stored is None or agent is None:
+        return None
+    line = stored.index.calls.get(at) if at else None
+    later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
+    new = agent.new_session()
+    forked = agent.fork(load(source, stored), later[0][1] if later else None, new)
+    home = primary_home(list(homes.get(agent.name, ())))
+    if home is not None:
+        dest = agent.place(home, target.worktree, new)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        atomic_write(dest, forked, mode=0o600)
+    store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
+    recorded = agent_command(source)
+    if recorded is not None:
+        target.note({"agent_command": recorded[0], "subdir": recorded[1], "forked_from": source.run_id})
+    target.record(
+        EventKind.note,
+        reason=f"conversation forked from run {source.run_id}",
+        data={"conversation_fork": {"session": new, "from_session": old, "run": source.run_id, "at": at}},
+        epoch=target.state().epoch,
+    )
+    return new

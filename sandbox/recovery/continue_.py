@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
+from sandbox.agent.transcripts import agent_command, current_session, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import Approval, EventKind, ResumeReport
 from sandbox.store.fsutil import atomic_write
@@ -55,37 +56,6 @@ class ContinuePlan:
     blocked: list[str] = field(default_factory=list)
     prompt: str = ""
     messages: list[str] = field(default_factory=list)
-
-
-def agent_command(run: Run) -> tuple[list[str], str] | None:
-    """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
-    found = None
-    for _oid, event in run.events():
-        data = event.data if event.kind == EventKind.note else {}
-        argv = data.get("agent_command")
-        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            found = (list(argv), str(data.get("subdir") or ""))
-    return found
-
-
-def current_session(run: Run) -> str | None:
-    """The agent session the run continues in: the last call's, or a later rewind's fork."""
-    session = None
-    for _oid, event in run.events():
-        if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
-            session = event.call.agent_session
-        elif event.kind == EventKind.note and isinstance(event.data.get("rewind"), dict):
-            forked = event.data["rewind"].get("session")
-            session = forked if isinstance(forked, str) else session
-    return session
-
-
-def primary_home(homes: Sequence[str]) -> str | None:
-    """The configuration home the relaunched agent will use: the first that exists, else the last."""
-    for home in homes:
-        if os.path.isdir(home):
-            return home
-    return homes[-1] if homes else None
 
 
 def place_transcript(

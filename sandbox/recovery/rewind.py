@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
+from sandbox.agent.transcripts import primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, LedgerEntry
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
-from sandbox.recovery.continue_ import primary_home
 from sandbox.run.checkpoint import CheckpointStore
 from sandbox.store.fsutil import atomic_write
 

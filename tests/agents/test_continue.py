@@ -271,3 +271,26 @@ def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: st
     entries = {e.call_id: e for e in Run.open(project, run.run_id).entries()}
     assert entries[later.tools[0].id].status == CallStatus.succeeded
     assert entries[later.tools[0].id].agent_session == entries[turns[0].tools[0].id].agent_session  # same session
+
+
+def test_fork_at_a_call_forks_the_conversation(claude_bin: str, repo: Path, home: Path) -> None:
+    """``fork --at CALL`` then ``resume FORK --continue``: the agent goes on from just after CALL."""
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [write(str(wt / "a.txt"), "one\n"), write(str(wt / "b.txt"), "two\n")]
+    ids = [t.tools[0].id for t in turns]
+    with ModelServer(turns) as server:
+        session = via_run(claude_bin, repo, run.run_id, server, home, "bypassPermissions")
+    assert session.returncode == 0, session.stderr
+    forked = _sandbox("--json", "fork", run.run_id, "--at", ids[0], cwd=repo)
+    assert forked.returncode == 0, forked.stderr
+    fork = json.loads(forked.stdout)
+    fork_wt = Path(fork["worktree"])
+    assert (fork_wt / "a.txt").exists() and not (fork_wt / "b.txt").exists()
+    later = write(str(fork_wt / "c.txt"), "three\n")
+    with ModelServer([later]) as server:
+        done = _sandbox("resume", fork["run"], "--continue", cwd=repo, env=claude_env(server, home))
+        requests = server.agent_requests()
+    assert done.returncode == 0, done.stderr
+    assert _tool_ids(requests[0]) == [ids[0]]  # the conversation up to just after the call
+    assert (fork_wt / "c.txt").read_text() == "three\n" and not (wt / "c.txt").exists()

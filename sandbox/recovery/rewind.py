@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sandbox.run.run import Run
 
 #: Tools whose effects may reach outside the worktree (besides those recorded with side effects).
-COMMAND_TOOLS = frozenset({"Bash", "run_shell_command", "shell", "exec", "sandbox_exec"})
+COMMAND_TOOLS = frozenset({"Bash", "run_shell_command", "run_command", "shell", "exec", "exec_command", "sandbox_exec"})
 
 
 class RewindError(SandboxError):

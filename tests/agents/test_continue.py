@@ -190,9 +190,14 @@ def test_transcript_is_stored_with_the_run_and_mapped(claude_bin: str, repo: Pat
     assert set(stored.index.calls) == {t.tools[0].id for t in turns}
     found = list((home / ".claude" / "projects").glob(f"*/{session_id}.jsonl"))
     assert len(found) == 1 and transcripts.load(run, stored) == found[0].read_bytes()
-    log = _sandbox("log", run.run_id, "--json", cwd=repo)
-    assert log.returncode == 0
-    json.loads(log.stdout)
+    # At a checkpoint the conversation as it is then is stored too (only its new bytes).
+    with found[0].open("ab") as fh:
+        fh.write(b'{"type":"user","message":{"role":"user","content":"more"}}\n')
+    made = _sandbox("checkpoint", run.run_id, "--label", "later", cwd=repo, env={**os.environ, "HOME": str(home)})
+    assert made.returncode == 0, made.stderr
+    records = transcripts.records(reopen(run))
+    assert [r["reason"] for r in records] == ["session end", "checkpoint ckpt_001"]
+    assert records[1]["new_bytes"] < records[0]["new_bytes"]
 
 
 def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path) -> None:

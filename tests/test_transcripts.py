@@ -99,7 +99,7 @@ def test_find_looks_in_every_candidate_home(tmp_path: Path) -> None:
 def test_relaunch_replaces_the_prompt_and_keeps_the_flags() -> None:
     agent = sessions.ClaudeCode()
     argv = ["claude", "-p", "Do it.", "--allowedTools", "Bash", "Edit", "--model", "m", "-r", "old", "--fork-session"]
-    assert agent.relaunch(argv, "S", "NOTE") == [
+    assert agent.relaunch(argv, "S", "NOTE", None) == [
         "claude",
         "NOTE",
         "-p",

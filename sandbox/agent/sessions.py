@@ -57,13 +57,84 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-class ClaudeCode:
+class AgentSessions:
+    """What every agent's sessions offer; subclasses fill in where and how (see the module docstring)."""
+
+    name = ""
+    program = ""
+    #: Options taking one value; options with an optional value take the next word unless it
+    #: starts with '-'; variadic ones take every word up to the next option (commander, yargs).
+    VALUE: frozenset[str] = frozenset()
+    OPTIONAL: frozenset[str] = frozenset()
+    VARIADIC: frozenset[str] = frozenset()
+    #: How a session or a prompt was given: dropped, the relaunch gives its own.
+    DROP_FLAGS: frozenset[str] = frozenset()
+    DROP_VALUE: frozenset[str] = frozenset()
+    DROP_OPTIONAL: frozenset[str] = frozenset()
+    #: Whether a copy of the conversation can be cut and continued as a new session (rewind, fork).
+    forks = False
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:  # pragma: no cover - abstract
+        """The transcript file of ``session`` among the homes, or None."""
+        raise NotImplementedError
+
+    def calls(self, data: bytes) -> dict[str, int]:  # pragma: no cover - abstract
+        """Tool-use id -> the line where the message asking for it begins."""
+        raise NotImplementedError
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The conversation cut just before tool use ``before``, as session ``new`` (KeyError: cannot)."""
+        raise KeyError(before)
+
+    def place(self, home: str, cwd: str, session: str) -> str:  # pragma: no cover - abstract
+        """Where to write a stored copy of ``session`` for the agent to continue it."""
+        raise NotImplementedError
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced by ``prompt``, continuing ``session`` (None: a new session)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def options(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(the options of ``argv`` to keep, the dropped option names), its prompt words left out."""
+        kept: list[str] = []
+        dropped: list[str] = []
+        i = 1
+        while i < len(argv):
+            word = argv[i]
+            name = word.split("=", 1)[0]
+            if word == "--":
+                break  # everything after it is prompt
+            if not word.startswith("-") or word == "-":
+                i += 1  # a prompt word: replaced
+                continue
+            has_word = i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            takes_next = "=" not in word and (
+                name in self.VALUE | self.DROP_VALUE or (name in self.OPTIONAL | self.DROP_OPTIONAL and has_word)
+            )
+            width = 2 if takes_next else 1
+            if name in self.VARIADIC and "=" not in word:
+                width = 1
+                while i + width < len(argv) and not argv[i + width].startswith("-"):
+                    width += 1
+            if name in self.DROP_FLAGS | self.DROP_VALUE | self.DROP_OPTIONAL:
+                dropped.append(name)
+            else:
+                kept.extend(argv[i : i + width])
+            i += width
+        return kept, dropped
+
+    @staticmethod
+    def new_session() -> str:
+        """A fresh session id in the agent's own shape (a UUID)."""
+        return str(uuid.uuid4())
+
+
+class ClaudeCode(AgentSessions):
     """Claude Code's sessions (see the module docstring)."""
 
     name = "claude-code"
     program = "claude"
-    #: Options taking one value (``--x V``); options with an optional value take the next word
-    #: unless it starts with '-' (as commander, Claude Code's parser, does).
+    forks = True
     VALUE = _words(
         "--agent --agents --append-system-prompt --append-system-prompt-file --system-prompt --system-prompt-file "
         "--autocompact --debug-file --effort --environment --fallback-model --input-format --json-schema "
@@ -76,7 +147,6 @@ class ClaudeCode:
         "--add-dir --allowedTools --allowed-tools --betas --disallowedTools --disallowed-tools --file --mcp-config "
         "--tools"
     )
-    #: How a session was picked: dropped, the relaunch names its own.
     DROP_FLAGS = _words("-c --continue --fork-session --no-session-persistence")
     DROP_VALUE = frozenset(["--session-id"])
     DROP_OPTIONAL = frozenset(["-r", "--resume"])
@@ -138,46 +208,87 @@ class ClaudeCode:
         """Where Claude Code looks for ``session`` when started in ``cwd`` with this config home."""
         return os.path.join(home, "projects", re.sub(r"[^A-Za-z0-9]", "-", cwd), session + ".jsonl")
 
-    def relaunch(self, argv: Sequence[str], session: str, prompt: str) -> list[str]:
-        """``argv`` with its prompt replaced by ``prompt``, resuming ``session``.
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced by ``prompt``, resuming ``session`` (``--resume ID``).
 
         The prompt words are the positional arguments; options keep their values. The new prompt
         goes first (after the program), where no option can take it as its value.
         """
-        kept: list[str] = []
-        i = 1
-        while i < len(argv):
-            word = argv[i]
-            name = word.split("=", 1)[0]
-            if word == "--":
-                break  # everything after it is prompt
-            if not word.startswith("-") or word == "-":
-                i += 1  # a prompt word: replaced
-                continue
-            has_word = i + 1 < len(argv) and not argv[i + 1].startswith("-")
-            takes_next = "=" not in word and (
-                name in self.VALUE | self.DROP_VALUE or (name in self.OPTIONAL | self.DROP_OPTIONAL and has_word)
+        kept, _dropped = self.options(argv)
+        return [argv[0], prompt, *kept, *(["--resume", session] if session else [])]
+
+
+class GeminiCli(AgentSessions):
+    """Gemini CLI's sessions (0.61): ``<home>/tmp/<project>/chats/session-<time>-<id8>.jsonl``.
+
+    The first record names the ``sessionId``; a model turn is written twice (once more with its
+    ``toolCalls``); tool-call ids are Gemini's own, not the ledger's (its hooks carry none), so
+    a rewind or fork cannot find a call's place and forks nothing. ``gemini --session-file F``
+    continues a stored copy from any path (measured: the earlier turns are sent again, and the
+    continued session gets an id of its own).
+    """
+
+    name = "gemini"
+    program = "gemini"
+    VALUE = _words("-m --model -w --worktree --approval-mode -o --output-format --delete-session")
+    VARIADIC = _words(
+        "--policy --admin-policy --allowed-mcp-server-names --allowed-tools -e --extensions --include-directories"
+    )
+    DROP_VALUE = _words("-p --prompt -i --prompt-interactive -r --resume --session-file --session-id")
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:
+        """The newest chat file among the homes whose first record names ``session``, or None."""
+        if not valid_session(session) or len(session) < 8:
+            return None
+        found = []
+        for home in homes:
+            pattern = os.path.join(
+                glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl"
             )
-            width = 2 if takes_next else 1
-            if name in self.VARIADIC and "=" not in word:
-                width = 1
-                while i + width < len(argv) and not argv[i + width].startswith("-"):
-                    width += 1
-            if name not in self.DROP_FLAGS | self.DROP_VALUE | self.DROP_OPTIONAL:
-                kept.extend(argv[i : i + width])
-            i += width
-        return [argv[0], prompt, *kept, "--resume", session]
+            for path in glob.glob(pattern):
+                try:
+                    with open(path, "rb") as fh:
+                        first = _record(fh.readline())
+                    if first.get("sessionId") == session:
+                        found.append((os.stat(path).st_mtime_ns, path))
+                except OSError:
+                    continue
+        return max(found)[1] if found else None
 
-    @staticmethod
-    def new_session() -> str:
-        """A fresh session id in the agent's own shape."""
-        return str(uuid.uuid4())
+    def calls(self, data: bytes) -> dict[str, int]:
+        """Gemini's tool-call id -> the line where the model turn asking for it first appears."""
+        first_line: dict[str, int] = {}
+        out: dict[str, int] = {}
+        for n, line in enumerate(data.split(b"\n")):
+            if b"toolCalls" not in line:
+                if b'"gemini"' in line:
+                    record = _record(line)
+                    first_line.setdefault(str(record.get("id")), n)
+                continue
+            record = _record(line)
+            first = first_line.setdefault(str(record.get("id")), n)
+            tool_calls = record.get("toolCalls")
+            for call in tool_calls if isinstance(tool_calls, list) else []:
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    out.setdefault(call["id"], first)
+        return out
+
+    def place(self, home: str, cwd: str, session: str) -> str:
+        """Any path will do (``--session-file``): beside Gemini's own temporary files."""
+        return os.path.join(home, "tmp", "sandbox-restored", "chats", f"session-restored-{session}.jsonl")
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced (``-p`` stays headless, else interactive), on ``transcript``."""
+        kept, dropped = self.options(argv)
+        interactive = "-p" not in dropped and "--prompt" not in dropped
+        asked = ["-i", prompt] if interactive else ["-p", prompt]
+        return [argv[0], *kept, *asked, *(["--session-file", transcript] if session and transcript else [])]
 
 
-AGENTS: dict[str, ClaudeCode] = {"claude-code": ClaudeCode()}
+AGENTS: dict[str, AgentSessions] = {"claude-code": ClaudeCode(), "gemini": GeminiCli()}
 
 
-def for_command(argv: Sequence[str]) -> ClaudeCode | None:
+def for_command(argv: Sequence[str]) -> AgentSessions | None:
     """The agent a recorded command line starts (by its program's name), or None when not one we continue."""
     if not argv:
         return None

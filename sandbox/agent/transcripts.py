@@ -294,8 +294,8 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
     stored = latest(source, old) if old else None
     agent = AGENTS.get(stored.index.agent) if stored is not None else None
-    if stored is None or agent is None:
-        return None
+    if stored is None or agent is None or not agent.forks:
+        return None  # the files are forked; this agent's conversation cannot be cut at a call
     line = stored.index.calls.get(at) if at else None
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()

@@ -59,7 +59,7 @@ class ContinuePlan:
 
 
 def place_transcript(
-    run: Run, agent: sessions.ClaudeCode, session: str, homes: Sequence[str], cwd: str
+    run: Run, agent: sessions.AgentSessions, session: str, homes: Sequence[str], cwd: str
 ) -> tuple[str | None, bool]:
     """Make sure the agent finds ``session`` here: (its transcript's path or None, whether it was written)."""
     path = agent.find(session, homes)
@@ -141,7 +141,7 @@ def plan(
     if agent is None:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent ({os.path.basename(argv[0])}) cannot be continued by the sandbox yet (Claude "
-            f"Code can); start it yourself with the note from 'sandbox resume {run.run_id}'."
+            f"Code and Gemini CLI can); start it yourself with the note from 'sandbox resume {run.run_id}'."
         )
     agent_homes = list(homes.get(agent.name, ()))
     transcripts.capture(run, homes, "resume")
@@ -156,10 +156,7 @@ def plan(
         prompt = _prompt(report, continued, blocked, run)
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
-    if continued and session is not None:
-        new_argv = agent.relaunch(argv, session, prompt)
-    else:
-        new_argv = agent.relaunch(argv, "", prompt)[:-2]  # no --resume: a new session
+    new_argv = agent.relaunch(argv, session if continued else None, prompt, path)
     messages = []
     if continued:
         where = "from the run's stored copy" if restored else "where the agent left it"

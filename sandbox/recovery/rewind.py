@@ -6,7 +6,7 @@
    the report names the checkpoint that takes it back (``sandbox rollback RUN --files --to ...``).
 2. **Conversation**: the agent's transcript (stored first, :mod:`sandbox.agent.transcripts`) is
    copied, cut just before the message that asked for CALL, into a *new* session of the agent
-   (:meth:`sandbox.agent.sessions.ClaudeCode.fork`); the agent's original is never edited. The fork
+   (:meth:`sandbox.agent.sessions.AgentSessions.fork`); the agent's original is never edited. The fork
    is stored with the run too, and a ``note`` event (``rewind``) names it, so ``resume --continue``
    and ``rewind --continue`` continue it.
 3. **Side effects**: the calls at and after CALL that may have acted outside the worktree
@@ -163,7 +163,7 @@ def _fork_conversation(
             "starts a new session)."
         )
         return
-    if entry.call_id not in stored.index.calls:
+    if not agent.forks or entry.call_id not in stored.index.calls:
         report.messages.append(
             f"Call {entry.call_id} is not a tool use of the stored conversation; only the files were rewound."
         )

@@ -299,3 +299,73 @@ def test_fork_at_a_call_forks_the_conversation(claude_bin: str, repo: Path, home
     assert done.returncode == 0, done.stderr
     assert _tool_ids(requests[0]) == [ids[0]]  # the conversation up to just after the call
     assert (fork_wt / "c.txt").read_text() == "three\n" and not (wt / "c.txt").exists()
+
+
+def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: str, gemini_bin: str) -> None:
+    """Gemini CLI, killed mid-command, continues on its stored chat (``--session-file``) with the note."""
+    from tests.agents import gemini_server as gs
+    from tests.agents.test_gemini import agent_env, top_gemini
+
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
+    turns = [
+        gs.call("write_file", file_path=str(wt / "a.txt"), content="one\n"),
+        gs.call("run_shell_command", command=command),
+    ]
+    with gs.serve(turns) as server:
+        proc = subprocess.Popen(
+            [SANDBOX, "run", run.run_id, "--", gemini_bin, "-p", "do the task", "--yolo"],
+            cwd=repo,
+            env={**os.environ, **agent_env(server, home)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
+            os.kill(top_gemini(run.run_id), signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    uncertain = [e for e in reopen(run).entries() if e.status == CallStatus.started]
+    assert [e.tool_name for e in uncertain] == ["run_shell_command"]
+
+    again = [
+        gs.call("run_shell_command", command=command),
+        gs.call("write_file", file_path=str(wt / "b.txt"), content="two\n"),
+    ]
+    with gs.serve([*again, gs.text("All done.")]) as server:
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env={**os.environ, **agent_env(server, home)})
+        first = server.conversation()[0].body
+        responses = server.function_responses()
+    assert done.returncode == 0, done.stderr
+    assert "continuing gemini session" in done.stderr
+    parts = [p for c in first["contents"] for p in c.get("parts", [])]
+    asked = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
+    # The earlier turns: Gemini writes a turn's tool calls to its chat once they end, so the command
+    # in flight at the kill is not among them; the note tells the model about it.
+    assert asked[:1] == ["write_file"]
+    note = "\n".join(p.get("text", "") for p in parts)
+    assert NOTE_HEAD in note and uncertain[0].call_id in note
+    refused = [r for r in responses if r.get("name") == "run_shell_command"]
+    assert refused and "outcome is unknown" in json.dumps(refused[-1])
+    assert (wt / "b.txt").read_text() == "two\n" and not (wt / "late.txt").exists()
+    entries = reopen(run).entries()
+    assert [e.status for e in entries if e.tool_name == "run_shell_command"] == [
+        CallStatus.uncertain,
+        CallStatus.not_run,
+    ]
+    wrote = [e for e in entries if e.tool_name == "write_file"]
+    assert [(e.status, [f.path for f in e.files]) for e in wrote][-1] == (CallStatus.succeeded, ["b.txt"])
+    assert wrote[-1].agent_session is not None  # the continued session, recorded

@@ -18,9 +18,9 @@ Claude Code (2.1.x): ``<config>/projects/<cwd with every non-alphanumeric charac
 one JSON record per line; messages chain by ``parentUuid``; an assistant message asking for tools is
 one record per content block, sharing ``message.id``. ``claude --resume ID`` continues it (measured:
 a copy under a new file name with its ``sessionId`` fields rewritten resumes as its own session).
-Gemini CLI and Codex keep their sessions elsewhere (``~/.gemini/tmp/<project>/chats/``,
-``~/.codex/sessions/``); their hooks (Gemini) or MCP calls (Codex) do not name a transcript the way
-Claude Code's do, so only Claude Code is continued and rewound today (see docs/recovery.md).
+Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex keeps its sessions
+under ``~/.codex/sessions/`` but works through ``sandbox mcp``, which sees no session id: it gets
+the note and the MCP ``rewind`` tool (see docs/recovery.md).
 """
 
 from __future__ import annotations

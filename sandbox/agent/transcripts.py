@@ -85,14 +85,22 @@ def _put_blob(run: Run, data: bytes) -> tuple[str, bool]:
     return objects.write_blob(run.repo, data), True
 
 
-def store(run: Run, agent: str, session: str, data: bytes, calls: dict[str, int], reason: str) -> Stored | None:
+def store(
+    run: Run,
+    agent: str,
+    session: str,
+    data: bytes,
+    calls: dict[str, int],
+    reason: str,
+    known: list[dict[str, Any]] | None = None,
+) -> Stored | None:
     """Store ``data`` as the transcript of ``agent``'s ``session``; None when the latest copy is the same.
 
-    ``calls`` maps tool-use ids to the line their message begins on. Records a ``note`` event that
-    names the copy and keeps it reachable.
+    ``calls`` maps tool-use ids to the line their message begins on; ``known``: :func:`records`
+    when the caller has them. Records a ``note`` event that names the copy and keeps it reachable.
     """
     digest = hashlib.sha256(data).hexdigest()
-    last = latest(run, session)
+    last = latest(run, session, known)
     if last is not None and last.index.sha256 == digest:
         return None
     pieces = chunk(data)
@@ -170,9 +178,9 @@ def read(run: Run, commit: str) -> Stored:
     return Stored(commit, index)
 
 
-def latest(run: Run, session: str) -> Stored | None:
+def latest(run: Run, session: str, known: list[dict[str, Any]] | None = None) -> Stored | None:
     """The newest stored copy of ``session``'s transcript, or None when none was stored."""
-    for record in reversed(records(run)):
+    for record in reversed(records(run) if known is None else known):
         if record.get("session") == session and isinstance(record.get("commit"), str):
             return read(run, record["commit"])
     return None
@@ -200,15 +208,12 @@ def load(run: Run, stored: Stored) -> bytes:
 
 
 def run_sessions(run: Run) -> list[str]:
-    """The agent session ids the run's calls ran in, and those stored, the most recently used last."""
-    order: dict[str, int] = {}
-    for n, (_agent, session) in enumerate(sessions(run)):
-        order[session] = n
-    entries = run.entries()
-    for n, entry in enumerate(entries, start=len(order)):
+    """The agent session ids the run's calls ran in, the most recently used last (from the fold: cheap)."""
+    order: dict[str, None] = {}
+    for entry in run.entries():
         if entry.agent_session:
             order.pop(entry.agent_session, None)
-            order[entry.agent_session] = n
+            order[entry.agent_session] = None
     return list(order)
 
 
@@ -220,8 +225,12 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
     """
     from sandbox.agent.sessions import AGENTS
 
-    out = []
-    for session in run_sessions(run):
+    out: list[Stored] = []
+    wanted = run_sessions(run)
+    if not wanted:
+        return out  # no agent session recorded a call (a plain command): nothing to look for
+    known = records(run)  # one walk of the ledger for every session
+    for session in wanted:
         for agent in AGENTS.values():
             path = agent.find(session, homes.get(agent.name, ()))
             if path is None:
@@ -231,7 +240,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
                     data = fh.read()
             except OSError:
                 continue
-            stored = store(run, agent.name, session, data, agent.calls(data), reason)
+            stored = store(run, agent.name, session, data, agent.calls(data), reason, known)
             if stored is not None:
                 out.append(stored)
             break

@@ -44,6 +44,8 @@ def resume(
 
     if extra and not continue_:
         raise UsageError("Extra agent arguments need --continue: sandbox resume RUN --continue -- ARGS...")
+    if continue_ and as_json:
+        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run, stop_processes=stop_processes)
     if continue_:

@@ -35,6 +35,8 @@ def rewind(
 
     if extra and not continue_:
         raise UsageError("Extra agent arguments need --continue: sandbox rewind RUN --to CALL --continue -- ARGS...")
+    if continue_ and as_json:
+        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
     run = open_run(ctx, run_id)
     try:
         call_id = resolve_call(run, target).call_id
@@ -44,7 +46,7 @@ def rewind(
         except CheckpointNotFoundError:
             raise UsageError(f"{exc.message} Nor is {target!r} a checkpoint of run {run.run_id}.") from None
     report = rw.rewind(run, call_id, homes(run), start_subdir(ctx, run))
-    if as_json and not continue_:
+    if as_json:
         emit_json(
             {
                 "run": run.run_id,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from sandbox.agent import sessions, transcripts
 from sandbox.agent.transcripts import agent_command, current_session, primary_home
 from sandbox.errors import SandboxError
-from sandbox.models import Approval, EventKind, ResumeReport
+from sandbox.models import EventKind, ResumeReport
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -176,8 +176,3 @@ def plan(
         prompt=prompt,
         messages=messages,
     )
-
-
-def denied_calls(run: Run) -> list[str]:
-    """Calls of the run now denied (blocked or denied by the user)."""
-    return [e.call_id for e in run.entries() if e.approval == Approval.denied]

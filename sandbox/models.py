@@ -881,3 +881,31 @@ class FetchedFrom(_Model):
 
 
 PERSISTED += [FetchedFrom]
+
+
+class TranscriptIndex(_Model):
+    """One stored copy of an agent's conversation (``index.json`` of a transcript commit).
+
+    The transcript's bytes are split at line ends into chunks, each a blob (so a later copy of a
+    transcript that only grew stores only its new chunks: see :mod:`sandbox.agent.transcripts`).
+    ``calls`` maps each tool-use id (= the call id in the ledger) to the line where the agent's
+    message asking for it begins: a rewind cuts the conversation there.
+    """
+
+    version: int = FORMAT_VERSION
+    #: Which agent wrote it: ``claude-code``, ``gemini`` or ``codex``.
+    agent: str
+    #: The agent's own session id.
+    session: str
+    size: int
+    sha256: str
+    lines: int
+    #: Blob ids of the chunks, in order.
+    chunks: list[str] = Field(default_factory=new_list)
+    calls: dict[str, int] = Field(default_factory=new_dict)
+    #: Why it was stored: ``session end``, ``checkpoint ckpt_003``, ``resume``, ``rewind``.
+    reason: str = ""
+    stored_at: datetime = Field(default_factory=utcnow)
+
+
+PERSISTED += [TranscriptIndex]

@@ -95,6 +95,8 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
 
     cli_json(runner, "rollback --session", *w, "rollback", "--session", "--to", "one")
     cli_json(runner, "rollback --files", *w, "rollback", "--files", "--to", "one")
+    rewound = cli_json(runner, "rewind", *w, "rewind", "--to", entry["call_id"])
+    assert rewound["call_id"] == entry["call_id"] and rewound["session"] is None
     cli_json(runner, "call start", *w, "call", "start", "--tool", "slow", "--input", "{}")
     resumed = cli_json(runner, "resume", *c, "resume", run_id)
     assert resumed["run"] == run_id and "run_id" not in resumed

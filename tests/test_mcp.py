@@ -82,6 +82,7 @@ def test_tools_listed_with_schemas_annotations_and_instructions(repo: Path) -> N
         "show_diff",
         "resume_report",
         "checkpoint",
+        "rewind",
     }
     for name in ("read_file", "list_files", "search", "show_log", "show_diff", "list_runs"):
         assert tools[name].annotations is not None and tools[name].annotations.read_only_hint is True

@@ -31,6 +31,7 @@ CASES = {
     "startup": "bench.cases.startup",
     "agentgit": "bench.cases.agentgit",
     "netproxy": "bench.cases.netproxy",
+    "transcripts": "bench.cases.transcripts",
 }
 
 

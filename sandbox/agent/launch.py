@@ -368,8 +368,12 @@ def run_session(
             f"The repository's host could not be started, and a confined agent of run {run.run_id} can record "
             "only through it; nothing was started. See 'sandbox serve --foreground' for why."
         )
+    # The session's note: how it is confined, and what 'sandbox resume --continue' relaunches (the
+    # same agent and flags: sandbox.recovery.continue_), in one event.
+    started: dict[str, Any] = {"agent_command": list(argv), "subdir": subdir}
     if isolation is not None:
-        run.note({"isolation": isolation.describe(), "session": "sandbox run"})
+        started = {"isolation": isolation.describe(), "session": "sandbox run", **started}
+    run.note(started)
     changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
     cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
     cutter.start()

@@ -65,6 +65,10 @@ def checkpoint(
         ckpt = run.checkpoint(label, step_id=step_id, messages=messages, run_state=state, budget=budget)
     except ValueError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    from sandbox.cli.agenthomes import store_transcripts
+
+    for note in store_transcripts(run, f"checkpoint {ckpt.name}"):  # the agent's conversation, as of now
+        click.echo(f"sandbox: note: {escape.text(note)}", err=True)
     if as_json:
         emit_json(dump(ckpt))
     else:

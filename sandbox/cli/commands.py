@@ -35,6 +35,7 @@ COMMANDS = {
     "deny": "sandbox.cli.deny:deny",
     "resume": "sandbox.cli.resume:resume",
     "rollback": "sandbox.cli.rollback:rollback",
+    "rewind": "sandbox.cli.rewind:rewind",
     "compensate": "sandbox.cli.compensate:compensate",
     "repair": "sandbox.cli.repair:repair",
     # wrapping agents

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sandbox.cli.common import emit_json, open_run
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
 
 
 @click.command()
@@ -24,9 +29,27 @@ def fork(ctx: click.Context, run_id: str | None, at: str | None, label: str | No
     source = open_run(ctx, run_id)
     run = do_fork(source, at, label)
     info = run.info
+    session = _fork_conversation(source, run, info.forked_from)
     if as_json:
         emit_json({"run": run.run_id, "worktree": run.worktree, "forked_from": info.forked_from, "label": info.label})
         return
+    if session is not None:
+        click.echo(f"  conversation: forked as agent session {session} ('sandbox resume {run.run_id} --continue')")
     click.echo(f"Forked run {run.run_id} from {info.forked_from}" + (f" ({info.label})" if info.label else ""))
     click.echo(f"  worktree: {run.worktree}")
     click.echo(f"  changes:  {len(run.changed_paths())} path(s) from the source")
+
+
+def _fork_conversation(source: Run, run: Run, forked_from: str | None) -> str | None:
+    """The agent's conversation forked with the run, up to the call it was forked at (or all of it)."""
+    from sandbox.agent.transcripts import fork_conversation
+    from sandbox.cli.agenthomes import homes
+    from sandbox.errors import SandboxError
+
+    at = (forked_from or "").partition("@")[2] or None
+    if at is not None and at not in source.state().calls:
+        return None  # forked at a checkpoint: its conversation is the runtime's (rollback --session)
+    try:
+        return fork_conversation(source, run, at, homes(source))
+    except (SandboxError, OSError):
+        return None  # the files are forked; a conversation that cannot be copied does not undo that

@@ -416,6 +416,29 @@ class RollbackFilesOutput(Output):
     message: str
 
 
+class RewindSideEffect(Output):
+    """A call after the rewind point that may have acted outside the worktree."""
+
+    call_id: str
+    tool_name: str
+    summary: str | None
+    hint: str
+
+
+class RewindOutput(Output):
+    """``sandbox rewind --json``."""
+
+    run: str
+    call_id: str = Field(description="The call the run was rewound to just before.")
+    checkpoint: str = Field(description="The automatic checkpoint at that call's start (the files now).")
+    undo_to: str | None = Field(description="The checkpoint 'rollback --files --to' takes the rewind back to.")
+    files: list[str]
+    session: str | None = Field(description="The agent session forked from the conversation (None: none stored).")
+    from_session: str | None
+    side_effects: list[RewindSideEffect]
+    messages: list[str]
+
+
 class RollbackSessionOutput(Output):
     """``sandbox rollback --session --json``."""
 
@@ -535,6 +558,7 @@ COMMANDS: dict[str, Any] = {
     "resume": ResumeOutput,
     "rollback --files": RollbackFilesOutput,
     "rollback --session": RollbackSessionOutput,
+    "rewind": RewindOutput,
     "compensate": CompensateOutput,
     "run": RunAgentOutput,
     "serve": ServeOutput,

@@ -1,4 +1,4 @@
-"""``sandbox resume``: continue a run on evidence after a crash or an interruption."""
+"""``sandbox resume RUN [--continue [-- EXTRA...]]``: continue a run on evidence after a crash or an interruption."""
 
 from __future__ import annotations
 
@@ -16,17 +16,43 @@ from sandbox.cli.common import emit_json, open_run, renamed
     is_flag=True,
     help="Stop processes still running from the unfinished calls' agent session (TERM, then KILL) first.",
 )
+@click.option(
+    "--continue",
+    "continue_",
+    is_flag=True,
+    help="Then relaunch the agent 'sandbox run' recorded, on its own conversation, with the note as its next message.",
+)
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def resume(ctx: click.Context, run_id: str | None, as_json: bool, stop_processes: bool) -> None:
+def resume(
+    ctx: click.Context,
+    run_id: str | None,
+    as_json: bool,
+    stop_processes: bool,
+    continue_: bool,
+    extra: tuple[str, ...],
+) -> None:
     """Resume RUN: fence old writers, mark unfinished calls uncertain, verify, and write a note.
 
     Refuses while processes of an unfinished call's agent session still run (it names them);
-    --stop-processes stops them first.
+    --stop-processes stops them first. With --continue the agent is started again as 'sandbox run'
+    started it (same agent and flags, confined), continuing its conversation; uncertain calls stay
+    blocked until 'sandbox approve'. Arguments after '--' are added to the agent's command line.
     """
+    from sandbox.errors import UsageError
     from sandbox.recovery.resume import resume as do_resume
 
+    if extra and not continue_:
+        raise UsageError("Extra agent arguments need --continue: sandbox resume RUN --continue -- ARGS...")
+    if continue_ and as_json:
+        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run, stop_processes=stop_processes)
+    if continue_:
+        from sandbox.cli.continue_agent import continue_agent
+
+        continue_agent(ctx, run, report, extra)  # exits with the agent's exit code
+        return
     if as_json:
         data = report.model_dump(mode="json", exclude={"messages"})
         if report.checkpoint is not None:

@@ -167,6 +167,9 @@ def run_agent(
             isolation=isolation,
             start_host=lambda: spawn_service(run.run_id, run.worktree, idle),
         )
+    from sandbox.cli.agenthomes import store_transcripts
+
+    result.notes.extend(store_transcripts(run, "session end"))  # the conversation belongs to the run
     if result.stopped:
         shown = ", ".join(f"{p.get('pid')} ({p.get('cmd') or '?'})" for p in result.stopped[:5])
         more = f" and {len(result.stopped) - 5} more" if len(result.stopped) > 5 else ""

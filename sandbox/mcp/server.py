@@ -314,6 +314,9 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     async def run_log(run_id: str) -> str:
         return await _call(_for_run, ws, run_id, "log")
 
+    from sandbox.mcp.recovery_tools import register as register_recovery
+
+    register_recovery(server, ws, _call)  # rewind, and the conversations a run holds
     return server
 
 

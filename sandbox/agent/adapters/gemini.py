@@ -150,6 +150,8 @@ def to_event(payload: Any) -> HookEvent | None:
         result=result,
         pair_prefix=prefix,
         agent=NAME,
+        # The session's transcript is stored with the run, and continued (sandbox.agent.sessions).
+        agent_session=session if session != "nosession" else None,
     )
 
 

@@ -1,0 +1,307 @@
+"""Each agent's own sessions: where its transcript lives, how to read, fork and continue it.
+
+What the sandbox needs from an agent to continue or rewind its conversation (issue 22):
+
+* ``find(session, homes)``: the transcript file of session ``session``, looked for in every
+  candidate configuration home (the run's own agent state, where a confined agent keeps it, and
+  the user's usual one). Only the CLI knows the environment; it passes the homes in
+  (:func:`config_homes`).
+* ``calls(data)``: where each tool use sits (tool-use id -> line of the message that asked for it),
+  so the ledger's calls map onto the conversation.
+* ``fork(data, before, new)``: a rewritten copy of the conversation cut just before tool use
+  ``before``, under the new session id ``new`` (the original is never edited).
+* ``place(home, cwd, session)``: where the agent looks for a session it is asked to resume.
+* ``relaunch(argv, session, prompt)``: the recorded command line with its prompt replaced by
+  ``prompt``, continuing ``session``.
+
+Claude Code (2.1.x): ``<config>/projects/<cwd with every non-alphanumeric character as '-'>/<id>.jsonl``,
+one JSON record per line; messages chain by ``parentUuid``; an assistant message asking for tools is
+one record per content block, sharing ``message.id``. ``claude --resume ID`` continues it (measured:
+a copy under a new file name with its ``sessionId`` fields rewritten resumes as its own session).
+Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex keeps its sessions
+under ``~/.codex/sessions/`` but works through ``sandbox mcp``, which sees no session id: it gets
+the note and the MCP ``rewind`` tool (see docs/recovery.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+
+#: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
+SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def valid_session(session: str) -> bool:
+    """True when ``session`` has the shape of an agent's session id."""
+    return bool(SESSION_RE.match(session))
+
+
+def config_homes(environ: Mapping[str, str], home: str, run_dir: str) -> dict[str, list[str]]:
+    """Every agent's candidate configuration homes, the run's own first (the CLI passes its environment)."""
+    state = os.path.join(run_dir, "agent-state")
+    claude = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
+    codex = environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+    return {
+        "claude-code": [os.path.join(state, ".claude"), os.path.join(state, "claude"), claude],
+        "gemini": [os.path.join(state, ".gemini"), os.path.join(state, "gemini"), os.path.join(home, ".gemini")],
+        "codex": [codex],
+    }
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+class AgentSessions:
+    """What every agent's sessions offer; subclasses fill in where and how (see the module docstring)."""
+
+    name = ""
+    program = ""
+    #: Options taking one value; options with an optional value take the next word unless it
+    #: starts with '-'; variadic ones take every word up to the next option (commander, yargs).
+    VALUE: frozenset[str] = frozenset()
+    OPTIONAL: frozenset[str] = frozenset()
+    VARIADIC: frozenset[str] = frozenset()
+    #: How a session or a prompt was given: dropped, the relaunch gives its own.
+    DROP_FLAGS: frozenset[str] = frozenset()
+    DROP_VALUE: frozenset[str] = frozenset()
+    DROP_OPTIONAL: frozenset[str] = frozenset()
+    #: Whether a copy of the conversation can be cut and continued as a new session (rewind, fork).
+    forks = False
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:  # pragma: no cover - abstract
+        """The transcript file of ``session`` among the homes, or None."""
+        raise NotImplementedError
+
+    def calls(self, data: bytes) -> dict[str, int]:  # pragma: no cover - abstract
+        """Tool-use id -> the line where the message asking for it begins."""
+        raise NotImplementedError
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The conversation cut just before tool use ``before``, as session ``new`` (KeyError: cannot)."""
+        raise KeyError(before)
+
+    def place(self, home: str, cwd: str, session: str) -> str:  # pragma: no cover - abstract
+        """Where to write a stored copy of ``session`` for the agent to continue it."""
+        raise NotImplementedError
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced by ``prompt``, continuing ``session`` (None: a new session)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def options(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(the options of ``argv`` to keep, the dropped option names), its prompt words left out."""
+        kept: list[str] = []
+        dropped: list[str] = []
+        i = 1
+        while i < len(argv):
+            word = argv[i]
+            name = word.split("=", 1)[0]
+            if word == "--":
+                break  # everything after it is prompt
+            if not word.startswith("-") or word == "-":
+                i += 1  # a prompt word: replaced
+                continue
+            has_word = i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            takes_next = "=" not in word and (
+                name in self.VALUE | self.DROP_VALUE or (name in self.OPTIONAL | self.DROP_OPTIONAL and has_word)
+            )
+            width = 2 if takes_next else 1
+            if name in self.VARIADIC and "=" not in word:
+                width = 1
+                while i + width < len(argv) and not argv[i + width].startswith("-"):
+                    width += 1
+            if name in self.DROP_FLAGS | self.DROP_VALUE | self.DROP_OPTIONAL:
+                dropped.append(name)
+            else:
+                kept.extend(argv[i : i + width])
+            i += width
+        return kept, dropped
+
+    @staticmethod
+    def new_session() -> str:
+        """A fresh session id in the agent's own shape (a UUID)."""
+        return str(uuid.uuid4())
+
+
+class ClaudeCode(AgentSessions):
+    """Claude Code's sessions (see the module docstring)."""
+
+    name = "claude-code"
+    program = "claude"
+    forks = True
+    VALUE = _words(
+        "--agent --agents --append-system-prompt --append-system-prompt-file --system-prompt --system-prompt-file "
+        "--autocompact --debug-file --effort --environment --fallback-model --input-format --json-schema "
+        "--max-budget-usd --model -n --name --output-format --permission-mode --permission-prompts "
+        "--permission-prompt-tool --plugin-dir --plugin-url --remote-control-session-name-prefix "
+        "--setting-sources --settings"
+    )
+    OPTIONAL = _words("-d --debug --cloud --from-pr --prompt-suggestions --remote-control --teleport -w --worktree")
+    VARIADIC = _words(
+        "--add-dir --allowedTools --allowed-tools --betas --disallowedTools --disallowed-tools --file --mcp-config "
+        "--tools"
+    )
+    DROP_FLAGS = _words("-c --continue --fork-session --no-session-persistence")
+    DROP_VALUE = frozenset(["--session-id"])
+    DROP_OPTIONAL = frozenset(["-r", "--resume"])
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:
+        """The newest ``<home>/projects/*/<session>.jsonl`` among the homes, or None."""
+        if not valid_session(session):
+            return None
+        found = []
+        for home in homes:
+            for path in glob.glob(os.path.join(glob.escape(home), "projects", "*", session + ".jsonl")):
+                try:
+                    found.append((os.stat(path).st_mtime_ns, path))
+                except OSError:
+                    continue
+        return max(found)[1] if found else None
+
+    def calls(self, data: bytes) -> dict[str, int]:
+        """Tool-use id -> the line where the assistant message asking for it begins."""
+        first_line: dict[str, int] = {}
+        out: dict[str, int] = {}
+        for n, line in enumerate(data.split(b"\n")):
+            if b'"assistant"' not in line:
+                continue
+            record = _record(line)
+            message = record.get("message") if record.get("type") == "assistant" else None
+            if not isinstance(message, dict):
+                continue
+            mid = str(message.get("id") or record.get("uuid") or n)
+            first_line.setdefault(mid, n)
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                    out.setdefault(block["id"], first_line[mid])
+        return out
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The conversation up to just before tool use ``before`` (all of it for None), as session ``new``."""
+        lines = data.split(b"\n")
+        if before is not None:
+            where = self.calls(data).get(before)
+            if where is None:
+                raise KeyError(before)
+            lines = lines[:where]
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            record = _record(line)
+            if not record:
+                out.append(line)  # not ours to understand: kept as it is
+                continue
+            if "sessionId" in record:
+                record["sessionId"] = new
+            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
+        return b"\n".join(out) + b"\n" if out else b""
+
+    def place(self, home: str, cwd: str, session: str) -> str:
+        """Where Claude Code looks for ``session`` when started in ``cwd`` with this config home."""
+        return os.path.join(home, "projects", re.sub(r"[^A-Za-z0-9]", "-", cwd), session + ".jsonl")
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced by ``prompt``, resuming ``session`` (``--resume ID``).
+
+        The prompt words are the positional arguments; options keep their values. The new prompt
+        goes first (after the program), where no option can take it as its value.
+        """
+        kept, _dropped = self.options(argv)
+        return [argv[0], prompt, *kept, *(["--resume", session] if session else [])]
+
+
+class GeminiCli(AgentSessions):
+    """Gemini CLI's sessions (0.61): ``<home>/tmp/<project>/chats/session-<time>-<id8>.jsonl``.
+
+    The first record names the ``sessionId``; a model turn is written twice (once more with its
+    ``toolCalls``); tool-call ids are Gemini's own, not the ledger's (its hooks carry none), so
+    a rewind or fork cannot find a call's place and forks nothing. ``gemini --session-file F``
+    continues a stored copy from any path (measured: the earlier turns are sent again, and the
+    continued session gets an id of its own).
+    """
+
+    name = "gemini"
+    program = "gemini"
+    VALUE = _words("-m --model -w --worktree --approval-mode -o --output-format --delete-session")
+    VARIADIC = _words(
+        "--policy --admin-policy --allowed-mcp-server-names --allowed-tools -e --extensions --include-directories"
+    )
+    DROP_VALUE = _words("-p --prompt -i --prompt-interactive -r --resume --session-file --session-id")
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:
+        """The newest chat file among the homes whose first record names ``session``, or None."""
+        if not valid_session(session) or len(session) < 8:
+            return None
+        found = []
+        for home in homes:
+            pattern = os.path.join(
+                glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl"
+            )
+            for path in glob.glob(pattern):
+                try:
+                    with open(path, "rb") as fh:
+                        first = _record(fh.readline())
+                    if first.get("sessionId") == session:
+                        found.append((os.stat(path).st_mtime_ns, path))
+                except OSError:
+                    continue
+        return max(found)[1] if found else None
+
+    def calls(self, data: bytes) -> dict[str, int]:
+        """Gemini's tool-call id -> the line where the model turn asking for it first appears."""
+        first_line: dict[str, int] = {}
+        out: dict[str, int] = {}
+        for n, line in enumerate(data.split(b"\n")):
+            if b"toolCalls" not in line:
+                if b'"gemini"' in line:
+                    record = _record(line)
+                    first_line.setdefault(str(record.get("id")), n)
+                continue
+            record = _record(line)
+            first = first_line.setdefault(str(record.get("id")), n)
+            tool_calls = record.get("toolCalls")
+            for call in tool_calls if isinstance(tool_calls, list) else []:
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    out.setdefault(call["id"], first)
+        return out
+
+    def place(self, home: str, cwd: str, session: str) -> str:
+        """Any path will do (``--session-file``): beside Gemini's own temporary files."""
+        return os.path.join(home, "tmp", "sandbox-restored", "chats", f"session-restored-{session}.jsonl")
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``argv`` with its prompt replaced (``-p`` stays headless, else interactive), on ``transcript``."""
+        kept, dropped = self.options(argv)
+        interactive = "-p" not in dropped and "--prompt" not in dropped
+        asked = ["-i", prompt] if interactive else ["-p", prompt]
+        return [argv[0], *kept, *asked, *(["--session-file", transcript] if session and transcript else [])]
+
+
+AGENTS: dict[str, AgentSessions] = {"claude-code": ClaudeCode(), "gemini": GeminiCli()}
+
+
+def for_command(argv: Sequence[str]) -> AgentSessions | None:
+    """The agent a recorded command line starts (by its program's name), or None when not one we continue."""
+    if not argv:
+        return None
+    family = os.path.basename(argv[0]).split(".")[0].split("-")[0]
+    for agent in AGENTS.values():
+        if agent.program == family:
+            return agent
+    return None
+
+
+def _record(line: bytes) -> dict[str, object]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,327 @@
+"""The agent's conversation, kept with the run: content-addressed, deduplicated, mapped to the ledger.
+
+A real agent writes its own transcript (Claude Code under ``<config>/projects/<cwd>/<session>.jsonl``,
+see :mod:`sandbox.agent.sessions` for each agent). :func:`capture` copies it into the run's git
+at the end of each ``sandbox run`` session, at ``sandbox checkpoint``, and before a ``resume
+--continue`` or a ``rewind``, so the conversation is part of the run's evidence: it travels with
+``sandbox push``/``fetch`` and outlives the agent's own files.
+
+Storage: the transcript's bytes are cut at line ends into chunks (a boundary after a line whose
+hash says so, at least :data:`MIN_CHUNK` and at most :data:`MAX_CHUNK` bytes), each chunk a blob.
+The cut is decided left to right from the data alone, so a transcript that only grew (agents
+append) cuts its old part into the same chunks: a later copy writes only the new chunks plus the
+one that was still open (O(new bytes), ``bench/cases/transcripts.py``). One copy is a parentless
+commit whose tree holds ``index.json`` (:class:`~sandbox.models.TranscriptIndex`: the chunk ids
+in order, the size and SHA-256 of the whole, and where each tool use sits) and ``chunks/``. A
+``note`` event in the ledger names it and keeps it reachable (the event's commit lists it as a
+parent), which is how it travels with the ledger and how the latest copy of a session is found.
+A copy equal to the latest one stored is not stored again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandbox.errors import SandboxError
+from sandbox.models import EventKind, TranscriptIndex, from_json, to_json
+from sandbox.store import objects, packs
+from sandbox.store.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
+
+#: A chunk ends after a line once it holds at least this many bytes and the line's hash agrees ...
+MIN_CHUNK = 4096
+#: ... and always at this size (a line longer than this is a chunk of its own).
+MAX_CHUNK = 256 * 1024
+#: One line in this many ends a chunk (past MIN_CHUNK): chunks of a few KB to a few tens of KB.
+BOUNDARY = 8
+INDEX = "index.json"
+CHUNKS = "chunks"
+_BLOB = 3
+
+
+class TranscriptError(SandboxError):
+    """A stored transcript is missing or does not read back."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One stored copy of a transcript: its commit and index."""
+
+    commit: str
+    index: TranscriptIndex
+
+
+def chunk(data: bytes) -> list[bytes]:
+    """Cut ``data`` at line ends into chunks; the same prefix always gives the same leading chunks."""
+    out: list[bytes] = []
+    start = pos = 0
+    end = len(data)
+    while pos < end:
+        nl = data.find(b"\n", pos)
+        line_end = end if nl < 0 else nl + 1
+        size = line_end - start
+        line = data[pos:line_end]
+        if size >= MAX_CHUNK or (size >= MIN_CHUNK and zlib.crc32(line) % BOUNDARY == 0):
+            out.append(data[start:line_end])
+            start = line_end
+        pos = line_end
+    if start < end:
+        out.append(data[start:end])
+    return out
+
+
+def _put_blob(run: Run, data: bytes) -> tuple[str, bool]:
+    """Store a blob unless it is there already; (its id, whether it was written)."""
+    oid = packs.object_id(_BLOB, data)
+    if oid in run.repo.odb:
+        return oid, False
+    return objects.write_blob(run.repo, data), True
+
+
+def store(
+    run: Run,
+    agent: str,
+    session: str,
+    data: bytes,
+    calls: dict[str, int],
+    reason: str,
+    known: list[dict[str, Any]] | None = None,
+) -> Stored | None:
+    """Store ``data`` as the transcript of ``agent``'s ``session``; None when the latest copy is the same.
+
+    ``calls`` maps tool-use ids to the line their message begins on; ``known``: :func:`records`
+    when the caller has them. Records a ``note`` event that names the copy and keeps it reachable.
+    """
+    digest = hashlib.sha256(data).hexdigest()
+    last = latest(run, session, known)
+    if last is not None and last.index.sha256 == digest:
+        return None
+    pieces = chunk(data)
+    entries: dict[str, objects.Entry] = {}
+    written = 0
+    with run.lock(), objects.batch(run.repo):
+        ids = []
+        for n, piece in enumerate(pieces):
+            oid, new = _put_blob(run, piece)
+            written += len(piece) if new else 0
+            ids.append(oid)
+            entries[f"{n:06d}"] = objects.Entry(objects.MODE_FILE, oid)
+        index = TranscriptIndex(
+            agent=agent,
+            session=session,
+            size=len(data),
+            sha256=digest,
+            lines=data.count(b"\n"),
+            chunks=ids,
+            calls=calls,
+            reason=reason,
+        )
+        chunks_tree = objects.write_tree(run.repo, entries)
+        index_blob, _ = _put_blob(run, to_json(index).encode())
+        tree = objects.write_tree(
+            run.repo,
+            {
+                INDEX: objects.Entry(objects.MODE_FILE, index_blob),
+                CHUNKS: objects.Entry(objects.MODE_TREE, chunks_tree),
+            },
+        )
+        message = f"sandbox: transcript of {agent} session {session} ({reason})\n\nSandbox-Run: {run.run_id}\n"
+        commit = objects.write_commit(run.repo, tree, [], message, objects.now())
+        record = {
+            "agent": agent,
+            "session": session,
+            "commit": commit,
+            "sha256": digest,
+            "size": len(data),
+            "new_bytes": written,
+            "reason": reason,
+        }
+        run.record(
+            EventKind.note,
+            keep=[commit],
+            reason=f"stored the transcript of {agent} session {session} ({reason})",
+            data={"transcript": record},
+            epoch=run.state().epoch,
+        )
+    return Stored(commit, index)
+
+
+def records(run: Run) -> list[dict[str, Any]]:
+    """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records)."""
+    out = []
+    for _oid, event in run.events():
+        if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
+            out.append(dict(event.data["transcript"]))
+    return out
+
+
+def read(run: Run, commit: str) -> Stored:
+    """The copy stored at ``commit``."""
+    try:
+        tree = objects.commit_tree(run.repo, commit)
+        found = objects.lookup(run.repo, tree, INDEX)
+        if found is None:
+            raise ValueError("no index.json")
+        index = from_json(TranscriptIndex, objects.read_blob(run.repo, found.oid))
+    except (KeyError, ValueError) as exc:
+        raise TranscriptError(
+            f"The transcript copy {commit[:12]} of run {run.run_id} does not read back ({exc}); "
+            f"see 'sandbox verify {run.run_id}'."
+        ) from None
+    return Stored(commit, index)
+
+
+def latest(run: Run, session: str, known: list[dict[str, Any]] | None = None) -> Stored | None:
+    """The newest stored copy of ``session``'s transcript, or None when none was stored."""
+    for record in reversed(records(run) if known is None else known):
+        if record.get("session") == session and isinstance(record.get("commit"), str):
+            return read(run, record["commit"])
+    return None
+
+
+def sessions(run: Run) -> list[tuple[str, str]]:
+    """(agent, session) of every stored transcript, in the order they were first stored."""
+    seen: dict[str, str] = {}
+    for record in records(run):
+        session, agent = record.get("session"), record.get("agent")
+        if isinstance(session, str) and isinstance(agent, str) and session not in seen:
+            seen[session] = agent
+    return [(agent, session) for session, agent in seen.items()]
+
+
+def load(run: Run, stored: Stored) -> bytes:
+    """The transcript's bytes, checked against the SHA-256 it was stored with."""
+    try:
+        data = b"".join(objects.read_blob(run.repo, oid) for oid in stored.index.chunks)
+    except (KeyError, ValueError) as exc:
+        raise TranscriptError(f"A chunk of transcript {stored.commit[:12]} is missing ({exc}).") from None
+    if hashlib.sha256(data).hexdigest() != stored.index.sha256:
+        raise TranscriptError(f"Transcript {stored.commit[:12]} of run {run.run_id} does not match its checksum.")
+    return data
+
+
+def run_sessions(run: Run) -> list[str]:
+    """The agent session ids the run's calls ran in, the most recently used last (from the fold: cheap)."""
+    order: dict[str, None] = {}
+    for entry in run.entries():
+        if entry.agent_session:
+            order.pop(entry.agent_session, None)
+            order[entry.agent_session] = None
+    return list(order)
+
+
+def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[Stored]:
+    """Store the transcript of every agent session of the run that can be found and changed since.
+
+    ``homes``: each agent's candidate configuration homes (:func:`sandbox.agent.sessions.config_homes`).
+    A session whose transcript is nowhere to be found here is skipped (it may live on another machine).
+    """
+    from sandbox.agent.sessions import AGENTS
+
+    out: list[Stored] = []
+    wanted = run_sessions(run)
+    if not wanted:
+        return out  # no agent session recorded a call (a plain command): nothing to look for
+    known = records(run)  # one walk of the ledger for every session
+    for session in wanted:
+        for agent in AGENTS.values():
+            path = agent.find(session, homes.get(agent.name, ()))
+            if path is None:
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            stored = store(run, agent.name, session, data, agent.calls(data), reason, known)
+            if stored is not None:
+                out.append(stored)
+            break
+    return out
+
+
+# -- which agent, which session ------------------------------------------------------------------
+
+
+def agent_command(run: Run) -> tuple[list[str], str] | None:
+    """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
+    found = None
+    for _oid, event in run.events():
+        data = event.data if event.kind == EventKind.note else {}
+        argv = data.get("agent_command")
+        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            found = (list(argv), str(data.get("subdir") or ""))
+    return found
+
+
+#: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).
+SESSION_NOTES = ("rewind", "conversation_fork")
+
+
+def current_session(run: Run) -> str | None:
+    """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
+    session = None
+    for _oid, event in run.events():
+        if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
+            session = event.call.agent_session
+        elif event.kind == EventKind.note:
+            for key in SESSION_NOTES:
+                made = event.data.get(key)
+                if isinstance(made, dict) and isinstance(made.get("session"), str):
+                    session = made["session"]
+    return session
+
+
+def primary_home(homes: Sequence[str]) -> str | None:
+    """The configuration home a relaunched agent will use: the first that exists, else the last."""
+    for home in homes:
+        if os.path.isdir(home):
+            return home
+    return homes[-1] if homes else None
+
+
+def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[str, Sequence[str]]) -> str | None:
+    """Give ``target`` (a fork of ``source``) ``source``'s conversation up to just after call ``at``.
+
+    The conversation is copied, cut before the next tool use after ``at`` (whole for None), into a
+    new agent session stored with ``target``, written where the agent finds it, and named by a
+    ``note`` event, with ``source``'s agent command, so ``sandbox resume TARGET --continue`` goes on
+    from there. Returns the new session id, or None when ``source`` holds no conversation.
+    """
+    from sandbox.agent.sessions import AGENTS
+
+    capture(source, homes, f"fork into {target.run_id}")
+    state = source.state()
+    upto = state.order[: state.order.index(at) + 1] if at in state.calls else state.order
+    old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
+    stored = latest(source, old) if old else None
+    agent = AGENTS.get(stored.index.agent) if stored is not None else None
+    if stored is None or agent is None or not agent.forks:
+        return None  # the files are forked; this agent's conversation cannot be cut at a call
+    line = stored.index.calls.get(at) if at else None
+    later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
+    new = agent.new_session()
+    forked = agent.fork(load(source, stored), later[0][1] if later else None, new)
+    home = primary_home(list(homes.get(agent.name, ())))
+    if home is not None:
+        dest = agent.place(home, target.worktree, new)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        atomic_write(dest, forked, mode=0o600)
+    store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
+    recorded = agent_command(source)
+    if recorded is not None:
+        target.note({"agent_command": recorded[0], "subdir": recorded[1], "forked_from": source.run_id})
+    target.record(
+        EventKind.note,
+        reason=f"conversation forked from run {source.run_id}",
+        data={"conversation_fork": {"session": new, "from_session": old, "run": source.run_id, "at": at}},
+        epoch=target.state().epoch,
+    )
+    return new

@@ -1,0 +1,50 @@
+"""Relaunching a run's agent on its conversation: shared by ``resume --continue`` and ``rewind --continue``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import click
+
+from sandbox.cli import escape
+
+if TYPE_CHECKING:
+    from sandbox.models import ResumeReport
+    from sandbox.run.run import Run
+
+
+def continue_agent(
+    ctx: click.Context, run: Run, report: ResumeReport | None, extra: Sequence[str], prompt: str | None = None
+) -> None:
+    """Plan the relaunch (:mod:`sandbox.recovery.continue_`) and run it as ``sandbox run`` does; exits."""
+    from sandbox.cli.agenthomes import homes
+    from sandbox.cli.run_agent import run_agent
+    from sandbox.recovery import continue_
+
+    plan = continue_.plan(run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt)
+    for problem in report.problems if report is not None else []:
+        click.echo(f"sandbox: {escape.text(problem)}", err=True)
+    for message in plan.messages:
+        click.echo(f"sandbox: {escape.text(message)}", err=True)
+    assert run_agent.callback is not None
+    # The callback itself: 'sandbox run' splits its own arguments (RUN -- AGENT...), which are given here.
+    ctx.invoke(
+        run_agent.callback,
+        run_id=run.run_id,
+        new=False,
+        label=None,
+        hooks_for="auto",
+        debounce=2.0,
+        isolate=None,
+        network=None,
+        command=tuple(plan.argv),
+    )
+
+
+def start_subdir(ctx: click.Context, run: Run) -> str:
+    """Where in the worktree ``sandbox run`` will start the agent from here (its session is looked up there)."""
+    from sandbox.cli.common import base_dir
+    from sandbox.store.paths import subdir_in_run
+
+    return subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)

@@ -1,0 +1,178 @@
+"""``resume --continue``: relaunch the interrupted agent on its own conversation, after the checks.
+
+:func:`plan` runs after the conservative resume (:mod:`sandbox.recovery.resume`: processes, drift,
+uncertain calls) and decides what to start:
+
+1. the agent command ``sandbox run`` last recorded for the run (a ``note`` event naming
+   ``agent_command``): the same agent and flags, its prompt replaced by the resume note;
+2. the agent session to continue: the one the run's last call ran in, or the fork a ``rewind``
+   made after it (:func:`current_session`);
+3. its transcript: the agent's own file when this machine has it (the agent appends to it), else
+   the run's stored copy (:mod:`sandbox.agent.transcripts`) written where the agent looks for it
+   (a run pushed from another clone continues its conversation here). With neither, the agent
+   starts a new session and the note says so;
+4. every uncertain call that must not be repeated blindly (``ask_first``, ``do_not_replay``) is
+   blocked: a ``call_denied`` event with a reason the model understands, so the same tool with the
+   same input is refused at the hook (:class:`sandbox.agent.recorder.Recorder`) until
+   ``sandbox approve RUN CALL`` lifts it.
+
+The caller (``sandbox resume --continue``) starts the command as ``sandbox run`` does, confined.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sandbox.agent import sessions, transcripts
+from sandbox.agent.transcripts import agent_command, current_session, primary_home
+from sandbox.errors import SandboxError
+from sandbox.models import EventKind, ResumeReport
+from sandbox.store.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
+
+
+class CannotContinueError(SandboxError):
+    """The run's agent cannot be relaunched (not started by ``sandbox run``, or an agent we cannot continue)."""
+
+
+@dataclass
+class ContinuePlan:
+    """What ``resume --continue`` starts, and why."""
+
+    argv: list[str]
+    subdir: str
+    agent: str
+    #: The session continued (None: the agent starts a new one).
+    session: str | None
+    #: The transcript the agent resumes, when one was found or written here.
+    transcript: str | None = None
+    #: True when the transcript was written here from the run's stored copy.
+    restored: bool = False
+    blocked: list[str] = field(default_factory=list)
+    prompt: str = ""
+    messages: list[str] = field(default_factory=list)
+
+
+def place_transcript(
+    run: Run, agent: sessions.AgentSessions, session: str, homes: Sequence[str], cwd: str
+) -> tuple[str | None, bool]:
+    """Make sure the agent finds ``session`` here: (its transcript's path or None, whether it was written)."""
+    path = agent.find(session, homes)
+    if path is not None:
+        return path, False
+    stored = transcripts.latest(run, session)
+    home = primary_home(homes)
+    if stored is None or home is None:
+        return None, False
+    dest = agent.place(home, cwd, session)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    atomic_write(dest, transcripts.load(run, stored), mode=0o600)
+    return dest, True
+
+
+def block_uncertain(run: Run, report: ResumeReport) -> list[str]:
+    """Deny every uncertain call that must not be repeated blindly, until the user approves it; their ids."""
+    blocked = []
+    state = run.state()
+    for call_id in [*report.do_not_replay, *report.ask_first]:
+        entry = state.calls.get(call_id)
+        if entry is None or entry.approval is not None:
+            continue  # the user already decided: approved stays approved
+        reason = (
+            "its outcome is unknown: the agent was interrupted while it ran. Check what it did (files, processes) "
+            f"instead of running it again; the user can allow it with 'sandbox approve {run.run_id} {call_id}'"
+        )
+        run.record(EventKind.call_denied, call_id, reason=reason, epoch=state.epoch)
+        blocked.append(call_id)
+    return blocked
+
+
+def _prompt(report: ResumeReport, continued: bool, blocked: list[str], run: Run) -> str:
+    note = report.note
+    if continued:
+        note = note.replace(
+            "Resumed without a checkpoint: no message history was saved; rely on these observations.", ""
+        ).strip()
+        head = (
+            "The sandbox stopped and resumed this session (the agent was interrupted). This is the sandbox's "
+            "record of what happened since; the conversation above is yours."
+        )
+    else:
+        head = (
+            "The sandbox resumed an interrupted run, but your earlier conversation could not be found here, so "
+            "this is a new session. This is the sandbox's record of what happened."
+        )
+    parts = [head, note]
+    if blocked:
+        parts.append(
+            f"Calls {', '.join(blocked)} are blocked until the user approves them: the same command with the same "
+            "input will be refused. Check the current state first and continue the task from there."
+        )
+    return "\n\n".join(p for p in parts if p)
+
+
+def plan(
+    run: Run,
+    report: ResumeReport | None,
+    homes: Mapping[str, Sequence[str]],
+    extra: Sequence[str] = (),
+    subdir: str | None = None,
+    prompt: str | None = None,
+) -> ContinuePlan:
+    """Decide what ``resume --continue`` starts (steps 1-4 of the module docstring); blocks calls.
+
+    ``subdir``: where in the worktree the agent will start (default: where it ran before).
+    ``report`` None with a ``prompt`` (``rewind --continue``): no resume note, no calls blocked.
+    """
+    recorded = agent_command(run)
+    if recorded is None:
+        raise CannotContinueError(
+            f"Run {run.run_id} has no agent command recorded ('sandbox run' records it); start your agent yourself "
+            f"with the note from 'sandbox resume {run.run_id}'."
+        )
+    argv, recorded_subdir = recorded
+    subdir = recorded_subdir if subdir is None else subdir
+    agent = sessions.for_command(argv)
+    if agent is None:
+        raise CannotContinueError(
+            f"Run {run.run_id}'s agent ({os.path.basename(argv[0])}) cannot be continued by the sandbox yet (Claude "
+            f"Code and Gemini CLI can); start it yourself with the note from 'sandbox resume {run.run_id}'."
+        )
+    agent_homes = list(homes.get(agent.name, ()))
+    transcripts.capture(run, homes, "resume")
+    session = current_session(run)
+    cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
+    path, restored = (None, False)
+    if session is not None:
+        path, restored = place_transcript(run, agent, session, agent_homes, cwd)
+    continued = path is not None
+    blocked = block_uncertain(run, report) if report is not None else []
+    if report is not None:
+        prompt = _prompt(report, continued, blocked, run)
+    elif prompt is None or not prompt.strip():
+        raise ValueError("plan() needs a resume report or a prompt")
+    new_argv = agent.relaunch(argv, session if continued else None, prompt, path)
+    messages = []
+    if continued:
+        where = "from the run's stored copy" if restored else "where the agent left it"
+        messages.append(f"continuing {agent.name} session {session} ({where}).")
+    else:
+        messages.append(f"no conversation of run {run.run_id} was found; the agent starts a new session.")
+    if blocked:
+        messages.append(f"blocked until approved: {', '.join(blocked)}.")
+    return ContinuePlan(
+        argv=[*new_argv, *extra],
+        subdir=subdir,
+        agent=agent.name,
+        session=session if continued else None,
+        transcript=path,
+        restored=restored,
+        blocked=blocked,
+        prompt=prompt,
+        messages=messages,
+    )

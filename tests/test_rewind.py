@@ -1,0 +1,85 @@
+"""``sandbox rewind``: the files back to just before a call as a forward event that can be taken back (issue #22)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sandbox.models import EventKind
+from sandbox.recovery import actions
+from sandbox.recovery.rewind import RewindError, call_after_checkpoint, rewind
+from sandbox.run.run import Run
+from sandbox.store.project import Project
+from tests.conftest import sandbox_cmd, tree_digest
+
+
+def start(repo: Path) -> Run:
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    return Run.start(project, workdir)
+
+
+def three_calls(run: Run) -> list[str]:
+    with run.tool_call("write_file", {"p": "a.txt"}) as c:
+        c.write("a.txt", "one\n")
+    with run.tool_call("Bash", {"command": "curl -X POST example.invalid"}) as c:
+        c.write("b.txt", "two\n")
+    with run.tool_call("edit", {"p": "a.txt"}) as c:
+        c.write("a.txt", "three\n")
+    return [e.call_id for e in run.entries()]
+
+
+def test_rewind_puts_the_files_back_before_the_call_as_a_forward_event(repo: Path) -> None:
+    run = start(repo)
+    wt = Path(run.worktree)
+    ids = three_calls(run)
+    after_all = tree_digest(wt)
+    events_before = len(run.events())
+    report = rewind(run, ids[1], {})
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists()
+    assert sorted(f.path for f in report.files.files) == ["a.txt", "b.txt"] if report.files else False
+    kinds = [e.kind for _oid, e in run.events()[events_before:]]
+    assert EventKind.rollback_files in kinds and kinds[-1] == EventKind.note  # forward: nothing erased
+    assert [s.call_id for s in report.side_effects] == [ids[1]]  # the command may have acted outside
+    assert report.session is None and any("no conversation" in m for m in report.messages)
+    # Taken back: the checkpoint the report names brings every file back.
+    assert report.undo_to is not None
+    actions.rollback_files(run, report.undo_to)
+    assert tree_digest(wt) == after_all
+
+
+def test_rewind_to_a_checkpoint_is_before_the_first_call_after_it(repo: Path) -> None:
+    run = start(repo)
+    with run.tool_call("write_file", {"p": "a.txt"}) as c:
+        c.write("a.txt", "one\n")
+    run.checkpoint("mid")
+    with run.tool_call("write_file", {"p": "b.txt"}) as c:
+        c.write("b.txt", "two\n")
+    second = run.entries()[1].call_id
+    assert call_after_checkpoint(run, "mid") == second
+    rewind(run, second, {})
+    assert not (Path(run.worktree) / "b.txt").exists() and (Path(run.worktree) / "a.txt").exists()
+
+
+def test_rewind_refuses_an_unknown_call(repo: Path) -> None:
+    run = start(repo)
+    three_calls(run)
+    with pytest.raises(RewindError):
+        rewind(run, "call_nope", {})
+
+
+def test_rewind_cli(repo: Path) -> None:
+    run = start(repo)
+    ids = three_calls(run)
+    shown = sandbox_cmd("rewind", run.run_id, "--to", ids[2], cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert b"To take the rewind back: sandbox rollback" in shown.stdout
+    assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
+    as_json = sandbox_cmd("--json", "rewind", run.run_id, "--to", ids[0], cwd=repo)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["call_id"] == ids[0]
+    bad = sandbox_cmd("rewind", run.run_id, "--to", "nothing-like-it", cwd=repo)
+    assert bad.returncode != 0 and b"Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    extra = sandbox_cmd("rewind", run.run_id, "--to", ids[0], "--", "--model", "x", cwd=repo)
+    assert extra.returncode == 2 and b"need --continue" in extra.stderr

@@ -1,0 +1,115 @@
+"""The agent's conversation stored with the run (issue #22): chunked, deduplicated, mapped, read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sandbox.agent import sessions, transcripts
+from sandbox.run.run import Run
+from sandbox.store.project import Project
+
+SESSION = "0b7c3d9e-1111-4222-8333-444455556666"
+
+
+def start(repo: Path) -> Run:
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    return Run.start(project, workdir)
+
+
+def reopen(run: Run) -> Run:
+    return Run.open(Project(run.project.common_dir), run.run_id)
+
+
+def claude_lines(calls: int, start: int = 0, pad: int = 600) -> bytes:
+    """A Claude Code-shaped transcript: per call, an assistant tool_use record and its user tool_result."""
+    out = []
+    for n in range(start, start + calls):
+        tool = f"toolu_{n:06d}"
+        content = [{"type": "tool_use", "id": tool, "name": "Bash", "input": {"command": "x" * pad}}]
+        message = {"id": f"msg_{n}", "role": "assistant", "content": content}
+        out.append({"type": "assistant", "uuid": f"a{n}", "sessionId": SESSION, "message": message})
+        result = [{"type": "tool_result", "tool_use_id": tool, "content": "ok"}]
+        out.append(
+            {"type": "user", "uuid": f"u{n}", "sessionId": SESSION, "message": {"role": "user", "content": result}}
+        )
+    return b"".join(json.dumps(r).encode() + b"\n" for r in out)
+
+
+def test_chunks_of_a_prefix_are_the_leading_chunks_of_what_it_grew_into() -> None:
+    small = claude_lines(200)
+    grown = small + claude_lines(50, start=200)
+    a, b = transcripts.chunk(small), transcripts.chunk(grown)
+    assert b"".join(a) == small and b"".join(b) == grown
+    assert len(a) > 10 and a[:-1] == b[: len(a) - 1]  # only the last, still open, chunk differs
+    assert all(len(c) <= transcripts.MAX_CHUNK for c in b)
+
+
+def test_store_dedups_and_writes_only_new_bytes(repo: Path) -> None:
+    run = start(repo)
+    data = claude_lines(300)
+    agent = sessions.ClaudeCode()
+    first = transcripts.store(run, "claude-code", SESSION, data, agent.calls(data), "session end")
+    assert first is not None and transcripts.load(run, first) == data
+    assert transcripts.store(run, "claude-code", SESSION, data, agent.calls(data), "again") is None  # same bytes
+    grown = data + claude_lines(5, start=300)
+    second = transcripts.store(run, "claude-code", SESSION, grown, agent.calls(grown), "checkpoint")
+    assert second is not None and transcripts.load(reopen(run), second) == grown
+    records = transcripts.records(reopen(run))
+    assert [r["reason"] for r in records] == ["session end", "checkpoint"]
+    assert records[0]["new_bytes"] == len(data)
+    new_bytes = len(grown) - len(data)
+    assert new_bytes <= records[1]["new_bytes"] <= new_bytes + transcripts.MAX_CHUNK  # O(new bytes), not O(all)
+    assert records[1]["new_bytes"] < len(grown) // 4
+    assert transcripts.latest(reopen(run), SESSION) == second
+
+
+def test_calls_map_each_tool_use_to_the_line_of_its_message() -> None:
+    data = claude_lines(3)
+    calls = sessions.ClaudeCode().calls(data)
+    assert calls == {"toolu_000000": 0, "toolu_000001": 2, "toolu_000002": 4}
+
+
+def test_fork_cuts_before_the_call_under_a_new_session_and_leaves_the_original() -> None:
+    data = claude_lines(3)
+    agent = sessions.ClaudeCode()
+    forked = agent.fork(data, "toolu_000002", "new-session")
+    records = [json.loads(line) for line in forked.splitlines()]
+    assert len(records) == 4 and {r["sessionId"] for r in records} == {"new-session"}
+    assert list(agent.calls(forked)) == ["toolu_000000", "toolu_000001"]
+    with pytest.raises(KeyError):
+        agent.fork(data, "toolu_missing", "x")
+
+
+def test_find_looks_in_every_candidate_home(tmp_path: Path) -> None:
+    agent = sessions.ClaudeCode()
+    run_home, user_home = tmp_path / "run" / ".claude", tmp_path / "home" / ".claude"
+    assert agent.find(SESSION, [str(run_home), str(user_home)]) is None
+    path = Path(agent.place(str(user_home), "/w/t.x_y", SESSION))
+    assert path.parent.name == "-w-t-x-y"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"{}\n")
+    assert agent.find(SESSION, [str(run_home), str(user_home)]) == str(path)
+    assert agent.find("../etc", [str(user_home)]) is None  # not a session id: never globbed
+
+
+def test_relaunch_replaces_the_prompt_and_keeps_the_flags() -> None:
+    agent = sessions.ClaudeCode()
+    argv = ["claude", "-p", "Do it.", "--allowedTools", "Bash", "Edit", "--model", "m", "-r", "old", "--fork-session"]
+    assert agent.relaunch(argv, "S", "NOTE", None) == [
+        "claude",
+        "NOTE",
+        "-p",
+        "--allowedTools",
+        "Bash",
+        "Edit",
+        "--model",
+        "m",
+        "--resume",
+        "S",
+    ]
+    assert sessions.for_command(["/usr/bin/claude"]) is sessions.AGENTS["claude-code"]
+    assert sessions.for_command(["aider"]) is None

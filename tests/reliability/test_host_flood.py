@@ -14,6 +14,7 @@ failures.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import wire
+from sandbox.agent import host, wire
 from sandbox.run.run import Run
 from sandbox.store.project import Project
 from tests.conftest import alive, sandbox_cmd, wait_until
@@ -125,7 +126,7 @@ def start_host(repo: Path, nofile: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-def time_hooks(run: Run, tag: str, n: int = HOOKS) -> tuple[list[float], list[str]]:
+def time_hooks(run: Run, tag: str, n: int = HOOKS, env: dict[str, str] | None = None) -> tuple[list[float], list[str]]:
     """Wall times of ``n`` hook processes of ``run`` (Bash pre/post pairs), and the failures."""
     times, failures = [], []
     for i in range(n // 2):
@@ -134,7 +135,12 @@ def time_hooks(run: Run, tag: str, n: int = HOOKS) -> tuple[list[float], list[st
             data = json.dumps(payload("Bash", which, run.worktree, call)).encode()
             started = time.monotonic()
             proc = subprocess.run(
-                [SANDBOX, "hook", "claude-code"], cwd=run.worktree, input=data, capture_output=True, timeout=120
+                [SANDBOX, "hook", "claude-code"],
+                cwd=run.worktree,
+                input=data,
+                capture_output=True,
+                timeout=120,
+                env={**os.environ, **(env or {})},
             )
             times.append(time.monotonic() - started)
             if proc.returncode != 0 or proc.stderr.strip():
@@ -257,21 +263,25 @@ def test_a_host_out_of_descriptors_backs_off_and_keeps_serving(repo: Path, two_r
         served.wait(timeout=30)
 
 
-def test_a_restarted_host_records_the_outage_in_the_runs_it_serves(repo: Path, two_runs: tuple[Run, Run]) -> None:
+def test_a_hook_that_finds_the_host_gone_restarts_it_and_the_outage_is_recorded(
+    repo: Path, two_runs: tuple[Run, Run]
+) -> None:
     _a, b = two_runs
     common = str(repo / ".git")
     first = start_host(repo, 1024)
     first.kill()  # SIGKILL: it leaves its liveness record behind
     first.wait(timeout=30)
-    _times, failed = time_hooks(b, "alone", 2)  # no host: recorded by the hooks themselves
-    assert failed == []
-    second = start_host(repo, 1024)
     try:
+        # The hook records by itself, and starts a new host for the next ones.
+        _times, failed = time_hooks(b, "alone", 2, env={"SANDBOX_HOOK_AUTOSTART": "1"})
+        assert failed == []
+        assert wait_until(lambda: wire.Client(common).ping(), timeout=60)
+        before = requests_of(common, b)
         _times, failed = time_hooks(b, "again", 2)
         assert failed == []
+        assert requests_of(common, b) == before + 2  # the new host answered them
         notes = [e for _oid, e in Run.open(Project(common), b.run_id).events() if e.kind.value == "note"]
         outage = [n.data["host_outage"] for n in notes if "host_outage" in n.data]
         assert len(outage) == 1 and outage[0]["previous_pid"] == first.pid, notes
     finally:
-        second.terminate()
-        second.wait(timeout=30)
+        host.stop_host(common)

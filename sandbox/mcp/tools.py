@@ -458,17 +458,19 @@ class Workspace:
         """Lines matching a regular expression (Python's ``re``) in the tracked, new and untracked
         files not ignored by ``.gitignore``, as ``path:line:text``; at most ``max_results`` lines.
 
-        git lists the files (``ls-files``: names only, it reads no content); each file is then
-        opened beneath the worktree (:mod:`sandbox.store.beneath`) and read here, so a directory a
-        command of the model's flips to a symlink meanwhile is refused, never read through (``git
-        grep`` would open the path it listed)."""
+        git finds the files that may match (``git grep -l``: the fastest way over a large worktree;
+        only names come out of it), and each one is then opened beneath the worktree
+        (:mod:`sandbox.store.beneath`) and read here: the lines shown come from a file inside, even
+        when a command of the model's flips a directory to a symlink while git reads (git opens the
+        paths it walks, and would follow it). A pattern git cannot take (PCRE and Python differ a
+        little) falls back to every file ``ls-files`` lists."""
         from sandbox.store import gitcli, gitfiles
 
         run = self.require_run()
         rel, fd = self._open(run, path, os.O_RDONLY, allow_root=True)
         os.close(fd)
-        # ls-files --exclude-standard reads every .gitignore, info/exclude and core.excludesFile: one
-        # the model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
+        # git grep --untracked and ls-files read every .gitignore, info/exclude and core.excludesFile:
+        # one the model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
         odd = None if gitfiles.repository_plain(run.worktree) else ".git"
         odd = odd or gitfiles.tree_rules_plain(run.worktree, (".gitignore",))
         if odd is not None:
@@ -480,30 +482,38 @@ class Workspace:
         limit = max(1, min(max_results, 1000))
         spec = rel or "."
         pathspecs = [f":(glob){rel + '/' if rel else ''}{glob if '/' in glob else '**/' + glob}"] if glob else [spec]
-        proc = gitcli.git(
-            ["ls-files", "-z", "-c", "-o", "--exclude-standard", "--", *pathspecs], run.worktree, check=False
-        )
+        grep = ["grep", "-l", "-z", "-I", "--untracked", "--full-name", *(["-i"] if ignore_case else [])]
+        proc = gitcli.git([*grep, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
+        if proc.returncode == 1:
+            return f"No line matches {pattern!r}."
+        if proc.returncode != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
+            listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
+            proc = gitcli.git(listing, run.worktree, check=False)
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
             raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(proc.returncode)}.")
         names = sorted({os.fsdecode(n) for n in proc.stdout.split(b"\0") if n})
         lines: list[str] = []
-        more = 0
+        more = left = 0
         root = _open_worktree(run)
         try:
-            for name in names:
+            for done, name in enumerate(names, 1):
                 for number, text in _matching_lines(root, name, regex):
                     if len(lines) < limit:
                         line = f"{name}:{number}:{text}"
                         lines.append(line if len(line) <= 400 else line[:400] + " [...]")
                     else:
                         more += 1
+                if more:  # the answer is full: the files left are not read (git found they may match)
+                    left = len(names) - done
+                    break
         finally:
             os.close(root)
         if not lines:
             return f"No line matches {pattern!r}."
         if more:
-            lines.append(f"[{more} more matching lines; narrow the pattern, path or glob]")
+            where = f", and maybe in {left} more files" if left else ""
+            lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
         return "\n".join(lines)
 
     # -- commands ------------------------------------------------------------------------------

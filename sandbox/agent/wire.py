@@ -65,8 +65,8 @@ STARTING = 5.0
 TOKEN = "host.token"
 #: The longest request a host reads. What makes a hook request big is the tool's input, which the
 #: model wrote (Claude Code's Write carries the whole file: at most the model's output, 32k-128k
-#: tokens, ~0.1-0.5 MiB of text, ~1 MiB of JSON at the worst escaping measured in
-#: ``tests/reliability/test_host_flood.py``); the tool's response is cut to
+#: tokens: 512 KiB of ASCII is a 0.54 MB request, 128k tokens of CJK text JSON-escaped 1.06 MB,
+#: measured in ``tests/reliability/test_host_flood.py``); the tool's response is cut to
 #: :data:`sandbox.agent.hookproto.MAX_RESULT` by the client before sending (it is kept no bigger).
 #: A larger request is not sent: the hook records in its own process, as when no host lives.
 MAX_REQUEST = 4 * 1024 * 1024

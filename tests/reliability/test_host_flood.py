@@ -285,3 +285,55 @@ def test_a_hook_that_finds_the_host_gone_restarts_it_and_the_outage_is_recorded(
         assert len(outage) == 1 and outage[0]["previous_pid"] == first.pid, notes
     finally:
         host.stop_host(common)
+
+
+def test_the_largest_hook_requests_fit_and_larger_ones_are_recorded_by_the_hook(
+    repo: Path, two_runs: tuple[Run, Run]
+) -> None:
+    """What sizes a hook request: a Write's whole content (the model's output: 32k-128k tokens), in
+    its PreToolUse and again, with the old file, in its PostToolUse response (cut before sending).
+    128k tokens of CJK text JSON-escaped (6 bytes a character) is the worst case we size for."""
+    _a, b = two_runs
+    common = str(repo / ".git")
+    served = start_host(repo, 1024)
+    try:
+        sizes = {}
+        for name, content in (
+            ("ascii_512k", "x = 1  # a line of Python source\n" * 16_000),
+            ("cjk_128k_tokens", "漢字仮名交じり文" * 22_000),
+        ):
+            sizes[name] = _write_hook(b, name, content, served=True, common=common)
+        print("\nhook request sizes:", json.dumps(sizes), "limit", wire.MAX_REQUEST)
+        assert max(sizes.values()) * 3 < wire.MAX_REQUEST  # room to spare
+        # Larger than a host reads: never refused, recorded by the hook in its own process.
+        _write_hook(b, "huge", "y" * (wire.MAX_REQUEST + 1024), served=False, common=common, echo=False)
+        assert served.poll() is None
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+
+
+def _write_hook(run: Run, call: str, content: str, *, served: bool, common: str, echo: bool = True) -> int:
+    """A Write's PreToolUse and PostToolUse through ``sandbox hook claude-code``; the start request's size."""
+    from sandbox.agent.adapters import claude_code
+
+    target = f"{run.worktree}/{call}.txt"
+    pre = payload("Write", "pre", run.worktree, call, tool_input={"file_path": target, "content": content})
+    event = claude_code.to_event(pre)
+    assert event is not None
+    size = len(json.dumps({"v": 1, "op": "hook", "run": run.run_id, "token": "t" * 48, "event": event.to_dict()}))
+    before = requests_of(common, run)
+    Path(target).write_text(content)
+    post = payload("Write", "post", run.worktree, call, tool_input={"file_path": target, "content": content})
+    post["tool_response"] = {"type": "update", "filePath": target}
+    if echo:  # what Claude Code answers: the content, and the file as it was before
+        post["tool_response"].update(content=content, originalFile=content)
+    for data in (pre, post):
+        proc = subprocess.run(
+            [SANDBOX, "hook", "claude-code"], cwd=run.worktree, input=json.dumps(data).encode(), capture_output=True
+        )
+        assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr.decode()
+    assert requests_of(common, run) == before + (2 if served else 0)
+    entry = Run.open(Project(common), run.run_id).entry(call)
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == [f"{call}.txt"]
+    return size

@@ -127,7 +127,13 @@ class Intake:
                 if paused_until and now >= paused_until:
                     paused_until = 0.0
                     sel.register(self.listener, selectors.EVENT_READ, None)
-                for key, _mask in sel.select(timeout=0.25):
+                try:
+                    ready = sel.select(timeout=0.25)
+                except OSError as exc:  # never seen; a loop that died would leave a host that never answers
+                    self._say("select", f"waiting for connections failed ({exc.strerror or exc})")
+                    time.sleep(0.1)
+                    continue
+                for key, _mask in ready:
                     if key.data == "wake":
                         with contextlib.suppress(OSError):
                             os.read(self._wake_r, 4096)
@@ -203,7 +209,8 @@ class Intake:
                     return False
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
                     continue
-                raise
+                self._say("accept", f"accepting a connection failed ({exc.strerror or exc}); it backs off")
+                return False
             self.received += 1
             peer = _peer(sock)
             key = self.peer_key(peer)

@@ -337,3 +337,36 @@ def _write_hook(run: Run, call: str, content: str, *, served: bool, common: str,
     entry = Run.open(Project(common), run.run_id).entry(call)
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == [f"{call}.txt"]
     return size
+
+
+def test_a_request_trickled_in_is_closed_at_its_deadline_not_kept_alive(repo: Path) -> None:
+    """A deadline per request, not per ``recv``: a byte every 0.1 s does not hold a connection."""
+    import socket
+    import threading
+
+    from sandbox.agent import intake
+    from sandbox.agent.host import Host
+
+    served = Host(Project(str(repo / ".git")), limits=intake.Limits(request_deadline=1.0))
+    thread = threading.Thread(target=served.serve, kwargs={"idle_exit": 600.0, "tick": 0.1}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: wire.Client(str(repo / ".git")).ping())
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(wire.socket_path(str(repo / ".git")))
+        started = time.monotonic()
+        closed = None
+        try:
+            while time.monotonic() - started < 10:
+                sock.sendall(b" ")
+                time.sleep(0.1)
+        except OSError:  # EPIPE / ECONNRESET: the host closed it
+            closed = time.monotonic() - started
+        finally:
+            sock.close()
+        assert closed is not None and closed < 5, closed
+        assert wire.Client(str(repo / ".git")).ping() is not None
+        assert any("within 1 s" in n for n in served.notes), served.notes
+    finally:
+        served.request_stop()
+        thread.join(timeout=30)

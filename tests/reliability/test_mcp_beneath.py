@@ -17,10 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from conftest import make_repo
 
 from sandbox.errors import SandboxError
 from sandbox.mcp.tools import Settings, Workspace
+from sandbox.store import beneath
 from sandbox.store.project import Project
 
 SECONDS = 3.0
@@ -37,7 +39,13 @@ def workspace(tmp_path: Path) -> Workspace:
     return ws
 
 
-def test_a_directory_flipped_to_a_symlink_never_leads_a_tool_out(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resolver", ["openat2", "walk"])
+def test_a_directory_flipped_to_a_symlink_never_leads_a_tool_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolver: str
+) -> None:
+    if resolver == "openat2" and not beneath.has_openat2():
+        pytest.skip("this kernel has no openat2")
+    monkeypatch.setattr(beneath, "_HAVE_OPENAT2", resolver == "openat2")  # "walk": as on a kernel without it
     ws = workspace(tmp_path)
     assert ws.run is not None
     wt = Path(ws.run.worktree)

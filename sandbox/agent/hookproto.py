@@ -232,7 +232,12 @@ def locate(cwd: str) -> Location:
 def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome | None:
     """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
     client = wire.Client(loc.common_dir, timeout=timeout)
-    reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=event.to_dict())
+    sent = event.to_dict()
+    if sent.get("result") is not None:  # cut here as the recorder would keep it: small requests
+        text = json.dumps(sent["result"], default=str)
+        if len(text) > MAX_RESULT:
+            sent["result"] = {"truncated": True, "bytes": len(text)}
+    reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=sent)
     if reply is None:
         return None  # no host, or it died mid-request: recording again here is idempotent
     try:

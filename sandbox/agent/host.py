@@ -15,7 +15,9 @@ every repository's.
 What it holds (:class:`Host`):
 
 * one socket, ``<common>/sandbox/host/host.sock`` (:mod:`sandbox.agent.wire`: the protocol, who may
-  ask what), one accept loop, one thread per connection;
+  ask what), read by one thread under caps and deadlines and answered by a few workers, fairly
+  between peers (:mod:`sandbox.agent.intake`: one sandbox's flood of connections never stops
+  another run's hooks, and never the host);
 * one liveness record: the flock of ``host.lock`` held for its whole life, and ``host.json``
   (:class:`~sandbox.models.HostInfo`) beside it;
 * one inotify instance (:mod:`sandbox.agent.inotify`) watching every served run's worktree, its
@@ -26,7 +28,10 @@ What it holds (:class:`Host`):
 
 Recording is serialised by one lock (the runs share one repository object); the watcher's windows
 are not. A host killed with SIGKILL loses nothing recorded: a hook whose request got no answer
-records in its own process (idempotently), and the next one starts a new host.
+records in its own process (idempotently), and the next one starts a new host. That host finds the
+liveness record its predecessor left (a host that stops cleanly removes it) and records the outage
+as a ``note`` event in each run it serves (:meth:`Host.slot`), so ``log`` shows when hooks were
+recorded without a host.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ import hmac
 import json
 import os
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox import faults
-from sandbox.agent import changes, hookproto, wire
+from sandbox.agent import changes, hookproto, intake, wire
 from sandbox.agent.inotify import Inotify, Tree
 from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
@@ -99,8 +103,10 @@ class Host:
         max_runs_watched: int | None = None,
         max_watches: int | None = None,
         on_event: Callable[[str], None] | None = None,
+        limits: intake.Limits | None = None,
     ) -> None:
         self.project = project
+        self.limits = limits or intake.Limits(max_request=wire.MAX_REQUEST)
         self.common_dir = project.common_dir
         self.on_event = on_event
         self.max_runs_watched = max_runs_watched
@@ -118,8 +124,10 @@ class Host:
         self._lock_fd = -1
         self._sock: socket.socket | None = None
         self._accept: threading.Thread | None = None
-        self._busy = threading.Condition()
-        self._inflight = 0
+        self.intake: intake.Intake | None = None
+        #: The previous host died without cleaning up: (its pid, when it started), recorded once
+        #: per served run as a ``note`` event (see :meth:`_note_outage`).
+        self.outage: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._boot_id = _boot_id()
         self._ns = _pid_ns("self")
@@ -142,17 +150,30 @@ class Host:
             wire.bind(sock, self.path)
             os.chmod(self.path, 0o600)
             sock.listen(128)
-            sock.settimeout(0.5)
             self._sock = sock
             self.inotify = Inotify(max_watches=self.max_watches, max_trees=self.max_runs_watched)
             if self.inotify.error is not None:
                 self.notes.append(self.inotify.error)
+            self.outage = _left_behind(self.common_dir)
             self._publish()
         except BaseException:
             self.stop()
             raise
-        self._accept = threading.Thread(target=self._accept_loop, name="sandbox-host", daemon=True)
+        self.intake = intake.Intake(sock, self._answer, peer_key=self._peer_key, limits=self.limits, note=self._note)
+        self._accept = threading.Thread(target=self.intake.run, name="sandbox-host", daemon=True)
         self._accept.start()
+
+    def _note(self, line: str) -> None:
+        self.notes.append(line)
+        if self.on_event is not None:
+            self.on_event(line)
+
+    def _peer_key(self, peer: tuple[int, int] | None) -> str:
+        """What a connection counts against: a confined peer's PID namespace (its sandbox), else its process."""
+        if peer is None:
+            return "unknown"
+        ns = _pid_ns(str(peer[0]))
+        return f"process {peer[0]}" if ns is None or ns == self._ns else f"sandbox {ns}"
 
     def _publish(self) -> None:
         from sandbox.models import HostInfo
@@ -168,6 +189,12 @@ class Host:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop accepting, wait (up to ``timeout``) for requests in flight, release everything."""
         sock, self._sock = self._sock, None
+        if self.intake is not None:
+            self.intake.stop(timeout)
+        if self._accept is not None:
+            self._accept.join(timeout=5)
+        if self.intake is not None:
+            self.intake.close()
         if sock is not None:
             sock.close()
             if self._lock_fd >= 0:
@@ -175,10 +202,6 @@ class Host:
                     os.unlink(self.path)
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(wire.host_dir(self.common_dir), wire.INFO))
-        if self._accept is not None:
-            self._accept.join(timeout=5)
-        with self._busy:
-            self._busy.wait_for(lambda: self._inflight == 0, timeout=timeout)
         if self.inotify is not None:
             self.inotify.close()
         if self._lock_fd >= 0:
@@ -200,7 +223,10 @@ class Host:
                     checked = now
                     if not os.path.isdir(wire.host_dir(self.common_dir)):
                         return "the repository's sandbox directory is gone"
-                    self.check_runs()
+                    try:
+                        self.check_runs()
+                    except OSError as exc:  # out of descriptors for a moment: check again later
+                        self._note(f"checking the served runs failed ({exc.strerror or exc}); checked again later")
                 self.rewatch_lost()
                 activity = self.activity()
                 if activity != seen:
@@ -225,7 +251,9 @@ class Host:
 
     def activity(self) -> tuple[int, int]:
         """Changes whenever a request arrives or is handled."""
-        return (self.received, self.handled)
+        if self.intake is None:
+            return (self.received, self.handled)
+        return (self.received + self.intake.received, self.handled + self.intake.handled)
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -244,7 +272,17 @@ class Host:
             slot = Slot(run, recorder, recorder.source)
             self._watch(slot)
             self.slots[run_id] = slot
+            self._note_outage(run)
             return slot
+
+    def _note_outage(self, run: Run) -> None:
+        """Record in ``run`` that the previous host died (once per run and host): hooks recorded in
+        their own processes meanwhile, by scanning, and the host was started again by the first
+        client that found it gone."""
+        if self.outage is None:
+            return
+        with self.record_lock, contextlib.suppress(SandboxError, OSError):
+            run.note({"host_outage": self.outage})
 
     def _watch(self, slot: Slot) -> None:
         if self.inotify is None:
@@ -315,42 +353,21 @@ class Host:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        while True:
-            sock = self._sock
-            if sock is None:
-                return
+    def _answer(self, data: bytes | None, peer: tuple[int, int] | None) -> bytes:
+        """The reply to one whole request read by the intake (None: it was larger than allowed)."""
+        if data is None:
+            reply: dict[str, Any] = {
+                "ok": False,
+                "error": f"The request is larger than {self.limits.max_request} bytes; record it in your own process.",
+            }
+        else:
             try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._busy:
-                self._inflight += 1
-                self.received += 1
-            threading.Thread(target=self._connection, args=(conn,), name="sandbox-host-req", daemon=True).start()
-
-    def _connection(self, conn: socket.socket) -> None:
-        try:
-            with conn:
-                conn.settimeout(30)
-                peer = _peer(conn)
-                data = _recv_all(conn, wire.MAX_REQUEST)
-                try:
-                    request = json.loads(data)
-                except (ValueError, RecursionError):  # nested deeper than Python recurses: a forged one
-                    reply: dict[str, Any] = {"ok": False, "error": "The request is not valid JSON."}
-                else:
-                    reply = self.handle(request, peer)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-        except OSError:
-            pass  # the client went away; it records in its own process or reports
-        finally:
-            with self._busy:
-                self._inflight -= 1
-                self.handled += 1
-                self._busy.notify_all()
+                request = json.loads(data)
+            except (ValueError, RecursionError):  # nested deeper than Python recurses: a forged one
+                reply = {"ok": False, "error": "The request is not valid JSON."}
+            else:
+                reply = self.handle(request, peer)
+        return json.dumps(reply).encode() + b"\n"
 
     def handle(self, request: Any, peer: tuple[int, int] | None = None) -> dict[str, Any]:
         """Answer one decoded request from ``peer`` (pid, uid; None: trusted, in-process)."""
@@ -464,29 +481,8 @@ class Host:
                 "max_runs_watched": self.max_runs_watched,
             },
             "notes": list(self.notes),
+            "connections": self.intake.open_connections() if self.intake is not None else {},
         }
-
-
-def _recv_all(conn: socket.socket, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise OSError("request too large")
-        chunks.append(chunk)
-
-
-def _peer(conn: socket.socket) -> tuple[int, int] | None:
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    pid, uid, _gid = struct.unpack("3i", creds)
-    return pid, uid
 
 
 def _pid_ns(pid: str) -> str | None:
@@ -494,6 +490,25 @@ def _pid_ns(pid: str) -> str | None:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return None
+
+
+def _left_behind(common_dir: str) -> dict[str, Any] | None:
+    """The liveness record a host that died left (we hold the lock now: it is not alive), or None."""
+    from pydantic import ValidationError
+
+    from sandbox.models import HostInfo, utcnow
+
+    try:
+        with open(os.path.join(wire.host_dir(common_dir), wire.INFO), "rb") as fh:
+            info = HostInfo.model_validate_json(fh.read(65536))
+    except (OSError, ValidationError):
+        return None
+    return {
+        "previous_pid": info.pid,
+        "previous_started_at": info.started_at.isoformat(),
+        "restarted_at": utcnow().isoformat(),
+        "note": "the repository's host had died; hooks recorded in their own processes until it was restarted",
+    }
 
 
 def _boot_id() -> str | None:

@@ -14,7 +14,8 @@ Each connection carries one request, a JSON object on one line, and gets one rep
     {"v": 1, "op": "quiet", "run": RUN, "token": T}                  -> {"ok": true, "last_change": SECONDS_AGO|null}
     {"v": 1, "op": "ping"}                                           -> {"ok": true, "pid": PID, "runs": N}
     {"v": 1, "op": "status"}   (control)
-        -> {"ok": true, "pid": PID, "runs": {RUN: {...}}, "inotify": {...}, "notes": [...]}
+        -> {"ok": true, "pid": PID, "runs": {RUN: {...}}, "inotify": {...}, "notes": [...],
+            "connections": {PEER: N}}
     {"v": 1, "op": "forget", "run": RUN}  (control)                  -> {"ok": true}
     {"v": 1, "op": "stop"}     (control)                             -> {"ok": true}
     any refusal                                                      -> {"ok": false, "error": str}
@@ -26,6 +27,11 @@ Who may ask what:
   hidden, :mod:`sandbox.agent.confine`), so it can record into its own run and no other;
 * control operations (``status``, ``forget``, ``stop``) are refused to a peer in another PID
   namespace (every confined process is in one of its own) or of another user (``SO_PEERCRED``).
+
+Bounds (:mod:`sandbox.agent.intake`): a request of at most :data:`MAX_REQUEST` bytes must arrive
+whole within 10 s of the connect; a peer (a sandbox, or a process outside one) holds at most 32
+connections at once, all peers together 256; requests are answered round-robin between peers. A
+client has one deadline for its whole request, and does not send one larger than the host reads.
 
 The structured reply is all a caller reads: no human text is parsed. Paths are JSON strings
 (non-UTF-8 names as lone surrogates, escaped).
@@ -57,8 +63,13 @@ SPAWN_BACKOFF = 10.0
 STARTING = 5.0
 #: In a run's directory: the secret an operation on the run carries.
 TOKEN = "host.token"
-#: The longest request a host reads (a hook event is at most 8 MiB of payload, JSON-escaped).
-MAX_REQUEST = 24 * 1024 * 1024
+#: The longest request a host reads. What makes a hook request big is the tool's input, which the
+#: model wrote (Claude Code's Write carries the whole file: at most the model's output, 32k-128k
+#: tokens: 512 KiB of ASCII is a 0.54 MB request, 128k tokens of CJK text JSON-escaped 1.06 MB,
+#: measured in ``tests/reliability/test_host_flood.py``); the tool's response is cut to
+#: :data:`sandbox.agent.hookproto.MAX_RESULT` by the client before sending (it is kept no bigger).
+#: A larger request is not sent: the hook records in its own process, as when no host lives.
+MAX_REQUEST = 4 * 1024 * 1024
 #: Seconds a client waits to connect.
 CONNECT_TIMEOUT = 2.0
 #: Operations only a peer in the host's PID namespace, of the same user, may ask for.
@@ -261,6 +272,9 @@ class Client:
         up to that many seconds for it (cheaper than working without it: a hook recording in its
         own process imports pygit2 and pydantic and may scan the worktree).
         """
+        data = json.dumps({"v": PROTOCOL, **message}).encode() + b"\n"
+        if len(data) > MAX_REQUEST:
+            return None  # larger than a host reads: the caller records in its own process
         deadline = time.monotonic() + wait_start
         while True:
             try:
@@ -271,11 +285,14 @@ class Client:
                     return None
                 time.sleep(0.02)
         try:
-            sock.settimeout(timeout or self.timeout)
-            sock.sendall(json.dumps({"v": PROTOCOL, **message}).encode() + b"\n")
+            # One deadline for the whole request (a host trickling its reply cannot stretch it).
+            finish = time.monotonic() + (timeout or self.timeout)
+            sock.settimeout(max(0.001, finish - time.monotonic()))
+            sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
             chunks = []
             while True:
+                sock.settimeout(max(0.001, finish - time.monotonic()))
                 chunk = sock.recv(1 << 16)
                 if not chunk:
                     break

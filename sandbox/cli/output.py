@@ -99,11 +99,13 @@ def git_config(cwd: str) -> dict[str, str]:
     try:
         import subprocess  # only on a terminal: a command writing to a pipe does not pay for it
 
+        from sandbox.store import gitcli
+
+        argv, env = gitcli.command(
+            [*git_dir, "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"]
+        )
         proc = subprocess.run(
-            ["git", *git_dir, "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"],
-            cwd=loc.common_dir if loc is not None else where,
-            capture_output=True,
-            check=False,
+            argv, cwd=loc.common_dir if loc is not None else where, env=env, capture_output=True, check=False
         )
     except OSError:  # no git at all: every setting is at its default
         return {}

@@ -121,7 +121,7 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     @server.tool(
         description=(
             "Read a text file of the run's worktree. Lines come numbered (number, tab, text); read a long file "
-            "in parts with offset and limit. Paths are relative to the worktree."
+            "in parts with offset and limit (files over 10 MiB are refused). Paths are relative to the worktree."
         ),
         annotations=_READ,
         structured_output=False,
@@ -180,8 +180,8 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
 
     @server.tool(
         description=(
-            "Search file contents of the run's worktree for a regular expression (Perl syntax; files ignored by "
-            ".gitignore are skipped). Answers 'path:line:text' lines, at most max_results."
+            "Search file contents of the run's worktree for a regular expression (Python re, Perl-like syntax; "
+            "files ignored by .gitignore are skipped). Answers 'path:line:text' lines, at most max_results."
         ),
         annotations=_READ,
         structured_output=False,

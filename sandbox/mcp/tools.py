@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from sandbox.errors import PathRefusedError, SandboxError, UsageError
 from sandbox.models import CallStatus, ProcessScope
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
-from sandbox.store import paths
+from sandbox.store import beneath, paths
 from sandbox.store.project import Project
 
 #: Bounds on what one tool answer carries (the model's context is the scarce resource).
@@ -60,6 +60,8 @@ MAX_LINE_CHARS = 2_000
 MAX_LIST = 1_000
 MAX_SEARCH = 200
 MAX_TIMEOUT = 3_600.0
+#: The largest file ``read_file`` and ``edit_file`` read, and ``search`` looks into (bytes).
+MAX_READ_BYTES = 10 * 1024 * 1024
 #: How often a running command looks whether its client went away.
 _POLL = 0.05
 
@@ -252,22 +254,74 @@ class Workspace:
             raise PathRefusedError(f"The path {path!r} is inside .git; the sandbox's tools never read or write there.")
         return paths.from_user(run.worktree, path)
 
-    def _readable(self, run: Run, path: str, allow_root: bool = False) -> tuple[str, str]:
-        """(relative, absolute) of a path to read: confined, and not leading out through a symlink."""
-        if allow_root and path.strip() in ("", ".", "./"):
-            return "", run.worktree
-        if allow_root and os.path.isabs(path) and os.path.realpath(path) == os.path.realpath(run.worktree):
-            return "", run.worktree
-        rel = self._rel(run, path)
-        full = os.path.join(run.worktree, rel)
-        root = os.path.realpath(run.worktree)
-        real = os.path.realpath(full)
-        if real != root and not real.startswith(root + "/"):
-            raise PathRefusedError(f"The path {path!r} leads out of the worktree through a symlink; it is refused.")
-        inside = os.path.relpath(real, root)
-        if inside != "." and any(p.lower() == ".git" for p in inside.split("/")):
-            raise PathRefusedError(f"The path {path!r} leads into .git through a symlink; it is refused.")
-        return ("" if inside == "." else inside), real
+    def _open(self, run: Run, path: str, flags: int, allow_root: bool = False) -> tuple[str, int]:
+        """(relative, descriptor) of a path to read, opened beneath the worktree (:mod:`sandbox.store.beneath`):
+        the kernel refuses a symlink that leads out at any component, even one a command of the
+        model's made a moment ago; where it landed inside is checked for ``.git``."""
+        if allow_root and (path.strip() in ("", ".", "./") or self._is_root(run, path)):
+            rel = ""
+        else:
+            rel = self._rel(run, path)
+        root = _open_worktree(run)
+        try:
+            try:
+                fd = beneath.open_beneath(root, rel, flags | os.O_NONBLOCK)  # a FIFO must not block us
+            except beneath.EscapeError:
+                raise PathRefusedError(
+                    f"The path {path!r} leads out of the worktree through a symlink; it is refused."
+                ) from None
+            except FileNotFoundError:
+                raise SandboxError(f"{rel} does not exist in the worktree; list_files shows what does.") from None
+            except NotADirectoryError:
+                raise SandboxError(f"{rel or '.'} is not a directory of the worktree.") from None
+            except OSError as exc:
+                raise SandboxError(f"Cannot open {rel or '.'}: {exc.strerror or exc}.") from None
+            inside = beneath.relative(root, fd)
+            if inside is None or any(p.lower() == ".git" for p in inside.split("/")):
+                os.close(fd)
+                raise PathRefusedError(f"The path {path!r} leads into .git through a symlink; it is refused.")
+            return inside, fd
+        finally:
+            os.close(root)
+
+    @staticmethod
+    def _is_root(run: Run, path: str) -> bool:
+        return os.path.isabs(path) and os.path.realpath(path) == os.path.realpath(run.worktree)
+
+    def _write(self, run: Run, call: Any, rel: str, data: bytes) -> None:
+        """Write ``rel`` through a descriptor of its parent opened beneath the worktree (missing
+        directories made one at a time, no symlink followed): temporary file and rename there."""
+        root = _open_worktree(run)
+        try:
+            try:
+                dirfd, name = beneath.open_parent(root, rel, create=True)
+            except beneath.EscapeError:
+                raise PathRefusedError(
+                    f"The path {rel!r} goes through a symlink; the sandbox never writes through a symlinked directory."
+                ) from None
+            except NotADirectoryError:
+                raise PathRefusedError(
+                    f"Cannot write {rel!r}: a parent path is a file, not a directory; delete it first."
+                ) from None
+        finally:
+            os.close(root)
+        try:
+            mode = 0o644
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise PathRefusedError(f"Cannot write {rel!r}: it is a directory.")
+                if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
+                    mode = 0o755
+            except FileNotFoundError:
+                pass
+            call.note_paths([rel])
+            try:
+                beneath.write_at(dirfd, name, data, mode)
+            except OSError as exc:
+                raise PathRefusedError(f"Cannot write {rel!r} in the worktree: {exc.strerror or exc}.") from None
+        finally:
+            os.close(dirfd)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -279,8 +333,8 @@ class Workspace:
         limit = MAX_READ_LINES if limit is None else limit
         if limit < 1:
             raise UsageError("limit is the number of lines to read; give at least 1.")
-        rel, full = self._readable(run, path)
-        data = _read_bytes(rel, full)
+        rel, fd = self._open(run, path, os.O_RDONLY)
+        data = _read_fd(rel, fd)
         if b"\0" in data[:8192]:
             return f"{rel} is a binary file ({len(data)} bytes); it is not shown."
         lines = data.decode("utf-8", errors="replace").splitlines()
@@ -314,7 +368,7 @@ class Workspace:
                 replay="auto",
                 summary=f"write {rel}",
             ) as call:
-                call.write(rel, data)
+                self._write(run, call, rel, data)
             assert call.entry is not None
             return {
                 "call_id": call.entry.call_id,
@@ -343,8 +397,8 @@ class Workspace:
                 raise UsageError("old_string is empty; to create or overwrite a whole file use write_file.")
             if old_string == new_string:
                 raise UsageError("old_string and new_string are the same; the edit would change nothing.")
-            rel, full = self._readable(run, path)
-            text = _read_bytes(rel, full).decode("utf-8", errors="surrogateescape")
+            rel, fd = self._open(run, path, os.O_RDONLY)
+            text = _read_fd(rel, fd).decode("utf-8", errors="surrogateescape")
             count = text.count(old_string)
             if count == 0:
                 raise SandboxError(
@@ -365,38 +419,33 @@ class Workspace:
                 replay="ask",
                 summary=f"edit {rel}",
             ) as call:
-                call.write(rel, updated.encode("utf-8", errors="surrogateescape"))
+                self._write(run, call, rel, updated.encode("utf-8", errors="surrogateescape"))
             assert call.entry is not None
             return {"call_id": call.entry.call_id, "path": rel, "replacements": count if replace_all else 1}
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> str:
         """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
         run = self.require_run()
-        rel, full = self._readable(run, path, allow_root=True)
-        if not os.path.isdir(full):
-            raise SandboxError(f"{rel or '.'} is not a directory of the worktree.")
-        if pattern is None:
-            names = []
-            for name in sorted(os.listdir(full)):
-                if name.lower() == ".git":
-                    continue
-                kind = _kind(os.path.join(full, name))
-                names.append(name + ("/" if kind == "dir" else "@" if kind == "link" else ""))
-            return _bounded_list(names, f"{rel or '.'} is empty.")
-        regex = glob_regex(pattern)
-        found = []
-        for dirpath, dirnames, filenames in os.walk(full):
-            dirnames[:] = sorted(d for d in dirnames if d.lower() != ".git")
-            base = os.path.relpath(dirpath, full)
-            for name in sorted(filenames):
-                sub = name if base == "." else f"{base}/{name}"
+        rel, fd = self._open(run, path, os.O_RDONLY | os.O_DIRECTORY, allow_root=True)
+        try:
+            if pattern is None:
+                names = []
+                for name in sorted(os.listdir(fd)):
+                    if name.lower() == ".git":
+                        continue
+                    kind = _kind_at(fd, name)
+                    names.append(name + ("/" if kind == "dir" else "@" if kind == "link" else ""))
+                return _bounded_list(names, f"{rel or '.'} is empty.")
+            regex = glob_regex(pattern)
+            found = []
+            for sub in _walk_files(fd, ""):
                 if regex.fullmatch(sub):
                     found.append(sub if not rel else f"{rel}/{sub}")
                     if len(found) > MAX_LIST:
                         break
-            if len(found) > MAX_LIST:
-                break
-        return _bounded_list(found, f"No file matches {pattern!r}.")
+            return _bounded_list(found, f"No file matches {pattern!r}.")
+        finally:
+            os.close(fd)
 
     def search(
         self,
@@ -406,38 +455,66 @@ class Workspace:
         ignore_case: bool = False,
         max_results: int = MAX_SEARCH,
     ) -> str:
-        """Lines matching a regular expression (``git grep``: tracked, new and untracked files
-        not ignored by ``.gitignore``), as ``path:line:text``; at most ``max_results`` lines."""
+        """Lines matching a regular expression (Python's ``re``) in the tracked, new and untracked
+        files not ignored by ``.gitignore``, as ``path:line:text``; at most ``max_results`` lines.
+
+        git finds the files that may match (``git grep -l``: the fastest way over a large worktree;
+        only names come out of it), and each one is then opened beneath the worktree
+        (:mod:`sandbox.store.beneath`) and read here: the lines shown come from a file inside, even
+        when a command of the model's flips a directory to a symlink while git reads (git opens the
+        paths it walks, and would follow it). A pattern git cannot take (PCRE and Python differ a
+        little) falls back to every file ``ls-files`` lists."""
         from sandbox.store import gitcli, gitfiles
 
         run = self.require_run()
-        rel, _full = self._readable(run, path, allow_root=True)
-        # git grep --untracked reads every .gitignore, info/exclude and core.excludesFile: one the
-        # model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
+        rel, fd = self._open(run, path, os.O_RDONLY, allow_root=True)
+        os.close(fd)
+        # git grep --untracked and ls-files read every .gitignore, info/exclude and core.excludesFile:
+        # one the model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
         odd = None if gitfiles.repository_plain(run.worktree) else ".git"
         odd = odd or gitfiles.tree_rules_plain(run.worktree, (".gitignore",))
         if odd is not None:
             raise UsageError(f"The search cannot read the worktree's ignore rules: {odd} is not a regular file.")
+        try:
+            regex = re.compile(pattern.encode("utf-8", "surrogateescape"), re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise UsageError(f"The search pattern is not a regular expression: {exc}.") from None
         limit = max(1, min(max_results, 1000))
-        # libgit2 has no grep; git grep is also the fastest way over a large worktree.
-        args = ["grep", "-n", "-I", "--untracked", "--no-color", "--full-name"]
-        if ignore_case:
-            args.append("-i")
         spec = rel or "."
         pathspecs = [f":(glob){rel + '/' if rel else ''}{glob if '/' in glob else '**/' + glob}"] if glob else [spec]
-        proc = gitcli.git([*args, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
-        if proc.returncode == 128 and b"PCRE" in proc.stderr:  # a git built without PCRE
-            proc = gitcli.git([*args, "-E", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
+        grep = ["grep", "-l", "-z", "-I", "--untracked", "--full-name", *(["-i"] if ignore_case else [])]
+        proc = gitcli.git([*grep, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
         if proc.returncode == 1:
             return f"No line matches {pattern!r}."
+        if proc.returncode != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
+            listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
+            proc = gitcli.git(listing, run.worktree, check=False)
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
             raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(proc.returncode)}.")
-        lines = proc.stdout.decode("utf-8", errors="replace").splitlines()
-        out = [ln if len(ln) <= 400 else ln[:400] + " [...]" for ln in lines[:limit]]
-        if len(lines) > limit:
-            out.append(f"[{len(lines) - limit} more matching lines; narrow the pattern, path or glob]")
-        return "\n".join(out)
+        names = sorted({os.fsdecode(n) for n in proc.stdout.split(b"\0") if n})
+        lines: list[str] = []
+        more = left = 0
+        root = _open_worktree(run)
+        try:
+            for done, name in enumerate(names, 1):
+                for number, text in _matching_lines(root, name, regex):
+                    if len(lines) < limit:
+                        line = f"{name}:{number}:{text}"
+                        lines.append(line if len(line) <= 400 else line[:400] + " [...]")
+                    else:
+                        more += 1
+                if more:  # the answer is full: the files left are not read (git found they may match)
+                    left = len(names) - done
+                    break
+        finally:
+            os.close(root)
+        if not lines:
+            return f"No line matches {pattern!r}."
+        if more:
+            where = f", and maybe in {left} more files" if left else ""
+            lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
+        return "\n".join(lines)
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -723,30 +800,114 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def _read_bytes(rel: str, full: str) -> bytes:
+def _open_worktree(run: Run) -> int:
     try:
-        st = os.stat(full)
-    except FileNotFoundError:
-        raise SandboxError(f"{rel} does not exist in the worktree; list_files shows what does.") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise SandboxError(f"{rel} is a directory; use list_files to see what is in it.")
-    if not stat.S_ISREG(st.st_mode):
-        raise SandboxError(f"{rel} is not a regular file.")
+        return beneath.open_root(run.worktree)
+    except OSError:
+        raise SandboxError(
+            f"The run's worktree {run.worktree} cannot be opened (was the run dropped?); open another run."
+        ) from None
+
+
+def _read_fd(rel: str, fd: int) -> bytes:
+    """The bytes of the file open on ``fd`` (closed here): a regular file of at most
+    :data:`MAX_READ_BYTES`, else one line saying why not."""
     try:
-        with open(full, "rb") as fh:
-            return fh.read()
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise SandboxError(f"{rel} is a directory; use list_files to see what is in it.")
+        if not stat.S_ISREG(st.st_mode):
+            raise SandboxError(f"{rel} is not a regular file.")
+        if st.st_size > MAX_READ_BYTES:
+            raise SandboxError(
+                f"{rel} is {st.st_size} bytes, more than the {MAX_READ_BYTES} read_file reads; "
+                "search it, or look at parts of it with run_command (head, sed -n)."
+            )
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_READ_BYTES + 1)
     except OSError as exc:
-        raise SandboxError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
+        raise SandboxError(f"Cannot read {rel}: {exc.strerror or exc}.") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_READ_BYTES:  # it grew while we read
+        raise SandboxError(f"{rel} is more than the {MAX_READ_BYTES} bytes read_file reads.")
+    return data
 
 
-def _kind(full: str) -> str:
+def _matching_lines(root: int, name: str, regex: re.Pattern[bytes]) -> list[tuple[int, str]]:
+    """(line number, text) of the lines of ``name`` (beneath ``root``) that ``regex`` finds; none
+    for what is not a regular text file of at most :data:`MAX_READ_BYTES` (``git grep -I``), a
+    symlink, a path that leads out, or into ``.git``."""
     try:
-        st = os.lstat(full)
+        fd = beneath.open_beneath(root, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return []  # gone, a symlink (git grep reads none either), or leading out: nothing to show
+    try:
+        inside = beneath.relative(root, fd)
+        st = os.fstat(fd)
+        if inside is None or ".git" in inside.lower().split("/") or not stat.S_ISREG(st.st_mode):
+            return []
+        if st.st_size > MAX_READ_BYTES:
+            return []
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_READ_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    if b"\0" in data[:8000]:
+        return []
+    out = []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if regex.search(line):
+            out.append((number, line.rstrip(b"\r").decode("utf-8", errors="replace")))
+    if out and data.endswith(b"\n") and out[-1][0] > data.count(b"\n"):
+        out.pop()  # the empty "line" after the last newline
+    return out
+
+
+def _kind_at(dirfd: int, name: str) -> str:
+    try:
+        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
     except OSError:
         return "file"
     if stat.S_ISLNK(st.st_mode):
         return "link"
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _walk_files(dirfd: int, base: str) -> Iterator[str]:
+    """Every file below the directory ``dirfd`` (not ``.git``), as ``/``-separated paths, a
+    directory's files before its subdirectories, by name; each subdirectory opened with
+    ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent (a symlink or FIFO swapped in is skipped)."""
+    try:
+        with os.scandir(dirfd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    subdirs = []
+    for entry in entries:
+        if entry.name.lower() == ".git":
+            continue
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if is_dir:
+            subdirs.append(entry.name)
+        else:
+            yield entry.name if not base else f"{base}/{entry.name}"
+    for name in subdirs:
+        try:
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError:
+            continue
+        try:
+            yield from _walk_files(sub, name if not base else f"{base}/{name}")
+        finally:
+            os.close(sub)
 
 
 def _bounded_list(items: list[str], empty: str) -> str:

@@ -152,7 +152,7 @@ def _git_remote(
         env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.pathsep.join(objects_dirs)
     main = os.path.dirname(project.common_dir) if os.path.basename(project.common_dir) == ".git" else None
     cwd = how.cwd or main or project.common_dir
-    proc = git(["--git-dir", project.common_dir, *args], cwd=cwd, env=env, check=False)
+    proc = git(["--git-dir", project.common_dir, *args], cwd=cwd, env=env, check=False, network=True)
     out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     if check and proc.returncode != 0:
         lines = [line.strip() for line in err.splitlines() if line.strip() and not line.startswith("hint:")]

@@ -1,8 +1,12 @@
 """The few places the sandbox runs the git command instead of libgit2, each for a stated reason.
 
-Every call goes through :func:`git`, which pins an environment that cannot touch the user's
-state by accident: no hooks, no inherited ``GIT_DIR``/``GIT_INDEX_FILE``, no optional locks, and
-fsync of what it writes, and no ``core.fsmonitor`` command (see :data:`BASE_CONFIG`).
+Every git the sandbox starts is built by one function, :func:`command` (:func:`git` and
+:func:`spawn` use it; so does the CLI's one read of the user's colour settings), which pins an
+environment that cannot touch the user's state by accident and runs nothing a run's agent
+configured: no hooks, no inherited ``GIT_DIR``/``GIT_INDEX_FILE``, no optional locks, fsync of what
+it writes, no ``core.fsmonitor`` command (see :data:`BASE_CONFIG`), and no transport at all, so no
+lazy fetch (see :data:`NO_TRANSPORT`). ``tests/test_gitcli.py`` checks that no other module starts
+a git of its own.
 """
 
 from __future__ import annotations
@@ -44,6 +48,48 @@ BASE_CONFIG = (
 )
 
 
+#: A run's git dir is the agent's to write (even confined): it may name a promisor remote whose
+#: ``uploadpack`` (or ``core.sshCommand``, ``core.gitProxy``, an ``ext::`` URL) is a command of its
+#: choosing, and plain git runs it through a lazy fetch as soon as a read meets a missing object
+#: (a sparse index expanded by ``ls-files`` is enough). No git the sandbox runs needs a transport,
+#: except ``sandbox push``/``fetch``, which ask for one (``network=True``). ``GIT_ALLOW_PROTOCOL``
+#: set empty allows no protocol and, unlike ``protocol.allow``, cannot be loosened by a
+#: ``protocol.<name>.allow`` in the agent's config; ``GIT_NO_LAZY_FETCH`` (git 2.45+) refuses the
+#: lazy fetch itself where git knows it; ``-c`` settings reach the git subprocesses git starts.
+NO_TRANSPORT_CONFIG = ("-c", "protocol.allow=never")
+NO_TRANSPORT_ENV = {"GIT_ALLOW_PROTOCOL": "", "GIT_PROTOCOL_FROM_USER": "0"}
+NO_LAZY_FETCH_ENV = {"GIT_NO_LAZY_FETCH": "1"}
+
+
+def command(
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    optional_locks: bool = False,
+    network: bool = False,
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of one git run by the sandbox: the only place either is built.
+
+    ``env`` is added to the process's environment (minus what would point git elsewhere);
+    ``optional_locks`` lets read-only commands refresh the index they read (only ever for a run's
+    own worktree); ``network`` allows transports, for ``sandbox push``/``fetch`` on the user's own
+    repository only (never on a run's directories). Lazy fetch stays off in every case.
+    """
+    argv = ["git", *([] if optional_locks else ["--no-optional-locks"]), *BASE_CONFIG]
+    if not network:
+        argv.extend(NO_TRANSPORT_CONFIG)
+    full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+    full_env["GIT_OPTIONAL_LOCKS"] = "1" if optional_locks else "0"
+    full_env["GIT_TERMINAL_PROMPT"] = "0"
+    full_env["LC_ALL"] = "C"
+    if env:
+        full_env.update(env)
+    full_env.update(NO_LAZY_FETCH_ENV)
+    if not network:
+        full_env.update(NO_TRANSPORT_ENV)
+    return [*argv, *args], full_env
+
+
 class GitCommandError(SandboxError):
     """The git command failed; the message carries its stderr."""
 
@@ -55,16 +101,18 @@ def git(
     check: bool = True,
     input: bytes | None = None,
     optional_locks: bool = False,
+    network: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git`` with the sandbox's safe settings and return the completed process.
+    """Run ``git`` with the sandbox's safe settings (:func:`command`) and return the completed process.
 
     ``optional_locks`` lets read-only commands refresh the index they read; only ever for a run's
-    own worktree, never for the user's repository.
+    own worktree, never for the user's repository. ``network``: see :func:`command`.
     """
+    argv, full_env = command(args, env, optional_locks=optional_locks, network=network)
     proc = subprocess.run(
-        _argv(args, optional_locks),
+        argv,
         cwd=cwd,
-        env=_env(env, optional_locks),
+        env=full_env,
         input=input,
         capture_output=True,
         check=False,
@@ -89,10 +137,11 @@ def spawn(
     ``progress`` gets each line git writes on stderr (its progress meter writes lines ended by
     ``\r``) as it comes, from a reader thread; the whole stderr is still kept for :func:`wait`.
     """
+    argv, full_env = command(args, env)
     proc = subprocess.Popen(
-        _argv(args, False),
+        argv,
         cwd=cwd,
-        env=_env(env, False),
+        env=full_env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -143,17 +192,3 @@ def raise_for(args: Sequence[str], returncode: int, stderr: bytes) -> None:
         err = stderr.decode(errors="replace").strip().splitlines()
         detail = err[-1] if err else f"exit code {returncode}"
         raise GitCommandError(f"git {args[0]} failed: {detail}")
-
-
-def _argv(args: Sequence[str], optional_locks: bool) -> list[str]:
-    return ["git", *([] if optional_locks else ["--no-optional-locks"]), *BASE_CONFIG, *args]
-
-
-def _env(env: Mapping[str, str] | None, optional_locks: bool) -> dict[str, str]:
-    full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    full_env["GIT_OPTIONAL_LOCKS"] = "1" if optional_locks else "0"
-    full_env["GIT_TERMINAL_PROMPT"] = "0"
-    full_env["LC_ALL"] = "C"
-    if env:
-        full_env.update(env)
-    return full_env

@@ -128,12 +128,14 @@ def test_failure_event_marks_the_call_failed(repo: Path) -> None:
 
 
 def test_finish_without_start_is_recorded_late(repo: Path) -> None:
+    # Recorded with its changes, but as a violation: the sandbox never vouched for it (issue 25.5).
     run = start_run(repo)
     wt = Path(run.worktree)
     write(wt, "src/greet.py", "late\n")
     assert hook("claude-code", payload("Write", "post", wt)).exit_code == 0
     entry = reopen(run).entries()[0]
-    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+    assert entry.status.value == "violation" and [f.path for f in entry.files] == ["src/greet.py"]
+    assert entry.error is not None and "without asking first" in entry.error
 
 
 def test_repeated_events_are_idempotent(repo: Path) -> None:

@@ -287,9 +287,9 @@ def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None
     assert entry.status.value == "not_run" and entry.files == [] and entry.commit is None
     assert entry.error and "\n" not in entry.error and "Claude Code" in entry.error
     assert reopen(run).entry("toolu_other_session").status.value == "started"  # not this session's
-    # A finish that arrives afterwards changes nothing, and the call never becomes uncertain.
+    # A finish that arrives afterwards says it ran after all: a violation, never succeeded, never uncertain.
     assert hook("claude-code", payload("Bash", "post", wt)).exit_code == 0
-    assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "not_run"
+    assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "violation"
 
 
 def test_resume_tells_the_model_a_call_did_not_run(repo: Path) -> None:

@@ -227,7 +227,7 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
         entry.denial_reason = event.reason
     elif kind == EventKind.call_started:
         if entry.agent_session and event.procs is not None:
-            state.data.sessions.setdefault(entry.agent_session, event.procs.token)
+            state.data.sessions[entry.agent_session] = event.procs.token  # the latest: a resumed agent session
         advance(CallStatus.started)
         entry.started_at = entry.started_at or event.at
         entry.epoch = event.epoch

@@ -65,6 +65,16 @@ def test_a_call_that_ran_and_lost_its_result_is_interrupted_with_its_file(repo: 
     assert reopen(run).entry(BASH).status.value == "interrupted"
 
 
+def test_leaving_with_ctrl_c_while_a_call_is_open_interrupts_it(repo: Path) -> None:
+    # Claude Code reads Ctrl-C as a key (no SIGINT reaches anyone) and exits 0; its SessionEnd says how.
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    assert hook("claude-code", _bash(wt, "pre")).exit_code == 0  # `sleep 30`: it changes nothing
+    assert hook("claude-code", _event("SessionEnd", wt, session_id=SESSION, reason="prompt_input_exit")).exit_code == 0
+    entry = reopen(run).entry(BASH)
+    assert entry.status.value == "interrupted" and "Ctrl-C" in (entry.error or "")
+
+
 def test_a_call_with_no_sign_of_running_is_not_run(repo: Path) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)

@@ -281,7 +281,8 @@ def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None
     assert hook("claude-code", payload("Bash", "pre", wt)).exit_code == 0  # refused by Claude Code: no Post*
     other = payload("Bash", "pre", wt, "toolu_other_session", session_id="another-session")
     assert hook("claude-code", other).exit_code == 0
-    result = hook("claude-code", _settle(event, wt, reason="prompt_input_exit"))
+    # (Not prompt_input_exit: leaving with Ctrl-C while a call is open interrupts it, test_call_evidence.)
+    result = hook("claude-code", _settle(event, wt, reason="logout"))
     assert result.exit_code == 0 and result.stdout == ""
     entry = reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2")
     assert entry.status.value == "not_run" and entry.files == [] and entry.commit is None

@@ -82,7 +82,8 @@ class HookEvent:
     session: str | None = None
     #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
     agent_session: str | None = None
-    #: finish: the agent says the tool was interrupted (Ctrl-C, Esc) before it ended.
+    #: finish: the agent says the tool was interrupted (Ctrl-C, Esc) before it ended; settle: the
+    #: user ended the session with Ctrl-C, so its open calls were interrupted.
     interrupted: bool = False
     #: finish: how long the tool itself ran, in milliseconds, as the agent measured it (its start
     #: came after the agent's permission prompt), when the agent says.

@@ -417,8 +417,8 @@ def settle_session(run: Run, result: SessionResult, changes: RunChanges | None =
     The agent session ended without their results. A call that changed files meanwhile, or was
     open when Ctrl-C ended the session (Claude Code reads Ctrl-C as a key and may exit 0), or
     whose processes were left running, ran and was stopped: ``interrupted``, with the files the
-    watcher saw during it. Otherwise, when the agent exited normally, it never ran (``not_run``);
-    an agent killed by a signal leaves it started, for ``sandbox resume`` to report as uncertain.
+    watcher saw during it. Otherwise, when the agent exited normally, it never ran (``not_run``).
+    An agent killed by a signal (not Ctrl-C) leaves them started, for ``sandbox resume`` to report.
     Only calls bound to this session (see :class:`~sandbox.models.FoldData` ``sessions``) are touched.
     """
     from sandbox.agent.recorder import settle_call
@@ -432,13 +432,15 @@ def settle_session(run: Run, result: SessionResult, changes: RunChanges | None =
         for e in (state.calls[c] for c in state.order)
         if e.status == CallStatus.started and e.agent_session and state.data.sessions.get(e.agent_session) == token
     ]
+    code = result.returncode
+    if not result.interrupted and not 0 <= code < 128:
+        return []  # the agent was killed under its calls: no word from it either way; resume reports them
     ran = None
     if result.interrupted:
         ran = result.interrupted.removeprefix("interrupted: ")
     elif result.stopped:
         ran = f"the agent's session ended while it ran, leaving {len(result.stopped)} process(es) running"
-    code = result.returncode
-    never = f"The agent's session ended (exit {code}) before the call ran." if 0 <= code < 128 else None
+    never = f"The agent's session ended (exit {code}) before the call ran."
     ended = []
     for entry in mine:
         seen: set[str] | None = None

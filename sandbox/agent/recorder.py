@@ -309,7 +309,7 @@ class Recorder:
 
         if not event.agent_session:
             return "no agent session named; nothing settled"
-        if event.session_end and event.session:
+        if event.session_end and event.session and not event.interrupted:
             return "left to the sandbox session, which ends next"
         state = self.run.state()
         open_calls = [
@@ -318,9 +318,12 @@ class Recorder:
             if state.calls[cid].status == CallStatus.started and state.calls[cid].agent_session == event.agent_session
         ]
         reason = event.error or "The agent ended its turn without running the call."
+        # The user left with Ctrl-C (the agent reads it as a key: no signal reaches anyone) while the
+        # call was open: it was running, or at its prompt; interrupted either way, never offered again.
+        ran = "the user ended the agent's session with Ctrl-C while the call was open" if event.interrupted else None
         ended: dict[str, int] = {}
         for cid in open_calls:
-            done = settle_call(self.run, state.calls[cid], self._end_watch(cid), ran=None, never=reason)
+            done = settle_call(self.run, state.calls[cid], self._end_watch(cid), ran=ran, never=reason)
             if done is not None:
                 ended[done.status.value] = ended.get(done.status.value, 0) + 1
         return ", ".join(f"{n} call(s) {what}" for what, n in sorted(ended.items())) or "no open calls"

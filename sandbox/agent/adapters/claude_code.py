@@ -78,6 +78,8 @@ def to_event(payload: Any) -> HookEvent | None:
             agent=NAME,
             agent_session=session,
             session_end=name == "SessionEnd",
+            # Ctrl-C (twice) or Ctrl-D at the prompt: Claude Code's UI reads them as keys.
+            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
         )
     if name == "PermissionDenied":
         denied = _tool_event(payload, name, "refused", "failed")

@@ -127,6 +127,7 @@ def to_event(payload: Any) -> HookEvent | None:
             agent=NAME,
             agent_session=agent_session or None,
             session_end=name == "SessionEnd",
+            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
         )
     if name not in EVENTS:
         return None

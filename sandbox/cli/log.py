@@ -175,7 +175,8 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
         f"{out.style(commit, fg='yellow')}{flags}"
     )
     finished = e["finished_at"]
-    took = duration(parse_time(started), parse_time(finished)) if started and finished else ""
+    # A call that never ran took no time (its finish is when the agent moved on).
+    took = duration(parse_time(started), parse_time(finished)) if started and finished and status != "not_run" else ""
     when = f"{local_time(started or e['created_at']):<25} {took:>6}"
     command = command_of(e["tool_name"], e["input"], e["summary"])
     click.echo(fit(f"       {when}  {command}".rstrip(), out.width))

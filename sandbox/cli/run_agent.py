@@ -183,7 +183,8 @@ def run_agent(
             click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
     stopped_calls = [e for e in entries if e.status.value in ("interrupted", "violation")]
     for e in stopped_calls[:10]:
-        click.echo(escape.text(f"sandbox: call {e.call_id} {e.tool_name} {e.status.value}: {e.error or ''}"), err=True)
+        why = (e.error or "").removeprefix(f"{e.status.value}: ")
+        click.echo(escape.text(f"sandbox: call {e.call_id} {e.tool_name} {e.status.value}: {why}"), err=True)
     rid = run.run_id
     if as_json:
         from sandbox.cli.common import emit_json

@@ -250,3 +250,36 @@ def test_a_session_that_ended_normally_leaves_an_untouched_call_not_run(repo: Pa
     assert settle_session(run, result) == ["toolu_asked"]
     assert reopen(run).entry("toolu_asked").status.value == "not_run"
     assert reopen(run).entry("toolu_other").status.value == "started"
+
+
+# -- no bubblewrap process is the agent's leftover ------------------------------------------------
+
+
+def test_the_sandboxs_own_bubblewrap_is_never_reported_as_the_agents_leftover() -> None:
+    import shutil
+
+    from sandbox.agent import launch, procs
+
+    token = os.urandom(16).hex()
+    env = {**os.environ, "SANDBOX_SESSION": token}
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None, "bubblewrap is installed on this project's machines (apt-get install bubblewrap)"
+    # The sandbox's bubblewrap (and its init in the new PID namespace) still there when the agent ended,
+    # and one process the agent really left behind.
+    sandbox_proc = subprocess.Popen(
+        [bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+         "sleep", "60"],
+        env=env,
+    )  # fmt: skip
+    leftover = subprocess.Popen(["sleep", "61"], env=env)
+    try:
+        wait_until(lambda: len(procs.find(token)) >= 4)  # bwrap, its init, its sleep, the leftover
+        result = SessionResult(returncode=0, hosted_hooks=True, scope=ProcessScope(token=token))
+        launch._stop_survivors(result, grace=1.0)
+        assert [p["pid"] for p in result.stopped] == [leftover.pid], result.stopped
+        assert "bwrap" not in json.dumps(result.stopped)
+        assert procs.find(token) == []  # the sandbox's own processes were stopped too, unreported
+    finally:
+        for proc in (sandbox_proc, leftover):
+            proc.kill()
+            proc.wait()

@@ -454,8 +454,8 @@ def settle_call(
     return run.not_run(entry.call_id, never)
 
 
-def _named_paths(run: Run, entry: LedgerEntry) -> list[str] | None:
-    """The worktree paths a file tool's input names (None when it names none)."""
+def _named_paths(run: Run, entry: LedgerEntry) -> list[str]:
+    """The worktree paths a file tool's input names."""
     from sandbox.store.paths import from_user
 
     value = entry.input if isinstance(entry.input, dict) else {}
@@ -465,7 +465,7 @@ def _named_paths(run: Run, entry: LedgerEntry) -> list[str] | None:
         if isinstance(given, str) and given:
             with contextlib.suppress(SandboxError):
                 out.append(from_user(run.worktree, given, run.worktree))
-    return out or None
+    return out
 
 
 def _changed(run: Run, candidates: list[str] | None) -> list[str]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,8 +99,6 @@ def test_took_is_the_tools_own_time_and_the_wait_at_the_prompt_is_shown_apart(re
     run = start_run(repo)
     wt = Path(run.worktree)
     hook("claude-code", _bash(wt, "pre"))
-    import time
-
     time.sleep(1.2)  # the user reads the permission prompt
     assert hook("claude-code", _bash(wt, "post", duration_ms=150)).exit_code == 0
     entry = reopen(run).entry(BASH)
@@ -256,8 +256,6 @@ def test_a_session_that_ended_normally_leaves_an_untouched_call_not_run(repo: Pa
 
 
 def test_the_sandboxs_own_bubblewrap_is_never_reported_as_the_agents_leftover() -> None:
-    import shutil
-
     from sandbox.agent import launch, procs
 
     token = os.urandom(16).hex()

@@ -81,9 +81,21 @@ class CallStatus(str, enum.Enum):
     #: The agent refused or skipped the call before running it (its permission check, a hook, the
     #: user, a denial, or its turn ended first): nothing ran; the reason is in ``error``.
     not_run = "not_run"
+    #: The call ran and was stopped before it ended (Ctrl-C, Esc, the session ended under it): what
+    #: it changed meanwhile is its files. Stored as a ``call_failed`` event marked ``interrupted``
+    #: (an older sandbox reads it as failed); never replayed.
+    interrupted = "interrupted"
+    #: The agent reported the call outside the hook protocol (a finish with no start, a call run
+    #: although the sandbox refused it): recorded as evidence, never as succeeded; ``error`` says why.
+    #: Stored as a ``call_failed`` event marked ``violation`` (an older sandbox reads it as failed).
+    violation = "violation"
 
 
-TERMINAL_STATUSES = frozenset({CallStatus.succeeded, CallStatus.failed, CallStatus.not_run})
+TERMINAL_STATUSES = frozenset(
+    {CallStatus.succeeded, CallStatus.failed, CallStatus.not_run, CallStatus.interrupted, CallStatus.violation}
+)
+#: The ``data`` keys of a ``call_failed`` event that make the call interrupted or a violation.
+FAILED_MARKS = {"interrupted": CallStatus.interrupted, "violation": CallStatus.violation}
 
 
 class Idempotency(str, enum.Enum):
@@ -491,6 +503,10 @@ class FoldData(_Model):
     drift: list[DriftRecord] = Field(default_factory=new_list)
     note: list[dict[str, Any]] = Field(default_factory=new_list)
     compensation: list[CompensationLink] = Field(default_factory=new_list)
+    #: Agent session id (e.g. Claude Code's ``session_id``) -> the token of the ``sandbox run``
+    #: session its first call was started from: a hook payload naming that agent session is
+    #: recorded only when it comes from the same sandbox session (see sandbox.agent.recorder).
+    sessions: dict[str, str] = Field(default_factory=new_dict)
 
 
 def fold_mergeback(state: "LedgerState", event: Event, writable: Callable[[str], LedgerEntry | None]) -> None:

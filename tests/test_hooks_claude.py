@@ -128,12 +128,14 @@ def test_failure_event_marks_the_call_failed(repo: Path) -> None:
 
 
 def test_finish_without_start_is_recorded_late(repo: Path) -> None:
+    # Recorded with its changes, but as a violation: the sandbox never vouched for it (issue 25.5).
     run = start_run(repo)
     wt = Path(run.worktree)
     write(wt, "src/greet.py", "late\n")
     assert hook("claude-code", payload("Write", "post", wt)).exit_code == 0
     entry = reopen(run).entries()[0]
-    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["src/greet.py"]
+    assert entry.status.value == "violation" and [f.path for f in entry.files] == ["src/greet.py"]
+    assert entry.error is not None and "without asking first" in entry.error
 
 
 def test_repeated_events_are_idempotent(repo: Path) -> None:
@@ -279,15 +281,16 @@ def test_a_call_the_agent_never_ran_ends_not_run(repo: Path, event: str) -> None
     assert hook("claude-code", payload("Bash", "pre", wt)).exit_code == 0  # refused by Claude Code: no Post*
     other = payload("Bash", "pre", wt, "toolu_other_session", session_id="another-session")
     assert hook("claude-code", other).exit_code == 0
-    result = hook("claude-code", _settle(event, wt, reason="prompt_input_exit"))
+    # (Not prompt_input_exit: leaving with Ctrl-C while a call is open interrupts it, test_call_evidence.)
+    result = hook("claude-code", _settle(event, wt, reason="logout"))
     assert result.exit_code == 0 and result.stdout == ""
     entry = reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2")
     assert entry.status.value == "not_run" and entry.files == [] and entry.commit is None
     assert entry.error and "\n" not in entry.error and "Claude Code" in entry.error
     assert reopen(run).entry("toolu_other_session").status.value == "started"  # not this session's
-    # A finish that arrives afterwards changes nothing, and the call never becomes uncertain.
+    # A finish that arrives afterwards says it ran after all: a violation, never succeeded, never uncertain.
     assert hook("claude-code", payload("Bash", "post", wt)).exit_code == 0
-    assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "not_run"
+    assert reopen(run).entry("toolu_01BashE5f6G7h8I9j0K1l2").status.value == "violation"
 
 
 def test_resume_tells_the_model_a_call_did_not_run(repo: Path) -> None:

@@ -82,6 +82,14 @@ class HookEvent:
     session: str | None = None
     #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
     agent_session: str | None = None
+    #: finish: the agent says the tool was interrupted (Ctrl-C, Esc) before it ended; settle: the
+    #: user ended the session with Ctrl-C, so its open calls were interrupted.
+    interrupted: bool = False
+    #: finish: how long the tool itself ran, in milliseconds, as the agent measured it (its start
+    #: came after the agent's permission prompt), when the agent says.
+    ran_ms: int | None = None
+    #: settle: the agent's whole session ended (not only its turn).
+    session_end: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -114,6 +122,9 @@ class HookEvent:
         agent_session = data.get("agent_session")
         if agent_session is not None and not isinstance(agent_session, str):
             raise HookInputError("The hook payload's 'agent_session' must be a string.")
+        ran_ms = data.get("ran_ms")
+        if ran_ms is not None and (not isinstance(ran_ms, int) or isinstance(ran_ms, bool) or ran_ms < 0):
+            raise HookInputError("The hook payload's 'ran_ms' must be a non-negative integer.")
         return cls(
             phase=phase,
             cwd=data["cwd"],
@@ -131,6 +142,9 @@ class HookEvent:
             agent=str(data.get("agent", "generic")),
             session=data["session"] if isinstance(data.get("session"), str) and data["session"] else None,
             agent_session=agent_session or None,
+            interrupted=data.get("interrupted") is True,
+            ran_ms=ran_ms,
+            session_end=data.get("session_end") is True,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox import faults
-from sandbox.agent import changes, hookproto, intake, wire
+from sandbox.agent import changes, hookproto, intake, procs, wire
 from sandbox.agent.inotify import Inotify, Tree
 from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
@@ -399,7 +399,7 @@ class Host:
             return {"ok": False, "error": exc.message}
         slot.requests += 1
         if op == "hook":
-            return self._hook(slot, request.get("event"))
+            return self._hook(slot, request.get("event"), peer)
         if op == "quiet":
             tree = slot.tree
             age = time.monotonic() - tree.last_event if tree is not None and tree.last_event else None
@@ -413,11 +413,15 @@ class Host:
         paths = slot.source.end(call_id)
         return {"ok": True, "paths": sorted(paths) if paths is not None else None, "reason": slot.note}
 
-    def _hook(self, slot: Slot, raw: Any) -> dict[str, Any]:
+    def _hook(self, slot: Slot, raw: Any, peer: tuple[int, int] | None = None) -> dict[str, Any]:
         try:
             event = hookproto.HookEvent.from_dict(raw)
         except hookproto.HookInputError as exc:
             return {"ok": False, "message": exc.message}
+        if peer is not None:
+            # The session is the connecting process's, from its ancestry; what the payload says is
+            # the agent's word (a confined agent can send any payload): see Recorder._foreign.
+            event.session = procs.session_of(peer[0])
         with self.record_lock:
             slot.unsealed = True
             try:

@@ -410,12 +410,59 @@ def run_session(
         elif result.returncode == INTERRUPTED_EXIT:
             result.interrupted = f"interrupted: the agent exited {INTERRUPTED_EXIT} (SIGINT, Ctrl-C)"
         cutter.stop()
+        settle_session(run, result, changes)  # before the final cut: a call's files are the call's
         cutter.cut_now(final=True, interrupted=result.interrupted)
         _record_end(run, result)
     result.cuts = cutter.cuts
     result.notes.extend(f"a cut failed: {e}" for e in cutter.errors)
     result.unfinished = [e.call_id for e in run.entries() if e.status == CallStatus.started]
     return result
+
+
+def settle_session(run: Run, result: SessionResult, changes: RunChanges | None = None) -> list[str]:
+    """End the calls of this session that the agent left started, on the evidence; their ids.
+
+    The agent session ended without their results. A call that changed files meanwhile, or was
+    open when Ctrl-C ended the session (Claude Code reads Ctrl-C as a key and may exit 0), or
+    whose processes were left running, ran and was stopped: ``interrupted``, with the files the
+    watcher saw during it. Otherwise, when the agent exited normally, it never ran (``not_run``).
+    An agent killed by a signal (not Ctrl-C) leaves them started, for ``sandbox resume`` to report.
+    Only calls bound to this session (see :class:`~sandbox.models.FoldData` ``sessions``) are touched.
+    """
+    from sandbox.agent.recorder import settle_call
+
+    if result.scope is None:
+        return []
+    token = result.scope.token
+    state = run.state()
+    mine = [
+        e
+        for e in (state.calls[c] for c in state.order)
+        if e.status == CallStatus.started and e.agent_session and state.data.sessions.get(e.agent_session) == token
+    ]
+    code = result.returncode
+    if not result.interrupted and not 0 <= code < 128:
+        return []  # the agent was killed under its calls: no word from it either way; resume reports them
+    ran = None
+    if result.interrupted:
+        ran = result.interrupted.removeprefix("interrupted: ")
+    elif result.stopped:
+        ran = f"the agent's session ended while it ran, leaving {len(result.stopped)} process(es) running"
+    never = f"The agent's session ended (exit {code}) before the call ran."
+    ended = []
+    for entry in mine:
+        seen: set[str] | None = None
+        if changes is not None:
+            with contextlib.suppress(Exception):  # the host's window is help only: a scan is always correct
+                seen = changes.end(entry.call_id)
+        try:
+            done = settle_call(run, entry, None if seen is None else sorted(seen), ran=ran, never=never)
+        except Exception as exc:  # evidence, never a reason to fail the session; resume reports the call
+            result.notes.append(f"call {entry.call_id} could not be settled: {type(exc).__name__}: {exc}")
+            continue
+        if done is not None:
+            ended.append(entry.call_id)
+    return ended
 
 
 def ensure_host(common_dir: str, start_host: Callable[[], None] | None, timeout: float = 30.0) -> bool:
@@ -597,5 +644,16 @@ def _stop_survivors(result: SessionResult, grace: float) -> None:
     """Stop the processes still carrying the session's token, and say so in ``result``."""
     assert result.scope is not None
     survivors = procs.find(result.scope.token)
-    if survivors:
-        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(survivors, grace)]
+    # The sandbox's own bubblewrap (its PID namespace's init may outlive the agent by a moment) is
+    # not the agent's leftover: it goes by itself, or is stopped here without being reported.
+    own = [p for p in survivors if procs.sandbox_own(p.pid)]
+    left = [p for p in survivors if p not in own]
+    deadline = time.monotonic() + 1.0
+    while own and time.monotonic() < deadline:
+        time.sleep(0.02)
+        own = [p for p in own if procs.alive(p)]
+    if own:
+        procs.stop(own, grace)
+    left = [p for p in left if procs.alive(p)]  # what lived in the sandbox died with its init
+    if left:
+        result.stopped += [{"pid": p.pid, "cmd": p.cmd, "how": how} for p, how in procs.stop(left, grace)]

@@ -20,7 +20,7 @@ from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
     from sandbox.agent.changes import ChangeSource
-    from sandbox.models import ProcessScope
+    from sandbox.models import LedgerEntry, ProcessScope
     from sandbox.run.config import Config
     from sandbox.run.run import Run
 
@@ -48,9 +48,12 @@ def handle(event: HookEvent, autostart: Callable[[Location], bool] | None = None
             f"recorded and is blocked; restart the agent with 'sandbox run {loc.run_id} -- AGENT'.",
             strict=True,
         )
+    from sandbox.agent import procs
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
+    if procs.available():
+        event.session = procs.session_of(os.getpid())  # as the host reads a connecting hook's
     run = Run.open(Project(loc.common_dir), loc.run_id)
     recorder = Recorder(run)
     if autostart is not None:
@@ -118,6 +121,9 @@ class Recorder:
         strict = False
         try:
             strict = self.config().strict
+            foreign = self._foreign(event)
+            if foreign is not None:
+                return Outcome(False, foreign, strict)
             if event.phase == "start":
                 outcome = self._start(event)
                 outcome.strict = strict
@@ -130,6 +136,31 @@ class Recorder:
             return Outcome(True, handler(event), strict)
         except SandboxError as exc:
             return Outcome(False, exc.message, strict)
+
+    def _foreign(self, event: HookEvent) -> str | None:
+        """Why ``event`` may not touch the calls of the agent session it names (None: it may).
+
+        ``event.session`` is the ``sandbox run`` session the hook's process belongs to (the host
+        reads it from the connecting process's ancestry, see :func:`sandbox.agent.procs.session_of`),
+        and each agent session is bound to the sandbox session its calls were started from. A
+        payload naming another live session's id (a confined agent can run ``sandbox hook`` with
+        any payload) touches nothing; once that session's processes are gone, the agent session
+        may continue elsewhere (``claude --resume ID`` in a new ``sandbox run``).
+        """
+        if not event.agent_session:
+            return None
+        owner = self.run.state().data.sessions.get(event.agent_session)
+        if owner is None or owner == event.session:
+            return None
+        from sandbox.agent import procs
+
+        if procs.available() and not procs.find(owner):
+            return None
+        return (
+            f"This {event.tool if event.tool != '*' else 'hook'} payload names agent session "
+            f"{event.agent_session[:64]!r}, which belongs to another sandbox session of run {self.run.run_id}; "
+            "nothing recorded."
+        )
 
     def policy(self, event: HookEvent) -> tuple[str, str, str]:
         """(kind, idempotency, replay) for the event's tool: the user's rules, then the adapter's."""
@@ -247,6 +278,8 @@ class Recorder:
         assert call_id is not None
         reason = event.error or "The agent refused the call before running it."
         entry = self.run.state().calls.get(call_id)
+        if entry is not None and entry.agent_session != event.agent_session:
+            return f"{call_id} belongs to another agent session; nothing recorded"
         if entry is None:
             done = self.run.refuse_call(
                 event.tool,
@@ -266,9 +299,18 @@ class Recorder:
         return f"{call_id} {done.status.value}"
 
     def _settle(self, event: HookEvent) -> str:
-        """Calls of the event's session still started never ran: the agent moved on without them."""
+        """The agent moved on (its turn or session ended): its calls still started end on the evidence.
+
+        A call that changed files meanwhile ran and was stopped (``interrupted``, with those files);
+        one with no sign of running never ran (``not_run``). When the session of a ``sandbox run``
+        ends, the calls are left to it: it knows whether Ctrl-C stopped them (:func:`settle_call`).
+        """
         from sandbox.models import CallStatus
 
+        if not event.agent_session:
+            return "no agent session named; nothing settled"
+        if event.session_end and event.session and not event.interrupted:
+            return "left to the sandbox session, which ends next"
         state = self.run.state()
         open_calls = [
             cid
@@ -276,11 +318,15 @@ class Recorder:
             if state.calls[cid].status == CallStatus.started and state.calls[cid].agent_session == event.agent_session
         ]
         reason = event.error or "The agent ended its turn without running the call."
+        # The user left with Ctrl-C (the agent reads it as a key: no signal reaches anyone) while the
+        # call was open: it was running, or at its prompt; interrupted either way, never offered again.
+        ran = "the user ended the agent's session with Ctrl-C while the call was open" if event.interrupted else None
+        ended: dict[str, int] = {}
         for cid in open_calls:
-            with contextlib.suppress(Exception):  # the watch is help only; the call ends either way
-                self._end_watch(cid)
-            self.run.not_run(cid, reason)
-        return f"{len(open_calls)} call(s) did not run" if open_calls else "no open calls"
+            done = settle_call(self.run, state.calls[cid], self._end_watch(cid), ran=ran, never=reason)
+            if done is not None:
+                ended[done.status.value] = ended.get(done.status.value, 0) + 1
+        return ", ".join(f"{n} call(s) {what}" for what, n in sorted(ended.items())) or "no open calls"
 
     def _scope(self, event: HookEvent) -> ProcessScope | None:
         if event.session and (self.scope is None or self.scope.token != event.session):
@@ -290,19 +336,35 @@ class Recorder:
         return self.scope
 
     def _finish(self, event: HookEvent) -> Outcome:
-        from sandbox.models import TERMINAL_STATUSES
+        from sandbox.models import TERMINAL_STATUSES, CallStatus
 
         kind, _idem, _replay = self.policy(event)
         rels = self._rel_paths(event)
         call_id = event.call_id or self._paired(event)
         entry = self.run.state().calls.get(call_id) if call_id else None
+        if entry is not None and entry.agent_session != event.agent_session:
+            return Outcome(False, f"Call {call_id} belongs to another agent session; nothing recorded.", call=call_id)
+        if entry is not None and entry.status == CallStatus.not_run:
+            # A result for a call that was refused before it ran: it ran anyway.
+            why = (
+                f"the agent reported a result for this {event.tool} call, which was refused before it ran "
+                f"({entry.error or 'no reason recorded'}): it ran anyway"
+            )
+            done = self.run.violation(entry.call_id, why)
+            return Outcome(True, f"{call_id} {done.status.value}", call=call_id, status=done.status.value)
         if entry is not None and entry.status in TERMINAL_STATUSES:
             return Outcome(True, f"{call_id} already {entry.status.value}", call=call_id, status=entry.status.value)
         assert call_id is not None
         late = entry is None
+        violation = None
         if late:
-            # The start was never seen (hooks installed mid-call, or its hook failed): record the
-            # call now, late, rather than lose its changes.
+            # The start was never seen (hooks installed mid-call, its hook failed, or the payload is
+            # forged): record the call now, with its changes, as a violation, never as succeeded.
+            denial = self._denial(event, call_id)
+            violation = (
+                f"the agent reported this {event.tool} call's result without asking first (no start before "
+                "it ran), so the sandbox never vouched for it" + (f"; it matches a denial: {denial}" if denial else "")
+            )
             self._start(HookEvent(**{**event.__dict__, "phase": "start", "call_id": call_id}), ran=True)
         paths: list[str] | None
         if kind == "write" and rels:
@@ -313,8 +375,15 @@ class Recorder:
             paths = self._end_watch(call_id)
             if late:
                 paths = None  # its changes happened before anyone watched: scan
+        mark = "violation" if violation else "interrupted" if event.interrupted else None
         done = self.run.finish_call(
-            call_id, event.status, paths=paths, result=_bounded(event.result), error=event.error
+            call_id,
+            CallStatus.failed if mark else event.status,
+            paths=paths,
+            result=_bounded(event.result),
+            error=violation or event.error,
+            mark=mark,
+            ran_ms=event.ran_ms,
         )
         return Outcome(
             True,
@@ -347,6 +416,75 @@ class Recorder:
         except Exception:  # a change source is help only: a scan is always correct
             return None
         return None if seen is None else sorted(seen)
+
+
+def settle_call(
+    run: Run, entry: LedgerEntry, seen: list[str] | None, *, ran: str | None, never: str | None
+) -> LedgerEntry | None:
+    """End a call still started whose agent moved on without its result, on the evidence.
+
+    ``seen``: the paths a watcher saw change during the call (None: unknown; the paths a file
+    tool names, or for a command the whole worktree, are compared with the head). A call that
+    changed something, or that ``ran`` says ran (why: Ctrl-C stopped the session under it, its
+    processes were left running), is ``interrupted`` with those files: it must never be offered
+    again. Otherwise it never ran: ``not_run`` with the reason ``never``, or left as it is when
+    ``never`` is None (``sandbox resume`` then reports it). Returns the entry when it ended.
+    """
+    from sandbox.agent import adapters
+    from sandbox.models import CallStatus
+
+    kind = adapters.kind_of(entry.tool_name)
+    candidates: list[str] | None
+    if kind in ("read", "external"):
+        candidates = []
+    elif seen is not None:
+        candidates = seen
+    elif kind == "write":
+        candidates = _named_paths(run, entry)
+    else:
+        candidates = None
+    changed = _changed(run, candidates)
+    if changed or ran:
+        why = ran or f"it was running (it changed {len(changed)} path(s)) when the agent went on without its result"
+        return run.finish_call(
+            entry.call_id, CallStatus.failed, paths=changed, error=f"interrupted: {why}", mark="interrupted"
+        )
+    if never is None:
+        return None
+    return run.not_run(entry.call_id, never)
+
+
+def _named_paths(run: Run, entry: LedgerEntry) -> list[str]:
+    """The worktree paths a file tool's input names."""
+    from sandbox.store.paths import from_user
+
+    value = entry.input if isinstance(entry.input, dict) else {}
+    out = []
+    for key in ("file_path", "notebook_path"):
+        given = value.get(key)
+        if isinstance(given, str) and given:
+            with contextlib.suppress(SandboxError):
+                out.append(from_user(run.worktree, given, run.worktree))
+    return out
+
+
+def _changed(run: Run, candidates: list[str] | None) -> list[str]:
+    """Which of ``candidates`` (None: every path of the worktree) differ from the run's head."""
+    from sandbox.store import objects
+    from sandbox.store.capture import capture
+
+    if candidates is not None and not candidates:
+        return []
+    head = run.state().head
+    if head is None:
+        return []
+    head_tree = objects.commit_tree(run.repo, head)
+    if candidates is None:
+        from sandbox.store import scan
+
+        candidates = sorted(scan.candidates(run.repo, run.worktree, head_tree))
+    cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
+    return sorted(cap.changes)
 
 
 #: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).

@@ -164,7 +164,9 @@ def spawn_service(run_id: str, worktree: str, idle_exit: float | None = None) ->
     import subprocess
 
     exe = [beside()] if os.access(beside(), os.X_OK) else [sys.executable, "-m", "sandbox"]
-    env = {k: v for k, v in os.environ.items() if k != "SANDBOX_FAULT"}  # faults are armed for the hook only
+    # Faults are armed for the hook only; the host belongs to no agent session (a session's token in
+    # its environment would make it one of that session's processes, stopped when the session ends).
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_FAULT", "SANDBOX_SESSION")}
     subprocess.Popen(
         [*exe, "-C", worktree, "serve", run_id, *(["--idle-exit", str(idle_exit)] if idle_exit else [])],
         cwd="/",  # not the worktree: `python -m` would put it on sys.path

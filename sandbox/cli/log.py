@@ -189,8 +189,13 @@ def _row(
 ) -> None:
     """One call's lines; ``e`` is its ledger entry as JSON data (both read paths give it so)."""
     approval = e["approval"]
+    asked, started = parse_time(e["created_at"]), e["started_at"]
+    # The tool's own start came after the agent's permission prompt: that wait is not its TOOK.
+    tool_start = parse_time(started) if started else asked
+    waited = duration(asked, tool_start) if (tool_start - asked).total_seconds() >= 0.5 else ""
     flags = "".join(
         [
+            f" [waited {waited} at the agent's prompt]" if waited else "",
             " [undone]" if e["undone"] else "",
             " [applied]" if e["applied"] else "",
             f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
@@ -205,9 +210,9 @@ def _row(
         f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {escape.text(e['tool_name']):<16} "
         f"{out.style(commit, fg='yellow')}{flags}"
     )
-    started = e["started_at"]
     finished = e["finished_at"]
-    took = duration(parse_time(started), parse_time(finished)) if started and finished else ""
+    # A call that never ran took no time (its finish is when the agent moved on).
+    took = duration(parse_time(started), parse_time(finished)) if started and finished and status != "not_run" else ""
     when = f"{local_time(started or e['created_at']):<25} {took:>6}"
     command = command_of(e["tool_name"], e["input"], e["summary"])
     click.echo(fit(f"       {when}  {command}".rstrip(), out.width))

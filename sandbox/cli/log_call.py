@@ -44,6 +44,8 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
     took = duration(entry.started_at, entry.finished_at)
     if took:
         click.echo(f"took:    {took}")
+    if entry.started_at is not None and (entry.started_at - entry.created_at).total_seconds() >= 0.5:
+        click.echo(f"waited:  {duration(entry.created_at, entry.started_at)} at the agent's permission prompt")
     command = _full_command(entry.input)
     if command:
         click.echo("command: " + "\n         ".join(escape.lines(command) or [""]))

@@ -39,6 +39,7 @@ _FALSE = ("false", "no", "off", "0")
 
 #: How a call's status is coloured wherever it is shown (log, status).
 STATUS_COLORS = {"succeeded": "green", "failed": "red", "started": "yellow", "uncertain": "magenta"}
+STATUS_COLORS.update({"interrupted": "red", "violation": "red"})
 
 _pager: subprocess.Popen[bytes] | None = None
 _pager_has_stderr = False

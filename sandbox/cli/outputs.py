@@ -471,10 +471,10 @@ class RunAgentOutput(Output):
     worktree: str
     exit_code: int
     interrupted: str | None = Field(description="Why the session counts as interrupted (Ctrl-C), else None.")
-    calls: int
+    calls: int = Field(description="Calls recorded in this session.")
     changed_paths: int
     unfinished: list[str]
-    not_run: list[str]
+    not_run: list[str] = Field(description="This session's calls that did not run.")
     stopped_processes: list[dict[str, Any]]
     notes: list[str]
     network: str = Field(default="on", description="allow (through the allowlist proxy), on or off.")

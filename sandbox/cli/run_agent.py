@@ -156,6 +156,7 @@ def run_agent(
     # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
     idle = None if autostart_allowed() else SESSION_HOST_IDLE
     as_json = wants_json(ctx)
+    before = len(run.state().order)  # the exit summary speaks of this session's calls only
     with stdout_to_stderr(as_json):
         result = agent.run_session(
             run,
@@ -187,13 +188,17 @@ def run_agent(
         )
     for call_id in result.unfinished:
         click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
-    entries = run.entries()
+    entries = run.entries()[before:]
     calls, paths = len(entries), len(run.changed_paths())
     not_run = [e for e in entries if e.status.value == "not_run"]
     if not_run:
         click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
         for e in not_run[:10]:
             click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
+    stopped_calls = [e for e in entries if e.status.value in ("interrupted", "violation")]
+    for e in stopped_calls[:10]:
+        why = (e.error or "").removeprefix(f"{e.status.value}: ")
+        click.echo(escape.text(f"sandbox: call {e.call_id} {e.tool_name} {e.status.value}: {why}"), err=True)
     rid = run.run_id
     if as_json:
         from sandbox.cli.common import emit_json
@@ -218,7 +223,7 @@ def run_agent(
         sys.exit(result.returncode)
     ended = f"it was interrupted ({result.interrupted.partition(': ')[2]})" if result.interrupted else ""
     click.echo(
-        f"sandbox: run {rid}: {calls} call(s) recorded, {paths} path(s) changed; "
+        f"sandbox: run {rid}: {calls} call(s) recorded in this session, {paths} path(s) changed in the run; "
         + (ended or f"the agent exited {result.returncode}")
         + ".\n"
         f"  preview: sandbox diff {rid}\n  apply:   sandbox apply {rid}\n  undo:    sandbox undo {rid}",

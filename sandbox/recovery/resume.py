@@ -39,6 +39,7 @@ from sandbox import faults
 from sandbox.agent import procs
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import (
+    TERMINAL_STATUSES,
     CallStatus,
     DriftPath,
     Event,
@@ -505,12 +506,13 @@ def _describe(run: Run, entry: LedgerEntry) -> str:
     if entry.status == CallStatus.not_run:
         what = f"{name} (`{command}`)" if command else name
         return f"{what} did not run: {_error(entry.error)}"
-    verb = "succeeded" if entry.status == CallStatus.succeeded else "failed"
+    verbs = {CallStatus.succeeded: "succeeded", CallStatus.interrupted: "was interrupted (do not repeat it blindly)"}
+    verb = verbs.get(entry.status, "failed")
     text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
     if entry.files:
         written = all(f.after_hash is not None for f in entry.files)
         text += f" and {'wrote' if written else 'changed'} {_paths([f.path for f in entry.files])}"
-    if entry.status == CallStatus.failed:
+    if entry.status in (CallStatus.failed, CallStatus.interrupted, CallStatus.violation):
         text += f": {_error(entry.error)}"
     if entry.undone:
         text += " (its changes were undone since)"
@@ -541,7 +543,7 @@ def _note(
         )
     if last_step:
         parts.append(f"Step {last_step} completed.")
-    ended = [e for e in after if e.status in (CallStatus.succeeded, CallStatus.failed, CallStatus.not_run)]
+    ended = [e for e in after if e.status in TERMINAL_STATUSES]
     for entry in ended[:NOTE_CALLS]:
         parts.append(_describe(run, entry))
     if len(ended) > NOTE_CALLS:

@@ -31,6 +31,7 @@ from sandbox.errors import (
     UsageError,
 )
 from sandbox.models import (
+    FAILED_MARKS,
     TERMINAL_STATUSES,
     Approval,
     CallSpec,
@@ -633,12 +634,17 @@ class Run:
         paths: Iterable[str] | None = (),
         result: Any = None,
         error: str | None = None,
+        mark: str | None = None,
+        ran_ms: int | None = None,
     ) -> LedgerEntry:
         """Record a call's end, with its file changes as exactly one commit on the run's head.
 
         ``paths`` are the candidate paths the call may have changed; ``None`` means unknown, and
         the worktree is scanned (correct, but costs O(repository)). Refused with
-        :class:`StaleWriterError` if the run was resumed since the call started.
+        :class:`StaleWriterError` if the run was resumed since the call started. ``mark``
+        (``interrupted`` or ``violation``, with ``status`` failed) ends it so (see
+        :class:`~sandbox.models.CallStatus`); ``ran_ms``: how long the tool itself ran, as the agent
+        measured it (its start was after the agent's permission prompt).
         """
         try:
             final = CallStatus(status)
@@ -646,9 +652,16 @@ class Run:
             raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
         if final not in (CallStatus.succeeded, CallStatus.failed):
             raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
+        data: dict[str, Any] = {}
+        if mark is not None:
+            if mark not in FAILED_MARKS or final != CallStatus.failed:
+                raise UsageError(f"A call is marked {mark!r} only as failed, and only interrupted or violation.")
+            data[mark] = True
+        if ran_ms is not None and ran_ms >= 0:
+            data["ran_ms"] = int(ran_ms)
         faults.point("call.finish.before")
         try:
-            return self._finish(call_id, final, paths, result, error)
+            return self._finish(call_id, final, paths, result, error, data)
         except StorageError as exc:
             self._record_failure(call_id, final, error, exc)
 
@@ -678,7 +691,13 @@ class Run:
         ) from exc
 
     def _finish(
-        self, call_id: str, final: CallStatus, paths: Iterable[str] | None, result: Any, error: str | None
+        self,
+        call_id: str,
+        final: CallStatus,
+        paths: Iterable[str] | None,
+        result: Any,
+        error: str | None,
+        data: dict[str, Any] | None = None,
     ) -> LedgerEntry:
         # The call's objects and its event are made durable together, in one pack (sandbox.store.packs).
         with self.lock(), objects.batch(self.repo):
@@ -714,6 +733,8 @@ class Run:
                 result=result if inline_result else None,
                 epoch=state.epoch,
             )
+            if data:
+                fields["data"] = data
 
             def check(s: LedgerState) -> None:
                 self._check_writer(s, s.calls[call_id])
@@ -841,6 +862,30 @@ class Run:
                 raise _Settled  # a resume owns it now: it reports the call, not this process
 
         event = self.new_event(EventKind.call_not_run, call_id, epoch=self.state().epoch, **_error_fields(reason, {}))
+        try:
+            return self.record_event(event, check=check).calls[call_id]
+        except _Settled:
+            return self.entry(call_id)
+
+    def violation(self, call_id: str, reason: str) -> LedgerEntry:
+        """Record that the agent ran a call the sandbox had refused (``not_run``): it becomes a
+        ``violation`` with ``reason`` as its error. No files are captured here (the next cut or
+        call records what changed); a call already marked so is left as it is."""
+
+        def check(state: LedgerState) -> None:
+            entry = state.calls.get(call_id)
+            if entry is None:
+                raise UnknownCallError(f"Run {self.run_id} has no call {call_id!r}; see 'sandbox log'.")
+            if entry.status != CallStatus.not_run:
+                raise _Settled
+
+        event = self.new_event(
+            EventKind.call_failed,
+            call_id,
+            epoch=self.state().epoch,
+            data={"violation": True},
+            **_error_fields(reason, {}),
+        )
         try:
             return self.record_event(event, check=check).calls[call_id]
         except _Settled:

@@ -21,6 +21,7 @@ rewritten ref is taken for the truth.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import threading
 import uuid
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import (
+    FAILED_MARKS,
     FORMAT_VERSION,
     LOGGED_KINDS,
     TERMINAL_STATUSES,
@@ -65,6 +67,8 @@ _STATUS_RANK = {
     CallStatus.succeeded: 4,
     CallStatus.failed: 4,
     CallStatus.not_run: 4,
+    CallStatus.interrupted: 4,
+    CallStatus.violation: 4,
 }
 
 faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
@@ -149,6 +153,7 @@ def fork_state(state: LedgerState) -> LedgerState:
             "drift": list(data.drift),
             "note": list(data.note),
             "compensation": list(data.compensation),
+            "sessions": dict(data.sessions),
         }
     )
     return new
@@ -221,6 +226,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
         entry.approval = Approval.denied
         entry.denial_reason = event.reason
     elif kind == EventKind.call_started:
+        if entry.agent_session and event.procs is not None:
+            state.data.sessions[entry.agent_session] = event.procs.token  # the latest: a resumed agent session
         advance(CallStatus.started)
         entry.started_at = entry.started_at or event.at
         entry.epoch = event.epoch
@@ -231,9 +238,19 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
             status = CallStatus.not_run
         else:
             status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
-        if entry.status not in TERMINAL_STATUSES:
+        if kind == EventKind.call_failed:
+            status = next((s for mark, s in FAILED_MARKS.items() if event.data.get(mark)), status)
+        # A call the agent ran although it was refused: the evidence of it outranks the refusal.
+        overrides = status == CallStatus.violation and entry.status == CallStatus.not_run
+        if entry.status not in TERMINAL_STATUSES or overrides:
             entry.status = status
             entry.finished_at = event.at
+            ran = event.data.get("ran_ms")
+            if isinstance(ran, int) and not isinstance(ran, bool) and ran >= 0:
+                # The agent says how long the tool itself ran: it started after the wait at the agent's
+                # permission prompt (the call's created_at is when the agent asked).
+                began = event.at - datetime.timedelta(milliseconds=ran)
+                entry.started_at = max(began, entry.started_at or began)
             entry.result_ref = event.result_ref
             entry.result = event.result
             entry.error = event.error

@@ -30,6 +30,15 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(ADAPTERS[name])
 
 
+def kind_of(tool: str) -> str:
+    """The kind of call ``tool`` makes for the first adapter that knows it (``unknown`` otherwise)."""
+    for name in ADAPTERS:
+        kind = str(load(name).classify(tool))
+        if kind != "unknown":
+            return kind
+    return "unknown"
+
+
 def merge_settings(existing: dict[str, Any], ours: dict[str, list[Any]], marker: str) -> dict[str, Any]:
     """``existing`` settings with our hook groups added under ``hooks``, replacing older copies.
 

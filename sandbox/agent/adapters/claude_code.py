@@ -70,7 +70,17 @@ def to_event(payload: Any) -> HookEvent | None:
         if not isinstance(cwd, str) or not cwd:
             raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
         reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(phase="settle", cwd=cwd, tool="*", error=reason, agent=NAME, agent_session=session)
+        return HookEvent(
+            phase="settle",
+            cwd=cwd,
+            tool="*",
+            error=reason,
+            agent=NAME,
+            agent_session=session,
+            session_end=name == "SessionEnd",
+            # Ctrl-C (twice) or Ctrl-D at the prompt: Claude Code's UI reads them as keys.
+            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
+        )
     if name == "PermissionDenied":
         denied = _tool_event(payload, name, "refused", "failed")
         denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"
@@ -113,6 +123,8 @@ def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> 
         if interrupted:
             error = f"interrupted by the user: {error}"
         result = {"is_interrupt": interrupted}
+    ran = payload.get("duration_ms")  # how long the tool itself ran (after the permission prompt)
+    ran_ms = int(ran) if isinstance(ran, (int, float)) and not isinstance(ran, bool) and 0 <= ran < 1e12 else None
     return HookEvent(
         phase=phase,
         cwd=cwd,
@@ -128,6 +140,8 @@ def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> 
         replay=replay,
         agent=NAME,
         agent_session=session,
+        interrupted=name == "PostToolUseFailure" and bool(payload.get("is_interrupt", False)),
+        ran_ms=ran_ms if phase == "finish" else None,
     )
 
 

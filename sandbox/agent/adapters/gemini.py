@@ -37,6 +37,13 @@ SETTINGS_PATH = ".gemini/settings.json"
 MARKER = "sandbox hook gemini"
 SUCCESS_STDOUT = "{}"
 EVENTS = {"BeforeTool": "start", "AfterTool": "finish"}
+#: Events after which no call of the session is running any more, and why its open calls never ran
+#: (a call the user rejected in Gemini's UI gets a BeforeTool and nothing after it).
+SETTLE = {
+    "BeforeAgent": "Gemini CLI took a new prompt without running the call (the user rejected or cancelled it).",
+    "AfterAgent": "Gemini CLI ended its turn without running the call (the user rejected or cancelled it).",
+    "SessionEnd": "The Gemini CLI session ended ({reason}) before the call ran.",
+}
 TRUST_FILE = "gemini-trusted-folders.json"
 
 WRITE_TOOLS = {"write_file": "file_path", "replace": "file_path"}
@@ -106,6 +113,22 @@ def to_event(payload: Any) -> HookEvent | None:
     if not isinstance(payload, dict):
         raise HookInputError("The Gemini CLI hook payload is not a JSON object; nothing recorded.")
     name = payload.get("hook_event_name")
+    agent_session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+    if name in SETTLE:
+        where = payload.get("cwd")
+        if not isinstance(where, str) or not where:
+            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
+        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
+        return HookEvent(
+            phase="settle",
+            cwd=where,
+            tool="*",
+            error=reason,
+            agent=NAME,
+            agent_session=agent_session or None,
+            session_end=name == "SessionEnd",
+            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
+        )
     if name not in EVENTS:
         return None
     tool, cwd = payload.get("tool_name"), payload.get("cwd")
@@ -151,7 +174,7 @@ def to_event(payload: Any) -> HookEvent | None:
         pair_prefix=prefix,
         agent=NAME,
         # The session's transcript is stored with the run, and continued (sandbox.agent.sessions).
-        agent_session=session if session != "nosession" else None,
+        agent_session=agent_session or None,
     )
 
 
@@ -161,9 +184,10 @@ def deny_answer(reason: str) -> tuple[str, int]:
 
 
 def hook_settings(command: str) -> dict[str, list[Any]]:
-    """The ``hooks`` entries of Gemini CLI settings that call ``command`` for every tool."""
+    """The ``hooks`` entries of Gemini CLI settings that call ``command`` for every tool and turn end."""
     hook = {"name": "sandbox", "type": "command", "command": command, "timeout": 60000}
-    return {event: [{"matcher": ".*", "hooks": [hook]}] for event in EVENTS}
+    tools = {event: [{"matcher": ".*", "hooks": [hook]}] for event in EVENTS}
+    return {**tools, **{event: [{"hooks": [hook]}] for event in SETTLE}}
 
 
 def agent_env(run_dir: str, worktree: str) -> dict[str, str]:

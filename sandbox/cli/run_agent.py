@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import time
 
 import click
 
@@ -108,6 +110,10 @@ def run_agent(
 
     isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
     confine.check(isolation)  # before a run is started for nothing
+    user_home = os.path.expanduser("~")
+    # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
+    replaced = [p for module in adapters.ADAPTERS for p in getattr(adapters.load(module), "REPLACES", ())]
+    isolation = confine.without_state(isolation, confine.state_paths(replaced, user_home))
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
@@ -134,14 +140,16 @@ def run_agent(
         raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
-    if name and name != "none":
-        adapter = adapters.load(name)
-        add_private(run.dir, [adapter.SETTINGS_PATH])
-        adapters.install(adapter, run.worktree, hook_command(name))
-        click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
-        extra_env = getattr(adapter, "agent_env", None)
-        if extra_env is not None:  # e.g. Gemini CLI: the worktree trusted for this agent only
-            env.update(extra_env(run.dir, run.worktree))
+    adapter = adapters.load(name) if name and name != "none" else None
+    if adapter is not None and name:
+        add_private(run.dir, [adapter.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
+        session_env = getattr(adapter, "session_env", None)
+        if session_env is not None:  # the agent's state, hooks included, in the run's home for it
+            adapters.uninstall(adapter, run.worktree)  # where sessions of older versions put them
+            env.update(session_env(run.dir, run.worktree, user_home, hook_command(name)))
+        else:
+            adapters.install(adapter, run.worktree, hook_command(name))
+            click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
     from sandbox.store.paths import subdir_in_run
 
     subdir = subdir_in_run(here, run.worktree, run.user_workdir)
@@ -151,6 +159,7 @@ def run_agent(
     # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
     idle = None if autostart_allowed() else SESSION_HOST_IDLE
     as_json = wants_json(ctx)
+    began = time.time()
     with stdout_to_stderr(as_json):
         result = agent.run_session(
             run,
@@ -181,6 +190,11 @@ def run_agent(
         for e in not_run[:10]:
             click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
     rid = run.run_id
+    resume = getattr(adapter, "resume_args", None)
+    again = resume(run.dir, began) if resume is not None else None
+    if again and not as_json:  # the agent's own hint ("claude --resume ID") would leave the sandbox
+        shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
+        click.echo(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}", err=True)
     if as_json:
         from sandbox.cli.common import emit_json
 

@@ -178,3 +178,64 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
     data = {os.path.realpath(worktree): "TRUST_FOLDER"}
     atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
     return {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": path}
+
+
+# -- the run's own Gemini CLI home (``sandbox run``) ----------------------------------------------
+
+#: The run's Gemini CLI home, below the run's directory (:mod:`sandbox.agent.agenthome`).
+HOME_NAME = "gemini"
+#: The user's Gemini CLI state a session's run home stands in for: not writable in the sandbox.
+REPLACES = ("~/.gemini/",)
+#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only.
+LINKED = ("GEMINI.md", "commands", "extensions", "policies")
+#: Opaque files copied into the run's home the first time (the login and the installation's ids).
+COPIED = ("oauth_creds.json", "google_accounts.json", "installation_id", "user_id")
+
+
+def cli_home(run_dir: str) -> str:
+    """The run's ``GEMINI_CLI_HOME`` (Gemini CLI 0.61 uses it in place of ``~``): its state is in
+    ``.gemini/`` there (settings, sessions under ``tmp/<project>/chats/``)."""
+    from sandbox.agent import agenthome
+
+    return agenthome.home_of(run_dir, HOME_NAME)
+
+
+def sessions_dir(run_dir: str) -> str:
+    """Where the run's Gemini CLI sessions are saved (a folder per project, ``chats/`` in each)."""
+    return os.path.join(cli_home(run_dir), ".gemini", "tmp")
+
+
+def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> dict[str, str]:
+    """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
+    with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
+    variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
+    from sandbox.agent import adapters, agenthome
+
+    home = cli_home(run_dir)
+    state = os.path.join(home, ".gemini")
+    user_dir = os.path.join(user_home, ".gemini")
+    os.makedirs(state, mode=0o700, exist_ok=True)
+
+    def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+        return adapters.merge_settings(settings, hook_settings(command), MARKER)
+
+    base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
+    agenthome.seed_json(os.path.join(state, "settings.json"), os.path.join(user_dir, "settings.json"), base, with_hooks)
+    for name in COPIED:
+        agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
+    agenthome.link_config(state, user_dir, LINKED)
+    return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
+
+
+def resume_args(run_dir: str, since: float) -> list[str] | None:
+    """``--resume latest`` when a session was saved in the run since ``since``, else None."""
+    from sandbox.agent import agenthome
+
+    root = sessions_dir(run_dir)
+    try:
+        projects = [os.path.join(root, name, "chats") for name in os.listdir(root)]
+    except OSError:
+        return None
+    if any(agenthome.newest(chats, ".json", since) for chats in projects):
+        return ["--resume", "latest"]
+    return None

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent.adapters import claude_code
+from sandbox.agent.adapters import claude_code, gemini
+from tests.agents import gemini_server as gs
 from tests.agents.anthropic_server import ModelServer, write
 from tests.agents.claude_harness import cli_start, stop_services
 from tests.agents.tmux import Terminal
@@ -159,3 +160,48 @@ def test_default_mode_asks_before_write_and_exit_keeps_the_terminal(
     transcripts = list(Path(claude_code.transcripts_dir(run.dir)).glob(f"*/{hint.group(1)}.jsonl"))
     assert len(transcripts) == 1
     assert not (home / ".claude").exists()
+
+
+def test_gemini_saves_its_settings_in_the_run_and_nothing_in_the_users_home(
+    gemini_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    """Gemini CLI: no project-level hook warning, ``/theme`` saves (in the run's home), ``/quit`` prints
+    the sandboxed way to resume, and the user's ``~/.gemini`` is as it was (no ``GEMINI.md`` made)."""
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text('{"security": {"auth": {"selectedType": "gemini-api-key"}}}')
+    before = _listing(home)
+    run = cli_start(repo)
+    with gs.serve([gs.text("Done.")]) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "GEMINI"))}
+        env.update({"HOME": str(home), "GOOGLE_GEMINI_BASE_URL": server.base_url, "GEMINI_API_KEY": "test-key"})
+        with Terminal(tmp_path, env, repo) as term:
+            term.run(f"{SANDBOX} run {run.run_id} -- {gemini_bin}")
+            term.wait_for("Type your message")
+            term.settle()
+            term.type("hello")
+            term.wait_for(r"> hello", timeout=10)
+            term.settle()
+            term.keys("Enter")
+            term.wait_for(r"Done\.")
+            term.type("/theme")
+            term.wait_for(r"/theme", timeout=10)
+            term.settle()
+            term.keys("Enter")
+            term.wait_for("Select Theme")
+            term.settle()
+            term.press_until("Up", r"●\s+\d+\. (?!Default Dark)")  # the selection moved off the current theme
+            term.keys("Enter")
+            term.wait_for(r"Type your message", timeout=20)
+            term.type("/quit")
+            term.wait_for(r"/quit", timeout=10)
+            term.settle()
+            term.keys("Enter")
+            term.wait_prompt(timeout=60)
+            shown = term.history()
+    assert "project-level hooks" not in shown and "Failed to save" not in shown, shown
+    hint = re.search(rf"sandbox run {re.escape(run.run_id)} -- gemini --resume ([0-9A-Za-z-]+)", shown)
+    assert hint is not None, shown
+    assert _listing(home) == before
+    saved = json.loads((Path(gemini.cli_home(run.dir)) / ".gemini" / "settings.json").read_text())
+    assert saved["ui"]["theme"] and saved["security"]["auth"]["selectedType"] == "gemini-api-key"

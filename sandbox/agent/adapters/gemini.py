@@ -24,6 +24,7 @@ the user's own ``~/.gemini/trustedFolders.json`` is neither read nor changed for
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -228,7 +229,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> di
 
 
 def resume_args(run_dir: str, since: float) -> list[str] | None:
-    """``--resume latest`` when a session was saved in the run since ``since``, else None."""
+    """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
+    file names no ``sessionId``), else None."""
     from sandbox.agent import agenthome
 
     root = sessions_dir(run_dir)
@@ -236,6 +238,15 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
         projects = [os.path.join(root, name, "chats") for name in os.listdir(root)]
     except OSError:
         return None
-    if any(agenthome.newest(chats, ".json", since) for chats in projects):
-        return ["--resume", "latest"]
-    return None
+    # 0.61 writes chats/session-<time>-<id>.jsonl, its first line naming the session; older ones .json.
+    found = [
+        f for c in projects for f in (agenthome.newest(c, ".jsonl", since), agenthome.newest(c, ".json", since)) if f
+    ]
+    if not found:
+        return None
+    session: Any = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        with open(max(found, key=os.path.getmtime), "rb") as fh:
+            session = json.loads(fh.readline(64 * 1024)).get("sessionId")
+    ok = isinstance(session, str) and re.fullmatch(r"[A-Za-z0-9-]{1,100}", session)
+    return ["--resume", session if ok and isinstance(session, str) else "latest"]

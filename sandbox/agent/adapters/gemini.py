@@ -245,8 +245,7 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     if not found:
         return None
     session: Any = None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        with open(max(found, key=os.path.getmtime), "rb") as fh:
-            session = json.loads(fh.readline(64 * 1024)).get("sessionId")
+    with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
+        session = json.loads(fh.readline(64 * 1024)).get("sessionId")
     ok = isinstance(session, str) and re.fullmatch(r"[A-Za-z0-9-]{1,100}", session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]

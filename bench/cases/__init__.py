@@ -30,6 +30,7 @@ CASES = {
     "travel": "bench.cases.travel",
     "startup": "bench.cases.startup",
     "agentgit": "bench.cases.agentgit",
+    "firstscreen": "bench.cases.firstscreen",
 }
 
 

@@ -99,11 +99,15 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def write_json(path: str, data: Any, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` atomically (a temp file and a rename in its directory)."""
+    """Write ``data`` to ``path`` atomically (a temp file and a rename in its directory).
+
+    Not synced: this is the agent's state, re-seeded at every session, never the user's files, and
+    each fsync is paid before the agent's first screen (tens of milliseconds on a busy disk).
+    """
     from sandbox.store.fsutil import atomic_write
 
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), mode)
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), mode, sync=False)
 
 
 def seed_json(
@@ -125,14 +129,12 @@ def seed_json(
     if user is None and run is None and overlay is None and not create:
         return False
     user_d = user or {}
-    if run is None:
-        merged: Any = dict(user_d)
-    else:
-        base = read_json(base_path) or {}
-        merged = merge3(base, user_d, run)
+    base = read_json(base_path)
+    merged: Any = dict(user_d) if run is None else merge3(base or {}, user_d, run)
     if overlay is not None:
         merged = overlay(merged)
-    write_json(base_path, user_d)
+    if base != user_d:
+        write_json(base_path, user_d)
     if merged != run or not os.path.exists(dest):
         write_json(dest, merged)
     return True
@@ -149,7 +151,7 @@ def copy_missing(dest: str, user_path: str) -> None:
         return
     from sandbox.store.fsutil import atomic_write
 
-    atomic_write(dest, data, 0o600)
+    atomic_write(dest, data, 0o600, sync=False)
 
 
 def link_config(home: str, user_dir: str, names: Iterable[str]) -> None:

@@ -366,8 +366,11 @@ def run_session(
             f"The repository's host could not be started, and a confined agent of run {run.run_id} can record "
             "only through it; nothing was started. See 'sandbox serve --foreground' for why."
         )
+    noted_isolation = None
     if isolation is not None:
-        run.note({"isolation": isolation.describe(), "session": "sandbox run"})
+        # Recorded beside the agent's start, not before it: the ledger's fsync is not the agent's wait.
+        described = {"isolation": isolation.describe(), "session": "sandbox run"}
+        noted_isolation = threading.Thread(target=run.note, args=(described,), name="sandbox-note", daemon=True)
     changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
     cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
     cutter.start()
@@ -379,6 +382,8 @@ def run_session(
         if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
         else run.worktree
     )
+    if noted_isolation is not None:
+        noted_isolation.start()
     try:
         result.returncode = _supervise(
             run,
@@ -392,6 +397,8 @@ def run_session(
             launch,
         )
     finally:
+        if noted_isolation is not None:
+            noted_isolation.join(timeout=30)
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.
         ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW

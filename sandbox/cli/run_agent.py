@@ -83,7 +83,8 @@ def run_agent(
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
-    confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
+    confined: it can write its worktree and its own state (Claude Code and Gemini CLI: a home of
+    their own in the run, seeded from yours at each start), nothing of yours.
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
     Its exit code is passed through and the run is left for you to preview, apply or drop. A
     session stopped with Ctrl-C is recorded as interrupted (its last changes as a failed call).

@@ -39,8 +39,13 @@ def homes_root(run_dir: str) -> str:
 
 
 def home_of(run_dir: str, agent: str) -> str:
-    """The run's home for ``agent`` (``claude``, ``gemini``), created when missing."""
-    path = os.path.join(homes_root(run_dir), agent)
+    """The run's home for ``agent`` (``claude``, ``gemini``); a path only (see :func:`make_home`)."""
+    return os.path.join(homes_root(run_dir), agent)
+
+
+def make_home(run_dir: str, agent: str) -> str:
+    """The run's home for ``agent``, created when missing."""
+    path = home_of(run_dir, agent)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 

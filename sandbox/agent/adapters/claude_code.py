@@ -199,7 +199,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> di
     """
     from sandbox.agent import adapters, agenthome
 
-    home = config_home(run_dir)
+    home = agenthome.make_home(run_dir, HOME_NAME)
     user_dir = os.path.join(user_home, ".claude")
 
     def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:

@@ -212,7 +212,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> di
     variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
     from sandbox.agent import adapters, agenthome
 
-    home = cli_home(run_dir)
+    home = agenthome.make_home(run_dir, HOME_NAME)
     state = os.path.join(home, ".gemini")
     user_dir = os.path.join(user_home, ".gemini")
     os.makedirs(state, mode=0o700, exist_ok=True)

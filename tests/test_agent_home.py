@@ -133,3 +133,26 @@ def _outside_data(home: Path) -> list[str]:
     """The home's paths, less the sandbox's own data directory (runs' homes live there)."""
     data = home / ".local" / "share" / "sandbox"
     return sorted(str(p) for p in home.rglob("*") if p not in data.parents and data not in p.parents and p != data)
+
+
+def test_hooks_none_still_gives_claude_its_home_without_the_hooks(repo: Path, tmp_path: Path) -> None:
+    """``sandbox run --hooks none -- claude``: the run's home all the same (the user's is read-only in
+    the sandbox), seeded without the sandbox's hooks, also when an earlier session put them there."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "claude"
+    fake.write_text('#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR"\ncat "$CLAUDE_CONFIG_DIR/settings.json"\n')
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "SANDBOX_HOOK_AUTOSTART": "1"}
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo, env=env).stdout)["run"]
+    outputs = []
+    for hooks in ("claude-code", "none"):
+        argv = ["run", run_id, "--isolate", "off", "--hooks", hooks, "--", str(fake)]
+        proc = sandbox_cmd(*argv, cwd=repo, env=env)
+        assert proc.returncode == 0, proc.stderr.decode()
+        outputs.append(proc.stdout.decode())
+    assert all("home=" + str(repo / ".git" / "sandbox" / "runs" / run_id) in out for out in outputs), outputs
+    assert COMMAND in outputs[0] and "sandbox hook" not in outputs[1]
+    host.stop_host(str(repo / ".git"))

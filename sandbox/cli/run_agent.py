@@ -142,15 +142,20 @@ def run_agent(
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
     adapter = adapters.load(name) if name and name != "none" else None
-    if adapter is not None and name:
-        add_private(run.dir, [adapter.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
-        session_env = getattr(adapter, "session_env", None)
-        if session_env is not None:  # the agent's state, hooks included, in the run's home for it
-            adapters.uninstall(adapter, run.worktree)  # where sessions of older versions put them
-            env.update(session_env(run.dir, run.worktree, user_home, hook_command(name)))
-        else:
-            adapters.install(adapter, run.worktree, hook_command(name))
-            click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
+    # Claude Code and Gemini CLI keep their state in the run's home for them, hooks or not (their state
+    # in your home is read-only in the sandbox: see REPLACES above).
+    known = AUTO_HOOKS.get(os.path.basename(command[0]))
+    home_for = adapter if adapter is not None else adapters.load(known) if known else None
+    session_env = getattr(home_for, "session_env", None)
+    if home_for is not None and session_env is not None:
+        add_private(run.dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
+        adapters.uninstall(home_for, run.worktree)  # where sessions of older versions put the hooks
+        hooks = hook_command(name) if adapter is not None and name else None
+        env.update(session_env(run.dir, run.worktree, user_home, hooks))
+    elif adapter is not None and name:
+        add_private(run.dir, [adapter.SETTINGS_PATH])
+        adapters.install(adapter, run.worktree, hook_command(name))
+        click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
     from sandbox.store.paths import subdir_in_run
 
     subdir = subdir_in_run(here, run.worktree, run.user_workdir)

@@ -188,7 +188,7 @@ def transcripts_dir(run_dir: str) -> str:
     return os.path.join(config_home(run_dir), "projects")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> dict[str, str]:
+def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
     """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
     sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
 
@@ -203,6 +203,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> di
     user_dir = os.path.join(user_home, ".claude")
 
     def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+        if command is None:  # --hooks none: the agent's home without the sandbox's hooks
+            return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)
 
     def base(name: str) -> str:

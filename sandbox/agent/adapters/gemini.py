@@ -176,8 +176,14 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
 
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, TRUST_FILE)
-    data = {os.path.realpath(worktree): "TRUST_FOLDER"}
-    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    data = (json.dumps({os.path.realpath(worktree): "TRUST_FOLDER"}, indent=2) + "\n").encode()
+    try:
+        with open(path, "rb") as fh:
+            same = fh.read(len(data) + 1) == data
+    except OSError:
+        same = False
+    if not same:  # written once per run: its fsync is not paid before every session's first screen
+        atomic_write(path, data, 0o600)
     return {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": path}
 
 
@@ -206,7 +212,7 @@ def sessions_dir(run_dir: str) -> str:
     return os.path.join(cli_home(run_dir), ".gemini", "tmp")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> dict[str, str]:
+def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
     """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
     with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
     variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
@@ -218,6 +224,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str) -> di
     os.makedirs(state, mode=0o700, exist_ok=True)
 
     def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+        if command is None:  # --hooks none: the agent's home without the sandbox's hooks
+            return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)
 
     base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")

@@ -192,8 +192,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
     sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
 
-    ``.claude.json`` (trust, onboarding, approved key, ``/config``) and ``settings.json`` are merged
-    with what the run saved earlier; the credentials are copied the first time. The user's files are
+    ``.claude.json`` (trust, onboarding, approved key, ``/config``), ``settings.json`` and the
+    credentials are merged with what the run saved earlier. The user's files are
     only read. The worktree's ``.claude/settings.local.json`` is left to Claude Code (its "don't ask
     again" rules for this run).
     """
@@ -216,7 +216,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     agenthome.seed_json(
         os.path.join(home, "settings.json"), os.path.join(user_dir, "settings.json"), base("settings.json"), with_hooks
     )
-    agenthome.copy_missing(os.path.join(home, ".credentials.json"), os.path.join(user_dir, ".credentials.json"))
+    credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
+    agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
     agenthome.link_config(home, user_dir, LINKED)
     return {"CLAUDE_CONFIG_DIR": home}
 

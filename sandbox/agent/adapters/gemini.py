@@ -195,8 +195,10 @@ HOME_NAME = "gemini"
 REPLACES = ("~/.gemini/",)
 #: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only.
 LINKED = ("GEMINI.md", "commands", "extensions", "policies")
-#: Opaque files copied into the run's home the first time (the login and the installation's ids).
-COPIED = ("oauth_creds.json", "google_accounts.json", "installation_id", "user_id")
+#: The login, merged into the run's home at every start like the settings.
+MERGED = ("oauth_creds.json", "google_accounts.json")
+#: Opaque files copied into the run's home the first time (the installation's ids).
+COPIED = ("installation_id", "user_id")
 
 
 def cli_home(run_dir: str) -> str:
@@ -230,6 +232,9 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
 
     base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
     agenthome.seed_json(os.path.join(state, "settings.json"), os.path.join(user_dir, "settings.json"), base, with_hooks)
+    for name in MERGED:
+        found = os.path.join(user_dir, name)
+        agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)
     for name in COPIED:
         agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
     agenthome.link_config(state, user_dir, LINKED)

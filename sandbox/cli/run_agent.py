@@ -149,7 +149,12 @@ def run_agent(
     session_env = getattr(home_for, "session_env", None)
     if home_for is not None and session_env is not None:
         add_private(run.dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
-        adapters.uninstall(home_for, run.worktree)  # where sessions of older versions put the hooks
+        if adapters.uninstall(home_for, run.worktree):  # where 'hooks install' (or older versions) put them
+            click.echo(
+                f"sandbox: the sandbox's hooks left the worktree's {home_for.SETTINGS_PATH} for the run's own "
+                f"agent home ('sandbox hooks install' puts them back for an agent you start by hand).",
+                err=True,
+            )
         hooks = hook_command(name) if adapter is not None and name else None
         env.update(session_env(run.dir, run.worktree, user_home, hooks))
     elif adapter is not None and name:

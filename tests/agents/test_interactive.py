@@ -89,6 +89,7 @@ def _listing(home: Path) -> dict[str, bytes | None]:
 def _exit(term: Terminal) -> str:
     term.type("/exit")
     term.wait_for(r"/exit", timeout=10)
+    term.settle()
     term.keys("Enter")
     return term.wait_prompt(timeout=60)
 
@@ -141,10 +142,14 @@ def test_default_mode_asks_before_write_and_exit_keeps_the_terminal(
         term.wait_prompt(timeout=10)
         term.run(f"{SANDBOX} run {run.run_id} -- {claude_bin} --permission-mode default")
         term.wait_for(READY)
+        term.settle()
         term.type("Create new.py, please.")
+        term.wait_for(r"Create new\.py, please\.", timeout=10)
+        term.settle()
         term.keys("Enter")
         term.wait_for(r"Do you want to create new\.py\?")
         assert not (wt / "new.py").exists()  # asked before the Write ran
+        term.settle()
         term.keys("Enter")  # 1. Yes
         term.wait_for(r"Done\.", timeout=60)
         assert (wt / "new.py").read_text() == "print('new')\n"
@@ -184,6 +189,7 @@ def test_gemini_saves_its_settings_in_the_run_and_nothing_in_the_users_home(
             term.settle()
             term.keys("Enter")
             term.wait_for(r"Done\.")
+            term.settle()
             term.type("/theme")
             term.wait_for(r"/theme", timeout=10)
             term.settle()
@@ -191,8 +197,10 @@ def test_gemini_saves_its_settings_in_the_run_and_nothing_in_the_users_home(
             term.wait_for("Select Theme")
             term.settle()
             term.press_until("Up", r"●\s+\d+\. (?!Default Dark)")  # the selection moved off the current theme
+            term.settle()
             term.keys("Enter")
             term.wait_for(r"Type your message", timeout=20)
+            term.settle()
             term.type("/quit")
             term.wait_for(r"/quit", timeout=10)
             term.settle()

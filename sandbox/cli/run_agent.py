@@ -201,11 +201,14 @@ def run_agent(
         for e in not_run[:10]:
             click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
     rid = run.run_id
-    resume = getattr(adapter, "resume_args", None)
+    resume = getattr(home_for, "resume_args", None)
     again = resume(run.dir, began) if resume is not None else None
     if again and not as_json:  # the agent's own hint ("claude --resume ID") would leave the sandbox
         shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
-        click.echo(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}", err=True)
+        click.echo(
+            escape.text(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}"),
+            err=True,
+        )
     if as_json:
         from sandbox.cli.common import emit_json
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool
@@ -227,6 +228,7 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     from sandbox.agent import agenthome
 
     found = agenthome.newest(transcripts_dir(run_dir), ".jsonl", since)
-    if found is None:
+    session = os.path.basename(found)[: -len(".jsonl")] if found else ""
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", session):  # a name the agent made up is no session id
         return None
-    return ["--resume", os.path.basename(found)[: -len(".jsonl")]]
+    return ["--resume", session]

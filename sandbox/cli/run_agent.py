@@ -116,7 +116,7 @@ def run_agent(
     replaced = [p for module in adapters.ADAPTERS for p in getattr(adapters.load(module), "REPLACES", ())]
     isolation = confine.without_state(isolation, confine.state_paths(replaced, user_home))
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
-    if isolation.enabled and family:
+    if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):

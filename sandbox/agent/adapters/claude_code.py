@@ -171,7 +171,8 @@ def hook_settings(command: str) -> dict[str, list[Any]]:
 #: The run's Claude Code config home, below the run's directory (:mod:`sandbox.agent.agenthome`).
 HOME_NAME = "claude"
 #: The user's Claude Code state a session's run home stands in for: not writable in the sandbox.
-REPLACES = ("~/.claude/", "~/.claude.json", "~/.local/state/claude/")
+#: (``~/.local/state/claude``, the native installer's locks, stays writable where it exists.)
+REPLACES = ("~/.claude/", "~/.claude.json")
 #: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only.
 LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
 

@@ -356,7 +356,8 @@ def test_a_policy_denial_blocks_in_every_mode(repo: Path) -> None:
 @pytest.mark.parametrize(
     "mode,answered", [("default", True), ("acceptEdits", True), ("plan", False), ("bypassPermissions", False)]
 )
-def test_edits_in_the_worktree_are_allowed_by_the_sandbox(repo: Path, mode: str, answered: bool) -> None:
+def test_edits_in_the_worktree_are_allowed_by_the_sandbox_when_asked_to(repo: Path, mode: str, answered: bool) -> None:
+    write(repo, ".sandbox.toml", "[hooks]\nallow_edits = true\n")
     run = start_run(repo)
     wt = Path(run.worktree)
     answer = _decision(hook("claude-code", payload("Write", "pre", wt, permission_mode=mode)))
@@ -371,9 +372,13 @@ def test_edits_in_the_worktree_are_allowed_by_the_sandbox(repo: Path, mode: str,
     assert _decision(hook("claude-code", own)) is None
 
 
-def test_allow_edits_can_be_turned_off(repo: Path) -> None:
-    write(repo, ".sandbox.toml", "[hooks]\nallow_edits = false\n")
+def test_by_default_the_agent_asks_as_it_does_outside(repo: Path) -> None:
+    """No "allow" of the sandbox's own (issue #26): Claude Code asks before a Write in default mode."""
     run = start_run(repo)
+    for mode in ("default", "acceptEdits"):
+        answer = hook("claude-code", payload("Write", "pre", run.worktree, f"toolu_w_{mode}", permission_mode=mode))
+        assert _decision(answer) is None
+    write(repo, ".sandbox.toml", "[hooks]\nallow_edits = false\n")
     assert _decision(hook("claude-code", payload("Write", "pre", run.worktree, permission_mode="default"))) is None
 
 
@@ -428,6 +433,7 @@ def test_the_fast_hook_command_records_with_or_without_a_host(repo: Path) -> Non
 
     from sandbox.cli.hooks_cmd import hook_command
 
+    write(repo, ".sandbox.toml", "[hooks]\nallow_edits = true\n")  # an answer to read back
     run = start_run(repo)
     wt = Path(run.worktree)
     command = hook_command("claude-code")

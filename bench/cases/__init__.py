@@ -32,6 +32,7 @@ CASES = {
     "agentgit": "bench.cases.agentgit",
     "netproxy": "bench.cases.netproxy",
     "transcripts": "bench.cases.transcripts",
+    "firstscreen": "bench.cases.firstscreen",
 }
 
 

@@ -44,6 +44,7 @@ This module imports only the standard library: ``sandbox exec``'s fast path uses
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import struct
@@ -184,6 +185,8 @@ class Policy:
     #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
     #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
     proxy: str | None = None
+    #: The run's agent homes, writable (below the run's directory, which is read-only).
+    homes: tuple[str, ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -334,6 +337,8 @@ def policy_for(
         ),
         hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
         config=isolation.config,
+        # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
+        homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
         private=tuple(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
             for dest in isolation.private
@@ -343,6 +348,30 @@ def policy_for(
             if isolation.network_mode == "allow"
             else None
         ),
+    )
+
+
+def _homes_root(common_dir: str, run_id: str) -> str:
+    from sandbox.agent.agenthome import homes_root  # standard library only, like this module
+
+    return homes_root(layout.run_dir(common_dir, run_id))
+
+
+def without_state(isolation: Isolation, replaced: Sequence[str]) -> Isolation:
+    """``isolation`` less the agent state (absolute paths) that a run's agent homes stand in for:
+    the user's ``~/.claude``, ``~/.gemini``, ... are then read-only in the sandbox like the rest of
+    the home, and nothing is created there (no configuration file needs making to be protected)."""
+    drop = [p.rstrip("/") for p in replaced]
+
+    def kept(path: str) -> bool:
+        bare = path.rstrip("/")
+        return not any(bare == d or bare.startswith(d + "/") for d in drop)
+
+    return dataclasses.replace(
+        isolation,
+        writable=tuple(p for p in isolation.writable if kept(p)),
+        config=tuple(p for p in isolation.config if kept(p)),
+        private=tuple(p for p in isolation.private if kept(p)),
     )
 
 
@@ -444,6 +473,8 @@ def bwrap_argv(
         mounts.append((_depth(real), 2, ["--bind-try", real, real]))
     for path in policy.protected:
         mounts.append((_depth(path), 3, ["--ro-bind-try", path, path]))
+    for path in policy.homes:
+        mounts.append((_depth(path), 2, ["--bind", path, path]))
     for entry in policy.config:  # the agent's configuration, read-only below its writable state
         real = os.path.realpath(entry.rstrip("/"))
         if os.path.lexists(real):
@@ -516,7 +547,7 @@ def _sb_quote(path: str) -> str:
 def seatbelt_profile(policy: Policy) -> str:
     """A ``sandbox-exec`` (Seatbelt) profile with the same policy. In SBPL the last match wins."""
     lines = ["(version 1)", "(allow default)", "(deny file-write*)"]
-    allowed = [*policy.writable, *policy.extra_writable, "/private/tmp", "/private/var/folders"]
+    allowed = [*policy.writable, *policy.extra_writable, *policy.homes, "/private/tmp", "/private/var/folders"]
     lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in allowed) + ")")
     lines.append(
         '(allow file-write* (literal "/dev/null") (literal "/dev/zero") (regex #"^/dev/tty") (regex #"^/dev/fd/"))'

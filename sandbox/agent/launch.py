@@ -369,11 +369,14 @@ def run_session(
             "only through it; nothing was started. See 'sandbox serve --foreground' for why."
         )
     # The session's note: how it is confined, and what 'sandbox resume --continue' relaunches (the
-    # same agent and flags: sandbox.recovery.continue_), in one event.
+    # same agent and flags: sandbox.recovery.continue_), in one event, recorded beside the agent's
+    # start rather than before it: the ledger's fsync is not the agent's wait.
     started: dict[str, Any] = {"agent_command": list(argv), "subdir": subdir}
     if isolation is not None:
         started = {"isolation": isolation.describe(), "session": "sandbox run", **started}
-    run.note(started)
+    noted_isolation: threading.Thread | None = threading.Thread(
+        target=run.note, args=(started,), name="sandbox-note", daemon=True
+    )
     changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
     cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
     cutter.start()
@@ -385,6 +388,8 @@ def run_session(
         if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
         else run.worktree
     )
+    if noted_isolation is not None:
+        noted_isolation.start()
     try:
         with _net_proxy(run, isolation if launch is not None else None, token) as proxy:
             result.returncode = _supervise(
@@ -400,6 +405,8 @@ def run_session(
             )
             result.network_refused = getattr(proxy, "refused", 0)
     finally:
+        if noted_isolation is not None:
+            noted_isolation.join(timeout=30)
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.
         ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW

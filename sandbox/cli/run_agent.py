@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import time
 
 import click
 
@@ -81,7 +83,8 @@ def run_agent(
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
-    confined: it can write its worktree and its own state (~/.claude, ...), nothing of yours.
+    confined: it can write its worktree and its own state (Claude Code and Gemini CLI: a home of
+    their own in the run, seeded from yours at each start), nothing of yours.
     Its network goes through an allowlist (its model endpoints and [network] allow in
     .sandbox.toml; --network on: all, off: none); each refused connection is in 'sandbox log'.
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
@@ -113,8 +116,12 @@ def run_agent(
         workdir or user_workdir_of(project.common_dir), "run", isolate, network, agent=(command[0], hooks_named)
     )
     confine.check(isolation)  # before a run is started for nothing
+    user_home = os.path.expanduser("~")
+    # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
+    replaced = [p for module in adapters.ADAPTERS for p in getattr(adapters.load(module), "REPLACES", ())]
+    isolation = confine.without_state(isolation, confine.state_paths(replaced, user_home))
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
-    if isolation.enabled and family:
+    if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):
@@ -139,14 +146,26 @@ def run_agent(
         raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
-    if name and name != "none":
-        adapter = adapters.load(name)
+    adapter = adapters.load(name) if name and name != "none" else None
+    # Claude Code and Gemini CLI keep their state in the run's home for them, hooks or not (their state
+    # in your home is read-only in the sandbox: see REPLACES above).
+    known = AUTO_HOOKS.get(os.path.basename(command[0]))
+    home_for = adapter if adapter is not None else adapters.load(known) if known else None
+    session_env = getattr(home_for, "session_env", None)
+    if home_for is not None and session_env is not None:
+        add_private(run.dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
+        if adapters.uninstall(home_for, run.worktree):  # where 'hooks install' (or older versions) put them
+            click.echo(
+                f"sandbox: the sandbox's hooks left the worktree's {home_for.SETTINGS_PATH} for the run's own "
+                f"agent home ('sandbox hooks install' puts them back for an agent you start by hand).",
+                err=True,
+            )
+        hooks = hook_command(name) if adapter is not None and name else None
+        env.update(session_env(run.dir, run.worktree, user_home, hooks))
+    elif adapter is not None and name:
         add_private(run.dir, [adapter.SETTINGS_PATH])
         adapters.install(adapter, run.worktree, hook_command(name))
         click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
-        extra_env = getattr(adapter, "agent_env", None)
-        if extra_env is not None:  # e.g. Gemini CLI: the worktree trusted for this agent only
-            env.update(extra_env(run.dir, run.worktree))
     from sandbox.store.paths import subdir_in_run
 
     subdir = subdir_in_run(here, run.worktree, run.user_workdir)
@@ -157,6 +176,7 @@ def run_agent(
     idle = None if autostart_allowed() else SESSION_HOST_IDLE
     as_json = wants_json(ctx)
     before = len(run.state().order)  # the exit summary speaks of this session's calls only
+    began = time.time()
     with stdout_to_stderr(as_json):
         result = agent.run_session(
             run,
@@ -200,6 +220,14 @@ def run_agent(
         why = (e.error or "").removeprefix(f"{e.status.value}: ")
         click.echo(escape.text(f"sandbox: call {e.call_id} {e.tool_name} {e.status.value}: {why}"), err=True)
     rid = run.run_id
+    resume = getattr(home_for, "resume_args", None)
+    again = resume(run.dir, began) if resume is not None else None
+    if again and not as_json:  # the agent's own hint ("claude --resume ID") would leave the sandbox
+        shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
+        click.echo(
+            escape.text(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}"),
+            err=True,
+        )
     if as_json:
         from sandbox.cli.common import emit_json
 

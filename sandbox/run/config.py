@@ -12,8 +12,8 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     [hooks]
     strict = false            # true: a hook that cannot record blocks the agent's tool call
     autostart = true          # false: a hook finding no host records in-process (no `sandbox serve`)
-    allow_edits = true        # the sandbox answers the agent's permission question for file edits
-                              # inside the run's worktree (see hooks/README.md); false: the agent asks
+    allow_edits = false       # true: the sandbox answers the agent's permission question for file
+                              # edits inside the run's worktree (see hooks/README.md); false: the agent asks
 
     [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.agent.confine)
     isolate = true            # false: no confinement (the flags --isolate on|off win over this)
@@ -80,7 +80,7 @@ class Config:
     link: list[str] = field(default_factory=list)
     strict: bool = False
     autostart: bool = True
-    allow_edits: bool = True
+    allow_edits: bool = False
     tools: list[ToolRule] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     isolate: bool = True
@@ -149,7 +149,7 @@ def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
     if not isinstance(autostart, bool):
         raise ConfigError(f"{where}: hooks.autostart must be true or false.")
     cfg.autostart = autostart
-    allow_edits = hooks.get("allow_edits", True)
+    allow_edits = hooks.get("allow_edits", False)
     if not isinstance(allow_edits, bool):
         raise ConfigError(f"{where}: hooks.allow_edits must be true or false.")
     cfg.allow_edits = allow_edits

@@ -124,8 +124,16 @@ def _ids(params: list[object]) -> list[str]:
 
 # (mode, how Claude Code is started, extra flags, expected status per tool: Write, Edit, Bash, Read)
 MODES = [
-    pytest.param("default", "run", ("--allowedTools", "Bash"), ("succeeded",) * 4),
-    pytest.param("default", "hooks", ("--allowedTools", "Bash"), ("succeeded",) * 4),
+    pytest.param("default", "run", ("--allowedTools", "Bash,Write,Edit"), ("succeeded",) * 4),
+    pytest.param("default", "hooks", ("--allowedTools", "Bash,Write,Edit"), ("succeeded",) * 4),
+    # The sandbox gives no "allow" of its own: unlisted edits are Claude Code's to refuse, as outside.
+    pytest.param(
+        "default",
+        "run",
+        ("--allowedTools", "Bash"),
+        ("not_run", "not_run", "succeeded", "succeeded"),
+        id="default-run-edits-unlisted",
+    ),
     pytest.param("acceptEdits", "run", (), ("succeeded",) * 4),
     pytest.param("acceptEdits", "hooks", (), ("succeeded",) * 4),
     ("plan", "run", (), ("not_run", "not_run", "not_run", "succeeded")),
@@ -169,10 +177,12 @@ def test_permission_modes(
     assert user_state(repo) == user_before and tree_digest(repo) == files_before
     if "not_run" in expected and driver == "run":
         assert "did not run" in session.stderr  # sandbox run's summary lists them
-    if "succeeded" in expected[:3]:
+    if expected[0] == "succeeded":
         diff = sandbox("diff", run.run_id, "--stat", cwd=repo)
         assert diff.returncode == 0 and NEW_FILE in diff.stdout and ".claude" not in diff.stdout
         _apply_and_undo(repo, run.run_id, {NEW_FILE: NEW_TEXT, "src/util.py": "X = 2\n", "made.txt": "made\n"})
+    elif "succeeded" in expected[:3]:
+        assert reopen(run).changed_paths() == ["made.txt"]
     else:
         assert reopen(run).changed_paths() == []
 

@@ -87,3 +87,45 @@ def install(adapter: ModuleType, worktree: str, command: str) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, (json.dumps(merged, indent=2) + "\n").encode(), 0o644)
     return path
+
+
+def remove_ours(settings: dict[str, Any], marker: str) -> dict[str, Any]:
+    """``settings`` without the hook entries whose command contains ``marker`` (empty groups dropped)."""
+    hooks = settings.get("hooks")
+    if not isinstance(hooks, dict):
+        return settings
+    events: dict[str, list[Any]] = {event: [] for event in hooks}
+    kept = merge_settings(settings, events, marker)["hooks"]
+    out = dict(settings)
+    out["hooks"] = {event: groups for event, groups in kept.items() if groups or hooks.get(event) == []}
+    if not out["hooks"]:
+        del out["hooks"]
+    return out
+
+
+def uninstall(adapter: ModuleType, worktree: str) -> bool:
+    """Take the sandbox's hooks out of the worktree's local agent settings (where ``sandbox run``
+    put them before runs had agent homes); the rest of the file is kept. True when it changed."""
+    from sandbox.store.fsutil import atomic_write
+    from sandbox.store.paths import check_parents
+
+    rel = str(adapter.SETTINGS_PATH)
+    try:
+        check_parents(worktree, rel)  # a directory the agent linked out of the worktree is not followed
+    except SandboxError:
+        return False
+    path = os.path.join(worktree, rel)
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        return False  # not ours to repair: the agent reports it
+    if not isinstance(loaded, dict):
+        return False
+    cleaned = remove_ours(loaded, str(adapter.MARKER))
+    if cleaned == loaded:
+        return False
+    atomic_write(path, (json.dumps(cleaned, indent=2) + "\n").encode(), 0o644)
+    return True

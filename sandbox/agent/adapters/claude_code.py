@@ -16,15 +16,21 @@ Payload fields used: ``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``
 ``error``, ``is_interrupt``, ``permission_mode``, ``reason`` (SessionEnd).
 
 Answers (:func:`respond`): a denied call gets PreToolUse's decision JSON ``permissionDecision:
-"deny"`` with the reason (shown to the model; the tool does not run, in every permission mode); an
-edit the sandbox vouches for gets ``"allow"`` in the ``default`` and ``acceptEdits`` modes only
-(never in ``plan``: the user asked for no edits). A hook exit 1 is a non-blocking error, exit 2
-blocks (``--strict``).
+"deny"`` with the reason (shown to the model; the tool does not run, in every permission mode).
+Otherwise the hook says nothing, so Claude Code asks or allows as it does outside the sandbox; only
+with ``hooks.allow_edits = true`` does an edit the sandbox vouches for get ``"allow"``, in the
+``default`` and ``acceptEdits`` modes (never in ``plan``: the user asked for no edits). A hook exit
+1 is a non-blocking error, exit 2 blocks (``--strict``).
+
+Started by ``sandbox run``, Claude Code keeps its state in the run (:func:`session_env`): its own
+``CLAUDE_CONFIG_DIR`` with the sandbox's hooks in its user settings, transcripts included.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool
@@ -172,3 +178,72 @@ def hook_settings(command: str) -> dict[str, list[Any]]:
     plain = {"hooks": [{"type": "command", "command": command, "timeout": 60}]}  # events without a matcher
     tools = [*EVENTS, "PermissionDenied"]
     return {**{event: [group] for event in tools}, **{event: [plain] for event in SETTLE}}
+
+
+# -- the run's own Claude Code home (``sandbox run``) ---------------------------------------------
+
+#: The run's Claude Code config home, below the run's directory (:mod:`sandbox.agent.agenthome`).
+HOME_NAME = "claude"
+#: The user's Claude Code state a session's run home stands in for: not writable in the sandbox.
+#: (``~/.local/state/claude``, the native installer's locks, stays writable where it exists.)
+REPLACES = ("~/.claude/", "~/.claude.json")
+#: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only.
+LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
+
+
+def config_home(run_dir: str) -> str:
+    """The run's ``CLAUDE_CONFIG_DIR``: its ``.claude.json``, settings, credentials and, under
+    ``projects/<cwd>/<session>.jsonl``, the session transcripts (what ``claude --resume`` reads)."""
+    from sandbox.agent import agenthome
+
+    return agenthome.home_of(run_dir, HOME_NAME)
+
+
+def transcripts_dir(run_dir: str) -> str:
+    """Where the run's Claude Code sessions keep their transcripts (one folder per working directory)."""
+    return os.path.join(config_home(run_dir), "projects")
+
+
+def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+    """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
+    sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
+
+    ``.claude.json`` (trust, onboarding, approved key, ``/config``), ``settings.json`` and the
+    credentials are merged with what the run saved earlier. The user's files are
+    only read. The worktree's ``.claude/settings.local.json`` is left to Claude Code (its "don't ask
+    again" rules for this run).
+    """
+    from sandbox.agent import adapters, agenthome
+
+    home = agenthome.make_home(run_dir, HOME_NAME)
+    user_dir = os.path.join(user_home, ".claude")
+
+    def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+        if command is None:  # --hooks none: the agent's home without the sandbox's hooks
+            return adapters.remove_ours(settings, MARKER)
+        return adapters.merge_settings(settings, hook_settings(command), MARKER)
+
+    def base(name: str) -> str:
+        return agenthome.base_of(run_dir, HOME_NAME, name)
+
+    agenthome.seed_json(
+        os.path.join(home, ".claude.json"), os.path.join(user_home, ".claude.json"), base(".claude.json")
+    )
+    agenthome.seed_json(
+        os.path.join(home, "settings.json"), os.path.join(user_dir, "settings.json"), base("settings.json"), with_hooks
+    )
+    credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
+    agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
+    agenthome.link_config(home, user_dir, LINKED)
+    return {"CLAUDE_CONFIG_DIR": home}
+
+
+def resume_args(run_dir: str, since: float) -> list[str] | None:
+    """The arguments that resume the newest session saved since ``since`` (``--resume ID``), or None."""
+    from sandbox.agent import agenthome
+
+    found = agenthome.newest(transcripts_dir(run_dir), ".jsonl", since)
+    session = os.path.basename(found)[: -len(".jsonl")] if found else ""
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", session):  # a name the agent made up is no session id
+        return None
+    return ["--resume", session]

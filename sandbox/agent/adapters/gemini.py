@@ -24,6 +24,7 @@ the user's own ``~/.gemini/trustedFolders.json`` is neither read nor changed for
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -201,6 +202,89 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
 
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, TRUST_FILE)
-    data = {os.path.realpath(worktree): "TRUST_FOLDER"}
-    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    data = (json.dumps({os.path.realpath(worktree): "TRUST_FOLDER"}, indent=2) + "\n").encode()
+    try:
+        with open(path, "rb") as fh:
+            same = fh.read(len(data) + 1) == data
+    except OSError:
+        same = False
+    if not same:  # written once per run: its fsync is not paid before every session's first screen
+        atomic_write(path, data, 0o600)
     return {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": path}
+
+
+# -- the run's own Gemini CLI home (``sandbox run``) ----------------------------------------------
+
+#: The run's Gemini CLI home, below the run's directory (:mod:`sandbox.agent.agenthome`).
+HOME_NAME = "gemini"
+#: The user's Gemini CLI state a session's run home stands in for: not writable in the sandbox.
+REPLACES = ("~/.gemini/",)
+#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only.
+LINKED = ("GEMINI.md", "commands", "extensions", "policies")
+#: The login, merged into the run's home at every start like the settings.
+MERGED = ("oauth_creds.json", "google_accounts.json")
+#: Opaque files copied into the run's home the first time (the installation's ids).
+COPIED = ("installation_id", "user_id")
+
+
+def cli_home(run_dir: str) -> str:
+    """The run's ``GEMINI_CLI_HOME`` (Gemini CLI 0.61 uses it in place of ``~``): its state is in
+    ``.gemini/`` there (settings, sessions under ``tmp/<project>/chats/``)."""
+    from sandbox.agent import agenthome
+
+    return agenthome.home_of(run_dir, HOME_NAME)
+
+
+def sessions_dir(run_dir: str) -> str:
+    """Where the run's Gemini CLI sessions are saved (a folder per project, ``chats/`` in each)."""
+    return os.path.join(cli_home(run_dir), ".gemini", "tmp")
+
+
+def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+    """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
+    with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
+    variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
+    from sandbox.agent import adapters, agenthome
+
+    home = agenthome.make_home(run_dir, HOME_NAME)
+    state = os.path.join(home, ".gemini")
+    user_dir = os.path.join(user_home, ".gemini")
+    os.makedirs(state, mode=0o700, exist_ok=True)
+
+    def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+        if command is None:  # --hooks none: the agent's home without the sandbox's hooks
+            return adapters.remove_ours(settings, MARKER)
+        return adapters.merge_settings(settings, hook_settings(command), MARKER)
+
+    base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
+    agenthome.seed_json(os.path.join(state, "settings.json"), os.path.join(user_dir, "settings.json"), base, with_hooks)
+    for name in MERGED:
+        found = os.path.join(user_dir, name)
+        agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)
+    for name in COPIED:
+        agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
+    agenthome.link_config(state, user_dir, LINKED)
+    return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
+
+
+def resume_args(run_dir: str, since: float) -> list[str] | None:
+    """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
+    file names no ``sessionId``), else None."""
+    from sandbox.agent import agenthome
+
+    root = sessions_dir(run_dir)
+    try:
+        projects = [os.path.join(root, name, "chats") for name in os.listdir(root)]
+    except OSError:
+        return None
+    # 0.61 writes chats/session-<time>-<id>.jsonl, its first line naming the session; older ones .json.
+    found = [
+        f for c in projects for f in (agenthome.newest(c, ".jsonl", since), agenthome.newest(c, ".json", since)) if f
+    ]
+    if not found:
+        return None
+    session: Any = None
+    with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
+        session = json.loads(fh.readline(64 * 1024)).get("sessionId")
+    ok = isinstance(session, str) and re.fullmatch(r"[A-Za-z0-9-]{1,100}", session)
+    return ["--resume", session if ok and isinstance(session, str) else "latest"]

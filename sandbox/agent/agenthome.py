@@ -1,0 +1,202 @@
+"""Each run's own home for an agent's state: what ``sandbox run`` gives Claude Code and Gemini CLI.
+
+An agent keeps state it rewrites all the time (Claude Code's ``.claude.json``: folder trust,
+onboarding, the approved API key, ``/config``; Gemini CLI's ``settings.json``) and saves it the safe
+way: a lock directory, a temporary file, a rename beside it. Inside the sandbox the user's home is
+read-only, so a bind-mounted file cannot be saved that way. Instead each run has a directory per agent
+(``<run dir>/agent-state/homes/<agent>``, writable inside the sandbox, nothing else of the run's
+directory is) that the agent is pointed at with its own variable (``CLAUDE_CONFIG_DIR``,
+``GEMINI_CLI_HOME``), so its saves, transcripts and sessions stay in the run.
+
+Seeding, at every session start (:func:`seed_json`): the user's current file and the run's file are
+merged three ways, with the user's file as it was at the previous seeding as the base. What the run
+changed since (a folder trusted, a key approved, a setting saved inside) and what the user changed
+since (a setting changed outside) both hold; where both changed the same value the user's wins, and
+lists are joined. The base is kept beside the homes, outside the agent's reach, and the user's files
+are only ever read. Configuration the agent only reads (instructions, commands, agents, skills) is
+linked in read-only (:func:`link_config`): the user's home stays read-only in the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: Below the run's directory: the agents' homes (writable in the sandbox) and the seeding bases.
+STATE_DIR = "agent-state"
+HOMES_DIR = "homes"
+BASES_DIR = "base"
+#: The largest agent state file read (Claude Code's ``.claude.json`` grows with projects).
+MAX_STATE = 64 * 1024 * 1024
+
+
+def homes_root(run_dir: str) -> str:
+    """The directory holding every agent home of the run (the one path made writable for them)."""
+    return os.path.join(run_dir, STATE_DIR, HOMES_DIR)
+
+
+def home_of(run_dir: str, agent: str) -> str:
+    """The run's home for ``agent`` (``claude``, ``gemini``); a path only (see :func:`make_home`)."""
+    return os.path.join(homes_root(run_dir), agent)
+
+
+def make_home(run_dir: str, agent: str) -> str:
+    """The run's home for ``agent``, created when missing."""
+    path = home_of(run_dir, agent)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def base_of(run_dir: str, agent: str, name: str) -> str:
+    """Where the user's ``name`` as last seeded is kept (outside the agent's writable home)."""
+    return os.path.join(run_dir, STATE_DIR, BASES_DIR, agent, name)
+
+
+def merge3(base: Any, user: Any, run: Any) -> Any:
+    """The three-way merge of JSON values: ``user`` and ``run`` both changed from ``base``.
+
+    Objects merge key by key; a value only one side changed takes that side's; a value both changed
+    takes the user's, except lists, which are joined (the user's items, then the run's new ones).
+    """
+    if user == base:
+        return run
+    if run in (base, user):
+        return user
+    if isinstance(user, dict) and isinstance(run, dict):
+        base_d = base if isinstance(base, dict) else {}
+        out: dict[str, Any] = {}
+        missing = object()
+        for key in [*user, *(k for k in run if k not in user)]:
+            b, u, r = base_d.get(key, missing), user.get(key, missing), run.get(key, missing)
+            merged = _merge_slot(b, u, r, missing)
+            if merged is not missing:
+                out[key] = merged
+        return out
+    if isinstance(user, list) and isinstance(run, list):
+        return [*user, *(item for item in run if item not in user)]
+    return user
+
+
+def _merge_slot(base: Any, user: Any, run: Any, missing: object) -> Any:
+    """One key of :func:`merge3`; ``missing`` stands for an absent key (a deletion is a change)."""
+    if user is missing and run is missing:
+        return missing
+    if user is missing:
+        return missing if run == base else run  # the user deleted it, the run did not touch it
+    if run is missing:
+        return missing if user == base else user
+    if base is missing:
+        base = None
+    return merge3(base, user, run)
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """A JSON object file's content; None when missing, unreadable or not an object."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_STATE))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: str, data: Any, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` atomically (a temp file and a rename in its directory).
+
+    Not synced: this is the agent's state, re-seeded at every session, never the user's files, and
+    each fsync is paid before the agent's first screen (tens of milliseconds on a busy disk).
+    """
+    from sandbox.store.fsutil import atomic_write
+
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), mode, sync=False)
+
+
+def seed_json(
+    dest: str,
+    user_path: str,
+    base_path: str,
+    overlay: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    *,
+    create: bool = True,
+) -> bool:
+    """Seed the run's ``dest`` from the user's ``user_path``, keeping what the run changed (see the
+    module docstring); ``overlay`` adds the sandbox's own entries last. The user's file is only read.
+
+    With ``create`` false nothing is written when neither the user nor the run has the file.
+    Returns whether ``dest`` exists afterwards.
+    """
+    user = read_json(user_path)
+    run = read_json(dest)
+    if user is None and run is None and overlay is None and not create:
+        return False
+    user_d = user or {}
+    base = read_json(base_path)
+    merged: Any = dict(user_d) if run is None else merge3(base or {}, user_d, run)
+    if overlay is not None:
+        merged = overlay(merged)
+    if base != user_d:
+        write_json(base_path, user_d)
+    if merged != run or not os.path.exists(dest):
+        write_json(dest, merged)
+    return True
+
+
+def copy_missing(dest: str, user_path: str) -> None:
+    """Copy the user's file into the run when the run has none yet (an opaque file: credentials, ids)."""
+    if os.path.lexists(dest) or not os.path.isfile(user_path):
+        return
+    try:
+        with open(user_path, "rb") as fh:
+            data = fh.read(MAX_STATE)
+    except OSError:
+        return
+    from sandbox.store.fsutil import atomic_write
+
+    atomic_write(dest, data, 0o600, sync=False)
+
+
+def link_config(home: str, user_dir: str, names: Iterable[str]) -> None:
+    """Link each of the user's ``names`` (in ``user_dir``) that exists into ``home``.
+
+    Read-only in the sandbox, since the user's home is. A name the user does not have is neither
+    created there nor linked (nothing is made in the user's home); a stale link is removed.
+    """
+    for name in names:
+        src = os.path.join(user_dir, name)
+        dst = os.path.join(home, name)
+        present = os.path.lexists(src)
+        if os.path.islink(dst):
+            if present and os.readlink(dst) == src:
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(dst)
+        if present and not os.path.lexists(dst):
+            with contextlib.suppress(OSError):
+                os.symlink(src, dst)
+
+
+def newest(directory: str, suffix: str, since: float) -> str | None:
+    """The newest file below ``directory`` (one level of subdirectories) ending in ``suffix`` and
+    modified at or after ``since`` (a ``time.time()``); None when there is none."""
+    best: tuple[float, str] | None = None
+    try:
+        subdirs = [directory, *(e.path for e in os.scandir(directory) if e.is_dir(follow_symlinks=False))]
+    except OSError:
+        return None
+    for sub in subdirs:
+        try:
+            entries = list(os.scandir(sub))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.endswith(suffix) or not entry.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                mtime = entry.stat(follow_symlinks=False).st_mtime
+                if mtime >= since and (best is None or mtime > best[0]):
+                    best = (mtime, entry.path)
+    return best[1] if best else None

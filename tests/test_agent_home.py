@@ -1,0 +1,159 @@
+"""Each run's own home for an agent's state (:mod:`sandbox.agent.agenthome`, issue #26).
+
+The seeding merge (what the run accepted and what the user changed since both hold), the homes'
+place in the run and in the sandbox (writable there, the user's agent state read-only and nothing
+created in the user's home), and the hooks kept out of the worktree's settings.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sandbox.agent import adapters, agenthome, confine, host
+from sandbox.agent.adapters import claude_code, gemini
+from tests.conftest import sandbox_cmd
+
+COMMAND = "sandbox hook claude-code"
+
+
+def test_merge3_keeps_what_each_side_changed() -> None:
+    base = {"theme": "dark", "projects": {"/repo": {"trusted": True}}, "approved": ["a"], "n": 1}
+    user = {"theme": "light", "projects": {"/repo": {"trusted": True}}, "approved": ["a", "u"], "n": 1}
+    run = {"theme": "dark", "projects": {"/repo": {"trusted": True}, "/wt": {"trusted": True}}, "approved": ["a", "r"],
+           "n": 5, "onboarded": True}  # fmt: skip
+    assert agenthome.merge3(base, user, run) == {
+        "theme": "light",  # the user changed it outside
+        "projects": {"/repo": {"trusted": True}, "/wt": {"trusted": True}},  # the run trusted its worktree
+        "approved": ["a", "u", "r"],  # both approved a key: both hold
+        "n": 5,
+        "onboarded": True,
+    }
+    # A deletion is a change too; both changing one value: the user's wins.
+    assert agenthome.merge3({"a": 1, "b": 2}, {"a": 1}, {"a": 3, "b": 2}) == {"a": 3}
+    assert agenthome.merge3({"a": 1}, {"a": 2}, {"a": 3}) == {"a": 2}
+
+
+def test_seeding_merges_at_every_session_and_never_writes_the_users_file(tmp_path: Path) -> None:
+    user_home, run_dir = tmp_path / "home", tmp_path / "run"
+    user_home.mkdir()
+    (user_home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark"}))
+    (user_home / ".claude").mkdir()
+    (user_home / ".claude" / "commands").mkdir()
+    (user_home / ".claude" / ".credentials.json").write_text('{"token": "t"}')
+    user_before = {p: p.read_bytes() for p in user_home.rglob("*") if p.is_file()}
+    env = claude_code.session_env(str(run_dir), str(tmp_path / "wt"), str(user_home), COMMAND)
+    home = Path(env["CLAUDE_CONFIG_DIR"])
+    assert home == Path(claude_code.config_home(str(run_dir)))
+    assert json.loads((home / ".claude.json").read_text()) == {"hasCompletedOnboarding": True, "theme": "dark"}
+    settings = json.loads((home / "settings.json").read_text())
+    assert COMMAND in json.dumps(settings["hooks"]["PreToolUse"])  # the sandbox's hooks: in the run's settings
+    assert (home / "commands").is_symlink() and not (home / "agents").exists()  # only what the user has
+    assert json.loads((home / ".credentials.json").read_text()) == {"token": "t"}
+    # Inside, the agent trusts its folder; outside, the user changes the theme. Both hold next time.
+    saved = json.loads((home / ".claude.json").read_text())
+    saved["projects"] = {"/wt": {"hasTrustDialogAccepted": True}}
+    (home / ".claude.json").write_text(json.dumps(saved))
+    (user_home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "light"}))
+    user_before[user_home / ".claude.json"] = (user_home / ".claude.json").read_bytes()
+    claude_code.session_env(str(run_dir), str(tmp_path / "wt"), str(user_home), COMMAND)
+    again = json.loads((home / ".claude.json").read_text())
+    assert again["theme"] == "light" and again["projects"]["/wt"]["hasTrustDialogAccepted"] is True
+    assert {p: p.read_bytes() for p in user_home.rglob("*") if p.is_file()} == user_before
+
+
+def test_gemini_home_holds_its_settings_with_the_hooks_and_links_only_what_exists(tmp_path: Path) -> None:
+    user_home, run_dir = tmp_path / "home", tmp_path / "run"
+    (user_home / ".gemini").mkdir(parents=True)
+    (user_home / ".gemini" / "settings.json").write_text('{"ui": {"theme": "x"}}')
+    env = gemini.session_env(str(run_dir), str(tmp_path / "wt"), str(user_home), "sandbox hook gemini")
+    state = Path(env["GEMINI_CLI_HOME"]) / ".gemini"
+    settings = json.loads((state / "settings.json").read_text())
+    assert settings["ui"] == {"theme": "x"} and "sandbox hook gemini" in json.dumps(settings["hooks"])
+    assert not (state / "GEMINI.md").exists() and not (user_home / ".gemini" / "GEMINI.md").exists()
+    assert env["GEMINI_CLI_TRUSTED_FOLDERS_PATH"].startswith(str(run_dir))
+
+
+def test_uninstall_takes_only_the_sandboxs_hooks_out_of_the_worktree(tmp_path: Path) -> None:
+    adapter = adapters.load("claude-code")
+    (tmp_path / ".claude").mkdir()
+    theirs = {"permissions": {"allow": ["Bash(ls:*)"]}}
+    (tmp_path / ".claude" / "settings.local.json").write_text(json.dumps(theirs))
+    adapters.install(adapter, str(tmp_path), COMMAND)
+    assert adapters.uninstall(adapter, str(tmp_path)) is True
+    assert json.loads((tmp_path / ".claude" / "settings.local.json").read_text()) == theirs
+    assert adapters.uninstall(adapter, str(tmp_path)) is False
+
+
+def test_without_state_drops_the_replaced_agent_state(tmp_path: Path) -> None:
+    home = str(tmp_path)
+    writable = confine.state_paths(confine.DEFAULT_AGENT_STATE, home)
+    config, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    isolation = confine.Isolation(writable=tuple(writable), config=tuple(config), private=tuple(private))
+    replaced = confine.state_paths([*claude_code.REPLACES, *gemini.REPLACES], home)
+    left = confine.without_state(isolation, replaced)
+    assert left.writable == (f"{home}/.npm/", f"{home}/.local/state/claude/") and left.config == ()
+    assert left.private == ()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_run_session_writes_its_agent_home_and_nothing_in_the_users(repo: Path, tmp_path: Path) -> None:
+    """Confined ``sandbox run --hooks claude-code``: the home is writable (lock dir, temp file, rename),
+    the user's ``~/.claude.json`` and ``~/.gemini`` are read-only, and nothing is created in the home."""
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)  # the user has Gemini CLI: no GEMINI.md may appear
+    (home / ".claude.json").write_text("{}\n")
+    before = _outside_data(home)
+    script = (
+        'set -e; cd "$CLAUDE_CONFIG_DIR"; mkdir .claude.json.lock; printf "{\\"saved\\": 1}" > .claude.json.tmp;'
+        " mv .claude.json.tmp .claude.json; rmdir .claude.json.lock;"
+        ' if echo x > "$HOME/.claude.json" 2>/dev/null; then echo WROTE-USER; fi;'
+        ' if touch "$HOME/.gemini/x" 2>/dev/null; then echo WROTE-GEMINI; fi'
+    )
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "SANDBOX_HOOK_AUTOSTART": "1"}
+    started = sandbox_cmd("start", "--json", cwd=repo, env=env)
+    run_id = json.loads(started.stdout)["run"]
+    proc = sandbox_cmd("run", run_id, "--hooks", "claude-code", "--", "sh", "-c", script, cwd=repo, env=env)
+    out = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode == 0, out
+    assert "WROTE" not in out
+    assert (home / ".claude.json").read_text() == "{}\n"
+    assert _outside_data(home) == before
+    from sandbox.store import layout
+
+    run_dir = layout.run_dir(str(repo / ".git"), run_id)
+    assert json.loads(Path(claude_code.config_home(run_dir), ".claude.json").read_text()) == {"saved": 1}
+    assert not Path(repo, ".claude").exists()
+    host.stop_host(str(repo / ".git"))
+
+
+def _outside_data(home: Path) -> list[str]:
+    """The home's paths, less the sandbox's own data directory (runs' homes live there)."""
+    data = home / ".local" / "share" / "sandbox"
+    return sorted(str(p) for p in home.rglob("*") if p not in data.parents and data not in p.parents and p != data)
+
+
+def test_hooks_none_still_gives_claude_its_home_without_the_hooks(repo: Path, tmp_path: Path) -> None:
+    """``sandbox run --hooks none -- claude``: the run's home all the same (the user's is read-only in
+    the sandbox), seeded without the sandbox's hooks, also when an earlier session put them there."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "claude"
+    fake.write_text('#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR"\ncat "$CLAUDE_CONFIG_DIR/settings.json"\n')
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "SANDBOX_HOOK_AUTOSTART": "1"}
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo, env=env).stdout)["run"]
+    outputs = []
+    for hooks in ("claude-code", "none"):
+        argv = ["run", run_id, "--isolate", "off", "--hooks", hooks, "--", str(fake)]
+        proc = sandbox_cmd(*argv, cwd=repo, env=env)
+        assert proc.returncode == 0, proc.stderr.decode()
+        outputs.append(proc.stdout.decode())
+    assert all("home=" + str(repo / ".git" / "sandbox" / "runs" / run_id) in out for out in outputs), outputs
+    assert COMMAND in outputs[0] and "sandbox hook" not in outputs[1]
+    host.stop_host(str(repo / ".git"))

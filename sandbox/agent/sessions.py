@@ -43,12 +43,15 @@ def valid_session(session: str) -> bool:
 
 def config_homes(environ: Mapping[str, str], home: str, run_dir: str) -> dict[str, list[str]]:
     """Every agent's candidate configuration homes, the run's own first (the CLI passes its environment)."""
-    state = os.path.join(run_dir, "agent-state")
+    from sandbox.agent.adapters import claude_code, gemini
+
     claude = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
     codex = environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+    # The run's own home first: 'sandbox run' gives Claude Code and Gemini CLI one (sandbox.agent.agenthome),
+    # and a relaunch writes a conversation there, never into yours; yours is read for older runs.
     return {
-        "claude-code": [os.path.join(state, ".claude"), os.path.join(state, "claude"), claude],
-        "gemini": [os.path.join(state, ".gemini"), os.path.join(state, "gemini"), os.path.join(home, ".gemini")],
+        "claude-code": [claude_code.config_home(run_dir), claude],
+        "gemini": [os.path.join(gemini.cli_home(run_dir), ".gemini"), os.path.join(home, ".gemini")],
         "codex": [codex],
     }
 

@@ -280,11 +280,9 @@ def current_session(run: Run) -> str | None:
 
 
 def primary_home(homes: Sequence[str]) -> str | None:
-    """The configuration home a relaunched agent will use: the first that exists, else the last."""
-    for home in homes:
-        if os.path.isdir(home):
-            return home
-    return homes[-1] if homes else None
+    """The configuration home a relaunched agent will use: the first candidate (the run's own home
+    where the agent has one: 'sandbox run' seeds it around what is written there)."""
+    return homes[0] if homes else None
 
 
 def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[str, Sequence[str]]) -> str | None:

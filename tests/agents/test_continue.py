@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.agent.adapters import claude_code
 from sandbox.models import CallStatus
 from tests.agents.anthropic_server import ModelServer, Request, ToolUse, Turn, bash, result_text, write
 from tests.agents.claude_harness import SANDBOX, TIMEOUT, claude_args, claude_env, cli_start, stop_services, via_run
@@ -188,7 +189,9 @@ def test_transcript_is_stored_with_the_run_and_mapped(claude_bin: str, repo: Pat
     stored = transcripts.latest(run, session_id)
     assert stored is not None and stored.index.agent == "claude-code"
     assert set(stored.index.calls) == {t.tools[0].id for t in turns}
-    found = list((home / ".claude" / "projects").glob(f"*/{session_id}.jsonl"))
+    # In the run's own Claude Code home ('sandbox run' gives it one), never in yours.
+    assert not (home / ".claude" / "projects").exists()
+    found = list(Path(claude_code.transcripts_dir(run.dir)).glob(f"*/{session_id}.jsonl"))
     assert len(found) == 1 and transcripts.load(run, stored) == found[0].read_bytes()
     # At a checkpoint the conversation as it is then is stored too (only its new bytes).
     with found[0].open("ab") as fh:
@@ -210,7 +213,7 @@ def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path)
         session = via_run(claude_bin, repo, run.run_id, server, home, "bypassPermissions")
     assert session.returncode == 0, session.stderr
     assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
-    original = list((home / ".claude" / "projects").glob("*/*.jsonl"))
+    original = list(Path(claude_code.transcripts_dir(run.dir)).glob("*/*.jsonl"))
     assert len(original) == 1
     before = original[0].read_bytes()
 

@@ -69,7 +69,12 @@ def mcp(
         boot_id=_boot_id(),
     )
     ws = Workspace(project, workdir, settings)
-    if new:
+    inside = os.environ.get("SANDBOX_RUN") if new else None
+    if inside and _existing_run(project, inside):
+        # Started by an agent that 'sandbox run' runs (Codex passes SANDBOX_RUN with env_vars):
+        # that run is the session's, so --new works on it instead of snapshotting another.
+        ws.open_run(inside)
+    elif new:
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
@@ -126,3 +131,16 @@ def _boot_id() -> str | None:
             return fh.read().strip()
     except OSError:
         return None
+
+
+def _existing_run(project: object, run_id: str) -> bool:
+    """True when ``run_id`` is a run of ``project`` (``SANDBOX_RUN`` from an enclosing ``sandbox run``)."""
+    from sandbox.errors import SandboxError
+    from sandbox.run.names import resolve_run
+    from sandbox.store.project import Project
+
+    assert isinstance(project, Project)
+    try:
+        return resolve_run(project, run_id) == run_id
+    except SandboxError:
+        return False

@@ -127,3 +127,23 @@ def test_mcp_calls_carry_the_clients_call_id_and_session_and_a_denied_input_is_r
     assert (Path(run.worktree) / "a.txt").read_text() == "A\n"
     # Another input of the same tool still runs.
     assert ws.write_file("a.txt", "A2\n", request_id=7, client_call="call_c")["changed"] is True
+
+
+def test_rewind_of_a_codex_run_puts_the_files_back_and_says_the_rollout_is_not_cut(repo: Path) -> None:
+    from sandbox.recovery.rewind import rewind
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    with run.tool_call("write_file", {"path": "a.txt"}, call_id="call_a", agent_session=SESSION) as c:
+        c.write("a.txt", "one\n")
+    with run.tool_call("run_command", {"argv": ["sh"]}, call_id="call_b", agent_session=SESSION) as c:
+        c.write("a.txt", "two\n")
+    data = rollout("call_a", "call_b")
+    transcripts.store(run, "codex", SESSION, data, CODEX.calls(data), "session end")
+    report = rewind(run, "call_b", {"codex": []})
+    assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
+    assert report.session is None and report.from_session == SESSION
+    said = " ".join(report.messages)
+    assert "Only the files were rewound: Codex's rollout is not cut at a call" in said and SESSION in said
+    assert "may still be in your conversation" in report.prompt()

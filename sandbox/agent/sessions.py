@@ -73,6 +73,8 @@ class AgentSessions:
     DROP_OPTIONAL: frozenset[str] = frozenset()
     #: Whether a copy of the conversation can be cut and continued as a new session (rewind, fork).
     forks = False
+    #: Why it cannot (said by ``rewind`` when ``forks`` is False).
+    no_fork = "its tool-call ids are its own, not the ledger's, so the call's place in it is unknown"
 
     def find(self, session: str, homes: Sequence[str]) -> str | None:  # pragma: no cover - abstract
         """The transcript file of ``session`` among the homes, or None."""
@@ -302,6 +304,10 @@ class Codex(AgentSessions):
 
     name = "codex"
     program = "codex"
+    no_fork = (
+        "Codex's rollout is not cut at a call (its records are numbered and Codex indexes its threads in its own "
+        "state database, so a rewritten copy is not known to resume safely)"
+    )
     VALUE = _words(
         "-c --config --enable --disable --remote --remote-auth-token-env -m --model --local-provider -p --profile "
         "-s --sandbox -C --cd --add-dir --thread-source --cyber-access-program --output-schema --color -o "

@@ -73,7 +73,13 @@ def test_calls_map_the_model_call_ids_and_a_placed_copy_is_found(tmp_path: Path)
     Path(dest).write_bytes(data)
     assert CODEX.find(SESSION, [str(tmp_path / "other"), home]) == dest
     assert CODEX.find("../evil", [home]) is None
-    assert not CODEX.forks  # a rollout is not cut at a call (see sessions.Codex)
+    # A fork: cut just before a call's function_call, the session renamed everywhere.
+    forked = CODEX.fork(data, "call_b", "new-session")
+    assert CODEX.calls(forked) == {"call_a": 2} and SESSION.encode() not in forked
+    assert json.loads(forked.split(b"\n")[0])["payload"]["id"] == "new-session"
+    assert CODEX.fork(data, None, "n2").count(b"\n") == data.count(b"\n")
+    with pytest.raises(KeyError):
+        CODEX.fork(data, "call_nope", "n3")
 
 
 def test_resume_continue_plan_relaunches_codex_on_its_stored_rollout_unconfined_as_recorded(
@@ -129,7 +135,7 @@ def test_mcp_calls_carry_the_clients_call_id_and_session_and_a_denied_input_is_r
     assert ws.write_file("a.txt", "A2\n", request_id=7, client_call="call_c")["changed"] is True
 
 
-def test_rewind_of_a_codex_run_puts_the_files_back_and_says_the_rollout_is_not_cut(repo: Path) -> None:
+def test_rewind_of_a_codex_run_forks_its_rollout_before_the_call(repo: Path, tmp_path: Path) -> None:
     from sandbox.recovery.rewind import rewind
 
     project, workdir, _ = Project.discover(str(repo))
@@ -141,9 +147,11 @@ def test_rewind_of_a_codex_run_puts_the_files_back_and_says_the_rollout_is_not_c
         c.write("a.txt", "two\n")
     data = rollout("call_a", "call_b")
     transcripts.store(run, "codex", SESSION, data, CODEX.calls(data), "session end")
-    report = rewind(run, "call_b", {"codex": []})
+    home = tmp_path / "codex-home"
+    report = rewind(run, "call_b", {"codex": [str(home)]})
     assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
-    assert report.session is None and report.from_session == SESSION
-    said = " ".join(report.messages)
-    assert "Only the files were rewound: Codex's rollout is not cut at a call" in said and SESSION in said
-    assert "may still be in your conversation" in report.prompt()
+    assert report.session is not None and report.session != SESSION and report.from_session == SESSION
+    assert report.transcript is not None and CODEX.find(report.session, [str(home)]) == report.transcript
+    forked = Path(report.transcript).read_bytes()
+    assert CODEX.calls(forked) == {"call_a": 2} and SESSION.encode() not in forked
+    assert transcripts.current_session(run) == report.session  # resume --continue goes on in the fork

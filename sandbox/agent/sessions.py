@@ -19,7 +19,7 @@ one JSON record per line; messages chain by ``parentUuid``; an assistant message
 one record per content block, sharing ``message.id``. ``claude --resume ID`` continues it (measured:
 a copy under a new file name with its ``sessionId`` fields rewritten resumes as its own session).
 Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex (0.171): see
-:class:`Codex`; its session id reaches ``sandbox mcp`` in each call's ``_meta``; continued, not cut.
+:class:`Codex`; its session id reaches ``sandbox mcp`` in each call's ``_meta``; continued and cut.
 """
 
 from __future__ import annotations
@@ -296,18 +296,15 @@ class Codex(AgentSessions):
     carries ``_meta.callId`` (that ``call_id``) and ``_meta.sessionId`` (this session): the server
     records the call under the model's id in that session (:mod:`sandbox.mcp.server`), so the
     ledger maps onto the rollout as Claude Code's tool-use ids do. ``codex exec resume ID PROMPT``
-    continues a session it finds under its home (the exec options go before ``resume``). A rollout
-    is not cut at a call: its records are numbered (``ordinal``) and Codex also indexes its threads
-    in its own state database, so a rewritten copy is not known to be safe to resume; a rewind puts
-    the files back and leaves the conversation whole.
+    continues a session it finds under its home (the exec options go before ``resume``). A fork is
+    a copy cut just before a call's ``function_call`` record with every mention of the session id
+    replaced by the new one (measured: ``codex exec resume NEW`` finds such a copy in any dated
+    folder, and its first request carries exactly the turns before the cut).
     """
 
     name = "codex"
     program = "codex"
-    no_fork = (
-        "Codex's rollout is not cut at a call (its records are numbered and Codex indexes its threads in its own "
-        "state database, so a rewritten copy is not known to resume safely)"
-    )
+    forks = True
     VALUE = _words(
         "-c --config --enable --disable --remote --remote-auth-token-env -m --model --local-provider -p --profile "
         "-s --sandbox -C --cd --add-dir --thread-source --cyber-access-program --output-schema --color -o "
@@ -345,6 +342,22 @@ class Codex(AgentSessions):
             if isinstance(payload.get("call_id"), str):
                 out.setdefault(payload["call_id"], n)
         return out
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The rollout up to just before call ``before`` (all of it for None), as session ``new``."""
+        lines = data.split(b"\n")
+        if before is not None:
+            where = self.calls(data).get(before)
+            if where is None:
+                raise KeyError(before)
+            lines = lines[:where]
+        old = _record(lines[0]).get("payload") if lines else None
+        old_id = old.get("id") if isinstance(old, dict) else None
+        if not isinstance(old_id, str) or not valid_session(old_id):
+            raise KeyError(before)  # no session_meta first: not a rollout we know how to rewrite
+        kept = b"\n".join(line for line in lines if line.strip())
+        # The id is a UUID: it appears only where the session is named (meta, turn records, thread ids).
+        return kept.replace(old_id.encode(), new.encode()) + b"\n" if kept else b""
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Where Codex keeps ``session``'s rollout: today's dated folder under ``<home>/sessions``."""

@@ -7,7 +7,8 @@ model's call id in ``_meta``, so the ledger's calls are the rollout's function c
 killed with SIGKILL during a ``run_command``; ``sandbox resume RUN --continue`` relaunches it with
 ``codex exec resume ID NOTE``: the scripted server's next request carries the earlier turns and the
 note, the model's retry of the uncertain command is refused until ``sandbox approve``, and the
-session goes on recorded in the same Codex session.
+session goes on recorded in the same Codex session. ``sandbox rewind RUN --to CALL --continue``
+puts the files back and continues a copy of the rollout cut just before CALL.
 """
 
 from __future__ import annotations
@@ -186,3 +187,54 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     approved = _sandbox("approve", run.run_id, long_id, cwd=repo)
     assert approved.returncode == 0, approved.stderr
     assert approvals.is_denied(reopen(run), "run_command", spec) is None
+
+
+def _codex_under_run(codex_bin: str, repo: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``sandbox run RUN --isolate off -- codex exec ...`` to its end."""
+    return subprocess.run(
+        [SANDBOX, "run", run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
+        + ["--strict-config", "--color=never", "Do the task."],
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def test_codex_rewind_to_a_call_then_continue(codex_bin: str, repo: Path, tmp_path: Path) -> None:
+    """Files back to just before the call; the next request carries exactly the turns before it."""
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [
+        mcp("write_file", path="a.txt", content="one\n"),
+        mcp("run_command", command="echo two > b.txt"),
+        mcp("write_file", path="c.txt", content="three\n"),
+    ]
+    ids = [t.calls[0].call_id for t in turns]
+    with ResponsesServer(turns) as server:
+        session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path, server, repo))
+    assert session.returncode == 0, session.stderr
+    assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
+    original = list((tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl"))
+    assert len(original) == 1
+    before = original[0].read_bytes()
+
+    later = mcp("write_file", path="d.txt", content="four\n")
+    with ResponsesServer([later]) as server:
+        env = codex_env(tmp_path, server, repo)
+        done = _sandbox("rewind", run.run_id, "--to", ids[1], "--continue", cwd=repo, env=env)
+        requests = server.model_requests()
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "forked just before call" in done.stderr and ids[1] in done.stderr, done.stderr
+    opening = requests[0].body
+    assert [i.get("call_id") for i in _items(opening, "function_call")] == [ids[0]]  # exactly the turns before
+    assert "rewound this session to just before call" in _user_text(opening)
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists() and not (wt / "c.txt").exists()
+    assert (wt / "d.txt").read_text() == "four\n"
+    assert original[0].read_bytes() == before  # Codex's own rollout is never edited
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    assert entries[later.calls[0].call_id].status == CallStatus.succeeded
+    assert entries[later.calls[0].call_id].agent_session not in (None, entries[ids[0]].agent_session)

@@ -155,3 +155,42 @@ def test_rewind_of_a_codex_run_forks_its_rollout_before_the_call(repo: Path, tmp
     forked = Path(report.transcript).read_bytes()
     assert CODEX.calls(forked) == {"call_a": 2} and SESSION.encode() not in forked
     assert transcripts.current_session(run) == report.session  # resume --continue goes on in the fork
+
+
+def test_mcp_under_sandbox_run_works_on_that_run_and_refuses_where_it_cannot_record(repo: Path) -> None:
+    """``sandbox mcp --new`` with ``SANDBOX_RUN`` (Codex's ``env_vars``) opens that run; read-only: one line."""
+    import shutil
+    import subprocess
+
+    from tests.agents.claude_harness import SANDBOX
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    env = {**os.environ, "SANDBOX_RUN": run.run_id}
+    served = subprocess.run(
+        [SANDBOX, "mcp", "-C", str(repo), "--new"],
+        cwd=repo,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"serving run {run.run_id}" in served.stderr, served.stderr
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    confined = subprocess.run(
+        [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", SANDBOX, "mcp", "-C", str(repo), "--new"],
+        cwd=repo,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert confined.returncode == 1, confined.stderr
+    lines = confined.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--isolate off" in lines[0] and "Traceback" not in confined.stderr, lines

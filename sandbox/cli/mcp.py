@@ -74,6 +74,7 @@ def mcp(
         # Started by an agent that 'sandbox run' runs (Codex passes SANDBOX_RUN with env_vars):
         # that run is the session's, so --new works on it instead of snapshotting another.
         ws.open_run(inside)
+        _check_writable(ws)
     elif new:
         ws.start_run(label)
     elif run_id or cwd_run:
@@ -144,3 +145,17 @@ def _existing_run(project: object, run_id: str) -> bool:
         return resolve_run(project, run_id) == run_id
     except SandboxError:
         return False
+
+
+def _check_writable(ws: object) -> None:
+    """Refuse at start when the run cannot be recorded from here (an agent OS-confined by ``sandbox run``)."""
+    from sandbox.errors import SandboxError
+    from sandbox.mcp.tools import Workspace
+
+    assert isinstance(ws, Workspace) and ws.run is not None
+    if not os.access(ws.run.dir, os.W_OK):  # EROFS inside the confinement, whatever the mode bits say
+        raise SandboxError(
+            f"This MCP server runs inside the OS confinement of 'sandbox run', where it cannot record run "
+            f"{ws.run.run_id}; start the agent with 'sandbox run {ws.run.run_id} --isolate off -- AGENT ...' "
+            "(the server confines every command it runs itself)."
+        )

@@ -155,9 +155,11 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     retry = mcp("run_command", command=command)  # the same input under a new call id
     after = mcp("write_file", path="src/after.py", content="AFTER = 1\n")
     with ResponsesServer([retry, after]) as server:
+        started = time.monotonic()
         done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=codex_env(tmp_path, server, repo))
         requests = server.model_requests()
         refused = output_text(server.output(retry.calls[0].call_id))
+    print(f"resume --continue: {requests[0].at - started:.2f} s to Codex's first request")
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"continuing codex session {session}" in done.stderr and long_id in done.stderr, done.stderr
     # The first request of the continued session carries the earlier turns and the note.

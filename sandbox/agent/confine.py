@@ -67,6 +67,7 @@ DEFAULT_AGENT_STATE = (
     "~/.claude/",
     "~/.claude.json",
     "~/.gemini/",
+    "~/.codex/",
     "~/.npm/",
     "~/.local/state/claude/",
 )
@@ -90,6 +91,9 @@ AGENT_CONFIG = (
     "~/.gemini/commands/",
     "~/.gemini/extensions/",
     "~/.gemini/policies/",
+    "~/.codex/config.toml",
+    "~/.codex/AGENTS.md",
+    "~/.codex/prompts/",
 )
 #: Agent state files that hold configuration (``~/.claude.json``: the MCP servers Claude Code starts)
 #: and that the agent rewrites at every start, so they cannot be read-only: each run's sandbox

@@ -18,9 +18,8 @@ Claude Code (2.1.x): ``<config>/projects/<cwd with every non-alphanumeric charac
 one JSON record per line; messages chain by ``parentUuid``; an assistant message asking for tools is
 one record per content block, sharing ``message.id``. ``claude --resume ID`` continues it (measured:
 a copy under a new file name with its ``sessionId`` fields rewritten resumes as its own session).
-Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex keeps its sessions
-under ``~/.codex/sessions/`` but works through ``sandbox mcp``, which sees no session id: it gets
-the note and the MCP ``rewind`` tool (see docs/recovery.md).
+Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex (0.171): see
+:class:`Codex`; its session id reaches ``sandbox mcp`` in each call's ``_meta``; continued and cut.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import glob
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -76,6 +76,8 @@ class AgentSessions:
     DROP_OPTIONAL: frozenset[str] = frozenset()
     #: Whether a copy of the conversation can be cut and continued as a new session (rewind, fork).
     forks = False
+    #: Why it cannot (said by ``rewind`` when ``forks`` is False).
+    no_fork = "its tool-call ids are its own, not the ledger's, so the call's place in it is unknown"
 
     def find(self, session: str, homes: Sequence[str]) -> str | None:  # pragma: no cover - abstract
         """The transcript file of ``session`` among the homes, or None."""
@@ -288,7 +290,101 @@ class GeminiCli(AgentSessions):
         return [argv[0], *kept, *asked, *(["--session-file", transcript] if session and transcript else [])]
 
 
-AGENTS: dict[str, AgentSessions] = {"claude-code": ClaudeCode(), "gemini": GeminiCli()}
+class Codex(AgentSessions):
+    """Codex CLI's sessions (0.171): ``<home>/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``.
+
+    One record per line; the first is ``session_meta`` naming the session ``id``; a tool call is a
+    ``response_item`` whose payload is a ``function_call`` (or ``custom_tool_call``) with the
+    model's ``call_id``. Codex works through ``sandbox mcp``, and every ``tools/call`` it sends
+    carries ``_meta.callId`` (that ``call_id``) and ``_meta.sessionId`` (this session): the server
+    records the call under the model's id in that session (:mod:`sandbox.mcp.server`), so the
+    ledger maps onto the rollout as Claude Code's tool-use ids do. ``codex exec resume ID PROMPT``
+    continues a session it finds under its home (the exec options go before ``resume``). A fork is
+    a copy cut just before a call's ``function_call`` record with every mention of the session id
+    replaced by the new one (measured: ``codex exec resume NEW`` finds such a copy in any dated
+    folder, and its first request carries exactly the turns before the cut).
+    """
+
+    name = "codex"
+    program = "codex"
+    forks = True
+    VALUE = _words(
+        "-c --config --enable --disable --remote --remote-auth-token-env -m --model --local-provider -p --profile "
+        "-s --sandbox -C --cd --add-dir --thread-source --cyber-access-program --output-schema --color -o "
+        "--output-last-message -a --ask-for-approval"
+    )
+    VARIADIC = _words("-i --image")
+    DROP_FLAGS = _words("--last --all")
+
+    def find(self, session: str, homes: Sequence[str]) -> str | None:
+        """The newest ``<home>/sessions/*/*/*/rollout-*-<session>.jsonl`` among the homes, or None."""
+        if not valid_session(session):
+            return None
+        found = []
+        for home in homes:
+            pattern = os.path.join(
+                glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(session)}.jsonl"
+            )
+            for path in glob.glob(pattern):
+                try:
+                    found.append((os.stat(path).st_mtime_ns, path))
+                except OSError:
+                    continue
+        return max(found)[1] if found else None
+
+    def calls(self, data: bytes) -> dict[str, int]:
+        """The model's tool-call id -> the line of the ``function_call`` record asking for it."""
+        out: dict[str, int] = {}
+        for n, line in enumerate(data.split(b"\n")):
+            if b"call_id" not in line or b"response_item" not in line:
+                continue
+            record = _record(line)
+            payload = record.get("payload") if record.get("type") == "response_item" else None
+            if not isinstance(payload, dict) or payload.get("type") not in ("function_call", "custom_tool_call"):
+                continue
+            if isinstance(payload.get("call_id"), str):
+                out.setdefault(payload["call_id"], n)
+        return out
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The rollout up to just before call ``before`` (all of it for None), as session ``new``."""
+        lines = data.split(b"\n")
+        if before is not None:
+            where = self.calls(data).get(before)
+            if where is None:
+                raise KeyError(before)
+            lines = lines[:where]
+        old = _record(lines[0]).get("payload") if lines else None
+        old_id = old.get("id") if isinstance(old, dict) else None
+        if not isinstance(old_id, str) or not valid_session(old_id):
+            raise KeyError(before)  # no session_meta first: not a rollout we know how to rewrite
+        kept = b"\n".join(line for line in lines if line.strip())
+        # The id is a UUID: it appears only where the session is named (meta, turn records, thread ids).
+        return kept.replace(old_id.encode(), new.encode()) + b"\n" if kept else b""
+
+    def place(self, home: str, cwd: str, session: str) -> str:
+        """Where Codex keeps ``session``'s rollout: today's dated folder under ``<home>/sessions``."""
+        now = time.gmtime()
+        name = f"rollout-{time.strftime('%Y-%m-%dT%H-%M-%S', now)}-{session}.jsonl"
+        return os.path.join(home, "sessions", *time.strftime("%Y/%m/%d", now).split("/"), name)
+
+    def relaunch(self, argv: Sequence[str], session: str | None, prompt: str, transcript: str | None) -> list[str]:
+        """``codex [exec] OPTIONS resume SESSION PROMPT`` (a new session: ``codex [exec] OPTIONS PROMPT``).
+
+        The recorded options are kept (a ``resume`` or ``--last`` of the recorded line is dropped:
+        the session is named here); its prompt words are replaced.
+        """
+        head = [argv[0]]
+        rest = list(argv[1:])
+        if rest and rest[0] in ("exec", "e"):
+            head.append("exec")
+            rest = rest[1:]
+        rest = [w for w in rest if w not in ("resume", "fork")]
+        kept, _dropped = self.options([argv[0], *rest])
+        return [*head, *kept, *(["resume", session] if session else []), prompt]
+
+
+AGENTS: dict[str, AgentSessions] = {"claude-code": ClaudeCode(), "gemini": GeminiCli(), "codex": Codex()}
 
 
 def for_command(argv: Sequence[str]) -> AgentSessions | None:

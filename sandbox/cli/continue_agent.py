@@ -36,7 +36,7 @@ def continue_agent(
         label=None,
         hooks_for="auto",
         debounce=2.0,
-        isolate=None,
+        isolate=plan.isolate,
         network=None,
         command=tuple(plan.argv),
     )

@@ -69,7 +69,13 @@ def mcp(
         boot_id=_boot_id(),
     )
     ws = Workspace(project, workdir, settings)
-    if new:
+    inside = os.environ.get("SANDBOX_RUN") if new else None
+    if inside and _existing_run(project, inside):
+        # Started by an agent that 'sandbox run' runs (Codex passes SANDBOX_RUN with env_vars):
+        # that run is the session's, so --new works on it instead of snapshotting another.
+        ws.open_run(inside)
+        _check_writable(ws)
+    elif new:
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
@@ -126,3 +132,30 @@ def _boot_id() -> str | None:
             return fh.read().strip()
     except OSError:
         return None
+
+
+def _existing_run(project: object, run_id: str) -> bool:
+    """True when ``run_id`` is a run of ``project`` (``SANDBOX_RUN`` from an enclosing ``sandbox run``)."""
+    from sandbox.errors import SandboxError
+    from sandbox.run.names import resolve_run
+    from sandbox.store.project import Project
+
+    assert isinstance(project, Project)
+    try:
+        return resolve_run(project, run_id) == run_id
+    except SandboxError:
+        return False
+
+
+def _check_writable(ws: object) -> None:
+    """Refuse at start when the run cannot be recorded from here (an agent OS-confined by ``sandbox run``)."""
+    from sandbox.errors import SandboxError
+    from sandbox.mcp.tools import Workspace
+
+    assert isinstance(ws, Workspace) and ws.run is not None
+    if not os.access(ws.run.dir, os.W_OK):  # EROFS inside the confinement, whatever the mode bits say
+        raise SandboxError(
+            f"This MCP server runs inside the OS confinement of 'sandbox run', where it cannot record run "
+            f"{ws.run.run_id}; start the agent with 'sandbox run {ws.run.run_id} --isolate off -- AGENT ...' "
+            "(the server confines every command it runs itself)."
+        )

@@ -69,6 +69,25 @@ def _request_id(ctx: Context) -> str | None:
         return None
 
 
+def _client_meta(ctx: Context) -> tuple[str | None, str | None]:
+    """(the client's id of this tool call, its session id) from the request's ``_meta``, when given.
+
+    Codex 0.171 sends ``callId`` (the model's ``call_id``) and ``sessionId`` (its session, the
+    rollout file's id) with every ``tools/call``: the call is recorded under the model's id in that
+    session, so the run's ledger maps onto Codex's conversation (:mod:`sandbox.agent.sessions`).
+    """
+    try:
+        meta: Any = ctx.request_context.meta
+    except (AttributeError, ValueError, LookupError):
+        return None, None
+    if meta is not None and not isinstance(meta, dict):
+        meta = getattr(meta, "model_extra", None) or {}
+    if not isinstance(meta, dict):
+        return None, None
+    call, session = meta.get("callId"), meta.get("sessionId")
+    return (call if isinstance(call, str) else None), (session if isinstance(session, str) else None)
+
+
 def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     """The MCP server over ``ws``: its tools, its resources and its instructions."""
     server: MCPServer[Any] = MCPServer(
@@ -145,7 +164,10 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         content: Annotated[str, Field(description="The whole new content of the file.")],
         ctx: Context,
     ) -> dict[str, Any]:
-        return await _call(ws.write_file, path, content, request_id=_request_id(ctx))
+        client_call, session = _client_meta(ctx)
+        return await _call(
+            ws.write_file, path, content, request_id=_request_id(ctx), client_call=client_call, agent_session=session
+        )
 
     @server.tool(
         description=(
@@ -162,7 +184,17 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         ctx: Context,
         replace_all: Annotated[bool, Field(description="Replace every occurrence, not just a unique one.")] = False,
     ) -> dict[str, Any]:
-        return await _call(ws.edit_file, path, old_string, new_string, replace_all, request_id=_request_id(ctx))
+        client_call, session = _client_meta(ctx)
+        return await _call(
+            ws.edit_file,
+            path,
+            old_string,
+            new_string,
+            replace_all,
+            request_id=_request_id(ctx),
+            client_call=client_call,
+            agent_session=session,
+        )
 
     @server.tool(
         description=(
@@ -222,9 +254,12 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             Replay, Field(description="auto: a resume may re-run it; ask: only after asking; never.")
         ] = "ask",
     ) -> dict[str, Any]:
-        call_id = ws.call_id_for(_request_id(ctx))
+        client_call, session = _client_meta(ctx)
+        call_id = ws.call_id_for(_request_id(ctx), client_call)
         try:
-            result = await _call(ws.run_command, command, timeout_seconds, idempotency, replay, call_id=call_id)
+            result = await _call(
+                ws.run_command, command, timeout_seconds, idempotency, replay, call_id=call_id, agent_session=session
+            )
         except anyio.get_cancelled_exc_class():
             ws.cancel(call_id)  # the worker stops the command and records the call failed
             raise

@@ -62,6 +62,8 @@ MAX_SEARCH = 200
 MAX_TIMEOUT = 3_600.0
 #: The largest file ``read_file`` and ``edit_file`` read, and ``search`` looks into (bytes).
 MAX_READ_BYTES = 10 * 1024 * 1024
+#: A client's own id of a tool call (``_meta.callId``) used as the ledger's call id when it has this shape.
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: How often a running command looks whether its client went away.
 _POLL = 0.05
 
@@ -174,9 +176,16 @@ class Workspace:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def call_id_for(self, request_id: str | int | None) -> str:
-        """A ledger call id for an MCP request: ``mcp-<server>-<request id>`` (request ids repeat
-        across sessions, so the server's own token keeps them unique), or a new id."""
+    def call_id_for(self, request_id: str | int | None, client_call: str | None = None) -> str:
+        """A ledger call id for an MCP request: the client's own id of the tool call when it gives
+        one in ``_meta`` (Codex: the model's ``call_id``, so the ledger maps onto its conversation
+        as Claude Code's tool-use ids do) and the run has no call of that id yet; else
+        ``mcp-<server>-<request id>`` (request ids repeat across sessions, so the server's own
+        token keeps them unique), or a new id."""
+        if client_call is not None and _CLIENT_ID.match(client_call):
+            run = self.run
+            if run is not None and client_call not in run.state().calls:
+                return client_call
         if request_id is None:
             return new_call_id()
         text = re.sub(r"[^A-Za-z0-9_.-]", "_", str(request_id))[:64]
@@ -323,6 +332,25 @@ class Workspace:
         finally:
             os.close(dirfd)
 
+    @staticmethod
+    def _refuse_if_denied(
+        run: Run, tool: str, spec: Any, call_id: str, agent_session: str | None, summary: str
+    ) -> None:
+        """Refuse (recorded as a ``not_run`` call) a tool whose same input the user denied, or that a
+        ``resume --continue`` blocked because its outcome is unknown, until ``sandbox approve``."""
+        from sandbox.run import approvals
+
+        denial = approvals.is_denied(run, tool, spec)
+        if denial is None:
+            return
+        why = f": {denial.reason}" if denial.reason else ""
+        reason = (
+            f"The user denied this {tool} call in the sandbox (same tool and input as call {denial.call_id}){why}. "
+            "Do not ask for it again."
+        )
+        run.refuse_call(tool, spec, reason, call_id=call_id, summary=summary, agent_session=agent_session)
+        raise SandboxError(reason)
+
     # -- files ---------------------------------------------------------------------------------
 
     def read_file(self, path: str, offset: int = 1, limit: int | None = None) -> str:
@@ -353,20 +381,35 @@ class Workspace:
             out.append(f"[{len(lines) - end} more lines: read with offset={end + 1}]")
         return "\n".join(out)
 
-    def write_file(self, path: str, content: str, request_id: str | int | None = None) -> dict[str, Any]:
-        """Write ``content`` to ``path`` (created with its directories) as one recorded call."""
+    def write_file(
+        self,
+        path: str,
+        content: str,
+        request_id: str | int | None = None,
+        client_call: str | None = None,
+        agent_session: str | None = None,
+    ) -> dict[str, Any]:
+        """Write ``content`` to ``path`` (created with its directories) as one recorded call.
+
+        ``client_call``, ``agent_session``: the client's id of the tool call and its session (from
+        the request's ``_meta``), recorded with the call.
+        """
         with self.lock:
             run = self.require_run()
             rel = self._rel(run, path)
             paths.check_parents(run.worktree, rel)  # refused before anything is recorded
             data = content.encode("utf-8")
+            spec = {"path": rel, "bytes": len(data)}
+            call_id = self.call_id_for(request_id, client_call)
+            self._refuse_if_denied(run, "write_file", spec, call_id, agent_session, f"write {rel}")
             with run.tool_call(
                 "write_file",
-                {"path": rel, "bytes": len(data)},
-                call_id=self.call_id_for(request_id),
+                spec,
+                call_id=call_id,
                 idempotency="idempotent",
                 replay="auto",
                 summary=f"write {rel}",
+                agent_session=agent_session,
             ) as call:
                 self._write(run, call, rel, data)
             assert call.entry is not None
@@ -384,6 +427,8 @@ class Workspace:
         new_string: str,
         replace_all: bool = False,
         request_id: str | int | None = None,
+        client_call: str | None = None,
+        agent_session: str | None = None,
     ) -> dict[str, Any]:
         """Replace ``old_string`` by ``new_string`` in ``path`` as one recorded call.
 
@@ -411,13 +456,17 @@ class Workspace:
                     "or set replace_all to replace every occurrence."
                 )
             updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+            spec = {"path": rel, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
+            call_id = self.call_id_for(request_id, client_call)
+            self._refuse_if_denied(run, "edit_file", spec, call_id, agent_session, f"edit {rel}")
             with run.tool_call(
                 "edit_file",
-                {"path": rel, "old_string": old_string, "new_string": new_string, "replace_all": replace_all},
-                call_id=self.call_id_for(request_id),
+                spec,
+                call_id=call_id,
                 idempotency="conditional",
                 replay="ask",
                 summary=f"edit {rel}",
+                agent_session=agent_session,
             ) as call:
                 self._write(run, call, rel, updated.encode("utf-8", errors="surrogateescape"))
             assert call.entry is not None
@@ -526,6 +575,7 @@ class Workspace:
         replay: str = "ask",
         request_id: str | int | None = None,
         call_id: str | None = None,
+        agent_session: str | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh -c`` in the worktree as one recorded call.
 
@@ -542,7 +592,7 @@ class Workspace:
         call_id = call_id or self.call_id_for(request_id)
         with self.lock:
             run = self.require_run()
-            return self._run_command(run, command, timeout, idempotency, replay, call_id)
+            return self._run_command(run, command, timeout, idempotency, replay, call_id, agent_session)
 
     def cancel(self, call_id: str) -> bool:
         """The client cancelled a running call: its command is stopped and the call is recorded
@@ -553,7 +603,14 @@ class Workspace:
         return flight is not None
 
     def _run_command(
-        self, run: Run, command: str, timeout: float, idempotency: str, replay: str, call_id: str
+        self,
+        run: Run,
+        command: str,
+        timeout: float,
+        idempotency: str,
+        replay: str,
+        call_id: str,
+        agent_session: str | None = None,
     ) -> CommandResult:
         from sandbox.agent import changes
         from sandbox.agent.hosted import command_input
@@ -567,6 +624,7 @@ class Workspace:
         argv = ["/bin/sh", "-c", command]
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))
         input_value = command_input(argv, isolation)
+        self._refuse_if_denied(run, "run_command", input_value, call_id, agent_session, command[:500])
         run.start_call(
             "run_command",
             input_value,
@@ -575,6 +633,7 @@ class Workspace:
             replay=replay,
             summary=command[:500],
             procs=self.scope,
+            agent_session=agent_session,
         )
         flight = self.in_flight[call_id] = _InFlight(call_id)
         try:

@@ -56,6 +56,19 @@ class ContinuePlan:
     blocked: list[str] = field(default_factory=list)
     prompt: str = ""
     messages: list[str] = field(default_factory=list)
+    #: ``--isolate`` for the relaunch: "off" when the recorded session ran unconfined (None: the default).
+    isolate: str | None = None
+
+
+def recorded_isolation(run: Run) -> str | None:
+    """How the last ``sandbox run`` session of the run was confined (its note's ``isolation``), or None."""
+    found = None
+    for _oid, event in run.events():
+        data = event.data if event.kind == EventKind.note else {}
+        if isinstance(data.get("agent_command"), list):
+            value = data.get("isolation")
+            found = value if isinstance(value, str) else None
+    return found
 
 
 def place_transcript(
@@ -141,7 +154,7 @@ def plan(
     if agent is None:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent ({os.path.basename(argv[0])}) cannot be continued by the sandbox yet (Claude "
-            f"Code and Gemini CLI can); start it yourself with the note from 'sandbox resume {run.run_id}'."
+            f"Code, Gemini CLI and Codex can); start it yourself with the note from 'sandbox resume {run.run_id}'."
         )
     agent_homes = list(homes.get(agent.name, ()))
     transcripts.capture(run, homes, "resume")
@@ -165,7 +178,13 @@ def plan(
         messages.append(f"no conversation of run {run.run_id} was found; the agent starts a new session.")
     if blocked:
         messages.append(f"blocked until approved: {', '.join(blocked)}.")
+    # "Same flags as recorded": a session that ran unconfined (Codex's: its tools are 'sandbox mcp''s,
+    # which confines each command and must write the run's ledger) is relaunched unconfined.
+    isolate = "off" if recorded_isolation(run) == "off" else None
+    if isolate:
+        messages.append("relaunched without OS confinement, as its recorded session ran.")
     return ContinuePlan(
+        isolate=isolate,
         argv=[*new_argv, *extra],
         subdir=subdir,
         agent=agent.name,

@@ -71,7 +71,10 @@ class RewindReport:
         """The next user message of the agent continued on the fork (``rewind --continue``)."""
         lines = [
             f"The sandbox rewound this session to just before call {self.call_id}: the files are back as they "
-            "were then, and the conversation continues from that point.",
+            "were then, and the conversation continues from that point."
+            if self.session is not None
+            else f"The sandbox put the files back as they were just before call {self.call_id}; the calls after it "
+            "may still be in your conversation, but their changes to the files are undone.",
         ]
         if self.side_effects:
             shown = ", ".join(f"{s.call_id} ({s.tool_name})" for s in self.side_effects[:10])
@@ -163,7 +166,13 @@ def _fork_conversation(
             "starts a new session)."
         )
         return
-    if not agent.forks or entry.call_id not in stored.index.calls:
+    if not agent.forks:
+        report.messages.append(
+            f"Only the files were rewound: {agent.no_fork}; a continue goes on in session {old}, whole, told that "
+            f"the files went back to just before call {entry.call_id}."
+        )
+        return
+    if entry.call_id not in stored.index.calls:
         report.messages.append(
             f"Call {entry.call_id} is not a tool use of the stored conversation; only the files were rewound."
         )

@@ -72,6 +72,7 @@ class ToolCall:
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
         watcher: PathsSeen | None = None,
+        agent_session: str | None = None,
     ) -> None:
         self.run = run
         self.tool_name = tool_name
@@ -84,6 +85,7 @@ class ToolCall:
             side_effects=side_effects,
             summary=summary,
             compensation=compensation,
+            agent_session=agent_session,
         )
         self.watcher = watcher
         self.call_id: str | None = None

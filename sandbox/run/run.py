@@ -793,6 +793,7 @@ class Run:
         summary: str | None = None,
         compensation: dict[str, Any] | None = None,
         watcher: PathsSeen | None = None,
+        agent_session: str | None = None,
     ) -> ToolCall:
         """A context manager recording one tool call; see :class:`sandbox.run.recording.ToolCall`."""
         from sandbox.run.recording import ToolCall
@@ -809,6 +810,7 @@ class Run:
             summary=summary,
             compensation=compensation,
             watcher=watcher,
+            agent_session=agent_session,
         )
 
     # -- checkpoints, approvals, uncertain calls (see sandbox.run.checkpoint, approvals, resume) -----

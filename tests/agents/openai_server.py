@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -74,6 +75,8 @@ class Recorded:
     path: str
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    #: When it arrived (``time.monotonic()``): how long an agent took to its first request.
+    at: float = field(default_factory=time.monotonic)
 
     @property
     def is_turn(self) -> bool:

@@ -197,7 +197,9 @@ def test_codex_with_the_readme_snippet_and_only_the_mcp_tools(codex_bin: str, re
         ("run_command", "succeeded", ["out.txt"]),
         ("run_command", "failed", []),
     ]
-    assert all(e["call_id"].startswith("mcp-") for e in entries)
+    # Each call is recorded under the model's call id and Codex's session (both from the request's _meta).
+    assert [e["call_id"] for e in entries] == [ids[0], ids[1], ids[2], ids[3]]
+    assert len({e["agent_session"] for e in entries}) == 1 and entries[0]["agent_session"]
     assert user_state(repo) == user_before and tree_digest(repo) == files_before  # nothing reached the user
     _apply_and_undo(
         repo,

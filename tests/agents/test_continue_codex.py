@@ -1,0 +1,242 @@
+"""The real Codex CLI crashes and continues with its conversation (issue #22).
+
+Codex runs under ``sandbox run --isolate off`` with the README's ``config.toml`` snippet
+(``sandbox mcp`` its only tool provider; ``env_vars = ["SANDBOX_RUN"]`` makes the server work on
+the run ``sandbox run`` started). Each ``tools/call`` Codex sends carries its session id and the
+model's call id in ``_meta``, so the ledger's calls are the rollout's function calls. Codex is
+killed with SIGKILL during a ``run_command``; ``sandbox resume RUN --continue`` relaunches it with
+``codex exec resume ID NOTE``: the scripted server's next request carries the earlier turns and the
+note, the model's retry of the uncertain command is refused until ``sandbox approve``, and the
+session goes on recorded in the same Codex session. ``sandbox rewind RUN --to CALL --continue``
+puts the files back and continues a copy of the rollout cut just before CALL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.models import CallStatus
+from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, stop_services
+from tests.agents.openai_server import ResponsesServer, output_text
+from tests.agents.test_claude_code import _with_marker
+from tests.agents.test_codex_mcp import KEY, KEY_VAR, NO_TRAFFIC, codex_config, mcp
+from tests.hook_fixtures import reopen
+
+pytestmark = pytest.mark.agents
+
+NOTE_HEAD = "The sandbox stopped and resumed this session"
+
+
+@pytest.fixture(autouse=True)
+def _services(repo: Path) -> Iterator[None]:
+    yield
+    stop_services(repo)
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A unique marker for the long command; processes carrying it are stopped at the end."""
+    mark = f"43.{os.getpid() % 1000:03d}{time.monotonic_ns() % 1000:03d}"
+    yield mark
+    for pid in _with_marker(f"sleep {mark}"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def codex_env(tmp_path: Path, server: ResponsesServer, repo: Path) -> dict[str, str]:
+    """Codex's environment: a private CODEX_HOME whose config names this server; no other traffic."""
+    home = tmp_path / "codex-home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(codex_config(server, repo))  # the server's port changes per test step
+    tmpdir = tmp_path / "codex-tmp"
+    tmpdir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env.update({"CODEX_HOME": str(home), KEY_VAR: KEY, "TMPDIR": str(tmpdir), "NO_COLOR": "1"})
+    for var in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        env[var] = env[var.lower()] = server.proxy_url
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
+    return env
+
+
+def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SANDBOX, *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def _native_codex() -> list[int]:
+    """Every running native Codex binary (the npm package's node wrapper starts it)."""
+    return _with_marker("codex-linux-x64/vendor/")
+
+
+def _items(body: Any, kind: str) -> list[dict[str, Any]]:
+    return [i for i in (body or {}).get("input", []) if isinstance(i, dict) and i.get("type") == kind]
+
+
+def _user_text(body: Any) -> str:
+    out = []
+    for item in _items(body, "message"):
+        content = item.get("content") if item.get("role") == "user" else []
+        if isinstance(content, str):
+            out.append(content)
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict):
+                out.append(str(part.get("text", "")))
+    return "\n".join(out)
+
+
+def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path: Path, marker: str) -> None:
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    first = mcp("write_file", path="src/new.py", content="def new():\n    return 1\n")
+    command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
+    long_call = mcp("run_command", command=command)
+    before = set(_native_codex())
+    with ResponsesServer([first, long_call]) as server:
+        proc = subprocess.Popen(
+            [SANDBOX, "run", run.run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
+            + ["--strict-config", "--color=never", "Do the task."],
+            cwd=repo,
+            env=codex_env(tmp_path, server, repo),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
+            native = [p for p in _native_codex() if p not in before]
+            assert len(native) == 1, native
+            os.kill(native[0], signal.SIGKILL)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    long_id, first_id = long_call.calls[0].call_id, first.calls[0].call_id
+    run = reopen(run)
+    entries = {e.call_id: e for e in run.entries()}
+    # The MCP server recorded each call under the model's call id, in Codex's session.
+    assert entries[first_id].status == CallStatus.succeeded, err
+    assert entries[long_id].status == CallStatus.started, err
+    session = entries[first_id].agent_session
+    assert session and entries[long_id].agent_session == session
+
+    # The rollout is stored with the run at the session's end, each call mapped to its line.
+    from sandbox.agent import transcripts
+
+    stored = transcripts.latest(run, session)
+    assert stored is not None and stored.index.agent == "codex", err
+    assert {first_id, long_id} <= set(stored.index.calls)
+    rollouts = list((tmp_path / "codex-home" / "sessions").glob(f"*/*/*/rollout-*-{session}.jsonl"))
+    assert len(rollouts) == 1
+
+    retry = mcp("run_command", command=command)  # the same input under a new call id
+    after = mcp("write_file", path="src/after.py", content="AFTER = 1\n")
+    with ResponsesServer([retry, after]) as server:
+        started = time.monotonic()
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=codex_env(tmp_path, server, repo))
+        requests = server.model_requests()
+        refused = output_text(server.output(retry.calls[0].call_id))
+    print(f"resume --continue: {requests[0].at - started:.2f} s to Codex's first request")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"continuing codex session {session}" in done.stderr and long_id in done.stderr, done.stderr
+    # The first request of the continued session carries the earlier turns and the note.
+    opening = requests[0].body
+    called = [i.get("call_id") for i in _items(opening, "function_call")]
+    assert called[:2] == [first_id, long_id], called
+    said = _user_text(opening)
+    assert "Do the task." in said and NOTE_HEAD in said and long_id in said, said
+    # The model's retry of the uncertain command is refused, with a reason it understands.
+    assert "outcome is unknown" in refused, refused
+    run = reopen(run)
+    entries = {e.call_id: e for e in run.entries()}
+    assert entries[retry.calls[0].call_id].status == CallStatus.not_run
+    assert entries[long_id].status == CallStatus.uncertain
+    # The session goes on, recorded, in the same Codex session.
+    assert entries[after.calls[0].call_id].status == CallStatus.succeeded
+    assert entries[after.calls[0].call_id].agent_session == session
+    assert (wt / "src/after.py").read_text() == "AFTER = 1\n" and not (wt / "late.txt").exists()
+
+    # Approving the blocked call lifts the block: the same command would run again.
+    from sandbox.agent.hosted import command_input
+    from sandbox.run import approvals
+
+    blocked = json.loads(json.dumps(entries[long_id].input)) if entries[long_id].input is not None else None
+    spec = blocked if blocked is not None else command_input(["/bin/sh", "-c", command], None)
+    assert approvals.is_denied(run, "run_command", spec) is not None
+    approved = _sandbox("approve", run.run_id, long_id, cwd=repo)
+    assert approved.returncode == 0, approved.stderr
+    assert approvals.is_denied(reopen(run), "run_command", spec) is None
+
+
+def _codex_under_run(codex_bin: str, repo: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``sandbox run RUN --isolate off -- codex exec ...`` to its end."""
+    return subprocess.run(
+        [SANDBOX, "run", run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
+        + ["--strict-config", "--color=never", "Do the task."],
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def test_codex_rewind_to_a_call_then_continue(codex_bin: str, repo: Path, tmp_path: Path) -> None:
+    """Files back to just before the call; the next request carries exactly the turns before it."""
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [
+        mcp("write_file", path="a.txt", content="one\n"),
+        mcp("run_command", command="echo two > b.txt"),
+        mcp("write_file", path="c.txt", content="three\n"),
+    ]
+    ids = [t.calls[0].call_id for t in turns]
+    with ResponsesServer(turns) as server:
+        session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path, server, repo))
+    assert session.returncode == 0, session.stderr
+    assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
+    original = list((tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl"))
+    assert len(original) == 1
+    before = original[0].read_bytes()
+
+    later = mcp("write_file", path="d.txt", content="four\n")
+    with ResponsesServer([later]) as server:
+        env = codex_env(tmp_path, server, repo)
+        done = _sandbox("rewind", run.run_id, "--to", ids[1], "--continue", cwd=repo, env=env)
+        requests = server.model_requests()
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "forked just before call" in done.stderr and ids[1] in done.stderr, done.stderr
+    opening = requests[0].body
+    assert [i.get("call_id") for i in _items(opening, "function_call")] == [ids[0]]  # exactly the turns before
+    assert "rewound this session to just before call" in _user_text(opening)
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists() and not (wt / "c.txt").exists()
+    assert (wt / "d.txt").read_text() == "four\n"
+    assert original[0].read_bytes() == before  # Codex's own rollout is never edited
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    assert entries[later.calls[0].call_id].status == CallStatus.succeeded
+    assert entries[later.calls[0].call_id].agent_session not in (None, entries[ids[0]].agent_session)

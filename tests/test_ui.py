@@ -432,6 +432,8 @@ def test_usable_in_a_600_pixel_window(agent_run: Run, repo: Path, tmp_path: Path
                 for button in page.locator("main button:visible").all():
                     box = button.bounding_box()
                     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 600, path
+            page.goto(base + "/approvals")
+            assert page.locator("button[data-action='approve']").is_visible()  # the answer, not cut off
             # The run page's own controls work there: pick a hunk, preview.
             page.goto(base + f"/run/{agent_run.run_id}")
             page.locator(".file[data-path='src/b.txt'] input.pick").first.check()

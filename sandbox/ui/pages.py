@@ -61,8 +61,8 @@ def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None
         return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>", token)
     body = ["<h1>Runs</h1><form action='/compare' method='get' id='compare-form'>"]
     body.append(
-        "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th>created</th><th>calls</th>"
-        "<th>by status</th><th>changed</th><th>not applied</th><th>disk</th></tr></thead><tbody>"
+        "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th class='opt'>created</th><th>calls</th>"
+        "<th>by status</th><th>changed</th><th>not applied</th><th class='opt'>disk</th></tr></thead><tbody>"
     )
     for r in rows:
         rid = escape(r["run"])
@@ -75,9 +75,9 @@ def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None
         body.append(
             f"<tr class='run-row'><td><input type='checkbox' name='run' value='{rid}' aria-label='compare {rid}'></td>"
             f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
-            f"<td>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
+            f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
-            f"<td>{_size(r.get('disk_bytes') or 0)}</td></tr>"
+            f"<td class='opt'>{_size(r.get('disk_bytes') or 0)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
     return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})
@@ -243,7 +243,7 @@ def _check_cell(run_id: str, found: tuple[Any, Any] | None) -> str:
     link = f"/run/{quote(run_id)}#call-{quote(e.call_id)}"
     return (
         f"<span class='badge {klass}'>{escape(said)}</span> <code>{escape(cmd)}</code> "
-        f"<a href='{escape(link, quote=True)}'>call {escape(e.call_id)}</a>"
+        f"<a href='{escape(link, quote=True)}' title='the check call'>{escape(e.call_id)}</a>"
     )
 
 

@@ -147,8 +147,8 @@ def timeline(run: Run) -> str:
     if not entries and not loose:
         return "<p class='muted'>No calls yet.</p>"
     out = [
-        "<table class='calls'><thead><tr><th>#</th><th>call</th><th>status</th><th>tool</th><th>started</th>"
-        "<th>took</th><th>command</th><th>files</th></tr></thead><tbody>"
+        "<table class='calls timeline'><thead><tr><th>#</th><th class='opt'>call</th><th>status</th><th>tool</th>"
+        "<th class='opt'>started</th><th class='opt'>took</th><th>command</th><th>files</th></tr></thead><tbody>"
     ]
     # Rows of no call go where they happened: before the first call started after them.
     last = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
@@ -183,9 +183,10 @@ def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
     row = [
         f"<tr class='call {escape(status)}' id='call-{cid}' tabindex='0' data-call='{cid}' "
         f"data-diff='{escape(diff_src, quote=True)}'>"
-        f"<td>{e.seq}</td><td><code>{cid}</code></td>"
+        f"<td title='{cid}'>{e.seq}</td><td class='opt'><code>{cid}</code></td>"
         f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
-        f"<td>{escape(e.tool_name)}</td><td>{escape(when(e.started_at or e.created_at))}</td><td>{took(e)}</td>"
+        f"<td>{escape(e.tool_name)}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
+        f"<td class='opt'>{took(e)}</td>"
         f"<td class='cmd'><code>{escape(command(e))}</code></td><td class='files'>{files}</td></tr>"
     ]
     if status == "uncertain":

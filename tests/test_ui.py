@@ -27,7 +27,7 @@ from tests.conftest import tree_digest, user_state
 from tests.test_apply import start
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, Playwright, Request
+    from playwright.sync_api import Browser, Error, Page, Playwright, Request
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BEFORE_A = "".join(f"line {i}\n" for i in range(1, 41))
@@ -202,6 +202,10 @@ def _note_url(into: list[str], request: Request) -> None:
     into.append(request.url)
 
 
+def _note_error(into: list[str], error: Error) -> None:
+    into.append(str(error))
+
+
 def _show(page: Page, paths: str, calls: str) -> str:
     """Type a selection into the page's boxes, show it, and read the diff pane."""
     page.evaluate("document.getElementById('diff').innerHTML = ''")
@@ -315,6 +319,7 @@ def test_pick_by_path_and_call_previews_exactly_what_apply_writes_and_refuses_in
         call.write("docs/x.md", "# x\n")
     with run.tool_call("edit", {"path": "src/b.txt"}) as call:  # call 2
         call.write("src/b.txt", "b from call 2\n")
+        second = call.call_id
     with run.tool_call("edit", {"path": "src/a.txt"}) as call:  # call 3
         call.write("src/a.txt", "a from call 3\n")
     exe = Path(sys.executable).parent / "sandbox"
@@ -331,10 +336,26 @@ def test_pick_by_path_and_call_previews_exactly_what_apply_writes_and_refuses_in
             browser, page = _browser(pw)
             page.goto(url.replace("/?", f"/run/{run.run_id}?"))
 
+            errors: list[str] = []
+            page.on("pageerror", partial(_note_error, errors))
+            # A call's own diff offers to show only that call: the calls box takes its id.
+            page.click(f"tr.call[data-call='{second}']")
+            page.click(f"tr.calldiff[data-for='{second}'] a.pick-call")
+            page.wait_for_function("document.getElementById('diff').innerText.includes('b from call 2')")
+            assert page.input_value("#pick-calls") == second and "a from call" not in page.inner_text("#diff")
             # Refusals in the CLI's words: a pathspec it does not support, one that matches nothing, no such call.
-            assert "uses 'attr' magic, which the sandbox does not support" in _show(page, ":(attr)x", "")
-            assert "do not touch 'nope/'" in _show(page, "nope/", "")
-            assert "99" in _show(page, "", "99") and page.locator("#diff .refused").count() == 1
+            for paths, calls, cli_args in (
+                (":(attr)x", "", [":(attr)x"]),
+                ("nope/", "", ["nope/"]),
+                ("", "99", ["--call", "99"]),
+            ):
+                said = subprocess.run([str(exe), "diff", run.run_id, *cli_args], cwd=repo, capture_output=True)
+                sentence = said.stderr.decode().strip().removeprefix("sandbox: ")
+                assert said.returncode != 0 and sentence and _show(page, paths, calls).strip() == sentence
+            # Applying what is shown then refuses in the same words, and writes nothing.
+            page.click("button[data-action='apply-all']")
+            page.wait_for_function("document.getElementById('result').classList.contains('refused')")
+            assert page.inner_text("#result").strip() == sentence and tree_digest(repo) == original
             # src/ of calls 1..2: a.txt as call 1 left it, and b.txt; not docs/x.md, not call 3's a.txt.
             shown = _show(page, "src/", "1..2")
             assert "a from call 1" in shown and "b from call 2" in shown
@@ -347,6 +368,7 @@ def test_pick_by_path_and_call_previews_exactly_what_apply_writes_and_refuses_in
             assert tree_digest(repo) == original
             page.click("button[data-action='apply-all']")
             page.wait_for_function("document.getElementById('result').textContent.startsWith('Applied')")
+            assert errors == []
             browser.close()
     assert (repo / "src" / "a.txt").read_text() == "a from call 1\n"
     assert (repo / "src" / "b.txt").read_text() == "b from call 2\n"

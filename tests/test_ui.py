@@ -248,6 +248,7 @@ def test_the_timeline_shows_what_the_confinement_refused_under_its_call(repo: Pa
         with sync_playwright() as pw:
             browser, page = _browser(pw)
             page.goto(url.replace("/?", f"/run/{run.run_id}?"))
+            assert "2 network refusal(s)" in page.inner_text("p.facts")
             under = page.locator(f"tr#call-{refused_in} + tr.refusal").inner_text()
             assert "refused" in under and "example.com:443" in under and "allowlist" in under
             events = page.locator("tr.detail.event").all_inner_texts()

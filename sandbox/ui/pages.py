@@ -97,7 +97,7 @@ def run_page(run: Run, token: str) -> str:
     body = [
         f"<h1>Run {rid}{label}</h1>",
         f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
-        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · "
+        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
         f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>",
         "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
@@ -121,6 +121,14 @@ def run_page(run: Run, token: str) -> str:
         + "/conflicts'><p class='muted'>Loading...</p></div></section>",
     ]
     return _page(f"run {run.run_id}", "".join(body), token, {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+
+
+def _refused(run: Run) -> str:
+    """How many connections the run's network allowlist refused (each is in the timeline), or ""."""
+    from sandbox.run.views import network_refusals
+
+    count = len(network_refusals({"data": {"note": run.state().data.note}}))
+    return f"<span class='bad'>{count} network refusal(s)</span> · " if count else ""
 
 
 def _pick_form() -> str:

@@ -342,8 +342,11 @@ def test_pick_by_path_and_call_previews_exactly_what_apply_writes_and_refuses_in
             # A call's own diff offers to show only that call: the calls box takes its id.
             page.click(f"tr.call[data-call='{second}']")
             page.click(f"tr.calldiff[data-for='{second}'] a.pick-call")
-            page.wait_for_function("document.getElementById('diff').innerText.includes('b from call 2')")
-            assert page.input_value("#pick-calls") == second and "a from call" not in page.inner_text("#diff")
+            page.wait_for_function(  # the whole run's diff shows both files; the call's, only b.txt
+                "(t => t.includes('b from call 2') && !t.includes('a from call'))"
+                "(document.getElementById('diff').innerText)"
+            )
+            assert page.input_value("#pick-calls") == second
             # Refusals in the CLI's words: a pathspec it does not support, one that matches nothing, no such call.
             for paths, calls, cli_args in (
                 (":(attr)x", "", [":(attr)x"]),

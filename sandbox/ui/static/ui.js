@@ -31,9 +31,16 @@
     return get(url).then(function (html) { el.innerHTML = html; });
   }
 
+  // Only the newest diff asked for lands (a slow answer to an older selection never overwrites it).
+  var diffAsked = 0;
   function loadDiff(extra) {
     var el = document.getElementById("diff");
-    return load(el, diffUrl(extra)).then(function () { highlightIn(el); });
+    var mine = ++diffAsked;
+    return get(diffUrl(extra)).then(function (html) {
+      if (mine !== diffAsked) return;
+      el.innerHTML = html;
+      highlightIn(el);
+    });
   }
 
   // -- syntax colours: the vendored highlight.js, loaded after the page shows, on the diffs in view --

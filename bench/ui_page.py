@@ -30,7 +30,12 @@ def _git(cwd: str, *args: str) -> None:
 
 
 def build(root: str, calls: int, diff_lines: int) -> tuple[str, list[str]]:
-    """A repository with a run of ``calls`` calls and a big rewrite, a second run, a planned call."""
+    """A repository with a run of ``calls`` calls and a big rewrite, a second run (a rename, a binary
+    file, a mode change, a connection its allowlist refused), a planned call, and a check in each."""
+    import datetime
+
+    from sandbox.agent.netproxy import Refusal
+    from sandbox.agent.netrecord import _Recorder
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -41,6 +46,10 @@ def build(root: str, calls: int, diff_lines: int) -> tuple[str, list[str]]:
             fh.write("".join(f"value_{j} = {j}\n" for j in range(40)))
     with open(os.path.join(repo, "big.txt"), "w", encoding="utf-8") as fh:
         fh.write("".join(f"line {j}\n" for j in range(diff_lines)))
+    with open(os.path.join(repo, "logo.png"), "wb") as fh:
+        fh.write(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    with open(os.path.join(repo, "build.sh"), "w", encoding="utf-8") as fh:
+        fh.write("#!/bin/sh\nmake\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=Bench", "-c", "user.email=b@example.com", "commit", "-qm", "initial")
@@ -62,6 +71,20 @@ def build(root: str, calls: int, diff_lines: int) -> tuple[str, list[str]]:
             with run.tool_call("run_command", {"argv": ["make", "test"]}) as call:
                 call.failed_with = "exit code 2"
             run.plan_call("deploy", {"env": "staging"})
+        else:
+            refused = _Recorder(run, "session-1")
+            with run.tool_call("run_command", {"argv": ["pip", "install", "requests"]}) as call:
+                refused(Refusal("pypi.org", 443, datetime.datetime.now(datetime.timezone.utc), "CONNECT"))
+                call.failed_with = "exit code 1"
+            with run.tool_call("refactor", {"path": "src/mod1.py"}) as call:
+                call.rename("src/mod1.py", "src/values.py")
+                call.write("src/values.py", "".join(f"value_{j} = {j}\n" for j in range(40)).replace("= 5", "= 50"))
+                call.write("logo.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 5)
+                call.chmod("build.sh", True)
+    # compare --check: a recorded 'check' call in each run (the compare page shows its result).
+    subprocess.run(
+        [exe, "compare", *ids, "--check", "test -f src/values.py", "--isolate", "off"], cwd=repo, capture_output=True
+    )
     return repo, ids
 
 
@@ -119,6 +142,17 @@ def main(argv: list[str] | None = None) -> int:
                         page.goto(base + path, wait_until="networkidle")
                         page.screenshot(path=os.path.join(args.screenshots, name))
                         print(f"wrote {os.path.join(args.screenshots, name)}")
+                    # The changes of the small run: a rename, a binary file, a mode change, coloured lines.
+                    page.goto(base + f"/run/{ids[1]}", wait_until="networkidle")
+                    page.evaluate("document.getElementById('pick').scrollIntoView()")
+                    page.wait_for_selector("#diff span.hl")
+                    page.screenshot(path=os.path.join(args.screenshots, "ui-run-changes.png"))
+                    print(f"wrote {os.path.join(args.screenshots, 'ui-run-changes.png')}")
+                    narrow = browser.new_page(viewport={"width": 600, "height": 1000})
+                    narrow.goto(url)
+                    narrow.goto(base + f"/run/{ids[1]}", wait_until="networkidle")
+                    narrow.screenshot(path=os.path.join(args.screenshots, "ui-run-narrow.png"))
+                    print(f"wrote {os.path.join(args.screenshots, 'ui-run-narrow.png')}")
                 browser.close()
         finally:
             proc.send_signal(signal.SIGINT)

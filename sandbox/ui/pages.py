@@ -2,34 +2,19 @@
 
 Everything the agent wrote (paths, commands, errors, labels, file contents) is escaped with
 :func:`html.escape` before it reaches the page: it could otherwise run script in the user's browser.
-Big diffs are cut into pages of :data:`FILES_PER_PAGE` files, and a file's patch into pieces of
-:data:`LINES_PER_FILE` lines loaded on demand, so a 10,000-line diff never renders at once.
+The call timeline is :mod:`sandbox.ui.timeline`, the diffs :mod:`sandbox.ui.diffs`.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import shlex
 from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from sandbox.errors import SandboxError
-from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
-
-FILES_PER_PAGE = 40
-LINES_PER_FILE = 1500
-STATUS_CLASS = {
-    "succeeded": "ok",
-    "failed": "bad",
-    "uncertain": "warn",
-    "started": "warn",
-    "planned": "info",
-    "approved": "info",
-    "not_run": "muted",
-}
+from sandbox.ui.diffs import run_diff, unified
+from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
 
 def _page(title: str, body: str, token: str, data: dict[str, Any] | None = None) -> str:
@@ -40,6 +25,7 @@ def _page(title: str, body: str, token: str, data: dict[str, Any] | None = None)
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<meta name='sandbox-token' content='{escape(token, quote=True)}'>"
         f"<title>{escape(title)} · sandbox</title>"
+        "<link rel='stylesheet' href='/static/vendor/a11y-light.min.css'>"
         "<link rel='stylesheet' href='/static/ui.css'></head>"
         f"<body data-boot='{boot}'><header><a class='home' href='/'>sandbox</a>"
         "<nav><a href='/'>runs</a><a href='/approvals'>approvals</a></nav>"
@@ -57,23 +43,6 @@ def error_page(message: str) -> str:
     )
 
 
-def _when(value: Any) -> str:
-    if not value:
-        return ""
-    if isinstance(value, str):
-        value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.timezone.utc)
-    return str(value.astimezone().strftime("%Y-%m-%d %H:%M:%S %z"))
-
-
-def _took(entry: LedgerEntry) -> str:
-    if not entry.started_at or not entry.finished_at:
-        return ""
-    seconds = (entry.finished_at - entry.started_at).total_seconds()
-    return f"{seconds:.2f}s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
 def _size(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -81,20 +50,6 @@ def _size(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
-
-
-def command(entry: LedgerEntry) -> str:
-    """What the call ran, whole (the page wraps it): an argv quoted for the shell, a command, a path."""
-    inputs = entry.input
-    if isinstance(inputs, dict):
-        argv = inputs.get("argv")
-        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            return shlex.join(argv)
-        for key in ("command", "path", "file_path"):
-            value = inputs.get(key)
-            if isinstance(value, str) and value.strip():
-                return value
-    return entry.summary or ""
 
 
 # -- the runs -------------------------------------------------------------------------------------
@@ -106,8 +61,8 @@ def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None
         return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>", token)
     body = ["<h1>Runs</h1><form action='/compare' method='get' id='compare-form'>"]
     body.append(
-        "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th>created</th><th>calls</th>"
-        "<th>by status</th><th>changed</th><th>not applied</th><th>disk</th></tr></thead><tbody>"
+        "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th class='opt'>created</th><th>calls</th>"
+        "<th>by status</th><th>changed</th><th>not applied</th><th class='opt'>disk</th></tr></thead><tbody>"
     )
     for r in rows:
         rid = escape(r["run"])
@@ -120,9 +75,9 @@ def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None
         body.append(
             f"<tr class='run-row'><td><input type='checkbox' name='run' value='{rid}' aria-label='compare {rid}'></td>"
             f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
-            f"<td>{escape(_when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
+            f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
-            f"<td>{_size(r.get('disk_bytes') or 0)}</td></tr>"
+            f"<td class='opt'>{_size(r.get('disk_bytes') or 0)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
     return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})
@@ -141,12 +96,12 @@ def run_page(run: Run, token: str) -> str:
     statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
     body = [
         f"<h1>Run {rid}{label}</h1>",
-        f"<p class='facts'>created {escape(_when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
-        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · "
+        f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
+        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
         f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>",
-        "<div class='actions'><button data-action='preview'>Preview apply of the picked hunks</button>"
+        "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
-        "<button data-action='apply-all'>Apply everything</button>"
+        "<button data-action='apply-all'>Apply all shown</button>"
         "<button data-action='undo'>Undo</button><button data-action='redo'>Redo</button>"
         "<label><input type='checkbox' id='split'> side by side</label></div>",
         "<div id='result' class='result' aria-live='polite'></div>",
@@ -156,7 +111,9 @@ def run_page(run: Run, token: str) -> str:
         "<section><h2>Resume</h2>",
         _resume(run),
         "</section>",
-        "<section><h2>Changes</h2><div id='diff' data-src='/run/" + quote(run.run_id) + "/diff'>",
+        "<section><h2>Changes</h2>",
+        _pick_form(),
+        "<div id='diff' data-src='/run/" + quote(run.run_id) + "/diff'>",
         run_diff(run, 0),
         "</div></section>",
         "<section><h2>Conflicts</h2><div id='conflicts' data-src='/run/"
@@ -166,41 +123,25 @@ def run_page(run: Run, token: str) -> str:
     return _page(f"run {run.run_id}", "".join(body), token, {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
 
 
-def timeline(run: Run) -> str:
-    """The calls in ledger order: tool, command, status, duration, files, errors and denials."""
-    entries = run.entries()
-    if not entries:
-        return "<p class='muted'>No calls yet.</p>"
-    out = [
-        "<table class='calls'><thead><tr><th>#</th><th>call</th><th>status</th><th>tool</th><th>started</th>"
-        "<th>took</th><th>command</th><th>files</th></tr></thead><tbody>"
-    ]
-    for e in entries:
-        cid = escape(e.call_id)
-        status = e.status.value
-        marks = []
-        if e.applied:
-            marks.append("<span class='badge ok'>applied</span>")
-        if e.undone:
-            marks.append("<span class='badge muted'>undone</span>")
-        if e.approval is not None and e.approval.value == "denied":
-            marks.append(f"<span class='badge bad'>denied: {escape(e.denial_reason or 'no reason')}</span>")
-        files = " ".join(f"<code>{escape(f.path)}</code>" for f in e.files[:6]) + (
-            f" +{len(e.files) - 6}" if len(e.files) > 6 else ""
-        )
-        diff_src = f"/run/{quote(run.run_id)}/call/{quote(e.call_id)}/diff" if e.commit else ""
-        out.append(
-            f"<tr class='call' tabindex='0' data-call='{cid}' data-diff='{escape(diff_src, quote=True)}'>"
-            f"<td>{e.seq}</td><td><code>{cid}</code></td>"
-            f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
-            f"<td>{escape(e.tool_name)}</td><td>{escape(_when(e.started_at or e.created_at))}</td><td>{_took(e)}</td>"
-            f"<td class='cmd'><code>{escape(command(e))}</code></td><td>{files}</td></tr>"
-        )
-        if e.error:
-            out.append(f"<tr class='detail bad'><td></td><td colspan='7'>error: {escape(e.error)}</td></tr>")
-        out.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='8'></td></tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
+def _refused(run: Run) -> str:
+    """How many connections the run's network allowlist refused (each is in the timeline), or ""."""
+    from sandbox.run.views import network_refusals
+
+    count = len(network_refusals({"data": {"note": run.state().data.note}}))
+    return f"<span class='bad'>{count} network refusal(s)</span> · " if count else ""
+
+
+def _pick_form() -> str:
+    """The selection boxes: git pathspecs and calls, as ``sandbox apply PATHSPEC... --call ...`` takes them."""
+    return (
+        "<form id='pick' class='pick' autocomplete='off'>"
+        "<label>paths <input id='pick-paths' name='paths' spellcheck='false' "
+        "placeholder=\"git pathspecs: src/ '*.py' ':!tests'\"></label>"
+        "<label>calls <input id='pick-calls' name='calls' spellcheck='false' "
+        "placeholder='ids, log numbers, ranges 2..5'></label>"
+        "<button type='submit'>Show</button><button type='button' id='pick-clear'>All changes</button>"
+        "<span class='muted'>Preview and Apply take what is shown: the picked hunks, or all of it.</span></form>"
+    )
 
 
 def _resume(run: Run) -> str:
@@ -220,153 +161,6 @@ def _resume(run: Run) -> str:
     return "<ul class='resume'>" + "".join(rows) + "</ul><p>Run <code>sandbox resume</code> to act on it.</p>"
 
 
-# -- diffs ----------------------------------------------------------------------------------------
-
-
-def run_diff(run: Run, page: int, side_by_side: bool = False) -> str:
-    """The run's whole diff (what an apply would bring), one page of files, each hunk pickable."""
-    from sandbox.merge.preview import diff_files, preview_range
-
-    files = diff_files(run, preview_range(run))
-    return _files(run, files, page, pick=True, side_by_side=side_by_side)
-
-
-def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
-    """One call's diff (its commit against its parent)."""
-    from sandbox.merge.preview import diff_files, preview_range
-
-    try:
-        files = diff_files(run, preview_range(run, call_id=call_id))
-    except SandboxError as exc:
-        return f"<p class='muted'>{escape(exc.message)}</p>"
-    return _files(run, files, 0, pick=False, side_by_side=side_by_side, per_page=len(files) or 1)
-
-
-def _files(
-    run: Run,
-    files: list[dict[str, Any]],
-    page: int,
-    *,
-    pick: bool,
-    side_by_side: bool,
-    per_page: int = FILES_PER_PAGE,
-) -> str:
-    if not files:
-        return "<p class='muted'>No changes.</p>"
-    pages = (len(files) + per_page - 1) // per_page
-    page = min(page, pages - 1)
-    out = []
-    if pages > 1:
-        links = " ".join(
-            f"<a href='#' data-page='{i}' class='{'current' if i == page else ''}'>{i + 1}</a>" for i in range(pages)
-        )
-        out.append(f"<nav class='pages'>{len(files)} files · page {links}</nav>")
-    for f in files[page * per_page : (page + 1) * per_page]:
-        out.append(_file(run, f, pick, side_by_side))
-    return "".join(out)
-
-
-def _file(run: Run, f: dict[str, Any], pick: bool, side_by_side: bool) -> str:
-    path = escape(f["path"])
-    mode = ""
-    if f["before_mode"] and f["after_mode"] and f["before_mode"] != f["after_mode"]:
-        mode = f" mode {f['before_mode']} → {f['after_mode']}"
-    head = (
-        f"<div class='file' data-path='{escape(f['path'], quote=True)}'><h3>"
-        + (f"<input type='checkbox' class='pick-file' aria-label='all hunks of {path}'> " if pick else "")
-        + f"<span class='fstatus {escape(f['status'])}'>{escape(f['status'])}</span> "
-        + f"<code>{path}</code>{escape(mode)}</h3>"
-    )
-    if f["binary"]:
-        return head + "<p class='muted'>Binary file: not shown.</p></div>"
-    body = []
-    shown = 0
-    for h in f["hunks"]:
-        lines = h["text"].splitlines()
-        if shown >= LINES_PER_FILE:
-            body.append(_more(run, f["path"], shown))
-            break
-        cut = len(lines) > LINES_PER_FILE - shown + 1
-        if cut:  # one huge hunk (a rewritten file): its start now, the rest on demand
-            lines = lines[: LINES_PER_FILE - shown + 1]
-        shown += len(lines)
-        hunk_id = escape(h["id"], quote=True)
-        box = f"<input type='checkbox' class='pick' data-hunk='{hunk_id}' aria-label='hunk {escape(h['header'])}'> "
-        box = box if pick else ""
-        body.append(f"<div class='hunk'><div class='hhead'>{box}<code>{escape(h['header'])}</code></div>")
-        body.append(_split(lines[1:]) if side_by_side else _unified(lines[1:]))
-        body.append("</div>")
-        if cut:
-            body.append(_more(run, f["path"], shown))
-            break
-    if not f["hunks"]:
-        body.append("<p class='muted'>No text change (mode or type only).</p>")
-    return head + "".join(body) + "</div>"
-
-
-def _more(run: Run, path: str, start: int) -> str:
-    more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start}"
-    return (
-        f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show the rest of this file's diff</a></p>"
-    )
-
-
-def _unified(lines: list[str]) -> str:
-    out = ["<pre class='diff'>"]
-    for line in lines:
-        kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
-        out.append(f"<span class='{kind}'>{escape(line) or ' '}</span>")
-    out.append("</pre>")
-    return "".join(out)
-
-
-def _split(lines: list[str]) -> str:
-    """Side by side: context on both sides, a run of removals paired with the additions after it."""
-    rows: list[tuple[str, str, str, str]] = []
-    dels: list[str] = []
-    adds: list[str] = []
-
-    def flush() -> None:
-        for i in range(max(len(dels), len(adds))):
-            left = dels[i] if i < len(dels) else ""
-            right = adds[i] if i < len(adds) else ""
-            rows.append(("del" if left else "none", left[1:], "add" if right else "none", right[1:]))
-        dels.clear()
-        adds.clear()
-
-    for line in lines:
-        if line.startswith("-"):
-            if adds:
-                flush()
-            dels.append(line)
-        elif line.startswith("+"):
-            adds.append(line)
-        else:
-            flush()
-            rows.append(("ctx", line[1:], "ctx", line[1:]))
-    flush()
-    cells = "".join(
-        f"<tr><td class='{lk}'>{escape(lt)}</td><td class='{rk}'>{escape(rt)}</td></tr>" for lk, lt, rk, rt in rows
-    )
-    return f"<table class='split'>{cells}</table>"
-
-
-def file_rest(run: Run, path: str, start: int) -> str:
-    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces)."""
-    from sandbox.merge.preview import diff_files, preview_range
-
-    files = [f for f in diff_files(run, preview_range(run)) if f["path"] == path]
-    if not files:
-        return "<p class='muted'>No such changed file.</p>"
-    lines = [line for h in files[0]["hunks"] for line in h["text"].splitlines()]
-    piece = lines[start : start + LINES_PER_FILE]
-    out = _unified(piece)
-    if start + LINES_PER_FILE < len(lines):
-        more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}"
-        out += f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show more</a></p>"
-    return out
-
-
 def conflicts(run: Run) -> str:
     """For each path an apply would refuse: why, what to do, and base / agent / yours."""
     from sandbox.merge.conflicts import explain
@@ -381,7 +175,7 @@ def conflicts(run: Run) -> str:
     out = []
     for c in found:
         sides = " · ".join(f"{s.label}: {escape(s.describe())}" for s in (c.base, c.agent, c.yours))
-        regions = "".join(_unified(r.lines) for r in c.regions)
+        regions = "".join(unified(r.lines) for r in c.regions)
         out.append(
             f"<div class='conflict'><h3><code>{escape(c.path)}</code></h3><p class='refused'>{escape(c.reason)}</p>"
             f"<p>what to do: {escape(c.hint)}</p><p class='muted'>{sides}</p>{regions}</div>"
@@ -393,32 +187,72 @@ def conflicts(run: Run) -> str:
 
 
 def compare_page(runs: list[Run], token: str) -> str:
-    """Runs side by side: compare's table, check results, and the paths where they disagree."""
+    """Runs side by side: compare's table, each run's check result (``compare --check``, a recorded
+    call of tool ``check``), a link to each run, and the paths where they disagree."""
     from sandbox.run.compare import compare
 
-    result = compare(runs)
+    found = {run.run_id: _last_check(run) for run in runs}
+    checks = {rid: c[0] for rid, c in found.items() if c is not None and c[0] is not None}
+    result = compare(runs, checks)
     out = ["<h1>Compare</h1>"]
     if not result.same_base:
         out.append("<p class='warn'>These runs started from different snapshots.</p>")
     out.append(
-        "<table class='runs'><thead><tr><th>run</th><th>label</th><th>calls</th><th>failed</th><th>files</th>"
-        "<th>+lines</th><th>-lines</th><th>check</th></tr></thead><tbody>"
+        "<div class='wide'><table class='runs compare'><thead><tr><th>run</th><th>label</th><th>calls</th>"
+        "<th>failed</th><th>files</th><th>+lines</th><th>-lines</th><th>check</th></tr></thead><tbody>"
     )
     for row in result.runs:
-        check = "-" if row.check is None else f"{row.check.status} ({row.check.returncode})"
+        link = f"/run/{quote(row.run_id)}"
+        failed = f"{row.failed}" + (f" +{row.uncertain} uncertain" if row.uncertain else "")
+        check = _check_cell(row.run_id, found[row.run_id])
         out.append(
-            f"<tr><td><a href='/run/{quote(row.run_id)}'>{escape(row.run_id)}</a></td>"
-            f"<td>{escape(row.label or '')}</td>"
-            f"<td>{row.calls}</td><td>{row.failed}</td><td>{row.files}</td><td class='addn'>+{row.added}</td>"
-            f"<td class='deln'>-{row.removed}</td><td>{escape(check)}</td></tr>"
+            f"<tr><td><a href='{link}'>{escape(row.run_id)}</a></td><td>{escape(row.label or '')}</td>"
+            f"<td>{row.calls}</td><td>{escape(failed)}</td><td>{row.files}</td><td class='addn'>+{row.added}</td>"
+            f"<td class='deln'>-{row.removed}</td><td class='check'>{check}</td></tr>"
         )
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
+    if not any(found.values()):
+        out.append(
+            "<p class='muted'>No check recorded: <code>sandbox compare RUN... --check 'CMD'</code> runs CMD in each "
+            "run and records it as a call; its results show here.</p>"
+        )
     out.append(f"<h2>{len(result.agree)} path(s) changed the same way; {len(result.disagree)} differ</h2><ul>")
     for path, states in sorted(result.disagree.items()):
         each = ", ".join(f"{escape(rid)} {escape(st)}" for rid, st in states.items())
         out.append(f"<li><code>{escape(path)}</code>: {each}</li>")
     out.append("</ul>")
     return _page("compare", "".join(out), token)
+
+
+def _last_check(run: Run) -> tuple[Any, Any] | None:
+    """The run's newest ``check`` call: (its outcome when it ended with an exit code, its entry)."""
+    from sandbox.run.compare import CheckOutcome
+
+    checks = [e for e in run.entries() if e.tool_name == "check"]
+    if not checks:
+        return None
+    e = checks[-1]
+    code = e.result.get("exit_code") if isinstance(e.result, dict) else None
+    outcome = CheckOutcome(e.call_id, code, e.status.value) if isinstance(code, int) else None
+    return outcome, e
+
+
+def _check_cell(run_id: str, found: tuple[Any, Any] | None) -> str:
+    if found is None:
+        return "<span class='muted'>-</span>"
+    outcome, e = found
+    status = e.status.value
+    klass = "ok" if outcome is not None and outcome.returncode == 0 else STATUS_CLASS.get(status, "")
+    said = f"exit {outcome.returncode}" if outcome is not None else status
+    argv = e.input.get("argv") if isinstance(e.input, dict) else None
+    # compare --check runs its command through sh -c: show the command as the user gave it.
+    given = isinstance(argv, list) and len(argv) == 3 and argv[:2] == ["sh", "-c"] and isinstance(argv[2], str)
+    cmd = argv[2] if given and isinstance(argv, list) else command(e)
+    link = f"/run/{quote(run_id)}#call-{quote(e.call_id)}"
+    return (
+        f"<span class='badge {klass}'>{escape(said)}</span> <code>{escape(cmd)}</code> "
+        f"<a href='{escape(link, quote=True)}' title='the check call'>{escape(e.call_id)}</a>"
+    )
 
 
 def approvals_page(runs: list[Run], token: str) -> str:

@@ -17,6 +17,7 @@ words and the ledger records the action as the CLI's would be.
 from __future__ import annotations
 
 import hmac
+import html
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from sandbox.errors import SandboxError
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from sandbox.ui import pages
+from sandbox.ui import diffs, pages, timeline
 
 COOKIE = "sandbox_ui"
 HEADER = "x-sandbox-token"
@@ -125,25 +126,32 @@ def build(settings: Settings) -> Starlette:
         run = open_run(request)
         return HTMLResponse(pages.run_page(run, s.token))
 
-    def timeline(request: Request) -> Response:
-        return HTMLResponse(pages.timeline(open_run(request)))
+    def calls(request: Request) -> Response:
+        return HTMLResponse(timeline.timeline(open_run(request)))
 
     def run_diff(request: Request) -> Response:
         run = open_run(request)
-        page = _int(request.query_params.get("page"), 0)
-        side = request.query_params.get("view") == "split"
-        return HTMLResponse(pages.run_diff(run, page, side_by_side=side))
+        q = request.query_params
+        try:
+            sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
+        except SandboxError as exc:  # the CLI's words, in the diff's place
+            return HTMLResponse(f"<p class='refused' role='alert'>{html.escape(exc.message)}</p>")
+        page = _int(q.get("page"), 0)
+        return HTMLResponse(diffs.run_diff(run, page, side_by_side=q.get("view") == "split", sel=sel))
 
     def call_diff(request: Request) -> Response:
         run = open_run(request)
         side = request.query_params.get("view") == "split"
-        return HTMLResponse(pages.call_diff(run, request.path_params["call_id"], side_by_side=side))
+        return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
 
     def file_rest(request: Request) -> Response:
         run = open_run(request)
-        return HTMLResponse(
-            pages.file_rest(run, request.query_params.get("path", ""), _int(request.query_params.get("from"), 0))
-        )
+        q = request.query_params
+        try:
+            sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
+        except SandboxError as exc:
+            return HTMLResponse(f"<p class='refused'>{html.escape(exc.message)}</p>")
+        return HTMLResponse(diffs.file_rest(run, q.get("path", ""), _int(q.get("from"), 0), sel))
 
     def conflicts(request: Request) -> Response:
         return HTMLResponse(pages.conflicts(open_run(request)))
@@ -195,7 +203,7 @@ def build(settings: Settings) -> Starlette:
     routes = [
         Route("/", runs),
         Route("/run/{run_id}", run_page),
-        Route("/run/{run_id}/timeline", timeline),
+        Route("/run/{run_id}/timeline", calls),
         Route("/run/{run_id}/diff", run_diff),
         Route("/run/{run_id}/call/{call_id}/diff", call_diff),
         Route("/run/{run_id}/file", file_rest),
@@ -239,14 +247,13 @@ def _act(run: Run, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]
 
     if name in ("apply", "preview"):
         from sandbox.merge import hunks
-        from sandbox.merge.select import pathspec
 
+        # The page's selection as the CLI takes it: 'apply PATHSPEC... --call A..B --hunks-from F'.
         ids = body.get("hunks")
         choice = hunks.Choice(ids={str(i) for i in ids}) if isinstance(ids, list) and ids else None
-        paths = body.get("paths")
-        spec = pathspec([str(p) for p in paths]) if isinstance(paths, list) and paths else None
+        sel = diffs.Selection.of(body)
         try:
-            report = mergeback.apply(run, None, spec, dry_run=name == "preview", choice=choice)
+            report = mergeback.apply(run, sel.calls or None, sel.spec(), dry_run=name == "preview", choice=choice)
         except mergeback.ApplyConflict as exc:
             return 409, {"ok": False, "message": exc.message, "report": _dump(exc.report)}
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}

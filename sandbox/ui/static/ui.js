@@ -31,24 +31,99 @@
     return get(url).then(function (html) { el.innerHTML = html; });
   }
 
+  // Only the newest diff asked for lands (a slow answer to an older selection never overwrites it).
+  var diffAsked = 0;
+  function loadDiff(extra) {
+    var el = document.getElementById("diff");
+    var mine = ++diffAsked;
+    return get(diffUrl(extra)).then(function (html) {
+      if (mine !== diffAsked) return;
+      el.innerHTML = html;
+      highlightIn(el);
+    });
+  }
+
+  // -- syntax colours: the vendored highlight.js, loaded after the page shows, on the diffs in view --
+  var hl = { state: "none", queue: [], seen: null };
+
+  function highlightIn(root) {
+    if (!root || !root.querySelector("pre.diff, table.split")) return;
+    if (hl.state === "none") {
+      hl.state = "loading";
+      var s = document.createElement("script");
+      s.src = "/static/vendor/highlight.min.js";
+      s.onload = function () { hl.state = "ready"; hl.queue.forEach(watch); hl.queue = []; };
+      s.onerror = function () { hl.state = "failed"; };
+      document.head.appendChild(s);
+    }
+    if (hl.state === "ready") watch(root); else if (hl.state === "loading") hl.queue.push(root);
+  }
+
+  function watch(root) {
+    if (!("IntersectionObserver" in window)) { root.querySelectorAll("pre.diff, table.split").forEach(paint); return; }
+    if (!hl.seen) {
+      hl.seen = new IntersectionObserver(function (items) {
+        items.forEach(function (it) { if (it.isIntersecting) { hl.seen.unobserve(it.target); paint(it.target); } });
+      }, { rootMargin: "400px" });
+    }
+    root.querySelectorAll("pre.diff, table.split").forEach(function (b) { if (!b.dataset.hl) hl.seen.observe(b); });
+  }
+
+  function escapeHtml(text) {
+    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  // One diff block: each line coloured on its own (the +/-/space sign kept apart), the add/remove
+  // backgrounds left as they are. highlight.js escapes what it returns.
+  function paint(block) {
+    if (block.dataset.hl || !window.hljs) return;
+    block.dataset.hl = "1";
+    var file = block.closest("[data-lang]");
+    var lang = file && file.dataset.lang;
+    if (!lang || !window.hljs.getLanguage(lang)) return;
+    var split = block.tagName === "TABLE";
+    block.querySelectorAll(split ? "td" : "span").forEach(function (el) {
+      var text = el.textContent;
+      var sign = split ? "" : text.charAt(0);
+      var rest = split ? text : text.slice(1);
+      if (!rest.trim() || (!split && (text.indexOf("@@") === 0 || sign === "\\"))) return;
+      var out = window.hljs.highlight(rest, { language: lang, ignoreIllegals: true }).value;
+      el.innerHTML = escapeHtml(sign) + out;
+      el.classList.add("hl");
+    });
+  }
+
+  // The hunk ids picked; a whole-file unit (or a rename: two paths) carries its ids space-separated.
   function picked() {
     var ids = [];
-    document.querySelectorAll("input.pick:checked").forEach(function (b) { ids.push(b.dataset.hunk); });
+    document.querySelectorAll("#diff input.pick:checked").forEach(function (b) {
+      b.dataset.hunk.split(/\s+/).forEach(function (id) { if (id) ids.push(id); });
+    });
     return ids;
+  }
+
+  // The selection shown (the boxes' text as last submitted): git pathspecs and calls, as the CLI takes them.
+  var shown = { paths: "", calls: "" };
+
+  function selectionQuery() {
+    var q = "";
+    if (shown.paths) q += "&paths=" + encodeURIComponent(shown.paths);
+    if (shown.calls) q += "&calls=" + encodeURIComponent(shown.calls);
+    return q;
   }
 
   function diffUrl(extra) {
     var el = document.getElementById("diff");
     var split = document.getElementById("split");
     var url = el.dataset.src + "?view=" + (split && split.checked ? "split" : "unified");
-    return url + (extra || "");
+    return url + selectionQuery() + (extra || "");
   }
 
   function refresh(withDiff) {
     var run = encodeURIComponent(boot.run);
     var jobs = [load(document.getElementById("timeline"), "/run/" + run + "/timeline")];
     if (withDiff) {
-      jobs.push(load(document.getElementById("diff"), diffUrl()));
+      jobs.push(loadDiff());
       var c = document.getElementById("conflicts");
       if (c) jobs.push(load(c, c.dataset.src));
     }
@@ -59,6 +134,15 @@
     var box = document.getElementById("result");
     var lines = [data.message || (data.ok ? "Done." : "Refused.")];
     var rep = data.report;
+    if (rep && data.ok) {
+      // Each path written (or that would be), with why when only part of it: as 'sandbox apply' lists them.
+      (rep.applied || []).concat(rep.restored || []).forEach(function (p) {
+        lines.push("  " + p + (rep.reasons && rep.reasons[p] ? "  (" + rep.reasons[p] + ")" : ""));
+      });
+      (rep.skipped || []).forEach(function (p) {
+        lines.push("  skipped " + p + ": " + ((rep.reasons && rep.reasons[p]) || "already there"));
+      });
+    }
     if (rep && rep.conflicts && rep.conflicts.length) {
       lines.push("Conflicts (nothing was written):");
       rep.conflicts.forEach(function (c) { lines.push("  " + c.path + ": " + c.reason + " — " + c.hint); });
@@ -74,9 +158,12 @@
     var run = encodeURIComponent(boot.run);
     var body = {};
     var name = action;
-    if (action === "apply" || action === "preview") {
-      body.hunks = picked();
-      if (!body.hunks.length) { toast("Pick one or more hunks first (or 'Apply everything').", true); return; }
+    if (action === "apply" || action === "preview" || action === "apply-all") {
+      body.paths = shown.paths;
+      body.calls = shown.calls;
+      var ids = picked();
+      if (action === "apply" && !ids.length) { toast("Pick one or more hunks first (or 'Apply all shown').", true); return; }
+      if (action !== "apply-all" && ids.length) body.hunks = ids;
     }
     if (action === "apply-all") name = "apply";
     return post("/api/run/" + run + "/" + name, body).then(function (data) {
@@ -87,6 +174,8 @@
 
   // -- the run page ---------------------------------------------------------------------------
   if (boot.page === "run") {
+    // After the page has shown (not before DOMContentLoaded: a 500-call page must stay fast).
+    setTimeout(function () { highlightIn(document.getElementById("diff")); }, 0);
     var conflicts = document.getElementById("conflicts");
     if (conflicts) load(conflicts, conflicts.dataset.src);
 
@@ -94,7 +183,23 @@
       b.addEventListener("click", function () { act(b.dataset.action); });
     });
     var split = document.getElementById("split");
-    if (split) split.addEventListener("change", function () { load(document.getElementById("diff"), diffUrl()); });
+    if (split) split.addEventListener("change", function () { loadDiff(); });
+
+    var form = document.getElementById("pick");
+    if (form) {
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        shown.paths = document.getElementById("pick-paths").value.trim();
+        shown.calls = document.getElementById("pick-calls").value.trim();
+        loadDiff();
+      });
+      document.getElementById("pick-clear").addEventListener("click", function () {
+        document.getElementById("pick-paths").value = "";
+        document.getElementById("pick-calls").value = "";
+        shown.paths = shown.calls = "";
+        loadDiff();
+      });
+    }
 
     document.addEventListener("change", function (ev) {
       var t = ev.target;
@@ -106,11 +211,22 @@
     document.addEventListener("click", function (ev) {
       var t = ev.target;
       var page = t.closest && t.closest("a[data-page]");
-      if (page) { ev.preventDefault(); load(document.getElementById("diff"), diffUrl("&page=" + page.dataset.page)); return; }
+      if (page) { ev.preventDefault(); loadDiff("&page=" + page.dataset.page); return; }
       var more = t.closest && t.closest("a.more");
       if (more) {
         ev.preventDefault();
-        get(more.dataset.src).then(function (html) { more.parentNode.outerHTML = html; });
+        var holder = more.parentNode;
+        var file = holder.closest(".file");
+        get(more.dataset.src).then(function (html) { holder.outerHTML = html; if (file) highlightIn(file); });
+        return;
+      }
+      var only = t.closest && t.closest("a.pick-call");
+      if (only) {
+        ev.preventDefault();
+        document.getElementById("pick-calls").value = only.dataset.call;
+        document.getElementById("pick-paths").value = "";
+        form.requestSubmit();
+        document.getElementById("pick").scrollIntoView();
         return;
       }
       var row = t.closest && t.closest("tr.call");
@@ -124,7 +240,19 @@
       detail.hidden = false;
       var cell = detail.firstElementChild;
       if (!row.dataset.diff) { cell.innerHTML = "<p class='muted'>This call changed no files.</p>"; return; }
-      load(cell, row.dataset.diff);
+      load(cell, row.dataset.diff).then(function () {
+        var only = document.createElement("p");
+        only.innerHTML = "<a href='#' class='pick-call'>Show and pick only this call's changes</a>";
+        only.firstChild.dataset.call = row.dataset.call;
+        cell.insertBefore(only, cell.firstChild);
+        highlightIn(cell);
+      });
+    }
+
+    // A link to one call (#call-ID, from the compare page): open it where it is.
+    if (location.hash.indexOf("#call-") === 0) {
+      var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+      if (target) { target.focus(); toggle(target); }
     }
 
     document.addEventListener("keydown", function (ev) {

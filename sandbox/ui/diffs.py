@@ -1,0 +1,368 @@
+"""The diffs of ``sandbox ui``: the run's (or a selection's) changes, one call's, file by file.
+
+The records come from :func:`sandbox.merge.preview.diff_files`, the function behind ``sandbox diff
+--json``, over the same range and pathspec: a selection made here (git pathspecs, ``--call`` ids
+and ranges) shows the hunks, with the same ids, that ``sandbox apply`` with that selection takes.
+
+A whole-file unit (added, deleted, binary, a symlink, a mode change) has one checkbox carrying the
+file's id; a text edit has one per hunk. A deleted path and an added one that git would call a
+rename (``git diff -M``: libgit2's similarity search over the changed paths only, 50% as git's
+default) are shown as one rename, ``old → new``, with the edit between them, and picked together.
+
+Big diffs are cut into pages of :data:`FILES_PER_PAGE` files, and a file's patch into pieces of
+:data:`LINES_PER_FILE` lines loaded on demand, so a 10,000-line diff never renders at once. Syntax
+colours are added in the browser (``static/vendor/highlight.min.js``) to the lines in view.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import pygit2
+
+from sandbox.errors import SandboxError, UsageError
+from sandbox.run.run import Run
+from sandbox.store.pathspec import Pathspec
+
+FILES_PER_PAGE = 40
+LINES_PER_FILE = 1500
+MODE_NAMES = {"100644": "file", "100755": "executable", "120000": "symlink", "160000": "submodule"}
+
+
+@dataclass
+class Selection:
+    """What to show and take: git pathspecs and calls (ids, log numbers, ranges ``A..B``), as the CLI's."""
+
+    paths: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, paths: str | None, calls: str | None) -> Selection:
+        """From the page's two boxes: pathspecs split as a shell would, calls on spaces or commas."""
+        try:
+            specs = shlex.split(paths or "")
+        except ValueError as exc:
+            raise UsageError(f"The paths {paths!r} cannot be read ({exc}); quote each pathspec whole.") from None
+        names = [c for c in (calls or "").replace(",", " ").split() if c]
+        return cls(specs, names)
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Selection:
+        """From an action's JSON body: ``paths`` and ``calls`` as the boxes' text or as lists."""
+        paths, calls = body.get("paths"), body.get("calls")
+        sel = cls.parse(paths if isinstance(paths, str) else None, calls if isinstance(calls, str) else None)
+        if isinstance(paths, list):
+            sel.paths = [str(p) for p in paths]
+        if isinstance(calls, list):
+            sel.calls = [str(c) for c in calls]
+        return sel
+
+    def spec(self) -> Pathspec | None:
+        """The pathspec (validated as the CLI validates it; None: every path)."""
+        from sandbox.merge.select import pathspec
+
+        return pathspec(self.paths)
+
+    def query(self) -> str:
+        """The selection as query parameters ("" when empty)."""
+        items = [("paths", shlex.join(self.paths))] if self.paths else []
+        items += [("calls", " ".join(self.calls))] if self.calls else []
+        return urlencode(items)
+
+    def __bool__(self) -> bool:
+        return bool(self.paths or self.calls)
+
+
+def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from sandbox.merge.preview import diff_files, preview_range
+
+    rng = preview_range(run, call_id=call_id) if call_id else preview_range(run, calls=sel.calls or None)
+    files = diff_files(run, rng, sel.spec())
+    return files, _renames(run, rng.old, rng.new, files)
+
+
+def run_diff(run: Run, page: int, side_by_side: bool = False, sel: Selection | None = None) -> str:
+    """The run's whole diff, or the selection's (what an apply of it would bring), hunks pickable.
+    A selection the CLI would refuse shows the CLI's words."""
+    sel = sel or Selection()
+    try:
+        files, renames = _records(run, sel)
+    except SandboxError as exc:
+        return f"<p class='refused' role='alert'>{escape(exc.message)}</p>"
+    return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel)
+
+
+def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
+    """One call's diff (its commit against its parent)."""
+    try:
+        files, renames = _records(run, Selection(), call_id)
+    except SandboxError as exc:
+        return f"<p class='muted'>{escape(exc.message)}</p>"
+    return _files(
+        run, files, renames, 0, pick=False, side_by_side=side_by_side, sel=Selection(), per_page=len(files) or 1
+    )
+
+
+def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree | None:
+    obj = repo.get(oid)
+    if isinstance(obj, pygit2.Commit):
+        return obj.tree
+    return obj if isinstance(obj, pygit2.Tree) else None
+
+
+def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Added paths that are renames of deleted ones: new path -> (old path, similarity %)."""
+    added = {f["path"] for f in files if f["status"] == "added"}
+    deleted = {f["path"] for f in files if f["status"] == "deleted"}
+    if not added or not deleted:
+        return {}
+    repo = run.repo
+    old_tree, new_tree = _tree(repo, old), _tree(repo, new)
+    if old_tree is None or new_tree is None:
+        return {}
+    diff = old_tree.diff_to_tree(new_tree)
+    diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
+    out: dict[str, Any] = {}
+    for delta in diff.deltas:
+        if delta.status != pygit2.enums.DeltaStatus.RENAMED:
+            continue
+        source, target = delta.old_file.path, delta.new_file.path
+        if target in added and source in deleted:
+            out[target] = (source, delta.similarity)
+    return out
+
+
+def _files(
+    run: Run,
+    files: list[dict[str, Any]],
+    renames: dict[str, Any],
+    page: int,
+    *,
+    pick: bool,
+    side_by_side: bool,
+    sel: Selection,
+    per_page: int = FILES_PER_PAGE,
+) -> str:
+    if not files:
+        return "<p class='muted'>No changes" + (" in this selection." if sel else ".") + "</p>"
+    gone = {source for source, _ in renames.values()}
+    deleted = {f["path"]: f for f in files if f["path"] in gone}
+    shown = [f for f in files if f["path"] not in gone]
+    pages = (len(shown) + per_page - 1) // per_page
+    page = min(page, pages - 1)
+    out = []
+    if pages > 1:
+        links = " ".join(
+            f"<a href='#' data-page='{i}' class='{'current' if i == page else ''}'>{i + 1}</a>" for i in range(pages)
+        )
+        out.append(f"<nav class='pages'>{len(shown)} files · page {links}</nav>")
+    for f in shown[page * per_page : (page + 1) * per_page]:
+        if f["path"] in renames:
+            source, similarity = renames[f["path"]]
+            out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side))
+        else:
+            out.append(_file(run, f, pick, side_by_side, sel))
+    return "".join(out)
+
+
+def _mode(f: dict[str, Any]) -> str:
+    before, after = f["before_mode"], f["after_mode"]
+    if before and after and before != after:
+        names = f"{MODE_NAMES.get(before, before)} → {MODE_NAMES.get(after, after)}"
+        return f" <span class='badge info'>mode {escape(before)} → {escape(after)} ({escape(names)})</span>"
+    return ""
+
+
+def _head(f: dict[str, Any], pick: bool, title: str, ids: list[str], status: str) -> str:
+    """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
+    box = ""
+    if pick:
+        label = escape(f"all of {f['path']}", quote=True)
+        if ids:
+            box = (
+                f"<input type='checkbox' class='pick pick-file' data-hunk='{escape(' '.join(ids), quote=True)}' "
+                f"aria-label='{label}'> "
+            )
+        else:
+            box = f"<input type='checkbox' class='pick-file' aria-label='{label}'> "
+    return (
+        f"<div class='file' data-path='{escape(f['path'], quote=True)}' data-lang='{escape(_lang(f['path']), True)}'>"
+        f"<h3>{box}<span class='fstatus {escape(status)}'>{escape(status)}</span> {title}{_mode(f)}</h3>"
+    )
+
+
+def _lang(path: str) -> str:
+    """The highlighter's language name for a path: its extension (highlight.js knows the aliases)."""
+    base = os.path.basename(path)
+    if base in ("Makefile", "GNUmakefile"):
+        return "makefile"
+    if base == "Dockerfile":
+        return "dockerfile"
+    return os.path.splitext(base)[1][1:].lower()
+
+
+def _blob_size(run: Run, oid: str | None) -> str:
+    if not oid:
+        return "absent"
+    obj = run.repo.get(oid)
+    return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
+
+
+def _file(run: Run, f: dict[str, Any], pick: bool, side_by_side: bool, sel: Selection) -> str:
+    whole = not f["hunks"]
+    head = _head(f, pick, f"<code>{escape(f['path'])}</code>", [f["id"]] if whole else [], f["status"])
+    if f["binary"]:
+        sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
+        return head + f"<p class='note'>Binary file <code>{escape(f['path'])}</code> ({sizes}): not shown.</p></div>"
+    if whole:  # added, deleted, a symlink or a mode change: one unit, its patch shown as it is
+        lines = _patch_lines(f["patch"])
+        if not lines:
+            return head + "<p class='note'>No change to its content (only its mode or type).</p></div>"
+        note = "<p class='note'>Taken whole (added, deleted, a symlink or a mode change).</p>" if pick else ""
+        return head + note + _hunks_of(run, f["path"], lines, side_by_side, sel) + "</div>"
+    body = []
+    shown = 0
+    for h in f["hunks"]:
+        lines = h["text"].splitlines()
+        if shown >= LINES_PER_FILE:
+            body.append(_more(run, f["path"], shown, sel))
+            break
+        cut = len(lines) > LINES_PER_FILE - shown + 1
+        if cut:  # one huge hunk (a rewritten file): its start now, the rest on demand
+            lines = lines[: LINES_PER_FILE - shown + 1]
+        shown += len(lines)
+        hunk_id = escape(h["id"], quote=True)
+        box = f"<input type='checkbox' class='pick' data-hunk='{hunk_id}' aria-label='hunk {escape(h['header'])}'> "
+        box = box if pick else ""
+        body.append(f"<div class='hunk'><div class='hhead'>{box}<code>{escape(h['header'])}</code></div>")
+        body.append(_split(lines[1:]) if side_by_side else unified(lines[1:]))
+        body.append("</div>")
+        if cut:
+            body.append(_more(run, f["path"], shown, sel))
+            break
+    return head + "".join(body) + "</div>"
+
+
+def _patch_lines(patch: str) -> list[str]:
+    """The lines of a patch from its first ``@@`` on (the git headers are said by the page itself)."""
+    lines = patch.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("@@"):
+            return lines[i:]
+    return []
+
+
+def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Selection) -> str:
+    """Read-only hunks from patch lines (``@@`` headers and their lines), cut at :data:`LINES_PER_FILE`."""
+    out = []
+    cut = len(lines) > LINES_PER_FILE
+    lines = lines[:LINES_PER_FILE]
+    current: list[str] = []
+    for line in [*lines, "@@"]:
+        if line.startswith("@@"):
+            if current:
+                out.append(f"<div class='hunk'><div class='hhead'><code>{escape(current[0])}</code></div>")
+                out.append(_split(current[1:]) if side_by_side else unified(current[1:]))
+                out.append("</div>")
+            current = [line]
+        else:
+            current.append(line)
+    if cut:
+        out.append(_more(run, path, LINES_PER_FILE, sel))
+    return "".join(out)
+
+
+def _renamed(run: Run, gone: dict[str, Any], f: dict[str, Any], similarity: int, pick: bool, side: bool) -> str:
+    """A deleted path and an added one shown as a rename: the edit between them, picked together."""
+    title = f"<code>{escape(gone['path'])}</code> → <code>{escape(f['path'])}</code> ({similarity}% similar)"
+    merged = {**f, "before_mode": gone["before_mode"]}
+    head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
+    if gone["binary"] or f["binary"]:
+        return head + "<p class='note'>Binary file: not shown.</p></div>"
+    old = run.repo.get(gone["before_hash"])
+    new = run.repo.get(f["after_hash"])
+    if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
+        return head + "</div>"
+    text = pygit2.Patch.create_from(old.data, new.data, context_lines=3).text or ""
+    note = "<p class='note'>A rename is taken whole: the old path removed, the new one written.</p>" if pick else ""
+    lines = _patch_lines(text)
+    body = _hunks_of(run, f["path"], lines, side, Selection()) if lines else "<p class='note'>Content unchanged.</p>"
+    return head + note + body + "</div>"
+
+
+def _more(run: Run, path: str, start: int, sel: Selection) -> str:
+    extra = ("&" + sel.query()) if sel else ""
+    more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start}{extra}"
+    return (
+        f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show the rest of this file's diff</a></p>"
+    )
+
+
+def unified(lines: list[str]) -> str:
+    """Lines of a patch (without the ``@@`` header) as a unified diff: blue added, orange removed."""
+    out = ["<pre class='diff'>"]
+    for line in lines:
+        kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+        out.append(f"<span class='{kind}'>{escape(line) or ' '}</span>")
+    out.append("</pre>")
+    return "".join(out)
+
+
+def _split(lines: list[str]) -> str:
+    """Side by side: context on both sides, a run of removals paired with the additions after it."""
+    rows: list[tuple[str, str, str, str]] = []
+    dels: list[str] = []
+    adds: list[str] = []
+
+    def flush() -> None:
+        for i in range(max(len(dels), len(adds))):
+            left = dels[i] if i < len(dels) else ""
+            right = adds[i] if i < len(adds) else ""
+            rows.append(("del" if left else "none", left[1:], "add" if right else "none", right[1:]))
+        dels.clear()
+        adds.clear()
+
+    for line in lines:
+        if line.startswith("-"):
+            if adds:
+                flush()
+            dels.append(line)
+        elif line.startswith("+"):
+            adds.append(line)
+        else:
+            flush()
+            rows.append(("ctx", line[1:], "ctx", line[1:]))
+    flush()
+    cells = "".join(
+        f"<tr><td class='{lk}'>{escape(lt)}</td><td class='{rk}'>{escape(rt)}</td></tr>" for lk, lt, rk, rt in rows
+    )
+    return f"<table class='split'>{cells}</table>"
+
+
+def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> str:
+    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces)."""
+    sel = sel or Selection()
+    try:
+        files, _ = _records(run, sel)
+    except SandboxError as exc:
+        return f"<p class='refused'>{escape(exc.message)}</p>"
+    found = [f for f in files if f["path"] == path]
+    if not found:
+        return "<p class='muted'>No such changed file.</p>"
+    f = found[0]
+    if f["hunks"]:
+        lines = [line for h in f["hunks"] for line in h["text"].splitlines()]
+    else:
+        lines = _patch_lines(f["patch"])
+    piece = lines[start : start + LINES_PER_FILE]
+    out = unified(piece)
+    if start + LINES_PER_FILE < len(lines):
+        extra = ("&" + sel.query()) if sel else ""
+        more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}{extra}"
+        out += f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show more</a></p>"
+    return out

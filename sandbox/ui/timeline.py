@@ -1,0 +1,204 @@
+"""The call timeline of ``sandbox ui``: each call, and under it what the confinement recorded about it.
+
+A call's row says its tool, command, status, duration and files; the rows under it say what went
+wrong: its error, a denial, an uncertain end (the call started and its end was never recorded: it
+may or may not have run, and ``sandbox resume`` decides), and each connection the run's network
+allowlist refused while it ran (``note`` events with a :class:`sandbox.models.NetworkRefusal`,
+read through :func:`sandbox.run.views.network_refusals`, as ``sandbox log`` reads them).
+
+What happened outside any call (a refusal between calls, refusals past the recorder's limit, an
+outage of the repository's host, processes an agent left running that were stopped) is a row of
+its own at the point in time it happened, between the calls. Everything shown is escaped: it was
+written by the agent or names what it asked for.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from sandbox.models import LedgerEntry
+from sandbox.run import views
+from sandbox.run.run import Run
+
+STATUS_CLASS = {
+    "succeeded": "ok",
+    "failed": "bad",
+    "uncertain": "warn",
+    "started": "warn",
+    "planned": "info",
+    "approved": "info",
+    "not_run": "muted",
+}
+COLUMNS = 8
+
+
+def when(value: Any) -> str:
+    """A time as the user's local time (the ledger stores UTC)."""
+    moment = _moment(value)
+    return "" if moment is None else str(moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %z"))
+
+
+def _moment(value: Any) -> datetime.datetime | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime.datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+
+
+def took(entry: LedgerEntry) -> str:
+    """How long the call ran ("" while it runs or when never started)."""
+    if not entry.started_at or not entry.finished_at:
+        return ""
+    seconds = (entry.finished_at - entry.started_at).total_seconds()
+    return f"{seconds:.2f}s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def command(entry: LedgerEntry) -> str:
+    """What the call ran, whole (the page wraps it): an argv quoted for the shell, a command, a path."""
+    inputs = entry.input
+    if isinstance(inputs, dict):
+        argv = inputs.get("argv")
+        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            return shlex.join(argv)
+        for key in ("command", "path", "file_path"):
+            value = inputs.get(key)
+            if isinstance(value, str) and value.strip():
+                return value
+    return entry.summary or ""
+
+
+# -- what the confinement and the host recorded ------------------------------------------------------
+
+
+def events(notes: list[dict[str, Any]]) -> tuple[dict[str, list[str]], list[tuple[datetime.datetime | None, str]]]:
+    """The run's notes as timeline rows: (per call id, the rows under that call; the rows of no
+    call, with their time). Each row is HTML."""
+    by_call: dict[str, list[str]] = {}
+    loose: list[tuple[datetime.datetime | None, str]] = []
+    for item in views.network_refusals({"data": {"note": notes}}):
+        where = escape(f"{item['host']}:{item['port']}")
+        how = f" ({escape(str(item['method']))})" if item.get("method") and item["method"] != "CONNECT" else ""
+        text = (
+            f"<span class='badge bad'>refused</span> network <code>{where}</code>{how} at {escape(when(item['at']))}"
+            " (not in the run's network allowlist)"
+        )
+        if item["call_id"]:
+            by_call.setdefault(item["call_id"], []).append(text)
+        else:
+            session = f" during agent session {escape(str(item['session']))}" if item.get("session") else ""
+            loose.append((_moment(item["at"]), text + f", outside any call{session}"))
+    for note in notes:
+        at = _moment(note.get("at"))
+        dropped = note.get("network_refused_unrecorded")
+        if isinstance(dropped, int) and dropped > 0:
+            session = f" of agent session {escape(str(note['session']))}" if note.get("session") else ""
+            loose.append(
+                (
+                    at,
+                    f"<span class='badge bad'>refused</span> {dropped} more network connection(s){session}: "
+                    "past the first refusals of a session they are counted, not recorded one by one",
+                )
+            )
+        outage = note.get("host_outage")
+        if isinstance(outage, dict):
+            pid = escape(str(outage.get("previous_pid", "?")))
+            since = escape(when(outage.get("previous_started_at")))
+            back = escape(when(outage.get("restarted_at") or note.get("at")))
+            loose.append(
+                (
+                    at,
+                    f"<span class='badge warn'>host outage</span> the repository's host (pid {pid}, up since "
+                    f"{since}) had died; hooks recorded in their own processes until it was restarted at {back}",
+                )
+            )
+        stopped = note.get("stopped_processes")
+        if isinstance(stopped, list) and stopped:
+            exit_code = note.get("agent_exit")
+            said = f" (the agent exited {escape(str(exit_code))})" if exit_code is not None else ""
+            loose.append(
+                (
+                    at,
+                    f"<span class='badge warn'>stopped</span> {len(stopped)} process(es) the agent left running "
+                    f"were stopped{said}",
+                )
+            )
+    return by_call, loose
+
+
+def _detail(kind: str, html: str) -> str:
+    return f"<tr class='detail {kind}'><td></td><td colspan='{COLUMNS - 1}'>{html}</td></tr>"
+
+
+def timeline(run: Run) -> str:
+    """The calls in ledger order: tool, command, status, duration, files, errors, denials, uncertain
+    ends, and what the confinement refused, each under the call it belongs to."""
+    entries = run.entries()
+    by_call, loose = events(list(run.state().data.note))
+    if not entries and not loose:
+        return "<p class='muted'>No calls yet.</p>"
+    out = [
+        "<table class='calls timeline'><thead><tr><th>#</th><th class='opt'>call</th><th>status</th><th>tool</th>"
+        "<th class='opt'>started</th><th class='opt'>took</th><th>command</th><th>files</th></tr></thead><tbody>"
+    ]
+    # Rows of no call go where they happened: before the first call started after them.
+    last = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
+    pending = sorted(loose, key=lambda item: item[0] or last)
+    for e in entries:
+        started = e.started_at or e.created_at
+        started = started if started.tzinfo is not None else started.replace(tzinfo=datetime.timezone.utc)
+        while pending and pending[0][0] is not None and pending[0][0] < started:
+            out.append(_detail("event", pending.pop(0)[1]))
+        out.append(_call(run, e, by_call.pop(e.call_id, [])))
+    for rows in by_call.values():  # refusals naming a call the ledger does not list (a fetched run's)
+        out.extend(_detail("refusal", row) for row in rows)
+    out.extend(_detail("event", row) for _, row in pending)
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
+    cid = escape(e.call_id)
+    status = e.status.value
+    marks = []
+    if e.applied:
+        marks.append("<span class='badge ok'>applied</span>")
+    if e.undone:
+        marks.append("<span class='badge muted'>undone</span>")
+    if e.approval is not None and e.approval.value == "denied":
+        marks.append(f"<span class='badge bad'>denied: {escape(e.denial_reason or 'no reason')}</span>")
+    files = " ".join(f"<code>{escape(f.path)}</code>" for f in e.files[:6]) + (
+        f" +{len(e.files) - 6}" if len(e.files) > 6 else ""
+    )
+    diff_src = f"/run/{quote(run.run_id)}/call/{quote(e.call_id)}/diff" if e.commit else ""
+    row = [
+        f"<tr class='call {escape(status)}' id='call-{cid}' tabindex='0' data-call='{cid}' "
+        f"data-diff='{escape(diff_src, quote=True)}'>"
+        f"<td title='{cid}'>{e.seq}</td><td class='opt'><code>{cid}</code></td>"
+        f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
+        f"<td>{escape(e.tool_name)}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
+        f"<td class='opt'>{took(e)}</td>"
+        f"<td class='cmd'><code>{escape(command(e))}</code></td><td class='files'>{files}</td></tr>"
+    ]
+    if status == "uncertain":
+        row.append(
+            _detail(
+                "uncertain",
+                "<span class='badge warn'>uncertain</span> this call started and its end was never recorded: it may "
+                "or may not have run (see Resume below; <code>sandbox resume</code> decides what to do with it)",
+            )
+        )
+    row.extend(_detail("refusal", text) for text in refused)
+    if e.error:
+        row.append(_detail("bad", f"error: {escape(e.error)}"))
+    row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
+    return "".join(row)

@@ -82,9 +82,32 @@ def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpro
     )
 
 
-def _native_codex() -> list[int]:
-    """Every running native Codex binary (the npm package's node wrapper starts it)."""
-    return _with_marker("codex-linux-x64/vendor/")
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (by PID, through /proc's children lists)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except (OSError, ValueError):
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _native_codex(root: int) -> list[int]:
+    """The native Codex binary below ``root`` (the npm package's node wrapper starts it): found by
+    PID, so another test's Codex on another worker is never taken for it."""
+    found = []
+    for pid in _descendants(root):
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if "codex-linux-x64" in exe or os.path.basename(exe) == "codex":
+            found.append(pid)
+    return found
 
 
 def _items(body: Any, kind: str) -> list[dict[str, Any]]:
@@ -109,7 +132,6 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     first = mcp("write_file", path="src/new.py", content="def new():\n    return 1\n")
     command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
     long_call = mcp("run_command", command=command)
-    before = set(_native_codex())
     with ResponsesServer([first, long_call]) as server:
         proc = subprocess.Popen(
             [SANDBOX, "run", run.run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
@@ -126,7 +148,7 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
             while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
-            native = [p for p in _native_codex() if p not in before]
+            native = _native_codex(proc.pid)
             assert len(native) == 1, native
             os.kill(native[0], signal.SIGKILL)
             _out, err = proc.communicate(timeout=60)

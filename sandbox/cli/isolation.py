@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -44,8 +44,17 @@ def isolation_options(network_default: str) -> Callable[[F], F]:
     return decorate
 
 
-def resolve(user_workdir: str | None, command: str, isolate: str | None, network: str | None) -> Isolation:
-    """The confinement asked for by the flags, else by the user's settings, else the defaults."""
+def resolve(
+    user_workdir: str | None,
+    command: str,
+    isolate: str | None,
+    network: str | None,
+    argv: Sequence[str] = (),
+) -> Isolation:
+    """The confinement asked for by the flags, else by the user's settings, else the defaults.
+
+    ``argv``: the agent ``sandbox run`` starts (its variables pass, and its executable stays visible).
+    """
     from sandbox.agent import confine
     from sandbox.run import config
 
@@ -64,10 +73,19 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    readable = (home,) if os.path.isabs(home) and home != "/" else ()
     if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
         return confine.Isolation(False, net, program, backend, inherited=True)
     settings, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    allowed = [_expand(p, home) for p in cfg.allow_read]
+    masked = [p for p in (_expand(e, home) for e in (*confine.DEFAULT_DENY_READ, *cfg.deny_read)) if p not in allowed]
+    readable = [home] if os.path.isabs(home) and home != "/" else []
+    readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
+    family = os.path.basename(argv[0]).split(".")[0].split("-")[0] if argv else ""
+    env_allow = (*confine.DEFAULT_ENV_ALLOW, *confine.AGENT_ENV.get(family, ()), *cfg.env_allow)
+    from sandbox.cli.common import data_root
+
+    root = os.path.realpath(data_root(user_workdir))
+    hidden = confine.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
     return confine.Isolation(
         enabled,
         net,
@@ -75,10 +93,61 @@ def resolve(user_workdir: str | None, command: str, isolate: str | None, network
         backend,
         tuple(writable),
         interactive,
-        readable,
+        tuple(dict.fromkeys(readable)),
         config=tuple(settings),
         private=tuple(private),
+        masked=tuple(masked),
+        hidden=tuple(hidden),
+        env_allow=env_allow,
+        unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
+        limits=limits_of(cfg),
     )
+
+
+def limits_of(cfg: Any) -> Any:
+    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave)."""
+    from sandbox.agent import confine
+
+    names = {
+        "tmpfs_size": "tmpfs_bytes",
+        "max_processes": "max_processes",
+        "max_file_size": "max_file_bytes",
+        "max_memory": "max_memory",
+        "max_call_size": "max_call_bytes",
+    }
+    return confine.Limits(**{names[k]: v for k, v in cfg.limits.items()})
+
+
+def installed_paths(argv: Sequence[str]) -> list[str]:
+    """What must stay visible inside wherever it is installed (even under ``/tmp``): this sandbox's
+    interpreter and package (its hooks run inside), and the agent's executable with its package."""
+    import sandbox
+
+    out = [sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sandbox.__file__)]
+    out.append(os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else sys.prefix)
+    if argv:
+        found = shutil.which(argv[0]) if "/" not in argv[0] else os.path.abspath(argv[0])
+        for path in (found, os.path.realpath(found)) if found else ():
+            folder = os.path.dirname(path)
+            # A node agent needs its whole node_modules (its dependencies lie beside it).
+            parts = folder.split(os.sep)
+            if "node_modules" in parts:
+                folder = os.sep.join(parts[: parts.index("node_modules") + 1])
+            elif os.path.basename(folder) == "bin":
+                folder = os.path.dirname(folder)
+            out.append(folder)
+    return [os.path.realpath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
+
+
+def _expand(entry: str, home: str) -> str:
+    path = entry.rstrip("/") or "/"
+    if path == "~" or path.startswith("~/"):
+        path = home if path == "~" else os.path.join(home, path[2:])
+    return os.path.abspath(path)
+
+
+def _common_dir(user_workdir: str | None) -> str:
+    return os.path.join(user_workdir, ".git") if user_workdir else ""
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

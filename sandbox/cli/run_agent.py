@@ -106,7 +106,7 @@ def run_agent(
         raise unstartable
     from sandbox.agent.hosted import user_workdir_of
 
-    isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network)
+    isolation = resolve(workdir or user_workdir_of(project.common_dir), "run", isolate, network, command)
     confine.check(isolation)  # before a run is started for nothing
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family:

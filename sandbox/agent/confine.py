@@ -468,17 +468,7 @@ def policy_for(
     (the run's git borrows its objects) and read-only.
     """
     real = os.path.realpath
-    state = real(layout.state_dir(common_dir))
-    reasons = [(state, "the sandbox's own state: every run's token and the host's files")]
-    if user_workdir:
-        reasons.append((real(user_workdir), "your working tree: the agent works in its run's worktree"))
-    reasons += [(real(p), "the sandbox's data directory or another repository's runs") for p in isolation.hidden]
-    reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
-    reasons.append(("/tmp", "the sandbox has a private /tmp"))
-    hidden: dict[str, str] = {}
-    for path, why in reasons:
-        if path != "/" and os.path.isdir(path):
-            hidden.setdefault(path, why)
+    hidden = hidden_dirs(isolation, common_dir, user_workdir)
 
     def is_hidden(path: str) -> bool:
         return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)
@@ -514,6 +504,23 @@ def policy_for(
     )
 
 
+def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None) -> dict[str, str]:
+    """The directories not visible inside a run's sandbox (the private ``/tmp`` too), each with why."""
+    real = os.path.realpath
+    state = real(layout.state_dir(common_dir))
+    reasons = [(state, "the sandbox's own state (every run's token, the host's files)")]
+    if user_workdir:
+        reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
+    reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
+    reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    reasons.append(("/tmp", "/tmp, which is private inside the sandbox"))
+    hidden: dict[str, str] = {}
+    for path, why in reasons:
+        if path != "/" and os.path.isdir(path):
+            hidden.setdefault(path, why)
+    return hidden
+
+
 def hidden_reason(policy: Policy, path: str) -> str | None:
     """Why ``path`` (absolute, resolved) is not visible inside under ``policy``; None when it is.
 
@@ -521,7 +528,7 @@ def hidden_reason(policy: Policy, path: str) -> str | None:
     """
     shown = [*policy.readable, *policy.writable, *policy.extra_writable, *policy.protected]
     best: tuple[int, str | None] = (-1, None)
-    secrets = [(m.rstrip("/"), "a secret (deny_read in the settings)") for m in policy.masked]
+    secrets = [(m.rstrip("/"), "a secret masked by the deny-read set") for m in policy.masked]
     for root, why in [*policy.reasons, *secrets]:
         if path == root or path.startswith(root.rstrip("/") + "/"):
             best = max(best, (_depth(root), why), key=lambda b: b[0])
@@ -971,7 +978,8 @@ def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_v
     why = hidden_reason(policy, real)
     if why is not None:
         raise ConfinementError(
-            f"The command {name} ({real}) is not visible inside the sandbox: it lies in {why}; "
+            f"The command {name}{'' if name == real else f' ({real})'} is not visible inside the sandbox: "
+            f"it lies in {why}; "
             "copy it into the run's worktree, keep its directory readable (allow_read in [isolation]), "
             f"{OPT_OUT}."
         )

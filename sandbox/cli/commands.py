@@ -43,6 +43,7 @@ COMMANDS = {
     "hooks": "sandbox.cli.hooks_cmd:hooks",
     "serve": "sandbox.cli.serve:serve",
     "mcp": "sandbox.cli.mcp:mcp",
+    "doctor": "sandbox.cli.doctor:doctor",
     # runs that travel and multiply
     "push": "sandbox.cli.push:push",
     "fetch": "sandbox.cli.fetch:fetch",

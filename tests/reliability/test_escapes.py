@@ -666,3 +666,24 @@ def test_a_fork_bomb_is_bounded_and_a_write_past_the_tmpfs_size_is_refused(user_
     assert out["forks"].startswith("stopped after"), out
     assert int(out["forks"].split()[2].rstrip(":")) < 64, out
     assert out["tmpfs"] == "refused: No space left on device", out
+
+
+def test_a_call_that_adds_more_than_max_call_size_is_refused_in_one_line_and_nothing_is_lost(
+    user_repo: Path,
+) -> None:
+    (user_repo / ".sandbox.toml").write_text('[isolation]\nmax_call_size = "1M"\n')
+    started = sb("start", "--json", cwd=user_repo)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run"]
+    small = sb("exec", run_id, "--", "sh", "-c", "head -c 1000 /dev/zero > small.bin", cwd=user_repo)
+    assert small.returncode == 0, small.stderr
+    big = sb("exec", run_id, "--", "sh", "-c", "head -c 2000000 /dev/zero > big.bin", cwd=user_repo)
+    err = big.stderr.decode()
+    assert big.returncode == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "max_call_size" in err, err
+    worktree = Path(open_run(user_repo, run_id).worktree)
+    assert (worktree / "big.bin").stat().st_size == 2000000  # nothing lost: it stays in the worktree
+    log = json.loads(sb("log", run_id, "--json", cwd=user_repo).stdout)
+    assert [e["status"] for e in log] == ["succeeded", "failed"], log
+    assert "max_call_size" in (log[-1]["error"] or ""), log
+    assert [f["path"] for f in log[-1]["files"]] == [], log

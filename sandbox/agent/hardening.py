@@ -210,13 +210,23 @@ def _write(path: str, value: int) -> None:
         fh.write(str(value))
 
 
+#: A cgroup younger than this is never swept: another sandbox may be about to join it (it is empty
+#: between its ``mkdir`` and bubblewrap's ``echo 0 > cgroup.procs``).
+SWEEP_AGE = 60.0
+
+
 def _sweep(parent: str) -> None:
     """Remove the empty cgroups of sandboxes that ended without removing theirs (killed callers)."""
+    import time
+
+    now = time.time()
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             if name.startswith(CGROUP_PREFIX):
+                path = os.path.join(parent, name)
                 with contextlib.suppress(OSError):
-                    os.rmdir(os.path.join(parent, name))  # refused while a process is in it
+                    if now - os.stat(path).st_mtime > SWEEP_AGE:
+                        os.rmdir(path)  # refused while a process is in it
 
 
 # -- what this machine can enforce --------------------------------------------------------------

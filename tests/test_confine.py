@@ -33,6 +33,13 @@ def start(repo: Path) -> tuple[str, Path]:
     return info["run"], Path(info["worktree"])
 
 
+def visible() -> tuple[str, ...]:
+    """This interpreter and package, kept visible inside (the clone may lie below the private /tmp)."""
+    from sandbox.cli.isolation import installed_paths
+
+    return tuple(installed_paths([]))
+
+
 def isolation(**kw: object) -> confine.Isolation:
     fields: dict[str, object] = {"enabled": True, "network": False, "program": BWRAP, "interactive": False}
     fields.update(kw)
@@ -215,7 +222,7 @@ def test_tiocsti_is_refused(tmp_path: Path) -> None:
         "fd = os.open('/dev/null', os.O_RDWR)\n"
         "try:\n    fcntl.ioctl(fd, termios.TIOCSTI, b'x')\nexcept OSError as e:\n    print(e.errno)\n"
     )
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True)
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
     out = tmp_path / "out"
     proc = confine.spawn(
         isolation(interactive=True), policy, ["sh", "-c", f'{sys.executable} -c "$0" > out', code], str(tmp_path)

@@ -136,6 +136,9 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
             elif os.path.basename(folder) == "bin":
                 folder = os.path.dirname(folder)
             out.append(folder)
+        # A script the agent's interpreter runs (``python agent.py``, ``node cli.js``): the file alone,
+        # never its directory, which may be your working tree.
+        out += [a for a in argv[1:] if os.path.isabs(a) and os.path.isfile(a)]
     return [os.path.realpath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
 
 

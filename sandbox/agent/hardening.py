@@ -186,7 +186,8 @@ def make_cgroups(max_pids: int | None, max_memory: int | None) -> Cgroups:
         used.add(parent)
         _sweep(parent)
         path = os.path.join(parent, CGROUP_PREFIX + secrets.token_hex(6))
-        v1 = parent.startswith(os.path.join(CGROUP_ROOT, controller) + "/")
+        hierarchy = os.path.join(CGROUP_ROOT, controller)
+        v1 = parent == hierarchy or parent.startswith(hierarchy + "/")
         both = [("pids.max", max_pids), ("memory.max", max_memory)]
         limits = [(v1_file[controller], wanted[controller])] if v1 else both
         try:

@@ -86,6 +86,8 @@ def resolve(
 
     root = os.path.realpath(data_root(user_workdir))
     hidden = confine.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
+    if enabled and command == "run" and backend == "bwrap":
+        say_gaps_once(root)
     return confine.Isolation(
         enabled,
         net,
@@ -102,6 +104,33 @@ def resolve(
         unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
         limits=limits_of(cfg),
     )
+
+
+GAPS_FILE = "confinement-gaps"
+
+
+def say_gaps_once(data_root: str) -> None:
+    """What this machine cannot enforce, on stderr once (again only when it changes); ``sandbox doctor``
+    says it every time. The last words said are kept in the data directory."""
+    from sandbox.agent import hardening
+
+    gaps = "; ".join(hardening.probe().missing)
+    path = os.path.join(data_root, GAPS_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            said = fh.read()
+    except OSError:
+        said = ""
+    if gaps == said:
+        return
+    if gaps:
+        click.echo(f"sandbox: note: confinement here cannot enforce: {gaps} (see 'sandbox doctor').", err=True)
+    try:
+        os.makedirs(data_root, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(gaps)
+    except OSError:
+        pass  # said again next time
 
 
 def limits_of(cfg: Any) -> Any:

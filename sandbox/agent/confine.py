@@ -497,7 +497,9 @@ def policy_for(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
             for dest in isolation.private
         ),
-        masked=tuple(isolation.masked),
+        # The repository's config may hold credentials (a remote URL with a token, an http.extraHeader);
+        # the run's git has its own config and borrows only the objects.
+        masked=(*isolation.masked, real(os.path.join(common_dir, "config"))),
         env_allow=isolation.env_allow,
         limits=isolation.limits,
         reasons=tuple(hidden.items()),

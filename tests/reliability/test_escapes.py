@@ -497,6 +497,7 @@ def secrets_world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (user_repo / ".env").write_text("API_KEY=planted\n")  # ignored by the user's .gitignore below
+    git(user_repo, "remote", "add", "origin", "https://user:ghp_planted@github.com/u/r.git")
     with open(user_repo / ".gitignore", "a") as fh:
         fh.write(".env\n")
     other = make_repo(tmp_path / "other-repo", {"README.md": "other\n"})
@@ -532,6 +533,7 @@ def secrets_world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
                 **{rel: str(home / rel[2:]) for rel in planted},
                 "the user's ignored .env": str(user_repo / ".env"),
                 "the user's README in their tree": str(user_repo / "README.md"),
+                "the user's .git/config (a remote URL with a token)": str(user_repo / ".git" / "config"),
                 "another repository's run token": str(other / ".git" / "sandbox" / "runs" / other_run / "host.token"),
             },
             "env": sorted(LEAKY_ENV),

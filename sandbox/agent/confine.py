@@ -944,9 +944,10 @@ def spawn(
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
     try:
-        # Abstract Unix sockets are per network namespace: without one of its own the sandbox could
-        # reach the host's, so Landlock scopes them wherever the kernel can (in both cases: cheap).
-        if hardening.landlock_abi() >= hardening.SCOPE_ABI:
+        # Abstract Unix sockets are per network namespace: with one of its own (--network off) the
+        # sandbox reaches none outside; sharing the host's, Landlock scopes them where the kernel can
+        # (only then: it costs importing ctypes, a few ms of every `sandbox exec`).
+        if policy.network and hardening.landlock_abi() >= hardening.SCOPE_ABI:
             proc = hardening.scoped(start)
         else:
             proc = start()

@@ -473,3 +473,20 @@ def test_doctor_says_the_effective_policy(repo: Path) -> None:
     human = sandbox_cmd("doctor", cwd=repo)
     text = human.stdout.decode()
     assert human.returncode == 0 and "this machine cannot enforce" in text and "processes 77" in text, text
+
+
+@needs_bwrap
+def test_allow_read_keeps_one_file_of_a_masked_directory_readable(repo: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(exist_ok=True)
+    (home / ".ssh" / "known_hosts").write_text("github.com ssh-ed25519 AAAA\n")
+    (home / ".ssh" / "id_test").write_text("PRIVATE\n")
+    try:
+        (repo / ".sandbox.toml").write_text('[isolation]\nallow_read = ["~/.ssh/known_hosts"]\n')
+        run_id, _worktree = start(repo)
+        shown = f"cat {home}/.ssh/known_hosts; cat {home}/.ssh/id_test || echo masked"
+        proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.decode().split("\n")[:2] == ["github.com ssh-ed25519 AAAA", "masked"], proc.stdout
+    finally:
+        (home / ".ssh" / "id_test").unlink()

@@ -661,9 +661,13 @@ def bwrap_argv(
     mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--size", size, "--tmpfs", "/tmp"])]
     hidden = [path for path in policy.hidden if os.path.isdir(path)]
     mounts += [(_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in hidden]
-    for path in policy.readable:  # visible as on the host even if it lies below /tmp
+    covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
+    covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
+    for path in policy.readable:  # visible as on the host even if it lies below /tmp or a hidden dir
         real = os.path.realpath(path)
-        mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
+        # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
+        if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covered):
+            mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
     for path in policy.writable:
         mounts.append((_depth(path), 2, ["--bind", path, path]))
     for path in policy.extra_writable:

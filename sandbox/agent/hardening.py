@@ -177,7 +177,9 @@ def cgroup_parents() -> dict[str, str]:
 def make_cgroups(max_pids: int | None, max_memory: int | None) -> Cgroups:
     """A cgroup per limit asked for that this machine lets us make; an empty :class:`Cgroups` else."""
     made = Cgroups()
-    wanted = {"pids": max_pids, "memory": max_memory}
+    # Below root, RLIMIT_NPROC (set inside the sandbox's user namespace) already bounds the sandbox's
+    # own processes; a pids cgroup is needed only where it binds nothing, and each costs a cgroup move.
+    wanted = {"pids": max_pids if os.geteuid() == 0 else None, "memory": max_memory}
     v1_file = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
     used: set[str] = set()
     for controller, parent in cgroup_parents().items():

@@ -102,7 +102,7 @@ def resolve(
         hidden=tuple(hidden),
         env_allow=env_allow,
         unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
-        limits=limits_of(cfg),
+        limits=limits_of(cfg, command),
     )
 
 
@@ -133,8 +133,13 @@ def say_gaps_once(data_root: str) -> None:
         pass  # said again next time
 
 
-def limits_of(cfg: Any) -> Any:
-    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave)."""
+def limits_of(cfg: Any, command: str = "run") -> Any:
+    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave).
+
+    ``exec`` gets no memory bound unless ``max_memory`` is set: joining a memory cgroup costs every
+    short command several milliseconds (a cgroup move waits for an RCU grace period), while a
+    ``run`` session pays it once.
+    """
     from sandbox.agent import confine
 
     names = {
@@ -144,7 +149,10 @@ def limits_of(cfg: Any) -> Any:
         "max_memory": "max_memory",
         "max_call_size": "max_call_bytes",
     }
-    return confine.Limits(**{names[k]: v for k, v in cfg.limits.items()})
+    given = {names[k]: v for k, v in cfg.limits.items()}
+    if command != "run":
+        given.setdefault("max_memory", None)
+    return confine.Limits(**given)
 
 
 def installed_paths(argv: Sequence[str]) -> list[str]:
@@ -152,8 +160,8 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
     interpreter and package (its hooks run inside), and the agent's executable with its package."""
     import sandbox
 
+    # The console script lies in the venv's bin, below sys.prefix.
     out = [sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sandbox.__file__)]
-    out.append(os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else sys.prefix)
     if argv:
         found = shutil.which(argv[0]) if "/" not in argv[0] else os.path.abspath(argv[0])
         for path in (found, os.path.realpath(found)) if found else ():

@@ -440,7 +440,7 @@ def test_the_sandbox_and_the_agent_stay_visible_wherever_they_are_installed(tmp_
     agent.chmod(0o755)
     paths = installed_paths([str(agent)])
     assert str(tmp_path / "tools" / "node_modules") in paths
-    assert os.path.realpath(sys.prefix) in paths
+    assert os.path.abspath(sys.prefix) in paths
     policy = confine.Policy(writable=(str(tmp_path / "w"),), protected=(), readable=tuple(paths))
     (tmp_path / "w").mkdir()
     code = (

@@ -663,8 +663,10 @@ def bwrap_argv(
     mounts += [(_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in hidden]
     covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
     covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
-    for path in policy.readable:  # visible as on the host even if it lies below /tmp or a hidden dir
-        real = os.path.realpath(path)
+    # Visible as on the host even below /tmp or a hidden dir: where it leads, and (when a link leads
+    # there) the path as named, so a link that lies below the private /tmp still works inside.
+    readable = dict.fromkeys(p for path in policy.readable for p in (os.path.realpath(path), os.path.abspath(path)))
+    for real in readable:
         # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
         if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covered):
             mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))

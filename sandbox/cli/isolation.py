@@ -176,7 +176,8 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
         # A script the agent's interpreter runs (``python agent.py``, ``node cli.js``): the file alone,
         # never its directory, which may be your working tree.
         out += [a for a in argv[1:] if os.path.isabs(a) and os.path.isfile(a)]
-    return [os.path.realpath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
+    # As named (a link below /tmp must exist inside too); the sandbox binds where each leads as well.
+    return [os.path.abspath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
 
 
 def _expand(entry: str, home: str) -> str:

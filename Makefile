@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium
+.PHONY: venv demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium git-lfs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,16 @@ chromium:
 	    echo "make: chromium is missing; install it (Debian/Ubuntu: sudo apt-get install chromium), or the browser test of 'sandbox ui' cannot run." >&2; exit 1; \
 	  fi; }
 
+# The tests of large files checked in through Git LFS need git-lfs: installed here like bubblewrap.
+git-lfs:
+	@command -v git-lfs >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing git-lfs (apt-get install -y git-lfs)"; \
+	    apt-get install -y -qq git-lfs >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq git-lfs >/dev/null; }; \
+	  else \
+	    echo "make: git-lfs is missing; install it (Debian/Ubuntu: sudo apt-get install git-lfs; Fedora: sudo dnf install git-lfs; Arch: sudo pacman -S git-lfs), or the Git LFS tests cannot run." >&2; exit 1; \
+	  fi; }
+
 demo: $(STAMP)
 	$(BIN)/sandbox demo
 
@@ -64,7 +74,7 @@ lint: $(STAMP)
 # in file order (ONE_WORKER in tests/conftest.py, used with --dist loadgroup). The slowest tests are
 # listed at the end: the run must stay under ~10 min (CI runs this target).
 TEST_WORKERS ?= 3
-test: lint $(STAMP) $(AGENTS_STAMP) bwrap chromium
+test: lint $(STAMP) $(AGENTS_STAMP) bwrap git-lfs chromium
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 soak: $(STAMP)

@@ -33,6 +33,13 @@ def start(repo: Path) -> tuple[str, Path]:
     return info["run"], Path(info["worktree"])
 
 
+def visible() -> tuple[str, ...]:
+    """This interpreter and package, kept visible inside (the clone may lie below the private /tmp)."""
+    from sandbox.cli.isolation import installed_paths
+
+    return tuple(installed_paths([]))
+
+
 def isolation(**kw: object) -> confine.Isolation:
     fields: dict[str, object] = {"enabled": True, "network": False, "program": BWRAP, "interactive": False}
     fields.update(kw)
@@ -193,8 +200,8 @@ def test_the_mcp_servers_token_is_never_handed_to_a_confined_command(repo: Path)
     """A user who fixes ``sandbox mcp --http``'s token in their shell must not give it to the agents
     they start from that shell: with it, a confined agent could drive the server over loopback."""
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
-    env = {confine.MCP_TOKEN_ENV: "secret-token", "OTHER_VAR": "kept"}
-    shown = "echo token=${SANDBOX_MCP_TOKEN:-none} other=$OTHER_VAR"
+    env = {confine.MCP_TOKEN_ENV: "secret-token", "TZ": "kept"}  # SANDBOX_* passes, but never this one
+    shown = "echo token=${SANDBOX_MCP_TOKEN:-none} other=$TZ"
     proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.decode().strip() == "token=none other=kept"
@@ -215,7 +222,7 @@ def test_tiocsti_is_refused(tmp_path: Path) -> None:
         "fd = os.open('/dev/null', os.O_RDWR)\n"
         "try:\n    fcntl.ioctl(fd, termios.TIOCSTI, b'x')\nexcept OSError as e:\n    print(e.errno)\n"
     )
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True)
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
     out = tmp_path / "out"
     proc = confine.spawn(
         isolation(interactive=True), policy, ["sh", "-c", f'{sys.executable} -c "$0" > out', code], str(tmp_path)
@@ -358,3 +365,128 @@ def test_a_confined_agents_leftover_processes_die_with_it(repo: Path) -> None:
             break
         time.sleep(0.1)
     assert alive == [], alive
+
+
+# -- least privilege: settings, the environment, hidden commands, doctor --------------------------
+
+
+def test_least_privilege_settings_and_their_refusals(tmp_path: Path) -> None:
+    (tmp_path / ".sandbox.toml").write_text(
+        "[isolation]\n"
+        'deny_read = ["~/work/keys/"]\nallow_read = ["~/.npmrc"]\nenv_allow = ["MY_*"]\n'
+        'unix_sockets = ["/run/podman.sock"]\ntmpfs_size = "64M"\nmax_processes = 100\n'
+        'max_file_size = 4096\nmax_memory = "2G"\nmax_call_size = "10MiB"\n'
+    )
+    cfg = config.load(str(tmp_path))
+    assert cfg.deny_read == ["~/work/keys/"] and cfg.allow_read == ["~/.npmrc"] and cfg.env_allow == ["MY_*"]
+    assert cfg.unix_sockets == ["/run/podman.sock"]
+    assert cfg.limits == {
+        "tmpfs_size": 64 * 2**20,
+        "max_processes": 100,
+        "max_file_size": 4096,
+        "max_memory": 2 * 2**30,
+        "max_call_size": 10 * 2**20,
+    }
+    for bad, message in (
+        ('tmpfs_size = "lots"', "isolation.tmpfs_size must be a positive size"),
+        ("max_processes = 0", "isolation.max_processes must be a positive whole number"),
+        ('max_processes = "10"', "isolation.max_processes must be a positive whole number"),
+        ("deny_read = '~/.x'", "isolation.deny_read must be an array of strings"),
+    ):
+        (tmp_path / ".sandbox.toml").write_text(f"[isolation]\n{bad}\n")
+        with pytest.raises(config.ConfigError, match=message):
+            config.load(str(tmp_path))
+
+
+def test_the_environment_passes_by_allowlist_and_the_sandboxs_own_variables_after_it() -> None:
+    env = {
+        "PATH": "/bin",
+        "LC_ALL": "C",
+        "GITHUB_TOKEN": "t",
+        "SSH_AUTH_SOCK": "/s",
+        "DBUS_SESSION_BUS_ADDRESS": "x",
+        "ANTHROPIC_API_KEY": "k",
+        "SANDBOX_RUN": "r",
+        confine.MCP_TOKEN_ENV: "m",
+    }
+    assert confine.filter_env(env, confine.DEFAULT_ENV_ALLOW) == {"PATH": "/bin", "LC_ALL": "C", "SANDBOX_RUN": "r"}
+    claude = (*confine.DEFAULT_ENV_ALLOW, *confine.AGENT_ENV["claude"])
+    assert "ANTHROPIC_API_KEY" in confine.filter_env(env, claude)
+    assert "GITHUB_TOKEN" in confine.filter_env(env, (*claude, "GITHUB_*"))
+
+
+@needs_bwrap
+def test_a_command_hidden_inside_gets_one_line_naming_its_path_and_why(repo: Path) -> None:
+    run_id, _worktree = start(repo)
+    tool = repo / "tool.sh"
+    tool.write_text("#!/bin/sh\necho ran\n")
+    tool.chmod(0o755)
+    proc = sandbox_cmd("exec", run_id, "--", str(tool), cwd=repo)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.count("\n") == 1 and str(tool) in err and "your working tree" in err, err
+    assert b"ran" not in proc.stdout
+
+
+@needs_bwrap
+def test_the_sandbox_and_the_agent_stay_visible_wherever_they_are_installed(tmp_path: Path) -> None:
+    """Installed below /tmp (private inside), the interpreter, the sandbox's package and the agent's
+    executable are bound back read-only."""
+    from sandbox.cli.isolation import installed_paths
+
+    agent = tmp_path / "tools" / "node_modules" / "@x" / "agent" / "bin" / "agent"
+    agent.parent.mkdir(parents=True)
+    agent.write_text("#!/bin/sh\necho agent-ran\n")
+    agent.chmod(0o755)
+    paths = installed_paths([str(agent)])
+    assert str(tmp_path / "tools" / "node_modules") in paths
+    assert os.path.abspath(sys.prefix) in paths
+    policy = confine.Policy(writable=(str(tmp_path / "w"),), protected=(), readable=tuple(paths))
+    (tmp_path / "w").mkdir()
+    code = (
+        "import sandbox, sys; print('py-ran', sandbox.__name__); sys.stdout.flush(); "
+        f"import subprocess; subprocess.run([{str(agent)!r}])"
+    )
+    box = confine.spawn(isolation(), policy, [sys.executable, "-c", code], str(tmp_path / "w"), stdout=subprocess.PIPE)
+    out = box.proc.communicate(timeout=60)[0]
+    assert box.wait() == 0 and b"py-ran sandbox" in out and b"agent-ran" in out, out
+
+
+@needs_bwrap
+def test_doctor_says_the_effective_policy(repo: Path) -> None:
+    from sandbox.cli import outputs
+
+    home = Path(os.environ["HOME"])
+    (home / ".aws").mkdir(exist_ok=True)
+    (home / ".aws" / "credentials").write_text("[default]\n")
+    (repo / ".sandbox.toml").write_text('[isolation]\nmax_processes = 77\ntmpfs_size = "64M"\n')
+    run_id, worktree = start(repo)
+    proc = sandbox_cmd("doctor", run_id, "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    data = outputs.check("doctor", json.loads(proc.stdout))
+    assert data.run == run_id and data.isolate and str(worktree.resolve()) in data.writable
+    assert str(home / ".aws") in data.masked
+    hidden = {h.path: h.why for h in data.hidden}
+    assert "your working tree" in hidden[str(repo.resolve())]
+    assert data.limits.max_processes == 77 and data.limits.tmpfs_bytes == 64 * 2**20
+    assert "SSH_AUTH_SOCK" not in data.env_allow and data.network.run == "on" and data.network.exec == "off"
+    human = sandbox_cmd("doctor", cwd=repo)
+    text = human.stdout.decode()
+    assert human.returncode == 0 and "this machine cannot enforce" in text and "processes 77" in text, text
+
+
+@needs_bwrap
+def test_allow_read_keeps_one_file_of_a_masked_directory_readable(repo: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(exist_ok=True)
+    (home / ".ssh" / "known_hosts").write_text("github.com ssh-ed25519 AAAA\n")
+    (home / ".ssh" / "id_test").write_text("PRIVATE\n")
+    try:
+        (repo / ".sandbox.toml").write_text('[isolation]\nallow_read = ["~/.ssh/known_hosts"]\n')
+        run_id, _worktree = start(repo)
+        shown = f"cat {home}/.ssh/known_hosts; cat {home}/.ssh/id_test || echo masked"
+        proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.decode().split("\n")[:2] == ["github.com ssh-ed25519 AAAA", "masked"], proc.stdout
+    finally:
+        (home / ".ssh" / "id_test").unlink()

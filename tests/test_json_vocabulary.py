@@ -141,6 +141,7 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
 
     cli_json(runner, "drop", *c, "drop", agent["run"], "--force")
     cli_json(runner, "gc", *c, "gc")
+    assert cli_json(runner, "doctor", *c, "doctor", kept["kept"])["run"] == kept["kept"]
 
 
 def test_demo_json(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import os
 import signal
 import struct
@@ -57,6 +58,7 @@ from sandbox.errors import SandboxError
 from sandbox.store import layout
 
 if TYPE_CHECKING:
+    from sandbox.agent.hardening import Cgroups
     from sandbox.run.run import Run
 
 #: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
@@ -119,6 +121,144 @@ WITHHELD_ENV = (MCP_TOKEN_ENV,)
 PROXY_SOCKET = "net.sock"
 _PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
+#: Secrets masked inside by default (``~/`` is the user's home, expanded by the CLI): each existing
+#: directory is replaced by an empty read-only one, each file by an empty one. ``deny_read`` adds to
+#: it, ``allow_read`` takes from it ([isolation] in ``.sandbox.toml``). The agent's own state
+#: (:data:`DEFAULT_AGENT_STATE`) is not a secret and is never in it. See docs/confinement.md.
+DEFAULT_DENY_READ = (
+    # keys and cloud credentials
+    "~/.ssh/",
+    "~/.gnupg/",
+    "~/.aws/",
+    "~/.azure/",
+    "~/.config/gcloud/",
+    "~/.kube/",
+    "~/.docker/config.json",
+    "~/.oci/",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.vault-token",
+    # tokens of git hosts and package registries
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.config/git/credentials",
+    "~/.config/gh/",
+    "~/.config/hub",
+    "~/.config/glab-cli/",
+    "~/.npmrc",
+    "~/.yarnrc.yml",
+    "~/.pypirc",
+    "~/.config/pip/pip.conf",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.gem/credentials",
+    "~/.m2/settings-security.xml",
+    "~/.pgpass",
+    "~/.my.cnf",
+    # password stores and keyrings
+    "~/.password-store/",
+    "~/.local/share/keyrings/",
+    "~/.config/op/",
+    "~/.config/Bitwarden/",
+    "~/.config/keepassxc/",
+    # browser profiles (cookies, saved passwords)
+    "~/.mozilla/",
+    "~/.config/google-chrome/",
+    "~/.config/chromium/",
+    "~/.config/BraveSoftware/",
+    "~/.config/microsoft-edge/",
+    "~/snap/firefox/",
+    # shell and REPL histories
+    "~/.bash_history",
+    "~/.zsh_history",
+    "~/.zhistory",
+    "~/.histfile",
+    "~/.local/share/fish/",
+    "~/.python_history",
+    "~/.node_repl_history",
+    "~/.psql_history",
+    "~/.mysql_history",
+    "~/.sqlite_history",
+    "~/.lesshst",
+    "~/.viminfo",
+)
+#: Directories where daemons put their Unix sockets (``docker.sock``, the user's D-Bus bus, ssh and
+#: gpg agents under ``/run/user/<uid>``): not visible inside. With the private ``/tmp`` and the masked
+#: ``~/.ssh`` / ``~/.gnupg`` this is the mount view that keeps path sockets out of reach (the module
+#: docstring says what it does not cover); ``unix_sockets`` binds chosen ones back.
+SOCKET_DIRS = ("/run", "/var/run")
+#: Files below a hidden directory that a confined process still needs (DNS: ``resolv.conf`` is often
+#: a link into ``/run/systemd/resolve``); bound read-only wherever they lead.
+KEEP_FILES = ("/etc/resolv.conf",)
+#: The variables a confined process inherits from the caller's environment (``fnmatch`` patterns).
+#: Everything else (``SSH_AUTH_SOCK``, ``DBUS_*``, ``DISPLAY``, ``WAYLAND_*``, ``*_TOKEN``, ``AWS_*``,
+#: ...) is dropped unless the agent's own names (:data:`AGENT_ENV`) or ``env_allow`` name it.
+DEFAULT_ENV_ALLOW = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "HOSTNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "COLORTERM",
+    "TERM_PROGRAM",
+    "COLUMNS",
+    "LINES",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "TZ",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONIOENCODING",
+    "VIRTUAL_ENV",
+    "GIT_AUTHOR_*",
+    "GIT_COMMITTER_*",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_KEY_*",
+    "GIT_CONFIG_VALUE_*",
+    "SANDBOX_*",  # our own (SANDBOX_RUN, SANDBOX_SESSION, ...); WITHHELD_ENV still applies
+)
+#: The variables each agent needs, by the family name of its command (``claude``, ``gemini``, ``codex``).
+AGENT_ENV = {
+    "claude": ("ANTHROPIC_*", "CLAUDE_*", "CLAUDECODE", "IS_SANDBOX", "DISABLE_*", "MCP_*", "BASH_*_TIMEOUT_MS"),
+    "gemini": ("GEMINI_*", "GOOGLE_*"),
+    "codex": ("OPENAI_*", "CODEX_*"),
+}
+GIB = 1024**3
+_SMALL = str(1024 * 1024)  # the size of a hidden directory's tmpfs: it only holds mount points
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a confined process may consume. None: not bounded."""
+
+    #: Size of the private ``/tmp`` and ``/dev/shm`` (RAM-backed tmpfs).
+    tmpfs_bytes: int = GIB
+    #: Processes (and threads): a pids cgroup where one can be made, and ``RLIMIT_NPROC``.
+    max_processes: int | None = 4096
+    #: The largest file a process may write (``RLIMIT_FSIZE``).
+    max_file_bytes: int | None = 16 * GIB
+    #: Memory of all its processes together (a memory cgroup, where one can be made).
+    max_memory: int | None = 8 * GIB
+    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded.
+    max_call_bytes: int | None = None
+
 
 class ConfinementError(SandboxError):
     """OS confinement was asked for and cannot be had (no bubblewrap, no user namespaces, ...)."""
@@ -158,6 +298,15 @@ class Isolation:
     def network_mode(self) -> str:
         """``on``, ``off`` or ``allow`` (through the run's allowlist proxy)."""
         return "allow" if self.allow is not None and not self.network else "on" if self.network else "off"
+    #: Secrets masked inside (absolute; :data:`DEFAULT_DENY_READ` as the settings leave it).
+    masked: tuple[str, ...] = ()
+    #: Directories not visible at all (the sandbox data directory, other repositories' run state).
+    hidden: tuple[str, ...] = ()
+    #: The inherited environment variables that pass (``fnmatch`` patterns, :data:`DEFAULT_ENV_ALLOW`).
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    #: Unix sockets (paths) kept reachable although they lie in a hidden directory.
+    unix_sockets: tuple[str, ...] = ()
+    limits: Limits = Limits()
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -191,6 +340,13 @@ class Policy:
     proxy: str | None = None
     #: The run's agent homes, writable (below the run's directory, which is read-only).
     homes: tuple[str, ...] = field(default=())
+    #: Secrets replaced by an empty directory or file (:data:`DEFAULT_DENY_READ`).
+    masked: tuple[str, ...] = field(default=())
+    #: Inherited environment variables that pass (patterns); the sandbox's own are set after.
+    env_allow: tuple[str, ...] = field(default=DEFAULT_ENV_ALLOW)
+    limits: Limits = field(default=Limits())
+    #: Why each hidden directory is hidden, for the line a hidden command gets.
+    reasons: tuple[tuple[str, str], ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -324,22 +480,42 @@ def policy_for_run(isolation: Isolation, run: Run) -> Policy:
 def policy_for(
     isolation: Isolation, *, common_dir: str, run_id: str, worktree: str, user_workdir: str | None
 ) -> Policy:
-    """The policy for a command of run ``run_id``."""
+    """The policy for a command of run ``run_id``.
+
+    Hidden (an empty read-only directory in its place): the user's working tree (the agent has its
+    worktree), the sandbox's state in the repository (``.git/sandbox``: every run's token, the host's
+    files) and in other repositories, the data directory with every run's home, and the socket
+    directories. Bound back read-only below them: this run's own directory (its token, the ``place``
+    its hooks check), the host's directory (its socket), the run's home (the ``origin`` file),
+    :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
+    (the home, the sandbox's interpreter, the agent's executable). The user's ``.git`` stays readable
+    (the run's git borrows its objects) and read-only.
+    """
+    real = os.path.realpath
+    hidden = hidden_dirs(isolation, common_dir, user_workdir)
+
+    def is_hidden(path: str) -> bool:
+        return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)
+
+    keep = [real(p) for p in KEEP_FILES if os.path.exists(p) and is_hidden(real(p))]
+    sockets = [real(p) for p in isolation.unix_sockets if os.path.exists(p)]
+    readable = (
+        *isolation.readable,
+        real(layout.run_dir(common_dir, run_id)),
+        real(layout.host_dir(common_dir)),
+        *run_readable_paths(common_dir, run_id),
+        *keep,
+        *sockets,
+    )
+    protected = [p for p in protected_paths(common_dir, user_workdir) if p not in hidden]
     return Policy(
         writable=tuple(run_writable_paths(common_dir, run_id, worktree)),
-        protected=tuple(protected_paths(common_dir, user_workdir)),
+        protected=tuple(protected),
         network=isolation.network,
         interactive=isolation.interactive,
         extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
-        # The other runs' scratch dirs are hidden: the host's path socket can be connected to on a
-        # read-only mount, and a run's token (in its scratch dir) is what lets a request record into
-        # that run. Its own stays.
-        readable=(
-            *isolation.readable,
-            os.path.realpath(layout.run_dir(common_dir, run_id)),
-            *run_readable_paths(common_dir, run_id),
-        ),
-        hidden=(os.path.realpath(layout.runs_dir(common_dir)),),
+        readable=readable,
+        hidden=tuple(p for p in hidden if p != "/tmp"),
         config=isolation.config,
         # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
         homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
@@ -352,6 +528,12 @@ def policy_for(
             if isolation.network_mode == "allow"
             else None
         ),
+        # The repository's config may hold credentials (a remote URL with a token, an http.extraHeader);
+        # the run's git has its own config and borrows only the objects.
+        masked=(*isolation.masked, real(os.path.join(common_dir, "config"))),
+        env_allow=isolation.env_allow,
+        limits=isolation.limits,
+        reasons=tuple(hidden.items()),
     )
 
 
@@ -377,6 +559,71 @@ def without_state(isolation: Isolation, replaced: Sequence[str]) -> Isolation:
         config=tuple(p for p in isolation.config if kept(p)),
         private=tuple(p for p in isolation.private if kept(p)),
     )
+
+
+def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None) -> dict[str, str]:
+    """The directories not visible inside a run's sandbox (the private ``/tmp`` too), each with why."""
+    real = os.path.realpath
+    state = real(layout.state_dir(common_dir))
+    reasons = [(state, "the sandbox's own state (every run's token, the host's files)")]
+    if user_workdir:
+        reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
+    reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
+    reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    reasons.append(("/tmp", "/tmp, which is private inside the sandbox"))
+    hidden: dict[str, str] = {}
+    for path, why in reasons:
+        if path != "/" and os.path.isdir(path):
+            hidden.setdefault(path, why)
+    return hidden
+
+
+def hidden_reason(policy: Policy, path: str) -> str | None:
+    """Why ``path`` (absolute, resolved) is not visible inside under ``policy``; None when it is.
+
+    The deepest mount covering it decides: a path bound back below a hidden directory is visible.
+    """
+    shown = [*policy.readable, *policy.writable, *policy.extra_writable, *policy.protected]
+    best: tuple[int, str | None] = (-1, None)
+    secrets = [(m.rstrip("/"), "a secret masked by the deny-read set") for m in policy.masked]
+    for root, why in [*policy.reasons, *secrets]:
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            best = max(best, (_depth(root), why), key=lambda b: b[0])
+    if best[1] is None:
+        return None
+    for root in shown:
+        root = os.path.realpath(root.rstrip("/"))
+        if (path == root or path.startswith(root + "/")) and _depth(root) > best[0]:
+            return None
+    return best[1]
+
+
+def filter_env(env: Mapping[str, str], allow: Sequence[str]) -> dict[str, str]:
+    """The variables of ``env`` that a confined process inherits: those ``allow`` names, never :data:`WITHHELD_ENV`."""
+    return {k: v for k, v in env.items() if k not in WITHHELD_ENV and any(fnmatch.fnmatchcase(k, p) for p in allow)}
+
+
+def other_state_dirs(data_root: str, common_dir: str) -> list[str]:
+    """The ``.git/sandbox`` of every other repository with a run home under ``data_root`` (their tokens
+    and host sockets), found through the homes' ``origin`` files; plus ``data_root`` itself."""
+    out = [data_root]
+    repos = os.path.join(data_root, "repos")
+    own = os.path.realpath(common_dir)
+    seen = {own}
+    with contextlib.suppress(OSError):
+        for key in os.listdir(repos):
+            with contextlib.suppress(OSError):
+                for run in os.listdir(os.path.join(repos, key)):
+                    try:
+                        with open(os.path.join(repos, key, run, layout.ORIGIN_FILE), encoding="utf-8") as fh:
+                            origin = fh.read(4096).strip()
+                    except (OSError, UnicodeError):
+                        continue
+                    if os.path.isabs(origin) and os.path.realpath(origin) not in seen:
+                        seen.add(os.path.realpath(origin))
+                        out.append(layout.state_dir(origin))
+                    break  # one home names the repository of all of them
+    return out
 
 
 def _copy_name(path: str) -> str:
@@ -461,15 +708,23 @@ def bwrap_argv(
         out.append("--unshare-net")
     if not policy.interactive:
         out.append("--new-session")
-    out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    size = str(policy.limits.tmpfs_bytes)
+    out += ["--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     for cover in _PROC_COVER:
         out += ["--ro-bind-try", cover, cover]
-    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected.
-    mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--tmpfs", "/tmp"])]
-    mounts += [(_depth(path), 0, ["--tmpfs", path]) for path in policy.hidden if os.path.isdir(path)]
-    for path in policy.readable:  # visible as on the host even if it lies below /tmp
-        real = os.path.realpath(path)
-        mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
+    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected, masks.
+    mounts: list[tuple[int, int, list[str]]] = [(_depth("/tmp"), 0, ["--size", size, "--tmpfs", "/tmp"])]
+    hidden = [path for path in policy.hidden if os.path.isdir(path)]
+    mounts += [(_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in hidden]
+    covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
+    covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
+    # Visible as on the host even below /tmp or a hidden dir: where it leads, and (when a link leads
+    # there) the path as named, so a link that lies below the private /tmp still works inside.
+    readable = dict.fromkeys(p for path in policy.readable for p in (os.path.realpath(path), os.path.abspath(path)))
+    for real in readable:
+        # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
+        if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covered):
+            mounts.append((_depth(real), 1, ["--ro-bind-try", real, real]))
     for path in policy.writable:
         mounts.append((_depth(path), 2, ["--bind", path, path]))
     for path in policy.extra_writable:
@@ -487,22 +742,44 @@ def bwrap_argv(
         if os.path.isfile(dest) and os.path.isfile(copy):
             real = os.path.realpath(dest)
             mounts.append((_depth(real), 3, ["--bind", copy, real]))
+    masked_dirs = []
+    for entry in policy.masked:  # secrets: an empty directory or file in their place, last of all
+        real = os.path.realpath(entry.rstrip("/"))
+        if os.path.isdir(real):
+            masked_dirs.append(real)
+            mounts.append((_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
+        elif os.path.exists(real):
+            mounts.append((_depth(real), 4, ["--ro-bind", "/dev/null", real]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
-    for path in policy.hidden:  # read-only once the run's own dir is mounted inside it
-        if os.path.isdir(path):
-            out += ["--remount-ro", path]
+    for path in [*hidden, *masked_dirs]:  # read-only once what is bound back is mounted inside
+        out += ["--remount-ro", path]
     out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
     # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)
     # that the sandbox is set up, so a failed setup is never taken for the command's own exit.
-    shim = _SHIM if started_fd is None else f"printf s >/proc/self/fd/{started_fd}; {_SHIM}"
+    shim = _limits_shell(policy.limits) + _SHIM
+    if started_fd is not None:
+        shim = f"printf s >/proc/self/fd/{started_fd}; {shim}"
     if policy.proxy is not None:  # the forwarder to the run's proxy listens before the agent starts
         from sandbox.agent import bridge
 
         argv = bridge.wrap(argv, policy.proxy)
     out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]
+    return out
+
+
+def _limits_shell(limits: Limits) -> str:
+    """``ulimit`` for the shim: inside the sandbox's user namespace the kernel counts RLIMIT_NPROC
+    per namespace, so the bound is the sandbox's own (set outside, it would count every process of
+    the user). dash spells the process limit ``-p``, bash ``-u``; ``-f`` counts 512-byte blocks."""
+    out = ""
+    if limits.max_processes is not None:
+        n = limits.max_processes
+        out += f"ulimit -u {n} 2>/dev/null || ulimit -p {n} 2>/dev/null; "
+    if limits.max_file_bytes is not None:
+        out += f"ulimit -f {max(limits.max_file_bytes // 512, 1)} 2>/dev/null; "
     return out
 
 
@@ -580,8 +857,11 @@ def seatbelt_profile(policy: Policy) -> str:
 class Confined:
     """A command running in a sandbox: ``wait`` and ``send_signal`` like :class:`subprocess.Popen`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], started_fd: int | None, session: bool) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], started_fd: int | None, session: bool, cgroups: Cgroups | None = None
+    ) -> None:
         self.proc = proc
+        self._cgroups = cgroups
         self.pid = proc.pid
         self._started_fd = started_fd
         self._session = session
@@ -625,6 +905,8 @@ class Confined:
                 if self._session:
                     self.send_signal(signal.SIGINT)
                 continue  # otherwise the command got the same SIGINT from the terminal
+        if self._cgroups is not None:
+            self._cgroups.remove()
         fd, self._started_fd = self._started_fd, None
         if fd is not None:
             try:
@@ -678,24 +960,32 @@ def spawn(
     cwd: str,
     *,
     env: Mapping[str, str] | None = None,
+    own_env: Mapping[str, str] | None = None,
     stdin: int | IO[bytes] | None = None,
     stdout: int | IO[bytes] | None = None,
     stderr: int | IO[bytes] | None = None,
 ) -> Confined:
     """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would.
 
+    ``env`` (default: this process's) is filtered by the policy's allowlist; ``own_env``, what the
+    sandbox itself sets for the command, is added after the filter. A command that lies in a
+    directory hidden inside is refused with :class:`ConfinementError` naming the path and why.
     ``stdin``/``stdout``/``stderr`` are passed to :class:`subprocess.Popen` (``sandbox mcp`` captures
     a command's output: its own stdout is the protocol's channel).
     """
     check(isolation)
     assert isolation.program is not None
     prepare_config(policy)
-    # The environment is passed on as given (or as this process has it), less what is withheld.
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in WITHHELD_ENV}
+    base = os.environ if env is None else env
+    env = filter_env(base, policy.env_allow)
+    env.update({k: v for k, v in (own_env or {}).items() if k not in WITHHELD_ENV})
+    _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""))
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
         return Confined(seatbelt, None, session=False)
+    from sandbox.agent import hardening
+
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
@@ -708,16 +998,58 @@ def spawn(
         os.close(seccomp_w)
         fds.append(seccomp_fd)
     full = bwrap_argv(isolation.program, policy, argv, cwd, started_fd=started_w, seccomp_fd=seccomp_fd)
-    # The child inherits the signal mask. Blocking here rather than in a preexec_fn keeps
-    # subprocess on its vfork path (a preexec_fn costs a full fork of this process, ~6 ms).
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_BLOCKED))
+    groups = hardening.make_cgroups(policy.limits.max_processes, policy.limits.max_memory)
+    full = groups.join_argv() + full
+
+    def start() -> subprocess.Popen[bytes]:
+        # The child inherits the signal mask. Blocking here rather than in a preexec_fn keeps
+        # subprocess on its vfork path (a preexec_fn costs a full fork of this process, ~6 ms).
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_BLOCKED))
+        try:
+            return subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds, stdin=stdin, stdout=stdout, stderr=stderr)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
     try:
-        proc = subprocess.Popen(full, cwd=cwd, env=env, pass_fds=fds, stdin=stdin, stdout=stdout, stderr=stderr)
+        # Abstract Unix sockets are per network namespace: with one of its own (--network off) the
+        # sandbox reaches none outside; sharing the host's, Landlock scopes them where the kernel can
+        # (only then: it costs importing ctypes, a few ms of every `sandbox exec`).
+        if policy.network and hardening.landlock_abi() >= hardening.SCOPE_ABI:
+            proc = hardening.scoped(start)
+        else:
+            proc = start()
     except BaseException:
         os.close(started_r)
+        groups.remove()
         raise
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for fd in fds:
             os.close(fd)
-    return Confined(proc, started_r, session=not policy.interactive)
+    return Confined(proc, started_r, session=not policy.interactive, cgroups=groups)
+
+
+def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_var: str) -> None:
+    """One line naming the command's path and why it is not visible inside, before anything starts."""
+    if not argv:
+        return
+    name = argv[0]
+    if "/" in name:
+        found = os.path.join(cwd, name)
+    else:
+        found = ""
+        for folder in path_var.split(os.pathsep):
+            candidate = os.path.join(folder or ".", name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                found = candidate if os.path.isabs(candidate) else os.path.join(cwd, candidate)
+                break
+    if not found or not os.path.exists(found):
+        return  # the shell inside says "not found", as it would outside
+    real = os.path.realpath(found)
+    why = hidden_reason(policy, real)
+    if why is not None:
+        raise ConfinementError(
+            f"The command {name}{'' if name == real else f' ({real})'} is not visible inside the sandbox: "
+            f"it lies in {why}; "
+            "copy it into the run's worktree, keep its directory readable (allow_read in [isolation]), "
+            f"{OPT_OUT}."
+        )

@@ -45,6 +45,7 @@ COMMANDS = {
     "serve": "sandbox.cli.serve:serve",
     "ui": "sandbox.cli.ui:ui",
     "mcp": "sandbox.cli.mcp:mcp",
+    "doctor": "sandbox.cli.doctor:doctor",
     # runs that travel and multiply
     "push": "sandbox.cli.push:push",
     "fetch": "sandbox.cli.fetch:fetch",

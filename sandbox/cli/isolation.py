@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -57,11 +57,13 @@ def resolve(
     isolate: str | None,
     network: str | None,
     agent: tuple[str, str | None] | None = None,
+    argv: Sequence[str] = (),
 ) -> Isolation:
     """The confinement asked for by the flags, else by the user's settings, else the defaults.
 
     ``agent``: the command and ``--hooks`` adapter of ``sandbox run``, whose model endpoints (and
-    base-URL variable's host) start the allowlist of ``--network allow``.
+    base-URL variable's host) start the allowlist of ``--network allow``. ``argv``: the agent
+    ``sandbox run`` starts (its variables pass, and its executable stays visible).
     """
     from sandbox.agent import confine
     from sandbox.run import config
@@ -87,10 +89,21 @@ def resolve(
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    readable = (home,) if os.path.isabs(home) and home != "/" else ()
     if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
         return confine.Isolation(False, net, program, backend, inherited=True)
     settings, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    allowed = [_expand(p, home) for p in cfg.allow_read]
+    masked = [p for p in (_expand(e, home) for e in (*confine.DEFAULT_DENY_READ, *cfg.deny_read)) if p not in allowed]
+    readable = [home] if os.path.isabs(home) and home != "/" else []
+    readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
+    family = os.path.basename(argv[0]).split(".")[0].split("-")[0] if argv else ""
+    env_allow = (*confine.DEFAULT_ENV_ALLOW, *confine.AGENT_ENV.get(family, ()), *cfg.env_allow)
+    from sandbox.cli.common import data_root
+
+    root = os.path.realpath(data_root(user_workdir))
+    hidden = confine.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
+    if enabled and command == "run" and backend == "bwrap":
+        say_gaps_once(root)
     return confine.Isolation(
         enabled,
         net,
@@ -98,10 +111,15 @@ def resolve(
         backend,
         tuple(writable),
         interactive,
-        readable,
+        tuple(dict.fromkeys(readable)),
         config=tuple(settings),
         private=tuple(private),
         allow=allow,
+        masked=tuple(masked),
+        hidden=tuple(hidden),
+        env_allow=env_allow,
+        unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
+        limits=limits_of(cfg, command),
     )
 
 
@@ -115,6 +133,91 @@ def _allowlist(extra: list[str], agent: tuple[str, str | None] | None) -> tuple[
         return tuple(netproxy.default_allowlist(who, os.environ, extra))
     except netproxy.AllowlistError as exc:
         raise ConfigError(f"[network] allow in your settings: {exc}; write host, host:port or *.domain.") from None
+
+
+GAPS_FILE = "confinement-gaps"
+
+
+def say_gaps_once(data_root: str) -> None:
+    """What this machine cannot enforce, on stderr once (again only when it changes); ``sandbox doctor``
+    says it every time. The last words said are kept in the data directory."""
+    from sandbox.agent import hardening
+
+    gaps = "; ".join(hardening.probe().missing)
+    path = os.path.join(data_root, GAPS_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            said = fh.read()
+    except OSError:
+        said = ""
+    if gaps == said:
+        return
+    if gaps:
+        click.echo(f"sandbox: note: confinement here cannot enforce: {gaps} (see 'sandbox doctor').", err=True)
+    try:
+        os.makedirs(data_root, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(gaps)
+    except OSError:
+        pass  # said again next time
+
+
+def limits_of(cfg: Any, command: str = "run") -> Any:
+    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave).
+
+    ``exec`` gets no memory bound unless ``max_memory`` is set: joining a memory cgroup costs every
+    short command several milliseconds (a cgroup move waits for an RCU grace period), while a
+    ``run`` session pays it once.
+    """
+    from sandbox.agent import confine
+
+    names = {
+        "tmpfs_size": "tmpfs_bytes",
+        "max_processes": "max_processes",
+        "max_file_size": "max_file_bytes",
+        "max_memory": "max_memory",
+        "max_call_size": "max_call_bytes",
+    }
+    given = {names[k]: v for k, v in cfg.limits.items()}
+    if command != "run":
+        given.setdefault("max_memory", None)
+    return confine.Limits(**given)
+
+
+def installed_paths(argv: Sequence[str]) -> list[str]:
+    """What must stay visible inside wherever it is installed (even under ``/tmp``): this sandbox's
+    interpreter and package (its hooks run inside), and the agent's executable with its package."""
+    import sandbox
+
+    # The console script lies in the venv's bin, below sys.prefix.
+    out = [sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sandbox.__file__)]
+    if argv:
+        found = shutil.which(argv[0]) if "/" not in argv[0] else os.path.abspath(argv[0])
+        for path in (found, os.path.realpath(found)) if found else ():
+            folder = os.path.dirname(path)
+            # A node agent needs its whole node_modules (its dependencies lie beside it).
+            parts = folder.split(os.sep)
+            if "node_modules" in parts:
+                folder = os.sep.join(parts[: parts.index("node_modules") + 1])
+            elif os.path.basename(folder) == "bin":
+                folder = os.path.dirname(folder)
+            out.append(folder)
+        # A script the agent's interpreter runs (``python agent.py``, ``node cli.js``): the file alone,
+        # never its directory, which may be your working tree.
+        out += [a for a in argv[1:] if os.path.isabs(a) and os.path.isfile(a)]
+    # As named (a link below /tmp must exist inside too); the sandbox binds where each leads as well.
+    return [os.path.abspath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
+
+
+def _expand(entry: str, home: str) -> str:
+    path = entry.rstrip("/") or "/"
+    if path == "~" or path.startswith("~/"):
+        path = home if path == "~" else os.path.join(home, path[2:])
+    return os.path.abspath(path)
+
+
+def _common_dir(user_workdir: str | None) -> str:
+    return os.path.join(user_workdir, ".git") if user_workdir else ""
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

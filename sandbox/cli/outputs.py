@@ -521,6 +521,53 @@ class CompletionOutput(Output):
     install: str
 
 
+class DoctorHidden(Output):
+    """A directory not visible inside, and why."""
+
+    path: str
+    why: str
+
+
+class DoctorNetwork(Output):
+    """The network a confined agent has."""
+
+    run: str
+    exec: str
+    allow: list[str] | None = Field(description="The proxy's allowlist (None: no proxy; the network is on or off).")
+
+
+class DoctorLimits(Output):
+    """What a confined process may consume (None: not bounded)."""
+
+    tmpfs_bytes: int
+    max_processes: int | None
+    max_file_bytes: int | None
+    max_memory: int | None
+    max_call_bytes: int | None
+
+
+class DoctorOutput(Output):
+    """``sandbox doctor --json``: the effective confinement policy."""
+
+    run: str | None
+    isolate: bool
+    backend: str
+    unavailable: str | None = Field(description="Why confinement cannot be had here (None: it can).")
+    readable: str
+    writable: list[str]
+    read_only_inside_writable: list[str]
+    hidden: list[DoctorHidden]
+    masked: list[str] = Field(description="The masked secrets that exist here.")
+    deny_read: list[str]
+    env_allow: list[str]
+    network: DoctorNetwork
+    unix_sockets: list[str]
+    limits: DoctorLimits
+    landlock_abi: int | None
+    cgroups: list[str]
+    cannot_enforce: list[str]
+
+
 #: Each command's ``--json`` output. ``hook`` answers in the agent's hook protocol (hooks/README.md);
 #: ``schema`` prints JSON Schema documents.
 COMMANDS: dict[str, Any] = {
@@ -565,6 +612,7 @@ COMMANDS: dict[str, Any] = {
     "hooks install": HooksInstallOutput,
     "demo": DemoOutput,
     "completion": CompletionOutput,
+    "doctor": DoctorOutput,
     "schema": dict[str, Any],
 }
 

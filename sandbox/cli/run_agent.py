@@ -113,7 +113,12 @@ def run_agent(
 
     hooks_named = hooks_for if hooks_for not in ("auto", "none") else None
     isolation = resolve(
-        workdir or user_workdir_of(project.common_dir), "run", isolate, network, agent=(command[0], hooks_named)
+        workdir or user_workdir_of(project.common_dir),
+        "run",
+        isolate,
+        network,
+        agent=(command[0], hooks_named),
+        argv=command,
     )
     confine.check(isolation)  # before a run is started for nothing
     user_home = os.path.expanduser("~")

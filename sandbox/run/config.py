@@ -21,6 +21,15 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     network_exec = false      # `sandbox exec`: no network unless --network on
     agent_state = ["~/.claude/", "~/.claude.json"]   # replaces the default list of agent state paths
     writable = ["~/.cache/pip/"]                      # more paths the agent may write
+    deny_read = ["~/work/secrets/"]                  # more paths masked inside (see docs/confinement.md)
+    allow_read = ["~/.npmrc"]                        # taken out of the masked set (or bound back below it)
+    env_allow = ["AWS_PROFILE", "MY_*"]              # more inherited variables the agent may see
+    unix_sockets = ["/run/user/1000/podman/podman.sock"]   # sockets kept reachable inside
+    tmpfs_size = "1G"         # the private /tmp and /dev/shm (bytes, or with K/M/G)
+    max_processes = 4096      # processes and threads (pids cgroup where possible, RLIMIT_NPROC)
+    max_file_size = "16G"     # the largest file a process may write (RLIMIT_FSIZE)
+    max_memory = "8G"         # all its processes together (memory cgroup where possible)
+    max_call_size = "2G"      # what one call may add to the worktree (default: not bounded)
 
     [network]                 # `sandbox run --network allow` (its default): hosts the agent may reach
     allow = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org:443", "*.internal.example:*"]
@@ -94,6 +103,12 @@ class Config:
     writable: list[str] = field(default_factory=list)
     #: The data root as written (``~`` and ``$VARS`` are expanded by the CLI, not here).
     data_dir: str | None = None
+    deny_read: list[str] = field(default_factory=list)
+    allow_read: list[str] = field(default_factory=list)
+    env_allow: list[str] = field(default_factory=list)
+    unix_sockets: list[str] = field(default_factory=list)
+    #: Sizes and counts of [isolation] as given (None: the default of :class:`sandbox.agent.confine.Limits`).
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 def load(workdir: str) -> Config:
@@ -192,7 +207,12 @@ def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
     if "agent_state" in table:
         cfg.agent_state = _str_list(table["agent_state"], f"{where}: isolation.agent_state")
     cfg.writable.extend(_str_list(table.get("writable", []), f"{where}: isolation.writable"))
-    unknown = sorted(set(table) - {"isolate", "network_run", "network_exec", "agent_state", "writable"})
+    for key in ("deny_read", "allow_read", "env_allow", "unix_sockets"):
+        getattr(cfg, key).extend(_str_list(table.get(key, []), f"{where}: isolation.{key}"))
+    for key in LIMIT_KEYS:
+        if key in table:
+            cfg.limits[key] = _size(table[key], f"{where}: isolation.{key}", count=key == "max_processes")
+    unknown = sorted(set(table) - {*ISOLATION_KEYS, *LIMIT_KEYS})
     if unknown:
         raise ConfigError(f"{where}: unknown isolation setting {unknown[0]!r}.")
 
@@ -204,6 +224,34 @@ def _apply_network(cfg: Config, table: Any, where: str) -> None:
     unknown = sorted(set(table) - {"allow"})
     if unknown:
         raise ConfigError(f"{where}: unknown network setting {unknown[0]!r}.")
+
+
+ISOLATION_KEYS = (
+    "isolate",
+    "network_run",
+    "network_exec",
+    "agent_state",
+    "writable",
+    "deny_read",
+    "allow_read",
+    "env_allow",
+    "unix_sockets",
+)
+LIMIT_KEYS = ("tmpfs_size", "max_processes", "max_file_size", "max_memory", "max_call_size")
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def _size(value: Any, what: str, count: bool = False) -> int:
+    """A positive size (an integer of bytes, or ``"512M"``-like text), or a count."""
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, str) and not count:
+        m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", value, re.IGNORECASE)
+        value = int(m.group(1)) * _UNITS[m.group(2).upper()] if m else None
+    if not isinstance(value, int) or value <= 0 or value >= 2**62:
+        kind = "a positive whole number" if count else 'a positive size in bytes or with a unit ("512M", "2G")'
+        raise ConfigError(f"{what} must be {kind}.")
+    return value
 
 
 def _str_list(value: Any, what: str) -> list[str]:

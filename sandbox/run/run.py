@@ -299,6 +299,17 @@ class Run:
 
         return worktree.inherited(local), object_format
 
+    def max_call_bytes(self) -> int | None:
+        """``max_call_size`` of the user's settings (read once per Run; None: not bounded or unreadable)."""
+        if not hasattr(self, "_max_call_bytes"):
+            from sandbox.run import config
+
+            try:
+                self._max_call_bytes = config.load(self.user_workdir).limits.get("max_call_size")
+            except (config.ConfigError, OSError):
+                self._max_call_bytes = None
+        return self._max_call_bytes
+
     @property
     def user_workdir(self) -> str:
         """The user's working tree the run applies to: found from the repository this command runs
@@ -715,12 +726,22 @@ class Run:
                 candidates = scan.candidates(self.repo, self.worktree, head_tree)
             else:
                 candidates = set(paths)
-            from sandbox.store.capture import capture
+            from sandbox.store.capture import CallTooLargeError, capture
 
             try:
-                cap = capture(self.repo, self.worktree, head_tree, candidates, self.is_ignored, self.is_private)
+                cap = capture(
+                    self.repo,
+                    self.worktree,
+                    head_tree,
+                    candidates,
+                    self.is_ignored,
+                    self.is_private,
+                    max_bytes=self.max_call_bytes(),
+                )
                 faults.point("call.finish.after_capture")
                 tree = objects.edit_tree(self.repo, head_tree, cap.changes) if cap.changes else head_tree
+            except CallTooLargeError as exc:  # the call ends failed; its files stay in the worktree
+                raise StorageError(f"Call {call_id} is too large ({exc.message}).", reason=exc.message) from exc
             except (pygit2.GitError, OSError) as exc:
                 raise StorageError(f"Could not record the changes of call {call_id} ({exc}).", reason=str(exc)) from exc
             result_data = layout.canonical_json(result) if result is not None else b""

@@ -41,8 +41,18 @@ def _skip(rel: str) -> bool:
     return False
 
 
+class CallTooLargeError(SandboxError):
+    """A call added more to the worktree than ``max_call_size`` allows; nothing of it was stored."""
+
+    exit_code = 1
+
+
 class Capturer:
     """Compares worktree paths with a head tree and collects the differences."""
+
+    #: Bytes of new or changed files a call may add (None: not bounded); see ``max_call_size``.
+    max_bytes: int | None = None
+    added: int = 0
 
     def __init__(
         self,
@@ -137,6 +147,13 @@ class Capturer:
                 self._record(path, old, None)
             head = None
         if head is None or head != entry:
+            self.added += st.st_size
+            if self.max_bytes is not None and self.added > self.max_bytes:
+                # Checked before the blob is stored: a runaway call costs no object store space.
+                raise CallTooLargeError(
+                    f"it adds more than max_call_size = {self.max_bytes} bytes ([isolation] in .sandbox.toml) "
+                    f"to the worktree (at {rel})"
+                )
             stored = self.convert.hash_file(rel, full, st, True, self.repo)
             if stored is not None:
                 self._record(rel, head, stored)
@@ -181,9 +198,14 @@ def capture(
     paths: Iterable[str],
     is_ignored: Callable[[str], bool] | None = None,
     is_private: Callable[[str], bool] | None = None,
+    max_bytes: int | None = None,
 ) -> Capturer:
-    """Compare every candidate path (and, for a missing path, its parents' fate) with the head."""
+    """Compare every candidate path (and, for a missing path, its parents' fate) with the head.
+
+    Raises :class:`CallTooLargeError` once new or changed files add up to more than ``max_bytes``.
+    """
     cap = Capturer(repo, worktree, head_tree, is_ignored, is_private)
+    cap.max_bytes = max_bytes
     for rel in sorted(set(paths)):
         cap.add(rel)
         # A path whose parent became a file or vanished: check the parents too.

@@ -208,7 +208,7 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
         try:
             wait_for(started.exists, 90)
             shell = int(started.read_text())
-            agent = top_gemini(run_id)
+            agent = top_gemini(proc.pid)
             os.kill(agent, signal.SIGKILL)
             proc.wait(timeout=60)
         finally:
@@ -244,19 +244,21 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> None:
     raise AssertionError("timed out")
 
 
-def top_gemini(run_id: str) -> int:
-    """The pid of the Gemini CLI process ``sandbox run`` started (Gemini may relaunch itself below it)."""
-    mine: dict[int, int] = {}
+def top_gemini(sandbox_pid: int) -> int:
+    """The pid of the Gemini CLI process ``sandbox run`` (``sandbox_pid``) started, found by parentage
+    (sandbox run -> its supervisor -> gemini), never by words in command lines: a clone's path may hold any."""
+    children: dict[int, list[int]] = {}
     for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        children.setdefault(procs.parent(pid) or 0, []).append(pid)
+
+    def of_the_run(pid: int) -> bool:  # not a host `sandbox run` may have started beside the supervisor
         try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            return b"SANDBOX_RUN=" in Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
-            continue
-        cmd = procs.command(pid)
-        if f"SANDBOX_RUN={run_id}".encode() in env and "gemini" in cmd and "sandbox" not in cmd.split(" -- ")[0]:
-            mine[pid] = procs.parent(pid) or 0  # not the supervisor (sandbox.agent.reaper ... -- gemini) nor a hook
-    tops = [pid for pid, ppid in mine.items() if ppid not in mine]
-    assert len(tops) == 1, mine
+            return False
+
+    tops = [agent for sup in children.get(sandbox_pid, []) for agent in children.get(sup, []) if of_the_run(agent)]
+    assert len(tops) == 1, (sandbox_pid, children.get(sandbox_pid))
     return tops[0]
 
 

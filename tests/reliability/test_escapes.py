@@ -15,6 +15,7 @@ Under ``--isolate off`` the same attempts run and the test pins down which escap
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -434,3 +435,259 @@ def test_without_isolation_the_escapes_remain(world: dict[str, Any], command: st
     after = snapshot(world)
     changed = sorted(k for k in before if before[k] != after[k])
     assert {"files", "config", "hooks", "worktrees", "other", "ssh"} <= set(changed), changed
+
+
+# -- least privilege by default: what a confined process may read, inherit, reach and consume -------
+
+#: The reader: each attempt is "done" (it got data, or connected), "empty" (a masked file) or "refused: ...".
+READ_ATTACK = r"""
+import json, os, socket, sys
+T = json.loads(sys.argv[1])
+out = {}
+def attempt(name, fn):
+    try:
+        got = fn()
+        out[name] = "empty" if got == b"" else "done"
+    except OSError as exc:
+        out[name] = "refused: " + (exc.strerror or str(exc))
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+for name, path in T["files"].items():
+    attempt("read " + name, lambda path=path: read(path))
+for var in T["env"]:
+    out["env " + var] = "done" if var in os.environ else "refused: not inherited"
+def connect(address):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    if len(address) >= 100:
+        address = "/proc/self/fd/%d/%s" % (os.open(os.path.dirname(address), os.O_PATH), os.path.basename(address))
+    s.connect(address.replace("@", "\0", 1) if address.startswith("@") else address)
+    s.close()
+for name, address in T["sockets"].items():
+    attempt("connect " + name, lambda address=address: connect(address))
+print("READS " + json.dumps(out), flush=True)
+"""
+
+#: Variables a user's shell often holds that no confined process may inherit.
+LEAKY_ENV = {
+    "GITHUB_TOKEN": "ghp_planted",
+    "AWS_SECRET_ACCESS_KEY": "planted",
+    "SSH_AUTH_SOCK": "/tmp/ssh-planted/agent.1",
+    "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus",
+    "DISPLAY": ":0",
+}
+
+
+@pytest.fixture
+def secrets_world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
+    """Planted secrets under the (temporary) home, the user's ignored ``.env``, listening path and abstract
+    sockets, and another repository with a run whose host is serving."""
+    import secrets as pysecrets
+    import socket
+
+    home = Path(os.environ["HOME"])
+    planted = {
+        "~/.ssh/id_ed25519": "-----BEGIN OPENSSH PRIVATE KEY-----\nplanted\n",
+        "~/.aws/credentials": "[default]\naws_secret_access_key = planted\n",
+        "~/.netrc": "machine github.com login u password planted\n",
+        "~/.config/gh/hosts.yml": "github.com:\n  oauth_token: planted\n",
+        "~/.bash_history": "export GITHUB_TOKEN=planted\n",
+    }
+    for rel, text in planted.items():
+        path = home / rel[2:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (user_repo / ".env").write_text("API_KEY=planted\n")  # ignored by the user's .gitignore below
+    git(user_repo, "remote", "add", "origin", "https://user:ghp_planted@github.com/u/r.git")
+    with open(user_repo / ".gitignore", "a") as fh:
+        fh.write(".env\n")
+    other = make_repo(tmp_path / "other-repo", {"README.md": "other\n"})
+    started = sb("start", "--json", cwd=other)
+    assert started.returncode == 0, started.stderr
+    other_run = json.loads(started.stdout)["run"]
+    assert sb("serve", "--idle-exit", "600", cwd=other).returncode == 0
+    wire.run_token(str(other / ".git" / "sandbox" / "runs" / other_run))
+    listeners = []
+    sockets: dict[str, str] = {}
+
+    def listen(name: str, address: str) -> None:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(address.replace("@", "\0", 1) if address.startswith("@") else address)
+        s.listen(8)
+        listeners.append(s)
+        sockets[name] = address
+
+    listen("~/.ssh/agent.sock", str(home / ".ssh" / "agent.sock"))
+    listen("abstract socket", "@sandbox-escapes-" + pysecrets.token_hex(4))
+    run_sock = Path("/run") / f"sandbox-escapes-{pysecrets.token_hex(4)}.sock"
+    with contextlib.suppress(OSError):
+        listen("/run/*.sock", str(run_sock))
+    sockets["another repository's host.sock"] = wire.socket_path(str(other / ".git"))
+    started = sb("start", "--json", cwd=user_repo)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield {
+            "user": user_repo,
+            "home": home,
+            "run": json.loads(started.stdout)["run"],
+            "files": {
+                **{rel: str(home / rel[2:]) for rel in planted},
+                "the user's ignored .env": str(user_repo / ".env"),
+                "the user's README in their tree": str(user_repo / "README.md"),
+                "the user's .git/config (a remote URL with a token)": str(user_repo / ".git" / "config"),
+                "another repository's run token": str(other / ".git" / "sandbox" / "runs" / other_run / "host.token"),
+            },
+            "env": sorted(LEAKY_ENV),
+            "sockets": sockets,
+        }
+    finally:
+        host.stop_host(str(other / ".git"))
+        host.stop_host(str(user_repo / ".git"))
+        for s in listeners:
+            s.close()
+        run_sock.unlink(missing_ok=True)
+        for rel in planted:
+            (home / rel[2:]).unlink(missing_ok=True)
+        (home / ".ssh" / "agent.sock").unlink(missing_ok=True)
+
+
+def reads_of(stdout: bytes) -> dict[str, str]:
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith("READS "):
+            parsed: dict[str, str] = json.loads(line[len("READS ") :])
+            return parsed
+    raise AssertionError(f"the reader printed no result: {stdout!r}")
+
+
+def read_targets(w: dict[str, Any]) -> str:
+    return json.dumps({"files": w["files"], "env": w["env"], "sockets": w["sockets"]})
+
+
+def check_nothing_leaked(w: dict[str, Any], reads: dict[str, str]) -> None:
+    assert set(reads) >= {f"read {name}" for name in w["files"]} | {f"env {v}" for v in LEAKY_ENV}, reads
+    leaked = sorted(name for name, outcome in reads.items() if outcome == "done")
+    assert leaked == [], f"read, inherited or reached from inside: {leaked} ({reads})"
+
+
+@pytest.mark.parametrize("network", ["off", "on"])
+def test_exec_reads_no_secret_inherits_no_token_and_reaches_no_outside_socket(
+    secrets_world: dict[str, Any], network: str
+) -> None:
+    w = secrets_world
+    proc = sb(
+        "exec",
+        w["run"],
+        "--network",
+        network,
+        "--",
+        sys.executable,
+        "-c",
+        READ_ATTACK,
+        read_targets(w),
+        cwd=w["user"],
+        env=LEAKY_ENV,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check_nothing_leaked(w, reads_of(proc.stdout))
+
+
+def test_an_agent_under_run_reads_no_secret_inherits_no_token_and_reaches_no_outside_socket(
+    secrets_world: dict[str, Any],
+) -> None:
+    import shlex
+
+    w = secrets_world
+    worktree = open_run(w["user"], w["run"]).worktree
+    command = shlex.join([sys.executable, "-c", READ_ATTACK, read_targets(w)])
+    pre = {
+        "hook_event_name": "PreToolUse",
+        "session_id": "s1",
+        "cwd": worktree,
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+        "tool_use_id": "toolu_reads",
+    }
+    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
+    steps = [{"pre": pre, "effect": {"sh": command}, "post": post}]
+    proc = sb(
+        "run",
+        w["run"],
+        "--hooks",
+        "claude-code",
+        "--",
+        sys.executable,
+        str(FIXTURES_AGENT),
+        "-",
+        cwd=w["user"],
+        input=json.dumps(steps).encode(),
+        env=LEAKY_ENV,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check_nothing_leaked(w, reads_of(proc.stdout))
+    log = json.loads(sb("log", w["run"], "--json", cwd=w["user"]).stdout)
+    assert [e["status"] for e in log if e["call_id"] == "toolu_reads"] == ["succeeded"], log  # hooks still record
+
+
+LIMITS_ATTACK = r"""
+import json, os, signal, time
+out = {}
+children = []
+try:
+    for _ in range(400):  # a fork bomb, bounded here so that a failing test cannot take the machine
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+    out["forks"] = "all %d" % len(children)
+except OSError as exc:
+    out["forks"] = "stopped after %d: %s" % (len(children), exc.strerror)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+try:
+    with open("/tmp/big", "wb") as fh:
+        for _ in range(32):
+            fh.write(b"x" * (1 << 20))
+            fh.flush()
+    out["tmpfs"] = "wrote 32 MiB"
+except OSError as exc:
+    out["tmpfs"] = "refused: " + exc.strerror
+print("LIMITS " + json.dumps(out), flush=True)
+"""
+
+
+def test_a_fork_bomb_is_bounded_and_a_write_past_the_tmpfs_size_is_refused(user_repo: Path) -> None:
+    (user_repo / ".sandbox.toml").write_text('[isolation]\nmax_processes = 64\ntmpfs_size = "8M"\n')
+    started = sb("start", "--json", cwd=user_repo)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run"]
+    proc = sb("exec", run_id, "--", sys.executable, "-c", LIMITS_ATTACK, cwd=user_repo)
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.decode().splitlines() if x.startswith("LIMITS ")]
+    out = json.loads(line[0][len("LIMITS ") :])
+    assert out["forks"].startswith("stopped after"), out
+    assert int(out["forks"].split()[2].rstrip(":")) < 64, out
+    assert out["tmpfs"] == "refused: No space left on device", out
+
+
+def test_a_call_that_adds_more_than_max_call_size_is_refused_in_one_line_and_nothing_is_lost(
+    user_repo: Path,
+) -> None:
+    (user_repo / ".sandbox.toml").write_text('[isolation]\nmax_call_size = "1M"\n')
+    started = sb("start", "--json", cwd=user_repo)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run"]
+    small = sb("exec", run_id, "--", "sh", "-c", "head -c 1000 /dev/zero > small.bin", cwd=user_repo)
+    assert small.returncode == 0, small.stderr
+    big = sb("exec", run_id, "--", "sh", "-c", "head -c 2000000 /dev/zero > big.bin", cwd=user_repo)
+    err = big.stderr.decode()
+    assert big.returncode == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "max_call_size" in err, err
+    worktree = Path(open_run(user_repo, run_id).worktree)
+    assert (worktree / "big.bin").stat().st_size == 2000000  # nothing lost: it stays in the worktree
+    log = json.loads(sb("log", run_id, "--json", cwd=user_repo).stdout)
+    assert [e["status"] for e in log] == ["succeeded", "failed"], log
+    assert "max_call_size" in (log[-1]["error"] or ""), log
+    assert [f["path"] for f in log[-1]["files"]] == [], log

@@ -1,0 +1,270 @@
+"""What the kernel adds to a bubblewrap sandbox: Landlock scoping, a pids/memory cgroup, and what is missing.
+
+bubblewrap gives the mount view and the namespaces (:mod:`sandbox.agent.confine`). Three things it
+does not do are done here, each only where the machine allows it, and :func:`probe` says which:
+
+* **Abstract Unix sockets.** They are named in the network namespace, not the file system, so a mount
+  view cannot hide them and a sandbox that shares the host's network (``--network on``) could reach
+  an outside abstract socket (a D-Bus bus, an X server). Landlock ABI 6 (Linux 6.12) scopes them:
+  after ``landlock_restrict_self`` with ``LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET`` a process can connect
+  only to abstract sockets made inside its own domain. The restriction is put on one short-lived
+  thread of the caller, which then starts bubblewrap: credentials (and so the Landlock domain and
+  ``no_new_privs``) are per thread, so the caller itself stays unrestricted and no extra fork is
+  paid. A domain that handles no file-system access does not stop bubblewrap's mounts.
+* **Processes and memory.** A cgroup of the sandbox's own (v2 where this process may write its
+  cgroup, else the v1 ``pids`` and ``memory`` hierarchies, as root) with ``pids.max`` and a memory
+  limit; bubblewrap is moved into it by a one-line ``sh`` before it execs (``echo 0 > cgroup.procs``),
+  so every process of the sandbox is born inside. ``RLIMIT_NPROC`` is set too (by the shim, inside the
+  sandbox's user namespace, where the kernel counts it per namespace), but it binds nobody running as
+  root, and without a cgroup a root caller's sandbox has no process bound: :func:`probe` says so.
+* What cannot be had is reported, never faked: :func:`probe` lists it for ``sandbox doctor``.
+
+Standard library only (``sandbox exec``'s fast path imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture (new syscalls are unified)
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+_PR_SET_NO_NEW_PRIVS = 38
+#: The Landlock ABI that first scopes abstract Unix sockets.
+SCOPE_ABI = 6
+CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_PREFIX = "sandbox-"
+
+_abi_cache: list[int] = []
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or not Linux)."""
+    if _abi_cache:
+        return _abi_cache[0]
+    abi = 0
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        got = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
+        abi = max(int(got), 0)
+    _abi_cache.append(abi)
+    return abi
+
+
+def _restrict_this_thread() -> None:
+    """Scope abstract Unix sockets for the calling thread and what it starts (raises OSError)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # struct landlock_ruleset_attr { u64 handled_access_fs; u64 handled_access_net; u64 scoped; }
+    attr = (ctypes.c_uint64 * 3)(0, 0, _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    fd = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+def scoped(start: Callable[[], T]) -> T:
+    """Run ``start()`` (which starts bubblewrap) on a thread whose abstract Unix sockets are scoped.
+
+    The thread ends with ``start``; the caller's own threads are never restricted. Raises OSError
+    when the kernel refuses the restriction (the caller then does not start the sandbox).
+    """
+    box: list[T] = []
+    error: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            _restrict_this_thread()
+            box.append(start())
+        except BaseException as exc:  # handed to the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=body, name="sandbox-landlock", daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return box[0]
+
+
+# -- cgroups ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cgroups:
+    """The cgroup directories made for one sandbox (removed by :meth:`remove` when it has ended)."""
+
+    dirs: list[str] = field(default_factory=list)
+
+    def join_argv(self) -> list[str]:
+        """A prefix for the bubblewrap command line that moves it into every cgroup, then execs it."""
+        if not self.dirs:
+            return []
+        moves = " && ".join(f'echo 0 >"${i + 1}/cgroup.procs"' for i in range(len(self.dirs)))
+        return ["/bin/sh", "-c", f'{moves} && shift {len(self.dirs)} && exec "$@"', "sandbox-cgroup", *self.dirs]
+
+    def remove(self) -> None:
+        """Remove the (now empty) cgroups; one still busy stays for the next sweep."""
+        for path in self.dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        self.dirs = []
+
+
+def _own_cgroup(controller: str | None) -> str | None:
+    """This process's cgroup directory for a v1 ``controller`` (None: the v2 one), when it exists."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _num, names, path = parts
+        if controller is None and names == "":
+            for base in (os.path.join(CGROUP_ROOT, "unified"), CGROUP_ROOT):
+                candidate = os.path.join(base, path.lstrip("/"))
+                if os.path.isfile(os.path.join(candidate, "cgroup.subtree_control")):
+                    return candidate.rstrip("/")
+        if controller is not None and controller in names.split(","):
+            candidate = os.path.join(CGROUP_ROOT, controller, path.lstrip("/"))
+            return candidate.rstrip("/") if os.path.isdir(candidate) else None
+    return None
+
+
+def _v2_has(parent: str, controller: str) -> bool:
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control"), encoding="ascii") as fh:
+            return controller in fh.read().split()
+    except OSError:
+        return False
+
+
+def cgroup_parents() -> dict[str, str]:
+    """Where a sandbox's cgroup can be made, per limit (``pids``, ``memory``): only writable places."""
+    out: dict[str, str] = {}
+    v2 = _own_cgroup(None)
+    for controller in ("pids", "memory"):
+        if v2 and _v2_has(v2, controller) and os.access(v2, os.W_OK):
+            out[controller] = v2
+            continue
+        v1 = _own_cgroup(controller)
+        if v1 and os.access(v1, os.W_OK) and os.path.isfile(os.path.join(v1, "cgroup.procs")):
+            out[controller] = v1
+    return out
+
+
+def make_cgroups(max_pids: int | None, max_memory: int | None) -> Cgroups:
+    """A cgroup per limit asked for that this machine lets us make; an empty :class:`Cgroups` else."""
+    made = Cgroups()
+    # Below root, RLIMIT_NPROC (set inside the sandbox's user namespace) already bounds the sandbox's
+    # own processes; a pids cgroup is needed only where it binds nothing, and each costs a cgroup move.
+    wanted = {"pids": max_pids if os.geteuid() == 0 else None, "memory": max_memory}
+    v1_file = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
+    used: set[str] = set()
+    for controller, parent in cgroup_parents().items():
+        if wanted[controller] is None or parent in used:
+            continue
+        used.add(parent)
+        _sweep(parent)
+        path = os.path.join(parent, CGROUP_PREFIX + secrets.token_hex(6))
+        hierarchy = os.path.join(CGROUP_ROOT, controller)
+        v1 = parent == hierarchy or parent.startswith(hierarchy + "/")
+        both = [("pids.max", max_pids), ("memory.max", max_memory)]
+        limits = [(v1_file[controller], wanted[controller])] if v1 else both
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            for name, value in limits:  # one v2 cgroup holds both limits
+                if value is not None and os.path.exists(os.path.join(path, name)):
+                    _write(os.path.join(path, name), value)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            continue
+        made.dirs.append(path)
+    return made
+
+
+def _write(path: str, value: int) -> None:
+    with open(path, "w", encoding="ascii") as fh:
+        fh.write(str(value))
+
+
+#: A cgroup younger than this is never swept: another sandbox may be about to join it (it is empty
+#: between its ``mkdir`` and bubblewrap's ``echo 0 > cgroup.procs``).
+SWEEP_AGE = 60.0
+
+
+def _sweep(parent: str) -> None:
+    """Remove the empty cgroups of sandboxes that ended without removing theirs (killed callers)."""
+    import time
+
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            if name.startswith(CGROUP_PREFIX):
+                path = os.path.join(parent, name)
+                with contextlib.suppress(OSError):
+                    if now - os.stat(path).st_mtime > SWEEP_AGE:
+                        os.rmdir(path)  # refused while a process is in it
+
+
+# -- what this machine can enforce --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the kernel offers a sandbox here, and the sentences for what it does not."""
+
+    landlock_abi: int
+    cgroups: tuple[str, ...]
+    root: bool
+    missing: tuple[str, ...]
+
+
+def probe() -> Probe:
+    """Probe Landlock and the cgroups (no process is started); the gaps as whole sentences."""
+    abi = landlock_abi()
+    parents = cgroup_parents()
+    root = os.geteuid() == 0
+    missing = []
+    if abi < SCOPE_ABI:
+        missing.append(
+            f"abstract Unix sockets are not scoped (Landlock ABI {abi}, {SCOPE_ABI} needed: Linux 6.12+); "
+            "with --network on an agent can reach the host's abstract sockets"
+        )
+    if "pids" not in parents:
+        who = (
+            "running as root, RLIMIT_NPROC binds nothing: the number of processes is not bounded"
+            if root
+            else "the process bound is RLIMIT_NPROC only"
+        )
+        missing.append(f"no pids cgroup can be made here (no cgroup delegation to this user); {who}")
+    if "memory" not in parents:
+        missing.append(
+            "no memory cgroup can be made here (no cgroup delegation): memory is bounded only by the tmpfs sizes"
+        )
+    return Probe(abi, tuple(sorted(parents)), root, tuple(missing))

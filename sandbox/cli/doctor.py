@@ -1,0 +1,120 @@
+"""``sandbox doctor``: the confinement a run's agent gets here, in words, and what this machine cannot enforce."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from sandbox.cli import escape
+from sandbox.cli.common import emit_json, open_project, wants_json
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.pass_context
+def doctor(ctx: click.Context, run_id: str | None) -> None:
+    """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
+    and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
+    from sandbox.agent import confine, hardening
+    from sandbox.agent.hosted import user_workdir_of
+    from sandbox.cli.isolation import resolve
+    from sandbox.run.names import resolve_run
+
+    project, workdir, cwd_run = open_project(ctx)
+    user_workdir = workdir or user_workdir_of(project.common_dir)
+    runs = resolve(user_workdir, "run", None, None)
+    execs = resolve(user_workdir, "exec", None, None)
+    found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
+    writable = ["the run's worktree", "the run's git directory"]
+    hidden = confine.hidden_dirs(runs, project.common_dir, user_workdir)
+    if found is not None:
+        from sandbox.run.run import Run
+
+        run = Run.open(project, found)
+        policy = confine.policy_for_run(runs, run)
+        writable = list(policy.writable)
+        hidden = dict(policy.reasons)
+    problem = None
+    try:
+        confine.check(runs)
+    except confine.ConfinementError as exc:
+        problem = exc.message
+    probe = hardening.probe() if runs.backend == "bwrap" else None
+    limits = runs.limits
+    data: dict[str, Any] = {
+        "run": found,
+        "isolate": runs.enabled,
+        "backend": runs.backend,
+        "unavailable": problem,
+        "readable": "everything, read-only, except what is hidden or masked",
+        "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
+        "read_only_inside_writable": list(runs.config),
+        "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
+        "masked": [p for p in runs.masked if os.path.lexists(p)],
+        "deny_read": list(runs.masked),
+        "env_allow": list(runs.env_allow),
+        "network": {
+            "run": "on" if runs.network else "off",
+            "exec": "on" if execs.network else "off",
+            # The allowlist of the network proxy, where a build has one (None: no proxy, the network is all or nothing).
+            "allow": getattr(runs, "network_allow", None),
+        },
+        "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
+        "limits": {
+            "tmpfs_bytes": limits.tmpfs_bytes,
+            "max_processes": limits.max_processes,
+            "max_file_bytes": limits.max_file_bytes,
+            "max_memory": limits.max_memory,
+            "max_call_bytes": limits.max_call_bytes,
+        },
+        "landlock_abi": probe.landlock_abi if probe else None,
+        "cgroups": list(probe.cgroups) if probe else [],
+        "cannot_enforce": list(probe.missing) if probe else ["Landlock scoping and cgroups (Linux only)"],
+    }
+    if wants_json(ctx):
+        emit_json(data)
+        return
+    _show(data)
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "not bounded"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size and value % size == 0:
+            return f"{value // size} {unit}"
+    return f"{value} bytes"
+
+
+def _show(data: dict[str, Any]) -> None:
+    echo = click.echo
+    state = "on" if data["isolate"] else "OFF (--isolate off or [isolation] isolate = false)"
+    echo(f"confinement: {state}, {data['backend']}" + (f" (run {data['run']})" if data["run"] else ""))
+    if data["unavailable"]:
+        echo(f"  not available here: {escape.text(data['unavailable'])}")
+    echo(f"readable: {data['readable']}")
+    echo("writable:")
+    for path in data["writable"]:
+        echo(f"  {escape.path(path)}")
+    echo("hidden (an empty directory in their place):")
+    for item in data["hidden"]:
+        echo(f"  {escape.path(item['path'])}: {item['why']}")
+    echo(f"masked secrets present here ({len(data['deny_read'])} paths in the deny-read set):")
+    for path in data["masked"] or ["(none of them exists)"]:
+        echo(f"  {escape.path(path)}")
+    net = data["network"]
+    allow = "an allowlist: " + ", ".join(net["allow"]) if net["allow"] else "all or nothing"
+    echo(f"network: run {net['run']}, exec {net['exec']} ({allow})")
+    echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data["unix_sockets"]))
+    echo("environment passed on: " + " ".join(data["env_allow"]) + " (and the agent's own names)")
+    lim = data["limits"]
+    echo(
+        f"limits: /tmp and /dev/shm {_size(lim['tmpfs_bytes'])}; processes {lim['max_processes'] or 'not bounded'}; "
+        f"a file {_size(lim['max_file_bytes'])}; memory {_size(lim['max_memory'])}; "
+        f"what one call may add: {_size(lim['max_call_bytes'])}"
+    )
+    echo("this machine cannot enforce:" + ("" if data["cannot_enforce"] else " nothing we know of"))
+    for gap in data["cannot_enforce"]:
+        echo(f"  {gap}")

@@ -298,6 +298,7 @@ class Isolation:
     def network_mode(self) -> str:
         """``on``, ``off`` or ``allow`` (through the run's allowlist proxy)."""
         return "allow" if self.allow is not None and not self.network else "on" if self.network else "off"
+
     #: Secrets masked inside (absolute; :data:`DEFAULT_DENY_READ` as the settings leave it).
     masked: tuple[str, ...] = ()
     #: Directories not visible at all (the sandbox data directory, other repositories' run state).

@@ -469,7 +469,7 @@ def test_doctor_says_the_effective_policy(repo: Path) -> None:
     hidden = {h.path: h.why for h in data.hidden}
     assert "your working tree" in hidden[str(repo.resolve())]
     assert data.limits.max_processes == 77 and data.limits.tmpfs_bytes == 64 * 2**20
-    assert "SSH_AUTH_SOCK" not in data.env_allow and data.network.run == "on" and data.network.exec == "off"
+    assert "SSH_AUTH_SOCK" not in data.env_allow and data.network.run == "allow" and data.network.exec == "off"
     human = sandbox_cmd("doctor", cwd=repo)
     text = human.stdout.decode()
     assert human.returncode == 0 and "this machine cannot enforce" in text and "processes 77" in text, text

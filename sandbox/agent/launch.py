@@ -505,7 +505,16 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
 
     confine.check(isolation)
     policy = confine.policy_for_run(isolation, run)
-    return lambda argv, cwd, env: confine.spawn(isolation, policy, argv, cwd, env=env)
+
+    def launch(argv: list[str], cwd: str, env: dict[str, str]) -> Any:
+        # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
+        # GEMINI_CLI_HOME, ...) passes whatever the agent is called; what it inherited from you goes
+        # through the allowlist (confine.DEFAULT_ENV_ALLOW and the agent's own names).
+        inherited = os.environ
+        own = {k: v for k, v in env.items() if inherited.get(k) != v}
+        return confine.spawn(isolation, policy, argv, cwd, env=env, own_env=own)
+
+    return launch
 
 
 def _net_proxy(run: Run, isolation: Isolation | None, session: str) -> contextlib.AbstractContextManager[object]:

@@ -56,10 +56,10 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
         "deny_read": list(runs.masked),
         "env_allow": list(runs.env_allow),
         "network": {
-            "run": "on" if runs.network else "off",
-            "exec": "on" if execs.network else "off",
-            # The allowlist of the network proxy, where a build has one (None: no proxy, the network is all or nothing).
-            "allow": getattr(runs, "network_allow", None),
+            "run": runs.network_mode,
+            "exec": execs.network_mode,
+            # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
+            "allow": list(runs.allow) if runs.allow is not None else None,
         },
         "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
         "limits": {
@@ -105,7 +105,11 @@ def _show(data: dict[str, Any]) -> None:
     for path in data["masked"] or ["(none of them exists)"]:
         echo(f"  {escape.path(path)}")
     net = data["network"]
-    allow = "an allowlist: " + ", ".join(net["allow"]) if net["allow"] else "all or nothing"
+    if net["allow"] is not None:
+        hosts = ", ".join(escape.text(h) for h in net["allow"]) or "no host beyond the agent's model endpoints"
+        allow = f"run through an allowlist proxy: {hosts}, plus the started agent's model endpoints"
+    else:
+        allow = "all or nothing"
     echo(f"network: run {net['run']}, exec {net['exec']} ({allow})")
     echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data["unix_sockets"]))
     echo("environment passed on: " + " ".join(data["env_allow"]) + " (and the agent's own names)")

@@ -335,7 +335,7 @@ def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: 
             while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
-            os.kill(top_gemini(run.run_id), signal.SIGKILL)
+            os.kill(top_gemini(proc.pid), signal.SIGKILL)
             proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:

@@ -156,6 +156,7 @@ def _row(run_id: str, e: dict[str, Any], out: Output, partly: list[str] | None =
     flags = "".join(
         [
             " [undone]" if e["undone"] else "",
+            " [rolled back]" if e.get("rolled_back") else "",
             " [applied]" if e["applied"] else "",
             f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
             f" [denied: {escape.text(e['denial_reason'] or 'no reason')}]" if approval == "denied" else "",

@@ -1,7 +1,8 @@
 """Merge-back: applying the agent's recorded changes to the user's working tree, never over a user edit.
 
-The patch is built from the calls' recorded file changes (``LedgerEntry.files``), never from a
-walk of either tree, so planning and writing cost O(changed paths). For each changed path the
+The patch is what :func:`sandbox.merge.brings.brings` decides (the live calls' commits, each
+diffed against its parent; never a walk of a whole tree), so planning and writing cost O(changed
+paths). For each changed path the
 selected calls form a chain of states ``before -> ... -> after``; the user's file (read with
 lstat and hashed, never through a symlinked parent) decides:
 
@@ -31,8 +32,9 @@ from typing import TYPE_CHECKING, NoReturn
 import pygit2
 
 from sandbox import faults
-from sandbox.errors import PathRefusedError, SandboxError
-from sandbox.merge import obstacles, select
+from sandbox.errors import SandboxError
+from sandbox.merge import brings, obstacles, select
+from sandbox.merge.brings import Step
 from sandbox.models import (
     ApplyAction,
     ApplyJournal,
@@ -43,11 +45,12 @@ from sandbox.models import (
     LedgerEntry,
     LedgerState,
     PartialApply,
+    PathMove,
     PathRecordUpdate,
     UserPathRecord,
 )
 from sandbox.run.run import Run
-from sandbox.store import convert, journal, objects, paths, sparse
+from sandbox.store import convert, journal, objects, sparse
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -100,15 +103,6 @@ class ReadOnlyTargetError(ApplyConflict):
 
 
 # -- the plan ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Step:
-    """One selected call's change to one path."""
-
-    call_id: str
-    before: State
-    after: State
 
 
 @dataclass
@@ -231,6 +225,17 @@ def state_record(state: State, target: State, calls: list[str]) -> UserPathRecor
     )
 
 
+def move_of(path: str, before: State, after: State) -> dict[str, object]:
+    """A :class:`sandbox.models.PathMove` as event data: what ``sandbox undo`` puts back, and from what."""
+    return PathMove(
+        path=path,
+        before_mode=before.mode if before else None,
+        before_oid=before.oid if before else None,
+        after_mode=after.mode if after else None,
+        after_oid=after.oid if after else None,
+    ).model_dump(mode="json")
+
+
 def prior_records(user_paths: Mapping[str, UserPathRecord], changed: list[str]) -> list[PathRecordUpdate]:
     """The ``user_paths`` records of ``changed`` as they are now (what rolling back restores)."""
     return [PathRecordUpdate.of(path, user_paths.get(path)) for path in changed]
@@ -256,38 +261,6 @@ def resolve_call(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
     return select.resolve_name(state, run_id, given)
 
 
-def _select(run: Run, state: LedgerState, calls: list[str] | None) -> list[LedgerEntry]:
-    if not calls:
-        return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
-    for given in calls:
-        if ".." in given and given not in state.calls:
-            continue  # a range: undone calls in it are simply not taken
-        entry = resolve_call(state, run.run_id, given)
-        if entry.undone:
-            raise SandboxError(
-                f"Call {entry.call_id} was undone; bring it back with 'sandbox redo {run.run_id}' instead."
-            )
-    chosen = select.expand(state, run.run_id, calls, resolve_call)
-    return [state.calls[c] for c in chosen if state.calls[c].commit and not state.calls[c].undone]
-
-
-def _chains(run: Run, selected: list[LedgerEntry], only: Pathspec | None) -> dict[str, list[Step]]:
-    chains: dict[str, list[Step]] = {}
-    for entry in selected:
-        for change in entry.files:
-            if run.is_private(change.path):
-                continue  # the sandbox's own files (hook settings) are never the agent's patch
-            if paths.normalize(change.path) != change.path:
-                raise PathRefusedError(f"The run records the odd path {change.path!r}; it is not applied.")
-            before = journal.entry_state(change.before_mode, change.before_hash)
-            after = journal.entry_state(change.after_mode, change.after_hash)
-            chains.setdefault(change.path, []).append(Step(entry.call_id, before, after))
-    if only is not None:
-        select.check_matched(only, chains, run.run_id)
-        chains = {p: s for p, s in chains.items() if only.matches(p)}
-    return chains
-
-
 def as_pathspec(given: Pathspec | list[str] | None) -> Pathspec | None:
     """A :class:`Pathspec` from one, from a list of pathspec strings (from the top), or None."""
     if given is None or isinstance(given, Pathspec):
@@ -311,12 +284,9 @@ def plan(
     """
     state = state or run.state()
     target = run.user_workdir
-    selected = _select(run, state, calls)
-    spec = as_pathspec(paths)
-    if with_deps and calls:
-        selected = select.with_dependencies(run, state, selected, spec)
-    chains = _chains(run, selected, spec)
-    result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
+    brought = brings.brings(run, state, calls, as_pathspec(paths), with_deps)
+    selected, chains = brought.selected, brought.chains
+    result = ApplyPlan(run.run_id, target, brought.calls)
     if not chains:
         what = "selected changes" if calls or paths else "recorded file changes"
         raise NothingToApplyError(f"Run {run.run_id} has no {what} to apply.")
@@ -343,10 +313,10 @@ def plan(
     planned_paths = set(by_path)
     for entry in selected:
         if all(
-            f.path in planned_paths
-            or run.is_private(f.path)
-            or entry.call_id in select.carried(state, f.path)  # whole: a partial apply is not carried
-            for f in entry.files
+            path in planned_paths
+            or run.is_private(path)
+            or entry.call_id in select.carried(state, path)  # whole: a partial apply is not carried
+            for path, _before, _after in brings.call_changes(run, entry)
         ):
             result.fully_applied.append(entry.call_id)
     return result
@@ -743,8 +713,10 @@ def apply(
                 "paths": [PathRecordUpdate.of(p.path, p.record).to_data() for p in changed],
                 "prior": [u.to_data() for u in prior_records(user_paths, [p.path for p in changed])],
                 "merged": report.merged,
+                "moves": [move_of(p.path, p.user.state, p.write) for p in result.writes],
             },
         )
+        keep_users_files(run, target, result.writes)
         entries = journal_entries(run.repo, target, result.writes)
         j = ApplyJournal(
             op="apply",
@@ -759,6 +731,25 @@ def apply(
         )
         written = execute(run, j, progress=progress)
         return result.report(written=written)
+
+
+def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
+    """Store the user's version of each path about to be written, so ``sandbox undo`` can put it back
+    (an edit of theirs under a 3-way merge, a state the sandbox never wrote, is not in any object store)."""
+    repo = run.repo
+    conv = convert.for_tree(root)
+    with objects.git_writes():
+        for p in writes:
+            state = p.user.state
+            if state is None or state.oid in repo:
+                continue
+            full = os.path.join(root, p.path)
+            if p.user.kind == "link":
+                data = os.fsencode(os.readlink(full))
+            else:
+                with open(full, "rb") as fh:
+                    data = conv.clean_bytes(p.path, fh.read())
+            objects.write_blob(repo, data)  # the apply's plan still checks the file against state.oid
 
 
 def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:

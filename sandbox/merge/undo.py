@@ -435,6 +435,8 @@ def _inverse(run: Run, j: ApplyJournal) -> Any:
         data["paths"] = j.event.data.get("prior", [])
     if j.op == "apply":
         data["unapplied"] = j.event.data.get("newly", [])
+    if j.op == "undo" and j.event.call_id is None:
+        data["calls"] = j.event.data.get("unapplied", [])  # the undone apply's calls are applied again
     call_id = None if j.op == "apply" else j.event.call_id
     commit = j.old_head if j.target == "sandbox" else None
     return run.new_event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)

@@ -657,6 +657,8 @@ class ApplyReport(_Model):
     refused: bool = False
     #: Paths of which only some hunks were written (``apply --hunks``), with the ids taken.
     partial: dict[str, list[str]] = Field(default_factory=new_dict)
+    #: On a dry run: the paths the apply would write (``applied`` stays empty: nothing was written).
+    would_apply: list[str] = Field(default_factory=new_list)
 
 
 class UndoReport(ApplyReport):

@@ -180,19 +180,24 @@ class ApplyPlan:
             done = set(written)
             applied = [p.path for p in self.writes if p.path in done]
         merged = [p.path for p in self.paths if p.action == "merge" and p.path in applied]
+        deleted = {p.path: "deleted" for p in self.writes if dry_run and p.write is None and p.path in applied}
         return ApplyReport(
             run=self.run_id,
             target_dir=self.target_dir,
             calls=self.calls,
-            applied=applied,
+            applied=[] if dry_run else applied,
+            would_apply=applied if dry_run else [],
             skipped=[p.path for p in self.paths if p.action == "skip"],
             conflicts=[conflict_report(p) for p in self.conflicts],
             merged=merged,
             attention=[p.path for p in self.paths if p.markers and p.path in applied],
             reasons={
-                p.path: p.reason
-                for p in self.paths
-                if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+                **deleted,
+                **{
+                    p.path: p.reason
+                    for p in self.paths
+                    if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+                },
             },
             dry_run=dry_run,
             head_moved=self.head_moved,

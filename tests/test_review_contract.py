@@ -9,6 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sandbox.cli import cli
 from sandbox.merge import mergeback
 from sandbox.merge.undo import undo
 from tests.conftest import tree_digest, write
@@ -111,3 +112,21 @@ def test_type_changes_made_by_a_command_apply(repo: Path, runner: CliRunner) -> 
     code, out, err = invoke(runner, repo, "undo", run.run_id)
     assert code == 0, err
     assert tree_digest(repo) == original
+
+
+def test_a_conflict_in_a_second_clone_says_whose_change_it_is(tmp_path: Path, runner: CliRunner) -> None:
+    """Item 8: the run's base carries clone A's uncommitted edit; clone B never touched the file."""
+    from tests.test_travel import sb, two_clones
+
+    a, b, _bare = two_clones(tmp_path)
+    write(a, "src/app.py", "print('app')\nedit in A, not committed\n")
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    sb(runner, a, "exec", run_id, "--isolate", "off", "--", "sh", "-c", "echo agent >> src/app.py")
+    sb(runner, a, "push", run_id)
+    sb(runner, b, "fetch")
+    result = runner.invoke(cli, ["-C", str(b), "apply", run_id, "--json"])
+    assert result.exit_code == 1
+    conflict = json.loads(result.stdout)["conflicts"][0]
+    assert conflict["path"] == "src/app.py"
+    assert "your file is as committed" in conflict["reason"] and "clone where the run started" in conflict["reason"]
+    assert (b / "src/app.py").read_text() == "print('app')\n"

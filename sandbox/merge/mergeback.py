@@ -306,6 +306,7 @@ def plan(
         result.paths.append(planned)
     if any(p.action == "conflict" for p in result.paths):
         select.explain_dependencies(run, state, selected, result.paths)
+        _whose_change(run, result.paths)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
@@ -325,6 +326,37 @@ def plan(
         ):
             result.fully_applied.append(entry.call_id)
     return result
+
+
+#: The reason :func:`_decide` gives a user's edit; :func:`_whose_change` refines it.
+YOUR_EDIT = "your file differs from the version the agent started from"
+
+
+def _whose_change(run: Run, planned: list[PlannedPath]) -> None:
+    """Say whose change a conflict is when the run's base carries an uncommitted edit (issue 21).
+
+    The base snapshot holds the uncommitted files of the tree the run started in; in a clone that
+    fetched the run, or after the user put the file back, the user's file may be exactly the
+    committed version: then the difference is that edit, not theirs.
+    """
+    mine = [p for p in planned if p.action == "conflict" and p.reason == YOUR_EDIT]
+    if not mine or not run.info.head:
+        return
+    from sandbox.run.remote import fetched_from
+
+    head_tree = objects.commit_tree(run.repo, run.info.head)
+    where = "in the clone where the run started" if fetched_from(run.project, run.run_id) else "in your tree"
+    for p in mine:
+        committed = objects.lookup(run.repo, head_tree, p.path)
+        if committed != p.base and journal.matches(p.user, committed):
+            p.reason = (
+                f"your file is as committed; the agent started from an uncommitted edit of it made {where} "
+                "when the run started"
+            )
+            p.hint = (
+                "see that edit and the agent's with 'sandbox conflicts'; take both with --3way, or leave it out "
+                "(--exclude PATH)"
+            )
 
 
 def plan_moves(root: str, moves: list[tuple[str, State, State, str]], user_tree: bool = False) -> list[PlannedPath]:
@@ -434,7 +466,7 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
         p.reason = "you deleted it; the agent changed it"
         p.hint = "restore your file to take the agent's change, or leave this path out (--exclude PATH)"
     else:
-        p.reason = "your file differs from the version the agent started from"
+        p.reason = YOUR_EDIT
         p.hint = (
             "see base, agent and yours with 'sandbox conflicts', then merge by hand, use --3way, "
             "or leave it out (--exclude PATH)"

@@ -130,3 +130,25 @@ def test_a_conflict_in_a_second_clone_says_whose_change_it_is(tmp_path: Path, ru
     assert conflict["path"] == "src/app.py"
     assert "your file is as committed" in conflict["reason"] and "clone where the run started" in conflict["reason"]
     assert (b / "src/app.py").read_text() == "print('app')\n"
+
+
+def test_three_way_markers_follow_conflict_style_and_status_lists_them(repo: Path, runner: CliRunner) -> None:
+    """Item 7: diff3 shows the base section; status then names the file with markers."""
+    from tests.conftest import git
+
+    git(repo, "config", "merge.conflictStyle", "diff3")
+    run = start(repo)
+    with run.tool_call("w") as call:
+        call.write("src/app.py", "print('agent')\n")
+    write(repo, "src/app.py", "print('user')\n")
+    code, out, _ = invoke(runner, repo, "apply", run.run_id, "--3way", "--json")
+    assert code == 1 and json.loads(out)["attention"] == ["src/app.py"]
+    text = (repo / "src/app.py").read_text()
+    assert "<<<<<<< yours" in text and "||||||| base\nprint('app')\n" in text and ">>>>>>> agent" in text
+    code, out, _ = invoke(runner, repo, "status", run.run_id, "--json")
+    assert code == 0 and json.loads(out)["conflict_markers"] == ["src/app.py"]
+    code, out, _ = invoke(runner, repo, "status", run.run_id)
+    assert "src/app.py" in out and "conflict markers" in out
+    write(repo, "src/app.py", "print('resolved')\n")
+    code, out, _ = invoke(runner, repo, "status", run.run_id, "--json")
+    assert json.loads(out)["conflict_markers"] == []

@@ -40,6 +40,13 @@ def test_apply_after_rollback_files_writes_exactly_what_diff_shows(repo: Path, r
     # Naming the rolled-back call refuses, and says why.
     code, _, err = invoke(runner, repo, "apply", run.run_id, "--call", "2")
     assert code == 1 and "rolled back" in err
+    # The branch of the run holds what diff showed: not the rolled-back call.
+    code, out, err = invoke(runner, repo, "branch", run.run_id, "kept")
+    assert code == 0, err
+    from tests.conftest import git
+
+    assert git(repo, "show", "kept:src/app.py") == "print('app')\n"
+    assert git(repo, "show", "kept:src/first.py") == "first\n"
 
 
 def test_rollback_to_a_later_checkpoint_brings_the_calls_back(repo: Path, runner: CliRunner) -> None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections import Counter
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 

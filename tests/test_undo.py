@@ -204,3 +204,18 @@ def test_undo_of_a_three_way_apply_puts_the_users_own_edit_back(repo: Path) -> N
     assert report.merged == ["src/app.py"]
     assert undo(run).restored == ["src/app.py"]
     assert (repo / "src/app.py").read_text() == mine
+
+
+def test_a_call_undone_in_your_tree_is_unapplied_work_again(repo: Path, runner: CliRunner) -> None:
+    """drop refuses it without --force, status counts it: the run still holds the change."""
+    run = start(repo)
+    with run.tool_call("one") as call:
+        call.write("x.txt", "x\n")
+    mergeback.apply(run)
+    assert run.unapplied_calls() == []
+    undo(run, call="1")
+    assert [e.call_id for e in run.unapplied_calls()] == [run.entries()[0].call_id]
+    code, out, _ = invoke(runner, repo, "status", run.run_id, "--json")
+    assert json.loads(out)["unapplied_calls"] == 1
+    code, _, err = invoke(runner, repo, "drop", run.run_id)
+    assert code == 1 and "--force" in err

@@ -124,7 +124,14 @@ def summary(
     exists = worktree_exists(place)
     # A run fetched from elsewhere has no worktree here until a command needs one: none to show.
     here = exists or layout.has_place(common_dir, run_id)
-    unapplied = [e for e in state["calls"].values() if e["commit"] and not e["applied"] and not e["undone"]]
+    # In the run's files and not in the user's tree: an undo in the user's tree leaves the call in the
+    # run; an undo in the run or a rollback --files takes it out (issue 21).
+    out = {i["call_id"] for i in state["data"].get("undo_stack", []) if (i.get("target") or "sandbox") == "sandbox"}
+    unapplied = [
+        e
+        for e in state["calls"].values()
+        if e["commit"] and not e["applied"] and e["call_id"] not in out and not e.get("rolled_back")
+    ]
     return {
         "run": run_id,
         "label": info["label"],

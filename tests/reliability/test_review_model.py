@@ -49,7 +49,11 @@ NAMES = ["a", "b", "d", "d/x", "d/y", "e/f"]
 Node = tuple[str, bytes, bool] | tuple[str, str]
 Tree = dict[str, Any]
 
-BASE: dict[str, str] = {"a": "a1\na2\na3\na4\na5\n", "b": "b1\nb2\nb3\n", "d/x": "x1\nx2\nx3\n"}
+BASE: dict[str, str] = {
+    "a": "".join(f"a{i}\n" for i in range(12)),  # long enough for two hunks (apply --hunks takes one)
+    "b": "b1\nb2\nb3\n",
+    "d/x": "x1\nx2\nx3\n",
+}
 
 
 #: What the steps did, counted over a whole test (printed by the hunting test: see the rules' reach).
@@ -127,13 +131,15 @@ class ReviewModel(RuleBasedStateMachine):
     def _call(self, name: str) -> Any:
         return self.run.tool_call(name)
 
-    @rule(path=st.sampled_from(NAMES), line=st.integers(0, 4))
+    @rule(path=st.sampled_from(NAMES), line=st.sampled_from([0, 1, 9]))
     def agent_write(self, path: str, line: int) -> None:
         if _blocked(self.agent, path) or (self.agent.get(path) or ("",))[0] == "link":
             return
         old = self.agent.get(path)
         lines = (old[1] if old else b"").splitlines(keepends=True) or [b"new\n"]
         lines[min(line, len(lines) - 1)] = self.token("agent") + b"\n"
+        if line == 9 and len(lines) > 9:
+            lines[0] = self.token("agent") + b"\n"  # two edits far apart: two hunks
         data = b"".join(lines)
         with self._call("write") as call:
             call.write(path, data)
@@ -192,7 +198,7 @@ class ReviewModel(RuleBasedStateMachine):
             call.rename(src, dst)
         self.agent[dst] = self.agent.pop(src)
 
-    @rule(paths=st.lists(st.sampled_from(["a", "b", "n", "e/f", "d/y"]), min_size=2, max_size=3, unique=True))
+    @rule(paths=st.lists(st.sampled_from(["b", "n", "e/f", "d/y"]), min_size=2, max_size=3, unique=True))
     def agent_command(self, paths: list[str]) -> None:
         """One call writing several files (a command)."""
         paths = [p for p in paths if not _blocked(self.agent, p) and (self.agent.get(p) or ("",))[0] != "link"]
@@ -278,6 +284,38 @@ class ReviewModel(RuleBasedStateMachine):
             return
         event(f"apply {selection}: wrote {'some' if report.applied else 'none'}{' merged' if report.merged else ''}")
         self._check_apply(before, report, shown, ops)
+
+    @rule(data=st.data())
+    def apply_hunks(self, data: st.DataObject) -> None:
+        """apply --hunks-from: some of the hunk ids ``diff --json`` shows."""
+        from sandbox.merge import hunks, preview
+
+        files = preview.diff_files(self.run, preview.preview_range(self.run))
+        ids = [h["id"] for f in files for h in f["hunks"]] + [f["id"] for f in files if not f["hunks"]]
+        ids += [c["id"] for f in files for h in f["hunks"] for c in h["changes"] if len(h["changes"]) > 1]
+        if not ids:
+            return
+        chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
+        before, ops = snapshot(self.root), self._ops()
+        try:
+            shown = self._shown(None, None)
+            report = mergeback.apply(self.run, choice=hunks.Choice(ids=set(chosen)))
+        except SandboxError as exc:
+            event(f"apply hunks: {type(exc).__name__}: {str(exc)[:90]}")
+            assert snapshot(self.root) == before, "a refused apply of hunks wrote something"
+            return
+        event(f"apply hunks: wrote {'some' if report.applied else 'none'}{' partly' if report.partial else ''}")
+        partial = set(report.partial)
+        for path in partial:
+            shown.pop(path, None)  # only some hunks of it: not the agent's whole file
+        after = snapshot(self.root)
+        changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+        assert set(report.applied) == changed, (report.applied, changed)
+        for path in set(report.applied) - partial:
+            assert after.get(path) == shown[path], f"{path}: apply wrote other bytes than diff showed"
+        if self._ops() > ops:
+            self.done.append((sorted(changed), before, after))
+            self.undone.clear()
 
     @rule()
     def undo_last(self) -> None:
@@ -375,7 +413,7 @@ def test_review_model_soak() -> None:
 
 
 #: The budget in ``make test`` (measured: see the module's note in docs/apply-and-undo.md).
-EXAMPLES = 50
+EXAMPLES = 40
 
 
 def test_review_model_hunt() -> None:

@@ -5,7 +5,7 @@ the *base* the run started from, the *run* (the agent's files), the *user's* tre
 the real library: the agent's calls through the recording API (write, delete, mkdir, file <->
 directory, symlink, chmod, rename, one call writing several files), the user's edits and deletions
 on disk, and the sandbox's operations (apply of the whole run, of a pathspec, of some calls, with
-``--3way``; undo; redo; checkpoint; ``rollback --files``). After every step:
+``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; fork). After every step:
 
 * the run's worktree is exactly the modelled run tree, and what the run brings (``diff``'s new side)
   is the run tree on every path it differs from the base;
@@ -118,6 +118,7 @@ class ReviewModel(RuleBasedStateMachine):
         #: Applies (and redos) in effect: (paths written, the tree before, the tree after), newest last.
         self.done: list[tuple[list[str], Tree, Tree]] = []
         self.undone: list[tuple[list[str], Tree, Tree]] = []
+        self.forks = 0
 
     def teardown(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -371,6 +372,17 @@ class ReviewModel(RuleBasedStateMachine):
         label = data.draw(st.sampled_from(sorted(self.checkpoints)))
         rollback_files(self.run, label)
         self.agent = dict(self.checkpoints[label])
+
+    @precondition(lambda self: self.forks < 1)
+    @rule()
+    def fork(self) -> None:
+        """Go on in a fork of the run (same base, one call bringing the source's changes)."""
+        from sandbox.run.many import fork
+
+        self.run = fork(self.run)
+        self.forks += 1
+        # The fork is a run of its own: its applies, undos and checkpoints start afresh.
+        self.done, self.undone, self.checkpoints = [], [], {}
 
     # -- invariants -----------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ the *base* the run started from, the *run* (the agent's files), the *user's* tre
 the real library: the agent's calls through the recording API (write, delete, mkdir, file <->
 directory, symlink, chmod, rename, one call writing several files), the user's edits and deletions
 on disk, and the sandbox's operations (apply of the whole run, of a pathspec, of some calls, with
-``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; fork). After every step:
+``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; fork; push, fetch and
+apply in a second clone). After every step:
 
 * the run's worktree is exactly the modelled run tree, and what the run brings (``diff``'s new side)
   is the run tree on every path it differs from the base;
@@ -42,7 +43,7 @@ from sandbox.recovery.actions import rollback_files
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.project import Project
-from tests.conftest import make_repo
+from tests.conftest import git, make_repo
 
 #: A small universe: a file that can become a directory (d vs d/x), a nested one, a link.
 NAMES = ["a", "b", "d", "d/x", "d/y", "e/f"]
@@ -119,6 +120,8 @@ class ReviewModel(RuleBasedStateMachine):
         self.done: list[tuple[list[str], Tree, Tree]] = []
         self.undone: list[tuple[list[str], Tree, Tree]] = []
         self.forks = 0
+        self.clone: Path | None = None
+        self.user_tree_seen: Tree = {}
 
     def teardown(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -384,6 +387,39 @@ class ReviewModel(RuleBasedStateMachine):
         # The fork is a run of its own: its applies, undos and checkpoints start afresh.
         self.done, self.undone, self.checkpoints = [], [], {}
 
+    @rule()
+    def apply_in_a_second_clone(self) -> None:
+        """Push the run, fetch it into a second clone, apply it there: what diff shows there lands there."""
+        from sandbox.run import remote
+
+        if self.clone is None:
+            bare = Path(self.tmp) / "remote.git"
+            git(Path(self.tmp), "init", "-q", "--bare", str(bare))
+            git(self.root, "remote", "add", "origin", str(bare))
+            git(self.root, "push", "-q", "origin", "main")
+            git(Path(self.tmp), "clone", "-q", str(bare), str(Path(self.tmp) / "clone"))
+            self.clone = Path(self.tmp) / "clone"
+        remote.push(self.run.project, [self.run.run_id], "origin")
+        project, _workdir, _ = Project.discover(str(self.clone))
+        remote.fetch(project, "origin", [self.run.run_id])
+        there = Run.open(project, self.run.run_id)
+        self.user_tree_seen, before = snapshot(self.root), snapshot(self.clone)
+        brought = brings.brings(there, check=False)
+        shown = {p: entry_node(there, brought.last()[p]) for p in brought.changed()}
+        try:
+            report = mergeback.apply(there)
+        except SandboxError as exc:
+            event(f"second clone: {type(exc).__name__}")
+            assert snapshot(self.clone) == before, "a refused apply in the second clone wrote something"
+            return
+        event(f"second clone: wrote {'some' if report.applied else 'none'}")
+        after = snapshot(self.clone)
+        changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+        assert set(report.applied) == changed
+        for path in report.applied:
+            assert after.get(path) == shown[path], f"{path}: the second clone got other bytes than diff showed"
+        assert snapshot(self.root) == self.user_tree_seen, "applying in the second clone touched the first"
+
     # -- invariants -----------------------------------------------------------------------------
 
     @invariant()
@@ -425,7 +461,7 @@ def test_review_model_soak() -> None:
 
 
 #: The budget in ``make test`` (measured: see the module's note in docs/apply-and-undo.md).
-EXAMPLES = 40
+EXAMPLES = 30
 
 
 def test_review_model_hunt() -> None:

@@ -456,7 +456,7 @@ def test_review_model() -> None:
 
 @pytest.mark.soak
 def test_review_model_soak() -> None:
-    ReviewModel.TestCase.settings = _settings(2000, 30)
+    ReviewModel.TestCase.settings = _settings(600, 30)
     ReviewModel.TestCase().runTest()
 
 

@@ -159,3 +159,24 @@ def test_three_way_markers_follow_conflict_style_and_status_lists_them(repo: Pat
     write(repo, "src/app.py", "print('resolved')\n")
     code, out, _ = invoke(runner, repo, "status", run.run_id, "--json")
     assert json.loads(out)["conflict_markers"] == []
+
+
+def test_hunks_that_leave_out_a_deletion_in_the_way_write_nothing(repo: Path, runner: CliRunner) -> None:
+    """Found by the review model: 'b' became 'b/x', and only the addition of 'b/x' was chosen."""
+    from sandbox.merge import hunks, preview
+
+    write(repo, "b", "b\n")
+    run = start(repo)
+    with run.tool_call("retype") as call:
+        call.delete("b")
+        call.write("b/x", "x\n")
+    files = {f["path"]: f["id"] for f in preview.diff_files(run, preview.preview_range(run))}
+    digest = tree_digest(repo)
+    try:
+        mergeback.apply(run, choice=hunks.Choice(ids={files["b/x"]}))
+    except mergeback.ApplyConflict as exc:
+        assert exc.report.conflicts[0].path == "b/x" and "'b' is a file" in exc.report.conflicts[0].reason
+    else:
+        raise AssertionError("the apply was not refused")
+    assert tree_digest(repo) == digest
+    assert mergeback.apply(run, choice=hunks.Choice(ids=set(files.values()))).applied == ["b", "b/x"]

@@ -618,6 +618,8 @@ def execute(
     except OSError as exc:
         where = _where(j.target_dir, exc)
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
+    except SandboxError as exc:  # the tree changed under the write (a path in the way): put back what was written
+        raise _roll_back_failed(run, j, temps, written, "writing your tree", exc) from exc
     faults.point(f"{op}.before_ledger")
     try:
         run.record_event(j.event, keep=keep or ())
@@ -733,6 +735,15 @@ def apply(
             from sandbox.merge import hunks
 
             hunks.restrict(run.repo, result, choice)
+            # A choice may leave out the deletion that clears the way for a chosen path (a file the
+            # agent turned into a directory): the structure is checked again, before any write.
+            by_path = {p.path: p for p in result.paths}
+            for p in result.writes:
+                obstacles.check_structure(target, p, by_path)
+            if result.conflicts:
+                for p in result.conflicts:
+                    p.hint = "choose the change that removes what is in the way too, or leave this path out"
+                refuse(result.conflicts, result.report(dry_run))
         report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths = state.data.user_paths

@@ -17,7 +17,8 @@ apply in a second clone). After every step:
 * no edit of the user's is ever lost: each line the user wrote is still in their file (a 3-way
   merge keeps it next to the agent's), unless the user removed it.
 
-``make test`` runs a fixed, derandomized budget; ``--soak`` a long one.
+``make test`` runs a fixed, derandomized budget; ``--soak`` a long one. What it found became plain
+tests: ``test_hunks_that_leave_out_a_deletion_in_the_way_write_nothing`` (tests/test_review_contract.py).
 """
 
 from __future__ import annotations

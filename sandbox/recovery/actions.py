@@ -173,7 +173,8 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
     if applied:
         text += (
             f" Calls {', '.join(applied)} had already been applied to your tree; this rollback changed only the "
-            f"sandbox. To take them out of your tree, use 'sandbox undo {run.run_id}'."
+            f"sandbox. To take them out of your tree, use 'sandbox undo {run.run_id}' (your last apply) or "
+            f"'sandbox undo {run.run_id} --call CALL' (one call)."
         )
     return RollbackFilesReport(ckpt.name, commit, files, undone, applied, text)
 

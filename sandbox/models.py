@@ -285,6 +285,8 @@ class LedgerEntry(_Model):
     denial_reason: str | None = None
     undone: bool = False
     applied: bool = False
+    #: Taken out of the run's head by ``rollback --files`` (its change is no longer in the run's files).
+    rolled_back: bool = False
     epoch: int = 0
     seq: int = 0
     compensation: dict[str, Any] | None = None
@@ -405,6 +407,17 @@ class PathRecordUpdate(_Payload):
         return {"path": self.path, **data}
 
 
+class PathMove(_Payload):
+    """One path an apply or redo wrote into the user's tree: the user's state before and the state
+    written (blob ids as ``git add`` stores them; None: absent). What ``sandbox undo`` puts back."""
+
+    path: str
+    before_mode: int | None = None
+    before_oid: str | None = None
+    after_mode: int | None = None
+    after_oid: str | None = None
+
+
 class MergebackData(_Payload):
     """The ``data`` of an ``apply_finished``, ``undo`` or ``redo`` event.
 
@@ -431,6 +444,8 @@ class MergebackData(_Payload):
     partial: list[PathRecordUpdate] = Field(default_factory=new_list)
     #: A redo that wrote partly applied paths again: its call is not (wholly) applied.
     partly: bool = False
+    #: An apply or redo of the user's tree: each path written, from the user's state to the new one.
+    moves: list[PathMove] = Field(default_factory=new_list)
 
 
 class UndoItem(_Model):
@@ -536,6 +551,11 @@ def fold_mergeback(state: "LedgerState", event: Event, writable: Callable[[str],
         entry = writable(call_id)
         if entry is not None:
             entry.applied = False
+    if event.kind == EventKind.redo and not event.call_id and data.target == "user":
+        for call_id in data.calls:  # a redo of a whole apply: its calls are applied again
+            entry = writable(call_id)
+            if entry is not None:
+                entry.applied = True
     if event.call_id and event.kind in (EventKind.undo, EventKind.redo):
         stack = state.data.undo_stack
         if event.kind == EventKind.undo:
@@ -669,6 +689,8 @@ class ApplyReport(_Model):
     refused: bool = False
     #: Paths of which only some hunks were written (``apply --hunks``), with the ids taken.
     partial: dict[str, list[str]] = Field(default_factory=new_dict)
+    #: On a dry run: the paths the apply would write (``applied`` stays empty: nothing was written).
+    would_apply: list[str] = Field(default_factory=new_list)
 
 
 class UndoReport(ApplyReport):

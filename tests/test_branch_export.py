@@ -89,7 +89,7 @@ def test_branch_skips_undone_calls_and_outlives_drop_and_gc(repo: Path) -> None:
     commit_all(repo, "clean")
     run = start(repo)
     three_calls(run)
-    undo(run)  # the newest change (the delete) taken back out in the run
+    undo(run, in_run=True, force=True)  # the newest change (the delete) taken back out in the run
     proc = sandbox_cmd("branch", run.run_id, "kept", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert b"2 commit(s)" in proc.stdout and b"note:" not in proc.stdout  # nothing uncommitted at start

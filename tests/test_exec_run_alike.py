@@ -174,3 +174,27 @@ def test_an_agent_that_ends_cleanly_on_ctrl_c_was_still_interrupted(repo: Path) 
     assert data["interrupted"].startswith("interrupted: the session was stopped with Ctrl-C")
     last = log(repo, data["run"])[-1]
     assert last["status"] == "failed" and [f["path"] for f in last["files"]] == ["bye.txt"]  # type: ignore[attr-defined]
+
+
+def test_a_session_interrupted_after_its_last_change_is_recorded_as_interrupted(repo: Path) -> None:
+    """Issue 21 item 9: nothing left to cut at the Ctrl-C, and the ledger still says it was interrupted."""
+    agent = "print('ready', flush=True)\nimport time\ntime.sleep(120)\n"
+    exe = Path(sys.executable).parent / "sandbox"
+    proc = subprocess.Popen(
+        [str(exe), "run", "--", sys.executable, "-c", agent],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"  # bounded: the agent exits after 120 s
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run_id = next(line.split()[3] for line in err.decode().splitlines() if line.startswith("sandbox: started run "))
+    last = log(repo, run_id)[-1]
+    assert last["tool_name"] == "agent_session" and last["status"] == "failed" and last["files"] == []
+    assert str(last["error"]).startswith("interrupted: the session was stopped with Ctrl-C")
+    status = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)
+    assert status["by_status"] == {"failed": 1}

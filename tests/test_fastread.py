@@ -61,7 +61,7 @@ def busy_run(repo: Path) -> tuple[Project, Run, Run]:
         raise RuntimeError("the tool broke\nwith a second line")
     with run.tool_call("write_file", {"path": "src/util.py"}) as call:
         call.write("src/util.py", "X = 2\n")
-    assert sandbox_cmd("undo", run.run_id, cwd=repo).returncode == 0  # call 4, in the run
+    assert sandbox_cmd("undo", run.run_id, "--in-run", "--force", cwd=repo).returncode == 0  # call 4, in the run
     assert sandbox_cmd("apply", run.run_id, "--call", "1", cwd=repo).returncode == 0
     denied = run.plan_call("bash", {"command": "rm -rf /"})
     run.deny(denied, "never on my machine")

@@ -356,3 +356,13 @@ def test_interactive_refuses_a_conflict_before_asking(repo: Path) -> None:
     code, out = drive(repo, ["apply", run.run_id, "--hunks"], [])
     assert code == 1 and "your file differs" in out and "Apply this hunk" not in out
     assert tree_digest(repo) == digest
+
+
+def test_help_lists_only_offered_answers_and_the_view_has_file_headers(repo: Path) -> None:
+    """Issue 21 item 12: '?' on a one-change hunk does not list 's'; '---'/'+++' lines as in git add -p."""
+    run = setup(repo)
+    code, out = drive(repo, ["apply", run.run_id, "--hunks"], [b"?", b"q"])
+    assert code == 0, out
+    first = out.split("Apply this hunk")[1]
+    assert "--- a/a.txt\r\n+++ b/a.txt" in out.replace("\r\r", "\r")
+    assert "s - split" not in first and "y - apply this hunk" in first

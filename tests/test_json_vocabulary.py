@@ -89,8 +89,11 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     applied = cli_json(runner, "apply", *c, "apply", run_id)
     assert sorted(applied["applied"]) == ["src/new.py", "src/two.txt"]
     undone = cli_json(runner, "undo", *c, "undo", run_id)
-    assert undone["restored"] and undone["applied"] == [] and undone["call_id"] == ran["call_id"]
+    assert undone["restored"] and undone["applied"] == [] and undone["call_id"] is None  # the whole apply
+    assert ran["call_id"] in undone["calls"]
     cli_json(runner, "redo", *c, "redo", run_id)
+    one_call = cli_json(runner, "undo", *c, "undo", run_id, "--call", ran["call_id"])
+    assert one_call["call_id"] == ran["call_id"] and one_call["restored"] == ["src/two.txt"]
     cli_json(runner, "repair", *c, "repair", run_id)
 
     cli_json(runner, "rollback --session", *w, "rollback", "--session", "--to", "one")

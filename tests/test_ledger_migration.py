@@ -40,6 +40,8 @@ def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> N
     expected["fold"]["data"] = {k: v for k, v in data.items() if v not in ({}, [])}
     # Added to `status --json` after the fixture was written: the repository's host (null: none runs).
     expected["status"]["output"].setdefault("host", None)
+    # Added to status and list with issue 21: files where apply --3way left conflict markers (none here).
+    expected["status"]["output"].setdefault("conflict_markers", [])
     seen = json.loads(json.dumps(observe(restore(tmp_path / "repo")), sort_keys=True))
     # Fields added since (runs that travel, issue 13) read as None from an old ledger: the same as absent.
     added = [(seen["fold"], "clone")] + [(seen["fold"]["run"], k) for k in ("host", "group", "forked_from")]
@@ -50,6 +52,21 @@ def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> N
     # Added with the network allowlist (issue 20): an old ledger has no refusals.
     if seen["status"]["output"].get("network_refused") == []:
         del seen["status"]["output"]["network_refused"]
+    # Added with issue 21: the calls 'rollback --files' took out of the run, and a dry run's would_apply.
+    rolled = {c for c, e in seen["fold"]["calls"].items() if e.get("rolled_back")}
+    assert rolled == {"call_8b3c8797c244"}  # d.txt, written after a checkpoint the files went back to
+    for calls in (seen["fold"]["calls"].values(), seen["entries"], seen["log"]["output"]):
+        for entry in calls:
+            entry.pop("rolled_back", None)
+    dry = seen["apply_dry"]["output"]
+    if isinstance(dry, str):
+        seen["apply_dry"]["output"] = dry.replace(',\n  "would_apply": []', "")
+    # What the old code got wrong (issue 21 item 1): it applied the rolled-back call's d.txt.
+    expected["plan"] = [p for p in expected["plan"] if p["path"] != "d.txt"]
+    expected["apply_dry"]["output"] = expected["apply_dry"]["output"].replace('    "call_8b3c8797c244",\n', "")
+    expected["status"]["output"]["unapplied_calls"] -= 1  # nor does status count it as unapplied work
+    if isinstance(seen["undo"]["output"], dict):
+        seen["undo"]["output"].pop("would_apply", None)
     # The fixture's run has no worktree in the restored clone: status says none (issue 13) where it
     # used to show the legacy path the run would have had.
     status = seen["status"]["output"]

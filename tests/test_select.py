@@ -52,9 +52,9 @@ def test_globs_and_path_option_select(repo: Path) -> None:
     three_files(run)
     code, out, _ = invoke(repo, "apply", run.run_id, "--dry-run", "--json", "--path", "*.py", "--exclude", "tests")
     assert code == 0
-    assert sorted(json.loads(out)["applied"]) == ["src/app.py", "src/util.py"]
+    assert sorted(json.loads(out)["would_apply"]) == ["src/app.py", "src/util.py"]
     code, out, _ = invoke(repo, "apply", run.run_id, "--dry-run", "--json", ":(glob)src/*")
-    assert sorted(json.loads(out)["applied"]) == ["src/app.py", "src/util.py"]
+    assert sorted(json.loads(out)["would_apply"]) == ["src/app.py", "src/util.py"]
 
 
 def test_pathspec_is_relative_to_the_current_directory(repo: Path) -> None:

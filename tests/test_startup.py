@@ -63,6 +63,7 @@ APPLY_MODULES = {
     "sandbox.errors",
     "sandbox.faults",
     "sandbox.merge",
+    "sandbox.merge.brings",  # what the run brings: the one decision diff and apply read
     "sandbox.merge.mergeback",
     "sandbox.merge.obstacles",
     "sandbox.merge.select",

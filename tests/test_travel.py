@@ -102,7 +102,7 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     sb(runner, b, "apply", run_id)
     assert (b / "made.txt").read_text() == "from-the-agent\n"
     assert (b / "src" / "app.py").read_text() == "print('app')\nchanged\n"
-    sb(runner, b, "undo", run_id)  # the last change: src/app.py
+    sb(runner, b, "undo", run_id, "--call", "2")  # the last change: src/app.py
     assert (b / "src" / "app.py").read_text() == "print('app')\n" and (b / "made.txt").exists()
     assert not homes_of(b).exists()
     # exec needs a worktree: made from the run's head, in B's homes, one line saying so.

@@ -200,10 +200,24 @@ def cut(
             from sandbox.store import scan
 
             candidates = scan.candidates(run.repo, run.worktree, head_tree)
-        if not candidates:
-            return None
-        cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
-        if not cap.changes:
+        cap = (
+            capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
+            if candidates
+            else None
+        )
+        if cap is None or not cap.changes:
+            if interrupted:
+                # Nothing left to cut (a quiet point took it, or the agent wrote nothing): the ledger
+                # still says the session was interrupted, as a failed call with no changes (issue 21).
+                call_id = run.start_call(
+                    SESSION_TOOL,
+                    {"reason": reason, "paths": [], "count": 0},
+                    idempotency="conditional",
+                    replay="ask",
+                    summary="the session was interrupted; no change outside recorded tool calls since the last one",
+                )
+                run.finish_call(call_id, CallStatus.failed, paths=[], error=interrupted)
+                return call_id
             return None
         changed = sorted(cap.changes)
         call_id = run.start_call(

@@ -24,7 +24,8 @@ def print_report(report: ApplyReport, verb: str) -> None:
     done = "Would write" if report.dry_run else verb
     # Only paths the operation wrote are listed as written: a refused one lists none.
     restored = "Would restore" if report.dry_run else "Restored"
-    for written, label, gone in ((report.applied, done, "deleted"), (report.restored, restored, "removed")):
+    wrote = report.would_apply if report.dry_run else report.applied
+    for written, label, gone in ((wrote, done, "deleted"), (report.restored, restored, "removed")):
         if written:
             click.echo(f"{label} {len(written)} path(s) in {where}:")
             for path in written:
@@ -50,7 +51,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
             versions = (("base", c.base), ("agent", c.agent), ("yours", c.user))
             click.echo("    " + "  ".join(f"{k} {out.style((v or 'absent')[:12], fg='yellow')}" for k, v in versions))
             click.echo(f"    what to do: {c.hint}")
-    if not (report.applied or report.restored or report.skipped or report.conflicts or report.recovered):
+    if not (wrote or report.restored or report.skipped or report.conflicts or report.recovered):
         click.echo("Nothing to do.")
 
 

@@ -90,7 +90,13 @@ def _answer(prompt: str, allowed: str) -> str:
         key = line.strip()[:1].lower()
         if key in allowed:
             return key
-        click.echo(HELP if key == "?" or key == "" else f"Unknown answer {key!r}.\n{HELP}")
+        shown = help_for(allowed)  # as git add -p: only the answers this prompt offers
+        click.echo(shown if key == "?" or key == "" else f"Unknown answer {key!r}.\n{shown}")
+
+
+def help_for(allowed: str) -> str:
+    """The help lines of the answers ``allowed`` (and ``?``), in the usual order."""
+    return "\n".join(line for line in HELP.splitlines() if line[:1] in allowed + "?")
 
 
 def _ask_file(fh: FileHunks, choice: Choice, root: str) -> None:
@@ -101,6 +107,9 @@ def _ask_file(fh: FileHunks, choice: Choice, root: str) -> None:
         if sys.stdout.isatty()
         else f"diff --git a/{fh.path} b/{fh.path}"
     )
+    if fh.text:
+        # git's file header, as git add -p shows it before the first hunk.
+        click.echo(f"--- a/{fh.path}\n+++ b/{fh.path}")
     if not fh.text:
         what = "Add this file" if fh.before is None else "Delete this file" if fh.after is None else "Apply this change"
         kind = "" if fh.before is None or fh.after is None else " (binary, symlink or mode change: taken whole)"

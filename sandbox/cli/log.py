@@ -197,6 +197,7 @@ def _row(
         [
             f" [waited {waited} at the agent's prompt]" if waited else "",
             " [undone]" if e["undone"] else "",
+            " [rolled back]" if e.get("rolled_back") else "",
             " [applied]" if e["applied"] else "",
             f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
             f" [denied: {escape.text(e['denial_reason'] or 'no reason')}]" if approval == "denied" else "",

@@ -77,6 +77,9 @@ class RunRow(Output):
     unapplied_calls: int = 0
     #: Calls of which only some hunks were applied (``apply --hunks``).
     partly_applied_calls: list[str] = Field(default_factory=list)
+    conflict_markers: list[str] = Field(
+        default_factory=list, description="Files of your tree where apply --3way left conflict markers to resolve."
+    )
     epoch: int = 0
     made_on: str | None = Field(default=None, description="The machine (host name) the run was started on.")
     fetched_from: dict[str, Any] | None = Field(

@@ -13,7 +13,7 @@ from sandbox.cli.common import open_project, verified
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
-    """Redo RUN's newest undo, in the place where it was undone (your tree or the run)."""
+    """Redo RUN's newest undo: an apply taken back from your tree, or one call (in your tree or the run)."""
     from sandbox.cli.apply import finish
     from sandbox.merge.mergeback import ApplyConflict
     from sandbox.merge.undo import redo as do_redo
@@ -29,6 +29,7 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
         click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     if not as_json:
-        where = "your tree" if report.target == "user" else "the run"
-        click.echo(f"Redid call {report.call} in {where}.")
+        from sandbox.cli.undo import describe
+
+        click.echo(describe("Redid", report))
     finish(report, "Wrote", as_json)

@@ -54,6 +54,10 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
     if row["worktree_exists"]:
         click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
+    markers = row.get("conflict_markers") or []
+    if markers:
+        shown = ", ".join(escape.path(p) for p in markers)
+        click.echo(f"  attention: {out.style(shown, fg='red')} (conflict markers from apply --3way to resolve)")
     if in_flight:
         flight = out.style(", ".join(escape.text(c) for c in in_flight), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")

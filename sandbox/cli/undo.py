@@ -1,4 +1,4 @@
-"""``sandbox undo``: take the run's last change back out (or roll back an interrupted apply)."""
+"""``sandbox undo``: take back your last apply (or one call, or the agent's last call in the run)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from sandbox.cli.common import open_project, verified
 
 @click.command()
 @click.argument("run_id", required=False)
+@click.option("--call", "call_id", default=None, help="Take back this one call (with --in-run: from the run).")
+@click.option("--in-run", is_flag=True, help="Take the agent's newest call (or --call) out of the run itself.")
+@click.option("--force", is_flag=True, help="With --in-run: also when the call's work is not in your tree.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
-    """Undo RUN's newest change: in your tree if it was applied there, else in the run.
+def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bool, force: bool, as_json: bool) -> None:
+    """Take back your last apply or redo of RUN in your tree, exactly as your files were before it.
 
-    Refuses (exit 1, nothing written) where you changed a file since. After an interrupted apply,
-    undo or redo, rolls that operation back first.
+    --call CALL takes back one call from your tree; --in-run takes the agent's newest call (or
+    --call) out of the run itself, which needs --force when that work is not in your tree ('sandbox
+    redo' brings it back). Refuses (exit 1, nothing written) where you changed a file since. After
+    an interrupted apply, undo or redo, rolls that operation back first.
     """
     from sandbox.cli.apply import finish
     from sandbox.merge.mergeback import ApplyConflict
@@ -25,16 +30,29 @@ def undo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.run.run import Run
     from sandbox.store import journal
 
+    if force and not in_run:
+        raise click.UsageError("--force goes with --in-run (an undo in your tree never needs it).")
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
     try:
-        report = do_undo(run)
+        report = do_undo(run, call=call_id, in_run=in_run, force=force)
     except ApplyConflict as exc:
         finish(exc.report, "Restored", as_json)
         click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     if not as_json and not report.recovered:
-        where = "your tree" if report.target == "user" else "the run"
-        click.echo(f"Undid call {report.call} in {where}.")
+        click.echo(describe("Undid", report))
     finish(report, "Restored", as_json)
+
+
+def describe(verb: str, report: object) -> str:
+    """One line naming what an undo or redo took back or brought back, and where."""
+    call = getattr(report, "call", None)
+    target = getattr(report, "target", "user")
+    where = "your tree" if target == "user" else "the run"
+    if call:
+        return f"{verb} call {escape.text(call)} in {where}."
+    calls = list(getattr(report, "calls", []) or [])
+    what = f"calls {', '.join(escape.text(c) for c in calls)}" if calls else "the run"
+    return f"{verb} the apply of {what} in {where}."

@@ -1,7 +1,8 @@
 """Merge-back: applying the agent's recorded changes to the user's working tree, never over a user edit.
 
-The patch is built from the calls' recorded file changes (``LedgerEntry.files``), never from a
-walk of either tree, so planning and writing cost O(changed paths). For each changed path the
+The patch is what :func:`sandbox.merge.brings.brings` decides (the live calls' commits, each
+diffed against its parent; never a walk of a whole tree), so planning and writing cost O(changed
+paths). For each changed path the
 selected calls form a chain of states ``before -> ... -> after``; the user's file (read with
 lstat and hashed, never through a symlinked parent) decides:
 
@@ -32,7 +33,8 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import PathRefusedError, SandboxError
-from sandbox.merge import obstacles, select, validate
+from sandbox.merge import brings, obstacles, select, validate
+from sandbox.merge.brings import Step
 from sandbox.models import (
     ApplyAction,
     ApplyJournal,
@@ -43,11 +45,12 @@ from sandbox.models import (
     LedgerEntry,
     LedgerState,
     PartialApply,
+    PathMove,
     PathRecordUpdate,
     UserPathRecord,
 )
 from sandbox.run.run import Run
-from sandbox.store import convert, journal, objects, paths, sparse
+from sandbox.store import convert, journal, objects, sparse
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -100,15 +103,6 @@ class ReadOnlyTargetError(ApplyConflict):
 
 
 # -- the plan ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Step:
-    """One selected call's change to one path."""
-
-    call_id: str
-    before: State
-    after: State
 
 
 @dataclass
@@ -186,19 +180,24 @@ class ApplyPlan:
             done = set(written)
             applied = [p.path for p in self.writes if p.path in done]
         merged = [p.path for p in self.paths if p.action == "merge" and p.path in applied]
+        deleted = {p.path: "deleted" for p in self.writes if dry_run and p.write is None and p.path in applied}
         return ApplyReport(
             run=self.run_id,
             target_dir=self.target_dir,
             calls=self.calls,
-            applied=applied,
+            applied=[] if dry_run else applied,
+            would_apply=applied if dry_run else [],
             skipped=[p.path for p in self.paths if p.action == "skip"],
             conflicts=[conflict_report(p) for p in self.conflicts],
             merged=merged,
             attention=[p.path for p in self.paths if p.markers and p.path in applied],
             reasons={
-                p.path: p.reason
-                for p in self.paths
-                if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+                **deleted,
+                **{
+                    p.path: p.reason
+                    for p in self.paths
+                    if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+                },
             },
             dry_run=dry_run,
             head_moved=self.head_moved,
@@ -231,6 +230,17 @@ def state_record(state: State, target: State, calls: list[str]) -> UserPathRecor
     )
 
 
+def move_of(path: str, before: State, after: State) -> dict[str, object]:
+    """A :class:`sandbox.models.PathMove` as event data: what ``sandbox undo`` puts back, and from what."""
+    return PathMove(
+        path=path,
+        before_mode=before.mode if before else None,
+        before_oid=before.oid if before else None,
+        after_mode=after.mode if after else None,
+        after_oid=after.oid if after else None,
+    ).model_dump(mode="json")
+
+
 def prior_records(user_paths: Mapping[str, UserPathRecord], changed: list[str]) -> list[PathRecordUpdate]:
     """The ``user_paths`` records of ``changed`` as they are now (what rolling back restores)."""
     return [PathRecordUpdate.of(path, user_paths.get(path)) for path in changed]
@@ -256,38 +266,6 @@ def resolve_call(state: LedgerState, run_id: str, given: str) -> LedgerEntry:
     return select.resolve_name(state, run_id, given)
 
 
-def _select(run: Run, state: LedgerState, calls: list[str] | None) -> list[LedgerEntry]:
-    if not calls:
-        return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
-    for given in calls:
-        if ".." in given and given not in state.calls:
-            continue  # a range: undone calls in it are simply not taken
-        entry = resolve_call(state, run.run_id, given)
-        if entry.undone:
-            raise SandboxError(
-                f"Call {entry.call_id} was undone; bring it back with 'sandbox redo {run.run_id}' instead."
-            )
-    chosen = select.expand(state, run.run_id, calls, resolve_call)
-    return [state.calls[c] for c in chosen if state.calls[c].commit and not state.calls[c].undone]
-
-
-def _chains(run: Run, selected: list[LedgerEntry], only: Pathspec | None) -> dict[str, list[Step]]:
-    chains: dict[str, list[Step]] = {}
-    for entry in selected:
-        for change in entry.files:
-            if run.is_private(change.path):
-                continue  # the sandbox's own files (hook settings) are never the agent's patch
-            if paths.normalize(change.path) != change.path:
-                raise PathRefusedError(f"The run records the odd path {change.path!r}; it is not applied.")
-            before = journal.entry_state(change.before_mode, change.before_hash)
-            after = journal.entry_state(change.after_mode, change.after_hash)
-            chains.setdefault(change.path, []).append(Step(entry.call_id, before, after))
-    if only is not None:
-        select.check_matched(only, chains, run.run_id)
-        chains = {p: s for p, s in chains.items() if only.matches(p)}
-    return chains
-
-
 def as_pathspec(given: Pathspec | list[str] | None) -> Pathspec | None:
     """A :class:`Pathspec` from one, from a list of pathspec strings (from the top), or None."""
     if given is None or isinstance(given, Pathspec):
@@ -311,12 +289,9 @@ def plan(
     """
     state = state or run.state()
     target = run.user_workdir
-    selected = _select(run, state, calls)
-    spec = as_pathspec(paths)
-    if with_deps and calls:
-        selected = select.with_dependencies(run, state, selected, spec)
-    chains = _chains(run, selected, spec)
-    result = ApplyPlan(run.run_id, target, [e.call_id for e in selected])
+    brought = brings.brings(run, state, calls, as_pathspec(paths), with_deps)
+    selected, chains = brought.selected, brought.chains
+    result = ApplyPlan(run.run_id, target, brought.calls)
     if not chains:
         what = "selected changes" if calls or paths else "recorded file changes"
         raise NothingToApplyError(f"Run {run.run_id} has no {what} to apply.")
@@ -331,6 +306,7 @@ def plan(
         result.paths.append(planned)
     if any(p.action == "conflict" for p in result.paths):
         select.explain_dependencies(run, state, selected, result.paths)
+        _whose_change(run, result.paths)
     by_path = {p.path: p for p in result.paths}
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
@@ -343,13 +319,44 @@ def plan(
     planned_paths = set(by_path)
     for entry in selected:
         if all(
-            f.path in planned_paths
-            or run.is_private(f.path)
-            or entry.call_id in select.carried(state, f.path)  # whole: a partial apply is not carried
-            for f in entry.files
+            path in planned_paths
+            or run.is_private(path)
+            or entry.call_id in select.carried(state, path)  # whole: a partial apply is not carried
+            for path, _before, _after in brings.call_changes(run, entry)
         ):
             result.fully_applied.append(entry.call_id)
     return result
+
+
+#: The reason :func:`_decide` gives a user's edit; :func:`_whose_change` refines it.
+YOUR_EDIT = "your file differs from the version the agent started from"
+
+
+def _whose_change(run: Run, planned: list[PlannedPath]) -> None:
+    """Say whose change a conflict is when the run's base carries an uncommitted edit (issue 21).
+
+    The base snapshot holds the uncommitted files of the tree the run started in; in a clone that
+    fetched the run, or after the user put the file back, the user's file may be exactly the
+    committed version: then the difference is that edit, not theirs.
+    """
+    mine = [p for p in planned if p.action == "conflict" and p.reason == YOUR_EDIT]
+    if not mine or not run.info.head:
+        return
+    from sandbox.run.remote import fetched_from
+
+    head_tree = objects.commit_tree(run.repo, run.info.head)
+    where = "in the clone where the run started" if fetched_from(run.project, run.run_id) else "in your tree"
+    for p in mine:
+        committed = objects.lookup(run.repo, head_tree, p.path)
+        if committed != p.base and journal.matches(p.user, committed):
+            p.reason = (
+                f"your file is as committed; the agent started from an uncommitted edit of it made {where} "
+                "when the run started"
+            )
+            p.hint = (
+                "see that edit and the agent's with 'sandbox conflicts'; take both with --3way, or leave it out "
+                "(--exclude PATH)"
+            )
 
 
 def plan_moves(root: str, moves: list[tuple[str, State, State, str]], user_tree: bool = False) -> list[PlannedPath]:
@@ -459,7 +466,7 @@ def _decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
         p.reason = "you deleted it; the agent changed it"
         p.hint = "restore your file to take the agent's change, or leave this path out (--exclude PATH)"
     else:
-        p.reason = "your file differs from the version the agent started from"
+        p.reason = YOUR_EDIT
         p.hint = (
             "see base, agent and yours with 'sandbox conflicts', then merge by hand, use --3way, "
             "or leave it out (--exclude PATH)"
@@ -612,6 +619,8 @@ def execute(
     except OSError as exc:
         where = _where(j.target_dir, exc)
         raise _roll_back_failed(run, j, temps, written, f"writing {where}", exc) from exc
+    except SandboxError as exc:  # the tree changed under the write (a path in the way): put back what was written
+        raise _roll_back_failed(run, j, temps, written, "writing your tree", exc) from exc
     faults.point(f"{op}.before_ledger")
     try:
         run.record_event(j.event, keep=keep or ())
@@ -727,6 +736,15 @@ def apply(
             from sandbox.merge import hunks
 
             hunks.restrict(run.repo, result, choice)
+            # A choice may leave out the deletion that clears the way for a chosen path (a file the
+            # agent turned into a directory): the structure is checked again, before any write.
+            by_path = {p.path: p for p in result.paths}
+            for p in result.writes:
+                obstacles.check_structure(target, p, by_path)
+            if result.conflicts:
+                for p in result.conflicts:
+                    p.hint = "choose the change that removes what is in the way too, or leave this path out"
+                refuse(result.conflicts, result.report(dry_run))
         report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths = state.data.user_paths
@@ -744,8 +762,10 @@ def apply(
                 "paths": [PathRecordUpdate.of(p.path, p.record).to_data() for p in changed],
                 "prior": [u.to_data() for u in prior_records(user_paths, [p.path for p in changed])],
                 "merged": report.merged,
+                "moves": [move_of(p.path, p.user.state, p.write) for p in result.writes],
             },
         )
+        keep_users_files(run, target, result.writes)
         entries = journal_entries(run.repo, target, result.writes)
         j = ApplyJournal(
             op="apply",
@@ -760,6 +780,25 @@ def apply(
         )
         written = execute(run, j, progress=progress)
         return result.report(written=written)
+
+
+def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
+    """Store the user's version of each path about to be written, so ``sandbox undo`` can put it back
+    (an edit of theirs under a 3-way merge, a state the sandbox never wrote, is not in any object store)."""
+    repo = run.repo
+    conv = convert.for_tree(root)
+    with objects.git_writes():
+        for p in writes:
+            state = p.user.state
+            if state is None or state.oid in repo:
+                continue
+            full = os.path.join(root, p.path)
+            if p.user.kind == "link":
+                data = os.fsencode(os.readlink(full))
+            else:
+                with open(full, "rb") as fh:
+                    data = conv.clean_bytes(p.path, fh.read())
+            objects.write_blob(repo, data)  # the apply's plan still checks the file against state.oid
 
 
 def refuse(conflicts: list[PlannedPath], report: ApplyReport) -> NoReturn:

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 
 from sandbox.errors import SandboxError
-from sandbox.merge import hunks, select
+from sandbox.merge import brings, hunks, select
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.gitcli import git
 from sandbox.store.pathspec import Pathspec
-
-if TYPE_CHECKING:
-    from sandbox.store.journal import State
 
 
 @dataclass
@@ -39,38 +36,20 @@ class Range:
 
 
 def preview_range(run: Run, call_id: str | None = None, calls: list[str] | None = None) -> Range:
-    """What to compare: base..head for the run, parent..commit for one call, or the chains of the
-    changes of several calls (each path from its state before the first selected call that changed
-    it to its state after the last one)."""
+    """What to compare: what the run (or the selected calls) brings (:func:`sandbox.merge.brings.brings`),
+    as two trees: the base with each changed path at its state before the first selected call that
+    changed it, and at its state after the last one. For the whole run that is the base against the
+    run's head after rollbacks and undos; apply writes exactly the second tree's states."""
     names = list(calls or ([call_id] if call_id else []))
-    if not names:
-        return Range(run.base, run.head())
-    state = run.state()
-    chosen = select.expand(state, run.run_id, names)
-    if len(names) == 1 and ".." not in names[0]:
-        entry = state.calls[chosen[0]]
-        if not entry.commit or not entry.parent_commit:
+    brought = brings.brings(run, calls=names or None, check=False)
+    if names and not brought.chains:
+        if len(names) == 1 and ".." not in names[0]:
+            entry = select.resolve_name(run.state(), run.run_id, names[0])
             raise SandboxError(f"Call {entry.call_id} ({entry.tool_name}, {entry.status.value}) changed no files.")
-        return Range(entry.parent_commit, entry.commit, entry.call_id, chosen)
-    from sandbox.store import journal  # only here: `diff` of the whole run or one call loads no journal code
-
-    first: dict[str, State] = {}
-    last: dict[str, State] = {}
-    for call in chosen:
-        entry = state.calls[call]
-        if not entry.commit or entry.undone:
-            continue
-        for f in entry.files:
-            first.setdefault(f.path, journal.entry_state(f.before_mode, f.before_hash))
-            last[f.path] = journal.entry_state(f.after_mode, f.after_hash)
-    if not last:
         raise SandboxError(f"The selected calls of run {run.run_id} changed no files.")
-    repo = run.repo
-    base = objects.commit_tree(repo, run.base)
-    with objects.git_writes():
-        old = objects.edit_tree(repo, base, first)
-        new = objects.edit_tree(repo, base, last)
-    return Range(old, new, None, chosen)
+    old, new = brings.trees(run, brought)
+    single = brought.calls[0] if len(names) == 1 and ".." not in names[0] and brought.calls else None
+    return Range(old, new, single, brought.calls if names else None)
 
 
 def diff_text(

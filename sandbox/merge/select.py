@@ -79,8 +79,20 @@ class Dependency:
     needed_by: list[str] = field(default_factory=list)
 
 
-def _open_calls(state: LedgerState) -> list[LedgerEntry]:
-    return [state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].undone]
+def undone_in_run(state: LedgerState) -> set[str]:
+    """The calls an undo took out of the run itself (``undo --in-run``) and no redo brought back.
+
+    An undo in the user's tree leaves the run as it was: such a call is still what the run brings.
+    """
+    return {i.call_id for i in state.data.undo_stack if (i.target or "sandbox") == "sandbox"}
+
+
+def live_calls(state: LedgerState) -> list[LedgerEntry]:
+    """The calls whose changes make up the run's head (a commit, not undone in the run, not rolled back)."""
+    out = undone_in_run(state)
+    return [
+        state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].rolled_back and c not in out
+    ]
 
 
 def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable[[str], bool]) -> list[Dependency]:
@@ -88,7 +100,7 @@ def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable
     chosen = set(selected)
     found: dict[str, Dependency] = {}
     history: dict[str, list[LedgerEntry]] = {}
-    for entry in _open_calls(state):
+    for entry in live_calls(state):
         for change in entry.files:
             if relevant(change.path):
                 history.setdefault(change.path, []).append(entry)

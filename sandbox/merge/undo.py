@@ -23,7 +23,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import SandboxError
-from sandbox.merge import mergeback
+from sandbox.merge import mergeback, select, treeops
 from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
 from sandbox.models import (
     ApplyJournal,
@@ -69,33 +69,105 @@ def carried(state: LedgerState, entry: LedgerEntry) -> list[str]:
     return [f.path for f in entry.files if f.path in user_paths and entry.call_id in user_paths[f.path].calls]
 
 
-def undo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
-    """Undo the run's newest change not yet undone (or roll back an interrupted operation first)."""
+def undo(
+    run: Run,
+    lock_timeout: float = 30.0,
+    *,
+    call: str | None = None,
+    in_run: bool = False,
+    force: bool = False,
+) -> UndoReport:
+    """Take back the user's last operation in their tree (an apply or a redo, partial ones included).
+
+    ``call``: take back that one call instead (from the user's tree; with ``in_run`` from the run).
+    ``in_run``: take the agent's newest call (or ``call``) out of the run itself; a call whose change
+    is not in the user's tree is the agent's unapplied work, taken out only with ``force`` (a redo
+    brings it back). An interrupted apply, undo or redo is rolled back first.
+    """
     for directory in _pending_dirs(run):
         report = roll_back(run.project, directory, lock_timeout)
         if report is not None:
             return report
     state = run.verified_state()
+    if in_run:
+        entry = _named(run, state, call) if call else _newest_in_run(run, state)
+        if entry.call_id in select.undone_in_run(state):
+            raise NothingToUndoError(
+                f"Call {entry.call_id} is already out of run {run.run_id}; 'sandbox redo {run.run_id}' brings it back."
+            )
+        if not force and not (entry.applied or carried(state, entry)):
+            raise UnappliedWorkError(
+                f"Call {entry.call_id} ({entry.tool_name}) is the agent's work that is not in your tree; taking it out "
+                f"of run {run.run_id} needs --force ('sandbox undo --in-run --force'), and 'sandbox redo' brings it "
+                "back. To keep it, apply it first ('sandbox apply --call "
+                f"{entry.seq}')."
+            )
+        return _move(run, entry, "undo", "sandbox", lock_timeout)
+    if call:
+        entry = _named(run, state, call)
+        if not carried(state, entry):
+            raise NothingToUndoError(
+                f"Call {entry.call_id} ({entry.seq}) is not in your tree: nothing of it to undo there. To take it out "
+                f"of the run itself, use 'sandbox undo --in-run --call {entry.seq}'."
+            )
+        return _move(run, entry, "undo", "user", lock_timeout)
+    ops = treeops.stack(run, state)
+    if ops.done:
+        return treeops.move(run, ops.done[-1], "undo", lock_timeout)
     for call_id in reversed(state.order):
         entry = state.calls[call_id]
-        if entry.commit and entry.files and not entry.undone:
-            target = "user" if entry.applied or carried(state, entry) else "sandbox"
-            return _move(run, entry, "undo", target, lock_timeout)
-    raise NothingToUndoError(f"Run {run.run_id} has no recorded change left to undo.")
+        if entry.commit and entry.files and carried(state, entry):
+            # Written by an older sandbox, whose applies did not record what they wrote: call by call.
+            return _move(run, entry, "undo", "user", lock_timeout)
+    raise NothingToUndoError(
+        f"Nothing of run {run.run_id} is in your tree to undo (no apply or redo stands). To take the agent's "
+        f"newest call out of the run itself, use 'sandbox undo --in-run --force {run.run_id}'."
+    )
+
+
+class UnappliedWorkError(SandboxError):
+    """Taking the call out of the run would discard the agent's unapplied work; needs ``--force``."""
+
+
+def _named(run: Run, state: LedgerState, call: str) -> LedgerEntry:
+    entry = select.resolve_name(state, run.run_id, call)
+    if not entry.commit or not entry.files:
+        raise NothingToUndoError(f"Call {entry.call_id} ({entry.tool_name}) changed no files: nothing to undo.")
+    return entry
+
+
+def _newest_in_run(run: Run, state: LedgerState) -> LedgerEntry:
+    for entry in reversed(select.live_calls(state)):
+        if entry.files:
+            return entry
+    raise NothingToUndoError(f"Run {run.run_id} has no call left to take out of the run.")
 
 
 def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
-    """Redo the run's newest undo, in the place (your tree or the sandbox) where it was undone."""
+    """Redo the newest undo: an operation in the user's tree, or one call (in the tree or the run)."""
     for directory in _pending_dirs(run):
         journal.ensure_none_pending(run.project, directory)
     state = run.verified_state()
+    ops = treeops.stack(run, state)
+    newest_op = ops.undone[-1] if ops.undone else None
     for item in reversed(state.data.undo_stack):
         entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
+            if newest_op is not None and _position(run, newest_op.undone_by) > _position(run, item.event_id):
+                break
             return _move(
                 run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed, partial=item.partial
             )
+    if newest_op is not None:
+        return treeops.move(run, newest_op, "redo", lock_timeout)
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
+
+
+def _position(run: Run, event_id: str | None) -> int:
+    for i, (_oid, event) in enumerate(run.events()):
+        if event.event_id == event_id:
+            return i
+    return -1
 
 
 def _move(
@@ -363,6 +435,8 @@ def _inverse(run: Run, j: ApplyJournal) -> Any:
         data["paths"] = j.event.data.get("prior", [])
     if j.op == "apply":
         data["unapplied"] = j.event.data.get("newly", [])
+    if j.op == "undo" and j.event.call_id is None:
+        data["calls"] = j.event.data.get("unapplied", [])  # the undone apply's calls are applied again
     call_id = None if j.op == "apply" else j.event.call_id
     commit = j.old_head if j.target == "sandbox" else None
     return run.new_event(kind, call_id, commit=commit, parent_commit=j.new_head if commit else None, data=data)

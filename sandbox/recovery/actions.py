@@ -158,16 +158,36 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             message=message,
             fields_of=files_of,
             epoch=state.epoch,
-            data={"checkpoint": ckpt.id, "name": ckpt.name, "undone_calls": undone, "applied_calls": applied},
+            data={
+                "checkpoint": ckpt.id,
+                "name": ckpt.name,
+                "undone_calls": undone,
+                "applied_calls": applied,
+                # The calls whose changes the checkpoint's files hold: in the run's files again, even
+                # if an earlier rollback took them out (read from the ledger as it was then).
+                "kept_calls": _live_at(run, ckpt.tool_ledger.tip, state.clone),
+            },
         )
         faults.point("recovery.rollback_files.after_ledger")
     text = f"The run's files are back at {ckpt.name}: {len(files)} path(s) restored in the worktree."
     if applied:
         text += (
             f" Calls {', '.join(applied)} had already been applied to your tree; this rollback changed only the "
-            f"sandbox. To take them out of your tree, use 'sandbox undo {run.run_id}'."
+            f"sandbox. To take them out of your tree, use 'sandbox undo {run.run_id}' (your last apply) or "
+            f"'sandbox undo {run.run_id} --call CALL' (one call)."
         )
     return RollbackFilesReport(ckpt.name, commit, files, undone, applied, text)
+
+
+def _live_at(run: Run, tip: str | None, clone: str | None) -> list[str]:
+    """The calls whose changes were in the run's files at ledger ``tip`` (a checkpoint's)."""
+    from sandbox.store.ledger import fold_event
+
+    then = LedgerState(clone=clone)
+    for oid, event in run.events(tip) if tip else []:
+        fold_event(then, event, oid)
+    out = {i.call_id for i in then.data.undo_stack if (i.target or "sandbox") == "sandbox"}  # undone in the run
+    return [c for c in then.order if then.calls[c].commit and c not in out and not then.calls[c].rolled_back]
 
 
 def _write(run: Run, changes: list[objects.TreeChange]) -> None:

@@ -104,12 +104,14 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 result.commits.append(commit)
         for call_id in state.order:
             entry = state.calls[call_id]
-            if not entry.commit or call_id in dropped:
-                continue
+            if not entry.commit or call_id in dropped or entry.rolled_back:
+                continue  # out of the run's files (an undo in the run, rollback --files): as diff and apply
+            # The call's change as its commit holds it (what apply takes), not its event's file list.
+            parent_tree = objects.commit_tree(repo, entry.parent_commit) if entry.parent_commit else None
             changes = {
-                f.path: (objects.Entry(f.after_mode, f.after_hash) if f.after_hash and f.after_mode else None)
-                for f in entry.files
-                if not run.is_private(f.path)
+                c.path: c.new
+                for c in objects.diff_trees(repo, parent_tree, objects.commit_tree(repo, entry.commit))
+                if not run.is_private(c.path) and not (c.new is not None and c.new.mode == objects.MODE_GITLINK)
             }
             if not changes:
                 continue

@@ -996,8 +996,18 @@ class Run:
         return [c.path for c in objects.diff_trees(self.repo, base_tree, head_tree)]
 
     def unapplied_calls(self) -> list[LedgerEntry]:
-        """Calls whose changes are in the run but neither applied to the user's tree nor undone."""
-        return [e for e in self.entries() if e.commit and not e.applied and not e.undone]
+        """Calls whose changes are in the run's files but not applied to the user's tree.
+
+        A call undone in the user's tree is still in the run (unapplied again); one undone in the
+        run or taken out by ``rollback --files`` is not.
+        """
+        state = self.state()
+        out = {i.call_id for i in state.data.undo_stack if (i.target or "sandbox") == "sandbox"}
+        return [
+            e
+            for e in (state.calls[c] for c in state.order)
+            if e.commit and not e.applied and e.call_id not in out and not e.rolled_back
+        ]
 
     def drop(self, force: bool = False, before_remove: Callable[[Run], object] | None = None) -> int:
         """Remove the run: its worktree, refs and scratch files. Returns bytes freed.

@@ -73,6 +73,35 @@ def fetched_from(common_dir: str, run_id: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+#: The first line of a conflict section ``apply --3way`` writes (its labels: yours, base, agent).
+MARKER = b"<<<<<<< yours"
+
+
+def conflict_markers(state: dict[str, Any], common_dir: str) -> list[str]:
+    """Paths of this clone's tree where ``apply --3way`` wrote conflict markers that are still there.
+
+    A path the sandbox wrote with a state other than the agent's (and not some hunks of it) was a
+    3-way merge; it needs attention while its file still holds a ``<<<<<<< yours`` line.
+    """
+    recorded = state["run"]["user_workdir"]
+    found = layout.common_dir_of(recorded) if os.path.isdir(recorded) else None
+    if found is not None and os.path.realpath(found) == common_dir:
+        workdir = recorded
+    else:
+        workdir = os.path.dirname(common_dir)
+    out = []
+    for path, r in sorted(state["data"].get("user_paths", {}).items()):
+        if r.get("partial") or (r.get("mode"), r.get("oid")) == (r.get("target_mode"), r.get("target_oid")):
+            continue
+        try:
+            with open(os.path.join(workdir, path), "rb") as fh:
+                if any(line.startswith(MARKER) for line in fh):
+                    out.append(path)
+        except OSError:
+            continue  # gone or not a file: nothing to resolve there
+    return out
+
+
 def summary(
     run_id: str,
     state: dict[str, Any],
@@ -95,7 +124,14 @@ def summary(
     exists = worktree_exists(place)
     # A run fetched from elsewhere has no worktree here until a command needs one: none to show.
     here = exists or layout.has_place(common_dir, run_id)
-    unapplied = [e for e in state["calls"].values() if e["commit"] and not e["applied"] and not e["undone"]]
+    # In the run's files and not in the user's tree: an undo in the user's tree leaves the call in the
+    # run; an undo in the run or a rollback --files takes it out (issue 21).
+    out = {i["call_id"] for i in state["data"].get("undo_stack", []) if (i.get("target") or "sandbox") == "sandbox"}
+    unapplied = [
+        e
+        for e in state["calls"].values()
+        if e["commit"] and not e["applied"] and e["call_id"] not in out and not e.get("rolled_back")
+    ]
     return {
         "run": run_id,
         "label": info["label"],
@@ -111,6 +147,7 @@ def summary(
         "changed_paths": changed_paths,
         "unapplied_calls": len(unapplied),
         "partly_applied_calls": partly_applied(state),
+        "conflict_markers": conflict_markers(state, common_dir),
         "epoch": state["epoch"],
         # Where it came from: the machine it was started on, and the remote this clone fetched it from.
         "made_on": info["host"],

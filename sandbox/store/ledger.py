@@ -322,6 +322,18 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
     elif kind in (EventKind.head_moved, EventKind.rollback_files, EventKind.undo, EventKind.redo):
         if event.commit:
             state.head = event.commit
+        if kind == EventKind.rollback_files:
+            # The calls the rollback took out of the run's head; those it kept (or brought back) are in.
+            kept = event.data.get("kept_calls")
+            out = set(event.data.get("undone_calls", []))
+            if kept is not None:  # else written before rollbacks named the calls they keep
+                out |= {c for c in state.order if state.calls[c].commit} - set(kept)
+            for call_id in state.order:
+                back = call_id in out or (kept is None and state.calls[call_id].rolled_back)
+                if state.calls[call_id].rolled_back != back and state.calls[call_id].commit:
+                    rolled = _writable(state, call_id)
+                    if rolled is not None:
+                        rolled.rolled_back = back
     elif kind == EventKind.apply_finished:
         for call_id in event.data.get("calls", []):
             entry = _writable(state, call_id)

@@ -123,7 +123,7 @@ def test_tools_are_recorded_one_call_each(repo: Path, run_id: str, gemini_home: 
     assert (repo / "src" / "util.py").read_text() == "X = 2\n"
     assert (repo / "src" / "new.py").read_text() == "NEW = 1\n"
     assert (repo / "broken.txt").exists() and not (repo / ".gemini").exists()
-    undone = sandbox_cmd("undo", run_id, cwd=repo)
+    undone = sandbox_cmd("undo", run_id, "--call", "4", cwd=repo)  # the failed command's broken.txt
     assert undone.returncode == 0, undone.stderr
     assert not (repo / "broken.txt").exists() and (repo / "made.txt").exists()
     assert user_state(repo)["refs"] == before["refs"] and user_state(repo)["stash"] == before["stash"]

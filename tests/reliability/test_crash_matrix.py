@@ -523,8 +523,8 @@ def scenario_apply(root: Path, fault: str, recover_with: str) -> str:
 def applied_run(root: Path) -> tuple[str, dict[str, str], dict[str, str]]:
     """A run whose changes were applied to the user's tree (in-process, acknowledged).
 
-    Returns the run, the user's digest once applied, and the digest expected once its last change
-    (the chmod of bin/tool.sh and the delete of data/blob.bin) is undone again.
+    Returns the run, the user's digest once applied, and the digest expected once the apply is
+    undone again (``sandbox undo`` takes back the user's last apply: the tree as it was).
     """
     from sandbox.merge import mergeback
 
@@ -532,10 +532,7 @@ def applied_run(root: Path) -> tuple[str, dict[str, str], dict[str, str]]:
     pristine = tree_digest(root)
     mergeback.apply(open_run(root, run_id))
     applied = tree_digest(root)
-    undone = dict(applied)
-    for path in ("bin/tool.sh", "data/blob.bin"):
-        undone[path] = pristine[path]
-    return run_id, applied, undone
+    return run_id, applied, pristine
 
 
 def scenario_undo_user(root: Path, fault: str, recover_with: str) -> str:
@@ -575,7 +572,7 @@ def scenario_undo_sandbox(root: Path, fault: str) -> str:
     run_id = run_with_history(root)
     head_before = open_run(root, run_id).state().head
     before = capture_before(root, [run_id])
-    crash(root, fault, "undo", run_id, "--json")
+    crash(root, fault, "undo", run_id, "--in-run", "--force", "--json")
     ok("apply", run_id, "--continue", cwd=root)
     recovery = "apply --continue"
     assert_user_untouched(root, before)
@@ -583,7 +580,7 @@ def scenario_undo_sandbox(root: Path, fault: str) -> str:
     assert_worktree_matches_head(root, run_id)
     assert_no_pending(root)
     if open_run(root, run_id).state().head == head_before:
-        ok("undo", run_id, cwd=root)
+        ok("undo", run_id, "--in-run", "--force", cwd=root)
         recovery += ", undo"
     run = open_run(root, run_id)
     assert run.state().head != head_before

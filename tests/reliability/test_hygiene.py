@@ -56,7 +56,7 @@ def scripted_session(root: Path) -> list[str]:
     if has_command("apply") and has_command("undo"):
         ok("apply", runs[0], cwd=root)
         ok("undo", runs[0], cwd=root)
-        ok("undo", runs[1], cwd=root)  # in the run only: its last call leaves its head
+        ok("undo", runs[1], "--in-run", "--force", cwd=root)  # in the run only: its last call leaves its head
         ok("apply", runs[2], "--path", "gen/r2", cwd=root)
         ok("undo", runs[2], cwd=root)
         if has_command("redo"):

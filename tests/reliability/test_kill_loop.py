@@ -165,7 +165,7 @@ def kill_loop(tmp_path: Path, kills: int, seed: int) -> Counter[str]:
     root = tmp_path / "repo"
     build(root, seed)
     with LIBRARY:
-        run_id, call_id = make_run(root, seed)
+        run_id, _call_id = make_run(root, seed)
     before, user = tree_digest(root), user_state(root)
     window = timed(root, "apply", run_id)
     after = tree_digest(root)
@@ -181,13 +181,12 @@ def kill_loop(tmp_path: Path, kills: int, seed: int) -> Counter[str]:
             op = "undo"
         else:
             with LIBRARY:
-                undone = open_run(root, run_id).state().calls[call_id].undone
-                if not undone or rng.random() < 0.3:
-                    if undone:
-                        run_id, call_id = make_run(root, seed)  # a fresh run of the same change, to apply
-                    op = "apply"
-                else:
-                    op = "redo"
+                from sandbox.merge import treeops
+
+                run = open_run(root, run_id)
+                # An undone apply can be redone, or applied afresh (the run keeps the agent's change).
+                undone = bool(treeops.stack(run, run.state()).undone)
+                op = "apply" if not undone or rng.random() < 0.3 else "redo"
         proc = subprocess.Popen(
             [SANDBOX_EXE, op, run_id], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pygit2
 
 from sandbox import faults
-from sandbox.errors import PathRefusedError, SandboxError
+from sandbox.errors import SandboxError
 from sandbox.merge import brings, obstacles, select, validate
 from sandbox.merge.brings import Step
 from sandbox.models import (

@@ -374,3 +374,24 @@ def test_a_fifo_or_a_huge_transcript_neither_hangs_nor_slows_the_hook(repo: Path
     assert claude_code.call_evidence(run.dir, SESSION, BASH) == "ran"
     assert claude_code.call_evidence(run.dir, SESSION, "toolu_early") is None
     assert time.monotonic() - began < 1.0
+
+
+def test_a_gemini_calls_took_says_it_includes_the_wait_at_its_prompt(repo: Path) -> None:
+    # Gemini CLI's BeforeTool comes before its permission prompt and no payload gives a tool time:
+    # its TOOK runs from the BeforeTool, and log says so rather than show it as the tool's own time.
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    doc = json.loads((FIXTURES / "gemini" / "run_shell_command.json").read_text().replace("__CWD__", str(wt)))
+    assert hook("gemini", doc["before"]).exit_code == 0
+    assert hook("gemini", doc["after"]).exit_code == 0
+    (call,) = reopen(run).entries()
+    assert call.status.value == "succeeded"
+    log = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id], catch_exceptions=False).output
+    assert "[TOOK includes any wait at Gemini's prompt: it reports no tool time]" in log
+    shown = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id, "--call", call.call_id]).output
+    assert "includes any wait at Gemini's prompt" in shown
+    # A Claude Code call, timed by the agent (duration_ms), says nothing of the kind.
+    hook("claude-code", _bash(wt, "pre"))
+    hook("claude-code", _bash(wt, "post", duration_ms=150))
+    log = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id], catch_exceptions=False).output
+    assert log.count("includes any wait") == 1

@@ -308,25 +308,31 @@ def _asked(call_id: str = BASH) -> dict[str, Any]:
     return {"type": "assistant", "sessionId": SESSION, "uuid": "a1", "parentUuid": None, "message": message}
 
 
-def _result(tool_use_result: Any, call_id: str = BASH, text: str = STOPPED_TEXT) -> dict[str, Any]:
+def _result(tool_use_result: Any, call_id: str = BASH, text: str = STOPPED_TEXT, **more: Any) -> dict[str, Any]:
     """The user record holding the call's tool result and Claude Code's ``toolUseResult`` for it."""
     block = {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": True}
     return {"type": "user", "sessionId": SESSION, "uuid": "u1", "parentUuid": "a1",
-            "message": {"role": "user", "content": [block]}, "toolUseResult": tool_use_result}  # fmt: skip
+            "message": {"role": "user", "content": [block]}, "toolUseResult": tool_use_result, **more}  # fmt: skip
 
 
-STOPPED = {"stdout": "", "stderr": "", "interrupted": True, "isImage": False}
+#: What Claude Code 2.1.328 wrote (measured, tests/agents/test_interactive_calls.py) for a Bash stopped
+#: with Esc while it ran, and for one refused at its permission prompt.
+REFUSED_TEXT = "The user doesn't want to proceed with this tool use. The tool use was rejected."
+STOPPED = _result("User rejected tool use", text=REFUSED_TEXT, toolDenialKind="user-rejected")
+REFUSED = {**STOPPED, "toolDenialBeforeRun": True}
+#: A tool's own output object (the Bash tool's, with its ``interrupted`` flag).
+OWN_OUTPUT = _result({"stdout": "", "stderr": "", "interrupted": True, "isImage": False})
 
 
-@pytest.mark.parametrize("moved_on", ["UserPromptSubmit", "Stop"])
+@pytest.mark.parametrize(("moved_on", "said"), [("UserPromptSubmit", STOPPED), ("Stop", OWN_OUTPUT)])
 def test_a_bash_stopped_with_esc_that_wrote_nothing_is_interrupted_from_the_transcript(
-    repo: Path, moved_on: str
+    repo: Path, moved_on: str, said: dict[str, Any]
 ) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)
     assert hook("claude-code", _bash(wt, "pre")).exit_code == 0
-    # Esc while `sleep 30` ran: no PostToolUse, no file; the transcript has the tool's own result.
-    _transcript(run, [_asked(), _result(STOPPED)])
+    # Esc while `sleep 30` ran: no PostToolUse, no file; the transcript has a result for it after it started.
+    _transcript(run, [_asked(), said])
     assert hook("claude-code", _event(moved_on, wt, session_id=SESSION)).exit_code == 0
     entry = reopen(run).entry(BASH)
     assert entry.status.value == "interrupted" and entry.files == [], entry.error
@@ -338,7 +344,7 @@ def test_a_bash_the_user_rejected_at_its_prompt_stays_not_run(repo: Path) -> Non
     run = start_run(repo)
     wt = Path(run.worktree)
     hook("claude-code", _bash(wt, "pre"))
-    _transcript(run, [_asked(), _result("User rejected tool use", text="The user doesn't want to proceed.")])
+    _transcript(run, [_asked(), REFUSED])
     hook("claude-code", _event("UserPromptSubmit", wt, session_id=SESSION))
     assert reopen(run).entry(BASH).status.value == "not_run"
 
@@ -348,7 +354,7 @@ def test_the_transcript_evidence_is_read_only_inside_the_runs_agent_home(repo: P
     wt = Path(run.worktree)
     hook("claude-code", _bash(wt, "pre"))
     # The agent points its project folder at a transcript of its own making elsewhere: not read.
-    path = _transcript(run, [_asked(), _result(STOPPED)])
+    path = _transcript(run, [_asked(), STOPPED])
     outside = tmp_path / "forged"
     path.parent.rename(outside)
     path.parent.symlink_to(outside)
@@ -369,8 +375,8 @@ def test_a_fifo_or_a_huge_transcript_neither_hangs_nor_slows_the_hook(repo: Path
     assert claude_code.call_evidence(run.dir, SESSION, BASH) is None
     path.unlink()
     filler = json.dumps({"type": "progress", "data": "x" * 1000}) + "\n"
-    old = _result(STOPPED, call_id="toolu_early")  # beyond the tail: not read
-    path.write_text(json.dumps(old) + "\n" + filler * 4000 + json.dumps(_result(STOPPED)) + "\n")
+    old = _result("User rejected tool use", call_id="toolu_early", toolDenialKind="user-rejected")  # beyond the tail
+    path.write_text(json.dumps(old) + "\n" + filler * 4000 + json.dumps(STOPPED) + "\n")
     assert claude_code.call_evidence(run.dir, SESSION, BASH) == "ran"
     assert claude_code.call_evidence(run.dir, SESSION, "toolu_early") is None
     assert time.monotonic() - began < 1.0

@@ -10,8 +10,8 @@ Events (verified against Claude Code 2.1.328, see hooks/claude-code/README.md):
   so a call of this session that got a PreToolUse but no PostToolUse/PostToolUseFailure never ran
   (its own permission check refused it, another hook blocked it, or the user said no: Claude Code
   sends no event for that) and ends ``not_run``, unless it changed files or the run's transcript
-  records the tool's own result (:func:`call_evidence`: a Bash stopped with Esc has no
-  PostToolUse, yet it ran): then it is ``interrupted``.
+  says it had started (:func:`call_evidence`: a Bash stopped with Esc has no PostToolUse, yet it
+  ran): then it is ``interrupted``.
 
 Payload fields used: ``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
 ``tool_use_id`` (the call id: a call's start and finish pair exactly), ``tool_response``,
@@ -256,19 +256,23 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
 #: How much of a transcript's end is read for a call's result: the hook stays fast on a long
 #: conversation, and the result of a call still open is among the last records.
 TAIL_BYTES = 1 << 20
-#: Claude Code's ``toolUseResult`` for a call the user rejected at its permission prompt.
-REJECTED = "User rejected tool use"
+#: The ``toolDenialKind`` of a tool result Claude Code made up for a call the user stopped: with
+#: ``toolDenialBeforeRun: true`` it never started (refused at its prompt), without it the tool had
+#: started (measured with 2.1.328: Esc during a running Bash gives "user-rejected" and no
+#: ``toolDenialBeforeRun``; Esc at the permission prompt gives both). Other kinds (a permission rule,
+#: a call still waiting when the conversation moved on) say it never ran.
+STOPPED_KINDS = ("user-rejected", "interrupted")
 
 
 def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None:
     """What the run's own transcript of ``session`` says about tool use ``call_id``.
 
     ``"ran"``: Claude Code recorded the tool's own result (``toolUseResult`` is the tool's output
-    object, e.g. a Bash stopped with Esc: ``interrupted: true``), so it started; ``"rejected"``: the
-    user said no at its permission prompt; None: no word (no transcript, no result for it, or one
-    that does not say). Only transcripts inside the run's Claude Code home are read (never a path a
-    payload names: the agent could point it anywhere), through no symlink, and only their last
-    :data:`TAIL_BYTES`.
+    object), or a result for a call stopped after it started (see :data:`STOPPED_KINDS`: a Bash
+    stopped with Esc); ``"rejected"``: it says the call never started (``toolDenialBeforeRun``);
+    None: no word (no transcript, no result for it, or one that does not say). Only transcripts
+    inside the run's Claude Code home are read (never a path a payload names: the agent could point
+    it anywhere), through no symlink, and only their last :data:`TAIL_BYTES`.
     """
     from sandbox.agent import sessions
     from sandbox.store import beneath
@@ -331,7 +335,8 @@ def _result_says(line: bytes, call_id: str) -> str | None:
     results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] if content else []
     if not isinstance(content, list) or [b.get("tool_use_id") for b in results] != [call_id]:
         return None  # not its result, or one record for several results: whose toolUseResult is unclear
-    result = record.get("toolUseResult")
-    if result == REJECTED:
+    if record.get("toolDenialBeforeRun") is True:
         return "rejected"
-    return "ran" if isinstance(result, dict) else None
+    if isinstance(record.get("toolUseResult"), dict) or record.get("toolDenialKind") in STOPPED_KINDS:
+        return "ran"
+    return None

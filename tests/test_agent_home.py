@@ -95,7 +95,8 @@ def test_without_state_drops_the_replaced_agent_state(tmp_path: Path) -> None:
     isolation = confine.Isolation(writable=tuple(writable), config=tuple(config), private=tuple(private))
     replaced = confine.state_paths([*claude_code.REPLACES, *gemini.REPLACES], home)
     left = confine.without_state(isolation, replaced)
-    assert left.writable == (f"{home}/.npm/", f"{home}/.local/state/claude/") and left.config == ()
+    assert left.writable == (f"{home}/.codex/", f"{home}/.npm/", f"{home}/.local/state/claude/")
+    assert left.config and all(p.startswith(f"{home}/.codex/") for p in left.config)  # Codex keeps its own
     assert left.private == ()
 
 

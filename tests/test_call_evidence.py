@@ -281,3 +281,123 @@ def test_the_sandboxs_own_bubblewrap_is_never_reported_as_the_agents_leftover() 
         for proc in (sandbox_proc, leftover):
             proc.kill()
             proc.wait()
+
+
+# -- the agent's transcript as evidence (a Bash stopped with Esc sends no hook) ---------------------
+
+
+def _transcript(run: Run, records: list[dict[str, Any]], session: str = SESSION) -> Path:
+    """The run's Claude Code transcript of ``session`` holding ``records``, where Claude Code writes it."""
+    from sandbox.agent.adapters import claude_code
+    from sandbox.agent.sessions import ClaudeCode
+
+    path = Path(ClaudeCode().place(claude_code.config_home(run.dir), run.worktree, session))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+#: The tool result's text for a tool the user stopped (Claude Code 2.1.328).
+STOPPED_TEXT = "[Request interrupted by user for tool use]"
+
+
+def _asked(call_id: str = BASH) -> dict[str, Any]:
+    """The assistant record asking for the Bash call (as Claude Code 2.1.328 writes it)."""
+    block = {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": "sleep 30"}}
+    message = {"id": "msg_01", "role": "assistant", "type": "message", "content": [block]}
+    return {"type": "assistant", "sessionId": SESSION, "uuid": "a1", "parentUuid": None, "message": message}
+
+
+def _result(tool_use_result: Any, call_id: str = BASH, text: str = STOPPED_TEXT, **more: Any) -> dict[str, Any]:
+    """The user record holding the call's tool result and Claude Code's ``toolUseResult`` for it."""
+    block = {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": True}
+    return {"type": "user", "sessionId": SESSION, "uuid": "u1", "parentUuid": "a1",
+            "message": {"role": "user", "content": [block]}, "toolUseResult": tool_use_result, **more}  # fmt: skip
+
+
+#: What Claude Code 2.1.328 wrote (measured, tests/agents/test_interactive_calls.py) for a Bash stopped
+#: with Esc while it ran, and for one refused at its permission prompt.
+REFUSED_TEXT = "The user doesn't want to proceed with this tool use. The tool use was rejected."
+STOPPED = _result("User rejected tool use", text=REFUSED_TEXT, toolDenialKind="user-rejected")
+REFUSED = {**STOPPED, "toolDenialBeforeRun": True}
+#: A tool's own output object (the Bash tool's, with its ``interrupted`` flag).
+OWN_OUTPUT = _result({"stdout": "", "stderr": "", "interrupted": True, "isImage": False})
+
+
+@pytest.mark.parametrize(("moved_on", "said"), [("UserPromptSubmit", STOPPED), ("Stop", OWN_OUTPUT)])
+def test_a_bash_stopped_with_esc_that_wrote_nothing_is_interrupted_from_the_transcript(
+    repo: Path, moved_on: str, said: dict[str, Any]
+) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    assert hook("claude-code", _bash(wt, "pre")).exit_code == 0
+    # Esc while `sleep 30` ran: no PostToolUse, no file; the transcript has a result for it after it started.
+    _transcript(run, [_asked(), said])
+    assert hook("claude-code", _event(moved_on, wt, session_id=SESSION)).exit_code == 0
+    entry = reopen(run).entry(BASH)
+    assert entry.status.value == "interrupted" and entry.files == [], entry.error
+    assert "transcript" in (entry.error or "")
+    assert BASH not in [u.call_id for u in resume(reopen(run)).uncertain]
+
+
+def test_a_bash_the_user_rejected_at_its_prompt_stays_not_run(repo: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", _bash(wt, "pre"))
+    _transcript(run, [_asked(), REFUSED])
+    hook("claude-code", _event("UserPromptSubmit", wt, session_id=SESSION))
+    assert reopen(run).entry(BASH).status.value == "not_run"
+
+
+def test_the_transcript_evidence_is_read_only_inside_the_runs_agent_home(repo: Path, tmp_path: Path) -> None:
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    hook("claude-code", _bash(wt, "pre"))
+    # The agent points its project folder at a transcript of its own making elsewhere: not read.
+    path = _transcript(run, [_asked(), STOPPED])
+    outside = tmp_path / "forged"
+    path.parent.rename(outside)
+    path.parent.symlink_to(outside)
+    # The payload's transcript_path names it too: never trusted.
+    prompt = _event("UserPromptSubmit", wt, session_id=SESSION, transcript_path=str(outside / path.name))
+    assert hook("claude-code", prompt).exit_code == 0
+    assert reopen(run).entry(BASH).status.value == "not_run"
+
+
+def test_a_fifo_or_a_huge_transcript_neither_hangs_nor_slows_the_hook(repo: Path) -> None:
+    from sandbox.agent.adapters import claude_code
+
+    run = start_run(repo)
+    path = _transcript(run, [])
+    path.unlink()
+    os.mkfifo(path)  # opening it for reading would wait for a writer forever
+    began = time.monotonic()
+    assert claude_code.call_evidence(run.dir, SESSION, BASH) is None
+    path.unlink()
+    filler = json.dumps({"type": "progress", "data": "x" * 1000}) + "\n"
+    old = _result("User rejected tool use", call_id="toolu_early", toolDenialKind="user-rejected")  # beyond the tail
+    path.write_text(json.dumps(old) + "\n" + filler * 4000 + json.dumps(STOPPED) + "\n")
+    assert claude_code.call_evidence(run.dir, SESSION, BASH) == "ran"
+    assert claude_code.call_evidence(run.dir, SESSION, "toolu_early") is None
+    assert time.monotonic() - began < 1.0
+
+
+def test_a_gemini_calls_took_says_it_includes_the_wait_at_its_prompt(repo: Path) -> None:
+    # Gemini CLI's BeforeTool comes before its permission prompt and no payload gives a tool time:
+    # its TOOK runs from the BeforeTool, and log says so rather than show it as the tool's own time.
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    doc = json.loads((FIXTURES / "gemini" / "run_shell_command.json").read_text().replace("__CWD__", str(wt)))
+    assert hook("gemini", doc["before"]).exit_code == 0
+    assert hook("gemini", doc["after"]).exit_code == 0
+    (call,) = reopen(run).entries()
+    assert call.status.value == "succeeded"
+    log = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id], catch_exceptions=False).output
+    assert "[TOOK includes any wait at Gemini's prompt: it reports no tool time]" in log
+    shown = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id, "--call", call.call_id]).output
+    assert "includes any wait at Gemini's prompt" in shown
+    # A Claude Code call, timed by the agent (duration_ms), says nothing of the kind.
+    hook("claude-code", _bash(wt, "pre"))
+    hook("claude-code", _bash(wt, "post", duration_ms=150))
+    log = CliRunner().invoke(cli, ["-C", str(repo), "log", run.run_id], catch_exceptions=False).output
+    assert log.count("includes any wait") == 1

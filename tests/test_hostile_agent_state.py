@@ -7,7 +7,8 @@ user's own, unconfined ``claude`` and ``gemini`` read at their next start anywhe
 rights. A command that writes them from inside the sandbox plants something that runs outside it
 later (persistence). So those files are read-only in the sandbox
 (``confine.AGENT_CONFIG``), and ``~/.claude.json``, which Claude Code rewrites at every start, is a
-copy of the run's own there (``confine.AGENT_PRIVATE``).
+copy of the run's own there (``confine.AGENT_PRIVATE``). A command run with ``sandbox exec`` is no
+agent: all of the agents' state is read-only for it, and nothing is made in the home (issue 26).
 """
 
 from __future__ import annotations
@@ -45,12 +46,10 @@ def test_a_confined_command_cannot_plant_commands_in_the_users_agent_config(repo
     proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", PLANT, cwd=repo, env=env)
     after = {p: p.read_bytes() if p.exists() else None for p in _config_files(home)}
     for path, was in before.items():
-        # A missing settings file is made as {} before the sandbox starts (else the agent could make it).
-        assert after[path] == was or (was is None and after[path] == b"{}\n"), (path, after[path], proc.stderr)
+        assert after[path] == was, (path, after[path], proc.stderr)  # not written, and nothing made
     assert b"Read-only file system" in proc.stderr  # the plant was refused, not skipped
-    # ~/.claude.json is rewritten by Claude Code at every start: the run wrote its own copy.
-    copy = Path(layout.run_dir(str(repo / ".git"), run_id), "agent-state", ".claude.json")
-    assert b"mcpServers" in copy.read_bytes() and (home / ".claude.json").read_bytes() == b"{}\n"
+    # No run's copy of ~/.claude.json either: 'sandbox exec' gives the command no agent state at all.
+    assert not Path(layout.run_dir(str(repo / ".git"), run_id), "agent-state", ".claude.json").exists()
 
 
 def _config_files(home: Path) -> list[Path]:

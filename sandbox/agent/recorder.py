@@ -426,9 +426,11 @@ def settle_call(
     ``seen``: the paths a watcher saw change during the call (None: unknown; the paths a file
     tool names, or for a command the whole worktree, are compared with the head). A call that
     changed something, or that ``ran`` says ran (why: Ctrl-C stopped the session under it, its
-    processes were left running), is ``interrupted`` with those files: it must never be offered
-    again. Otherwise it never ran: ``not_run`` with the reason ``never``, or left as it is when
-    ``never`` is None (``sandbox resume`` then reports it). Returns the entry when it ended.
+    processes were left running), or whose agent's transcript says it had started
+    (:func:`sandbox.agent.adapters.claude_code.call_evidence`), is ``interrupted`` with those
+    files: it must never be offered again. Otherwise it never ran: ``not_run`` with the reason
+    ``never``, or left as it is when ``never`` is None (``sandbox resume`` then reports it).
+    Returns the entry when it ended.
     """
     from sandbox.agent import adapters
     from sandbox.models import CallStatus
@@ -444,6 +446,12 @@ def settle_call(
     else:
         candidates = None
     changed = _changed(run, candidates)
+    if not changed and not ran:
+        from sandbox.agent.adapters import claude_code
+
+        # The hooks say nothing of a Bash the user stopped with Esc; Claude Code's transcript does.
+        if claude_code.call_evidence(run.dir, entry.agent_session, entry.call_id) == "ran":
+            ran = "the agent's transcript says it was stopped after it started (no hook reported its end)"
     if changed or ran:
         why = ran or f"it was running (it changed {len(changed)} path(s)) when the agent went on without its result"
         return run.finish_call(

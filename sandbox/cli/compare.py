@@ -30,7 +30,7 @@ def compare(
     network: str | None,
     as_json: bool,
 ) -> None:
-    """Compare RUNs: calls, failed calls, files and lines changed, and paths where they disagree.
+    """Compare RUNs: calls (failed, interrupted, violations), files and lines changed, and where they disagree.
 
     One RUN stands for its group (the runs of one 'start --count', and forks). With --check 'CMD',
     CMD runs in each run's worktree (confined, like 'sandbox exec') and is recorded as a call there.
@@ -56,12 +56,16 @@ def compare(
         return
     if not result.same_base:
         click.echo("note: these runs started from different snapshots; 'unchanged' means each run's own.")
-    click.echo(f"{'RUN':<10} {'CALLS':>5} {'FAILED':>6} {'FILES':>5} {'+LINES':>7} {'-LINES':>7}  {'CHECK':<12} LABEL")
+    click.echo(
+        f"{'RUN':<10} {'CALLS':>5} {'FAILED':>6} {'INTERRUPTED':>11} {'VIOLATION':>9} {'FILES':>5} {'+LINES':>7} "
+        f"{'-LINES':>7}  {'CHECK':<12} LABEL"
+    )
     for row in result.runs:
         check = "-" if row.check is None else f"{row.check.status} ({row.check.returncode})"
         failed = f"{row.failed}" + (f"+{row.uncertain}?" if row.uncertain else "")
         click.echo(
-            f"{row.run_id:<10} {row.calls:>5} {failed:>6} {row.files:>5} {row.added:>7} {row.removed:>7}  "
+            f"{row.run_id:<10} {row.calls:>5} {failed:>6} {row.interrupted:>11} {row.violations:>9} {row.files:>5} "
+            f"{row.added:>7} {row.removed:>7}  "
             f"{check:<12} {escape.text(row.label or '')}"
         )
     click.echo(f"{len(result.agree)} path(s) changed the same way by every run; {len(result.disagree)} differ:")

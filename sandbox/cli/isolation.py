@@ -78,7 +78,10 @@ def resolve(
         mode = "on"  # no network namespace to put the agent in: Seatbelt cannot route it to the proxy
     net = mode == "on"
     allow = _allowlist(cfg.network_allow, agent) if mode == "allow" else None
-    entries = list(confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state) + cfg.writable
+    state = confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state
+    # Only 'sandbox run' gives an agent its state (and a home of its own, sandbox.agent.agenthome): any
+    # other confined command keeps the agents' state in your home read-only and creates nothing there.
+    entries = (list(state) if command == "run" else []) + cfg.writable
     home = os.path.expanduser("~")
     writable = confine.state_paths(entries, home)
     if sys.platform == "darwin":

@@ -180,6 +180,15 @@ def _session_refusals(left: dict[str | None, list[dict[str, Any]]], out: Output)
             click.echo(_refused_line(item, out))
 
 
+def _untimed(e: dict[str, Any]) -> str | None:
+    """Why the call's TOOK may include a wait at the agent's prompt (its agent gives no tool time), or None."""
+    from sandbox.agent.adapters import gemini
+
+    ended = e["started_at"] and e["finished_at"] and e["status"] != "not_run"
+    same = e["started_at"] is not None and parse_time(e["started_at"]) == parse_time(e["created_at"])
+    return gemini.UNTIMED if ended and same and str(e["call_id"]).startswith(gemini.CALL_PREFIX) else None
+
+
 def _row(
     run_id: str,
     e: dict[str, Any],
@@ -193,9 +202,11 @@ def _row(
     # The tool's own start came after the agent's permission prompt: that wait is not its TOOK.
     tool_start = parse_time(started) if started else asked
     waited = duration(asked, tool_start) if (tool_start - asked).total_seconds() >= 0.5 else ""
+    untimed = _untimed(e)
     flags = "".join(
         [
             f" [waited {waited} at the agent's prompt]" if waited else "",
+            f" [{untimed}]" if untimed else "",
             " [undone]" if e["undone"] else "",
             " [rolled back]" if e.get("rolled_back") else "",
             " [applied]" if e["applied"] else "",

@@ -43,7 +43,10 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
             click.echo(f"{label + ':':<9}{local_time(when)}")
     took = duration(entry.started_at, entry.finished_at)
     if took:
-        click.echo(f"took:    {took}")
+        from sandbox.agent.adapters import gemini
+
+        untimed = entry.call_id.startswith(gemini.CALL_PREFIX) and entry.started_at == entry.created_at
+        click.echo(f"took:    {took}" + (f" ({gemini.UNTIMED})" if untimed else ""))
     if entry.started_at is not None and (entry.started_at - entry.created_at).total_seconds() >= 0.5:
         click.echo(f"waited:  {duration(entry.created_at, entry.started_at)} at the agent's permission prompt")
     command = _full_command(entry.input)

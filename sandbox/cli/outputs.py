@@ -194,6 +194,10 @@ class CompareRow(Output):
     calls: int
     failed_calls: int
     uncertain_calls: int
+    #: Calls stopped while they ran (Ctrl-C, Esc).
+    interrupted_calls: int
+    #: Calls run outside the hook protocol or against a refusal.
+    violation_calls: int
     files_changed: int
     lines_added: int
     lines_removed: int

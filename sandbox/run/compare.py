@@ -1,6 +1,6 @@
 """Comparing runs side by side (best-of-N): what each did, and where their results disagree.
 
-Per run: its calls, failed and uncertain calls, the paths and lines its patch changes (its head
+Per run: its calls, failed, interrupted, violation and uncertain calls, the paths and lines its patch changes (its head
 against its base), and optionally the outcome of a check command run in its worktree (the caller
 runs it as a recorded call and passes the outcome in: the run layer does not start processes).
 Across runs: every path some run changed, with each run's final state of it; a path where the runs
@@ -48,6 +48,10 @@ class RunFigures:
     added: int
     removed: int
     check: CheckOutcome | None = None
+    #: Calls stopped while they ran (Ctrl-C, Esc): they changed what they changed, and did not end.
+    interrupted: int = 0
+    #: Calls the agent ran outside the hook protocol or against a refusal (never vouched for).
+    violations: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``--json``."""
@@ -59,6 +63,8 @@ class RunFigures:
             "calls": self.calls,
             "failed_calls": self.failed,
             "uncertain_calls": self.uncertain,
+            "interrupted_calls": self.interrupted,
+            "violation_calls": self.violations,
             "files_changed": self.files,
             "lines_added": self.added,
             "lines_removed": self.removed,
@@ -121,6 +127,8 @@ def figures(run: Run) -> tuple[RunFigures, dict[str, str]]:
             files=len(changes),
             added=added,
             removed=removed,
+            interrupted=sum(1 for e in entries if e.status == CallStatus.interrupted),
+            violations=sum(1 for e in entries if e.status == CallStatus.violation),
         ),
         changes,
     )

@@ -2,7 +2,9 @@
 
 Each agent draws its full-screen UI in a tmux pane (160x45) against the scripted model servers; the
 test types, reads the pane (``capture-pane``, bounded polling) and checks the ledger: a Bash the user
-approved and then stopped with Ctrl-C is ``interrupted`` with the file it wrote (never ``not_run``),
+approved and then stopped with Ctrl-C is ``interrupted`` with the file it wrote (never ``not_run``), one
+stopped with Esc that wrote nothing is ``interrupted`` at the next prompt (from Claude Code's transcript)
+while one refused at its prompt is ``not_run``,
 its TOOK is the tool's own time with the wait at the prompt shown apart, a Gemini call rejected with
 Esc is ``not_run`` at the next prompt, and the exit summary speaks of its own session only.
 """
@@ -174,6 +176,84 @@ def test_ctrl_c_during_a_running_bash_leaves_the_call_interrupted_with_its_file(
             pane.close()
     assert "0 call(s) recorded in this session" in shown and "did not run" not in shown, shown
     assert "toolu_" not in shown  # no call of the first session is named
+
+
+def test_esc_during_a_bash_that_writes_nothing_then_a_new_prompt_leaves_it_interrupted(
+    claude_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    # No hook says a Bash stopped with Esc ran (no PostToolUse, no file); the run's transcript does.
+    run_id, wt = _start(repo)
+    home = tmp_path / "claude-home"
+    _claude_home(home, wt)
+    with ModelServer([bash("echo waiting && sleep 30")]) as server:
+        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
+        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
+        pane = Pane(f"sbx-claude-esc-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        try:
+            pane.wait("manual mode")
+            pane.keys("wait a bit")
+            pane.keys("Enter")
+            pane.wait("Bash(echo waiting && sleep 30)")
+            if _shows(pane, "Do you want to proceed?", 3.0):  # Claude Code runs echo and sleep unasked
+                pane.keys("Enter")
+            time.sleep(2.0)  # the command runs
+            for _ in range(3):  # Esc stops the running command; a key can go unread while it draws
+                pane.keys("Escape")
+                if _shows(pane, "Interrupted", 5.0):
+                    break
+            pane.wait("Interrupted")
+            time.sleep(0.5)
+            pane.keys("go on")
+            pane.keys("Enter")  # UserPromptSubmit: the call is settled on the evidence
+            deadline = time.monotonic() + 30
+            while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            (call,) = _log(repo, run_id)  # read while the session still runs: no exit decided it
+            pane.keys("C-c")
+            time.sleep(0.3)
+            pane.keys("C-c")
+            shown = pane.wait("SANDBOX-EXITED")
+        finally:
+            pane.close()
+    assert call["status"] == "interrupted" and call["files"] == [], (call, shown)
+    assert "transcript" in (call["error"] or "")
+    resumed = sandbox_cmd("resume", run_id, "--json", cwd=repo)
+    assert json.loads(resumed.stdout)["uncertain"] == []  # never offered again
+
+
+def test_esc_at_claude_codes_permission_prompt_then_a_new_prompt_leaves_the_call_not_run(
+    claude_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    # The other side of the evidence: a Bash the user refused at its prompt never ran.
+    run_id, wt = _start(repo)
+    home = tmp_path / "claude-home"
+    _claude_home(home, wt)
+    with ModelServer([bash("echo refused > refused.txt")]) as server:
+        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
+        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
+        pane = Pane(f"sbx-claude-no-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        try:
+            pane.wait("manual mode")
+            pane.keys("write it")
+            pane.keys("Enter")
+            pane.wait("Do you want to proceed?")
+            time.sleep(0.5)
+            pane.keys("Escape")
+            time.sleep(1.0)
+            pane.keys("go on")
+            pane.keys("Enter")
+            deadline = time.monotonic() + 30
+            while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            (call,) = _log(repo, run_id)
+            pane.keys("C-c")
+            time.sleep(0.3)
+            pane.keys("C-c")
+            shown = pane.wait("SANDBOX-EXITED")
+        finally:
+            pane.close()
+    assert call["status"] == "not_run" and call["files"] == [], (call, shown)
+    assert not (wt / "refused.txt").exists()
 
 
 def _shows(pane: Pane, wanted: str, timeout: float) -> bool:

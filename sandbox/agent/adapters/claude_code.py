@@ -9,7 +9,9 @@ Events (verified against Claude Code 2.1.328, see hooks/claude-code/README.md):
 * ``Stop``, ``StopFailure``, ``SessionEnd``, ``UserPromptSubmit`` → settle: Claude Code moved on,
   so a call of this session that got a PreToolUse but no PostToolUse/PostToolUseFailure never ran
   (its own permission check refused it, another hook blocked it, or the user said no: Claude Code
-  sends no event for that) and ends ``not_run``.
+  sends no event for that) and ends ``not_run``, unless it changed files or the run's transcript
+  says it had started (:func:`call_evidence`: a Bash stopped with Esc has no PostToolUse, yet it
+  ran): then it is ``interrupted``.
 
 Payload fields used: ``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
 ``tool_use_id`` (the call id: a call's start and finish pair exactly), ``tool_response``,
@@ -247,3 +249,94 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", session):  # a name the agent made up is no session id
         return None
     return ["--resume", session]
+
+
+# -- what the run's transcript says about a call (evidence for calls left without their result) -----
+
+#: How much of a transcript's end is read for a call's result: the hook stays fast on a long
+#: conversation, and the result of a call still open is among the last records.
+TAIL_BYTES = 1 << 20
+#: The ``toolDenialKind`` of a tool result Claude Code made up for a call the user stopped: with
+#: ``toolDenialBeforeRun: true`` it never started (refused at its prompt), without it the tool had
+#: started (measured with 2.1.328: Esc during a running Bash gives "user-rejected" and no
+#: ``toolDenialBeforeRun``; Esc at the permission prompt gives both). Other kinds (a permission rule,
+#: a call still waiting when the conversation moved on) say it never ran.
+STOPPED_KINDS = ("user-rejected", "interrupted")
+
+
+def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None:
+    """What the run's own transcript of ``session`` says about tool use ``call_id``.
+
+    ``"ran"``: Claude Code recorded the tool's own result (``toolUseResult`` is the tool's output
+    object), or a result for a call stopped after it started (see :data:`STOPPED_KINDS`: a Bash
+    stopped with Esc); ``"rejected"``: it says the call never started (``toolDenialBeforeRun``);
+    None: no word (no transcript, no result for it, or one that does not say). Only transcripts
+    inside the run's Claude Code home are read (never a path a payload names: the agent could point
+    it anywhere), through no symlink, and only their last :data:`TAIL_BYTES`.
+    """
+    from sandbox.agent import sessions
+    from sandbox.store import beneath
+
+    if not session or not sessions.valid_session(session):
+        return None
+    home = config_home(run_dir)
+    needle = json.dumps(call_id).encode()
+    said: str | None = None
+    try:
+        root = beneath.open_root(home)
+    except OSError:
+        return None
+    try:
+        try:
+            folders = sorted(os.listdir(os.path.join(home, "projects")))
+        except OSError:
+            return None
+        for folder in folders:
+            tail = _tail(root, f"projects/{folder}/{session}.jsonl")
+            for line in tail.split(b"\n"):
+                if needle in line:
+                    said = _result_says(line, call_id) or said
+    finally:
+        os.close(root)
+    return said
+
+
+def _tail(root: int, rel: str) -> bytes:
+    """The last :data:`TAIL_BYTES` of the regular file ``rel`` beneath ``root`` (b"" when unreadable)."""
+    import stat
+
+    from sandbox.store import beneath
+
+    try:
+        fd = beneath.open_beneath(root, rel, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the hook
+    except OSError:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        start = max(0, size - TAIL_BYTES)
+        data = os.pread(fd, TAIL_BYTES, start)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    return data if start == 0 else data.partition(b"\n")[2]  # the first line was cut: not a record
+
+
+def _result_says(line: bytes, call_id: str) -> str | None:
+    """ "ran" / "rejected" when ``line`` is the tool result of ``call_id`` that says so, else None."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    message = record.get("message") if isinstance(record, dict) and record.get("type") == "user" else None
+    content = message.get("content") if isinstance(message, dict) else None
+    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] if content else []
+    if not isinstance(content, list) or [b.get("tool_use_id") for b in results] != [call_id]:
+        return None  # not its result, or one record for several results: whose toolUseResult is unclear
+    if record.get("toolDenialBeforeRun") is True:
+        return "rejected"
+    if isinstance(record.get("toolUseResult"), dict) or record.get("toolDenialKind") in STOPPED_KINDS:
+        return "ran"
+    return None

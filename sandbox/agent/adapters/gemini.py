@@ -46,6 +46,13 @@ SETTLE = {
     "SessionEnd": "The Gemini CLI session ended ({reason}) before the call ran.",
 }
 TRUST_FILE = "gemini-trusted-folders.json"
+#: How every call id the sandbox gives a Gemini CLI call begins (Gemini's hooks carry no call id).
+CALL_PREFIX = "gemini_"
+#: Gemini CLI 0.61 gives no time of the tool's own: its BeforeTool comes before the permission
+#: prompt (``_processToolCall``: the hook, then ``resolveConfirmation``), and neither AfterTool nor
+#: its chat record carries a start or a duration. So a call's TOOK runs from the BeforeTool and
+#: includes any wait at that prompt; ``log`` says so rather than show it as the tool's time.
+UNTIMED = "TOOK includes any wait at Gemini's prompt: it reports no tool time"
 
 WRITE_TOOLS = {"write_file": "file_path", "replace": "file_path"}
 READ_TOOLS = {"read_file", "read_many_files", "list_directory", "glob", "search_file_content", "write_todos"}
@@ -141,7 +148,7 @@ def to_event(payload: Any) -> HookEvent | None:
     if not isinstance(tool_input, dict):
         raise HookInputError(f"The {name} payload's tool_input is not an object; nothing recorded.")
     session = str(payload.get("session_id") or "nosession")
-    prefix = "gemini_" + hashlib.sha256(session.encode()).hexdigest()[:8] + "_"
+    prefix = CALL_PREFIX + hashlib.sha256(session.encode()).hexdigest()[:8] + "_"
     kind = classify(tool)
     paths: list[str] = []
     if kind == "write":

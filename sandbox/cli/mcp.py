@@ -48,6 +48,10 @@ def mcp(
         raise UsageError("Give --run RUN or --new, not both.")
     if label and not new:
         raise UsageError("--label names the run that --new starts; add --new.")
+    if directory and not os.path.isdir(directory) and os.environ.get("SANDBOX_RUN"):
+        # Started by an agent of 'sandbox run' whose sandbox does not show the user's tree: the
+        # current directory (the run's worktree, where the agent works) finds the repository.
+        directory = None
     project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
     listening = None
     if port is not None:
@@ -90,6 +94,10 @@ def mcp(
         ws.open_run(run_id or cwd_run or "")
     if ws.run is not None:
         ws.pin()  # the run chosen here is the only one the model works on
+        if ws.hosted is None and not os.access(ws.run.dir, os.W_OK):
+            # A read-only view of the run (EROFS, whatever the mode bits say): inside our sandbox
+            # started by a client that passes on only the variables it is told (Codex), or another's.
+            ws.record_through_host()
         _check_recordable(ws)
     net = now.network
     if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
@@ -158,23 +166,15 @@ def _existing_run(project: object, run_id: str) -> bool:
 
 
 def _check_recordable(ws: object) -> None:
-    """Refuse at start (one line) when the run cannot be recorded from here: inside our sandbox, no
-    host answers for it; elsewhere, the run's directory is read-only (someone else's sandbox)."""
+    """Refuse at start (one line) when the run's ledger is read-only here and no host answers for it."""
     from sandbox.errors import SandboxError
     from sandbox.mcp.tools import Workspace
 
     assert isinstance(ws, Workspace) and ws.run is not None
     run = ws.run.run_id
-    if ws.hosted is not None:
-        if not ws.hosted.reachable():
-            raise SandboxError(
-                f"This MCP server runs inside the sandbox of 'sandbox run' and records only through the "
-                f"repository's host, which does not answer for run {run}; start the agent again with "
-                f"'sandbox run {run} -- AGENT ...' (it starts the host)."
-            )
-    elif not os.access(ws.run.dir, os.W_OK):  # EROFS in a read-only mount, whatever the mode bits say
+    if ws.hosted is not None and not ws.hosted.reachable():
         raise SandboxError(
-            f"This MCP server cannot write run {run}'s ledger from here (a read-only mount, not the sandbox of "
-            f"'sandbox run'); start the agent with 'sandbox run {run} -- AGENT ...', whose MCP server records "
-            "through the repository's host."
+            f"This MCP server sees run {run}'s ledger read-only (it runs inside a sandbox) and the repository's "
+            f"host, through which it would record, does not answer; start the agent with 'sandbox run {run} -- "
+            "AGENT ...', which keeps the host running."
         )

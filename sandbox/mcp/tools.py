@@ -210,6 +210,13 @@ class Workspace:
         agent's run and write there)."""
         self.pinned = self.require_run().run_id
 
+    def record_through_host(self) -> None:
+        """From now on the open run's calls are recorded by the repository's host: this process
+        cannot write the run's ledger (it sees a read-only view of it, as inside a sandbox)."""
+        run = self.require_run()
+        self.settings.through_host = True
+        self.hosted = HostLedger(run.project.common_dir, run.run_id, run.dir, run.worktree)
+
     def refuse_if_hosted(self, tool: str, instead: str) -> None:
         """Refuse (one line) a tool that writes the run's ledger other than by recording a call,
         in a server inside a sandbox: there only the host writes the ledger, and only calls."""
@@ -763,9 +770,8 @@ class Workspace:
         sandbox the server is in (no sandbox nests in another), as one of the agent session's processes."""
         from sandbox.agent.hosted import command_input
 
-        isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
         argv = ["/bin/sh", "-c", command]
-        spec = command_input(argv, isolation)
+        spec = command_input(argv, None)  # confined by the sandbox around the server, not by one of its own
         hosted.start(
             "run_command",
             spec,

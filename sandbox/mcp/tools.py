@@ -19,6 +19,10 @@ Recording (one ledger call per tool call that can change anything):
 * ``start_run`` makes a run (its own ``run_started`` event), ``checkpoint`` writes a checkpoint,
   ``resume_report`` runs the conservative resume (its fence and ``uncertain`` marks are its events).
 
+Inside the sandbox of ``sandbox run`` (an agent's server, Codex's), where the run's ledger is
+read-only, the same calls are recorded by the repository's host instead (:mod:`sandbox.mcp.hosted`),
+and commands run in that sandbox.
+
 Nothing here applies, undoes or drops: those act on the user's tree or throw work away, and stay
 with the user's CLI.
 

@@ -10,6 +10,7 @@ client's ``_meta`` call and session ids, a policy's refusal recorded ``not_run``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -106,3 +107,57 @@ def test_confined_server_records_every_call_through_the_host(repo: Path) -> None
     assert (wt / "src/a.txt").read_text() == "one\n"  # the refused edit did nothing
     assert not (Path(run.dir) / "forged").exists()
     assert tree_digest(repo) == before  # the user's tree untouched until apply
+
+
+def _client_script(repo: Path, run_id: str, command: str) -> str:
+    return f"""
+import anyio, os
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+async def main():
+    params = StdioServerParameters(command={SANDBOX!r}, args=["run", {run_id!r}, "--", {SANDBOX!r}, "mcp", "--new"],
+                                   env=dict(os.environ), cwd={str(repo)!r})
+    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        await s.call_tool("run_command", {{"command": {command!r}}}, meta={{"callId": "call_long"}})
+anyio.run(main)
+"""
+
+
+def test_client_killed_mid_command_leaves_the_call_uncertain(repo: Path, tmp_path: Path) -> None:
+    """The client dies while the confined server's command runs: the server stops the command and
+    leaves the call ``started``, as a crash leaves it (the unconfined server does the same), and
+    ``sandbox resume`` reports it uncertain."""
+    import signal
+    import subprocess
+    import time
+
+    from sandbox.agent import procs
+
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    command = "echo before > before.txt; touch started.flag; sleep 300; echo after > after.txt"
+    client = subprocess.Popen(
+        [sys.executable, "-c", _client_script(repo, run.run_id, command)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "client.err", "wb"),  # noqa: SIM115
+        cwd=repo,
+    )
+    deadline = time.monotonic() + 60
+    while not (wt / "started.flag").exists():
+        assert client.poll() is None, (tmp_path / "client.err").read_text()
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    below = procs.descendants(client.pid)
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 60
+    while any(procs.start_time(p.pid) is not None for p in below):  # sandbox run, the server, the command
+        assert time.monotonic() < deadline, [p.cmd for p in below if procs.start_time(p.pid) is not None]
+        time.sleep(0.05)
+    assert reopen(run).entry("call_long").status == CallStatus.started
+    assert not (wt / "after.txt").exists()  # the command was stopped, not finished
+    resumed = subprocess.run([SANDBOX, "resume", run.run_id, "--json"], cwd=repo, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [u["call_id"] for u in json.loads(resumed.stdout)["uncertain"]] == ["call_long"]
+    assert reopen(run).entry("call_long").status == CallStatus.uncertain

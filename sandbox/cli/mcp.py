@@ -61,7 +61,6 @@ def mcp(
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
-    _check_isolation(now)
 
     from sandbox.agent import confine
     from sandbox.mcp.tools import Settings, Workspace
@@ -89,6 +88,7 @@ def mcp(
             "session's run with env_vars = [\"SANDBOX_RUN\"] in the client's config, or --run RUN."
         )
     elif new:
+        _check_isolation(now)  # before a run starts: a refusal costs nothing
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
@@ -99,6 +99,10 @@ def mcp(
             # started by a client that passes on only the variables it is told (Codex), or another's.
             ws.record_through_host()
         _check_recordable(ws)
+    if ws.hosted is None:
+        # A server recording through the host runs its commands in the sandbox around it: it needs
+        # no sandbox of its own (one nested in bubblewrap may not be possible there).
+        _check_isolation(now)
     net = now.network
     if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
         click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)

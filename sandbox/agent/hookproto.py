@@ -90,6 +90,9 @@ class HookEvent:
     ran_ms: int | None = None
     #: settle: the agent's whole session ended (not only its turn).
     session_end: bool = False
+    #: start: the call's one-line summary in the ledger, when the sender says (``sandbox mcp``
+    #: inside a sandbox: the same summary its unconfined server records); else one from the input.
+    summary: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -145,6 +148,7 @@ class HookEvent:
             interrupted=data.get("interrupted") is True,
             ran_ms=ran_ms,
             session_end=data.get("session_end") is True,
+            summary=data["summary"][:500] if isinstance(data.get("summary"), str) and data["summary"] else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

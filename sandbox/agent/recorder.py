@@ -514,6 +514,8 @@ def _new_pair_id(prefix: str | None) -> str:
 
 
 def _summary(event: HookEvent) -> str | None:
+    if event.summary:
+        return event.summary
     value = event.input
     if isinstance(value, dict):
         for key in ("command", "file_path", "notebook_path", "path", "pattern", "url", "query"):

@@ -20,6 +20,14 @@ Each connection carries one request, a JSON object on one line, and gets one rep
     {"v": 1, "op": "stop"}     (control)                             -> {"ok": true}
     any refusal                                                      -> {"ok": false, "error": str}
 
+The ``hook`` operation carries one generic hook event (:class:`sandbox.agent.hookproto.HookEvent`).
+Its senders: the agents' hooks, and ``sandbox mcp`` running inside the sandbox of ``sandbox run``
+(Codex's tools), whose run directory is read-only there: each changing tool call is a ``start``
+(with the tool's ``kind``, ``idempotency``, ``replay``, ``summary`` and the client's ``_meta`` ids
+as ``call_id`` and ``agent_session``) before the tool acts, and a ``finish`` after it
+(:mod:`sandbox.mcp.hosted`). One operation for both: the host records them with the same recorder,
+so a denial, a repeated start, the watcher's window and the session binding are the same.
+
 Who may ask what:
 
 * an operation on a run carries the run's token, ``<run dir>/host.token`` (0600, created by

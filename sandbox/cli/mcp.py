@@ -41,13 +41,17 @@ def mcp(
     recorded call in the run's ledger. Applying, undoing and dropping stay with you, on this CLI.
     Commands run as under 'sandbox exec' (--isolate, --network; network off by default).
     """
-    from sandbox.errors import UsageError
+    from sandbox.errors import SandboxError, UsageError
     from sandbox.store.project import Project
 
     if new and run_id:
         raise UsageError("Give --run RUN or --new, not both.")
     if label and not new:
         raise UsageError("--label names the run that --new starts; add --new.")
+    if directory and not os.path.isdir(directory) and os.environ.get("SANDBOX_RUN"):
+        # Started by an agent of 'sandbox run' whose sandbox does not show the user's tree: the
+        # current directory (the run's worktree, where the agent works) finds the repository.
+        directory = None
     project, workdir, cwd_run = Project.discover(directory or base_dir(ctx))
     listening = None
     if port is not None:
@@ -57,16 +61,20 @@ def mcp(
     project.data_root = data_root(workdir or main_workdir(project.common_dir))
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
-    _check_isolation(now)
 
+    from sandbox.agent import confine
     from sandbox.mcp.tools import Settings, Workspace
 
+    # Inside one of our sandboxes (an agent's under 'sandbox run') the run's ledger is read-only:
+    # the calls are recorded by the repository's host, which 'sandbox run' keeps alive.
+    boxed = confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV))
     settings = Settings(
         data_root=project.data_root,
         isolation=iso,
         command_env=dict(os.environ),
-        on_open=_autostart_service,
+        on_open=None if boxed else _autostart_service,
         boot_id=_boot_id(),
+        through_host=boxed,
     )
     ws = Workspace(project, workdir, settings)
     inside = os.environ.get("SANDBOX_RUN") if new else None
@@ -74,13 +82,27 @@ def mcp(
         # Started by an agent that 'sandbox run' runs (Codex passes SANDBOX_RUN with env_vars):
         # that run is the session's, so --new works on it instead of snapshotting another.
         ws.open_run(inside)
-        _check_writable(ws)
+    elif new and boxed:
+        raise SandboxError(
+            "This MCP server runs inside the sandbox of 'sandbox run', where it cannot start a run; pass the "
+            "session's run with env_vars = [\"SANDBOX_RUN\"] in the client's config, or --run RUN."
+        )
     elif new:
+        _check_isolation(now)  # before a run starts: a refusal costs nothing
         ws.start_run(label)
     elif run_id or cwd_run:
         ws.open_run(run_id or cwd_run or "")
     if ws.run is not None:
         ws.pin()  # the run chosen here is the only one the model works on
+        if ws.hosted is None and not os.access(ws.run.dir, os.W_OK):
+            # A read-only view of the run (EROFS, whatever the mode bits say): inside our sandbox
+            # started by a client that passes on only the variables it is told (Codex), or another's.
+            ws.record_through_host()
+        _check_recordable(ws)
+    if ws.hosted is None:
+        # A server recording through the host runs its commands in the sandbox around it: it needs
+        # no sandbox of its own (one nested in bubblewrap may not be possible there).
+        _check_isolation(now)
     net = now.network
     if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
         click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
@@ -147,15 +169,16 @@ def _existing_run(project: object, run_id: str) -> bool:
         return False
 
 
-def _check_writable(ws: object) -> None:
-    """Refuse at start when the run cannot be recorded from here (an agent OS-confined by ``sandbox run``)."""
+def _check_recordable(ws: object) -> None:
+    """Refuse at start (one line) when the run's ledger is read-only here and no host answers for it."""
     from sandbox.errors import SandboxError
     from sandbox.mcp.tools import Workspace
 
     assert isinstance(ws, Workspace) and ws.run is not None
-    if not os.access(ws.run.dir, os.W_OK):  # EROFS inside the confinement, whatever the mode bits say
+    run = ws.run.run_id
+    if ws.hosted is not None and not ws.hosted.reachable():
         raise SandboxError(
-            f"This MCP server runs inside the OS confinement of 'sandbox run', where it cannot record run "
-            f"{ws.run.run_id}; start the agent with 'sandbox run {ws.run.run_id} --isolate off -- AGENT ...' "
-            "(the server confines every command it runs itself)."
+            f"This MCP server sees run {run}'s ledger read-only (it runs inside a sandbox) and the repository's "
+            f"host, through which it would record, does not answer; start the agent with 'sandbox run {run} -- "
+            "AGENT ...', which keeps the host running."
         )

@@ -58,6 +58,7 @@ def rewind_open_run(ws: Workspace, call_id: str) -> dict[str, Any]:
 
     with ws.lock:
         run = ws.require_run()
+        ws.refuse_if_hosted("rewind", f"sandbox rewind {run.run_id} --to {call_id}")
         call = resolve_call(run, call_id).call_id
         order = run.state().order
         report = rewind(run, call, {})

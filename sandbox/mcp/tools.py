@@ -19,6 +19,10 @@ Recording (one ledger call per tool call that can change anything):
 * ``start_run`` makes a run (its own ``run_started`` event), ``checkpoint`` writes a checkpoint,
   ``resume_report`` runs the conservative resume (its fence and ``uncertain`` marks are its events).
 
+Inside the sandbox of ``sandbox run`` (an agent's server, Codex's), where the run's ledger is
+read-only, the same calls are recorded by the repository's host instead (:mod:`sandbox.mcp.hosted`),
+and commands run in that sandbox.
+
 Nothing here applies, undoes or drops: those act on the user's tree or throw work away, and stay
 with the user's CLI.
 
@@ -47,6 +51,7 @@ from typing import Any
 
 from sandbox.agent import confine
 from sandbox.errors import PathRefusedError, SandboxError, UsageError
+from sandbox.mcp.hosted import HostLedger, Recorded
 from sandbox.models import CallStatus, ProcessScope
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
@@ -105,6 +110,10 @@ class Settings:
     on_open: Callable[[Run], None] | None = None
     #: The boot id of this machine, recorded with the process scope (None: unknown).
     boot_id: str | None = None
+    #: The server runs inside one of our sandboxes (an agent's under ``sandbox run``), where the
+    #: run's ledger is read-only: its calls are recorded by the repository's host
+    #: (:mod:`sandbox.mcp.hosted`), and its commands run in the sandbox it is already in.
+    through_host: bool = False
 
 
 @dataclass
@@ -173,6 +182,8 @@ class Workspace:
         self._instance = secrets.token_hex(3)
         #: Set by :meth:`pin`: the one run this server works on (``sandbox mcp --run`` / ``--new``).
         self.pinned: str | None = None
+        #: The run's host, which records the calls when :attr:`Settings.through_host` (else None).
+        self.hosted: HostLedger | None = None
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -202,6 +213,22 @@ class Workspace:
         are refused from now on (the user chose the run; the model may not move to another
         agent's run and write there)."""
         self.pinned = self.require_run().run_id
+
+    def record_through_host(self) -> None:
+        """From now on the open run's calls are recorded by the repository's host: this process
+        cannot write the run's ledger (it sees a read-only view of it, as inside a sandbox)."""
+        run = self.require_run()
+        self.settings.through_host = True
+        self.hosted = HostLedger(run.project.common_dir, run.run_id, run.dir, run.worktree)
+
+    def refuse_if_hosted(self, tool: str, instead: str) -> None:
+        """Refuse (one line) a tool that writes the run's ledger other than by recording a call,
+        in a server inside a sandbox: there only the host writes the ledger, and only calls."""
+        if self.hosted is not None:
+            raise SandboxError(
+                f"{tool} is not available to an MCP server inside the sandbox of 'sandbox run', where the run's "
+                f"ledger is read-only; the user runs '{instead}' on their command line."
+            )
 
     def _refuse_if_pinned(self, wanted: str | None) -> None:
         if self.pinned is not None and wanted != self.pinned:
@@ -234,6 +261,8 @@ class Workspace:
 
     def _opened(self, run: Run, created: bool) -> dict[str, Any]:
         self.run = run
+        if self.settings.through_host:
+            self.hosted = HostLedger(run.project.common_dir, run.run_id, run.dir, run.worktree)
         if self.settings.on_open is not None:
             self.settings.on_open(run)
         info = run.info
@@ -324,7 +353,8 @@ class Workspace:
                     mode = 0o755
             except FileNotFoundError:
                 pass
-            call.note_paths([rel])
+            if call is not None:
+                call.note_paths([rel])
             try:
                 beneath.write_at(dirfd, name, data, mode)
             except OSError as exc:
@@ -401,6 +431,11 @@ class Workspace:
             data = content.encode("utf-8")
             spec = {"path": rel, "bytes": len(data)}
             call_id = self.call_id_for(request_id, client_call)
+            if self.hosted is not None:
+                done = self._write_through_host(
+                    self.hosted, run, "write_file", spec, rel, data, call_id, agent_session, ("idempotent", "auto")
+                )
+                return {"call_id": done.call_id, "path": rel, "bytes": len(data), "changed": bool(done.files)}
             self._refuse_if_denied(run, "write_file", spec, call_id, agent_session, f"write {rel}")
             with run.tool_call(
                 "write_file",
@@ -458,6 +493,13 @@ class Workspace:
             updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
             spec = {"path": rel, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
             call_id = self.call_id_for(request_id, client_call)
+            replaced = count if replace_all else 1
+            if self.hosted is not None:
+                new = updated.encode("utf-8", errors="surrogateescape")
+                self._write_through_host(
+                    self.hosted, run, "edit_file", spec, rel, new, call_id, agent_session, ("conditional", "ask")
+                )
+                return {"call_id": call_id, "path": rel, "replacements": replaced}
             self._refuse_if_denied(run, "edit_file", spec, call_id, agent_session, f"edit {rel}")
             with run.tool_call(
                 "edit_file",
@@ -470,7 +512,52 @@ class Workspace:
             ) as call:
                 self._write(run, call, rel, updated.encode("utf-8", errors="surrogateescape"))
             assert call.entry is not None
-            return {"call_id": call.entry.call_id, "path": rel, "replacements": count if replace_all else 1}
+            return {"call_id": call.entry.call_id, "path": rel, "replacements": replaced}
+
+    def _write_through_host(
+        self,
+        hosted: HostLedger,
+        run: Run,
+        tool: str,
+        spec: dict[str, Any],
+        rel: str,
+        data: bytes,
+        call_id: str,
+        agent_session: str | None,
+        policy: tuple[str, str],
+    ) -> Recorded:
+        """Write ``rel`` as one call the host records: started before the file is touched (a denied
+        input is refused there), finished with exactly that path (failed with the reason when the
+        write was refused)."""
+        verb = "write" if tool == "write_file" else "edit"
+        hosted.start(
+            tool,
+            spec,
+            call_id=call_id,
+            kind="write",
+            idempotency=policy[0],
+            replay=policy[1],
+            summary=f"{verb} {rel}",
+            agent_session=agent_session,
+            paths=[rel],
+        )
+        try:
+            self._write(run, None, rel, data)
+        except SandboxError as exc:
+            hosted.finish(
+                tool,
+                spec,
+                call_id=call_id,
+                kind="write",
+                succeeded=False,
+                agent_session=agent_session,
+                paths=[rel],
+                error=f"{type(exc).__name__}: {exc.message}",
+            )
+            raise
+        return hosted.finish(
+            tool, spec, call_id=call_id, kind="write", succeeded=True, agent_session=agent_session, paths=[rel]
+        )
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> str:
         """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
@@ -615,6 +702,10 @@ class Workspace:
         from sandbox.agent import changes
         from sandbox.agent.hosted import command_input
 
+        if self.hosted is not None:
+            return self._run_through_host(
+                self.hosted, run, command, timeout, idempotency, replay, call_id, agent_session
+            )
         isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
         confined = None
         if isolation is not None and isolation.enabled:
@@ -645,15 +736,7 @@ class Workspace:
                 except confine.ConfinementError as exc:
                     code, timed_out, refused = 126, False, exc
                 output, truncated = _bounded_output(out)
-            error = None
-            if refused is not None:
-                error = refused.message
-            elif flight.cancelled.is_set():
-                error = "cancelled by the client; the command was killed"
-            elif timed_out:
-                error = f"timed out after {timeout:g} s; the command was killed"
-            elif code != 0:
-                error = f"exit code {code}"
+            error = refused.message if refused is not None else _command_error(flight, code, timed_out, timeout)
             changed = source.end(call_id)
             entry = run.finish_call(
                 call_id,
@@ -675,6 +758,63 @@ class Workspace:
             error=error,
         )
 
+    def _run_through_host(
+        self,
+        hosted: HostLedger,
+        run: Run,
+        command: str,
+        timeout: float,
+        idempotency: str,
+        replay: str,
+        call_id: str,
+        agent_session: str | None,
+    ) -> CommandResult:
+        """:meth:`_run_command` for a server inside a sandbox: the host records the call (its watcher's
+        window between start and finish gives the paths), and the command runs right here, in the
+        sandbox the server is in (no sandbox nests in another), as one of the agent session's processes."""
+        from sandbox.agent.hosted import command_input
+
+        argv = ["/bin/sh", "-c", command]
+        spec = command_input(argv, None)  # confined by the sandbox around the server, not by one of its own
+        hosted.start(
+            "run_command",
+            spec,
+            call_id=call_id,
+            kind="command",
+            idempotency=idempotency,
+            replay=replay,
+            summary=command[:500],
+            agent_session=agent_session,
+        )
+        flight = self.in_flight[call_id] = _InFlight(call_id)
+        try:
+            with tempfile.TemporaryFile() as out:
+                code, timed_out = self._spawn_and_wait(argv, run.worktree, None, out, timeout, flight)
+                output, truncated = _bounded_output(out)
+            error = _command_error(flight, code, timed_out, timeout)
+            done = hosted.finish(
+                "run_command",
+                spec,
+                call_id=call_id,
+                kind="command",
+                succeeded=error is None,
+                agent_session=agent_session,
+                result={"exit_code": None if timed_out else code, "timed_out": timed_out},
+                error=error,
+            )
+        finally:
+            self.in_flight.pop(call_id, None)
+        return CommandResult(
+            call_id=call_id,
+            status=done.status or ("failed" if error else "succeeded"),
+            exit_code=None if timed_out else code,
+            output=output,
+            output_truncated=truncated,
+            files_changed=_recorded_files(run, call_id),
+            timed_out=timed_out,
+            error=error,
+        )
+
     def _spawn_and_wait(
         self,
         argv: list[str],
@@ -686,7 +826,8 @@ class Workspace:
     ) -> tuple[int, bool]:
         """(exit code, timed out). Polls so a client that went away stops the command at once."""
         env = dict(self.settings.command_env) if self.settings.command_env is not None else dict(os.environ)
-        env["SANDBOX_SESSION"] = self.scope.token  # resume finds the command by it (sandbox.agent.procs)
+        if self.hosted is None:  # inside a sandbox the agent session's own token stays: the host bound the call to it
+            env["SANDBOX_SESSION"] = self.scope.token  # resume finds the command by it (sandbox.agent.procs)
         proc: subprocess.Popen[bytes]
         box: confine.Confined | None = None
         if confined is not None:
@@ -777,6 +918,7 @@ class Workspace:
 
         with self.lock:
             run = self.require_run()
+            self.refuse_if_hosted("resume_report", f"sandbox resume {run.run_id}")
             report = resume(run)
             return {
                 "run_id": report.run_id,
@@ -804,6 +946,7 @@ class Workspace:
         """Save a checkpoint with the messages and state the client passes."""
         with self.lock:
             run = self.require_run()
+            self.refuse_if_hosted("checkpoint", f"sandbox checkpoint {run.run_id}")
             ckpt = run.checkpoint(label, step_id=step_id, messages=messages, run_state=state)
             return {"checkpoint_id": ckpt.id, "name": ckpt.name, "label": label, "step_id": step_id}
 
@@ -989,6 +1132,24 @@ def _bounded_output(fh: Any) -> tuple[str, bool]:
     fh.seek(size - tail_len)
     tail = fh.read(tail_len).decode("utf-8", errors="replace")
     return f"{head}\n[... {size - head_len - tail_len} bytes of output left out ...]\n{tail}", True
+
+
+def _command_error(flight: _InFlight, code: int, timed_out: bool, timeout: float) -> str | None:
+    """Why a command's call failed (None: it succeeded)."""
+    if flight.cancelled.is_set():
+        return "cancelled by the client; the command was killed"
+    if timed_out:
+        return f"timed out after {timeout:g} s; the command was killed"
+    return f"exit code {code}" if code != 0 else None
+
+
+def _recorded_files(run: Run, call_id: str) -> list[str]:
+    """The files the host recorded for a call, read from the ledger (read-only inside a sandbox)."""
+    try:
+        entry = run.state().calls.get(call_id)
+    except (SandboxError, OSError):
+        return []
+    return [f.path for f in entry.files] if entry is not None else []
 
 
 def _kill(proc: subprocess.Popen[bytes], box: confine.Confined | None) -> None:

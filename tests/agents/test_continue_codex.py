@@ -1,20 +1,24 @@
 """The real Codex CLI crashes and continues with its conversation (issue #22).
 
-Codex runs under ``sandbox run --isolate off`` with the README's ``config.toml`` snippet
-(``sandbox mcp`` its only tool provider; ``env_vars = ["SANDBOX_RUN"]`` makes the server work on
-the run ``sandbox run`` started). Each ``tools/call`` Codex sends carries its session id and the
-model's call id in ``_meta``, so the ledger's calls are the rollout's function calls. Codex is
-killed with SIGKILL during a ``run_command``; ``sandbox resume RUN --continue`` relaunches it with
-``codex exec resume ID NOTE``: the scripted server's next request carries the earlier turns and the
-note, the model's retry of the uncertain command is refused until ``sandbox approve``, and the
-session goes on recorded in the same Codex session. ``sandbox rewind RUN --to CALL --continue``
-puts the files back and continues a copy of the rollout cut just before CALL.
+Codex runs confined under ``sandbox run`` (default isolation: bubblewrap, the network only through
+the allowlist proxy, which lets Codex reach its model endpoint ``OPENAI_BASE_URL``) with the README's
+``config.toml`` snippet (``sandbox mcp`` its only tool provider; ``env_vars = ["SANDBOX_RUN"]`` makes
+the server work on the run ``sandbox run`` started). The server runs inside the same sandbox, where
+the run's ledger is read-only, and records each call through the repository's host. Each
+``tools/call`` Codex sends carries its session id and the model's call id in ``_meta``, so the
+ledger's calls are the rollout's function calls. Codex is killed with SIGKILL during a
+``run_command``; ``sandbox resume RUN --continue`` relaunches it, confined, with ``codex exec
+resume ID NOTE``: the scripted server's next request carries the earlier turns and the note, the
+model's retry of the uncertain command is refused until ``sandbox approve``, and the session goes
+on recorded in the same Codex session. ``sandbox rewind RUN --to CALL --continue`` puts the files
+back and continues a copy of the rollout cut just before CALL.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -55,14 +59,22 @@ def marker() -> Iterator[str]:
 
 
 def codex_env(tmp_path: Path, server: ResponsesServer, repo: Path) -> dict[str, str]:
-    """Codex's environment: a private CODEX_HOME whose config names this server; no other traffic."""
-    home = tmp_path / "codex-home"
-    home.mkdir(exist_ok=True)
+    """Codex's environment: a private HOME whose ``~/.codex`` (CODEX_HOME) names this server; no other traffic.
+
+    The home is the test's own (``~/.codex`` is agent state the confinement keeps writable; the rest
+    of ``/tmp`` is private inside), and ``OPENAI_BASE_URL`` names the server, so the allowlist lets
+    Codex reach it through the proxy and nothing else.
+    """
+    user_home = tmp_path / "home"
+    home = user_home / ".codex"
+    home.mkdir(parents=True, exist_ok=True)
+    gitconfig = Path(os.environ["HOME"]) / ".gitconfig"
+    if gitconfig.exists() and not (user_home / ".gitconfig").exists():
+        shutil.copyfile(gitconfig, user_home / ".gitconfig")
     (home / "config.toml").write_text(codex_config(server, repo))  # the server's port changes per test step
-    tmpdir = tmp_path / "codex-tmp"
-    tmpdir.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update({"CODEX_HOME": str(home), KEY_VAR: KEY, "TMPDIR": str(tmpdir), "NO_COLOR": "1"})
+    env.update({"HOME": str(user_home), "CODEX_HOME": str(home), KEY_VAR: KEY})
+    env.update({"NO_COLOR": "1", "OPENAI_BASE_URL": server.base_url})
     for var in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
         env[var] = env[var.lower()] = server.proxy_url
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
@@ -134,7 +146,7 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     long_call = mcp("run_command", command=command)
     with ResponsesServer([first, long_call]) as server:
         proc = subprocess.Popen(
-            [SANDBOX, "run", run.run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
+            [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
             + ["--strict-config", "--color=never", "Do the task."],
             cwd=repo,
             env=codex_env(tmp_path, server, repo),
@@ -164,6 +176,9 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     assert entries[long_id].status == CallStatus.started, err
     session = entries[first_id].agent_session
     assert session and entries[long_id].agent_session == session
+    from sandbox.recovery.continue_ import recorded_isolation
+
+    assert recorded_isolation(run) not in (None, "off")  # Codex and its MCP server ran confined
 
     # The rollout is stored with the run at the session's end, each call mapped to its line.
     from sandbox.agent import transcripts
@@ -171,7 +186,7 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     stored = transcripts.latest(run, session)
     assert stored is not None and stored.index.agent == "codex", err
     assert {first_id, long_id} <= set(stored.index.calls)
-    rollouts = list((tmp_path / "codex-home" / "sessions").glob(f"*/*/*/rollout-*-{session}.jsonl"))
+    rollouts = list((tmp_path / "home" / ".codex" / "sessions").glob(f"*/*/*/rollout-*-{session}.jsonl"))
     assert len(rollouts) == 1
 
     retry = mcp("run_command", command=command)  # the same input under a new call id
@@ -192,6 +207,7 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     assert "Do the task." in said and NOTE_HEAD in said and long_id in said, said
     # The model's retry of the uncertain command is refused, with a reason it understands.
     assert "outcome is unknown" in refused, refused
+    assert recorded_isolation(reopen(run)) not in (None, "off")  # and were relaunched confined
     run = reopen(run)
     entries = {e.call_id: e for e in run.entries()}
     assert entries[retry.calls[0].call_id].status == CallStatus.not_run
@@ -214,9 +230,9 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
 
 
 def _codex_under_run(codex_bin: str, repo: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``sandbox run RUN --isolate off -- codex exec ...`` to its end."""
+    """``sandbox run RUN -- codex exec ...`` (confined) to its end."""
     return subprocess.run(
-        [SANDBOX, "run", run_id, "--isolate", "off", "--", codex_bin, "exec", *NO_TRAFFIC]
+        [SANDBOX, "run", run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
         + ["--strict-config", "--color=never", "Do the task."],
         cwd=repo,
         env=env,
@@ -242,7 +258,7 @@ def test_codex_rewind_to_a_call_then_continue(codex_bin: str, repo: Path, tmp_pa
         session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path, server, repo))
     assert session.returncode == 0, session.stderr
     assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
-    original = list((tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl"))
+    original = list((tmp_path / "home" / ".codex" / "sessions").glob("*/*/*/rollout-*.jsonl"))
     assert len(original) == 1
     before = original[0].read_bytes()
 

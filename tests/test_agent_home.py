@@ -8,6 +8,7 @@ created in the user's home), and the hooks kept out of the worktree's settings.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -158,3 +159,13 @@ def test_hooks_none_still_gives_claude_its_home_without_the_hooks(repo: Path, tm
     assert all("home=" + str(repo / ".git" / "sandbox" / "runs" / run_id) in out for out in outputs), outputs
     assert COMMAND in outputs[0] and "sandbox hook" not in outputs[1]
     host.stop_host(str(repo / ".git"))
+
+
+def test_the_sessions_lookup_names_the_same_homes_as_the_adapters(tmp_path: Path) -> None:
+    """sandbox.agent.sessions spells the run's agent homes without importing the adapters (no cycle)."""
+    from sandbox.agent import sessions
+    from sandbox.agent.adapters import claude_code, gemini
+
+    homes = sessions.config_homes({}, str(tmp_path / "home"), str(tmp_path / "run"))
+    assert homes["claude-code"][0] == claude_code.config_home(str(tmp_path / "run"))
+    assert homes["gemini"][0] == os.path.join(gemini.cli_home(str(tmp_path / "run")), ".gemini")

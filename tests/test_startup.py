@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     # list, status, log and path read the sealed fold cache with the standard library (sandbox.run.fastread)
     "list": {"click"},
     "status": {"click", "sandbox.agent"},  # only sandbox.agent.wire (stdlib): the line on the repository's host
-    "log": {"click"},
+    "log": {"click", "sandbox.agent"},  # only sandbox.agent.adapters.gemini (stdlib): its calls' TOOK note
     "path": {"click"},
     "diff": READ | {"sandbox.merge"},  # the patch preview lives with merge-back (sandbox.merge.preview)
     # a one-file apply plans and writes through the merge package and the write journal

@@ -348,6 +348,8 @@ class Policy:
     limits: Limits = field(default=Limits())
     #: Why each hidden directory is hidden, for the line a hidden command gets.
     reasons: tuple[tuple[str, str], ...] = field(default=())
+    #: An empty read-only regular file bound over masked files (None: ``/dev/null``).
+    empty_file: str | None = None
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -535,7 +537,27 @@ def policy_for(
         env_allow=isolation.env_allow,
         limits=isolation.limits,
         reasons=tuple(hidden.items()),
+        empty_file=_empty_file(common_dir),
     )
+
+
+def _empty_file(common_dir: str) -> str | None:
+    """``<common>/sandbox/empty``, made once (mode 0444): what a masked file shows inside."""
+    path = layout.empty_file(common_dir)
+    try:
+        if os.path.getsize(path) == 0 and not os.path.islink(path):
+            return path
+    except OSError:
+        pass
+    try:
+        os.makedirs(layout.state_dir(common_dir), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def _homes_root(common_dir: str, run_id: str) -> str:
@@ -750,7 +772,9 @@ def bwrap_argv(
             masked_dirs.append(real)
             mounts.append((_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
         elif os.path.exists(real):
-            mounts.append((_depth(real), 4, ["--ro-bind", "/dev/null", real]))
+            # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
+            # device ("config is locked"), and tools read an empty file as an empty setting.
+            mounts.append((_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
     for path in [*hidden, *masked_dirs]:  # read-only once what is bound back is mounted inside

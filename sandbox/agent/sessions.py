@@ -43,15 +43,17 @@ def valid_session(session: str) -> bool:
 
 def config_homes(environ: Mapping[str, str], home: str, run_dir: str) -> dict[str, list[str]]:
     """Every agent's candidate configuration homes, the run's own first (the CLI passes its environment)."""
-    from sandbox.agent.adapters import claude_code, gemini
+    # The homes sandbox.agent.adapters.claude_code.config_home and gemini.cli_home name (by their
+    # HOME_NAME): read here through agenthome, which the adapters import this module beside.
+    from sandbox.agent.agenthome import home_of
 
     claude = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
     codex = environ.get("CODEX_HOME") or os.path.join(home, ".codex")
     # The run's own home first: 'sandbox run' gives Claude Code and Gemini CLI one (sandbox.agent.agenthome),
     # and a relaunch writes a conversation there, never into yours; yours is read for older runs.
     return {
-        "claude-code": [claude_code.config_home(run_dir), claude],
-        "gemini": [os.path.join(gemini.cli_home(run_dir), ".gemini"), os.path.join(home, ".gemini")],
+        "claude-code": [home_of(run_dir, "claude"), claude],
+        "gemini": [os.path.join(home_of(run_dir, "gemini"), ".gemini"), os.path.join(home, ".gemini")],
         "codex": [codex],
     }
 

@@ -75,13 +75,14 @@ class Capturer:
         self.convert = convert.for_tree(worktree)
         self._sparse: dict[str, Entry] | None = None
 
-    def _head_entry(self, rel: str) -> Entry | None:
+    def head_entry(self, rel: str) -> Entry | None:
+        """The head tree's entry at ``rel`` (None: absent), cached."""
         if rel not in self._tree_cache:
             self._tree_cache[rel] = objects.lookup(self.repo, self.head_tree, rel)
         return self._tree_cache[rel]
 
     def _tracked_under(self, rel: str) -> Iterable[tuple[str, Entry]]:
-        entry = self._head_entry(rel)
+        entry = self.head_entry(rel)
         if entry is None:
             return []
         if entry.is_tree:
@@ -107,7 +108,7 @@ class Capturer:
             st = os.lstat(full) if parent_ok else None
         except (FileNotFoundError, NotADirectoryError):
             st = None
-        head: Entry | None = self._head_entry(rel)
+        head: Entry | None = self.head_entry(rel)
         if head is not None and head.mode == objects.MODE_GITLINK:
             return  # a submodule: recorded only as its gitlink, which agents' file writes never change
         if self._under_gitlink(rel):
@@ -167,7 +168,7 @@ class Capturer:
     def _under_gitlink(self, rel: str) -> bool:
         parts = rel.split("/")
         for i in range(1, len(parts)):
-            entry = self._head_entry("/".join(parts[:i]))
+            entry = self.head_entry("/".join(parts[:i]))
             if entry is None or not entry.is_tree:
                 return entry is not None and entry.mode == objects.MODE_GITLINK
         return False
@@ -208,12 +209,17 @@ def capture(
     cap.max_bytes = max_bytes
     for rel in sorted(set(paths)):
         cap.add(rel)
-        # A path whose parent became a file or vanished: check the parents too.
+        # A path whose parent became a file or vanished, or a directory where the head has a file
+        # (``rm f; mkdir f``): check the parents too, so the file's removal is recorded with it.
         parts = rel.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
             full = os.path.join(worktree, parent)
             if not os.path.isdir(full) or os.path.islink(full):
+                cap.add(parent)
+                break
+            was = cap.head_entry(parent)
+            if was is not None and not was.is_tree:
                 cap.add(parent)
                 break
     return cap

@@ -119,6 +119,11 @@ def state_dir(common_dir: str) -> str:
     return os.path.join(common_dir, STATE_DIR)
 
 
+def empty_file(common_dir: str) -> str:
+    """An empty read-only file that confinement binds over masked files (``<common>/sandbox/empty``)."""
+    return os.path.join(state_dir(common_dir), "empty")
+
+
 def runs_dir(common_dir: str) -> str:
     """Where the runs' scratch directories are."""
     return os.path.join(common_dir, STATE_DIR, RUNS)

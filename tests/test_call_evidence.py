@@ -319,6 +319,12 @@ def _result(tool_use_result: Any, call_id: str = BASH, text: str = STOPPED_TEXT,
 #: with Esc while it ran, and for one refused at its permission prompt.
 REFUSED_TEXT = "The user doesn't want to proceed with this tool use. The tool use was rejected."
 STOPPED = _result("User rejected tool use", text=REFUSED_TEXT, toolDenialKind="user-rejected")
+#: A headless call Claude Code's permission check refused (measured with 2.1.328): it never started.
+NOT_ALLOWED = _result(
+    "Error: Claude requested permissions to write to /w/src/new.py, but you haven't granted it yet.",
+    text="Claude requested permissions to write to /w/src/new.py, but you haven't granted it yet.",
+    toolDenialKind="user-rejected",
+)
 REFUSED = {**STOPPED, "toolDenialBeforeRun": True}
 #: A tool's own output object (the Bash tool's, with its ``interrupted`` flag).
 OWN_OUTPUT = _result({"stdout": "", "stderr": "", "interrupted": True, "isImage": False})
@@ -340,11 +346,17 @@ def test_a_bash_stopped_with_esc_that_wrote_nothing_is_interrupted_from_the_tran
     assert BASH not in [u.call_id for u in resume(reopen(run)).uncertain]
 
 
-def test_a_bash_the_user_rejected_at_its_prompt_stays_not_run(repo: Path) -> None:
+PLAN_MODE = _result("Error: Cannot write to /w/src/new.py while in plan mode.", toolDenialKind="user-rejected")
+
+
+@pytest.mark.parametrize(
+    "said", [REFUSED, NOT_ALLOWED, PLAN_MODE], ids=["rejected-at-the-prompt", "not-allowed-headless", "plan-mode"]
+)
+def test_a_bash_the_user_rejected_at_its_prompt_stays_not_run(repo: Path, said: dict[str, Any]) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)
     hook("claude-code", _bash(wt, "pre"))
-    _transcript(run, [_asked(), REFUSED])
+    _transcript(run, [_asked(), said])
     hook("claude-code", _event("UserPromptSubmit", wt, session_id=SESSION))
     assert reopen(run).entry(BASH).status.value == "not_run"
 

@@ -83,3 +83,19 @@ def test_help_never_cuts_a_description_mid_sentence(tmp_path: Path) -> None:
     commands = proc.stdout.decode().split("Commands:", 1)[1]
     assert not [line for line in commands.splitlines() if line.rstrip().endswith("...")]
     assert "where your files still\n" in commands or "where your files still equal" in commands
+
+
+def test_partial_applies_do_not_list_earlier_paths_again(tmp_path: Path) -> None:
+    """After 'apply --call 1', applying call 2 says the earlier paths are there in one line, not one each."""
+    repo = make_repo(tmp_path / "r", {"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"})
+    assert sandbox_cmd("start", cwd=repo).returncode == 0
+    first = "echo 1 >> a.txt; echo 1 >> b.txt; echo 1 >> c.txt"
+    assert sandbox_cmd("exec", "--isolate", "off", "--", "sh", "-c", first, cwd=repo).returncode == 0
+    assert sandbox_cmd("exec", "--isolate", "off", "--", "sh", "-c", "echo 2 > d.txt", cwd=repo).returncode == 0
+    assert sandbox_cmd("apply", "--call", "1", cwd=repo).returncode == 0
+    second = sandbox_cmd("apply", cwd=repo)
+    assert second.returncode == 0, second.stderr.decode()
+    out = second.stdout.decode()
+    assert "d.txt" in out
+    assert "skipped" not in out and out.count("a.txt") <= 1
+    assert "3 path(s) already applied in your tree" in out

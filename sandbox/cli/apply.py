@@ -33,8 +33,15 @@ def print_report(report: ApplyReport, verb: str) -> None:
                 if not note and not report.dry_run and not os.path.lexists(os.path.join(report.target_dir, path)):
                     note = f"  ({gone})"  # written as absent: the agent deleted it, or it was not there before
                 click.echo(f"  {escape.path(path)}{note}")
+    # Paths already as the agent left them (an earlier apply wrote them) are counted, not listed again
+    # after every partial apply; other skips say why, one by one.
+    already = [p for p in report.skipped if report.reasons.get(p) == "already applied"]
     for path in report.skipped:
-        click.echo(f"  skipped {escape.path(path)}: {report.reasons.get(path, 'already there')}")
+        if path not in already:
+            click.echo(f"  skipped {escape.path(path)}: {report.reasons.get(path, 'already there')}")
+    if already:
+        shown = escape.path(already[0]) + (f" and {len(already) - 1} more" if len(already) > 1 else "")
+        click.echo(f"  {len(already)} path(s) already applied in {where} ({shown}); --json lists them.")
     if report.partial and not report.dry_run:
         click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
     if report.attention:

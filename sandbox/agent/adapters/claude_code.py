@@ -261,14 +261,19 @@ TAIL_BYTES = 1 << 20
 #: started (measured with 2.1.328: Esc during a running Bash gives "user-rejected" and no
 #: ``toolDenialBeforeRun``; Esc at the permission prompt gives both). Other kinds (a permission rule,
 #: a call still waiting when the conversation moved on) say it never ran.
-STOPPED_KINDS = ("user-rejected", "interrupted")
+#: Claude Code 2.1.328's ``toolUseResult`` for a Bash the user stopped with Esc while it ran (with
+#: ``toolDenialKind: user-rejected`` and no ``toolDenialBeforeRun``). A call its permission check refused
+#: without asking carries the same kind, but its result is the refusal's words ("Error: Claude requested
+#: permissions to write to X, but you haven't granted it yet.", "Error: Cannot write to X while in plan
+#: mode.", measured): that one never started.
+STOPPED_WHILE_RUNNING = "User rejected tool use"
 
 
 def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None:
     """What the run's own transcript of ``session`` says about tool use ``call_id``.
 
     ``"ran"``: Claude Code recorded the tool's own result (``toolUseResult`` is the tool's output
-    object), or a result for a call stopped after it started (see :data:`STOPPED_KINDS`: a Bash
+    object), or a result for a call stopped after it started (see :data:`STOPPED_WHILE_RUNNING`: a Bash
     stopped with Esc); ``"rejected"``: it says the call never started (``toolDenialBeforeRun``);
     None: no word (no transcript, no result for it, or one that does not say). Only transcripts
     inside the run's Claude Code home are read (never a path a payload names: the agent could point
@@ -337,6 +342,11 @@ def _result_says(line: bytes, call_id: str) -> str | None:
         return None  # not its result, or one record for several results: whose toolUseResult is unclear
     if record.get("toolDenialBeforeRun") is True:
         return "rejected"
-    if isinstance(record.get("toolUseResult"), dict) or record.get("toolDenialKind") in STOPPED_KINDS:
+    said = record.get("toolUseResult")
+    if isinstance(said, dict) or record.get("toolDenialKind") == "interrupted":
         return "ran"
+    if record.get("toolDenialKind") == "user-rejected" and said == STOPPED_WHILE_RUNNING:
+        return "ran"
+    if isinstance(said, str) and said.startswith("Error: "):
+        return "rejected"  # refused by its permission check (not allowed, plan mode, ...): never started
     return None

@@ -330,7 +330,7 @@ def test_pick_by_path_and_call_previews_exactly_what_apply_writes_and_refuses_in
         capture_output=True,
         check=True,
     )
-    cli_would = json.loads(cli.stdout)["applied"]
+    cli_would = json.loads(cli.stdout)["would_apply"]  # a dry run lists what it would write there
     original = tree_digest(repo)
     for _proc, url in _served(repo):
         with sync_playwright() as pw:

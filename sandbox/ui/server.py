@@ -284,7 +284,8 @@ def _said(report: Any) -> str:
     """One line in the CLI's words for what an apply, undo or redo did."""
     verb = {"apply": "Applied", "undo": "Undid", "redo": "Redid"}.get(report.op, "Wrote")
     if report.dry_run:
-        return f"Would write {len(report.applied)} path(s): {', '.join(report.applied) or 'none'}."
+        would = report.would_apply
+        return f"Would write {len(would)} path(s): {', '.join(would) or 'none'}."
     written = report.applied or report.restored
     if not written:
         return "Nothing to do."

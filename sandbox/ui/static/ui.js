@@ -136,7 +136,7 @@
     var rep = data.report;
     if (rep && data.ok) {
       // Each path written (or that would be), with why when only part of it: as 'sandbox apply' lists them.
-      (rep.applied || []).concat(rep.restored || []).forEach(function (p) {
+      (rep.dry_run ? rep.would_apply || [] : rep.applied || []).concat(rep.restored || []).forEach(function (p) {
         lines.push("  " + p + (rep.reasons && rep.reasons[p] ? "  (" + rep.reasons[p] + ")" : ""));
       });
       (rep.skipped || []).forEach(function (p) {

@@ -465,3 +465,37 @@ def test_usable_in_a_600_pixel_window(agent_run: Run, repo: Path) -> None:
             page.click("button[data-action='preview']")
             page.wait_for_function("document.getElementById('result').textContent.includes('Would write')")
             browser.close()
+
+
+@needs_chromium
+def test_the_page_shows_interrupted_and_violation_calls_rolled_back_calls_and_conflict_markers(repo: Path) -> None:
+    """What 'log' and 'status' say of a call and a tree, the run page shows too."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import sandbox_cmd
+
+    run = start(repo)
+    stopped = run.start_call("Bash", {"command": "sleep 30"})
+    run.finish_call(stopped, "failed", error="interrupted: the user pressed Ctrl-C", mark="interrupted")
+    forged = run.start_call("Write", {"file_path": "x"})
+    run.finish_call(forged, "failed", error="violation: no PreToolUse for it", mark="violation")
+    assert sandbox_cmd("checkpoint", run.run_id, "--label", "before", cwd=repo).returncode == 0
+    with run.tool_call("edit_file", {"path": "src/util.py"}) as call:
+        call.write("src/util.py", "X = 'rolled back'\n")
+        rolled = call.call_id
+    assert sandbox_cmd("rollback", run.run_id, "--files", "--to", "before", cwd=repo).returncode == 0
+    with run.tool_call("edit_file", {"path": "src/app.py"}) as call:
+        call.write("src/app.py", "print('agent')\n")
+    (repo / "src" / "app.py").write_text("print('mine')\n")
+    assert sandbox_cmd("apply", run.run_id, "--3way", cwd=repo).returncode == 1  # markers left to resolve
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            page.goto(url.replace("/?", f"/run/{run.run_id}?"))
+            assert "interrupted" in page.locator(f"tr#call-{stopped} .badge").first.inner_text()
+            assert "the user pressed Ctrl-C" in page.locator(f"tr#call-{stopped} + tr.detail").inner_text()
+            assert "violation" in page.locator(f"tr#call-{forged} .badge").first.inner_text()
+            assert "rolled back" in page.locator(f"tr#call-{rolled}").inner_text()
+            attention = page.locator("p.attention").inner_text()
+            assert "src/app.py" in attention and "--3way" in attention
+            browser.close()

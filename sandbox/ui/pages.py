@@ -99,6 +99,7 @@ def run_page(run: Run, token: str) -> str:
         f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
         f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
         f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>",
+        _markers(row.get("conflict_markers") or []),
         "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
         "<button data-action='apply-all'>Apply all shown</button>"
@@ -279,3 +280,11 @@ def approvals_page(runs: list[Run], token: str) -> str:
             )
         out.append("</tbody></table>")
     return _page("approvals", "".join(out), token, {"page": "approvals"})
+
+
+def _markers(paths: list[str]) -> str:
+    """The files where 'apply --3way' left conflict markers to resolve (as 'sandbox status' says)."""
+    if not paths:
+        return ""
+    shown = ", ".join(f"<code>{escape(p)}</code>" for p in paths)
+    return f"<p class='refused attention'>Conflict markers from apply --3way to resolve in your tree: {shown}</p>"

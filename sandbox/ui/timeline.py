@@ -32,6 +32,8 @@ STATUS_CLASS = {
     "planned": "info",
     "approved": "info",
     "not_run": "muted",
+    "interrupted": "warn",
+    "violation": "bad",
 }
 COLUMNS = 8
 
@@ -174,6 +176,8 @@ def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
         marks.append("<span class='badge ok'>applied</span>")
     if e.undone:
         marks.append("<span class='badge muted'>undone</span>")
+    if e.rolled_back:  # as 'sandbox log' marks it: out of the run, so neither diff nor apply brings it
+        marks.append("<span class='badge muted'>rolled back</span>")
     if e.approval is not None and e.approval.value == "denied":
         marks.append(f"<span class='badge bad'>denied: {escape(e.denial_reason or 'no reason')}</span>")
     files = " ".join(f"<code>{escape(f.path)}</code>" for f in e.files[:6]) + (
@@ -197,8 +201,12 @@ def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
                 "or may not have run (see Resume below; <code>sandbox resume</code> decides what to do with it)",
             )
         )
+    if status in ("interrupted", "violation"):  # the evidence in the CLI's words ('sandbox log' shows it)
+        row.append(
+            _detail(status, f"<span class='badge {STATUS_CLASS[status]}'>{status}</span> {escape(e.error or '')}")
+        )
     row.extend(_detail("refusal", text) for text in refused)
-    if e.error:
+    if e.error and status not in ("interrupted", "violation"):
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
     return "".join(row)

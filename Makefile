@@ -72,10 +72,11 @@ lint: $(STAMP)
 # The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on git and on real processes, so
 # more workers than the 2 cores still pay). Modules whose tests need one another run on one worker,
 # in file order (ONE_WORKER in tests/conftest.py, used with --dist loadgroup). The slowest tests are
-# listed at the end: the run must stay under ~10 min (CI runs this target).
+# listed at the end, and every skip with its reason (-rs: the real-agent tests never skip): the run must
+# stay under ~10 min (CI runs this target).
 TEST_WORKERS ?= 3
 test: lint $(STAMP) $(AGENTS_STAMP) bwrap git-lfs chromium
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q --soak tests/reliability

@@ -392,6 +392,8 @@ def test_least_privilege_settings_and_their_refusals(tmp_path: Path) -> None:
         ("max_processes = 0", "isolation.max_processes must be a positive whole number"),
         ('max_processes = "10"', "isolation.max_processes must be a positive whole number"),
         ("deny_read = '~/.x'", "isolation.deny_read must be an array of strings"),
+        ("deny_read = ['keys/']", "isolation.deny_read entry 'keys/' is not absolute"),
+        ("allow_read = ['~user/.npmrc']", "isolation.allow_read entry '~user/.npmrc' is not absolute"),
     ):
         (tmp_path / ".sandbox.toml").write_text(f"[isolation]\n{bad}\n")
         with pytest.raises(config.ConfigError, match=message):

@@ -122,6 +122,10 @@ def test_proxy_forwards_the_allowed_and_reports_the_refused(tmp_path: Path, orig
         assert _ask(path, b"GET /origin-form HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
         assert _ask(path, b"GET https://127.0.0.1/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
         assert _ask(path, b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400")
+        # The host is the URL's, not what its user part or the Host header say.
+        smuggled = _ask(path, f"GET http://127.0.0.1:{origin}@evil.example/ HTTP/1.1\r\n\r\n".encode())
+        assert smuggled.startswith(b"HTTP/1.1 403")
+        assert _ask(path, b"CONNECT evil.example:443 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 403")
     assert not os.path.exists(path)
 
 

@@ -393,13 +393,19 @@ def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:
     return out
 
 
+def expand_home(entry: str, home: str) -> str:
+    """A settings entry as a path: ``~`` and ``~/x`` under ``home``, without its trailing ``/``."""
+    path = entry.rstrip("/") or "/"
+    if path == "~" or path.startswith("~/"):
+        path = os.path.join(home, path[2:]) if path != "~" else home
+    return path
+
+
 def state_paths(entries: Sequence[str], home: str) -> list[str]:
     """Absolute paths for settings entries: ``~/x`` under ``home``; relative entries are refused."""
     out = []
     for entry in entries:
-        path = entry.rstrip("/") or "/"
-        if path == "~" or path.startswith("~/"):
-            path = os.path.join(home, path[2:]) if path != "~" else home
+        path = expand_home(entry, home)
         if not os.path.isabs(path):
             raise ConfinementError(
                 f"The writable path {entry!r} in the isolation settings is not absolute; "

@@ -213,10 +213,9 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
 
 
 def _expand(entry: str, home: str) -> str:
-    path = entry.rstrip("/") or "/"
-    if path == "~" or path.startswith("~/"):
-        path = home if path == "~" else os.path.join(home, path[2:])
-    return os.path.abspath(path)
+    from sandbox.agent.confine import expand_home
+
+    return os.path.abspath(expand_home(entry, home))  # absolute: the settings refuse relative entries
 
 
 def _common_dir(user_workdir: str | None) -> str:

@@ -208,7 +208,15 @@ def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
         cfg.agent_state = _str_list(table["agent_state"], f"{where}: isolation.agent_state")
     cfg.writable.extend(_str_list(table.get("writable", []), f"{where}: isolation.writable"))
     for key in ("deny_read", "allow_read", "env_allow", "unix_sockets"):
-        getattr(cfg, key).extend(_str_list(table.get(key, []), f"{where}: isolation.{key}"))
+        entries = _str_list(table.get(key, []), f"{where}: isolation.{key}")
+        # A relative path would be taken from wherever sandbox is started: a secret masked from the
+        # repository's root would stay readable from a subdirectory.
+        relative = [e for e in entries if key != "env_allow" and not e.startswith(("/", "~/")) and e != "~"]
+        if relative:
+            raise ConfigError(
+                f"{where}: isolation.{key} entry {relative[0]!r} is not absolute; write /abs/path or ~/path."
+            )
+        getattr(cfg, key).extend(entries)
     for key in LIMIT_KEYS:
         if key in table:
             cfg.limits[key] = _size(table[key], f"{where}: isolation.{key}", count=key == "max_processes")

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from conftest import git, make_repo, tree_digest, user_state
 
-from sandbox.agent import host, wire
+from sandbox.agent import agenthome, host, wire
 
 from .helpers import open_run, sb
 
@@ -455,6 +455,11 @@ def read(path):
         return fh.read()
 for name, path in T["files"].items():
     attempt("read " + name, lambda path=path: read(path))
+def write(path):
+    with open(path, "ab") as fh:
+        fh.write(b"planted")
+for name, path in T.get("writes", {}).items():
+    attempt("write " + name, lambda path=path: write(path))
 for var in T["env"]:
     out["env " + var] = "done" if var in os.environ else "refused: not inherited"
 def connect(address):
@@ -524,8 +529,15 @@ def secrets_world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
     with contextlib.suppress(OSError):
         listen("/run/*.sock", str(run_sock))
     sockets["another repository's host.sock"] = wire.socket_path(str(other / ".git"))
+    # Another run of the same repository, with a credential in its agent home (copied from the user's).
     started = sb("start", "--json", cwd=user_repo)
     assert started.returncode == 0, started.stderr
+    sibling = user_repo / ".git" / "sandbox" / "runs" / json.loads(started.stdout)["run"]
+    sibling_cred = Path(agenthome.make_home(str(sibling), "claude")) / ".credentials.json"
+    sibling_cred.write_text('{"claudeAiOauth": {"accessToken": "planted"}}\n')
+    started = sb("start", "--json", cwd=user_repo)
+    assert started.returncode == 0, started.stderr
+    state = user_repo / ".git" / "sandbox"
     try:
         yield {
             "user": user_repo,
@@ -537,6 +549,14 @@ def secrets_world(tmp_path: Path, user_repo: Path) -> Iterator[dict[str, Any]]:
                 "the user's README in their tree": str(user_repo / "README.md"),
                 "the user's .git/config (a remote URL with a token)": str(user_repo / ".git" / "config"),
                 "another repository's run token": str(other / ".git" / "sandbox" / "runs" / other_run / "host.token"),
+                "another run's agent home (its credentials)": str(sibling_cred),
+            },
+            # What the sandbox binds back read-only or below a hidden directory: never writable.
+            "writes": {
+                "the empty file bound over masked files": str(state / "empty"),
+                "the host's directory": str(state / "host" / "planted"),
+                "this run's token": str(state / "runs" / json.loads(started.stdout)["run"] / "host.token"),
+                "another run's agent home": str(sibling_cred),
             },
             "env": sorted(LEAKY_ENV),
             "sockets": sockets,
@@ -561,11 +581,12 @@ def reads_of(stdout: bytes) -> dict[str, str]:
 
 
 def read_targets(w: dict[str, Any]) -> str:
-    return json.dumps({"files": w["files"], "env": w["env"], "sockets": w["sockets"]})
+    return json.dumps({"files": w["files"], "writes": w["writes"], "env": w["env"], "sockets": w["sockets"]})
 
 
 def check_nothing_leaked(w: dict[str, Any], reads: dict[str, str]) -> None:
-    assert set(reads) >= {f"read {name}" for name in w["files"]} | {f"env {v}" for v in LEAKY_ENV}, reads
+    expected = {f"read {name}" for name in w["files"]} | {f"write {name}" for name in w["writes"]}
+    assert set(reads) >= expected | {f"env {v}" for v in LEAKY_ENV}, reads
     leaked = sorted(name for name, outcome in reads.items() if outcome == "done")
     assert leaked == [], f"read, inherited or reached from inside: {leaked} ({reads})"
 

@@ -106,12 +106,12 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
             entry = state.calls[call_id]
             if not entry.commit or call_id in dropped or entry.rolled_back:
                 continue  # out of the run's files (an undo in the run, rollback --files): as diff and apply
-            # The call's change as its commit holds it (what apply takes), not its event's file list.
-            parent_tree = objects.commit_tree(repo, entry.parent_commit) if entry.parent_commit else None
+            # The call's change as its commit holds it, read as diff and apply read it
+            # (sandbox.merge.brings.call_changes), not from its event's file list.
             changes = {
                 c.path: c.new
-                for c in objects.diff_trees(repo, parent_tree, objects.commit_tree(repo, entry.commit))
-                if not run.is_private(c.path) and not (c.new is not None and c.new.mode == objects.MODE_GITLINK)
+                for c in objects.commit_changes(repo, entry.parent_commit, entry.commit)
+                if not run.is_private(c.path)
             }
             if not changes:
                 continue

@@ -210,26 +210,17 @@ def _snapshot_entries(
 ) -> dict[str, objects.Entry | None]:
     """The entries of ``paths`` where the run's snapshot differs from your HEAD's tree."""
     snap_tree = objects.commit_tree(repo, snapshot)
-    assert snap_tree is not None
-    snap = repo[snap_tree]
-    head = repo[head_tree] if head_tree else None
     out: dict[str, objects.Entry | None] = {}
     for path in sorted(paths):
-        mine = _entry(snap, path)
-        if mine != (_entry(head, path) if head is not None else None):
+        mine = _file(repo, snap_tree, path)
+        if mine != _file(repo, head_tree, path):
             out[path] = mine
     return out
 
 
-def _entry(tree: object, path: str) -> objects.Entry | None:
-    assert isinstance(tree, pygit2.Tree)
-    try:
-        obj = tree[path]
-    except KeyError:
-        return None
-    if obj.filemode == pygit2.enums.FileMode.TREE:
-        return None
-    return objects.Entry(int(obj.filemode), str(obj.id))
+def _file(repo: pygit2.Repository, tree: str | None, path: str) -> objects.Entry | None:
+    entry = objects.lookup(repo, tree, path)
+    return None if entry is None or entry.is_tree else entry
 
 
 def _user_signature(repo: pygit2.Repository, when: datetime.datetime) -> pygit2.Signature:

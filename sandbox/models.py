@@ -610,6 +610,21 @@ class LedgerState(_Model):
     #: The clone this fold is for: merge-back events of other clones (their trees) are not folded.
     clone: str | None = None
 
+    def undone_in_run(self) -> set[str]:
+        """The calls an undo took out of the run itself (``undo --in-run``) and no redo brought back.
+
+        An undo in the user's tree leaves the run as it was: such a call is still what the run brings.
+        """
+        return {i.call_id for i in self.data.undo_stack if (i.target or "sandbox") == "sandbox"}
+
+    def live_calls(self) -> list[LedgerEntry]:
+        """The calls whose changes make up the run's head (a commit, not undone in the run, not rolled
+        back), in ledger order: what ``diff``, ``apply`` and ``branch`` read."""
+        out = self.undone_in_run()
+        return [
+            self.calls[c] for c in self.order if self.calls[c].commit and not self.calls[c].rolled_back and c not in out
+        ]
+
 
 # --- merge-back models (apply journal, apply/undo reports) ---
 

@@ -97,3 +97,18 @@ def test_trees_match_git_for_odd_names(tmp_path: Path) -> None:
         ["git", "ls-tree", "-r", "-z", "--name-only", tree], cwd=tmp_path / "r", capture_output=True, check=True
     ).stdout.split(b"\0")
     assert sorted(n for n in listed if n) == sorted(os.fsencode(p) for p in files)
+
+
+def test_commit_changes_leave_submodule_entries_out(tmp_path: Path) -> None:
+    """What diff, apply and branch read of a commit: its file changes, never a gitlink (added or removed)."""
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    link = Entry(objects.MODE_GITLINK, "1" * 40)
+    a, b = objects.write_blob(repo, b"a\n"), objects.write_blob(repo, b"b\n")
+    tree0 = objects.edit_tree(repo, None, {"keep": Entry(objects.MODE_FILE, a), "sub": link})
+    tree1 = objects.edit_tree(repo, tree0, {"keep": Entry(objects.MODE_FILE, b), "sub": None, "new": link})
+    first = objects.write_commit(repo, tree0, [], "first\n", 0)
+    second = objects.write_commit(repo, tree1, [first], "second\n", 0)
+    assert [(c.path, c.new) for c in objects.commit_changes(repo, first, second)] == [
+        ("keep", Entry(objects.MODE_FILE, b))
+    ]
+    assert [c.path for c in objects.commit_changes(repo, None, first)] == ["keep"]

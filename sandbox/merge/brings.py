@@ -74,14 +74,7 @@ def call_changes(run: Run, entry: LedgerEntry) -> Iterator[tuple[str, State, Sta
     """``(path, before, after)`` for each path the call's commit changed, from the trees themselves."""
     if not entry.commit:
         return
-    repo = run.repo
-    old = objects.commit_tree(repo, entry.parent_commit) if entry.parent_commit else None
-    new = objects.commit_tree(repo, entry.commit)
-    for change in objects.diff_trees(repo, old, new):
-        if change.new is not None and change.new.mode == objects.MODE_GITLINK:
-            continue  # a submodule entry is never a file of the user's tree
-        if change.old is not None and change.old.mode == objects.MODE_GITLINK:
-            continue
+    for change in objects.commit_changes(run.repo, entry.parent_commit, entry.commit):
         yield change.path, change.old, change.new
 
 

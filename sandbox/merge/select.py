@@ -80,19 +80,13 @@ class Dependency:
 
 
 def undone_in_run(state: LedgerState) -> set[str]:
-    """The calls an undo took out of the run itself (``undo --in-run``) and no redo brought back.
-
-    An undo in the user's tree leaves the run as it was: such a call is still what the run brings.
-    """
-    return {i.call_id for i in state.data.undo_stack if (i.target or "sandbox") == "sandbox"}
+    """The calls an undo took out of the run itself (:meth:`LedgerState.undone_in_run`)."""
+    return state.undone_in_run()
 
 
 def live_calls(state: LedgerState) -> list[LedgerEntry]:
-    """The calls whose changes make up the run's head (a commit, not undone in the run, not rolled back)."""
-    out = undone_in_run(state)
-    return [
-        state.calls[c] for c in state.order if state.calls[c].commit and not state.calls[c].rolled_back and c not in out
-    ]
+    """The calls whose changes make up the run's head (:meth:`LedgerState.live_calls`)."""
+    return state.live_calls()
 
 
 def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable[[str], bool]) -> list[Dependency]:

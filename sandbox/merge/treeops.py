@@ -46,6 +46,7 @@ class Operation:
     #: The apply's event (for a redo: the apply it brings back).
     origin: Event
     data: MergebackData
+    #: Its place in the ledger's events: its own event's, or for an undone one the undo's.
     position: int
     #: For an undone operation: the undo event that took it back.
     undone_by: str | None = None

@@ -153,7 +153,7 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for item in reversed(state.data.undo_stack):
         entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
-            if newest_op is not None and _position(run, newest_op.undone_by) > _position(run, item.event_id):
+            if newest_op is not None and newest_op.position > _position(run, item.event_id):
                 break
             return _move(
                 run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed, partial=item.partial

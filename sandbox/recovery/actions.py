@@ -186,8 +186,7 @@ def _live_at(run: Run, tip: str | None, clone: str | None) -> list[str]:
     then = LedgerState(clone=clone)
     for oid, event in run.events(tip) if tip else []:
         fold_event(then, event, oid)
-    out = {i.call_id for i in then.data.undo_stack if (i.target or "sandbox") == "sandbox"}  # undone in the run
-    return [c for c in then.order if then.calls[c].commit and c not in out and not then.calls[c].rolled_back]
+    return [e.call_id for e in then.live_calls()]
 
 
 def _write(run: Run, changes: list[objects.TreeChange]) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
-from sandbox.models import EventKind, LedgerEntry
+from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
 from sandbox.store import objects
 
@@ -72,24 +72,17 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 f"Branch {name} already exists (at {str(existing.target)[:12]}); choose another name, "
                 "or replace it with --force."
             )
-    state = run.verified_state()
+    live = run.verified_state().live_calls()
     base = run.info.head
     parent = base
     tree = objects.commit_tree(repo, base) if base else None
     result = BranchExport(name, ref, base or "", base, replaced=str(existing.target) if existing else None)
     result.snapshot_differs = objects.commit_tree(repo, run.base) != tree
-    dropped = undone_in_run(run)
     with objects.git_writes():
         if result.snapshot_differs:
             # Your uncommitted edits to the files the calls change come first, as your own commit:
             # the agent's commits then hold only the agent's changes.
-            touched = {
-                f.path
-                for cid in state.order
-                if state.calls[cid].commit and cid not in dropped
-                for f in state.calls[cid].files
-                if not run.is_private(f.path)
-            }
+            touched = {f.path for e in live for f in e.files if not run.is_private(f.path)}
             yours = _snapshot_entries(repo, run.base, tree, touched)
             if yours:
                 new_tree = objects.edit_tree(repo, tree, yours)
@@ -102,16 +95,15 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 commit = str(repo.create_commit(None, sig, sig, msg, new_tree, [parent] if parent else []))
                 parent, tree = commit, new_tree
                 result.commits.append(commit)
-        for call_id in state.order:
-            entry = state.calls[call_id]
-            if not entry.commit or call_id in dropped or entry.rolled_back:
-                continue  # out of the run's files (an undo in the run, rollback --files): as diff and apply
-            # The call's change as its commit holds it (what apply takes), not its event's file list.
-            parent_tree = objects.commit_tree(repo, entry.parent_commit) if entry.parent_commit else None
+        for entry in live:  # as diff and apply: not undone in the run, not taken out by rollback --files
+            call_id = entry.call_id
+            assert entry.commit is not None  # a live call has its commit
+            # The call's change as its commit holds it, read as diff and apply read it
+            # (sandbox.merge.brings.call_changes), not from its event's file list.
             changes = {
                 c.path: c.new
-                for c in objects.diff_trees(repo, parent_tree, objects.commit_tree(repo, entry.commit))
-                if not run.is_private(c.path) and not (c.new is not None and c.new.mode == objects.MODE_GITLINK)
+                for c in objects.commit_changes(repo, entry.parent_commit, entry.commit)
+                if not run.is_private(c.path)
             }
             if not changes:
                 continue
@@ -154,23 +146,6 @@ def _valid_branch_name(ref: str) -> bool:
     return pygit2.reference_is_valid_name(ref)
 
 
-def undone_in_run(run: Run) -> set[str]:
-    """The calls whose changes an undo took out of the run itself (and no redo brought back).
-
-    An undo in *your* tree (after an apply) leaves the run as it was, so that call stays on the
-    branch, as it stays in ``sandbox diff``; the ledger's ``undone`` flag does not tell the two apart.
-    """
-    out: set[str] = set()
-    for _oid, event in run.events():
-        if event.call_id is None or (event.data or {}).get("target") != "sandbox":
-            continue
-        if event.kind == EventKind.undo:
-            out.add(event.call_id)
-        elif event.kind == EventKind.redo:
-            out.discard(event.call_id)
-    return out
-
-
 def message(run_id: str, entry: LedgerEntry) -> str:
     """The commit message of one call: its tool and command, then trailers naming run and call."""
     what = entry.tool_name
@@ -210,26 +185,17 @@ def _snapshot_entries(
 ) -> dict[str, objects.Entry | None]:
     """The entries of ``paths`` where the run's snapshot differs from your HEAD's tree."""
     snap_tree = objects.commit_tree(repo, snapshot)
-    assert snap_tree is not None
-    snap = repo[snap_tree]
-    head = repo[head_tree] if head_tree else None
     out: dict[str, objects.Entry | None] = {}
     for path in sorted(paths):
-        mine = _entry(snap, path)
-        if mine != (_entry(head, path) if head is not None else None):
+        mine = _file(repo, snap_tree, path)
+        if mine != _file(repo, head_tree, path):
             out[path] = mine
     return out
 
 
-def _entry(tree: object, path: str) -> objects.Entry | None:
-    assert isinstance(tree, pygit2.Tree)
-    try:
-        obj = tree[path]
-    except KeyError:
-        return None
-    if obj.filemode == pygit2.enums.FileMode.TREE:
-        return None
-    return objects.Entry(int(obj.filemode), str(obj.id))
+def _file(repo: pygit2.Repository, tree: str | None, path: str) -> objects.Entry | None:
+    entry = objects.lookup(repo, tree, path)
+    return None if entry is None or entry.is_tree else entry
 
 
 def _user_signature(repo: pygit2.Repository, when: datetime.datetime) -> pygit2.Signature:

@@ -1001,13 +1001,7 @@ class Run:
         A call undone in the user's tree is still in the run (unapplied again); one undone in the
         run or taken out by ``rollback --files`` is not.
         """
-        state = self.state()
-        out = {i.call_id for i in state.data.undo_stack if (i.target or "sandbox") == "sandbox"}
-        return [
-            e
-            for e in (state.calls[c] for c in state.order)
-            if e.commit and not e.applied and e.call_id not in out and not e.rolled_back
-        ]
+        return [e for e in self.state().live_calls() if not e.applied]
 
     def drop(self, force: bool = False, before_remove: Callable[[Run], object] | None = None) -> int:
         """Remove the run: its worktree, refs and scratch files. Returns bytes freed.

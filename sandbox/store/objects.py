@@ -533,6 +533,18 @@ def diff_trees(repo: pygit2.Repository, old: str | None, new: str | None, prefix
         yield TreeChange(path, before, after)
 
 
+def commit_changes(repo: pygit2.Repository, parent: str | None, commit: str) -> Iterator[TreeChange]:
+    """What ``commit`` changed against ``parent`` (None: against nothing), submodule entries left out:
+    a gitlink is never a file of the user's tree. Only the trees on the changed paths are read."""
+    old = commit_tree(repo, parent) if parent else None
+    for change in diff_trees(repo, old, commit_tree(repo, commit)):
+        if (change.new is not None and change.new.mode == MODE_GITLINK) or (
+            change.old is not None and change.old.mode == MODE_GITLINK
+        ):
+            continue
+        yield change
+
+
 def walk_tree(repo: pygit2.Repository, tree_oid: str | None, prefix: str = "") -> Iterator[tuple[str, Entry]]:
     """Every non-tree entry below a tree, with its full path."""
     for name, entry in _tree(repo, tree_oid).items():

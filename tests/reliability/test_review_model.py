@@ -5,7 +5,7 @@ the *base* the run started from, the *run* (the agent's files), the *user's* tre
 the real library: the agent's calls through the recording API (write, delete, mkdir, file <->
 directory, symlink, chmod, rename, one call writing several files), the user's edits and deletions
 on disk, and the sandbox's operations (apply of the whole run, of a pathspec, of some calls, with
-``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; fork; push, fetch and
+``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; ``rewind``; fork; push, fetch and
 apply in a second clone). After every step:
 
 * the run's worktree is exactly the modelled run tree, and what the run brings (``diff``'s new side)
@@ -23,10 +23,12 @@ tests: ``test_hunks_that_leave_out_a_deletion_in_the_way_write_nothing`` (tests/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from sandbox.merge.mergeback import ApplyConflict
 from sandbox.merge.undo import undo
 from sandbox.models import ApplyReport
 from sandbox.recovery.actions import rollback_files
+from sandbox.recovery.rewind import rewind
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.project import Project
@@ -117,6 +120,8 @@ class ReviewModel(RuleBasedStateMachine):
         self.user_lines: dict[str, bytes] = {}
         self.counter = 0
         self.checkpoints: dict[str, Tree] = {}
+        #: The run tree just before each call (what ``rewind`` to it puts back).
+        self.before_call: dict[str, Tree] = {}
         #: Applies (and redos) in effect: (paths written, the tree before, the tree after), newest last.
         self.done: list[tuple[list[str], Tree, Tree]] = []
         self.undone: list[tuple[list[str], Tree, Tree]] = []
@@ -133,8 +138,12 @@ class ReviewModel(RuleBasedStateMachine):
 
     # -- the agent ----------------------------------------------------------------------------
 
-    def _call(self, name: str) -> Any:
-        return self.run.tool_call(name)
+    @contextlib.contextmanager
+    def _call(self, name: str) -> Iterator[Any]:
+        with self.run.tool_call(name) as call:
+            assert call.call_id is not None
+            self.before_call[call.call_id] = dict(self.agent)  # the rules change the model after the call
+            yield call
 
     @rule(path=st.sampled_from(NAMES), line=st.sampled_from([0, 1, 9]))
     def agent_write(self, path: str, line: int) -> None:
@@ -377,6 +386,15 @@ class ReviewModel(RuleBasedStateMachine):
         rollback_files(self.run, label)
         self.agent = dict(self.checkpoints[label])
 
+    @precondition(lambda self: bool(self.before_call))
+    @rule(data=st.data())
+    def rewind_to_call(self, data: st.DataObject) -> None:
+        """``sandbox rewind --to CALL``: its files part is a ``rollback --files`` to just before the call."""
+        call_id = data.draw(st.sampled_from(sorted(self.before_call)))
+        rewind(self.run, call_id, {})
+        event("rewind")
+        self.agent = dict(self.before_call[call_id])
+
     @precondition(lambda self: self.forks < 1)
     @rule()
     def fork(self) -> None:
@@ -386,7 +404,7 @@ class ReviewModel(RuleBasedStateMachine):
         self.run = fork(self.run)
         self.forks += 1
         # The fork is a run of its own: its applies, undos and checkpoints start afresh.
-        self.done, self.undone, self.checkpoints = [], [], {}
+        self.done, self.undone, self.checkpoints, self.before_call = [], [], {}, {}
 
     @rule()
     def apply_in_a_second_clone(self) -> None:

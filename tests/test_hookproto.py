@@ -131,6 +131,26 @@ def test_gemini_ignores_other_events() -> None:
     assert gemini.to_event({"hook_event_name": "SessionStart", "cwd": "/"}) is None
 
 
+@pytest.mark.parametrize("adapter", [claude_code, gemini])
+def test_settle_events_read_alike(adapter: object) -> None:
+    """Both adapters settle through one helper: a Ctrl-C exit is interrupted, a turn's end is not."""
+    to_event = adapter.to_event  # type: ignore[attr-defined]
+    ended = to_event({"hook_event_name": "SessionEnd", "cwd": "/w", "session_id": "s1", "reason": "prompt_input_exit"})
+    assert ended is not None
+    assert (ended.phase, ended.tool, ended.agent_session, ended.session_end, ended.interrupted) == (
+        "settle",
+        "*",
+        "s1",
+        True,
+        True,
+    )
+    assert "prompt_input_exit" in (ended.error or "")
+    other = to_event({"hook_event_name": "SessionEnd", "cwd": "/w", "session_id": "", "reason": "logout"})
+    assert other is not None and (other.agent_session, other.interrupted) == (None, False)
+    with pytest.raises(hookproto.HookInputError, match="no 'cwd'"):
+        to_event({"hook_event_name": "SessionEnd", "session_id": "s1"})
+
+
 def _shell(output: str, *sections: str, display: object = None) -> dict[str, object]:
     body = "\n".join([f"Output: {output or '(empty)'}", *sections])
     shown = output if display is None else display

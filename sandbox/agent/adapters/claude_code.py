@@ -35,7 +35,7 @@ import os
 import re
 from typing import Any
 
-from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool
+from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
 
 NAME = "claude-code"
 SETTINGS_PATH = ".claude/settings.local.json"
@@ -72,23 +72,8 @@ def to_event(payload: Any) -> HookEvent | None:
     if not isinstance(payload, dict):
         raise HookInputError("The Claude Code hook payload is not a JSON object; nothing recorded.")
     name = payload.get("hook_event_name")
-    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
     if name in SETTLE:
-        cwd = payload.get("cwd")
-        if not isinstance(cwd, str) or not cwd:
-            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
-        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(
-            phase="settle",
-            cwd=cwd,
-            tool="*",
-            error=reason,
-            agent=NAME,
-            agent_session=session,
-            session_end=name == "SessionEnd",
-            # Ctrl-C (twice) or Ctrl-D at the prompt: Claude Code's UI reads them as keys.
-            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
-        )
+        return settle_event(payload, name, SETTLE[name], NAME)
     if name == "PermissionDenied":
         denied = _tool_event(payload, name, "refused", "failed")
         denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"

@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any
 
-from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool
+from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, settle_event
 
 NAME = "gemini"
 SETTINGS_PATH = ".gemini/settings.json"
@@ -123,20 +123,7 @@ def to_event(payload: Any) -> HookEvent | None:
     name = payload.get("hook_event_name")
     agent_session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
     if name in SETTLE:
-        where = payload.get("cwd")
-        if not isinstance(where, str) or not where:
-            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
-        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(
-            phase="settle",
-            cwd=where,
-            tool="*",
-            error=reason,
-            agent=NAME,
-            agent_session=agent_session or None,
-            session_end=name == "SessionEnd",
-            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
-        )
+        return settle_event(payload, name, SETTLE[name], NAME)
     if name not in EVENTS:
         return None
     tool, cwd = payload.get("tool_name"), payload.get("cwd")

@@ -302,10 +302,10 @@ def _tail(root: int, rel: str) -> bytes:
     except OSError:
         return b""
     try:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return b""
-        start = max(0, size - TAIL_BYTES)
+        start = max(0, st.st_size - TAIL_BYTES)
         data = os.pread(fd, TAIL_BYTES, start)
     except OSError:
         return b""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,15 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
 def test_generic_event_roundtrip() -> None:
     ev = hookproto.HookEvent.from_dict(event("/w", kind="write", paths=["a"]))
     assert hookproto.HookEvent.from_dict(json.loads(json.dumps(ev.to_dict()))) == ev
+
+
+def test_resume_args_take_only_a_session_id_shaped_name(tmp_path: Path) -> None:
+    """The newest transcript's name is resumed only when it has a session id's shape."""
+    run_dir = str(tmp_path / "rundir")
+    projects = Path(claude_code.transcripts_dir(run_dir)) / "-w"
+    projects.mkdir(parents=True)
+    (projects / "0a1b-2c3d.jsonl").write_text("{}\n")
+    assert claude_code.resume_args(run_dir, 0) == ["--resume", "0a1b-2c3d"]
+    (projects / "-rf.jsonl").write_text("{}\n")  # newer, and an option, not a session id
+    os.utime(projects / "-rf.jsonl", (2**31, 2**31))
+    assert claude_code.resume_args(run_dir, 0) is None

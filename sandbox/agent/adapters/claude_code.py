@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
@@ -228,10 +227,11 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
 def resume_args(run_dir: str, since: float) -> list[str] | None:
     """The arguments that resume the newest session saved since ``since`` (``--resume ID``), or None."""
     from sandbox.agent import agenthome
+    from sandbox.agent.sessions import valid_session
 
     found = agenthome.newest(transcripts_dir(run_dir), ".jsonl", since)
     session = os.path.basename(found)[: -len(".jsonl")] if found else ""
-    if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", session):  # a name the agent made up is no session id
+    if not valid_session(session):  # a name the agent made up is no session id
         return None
     return ["--resume", session]
 

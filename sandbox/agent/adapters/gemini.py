@@ -265,6 +265,7 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
     file names no ``sessionId``), else None."""
     from sandbox.agent import agenthome
+    from sandbox.agent.sessions import valid_session
 
     root = sessions_dir(run_dir)
     try:
@@ -280,5 +281,5 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     session: Any = None
     with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
         session = json.loads(fh.readline(64 * 1024)).get("sessionId")
-    ok = isinstance(session, str) and re.fullmatch(r"[A-Za-z0-9-]{1,100}", session)
+    ok = isinstance(session, str) and valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]

@@ -30,7 +30,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -162,14 +162,7 @@ class ClaudeCode(AgentSessions):
         """The newest ``<home>/projects/*/<session>.jsonl`` among the homes, or None."""
         if not valid_session(session):
             return None
-        found = []
-        for home in homes:
-            for path in glob.glob(os.path.join(glob.escape(home), "projects", "*", session + ".jsonl")):
-                try:
-                    found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+        return _newest(os.path.join(glob.escape(home), "projects", "*", session + ".jsonl") for home in homes)
 
     def calls(self, data: bytes) -> dict[str, int]:
         """Tool-use id -> the line where the assistant message asking for it begins."""
@@ -247,20 +240,18 @@ class GeminiCli(AgentSessions):
         """The newest chat file among the homes whose first record names ``session``, or None."""
         if not valid_session(session) or len(session) < 8:
             return None
-        found = []
-        for home in homes:
-            pattern = os.path.join(
-                glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl"
-            )
-            for path in glob.glob(pattern):
-                try:
-                    with open(path, "rb") as fh:
-                        first = _record(fh.readline())
-                    if first.get("sessionId") == session:
-                        found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+
+        def names_session(path: str) -> bool:
+            with open(path, "rb") as fh:
+                return _record(fh.readline()).get("sessionId") == session
+
+        return _newest(
+            (
+                os.path.join(glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl")
+                for home in homes
+            ),
+            names_session,
+        )
 
     def calls(self, data: bytes) -> dict[str, int]:
         """Gemini's tool-call id -> the line where the model turn asking for it first appears."""
@@ -322,17 +313,10 @@ class Codex(AgentSessions):
         """The newest ``<home>/sessions/*/*/*/rollout-*-<session>.jsonl`` among the homes, or None."""
         if not valid_session(session):
             return None
-        found = []
-        for home in homes:
-            pattern = os.path.join(
-                glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(session)}.jsonl"
-            )
-            for path in glob.glob(pattern):
-                try:
-                    found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+        return _newest(
+            os.path.join(glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(session)}.jsonl")
+            for home in homes
+        )
 
     def calls(self, data: bytes) -> dict[str, int]:
         """The model's tool-call id -> the line of the ``function_call`` record asking for it."""
@@ -398,6 +382,19 @@ def for_command(argv: Sequence[str]) -> AgentSessions | None:
         if agent.program == family:
             return agent
     return None
+
+
+def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) -> str | None:
+    """The most recently modified file matching any of the glob ``patterns`` (and ``keep``), or None."""
+    found = []
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                if keep is None or keep(path):
+                    found.append((os.stat(path).st_mtime_ns, path))
+            except OSError:
+                continue
+    return max(found)[1] if found else None
 
 
 def _record(line: bytes) -> dict[str, object]:

@@ -93,6 +93,16 @@ class AgentSessions:
         """The conversation cut just before tool use ``before``, as session ``new`` (KeyError: cannot)."""
         raise KeyError(before)
 
+    def lines_before(self, data: bytes, before: str | None) -> list[bytes]:
+        """The transcript's lines before the one asking for tool use ``before`` (all for None; KeyError: none asks)."""
+        lines = data.split(b"\n")
+        if before is None:
+            return lines
+        where = self.calls(data).get(before)
+        if where is None:
+            raise KeyError(before)
+        return lines[:where]
+
     def place(self, home: str, cwd: str, session: str) -> str:  # pragma: no cover - abstract
         """Where to write a stored copy of ``session`` for the agent to continue it."""
         raise NotImplementedError
@@ -185,12 +195,7 @@ class ClaudeCode(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation up to just before tool use ``before`` (all of it for None), as session ``new``."""
-        lines = data.split(b"\n")
-        if before is not None:
-            where = self.calls(data).get(before)
-            if where is None:
-                raise KeyError(before)
-            lines = lines[:where]
+        lines = self.lines_before(data, before)
         out = []
         for line in lines:
             if not line.strip():
@@ -334,12 +339,7 @@ class Codex(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The rollout up to just before call ``before`` (all of it for None), as session ``new``."""
-        lines = data.split(b"\n")
-        if before is not None:
-            where = self.calls(data).get(before)
-            if where is None:
-                raise KeyError(before)
-            lines = lines[:where]
+        lines = self.lines_before(data, before)
         old = _record(lines[0]).get("payload") if lines else None
         old_id = old.get("id") if isinstance(old, dict) else None
         if not isinstance(old_id, str) or not valid_session(old_id):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,26 @@ def test_gemini_ignores_other_events() -> None:
     assert gemini.to_event({"hook_event_name": "SessionStart", "cwd": "/"}) is None
 
 
+@pytest.mark.parametrize("adapter", [claude_code, gemini])
+def test_settle_events_read_alike(adapter: object) -> None:
+    """Both adapters settle through one helper: a Ctrl-C exit is interrupted, a turn's end is not."""
+    to_event = adapter.to_event  # type: ignore[attr-defined]
+    ended = to_event({"hook_event_name": "SessionEnd", "cwd": "/w", "session_id": "s1", "reason": "prompt_input_exit"})
+    assert ended is not None
+    assert (ended.phase, ended.tool, ended.agent_session, ended.session_end, ended.interrupted) == (
+        "settle",
+        "*",
+        "s1",
+        True,
+        True,
+    )
+    assert "prompt_input_exit" in (ended.error or "")
+    other = to_event({"hook_event_name": "SessionEnd", "cwd": "/w", "session_id": "", "reason": "logout"})
+    assert other is not None and (other.agent_session, other.interrupted) == (None, False)
+    with pytest.raises(hookproto.HookInputError, match="no 'cwd'"):
+        to_event({"hook_event_name": "SessionEnd", "session_id": "s1"})
+
+
 def _shell(output: str, *sections: str, display: object = None) -> dict[str, object]:
     body = "\n".join([f"Output: {output or '(empty)'}", *sections])
     shown = output if display is None else display
@@ -231,3 +252,15 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
 def test_generic_event_roundtrip() -> None:
     ev = hookproto.HookEvent.from_dict(event("/w", kind="write", paths=["a"]))
     assert hookproto.HookEvent.from_dict(json.loads(json.dumps(ev.to_dict()))) == ev
+
+
+def test_resume_args_take_only_a_session_id_shaped_name(tmp_path: Path) -> None:
+    """The newest transcript's name is resumed only when it has a session id's shape."""
+    run_dir = str(tmp_path / "rundir")
+    projects = Path(claude_code.transcripts_dir(run_dir)) / "-w"
+    projects.mkdir(parents=True)
+    (projects / "0a1b-2c3d.jsonl").write_text("{}\n")
+    assert claude_code.resume_args(run_dir, 0) == ["--resume", "0a1b-2c3d"]
+    (projects / "-rf.jsonl").write_text("{}\n")  # newer, and an option, not a session id
+    os.utime(projects / "-rf.jsonl", (2**31, 2**31))
+    assert claude_code.resume_args(run_dir, 0) is None

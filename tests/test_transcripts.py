@@ -96,6 +96,19 @@ def test_find_looks_in_every_candidate_home(tmp_path: Path) -> None:
     assert agent.find("../etc", [str(user_home)]) is None  # not a session id: never globbed
 
 
+def test_gemini_find_takes_only_a_chat_whose_first_record_names_the_session(tmp_path: Path) -> None:
+    agent = sessions.GeminiCli()
+    session = "0a1b2c3d-0000-4000-8000-000000000001"
+    chats = tmp_path / "gem" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    other = chats / f"session-1-{session[:8]}.jsonl"
+    other.write_text(json.dumps({"sessionId": "0a1b2c3d-other"}) + "\n")  # same 8-character prefix
+    assert agent.find(session, [str(tmp_path / "gem")]) is None
+    mine = chats / f"session-2-{session[:8]}.jsonl"
+    mine.write_text(json.dumps({"sessionId": session}) + "\n")
+    assert agent.find(session, [str(tmp_path / "none"), str(tmp_path / "gem")]) == str(mine)
+
+
 def test_relaunch_replaces_the_prompt_and_keeps_the_flags() -> None:
     agent = sessions.ClaudeCode()
     argv = ["claude", "-p", "Do it.", "--allowedTools", "Bash", "Edit", "--model", "m", "-r", "old", "--fork-session"]

@@ -264,6 +264,29 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         return None
 
 
+def settle_event(payload: dict[str, Any], name: str, template: str, agent: str) -> HookEvent:
+    """The ``settle`` event for an agent's end-of-turn or end-of-session hook ``name``.
+
+    ``template`` is the adapter's reason for it (``{reason}``: the payload's own, if any). Ctrl-C
+    (twice) or Ctrl-D at the prompt ends the session with ``prompt_input_exit``: the agent's UI reads
+    them as keys, so its open calls were interrupted.
+    """
+    cwd = payload.get("cwd")
+    if not isinstance(cwd, str) or not cwd:
+        raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
+    session = payload.get("session_id")
+    return HookEvent(
+        phase="settle",
+        cwd=cwd,
+        tool="*",
+        error=template.format(reason=str(payload.get("reason") or "no reason given")[:100]),
+        agent=agent,
+        agent_session=session if isinstance(session, str) and session else None,
+        session_end=name == "SessionEnd",
+        interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
+    )
+
+
 def classify_tool(
     tool: str,
     write: Collection[str],

@@ -30,7 +30,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -92,6 +92,16 @@ class AgentSessions:
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation cut just before tool use ``before``, as session ``new`` (KeyError: cannot)."""
         raise KeyError(before)
+
+    def lines_before(self, data: bytes, before: str | None) -> list[bytes]:
+        """The transcript's lines before the one asking for tool use ``before`` (all for None; KeyError: none asks)."""
+        lines = data.split(b"\n")
+        if before is None:
+            return lines
+        where = self.calls(data).get(before)
+        if where is None:
+            raise KeyError(before)
+        return lines[:where]
 
     def place(self, home: str, cwd: str, session: str) -> str:  # pragma: no cover - abstract
         """Where to write a stored copy of ``session`` for the agent to continue it."""
@@ -162,14 +172,7 @@ class ClaudeCode(AgentSessions):
         """The newest ``<home>/projects/*/<session>.jsonl`` among the homes, or None."""
         if not valid_session(session):
             return None
-        found = []
-        for home in homes:
-            for path in glob.glob(os.path.join(glob.escape(home), "projects", "*", session + ".jsonl")):
-                try:
-                    found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+        return _newest(os.path.join(glob.escape(home), "projects", "*", session + ".jsonl") for home in homes)
 
     def calls(self, data: bytes) -> dict[str, int]:
         """Tool-use id -> the line where the assistant message asking for it begins."""
@@ -192,12 +195,7 @@ class ClaudeCode(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation up to just before tool use ``before`` (all of it for None), as session ``new``."""
-        lines = data.split(b"\n")
-        if before is not None:
-            where = self.calls(data).get(before)
-            if where is None:
-                raise KeyError(before)
-            lines = lines[:where]
+        lines = self.lines_before(data, before)
         out = []
         for line in lines:
             if not line.strip():
@@ -247,20 +245,18 @@ class GeminiCli(AgentSessions):
         """The newest chat file among the homes whose first record names ``session``, or None."""
         if not valid_session(session) or len(session) < 8:
             return None
-        found = []
-        for home in homes:
-            pattern = os.path.join(
-                glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl"
-            )
-            for path in glob.glob(pattern):
-                try:
-                    with open(path, "rb") as fh:
-                        first = _record(fh.readline())
-                    if first.get("sessionId") == session:
-                        found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+
+        def names_session(path: str) -> bool:
+            with open(path, "rb") as fh:
+                return _record(fh.readline()).get("sessionId") == session
+
+        return _newest(
+            (
+                os.path.join(glob.escape(home), "tmp", "*", "chats", f"session-*-{glob.escape(session[:8])}.jsonl")
+                for home in homes
+            ),
+            names_session,
+        )
 
     def calls(self, data: bytes) -> dict[str, int]:
         """Gemini's tool-call id -> the line where the model turn asking for it first appears."""
@@ -322,17 +318,10 @@ class Codex(AgentSessions):
         """The newest ``<home>/sessions/*/*/*/rollout-*-<session>.jsonl`` among the homes, or None."""
         if not valid_session(session):
             return None
-        found = []
-        for home in homes:
-            pattern = os.path.join(
-                glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(session)}.jsonl"
-            )
-            for path in glob.glob(pattern):
-                try:
-                    found.append((os.stat(path).st_mtime_ns, path))
-                except OSError:
-                    continue
-        return max(found)[1] if found else None
+        return _newest(
+            os.path.join(glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(session)}.jsonl")
+            for home in homes
+        )
 
     def calls(self, data: bytes) -> dict[str, int]:
         """The model's tool-call id -> the line of the ``function_call`` record asking for it."""
@@ -350,12 +339,7 @@ class Codex(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The rollout up to just before call ``before`` (all of it for None), as session ``new``."""
-        lines = data.split(b"\n")
-        if before is not None:
-            where = self.calls(data).get(before)
-            if where is None:
-                raise KeyError(before)
-            lines = lines[:where]
+        lines = self.lines_before(data, before)
         old = _record(lines[0]).get("payload") if lines else None
         old_id = old.get("id") if isinstance(old, dict) else None
         if not isinstance(old_id, str) or not valid_session(old_id):
@@ -398,6 +382,19 @@ def for_command(argv: Sequence[str]) -> AgentSessions | None:
         if agent.program == family:
             return agent
     return None
+
+
+def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) -> str | None:
+    """The most recently modified file matching any of the glob ``patterns`` (and ``keep``), or None."""
+    found = []
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                if keep is None or keep(path):
+                    found.append((os.stat(path).st_mtime_ns, path))
+            except OSError:
+                continue
+    return max(found)[1] if found else None
 
 
 def _record(line: bytes) -> dict[str, object]:

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
-from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool
+from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
 
 NAME = "claude-code"
 SETTINGS_PATH = ".claude/settings.local.json"
@@ -72,23 +71,8 @@ def to_event(payload: Any) -> HookEvent | None:
     if not isinstance(payload, dict):
         raise HookInputError("The Claude Code hook payload is not a JSON object; nothing recorded.")
     name = payload.get("hook_event_name")
-    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
     if name in SETTLE:
-        cwd = payload.get("cwd")
-        if not isinstance(cwd, str) or not cwd:
-            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
-        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(
-            phase="settle",
-            cwd=cwd,
-            tool="*",
-            error=reason,
-            agent=NAME,
-            agent_session=session,
-            session_end=name == "SessionEnd",
-            # Ctrl-C (twice) or Ctrl-D at the prompt: Claude Code's UI reads them as keys.
-            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
-        )
+        return settle_event(payload, name, SETTLE[name], NAME)
     if name == "PermissionDenied":
         denied = _tool_event(payload, name, "refused", "failed")
         denied.error = f"Claude Code's permission check refused it: {str(payload.get('reason') or 'no reason given')}"
@@ -243,10 +227,11 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
 def resume_args(run_dir: str, since: float) -> list[str] | None:
     """The arguments that resume the newest session saved since ``since`` (``--resume ID``), or None."""
     from sandbox.agent import agenthome
+    from sandbox.agent.sessions import valid_session
 
     found = agenthome.newest(transcripts_dir(run_dir), ".jsonl", since)
     session = os.path.basename(found)[: -len(".jsonl")] if found else ""
-    if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", session):  # a name the agent made up is no session id
+    if not valid_session(session):  # a name the agent made up is no session id
         return None
     return ["--resume", session]
 
@@ -317,10 +302,10 @@ def _tail(root: int, rel: str) -> bytes:
     except OSError:
         return b""
     try:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return b""
-        start = max(0, size - TAIL_BYTES)
+        start = max(0, st.st_size - TAIL_BYTES)
         data = os.pread(fd, TAIL_BYTES, start)
     except OSError:
         return b""

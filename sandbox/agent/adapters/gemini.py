@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any
 
-from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool
+from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, settle_event
 
 NAME = "gemini"
 SETTINGS_PATH = ".gemini/settings.json"
@@ -123,20 +123,7 @@ def to_event(payload: Any) -> HookEvent | None:
     name = payload.get("hook_event_name")
     agent_session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
     if name in SETTLE:
-        where = payload.get("cwd")
-        if not isinstance(where, str) or not where:
-            raise HookInputError(f"The {name} payload has no 'cwd'; nothing recorded.")
-        reason = SETTLE[name].format(reason=str(payload.get("reason") or "no reason given")[:100])
-        return HookEvent(
-            phase="settle",
-            cwd=where,
-            tool="*",
-            error=reason,
-            agent=NAME,
-            agent_session=agent_session or None,
-            session_end=name == "SessionEnd",
-            interrupted=name == "SessionEnd" and payload.get("reason") == "prompt_input_exit",
-        )
+        return settle_event(payload, name, SETTLE[name], NAME)
     if name not in EVENTS:
         return None
     tool, cwd = payload.get("tool_name"), payload.get("cwd")
@@ -278,6 +265,7 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
     file names no ``sessionId``), else None."""
     from sandbox.agent import agenthome
+    from sandbox.agent.sessions import valid_session
 
     root = sessions_dir(run_dir)
     try:
@@ -293,5 +281,5 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     session: Any = None
     with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
         session = json.loads(fh.readline(64 * 1024)).get("sessionId")
-    ok = isinstance(session, str) and re.fullmatch(r"[A-Za-z0-9-]{1,100}", session)
+    ok = isinstance(session, str) and valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]

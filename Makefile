@@ -68,6 +68,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check sandbox tests bench hooks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python .ci/budgets.py sandbox
 
 # The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on git and on real processes, so
 # more workers than the 2 cores still pay). Modules whose tests need one another run on one worker,

@@ -19,11 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from sandbox.agent.inotify import Tree
-    from sandbox.agent.watcher import Watcher
+from typing import Protocol
 
 
 class ChangeSource(Protocol):
@@ -111,7 +107,7 @@ class TreeSource:
 
 def pick(
     *,
-    tree: Tree | Watcher | None = None,
+    tree: Windows | None = None,
     host: tuple[str, str, str] | None = None,
     host_timeout: float = 15.0,
 ) -> ChangeSource:

@@ -51,25 +51,6 @@ CONNECT_TIMEOUT = 30.0
 #: Hop-by-hop headers not passed on with a plain-HTTP request (``Connection: close`` is added).
 _HOP_HEADERS = (b"connection:", b"proxy-connection:", b"keep-alive:", b"proxy-authorization:", b"te:", b"upgrade:")
 
-#: Model endpoints of the agents we know, by the name the command is started as.
-AGENT_ENDPOINTS: dict[str, tuple[str, ...]] = {
-    "claude": ("api.anthropic.com", "console.anthropic.com"),
-    "gemini": (
-        "generativelanguage.googleapis.com",
-        "cloudcode-pa.googleapis.com",  # Code Assist: a Google-account login's model endpoint
-        "oauth2.googleapis.com",  # refreshing that login's token
-    ),
-    "codex": ("api.openai.com", "chatgpt.com", "auth.openai.com"),
-}
-#: The variable that moves each agent's model endpoint (a local or self-hosted server).
-AGENT_BASE_URL: dict[str, tuple[str, ...]] = {
-    "claude": ("ANTHROPIC_BASE_URL",),
-    "gemini": ("GOOGLE_GEMINI_BASE_URL",),
-    "codex": ("OPENAI_BASE_URL",),
-}
-#: The ``--hooks`` adapter names of those agents.
-_ADAPTER_AGENT = {"claude-code": "claude", "gemini": "gemini"}
-
 
 class AllowlistError(ValueError):
     """An allowlist entry that cannot be read."""
@@ -143,10 +124,12 @@ class Allowlist:
 
 def agent_of(command: str, adapter: str | None = None) -> str | None:
     """The known agent a command starts (``claude``, ``gemini``, ``codex``), by its name or its hooks."""
-    family = os.path.basename(command).split(".")[0].split("-")[0]
-    if family in AGENT_ENDPOINTS:
-        return family
-    return _ADAPTER_AGENT.get(adapter or "")
+    from sandbox.agent import adapters
+
+    module = adapters.by_program(command)
+    if module is None and adapter in adapters.names():
+        module = adapters.agent(adapter)
+    return str(module.PROGRAM) if module is not None else None
 
 
 def default_allowlist(agent: str | None, env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
@@ -155,8 +138,11 @@ def default_allowlist(agent: str | None, env: Mapping[str, str], extra: Sequence
 
     Raises :class:`AllowlistError` for an entry of ``extra`` that cannot be read.
     """
-    out = list(AGENT_ENDPOINTS.get(agent or "", ()))
-    for var in AGENT_BASE_URL.get(agent or "", ()):
+    from sandbox.agent import adapters
+
+    module = adapters.by_program(agent) if agent else None
+    out = list(module.ENDPOINTS) if module is not None else []
+    for var in module.BASE_URL if module is not None else ():
         url = env.get(var, "").strip()
         if not url:
             continue

@@ -10,7 +10,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -19,6 +19,26 @@ if TYPE_CHECKING:
     from sandbox.run.fastread import Repository
     from sandbox.run.run import Run
     from sandbox.store.project import Project
+
+
+class AgentChoice(click.Choice):  # type: ignore[type-arg]
+    """A choice among the agents with hooks, read from the registry (:mod:`sandbox.agent.adapters`)
+    when first needed, so that defining a command does not import it (``sandbox --help``)."""
+
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        self._extra = tuple(extra)
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        """``extra`` then the agents with hooks."""
+        from sandbox.agent import adapters
+
+        return (*self._extra, *adapters.hook_names())
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:
+        """Set by click's constructor; the registry answers instead."""
 
 
 class SandboxGroup(click.Group):

@@ -29,7 +29,30 @@ SHARED_HELP = {
 }
 
 
-@click.group("hook", cls=SandboxGroup)
+class _HookGroup(SandboxGroup):
+    """``sandbox hook``: one command per agent with hooks, made when asked for (the registry,
+    :mod:`sandbox.agent.adapters`, is not imported by ``sandbox --help``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """``generic`` and every agent with hooks."""
+        from sandbox.agent import adapters
+
+        return sorted({*super().list_commands(ctx), *adapters.hook_names()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command of ``cmd_name``: ``generic``, or the hook of that agent."""
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        from sandbox.agent import adapters
+
+        if cmd_name not in adapters.hook_names():
+            return None
+        command = _agent_command(cmd_name, str(adapters.load(cmd_name).HOOK_HELP))
+        return super().get_command(ctx, command.name or cmd_name)
+
+
+@click.group("hook", cls=_HookGroup)
 def hook() -> None:
     """Record an agent's tool call from its hook (JSON on stdin); see hooks/README.md."""
 
@@ -54,18 +77,16 @@ class _Echo:
 _STRICT = click.option("--strict", is_flag=True, help="Block the tool call (exit 2) when it cannot be recorded.")
 
 
-@hook.command("claude-code")
-@_STRICT
-def claude_code(strict: bool) -> None:
-    """Claude Code's PreToolUse / PostToolUse / PostToolUseFailure / Stop / SessionEnd ... hook."""
-    sys.exit(_run("claude-code", strict))
+def _agent_command(name: str, help_text: str) -> click.Command:
+    """``sandbox hook NAME``: one per agent with hooks (the registry, :mod:`sandbox.agent.adapters`)."""
 
+    @_STRICT
+    def command(strict: bool) -> None:
+        sys.exit(_run(name, strict))
 
-@hook.command("gemini")
-@_STRICT
-def gemini(strict: bool) -> None:
-    """Gemini CLI's BeforeTool / AfterTool hook."""
-    sys.exit(_run("gemini", strict))
+    made = hook.command(name, help=help_text)(command)
+    made.shared_help = SHARED_HELP  # type: ignore[attr-defined]
+    return made
 
 
 @hook.command("generic")
@@ -75,5 +96,4 @@ def generic(strict: bool) -> None:
     sys.exit(_run("generic", strict))
 
 
-for _command in (claude_code, gemini, generic):
-    _command.shared_help = SHARED_HELP  # type: ignore[attr-defined]
+generic.shared_help = SHARED_HELP  # type: ignore[attr-defined]

@@ -15,7 +15,6 @@ import os
 import sys
 from typing import Any, BinaryIO, Protocol
 
-AGENTS = ("claude-code", "gemini", "generic")
 EXIT_ERROR = 1
 EXIT_BLOCK = 2
 AUTOSTART_ENV = "SANDBOX_HOOK_AUTOSTART"
@@ -132,7 +131,11 @@ def _with_site(agent: str, strict: bool, raw: bytes, stdout: Writer, stderr: Wri
 
 def fast_main(argv: list[str]) -> int | None:
     """``sandbox hook AGENT [--strict]`` without click: the exit code, or None for anything else."""
-    if len(argv) < 2 or argv[0] != "hook" or argv[1] not in AGENTS or any(a != "--strict" for a in argv[2:]):
+    if len(argv) < 2 or argv[0] != "hook" or any(a != "--strict" for a in argv[2:]):
+        return None
+    from sandbox.agent import adapters
+
+    if argv[1] not in (*adapters.hook_names(), "generic"):
         return None
     code = run(argv[1], "--strict" in argv[2:], sys.stdin.buffer, sys.stdout, sys.stderr)
     sys.stdout.flush()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import SandboxGroup, emit_json, ensure_worktree, open_run, wants_json
+from sandbox.cli.common import AgentChoice, SandboxGroup, emit_json, ensure_worktree, open_run, wants_json
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
 
@@ -50,7 +50,7 @@ def hook_command(agent: str) -> str:
 
 
 @hooks.command("install")
-@click.argument("agent", type=click.Choice(["claude-code", "gemini"]))
+@click.argument("agent", type=AgentChoice())
 @click.argument("run_id", required=False)
 @click.option("--print", "print_only", is_flag=True, help="Print the settings instead of writing them.")
 @click.pass_context

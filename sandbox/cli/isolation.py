@@ -65,7 +65,7 @@ def resolve(
     base-URL variable's host) start the allowlist of ``--network allow``. ``argv``: the agent
     ``sandbox run`` starts (its variables pass, and its executable stays visible).
     """
-    from sandbox.agent import confine
+    from sandbox.agent import adapters, confine
     from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
@@ -94,13 +94,15 @@ def resolve(
         interactive = False
     if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
         return confine.Isolation(False, net, program, backend, inherited=True)
-    settings, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    known = [adapters.agent(name) for name in adapters.names()]
+    agent_config = tuple(p for m in known for p in m.CONFIG)
+    settings, private = confine.config_paths(agent_config, tuple(p for m in known for p in m.PRIVATE), writable, home)
     allowed = [_expand(p, home) for p in cfg.allow_read]
     masked = [p for p in (_expand(e, home) for e in (*confine.DEFAULT_DENY_READ, *cfg.deny_read)) if p not in allowed]
     readable = [home] if os.path.isabs(home) and home != "/" else []
     readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
-    family = os.path.basename(argv[0]).split(".")[0].split("-")[0] if argv else ""
-    env_allow = (*confine.DEFAULT_ENV_ALLOW, *confine.AGENT_ENV.get(family, ()), *cfg.env_allow)
+    started = adapters.by_program(argv[0]) if argv else None
+    env_allow = (*confine.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
     from sandbox.cli.common import data_root
 
     root = os.path.realpath(data_root(user_workdir))

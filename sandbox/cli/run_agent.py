@@ -123,7 +123,7 @@ def run_agent(
     confine.check(isolation)  # before a run is started for nothing
     user_home = os.path.expanduser("~")
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
-    replaced = [p for module in adapters.ADAPTERS for p in getattr(adapters.load(module), "REPLACES", ())]
+    replaced = [p for module in adapters.hook_names() for p in getattr(adapters.load(module), "REPLACES", ())]
     isolation = confine.without_state(isolation, confine.state_paths(replaced, user_home))
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run

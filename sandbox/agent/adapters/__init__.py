@@ -5,34 +5,79 @@ to the worktree), ``SUCCESS_STDOUT`` (what to print when all went well), ``to_ev
 (a :class:`~sandbox.agent.hookproto.HookEvent`, or None for an event the sandbox does not record) and
 ``hook_settings(command)`` (the settings entries that call the hook). Modules import only the
 standard library: they are on the hook's fast path.
+
+This package is also the registry of the agents the sandbox knows: one module per agent, found by
+its file name (``claude_code.py`` is the agent ``claude-code``), no list to keep by hand. Every
+module says, besides its hooks (an agent without hooks, like Codex, records through ``sandbox mcp``
+and has none):
+
+* ``PROGRAM``: the family name of its command (``claude`` for ``claude``, ``claude-2.1``, ...);
+* ``ENV``: the environment variables it needs inside the sandbox (fnmatch patterns);
+* ``ENDPOINTS``, ``BASE_URL``: its model hosts, and the variables that move them (the network
+  allowlist of ``sandbox run``);
+* ``CONFIG``, ``PRIVATE``: its configuration under the user's home kept read-only inside, and its
+  state files each run writes a copy of.
+
+``docs/design.md`` ("Adding an agent") says the steps.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
+import pkgutil
 from types import ModuleType
 from typing import Any
 
 from sandbox.errors import SandboxError, UsageError
 
-ADAPTERS = {
-    "claude-code": "sandbox.agent.adapters.claude_code",
-    "gemini": "sandbox.agent.adapters.gemini",
-}
+
+@functools.cache
+def names() -> tuple[str, ...]:
+    """Every agent the sandbox knows, by its adapter name (``claude-code``, ``codex``, ``gemini``)."""
+    return tuple(sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+
+
+def agent(name: str) -> ModuleType:
+    """The module of the agent ``name`` (hooks or not); :class:`UsageError` for an unknown agent."""
+    if name not in names():
+        raise UsageError(f"No agent {name!r}; known: {', '.join(names())}.")
+    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+
+
+def hook_names() -> tuple[str, ...]:
+    """The agents whose hooks the sandbox records (``sandbox hook NAME``, ``run --hooks NAME``)."""
+    return tuple(n for n in names() if hasattr(agent(n), "to_event"))
 
 
 def load(name: str) -> ModuleType:
-    """The adapter module for an agent name; :class:`UsageError` for an unknown agent."""
-    if name not in ADAPTERS:
-        raise UsageError(f"No hook adapter for {name!r}; known: {', '.join(sorted(ADAPTERS))} (or 'generic').")
-    return importlib.import_module(ADAPTERS[name])
+    """The hook adapter module for an agent name; :class:`UsageError` for an agent without hooks."""
+    module = agent(name) if name in names() else None
+    if module is None or not hasattr(module, "to_event"):
+        raise UsageError(f"No hook adapter for {name!r}; known: {', '.join(hook_names())} (or 'generic').")
+    return module
+
+
+def family_of(command: str) -> str:
+    """The family name of a command (``claude`` for ``/usr/bin/claude-2.1``): how agents are told apart."""
+    return os.path.basename(command).split(".")[0].split("-")[0]
+
+
+def by_program(command: str) -> ModuleType | None:
+    """The known agent a command starts, by its family name, or None."""
+    family = family_of(command)
+    for name in names():
+        module = agent(name)
+        if str(module.PROGRAM) == family:
+            return module
+    return None
 
 
 def kind_of(tool: str) -> str:
     """The kind of call ``tool`` makes for the first adapter that knows it (``unknown`` otherwise)."""
-    for name in ADAPTERS:
+    for name in hook_names():
         kind = str(load(name).classify(tool))
         if kind != "unknown":
             return kind

@@ -38,6 +38,27 @@ from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify
 
 NAME = "claude-code"
 SETTINGS_PATH = ".claude/settings.local.json"
+#: The family name of its command, the variables it needs inside, its model hosts and the
+#: variable that moves them, its configuration kept read-only inside, its state each run copies
+#: (the registry: :mod:`sandbox.agent.adapters`).
+PROGRAM = "claude"
+#: The help of ``sandbox hook claude-code``.
+HOOK_HELP = "Claude Code's PreToolUse / PostToolUse / PostToolUseFailure / Stop / SessionEnd ... hook."
+ENV = ("ANTHROPIC_*", "CLAUDE_*", "CLAUDECODE", "IS_SANDBOX", "DISABLE_*", "MCP_*", "BASH_*_TIMEOUT_MS")
+ENDPOINTS = ("api.anthropic.com", "console.anthropic.com")
+BASE_URL = ("ANTHROPIC_BASE_URL",)
+CONFIG = (
+    "~/.claude/settings.json",
+    "~/.claude/settings.local.json",
+    "~/.claude/CLAUDE.md",
+    "~/.claude/commands/",
+    "~/.claude/agents/",
+    "~/.claude/skills/",
+    "~/.claude/hooks/",
+    "~/.claude/plugins/",
+    "~/.claude/output-styles/",
+)
+PRIVATE = ("~/.claude.json",)
 MARKER = "sandbox hook claude-code"
 SUCCESS_STDOUT = ""
 EVENTS = {"PreToolUse": ("start", "succeeded"), "PostToolUse": ("finish", "succeeded"),

@@ -35,6 +35,25 @@ from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, se
 
 NAME = "gemini"
 SETTINGS_PATH = ".gemini/settings.json"
+#: Its command, variables, model hosts, configuration (the registry: :mod:`sandbox.agent.adapters`).
+PROGRAM = "gemini"
+#: The help of ``sandbox hook gemini``.
+HOOK_HELP = "Gemini CLI's BeforeTool / AfterTool hook."
+ENV = ("GEMINI_*", "GOOGLE_*")
+ENDPOINTS = (
+    "generativelanguage.googleapis.com",
+    "cloudcode-pa.googleapis.com",  # Code Assist: a Google-account login's model endpoint
+    "oauth2.googleapis.com",  # refreshing that login's token
+)
+BASE_URL = ("GOOGLE_GEMINI_BASE_URL",)
+CONFIG = (
+    "~/.gemini/settings.json",
+    "~/.gemini/GEMINI.md",
+    "~/.gemini/commands/",
+    "~/.gemini/extensions/",
+    "~/.gemini/policies/",
+)
+PRIVATE: tuple[str, ...] = ()
 MARKER = "sandbox hook gemini"
 SUCCESS_STDOUT = "{}"
 EVENTS = {"BeforeTool": "start", "AfterTool": "finish"}

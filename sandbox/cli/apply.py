@@ -14,6 +14,7 @@ from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 
 if TYPE_CHECKING:
     from sandbox.models import ApplyReport
+    from sandbox.store.project import Project
 
 
 def print_report(report: ApplyReport, verb: str) -> None:
@@ -122,15 +123,7 @@ def apply(
     if cont:
         if calls or paths or pathspecs or excludes or dry_run or three_way or ask_hunks or hunks_from or with_deps:
             raise click.UsageError("--continue takes no other options.")
-        dirs = [workdir] if workdir and not run_id else []
-        if run_id:
-            opened = Run.open(project, resolve_run(project, run_id, cwd_run))
-            dirs = [opened.user_workdir, opened.worktree]
-        reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
-        if not reports:
-            click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
-        for report in reports:
-            finish(report, "Wrote", as_json)
+        _continue(project, workdir, run_id, cwd_run, as_json)
         return
     if (ask_hunks or hunks_from) and three_way:
         raise click.UsageError("--hunks and --hunks-from take the agent's hunks as they are; --3way cannot be added.")
@@ -175,3 +168,20 @@ def apply(
     finish(report, "Applied", as_json)
     if report.attention:
         ctx.exit(1)
+
+
+def _continue(project: Project, workdir: str | None, run_id: str | None, cwd_run: str | None, as_json: bool) -> None:
+    """``apply --continue``: finish the interrupted apply, undo or redo of RUN (or of this tree)."""
+    from sandbox.merge import mergeback
+    from sandbox.run.names import resolve_run
+    from sandbox.run.run import Run
+
+    dirs = [workdir] if workdir and not run_id else []
+    if run_id:
+        opened = Run.open(project, resolve_run(project, run_id, cwd_run))
+        dirs = [opened.user_workdir, opened.worktree]
+    reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
+    if not reports:
+        click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
+    for report in reports:
+        finish(report, "Wrote", as_json)

@@ -100,23 +100,7 @@ def _clean_up(sandbox: list[str], tmp: str, repo: str) -> None:
 
 
 def _walk(sandbox: list[str], tmp: str, repo: str, keep: bool) -> dict[str, object]:
-    env_git = ["git", "-c", "user.name=Demo User", "-c", "user.email=demo@example.com"]
-    os.makedirs(os.path.join(repo, "src"))
-    files = {
-        "README.md": "# Demo project\n",
-        "src/app.py": "def greet(name):\n    return 'hello ' + name\n",
-        "src/old.py": "LEGACY = True\n",
-        "Makefile": "test:\n\tpython3 -c 'import sys; sys.exit(1)'\n",
-    }
-    for rel, text in files.items():
-        with open(os.path.join(repo, rel), "w") as fh:
-            fh.write(text)
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*env_git, "commit", "-q", "-m", "initial"], cwd=repo, check=True)
-    with open(os.path.join(repo, "README.md"), "a") as fh:
-        fh.write("\nUncommitted note by the user.\n")
-
+    _make_repository(repo)
     click.secho(f"A throwaway repository at {repo}, with an uncommitted edit in README.md.\n", bold=True)
     before = _fingerprint(repo)
 
@@ -167,11 +151,42 @@ def _walk(sandbox: list[str], tmp: str, repo: str, keep: bool) -> dict[str, obje
     click.echo(f"   undo refused (exit {refused.returncode}); your edit kept: {'yes' if kept else 'NO'}")
     ok = same and refused.returncode == 1 and kept
     click.echo()
+    _next_steps(run if keep else "RUN", repo, keep)
+    return {
+        "ok": ok,
+        "run": run_id,
+        "repository": repo if keep else None,
+        "your_tree_unchanged_before_apply": same,
+        "undo_refused_over_your_edit": refused.returncode == 1,
+        "your_edit_kept": kept,
+    }
+
+
+def _make_repository(repo: str) -> None:
+    """The demo's throwaway repository: a commit, then an uncommitted edit of the user's."""
+    env_git = ["git", "-c", "user.name=Demo User", "-c", "user.email=demo@example.com"]
+    os.makedirs(os.path.join(repo, "src"))
+    files = {
+        "README.md": "# Demo project\n",
+        "src/app.py": "def greet(name):\n    return 'hello ' + name\n",
+        "src/old.py": "LEGACY = True\n",
+        "Makefile": "test:\n\tpython3 -c 'import sys; sys.exit(1)'\n",
+    }
+    for rel, text in files.items():
+        with open(os.path.join(repo, rel), "w") as fh:
+            fh.write(text)
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*env_git, "commit", "-q", "-m", "initial"], cwd=repo, check=True)
+    with open(os.path.join(repo, "README.md"), "a") as fh:
+        fh.write("\nUncommitted note by the user.\n")
+
+
+def _next_steps(run: str, repo: str, keep: bool) -> None:
+    """What a user would type next (``RUN`` when the demo's run goes with its repository)."""
     click.secho("Next, a user would type:", bold=True)
     if keep:
         click.echo(f"   cd {repo}")
-    else:
-        run = "RUN"  # this demo's run goes with its repository: in yours, its id or label
     click.echo(f"   sandbox log {run}           # what each call did")
     click.echo(f"   sandbox diff {run} --stat   # the agent's patch")
     click.echo(f"   sandbox apply {run}         # write it into your tree (never over your edits)")
@@ -182,11 +197,3 @@ def _walk(sandbox: list[str], tmp: str, repo: str, keep: bool) -> dict[str, obje
     click.echo(f"   sandbox drop {run} --force  # throw the run away; 'sandbox gc' reclaims leftovers")
     if not keep:
         click.echo("\n(The throwaway repository, its run and its host are removed now; 'demo --keep' keeps them.)")
-    return {
-        "ok": ok,
-        "run": run_id,
-        "repository": repo if keep else None,
-        "your_tree_unchanged_before_apply": same,
-        "undo_refused_over_your_edit": refused.returncode == 1,
-        "your_edit_kept": kept,
-    }

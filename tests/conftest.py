@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from reliability import matrix
 
 from sandbox import faults
@@ -219,10 +219,20 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+class Runner(CliRunner):
+    """A click runner (stderr kept separate) that lets an unexpected exception fail the test with
+    its traceback, instead of hiding it in ``result.exception`` (a test that wants it caught says
+    ``catch_exceptions=True``)."""
+
+    def invoke(self, *args: Any, catch_exceptions: bool = False, **kwargs: Any) -> Result:
+        """Run the command; see :meth:`click.testing.CliRunner.invoke`."""
+        return super().invoke(*args, catch_exceptions=catch_exceptions, **kwargs)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
-    """A click runner (stderr kept separate)."""
-    return CliRunner()
+    """A click runner (see :class:`Runner`)."""
+    return Runner()
 
 
 def sandbox_cmd(

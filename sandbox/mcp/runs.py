@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from sandbox.errors import SandboxError
 from sandbox.mcp.hosted import HostLedger
@@ -89,23 +89,23 @@ class RunTools(WorkspaceState):
         return [_listing(r, r["run"] == current) for r in rows]
 
 
+#: The keys of a ``sandbox list`` row (:func:`sandbox.run.summary.summarize_runs`) a model needs, in order.
+_LISTED: tuple[Literal["run", "label", "created_at", "calls", "changed_paths", "worktree", "error"], ...] = (
+    "run",
+    "label",
+    "created_at",
+    "calls",
+    "changed_paths",
+    "worktree",
+    "error",
+)
+
+
 def _listing(row: Mapping[str, Any], is_open: bool) -> RunListing:
-    """The keys of ``sandbox list``'s row (:func:`sandbox.run.summary.summarize_runs`) a model needs,
-    in the same order, the ones the row has."""
+    """The :data:`_LISTED` keys the row has, and whether it is the open run."""
     out: RunListing = {}
-    if "run" in row:
-        out["run"] = row["run"]
-    if "label" in row:
-        out["label"] = row["label"]
-    if "created_at" in row:
-        out["created_at"] = row["created_at"]
-    if "calls" in row:
-        out["calls"] = row["calls"]
-    if "changed_paths" in row:
-        out["changed_paths"] = row["changed_paths"]
-    if "worktree" in row:
-        out["worktree"] = row["worktree"]
-    if "error" in row:
-        out["error"] = row["error"]
+    for key in _LISTED:
+        if key in row:
+            out[key] = row[key]
     out["open"] = is_open
     return out

@@ -47,7 +47,7 @@ ODD = [
 #: Commands given odd values only in their RUN position (anything else could start a process).
 RUN_ONLY = {"serve", "mcp", "run", "exec", "hook", "hooks install"}
 #: demo builds its own repository and takes no value; ui serves until Ctrl-C (a run id prefix such as
-#: "0" would start it): tests/test_ui.py gives it bad input with a deadline.
+#: "0" would start it): tests/ui/test_ui.py gives it bad input with a deadline.
 SKIP = {"demo", "ui"}
 
 

@@ -10,8 +10,9 @@ import pytest
 from conftest import make_repo
 
 from sandbox.errors import SandboxError
-from sandbox.mcp import tools
-from sandbox.mcp.tools import Settings, Workspace
+from sandbox.mcp import worktree
+from sandbox.mcp.state import Settings
+from sandbox.mcp.workspace import Workspace
 from sandbox.store import beneath
 from sandbox.store.project import Project
 
@@ -104,7 +105,7 @@ def test_read_file_has_a_size_limit_said_in_one_line(tmp_path: Path) -> None:
     assert ws.run is not None
     big = Path(ws.run.worktree) / "big.txt"
     with open(big, "wb") as fh:
-        fh.truncate(tools.MAX_READ_BYTES + 1)
+        fh.truncate(worktree.MAX_READ_BYTES + 1)
     with pytest.raises(SandboxError) as caught:
         ws.read_file("big.txt")
     assert "big.txt is 10485761 bytes, more than" in caught.value.message and "\n" not in caught.value.message

@@ -13,7 +13,8 @@ import pytest
 
 from sandbox.agent import sessions, transcripts
 from sandbox.errors import SandboxError
-from sandbox.mcp.tools import Settings, Workspace
+from sandbox.mcp.state import Settings
+from sandbox.mcp.workspace import Workspace
 from sandbox.models import CallStatus, EventKind
 from sandbox.recovery import continue_
 from sandbox.recovery.resume import resume

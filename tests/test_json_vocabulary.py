@@ -41,7 +41,7 @@ def test_every_command_has_a_documented_json_output() -> None:
     documented = {name.split(" --")[0] for name in outputs.COMMANDS}
     top = {name.split()[0] for name in documented}
     # hook answers in the agent's hook protocol (hooks/README.md); mcp speaks MCP on its stdout; ui
-    # serves a page until Ctrl-C (its --json line, url and port, is checked in tests/test_ui.py).
+    # serves a page until Ctrl-C (its --json line, url and port, is checked in tests/ui/test_ui.py).
     assert set(COMMANDS) - top == {"hook", "mcp", "ui"}
 
 

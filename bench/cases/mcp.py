@@ -112,8 +112,9 @@ async def _measure(ctx: Context, repo: Repo, run_id: str) -> None:
 
 
 def _in_process(repo: Repo, run_id: str) -> Any:
-    """A :class:`~sandbox.mcp.tools.Workspace` on the same run in this process: what the protocol adds."""
-    from sandbox.mcp.tools import Settings, Workspace
+    """A :class:`~sandbox.mcp.workspace.Workspace` on the same run in this process: what the protocol adds."""
+    from sandbox.mcp.state import Settings
+    from sandbox.mcp.workspace import Workspace
     from sandbox.store.project import Project
 
     project, workdir, _ = Project.discover(repo.path)

@@ -63,7 +63,8 @@ def mcp(
     now = iso(workdir or main_workdir(project.common_dir))
 
     from sandbox.agent import confine
-    from sandbox.mcp.tools import Settings, Workspace
+    from sandbox.mcp.state import Settings
+    from sandbox.mcp.workspace import Workspace
 
     # Inside one of our sandboxes (an agent's under 'sandbox run') the run's ledger is read-only:
     # the calls are recorded by the repository's host, which 'sandbox run' keeps alive.
@@ -172,7 +173,7 @@ def _existing_run(project: object, run_id: str) -> bool:
 def _check_recordable(ws: object) -> None:
     """Refuse at start (one line) when the run's ledger is read-only here and no host answers for it."""
     from sandbox.errors import SandboxError
-    from sandbox.mcp.tools import Workspace
+    from sandbox.mcp.workspace import Workspace
 
     assert isinstance(ws, Workspace) and ws.run is not None
     run = ws.run.run_id

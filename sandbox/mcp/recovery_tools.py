@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from sandbox.mcp.tools import Workspace
+from sandbox.mcp.workspace import Workspace
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

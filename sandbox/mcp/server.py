@@ -1,6 +1,7 @@
 """``sandbox mcp``: the run's tools as a Model Context Protocol server (the official ``mcp`` SDK).
 
-:func:`build` makes an ``MCPServer`` whose tools call a :class:`~sandbox.mcp.tools.Workspace`;
+:func:`build` makes an ``MCPServer`` whose tools call a :class:`~sandbox.mcp.workspace.Workspace`,
+one registering function per tool group (as the workspace is one mixin per group);
 :func:`serve_stdio` and :func:`serve_http` run it. Each tool body runs in a worker thread (the
 recorder and the commands block), one at a time (the workspace's lock).
 
@@ -19,7 +20,7 @@ import functools
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
@@ -30,7 +31,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from sandbox.errors import SandboxError, UsageError
-from sandbox.mcp.tools import INSTRUCTIONS, Abandoned, Workspace
+from sandbox.mcp.state import Abandoned
+from sandbox.mcp.workspace import Workspace
 
 T = TypeVar("T")
 
@@ -38,14 +40,34 @@ Idem = Literal["idempotent", "conditional", "non_idempotent"]
 Replay = Literal["auto", "ask", "never"]
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_EDIT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+_ACT = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+INSTRUCTIONS = """\
+Every tool here works inside a sandbox run: an isolated copy (worktree) of the user's repository.
+Nothing you do reaches the user's files: each change is recorded in the run's ledger as one call,
+and the user reviews it (sandbox diff) and brings it into their tree (sandbox apply) themselves.
+
+Start with start_run (or open_run with a run id you were given; list_runs shows them) unless the
+server was started with a run. Then use read_file, write_file, edit_file, list_files and search for
+files, and run_command for shell commands (confined to the worktree, no network unless the user
+allowed it). Paths are relative to the worktree (absolute paths inside it are accepted too).
+show_diff and show_log show what the run has done so far; checkpoint saves your progress; after an
+interruption, resume_report says which calls are uncertain and must not be repeated blindly.
+
+You cannot apply, undo or drop a run from here: those act on the user's own tree or discard work,
+so they stay with the user ('sandbox apply', 'sandbox undo', 'sandbox drop' on their command line).
+When you are done, tell the user the run id and suggest they review it with 'sandbox diff RUN'.
+"""
 
 
-def _failed(answer: dict[str, Any]) -> CallToolResult:
+def _failed(answer: Mapping[str, object]) -> CallToolResult:
     """``answer`` as a tool result marked ``isError``: the text (JSON) and the same structured content."""
     import json
 
     text = json.dumps(answer, ensure_ascii=False)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer, is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(answer), is_error=True)
 
 
 async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -90,18 +112,26 @@ def _client_meta(ctx: Context) -> tuple[str | None, str | None]:
 
 def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     """The MCP server over ``ws``: its tools, its resources and its instructions."""
+    from sandbox.mcp.recovery_tools import register as register_recovery
+
     server: MCPServer[Any] = MCPServer(
         name="sandbox",
         title="sandbox: an isolated, recorded run of your repository",
         instructions=INSTRUCTIONS,
         log_level="WARNING",
     )
-    write_hints = ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-    )
-    edit_hints = ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-    )
+    _run_tools(server, ws)
+    _file_tools(server, ws)
+    _find_tools(server, ws)
+    _command_tools(server, ws, network=network)
+    _review_tools(server, ws)
+    _resources(server, ws)
+    register_recovery(server, ws, _call)  # rewind, and the conversations a run holds
+    return server
+
+
+def _run_tools(server: MCPServer[Any], ws: Workspace) -> None:
+    """start_run, open_run, list_runs (:mod:`sandbox.mcp.runs`)."""
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -110,24 +140,24 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             "Start a new sandbox run: a snapshot of the user's working tree (uncommitted and untracked files "
             "included) in an isolated worktree. Every later tool works in it. Returns the run id and worktree."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        annotations=_ACT,
     )
     async def start_run(
         label: Annotated[str | None, Field(description="A short label to recognise the run by.")] = None,
     ) -> dict[str, Any]:
-        return await _call(ws.start_run, label)
+        return dict(await _call(ws.start_run, label))
 
     @server.tool(
         description=(
             "Work in an existing run (its id, its label, or a unique prefix of its id, from list_runs). "
             "Returns its worktree."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        annotations=_ACT,
     )
     async def open_run(
         run_id: Annotated[str, Field(description="The run id, its label, or a unique prefix of the id.")],
     ) -> dict[str, Any]:
-        return await _call(ws.open_run, run_id)
+        return dict(await _call(ws.open_run, run_id))
 
     @server.tool(
         description="List the runs of this repository, with their labels and number of calls.", annotations=_READ
@@ -135,7 +165,9 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     async def list_runs() -> dict[str, Any]:
         return {"runs": await _call(ws.list_runs)}
 
-    # -- files -----------------------------------------------------------------------------
+
+def _file_tools(server: MCPServer[Any], ws: Workspace) -> None:
+    """read_file, write_file, edit_file (:mod:`sandbox.mcp.files`)."""
 
     @server.tool(
         description=(
@@ -157,7 +189,7 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             "Create or overwrite a file in the run's worktree with the given content (parent directories are "
             "created). Recorded as one call in the run's ledger; the user's own files are not touched."
         ),
-        annotations=write_hints,
+        annotations=_WRITE,
     )
     async def write_file(
         path: Annotated[str, Field(description="File path, relative to the worktree.")],
@@ -165,8 +197,15 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         ctx: Context,
     ) -> dict[str, Any]:
         client_call, session = _client_meta(ctx)
-        return await _call(
-            ws.write_file, path, content, request_id=_request_id(ctx), client_call=client_call, agent_session=session
+        return dict(
+            await _call(
+                ws.write_file,
+                path,
+                content,
+                request_id=_request_id(ctx),
+                client_call=client_call,
+                agent_session=session,
+            )
         )
 
     @server.tool(
@@ -175,7 +214,7 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             "enough surrounding lines to make it unique) unless replace_all is true; copy it exactly, whitespace "
             "and indentation included, without the line numbers read_file adds. Recorded as one call."
         ),
-        annotations=edit_hints,
+        annotations=_EDIT,
     )
     async def edit_file(
         path: Annotated[str, Field(description="File path, relative to the worktree.")],
@@ -185,16 +224,22 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         replace_all: Annotated[bool, Field(description="Replace every occurrence, not just a unique one.")] = False,
     ) -> dict[str, Any]:
         client_call, session = _client_meta(ctx)
-        return await _call(
-            ws.edit_file,
-            path,
-            old_string,
-            new_string,
-            replace_all,
-            request_id=_request_id(ctx),
-            client_call=client_call,
-            agent_session=session,
+        return dict(
+            await _call(
+                ws.edit_file,
+                path,
+                old_string,
+                new_string,
+                replace_all,
+                request_id=_request_id(ctx),
+                client_call=client_call,
+                agent_session=session,
+            )
         )
+
+
+def _find_tools(server: MCPServer[Any], ws: Workspace) -> None:
+    """list_files, search (:mod:`sandbox.mcp.find`)."""
 
     @server.tool(
         description=(
@@ -227,7 +272,9 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     ) -> str:
         return await _call(ws.search, pattern, path, glob, ignore_case, max_results)
 
-    # -- commands --------------------------------------------------------------------------
+
+def _command_tools(server: MCPServer[Any], ws: Workspace, *, network: bool) -> None:
+    """run_command (:mod:`sandbox.mcp.commands`); ``network``: whether its commands have the network."""
 
     @server.tool(
         description=(
@@ -265,12 +312,14 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             raise
         answer = result.to_json()
         if result.exit_code == 0 and result.status == "succeeded":
-            return answer
+            return dict(answer)
         # A command that failed is a failed tool call for the client (isError), with the same answer;
         # the SDK passes a CallToolResult through as it is (the annotation keeps the output schema).
         return cast(dict[str, Any], _failed(answer))
 
-    # -- evidence --------------------------------------------------------------------------
+
+def _review_tools(server: MCPServer[Any], ws: Workspace) -> None:
+    """show_log, show_diff, resume_report, checkpoint (:mod:`sandbox.mcp.review`)."""
 
     @server.tool(
         description="The run's ledger: every recorded call in order with its status and files, or one call in full.",
@@ -307,17 +356,17 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
             "calls are uncertain (they may or may not have taken effect), which must not be replayed, and a note "
             "on how to go on. Never repeats anything by itself."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        annotations=_ACT,
     )
     async def resume_report() -> dict[str, Any]:
-        return await _call(ws.resume_report)
+        return dict(await _call(ws.resume_report))
 
     @server.tool(
         description=(
             "Save a checkpoint of your progress in the run's ledger: a label, your step id, and any messages and "
             "state you want back after an interruption (resume_report returns the latest)."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        annotations=_ACT,
     )
     async def checkpoint(
         label: Annotated[str | None, Field(description="What this point is, e.g. 'tests pass'.")] = None,
@@ -325,9 +374,11 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         messages: Annotated[Any, Field(description="Conversation messages to keep (any JSON).")] = None,
         state: Annotated[Any, Field(description="Your working state to keep (any JSON).")] = None,
     ) -> dict[str, Any]:
-        return await _call(ws.checkpoint, label, step_id, messages, state)
+        return dict(await _call(ws.checkpoint, label, step_id, messages, state))
 
-    # -- resources -------------------------------------------------------------------------
+
+def _resources(server: MCPServer[Any], ws: Workspace) -> None:
+    """The open run's diff and log, and any run's (:meth:`sandbox.mcp.review.ReviewTools.run_text`)."""
 
     @server.resource("sandbox://run/diff", name="diff", description="The open run's patch.", mime_type="text/x-diff")
     async def current_diff() -> str:
@@ -341,31 +392,13 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
         "sandbox://runs/{run_id}/diff", name="run-diff", description="A run's patch.", mime_type="text/x-diff"
     )
     async def run_diff(run_id: str) -> str:
-        return await _call(_for_run, ws, run_id, "diff")
+        return await _call(ws.run_text, run_id, "diff")
 
     @server.resource(
         "sandbox://runs/{run_id}/log", name="run-log", description="A run's ledger.", mime_type="text/plain"
     )
     async def run_log(run_id: str) -> str:
-        return await _call(_for_run, ws, run_id, "log")
-
-    from sandbox.mcp.recovery_tools import register as register_recovery
-
-    register_recovery(server, ws, _call)  # rewind, and the conversations a run holds
-    return server
-
-
-def _for_run(ws: Workspace, run_id: str, what: str) -> str:
-    """The diff or log of any run of the repository (the resources name it), without opening it."""
-    from sandbox.run.names import resolve_run
-    from sandbox.run.run import Run
-
-    with ws.lock:  # the project's repository is shared with the recording tools
-        run = Run.open(ws.project, resolve_run(ws.project, run_id))
-    probe = Workspace(ws.project, ws.user_workdir, ws.settings)
-    probe.lock = ws.lock
-    probe.run = run
-    return probe.show_diff() if what == "diff" else probe.show_log()
+        return await _call(ws.run_text, run_id, "log")
 
 
 # -- transports ---------------------------------------------------------------------------------

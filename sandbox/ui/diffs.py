@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -31,6 +32,8 @@ from sandbox.store.pathspec import Pathspec
 
 FILES_PER_PAGE = 40
 LINES_PER_FILE = 1500
+#: Added paths that are renames of deleted ones: new path -> (old path, similarity %).
+Renames = dict[str, tuple[str, int]]
 MODE_NAMES = {"100644": "file", "100755": "executable", "120000": "symlink", "160000": "submodule"}
 
 
@@ -52,7 +55,7 @@ class Selection:
         return cls(specs, names)
 
     @classmethod
-    def of(cls, body: dict[str, Any]) -> Selection:
+    def of(cls, body: Mapping[str, object]) -> Selection:
         """From an action's JSON body: ``paths`` and ``calls`` as the boxes' text or as lists."""
         paths, calls = body.get("paths"), body.get("calls")
         sel = cls.parse(paths if isinstance(paths, str) else None, calls if isinstance(calls, str) else None)
@@ -78,7 +81,7 @@ class Selection:
         return bool(self.paths or self.calls)
 
 
-def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[dict[str, Any]], Renames]:
     from sandbox.merge.preview import diff_files, preview_range
 
     rng = preview_range(run, call_id=call_id) if call_id else preview_range(run, calls=sel.calls or None)
@@ -115,7 +118,7 @@ def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree | None:
     return obj if isinstance(obj, pygit2.Tree) else None
 
 
-def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> Renames:
     """Added paths that are renames of deleted ones: new path -> (old path, similarity %)."""
     added = {f["path"] for f in files if f["status"] == "added"}
     deleted = {f["path"] for f in files if f["status"] == "deleted"}
@@ -127,7 +130,7 @@ def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[
         return {}
     diff = old_tree.diff_to_tree(new_tree)
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
-    out: dict[str, Any] = {}
+    out: Renames = {}
     for delta in diff.deltas:
         if delta.status != pygit2.enums.DeltaStatus.RENAMED:
             continue
@@ -140,7 +143,7 @@ def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[
 def _files(
     run: Run,
     files: list[dict[str, Any]],
-    renames: dict[str, Any],
+    renames: Renames,
     page: int,
     *,
     pick: bool,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from html import escape
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from sandbox.run.run import Run
@@ -17,7 +17,16 @@ from sandbox.ui.diffs import run_diff, unified
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
 
-def _page(title: str, body: str, token: str, data: dict[str, Any] | None = None) -> str:
+class Boot(TypedDict, total=False):
+    """What a page hands its script (``data-boot``): which page it is, and the ledger tips it watches."""
+
+    page: str
+    run: str
+    tip: str | None
+    tips: dict[str, str | None]
+
+
+def _page(title: str, body: str, token: str, data: Boot | None = None) -> str:
     """A whole page: the token in a meta tag (the script sends it with each action)."""
     boot = escape(json.dumps(data or {}), quote=True)
     return (

@@ -20,11 +20,12 @@ import hmac
 import html
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -41,6 +42,16 @@ from sandbox.ui import diffs, pages, timeline
 COOKIE = "sandbox_ui"
 HEADER = "x-sandbox-token"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
+
+
+class ActionAnswer(TypedDict, total=False):
+    """What an action (``POST /api/run/RUN/ACTION``) answers, besides the run id."""
+
+    ok: bool
+    message: str
+    #: The apply, preview, undo or redo report as JSON (its model's ``model_dump``).
+    report: dict[str, object]
+    call_id: str
 
 
 @dataclass
@@ -106,31 +117,36 @@ def _unauthorized() -> Response:
     )
 
 
-def build(settings: Settings) -> Starlette:
-    """The application for ``settings`` (served by uvicorn on 127.0.0.1 by the CLI)."""
-    s = settings
+class _Routes:
+    """The application's routes over ``settings``: one method per route (bound methods are
+    request-response endpoints for Starlette)."""
 
-    def open_run(request: Request) -> Run:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+
+    def open_run(self, request: Request) -> Run:
+        """The run the request's path names, opened afresh (pygit2 objects are not shared between threads)."""
         run_id = request.path_params["run_id"]
-        if run_id not in s.project.run_ids():
+        if run_id not in self.s.project.run_ids():
             raise SandboxError(f"No run {run_id!r} in this repository.")
-        return Run.open(s.project, run_id)
+        return Run.open(self.s.project, run_id)
 
-    def runs(request: Request) -> Response:
+    def runs(self, request: Request) -> Response:
         from sandbox.run.summary import summarize_runs
 
+        s = self.s
         rows = [r for r in summarize_runs(s.project, disk=True) if not s.runs or r["run"] in s.runs]
         return HTMLResponse(pages.runs_page(rows, s.token, _tips(s)))
 
-    def run_page(request: Request) -> Response:
-        run = open_run(request)
-        return HTMLResponse(pages.run_page(run, s.token))
+    def run_page(self, request: Request) -> Response:
+        run = self.open_run(request)
+        return HTMLResponse(pages.run_page(run, self.s.token))
 
-    def calls(request: Request) -> Response:
-        return HTMLResponse(timeline.timeline(open_run(request)))
+    def calls(self, request: Request) -> Response:
+        return HTMLResponse(timeline.timeline(self.open_run(request)))
 
-    def run_diff(request: Request) -> Response:
-        run = open_run(request)
+    def run_diff(self, request: Request) -> Response:
+        run = self.open_run(request)
         q = request.query_params
         try:
             sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
@@ -139,13 +155,13 @@ def build(settings: Settings) -> Starlette:
         page = _int(q.get("page"), 0)
         return HTMLResponse(diffs.run_diff(run, page, side_by_side=q.get("view") == "split", sel=sel))
 
-    def call_diff(request: Request) -> Response:
-        run = open_run(request)
+    def call_diff(self, request: Request) -> Response:
+        run = self.open_run(request)
         side = request.query_params.get("view") == "split"
         return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
 
-    def file_rest(request: Request) -> Response:
-        run = open_run(request)
+    def file_rest(self, request: Request) -> Response:
+        run = self.open_run(request)
         q = request.query_params
         try:
             sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
@@ -153,12 +169,13 @@ def build(settings: Settings) -> Starlette:
             return HTMLResponse(f"<p class='refused'>{html.escape(exc.message)}</p>")
         return HTMLResponse(diffs.file_rest(run, q.get("path", ""), _int(q.get("from"), 0), sel))
 
-    def conflicts(request: Request) -> Response:
-        return HTMLResponse(pages.conflicts(open_run(request)))
+    def conflicts(self, request: Request) -> Response:
+        return HTMLResponse(pages.conflicts(self.open_run(request)))
 
-    def compare(request: Request) -> Response:
+    def compare(self, request: Request) -> Response:
         from sandbox.run.many import group_of
 
+        s = self.s
         ids = [r for r in request.query_params.getlist("run") if r in s.project.run_ids()]
         if len(ids) == 1:
             ids = group_of(s.project, Run.open(s.project, ids[0]))
@@ -166,14 +183,15 @@ def build(settings: Settings) -> Starlette:
             raise SandboxError("Name two or more runs to compare (or one run of a 'start --count' group).")
         return HTMLResponse(pages.compare_page([Run.open(s.project, i) for i in dict.fromkeys(ids)], s.token))
 
-    def approvals(request: Request) -> Response:
+    def approvals(self, request: Request) -> Response:
+        s = self.s
         ids = [r for r in s.project.run_ids() if not s.runs or r in s.runs]
         return HTMLResponse(pages.approvals_page([Run.open(s.project, i) for i in ids], s.token))
 
-    def tips(request: Request) -> Response:
-        return JSONResponse(_tips(s))
+    def tips(self, request: Request) -> Response:
+        return JSONResponse(_tips(self.s))
 
-    async def action(request: Request) -> Response:
+    async def action(self, request: Request) -> Response:
         try:
             body = await request.json()
         except ValueError:
@@ -183,41 +201,47 @@ def build(settings: Settings) -> Starlette:
         run_id = request.path_params["run_id"]
         name = request.path_params["action"]
 
-        def act() -> tuple[int, dict[str, Any]]:
-            with s.write_lock:
-                run = open_run(request)
+        def act() -> tuple[int, ActionAnswer]:
+            with self.s.write_lock:
+                run = self.open_run(request)
                 return _act(run, name, body)
 
         from starlette.concurrency import run_in_threadpool
 
+        answer: ActionAnswer
         try:
             status, answer = await run_in_threadpool(act)
         except SandboxError as exc:
             status, answer = 409, {"ok": False, "message": exc.message}
         return JSONResponse({"run": run_id, **answer}, status_code=status)
 
-    async def sandbox_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, SandboxError)
-        return HTMLResponse(pages.error_page(exc.message), status_code=404)
 
+async def _sandbox_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SandboxError)
+    return HTMLResponse(pages.error_page(exc.message), status_code=404)
+
+
+def build(settings: Settings) -> Starlette:
+    """The application for ``settings`` (served by uvicorn on 127.0.0.1 by the CLI)."""
+    r = _Routes(settings)
     routes = [
-        Route("/", runs),
-        Route("/run/{run_id}", run_page),
-        Route("/run/{run_id}/timeline", calls),
-        Route("/run/{run_id}/diff", run_diff),
-        Route("/run/{run_id}/call/{call_id}/diff", call_diff),
-        Route("/run/{run_id}/file", file_rest),
-        Route("/run/{run_id}/conflicts", conflicts),
-        Route("/compare", compare),
-        Route("/approvals", approvals),
-        Route("/api/tips", tips),
-        Route("/api/run/{run_id}/{action}", action, methods=["POST"]),
+        Route("/", r.runs),
+        Route("/run/{run_id}", r.run_page),
+        Route("/run/{run_id}/timeline", r.calls),
+        Route("/run/{run_id}/diff", r.run_diff),
+        Route("/run/{run_id}/call/{call_id}/diff", r.call_diff),
+        Route("/run/{run_id}/file", r.file_rest),
+        Route("/run/{run_id}/conflicts", r.conflicts),
+        Route("/compare", r.compare),
+        Route("/approvals", r.approvals),
+        Route("/api/tips", r.tips),
+        Route("/api/run/{run_id}/{action}", r.action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, settings=s)],
-        exception_handlers={SandboxError: sandbox_error},
+        middleware=[Middleware(Guard, settings=settings)],
+        exception_handlers={SandboxError: _sandbox_error},
     )
 
 
@@ -241,7 +265,7 @@ def _tips(s: Settings) -> dict[str, str | None]:
     return out
 
 
-def _act(run: Run, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAnswer]:
     """One action, as the CLI does it; (HTTP status, answer)."""
     from sandbox.merge import mergeback
 
@@ -275,9 +299,9 @@ def _act(run: Run, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]
     return 404, {"ok": False, "message": f"No action {name!r}."}
 
 
-def _dump(report: Any) -> dict[str, Any]:
-    data: dict[str, Any] = report.model_dump(mode="json")
-    return data
+def _dump(report: BaseModel) -> dict[str, object]:
+    """A report as JSON data (the CLI's ``--json`` of the same action)."""
+    return report.model_dump(mode="json")
 
 
 def _said(report: Any) -> str:

@@ -21,7 +21,8 @@ import pytest
 from conftest import make_repo
 
 from sandbox.errors import SandboxError
-from sandbox.mcp.tools import Settings, Workspace
+from sandbox.mcp.state import Settings
+from sandbox.mcp.workspace import Workspace
 from sandbox.store import beneath
 from sandbox.store.project import Project
 

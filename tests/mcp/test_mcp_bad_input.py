@@ -9,7 +9,7 @@ from typing import Any
 from mcp import ClientSession
 
 from tests.conftest import user_state
-from tests.test_mcp import serve, text
+from tests.mcp.test_mcp import serve, text
 
 ODD: list[Any] = [
     "",

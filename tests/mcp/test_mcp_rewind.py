@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp import ClientSession
 
-from tests.test_mcp import serve, text
+from tests.mcp.test_mcp import serve, text
 
 
 def test_rewind_tool_puts_files_back_and_names_the_calls_to_drop(repo: Path) -> None:

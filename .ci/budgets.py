@@ -31,7 +31,6 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/agent/confine.py",
         "sandbox/agent/launch.py",
         "sandbox/cli/outputs.py",
-        "sandbox/mcp/tools.py",
         "sandbox/merge/mergeback.py",
         "sandbox/models.py",
         "sandbox/recovery/resume.py",
@@ -41,8 +40,8 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/store/objects.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 17
-RATCHET_LOOSE_DICTS: int | None = 189
+RATCHET_LONG_FUNCTIONS: int | None = 12
+RATCHET_LOOSE_DICTS: int | None = 167
 
 
 def module_lines(root: Path) -> dict[str, int]:
@@ -106,7 +105,7 @@ def breaches(root: Path) -> tuple[list[str], list[str]]:
             out.append(f"{m} has {n} lines; the budget is {MODULE_LINES}: split it along its seams.")
     for m in sorted(RATCHET_MODULES):
         if lines.get(m, 0) <= MODULE_LINES:
-            out.append(f"{m} is within the budget now: take it off RATCHET_MODULES in .ci/budgets.py.")
+            out.append(f"{m} is within the budget now (or gone): take it off RATCHET_MODULES in .ci/budgets.py.")
     ceiling = max(LONG_FUNCTIONS, RATCHET_LONG_FUNCTIONS or 0)
     if len(longs) > ceiling:
         out.append(

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli.common import base_dir, data_root, main_workdir
 from sandbox.cli.isolation import isolation_options, resolver
+
+if TYPE_CHECKING:
+    import socket
+
+    from sandbox.agent.confine import Isolation
+    from sandbox.mcp.workspace import Workspace
 
 
 @click.command("mcp")
@@ -41,7 +48,7 @@ def mcp(
     recorded call in the run's ledger. Applying, undoing and dropping stay with you, on this CLI.
     Commands run as under 'sandbox exec' (--isolate, --network; network off by default).
     """
-    from sandbox.errors import SandboxError, UsageError
+    from sandbox.errors import UsageError
     from sandbox.store.project import Project
 
     if new and run_id:
@@ -77,9 +84,21 @@ def mcp(
         boot_id=_boot_id(),
         through_host=boxed,
     )
-    ws = Workspace(project, workdir, settings)
+    ws = _workspace(Workspace(project, workdir, settings), run_id or cwd_run, new, label, now, boxed)
+    net = now.network
+    if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
+        click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
+    _serve(ws, listening, net)
+
+
+def _workspace(
+    ws: Workspace, chosen: str | None, new: bool, label: str | None, now: Isolation, boxed: bool
+) -> Workspace:
+    """``ws`` with its run: the enclosing ``sandbox run``'s, a new one (--new) or the one chosen."""
+    from sandbox.errors import SandboxError
+
     inside = os.environ.get("SANDBOX_RUN") if new else None
-    if inside and _existing_run(project, inside):
+    if inside and _existing_run(ws.project, inside):
         # Started by an agent that 'sandbox run' runs (Codex passes SANDBOX_RUN with env_vars):
         # that run is the session's, so --new works on it instead of snapshotting another.
         ws.open_run(inside)
@@ -91,8 +110,8 @@ def mcp(
     elif new:
         _check_isolation(now)  # before a run starts: a refusal costs nothing
         ws.start_run(label)
-    elif run_id or cwd_run:
-        ws.open_run(run_id or cwd_run or "")
+    elif chosen:
+        ws.open_run(chosen)
     if ws.run is not None:
         ws.pin()  # the run chosen here is the only one the model works on
         if ws.hosted is None and not os.access(ws.run.dir, os.W_OK):
@@ -104,9 +123,11 @@ def mcp(
         # A server recording through the host runs its commands in the sandbox around it: it needs
         # no sandbox of its own (one nested in bubblewrap may not be possible there).
         _check_isolation(now)
-    net = now.network
-    if ws.run is not None:  # stderr: the client's log (stdout is the protocol)
-        click.echo(f"sandbox: serving run {ws.run.run_id} ({ws.run.worktree}) over MCP", err=True)
+    return ws
+
+
+def _serve(ws: Workspace, listening: socket.socket | None, net: bool) -> None:
+    """Serve ``ws`` over HTTP (``--port``) or stdio until the client goes away."""
     from sandbox.mcp import server
 
     if listening is not None:

@@ -22,8 +22,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from sandbox.agent.inotify import Tree
     from sandbox.agent.watcher import Watcher
+    from sandbox.fast.inotify import Tree
 
 
 class ChangeSource(Protocol):

@@ -12,11 +12,11 @@ from sandbox.cli.common import dump, emit_json, fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
-from sandbox.run import views
-from sandbox.run.views import parse_time
+from sandbox.fast import views
+from sandbox.fast.views import parse_time
 
 if TYPE_CHECKING:
-    from sandbox.run.fastread import Repository
+    from sandbox.fast.foldcache import Repository
     from sandbox.run.run import Run
 
 
@@ -101,13 +101,13 @@ def _fast_log(
     no_pager: bool,
 ) -> bool:
     """The whole log from the run's sealed fold cache; False (having shown nothing): take the full path."""
-    from sandbox.run import fastread
+    from sandbox.fast import foldcache
 
     state = repo.state(run_id)
     entries = views.entries(state)
     try:
         agent = repo.agent_git(run_id, state["run"]["base"]) if entries and not as_json else None
-    except fastread.Miss:
+    except foldcache.Miss:
         return False
     if as_json:
         emit_json(entries)
@@ -244,7 +244,7 @@ def _row(
 
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
-    from sandbox.run.agentgit import read
+    from sandbox.fast.agentgit import read
 
     if run.place.legacy or not run.worktree_exists():
         return

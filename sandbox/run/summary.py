@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox.errors import SandboxError
-from sandbox.run import views
+from sandbox.fast import views
 from sandbox.run.remote import fetched_from
 from sandbox.run.run import Run
 from sandbox.store.integrity import LedgerDamagedError
@@ -16,8 +16,8 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
     what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits).
 
-    Built by :func:`sandbox.run.views.summary` from the fold as JSON data, as the fast read path
-    (:mod:`sandbox.run.fastread`) builds it from the fold cache.
+    Built by :func:`sandbox.fast.views.summary` from the fold as JSON data, as the fast read path
+    (:mod:`sandbox.fast.foldcache`) builds it from the fold cache.
     """
     state = run.state()
     info = state.run
@@ -33,7 +33,7 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
         disk=disk,
     )
     if git_activity:
-        from sandbox.run import agentgit
+        from sandbox.fast import agentgit
 
         exists = row["worktree_exists"]
         row["agent_git"] = (

@@ -3,7 +3,7 @@
 Importing pygit2, pydantic and the models costs a command several times the interpreter's own
 start-up (issue 14), while what these commands show is already on disk, verified: the run's fold
 cache (``ledger-cache.json``), sealed with a MAC whose key lives only in the ledger. This module
-reads it with the standard library (:mod:`sandbox.store.gitread` for the few git objects and refs
+reads it with the standard library (:mod:`sandbox.fast.gitread` for the few git objects and refs
 it needs) and answers only when the answer is exactly what the full path would give:
 
 * the ledger ref's tip equals the tip the run acknowledged (or none was acknowledged), the
@@ -12,7 +12,7 @@ it needs) and answers only when the answer is exactly what the full path would g
 * the run's head ref mirrors the fold's head (the full path would repair it).
 
 What the agent did with the run's own git (branches, tags, stash, commits) is read by the same
-function on both paths (:func:`sandbox.run.agentgit.read`), so it never sends a command to the full path.
+function on both paths (:func:`sandbox.fast.agentgit.read`), so it never sends a command to the full path.
 
 Anything else (a ledger that moved on since the cache was written, a damaged or vanished run, an
 odd repository, a name that does not resolve) raises :class:`Miss`, and the command takes the full
@@ -29,8 +29,8 @@ import json
 import os
 from typing import Any
 
-from sandbox.run import agentgit, views
-from sandbox.store import gitread, layout
+from sandbox.fast import agentgit, gitread, odb, views
+from sandbox.store import layout
 
 #: The persisted format this reader understands (``sandbox.models.FORMAT_VERSION``; a test keeps them equal).
 FORMAT_VERSION = 1
@@ -60,7 +60,7 @@ class Repository:
         self.common_dir = os.path.realpath(common_dir)
         try:
             self.git = gitread.Repo(self.common_dir)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
         self._states: dict[str, dict[str, Any]] = {}
         self._ids: list[str] | None = None
@@ -69,7 +69,7 @@ class Repository:
         """A ref's target in the user's repository."""
         try:
             return self.git.ref(name)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
 
     def run_ids(self) -> list[str]:
@@ -78,7 +78,7 @@ class Repository:
         if self._ids is None:
             try:
                 refs = self.git.refs(layout.REF_ROOT)
-            except gitread.GitReadError as exc:
+            except odb.GitReadError as exc:
                 raise Miss(str(exc)) from exc
             live = {rid for rid, names in layout.run_refs(refs).items() if "ledger" in names}
             try:
@@ -131,7 +131,7 @@ class Repository:
             if entry is None or entry.is_tree:
                 raise Miss("the ledger has no fold key")
             kind, data = self.git.read(entry.oid)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
         if kind != "blob":
             raise Miss("the ledger's fold key is not a blob")
@@ -143,7 +143,7 @@ class Repository:
             base = self.git.commit(state["run"]["base"]).tree
             head = self.git.commit(state["head"]).tree
             return len(self.git.changed_paths(base, head))
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
 
     def place(self, run_id: str) -> layout.Place:
@@ -160,7 +160,7 @@ class Repository:
         return found
 
     def summary(self, run_id: str, disk: bool = False) -> dict[str, Any]:
-        """The run as ``list`` and ``status`` show it (see :func:`sandbox.run.views.summary`)."""
+        """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
         return views.summary(
             run_id,
@@ -196,7 +196,7 @@ class Repository:
 
     def agent_git(self, run_id: str, base: str) -> dict[str, Any] | None:
         """What the agent did with the run's own git, exactly as the full path shows it (both call
-        :func:`sandbox.run.agentgit.read`, standard library only); None when there is nothing to show
+        :func:`sandbox.fast.agentgit.read`, standard library only); None when there is nothing to show
         (a legacy run, no worktree here) or the run's git does not read."""
         place = self.place(run_id)
         if place.legacy or not views.worktree_exists(place):

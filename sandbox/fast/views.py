@@ -2,7 +2,7 @@
 
 Standard library only. Both read paths build their rows here, so the two cannot drift apart: the
 full one (the ledger read and folded through :mod:`sandbox.run.run`, its state dumped as JSON data)
-and the fast one (:mod:`sandbox.run.fastread`: the sealed fold cache read without pygit2 or
+and the fast one (:mod:`sandbox.fast.foldcache`: the sealed fold cache read without pygit2 or
 pydantic). ``state`` is always ``LedgerState.model_dump(mode="json")`` (what the cache stores), and
 an entry ``LedgerEntry.model_dump(mode="json")``.
 """
@@ -163,7 +163,7 @@ def agent_git_changed(g: dict[str, Any]) -> bool:
 
 
 def describe_agent_git(g: dict[str, Any]) -> list[str]:
-    """Lines for people, from :meth:`sandbox.run.agentgit.GitActivity.to_json` data: a summary, then
+    """Lines for people, from :meth:`sandbox.fast.agentgit.GitActivity.to_json` data: a summary, then
     the newest commits."""
     head = str(g.get("head") or "none")
     where = f"on branch {g['branch']}" if g.get("branch") else f"detached at {head[:12]}"

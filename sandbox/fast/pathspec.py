@@ -3,7 +3,7 @@
 pygit2 does not bind libgit2's ``git_pathspec`` API, and the paths matched here are the ones a run
 recorded (never a walk of a tree or an index), so the matching is a port of git's own rules:
 ``dir.c:match_pathspec_item`` (exact, leading-directory and fnmatch matches) and ``wildmatch.c``
-(the glob engine), on the path's bytes. ``tests/test_pathspec.py`` checks it against ``git ls-files``.
+(the glob engine), on the path's bytes. ``tests/fast/test_pathspec.py`` checks it against ``git ls-files``.
 
 Supported: plain paths and directories, globs (``*``, ``?``, ``[...]``, ``\\`` escapes; ``*``
 crosses ``/`` unless ``glob`` magic is given, as in git), the long magic ``:(top,literal,glob,

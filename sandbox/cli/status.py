@@ -29,7 +29,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         row["host"] = _host(run.project.common_dir, run.run_id)
         from sandbox.fast import views
 
-        row["network_refused"] = views.network_refusals(run.state().model_dump(mode="json"))
+        row["network_refused"] = views.network_refusals(run.state().model_dump(mode="json")["data"]["note"])
     in_flight = row["in_flight"]
     if as_json:
         emit_json(row)
@@ -92,7 +92,7 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
         return None
     row["in_flight"] = views.in_flight(repo.state(found))
     row["host"] = _host(repo.common_dir, found)
-    row["network_refused"] = views.network_refusals(repo.state(found))
+    row["network_refused"] = views.network_refusals(repo.state(found)["data"]["note"])
     return row
 
 

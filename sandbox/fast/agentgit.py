@@ -17,7 +17,7 @@ a hang or a crash. Both read paths of ``status`` and ``log`` (the full one and
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 from sandbox.fast.gitread import Repo
 from sandbox.fast.odb import GitReadError
@@ -34,6 +34,25 @@ _SYMREF_DEPTH = 5
 
 # NamedTuple rather than a dataclass: the fast read path imports this module, and dataclasses
 # costs it several milliseconds of imports (see sandbox.fast.gitread).
+class CommitJson(TypedDict):
+    """One of the agent's commits: its id and subject."""
+
+    id: str
+    subject: str
+
+
+class AgentGitJson(TypedDict):
+    """:class:`GitActivity` as JSON data (``agent_git`` of ``sandbox status --json``)."""
+
+    branch: str | None
+    head: str | None
+    branches: dict[str, str]
+    tags: dict[str, str]
+    stash: int
+    commits: list[CommitJson]
+    commit_count: int
+
+
 class GitActivity(NamedTuple):
     """The run's own git state, as the agent left it."""
 
@@ -53,7 +72,7 @@ class GitActivity(NamedTuple):
         """True when the agent did anything with git beyond editing files on the starting branch."""
         return bool(self.branches or self.tags or self.stash or self.commits)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AgentGitJson:
         """Plain JSON data."""
         return {
             "branch": self.branch,
@@ -88,7 +107,7 @@ def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
         repo.close()
 
 
-def read(git_dir: str, run_id: str, base: str) -> dict[str, Any] | None:
+def read(git_dir: str, run_id: str, base: str) -> AgentGitJson | None:
     """:func:`activity` as JSON data (what ``status --json`` shows), None when unreadable."""
     found = activity(git_dir, run_id, base)
     return None if found is None else found.to_json()

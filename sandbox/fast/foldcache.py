@@ -30,6 +30,8 @@ import os
 from typing import Any
 
 from sandbox.fast import agentgit, gitread, odb, views
+from sandbox.fast.agentgit import AgentGitJson
+from sandbox.fast.foldjson import FetchedJson, StateJson, state_json
 from sandbox.store import layout
 
 #: The persisted format this reader understands (``sandbox.models.FORMAT_VERSION``; a test keeps them equal).
@@ -62,7 +64,7 @@ class Repository:
             self.git = gitread.Repo(self.common_dir)
         except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
-        self._states: dict[str, dict[str, Any]] = {}
+        self._states: dict[str, StateJson] = {}
         self._ids: list[str] | None = None
 
     def ref(self, name: str) -> str | None:
@@ -91,7 +93,7 @@ class Repository:
             self._ids = sorted(live)
         return self._ids
 
-    def state(self, run_id: str) -> dict[str, Any]:
+    def state(self, run_id: str) -> StateJson:
         """The fold of the run's ledger as JSON data, from its sealed cache (:class:`Miss` unless exact)."""
         if run_id in self._states:
             return self._states[run_id]
@@ -122,8 +124,9 @@ class Repository:
             raise Miss(f"the fold cache of run {run_id} is another clone's")
         if state.get("head") is None or self.ref(layout.ref_name(run_id, "head")) != state["head"]:
             raise Miss(f"the head ref of run {run_id} does not mirror its ledger")
-        self._states[run_id] = state
-        return state
+        typed = state_json(state)
+        self._states[run_id] = typed
+        return typed
 
     def _key(self, tip: str) -> bytes:
         try:
@@ -137,11 +140,14 @@ class Repository:
             raise Miss("the ledger's fold key is not a blob")
         return data
 
-    def changed_paths(self, state: dict[str, Any]) -> int:
+    def changed_paths(self, state: StateJson) -> int:
         """How many paths the run's head changes from its base."""
         try:
+            tip = state["head"]
+            if tip is None:  # (state() refuses such a fold: a Miss, as the full path would repair it)
+                raise Miss("the fold has no head")
             base = self.git.commit(state["run"]["base"]).tree
-            head = self.git.commit(state["head"]).tree
+            head = self.git.commit(tip).tree
             return len(self.git.changed_paths(base, head))
         except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
@@ -150,7 +156,7 @@ class Repository:
         """Where the run's worktree and git dir are on this machine."""
         return layout.place_of(self.common_dir, run_id)
 
-    def fetched(self, run_id: str) -> dict[str, Any] | None:
+    def fetched(self, run_id: str) -> FetchedJson | None:
         """The stored record of where the run was fetched from (None: never fetched)."""
         if not os.path.exists(layout.fetched_file(self.common_dir, run_id)):
             return None
@@ -194,7 +200,7 @@ class Repository:
             return matches[0]
         raise Miss(f"{given!r} names no single run")
 
-    def agent_git(self, run_id: str, base: str) -> dict[str, Any] | None:
+    def agent_git(self, run_id: str, base: str) -> AgentGitJson | None:
         """What the agent did with the run's own git, exactly as the full path shows it (both call
         :func:`sandbox.fast.agentgit.read`, standard library only); None when there is nothing to show
         (a legacy run, no worktree here) or the run's git does not read."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from sandbox.errors import SandboxError
 from sandbox.fast import views
+from sandbox.fast.foldjson import fetched_json, state_json
 from sandbox.run.remote import fetched_from
 from sandbox.run.run import Run
 from sandbox.store.integrity import LedgerDamagedError
@@ -25,11 +26,11 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     fetched = fetched_from(run.project, run.run_id)
     row = views.summary(
         run.run_id,
-        state.model_dump(mode="json"),
+        state_json(state.model_dump(mode="json")),
         common_dir=run.project.common_dir,
         place=run.place,
         changed_paths=len(run.changed_paths()),
-        fetched=fetched.model_dump(mode="json") if fetched is not None else None,
+        fetched=fetched_json(fetched.model_dump(mode="json")) if fetched is not None else None,
         disk=disk,
     )
     if git_activity:

@@ -87,7 +87,7 @@ def events(notes: list[dict[str, Any]]) -> tuple[dict[str, list[str]], list[tupl
     call, with their time). Each row is HTML."""
     by_call: dict[str, list[str]] = {}
     loose: list[tuple[datetime.datetime | None, str]] = []
-    for item in views.network_refusals({"data": {"note": notes}}):
+    for item in views.network_refusals(notes):
         where = escape(f"{item['host']}:{item['port']}")
         how = f" ({escape(str(item['method']))})" if item.get("method") and item["method"] != "CONNECT" else ""
         text = (

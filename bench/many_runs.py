@@ -146,7 +146,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
     from sandbox.agent import host
-    from sandbox.agent.inotify import instances_of, user_limit
+    from sandbox.fast.inotify import instances_of, user_limit
 
     root = tempfile.mkdtemp(prefix="bench-many-")
     env = {**os.environ, "XDG_DATA_HOME": os.path.join(root, "data"), "SANDBOX_HOOK_AUTOSTART": "1"}

@@ -6,7 +6,7 @@ dir (real FIFOs, a bound unix socket, symlinks to devices, sparse files, zlib bo
 objects, alternates that loop), then the real ``sandbox`` runs with a timeout: a hang fails the
 test instead of hanging the suite. The pygit2 walk that came before hung for ever on the FIFO, the
 shallow and grafts traps and crashed on a commit with an unknown encoding
-(tests/test_revwalk.py covers the encodings).
+(tests/fast/test_revwalk.py covers the encodings).
 """
 
 from __future__ import annotations
@@ -336,7 +336,7 @@ def test_status_and_log_answer_whatever_the_agent_put_in_its_git_dir(repo: Path,
 
 _TRUNCATE = """
 import os, sys
-from sandbox.store import gitread
+from sandbox.fast import gitread, odb
 repo = gitread.Repo(sys.argv[1], mapped=sys.argv[2] == "mapped")
 first, last = sys.argv[3], sys.argv[4]
 repo.read(first)  # the pack is open now
@@ -344,7 +344,7 @@ pack = [p for p in os.listdir(os.path.join(sys.argv[1], "objects", "pack")) if p
 os.truncate(os.path.join(sys.argv[1], "objects", "pack", pack), 4096)  # what an agent can do meanwhile
 try:
     repo.read(last)
-except gitread.GitReadError as exc:
+except odb.GitReadError as exc:
     print("unreadable:", exc)
 """
 

@@ -23,7 +23,7 @@ from sandbox.agent import host as hostmod
 from sandbox.agent import wire
 from sandbox.agent.execute import execute
 from sandbox.agent.host import Host
-from sandbox.agent.inotify import instances_of
+from sandbox.fast.inotify import instances_of
 from sandbox.run.run import Run
 from sandbox.store.project import Project
 from tests.conftest import sandbox_cmd, wait_until, write
@@ -183,7 +183,7 @@ def test_host_watches_again_after_losing_events(run: Run, served: Host) -> None:
     ops.begin("spanning")
     tree = served.slot(run.run_id).tree
     assert tree is not None
-    tree.lose("simulated loss (a real overflow is tested in test_inotify)")
+    tree.lose("simulated loss (a real overflow is tested in tests/fast/test_inotify.py)")
     assert ops.end("spanning") is None  # cannot vouch: the caller scans
     wait_until(lambda: served.slot(run.run_id).tree is not None and served.slot(run.run_id).tree.vouching, 15)  # type: ignore[union-attr]
     ops.begin("later")
@@ -386,12 +386,12 @@ def test_a_watch_budget_too_small_for_the_tree_falls_back_to_scanning(run: Run) 
 
 
 def test_a_quiet_host_seals_what_it_recorded_so_status_reads_without_git(run: Run, served: Host) -> None:
-    from sandbox.run import fastread
+    from sandbox.fast import foldcache
 
     def fast_state() -> dict[str, Any] | None:
         try:
-            return fastread.Repository(run.project.common_dir).state(run.run_id)
-        except fastread.Miss:
+            return foldcache.Repository(run.project.common_dir).state(run.run_id)
+        except foldcache.Miss:
             return None
 
     run.seal_cache()

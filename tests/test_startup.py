@@ -33,7 +33,7 @@ HEAVY_MODULES = (
 READ = {"click", "pygit2", "pydantic", "pydantic_core", "sandbox.models", "sandbox.run.run"}
 ALLOWED: dict[str, set[str]] = {
     "--help": {"click"},
-    # list, status, log and path read the sealed fold cache with the standard library (sandbox.run.fastread)
+    # list, status, log and path read the sealed fold cache with the standard library (sandbox.fast.foldcache)
     "list": {"click"},
     "status": {"click", "sandbox.agent"},  # only sandbox.agent.wire (stdlib): the line on the repository's host
     "log": {"click", "sandbox.agent"},  # only sandbox.agent.adapters.gemini (stdlib): its calls' TOOK note
@@ -88,9 +88,11 @@ APPLY_MODULES = {
     "sandbox.store.ledger",
     "sandbox.store.locks",
     "sandbox.store.objects",
+    "sandbox.store.lru",  # objects' cache of parsed commits and trees (split out of it)
     "sandbox.store.packs",
     "sandbox.store.paths",
-    "sandbox.store.pathspec",
+    "sandbox.fast",  # the package of the next line (git's pathspecs, standard library only)
+    "sandbox.fast.pathspec",
     "sandbox.store.project",
     "sandbox.store.snapshot",
     "sandbox.store.treediff",
@@ -142,7 +144,7 @@ def started(repo: Path) -> Run:
     run = Run.start(project, workdir)
     with run.tool_call("write_file", {"path": "src/app.py"}) as call:
         call.write("src/app.py", "print('agent')\n")
-    run.seal_cache()  # as any command that opened the run leaves it (tests/test_fastread.py)
+    run.seal_cache()  # as any command that opened the run leaves it (tests/fast/test_foldcache.py)
     return run
 
 

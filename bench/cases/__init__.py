@@ -33,6 +33,7 @@ CASES = {
     "netproxy": "bench.cases.netproxy",
     "transcripts": "bench.cases.transcripts",
     "firstscreen": "bench.cases.firstscreen",
+    "ports": "bench.cases.ports",
 }
 
 

@@ -4,9 +4,9 @@ A repository of 10,000 history commits (a minute apart, one small file changed e
 ``git fast-import``); a run started on it whose agent then made 1, 100 or 1,000 commits on its
 branch (written with ``fast-import`` into the run's own git, a minute apart after the snapshot).
 Variants, interleaved: the whole ``sandbox status RUN`` process (it answers from the sealed fold
-cache and walks the agent's git with :mod:`sandbox.store.revwalk`; before, an agent's commit sent
+cache and walks the agent's git with :mod:`sandbox.fast.revwalk`; before, an agent's commit sent
 it to the full path: pygit2, pydantic, the models), the walk in-process
-(:func:`sandbox.run.agentgit.activity`), the former pygit2 walk in-process (kept here as the
+(:func:`sandbox.fast.agentgit.activity`), the former pygit2 walk in-process (kept here as the
 reference), and ``python3 -c pass``. The walk must not read the user's history below the snapshot:
 the number of commits it parsed is recorded as a row of its own.
 """
@@ -88,9 +88,8 @@ def run(ctx: Context, repo: Repo) -> None:
     if CASE in _done:
         return
     _done.add(CASE)
-    from sandbox.run import agentgit
+    from sandbox.fast import agentgit, gitread, revwalk
     from sandbox.run.run import Run
-    from sandbox.store import gitread, revwalk
     from sandbox.store.project import Project
 
     res = ctx.results

@@ -5,7 +5,7 @@ A small repository (50 files) with one run; ``sandbox list``, ``status``, ``log`
 sandbox runs on (the reference), so load on the machine hits them alike. ``apply`` of a 1-file
 patch: a call changing one file is recorded (not timed), applied by a ``sandbox apply --call``
 process (timed), then a call writing the file back is recorded and applied (not timed). The fast
-commands read the run's sealed fold cache (sandbox.run.fastread); ``status`` right after another
+commands read the run's sealed fold cache (sandbox.fast.foldcache); ``status`` right after another
 process appended to the ledger takes the full path once, and is measured on its own row. Measured
 once, on its own repository, whatever ``--sizes`` says: start-up does not depend on it.
 

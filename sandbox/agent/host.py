@@ -20,7 +20,7 @@ What it holds (:class:`Host`):
   another run's hooks, and never the host);
 * one liveness record: the flock of ``host.lock`` held for its whole life, and ``host.json``
   (:class:`~sandbox.models.HostInfo`) beside it;
-* one inotify instance (:mod:`sandbox.agent.inotify`) watching every served run's worktree, its
+* one inotify instance (:mod:`sandbox.fast.inotify`) watching every served run's worktree, its
   watches counted; a run that does not fit (the user's inotify limits, or the host's own
   ``max_runs_watched`` / ``max_watches``) is served without a watcher and its changes are found by
   scanning, which the first reply for that run says in one line (``note``);
@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox import faults
 from sandbox.agent import changes, hookproto, intake, procs, wire
-from sandbox.agent.inotify import Inotify, Tree
 from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
+from sandbox.fast.inotify import Inotify, Tree
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -62,7 +62,7 @@ IDLE_EXIT = 900.0
 #: Seconds between checks that the served runs still exist.
 CHECK_EVERY = 2.0
 #: After this long without a request, the runs recorded since are sealed (their fold cache written
-#: at the ledger's tip), so the next ``status`` or ``log`` reads without git (sandbox.run.fastread).
+#: at the ledger's tip), so the next ``status`` or ``log`` reads without git (sandbox.fast.foldcache).
 SEAL_WHEN_QUIET = 1.0
 
 

@@ -4,7 +4,7 @@
 the run's ``net.sock``. Each refusal becomes a ``note`` event (:class:`sandbox.models.NetworkRefusal`)
 naming the call that was running (the newest call in ``started`` state: the agent's hooks record a
 call as started before its tool runs), or none when it happened between calls; ``log`` and
-``status`` show them (:func:`sandbox.run.views.network_refusals`).
+``status`` show them (:func:`sandbox.fast.views.network_refusals`).
 
 A hostile agent could loop on refused connections: past :data:`MAX_RECORDED` refusals in one
 session the rest are counted, and one note at the end of the session says how many were not

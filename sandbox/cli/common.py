@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
-    from sandbox.run.fastread import Repository
+    from sandbox.fast.foldcache import Repository
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -273,17 +273,17 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
 
 def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] | None:
     """The repository and the id of the run named (or the one we are in) as the fast read path
-    finds them (:mod:`sandbox.run.fastread`); None when it cannot: take the full path."""
-    from sandbox.run import fastread
+    finds them (:mod:`sandbox.fast.foldcache`); None when it cannot: take the full path."""
+    from sandbox.fast import foldcache
 
     if os.environ.get("GIT_DIR"):
         return None  # the fast path finds repositories from the directory only: GIT_DIR is the full path's
     try:
-        repo, _workdir, cwd_run = fastread.discover(base_dir(ctx))
+        repo, _workdir, cwd_run = foldcache.discover(base_dir(ctx))
         found = repo.resolve(run_id, cwd_run)
         repo.state(found)  # the run reads whole from its sealed cache
         return repo, found
-    except fastread.Miss:
+    except foldcache.Miss:
         return None
 
 
@@ -372,7 +372,7 @@ def verified(run: Run) -> Run:
     """``run`` with its ledger read and verified; what did not match is printed, one line each.
 
     When the command ends, the run's fold cache is left at the ledger's tip, so the next ``list``,
-    ``status``, ``log`` or ``path`` reads it without git or pydantic (:mod:`sandbox.run.fastread`).
+    ``status``, ``log`` or ``path`` reads it without git or pydantic (:mod:`sandbox.fast.foldcache`).
     """
     run.load()
     seal_when_done(run)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from sandbox.fast.pathspec import Pathspec
     from sandbox.merge.hunks import Choice, FileHunks, Hunk
     from sandbox.run.run import Run
-    from sandbox.store.pathspec import Pathspec
 
 HELP = """y - apply this hunk to your tree
 n - do not apply this hunk

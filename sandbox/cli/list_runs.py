@@ -54,12 +54,12 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
 
 def _fast_rows(ctx: click.Context) -> list[dict[str, Any]] | None:
     """Every run's row from the sealed fold caches (None: one of them needs the full path)."""
-    from sandbox.run import fastread
+    from sandbox.fast import foldcache
 
     try:
-        repo, _, _ = fastread.discover(base_dir(ctx))
+        repo, _, _ = foldcache.discover(base_dir(ctx))
         rows = [repo.summary(run_id, disk=True) for run_id in repo.run_ids()]
-    except fastread.Miss:
+    except foldcache.Miss:
         return None
     rows.sort(key=lambda r: r["created_at"] or "")
     return rows

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,11 +12,13 @@ from sandbox.cli.common import dump, emit_json, fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
-from sandbox.run import views
-from sandbox.run.views import parse_time
+from sandbox.fast import views
+from sandbox.fast.foldjson import EntryJson, StateJson, state_json
+from sandbox.fast.views import RefusalJson, parse_time
 
 if TYPE_CHECKING:
-    from sandbox.run.fastread import Repository
+    from sandbox.fast.agentgit import AgentGitJson
+    from sandbox.fast.foldcache import Repository
     from sandbox.run.run import Run
 
 
@@ -73,13 +75,13 @@ def log(
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet." if specs is None else "No call changed those paths.")
         if specs is None:
-            _session_refusals(_refusals_by_call(run.state().model_dump(mode="json")), out)
+            _session_refusals(_refusals_by_call(state_json(run.state().model_dump(mode="json"))), out)
         return
     out.page()
     _header(out)
     # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
     # merge package stays unloaded: log is a fast command).
-    data = run.state().model_dump(mode="json")  # once: the rows and the partial applies read it
+    data = state_json(run.state().model_dump(mode="json"))  # once: the rows and the partial applies read it
     partly = views.partial_paths(data)
     refused = _refusals_by_call(data)
     for e in entries:
@@ -101,13 +103,13 @@ def _fast_log(
     no_pager: bool,
 ) -> bool:
     """The whole log from the run's sealed fold cache; False (having shown nothing): take the full path."""
-    from sandbox.run import fastread
+    from sandbox.fast import foldcache
 
     state = repo.state(run_id)
     entries = views.entries(state)
     try:
         agent = repo.agent_git(run_id, state["run"]["base"]) if entries and not as_json else None
-    except fastread.Miss:
+    except foldcache.Miss:
         return False
     if as_json:
         emit_json(entries)
@@ -157,21 +159,21 @@ def _matches(path: str, specs: list[str]) -> bool:
     return any(s == "" or path == s or path.startswith(s + "/") for s in specs)
 
 
-def _refusals_by_call(state: dict[str, Any]) -> dict[str | None, list[dict[str, Any]]]:
+def _refusals_by_call(state: StateJson) -> dict[str | None, list[RefusalJson]]:
     """The network allowlist's refusals per call running then (None: between calls)."""
-    found: dict[str | None, list[dict[str, Any]]] = {}
-    for item in views.network_refusals(state):
+    found: dict[str | None, list[RefusalJson]] = {}
+    for item in views.network_refusals(state["data"]["note"]):
         found.setdefault(item["call_id"], []).append(item)
     return found
 
 
-def _refused_line(item: dict[str, Any], out: Output) -> str:
+def _refused_line(item: RefusalJson, out: Output) -> str:
     when = local_time(item["at"]) if item["at"] else "?"
     where = escape.text(f"{item['host']}:{item['port']}")
     return f"       {out.style('refused:', fg='red')} network {where} at {when} (not in the allowlist)"
 
 
-def _session_refusals(left: dict[str | None, list[dict[str, Any]]], out: Output) -> None:
+def _session_refusals(left: dict[str | None, list[RefusalJson]], out: Output) -> None:
     """Refusals between calls (or of calls not listed): after the calls, tied to the session."""
     items = [item for group in left.values() for item in group]
     if items:
@@ -180,7 +182,7 @@ def _session_refusals(left: dict[str | None, list[dict[str, Any]]], out: Output)
             click.echo(_refused_line(item, out))
 
 
-def _untimed(e: dict[str, Any]) -> str | None:
+def _untimed(e: EntryJson) -> str | None:
     """Why the call's TOOK may include a wait at the agent's prompt (its agent gives no tool time), or None."""
     from sandbox.agent.adapters import gemini
 
@@ -191,10 +193,10 @@ def _untimed(e: dict[str, Any]) -> str | None:
 
 def _row(
     run_id: str,
-    e: dict[str, Any],
+    e: EntryJson,
     out: Output,
     partly: list[str] | None = None,
-    refused: list[dict[str, Any]] | None = None,
+    refused: list[RefusalJson] | None = None,
 ) -> None:
     """One call's lines; ``e`` is its ledger entry as JSON data (both read paths give it so)."""
     approval = e["approval"]
@@ -244,7 +246,7 @@ def _row(
 
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
-    from sandbox.run.agentgit import read
+    from sandbox.fast.agentgit import read
 
     if run.place.legacy or not run.worktree_exists():
         return
@@ -253,7 +255,7 @@ def _agent_git(run: Run) -> None:
         _show_agent_git(found)
 
 
-def _show_agent_git(found: dict[str, Any]) -> None:
+def _show_agent_git(found: AgentGitJson) -> None:
     if not views.agent_git_changed(found):
         return
     first, *rest = views.describe_agent_git(found)  # branch names and commit subjects are the agent's

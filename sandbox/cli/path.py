@@ -15,7 +15,7 @@ def path(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Print the absolute path of RUN's worktree (made first for a run fetched from elsewhere)."""
     fast = fast_open(ctx, run_id)
     if fast is not None:
-        from sandbox.run import views
+        from sandbox.fast import views
 
         repo, found = fast
         place = repo.place(found)

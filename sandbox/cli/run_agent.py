@@ -143,7 +143,7 @@ def run_agent(
                 click.echo(f"sandbox: copied into the worktree: {copied}", err=True)
             for warning in report.warnings:
                 click.echo(f"sandbox: warning: {escape.text(warning)}", err=True)
-    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.run.fastread)
+    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.fast.foldcache)
     made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
     if made:
         click.echo(f"sandbox: {made}", err=True)

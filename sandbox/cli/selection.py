@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sandbox.store.pathspec import Pathspec
+    from sandbox.fast.pathspec import Pathspec
 
 F = TypeVar("F", bound=Callable[..., Any])
 

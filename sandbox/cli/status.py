@@ -27,9 +27,9 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         row = summarize(run, git_activity=True, disk=True)
         row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
         row["host"] = _host(run.project.common_dir, run.run_id)
-        from sandbox.run import views
+        from sandbox.fast import views
 
-        row["network_refused"] = views.network_refusals(run.state().model_dump(mode="json"))
+        row["network_refused"] = views.network_refusals(run.state().model_dump(mode="json")["data"]["note"])
     in_flight = row["in_flight"]
     if as_json:
         emit_json(row)
@@ -69,7 +69,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         click.echo(f"  network:   {len(refused)} connection(s) refused by the allowlist: {shown}{more}")
     agent_git = row.get("agent_git")
     if agent_git:
-        from sandbox.run.views import describe_agent_git
+        from sandbox.fast.views import describe_agent_git
 
         first, *rest = describe_agent_git(agent_git)
         click.echo(f"  agent git: {escape.text(first)}")  # branch names and commit subjects are the agent's
@@ -79,7 +79,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
 
 def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
     """The status row from the run's sealed fold cache (None: take the full path)."""
-    from sandbox.run import fastread, views
+    from sandbox.fast import foldcache, views
 
     fast = fast_open(ctx, run_id)
     if fast is None:
@@ -88,11 +88,11 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
     try:
         row = repo.summary(found, disk=True)
         row["agent_git"] = repo.agent_git(found, row["base"])
-    except fastread.Miss:
+    except foldcache.Miss:
         return None
     row["in_flight"] = views.in_flight(repo.state(found))
     row["host"] = _host(repo.common_dir, found)
-    row["network_refused"] = views.network_refusals(repo.state(found))
+    row["network_refused"] = views.network_refusals(repo.state(found)["data"]["note"])
     return row
 
 

@@ -25,12 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sandbox.errors import PathRefusedError, SandboxError
+from sandbox.fast.pathspec import Pathspec
 from sandbox.merge import select
 from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run.run import Run
 from sandbox.store import objects, paths
 from sandbox.store.objects import Entry
-from sandbox.store.pathspec import Pathspec
 
 State = Entry | None
 

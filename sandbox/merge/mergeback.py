@@ -33,6 +33,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import SandboxError
+from sandbox.fast.pathspec import Pathspec
 from sandbox.merge import brings, obstacles, select, validate
 from sandbox.merge.brings import Step
 from sandbox.models import (
@@ -54,7 +55,6 @@ from sandbox.store import convert, journal, objects, sparse
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
-from sandbox.store.pathspec import Pathspec
 from sandbox.store.project import Project
 from sandbox.store.snapshot import user_git_dir
 

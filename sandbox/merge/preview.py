@@ -18,11 +18,11 @@ from typing import Any
 import pygit2
 
 from sandbox.errors import SandboxError
+from sandbox.fast.pathspec import Pathspec
 from sandbox.merge import brings, hunks, select
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.gitcli import git
-from sandbox.store.pathspec import Pathspec
 
 
 @dataclass

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.errors import SandboxError, UnknownCallError
+from sandbox.fast.pathspec import Pathspec
 from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run import names
-from sandbox.store.pathspec import Pathspec
 
 if TYPE_CHECKING:
     from sandbox.merge.mergeback import PlannedPath

@@ -69,7 +69,7 @@ def run_labels(project: Project, run_ids: Sequence[str] | None = None) -> dict[s
         try:
             run = Run.open(project, run_id)
             label = run.info.label
-            run.seal_cache()  # read whole anyway: the next name is resolved without git (sandbox.run.fastread)
+            run.seal_cache()  # read whole anyway: the next name is resolved without git (sandbox.fast.foldcache)
         except SandboxError:
             continue
         if label:

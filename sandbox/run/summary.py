@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox.errors import SandboxError
-from sandbox.run import views
+from sandbox.fast import views
+from sandbox.fast.foldjson import fetched_json, state_json
 from sandbox.run.remote import fetched_from
 from sandbox.run.run import Run
 from sandbox.store.integrity import LedgerDamagedError
@@ -16,8 +17,8 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
     what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits).
 
-    Built by :func:`sandbox.run.views.summary` from the fold as JSON data, as the fast read path
-    (:mod:`sandbox.run.fastread`) builds it from the fold cache.
+    Built by :func:`sandbox.fast.views.summary` from the fold as JSON data, as the fast read path
+    (:mod:`sandbox.fast.foldcache`) builds it from the fold cache.
     """
     state = run.state()
     info = state.run
@@ -25,15 +26,15 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     fetched = fetched_from(run.project, run.run_id)
     row = views.summary(
         run.run_id,
-        state.model_dump(mode="json"),
+        state_json(state.model_dump(mode="json")),
         common_dir=run.project.common_dir,
         place=run.place,
         changed_paths=len(run.changed_paths()),
-        fetched=fetched.model_dump(mode="json") if fetched is not None else None,
+        fetched=fetched_json(fetched.model_dump(mode="json")) if fetched is not None else None,
         disk=disk,
     )
     if git_activity:
-        from sandbox.run import agentgit
+        from sandbox.fast import agentgit
 
         exists = row["worktree_exists"]
         row["agent_git"] = (

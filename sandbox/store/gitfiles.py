@@ -191,3 +191,30 @@ def tree_rules_plain(workdir: str, names: tuple[str, ...] = (".gitattributes", "
             except OSError:
                 continue
     return None
+
+
+def plain_files_only(git_dir: str) -> bool:
+    """True when what libgit2 opens to list refs and walk commits is a regular file (or absent).
+
+    A run's git directory is the agent's to write. A FIFO where ``packed-refs``, a ref or a pack
+    should be makes libgit2 block in ``open`` for ever (measured), so ``status`` and ``log`` would
+    hang on an agent's say-so; both read paths check this first and report such a directory as
+    unreadable. Loose objects are not checked (O(objects)); the walk reads only the agent's commits.
+    """
+    named = ("HEAD", "config", "commondir", "packed-refs", "logs/refs/stash", "objects/info/alternates")
+    paths = [os.path.join(git_dir, n) for n in named]
+    for top in ("refs", os.path.join("objects", "pack")):
+        for dirpath, dirs, files in os.walk(os.path.join(git_dir, top)):
+            paths.extend(os.path.join(dirpath, f) for f in files)
+            if any(os.path.islink(os.path.join(dirpath, d)) for d in dirs):
+                return False  # a directory of refs somewhere else: not walked, not trusted
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        if not stat.S_ISREG(mode):
+            return False
+    return True

@@ -543,7 +543,7 @@ class Ledger:
 
     def seal(self) -> None:
         """Bring the fold cache up to the ledger's tip if it is behind (read commands call this, so
-        the next one reads it without git or pydantic: see :mod:`sandbox.run.fastread`)."""
+        the next one reads it without git or pydantic: see :mod:`sandbox.fast.foldcache`)."""
         state = self.state()
         # Never made again for a run a drop or gc removed meanwhile (the write would make its directory).
         if state.tip is not None and state.tip != self._cached_tip and os.path.isdir(self.run_dir):

@@ -15,17 +15,14 @@ import stat
 import threading
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import pygit2
 
 from sandbox.models import FileChange
 from sandbox.store import packs, treediff
-
-_T = TypeVar("_T")
+from sandbox.store.lru import Lru
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
@@ -99,7 +96,7 @@ class PendingObjects:
             packs.write_pack(self.objects_dir, items, len(items))
             self.wrote_pack = True
         for oid, entries in self.trees.items():
-            _remember(_tree_cache, (self.objects_dir, oid), entries)
+            _tree_cache.put((self.objects_dir, oid), entries)
         self.objects.clear()
         self.trees.clear()
 
@@ -211,54 +208,26 @@ class CommitInfo:
 
 
 #: Parsed commits and trees kept per process: at most this many objects, and this many tree entries.
-_CACHE_OBJECTS = 4096
-_CACHE_ENTRIES = 200_000
-_commit_cache: OrderedDict[tuple[str, str], CommitInfo] = OrderedDict()
-_tree_cache: OrderedDict[tuple[str, str], dict[str, Entry]] = OrderedDict()
-_cache_lock = threading.Lock()
-_cached_entries = 0
+_commit_cache: Lru[tuple[str, str], CommitInfo] = Lru(4096)
+_tree_cache: Lru[tuple[str, str], dict[str, Entry]] = Lru(4096, 200_000, len)
 
 
 def clear_caches() -> None:
     """Forget the parsed commits and trees kept in memory (benchmarks measure a cold read)."""
-    global _cached_entries
     _commit_cache.clear()
     _tree_cache.clear()
-    _cached_entries = 0
-
-
-def _cached(cache: OrderedDict[tuple[str, str], _T], key: tuple[str, str]) -> _T | None:
-    with _cache_lock:
-        found = cache.get(key)
-        if found is not None:
-            cache.move_to_end(key)
-        return found
-
-
-def _remember(cache: OrderedDict[tuple[str, str], _T], key: tuple[str, str], value: _T) -> None:
-    global _cached_entries
-    with _cache_lock:
-        if key in cache:
-            return
-        cache[key] = value
-        if isinstance(value, dict):
-            _cached_entries += len(value)
-        while len(cache) > _CACHE_OBJECTS or (cache is _tree_cache and _cached_entries > _CACHE_ENTRIES and cache):
-            _old_key, old = cache.popitem(last=False)
-            if isinstance(old, dict):
-                _cached_entries -= len(old)
 
 
 def read_commit(repo: pygit2.Repository, oid: str) -> CommitInfo:
     """A verified commit's tree, parents and message (objects never change, so they are cached)."""
     key = (_objects_dir(repo), oid)
-    found = _cached(_commit_cache, key)
+    found = _commit_cache.get(key)
     if found is not None:
         return found
     info = _parse_commit(repo, oid)
     pending = _pending(repo)
     if pending is None or oid not in pending.objects:  # only what is stored is cached
-        _remember(_commit_cache, key, info)
+        _commit_cache.put(key, info)
     return info
 
 
@@ -394,12 +363,12 @@ def _tree(repo: pygit2.Repository, oid: str | None) -> dict[str, Entry]:
     if oid is None or oid == EMPTY_TREE_HEX:
         return _NO_ENTRIES
     key = (_objects_dir(repo), oid)
-    found = _cached(_tree_cache, key)
+    found = _tree_cache.get(key)
     if found is None:
         found = _parse_tree(repo, oid)
         pending = _pending(repo)
         if pending is None or oid not in pending.objects:  # only what is stored is cached
-            _remember(_tree_cache, key, found)
+            _tree_cache.put(key, found)
     return found
 
 
@@ -440,7 +409,7 @@ def write_tree(repo: pygit2.Repository, entries: Mapping[str, Entry]) -> str:
         return oid
     with git_writes():
         oid = str(repo.odb.write(_TREE, data))
-    _remember(_tree_cache, (_objects_dir(repo), oid), dict(entries))
+    _tree_cache.put((_objects_dir(repo), oid), dict(entries))
     return oid
 
 

@@ -24,13 +24,13 @@ from sandbox.store import objects
 def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
     from sandbox.errors import SandboxError
-    from sandbox.store import gitfiles, gitread
+    from sandbox.store import gitfiles
 
     out: set[str] = set()
     # A status reads every ignore and attributes file and the git dir's: one that the agent made a
     # FIFO (or a link to one) would block libgit2 for ever (sandbox.store.gitfiles).
     gdir = gitfiles.git_dir(worktree)
-    plain = gitfiles.repository_plain(worktree) and (gdir is None or gitread.plain_files_only(gdir))
+    plain = gitfiles.repository_plain(worktree) and (gdir is None or gitfiles.plain_files_only(gdir))
     odd = None if plain else ".git"  # the worktree's HEAD and objects are read too: its refs, packs
     odd = odd or gitfiles.tree_rules_plain(worktree)
     if odd is not None:

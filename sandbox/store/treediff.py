@@ -1,7 +1,7 @@
 """Which paths differ between two git trees, whoever reads the trees.
 
 One walk for both readers: :func:`sandbox.store.objects.diff_trees` (pygit2) and
-:meth:`sandbox.store.gitread.Repo.changed_paths` (the standard library, for the fast read path).
+:meth:`sandbox.fast.gitread.Repo.changed_paths` (the standard library, for the fast read path).
 Identical subtrees are skipped by id; a path that is a tree on one side and a file on the other
 yields both the file and the tree's paths; mode-only changes count. Standard library only.
 """

@@ -27,8 +27,8 @@ from urllib.parse import quote, urlencode
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
+from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
-from sandbox.store.pathspec import Pathspec
 
 FILES_PER_PAGE = 40
 LINES_PER_FILE = 1500

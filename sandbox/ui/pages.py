@@ -135,9 +135,9 @@ def run_page(run: Run, token: str) -> str:
 
 def _refused(run: Run) -> str:
     """How many connections the run's network allowlist refused (each is in the timeline), or ""."""
-    from sandbox.run.views import network_refusals
+    from sandbox.fast.views import network_refusals
 
-    count = len(network_refusals({"data": {"note": run.state().data.note}}))
+    count = len(network_refusals(run.state().data.note))
     return f"<span class='bad'>{count} network refusal(s)</span> · " if count else ""
 
 

@@ -4,7 +4,7 @@ A call's row says its tool, command, status, duration and files; the rows under 
 wrong: its error, a denial, an uncertain end (the call started and its end was never recorded: it
 may or may not have run, and ``sandbox resume`` decides), and each connection the run's network
 allowlist refused while it ran (``note`` events with a :class:`sandbox.models.NetworkRefusal`,
-read through :func:`sandbox.run.views.network_refusals`, as ``sandbox log`` reads them).
+read through :func:`sandbox.fast.views.network_refusals`, as ``sandbox log`` reads them).
 
 What happened outside any call (a refusal between calls, refusals past the recorder's limit, an
 outage of the repository's host, processes an agent left running that were stopped) is a row of
@@ -20,8 +20,8 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from sandbox.fast import views
 from sandbox.models import LedgerEntry
-from sandbox.run import views
 from sandbox.run.run import Run
 
 STATUS_CLASS = {
@@ -87,7 +87,7 @@ def events(notes: list[dict[str, Any]]) -> tuple[dict[str, list[str]], list[tupl
     call, with their time). Each row is HTML."""
     by_call: dict[str, list[str]] = {}
     loose: list[tuple[datetime.datetime | None, str]] = []
-    for item in views.network_refusals({"data": {"note": notes}}):
+    for item in views.network_refusals(notes):
         where = escape(f"{item['host']}:{item['port']}")
         how = f" ({escape(str(item['method']))})" if item.get("method") and item["method"] != "CONNECT" else ""
         text = (

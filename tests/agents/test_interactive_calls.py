@@ -270,7 +270,7 @@ def _exited(pane: Pane, timeout: float) -> bool:
 
 
 def _seconds(text: str) -> float:
-    from sandbox.run.views import parse_time
+    from sandbox.fast.views import parse_time
 
     return parse_time(text).timestamp()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent.inotify import Inotify, instances_of
+from sandbox.fast.inotify import Inotify, instances_of
 
 
 def tree_of(root: Path, dirs: int = 3) -> Path:

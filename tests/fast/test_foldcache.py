@@ -1,7 +1,7 @@
 """The fast read path (issue 14) says exactly what the full path says, or steps aside.
 
 ``list``, ``status``, ``log`` and ``path`` answer from the run's sealed fold cache with the standard
-library only (:mod:`sandbox.run.fastread`). Each test runs the real ``sandbox`` twice: first with
+library only (:mod:`sandbox.fast.foldcache`). Each test runs the real ``sandbox`` twice: first with
 no cache (the full path: pygit2, pydantic, the ledger's events; it leaves the cache sealed at the
 tip), then again (the fast path), and the two outputs must be byte for byte the same. Which path
 answered is read from ``python -X importtime`` (the fast one loads no pygit2). Then the cases the
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import models
-from sandbox.run import fastread, views
+from sandbox.fast import foldcache, views
 from sandbox.run.run import Run
 from sandbox.run.summary import summarize
 from sandbox.store import layout
@@ -108,19 +108,19 @@ def test_rows_agree_with_the_full_path_in_process(repo: Path) -> None:
     for r in (run, other):
         r.seal_cache()
         fresh = Run.open(project, r.run_id)
-        fast = fastread.Repository(project.common_dir)
+        fast = foldcache.Repository(project.common_dir)
         assert fast.summary(r.run_id, disk=True) == summarize(fresh, disk=True)
         state = fast.state(r.run_id)
         assert views.entries(state) == [e.model_dump(mode="json") for e in fresh.entries()]
         assert views.in_flight(state) == [e.call_id for e in fresh.entries() if e.status.value == "started"]
-    assert fastread.FORMAT_VERSION == models.FORMAT_VERSION
-    assert fastread.CACHE_FILE == "ledger-cache.json" and fastread.TIP_FILE == "ledger-tip"
+    assert foldcache.FORMAT_VERSION == models.FORMAT_VERSION
+    assert foldcache.CACHE_FILE == "ledger-cache.json" and foldcache.TIP_FILE == "ledger-tip"
 
 
 def _fast_state(project: Project, run_id: str) -> dict[str, object] | None:
     try:
-        return fastread.Repository(project.common_dir).state(run_id)
-    except fastread.Miss:
+        return foldcache.Repository(project.common_dir).state(run_id)
+    except foldcache.Miss:
         return None
 
 
@@ -229,14 +229,14 @@ def test_discovery_matches_the_full_path(repo: Path, tmp_path: Path) -> None:
         (linked, linked, None),
         (Path(run.worktree) / "src", None, run.run_id),
     ):
-        fast, fast_workdir, fast_run = fastread.discover(str(where))
+        fast, fast_workdir, fast_run = foldcache.discover(str(where))
         full, full_workdir, full_run = Project.discover(str(where))
         assert fast.common_dir == full.common_dir
         assert (fast_workdir, fast_run) == (full_workdir, full_run)
         assert fast_workdir == (os.path.realpath(workdir) if workdir else None) and fast_run == in_run
     git(repo, "config", "core.worktree", str(repo))
-    with pytest.raises(fastread.Miss):
-        fastread.discover(str(repo))
+    with pytest.raises(foldcache.Miss):
+        foldcache.discover(str(repo))
 
 
 def test_a_fetched_run_without_a_worktree_here_reads_the_same_both_ways(tmp_path: Path) -> None:

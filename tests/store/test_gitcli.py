@@ -19,7 +19,7 @@ from conftest import git, make_repo, sandbox_cmd
 
 from sandbox.store import gitcli, sparse
 
-ROOT = Path(__file__).resolve().parent.parent / "sandbox"
+ROOT = Path(__file__).resolve().parents[2] / "sandbox"
 #: Modules that may spell a git command line themselves, and why.
 EXEMPT = {
     # The demo plays the user at their own terminal: its git commands are the user's, shown as typed.

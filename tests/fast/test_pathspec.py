@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.errors import UsageError
-from sandbox.store.pathspec import Pathspec, wildmatch
+from sandbox.fast.pathspec import Pathspec, wildmatch
 from tests.conftest import git, make_repo
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"

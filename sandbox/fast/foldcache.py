@@ -3,7 +3,7 @@
 Importing pygit2, pydantic and the models costs a command several times the interpreter's own
 start-up (issue 14), while what these commands show is already on disk, verified: the run's fold
 cache (``ledger-cache.json``), sealed with a MAC whose key lives only in the ledger. This module
-reads it with the standard library (:mod:`sandbox.store.gitread` for the few git objects and refs
+reads it with the standard library (:mod:`sandbox.fast.gitread` for the few git objects and refs
 it needs) and answers only when the answer is exactly what the full path would give:
 
 * the ledger ref's tip equals the tip the run acknowledged (or none was acknowledged), the
@@ -12,7 +12,7 @@ it needs) and answers only when the answer is exactly what the full path would g
 * the run's head ref mirrors the fold's head (the full path would repair it).
 
 What the agent did with the run's own git (branches, tags, stash, commits) is read by the same
-function on both paths (:func:`sandbox.run.agentgit.read`), so it never sends a command to the full path.
+function on both paths (:func:`sandbox.fast.agentgit.read`), so it never sends a command to the full path.
 
 Anything else (a ledger that moved on since the cache was written, a damaged or vanished run, an
 odd repository, a name that does not resolve) raises :class:`Miss`, and the command takes the full
@@ -29,8 +29,10 @@ import json
 import os
 from typing import Any
 
-from sandbox.run import agentgit, views
-from sandbox.store import gitread, layout
+from sandbox.fast import agentgit, gitread, odb, views
+from sandbox.fast.agentgit import AgentGitJson
+from sandbox.fast.foldjson import FetchedJson, StateJson, state_json
+from sandbox.store import layout
 
 #: The persisted format this reader understands (``sandbox.models.FORMAT_VERSION``; a test keeps them equal).
 FORMAT_VERSION = 1
@@ -60,16 +62,16 @@ class Repository:
         self.common_dir = os.path.realpath(common_dir)
         try:
             self.git = gitread.Repo(self.common_dir)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
-        self._states: dict[str, dict[str, Any]] = {}
+        self._states: dict[str, StateJson] = {}
         self._ids: list[str] | None = None
 
     def ref(self, name: str) -> str | None:
         """A ref's target in the user's repository."""
         try:
             return self.git.ref(name)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
 
     def run_ids(self) -> list[str]:
@@ -78,7 +80,7 @@ class Repository:
         if self._ids is None:
             try:
                 refs = self.git.refs(layout.REF_ROOT)
-            except gitread.GitReadError as exc:
+            except odb.GitReadError as exc:
                 raise Miss(str(exc)) from exc
             live = {rid for rid, names in layout.run_refs(refs).items() if "ledger" in names}
             try:
@@ -91,7 +93,7 @@ class Repository:
             self._ids = sorted(live)
         return self._ids
 
-    def state(self, run_id: str) -> dict[str, Any]:
+    def state(self, run_id: str) -> StateJson:
         """The fold of the run's ledger as JSON data, from its sealed cache (:class:`Miss` unless exact)."""
         if run_id in self._states:
             return self._states[run_id]
@@ -122,8 +124,9 @@ class Repository:
             raise Miss(f"the fold cache of run {run_id} is another clone's")
         if state.get("head") is None or self.ref(layout.ref_name(run_id, "head")) != state["head"]:
             raise Miss(f"the head ref of run {run_id} does not mirror its ledger")
-        self._states[run_id] = state
-        return state
+        typed = state_json(state)
+        self._states[run_id] = typed
+        return typed
 
     def _key(self, tip: str) -> bytes:
         try:
@@ -131,26 +134,29 @@ class Repository:
             if entry is None or entry.is_tree:
                 raise Miss("the ledger has no fold key")
             kind, data = self.git.read(entry.oid)
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
         if kind != "blob":
             raise Miss("the ledger's fold key is not a blob")
         return data
 
-    def changed_paths(self, state: dict[str, Any]) -> int:
+    def changed_paths(self, state: StateJson) -> int:
         """How many paths the run's head changes from its base."""
         try:
+            tip = state["head"]
+            if tip is None:  # (state() refuses such a fold: a Miss, as the full path would repair it)
+                raise Miss("the fold has no head")
             base = self.git.commit(state["run"]["base"]).tree
-            head = self.git.commit(state["head"]).tree
+            head = self.git.commit(tip).tree
             return len(self.git.changed_paths(base, head))
-        except gitread.GitReadError as exc:
+        except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
 
     def place(self, run_id: str) -> layout.Place:
         """Where the run's worktree and git dir are on this machine."""
         return layout.place_of(self.common_dir, run_id)
 
-    def fetched(self, run_id: str) -> dict[str, Any] | None:
+    def fetched(self, run_id: str) -> FetchedJson | None:
         """The stored record of where the run was fetched from (None: never fetched)."""
         if not os.path.exists(layout.fetched_file(self.common_dir, run_id)):
             return None
@@ -160,7 +166,7 @@ class Repository:
         return found
 
     def summary(self, run_id: str, disk: bool = False) -> dict[str, Any]:
-        """The run as ``list`` and ``status`` show it (see :func:`sandbox.run.views.summary`)."""
+        """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
         return views.summary(
             run_id,
@@ -194,9 +200,9 @@ class Repository:
             return matches[0]
         raise Miss(f"{given!r} names no single run")
 
-    def agent_git(self, run_id: str, base: str) -> dict[str, Any] | None:
+    def agent_git(self, run_id: str, base: str) -> AgentGitJson | None:
         """What the agent did with the run's own git, exactly as the full path shows it (both call
-        :func:`sandbox.run.agentgit.read`, standard library only); None when there is nothing to show
+        :func:`sandbox.fast.agentgit.read`, standard library only); None when there is nothing to show
         (a legacy run, no worktree here) or the run's git does not read."""
         place = self.place(run_id)
         if place.legacy or not views.worktree_exists(place):

@@ -3,7 +3,7 @@
 pygit2 does not bind libgit2's ``git_pathspec`` API, and the paths matched here are the ones a run
 recorded (never a walk of a tree or an index), so the matching is a port of git's own rules:
 ``dir.c:match_pathspec_item`` (exact, leading-directory and fnmatch matches) and ``wildmatch.c``
-(the glob engine), on the path's bytes. ``tests/test_pathspec.py`` checks it against ``git ls-files``.
+(the glob engine), on the path's bytes. ``tests/fast/test_pathspec.py`` checks it against ``git ls-files``.
 
 Supported: plain paths and directories, globs (``*``, ``?``, ``[...]``, ``\\`` escapes; ``*``
 crosses ``/`` unless ``glob`` magic is given, as in git), the long magic ``:(top,literal,glob,
@@ -250,98 +250,114 @@ def _dowild(p: bytes, pi: int, text: bytes, ti: int, flags: int) -> int:  # noqa
                 pi += 1
                 ti += 1
                 continue
-            while True:
-                if t_ch == 0:
-                    break
-                if p[pi] not in GLOB_SPECIAL:
-                    lit = _lower(p[pi]) if fold else p[pi]
-                    while ti < len(text) and (match_slash or text[ti] != ord("/")):
-                        t_ch = _lower(text[ti]) if fold else text[ti]
-                        if t_ch == lit:
-                            break
-                        ti += 1
-                    else:
-                        t_ch = text[ti] if ti < len(text) else 0
-                    if t_ch != lit:
-                        return WM_ABORT_ALL if match_slash else WM_ABORT_TO_STARSTAR
-                matched = _dowild(p, pi, text, ti, flags)
-                if matched != WM_NOMATCH:
-                    if not match_slash or matched != WM_ABORT_TO_STARSTAR:
-                        return matched
-                elif not match_slash and t_ch == ord("/"):
-                    return WM_ABORT_TO_STARSTAR
-                ti += 1
-                t_ch = text[ti] if ti < len(text) else 0
-                if fold:
-                    t_ch = _lower(t_ch)
-            return WM_ABORT_ALL
+            return _star(p, pi, text, ti, t_ch, flags, match_slash)
         elif p_ch == ord("["):
-            pi += 1
-            p_ch = p[pi] if pi < len(p) else 0
-            if p_ch == ord("!"):
-                p_ch = ord("^")
-            negated = p_ch == ord("^")
-            if negated:
-                pi += 1
-                p_ch = p[pi] if pi < len(p) else 0
-            prev_ch = 0
-            matched_class = False
-            while True:
-                if not p_ch:
-                    return WM_ABORT_ALL
-                if p_ch == ord("\\"):
-                    pi += 1
-                    p_ch = p[pi] if pi < len(p) else 0
-                    if not p_ch:
-                        return WM_ABORT_ALL
-                    if t_ch == p_ch:
-                        matched_class = True
-                elif p_ch == ord("-") and prev_ch and pi + 1 < len(p) and p[pi + 1] != ord("]"):
-                    pi += 1
-                    p_ch = p[pi]
-                    if p_ch == ord("\\"):
-                        pi += 1
-                        p_ch = p[pi] if pi < len(p) else 0
-                        if not p_ch:
-                            return WM_ABORT_ALL
-                    if prev_ch <= t_ch <= p_ch or fold and 0x61 <= t_ch <= 0x7A and prev_ch <= t_ch - 32 <= p_ch:
-                        matched_class = True
-                    p_ch = 0
-                elif p_ch == ord("[") and p[pi + 1 : pi + 2] == b":":
-                    start = pi + 2
-                    end = start
-                    while end < len(p) and p[end] != ord("]"):
-                        end += 1
-                    if end >= len(p):
-                        return WM_ABORT_ALL
-                    if end - start == 0 or p[end - 1] != ord(":"):
-                        # not a class name: treat the '[' as a literal
-                        pi = start - 2
-                        p_ch = ord("[")
-                        if t_ch == p_ch:
-                            matched_class = True
-                    else:
-                        name = p[start : end - 1]
-                        test = _CLASSES.get(name)
-                        if test is None:
-                            return WM_ABORT_ALL  # malformed [:class:]
-                        if name == b"upper" and fold:
-                            test = _CLASSES[b"lower"]
-                        if t_ch and test(t_ch):
-                            matched_class = True
-                        pi = end
-                        p_ch = 0
-                elif t_ch == p_ch:
-                    matched_class = True
-                prev_ch = p_ch
-                pi += 1
-                p_ch = p[pi] if pi < len(p) else 0
-                if p_ch == ord("]"):
-                    break
-            if matched_class == negated or (flags & WM_PATHNAME and t_ch == ord("/")):
-                return WM_NOMATCH
+            pi, found = _bracket(p, pi, t_ch, flags, fold)
+            if found != WM_MATCH:
+                return found
         elif t_ch != p_ch:
             return WM_NOMATCH
         pi += 1
         ti += 1
     return WM_NOMATCH if ti < len(text) else WM_MATCH
+
+
+def _bracket(p: bytes, pi: int, t_ch: int, flags: int, fold: bool) -> tuple[int, int]:  # noqa: C901 - a faithful port
+    """The ``[...]`` branch of :func:`_dowild` (``pi`` at the ``[``): where the pattern's closing ``]``
+    is, and WM_MATCH when ``t_ch`` is in the class (else what ``dowild`` returns there)."""
+    pi += 1
+    p_ch = p[pi] if pi < len(p) else 0
+    if p_ch == ord("!"):
+        p_ch = ord("^")
+    negated = p_ch == ord("^")
+    if negated:
+        pi += 1
+        p_ch = p[pi] if pi < len(p) else 0
+    prev_ch = 0
+    matched_class = False
+    while True:
+        if not p_ch:
+            return pi, WM_ABORT_ALL
+        if p_ch == ord("\\"):
+            pi += 1
+            p_ch = p[pi] if pi < len(p) else 0
+            if not p_ch:
+                return pi, WM_ABORT_ALL
+            if t_ch == p_ch:
+                matched_class = True
+        elif p_ch == ord("-") and prev_ch and pi + 1 < len(p) and p[pi + 1] != ord("]"):
+            pi += 1
+            p_ch = p[pi]
+            if p_ch == ord("\\"):
+                pi += 1
+                p_ch = p[pi] if pi < len(p) else 0
+                if not p_ch:
+                    return pi, WM_ABORT_ALL
+            if prev_ch <= t_ch <= p_ch or fold and 0x61 <= t_ch <= 0x7A and prev_ch <= t_ch - 32 <= p_ch:
+                matched_class = True
+            p_ch = 0
+        elif p_ch == ord("[") and p[pi + 1 : pi + 2] == b":":
+            start = pi + 2
+            end = start
+            while end < len(p) and p[end] != ord("]"):
+                end += 1
+            if end >= len(p):
+                return pi, WM_ABORT_ALL
+            if end - start == 0 or p[end - 1] != ord(":"):
+                # not a class name: treat the '[' as a literal
+                pi = start - 2
+                p_ch = ord("[")
+                if t_ch == p_ch:
+                    matched_class = True
+            else:
+                name = p[start : end - 1]
+                test = _CLASSES.get(name)
+                if test is None:
+                    return pi, WM_ABORT_ALL  # malformed [:class:]
+                if name == b"upper" and fold:
+                    test = _CLASSES[b"lower"]
+                if t_ch and test(t_ch):
+                    matched_class = True
+                pi = end
+                p_ch = 0
+        elif t_ch == p_ch:
+            matched_class = True
+        prev_ch = p_ch
+        pi += 1
+        p_ch = p[pi] if pi < len(p) else 0
+        if p_ch == ord("]"):
+            break
+    if matched_class == negated or (flags & WM_PATHNAME and t_ch == ord("/")):
+        return pi, WM_NOMATCH
+    return pi, WM_MATCH
+
+
+def _star(p: bytes, pi: int, text: bytes, ti: int, t_ch: int, flags: int, match_slash: bool) -> int:
+    """The end of :func:`_dowild`'s ``*`` branch: try the rest of the pattern at every place the star
+    may stop (``t_ch``: the text's byte at ``ti``, folded as the caller folds it)."""
+    fold = bool(flags & WM_CASEFOLD)
+    while True:
+        if t_ch == 0:
+            break
+        if p[pi] not in GLOB_SPECIAL:
+            lit = _lower(p[pi]) if fold else p[pi]
+            while ti < len(text) and (match_slash or text[ti] != ord("/")):
+                t_ch = _lower(text[ti]) if fold else text[ti]
+                if t_ch == lit:
+                    break
+                ti += 1
+            else:
+                t_ch = text[ti] if ti < len(text) else 0
+            if t_ch != lit:
+                return WM_ABORT_ALL if match_slash else WM_ABORT_TO_STARSTAR
+        matched = _dowild(p, pi, text, ti, flags)
+        if matched != WM_NOMATCH:
+            if not match_slash or matched != WM_ABORT_TO_STARSTAR:
+                return matched
+        elif not match_slash and t_ch == ord("/"):
+            return WM_ABORT_TO_STARSTAR
+        ti += 1
+        t_ch = text[ti] if ti < len(text) else 0
+        if fold:
+            t_ch = _lower(t_ch)
+    return WM_ABORT_ALL

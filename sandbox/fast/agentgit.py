@@ -7,21 +7,23 @@ top of the snapshot. ``sandbox apply`` still applies files only: the agent's com
 run (never removed by apply) until the run is dropped.
 
 The directory is the agent's to write, so it is read with the standard library
-(:mod:`sandbox.store.gitread`, :mod:`sandbox.store.revwalk`): no file is opened that could block (a
+(:mod:`sandbox.fast.gitread`, :mod:`sandbox.fast.revwalk`): no file is opened that could block (a
 FIFO, a socket, a device), none is read past a bound, every object is checked against its id, and the
 walk stops as git's does. Whatever cannot be read makes the whole answer None ("unreadable"), never
 a hang or a crash. Both read paths of ``status`` and ``log`` (the full one and
-:mod:`sandbox.run.fastread`) call :func:`read`, so they show the same thing. Standard library only
+:mod:`sandbox.fast.foldcache`) call :func:`read`, so they show the same thing. Standard library only
 (the fast path imports it; an import-linter contract checks it).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
-from sandbox.store.gitread import GitReadError, Repo, plain_files_only
+from sandbox.fast.gitread import Repo
+from sandbox.fast.odb import GitReadError
+from sandbox.fast.revwalk import Walker, reflog_entries, subject
+from sandbox.store.gitfiles import plain_files_only
 from sandbox.store.layout import run_branch
-from sandbox.store.revwalk import Walker, reflog_entries, subject
 
 #: At most this many of the agent's commits are listed (the count is exact up to :data:`MAX_WALK`).
 MAX_LISTED = 20
@@ -31,7 +33,26 @@ _SYMREF_DEPTH = 5
 
 
 # NamedTuple rather than a dataclass: the fast read path imports this module, and dataclasses
-# costs it several milliseconds of imports (see sandbox.store.gitread).
+# costs it several milliseconds of imports (see sandbox.fast.gitread).
+class CommitJson(TypedDict):
+    """One of the agent's commits: its id and subject."""
+
+    id: str
+    subject: str
+
+
+class AgentGitJson(TypedDict):
+    """:class:`GitActivity` as JSON data (``agent_git`` of ``sandbox status --json``)."""
+
+    branch: str | None
+    head: str | None
+    branches: dict[str, str]
+    tags: dict[str, str]
+    stash: int
+    commits: list[CommitJson]
+    commit_count: int
+
+
 class GitActivity(NamedTuple):
     """The run's own git state, as the agent left it."""
 
@@ -51,7 +72,7 @@ class GitActivity(NamedTuple):
         """True when the agent did anything with git beyond editing files on the starting branch."""
         return bool(self.branches or self.tags or self.stash or self.commits)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AgentGitJson:
         """Plain JSON data."""
         return {
             "branch": self.branch,
@@ -67,8 +88,8 @@ class GitActivity(NamedTuple):
 def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
     """Read the run's own git directory; None when it cannot be read (missing, a legacy run, a file
     that is not a plain file where git keeps refs and packs, see
-    :func:`sandbox.store.gitread.plain_files_only`, or anything :mod:`sandbox.store.gitread` and
-    :mod:`sandbox.store.revwalk` refuse to read: a FIFO or a device where an object should be, a
+    :func:`sandbox.store.gitfiles.plain_files_only`, or anything :mod:`sandbox.fast.gitread` and
+    :mod:`sandbox.fast.revwalk` refuse to read: a FIFO or a device where an object should be, a
     damaged or oversized object, a format they do not read, a walk past its bound)."""
     if not plain_files_only(git_dir):
         return None
@@ -86,7 +107,7 @@ def activity(git_dir: str, run_id: str, base: str) -> GitActivity | None:
         repo.close()
 
 
-def read(git_dir: str, run_id: str, base: str) -> dict[str, Any] | None:
+def read(git_dir: str, run_id: str, base: str) -> AgentGitJson | None:
     """:func:`activity` as JSON data (what ``status --json`` shows), None when unreadable."""
     found = activity(git_dir, run_id, base)
     return None if found is None else found.to_json()

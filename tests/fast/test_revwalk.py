@@ -1,7 +1,7 @@
 """The agent's git read with the standard library equals what pygit2 (libgit2) reads.
 
-:func:`sandbox.run.agentgit.activity` used to walk the run's own git with pygit2; it now walks it with
-:mod:`sandbox.store.revwalk`. pygit2 stays here only as the oracle: :func:`oracle` is the former
+:func:`sandbox.fast.agentgit.activity` used to walk the run's own git with pygit2; it now walks it with
+:mod:`sandbox.fast.revwalk`. pygit2 stays here only as the oracle: :func:`oracle` is the former
 implementation (tips pushed in the same order as the new one pushes them, since libgit2's order of
 commits with equal times depends on it), and hypothesis builds random histories (merges, octopus
 merges, branches, lightweight and annotated tags, a detached HEAD, an unborn branch, stash reflogs
@@ -18,9 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.run import agentgit
-from sandbox.run.agentgit import MAX_LISTED, MAX_WALK, GitActivity
-from sandbox.store import gitread, revwalk
+from sandbox.fast import agentgit, gitread, revwalk
+from sandbox.fast.agentgit import MAX_LISTED, MAX_WALK, GitActivity
 from sandbox.store.layout import run_branch
 from tests.conftest import git
 
@@ -28,7 +27,7 @@ RUN = "r1"
 
 
 def oracle(git_dir: str, run_id: str, base: str) -> GitActivity | None:
-    """The former pygit2 implementation of :func:`sandbox.run.agentgit.activity`."""
+    """The former pygit2 implementation of :func:`sandbox.fast.agentgit.activity`."""
     try:
         repo = pygit2.Repository(git_dir)
     except (pygit2.GitError, KeyError):

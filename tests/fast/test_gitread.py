@@ -1,4 +1,4 @@
-"""sandbox.store.gitread: the standard-library git reader agrees with pygit2, or says it cannot answer."""
+"""sandbox.fast.gitread: the standard-library git reader agrees with pygit2, or says it cannot answer."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sandbox.fast.gitread import Commit, Repo
+from sandbox.fast.odb import GitReadError
 from sandbox.run.run import Run
 from sandbox.store import integrity, layout, objects
-from sandbox.store.gitread import Commit, GitReadError, Repo
 from sandbox.store.project import Project
 from tests.conftest import commit_all, git, make_repo, write
 

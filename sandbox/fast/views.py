@@ -2,9 +2,9 @@
 
 Standard library only. Both read paths build their rows here, so the two cannot drift apart: the
 full one (the ledger read and folded through :mod:`sandbox.run.run`, its state dumped as JSON data)
-and the fast one (:mod:`sandbox.run.fastread`: the sealed fold cache read without pygit2 or
+and the fast one (:mod:`sandbox.fast.foldcache`: the sealed fold cache read without pygit2 or
 pydantic). ``state`` is always ``LedgerState.model_dump(mode="json")`` (what the cache stores), and
-an entry ``LedgerEntry.model_dump(mode="json")``.
+an entry ``LedgerEntry.model_dump(mode="json")``, typed as :mod:`sandbox.fast.foldjson` says.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
+from sandbox.fast.agentgit import AgentGitJson
+from sandbox.fast.foldjson import EntryJson, FetchedJson, StateJson, fetched_json
 from sandbox.store import layout
 from sandbox.store.fsutil import disk_usage
 
@@ -29,13 +32,13 @@ def iso_time(when: datetime.datetime) -> str:
     return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def entries(state: dict[str, Any]) -> list[dict[str, Any]]:
+def entries(state: StateJson) -> list[EntryJson]:
     """The run's calls in the order they were first recorded."""
     calls = state["calls"]
     return [calls[c] for c in state["order"]]
 
 
-def partial_paths(state: dict[str, Any]) -> dict[str, list[str]]:
+def partial_paths(state: StateJson) -> dict[str, list[str]]:
     """Per call, the paths of the user's tree that hold only some of its hunks (``apply --hunks``),
     by path order (as ``log`` marks its rows)."""
     found: dict[str, list[str]] = {}
@@ -46,14 +49,14 @@ def partial_paths(state: dict[str, Any]) -> dict[str, list[str]]:
     return found
 
 
-def partly_applied(state: dict[str, Any]) -> list[str]:
+def partly_applied(state: StateJson) -> list[str]:
     """Calls of which only some hunks are in the user's tree and that are not undone, in ledger order."""
     found = partial_paths(state)
     calls = state["calls"]
     return [c for c in state["order"] if c in found and c in calls and not calls[c]["undone"]]
 
 
-def in_flight(state: dict[str, Any]) -> list[str]:
+def in_flight(state: StateJson) -> list[str]:
     """Calls that started and did not finish (a crash, or running now)."""
     return [e["call_id"] for e in entries(state) if e["status"] in ("started", "uncertain")]
 
@@ -63,21 +66,21 @@ def worktree_exists(place: layout.Place) -> bool:
     return os.path.isfile(os.path.join(place.worktree, ".git")) and os.path.isdir(place.git_dir)
 
 
-def fetched_from(common_dir: str, run_id: str) -> dict[str, Any] | None:
+def fetched_from(common_dir: str, run_id: str) -> FetchedJson | None:
     """Where the run was last fetched from, as stored (None: made here, never fetched, or unreadable)."""
     try:
         with open(layout.fetched_file(common_dir, run_id), encoding="utf-8") as fh:
             found = json.load(fh)
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) else None
+    return fetched_json(found) if isinstance(found, dict) else None
 
 
 #: The first line of a conflict section ``apply --3way`` writes (its labels: yours, base, agent).
 MARKER = b"<<<<<<< yours"
 
 
-def conflict_markers(state: dict[str, Any], common_dir: str) -> list[str]:
+def conflict_markers(state: StateJson, common_dir: str) -> list[str]:
     """Paths of this clone's tree where ``apply --3way`` wrote conflict markers that are still there.
 
     A path the sandbox wrote with a state other than the agent's (and not some hunks of it) was a
@@ -104,12 +107,12 @@ def conflict_markers(state: dict[str, Any], common_dir: str) -> list[str]:
 
 def summary(
     run_id: str,
-    state: dict[str, Any],
+    state: StateJson,
     *,
     common_dir: str,
     place: layout.Place,
     changed_paths: int,
-    fetched: dict[str, Any] | None,
+    fetched: FetchedJson | None,
     disk: bool = False,
 ) -> dict[str, Any]:
     """A run as ``list`` and ``status`` show it (``status`` adds ``agent_git``, ``in_flight``, ``host``).
@@ -157,13 +160,13 @@ def summary(
     }
 
 
-def agent_git_changed(g: dict[str, Any]) -> bool:
+def agent_git_changed(g: AgentGitJson) -> bool:
     """True when the agent did anything with git beyond editing files on the starting branch."""
     return bool(g.get("branches") or g.get("tags") or g.get("stash") or g.get("commits"))
 
 
-def describe_agent_git(g: dict[str, Any]) -> list[str]:
-    """Lines for people, from :meth:`sandbox.run.agentgit.GitActivity.to_json` data: a summary, then
+def describe_agent_git(g: AgentGitJson) -> list[str]:
+    """Lines for people, from :meth:`sandbox.fast.agentgit.GitActivity.to_json` data: a summary, then
     the newest commits."""
     head = str(g.get("head") or "none")
     where = f"on branch {g['branch']}" if g.get("branch") else f"detached at {head[:12]}"
@@ -187,12 +190,23 @@ def describe_agent_git(g: dict[str, Any]) -> list[str]:
     return lines
 
 
-def network_refusals(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Connections the run's allowlist proxy refused, oldest first: ``host``, ``port``, ``at``,
-    ``call_id`` (the call running then, None between calls), ``session`` (see
-    :class:`sandbox.models.NetworkRefusal`, stored in ``note`` events)."""
-    out = []
-    for note in state["data"]["note"]:
+class RefusalJson(TypedDict):
+    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.NetworkRefusalRow``)."""
+
+    host: str
+    port: int | None
+    at: str | None
+    method: str | None
+    call_id: str | None
+    session: str | None
+
+
+def network_refusals(notes: Sequence[Mapping[str, Any]]) -> list[RefusalJson]:
+    """Connections the run's allowlist proxy refused, oldest first, from the fold's ``note`` events'
+    data (``state["data"]["note"]``): ``host``, ``port``, ``at``, ``call_id`` (the call running then,
+    None between calls), ``session`` (see :class:`sandbox.models.NetworkRefusal`)."""
+    out: list[RefusalJson] = []
+    for note in notes:
         item = note.get("network_refused")
         if isinstance(item, dict) and isinstance(item.get("host"), str):
             out.append(

@@ -3,18 +3,18 @@
 ``sandbox status`` shows the commits the agent made in the run's own git directory (commits
 reachable from its refs and HEAD, not from the snapshot). That directory is the agent's to write,
 so reading it must never block or blow up whatever the agent put there; and the fast commands must
-not pay pygit2's import. This module walks commits with :mod:`sandbox.store.gitread` (every file
+not pay pygit2's import. This module walks commits with :mod:`sandbox.fast.gitread` (every file
 opened without blocking, regular files only, sizes bounded, every object checked against its id)
 and reproduces libgit2's (v1.9) revwalk with ``GIT_SORT_TOPOLOGICAL | GIT_SORT_TIME`` and hidden
 commits exactly, down to the order of commits with equal times: its limit pass (git's
 interesting/uninteresting walk, which stops a few commits after only uninteresting ones are left,
 so the user's history below the snapshot is not walked), its topological sort and its binary heap.
-tests/test_revwalk.py checks the result against pygit2 on random histories.
+tests/fast/test_revwalk.py checks the result against pygit2 on random histories.
 
 Parsing follows libgit2's rules too (a commit's quick parse for the walk, the full one for the
 commits listed, grafts and ``shallow`` honoured, a reflog's malformed lines skipped), so the
 answer is the one the pygit2 walk gave. What libgit2 would have failed on raises
-:class:`~sandbox.store.gitread.GitReadError`.
+:class:`~sandbox.fast.odb.GitReadError`.
 
 Only the standard library is imported (an import-linter contract in pyproject.toml checks it).
 """
@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import re
 
-from sandbox.store.gitread import GitReadError, Repo
+from sandbox.fast.gitread import Repo
+from sandbox.fast.odb import GitReadError
 
 #: How many commits libgit2 looks at past the last interesting one before it stops (its SLOP).
 SLOP = 5

@@ -35,13 +35,11 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/models.py",
         "sandbox/recovery/resume.py",
         "sandbox/run/run.py",
-        "sandbox/store/gitread.py",
         "sandbox/store/ledger.py",
-        "sandbox/store/objects.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 12
-RATCHET_LOOSE_DICTS: int | None = 167
+RATCHET_LONG_FUNCTIONS: int | None = 11
+RATCHET_LOOSE_DICTS: int | None = 138
 
 
 def module_lines(root: Path) -> dict[str, int]:

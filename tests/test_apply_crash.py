@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import faults
-from sandbox.merge import mergeback
+from sandbox.merge import mergeback, writing
 from sandbox.run.run import Run
 from sandbox.store import fsutil
 from tests.conftest import sandbox_cmd, user_state
@@ -75,7 +75,7 @@ def crash(repo: Path, point: str, *args: str) -> None:
 
 def test_fault_points_are_registered() -> None:
     for op in ("apply", "undo", "redo"):
-        for step in mergeback.STEPS:
+        for step in writing.STEPS:
             assert f"{op}.{step}" in faults.POINTS
 
 

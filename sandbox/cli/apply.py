@@ -111,7 +111,7 @@ def apply(
     exits 1. Applying twice is a no-op; an interrupted apply is finished by --continue or rolled
     back by 'sandbox undo'.
     """
-    from sandbox.merge import mergeback
+    from sandbox.merge import mergeback, writing
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
     from sandbox.store import journal
@@ -126,7 +126,7 @@ def apply(
         if run_id:
             opened = Run.open(project, resolve_run(project, run_id, cwd_run))
             dirs = [opened.user_workdir, opened.worktree]
-        reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
+        reports = [r for d in dirs if (r := writing.continue_pending(project, d)) is not None]
         if not reports:
             click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
         for report in reports:

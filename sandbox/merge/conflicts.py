@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.merge import mergeback
+from sandbox.merge import planning, threeway
 from sandbox.run.run import Run
 from sandbox.store import convert, objects
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK
@@ -101,7 +101,7 @@ class Conflict:
 
 def explain(run: Run, calls: list[str] | None = None, paths: list[str] | None = None) -> list[Conflict]:
     """The paths applying ``calls``/``paths`` of the run (all by default) would refuse, explained."""
-    result = mergeback.plan(run, calls, paths)
+    result = planning.plan(run, calls, paths)
     repo = run.repo
     root = run.user_workdir
     conv = convert.for_tree(root)
@@ -123,7 +123,7 @@ def explain(run: Run, calls: list[str] | None = None, paths: list[str] | None = 
             yours.data = os.fsencode(os.readlink(os.path.join(root, p.path)))
         c = Conflict(p.path, p.reason, p.hint, p.calls, base, agent, yours, obstacle=p.obstacle)
         if agent.text and yours.text and (base.text or base.mode is None):
-            merged, _n = mergeback.merge_text(run.project, yours.data or b"", base.data or b"", agent.data or b"", True)
+            merged, _n = threeway.merge_text(run.project, yours.data or b"", base.data or b"", agent.data or b"", True)
             c.regions = regions(merged.decode(errors="replace"))
         out.append(c)
     return out

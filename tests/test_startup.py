@@ -100,6 +100,7 @@ APPLY_MODULES = {
     "sandbox.store.snapshot",
     "sandbox.store.treediff",
     "sandbox.store.sparse",
+    "sandbox.store.trailers",  # the Sandbox-* trailers of the sandbox's commits (standard library only)
 }
 
 

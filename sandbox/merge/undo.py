@@ -38,7 +38,7 @@ from sandbox.models import (
     UserPathRecord,
 )
 from sandbox.run.run import Run
-from sandbox.store import journal, objects
+from sandbox.store import journal, objects, trailers
 from sandbox.store.journal import State
 from sandbox.store.project import Project
 
@@ -398,7 +398,10 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
         new_head = child
     else:
-        message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
+        undone = trailers.UNDO if op == "undo" else trailers.REDO
+        message = trailers.message(
+            f"sandbox: {op} {entry.call_id}", [(trailers.RUN, run.run_id), (undone, entry.call_id)]
+        )
         # Durable before the journal names it; its event follows the file writes (writing.execute).
         new_head = run.write_commit(new_tree, head, message)
     event = run.new_event(

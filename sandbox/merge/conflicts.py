@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from sandbox.merge import planning, threeway
 from sandbox.run.run import Run
@@ -25,6 +25,35 @@ from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK
 #: Lines of unchanged text shown around each conflicting region.
 CONTEXT = 3
 _MARKERS = ("<<<<<<< yours", "||||||| base", "=======", ">>>>>>> agent")
+
+
+class SideJSON(TypedDict):
+    """One version of a conflicting path as plain data: blob id, mode (six octal digits), a few words."""
+
+    oid: str | None
+    mode: str | None
+    describe: str
+
+
+class RegionJSON(TypedDict):
+    """One conflicting region of the diff3 merge as plain data."""
+
+    line: int
+    lines: list[str]
+
+
+class ConflictJSON(TypedDict):
+    """One conflict as ``sandbox conflicts --json`` prints it."""
+
+    path: str
+    reason: str
+    hint: str
+    calls: list[str]
+    base: SideJSON
+    agent: SideJSON
+    yours: SideJSON
+    obstacle: bool
+    regions: list[RegionJSON]
 
 
 @dataclass
@@ -80,10 +109,10 @@ class Conflict:
     #: The diff3 merge's conflicting regions with context (text on all three sides), else empty.
     regions: list[Region] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ConflictJSON:
         """The conflict as plain data (``sandbox conflicts --json``)."""
 
-        def side(s: Side) -> dict[str, Any]:
+        def side(s: Side) -> SideJSON:
             return {"oid": s.oid, "mode": f"{s.mode:06o}" if s.mode else None, "describe": s.describe()}
 
         return {

@@ -20,7 +20,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import pygit2
@@ -28,6 +28,12 @@ import pygit2
 from sandbox.errors import SandboxError, UsageError
 from sandbox.run.run import Run
 from sandbox.store.pathspec import Pathspec
+
+if TYPE_CHECKING:
+    from sandbox.merge.preview import FileRecord
+
+#: Added paths that are renames of deleted ones: new path -> (old path, similarity %).
+Renames = dict[str, tuple[str, int]]
 
 FILES_PER_PAGE = 40
 LINES_PER_FILE = 1500
@@ -78,7 +84,7 @@ class Selection:
         return bool(self.paths or self.calls)
 
 
-def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[FileRecord], Renames]:
     from sandbox.merge.preview import diff_files, preview_range
 
     rng = preview_range(run, call_id=call_id) if call_id else preview_range(run, calls=sel.calls or None)
@@ -115,7 +121,7 @@ def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree | None:
     return obj if isinstance(obj, pygit2.Tree) else None
 
 
-def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+def _renames(run: Run, old: str, new: str, files: list[FileRecord]) -> Renames:
     """Added paths that are renames of deleted ones: new path -> (old path, similarity %)."""
     added = {f["path"] for f in files if f["status"] == "added"}
     deleted = {f["path"] for f in files if f["status"] == "deleted"}
@@ -127,7 +133,7 @@ def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[
         return {}
     diff = old_tree.diff_to_tree(new_tree)
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
-    out: dict[str, Any] = {}
+    out: Renames = {}
     for delta in diff.deltas:
         if delta.status != pygit2.enums.DeltaStatus.RENAMED:
             continue
@@ -139,8 +145,8 @@ def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> dict[
 
 def _files(
     run: Run,
-    files: list[dict[str, Any]],
-    renames: dict[str, Any],
+    files: list[FileRecord],
+    renames: Renames,
     page: int,
     *,
     pick: bool,
@@ -170,7 +176,7 @@ def _files(
     return "".join(out)
 
 
-def _mode(f: dict[str, Any]) -> str:
+def _mode(f: FileRecord) -> str:
     before, after = f["before_mode"], f["after_mode"]
     if before and after and before != after:
         names = f"{MODE_NAMES.get(before, before)} → {MODE_NAMES.get(after, after)}"
@@ -178,7 +184,7 @@ def _mode(f: dict[str, Any]) -> str:
     return ""
 
 
-def _head(f: dict[str, Any], pick: bool, title: str, ids: list[str], status: str) -> str:
+def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) -> str:
     """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
     box = ""
     if pick:
@@ -213,7 +219,7 @@ def _blob_size(run: Run, oid: str | None) -> str:
     return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
 
 
-def _file(run: Run, f: dict[str, Any], pick: bool, side_by_side: bool, sel: Selection) -> str:
+def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
     whole = not f["hunks"]
     head = _head(f, pick, f"<code>{escape(f['path'])}</code>", [f["id"]] if whole else [], f["status"])
     if f["binary"]:
@@ -277,15 +283,17 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
     return "".join(out)
 
 
-def _renamed(run: Run, gone: dict[str, Any], f: dict[str, Any], similarity: int, pick: bool, side: bool) -> str:
+def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
     title = f"<code>{escape(gone['path'])}</code> → <code>{escape(f['path'])}</code> ({similarity}% similar)"
-    merged = {**f, "before_mode": gone["before_mode"]}
+    merged = f.copy()
+    merged["before_mode"] = gone["before_mode"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
     if gone["binary"] or f["binary"]:
         return head + "<p class='note'>Binary file: not shown.</p></div>"
-    old = run.repo.get(gone["before_hash"])
-    new = run.repo.get(f["after_hash"])
+    # A rename pairs a deleted path (it had a before blob) with an added one (it has an after blob).
+    old = run.repo.get(gone["before_hash"]) if gone["before_hash"] else None
+    new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
     if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
         return head + "</div>"
     text = pygit2.Patch.create_from(old.data, new.data, context_lines=3).text or ""

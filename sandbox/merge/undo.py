@@ -23,7 +23,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import SandboxError
-from sandbox.merge import mergeback, planning, select, treeops, writing
+from sandbox.merge import decide, mergeback, planning, select, treeops, writing
 from sandbox.merge.mergeback import ApplyConflict
 from sandbox.merge.planned import PlannedPath, conflict_report, partial_of, prior_records, state_record
 from sandbox.models import (
@@ -319,7 +319,7 @@ def _move_user(
     for p in planned:
         record = user_paths.get(p.path) or UserPathRecord()
         if op == "undo" and p.action == "write" and journal.entry_state(record.mode, record.oid) != p.user.state:
-            p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
+            decide.conflict(p)  # the sandbox wrote something else there (a 3-way merge)
     _refuse(run, entry, op, "user", root, planned)
     writes = [p for p in planned if p.action == "write"]
     records = []
@@ -387,9 +387,7 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     planned = planning.plan_moves(root, [(path, src, dst, entry.call_id) for path, (src, dst) in states.items()])
     for p in planned:
         if objects.lookup(repo, head_tree, p.path) != p.steps[0].before:
-            p.action, p.write = "conflict", None
-            p.reason = "a later call changed it in the run"
-            p.hint = "undo that call first"
+            decide.conflict(p, "a later call changed it in the run", "undo that call first")
     _refuse(run, entry, op, "sandbox", root, planned)
     new_tree = objects.edit_tree(repo, head_tree, {path: dst for path, (_src, dst) in states.items()})
     parent, child = entry.parent_commit, entry.commit

@@ -13,7 +13,7 @@ from sandbox.merge import mergeback, writing
 from sandbox.run.run import Run
 from sandbox.store import fsutil
 from tests.conftest import sandbox_cmd, user_state
-from tests.test_apply import start
+from tests.merge.test_apply import start
 
 pytestmark = pytest.mark.slow
 

@@ -31,15 +31,14 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/agent/confine.py",
         "sandbox/agent/launch.py",
         "sandbox/cli/outputs.py",
-        "sandbox/merge/mergeback.py",
         "sandbox/models.py",
         "sandbox/recovery/resume.py",
         "sandbox/run/run.py",
         "sandbox/store/ledger.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 11
-RATCHET_LOOSE_DICTS: int | None = 138
+RATCHET_LONG_FUNCTIONS: int | None = 9
+RATCHET_LOOSE_DICTS: int | None = 127
 
 
 def module_lines(root: Path) -> dict[str, int]:

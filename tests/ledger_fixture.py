@@ -78,7 +78,7 @@ def observe(repo: Path) -> dict[str, Any]:
     from click.testing import CliRunner
 
     from sandbox.cli import cli
-    from sandbox.merge import mergeback
+    from sandbox.merge import planning
     from sandbox.recovery.resume import classify
     from sandbox.run.run import Run
     from sandbox.store.project import Project
@@ -93,7 +93,7 @@ def observe(repo: Path) -> dict[str, Any]:
     out["entries"] = [e.model_dump(mode="json") for e in run.entries()]
     out["events"] = [(ev.kind.value, ev.call_id) for _oid, ev in run.events()]
     out["classify"] = {e.call_id: classify(e) for e in run.entries()}
-    plan = mergeback.plan(run)
+    plan = planning.plan(run)
     out["plan"] = [
         {"path": p.path, "action": p.action, "reason": p.reason, "hint": p.hint, "record": _plain(p.record)}
         for p in sorted(plan.paths, key=lambda p: p.path)

@@ -12,7 +12,7 @@ from sandbox.merge import mergeback
 from sandbox.merge.undo import undo
 from sandbox.run.run import Run
 from tests.conftest import commit_all, git, sandbox_cmd, tree_digest, user_state, write
-from tests.test_apply import invoke, start
+from tests.merge.test_apply import invoke, start
 
 
 def other_refs(repo: Path, but: str) -> str:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from sandbox.run.run import Run
 from tests.conftest import on_pty, sandbox_cmd
-from tests.test_apply import invoke, start
+from tests.merge.test_apply import invoke, start
 
 SED = ["sed", "-i", "s/a/b/; 1i x", "f"]
 LONG = "x" * 300

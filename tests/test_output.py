@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sandbox.cli.output import colorbool, pager_command, want_color
 from sandbox.run.run import Run
 from tests.conftest import git, on_pty, sandbox_cmd, write
-from tests.test_apply import invoke, start
+from tests.merge.test_apply import invoke, start
 
 ESC = b"\x1b["
 

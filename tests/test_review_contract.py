@@ -13,7 +13,7 @@ from sandbox.cli import cli
 from sandbox.merge import mergeback
 from sandbox.merge.undo import undo
 from tests.conftest import tree_digest, write
-from tests.test_apply import invoke, start
+from tests.merge.test_apply import invoke, start
 
 
 def test_apply_after_rollback_files_writes_exactly_what_diff_shows(repo: Path, runner: CliRunner) -> None:

@@ -64,10 +64,15 @@ APPLY_MODULES = {
     "sandbox.faults",
     "sandbox.merge",
     "sandbox.merge.brings",  # what the run brings: the one decision diff and apply read
+    "sandbox.merge.decide",  # the per-path verdict
     "sandbox.merge.mergeback",
     "sandbox.merge.obstacles",
+    "sandbox.merge.planned",  # the plan's types
+    "sandbox.merge.planning",
     "sandbox.merge.select",
     "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
+    "sandbox.merge.threeway",  # --3way's merge (git merge-file), imported with the plan
+    "sandbox.merge.writing",  # the journaled write
     "sandbox.models",
     "sandbox.run",
     "sandbox.run.config",
@@ -97,6 +102,7 @@ APPLY_MODULES = {
     "sandbox.store.snapshot",
     "sandbox.store.treediff",
     "sandbox.store.sparse",
+    "sandbox.store.trailers",  # the Sandbox-* trailers of the sandbox's commits (standard library only)
 }
 
 

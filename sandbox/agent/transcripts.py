@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, TranscriptIndex, from_json, to_json
-from sandbox.store import objects, packs
+from sandbox.store import objects, packs, trailers
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -132,7 +132,9 @@ def store(
                 CHUNKS: objects.Entry(objects.MODE_TREE, chunks_tree),
             },
         )
-        message = f"sandbox: transcript of {agent} session {session} ({reason})\n\nSandbox-Run: {run.run_id}\n"
+        message = trailers.message(
+            f"sandbox: transcript of {agent} session {session} ({reason})", [(trailers.RUN, run.run_id)]
+        )
         commit = objects.write_commit(run.repo, tree, [], message, objects.now())
         record = {
             "agent": agent,

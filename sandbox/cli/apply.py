@@ -172,7 +172,7 @@ def apply(
 
 def _continue(project: Project, workdir: str | None, run_id: str | None, cwd_run: str | None, as_json: bool) -> None:
     """``apply --continue``: finish the interrupted apply, undo or redo of RUN (or of this tree)."""
-    from sandbox.merge import mergeback
+    from sandbox.merge import writing
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
@@ -180,7 +180,7 @@ def _continue(project: Project, workdir: str | None, run_id: str | None, cwd_run
     if run_id:
         opened = Run.open(project, resolve_run(project, run_id, cwd_run))
         dirs = [opened.user_workdir, opened.worktree]
-    reports = [r for d in dirs if (r := mergeback.continue_pending(project, d)) is not None]
+    reports = [r for d in dirs if (r := writing.continue_pending(project, d)) is not None]
     if not reports:
         click.echo("Nothing to continue: no interrupted apply, undo or redo is pending.")
     for report in reports:

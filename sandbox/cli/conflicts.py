@@ -49,7 +49,7 @@ def show_conflicts(
 ) -> None:
     """The body of ``sandbox conflicts`` (and of ``sandbox diff --conflicts``)."""
     from sandbox.merge.conflicts import explain
-    from sandbox.merge.mergeback import NothingToApplyError
+    from sandbox.merge.planning import NothingToApplyError
     from sandbox.run.names import resolve_call_id
 
     run = open_run(ctx, run_id)

@@ -46,15 +46,15 @@ class Quit(Exception):
 
 def choose(run: Run, calls: list[str] | None, spec: Pathspec | None, with_deps: bool) -> Choice | None:
     """Ask about every hunk the apply would write; None when nothing was chosen."""
-    from sandbox.merge import hunks, mergeback
+    from sandbox.merge import hunks, mergeback, partial, planning
 
     if not sys.stdin.isatty():
         raise click.UsageError("--hunks asks on a terminal; give the hunk ids with --hunks-from FILE instead.")
-    plan = mergeback.plan(run, calls, spec, with_deps=with_deps)
+    plan = planning.plan(run, calls, spec, with_deps=with_deps)
     if plan.conflicts:
         mergeback.refuse(plan.conflicts, plan.report(dry_run=True))
     choice = hunks.Choice()
-    files = hunks.offered(run.repo, plan)
+    files = partial.offered(run.repo, plan)
     if not files:
         click.echo("Every selected change is already in your tree; there is no hunk to choose.")
     try:

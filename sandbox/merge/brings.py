@@ -16,7 +16,7 @@ events carry (a fetched ledger could list a path its commit does not hold):
 * pathspecs, ``--exclude`` and ``--call`` restrict it; the sandbox's own files never count.
 
 What this clone already has is not subtracted here but decided per path by the apply plan
-(:mod:`sandbox.merge.mergeback`): the user's file equal to the chain's end is "already applied".
+(:mod:`sandbox.merge.decide`): the user's file equal to the chain's end is "already applied".
 """
 
 from __future__ import annotations

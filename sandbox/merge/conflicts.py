@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
-from sandbox.merge import mergeback
+from sandbox.merge import planning, threeway
 from sandbox.run.run import Run
 from sandbox.store import convert, objects
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK
@@ -25,6 +25,35 @@ from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK
 #: Lines of unchanged text shown around each conflicting region.
 CONTEXT = 3
 _MARKERS = ("<<<<<<< yours", "||||||| base", "=======", ">>>>>>> agent")
+
+
+class SideJSON(TypedDict):
+    """One version of a conflicting path as plain data: blob id, mode (six octal digits), a few words."""
+
+    oid: str | None
+    mode: str | None
+    describe: str
+
+
+class RegionJSON(TypedDict):
+    """One conflicting region of the diff3 merge as plain data."""
+
+    line: int
+    lines: list[str]
+
+
+class ConflictJSON(TypedDict):
+    """One conflict as ``sandbox conflicts --json`` prints it."""
+
+    path: str
+    reason: str
+    hint: str
+    calls: list[str]
+    base: SideJSON
+    agent: SideJSON
+    yours: SideJSON
+    obstacle: bool
+    regions: list[RegionJSON]
 
 
 @dataclass
@@ -80,10 +109,10 @@ class Conflict:
     #: The diff3 merge's conflicting regions with context (text on all three sides), else empty.
     regions: list[Region] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ConflictJSON:
         """The conflict as plain data (``sandbox conflicts --json``)."""
 
-        def side(s: Side) -> dict[str, Any]:
+        def side(s: Side) -> SideJSON:
             return {"oid": s.oid, "mode": f"{s.mode:06o}" if s.mode else None, "describe": s.describe()}
 
         return {
@@ -101,7 +130,7 @@ class Conflict:
 
 def explain(run: Run, calls: list[str] | None = None, paths: list[str] | None = None) -> list[Conflict]:
     """The paths applying ``calls``/``paths`` of the run (all by default) would refuse, explained."""
-    result = mergeback.plan(run, calls, paths)
+    result = planning.plan(run, calls, paths)
     repo = run.repo
     root = run.user_workdir
     conv = convert.for_tree(root)
@@ -123,7 +152,7 @@ def explain(run: Run, calls: list[str] | None = None, paths: list[str] | None = 
             yours.data = os.fsencode(os.readlink(os.path.join(root, p.path)))
         c = Conflict(p.path, p.reason, p.hint, p.calls, base, agent, yours, obstacle=p.obstacle)
         if agent.text and yours.text and (base.text or base.mode is None):
-            merged, _n = mergeback.merge_text(run.project, yours.data or b"", base.data or b"", agent.data or b"", True)
+            merged, _n = threeway.merge_text(run.project, yours.data or b"", base.data or b"", agent.data or b"", True)
             c.regions = regions(merged.decode(errors="replace"))
         out.append(c)
     return out

@@ -12,9 +12,9 @@ and in ``sandbox apply --hunks-from``, before and after some of them were taken.
 is not a text edit (added, deleted, binary, a symlink, a mode change) is one unit; its id (``file``)
 is the hash of the path and both states, and naming it takes the whole file, as naming every hunk does.
 
-Taking a subset writes ``base + chosen changes`` (a new blob); the apply records it as a
-:class:`~sandbox.models.PartialApply` so that ``status``/``log`` say "partly applied", a later
-apply can take the rest, and ``undo`` puts back exactly the base.
+Taking a subset writes ``base + chosen changes`` (a new blob); the apply (:mod:`sandbox.merge.partial`)
+records it as a :class:`~sandbox.models.PartialApply` so that ``status``/``log`` say "partly applied",
+a later apply can take the rest, and ``undo`` puts back exactly the base.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
-from sandbox.models import HunkTaken, PartialApply
 from sandbox.store import objects
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
 if TYPE_CHECKING:
-    from sandbox.merge.mergeback import ApplyPlan, PlannedPath
     from sandbox.store.journal import State
 
 CONTEXT = 3
@@ -343,90 +341,3 @@ def read_ids(text: str) -> set[str]:
         if line:
             ids.add(line)
     return ids
-
-
-def for_path(repo: pygit2.Repository, p: PlannedPath) -> FileHunks:
-    """The hunks a planned write offers: from the chain's start (or an earlier partial's base) to the agent."""
-    fh = file_hunks(repo, p.path, p.base, p.agent)
-    if p.partial_from is not None:
-        fh.taken = [h.id for h in p.partial_from.hunks]
-    return fh
-
-
-def offered(repo: pygit2.Repository, plan: ApplyPlan) -> list[FileHunks]:
-    """Every planned write's hunks, in path order (what ``apply --hunks`` asks about)."""
-    return [for_path(repo, p) for p in plan.writes]
-
-
-def restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
-    """Cut ``plan`` down to what ``choice`` takes: whole paths, partial paths (a new blob), or none.
-
-    Raises :class:`HunkSelectionError` for ids that name nothing this apply would write, and when
-    the rest of a file holding an edited hunk would be taken only in part.
-    """
-    with objects.batch(repo):  # the new blobs in one pack: one fsync'd write, not one per file
-        _restrict(repo, plan, choice)
-
-
-def _restrict(repo: pygit2.Repository, plan: ApplyPlan, choice: Choice) -> None:
-    known: set[str] = set()
-    left_out: set[str] = set()
-    for p in plan.writes:
-        fh = for_path(repo, p)
-        known |= fh.all_ids() | set(choice.edits)
-        taken = take(fh, choice)
-        if taken is None:
-            p.action, p.write, p.record = "skip", None, None
-            p.reason = "left out: none of its hunks was chosen"
-            left_out.add(p.path)
-            continue
-        if taken.whole:
-            continue
-        partial = p.partial_from
-        if partial is not None and partial.edited:
-            raise HunkSelectionError(
-                f"{p.path!r} holds a hunk you edited in an earlier 'apply --hunks'; take the rest of it whole "
-                "(apply without --hunks) or undo that apply first."
-            )
-        wrote = write_taken(repo, fh, taken)
-        p.write = wrote
-        assert p.record is not None and wrote is not None
-        base = fh.before
-        partial = PartialApply(
-            base_mode=base.mode if base else None,
-            base_oid=base.oid if base else None,
-            agent_mode=fh.after.mode if fh.after else None,
-            agent_oid=fh.after.oid if fh.after else None,
-            calls=p.calls,
-            hunks=[HunkTaken(id=i, header=h) for i, h in zip(taken.ids, taken.headers, strict=True)],
-            edited=taken.edited,
-        )
-        p.record = p.record.model_copy(
-            update={
-                "mode": wrote.mode,
-                "oid": wrote.oid,
-                "target_mode": wrote.mode,
-                "target_oid": wrote.oid,
-                "partial": partial,
-            }
-        )
-        p.taken = taken.ids
-        total = len(fh.changes)
-        p.reason = f"partly: {len([i for i in taken.ids if i in {c.id for c in fh.changes}])} of {total} change(s)"
-        if taken.edited:
-            p.reason += ", with an edited hunk"
-        left_out.add(p.path)
-    unknown = sorted(choice.ids - known)
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        raise HunkSelectionError(
-            f"No change this apply would write has the hunk id(s) {shown} (already applied, left out by the "
-            f"selection, or from another diff); list the ids with 'sandbox diff {plan.run_id} --json' and the "
-            "same --call and paths. Nothing was written."
-        )
-    if left_out:
-        plan.fully_applied = [c for c in plan.fully_applied if not _touches(plan, c, left_out)]
-
-
-def _touches(plan: ApplyPlan, call_id: str, paths: set[str]) -> bool:
-    return any(call_id in p.calls for p in plan.paths if p.path in paths)

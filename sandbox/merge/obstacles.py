@@ -13,30 +13,23 @@ either writes everything or nothing:
   fails ``access``);
 * a path the user's sparse checkout excludes (its skip-worktree bit, or outside the cone).
 
-The plan's paths are :class:`sandbox.merge.mergeback.PlannedPath`; an obstacle sets ``action`` to
-``conflict`` with a reason and a hint, and ``obstacle`` so later steps keep that reason.
+The plan's paths are :class:`sandbox.merge.planned.PlannedPath`; an obstacle turns one into a
+conflict with a reason and a hint (:func:`sandbox.merge.decide.obstacle`), marked ``obstacle`` so
+later steps keep that reason.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import pygit2
 
+from sandbox.merge import decide
+from sandbox.merge.planned import PlannedPath
 from sandbox.store.gitcli import git
-
-if TYPE_CHECKING:
-    from sandbox.merge.mergeback import PlannedPath
 
 #: Pathspecs per ``git ls-files`` call (keeps the argument list far below the system's limit).
 LS_FILES_BATCH = 500
-
-
-def refuse(p: PlannedPath, reason: str, hint: str) -> None:
-    """Turn ``p`` into a conflict caused by an obstacle."""
-    p.action, p.write, p.record, p.markers = "conflict", None, None, False
-    p.reason, p.hint, p.obstacle = reason, hint, True
 
 
 def _removed(by_path: dict[str, PlannedPath], rel: str) -> bool:
@@ -50,13 +43,13 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
         return
     # Through a symlinked parent only when the plan itself replaces that symlink with a directory.
     if p.user.kind == "via_link" and not _removed(by_path, p.user.blocker or ""):
-        refuse(
+        decide.obstacle(
             p,
             f"{p.user.blocker!r} is a symlink in your tree; the sandbox never writes through one",
             "replace the symlink with a real directory, or leave this path out (--exclude PATH)",
         )
     elif p.user.kind == "blocked" and p.user.blocker is not None and not _removed(by_path, p.user.blocker):
-        refuse(
+        decide.obstacle(
             p,
             f"{p.user.blocker!r} is a file in your tree, where the agent has a directory",
             "move that file away, or leave this path out (--exclude PATH)",
@@ -68,7 +61,7 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
             for name in filenames + [d for d in dirnames if d not in real_dirs]:
                 rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
                 if not _removed(by_path, rel):
-                    refuse(
+                    decide.obstacle(
                         p,
                         f"it is a directory in your tree holding files the agent did not remove ({rel!r})",
                         "move the directory away, or leave this path out (--exclude PATH)",
@@ -78,7 +71,7 @@ def check_structure(root: str, p: PlannedPath, by_path: dict[str, PlannedPath]) 
                 # Nothing the plan removes will ever empty it: it stays, and the file cannot go there.
                 rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
                 what = "an empty directory" if rel == p.path else f"a directory holding the empty directory {rel!r}"
-                refuse(
+                decide.obstacle(
                     p,
                     f"it is {what} in your tree, where the agent has a file",
                     "remove or move the directory away, or leave this path out (--exclude PATH)",
@@ -97,14 +90,16 @@ def check_access(root: str, writes: list[PlannedPath]) -> None:
         full = os.path.join(root, p.path)
         if p.user.unreadable:
             where = f" ({p.user.blocker!r})" if p.user.blocker and p.user.blocker != p.path else ""
-            refuse(
+            decide.obstacle(
                 p,
                 f"it cannot be read in your tree{where}: {p.user.unreadable}",
                 "make it readable (chmod u+r), or leave this path out (--exclude PATH)",
             )
             continue
         if p.user.kind == "file" and not _writable(os.lstat(full), full):
-            refuse(p, "it is read-only in your tree", "make it writable (chmod u+w), or leave it out (--exclude PATH)")
+            decide.obstacle(
+                p, "it is read-only in your tree", "make it writable (chmod u+w), or leave it out (--exclude PATH)"
+            )
             continue
         # The nearest directory that exists (a file in the way is removed by the plan itself).
         directory = os.path.dirname(full)
@@ -115,7 +110,7 @@ def check_access(root: str, writes: list[PlannedPath]) -> None:
             dirs_ok[directory] = _writable(st, directory) and os.access(directory, os.X_OK)
         if not dirs_ok[directory]:
             rel = os.path.relpath(directory, root).replace(os.sep, "/")
-            refuse(
+            decide.obstacle(
                 p,
                 f"its directory {rel + '/'!r} is read-only in your tree",
                 "make the directory writable (chmod u+w), or leave this path out (--exclude PATH)",
@@ -197,7 +192,7 @@ def check_sparse(workdir: str, gitdir: str, planned: list[PlannedPath]) -> None:
     excluded = sparse_excluded(workdir, gitdir, [p.path for p in candidates])
     for p in candidates:
         if p.path in excluded:
-            refuse(
+            decide.obstacle(
                 p,
                 "it is outside your sparse checkout (git sparse-checkout excludes it)",
                 "add its directory to your sparse checkout (git sparse-checkout add DIR), "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import pygit2
 
@@ -23,6 +23,40 @@ from sandbox.merge import brings, hunks, select
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.gitcli import git
+
+
+class ChangeRecord(TypedDict):
+    """One change of a split hunk: its stable id and ``@@`` header."""
+
+    id: str
+    header: str
+
+
+class HunkRecord(TypedDict):
+    """One hunk of a file's diff: its stable id, ``@@`` header, text as git prints it, and its changes."""
+
+    id: str
+    header: str
+    text: str
+    changes: list[ChangeRecord]
+
+
+class FileRecord(TypedDict):
+    """One changed file of a preview (``sandbox diff --json``, the ui's diff pages)."""
+
+    path: str
+    #: added, deleted, modified, or mode (the content unchanged)
+    status: str
+    before_hash: str | None
+    after_hash: str | None
+    #: Modes as six octal digits (``100644``), None where the file is absent.
+    before_mode: str | None
+    after_mode: str | None
+    binary: bool
+    patch: str
+    #: The id that takes the whole file (see :mod:`sandbox.merge.hunks`).
+    id: str
+    hunks: list[HunkRecord]
 
 
 @dataclass
@@ -94,7 +128,7 @@ def _tree_of(repo: pygit2.Repository, oid: str) -> str | None:
     return oid
 
 
-def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[dict[str, Any]]:
+def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[FileRecord]:
     """Per-file records of the range: path, status, blob ids, modes, binary flag, patch text, and the
     file's and its hunks' stable ids (see :mod:`sandbox.merge.hunks`). In-process: no git process."""
     repo = run.repo
@@ -122,7 +156,7 @@ def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[dict[
                 texts[path] = texts.get(path, b"") + patch.data
                 if delta.is_binary:
                     binary.add(path)
-    out = []
+    out: list[FileRecord] = []
     for change in changes:
         status = "added" if change.old is None else "deleted" if change.new is None else "modified"
         if change.old and change.new and change.old.oid == change.new.oid:

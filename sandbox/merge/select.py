@@ -9,7 +9,8 @@ only expands ranges (``2..@``, ``@~3..``).
 A selected call *depends* on an earlier call when both change a path and the earlier one is
 neither selected nor already in the user's tree for that path: the selected call's before-state
 for the path is (or builds on) the earlier call's after-state. :func:`dependencies` names them so
-that ``apply`` can say "apply it too" instead of blaming the user, and ``--with-deps`` adds them.
+that ``apply`` can say "apply it too" instead of blaming the user
+(:func:`sandbox.merge.decide.explain_dependencies`), and ``--with-deps`` adds them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run import names
 
 if TYPE_CHECKING:
-    from sandbox.merge.mergeback import PlannedPath
     from sandbox.run.run import Run
 
 Resolver = Callable[[LedgerState, str, str], LedgerEntry]
@@ -161,35 +161,3 @@ def with_dependencies(
 
     deps = dependencies(state, [e.call_id for e in selected], relevant)
     return sorted([*selected, *(d.call for d in deps)], key=lambda e: e.seq)
-
-
-def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntry], planned: list[PlannedPath]) -> None:
-    """Name the unselected calls a conflicting path needs first, instead of blaming the user.
-
-    Where the user's file is at a state before those calls (the agent's earlier, unapplied call
-    changed it first), the conflict says which calls to add (``--call N`` or ``--with-deps``);
-    only a file at none of those states is reported as the user's change.
-    """
-    from sandbox.store import journal  # here: `diff` imports this module and must stay light
-
-    deps = dependencies(state, [e.call_id for e in selected], lambda path: not run.is_private(path))
-    by_path: dict[str, list[LedgerEntry]] = {}
-    for dep in deps:
-        for path in dep.paths:
-            by_path.setdefault(path, []).append(dep.call)
-    for p in planned:
-        needed = sorted(by_path.get(p.path, []), key=lambda e: e.seq)
-        if p.action != "conflict" or p.obstacle or not needed:
-            continue
-        p.needs = [e.call_id for e in needed]
-        earlier = [
-            journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
-        ]
-        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
-        flags = " ".join(f"--call {e.seq}" for e in needed)
-        one = len(needed) == 1
-        if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):
-            p.reason, p.waits = f"{names} changed this file first", True
-            p.hint = f"apply {'it' if one else 'them'} too with '{flags}', or use --with-deps"
-        else:
-            p.hint += f"; the selected calls also build on {names} (--with-deps adds {'it' if one else 'them'})"

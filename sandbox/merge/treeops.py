@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from sandbox import faults
 from sandbox.errors import SandboxError
-from sandbox.merge import mergeback
-from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report
+from sandbox.merge import mergeback, planning, writing
+from sandbox.merge.mergeback import ApplyConflict
+from sandbox.merge.planned import PlannedPath, conflict_report
 from sandbox.models import (
     ApplyJournal,
     Event,
@@ -106,7 +107,7 @@ def stack(run: Run, state: LedgerState) -> Stack:
 
 
 def _plan(run: Run, moves: list[tuple[str, journal.State, journal.State]], label: str) -> list[PlannedPath]:
-    return mergeback.plan_moves(run.user_workdir, [(p, src, dst, label) for p, src, dst in moves], user_tree=True)
+    return planning.plan_moves(run.user_workdir, [(p, src, dst, label) for p, src, dst in moves], user_tree=True)
 
 
 def move(run: Run, op: Operation, kind: str, lock_timeout: float = 30.0) -> UndoReport:
@@ -183,13 +184,13 @@ def move(run: Run, op: Operation, kind: str, lock_timeout: float = 30.0) -> Undo
             target="user",
             target_dir=root,
             calls=calls,
-            entries=mergeback.journal_entries(run.repo, root, writes),
+            entries=writing.journal_entries(run.repo, root, writes),
             event=event,
             pid=os.getpid(),
             token=journal.new_token(),
         )
         if writes:
-            written = mergeback.execute(run, j)
+            written = writing.execute(run, j)
         else:
             faults.point(f"{kind}.before_ledger")
             run.record_event(event)

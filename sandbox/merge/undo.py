@@ -23,8 +23,9 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import SandboxError
-from sandbox.merge import mergeback, select, treeops
-from sandbox.merge.mergeback import ApplyConflict, PlannedPath, conflict_report, state_record
+from sandbox.merge import decide, mergeback, planning, select, treeops, writing
+from sandbox.merge.mergeback import ApplyConflict
+from sandbox.merge.planned import PlannedPath, conflict_report, partial_of, prior_records, state_record
 from sandbox.models import (
     ApplyJournal,
     ConflictReport,
@@ -37,7 +38,7 @@ from sandbox.models import (
     UserPathRecord,
 )
 from sandbox.run.run import Run
-from sandbox.store import journal, objects
+from sandbox.store import journal, objects, trailers
 from sandbox.store.journal import State
 from sandbox.store.project import Project
 
@@ -190,7 +191,7 @@ def _move(
                 return _move_user(run, state, entry, op, root, only, partial or [])
             return _move_sandbox(run, state, entry, op, root)
         except (OSError, pygit2.GitError) as exc:
-            # Writes to the tree turn their own errors into WriteFailedError (mergeback.execute):
+            # Writes to the tree turn their own errors into WriteFailedError (writing.execute):
             # what reaches here failed while planning (reading files, storing the new commit).
             what = journal.describe(exc) if isinstance(exc, OSError) else str(exc)
             raise journal.WriteFailedError(
@@ -264,7 +265,7 @@ def _journal(
     old_head: str | None = None,
     new_head: str | None = None,
 ) -> ApplyJournal:
-    entries = mergeback.journal_entries(run.repo, root, writes)
+    entries = writing.journal_entries(run.repo, root, writes)
     return ApplyJournal(
         op=op,
         run_id=run.run_id,
@@ -298,7 +299,7 @@ def _move_user(
     if op == "undo":
         chosen = carried(state, entry)
         for path in chosen:
-            taken = mergeback.partial_of(user_paths.get(path))
+            taken = partial_of(user_paths.get(path))
             if taken is not None and entry.call_id in taken.calls:
                 # Only some hunks were taken: exactly those go back out, for all the calls they came from.
                 partial[path] = taken
@@ -314,11 +315,11 @@ def _move_user(
             wrote = journal.entry_state(update.mode, update.oid)
             states[update.path] = (journal.entry_state(taken.base_mode, taken.base_oid), wrote)
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
-    planned = mergeback.plan_moves(root, moves, user_tree=True)
+    planned = planning.plan_moves(root, moves, user_tree=True)
     for p in planned:
         record = user_paths.get(p.path) or UserPathRecord()
         if op == "undo" and p.action == "write" and journal.entry_state(record.mode, record.oid) != p.user.state:
-            p.action, p.write = "conflict", None  # the sandbox wrote something else there (a 3-way merge)
+            decide.conflict(p)  # the sandbox wrote something else there (a 3-way merge)
     _refuse(run, entry, op, "user", root, planned)
     writes = [p for p in planned if p.action == "write"]
     records = []
@@ -339,14 +340,14 @@ def _move_user(
             "target": "user",
             "changed": [p.path for p in planned],
             # Records of the partly applied paths taken back, so that a redo writes them again.
-            "partial": [u.to_data() for u in mergeback.prior_records(user_paths, sorted(partial))],
+            "partial": [u.to_data() for u in prior_records(user_paths, sorted(partial))],
             "partly": bool(again),
             "paths": records,
-            "prior": [u.to_data() for u in mergeback.prior_records(user_paths, [p.path for p in planned])],
+            "prior": [u.to_data() for u in prior_records(user_paths, [p.path for p in planned])],
         },
     )
     j = _journal(run, op, "user", root, entry, writes, event)
-    written = mergeback.execute(run, j) if writes else _record_only(run, j)
+    written = writing.execute(run, j) if writes else _record_only(run, j)
     return UndoReport(
         op=op,
         run=run.run_id,
@@ -383,12 +384,10 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     assert head is not None
     head_tree = objects.commit_tree(repo, head)
     states = _states(entry, op)
-    planned = mergeback.plan_moves(root, [(path, src, dst, entry.call_id) for path, (src, dst) in states.items()])
+    planned = planning.plan_moves(root, [(path, src, dst, entry.call_id) for path, (src, dst) in states.items()])
     for p in planned:
         if objects.lookup(repo, head_tree, p.path) != p.steps[0].before:
-            p.action, p.write = "conflict", None
-            p.reason = "a later call changed it in the run"
-            p.hint = "undo that call first"
+            decide.conflict(p, "a later call changed it in the run", "undo that call first")
     _refuse(run, entry, op, "sandbox", root, planned)
     new_tree = objects.edit_tree(repo, head_tree, {path: dst for path, (_src, dst) in states.items()})
     parent, child = entry.parent_commit, entry.commit
@@ -397,8 +396,11 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     elif op == "redo" and head == parent and child and objects.commit_tree(repo, child) == new_tree:
         new_head = child
     else:
-        message = f"sandbox: {op} {entry.call_id}\n\nSandbox-Run: {run.run_id}\nSandbox-{op.title()}: {entry.call_id}\n"
-        # Durable before the journal names it; its event follows the file writes (mergeback.execute).
+        undone = trailers.UNDO if op == "undo" else trailers.REDO
+        message = trailers.message(
+            f"sandbox: {op} {entry.call_id}", [(trailers.RUN, run.run_id), (undone, entry.call_id)]
+        )
+        # Durable before the journal names it; its event follows the file writes (writing.execute).
         new_head = run.write_commit(new_tree, head, message)
     event = run.new_event(
         EventKind.undo if op == "undo" else EventKind.redo,
@@ -409,7 +411,7 @@ def _move_sandbox(run: Run, state: LedgerState, entry: LedgerEntry, op: str, roo
     )
     writes = [p for p in planned if p.action == "write"]
     j = _journal(run, op, "sandbox", root, entry, writes, event, old_head=head, new_head=new_head)
-    written = mergeback.execute(run, j, keep=[head, new_head])
+    written = writing.execute(run, j, keep=[head, new_head])
     return UndoReport(
         op=op,
         run=run.run_id,

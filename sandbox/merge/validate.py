@@ -1,6 +1,6 @@
 """A plan checked whole before its journal is written: malformed input never half-applies.
 
-Apply, undo and redo write a tree path by path, journaled (:func:`sandbox.merge.mergeback.execute`).
+Apply, undo and redo write a tree path by path, journaled (:func:`sandbox.merge.writing.execute`).
 A bad entry found while writing stops the operation after some paths were written; so every entry
 is checked here first, and the first bad one refuses the whole operation with nothing written:
 

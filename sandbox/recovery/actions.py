@@ -23,7 +23,7 @@ from sandbox import faults
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, FileChange, LedgerEntry, LedgerState
 from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
-from sandbox.store import convert, fsutil, objects, paths
+from sandbox.store import convert, fsutil, objects, paths, trailers
 from sandbox.store.capture import capture
 
 if TYPE_CHECKING:
@@ -134,8 +134,8 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             )
         _write(run, changes)
         faults.point("recovery.rollback_files.after_worktree")
-        message = (
-            f"sandbox: rollback files to {ckpt.name}\n\nSandbox-Run: {run.run_id}\nSandbox-Checkpoint: {ckpt.id}\n"
+        message = trailers.message(
+            f"sandbox: rollback files to {ckpt.name}", [(trailers.RUN, run.run_id), (trailers.CHECKPOINT, ckpt.id)]
         )
         assert goal_tree is not None
         kept = _ancestors(run, goal, state.run.base)

@@ -56,7 +56,7 @@ from sandbox.models import (
 )
 from sandbox.run import approvals
 from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
-from sandbox.store import objects, worktree
+from sandbox.store import objects, trailers, worktree
 from sandbox.store.capture import capture
 from sandbox.store.ledger import fold_event
 
@@ -374,7 +374,9 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
             )
         )
     tree = objects.edit_tree(run.repo, head_tree, cap.changes)
-    message = f"sandbox: drift found at resume\n\nSandbox-Run: {run.run_id}\nSandbox-Drift: {len(paths)} path(s)\n"
+    message = trailers.message(
+        "sandbox: drift found at resume", [(trailers.RUN, run.run_id), (trailers.DRIFT, f"{len(paths)} path(s)")]
+    )
     commit, new = run.move_head(
         EventKind.drift,
         tree=tree,

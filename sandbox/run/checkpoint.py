@@ -53,7 +53,7 @@ from sandbox.models import (
     LedgerSnapshot,
     LedgerState,
 )
-from sandbox.store import layout, objects
+from sandbox.store import layout, objects, trailers
 from sandbox.store.ledger import fold_event
 
 if TYPE_CHECKING:
@@ -453,7 +453,7 @@ class CheckpointStore:
             top = objects.write_tree(self.repo, {n: objects.Entry(objects.MODE_TREE, t) for n, t in kept if t})
             sig = objects.signature()
             # Parentless on purpose: a history of store commits would keep pruned checkpoints alive.
-            message = f"sandbox checkpoints of run {run.run_id}\n\nSandbox-Run: {run.run_id}\n"
+            message = trailers.message(f"sandbox checkpoints of run {run.run_id}", [(trailers.RUN, run.run_id)])
             with objects.git_writes():
                 commit = self.repo.create_commit(None, sig, sig, message, top, [])
             faults.point("checkpoint.save.after_commit")
@@ -491,7 +491,9 @@ class CheckpointStore:
             }
             top = objects.write_tree(self.repo, kept)
             sig = objects.signature()
-            message = f"sandbox checkpoints of run {self.run.run_id} (repaired)\n\nSandbox-Run: {self.run.run_id}\n"
+            message = trailers.message(
+                f"sandbox checkpoints of run {self.run.run_id} (repaired)", [(trailers.RUN, self.run.run_id)]
+            )
             with objects.git_writes():
                 commit = self.repo.create_commit(None, sig, sig, message, top, [])
             with objects.git_writes():

@@ -28,7 +28,7 @@ import pygit2
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
-from sandbox.store import objects
+from sandbox.store import objects, trailers
 
 AGENT_NAME = "sandbox agent"
 AGENT_EMAIL = "sandbox@localhost"
@@ -87,10 +87,10 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
             if yours:
                 new_tree = objects.edit_tree(repo, tree, yours)
                 sig = _user_signature(repo, run.info.created_at)
-                msg = (
-                    f"Your uncommitted changes to {len(yours)} file(s) when run {run.run_id} started\n\n"
-                    "The agent's commits that follow were made on top of them.\n\n"
-                    f"Sandbox-Run: {run.run_id}\n"
+                msg = trailers.message(
+                    f"Your uncommitted changes to {len(yours)} file(s) when run {run.run_id} started",
+                    [(trailers.RUN, run.run_id)],
+                    body="The agent's commits that follow were made on top of them.",
                 )
                 commit = str(repo.create_commit(None, sig, sig, msg, new_tree, [parent] if parent else []))
                 parent, tree = commit, new_tree
@@ -170,14 +170,13 @@ def message(run_id: str, entry: LedgerEntry) -> str:
     subject = f"{what}: {first}" if first else what
     if len(subject) > SUBJECT_WIDTH:
         subject = subject[: SUBJECT_WIDTH - 1] + "…"
-    body = [subject, ""]
+    body = []
     if detail.strip() and detail.strip() != first:
         body += [detail.strip(), ""]
     files = ", ".join(f.path for f in entry.files[:10]) + (" …" if len(entry.files) > 10 else "")
     body.append(f"Changed: {files}")
-    body += ["", f"Sandbox-Run: {run_id}", f"Sandbox-Call: {entry.call_id}", f"Sandbox-Seq: {entry.seq}"]
-    body.append(f"Sandbox-Status: {entry.status.value}")
-    return "\n".join(body) + "\n"
+    keys = [(trailers.RUN, run_id), (trailers.CALL, entry.call_id), (trailers.SEQ, entry.seq)]
+    return trailers.message(subject, [*keys, (trailers.STATUS, entry.status.value)], body="\n".join(body))
 
 
 def _snapshot_entries(

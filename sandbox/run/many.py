@@ -29,7 +29,7 @@ from sandbox.errors import SandboxError, UsageError
 from sandbox.models import TERMINAL_STATUSES, Event, EventKind, RunInfo
 from sandbox.run.ids import new_run_id
 from sandbox.run.run import Run
-from sandbox.store import layout, objects, snapshot, worktree
+from sandbox.store import layout, objects, snapshot, trailers, worktree
 from sandbox.store.ledger import fold_event, new_event_id
 from sandbox.store.project import Project
 
@@ -79,7 +79,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
             for run, place in zip(runs, places, strict=True):
                 worktree.init(place, project.common_dir, start_at, run.run_id, *settings)
         ids = " ".join(r.run_id for r in runs)
-        message = f"sandbox snapshot of {workdir}\n\nSandbox-Runs: {ids}\n"
+        message = trailers.message(f"sandbox snapshot of {workdir}", [(trailers.RUNS, ids)])
         # The checkouts of the user's HEAD start now and overlap the snapshot (as in Run.start).
         pending = _Checkouts(places if start_at is not None else [])
         try:

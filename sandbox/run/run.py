@@ -46,7 +46,7 @@ from sandbox.models import (
     RunInfo,
 )
 from sandbox.run.ids import input_hash, new_call_id, new_run_id
-from sandbox.store import integrity, layout, objects
+from sandbox.store import integrity, layout, objects, trailers
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
@@ -148,7 +148,7 @@ class Run:
                 checkout = worktree.start_checkout(place, progress)
             try:
                 say("Taking a snapshot of your working tree")
-                message = f"sandbox snapshot of {workdir}\n\nSandbox-Run: {run_id}\n"
+                message = trailers.message(f"sandbox snapshot of {workdir}", [(trailers.RUN, run_id)])
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
                     project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
@@ -761,9 +761,9 @@ class Run:
                 self._check_writer(s, s.calls[call_id])
 
             if tree is not None and tree != head_tree:
-                msg = (
-                    f"sandbox: {entry.tool_name} ({call_id})\n\n"
-                    f"Sandbox-Run: {self.run_id}\nSandbox-Call: {call_id}\nSandbox-Status: {final.value}\n"
+                msg = trailers.message(
+                    f"sandbox: {entry.tool_name} ({call_id})",
+                    [(trailers.RUN, self.run_id), (trailers.CALL, call_id), (trailers.STATUS, final.value)],
                 )
 
                 def files_of(commit: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ An apply, undo or redo first writes (and fsyncs) one journal per target working 
 every path it will change with its state before and after, and the ledger event that will record
 it. Then each file is written atomically, then the event is appended, then the journal is removed.
 A crash at any instant leaves the journal behind, and each of its paths is then at its before or
-its after state: :func:`sandbox.merge.mergeback.continue_pending` completes the operation (``sandbox
+its after state: :func:`sandbox.merge.writing.continue_pending` completes the operation (``sandbox
 apply --continue``) and :func:`sandbox.merge.undo.roll_back` reverses it (``sandbox undo``).
 
 Layout, under the repository's common git dir::

@@ -5,7 +5,7 @@ tree (``git sparse-checkout set --cone DIR``); a run's worktree (its own git dir
 checked out, and the agent may narrow it the same way. A missing file there means "not checked
 out", never "you deleted it": the snapshot
 (``git add -A`` keeps skip-worktree entries), capture (:mod:`sandbox.store.capture`) and apply planning
-(:mod:`sandbox.merge.mergeback`) ask this module before reading absence as a deletion.
+(:mod:`sandbox.merge.planning`) ask this module before reading absence as a deletion.
 
 libgit2 does not expose the skip-worktree bit, so the index is listed with ``git ls-files -t``;
 that costs O(index), paid only in trees whose git dir has a sparse-checkout file, and only when

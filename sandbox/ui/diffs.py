@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 import pygit2
@@ -30,10 +30,14 @@ from sandbox.errors import SandboxError, UsageError
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
 
-FILES_PER_PAGE = 40
-LINES_PER_FILE = 1500
+if TYPE_CHECKING:
+    from sandbox.merge.preview import FileRecord
+
 #: Added paths that are renames of deleted ones: new path -> (old path, similarity %).
 Renames = dict[str, tuple[str, int]]
+
+FILES_PER_PAGE = 40
+LINES_PER_FILE = 1500
 MODE_NAMES = {"100644": "file", "100755": "executable", "120000": "symlink", "160000": "submodule"}
 
 
@@ -81,7 +85,7 @@ class Selection:
         return bool(self.paths or self.calls)
 
 
-def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[dict[str, Any]], Renames]:
+def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list[FileRecord], Renames]:
     from sandbox.merge.preview import diff_files, preview_range
 
     rng = preview_range(run, call_id=call_id) if call_id else preview_range(run, calls=sel.calls or None)
@@ -118,7 +122,7 @@ def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree | None:
     return obj if isinstance(obj, pygit2.Tree) else None
 
 
-def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> Renames:
+def _renames(run: Run, old: str, new: str, files: list[FileRecord]) -> Renames:
     """Added paths that are renames of deleted ones: new path -> (old path, similarity %)."""
     added = {f["path"] for f in files if f["status"] == "added"}
     deleted = {f["path"] for f in files if f["status"] == "deleted"}
@@ -142,7 +146,7 @@ def _renames(run: Run, old: str, new: str, files: list[dict[str, Any]]) -> Renam
 
 def _files(
     run: Run,
-    files: list[dict[str, Any]],
+    files: list[FileRecord],
     renames: Renames,
     page: int,
     *,
@@ -173,7 +177,7 @@ def _files(
     return "".join(out)
 
 
-def _mode(f: dict[str, Any]) -> str:
+def _mode(f: FileRecord) -> str:
     before, after = f["before_mode"], f["after_mode"]
     if before and after and before != after:
         names = f"{MODE_NAMES.get(before, before)} → {MODE_NAMES.get(after, after)}"
@@ -181,7 +185,7 @@ def _mode(f: dict[str, Any]) -> str:
     return ""
 
 
-def _head(f: dict[str, Any], pick: bool, title: str, ids: list[str], status: str) -> str:
+def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) -> str:
     """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
     box = ""
     if pick:
@@ -216,7 +220,7 @@ def _blob_size(run: Run, oid: str | None) -> str:
     return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
 
 
-def _file(run: Run, f: dict[str, Any], pick: bool, side_by_side: bool, sel: Selection) -> str:
+def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
     whole = not f["hunks"]
     head = _head(f, pick, f"<code>{escape(f['path'])}</code>", [f["id"]] if whole else [], f["status"])
     if f["binary"]:
@@ -280,15 +284,17 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
     return "".join(out)
 
 
-def _renamed(run: Run, gone: dict[str, Any], f: dict[str, Any], similarity: int, pick: bool, side: bool) -> str:
+def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
     title = f"<code>{escape(gone['path'])}</code> → <code>{escape(f['path'])}</code> ({similarity}% similar)"
-    merged = {**f, "before_mode": gone["before_mode"]}
+    merged = f.copy()
+    merged["before_mode"] = gone["before_mode"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
     if gone["binary"] or f["binary"]:
         return head + "<p class='note'>Binary file: not shown.</p></div>"
-    old = run.repo.get(gone["before_hash"])
-    new = run.repo.get(f["after_hash"])
+    # A rename pairs a deleted path (it had a before blob) with an added one (it has an after blob).
+    old = run.repo.get(gone["before_hash"]) if gone["before_hash"] else None
+    new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
     if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
         return head + "</div>"
     text = pygit2.Patch.create_from(old.data, new.data, context_lines=3).text or ""

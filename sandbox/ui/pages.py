@@ -174,7 +174,7 @@ def _resume(run: Run) -> str:
 def conflicts(run: Run) -> str:
     """For each path an apply would refuse: why, what to do, and base / agent / yours."""
     from sandbox.merge.conflicts import explain
-    from sandbox.merge.mergeback import NothingToApplyError
+    from sandbox.merge.planning import NothingToApplyError
 
     try:
         found = explain(run)

@@ -120,11 +120,11 @@ def recover(root: Path, run_id: str, how: str, via_cli: bool) -> None:
     if via_cli:
         ok(*(["apply", "--continue", run_id] if how == "continue" else ["undo", run_id]), cwd=root)
         return
-    from sandbox.merge import mergeback, undo
+    from sandbox.merge import undo, writing
 
     run = open_run(root, run_id)
     if how == "continue":
-        assert mergeback.continue_pending(run.project, str(root)) is not None
+        assert writing.continue_pending(run.project, str(root)) is not None
     else:
         undo.undo(run)
 

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sandbox.errors import SandboxError
-from sandbox.merge import brings, mergeback, treeops
+from sandbox.merge import brings, mergeback, planning, treeops
 from sandbox.merge.mergeback import ApplyConflict
 from sandbox.merge.undo import undo
 from sandbox.models import ApplyReport
@@ -249,7 +249,7 @@ class ReviewModel(RuleBasedStateMachine):
 
     def _shown(self, calls: list[str] | None, spec: list[str] | None) -> dict[str, Any]:
         """What diff shows for the selection: the new side of each path it changes."""
-        pathspec = mergeback.as_pathspec(spec)
+        pathspec = planning.as_pathspec(spec)
         brought = brings.brings(self.run, calls=calls, spec=pathspec, check=False)
         return {p: entry_node(self.run, brought.last()[p]) for p in brought.changed()}
 

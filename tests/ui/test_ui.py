@@ -24,7 +24,7 @@ import pytest
 
 from sandbox.run.run import Run
 from tests.conftest import tree_digest, user_state
-from tests.test_apply import start
+from tests.merge.test_apply import start
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Error, Page, Playwright, Request

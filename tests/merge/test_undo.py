@@ -14,7 +14,7 @@ from sandbox.merge.undo import NothingToRedoError, NothingToUndoError, UndoConfl
 from sandbox.run.run import Run
 from sandbox.store import objects
 from tests.conftest import tree_digest, user_state, write
-from tests.test_apply import agent_changes, invoke, start
+from tests.merge.test_apply import agent_changes, invoke, start
 
 
 def test_undo_after_apply_restores_the_users_tree(repo: Path, runner: CliRunner) -> None:

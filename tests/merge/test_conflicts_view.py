@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sandbox.merge import mergeback
 from sandbox.run.run import Run
 from tests.conftest import git, sandbox_cmd, tree_digest, user_state, write
-from tests.test_apply import invoke, start
+from tests.merge.test_apply import invoke, start
 
 BASE = "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n"
 AGENT = BASE.replace("two", "two (agent)")

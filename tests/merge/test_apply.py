@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from sandbox.cli import cli
 from sandbox.errors import PathRefusedError, UnknownCallError
-from sandbox.merge import mergeback
+from sandbox.merge import mergeback, planning
 from sandbox.models import ApplyJournal, EventKind, FileChange
 from sandbox.run.run import Run
 from sandbox.store import journal, objects
@@ -313,7 +313,7 @@ def test_paths_into_git_or_outside_are_refused(repo: Path, bad: str) -> None:
     run.record(EventKind.call_succeeded, call_id, commit=head, parent_commit=head, files=files)
     # What is applied comes from the call's commit, never from the file list its event claims: the
     # lying event adds no path (its commit changed nothing).
-    with pytest.raises((PathRefusedError, mergeback.NothingToApplyError)):
+    with pytest.raises((PathRefusedError, planning.NothingToApplyError)):
         mergeback.apply(run)
     assert not (repo / ".git/hooks/post-checkout").exists()
 

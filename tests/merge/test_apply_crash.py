@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from sandbox import faults
-from sandbox.merge import mergeback
+from sandbox.merge import mergeback, writing
 from sandbox.run.run import Run
 from sandbox.store import fsutil
 from tests.conftest import sandbox_cmd, user_state
-from tests.test_apply import start
+from tests.merge.test_apply import start
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def crash(repo: Path, point: str, *args: str) -> None:
 
 def test_fault_points_are_registered() -> None:
     for op in ("apply", "undo", "redo"):
-        for step in mergeback.STEPS:
+        for step in writing.STEPS:
             assert f"{op}.{step}" in faults.POINTS
 
 

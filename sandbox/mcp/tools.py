@@ -276,7 +276,7 @@ class Workspace:
 
     def list_runs(self) -> list[dict[str, Any]]:
         """The repository's runs: id, label, calls, changed paths, whether it is the open one."""
-        from sandbox.run.summary import summarize_runs
+        from sandbox.runs.summary import summarize_runs
 
         with self.lock:
             rows = summarize_runs(self.project, disk=False)

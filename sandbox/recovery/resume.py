@@ -282,7 +282,7 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
 
     A run made before homes existed (a linked worktree) or fetched from elsewhere gets a home here.
     """
-    from sandbox.run import materialize
+    from sandbox.runs import materialize
 
     if materialize.interrupted(run) or not materialize.has_place_here(run):
         # Never made here (a fetched run), or a making of it was interrupted: made from the head.

@@ -419,7 +419,7 @@ class Run:
         """An event of this run, not yet recorded (for operations that journal it before :meth:`record_event`).
 
         It names this clone: an apply, undo or redo in the user's tree concerns this clone's tree only
-        (runs travel: see :mod:`sandbox.run.remote`).
+        (runs travel: see :mod:`sandbox.runs.remote`).
         """
         clone = self._ledger.ensure_clone()
         run_id, pid = self.run_id, os.getpid()

@@ -117,7 +117,7 @@ def build(settings: Settings) -> Starlette:
         return Run.open(s.project, run_id)
 
     def runs(request: Request) -> Response:
-        from sandbox.run.summary import summarize_runs
+        from sandbox.runs.summary import summarize_runs
 
         rows = [r for r in summarize_runs(s.project, disk=True) if not s.runs or r["run"] in s.runs]
         return HTMLResponse(pages.runs_page(rows, s.token, _tips(s)))
@@ -157,7 +157,7 @@ def build(settings: Settings) -> Starlette:
         return HTMLResponse(pages.conflicts(open_run(request)))
 
     def compare(request: Request) -> Response:
-        from sandbox.run.many import group_of
+        from sandbox.runs.many import group_of
 
         ids = [r for r in request.query_params.getlist("run") if r in s.project.run_ids()]
         if len(ids) == 1:

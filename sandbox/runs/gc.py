@@ -146,8 +146,8 @@ def collect(
 
 def _finish_interrupted_homes(project: Project, live: list[str], report: GcReport) -> None:
     """Remove homes a killed command was making for a fetched run (the next command makes it again)."""
-    from sandbox.run import materialize
     from sandbox.run.run import Run
+    from sandbox.runs import materialize
 
     for run_id in live:
         run = Run(project, run_id)
@@ -164,10 +164,10 @@ def _finish_interrupted_homes(project: Project, live: list[str], report: GcRepor
 
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:
-    """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
+    """Move live runs made before homes existed into a home (see :mod:`sandbox.runs.relocate`)."""
     from sandbox.errors import SandboxError
-    from sandbox.run import relocate
     from sandbox.run.run import Run
+    from sandbox.runs import relocate
 
     for run_id in live:
         try:

@@ -6,8 +6,8 @@ from typing import Any
 
 from sandbox.errors import SandboxError
 from sandbox.run import views
-from sandbox.run.remote import fetched_from
 from sandbox.run.run import Run
+from sandbox.runs.remote import fetched_from
 from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
 

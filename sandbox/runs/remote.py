@@ -3,7 +3,7 @@
 What travels is a run's record, the refs under ``refs/sandbox/<run>/`` of the user's repository
 (see docs/refs-layout.md): ``ledger`` (every event, and through its parents every commit the run
 recorded), ``head``, ``base`` (the snapshot) and ``checkpoints``. Nothing in a run's home travels:
-its worktree is made from the run's head where it is needed (:mod:`sandbox.run.materialize`).
+its worktree is made from the run's head where it is needed (:mod:`sandbox.runs.materialize`).
 
 The transfer is git's own: ``git push`` / ``git fetch`` with explicit refspecs. libgit2 has a
 transport, but it knows neither the user's credential helpers nor their ssh configuration

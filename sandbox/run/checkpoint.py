@@ -35,7 +35,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 from pydantic import ValidationError
@@ -53,11 +53,9 @@ from sandbox.models import (
     LedgerSnapshot,
     LedgerState,
 )
+from sandbox.run.core import RunCore
 from sandbox.store import layout, objects
 from sandbox.store.ledger import fold_event
-
-if TYPE_CHECKING:
-    from sandbox.run.run import Run
 
 DEFAULT_RETENTION = 20
 #: Repository-local git config key (``git config sandbox.checkpointRetention 50``).
@@ -171,7 +169,7 @@ def _read_raw(repo: pygit2.Repository, oid: str, kind: Any) -> bytes:
 class CheckpointStore:
     """A run's checkpoint store: save, list, verify, load, prune, roll back."""
 
-    def __init__(self, run: Run, retention: int | None = None) -> None:
+    def __init__(self, run: RunCore, retention: int | None = None) -> None:
         self.run = run
         self.repo = run.repo
         self.ref = checkpoints_ref(run.run_id)
@@ -545,7 +543,7 @@ def objects_snapshot(repo: pygit2.Repository, base: str, head: str, with_files: 
     return FileSnapshot(commit=head, base=base, files=files)
 
 
-def capture_before_write(run: Run, path: str) -> None:
+def capture_before_write(run: RunCore, path: str) -> None:
     """Record that this process is about to write ``path`` in the run's worktree: O(1).
 
     The before state itself needs no copy: every write goes through a recorded call, so the run's
@@ -564,7 +562,7 @@ def capture_before_write(run: Run, path: str) -> None:
         os.close(fd)
 
 
-def before_writes(run: Run) -> Iterator[tuple[int, str]]:
+def before_writes(run: RunCore) -> Iterator[tuple[int, str]]:
     """The (pid, path) hints left by :func:`capture_before_write`, oldest first."""
     try:
         with open(os.path.join(run.dir, BEFORE_WRITE_LOG), encoding="utf-8") as fh:
@@ -580,7 +578,7 @@ def before_writes(run: Run) -> Iterator[tuple[int, str]]:
             yield pid, path
 
 
-def keep_before_writes(run: Run, pids: set[int]) -> None:
+def keep_before_writes(run: RunCore, pids: set[int]) -> None:
     """Rewrite the hint log keeping only the lines of ``pids`` (the calls still uncertain)."""
     from sandbox.store.fsutil import atomic_write
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sandbox import faults
 from sandbox.errors import LockedError
-from sandbox.run.run import delete_run_refs
+from sandbox.run.core import delete_run_refs
 from sandbox.store import integrity, journal, layout, packs, worktree
 from sandbox.store.locks import file_lock, remove_locked_dir
 from sandbox.store.project import Project

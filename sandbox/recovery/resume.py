@@ -55,7 +55,8 @@ from sandbox.models import (
     UncertainCall,
 )
 from sandbox.run import approvals
-from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
+from sandbox.run.beforewrite import before_writes, keep_before_writes
+from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
 from sandbox.store import objects, worktree
 from sandbox.store.capture import capture
 from sandbox.store.ledger import fold_event

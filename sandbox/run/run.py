@@ -176,6 +176,6 @@ class Run(RunCore):
 
 def _capture_before_write(run: RunCore, rel: str) -> None:
     # Imported on the first write, not with every Run: read-only commands never need it.
-    from sandbox.run.checkpoint import capture_before_write
+    from sandbox.run.beforewrite import capture_before_write
 
     capture_before_write(run, rel)

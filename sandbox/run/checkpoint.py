@@ -35,7 +35,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pygit2
 from pydantic import ValidationError
@@ -527,8 +527,18 @@ def _budget_of(session: SessionState) -> Budget | None:
     return budget
 
 
-def _ledger_approvals(state: LedgerState) -> list[dict[str, Any]]:
-    out = []
+class LedgerApproval(TypedDict):
+    """A user's answer to a call, as a checkpoint keeps it (in ``approvals.json``, beside the runtime's)."""
+
+    call_id: str
+    tool_name: str
+    input_hash: str
+    approval: str
+    reason: str | None
+
+
+def _ledger_approvals(state: LedgerState) -> list[LedgerApproval]:
+    out: list[LedgerApproval] = []
     for call_id in state.order:
         entry = state.calls[call_id]
         if entry.approval is not None:

@@ -33,12 +33,11 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/cli/outputs.py",
         "sandbox/models.py",
         "sandbox/recovery/resume.py",
-        "sandbox/run/run.py",
         "sandbox/store/ledger.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 9
-RATCHET_LOOSE_DICTS: int | None = 127
+RATCHET_LONG_FUNCTIONS: int | None = 7
+RATCHET_LOOSE_DICTS: int | None = 107
 
 
 def module_lines(root: Path) -> dict[str, int]:

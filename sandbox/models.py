@@ -248,7 +248,7 @@ class Event(_Model):
     procs: ProcessScope | None = None
     data: dict[str, Any] = Field(default_factory=new_dict)
     #: The clone (the user's repository on one machine) that wrote the event: an apply, or an undo
-    #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.run.remote`).
+    #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.runs.remote`).
     clone: str | None = None
 
 

@@ -123,7 +123,7 @@ def test_type_changes_made_by_a_command_apply(repo: Path, runner: CliRunner) -> 
 
 def test_a_conflict_in_a_second_clone_says_whose_change_it_is(tmp_path: Path, runner: CliRunner) -> None:
     """Item 8: the run's base carries clone A's uncommitted edit; clone B never touched the file."""
-    from tests.test_travel import sb, two_clones
+    from tests.runs.test_travel import sb, two_clones
 
     a, b, _bare = two_clones(tmp_path)
     write(a, "src/app.py", "print('app')\nedit in A, not committed\n")

@@ -76,6 +76,7 @@ APPLY_MODULES = {
     "sandbox.models",
     "sandbox.run",
     "sandbox.run.config",
+    "sandbox.run.core",  # the run's state and write path (sandbox.run.run names the operations on its calls)
     "sandbox.run.ids",
     "sandbox.run.include",
     "sandbox.run.names",

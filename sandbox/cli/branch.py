@@ -20,7 +20,7 @@ def branch(ctx: click.Context, run_id: str | None, name: str | None, force: bool
     Your HEAD, index, working tree and other branches are not touched; push the branch or open a
     pull request from it, and it outlives 'sandbox drop'.
     """
-    from sandbox.run.export import export
+    from sandbox.runs.export import export
 
     if name is None:  # one argument: the branch name, the run being the one whose worktree we are in
         run_id, name = None, run_id

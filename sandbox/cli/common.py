@@ -342,8 +342,8 @@ def _seal(run: Run) -> None:
 
 def ensure_worktree(run: Run) -> str | None:
     """Make the run's worktree here when it has none in this repository (a fetched run); the line
-    to show, or None (see :mod:`sandbox.run.materialize`)."""
-    from sandbox.run.materialize import ensure
+    to show, or None (see :mod:`sandbox.runs.materialize`)."""
+    from sandbox.runs.materialize import ensure
 
     return ensure(run)
 

@@ -12,8 +12,8 @@ from sandbox.cli.common import emit_json, ensure_worktree, open_project, verifie
 from sandbox.cli.isolation import isolation_options, resolve
 
 if TYPE_CHECKING:
-    from sandbox.run.compare import CheckOutcome
     from sandbox.run.run import Run
+    from sandbox.runs.compare import CheckOutcome
 
 
 @click.command()
@@ -36,10 +36,10 @@ def compare(
     CMD runs in each run's worktree (confined, like 'sandbox exec') and is recorded as a call there.
     """
     from sandbox.errors import UsageError
-    from sandbox.run.compare import compare as do_compare
-    from sandbox.run.many import group_of
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
+    from sandbox.runs.compare import compare as do_compare
+    from sandbox.runs.many import group_of
 
     project, _workdir, cwd_run = open_project(ctx)
     ids = [resolve_run(project, r, cwd_run) for r in run_ids] or [resolve_run(project, None, cwd_run)]
@@ -97,7 +97,7 @@ def _check(run: Run, command: str, isolate: str | None, network: str | None, out
     import tempfile
 
     from sandbox.agent.execute import execute
-    from sandbox.run.compare import CheckOutcome
+    from sandbox.runs.compare import CheckOutcome
 
     made = ensure_worktree(run)
     if made:

@@ -43,9 +43,9 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
 
 def _drop_all_but(ctx: click.Context, run_id: str | None, keep: str, force: bool, as_json: bool) -> None:
     from sandbox.errors import UsageError
-    from sandbox.run.many import group_of
     from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
+    from sandbox.runs.many import group_of
 
     if run_id is not None:
         raise UsageError("Give either RUN or --all-but RUN, not both.")

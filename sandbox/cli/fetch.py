@@ -23,7 +23,7 @@ def fetch(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     run gets its worktree here when a command needs one (exec, run, path, resume).
     """
     from sandbox.cli.push import _interactive, remote_arg
-    from sandbox.run import remote
+    from sandbox.runs import remote
 
     project, _workdir, _cwd_run = open_project(ctx)
     given = list(args)

@@ -24,7 +24,7 @@ def fork(ctx: click.Context, run_id: str | None, at: str | None, label: str | No
     The new run's first call, 'fork', holds RUN's changes up to that state, so its diff and apply
     cover everything it holds. RUN is not changed.
     """
-    from sandbox.run.many import fork as do_fork
+    from sandbox.runs.many import fork as do_fork
 
     source = open_run(ctx, run_id)
     run = do_fork(source, at, label)

@@ -25,7 +25,7 @@ def gc(ctx: click.Context, as_json: bool, force: bool, orphans: bool) -> None:
     from sandbox.agent import host
     from sandbox.cli.common import data_root
     from sandbox.cli.output import Progress
-    from sandbox.run.gc import collect, orphan_homes, remove_orphan_homes
+    from sandbox.runs.gc import collect, orphan_homes, remove_orphan_homes
 
     project, workdir, _ = open_project(ctx)
     shown = Progress.choose(None, as_json, delayed=True)

@@ -21,7 +21,7 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
     """List the runs of this repository with their calls, changed paths and disk use."""
     rows = _fast_rows(ctx)
     if rows is None:
-        from sandbox.run.summary import summarize_runs
+        from sandbox.runs.summary import summarize_runs
 
         project, _, _ = open_project(ctx)
         rows = summarize_runs(project, disk=True)

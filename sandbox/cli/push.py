@@ -20,8 +20,8 @@ def push(ctx: click.Context, run_ids: tuple[str, ...], as_json: bool) -> None:
     only moves forward: if REMOTE has events of the run this clone lacks, nothing is pushed and you
     are told to fetch first. Uses git's own push (your credential helpers and ssh config apply).
     """
-    from sandbox.run import remote
     from sandbox.run.names import resolve_run
+    from sandbox.runs import remote
 
     project, _workdir, cwd_run = open_project(ctx)
     if len(run_ids) > 2:

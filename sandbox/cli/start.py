@@ -90,7 +90,7 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
 
 def _start_many(project: Project, workdir: str, count: int, label: str | None, as_json: bool) -> None:
     """``start --count N``: N runs on one snapshot; their checkouts run in parallel."""
-    from sandbox.run.many import start_many
+    from sandbox.runs.many import start_many
 
     runs = start_many(project, workdir, count, label)
     for run in runs:

@@ -21,7 +21,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     """Show RUN: where it came from, its calls by status, its changed paths."""
     row = _fast_row(ctx, run_id)
     if row is None:
-        from sandbox.run.summary import summarize
+        from sandbox.runs.summary import summarize
 
         run = open_run(ctx, run_id)
         row = summarize(run, git_activity=True, disk=True)

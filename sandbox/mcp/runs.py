@@ -81,7 +81,7 @@ class RunTools(WorkspaceState):
 
     def list_runs(self) -> list[RunListing]:
         """The repository's runs: id, label, calls, changed paths, whether it is the open one."""
-        from sandbox.run.summary import summarize_runs
+        from sandbox.runs.summary import summarize_runs
 
         with self.lock:
             rows = summarize_runs(self.project, disk=False)
@@ -89,7 +89,7 @@ class RunTools(WorkspaceState):
         return [_listing(r, r["run"] == current) for r in rows]
 
 
-#: The keys of a ``sandbox list`` row (:func:`sandbox.run.summary.summarize_runs`) a model needs, in order.
+#: The keys of a ``sandbox list`` row (:func:`sandbox.runs.summary.summarize_runs`) a model needs, in order.
 _LISTED: tuple[Literal["run", "label", "created_at", "calls", "changed_paths", "worktree", "error"], ...] = (
     "run",
     "label",

@@ -210,7 +210,7 @@ def whose_change(run: Run, planned: list[PlannedPath]) -> None:
     mine = [p for p in planned if p.action == "conflict" and p.reason == YOUR_EDIT]
     if not mine or not run.info.head:
         return
-    from sandbox.run.remote import fetched_from
+    from sandbox.runs.remote import fetched_from
 
     head_tree = objects.commit_tree(run.repo, run.info.head)
     where = "in the clone where the run started" if fetched_from(run.project, run.run_id) else "in your tree"

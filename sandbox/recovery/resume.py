@@ -55,7 +55,8 @@ from sandbox.models import (
     UncertainCall,
 )
 from sandbox.run import approvals
-from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint, before_writes, keep_before_writes
+from sandbox.run.beforewrite import before_writes, keep_before_writes
+from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
 from sandbox.store import objects, trailers, worktree
 from sandbox.store.capture import capture
 from sandbox.store.ledger import fold_event
@@ -282,7 +283,7 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
 
     A run made before homes existed (a linked worktree) or fetched from elsewhere gets a home here.
     """
-    from sandbox.run import materialize
+    from sandbox.runs import materialize
 
     if materialize.interrupted(run) or not materialize.has_place_here(run):
         # Never made here (a fetched run), or a making of it was interrupted: made from the head.

@@ -1,5 +1,6 @@
 """A run and what a call is: recording, approvals, checkpoints, settings, what a new worktree gets,
-summaries and reclaiming leftovers.
+names, and the ledger checked against its commits.
 
-Imports only :mod:`sandbox.store` (and the leaf modules). Keep this file empty of imports.
+Imports only :mod:`sandbox.store` (and the leaf modules); operations on whole runs live a floor up,
+in :mod:`sandbox.runs`. Keep this file empty of imports.
 """

@@ -10,20 +10,18 @@ and input under any new call id (:class:`sandbox.agent.recorder.Recorder`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandbox.errors import SandboxError, UnknownCallError
 from sandbox.models import Approval, CallStatus, Denial, EventKind, LedgerEntry, LedgerState
-
-if TYPE_CHECKING:
-    from sandbox.run.run import Run
+from sandbox.run.core import RunCore
 
 
 class ApprovalError(SandboxError):
     """The call is not in a state where it can be approved or denied."""
 
 
-def _entry(run: Run, state: LedgerState, call_id: str) -> LedgerEntry:
+def _entry(run: RunCore, state: LedgerState, call_id: str) -> LedgerEntry:
     entry = state.calls.get(call_id)
     if entry is None:
         raise UnknownCallError(f"Run {run.run_id} has no call {call_id!r}; see 'sandbox log {run.run_id}'.")
@@ -34,7 +32,7 @@ class _AlreadyDecided(Exception):
     """The same answer is already recorded: appending it again would add nothing."""
 
 
-def approve(run: Run, call_id: str) -> LedgerEntry:
+def approve(run: RunCore, call_id: str) -> LedgerEntry:
     """Approve a planned call (status ``approved``), or lift a denial; approving twice is a no-op.
 
     Lifting a denial lets the same tool and input run again under a new call id (a denied call
@@ -59,7 +57,7 @@ def approve(run: Run, call_id: str) -> LedgerEntry:
     return run.entry(call_id)
 
 
-def deny(run: Run, call_id: str, reason: str | None = None) -> LedgerEntry:
+def deny(run: RunCore, call_id: str, reason: str | None = None) -> LedgerEntry:
     """Deny a planned, approved or not-run call: it never starts, nor does the same tool with the same
     input under another call id (see :func:`is_denied`); denying twice is a no-op."""
     if reason is not None and (len(reason) > 2000 or "\0" in reason):
@@ -85,7 +83,7 @@ def deny(run: Run, call_id: str, reason: str | None = None) -> LedgerEntry:
     return run.entry(call_id)
 
 
-def denials(run: Run, state: LedgerState | None = None) -> list[Denial]:
+def denials(run: RunCore, state: LedgerState | None = None) -> list[Denial]:
     """Every denied call of the run, in ledger order."""
     state = state if state is not None else run.state()
     out = []
@@ -104,7 +102,7 @@ def denials(run: Run, state: LedgerState | None = None) -> list[Denial]:
     return out
 
 
-def is_denied(run: Run, tool_name: str, input: Any = None) -> Denial | None:
+def is_denied(run: RunCore, tool_name: str, input: Any = None) -> Denial | None:
     """The denial of an earlier call with this tool and the same input, or None: do not ask again."""
     from sandbox.run.ids import input_hash
 
@@ -115,7 +113,7 @@ def is_denied(run: Run, tool_name: str, input: Any = None) -> Denial | None:
     return None
 
 
-def is_approved(run: Run, tool_name: str, input: Any = None) -> LedgerEntry | None:
+def is_approved(run: RunCore, tool_name: str, input: Any = None) -> LedgerEntry | None:
     """An approved call with this tool and input that has not started yet, or None."""
     from sandbox.run.ids import input_hash
 

@@ -33,9 +33,9 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 import pygit2
 from pydantic import ValidationError
@@ -53,16 +53,13 @@ from sandbox.models import (
     LedgerSnapshot,
     LedgerState,
 )
+from sandbox.run.core import RunCore
 from sandbox.store import layout, objects, trailers
 from sandbox.store.ledger import fold_event
-
-if TYPE_CHECKING:
-    from sandbox.run.run import Run
 
 DEFAULT_RETENTION = 20
 #: Repository-local git config key (``git config sandbox.checkpointRetention 50``).
 RETENTION_KEY = "sandbox.checkpointRetention"
-BEFORE_WRITE_LOG = "before-write.log"
 AUTO_PREFIX = "auto_"
 #: Ledger events that are automatic checkpoints (each holds the ledger position and the head).
 AUTO_KINDS = frozenset(
@@ -171,7 +168,7 @@ def _read_raw(repo: pygit2.Repository, oid: str, kind: Any) -> bytes:
 class CheckpointStore:
     """A run's checkpoint store: save, list, verify, load, prune, roll back."""
 
-    def __init__(self, run: Run, retention: int | None = None) -> None:
+    def __init__(self, run: RunCore, retention: int | None = None) -> None:
         self.run = run
         self.repo = run.repo
         self.ref = checkpoints_ref(run.run_id)
@@ -395,14 +392,7 @@ class CheckpointStore:
             from sandbox.run.labels import check_label
 
             check_label(label, "checkpoint")
-        budget = session.budget
-        if isinstance(budget, dict):
-            try:
-                budget = Budget.model_validate(budget)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                where = ".".join(str(p) for p in err["loc"]) or "budget"
-                raise UsageError(f"The budget is not valid: {where}: {err['msg']}.") from None
+        budget = _budget_of(session)
         run = self.run
         objects.enable_fsync()
         with run.lock():
@@ -446,20 +436,7 @@ class CheckpointStore:
             sub["checkpoint.json"] = objects.Entry(objects.MODE_FILE, objects.write_blob(self.repo, body))
             subtree = objects.write_tree(self.repo, sub)
             faults.point("checkpoint.save.after_blobs")
-            kept = [(f"{c.checkpoint.seq:08d}-{c.checkpoint.id}", c.tree) for c in listing.checkpoints if c.tree]
-            kept.append((f"{seq:08d}-{ckpt.id}", subtree))
-            pruned = [name for name, _ in kept[: max(len(kept) - self.retention, 0)]]
-            kept = kept[len(pruned) :]
-            top = objects.write_tree(self.repo, {n: objects.Entry(objects.MODE_TREE, t) for n, t in kept if t})
-            sig = objects.signature()
-            # Parentless on purpose: a history of store commits would keep pruned checkpoints alive.
-            message = trailers.message(f"sandbox checkpoints of run {run.run_id}", [(trailers.RUN, run.run_id)])
-            with objects.git_writes():
-                commit = self.repo.create_commit(None, sig, sig, message, top, [])
-            faults.point("checkpoint.save.after_commit")
-            with objects.git_writes():
-                self.repo.references.create(self.ref, commit, force=True)
-            faults.point("checkpoint.save.after_ref")
+            pruned = self._store_with(listing, f"{seq:08d}-{ckpt.id}", subtree)
             event = run.new_event(
                 EventKind.checkpoint,
                 epoch=ledger_state.epoch,
@@ -478,6 +455,26 @@ class CheckpointStore:
             run.record_event(event)
             faults.point("checkpoint.save.after_ledger")
         return ckpt
+
+    def _store_with(self, listing: Listing, name: str, subtree: str) -> builtins.list[str]:
+        """Point the store ref at a new commit keeping ``listing``'s checkpoints and ``subtree`` (as
+        ``name``), less the oldest beyond the retention setting; the names of those pruned."""
+        kept = [(f"{c.checkpoint.seq:08d}-{c.checkpoint.id}", c.tree) for c in listing.checkpoints if c.tree]
+        kept.append((name, subtree))
+        pruned = [n for n, _ in kept[: max(len(kept) - self.retention, 0)]]
+        kept = kept[len(pruned) :]
+        top = objects.write_tree(self.repo, {n: objects.Entry(objects.MODE_TREE, t) for n, t in kept if t})
+        sig = objects.signature()
+        run_id = self.run.run_id
+        # Parentless on purpose: a history of store commits would keep pruned checkpoints alive.
+        message = trailers.message(f"sandbox checkpoints of run {run_id}", [(trailers.RUN, run_id)])
+        with objects.git_writes():
+            commit = self.repo.create_commit(None, sig, sig, message, top, [])
+        faults.point("checkpoint.save.after_commit")
+        with objects.git_writes():
+            self.repo.references.create(self.ref, commit, force=True)
+        faults.point("checkpoint.save.after_ref")
+        return pruned
 
     def repair(self, listing: Listing) -> bool:
         """Rewrite the store ref from a listing recovered from evidence; True when it wrote one."""
@@ -501,7 +498,10 @@ class CheckpointStore:
         return True
 
     def capture_before_write(self, path: str) -> None:
-        """Note, in O(1), that this process is about to write ``path`` (see :func:`capture_before_write`)."""
+        """Note, in O(1), that this process is about to write ``path`` (see
+        :func:`sandbox.run.beforewrite.capture_before_write`)."""
+        from sandbox.run.beforewrite import capture_before_write
+
         capture_before_write(self.run, path)
 
 
@@ -516,8 +516,31 @@ def _as_bytes(value: Any) -> bytes:
     return bytes(value) if isinstance(value, (bytes, bytearray)) else layout.canonical_json(value, ascii_only=True)
 
 
-def _ledger_approvals(state: LedgerState) -> list[dict[str, Any]]:
-    out = []
+def _budget_of(session: SessionState) -> Budget | None:
+    """The session's budget as the model (a dict is validated; :class:`UsageError` says what is wrong)."""
+    budget = session.budget
+    if isinstance(budget, dict):
+        try:
+            return Budget.model_validate(budget)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "budget"
+            raise UsageError(f"The budget is not valid: {where}: {err['msg']}.") from None
+    return budget
+
+
+class LedgerApproval(TypedDict):
+    """A user's answer to a call, as a checkpoint keeps it (in ``approvals.json``, beside the runtime's)."""
+
+    call_id: str
+    tool_name: str
+    input_hash: str
+    approval: str
+    reason: str | None
+
+
+def _ledger_approvals(state: LedgerState) -> list[LedgerApproval]:
+    out: list[LedgerApproval] = []
     for call_id in state.order:
         entry = state.calls[call_id]
         if entry.approval is not None:
@@ -545,51 +568,3 @@ def objects_snapshot(repo: pygit2.Repository, base: str, head: str, with_files: 
         for change in objects.diff_trees(repo, base_tree, head_tree):
             files.append(objects.file_change(change.path, change.old, change.new, f"{base}..{head}"))
     return FileSnapshot(commit=head, base=base, files=files)
-
-
-def capture_before_write(run: Run, path: str) -> None:
-    """Record that this process is about to write ``path`` in the run's worktree: O(1).
-
-    The before state itself needs no copy: every write goes through a recorded call, so the run's
-    head commit already holds it. What a crash would lose is *which* paths an in-flight call had
-    begun to touch; one appended line (pid, path) keeps that, so a resume can attribute drift to
-    the call that was writing. The line is a hint; the resume verifies the files themselves.
-    """
-    line = json.dumps([os.getpid(), path]) + "\n"
-    try:
-        fd = os.open(os.path.join(run.dir, BEFORE_WRITE_LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError:
-        return
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
-def before_writes(run: Run) -> Iterator[tuple[int, str]]:
-    """The (pid, path) hints left by :func:`capture_before_write`, oldest first."""
-    try:
-        with open(os.path.join(run.dir, BEFORE_WRITE_LOG), encoding="utf-8") as fh:
-            lines = fh.readlines()
-    except OSError:
-        return
-    for line in lines:
-        try:
-            pid, path = json.loads(line)
-        except (ValueError, TypeError):
-            continue  # a torn last line after a crash
-        if isinstance(pid, int) and isinstance(path, str):
-            yield pid, path
-
-
-def keep_before_writes(run: Run, pids: set[int]) -> None:
-    """Rewrite the hint log keeping only the lines of ``pids`` (the calls still uncertain)."""
-    from sandbox.store.fsutil import atomic_write
-
-    kept = [json.dumps([pid, path]) + "\n" for pid, path in before_writes(run) if pid in pids]
-    path = os.path.join(run.dir, BEFORE_WRITE_LOG)
-    if not kept:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return
-    atomic_write(path, "".join(kept).encode())

@@ -114,7 +114,7 @@ class Config:
 def load(workdir: str) -> Config:
     """Read the settings of the user's working tree ``workdir`` (defaults when there are none)."""
     cfg = Config()
-    table: dict[str, Any] | None = None
+    table: dict[str, object] | None = None
     own = os.path.join(workdir, CONFIG_FILE)
     if os.path.isfile(own):
         table = _load_toml(own)
@@ -146,7 +146,7 @@ def read_patterns(path: str) -> list[str]:
     return out
 
 
-def _apply(cfg: Config, table: dict[str, Any], where: str) -> None:
+def _apply(cfg: Config, table: dict[str, object], where: str) -> None:
     cfg.include.extend(_str_list(table.get("include", []), f"{where}: include"))
     cfg.link.extend(_str_list(table.get("link", []), f"{where}: link"))
     data_dir = table.get("data_dir")
@@ -282,7 +282,7 @@ def _read_text(path: str) -> str:
         raise ConfigError(f"{path} is not UTF-8 text.") from None
 
 
-def _load_toml(path: str) -> dict[str, Any]:
+def _load_toml(path: str) -> dict[str, object]:
     text = _read_text(path)
     loads: Any
     decode_error: Any
@@ -297,7 +297,7 @@ def _load_toml(path: str) -> dict[str, Any]:
             return parse_toml_subset(text, path)
         loads, decode_error = tomli.loads, tomli.TOMLDecodeError
     try:
-        data: dict[str, Any] = loads(text)
+        data: dict[str, object] = loads(text)
     except decode_error as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc}).") from None
     return data
@@ -313,9 +313,9 @@ _ASSIGN = rf"^({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$"
 _STRING = r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\''
 
 
-def parse_toml_subset(text: str, where: str = "TOML") -> dict[str, Any]:
+def parse_toml_subset(text: str, where: str = "TOML") -> dict[str, object]:
     """Parse the TOML subset the settings use; anything else is a :class:`ConfigError`."""
-    root: dict[str, Any] = {}
+    root: dict[str, object] = {}
     current = root
     lines = text.splitlines()
     i = 0
@@ -353,7 +353,7 @@ def _split_key(text: str) -> list[str]:
     return [k.strip().strip('"') for k in re.findall(rf"{_KEY}", text)]
 
 
-def _descend(table: dict[str, Any], keys: list[str], where: str) -> dict[str, Any]:
+def _descend(table: dict[str, object], keys: list[str], where: str) -> dict[str, object]:
     for key in keys:
         nxt = table.setdefault(key, {})
         if isinstance(nxt, list) and nxt and isinstance(nxt[-1], dict):

@@ -16,15 +16,14 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from sandbox.errors import PathRefusedError
-from sandbox.models import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
+from sandbox.models import CallStatus, LedgerEntry
+from sandbox.run import calls
+from sandbox.run.callspec import CallOptions
+from sandbox.run.core import RunCore
 from sandbox.store import fsutil, objects, paths
-
-if TYPE_CHECKING:
-    from sandbox.run.run import Run
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,33 +59,17 @@ class ToolCall:
 
     def __init__(
         self,
-        run: Run,
+        run: RunCore,
         tool_name: str,
         input: Any = None,
+        options: CallOptions | None = None,
         *,
-        call_id: str | None = None,
-        step_id: str | None = None,
-        idempotency: Idempotency | str = Idempotency.conditional,
-        replay: ReplayPolicy | str = ReplayPolicy.ask,
-        side_effects: Iterable[str] = (),
-        summary: str | None = None,
-        compensation: dict[str, Any] | None = None,
         watcher: PathsSeen | None = None,
-        agent_session: str | None = None,
     ) -> None:
         self.run = run
         self.tool_name = tool_name
         self.input = input
-        self._kwargs: dict[str, Any] = dict(
-            call_id=call_id,
-            step_id=step_id,
-            idempotency=idempotency,
-            replay=replay,
-            side_effects=side_effects,
-            summary=summary,
-            compensation=compensation,
-            agent_session=agent_session,
-        )
+        self.options: CallOptions = options if options is not None else {}
         self.watcher = watcher
         self.call_id: str | None = None
         self.touched: set[str] = set()
@@ -101,7 +84,7 @@ class ToolCall:
     def __enter__(self) -> ToolCall:
         if self.watcher is not None:
             self.watcher.take()  # forget what happened before this call
-        self.call_id = self.run.start_call(self.tool_name, self.input, **self._kwargs)
+        self.call_id = calls.start_call(self.run, self.tool_name, self.input, self.options)
         return self
 
     def __exit__(
@@ -110,8 +93,8 @@ class ToolCall:
         assert self.call_id is not None
         status = CallStatus.succeeded if exc_type is None and not self.failed_with else CallStatus.failed
         error = self.failed_with if exc is None else f"{type(exc).__name__}: {exc}"
-        self.entry = self.run.finish_call(
-            self.call_id, status, paths=self.candidates(), result=self.result, error=error
+        self.entry = calls.finish_call(
+            self.run, self.call_id, status, paths=self.candidates(), result=self.result, error=error
         )
 
     def candidates(self) -> set[str] | None:

@@ -16,7 +16,7 @@ act on. This module makes them agree, or refuses the ledger with the first bad e
   an undo or redo in the run's worktree changes exactly the call's paths, back or forth.
 
 The check folds the events as the ledger does (``fold_event``), so it judges each event against the
-state the run is really in. Where it runs: ``sandbox fetch`` (:mod:`sandbox.run.remote`) before a
+state the run is really in. Where it runs: ``sandbox fetch`` (:mod:`sandbox.runs.remote`) before a
 ref moves, and :meth:`Run.verified_state <sandbox.run.run.Run.verified_state>` before every
 decision (apply, undo, redo, branch). The verified fold is kept beside the run, keyed by the
 ledger commit it was verified at: a later read checks only the events after it, and a cache whose

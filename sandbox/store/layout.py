@@ -25,7 +25,7 @@ The data root is chosen by the caller (the CLI reads ``$XDG_DATA_HOME`` and ``.s
 :func:`user_data_root`); a library caller that passes none gets the homes under
 ``<common>/sandbox/homes/`` instead. Runs made before homes existed keep their linked worktree under
 ``<common>/sandbox/worktrees/<run>`` (git's admin dir ``<common>/worktrees/<run>``) until
-``sandbox gc`` moves them (:mod:`sandbox.run.relocate`).
+``sandbox gc`` moves them (:mod:`sandbox.runs.relocate`).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def create(
 
     The worktree starts on the branch :func:`sandbox.store.layout.run_branch` of the run's own repository,
     at ``commit``. ``config`` is what :func:`inherited` chose from the user's repository. Without
-    ``checkout`` no worktree directory is left and no index is written (for :mod:`sandbox.run.relocate`,
+    ``checkout`` no worktree directory is left and no index is written (for :mod:`sandbox.runs.relocate`,
     which moves a worktree in).
     """
     init(place, common_dir, commit, run_id, config, object_format)

@@ -97,7 +97,7 @@ def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None
 
 def run_page(run: Run, token: str) -> str:
     """One run: its summary, the call timeline, the whole diff with hunk picking, conflicts, resume."""
-    from sandbox.run.summary import summarize
+    from sandbox.runs.summary import summarize
 
     row = summarize(run)
     rid = escape(run.run_id)
@@ -199,7 +199,7 @@ def conflicts(run: Run) -> str:
 def compare_page(runs: list[Run], token: str) -> str:
     """Runs side by side: compare's table, each run's check result (``compare --check``, a recorded
     call of tool ``check``), a link to each run, and the paths where they disagree."""
-    from sandbox.run.compare import compare
+    from sandbox.runs.compare import compare
 
     found = {run.run_id: _last_check(run) for run in runs}
     checks = {rid: c[0] for rid, c in found.items() if c is not None and c[0] is not None}
@@ -236,7 +236,7 @@ def compare_page(runs: list[Run], token: str) -> str:
 
 def _last_check(run: Run) -> tuple[Any, Any] | None:
     """The run's newest ``check`` call: (its outcome when it ended with an exit code, its entry)."""
-    from sandbox.run.compare import CheckOutcome
+    from sandbox.runs.compare import CheckOutcome
 
     checks = [e for e in run.entries() if e.tool_name == "check"]
     if not checks:

@@ -132,7 +132,7 @@ class _Routes:
         return Run.open(self.s.project, run_id)
 
     def runs(self, request: Request) -> Response:
-        from sandbox.run.summary import summarize_runs
+        from sandbox.runs.summary import summarize_runs
 
         s = self.s
         rows = [r for r in summarize_runs(s.project, disk=True) if not s.runs or r["run"] in s.runs]
@@ -173,7 +173,7 @@ class _Routes:
         return HTMLResponse(pages.conflicts(self.open_run(request)))
 
     def compare(self, request: Request) -> Response:
-        from sandbox.run.many import group_of
+        from sandbox.runs.many import group_of
 
         s = self.s
         ids = [r for r in request.query_params.getlist("run") if r in s.project.run_ids()]

@@ -22,7 +22,7 @@ import pytest
 from sandbox import models
 from sandbox.fast import foldcache, views
 from sandbox.run.run import Run
-from sandbox.run.summary import summarize
+from sandbox.runs.summary import summarize
 from sandbox.store import layout
 from sandbox.store.project import Project
 from tests.conftest import git, sandbox_cmd, write
@@ -240,7 +240,7 @@ def test_discovery_matches_the_full_path(repo: Path, tmp_path: Path) -> None:
 
 
 def test_a_fetched_run_without_a_worktree_here_reads_the_same_both_ways(tmp_path: Path) -> None:
-    from tests.test_travel import two_clones
+    from tests.runs.test_travel import two_clones
 
     a, b, _bare = two_clones(tmp_path)
     run_id = json.loads(sandbox_cmd("start", "--label", "travel", "--json", cwd=a).stdout)["run"]

@@ -84,7 +84,7 @@ CORE_PLAN: dict[str, list[str]] = {
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],
-    # Moving a run made before homes existed into a home (sandbox.run.relocate, run by gc).
+    # Moving a run made before homes existed into a home (sandbox.runs.relocate, run by gc).
     "relocate.after_git_dir": ["gc-relocate"],
     "relocate.after_place": ["gc-relocate"],
     "relocate.after_move": ["gc-relocate"],
@@ -119,9 +119,9 @@ PREFIX_PLAN: dict[str, list[str]] = {
     "tree.write.": ["apply@2", "apply-undo@1", "undo-user@1", "undo-sandbox@1", "redo@1", "continue@1", "rollback@1"],
     "checkpoint.save.": ["checkpoint"],
     "resume.": ["resume"],
-    # Making the worktree of a run fetched from another clone (sandbox.run.materialize).
+    # Making the worktree of a run fetched from another clone (sandbox.runs.materialize).
     "materialize.": ["materialize"],
-    # start --count N (sandbox.run.many): one snapshot, N homes, N ledgers.
+    # start --count N (sandbox.runs.many): one snapshot, N homes, N ledgers.
     "many.after_checkouts": ["start-count"],
     "many.after_ledger": ["start-count@2"],
     "recovery.rollback_files.": ["rollback-files"],

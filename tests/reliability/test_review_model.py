@@ -399,7 +399,7 @@ class ReviewModel(RuleBasedStateMachine):
     @rule()
     def fork(self) -> None:
         """Go on in a fork of the run (same base, one call bringing the source's changes)."""
-        from sandbox.run.many import fork
+        from sandbox.runs.many import fork
 
         self.run = fork(self.run)
         self.forks += 1
@@ -409,7 +409,7 @@ class ReviewModel(RuleBasedStateMachine):
     @rule()
     def apply_in_a_second_clone(self) -> None:
         """Push the run, fetch it into a second clone, apply it there: what diff shows there lands there."""
-        from sandbox.run import remote
+        from sandbox.runs import remote
 
         if self.clone is None:
             bare = Path(self.tmp) / "remote.git"

@@ -7,8 +7,8 @@ from typing import Any
 from sandbox.errors import SandboxError
 from sandbox.fast import views
 from sandbox.fast.foldjson import fetched_json, state_json
-from sandbox.run.remote import fetched_from
 from sandbox.run.run import Run
+from sandbox.runs.remote import fetched_from
 from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
 

@@ -13,11 +13,10 @@ from click.testing import CliRunner
 
 from sandbox import faults
 from sandbox.cli import cli
+from sandbox.run.beforewrite import BEFORE_WRITE_LOG, before_writes
 from sandbox.run.checkpoint import (
-    BEFORE_WRITE_LOG,
     CheckpointNotFoundError,
     CheckpointStore,
-    before_writes,
     checkpoint_id,
     checkpoints_ref,
 )

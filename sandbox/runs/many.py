@@ -3,7 +3,7 @@
 :func:`start_many` takes ONE snapshot of the user's working tree and makes N runs on it: N homes,
 whose checkouts run as parallel git processes (as many at once as there are CPUs), then N ledgers.
 The runs share the snapshot commit as their ``base``, so their patches are comparable path by path
-(:mod:`sandbox.run.compare`), and a ``group`` id in their start event, which ``sandbox drop
+(:mod:`sandbox.runs.compare`), and a ``group`` id in their start event, which ``sandbox drop
 --all-but`` uses.
 
 :func:`fork` starts a new run from another run's state (its head, the state after one of its calls,

@@ -3,7 +3,7 @@
 What travels is a run's record, the refs under ``refs/sandbox/<run>/`` of the user's repository
 (see docs/refs-layout.md): ``ledger`` (every event, and through its parents every commit the run
 recorded), ``head``, ``base`` (the snapshot) and ``checkpoints``. Nothing in a run's home travels:
-its worktree is made from the run's head where it is needed (:mod:`sandbox.run.materialize`).
+its worktree is made from the run's head where it is needed (:mod:`sandbox.runs.materialize`).
 
 The transfer is git's own: ``git push`` / ``git fetch`` with explicit refspecs. libgit2 has a
 transport, but it knows neither the user's credential helpers nor their ssh configuration
@@ -37,7 +37,7 @@ import contextlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import pygit2
 
@@ -64,6 +64,17 @@ class RemoteError(SandboxError):
     """The remote could not be reached or refused the transfer (the message carries git's reason)."""
 
 
+class TransferJSON(TypedDict):
+    """One run of a push or fetch in ``--json``."""
+
+    run: str
+    outcome: str
+    events: int
+    label: str | None
+    host: str | None
+    message: str | None
+
+
 @dataclass
 class Transfer:
     """What happened to one run in a push or a fetch."""
@@ -83,7 +94,7 @@ class Transfer:
         """False when the run was refused (the command then exits 1)."""
         return self.outcome not in ("diverged", "behind", "refused")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TransferJSON:
         """Plain data for ``--json``."""
         return {
             "run": self.run_id,

@@ -98,7 +98,7 @@ def _agent_git(run: Run, place: layout.Place, head: str) -> int:
     (mixed: index only), so ``git status`` there shows what the agent had not committed, as it did
     on the machine the run came from. Returns how many refs were restored.
     """
-    from sandbox.run.remote import AGENT_PREFIX
+    from sandbox.runs.remote import AGENT_PREFIX
     from sandbox.store.gitcli import git
 
     prefix = layout.ref_prefix(run.run_id) + AGENT_PREFIX

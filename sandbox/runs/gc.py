@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sandbox import faults
 from sandbox.errors import LockedError
-from sandbox.run.run import delete_run_refs
+from sandbox.run.core import delete_run_refs
 from sandbox.store import integrity, journal, layout, packs, worktree
 from sandbox.store.locks import file_lock, remove_locked_dir
 from sandbox.store.project import Project
@@ -146,8 +146,8 @@ def collect(
 
 def _finish_interrupted_homes(project: Project, live: list[str], report: GcReport) -> None:
     """Remove homes a killed command was making for a fetched run (the next command makes it again)."""
-    from sandbox.run import materialize
     from sandbox.run.run import Run
+    from sandbox.runs import materialize
 
     for run_id in live:
         run = Run(project, run_id)
@@ -164,10 +164,10 @@ def _finish_interrupted_homes(project: Project, live: list[str], report: GcRepor
 
 
 def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:
-    """Move live runs made before homes existed into a home (see :mod:`sandbox.run.relocate`)."""
+    """Move live runs made before homes existed into a home (see :mod:`sandbox.runs.relocate`)."""
     from sandbox.errors import SandboxError
-    from sandbox.run import relocate
     from sandbox.run.run import Run
+    from sandbox.runs import relocate
 
     for run_id in live:
         try:

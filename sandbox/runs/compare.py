@@ -11,13 +11,55 @@ compared, never walked whole.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import pygit2
 
 from sandbox.models import CallStatus
 from sandbox.run.run import Run
 from sandbox.store import objects
+
+
+class CheckJSON(TypedDict):
+    """A check's outcome in ``compare --json``."""
+
+    call_id: str
+    exit_code: int
+    status: str
+
+
+class RunFiguresJSON(TypedDict):
+    """One run's side in ``compare --json``."""
+
+    run: str
+    label: str | None
+    base: str
+    run_head: str
+    calls: int
+    failed_calls: int
+    uncertain_calls: int
+    interrupted_calls: int
+    violation_calls: int
+    files_changed: int
+    lines_added: int
+    lines_removed: int
+    check: CheckJSON | None
+
+
+class DisagreementJSON(TypedDict):
+    """A path the runs left in different states: {run id: its state there}."""
+
+    path: str
+    states: dict[str, str]
+
+
+class ComparisonJSON(TypedDict):
+    """``compare --json``."""
+
+    same_base: bool
+    runs: list[RunFiguresJSON]
+    disagree: list[DisagreementJSON]
+    agree: list[str]
 
 
 @dataclass
@@ -28,7 +70,7 @@ class CheckOutcome:
     returncode: int
     status: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckJSON:
         """Plain data for ``--json``."""
         return {"call_id": self.call_id, "exit_code": self.returncode, "status": self.status}
 
@@ -53,7 +95,7 @@ class RunFigures:
     #: Calls the agent ran outside the hook protocol or against a refusal (never vouched for).
     violations: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunFiguresJSON:
         """Plain data for ``--json``."""
         return {
             "run": self.run_id,
@@ -84,7 +126,7 @@ class Comparison:
     agree: list[str] = field(default_factory=list)
     same_base: bool = True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ComparisonJSON:
         """Plain data for ``--json``."""
         return {
             "same_base": self.same_base,

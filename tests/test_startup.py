@@ -69,8 +69,13 @@ APPLY_MODULES = {
     "sandbox.merge.select",
     "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
     "sandbox.models",
+    # the persisted formats, one module per format (the package's __init__ names them all)
+    *(f"sandbox.models.{m}" for m in ("base", "event", "mergeback", "payloads", "ledgerstate", "journal")),
+    *(f"sandbox.models.{m}" for m in ("applyreport", "checkpoint", "resume", "host", "integrity", "fetched")),
+    "sandbox.models.transcript",
     "sandbox.run",
     "sandbox.run.config",
+    "sandbox.run.fold",  # how the ledger's events fold into the calls' state
     "sandbox.run.ids",
     "sandbox.run.include",
     "sandbox.run.names",

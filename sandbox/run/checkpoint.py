@@ -53,8 +53,8 @@ from sandbox.models import (
     LedgerSnapshot,
     LedgerState,
 )
+from sandbox.run.fold import fold_event
 from sandbox.store import layout, objects
-from sandbox.store.ledger import fold_event
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

@@ -31,8 +31,6 @@ from sandbox.errors import (
     UsageError,
 )
 from sandbox.models import (
-    FAILED_MARKS,
-    TERMINAL_STATUSES,
     Approval,
     CallSpec,
     CallStatus,
@@ -45,6 +43,7 @@ from sandbox.models import (
     ReplayPolicy,
     RunInfo,
 )
+from sandbox.run.fold import FAILED_MARKS, FOLD, TERMINAL_STATUSES
 from sandbox.run.ids import input_hash, new_call_id, new_run_id
 from sandbox.store import integrity, layout, objects
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
@@ -91,7 +90,7 @@ class Run:
         self.dir = project.run_dir(run_id)
         # Private: every write goes through :meth:`record` / :meth:`move_head`, every read through
         # :meth:`state` / :meth:`events`, so the fold's checks and the lock cannot be bypassed.
-        self._ledger = Ledger(self.repo, run_id, self.dir)
+        self._ledger = Ledger(self.repo, run_id, self.dir, FOLD)
         self._wt_repo: pygit2.Repository | None = None
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None

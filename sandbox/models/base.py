@@ -44,6 +44,11 @@ def new_set() -> set[Any]:
     return set()
 
 
+def is_empty(value: object) -> bool:
+    """True for None or an empty container: a field's ``exclude_if`` that leaves it out of the JSON."""
+    return not value
+
+
 class Model(BaseModel):
     """The base of every persisted model: unknown fields refused, validators built on first use."""
 
@@ -60,8 +65,11 @@ def to_json(model: BaseModel) -> str:
     File names that are not valid UTF-8 are carried as lone surrogate escapes (``\\udce9``), which
     the standard json module writes and reads back exactly, while pydantic's own JSON codec refuses
     them. Every persisted model goes through this function and :func:`from_json`.
+
+    A value that does not fit its declared type (an event's data as another sandbox wrote it, kept in
+    the fold as it was read) is written as it is, without a warning: the JSON stays what was read.
     """
-    return json.dumps(model.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
+    return json.dumps(model.model_dump(mode="json", warnings=False), ensure_ascii=True, separators=(",", ":"))
 
 
 def from_json(cls: type[M], text: str | bytes) -> M:

@@ -11,12 +11,12 @@ How events become this state is :mod:`sandbox.run.fold`'s; these are only its sh
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
-from sandbox.models.base import FORMAT_VERSION, Model, new_dict, new_list, new_set, utcnow
+from sandbox.models.base import FORMAT_VERSION, Model, is_empty, new_dict, new_list, new_set, utcnow
 from sandbox.models.event import Approval, CallStatus, FileChange, Idempotency, ReplayPolicy, RunInfo
 from sandbox.models.mergeback import MoveTarget, PathRecordUpdate, UserPathRecord
-from sandbox.models.payloads import CompensationLink, DriftRecord
+from sandbox.models.payloads import CheckpointLogged, CompensationLink, DriftRecord, NoteLogged, RollbackSessionLogged
 
 
 class LedgerEntry(Model):
@@ -69,15 +69,8 @@ class UndoItem(Model):
     target: MoveTarget | None = None
     event_id: str
     changed: list[str] = Field(default_factory=new_list)
-    partial: list[PathRecordUpdate] = Field(default_factory=new_list)
-
-    @model_serializer(mode="wrap")
-    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Stored as before partial applies existed when there is none (old readers, fixtures).
-        data: dict[str, Any] = handler(self)
-        if not data.get("partial"):
-            data.pop("partial", None)
-        return data
+    #: Left out when empty: stored as before partial applies existed (old readers, fixtures).
+    partial: list[PathRecordUpdate] = Field(default_factory=new_list, exclude_if=is_empty)
 
 
 class FoldData(Model):
@@ -90,10 +83,10 @@ class FoldData(Model):
 
     user_paths: dict[str, UserPathRecord] = Field(default_factory=new_dict)
     undo_stack: list[UndoItem] = Field(default_factory=new_list)
-    checkpoint: list[dict[str, Any]] = Field(default_factory=new_list)
-    rollback_session: list[dict[str, Any]] = Field(default_factory=new_list)
+    checkpoint: list[CheckpointLogged] = Field(default_factory=new_list)
+    rollback_session: list[RollbackSessionLogged] = Field(default_factory=new_list)
     drift: list[DriftRecord] = Field(default_factory=new_list)
-    note: list[dict[str, Any]] = Field(default_factory=new_list)
+    note: list[NoteLogged] = Field(default_factory=new_list)
     compensation: list[CompensationLink] = Field(default_factory=new_list)
     #: Agent session id (e.g. Claude Code's ``session_id``) -> the token of the ``sandbox run``
     #: session its first call was started from: a hook payload naming that agent session is

@@ -10,11 +10,12 @@ are (``extra="allow"``), so a ledger written by an older or newer sandbox still 
 # (measured: ~20M instructions, ~4 ms of every process that imports this module). A name used
 # before its class exists is quoted.
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
+from typing_extensions import Required, TypedDict
 
-from sandbox.models.base import FORMAT_VERSION, Model, Payload, new_list
+from sandbox.models.base import FORMAT_VERSION, Model, Payload, is_empty, new_list
 
 #: What an apply does with one path (:class:`sandbox.merge.mergeback.PlannedPath`).
 ApplyAction = Literal["write", "merge", "skip", "conflict"]
@@ -63,15 +64,8 @@ class UserPathRecord(Model):
     target_mode: int | None = None
     target_oid: str | None = None
     calls: list[str] = Field(default_factory=new_list)
-    partial: PartialApply | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_empty_partial(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Stored as before partial applies existed when there is none (old readers, fixtures).
-        data: dict[str, Any] = handler(self)
-        if not data.get("partial"):
-            data.pop("partial", None)
-        return data
+    #: Left out when None: stored as before partial applies existed (old readers, fixtures).
+    partial: PartialApply | None = Field(default=None, exclude_if=is_empty)
 
 
 class PathRecordUpdate(Payload):
@@ -106,16 +100,35 @@ class PathRecordUpdate(Payload):
             partial=self.partial,
         )
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> "PathRecordData":
         """The update as stored in an event: ``{"path", "drop": true}`` or ``{"path", **record}``."""
         if self.drop:
             return {"path": self.path, "drop": True}
-        record = self.record()
-        assert record is not None
-        data = record.model_dump(mode="json")
-        if data.get("partial") is None:
-            data.pop("partial", None)  # records of whole paths are stored as before partial applies existed
-        return {"path": self.path, **data}
+        data: PathRecordData = {
+            "path": self.path,
+            "mode": self.mode,
+            "oid": self.oid,
+            "target_mode": self.target_mode,
+            "target_oid": self.target_oid,
+            "calls": list(self.calls),
+        }
+        if self.partial is not None:  # records of whole paths are stored as before partial applies existed
+            data["partial"] = self.partial.model_dump(mode="json")
+        return data
+
+
+class PathRecordData(TypedDict, total=False):
+    """A :class:`PathRecordUpdate` as stored in an event's ``data`` (:meth:`PathRecordUpdate.to_data`)."""
+
+    path: Required[str]
+    drop: bool
+    mode: int | None
+    oid: str | None
+    target_mode: int | None
+    target_oid: str | None
+    calls: list[str]
+    #: A :class:`PartialApply` as JSON.
+    partial: dict[str, object]
 
 
 class PathMove(Payload):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from typing import cast
 
 from sandbox.models import (
     Approval,
@@ -27,6 +28,14 @@ from sandbox.models import (
     LedgerState,
     MergebackData,
     UndoItem,
+)
+from sandbox.models.payloads import (
+    CallFinishData,
+    CheckpointLogged,
+    NoteLogged,
+    ResumedData,
+    RollbackFilesData,
+    RollbackSessionLogged,
 )
 
 TERMINAL_STATUSES = frozenset(
@@ -203,14 +212,15 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
 def _finish_status(event: Event) -> CallStatus:
     """The terminal status a finishing event gives its call."""
     kind = event.kind
+    data = cast(CallFinishData, event.data)  # read as stored: each field checked where it is used
     if kind == EventKind.call_resolved:
-        status = CallStatus(event.data.get("status", CallStatus.failed.value))
+        status = CallStatus(data.get("status", CallStatus.failed.value))
     elif kind == EventKind.call_not_run:
         status = CallStatus.not_run
     else:
         status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
     if kind == EventKind.call_failed:
-        status = next((s for mark, s in FAILED_MARKS.items() if event.data.get(mark)), status)
+        status = next((s for mark, s in FAILED_MARKS.items() if data.get(mark)), status)
     return status
 
 
@@ -223,7 +233,7 @@ def _fold_finish(state: LedgerState, entry: LedgerEntry, event: Event) -> None:
         return
     entry.status = status
     entry.finished_at = event.at
-    ran = event.data.get("ran_ms")
+    ran = cast(CallFinishData, event.data).get("ran_ms")
     if isinstance(ran, int) and not isinstance(ran, bool) and ran >= 0:
         # The agent says how long the tool itself ran: it started after the wait at the agent's
         # permission prompt (the call's created_at is when the agent asked).
@@ -257,7 +267,8 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
     """Fold an event of the run as a whole (or of a call this ledger never saw begin)."""
     kind = event.kind
     if kind == EventKind.resumed:
-        state.epoch = max(state.epoch, int(event.data.get("epoch", state.epoch + 1)))
+        resumed = cast(ResumedData, event.data)
+        state.epoch = max(state.epoch, int(resumed.get("epoch", state.epoch + 1)))
     elif kind in (EventKind.head_moved, EventKind.rollback_files, EventKind.undo, EventKind.redo):
         if event.commit:
             state.head = event.commit
@@ -278,8 +289,9 @@ def _fold_run_event(state: LedgerState, event: Event) -> None:
 
 def _fold_rollback_files(state: LedgerState, event: Event) -> None:
     """Mark the calls a ``rollback --files`` took out of the run's head; those it kept (or brought back) are in."""
-    kept = event.data.get("kept_calls")
-    out = set(event.data.get("undone_calls", []))
+    data = cast(RollbackFilesData, event.data)
+    kept = data.get("kept_calls")
+    out = set(data.get("undone_calls", []))
     if kept is not None:  # else written before rollbacks named the calls they keep
         out |= {c for c in state.order if state.calls[c].commit} - set(kept)
     for call_id in state.order:
@@ -345,5 +357,9 @@ def log_event(state: LedgerState, event: Event) -> None:
         state.data.drift.append(DriftRecord.model_validate(item))
     elif event.kind == EventKind.compensation:
         state.data.compensation.append(CompensationLink.model_validate(item))
+    elif event.kind == EventKind.checkpoint:
+        state.data.checkpoint.append(cast(CheckpointLogged, item))  # kept as stored (see FoldData)
+    elif event.kind == EventKind.rollback_session:
+        state.data.rollback_session.append(cast(RollbackSessionLogged, item))
     else:
-        getattr(state.data, event.kind.value).append(item)
+        state.data.note.append(cast(NoteLogged, item))

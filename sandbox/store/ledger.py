@@ -301,7 +301,7 @@ class Ledger:
         derived = self._state
         if derived is None or derived.tip != fresh.tip:
             return False
-        differed = derived.model_dump() != fresh.model_dump()
+        differed = derived.model_dump(warnings=False) != fresh.model_dump(warnings=False)
         if differed:
             self._state = fresh
             self.save_cache(fresh)

@@ -31,13 +31,11 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/agent/confine.py",
         "sandbox/agent/launch.py",
         "sandbox/cli/outputs.py",
-        "sandbox/models.py",
         "sandbox/recovery/resume.py",
-        "sandbox/store/ledger.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 7
-RATCHET_LOOSE_DICTS: int | None = 107
+RATCHET_LONG_FUNCTIONS: int | None = 6
+RATCHET_LOOSE_DICTS: int | None = 97
 
 
 def module_lines(root: Path) -> dict[str, int]:

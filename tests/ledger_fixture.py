@@ -4,7 +4,7 @@ The fixture is a git bundle of a repository with one run whose ledger was writte
 as it was before its persisted state became typed (issue 14): apply, undo, redo, an undo in the
 sandbox, drift, a compensation, approvals, a denial, checkpoints, a rollback and a resume. The
 generator restores the bundle and records what :func:`observe` sees (``expected.json``); the
-migration test (tests/test_ledger_migration.py) restores it again with today's code and checks that
+migration test (tests/store/test_ledger_migration.py) restores it again with today's code and checks that
 every observation is identical.
 """
 

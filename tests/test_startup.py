@@ -74,9 +74,14 @@ APPLY_MODULES = {
     "sandbox.merge.threeway",  # --3way's merge (git merge-file), imported with the plan
     "sandbox.merge.writing",  # the journaled write
     "sandbox.models",
+    # the persisted formats, one module per format (the package's __init__ names them all)
+    *(f"sandbox.models.{m}" for m in ("base", "event", "mergeback", "payloads", "ledgerstate", "journal")),
+    *(f"sandbox.models.{m}" for m in ("applyreport", "checkpoint", "resume", "host", "integrity", "fetched")),
+    "sandbox.models.transcript",
     "sandbox.run",
     "sandbox.run.config",
     "sandbox.run.core",  # the run's state and write path (sandbox.run.run names the operations on its calls)
+    "sandbox.run.fold",  # how the ledger's events fold into the calls' state
     "sandbox.run.ids",
     "sandbox.run.include",
     "sandbox.run.names",

@@ -126,9 +126,10 @@ def _open_cost(ctx: Context, project: Any, run_id: str) -> None:
     from sandbox.store.project import Project
 
     cache = os.path.join(project.run_dir(run_id), "ledger-cache.json")
+    from sandbox.run.fold import FOLD
     from sandbox.store.ledger import Ledger
 
-    ledger = Ledger(project.repo, run_id, project.run_dir(run_id))
+    ledger = Ledger(project.repo, run_id, project.run_dir(run_id), FOLD)
     state = ledger.state()
     n = state.count
     ledger.save_cache(state)  # a cache at the tip, as a command finds it after a busy run

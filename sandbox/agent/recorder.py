@@ -336,7 +336,8 @@ class Recorder:
         return self.scope
 
     def _finish(self, event: HookEvent) -> Outcome:
-        from sandbox.models import TERMINAL_STATUSES, CallStatus
+        from sandbox.models import CallStatus
+        from sandbox.run.fold import TERMINAL_STATUSES
 
         kind, _idem, _replay = self.policy(event)
         rels = self._rel_paths(event)

@@ -15,6 +15,7 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     """Restore RUN's ledger ref to the tip the run last acknowledged (after checking it reads back)."""
     from dataclasses import asdict
 
+    from sandbox.run.fold import FOLD
     from sandbox.run.names import resolve_run
     from sandbox.store import layout
     from sandbox.store.ledger import repair as do_repair
@@ -24,7 +25,7 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     rid = resolve_run(project, run_id, cwd_run)
     run_dir = project.run_dir(rid)
     lock = run_lock(layout.run_lock_path(project.common_dir, rid), f"Run {rid}").hold()
-    report = do_repair(project.repo, rid, run_dir, lock)
+    report = do_repair(project.repo, rid, run_dir, lock, FOLD)
     if as_json:
         emit_json(renamed(asdict(report)))
     elif report.problem is None:

@@ -181,7 +181,7 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
 
 def _live_at(run: Run, tip: str | None, clone: str | None) -> list[str]:
     """The calls whose changes were in the run's files at ledger ``tip`` (a checkpoint's)."""
-    from sandbox.store.ledger import fold_event
+    from sandbox.run.fold import fold_event
 
     then = LedgerState(clone=clone)
     for oid, event in run.events(tip) if tip else []:

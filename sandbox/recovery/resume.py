@@ -39,7 +39,6 @@ from sandbox import faults
 from sandbox.agent import procs
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import (
-    TERMINAL_STATUSES,
     CallStatus,
     DriftPath,
     Event,
@@ -57,9 +56,9 @@ from sandbox.models import (
 from sandbox.run import approvals
 from sandbox.run.beforewrite import before_writes, keep_before_writes
 from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
+from sandbox.run.fold import TERMINAL_STATUSES, fold_event
 from sandbox.store import objects, trailers, worktree
 from sandbox.store.capture import capture
-from sandbox.store.ledger import fold_event
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

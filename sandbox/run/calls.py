@@ -17,8 +17,6 @@ import pygit2
 from sandbox import faults
 from sandbox.errors import SandboxError, StaleWriterError, UnknownCallError, UsageError
 from sandbox.models import (
-    FAILED_MARKS,
-    TERMINAL_STATUSES,
     Approval,
     CallStatus,
     EventKind,
@@ -29,6 +27,7 @@ from sandbox.models import (
 )
 from sandbox.run.callspec import INLINE_LIMIT, CallOptions, prepare
 from sandbox.run.core import RunCore
+from sandbox.run.fold import FAILED_MARKS, TERMINAL_STATUSES
 from sandbox.store import layout, objects, trailers
 from sandbox.store.ledger import StorageError
 

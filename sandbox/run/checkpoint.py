@@ -53,9 +53,10 @@ from sandbox.models import (
     LedgerSnapshot,
     LedgerState,
 )
+from sandbox.models.payloads import CheckpointLogged
 from sandbox.run.core import RunCore
+from sandbox.run.fold import fold_event
 from sandbox.store import layout, objects, trailers
-from sandbox.store.ledger import fold_event
 
 DEFAULT_RETENTION = 20
 #: Repository-local git config key (``git config sandbox.checkpointRetention 50``).
@@ -250,7 +251,7 @@ class CheckpointStore:
             return None, [f"The checkpoint store commit {oid[:12]} is damaged ({exc})."]
         return {name: e.oid for name, e in entries.items() if e.is_tree}, []
 
-    def _evidence(self, state: LedgerState | None = None) -> builtins.list[dict[str, Any]]:
+    def _evidence(self, state: LedgerState | None = None) -> builtins.list[CheckpointLogged]:
         state = state if state is not None else self.run.state()
         return [d for d in state.data.checkpoint if d.get("tree")]
 

@@ -27,6 +27,7 @@ import pygit2
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownCallError, UnknownRunError
 from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo
+from sandbox.run.fold import FOLD
 from sandbox.run.ids import new_run_id
 from sandbox.store import integrity, layout, objects, trailers
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
@@ -60,7 +61,7 @@ class RunCore:
         self.dir = project.run_dir(run_id)
         # Private: every write goes through :meth:`record` / :meth:`move_head`, every read through
         # :meth:`state` / :meth:`events`, so the fold's checks and the lock cannot be bypassed.
-        self._ledger = Ledger(self.repo, run_id, self.dir)
+        self._ledger = Ledger(self.repo, run_id, self.dir, FOLD)
         self._wt_repo: pygit2.Repository | None = None
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None

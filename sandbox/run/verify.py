@@ -15,7 +15,7 @@ act on. This module makes them agree, or refuses the ledger with the first bad e
   the head before it as its parent commit, and the fold never ignores a commit an event names;
   an undo or redo in the run's worktree changes exactly the call's paths, back or forth.
 
-The check folds the events as the ledger does (``fold_event``), so it judges each event against the
+The check folds the events as the ledger does (:func:`sandbox.run.fold.fold_event`), so it judges each event against the
 state the run is really in. Where it runs: ``sandbox fetch`` (:mod:`sandbox.runs.remote`) before a
 ref moves, and :meth:`Run.verified_state <sandbox.run.run.Run.verified_state>` before every
 decision (apply, undo, redo, branch). The verified fold is kept beside the run, keyed by the
@@ -33,9 +33,10 @@ from pydantic import ValidationError
 
 from sandbox.errors import CorruptionError, PathRefusedError
 from sandbox.models import Event, EventKind, FileChange, LedgerState, from_json, to_json
+from sandbox.run.fold import fold_event, fork_state
 from sandbox.store import gitpath, objects
 from sandbox.store.fsutil import write_json_file
-from sandbox.store.ledger import Ledger, fold_event, fork_state
+from sandbox.store.ledger import Ledger
 
 #: The only modes a recorded file may have: a file, an executable, a symlink.
 MODES = frozenset({objects.MODE_FILE, objects.MODE_EXEC, objects.MODE_LINK})

@@ -26,11 +26,12 @@ from collections.abc import Iterator
 
 from sandbox import faults
 from sandbox.errors import SandboxError, UsageError
-from sandbox.models import TERMINAL_STATUSES, Event, EventKind, RunInfo
+from sandbox.models import Event, EventKind, RunInfo
+from sandbox.run.fold import TERMINAL_STATUSES, fold_event
 from sandbox.run.ids import new_run_id
 from sandbox.run.run import Run
 from sandbox.store import layout, objects, snapshot, trailers, worktree
-from sandbox.store.ledger import fold_event, new_event_id
+from sandbox.store.ledger import new_event_id
 from sandbox.store.project import Project
 
 faults.POINTS.update({"many.after_checkouts", "many.after_ledger"})

@@ -44,6 +44,7 @@ import pygit2
 from sandbox.errors import CorruptionError, SandboxError, UsageError
 from sandbox.models import FetchedFrom, from_json, to_json
 from sandbox.run import verify
+from sandbox.run.fold import FOLD
 from sandbox.run.run import Run
 from sandbox.store import integrity, layout, objects
 from sandbox.store.fsutil import write_json_file
@@ -250,7 +251,7 @@ def _relation(repo: pygit2.Repository, local: str, remote: str) -> str:
 
 def _count_between(project: Project, run_id: str, tip: str, stop: str | None) -> int:
     try:
-        return len(Ledger(project.repo, run_id, project.run_dir(run_id)).events_since(stop, tip))
+        return len(Ledger(project.repo, run_id, project.run_dir(run_id), FOLD).events_since(stop, tip))
     except (LookupError, SandboxError):
         return 0
 
@@ -417,7 +418,7 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             )
     run_dir = project.run_dir(run_id)
     os.makedirs(run_dir, exist_ok=True)
-    ledger = Ledger(repo, run_id, run_dir)
+    ledger = Ledger(repo, run_id, run_dir, FOLD)
     with ledger.lock.hold():
         local = ledger.tip()
         what = integrity.run_damage(repo, run_id, run_dir)
@@ -483,7 +484,7 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
 
 def _labelled(item: Transfer, repo: pygit2.Repository, run_id: str, run_dir: str) -> Transfer:
     with contextlib.suppress(SandboxError):
-        info = Ledger(repo, run_id, run_dir).state().run
+        info = Ledger(repo, run_id, run_dir, FOLD).state().run
         if info is not None:
             item.label, item.host = info.label, info.host
     return item

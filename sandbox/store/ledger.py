@@ -11,7 +11,8 @@ lose nor duplicate events. With libgit2's fsync turned on, an append that return
 and power loss. Objects are content-addressed and zlib-checked, so a garbled event is detected and
 reported, never read as valid.
 
-A call's state is the fold (:func:`fold_event`) of its events in ledger order. The fold of the
+A call's state is the fold of its events in ledger order. The ledger does not interpret events:
+the fold is handed to it (:class:`Fold`; the run's is :mod:`sandbox.run.fold`). The fold of the
 whole ledger is cached beside the run and extended incrementally from the cached tip; the cache is
 authenticated with a key that lives only in the ledger, and the ref is checked against the tip the
 run last acknowledged (see :mod:`sandbox.store.integrity`), so neither an edited cache nor a deleted or
@@ -21,35 +22,19 @@ rewritten ref is taken for the truth.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pygit2
 from pydantic import ValidationError
 
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
-from sandbox.models import (
-    FAILED_MARKS,
-    FORMAT_VERSION,
-    LOGGED_KINDS,
-    TERMINAL_STATUSES,
-    Approval,
-    CallStatus,
-    Event,
-    EventKind,
-    LedgerEntry,
-    LedgerState,
-    fold_mergeback,
-    from_json,
-    log_event,
-    to_json,
-)
+from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, from_json, to_json
 from sandbox.store import integrity, layout, objects
 from sandbox.store.fsutil import write_json_file
 from sandbox.store.locks import file_lock
@@ -59,19 +44,23 @@ MESSAGE_PREFIX = "sandbox-event"
 ROOT_PREFIX = "sandbox-event-root"
 CACHE_EVERY = 16
 
-_STATUS_RANK = {
-    CallStatus.planned: 0,
-    CallStatus.approved: 1,
-    CallStatus.started: 2,
-    CallStatus.uncertain: 3,
-    CallStatus.succeeded: 4,
-    CallStatus.failed: 4,
-    CallStatus.not_run: 4,
-    CallStatus.interrupted: 4,
-    CallStatus.violation: 4,
-}
-
 faults.POINTS.update({"ledger.append.before", "ledger.append.after"})
+
+
+class Fold(Protocol):
+    """How a ledger's events become its state; the ledger only stores, reads and caches them.
+
+    The run package gives the one fold there is (:data:`sandbox.run.fold.FOLD`); the store has no
+    words for calls or their statuses.
+    """
+
+    def fork(self, state: LedgerState) -> LedgerState:
+        """A copy of ``state`` that :meth:`event` may change without touching ``state``."""
+        ...
+
+    def event(self, state: LedgerState, event: Event, oid: str | None) -> LedgerState:
+        """Fold ``event`` (stored as commit ``oid``) into ``state``; returns it."""
+        ...
 
 
 class StorageError(SandboxError):
@@ -132,164 +121,6 @@ def run_lock(path: str, what: str) -> _ReentrantFileLock:
         return lock
 
 
-def fork_state(state: LedgerState) -> LedgerState:
-    """A copy of ``state`` that :func:`fold_event` may change without touching the original.
-
-    Containers are copied one level deep and entries are copied only when an event changes them
-    (:func:`_writable`), so extending a fold costs O(changed calls), not O(ledger): a deep copy of
-    the whole state per call made recording grow with the length of the run.
-    """
-    new = state.model_copy()
-    new.calls = dict(state.calls)
-    new.order = list(state.order)
-    new.event_ids = set(state.event_ids)
-    data = state.data
-    new.data = data.model_copy(
-        update={
-            "user_paths": dict(data.user_paths),
-            "undo_stack": list(data.undo_stack),
-            "checkpoint": list(data.checkpoint),
-            "rollback_session": list(data.rollback_session),
-            "drift": list(data.drift),
-            "note": list(data.note),
-            "compensation": list(data.compensation),
-            "sessions": dict(data.sessions),
-        }
-    )
-    return new
-
-
-def _writable(state: LedgerState, call_id: str) -> LedgerEntry | None:
-    """The call's entry, copied into ``state`` first so older states sharing it stay unchanged."""
-    entry = state.calls.get(call_id)
-    if entry is not None:
-        entry = state.calls[call_id] = entry.model_copy(deep=True)
-    return entry
-
-
-def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState:
-    """Fold one event into the state (mutates and returns ``state``).
-
-    Status only moves forward (planned < approved < started < uncertain < succeeded/failed), so
-    any order of the same events leaves each call in one consistent, terminal-wins state.
-    """
-    if event.event_id in state.event_ids:
-        return state
-    state.event_ids.add(event.event_id)
-    state.count += 1
-    state.tip = oid
-    if _other_clones_tree(state, event):
-        return state  # an apply/undo/redo in another clone's tree: nothing of this clone's
-    kind = event.kind
-    entry = _writable(state, event.call_id) if event.call_id else None
-    if event.call_id and entry is None and event.call is not None:
-        spec = event.call
-        entry = LedgerEntry(
-            call_id=event.call_id,
-            step_id=spec.step_id,
-            tool_name=spec.tool_name,
-            input_hash=spec.input_hash,
-            input_ref=spec.input_ref,
-            input=spec.input,
-            status=CallStatus.planned,
-            idempotency=spec.idempotency,
-            replay_policy=spec.replay_policy,
-            side_effects=list(spec.side_effects),
-            summary=spec.summary,
-            compensation=spec.compensation,
-            agent_session=spec.agent_session,
-            epoch=event.epoch,
-            seq=len(state.order) + 1,
-            created_at=event.at,
-        )
-        state.calls[event.call_id] = entry
-        state.order.append(event.call_id)
-
-    def advance(status: CallStatus) -> None:
-        assert entry is not None
-        if entry.status in TERMINAL_STATUSES and status not in TERMINAL_STATUSES:
-            return
-        if _STATUS_RANK[status] >= _STATUS_RANK[entry.status]:
-            entry.status = status
-
-    if kind == EventKind.run_started and event.run is not None:
-        state.run = event.run
-        state.head = event.run.base
-    elif entry is None:
-        _fold_run_event(state, event)
-    elif kind == EventKind.call_planned:
-        advance(CallStatus.planned)
-    elif kind == EventKind.call_approved:
-        entry.approval = Approval.approved
-        advance(CallStatus.approved)
-    elif kind == EventKind.call_denied:
-        entry.approval = Approval.denied
-        entry.denial_reason = event.reason
-    elif kind == EventKind.call_started:
-        if entry.agent_session and event.procs is not None:
-            state.data.sessions[entry.agent_session] = event.procs.token  # the latest: a resumed agent session
-        advance(CallStatus.started)
-        entry.started_at = entry.started_at or event.at
-        entry.epoch = event.epoch
-    elif kind in (EventKind.call_succeeded, EventKind.call_failed, EventKind.call_resolved, EventKind.call_not_run):
-        if kind == EventKind.call_resolved:
-            status = CallStatus(event.data.get("status", CallStatus.failed.value))
-        elif kind == EventKind.call_not_run:
-            status = CallStatus.not_run
-        else:
-            status = CallStatus.succeeded if kind == EventKind.call_succeeded else CallStatus.failed
-        if kind == EventKind.call_failed:
-            status = next((s for mark, s in FAILED_MARKS.items() if event.data.get(mark)), status)
-        # A call the agent ran although it was refused: the evidence of it outranks the refusal.
-        overrides = status == CallStatus.violation and entry.status == CallStatus.not_run
-        if entry.status not in TERMINAL_STATUSES or overrides:
-            entry.status = status
-            entry.finished_at = event.at
-            ran = event.data.get("ran_ms")
-            if isinstance(ran, int) and not isinstance(ran, bool) and ran >= 0:
-                # The agent says how long the tool itself ran: it started after the wait at the agent's
-                # permission prompt (the call's created_at is when the agent asked).
-                began = event.at - datetime.timedelta(milliseconds=ran)
-                entry.started_at = max(began, entry.started_at or began)
-            entry.result_ref = event.result_ref
-            entry.result = event.result
-            entry.error = event.error
-            entry.error_detail = event.error_detail
-            entry.error_ref = event.error_ref
-            if event.commit:
-                entry.commit = event.commit
-                entry.parent_commit = event.parent_commit
-                entry.files = list(event.files)
-                state.head = event.commit
-    elif kind == EventKind.call_uncertain:
-        advance(CallStatus.uncertain)
-    elif kind in (EventKind.undo, EventKind.redo):
-        # Whether the call is still applied to the user's tree is merge-back's (fold_mergeback).
-        entry.undone = kind == EventKind.undo
-        if event.commit:  # an undo or redo in the run's worktree moved its head
-            state.head = event.commit
-    else:
-        _fold_run_event(state, event)
-    if kind in _MERGEBACK_KINDS:
-        fold_mergeback(state, event, lambda call_id: _writable(state, call_id))
-    return state
-
-
-_MERGEBACK_KINDS = frozenset({EventKind.apply_finished, EventKind.undo, EventKind.redo})
-
-
-def _other_clones_tree(state: LedgerState, event: Event) -> bool:
-    """True for a merge-back event (apply, or undo/redo in the user's tree) written by another clone.
-
-    A run travels (``sandbox push`` / ``fetch``), its ledger with it; what was applied to the tree
-    of the clone that applied it says nothing about this clone's tree. Events without a clone
-    (written before clones had ids) are taken as this clone's, as they always were.
-    """
-    if event.clone is None or event.clone == state.clone or event.kind not in _MERGEBACK_KINDS:
-        return False
-    return event.kind == EventKind.apply_finished or event.data.get("target") == "user"
-
-
 def _ensure_clone_id(common_dir: str) -> str:
     """Read ``<common>/sandbox/clone-id``, creating it (exclusively: a link of a whole file) if missing."""
     found = layout.clone_id(common_dir)
@@ -315,43 +146,13 @@ def _ensure_clone_id(common_dir: str) -> str:
     return found
 
 
-def _fold_run_event(state: LedgerState, event: Event) -> None:
-    kind = event.kind
-    if kind == EventKind.resumed:
-        state.epoch = max(state.epoch, int(event.data.get("epoch", state.epoch + 1)))
-    elif kind in (EventKind.head_moved, EventKind.rollback_files, EventKind.undo, EventKind.redo):
-        if event.commit:
-            state.head = event.commit
-        if kind == EventKind.rollback_files:
-            # The calls the rollback took out of the run's head; those it kept (or brought back) are in.
-            kept = event.data.get("kept_calls")
-            out = set(event.data.get("undone_calls", []))
-            if kept is not None:  # else written before rollbacks named the calls they keep
-                out |= {c for c in state.order if state.calls[c].commit} - set(kept)
-            for call_id in state.order:
-                back = call_id in out or (kept is None and state.calls[call_id].rolled_back)
-                if state.calls[call_id].rolled_back != back and state.calls[call_id].commit:
-                    rolled = _writable(state, call_id)
-                    if rolled is not None:
-                        rolled.rolled_back = back
-    elif kind == EventKind.apply_finished:
-        for call_id in event.data.get("calls", []):
-            entry = _writable(state, call_id)
-            if entry is not None:
-                entry.applied = True
-    elif kind == EventKind.run_ended:
-        state.ended = True
-    elif kind == EventKind.run_dropped:
-        state.dropped = True
-    if kind in LOGGED_KINDS:
-        log_event(state, event)
-
-
 class Ledger:
     """One run's ledger: append events durably, read them back, and fold them."""
 
-    def __init__(self, repo: pygit2.Repository, run_id: str, run_dir: str) -> None:
+    def __init__(self, repo: pygit2.Repository, run_id: str, run_dir: str, fold: Fold) -> None:
         self.repo = repo
+        #: How the events fold into the state :meth:`state` returns (:data:`sandbox.run.fold.FOLD`).
+        self.fold = fold
         self.run_id = run_id
         self.ref = ledger_ref(run_id)
         self.run_dir = run_dir
@@ -380,7 +181,7 @@ class Ledger:
         if self.clone is None:
             self.clone = _ensure_clone_id(self.repo.path)
             if self._state is not None and self._state.clone is None:
-                self._state = fork_state(self._state)
+                self._state = self.fold.fork(self._state)
                 self._state.clone = self.clone
         return self.clone
 
@@ -460,7 +261,7 @@ class Ledger:
         """The fold of the whole ledger, extended incrementally from the cached fold.
 
         The returned state is shared with the cache and with later callers: treat it as read-only
-        (fold into :func:`fork_state` of it to derive another). Raises
+        (fold into ``fold.fork()`` of it to derive another). Raises
         :class:`~sandbox.store.integrity.LedgerDamagedError` when the ref was deleted, rewound or rewritten.
         """
         tip = self.tip()
@@ -470,7 +271,7 @@ class Ledger:
         base = self._state if self._state is not None else self._load_cache(tip)
         if base is not None and base.clone != self.clone:
             if base.clone is None:  # folded before this clone had an id: no event carried it
-                base = fork_state(base)
+                base = self.fold.fork(base)
                 base.clone = self.clone
             else:
                 base = None
@@ -486,9 +287,9 @@ class Ledger:
         if new is None or base is None:
             base = self.new_state()
             new = self._walk_back(tip, None)
-        state = fork_state(base)
+        state = self.fold.fork(base)
         for oid, event in new:
-            fold_event(state, event, oid)
+            self.fold.event(state, event, oid)
         self._state = state
         if len(new) >= CACHE_EVERY or self._resave:
             self._resave = False  # a cache that failed its check is replaced at once
@@ -500,7 +301,7 @@ class Ledger:
         derived = self._state
         if derived is None or derived.tip != fresh.tip:
             return False
-        differed = derived.model_dump() != fresh.model_dump()
+        differed = derived.model_dump(warnings=False) != fresh.model_dump(warnings=False)
         if differed:
             self._state = fresh
             self.save_cache(fresh)
@@ -593,7 +394,7 @@ class Ledger:
                     ) from exc
             integrity.write_ack(self.run_dir, self.run_id, str(new_oid), state.count + 1)
             faults.point("ledger.append.after")
-            state = fold_event(fork_state(state), event, str(new_oid))
+            state = self.fold.event(self.fold.fork(state), event, str(new_oid))
             self._state = state
             if state.count % CACHE_EVERY == 0:
                 self.save_cache(state)
@@ -692,7 +493,11 @@ class RepairReport:
 
 
 def repair(
-    repo: pygit2.Repository, run_id: str, run_dir: str, lock: contextlib.AbstractContextManager[None]
+    repo: pygit2.Repository,
+    run_id: str,
+    run_dir: str,
+    lock: contextlib.AbstractContextManager[None],
+    fold: Fold,
 ) -> RepairReport:
     """Restore a deleted, rewound or rewritten ledger ref to the acknowledged tip.
 
@@ -711,7 +516,7 @@ def repair(
         what = integrity.damage(repo, run_id, ack, tip)
         if what is None:
             return RepairReport(run_id, None)
-        probe = Ledger(repo, run_id, run_dir)
+        probe = Ledger(repo, run_id, run_dir, fold)
         try:
             events = probe.events_to(ack.tip)
         except CorruptionError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import shlex
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import quote
@@ -82,7 +83,9 @@ def command(entry: LedgerEntry) -> str:
 # -- what the confinement and the host recorded ------------------------------------------------------
 
 
-def events(notes: list[dict[str, Any]]) -> tuple[dict[str, list[str]], list[tuple[datetime.datetime | None, str]]]:
+def events(
+    notes: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, list[str]], list[tuple[datetime.datetime | None, str]]]:
     """The run's notes as timeline rows: (per call id, the rows under that call; the rows of no
     call, with their time). Each row is HTML."""
     by_call: dict[str, list[str]] = {}

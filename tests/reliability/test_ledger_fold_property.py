@@ -2,7 +2,7 @@
 
 Writers append concurrently; the ledger serialises their events in some order that keeps each
 writer's own order (and causality: a resume can only mark a call uncertain once it started). For
-every such order, :func:`sandbox.store.ledger.fold_event` must give each call a status that never moved
+every such order, :func:`sandbox.run.fold.fold_event` must give each call a status that never moved
 backward, let terminal states win, ignore re-appended events (same event id), and, when a call has
 at most one terminal event, reach the same final status whatever the order.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.models import TERMINAL_STATUSES, CallSpec, CallStatus, Event, EventKind, LedgerState, RunInfo
-from sandbox.store.ledger import _STATUS_RANK, fold_event
+from sandbox.models import CallSpec, CallStatus, Event, EventKind, LedgerState, RunInfo
+from sandbox.run.fold import STATUS_RANK, TERMINAL_STATUSES, fold_event
 
 RUN = "prop0001"
 _ids = itertools.count()
@@ -106,7 +106,7 @@ def fold_all(events: list[Event]) -> tuple[LedgerState, list[dict[str, CallStatu
 
 
 def rank(status: CallStatus) -> int:
-    return 10 if status in TERMINAL_STATUSES else _STATUS_RANK[status]
+    return 10 if status in TERMINAL_STATUSES else STATUS_RANK[status]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

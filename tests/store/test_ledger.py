@@ -14,6 +14,7 @@ import pytest
 
 from sandbox.errors import CorruptionError
 from sandbox.models import CallStatus, EventKind
+from sandbox.run.fold import FOLD
 from sandbox.run.run import Run
 from sandbox.store.ledger import Ledger
 from sandbox.store.project import Project
@@ -120,7 +121,7 @@ def test_garbled_ledger_event_is_detected_not_read(repo: Path, where: str) -> No
     assert kind in data
     replace_stored_object(repo, tip, data.replace(kind, kind[:-1] + b"X"))
     with pytest.raises(CorruptionError):
-        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache").state()
+        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache", FOLD).state()
     out = sandbox_cmd("log", run.run_id, cwd=repo)
     assert out.returncode != 0
     assert out.stderr.decode().count("\n") == 1 and b"Traceback" not in out.stderr
@@ -135,7 +136,7 @@ def test_truncated_ledger_object_is_detected(repo: Path) -> None:
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:10])
     with pytest.raises(CorruptionError):
-        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache").events()
+        Ledger(reopen(run).repo, run.run_id, run.dir + "-nocache", FOLD).events()
 
 
 def test_fold_cache_is_rebuilt_when_stale_or_damaged(repo: Path) -> None:

@@ -1,0 +1,86 @@
+"""The fold's typed bookkeeping (sandbox.run.fold, sandbox.models.ledgerstate): what it keeps of the
+events it logs, and that the cached fold reads back and is written as the formats before it were."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import warnings
+
+from sandbox.models import (
+    Event,
+    EventKind,
+    LedgerState,
+    PartialApply,
+    PathRecordUpdate,
+    RunInfo,
+    UndoItem,
+    UserPathRecord,
+    from_json,
+    to_json,
+)
+from sandbox.run.fold import FOLD, fold_event
+
+RUN = "fold0001"
+_ids = itertools.count()
+
+
+def ev(kind: EventKind, **fields: object) -> Event:
+    return Event(event_id=f"e{next(_ids)}", kind=kind, run_id=RUN, **fields)  # type: ignore[arg-type]
+
+
+def folded(*events: Event) -> LedgerState:
+    state = LedgerState()
+    info = RunInfo(run_id=RUN, base="0" * 40, head=None, worktree="/wt", user_workdir="/u")
+    for i, event in enumerate([ev(EventKind.run_started, run=info), *events]):
+        fold_event(state, event, f"tip{i}")
+    return state
+
+
+def test_logged_events_keep_their_data_id_and_time_and_read_back_from_the_cache() -> None:
+    checkpoint = {"id": "ckpt_1", "seq": 1, "name": "ckpt_001", "label": None, "tree": "t" * 40, "later": [1]}
+    rollback = {"checkpoint": "ckpt_1", "name": "ckpt_001", "calls_after": ["c2"]}
+    note = {"network_refused": {"host": "example.com", "port": 443, "at": "now"}, "session": "s1"}
+    state = folded(
+        ev(EventKind.checkpoint, data=checkpoint),
+        ev(EventKind.rollback_session, data=rollback),
+        ev(EventKind.note, data=note),
+    )
+    kept = state.data.checkpoint[0]
+    assert kept["event_id"] and kept["at"] and kept["tree"] == "t" * 40 and kept["later"] == [1]  # type: ignore[typeddict-item]
+    assert state.data.rollback_session[0]["calls_after"] == ["c2"]
+    assert state.data.note[0]["network_refused"] == note["network_refused"]  # type: ignore[typeddict-item]
+    again = from_json(LedgerState, to_json(state))
+    assert again.model_dump() == state.model_dump()
+
+
+def test_a_logged_value_of_another_type_is_cached_as_read_without_a_warning() -> None:
+    # A ledger another sandbox wrote (or an older one): the fold keeps what it read; caching it
+    # must neither change it nor print pydantic's serializer warnings on the user's terminal.
+    state = folded(ev(EventKind.checkpoint, data={"id": "ckpt_1", "seq": "one", "tree": 7}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = to_json(state)
+        FOLD.fork(state).model_dump(warnings=False)
+    assert json.loads(text)["data"]["checkpoint"][0]["seq"] == "one"
+
+
+def test_path_records_without_a_partial_apply_are_stored_as_before_partial_applies() -> None:
+    whole = UserPathRecord(mode=0o100644, oid="a" * 40, calls=["c1"])
+    assert "partial" not in json.loads(to_json(whole))
+    assert "partial" not in json.loads(to_json(UndoItem(call_id="c1", event_id="e1")))
+    assert PathRecordUpdate.of("f.txt", whole).to_data() == {
+        "path": "f.txt",
+        "mode": 0o100644,
+        "oid": "a" * 40,
+        "target_mode": None,
+        "target_oid": None,
+        "calls": ["c1"],
+    }
+    assert PathRecordUpdate.of("f.txt", None).to_data() == {"path": "f.txt", "drop": True}
+    part = PartialApply(base_mode=None, base_oid=None, agent_mode=0o100644, agent_oid="b" * 40, calls=["c1"])
+    record = UserPathRecord(mode=0o100644, oid="a" * 40, calls=["c1"], partial=part)
+    assert json.loads(to_json(record))["partial"]["agent_oid"] == "b" * 40
+    data = PathRecordUpdate.of("f.txt", record).to_data()
+    assert data["partial"] == part.model_dump(mode="json")
+    assert PathRecordUpdate.model_validate(data).record() == record

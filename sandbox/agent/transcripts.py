@@ -262,7 +262,7 @@ def agent_command(run: Run) -> tuple[list[str], str] | None:
 
 
 #: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).
-SESSION_NOTES = ("rewind", "conversation_fork")
+SESSION_NOTES = ("rewind", "conversation_fork", "rewind_undo", "rewind_redo")
 
 
 def current_session(run: Run) -> str | None:

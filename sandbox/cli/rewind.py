@@ -68,6 +68,6 @@ def rewind(
         what = escape.text(effect.summary or effect.tool_name)
         out(f"  after the rewind point: {effect.call_id} {what}: {escape.text(effect.hint)}.")
     if report.undo_to:
-        out(f"To take the rewind back: sandbox rollback {run.run_id} --files --to {report.undo_to}")
+        out(f"To take the rewind back: sandbox undo {run.run_id}")
     if continue_:
         continue_agent(ctx, run, None, extra, prompt=report.prompt())

@@ -2,8 +2,9 @@
 
 1. **Files**: the run's worktree goes back to the automatic checkpoint at CALL's start (the run's
    head just before CALL ran), through ``rollback --files`` (:func:`sandbox.recovery.actions.rollback_files`):
-   a forward event that moves the run's head, shown by ``log``; nothing is erased. ``undo_to`` in
-   the report names the checkpoint that takes it back (``sandbox rollback RUN --files --to ...``).
+   a forward event that moves the run's head, shown by ``log``; nothing is erased. Right after it,
+   ``sandbox undo`` takes it back and ``sandbox redo`` does it again (:mod:`sandbox.recovery.rewind_undo`);
+   ``undo_to`` in the report names the checkpoint an undo goes back to.
 2. **Conversation**: the agent's transcript (stored first, :mod:`sandbox.agent.transcripts`) is
    copied, cut just before the message that asked for CALL, into a *new* session of the agent
    (:meth:`sandbox.agent.sessions.AgentSessions.fork`); the agent's original is never edited. The fork
@@ -135,6 +136,7 @@ def rewind(run: Run, call_id: str, homes: Mapping[str, Sequence[str]], subdir: s
     after = state.order[state.order.index(call_id) :]
     report.side_effects = _side_effects(run, [state.calls[c] for c in after])
     _fork_conversation(run, entry, homes, subdir, report)
+    head = run.state().head
     run.record(
         EventKind.note,
         reason=f"rewound to just before call {call_id}",
@@ -142,6 +144,9 @@ def rewind(run: Run, call_id: str, homes: Mapping[str, Sequence[str]], subdir: s
             "rewind": {
                 "to": call_id,
                 "checkpoint": report.checkpoint,
+                # What 'sandbox undo' needs to take the rewind back (sandbox.recovery.rewind_undo).
+                "undo_to": report.undo_to,
+                "head": head,
                 "session": report.session,
                 "from_session": report.from_session,
                 "side_effects": [s.call_id for s in report.side_effects],

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import SandboxError
-from sandbox.models import EventKind, TranscriptIndex, from_json, to_json
+from sandbox.models import CallStatus, EventKind, TranscriptIndex, from_json, to_json
 from sandbox.store import objects, packs
 from sandbox.store.fsutil import atomic_write
 
@@ -279,6 +279,25 @@ def current_session(run: Run) -> str | None:
     return session
 
 
+def recorded_calls(run: Run, session: str, target: str | None = None) -> list[tuple[str, str, object]]:
+    """The run's calls as far as ``session``'s conversation holds them: (call id, tool, input), oldest first.
+
+    Up to the session's last call (a conversation continued from an earlier session holds that one's
+    turns too); a call whose outcome is unknown is left out unless it is ``target`` (an agent killed
+    during it may never have written it down).
+    """
+    state = run.state()
+    order = state.order
+    last = max((i for i, c in enumerate(order) if state.calls[c].agent_session == session), default=-1)
+    out: list[tuple[str, str, object]] = []
+    for call_id in order[: last + 1]:
+        entry = state.calls[call_id]
+        if entry.status in (CallStatus.started, CallStatus.uncertain) and call_id != target:
+            continue
+        out.append((call_id, entry.tool_name, entry.input))
+    return out
+
+
 def primary_home(homes: Sequence[str]) -> str | None:
     """The configuration home a relaunched agent will use: the first candidate (the run's own home
     where the agent has one: 'sandbox run' seeds it around what is written there)."""
@@ -301,12 +320,14 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
     stored = latest(source, old) if old else None
     agent = AGENTS.get(stored.index.agent) if stored is not None else None
-    if stored is None or agent is None or not agent.forks:
+    if stored is None or agent is None or old is None or not agent.forks:
         return None  # the files are forked; this agent's conversation cannot be cut at a call
-    line = stored.index.calls.get(at) if at else None
+    data = load(source, stored)
+    own = agent.own_call(data, at, recorded_calls(source, old, at)) if at else None
+    line = stored.index.calls.get(own) if own else None
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
-    forked = agent.fork(load(source, stored), later[0][1] if later else None, new)
+    forked = agent.fork(data, later[0][1] if later else None, new)
     home = primary_home(list(homes.get(agent.name, ())))
     if home is not None:
         dest = agent.place(home, target.worktree, new)

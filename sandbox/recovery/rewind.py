@@ -177,13 +177,15 @@ def _fork_conversation(
             f"the files went back to just before call {entry.call_id}."
         )
         return
-    if entry.call_id not in stored.index.calls:
+    data = transcripts.load(run, stored)
+    own = agent.own_call(data, entry.call_id, transcripts.recorded_calls(run, old, entry.call_id))
+    if own is None:
         report.messages.append(
             f"Call {entry.call_id} is not a tool use of the stored conversation; only the files were rewound."
         )
         return
     new = agent.new_session()
-    forked = agent.fork(transcripts.load(run, stored), entry.call_id, new)
+    forked = agent.fork(data, own, new)
     home = primary_home(list(homes.get(agent.name, ())))
     if home is not None:
         cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from sandbox.store import objects, packs
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
+    from sandbox.models import Event
     from sandbox.run.run import Run
 
 #: A chunk ends after a line once it holds at least this many bytes and the line's hash agrees ...
@@ -153,10 +155,37 @@ def store(
     return Stored(commit, index)
 
 
+#: The ledger's events as last read, per run object and ledger tip: a ``resume --continue`` asks the
+#: ledger half a dozen questions (the agent command, the session, its confinement, the stored
+#: copies) and each reading parses every event (bench/cases/transcripts.py).
+_EVENTS: weakref.WeakKeyDictionary[Run, tuple[str | None, list[tuple[str, Event]]]] = weakref.WeakKeyDictionary()
+
+
+def ledger_events(run: Run) -> list[tuple[str, Event]]:
+    """``run.events()``, each event read once per process: the ledger only grows, so a new tip reads
+    only the events after the last one read (all again if the ledger was rewritten). Read-only."""
+    from sandbox.store.ledger import Ledger
+
+    tip = run.ledger_tip()
+    cached = _EVENTS.get(run)
+    if cached is not None and cached[0] == tip:
+        return cached[1]
+    events: list[tuple[str, Event]] = []
+    if tip is not None and cached is not None and cached[0] is not None:
+        try:
+            events = cached[1] + Ledger(run.repo, run.run_id, run.dir).events_since(cached[0], tip)
+        except LookupError:
+            events = []  # the cached tip is not on the way: read the whole ledger
+    if tip is not None and not events:
+        events = run.events(tip)
+    _EVENTS[run] = (tip, events)
+    return events
+
+
 def records(run: Run) -> list[dict[str, Any]]:
     """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records)."""
     out = []
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
             out.append(dict(event.data["transcript"]))
     return out
@@ -253,7 +282,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
 def agent_command(run: Run) -> tuple[list[str], str] | None:
     """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
     found = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         data = event.data if event.kind == EventKind.note else {}
         argv = data.get("agent_command")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
@@ -268,7 +297,7 @@ SESSION_NOTES = ("rewind", "conversation_fork", "rewind_undo", "rewind_redo")
 def current_session(run: Run) -> str | None:
     """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
     session = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
             session = event.call.agent_session
         elif event.kind == EventKind.note:

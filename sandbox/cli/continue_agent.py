@@ -32,7 +32,7 @@ def continue_agent(
     from sandbox.recovery import continue_
 
     if isolate is None:
-        _check_recorded(run, network)  # before anything is planned, blocked or started
+        _check_recorded(run)  # before anything is planned, blocked or started
     plan = continue_.plan(
         run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt, isolate=isolate, network=network
     )
@@ -63,18 +63,21 @@ def start_subdir(ctx: click.Context, run: Run) -> str:
     return subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)
 
 
-def _check_recorded(run: Run, network: str | None) -> None:
+def _check_recorded(run: Run) -> None:
     """Refuse, in one line, when the confinement the session ran with cannot be had on this machine."""
     from sandbox.agent import confine
-    from sandbox.cli.isolation import resolve
+    from sandbox.cli.isolation import backend_program
     from sandbox.recovery.continue_ import CannotContinueError, confinement_of, recorded_isolation
 
     phrase = recorded_isolation(run)
-    was_isolate, was_network = confinement_of(phrase)
+    was_isolate, _was_network = confinement_of(phrase)
     if was_isolate != "on":
         return
+    backend, program = backend_program()
     try:
-        confine.check(resolve(run.user_workdir, "run", "on", network or was_network))
+        # What confine.check decides from (the program, user namespaces): not the whole settings,
+        # which 'sandbox run' resolves once more right after (bench/cases/transcripts.py).
+        confine.check(confine.Isolation(True, False, program, backend))
     except confine.ConfinementError as exc:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent session ran confined ({phrase}), which this machine cannot give it now: "

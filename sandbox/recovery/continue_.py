@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import agent_command, current_session, primary_home
+from sandbox.agent.transcripts import agent_command, current_session, ledger_events, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
 from sandbox.store.fsutil import atomic_write
@@ -67,7 +67,7 @@ class ContinuePlan:
 def recorded_isolation(run: Run) -> str | None:
     """How the last ``sandbox run`` session of the run was confined (its note's ``isolation``), or None."""
     found = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         data = event.data if event.kind == EventKind.note else {}
         if isinstance(data.get("agent_command"), list):
             value = data.get("isolation")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
@@ -75,7 +76,7 @@ def last_step(run: Run) -> RewindStep | None:
     """The rewind step ``undo``/``redo`` acts on: the newest one, when nothing moved the files since."""
     step: RewindStep | None = None
     moved = False
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind in _MOVES:
             moved = True  # unless a note of ours follows: each step's own rollback_files comes just before it
             continue

@@ -287,7 +287,6 @@ def test_a_pushed_codex_run_continues_its_conversation_in_another_clone(
     from tests.conftest import git
 
     run = cli_start(repo)
-    wt = Path(run.worktree)
     turns = [mcp("write_file", path="a.txt", content="one\n"), mcp("run_command", command="echo built > out.txt")]
     ids = [t.calls[0].call_id for t in turns]
     with ResponsesServer(turns) as server:

@@ -13,8 +13,9 @@ time to the agent's first request, minus the agent's own start), against ``sandb
 claude`` measured the same way (reference). The same for Codex (a stand-in ``codex``), on a run
 holding a Codex session of 200 calls and its stored rollout, as ``resume --continue`` finds it
 in another clone: not on this machine, written back from the run's copy, then ``codex exec resume``.
-The agents' own start-up (``codex exec resume`` to its first request: about 0.3-0.5 s here) comes on
-top of both and is not ours. Measured at the smallest size only: both follow the run, not the repository.
+The agent's own start-up comes on top of both and is not ours: ``codex exec resume ID`` run directly
+took 2.8-8.2 s (median 6.0 s) to its first model request on the 2-core machine at load 14, and
+``sandbox resume --continue`` 4.0-7.2 s (median 5.5 s) in the same loop (2026-12-01). Measured at the smallest size only: both follow the run, not the repository.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ holding a Codex session of 200 calls and its stored rollout, as ``resume --conti
 in another clone: not on this machine, written back from the run's copy, then ``codex exec resume``.
 The agent's own start-up comes on top of both and is not ours: ``codex exec resume ID`` run directly
 took 2.8-8.2 s (median 6.0 s) to its first model request on the 2-core machine at load 14, and
-``sandbox resume --continue`` 4.0-7.2 s (median 5.5 s) in the same loop (2026-12-01). Measured at the smallest size only: both follow the run, not the repository.
+``sandbox resume --continue`` 4.0-7.2 s (median 5.5 s) in the same loop (2026-12-01).
+Measured at the smallest size only: both follow the run, not the repository.
 """
 
 from __future__ import annotations

@@ -68,3 +68,32 @@ def test_a_run_without_an_agent_command_is_refused_in_one_line(repo: Path) -> No
     done = sandbox_cmd("resume", run.run_id, "--continue", cwd=repo)
     assert done.returncode == 1 and b"no agent command recorded" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_relaunch_is_confined_as_the_session_ran_not_as_the_settings_say_now(repo: Path) -> None:
+    assert continue_.confinement_of("bwrap, network allow (api.anthropic.com, example.org)") == ("on", "allow")
+    assert continue_.confinement_of("seatbelt, network off") == ("on", "off")
+    assert continue_.confinement_of("off") == ("off", None)
+    assert continue_.confinement_of(None) == continue_.confinement_of("inherited (inside ...)") == (None, None)
+    run, _cut = crashed(repo)
+    run.note({"agent_command": ["claude", "-p", "Do it."], "subdir": "", "isolation": "bwrap, network off"})
+    (repo / ".sandbox.toml").write_text("[isolation]\nisolate = false\n")  # changed since the session
+    plan = continue_.plan(run, resume(run), {})
+    assert (plan.isolate, plan.network) == ("on", "off") and "as its recorded session ran" in plan.messages[-1]
+    mine = continue_.plan(run, resume(run), {}, isolate="off")  # the user's explicit choice wins
+    assert mine.isolate == "off" and "as you asked" in mine.messages[-1]
+
+
+def test_a_confinement_this_machine_cannot_give_is_refused_in_one_line(repo: Path, tmp_path: Path) -> None:
+    run, cut = crashed(repo)
+    run.note({"agent_command": ["claude", "-p", "Do it."], "subdir": "", "isolation": "bwrap, network allow ()"})
+    tools = tmp_path / "no-bwrap"
+    tools.mkdir()
+    (tools / "git").symlink_to("/usr/bin/git")  # a PATH with git, without bubblewrap
+    done = sandbox_cmd("resume", run.run_id, "--continue", cwd=repo, env={"PATH": str(tools)})
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert b"ran confined (bwrap, network allow ())" in done.stderr and b"--isolate off" in done.stderr
+    assert run.entry(cut).approval is None  # refused before anything was blocked or started
+    bad = sandbox_cmd("resume", run.run_id, "--isolate", "off", cwd=repo)
+    assert bad.returncode == 2 and b"go with --continue" in bad.stderr

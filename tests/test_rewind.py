@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.models import EventKind
-from sandbox.recovery import actions
+from sandbox.recovery import actions, rewind_undo
 from sandbox.recovery.rewind import RewindError, call_after_checkpoint, rewind
 from sandbox.run.run import Run
 from sandbox.store.project import Project
@@ -75,7 +75,7 @@ def test_rewind_cli(repo: Path) -> None:
     ids = three_calls(run)
     shown = sandbox_cmd("rewind", run.run_id, "--to", ids[2], cwd=repo)
     assert shown.returncode == 0, shown.stderr
-    assert b"To take the rewind back: sandbox rollback" in shown.stdout
+    assert b"To take the rewind back: sandbox undo" in shown.stdout
     assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
     as_json = sandbox_cmd("--json", "rewind", run.run_id, "--to", ids[0], cwd=repo)
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["call_id"] == ids[0]
@@ -83,3 +83,56 @@ def test_rewind_cli(repo: Path) -> None:
     assert bad.returncode != 0 and b"Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     extra = sandbox_cmd("rewind", run.run_id, "--to", ids[0], "--", "--model", "x", cwd=repo)
     assert extra.returncode == 2 and b"need --continue" in extra.stderr
+
+
+def test_undo_right_after_a_rewind_takes_it_back_and_redo_rewinds_again(repo: Path) -> None:
+    run = start(repo)
+    wt = Path(run.worktree)
+    ids = three_calls(run)
+    after_all = tree_digest(wt)
+    (repo / "mine.txt").write_text("the user's own edit\n")  # the user's repository: never touched
+    user_before = tree_digest(repo)
+    rewind(run, ids[1], {})
+    rewound = tree_digest(wt)
+    assert rewound != after_all
+    undone = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert undone.returncode == 0, undone.stderr
+    assert b"Took back the rewind to before call" in undone.stdout
+    assert tree_digest(wt) == after_all and (wt / "a.txt").read_text() == "three\n"
+    assert [e.call_id for e in run.state().live_calls()] == ids  # the calls are the run's again
+    redone = sandbox_cmd("--json", "redo", run.run_id, cwd=repo)
+    assert redone.returncode == 0, redone.stderr
+    data = json.loads(redone.stdout)
+    assert data["op"] == "redo" and data["target"] == "sandbox" and sorted(data["applied"]) == ["a.txt", "b.txt"]
+    assert tree_digest(wt) == rewound
+    assert [e.call_id for e in run.state().live_calls()] == ids[:1]  # 'log' marks the others rolled back
+    again = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert again.returncode == 0 and tree_digest(wt) == after_all
+    assert tree_digest(repo) == user_before
+    notes = [e.data for _oid, e in run.events() if e.kind == EventKind.note]
+    keys = ("rewind", "rewind_undo", "rewind_redo")
+    assert [k for d in notes for k in keys if k in d] == ["rewind", "rewind_undo", "rewind_redo", "rewind_undo"]
+
+
+def test_once_the_run_moved_on_undo_is_no_longer_the_rewinds(repo: Path) -> None:
+    run = start(repo)
+    ids = three_calls(run)
+    rewind(run, ids[2], {})
+    assert rewind_undo.last_step(run) is not None
+    with run.tool_call("write_file", {"p": "c.txt"}) as c:
+        c.write("c.txt", "later\n")
+    assert rewind_undo.last_step(run) is None and rewind_undo.undo_rewind(run) is None
+    plain = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert plain.returncode != 0 and b"Took back the rewind" not in plain.stdout
+    assert (Path(run.worktree) / "c.txt").read_text() == "later\n"
+
+
+def test_undo_of_a_rewind_refuses_over_unrecorded_worktree_changes(repo: Path) -> None:
+    run = start(repo)
+    ids = three_calls(run)
+    rewind(run, ids[2], {})
+    (Path(run.worktree) / "a.txt").write_text("typed by hand\n")
+    refused = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert refused.returncode == 1 and b"Traceback" not in refused.stderr
+    assert b"Cannot undo the rewind" in refused.stderr
+    assert (Path(run.worktree) / "a.txt").read_text() == "typed by hand\n"

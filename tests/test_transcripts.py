@@ -126,3 +126,44 @@ def test_relaunch_replaces_the_prompt_and_keeps_the_flags() -> None:
     ]
     assert sessions.for_command(["/usr/bin/claude"]) is sessions.AGENTS["claude-code"]
     assert sessions.for_command(["aider"]) is None
+
+
+def gemini_chat(session: str, calls: list[tuple[str, str, dict[str, str]]], imported: bool = False) -> bytes:
+    """A Gemini CLI 0.61-shaped chat: meta, a whole-list ``$set``, then per call its model turn twice."""
+    out: list[object] = [{"sessionId": session, "kind": "main"}]
+    out.append({"$set": {"messages": [{"id": "ctx", "type": "user", "content": [{"text": "context"}]}]}})
+    for n, (gid, name, args) in enumerate(calls):
+        turn = {"id": f"turn{n}", "type": "gemini", "content": ""}
+        out += [turn, {"$set": {"lastUpdated": "t"}}]
+        out.append({**turn, "toolCalls": [{"id": gid, "name": name, "args": args, "status": "success"}]})
+        out.append({"id": f"resp{n}", "type": "user", "content": [{"functionResponse": {"id": gid, "name": name}}]})
+    if imported:  # a continued chat restates the whole list after the imported turns
+        out.append({"$set": {"messages": [{"id": "ctx"}, *({"id": f"turn{n}"} for n in range(len(calls)))]}})
+    return b"\n".join(json.dumps(r).encode() for r in out) + b"\n"
+
+
+def test_gemini_calls_are_found_by_tool_and_input_and_its_chat_is_cut_before_one() -> None:
+    agent = sessions.GeminiCli()
+    calls = [
+        ("g1", "write_file", {"file_path": "a.txt"}),
+        ("g2", "run_shell_command", {"command": "make"}),
+        ("g3", "run_shell_command", {"command": "make"}),
+        ("g4", "write_file", {"file_path": "b.txt"}),
+    ]
+    data = gemini_chat("0a1b2c3d-0000-4000-8000-00000000000a", calls, imported=True)
+    recorded: list[tuple[str, str, object]] = [
+        ("c1", "write_file", {"file_path": "a.txt"}),
+        ("c2", "run_shell_command", {"command": "make"}),
+        ("c3", "run_shell_command", {"command": "make"}),  # the same command twice: paired by order
+        ("c4", "write_file", None),  # input kept as a blob: the tool alone pairs it
+    ]
+    assert [agent.own_call(data, c, recorded) for c in ("c1", "c2", "c3", "c4")] == ["g1", "g2", "g3", "g4"]
+    # A call Gemini never wrote down (in flight at a crash) has no place; the others keep theirs.
+    assert agent.own_call(data, "c5", [*recorded, ("c5", "run_shell_command", {"command": "x"})]) is None
+    assert agent.own_call(data, "c1", [("c0", "read_file", {}), *recorded]) == "g1"
+    new = "0a1b2c3d-0000-4000-8000-00000000000b"
+    cut = [json.loads(line) for line in agent.fork(data, "g3", new).splitlines()]
+    assert cut[0]["sessionId"] == new
+    assert [c["id"] for r in cut for c in r.get("toolCalls", [])] == ["g1", "g2"]
+    assert not any(r.get("id") in ("turn2", "turn3") for r in cut)
+    assert agent.tool_calls(agent.fork(data, "g1", new)) == []

@@ -18,7 +18,7 @@ Claude Code (2.1.x): ``<config>/projects/<cwd with every non-alphanumeric charac
 one JSON record per line; messages chain by ``parentUuid``; an assistant message asking for tools is
 one record per content block, sharing ``message.id``. ``claude --resume ID`` continues it (measured:
 a copy under a new file name with its ``sessionId`` fields rewritten resumes as its own session).
-Gemini CLI (0.61): see :class:`GeminiCli`; continued, not cut at a call. Codex (0.171): see
+Gemini CLI (0.61): see :class:`GeminiCli`; continued and cut (its calls found by tool and input). Codex (0.171): see
 :class:`Codex`; its session id reaches ``sandbox mcp`` in each call's ``_meta``; continued and cut.
 """
 
@@ -92,6 +92,14 @@ class AgentSessions:
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation cut just before tool use ``before``, as session ``new`` (KeyError: cannot)."""
         raise KeyError(before)
+
+    def own_call(self, data: bytes, call: str, recorded: Sequence[tuple[str, str, object]]) -> str | None:
+        """The agent's own id for the ledger's call ``call`` in this conversation, or None when it is not there.
+
+        ``recorded``: the ledger's calls of the conversation's sessions, oldest first, as (call id,
+        tool name, input). Claude Code and Codex record calls under their own tool-use ids.
+        """
+        return call if call in self.calls(data) else None
 
     def lines_before(self, data: bytes, before: str | None) -> list[bytes]:
         """The transcript's lines before the one asking for tool use ``before`` (all for None; KeyError: none asks)."""
@@ -227,14 +235,18 @@ class GeminiCli(AgentSessions):
     """Gemini CLI's sessions (0.61): ``<home>/tmp/<project>/chats/session-<time>-<id8>.jsonl``.
 
     The first record names the ``sessionId``; a model turn is written twice (once more with its
-    ``toolCalls``); tool-call ids are Gemini's own, not the ledger's (its hooks carry none), so
-    a rewind or fork cannot find a call's place and forks nothing. ``gemini --session-file F``
-    continues a stored copy from any path (measured: the earlier turns are sent again, and the
-    continued session gets an id of its own).
+    ``toolCalls``, each with Gemini's own id, its ``name`` and ``args``); ``{"$set": ...}`` records
+    update the session (``messages`` replaces the whole list). Gemini's hooks carry no tool-call id,
+    so a ledger call is found in the chat by its tool and input (:meth:`own_call`), newest first:
+    a continued chat begins with the earlier session's turns. ``gemini --session-file F`` continues
+    a stored copy from any path (measured: the earlier turns are sent again, and the continued
+    session gets an id of its own), so a fork is a copy cut just before the model turn asking for
+    the call, its ``sessionId`` the new one.
     """
 
     name = "gemini"
     program = "gemini"
+    forks = True
     VALUE = _words("-m --model -w --worktree --approval-mode -o --output-format --delete-session")
     VARIADIC = _words(
         "--policy --admin-policy --allowed-mcp-server-names --allowed-tools -e --extensions --include-directories"
@@ -275,6 +287,69 @@ class GeminiCli(AgentSessions):
                 if isinstance(call, dict) and isinstance(call.get("id"), str):
                     out.setdefault(call["id"], first)
         return out
+
+    def tool_calls(self, data: bytes) -> list[tuple[str, str, object]]:
+        """Every tool call of the chat, in order, once each: (Gemini's id, tool name, arguments)."""
+        out: list[tuple[str, str, object]] = []
+        seen: set[str] = set()
+        for line in data.split(b"\n"):
+            if b"toolCalls" not in line:
+                continue
+            tool_calls = _record(line).get("toolCalls")
+            for call in tool_calls if isinstance(tool_calls, list) else []:
+                if isinstance(call, dict) and isinstance(call.get("id"), str) and call["id"] not in seen:
+                    seen.add(call["id"])
+                    out.append((call["id"], str(call.get("name")), call.get("args")))
+        return out
+
+    def own_call(self, data: bytes, call: str, recorded: Sequence[tuple[str, str, object]]) -> str | None:
+        """Gemini's id for the ledger's call ``call``: the chat's and the ledger's calls paired newest first.
+
+        A pair needs the same tool, and the same input where the ledger kept it inline; a recorded
+        call with no partner (one Gemini never wrote down: in flight at a crash) is passed over.
+        """
+        ours = self.tool_calls(data)
+        j = len(ours)
+        for call_id, name, args in reversed(recorded):
+            match = next(
+                (k for k in range(j - 1, -1, -1) if ours[k][1] == name and (args is None or ours[k][2] == args)),
+                None,
+            )
+            if match is None:
+                if call_id == call:
+                    return None
+                continue
+            if call_id == call:
+                return ours[match][0]
+            j = match
+        return None
+
+    def fork(self, data: bytes, before: str | None, new: str) -> bytes:
+        """The chat up to just before the model turn asking for Gemini tool call ``before``, as session ``new``."""
+        lines = self.lines_before(data, before)
+        cut = _record(data.split(b"\n")[len(lines)]).get("id") if before is not None else None
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            record = _record(line)
+            if not record:
+                out.append(line)  # not ours to understand: kept as it is
+                continue
+            if "sessionId" in record:
+                record["sessionId"] = new
+            update = record.get("$set")
+            if isinstance(update, dict):
+                if "sessionId" in update:
+                    update["sessionId"] = new
+                messages = update.get("messages")
+                if isinstance(messages, list) and cut is not None:
+                    # A whole-list update written before the cut may hold the later turns too.
+                    ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
+                    if cut in ids:
+                        update["messages"] = messages[: ids.index(cut)]
+            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
+        return b"\n".join(out) + b"\n" if out else b""
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Any path will do (``--session-file``): beside Gemini's own temporary files."""

@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import SandboxError
-from sandbox.models import EventKind, TranscriptIndex, from_json, to_json
+from sandbox.models import CallStatus, EventKind, TranscriptIndex, from_json, to_json
 from sandbox.store import objects, packs, trailers
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
+    from sandbox.models import Event
     from sandbox.run.run import Run
 
 #: A chunk ends after a line once it holds at least this many bytes and the line's hash agrees ...
@@ -155,10 +157,38 @@ def store(
     return Stored(commit, index)
 
 
+#: The ledger's events as last read, per run object and ledger tip: a ``resume --continue`` asks the
+#: ledger half a dozen questions (the agent command, the session, its confinement, the stored
+#: copies) and each reading parses every event (bench/cases/transcripts.py).
+_EVENTS: weakref.WeakKeyDictionary[Run, tuple[str | None, list[tuple[str, Event]]]] = weakref.WeakKeyDictionary()
+
+
+def ledger_events(run: Run) -> list[tuple[str, Event]]:
+    """``run.events()``, each event read once per process: the ledger only grows, so a new tip reads
+    only the events after the last one read (all again if the ledger was rewritten). Read-only."""
+    from sandbox.run.fold import FOLD
+    from sandbox.store.ledger import Ledger
+
+    tip = run.ledger_tip()
+    cached = _EVENTS.get(run)
+    if cached is not None and cached[0] == tip:
+        return cached[1]
+    events: list[tuple[str, Event]] = []
+    if tip is not None and cached is not None and cached[0] is not None:
+        try:
+            events = cached[1] + Ledger(run.repo, run.run_id, run.dir, FOLD).events_since(cached[0], tip)
+        except LookupError:
+            events = []  # the cached tip is not on the way: read the whole ledger
+    if tip is not None and not events:
+        events = run.events(tip)
+    _EVENTS[run] = (tip, events)
+    return events
+
+
 def records(run: Run) -> list[dict[str, Any]]:
     """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records)."""
     out = []
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
             out.append(dict(event.data["transcript"]))
     return out
@@ -255,7 +285,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
 def agent_command(run: Run) -> tuple[list[str], str] | None:
     """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
     found = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         data = event.data if event.kind == EventKind.note else {}
         argv = data.get("agent_command")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
@@ -264,13 +294,13 @@ def agent_command(run: Run) -> tuple[list[str], str] | None:
 
 
 #: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).
-SESSION_NOTES = ("rewind", "conversation_fork")
+SESSION_NOTES = ("rewind", "conversation_fork", "rewind_undo", "rewind_redo")
 
 
 def current_session(run: Run) -> str | None:
     """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
     session = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
             session = event.call.agent_session
         elif event.kind == EventKind.note:
@@ -279,6 +309,25 @@ def current_session(run: Run) -> str | None:
                 if isinstance(made, dict) and isinstance(made.get("session"), str):
                     session = made["session"]
     return session
+
+
+def recorded_calls(run: Run, session: str, target: str | None = None) -> list[tuple[str, str, object]]:
+    """The run's calls as far as ``session``'s conversation holds them: (call id, tool, input), oldest first.
+
+    Up to the session's last call (a conversation continued from an earlier session holds that one's
+    turns too); a call whose outcome is unknown is left out unless it is ``target`` (an agent killed
+    during it may never have written it down).
+    """
+    state = run.state()
+    order = state.order
+    last = max((i for i, c in enumerate(order) if state.calls[c].agent_session == session), default=-1)
+    out: list[tuple[str, str, object]] = []
+    for call_id in order[: last + 1]:
+        entry = state.calls[call_id]
+        if entry.status in (CallStatus.started, CallStatus.uncertain) and call_id != target:
+            continue
+        out.append((call_id, entry.tool_name, entry.input))
+    return out
 
 
 def primary_home(homes: Sequence[str]) -> str | None:
@@ -303,12 +352,14 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
     stored = latest(source, old) if old else None
     agent = AGENTS.get(stored.index.agent) if stored is not None else None
-    if stored is None or agent is None or not agent.forks:
+    if stored is None or agent is None or old is None or not agent.forks:
         return None  # the files are forked; this agent's conversation cannot be cut at a call
-    line = stored.index.calls.get(at) if at else None
+    data = load(source, stored)
+    own = agent.own_call(data, at, recorded_calls(source, old, at)) if at else None
+    line = stored.index.calls.get(own) if own else None
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
-    forked = agent.fork(load(source, stored), later[0][1] if later else None, new)
+    forked = agent.fork(data, later[0][1] if later else None, new)
     home = primary_home(list(homes.get(agent.name, ())))
     if home is not None:
         dest = agent.place(home, target.worktree, new)

@@ -15,14 +15,27 @@ if TYPE_CHECKING:
 
 
 def continue_agent(
-    ctx: click.Context, run: Run, report: ResumeReport | None, extra: Sequence[str], prompt: str | None = None
+    ctx: click.Context,
+    run: Run,
+    report: ResumeReport | None,
+    extra: Sequence[str],
+    prompt: str | None = None,
+    isolate: str | None = None,
+    network: str | None = None,
 ) -> None:
-    """Plan the relaunch (:mod:`sandbox.recovery.continue_`) and run it as ``sandbox run`` does; exits."""
+    """Plan the relaunch (:mod:`sandbox.recovery.continue_`) and run it as ``sandbox run`` does; exits.
+
+    ``isolate``/``network``: the user's override of the confinement the session ran with.
+    """
     from sandbox.cli.agenthomes import homes
     from sandbox.cli.run_agent import run_agent
     from sandbox.recovery import continue_
 
-    plan = continue_.plan(run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt)
+    if isolate is None:
+        _check_recorded(run)  # before anything is planned, blocked or started
+    plan = continue_.plan(
+        run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt, isolate=isolate, network=network
+    )
     for problem in report.problems if report is not None else []:
         click.echo(f"sandbox: {escape.text(problem)}", err=True)
     for message in plan.messages:
@@ -37,7 +50,7 @@ def continue_agent(
         hooks_for="auto",
         debounce=2.0,
         isolate=plan.isolate,
-        network=None,
+        network=plan.network,
         command=tuple(plan.argv),
     )
 
@@ -48,3 +61,25 @@ def start_subdir(ctx: click.Context, run: Run) -> str:
     from sandbox.store.paths import subdir_in_run
 
     return subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)
+
+
+def _check_recorded(run: Run) -> None:
+    """Refuse, in one line, when the confinement the session ran with cannot be had on this machine."""
+    from sandbox.agent import confine
+    from sandbox.cli.isolation import backend_program
+    from sandbox.recovery.continue_ import CannotContinueError, confinement_of, recorded_isolation
+
+    phrase = recorded_isolation(run)
+    was_isolate, _was_network = confinement_of(phrase)
+    if was_isolate != "on":
+        return
+    backend, program = backend_program()
+    try:
+        # What confine.check decides from (the program, user namespaces): not the whole settings,
+        # which 'sandbox run' resolves once more right after (bench/cases/transcripts.py).
+        confine.check(confine.Isolation(True, False, program, backend))
+    except confine.ConfinementError as exc:
+        raise CannotContinueError(
+            f"Run {run.run_id}'s agent session ran confined ({phrase}), which this machine cannot give it now: "
+            f"{exc.message}"
+        ) from None

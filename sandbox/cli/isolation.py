@@ -84,10 +84,7 @@ def resolve(
     entries = (list(state) if command == "run" else []) + cfg.writable
     home = os.path.expanduser("~")
     writable = confine.state_paths(entries, home)
-    if sys.platform == "darwin":
-        backend, program = "seatbelt", SEATBELT if os.access(SEATBELT, os.X_OK) else None
-    else:
-        backend, program = "bwrap", shutil.which("bwrap")
+    backend, program = backend_program()
     try:
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
@@ -126,6 +123,13 @@ def resolve(
         unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
         limits=limits_of(cfg, command),
     )
+
+
+def backend_program() -> tuple[str, str | None]:
+    """This machine's confinement backend and its program (None: not installed)."""
+    if sys.platform == "darwin":
+        return "seatbelt", SEATBELT if os.access(SEATBELT, os.X_OK) else None
+    return "bwrap", shutil.which("bwrap")
 
 
 def _allowlist(extra: list[str], agent: tuple[str, str | None] | None) -> tuple[str, ...]:

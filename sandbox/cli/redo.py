@@ -22,6 +22,10 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 
     project, _workdir, cwd_run = open_project(ctx)
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
+    from sandbox.cli.undo import rewind_moved
+
+    if rewind_moved(run, "redo", as_json):
+        return
     try:
         report = do_redo(run)
     except ApplyConflict as exc:

@@ -22,6 +22,18 @@ from sandbox.cli.common import emit_json, open_run, renamed
     is_flag=True,
     help="Then relaunch the agent 'sandbox run' recorded, on its own conversation, with the note as its next message.",
 )
+@click.option(
+    "--isolate",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="With --continue: OS confinement on or off (default: as the agent's session ran).",
+)
+@click.option(
+    "--network",
+    type=click.Choice(["allow", "on", "off"]),
+    default=None,
+    help="With --continue: the network inside (default: as the agent's session ran).",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def resume(
@@ -30,6 +42,8 @@ def resume(
     as_json: bool,
     stop_processes: bool,
     continue_: bool,
+    isolate: str | None,
+    network: str | None,
     extra: tuple[str, ...],
 ) -> None:
     """Resume RUN: fence old writers, mark unfinished calls uncertain, verify, and write a note.
@@ -38,12 +52,16 @@ def resume(
     --stop-processes stops them first. With --continue the agent is started again as 'sandbox run'
     started it (same agent and flags, confined), continuing its conversation; uncertain calls stay
     blocked until 'sandbox approve'. Arguments after '--' are added to the agent's command line.
+    The agent is confined as its session was (refused, in one line, where that cannot be had here);
+    --isolate and --network choose otherwise.
     """
     from sandbox.errors import UsageError
     from sandbox.recovery.resume import resume as do_resume
 
     if extra and not continue_:
         raise UsageError("Extra agent arguments need --continue: sandbox resume RUN --continue -- ARGS...")
+    if (isolate or network) and not continue_:
+        raise UsageError("--isolate and --network go with --continue (they confine the relaunched agent).")
     if continue_ and as_json:
         raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
@@ -51,7 +69,7 @@ def resume(
     if continue_:
         from sandbox.cli.continue_agent import continue_agent
 
-        continue_agent(ctx, run, report, extra)  # exits with the agent's exit code
+        continue_agent(ctx, run, report, extra, isolate=isolate, network=network)  # exits with the agent's exit code
         return
     if as_json:
         data = report.model_dump(mode="json", exclude={"messages"})

@@ -15,10 +15,29 @@ from sandbox.cli.common import emit_json, open_run
 )
 @click.option("--continue", "continue_", is_flag=True, help="Then relaunch the agent on the forked conversation.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@click.option(
+    "--isolate",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="With --continue: OS confinement on or off (default: as the agent's session ran).",
+)
+@click.option(
+    "--network",
+    type=click.Choice(["allow", "on", "off"]),
+    default=None,
+    help="With --continue: the network inside (default: as the agent's session ran).",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def rewind(
-    ctx: click.Context, run_id: str | None, target: str, continue_: bool, as_json: bool, extra: tuple[str, ...]
+    ctx: click.Context,
+    run_id: str | None,
+    target: str,
+    continue_: bool,
+    as_json: bool,
+    isolate: str | None,
+    network: str | None,
+    extra: tuple[str, ...],
 ) -> None:
     """Rewind RUN to just before a call: its files (a forward event) and the agent's conversation (a fork).
 
@@ -35,6 +54,8 @@ def rewind(
 
     if extra and not continue_:
         raise UsageError("Extra agent arguments need --continue: sandbox rewind RUN --to CALL --continue -- ARGS...")
+    if (isolate or network) and not continue_:
+        raise UsageError("--isolate and --network go with --continue (they confine the relaunched agent).")
     if continue_ and as_json:
         raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
     run = open_run(ctx, run_id)
@@ -68,6 +89,6 @@ def rewind(
         what = escape.text(effect.summary or effect.tool_name)
         out(f"  after the rewind point: {effect.call_id} {what}: {escape.text(effect.hint)}.")
     if report.undo_to:
-        out(f"To take the rewind back: sandbox rollback {run.run_id} --files --to {report.undo_to}")
+        out(f"To take the rewind back: sandbox undo {run.run_id}")
     if continue_:
-        continue_agent(ctx, run, None, extra, prompt=report.prompt())
+        continue_agent(ctx, run, None, extra, prompt=report.prompt(), isolate=isolate, network=network)

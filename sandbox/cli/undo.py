@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import open_project, verified
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
 
 
 @click.command()
@@ -21,7 +26,8 @@ def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bo
     --call CALL takes back one call from your tree; --in-run takes the agent's newest call (or
     --call) out of the run itself, which needs --force when that work is not in your tree ('sandbox
     redo' brings it back). Refuses (exit 1, nothing written) where you changed a file since. After
-    an interrupted apply, undo or redo, rolls that operation back first.
+    an interrupted apply, undo or redo, rolls that operation back first. Right after 'sandbox rewind',
+    takes the rewind back (the run's files as they were before it; your tree is not touched).
     """
     from sandbox.cli.apply import finish
     from sandbox.merge.mergeback import ApplyConflict
@@ -35,6 +41,8 @@ def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bo
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
+    if call_id is None and not in_run and rewind_moved(run, "undo", as_json):
+        return
     try:
         report = do_undo(run, call=call_id, in_run=in_run, force=force)
     except ApplyConflict as exc:
@@ -56,3 +64,29 @@ def describe(verb: str, report: object) -> str:
     calls = list(getattr(report, "calls", []) or [])
     what = f"calls {', '.join(escape.text(c) for c in calls)}" if calls else "the run"
     return f"{verb} the apply of {what} in {where}."
+
+
+def rewind_moved(run: Run, op: str, as_json: bool) -> bool:
+    """Undo (or redo) the run's newest rewind when it is the newest thing done to the run's files."""
+    from sandbox.cli.apply import finish
+    from sandbox.models import UndoReport
+    from sandbox.recovery import rewind_undo
+
+    moved = rewind_undo.undo_rewind(run) if op == "undo" else rewind_undo.redo_rewind(run)
+    if moved is None:
+        return False
+    paths = [f.path for f in moved.files.files]
+    report = UndoReport(
+        op=op,
+        run=run.run_id,
+        call=moved.call_id,
+        target="sandbox",
+        target_dir=run.worktree,
+        calls=[moved.call_id],
+        head=run.state().head,
+        **({"restored": paths} if op == "undo" else {"applied": paths}),
+    )
+    if not as_json:
+        click.echo(escape.text(moved.message))
+    finish(report, "Restored" if op == "undo" else "Wrote", as_json)
+    return True

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import agent_command, current_session, primary_home
+from sandbox.agent.transcripts import agent_command, current_session, ledger_events, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
 from sandbox.store.fsutil import atomic_write
@@ -56,19 +56,39 @@ class ContinuePlan:
     blocked: list[str] = field(default_factory=list)
     prompt: str = ""
     messages: list[str] = field(default_factory=list)
-    #: ``--isolate`` for the relaunch: "off" when the recorded session ran unconfined (None: the default).
+    #: ``--isolate`` for the relaunch: as the recorded session ran ("on"/"off"; None: nothing recorded).
     isolate: str | None = None
+    #: ``--network`` for the relaunch: as the recorded session ran (None: nothing recorded).
+    network: str | None = None
+    #: How the recorded session was confined (:meth:`sandbox.agent.confine.Isolation.describe`).
+    recorded_isolation: str | None = None
 
 
 def recorded_isolation(run: Run) -> str | None:
     """How the last ``sandbox run`` session of the run was confined (its note's ``isolation``), or None."""
     found = None
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         data = event.data if event.kind == EventKind.note else {}
         if isinstance(data.get("agent_command"), list):
             value = data.get("isolation")
             found = value if isinstance(value, str) else None
     return found
+
+
+def confinement_of(phrase: str | None) -> tuple[str | None, str | None]:
+    """The ``--isolate`` and ``--network`` that give a relaunch the confinement recorded as ``phrase``.
+
+    ``phrase`` is what the session's note says (``bwrap, network allow (hosts)``, ``off``, ...);
+    None, or a session confined by a calling agent's sandbox (``inherited``), leaves both to the
+    settings. The backend itself is not kept: bubblewrap and Seatbelt make the same promise.
+    """
+    if phrase is None or phrase.startswith("inherited"):
+        return None, None
+    if phrase == "off":
+        return "off", None
+    _backend, _, rest = phrase.partition(", ")
+    mode = rest.removeprefix("network ").split(" ", 1)[0] if rest.startswith("network ") else ""
+    return "on", mode if mode in ("allow", "on", "off") else None
 
 
 def place_transcript(
@@ -136,11 +156,14 @@ def plan(
     extra: Sequence[str] = (),
     subdir: str | None = None,
     prompt: str | None = None,
+    isolate: str | None = None,
+    network: str | None = None,
 ) -> ContinuePlan:
     """Decide what ``resume --continue`` starts (steps 1-4 of the module docstring); blocks calls.
 
     ``subdir``: where in the worktree the agent will start (default: where it ran before).
     ``report`` None with a ``prompt`` (``rewind --continue``): no resume note, no calls blocked.
+    ``isolate``/``network``: the user's explicit choice, over the confinement the session ran with.
     """
     recorded = agent_command(run)
     if recorded is None:
@@ -178,13 +201,22 @@ def plan(
         messages.append(f"no conversation of run {run.run_id} was found; the agent starts a new session.")
     if blocked:
         messages.append(f"blocked until approved: {', '.join(blocked)}.")
-    # "Same flags as recorded": a session that ran unconfined (Codex's: its tools are 'sandbox mcp''s,
-    # which confines each command and must write the run's ledger) is relaunched unconfined.
-    isolate = "off" if recorded_isolation(run) == "off" else None
-    if isolate:
+    # "Same flags as recorded": the session's own confinement, not today's settings (a session that
+    # ran unconfined, as Codex's whose tools are 'sandbox mcp''s, stays unconfined; a confined one is
+    # never relaunched with less because the settings changed since).
+    phrase = recorded_isolation(run)
+    was_isolate, was_network = confinement_of(phrase)
+    if isolate is not None or network is not None:
+        asked = " ".join(f"--{k} {v}" for k, v in (("isolate", isolate), ("network", network)) if v)
+        messages.append(f"relaunched with {asked} as you asked (its session ran: {phrase or 'not recorded'}).")
+    elif was_isolate == "off":
         messages.append("relaunched without OS confinement, as its recorded session ran.")
+    elif was_isolate == "on":
+        messages.append(f"relaunched confined as its recorded session ran ({phrase}).")
     return ContinuePlan(
-        isolate=isolate,
+        isolate=isolate if isolate is not None else was_isolate,
+        network=network if network is not None else (was_network if isolate != "off" else None),
+        recorded_isolation=phrase,
         argv=[*new_argv, *extra],
         subdir=subdir,
         agent=agent.name,

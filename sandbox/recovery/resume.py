@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox import faults
 from sandbox.agent import procs
+from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import (
     CallStatus,
@@ -105,7 +106,10 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
     problems: list[str] = []
     with run.lock():
         state = run.state()
-        live, looked = _session_processes(run, state)
+        try:
+            live, looked = _session_processes(run, state)
+        except CorruptionError as exc:
+            raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
         if live and not stop_processes:
             raise ProcessesAliveError(_alive_message(run, live))
         stopped = _stop(live, grace)
@@ -132,7 +136,9 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
                 )
         faults.point("resume.after_uncertain")
         try:
-            events = run.events()
+            # Every event is parsed from git in this process (those _session_processes read just now
+            # are not read twice: the ledger only grows).
+            events = ledger_events(run)
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
         state = run.new_state()
@@ -182,7 +188,7 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
         return [], set()
     unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
     scopes: dict[str, ProcessScope] = {}
-    for _oid, event in run.events():
+    for _oid, event in ledger_events(run):
         if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
             scopes[event.call_id] = event.procs
     if not scopes:

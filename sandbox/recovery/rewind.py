@@ -2,8 +2,9 @@
 
 1. **Files**: the run's worktree goes back to the automatic checkpoint at CALL's start (the run's
    head just before CALL ran), through ``rollback --files`` (:func:`sandbox.recovery.actions.rollback_files`):
-   a forward event that moves the run's head, shown by ``log``; nothing is erased. ``undo_to`` in
-   the report names the checkpoint that takes it back (``sandbox rollback RUN --files --to ...``).
+   a forward event that moves the run's head, shown by ``log``; nothing is erased. Right after it,
+   ``sandbox undo`` takes it back and ``sandbox redo`` does it again (:mod:`sandbox.recovery.rewind_undo`);
+   ``undo_to`` in the report names the checkpoint an undo goes back to.
 2. **Conversation**: the agent's transcript (stored first, :mod:`sandbox.agent.transcripts`) is
    copied, cut just before the message that asked for CALL, into a *new* session of the agent
    (:meth:`sandbox.agent.sessions.AgentSessions.fork`); the agent's original is never edited. The fork
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import primary_home
+from sandbox.agent.transcripts import ledger_events, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, LedgerEntry
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
@@ -88,7 +89,7 @@ def call_after_checkpoint(run: Run, target: str) -> str:
     item = CheckpointStore(run).find(target)
     tip = item.checkpoint.tool_ledger.tip
     seen = tip is None
-    for oid, event in run.events():
+    for oid, event in ledger_events(run):
         if seen and event.kind == EventKind.call_started and event.call_id:
             return event.call_id
         seen = seen or oid == tip
@@ -135,6 +136,7 @@ def rewind(run: Run, call_id: str, homes: Mapping[str, Sequence[str]], subdir: s
     after = state.order[state.order.index(call_id) :]
     report.side_effects = _side_effects(run, [state.calls[c] for c in after])
     _fork_conversation(run, entry, homes, subdir, report)
+    head = run.state().head
     run.record(
         EventKind.note,
         reason=f"rewound to just before call {call_id}",
@@ -142,6 +144,9 @@ def rewind(run: Run, call_id: str, homes: Mapping[str, Sequence[str]], subdir: s
             "rewind": {
                 "to": call_id,
                 "checkpoint": report.checkpoint,
+                # What 'sandbox undo' needs to take the rewind back (sandbox.recovery.rewind_undo).
+                "undo_to": report.undo_to,
+                "head": head,
                 "session": report.session,
                 "from_session": report.from_session,
                 "side_effects": [s.call_id for s in report.side_effects],
@@ -172,13 +177,15 @@ def _fork_conversation(
             f"the files went back to just before call {entry.call_id}."
         )
         return
-    if entry.call_id not in stored.index.calls:
+    data = transcripts.load(run, stored)
+    own = agent.own_call(data, entry.call_id, transcripts.recorded_calls(run, old, entry.call_id))
+    if own is None:
         report.messages.append(
             f"Call {entry.call_id} is not a tool use of the stored conversation; only the files were rewound."
         )
         return
     new = agent.new_session()
-    forked = agent.fork(transcripts.load(run, stored), entry.call_id, new)
+    forked = agent.fork(data, own, new)
     home = primary_home(list(homes.get(agent.name, ())))
     if home is not None:
         cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree

@@ -372,3 +372,88 @@ def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: 
     wrote = [e for e in entries if e.tool_name == "write_file"]
     assert [(e.status, [f.path for f in e.files]) for e in wrote][-1] == (CallStatus.succeeded, ["b.txt"])
     assert wrote[-1].agent_session is not None  # the continued session, recorded
+
+
+def _gemini_home(tmp_path: Path) -> Path:
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    return home
+
+
+def test_gemini_rewind_to_a_call_then_continue(repo: Path, tmp_path: Path, gemini_bin: str) -> None:
+    """Gemini CLI: rewind cuts a copy of its chat just before the call; the continue sends the turns before it."""
+    from sandbox.agent.sessions import GeminiCli
+    from tests.agents import gemini_server as gs
+    from tests.agents.test_gemini import agent_env
+
+    home = _gemini_home(tmp_path)
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [
+        gs.call("write_file", file_path=str(wt / "a.txt"), content="one\n"),
+        gs.call("run_shell_command", command="echo two > b.txt"),
+        gs.call("write_file", file_path=str(wt / "c.txt"), content="three\n"),
+    ]
+    with gs.serve([*turns, gs.text("Done.")]) as server:
+        session = _sandbox(
+            "run",
+            run.run_id,
+            "--",
+            gemini_bin,
+            "-p",
+            "do the task",
+            "--yolo",
+            cwd=repo,
+            env={**os.environ, **agent_env(server, home)},
+        )
+    assert session.returncode == 0, session.stderr
+    assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
+    entries = reopen(run).entries()
+    assert [e.tool_name for e in entries] == ["write_file", "run_shell_command", "write_file"]
+    chats = [p for p in (Path(run.dir)).rglob("session-*.jsonl")]
+    assert chats, list(Path(run.dir).rglob("*"))
+    originals = {p: p.read_bytes() for p in chats}
+
+    later = gs.call("write_file", file_path=str(wt / "d.txt"), content="four\n")
+    with gs.serve([later, gs.text("All done.")]) as server:
+        done = _sandbox(
+            "rewind",
+            run.run_id,
+            "--to",
+            entries[1].call_id,
+            "--continue",
+            cwd=repo,
+            env={**os.environ, **agent_env(server, home)},
+        )
+        first = server.conversation()[0].body
+    assert done.returncode == 0, done.stderr
+    assert "forked just before call" in done.stderr
+    parts = [p for c in first["contents"] for p in c.get("parts", [])]
+    asked = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
+    assert asked == ["write_file"]  # exactly the turns before the call
+    assert "rewound this session to just before call" in "\n".join(p.get("text", "") for p in parts)
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists() and not (wt / "c.txt").exists()
+    assert (wt / "d.txt").read_text() == "four\n"
+    assert all(p.read_bytes() == data for p, data in originals.items())  # Gemini's own chat never edited
+    from sandbox.agent import transcripts
+
+    rewound = [e.data["rewind"] for _oid, e in reopen(run).events() if "rewind" in (e.data or {})]
+    stored = transcripts.latest(reopen(run), rewound[0]["session"])
+    assert stored is not None  # the cut copy is kept with the run, and holds the turns before the call only
+    assert [name for _id, name, _args in GeminiCli().tool_calls(transcripts.load(run, stored))] == ["write_file"]
+
+    # fork --at the first call: the new run's conversation is the chat up to just after it.
+    made = _sandbox("--json", "fork", run.run_id, "--at", entries[0].call_id, cwd=repo)
+    assert made.returncode == 0, made.stderr
+    fork = json.loads(made.stdout)
+    fork_wt = Path(fork["worktree"])
+    with gs.serve([gs.call("write_file", file_path=str(fork_wt / "e.txt"), content="five\n"), gs.text("ok")]) as server:
+        resumed = _sandbox("resume", fork["run"], "--continue", cwd=repo, env={**os.environ, **agent_env(server, home)})
+        first = server.conversation()[0].body
+    assert resumed.returncode == 0, resumed.stderr
+    parts = [p for c in first["contents"] for p in c.get("parts", [])]
+    assert [p["functionCall"]["name"] for p in parts if "functionCall" in p] == ["write_file"]
+    assert (fork_wt / "e.txt").read_text() == "five\n" and not (fork_wt / "b.txt").exists()

@@ -278,3 +278,50 @@ def test_codex_rewind_to_a_call_then_continue(codex_bin: str, repo: Path, tmp_pa
     entries = {e.call_id: e for e in reopen(run).entries()}
     assert entries[later.calls[0].call_id].status == CallStatus.succeeded
     assert entries[later.calls[0].call_id].agent_session not in (None, entries[ids[0]].agent_session)
+
+
+def test_a_pushed_codex_run_continues_its_conversation_in_another_clone(
+    codex_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    """Clone B (another CODEX_HOME) has never seen Codex's session: resume --continue writes its rollout there."""
+    from tests.conftest import git
+
+    run = cli_start(repo)
+    turns = [mcp("write_file", path="a.txt", content="one\n"), mcp("run_command", command="echo built > out.txt")]
+    ids = [t.calls[0].call_id for t in turns]
+    with ResponsesServer(turns) as server:
+        session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path / "a", server, repo))
+    assert session.returncode == 0, session.stderr
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
+    pushed = _sandbox("push", run.run_id, "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    fetched = _sandbox("fetch", "origin", run.run_id, cwd=other)
+    assert fetched.returncode == 0, fetched.stderr
+    stop_services(repo)
+
+    later = mcp("write_file", path="b.txt", content="from b\n")
+    try:
+        with ResponsesServer([later]) as server:
+            env = codex_env(tmp_path / "b", server, other)
+            assert not list((tmp_path / "b" / "home" / ".codex").glob("sessions/*/*/*/rollout-*.jsonl"))
+            done = _sandbox("resume", run.run_id, "--continue", cwd=other, env=env)
+            requests = server.model_requests()
+            wt_b = Path(_sandbox("path", run.run_id, cwd=other, env=env).stdout.strip())
+    finally:
+        stop_services(other)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "from the run's stored copy" in done.stderr, done.stderr
+    assert [i.get("call_id") for i in _items(requests[0].body, "function_call")] == ids  # clone A's conversation
+    assert (wt_b / "b.txt").read_text() == "from b\n" and (wt_b / "out.txt").read_text() == "built\n"
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
+
+    project, _workdir, _cwd_run = Project.discover(str(other))
+    entries = {e.call_id: e for e in Run.open(project, run.run_id).entries()}
+    assert entries[later.calls[0].call_id].status == CallStatus.succeeded
+    assert entries[later.calls[0].call_id].agent_session == entries[ids[0]].agent_session  # the same session

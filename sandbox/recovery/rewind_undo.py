@@ -1,0 +1,155 @@
+"""Taking a rewind back with ``sandbox undo``, and doing it again with ``sandbox redo``.
+
+A rewind (:mod:`sandbox.recovery.rewind`) moves the run's files back as a forward
+``rollback_files`` event and names itself in a ``note`` event (``rewind``) that records the
+automatic checkpoint just before it (``undo_to``). Right after a rewind, ``sandbox undo`` takes it
+back: the run's files go forward again to that checkpoint (one more ``rollback_files`` event,
+nothing erased) and a ``note`` (``rewind_undo``) says so and names the conversation the run goes on
+in (the one before the rewind). ``sandbox redo`` then rewinds again to the same point (``rewind_redo``,
+naming the fork). Only the run's worktree and ledger move: the user's repository is never written,
+so an apply the user made stays theirs (the apply-level ``sandbox undo`` is the one for it).
+
+"Right after" is checked on the ledger: once a call ran, an apply, undo or redo was made, or the
+run's head moved otherwise since the rewind (or its undo), undo and redo are about that, not the
+rewind. The agent's forked conversation is kept either way: it is evidence, and a redo reuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sandbox.agent.transcripts import ledger_events
+from sandbox.errors import SandboxError
+from sandbox.models import EventKind
+from sandbox.recovery.actions import RollbackFilesReport, rollback_files
+from sandbox.store import journal
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
+
+UNDO_NOTE = "rewind_undo"
+REDO_NOTE = "rewind_redo"
+#: Events after which the rewind is no longer the newest thing done to the run's files.
+_MOVES = frozenset(
+    {
+        EventKind.call_started,
+        EventKind.apply_started,
+        EventKind.apply_finished,
+        EventKind.undo,
+        EventKind.redo,
+        EventKind.head_moved,
+        EventKind.rollback_files,
+    }
+)
+
+
+@dataclass
+class RewindStep:
+    """The newest rewind, or undo or redo of one, with what taking it back or again needs."""
+
+    #: "rewind", "undo" or "redo".
+    op: str
+    call_id: str
+    #: The automatic checkpoint just before the rewind (an undo goes back to it).
+    undo_to: str
+    #: The automatic checkpoint at the call's start (the rewind's, and a redo's, target).
+    checkpoint: str
+    #: The run's head right after the step: the run must still be there.
+    head: str | None
+    session: str | None
+    from_session: str | None
+
+
+@dataclass
+class RewindMove:
+    """What ``undo``/``redo`` of a rewind did."""
+
+    op: str
+    call_id: str
+    files: RollbackFilesReport
+    session: str | None
+    message: str
+
+
+def last_step(run: Run) -> RewindStep | None:
+    """The rewind step ``undo``/``redo`` acts on: the newest one, when nothing moved the files since."""
+    step: RewindStep | None = None
+    moved = False
+    for _oid, event in ledger_events(run):
+        if event.kind in _MOVES:
+            moved = True  # unless a note of ours follows: each step's own rollback_files comes just before it
+            continue
+        if event.kind != EventKind.note:
+            continue
+        made = event.data.get("rewind")
+        if isinstance(made, dict):
+            step, moved = _step("rewind", made), False
+        elif step is not None and isinstance(event.data.get(UNDO_NOTE), dict):
+            step.op, step.head, moved = "undo", event.data[UNDO_NOTE].get("head"), False
+        elif step is not None and isinstance(event.data.get(REDO_NOTE), dict):
+            step.op, step.head, moved = "redo", event.data[REDO_NOTE].get("head"), False
+    if step is None or moved or step.head != run.state().head or _pending(run):
+        return None
+    return step
+
+
+def _step(op: str, made: dict[str, object]) -> RewindStep | None:
+    undo_to, checkpoint, call_id = made.get("undo_to"), made.get("checkpoint"), made.get("to")
+    if not (isinstance(undo_to, str) and isinstance(checkpoint, str) and isinstance(call_id, str)):
+        return None  # recorded before rewinds could be taken back
+    head, session, old = made.get("head"), made.get("session"), made.get("from_session")
+    return RewindStep(
+        op,
+        call_id,
+        undo_to,
+        checkpoint,
+        head if isinstance(head, str) else None,
+        session if isinstance(session, str) else None,
+        old if isinstance(old, str) else None,
+    )
+
+
+def _pending(run: Run) -> bool:
+    """An interrupted apply, undo or redo is journaled: ``sandbox undo`` rolls that back first."""
+    return any(journal.load(run.project, d) is not None for d in (run.user_workdir, run.worktree))
+
+
+def undo_rewind(run: Run) -> RewindMove | None:
+    """Take the newest rewind back (the files as they were just before it); None when it is not the newest step."""
+    step = last_step(run)
+    if step is None or step.op == "undo":
+        return None
+    return _move(run, step, "undo")
+
+
+def redo_rewind(run: Run) -> RewindMove | None:
+    """Rewind again after ``undo_rewind``; None when the newest step is not such an undo."""
+    step = last_step(run)
+    if step is None or step.op != "undo":
+        return None
+    return _move(run, step, "redo")
+
+
+def _move(run: Run, step: RewindStep, op: str) -> RewindMove:
+    target = step.undo_to if op == "undo" else step.checkpoint
+    try:
+        files = rollback_files(run, target)
+    except SandboxError as exc:
+        raise SandboxError(f"Cannot {op} the rewind to before call {step.call_id}: {exc.message}") from exc
+    # The conversation the run goes on in: the one before the rewind, or the rewind's fork again.
+    session = step.from_session if op == "undo" else (step.session or step.from_session)
+    head = run.state().head
+    what = "took back the rewind" if op == "undo" else "rewound again"
+    run.record(
+        EventKind.note,
+        reason=f"{what} to just before call {step.call_id}",
+        data={(UNDO_NOTE if op == "undo" else REDO_NOTE): {"to": step.call_id, "head": head, "session": session}},
+        epoch=run.state().epoch,
+    )
+    if op == "undo":
+        text = f"Took back the rewind to before call {step.call_id}: {len(files.files)} path(s) of the run's files "
+        text += "are as they were before it; 'sandbox redo' rewinds again."
+    else:
+        text = f"Rewound again to before call {step.call_id}: {len(files.files)} path(s) of the run's files restored."
+    return RewindMove(op, step.call_id, files, session, text)

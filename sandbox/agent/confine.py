@@ -50,7 +50,7 @@ import os
 import signal
 import struct
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
@@ -629,7 +629,28 @@ def hidden_reason(policy: Policy, path: str) -> str | None:
 
 def filter_env(env: Mapping[str, str], allow: Sequence[str]) -> dict[str, str]:
     """The variables of ``env`` that a confined process inherits: those ``allow`` names, never :data:`WITHHELD_ENV`."""
-    return {k: v for k, v in env.items() if k not in WITHHELD_ENV and any(fnmatch.fnmatchcase(k, p) for p in allow)}
+    passes = env_matcher(allow)
+    return {k: v for k, v in env.items() if k not in WITHHELD_ENV and passes(k)}
+
+
+def env_matcher(allow: Sequence[str]) -> Callable[[str], bool]:
+    """A test of a variable's name against ``allow``, with :func:`fnmatch.fnmatchcase`'s meaning.
+
+    Names and ``PREFIX*`` patterns (nearly all of them) are matched without a regular expression:
+    ``fnmatch`` compiles one per pattern, ~2 ms of every ``sandbox exec`` for the default list.
+    """
+    exact: set[str] = set()
+    prefixes: list[str] = []
+    others: list[str] = []
+    for pattern in allow:
+        if not any(c in pattern for c in "*?["):
+            exact.add(pattern)
+        elif pattern.endswith("*") and not any(c in pattern[:-1] for c in "*?["):
+            prefixes.append(pattern[:-1])
+        else:
+            others.append(pattern)
+    starts = tuple(prefixes)
+    return lambda name: name in exact or name.startswith(starts) or any(fnmatch.fnmatchcase(name, p) for p in others)
 
 
 def other_state_dirs(data_root: str, common_dir: str) -> list[str]:

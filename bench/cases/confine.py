@@ -60,13 +60,14 @@ def run(ctx: Context, repo: Repo) -> None:
         argv = [SANDBOX, "-C", repo.path, "run", rid, "--hooks", "none", "--isolate", flag, "--", "true"]
         return run_proc(argv, env=env).seconds
 
-    from sandbox.agent import confine
+    from sandbox.agent import confine, sandboxpolicy
+    from sandbox.agent.bwrap import bwrap_argv
 
     iso = confine.Isolation(enabled=True, network=False, program=bwrap)
-    policy = confine.policy_for(
+    policy = sandboxpolicy.policy_for(
         iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
     )
-    confined_true = confine.bwrap_argv(bwrap, policy, ["true"], run_.worktree)
+    confined_true = bwrap_argv(bwrap, policy, ["true"], run_.worktree)
 
     def floor(flag: str) -> float:
         return run_proc(confined_true if flag == "on" else ["true"], cwd=run_.worktree).seconds

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.agent import confine
+from sandbox.agent import confine, sandboxpolicy
 from sandbox.errors import PathRefusedError, SandboxError, UsageError
 from sandbox.mcp.hosted import HostLedger, Recorded
 from sandbox.models import CallStatus, ProcessScope
@@ -710,7 +710,7 @@ class Workspace:
         confined = None
         if isolation is not None and isolation.enabled:
             confine.check(isolation)  # refused before anything is recorded
-            policy = confine.policy_for_run(isolation, run)
+            policy = sandboxpolicy.policy_for_run(isolation, run)
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import adapters, agenthome, confine, host
+from sandbox.agent import adapters, agenthome, agentstate, confine, host
 from sandbox.agent.adapters import claude_code, gemini
 from tests.conftest import sandbox_cmd
 
@@ -91,11 +91,11 @@ def test_uninstall_takes_only_the_sandboxs_hooks_out_of_the_worktree(tmp_path: P
 
 def test_without_state_drops_the_replaced_agent_state(tmp_path: Path) -> None:
     home = str(tmp_path)
-    writable = confine.state_paths(confine.DEFAULT_AGENT_STATE, home)
-    config, private = confine.config_paths(confine.AGENT_CONFIG, confine.AGENT_PRIVATE, writable, home)
+    writable = agentstate.state_paths(agentstate.DEFAULT_AGENT_STATE, home)
+    config, private = agentstate.config_paths(agentstate.AGENT_CONFIG, agentstate.AGENT_PRIVATE, writable, home)
     isolation = confine.Isolation(writable=tuple(writable), config=tuple(config), private=tuple(private))
-    replaced = confine.state_paths([*claude_code.REPLACES, *gemini.REPLACES], home)
-    left = confine.without_state(isolation, replaced)
+    replaced = agentstate.state_paths([*claude_code.REPLACES, *gemini.REPLACES], home)
+    left = agentstate.without_state(isolation, replaced)
     assert left.writable == (f"{home}/.codex/", f"{home}/.npm/", f"{home}/.local/state/claude/")
     assert left.config and all(p.startswith(f"{home}/.codex/") for p in left.config)  # Codex keeps its own
     assert left.private == ()

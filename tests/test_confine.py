@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import confine
+from sandbox.agent import agentstate, bwrap, confine, envfilter, sandboxpolicy, seatbelt
 from sandbox.run import config
 from tests.conftest import sandbox_cmd
 
@@ -56,7 +56,7 @@ def test_mounts_go_parents_first_and_the_users_paths_are_protected_last() -> Non
         network=False,
         extra_writable=("/home/u/.claude",),
     )
-    argv = confine.bwrap_argv("bwrap", policy, ["true"], "/r/.git/sandbox/worktrees/x")
+    argv = bwrap.bwrap_argv("bwrap", policy, ["true"], "/r/.git/sandbox/worktrees/x")
     mounts = [(argv[i], argv[i + 1]) for i, a in enumerate(argv) if a.startswith("--") and i + 1 < len(argv)]
     order = [m for m in mounts if m[0] in ("--bind", "--bind-try", "--ro-bind-try", "--tmpfs")]
     paths = [p for _flag, p in order]
@@ -70,7 +70,7 @@ def test_mounts_go_parents_first_and_the_users_paths_are_protected_last() -> Non
 
 def test_interactive_keeps_the_terminal_and_network_on_keeps_the_network() -> None:
     policy = confine.Policy(writable=("/w",), protected=(), network=True, interactive=True)
-    argv = confine.bwrap_argv("bwrap", policy, ["true"], "/w")
+    argv = bwrap.bwrap_argv("bwrap", policy, ["true"], "/w")
     assert "--new-session" not in argv and "--unshare-net" not in argv
 
 
@@ -78,15 +78,15 @@ def test_writable_paths_come_from_the_users_repository_not_the_worktree(repo: Pa
     proc = sandbox_cmd("start", "--json", cwd=repo)
     info = json.loads(proc.stdout)
     run_id, worktree, git_dir = info["run"], Path(info["worktree"]), info["git_dir"]
-    paths = confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree))
+    paths = sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(worktree))
     assert paths == [os.path.realpath(worktree), os.path.realpath(git_dir)]
     # An agent rewriting its worktree's .git file cannot widen them.
     (worktree / ".git").write_text(f"gitdir: {Path.home()}\n")
-    assert confine.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
+    assert sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
     with pytest.raises(confine.ConfinementError, match="not where the repository places run"):
-        confine.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
+        sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
     # The run's home (with the origin file hooks find the run by) is visible, read-only, wherever it is.
-    policy = confine.policy_for(
+    policy = sandboxpolicy.policy_for(
         confine.Isolation(), common_dir=str(repo / ".git"), run_id=run_id, worktree=str(worktree), user_workdir=None
     )
     assert os.path.realpath(Path(git_dir).parent) in policy.readable
@@ -109,26 +109,27 @@ def test_settings(tmp_path: Path) -> None:
 
 def test_state_paths_refuse_relative_paths_and_the_whole_home(tmp_path: Path) -> None:
     home = str(tmp_path)
-    assert confine.state_paths(["~/.claude/", "~/.claude.json"], home) == [f"{home}/.claude/", f"{home}/.claude.json"]
+    got = agentstate.state_paths(["~/.claude/", "~/.claude.json"], home)
+    assert got == [f"{home}/.claude/", f"{home}/.claude.json"]
     with pytest.raises(confine.ConfinementError, match="not absolute"):
-        confine.state_paths(["cache"], home)
+        agentstate.state_paths(["cache"], home)
     with pytest.raises(confine.ConfinementError, match="your home"):
-        confine.state_paths(["~"], home)
-    confine.prepare_state([f"{home}/.claude/", f"{home}/.claude.json", f"{home}/.x"])
+        agentstate.state_paths(["~"], home)
+    agentstate.prepare_state([f"{home}/.claude/", f"{home}/.claude.json", f"{home}/.x"])
     assert (tmp_path / ".claude").is_dir() and json.loads((tmp_path / ".claude.json").read_text()) == {}
     assert not (tmp_path / ".x").exists()
 
 
 def test_seccomp_program_shape() -> None:
     for machine in ("x86_64", "aarch64"):
-        program = confine.seccomp_program(machine)
+        program = bwrap.seccomp_program(machine)
         assert program is not None and len(program) % 8 == 0
-    assert confine.seccomp_program("sparc") is None
+    assert bwrap.seccomp_program("sparc") is None
 
 
 def test_seatbelt_profile_has_the_same_policy() -> None:
     policy = confine.Policy(writable=("/r/.git/sandbox/worktrees/x",), protected=("/r", "/r/.git"), network=False)
-    profile = confine.seatbelt_profile(policy)
+    profile = seatbelt.seatbelt_profile(policy)
     assert "(deny file-write*)" in profile and '(subpath "/r/.git/sandbox/worktrees/x")' in profile
     assert profile.index('(deny file-write* (subpath "/r")') < profile.rindex("/r/.git/sandbox/worktrees/x")
     assert "(deny network*)" in profile and "(allow network* (remote unix-socket))" in profile
@@ -200,7 +201,7 @@ def test_the_mcp_servers_token_is_never_handed_to_a_confined_command(repo: Path)
     """A user who fixes ``sandbox mcp --http``'s token in their shell must not give it to the agents
     they start from that shell: with it, a confined agent could drive the server over loopback."""
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
-    env = {confine.MCP_TOKEN_ENV: "secret-token", "TZ": "kept"}  # SANDBOX_* passes, but never this one
+    env = {envfilter.MCP_TOKEN_ENV: "secret-token", "TZ": "kept"}  # SANDBOX_* passes, but never this one
     shown = "echo token=${SANDBOX_MCP_TOKEN:-none} other=$TZ"
     proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -345,7 +346,7 @@ def test_an_agents_own_sandbox_exec_is_recorded_through_the_host_inside_the_same
     assert nested["input"]["isolation"].startswith("inherited")
     assert (worktree / "nested.txt").read_text() == "nested\n"
     # Outside any sandbox the variable alone changes nothing.
-    outside = sandbox_cmd("exec", run_id, "--", "true", cwd=repo, env={confine.CONFINED_ENV: "1"})
+    outside = sandbox_cmd("exec", run_id, "--", "true", cwd=repo, env={envfilter.CONFINED_ENV: "1"})
     assert outside.returncode == 0
     last = json.loads(sandbox_cmd("log", run_id, "--json", cwd=repo).stdout)[-1]
     assert last["input"]["isolation"] == "bwrap, network off"
@@ -409,12 +410,12 @@ def test_the_environment_passes_by_allowlist_and_the_sandboxs_own_variables_afte
         "DBUS_SESSION_BUS_ADDRESS": "x",
         "ANTHROPIC_API_KEY": "k",
         "SANDBOX_RUN": "r",
-        confine.MCP_TOKEN_ENV: "m",
+        envfilter.MCP_TOKEN_ENV: "m",
     }
-    assert confine.filter_env(env, confine.DEFAULT_ENV_ALLOW) == {"PATH": "/bin", "LC_ALL": "C", "SANDBOX_RUN": "r"}
-    claude = (*confine.DEFAULT_ENV_ALLOW, *confine.AGENT_ENV["claude"])
-    assert "ANTHROPIC_API_KEY" in confine.filter_env(env, claude)
-    assert "GITHUB_TOKEN" in confine.filter_env(env, (*claude, "GITHUB_*"))
+    assert envfilter.filter_env(env, envfilter.DEFAULT_ENV_ALLOW) == {"PATH": "/bin", "LC_ALL": "C", "SANDBOX_RUN": "r"}
+    claude = (*envfilter.DEFAULT_ENV_ALLOW, *envfilter.AGENT_ENV["claude"])
+    assert "ANTHROPIC_API_KEY" in envfilter.filter_env(env, claude)
+    assert "GITHUB_TOKEN" in envfilter.filter_env(env, (*claude, "GITHUB_*"))
 
 
 @needs_bwrap
@@ -492,3 +493,37 @@ def test_allow_read_keeps_one_file_of_a_masked_directory_readable(repo: Path) ->
         assert proc.stdout.decode().split("\n")[:2] == ["github.com ssh-ed25519 AAAA", "masked"], proc.stdout
     finally:
         (home / ".ssh" / "id_test").unlink()
+
+
+def test_env_patterns_match_as_fnmatch_does_without_compiling_them() -> None:
+    import fnmatch
+
+    allow = (*envfilter.DEFAULT_ENV_ALLOW, *envfilter.AGENT_ENV["claude"], "A?B", "X[YZ]", "Q*R*", "")
+    names = ["PATH", "PATHX", "LC_ALL", "LC_", "lc_all", "BASH_X_TIMEOUT_MS", "BASH_TIMEOUT", "AXB", "XY", "XQ"]
+    names += ["QxRy", "QR", "SANDBOX_", "GIT_AUTHOR_NAME", "", "*"]
+    for patterns in (allow, ("*",), ("[",), ("A[",), ()):
+        passes = envfilter.env_matcher(patterns)
+        for name in names:
+            assert passes(name) == any(fnmatch.fnmatchcase(name, p) for p in patterns), (patterns, name)
+
+
+def test_a_v1_cgroup_is_joined_through_its_one_thread_door_and_children_are_born_inside() -> None:
+    """Writing ``0`` to a v1 ``tasks`` moves only the writer (a one-thread ``sh``) and skips the kernel's
+    global thread-group lock, whose RCU wait cost 9-14 ms of every confined ``sandbox exec``."""
+    from sandbox.agent import hardening
+
+    groups = hardening.make_cgroups(64, 1 << 30)
+    if not groups.dirs:
+        pytest.skip("no cgroup can be made here")
+    try:
+        for path, door in zip(groups.dirs, groups.join_files, strict=True):
+            v1 = any(path.startswith(os.path.join(hardening.CGROUP_ROOT, c) + "/") for c in ("pids", "memory"))
+            assert door == os.path.join(path, "tasks" if v1 else "cgroup.procs")
+        show = "cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'"
+        proc = subprocess.run([*groups.join_argv(), "/bin/sh", "-c", show], capture_output=True, check=True)
+        out = proc.stdout.decode()
+        for path in groups.dirs:
+            assert out.count("/" + os.path.basename(path) + "\n") == 2, out  # the shell and its child
+    finally:
+        groups.remove()
+    assert groups.dirs == [] and groups.join_files == []

@@ -6,8 +6,8 @@ user's own, unconfined ``claude`` and ``gemini`` read at their next start anywhe
 (``settings.json``) and MCP servers (``.claude.json``) are commands they run with the user's
 rights. A command that writes them from inside the sandbox plants something that runs outside it
 later (persistence). So those files are read-only in the sandbox
-(``confine.AGENT_CONFIG``), and ``~/.claude.json``, which Claude Code rewrites at every start, is a
-copy of the run's own there (``confine.AGENT_PRIVATE``). A command run with ``sandbox exec`` is no
+(``agentstate.AGENT_CONFIG``), and ``~/.claude.json``, which Claude Code rewrites at every start, is a
+copy of the run's own there (``agentstate.AGENT_PRIVATE``). A command run with ``sandbox exec`` is no
 agent: all of the agents' state is read-only for it, and nothing is made in the home (issue 26).
 """
 

@@ -13,12 +13,17 @@ Side by side, alternating within each repetition, on one run of the generated re
 Each pair runs back to back (order alternating) and its difference is a row of its own: on a
 loaded machine whole processes vary by hundreds of milliseconds, more than what is measured.
 
+With ``BENCH_BASELINE`` set to a directory holding another tree's ``sandbox`` package (``git archive
+REV sandbox | tar -x -C DIR``), both exec groups measure a third variant in the same rounds: ``--isolate on``
+run by that code, so a change's before and after are compared side by side on one load.
+
 Targets (issue #11): confinement adds <= 15 ms to a ``sandbox exec`` and <= 50 ms to the start of
 ``sandbox run`` (medians of the paired differences).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 
@@ -35,6 +40,8 @@ G_FLOOR = "floor: the command alone"
 ON = "isolate on"
 OFF = "isolate off"
 DELTA = "paired difference, on - off (same round)"
+BASE = "isolate on, baseline code (BENCH_BASELINE)"
+BASE_DELTA = "paired difference, baseline on - off (same round)"
 
 
 def run(ctx: Context, repo: Repo) -> None:
@@ -52,21 +59,25 @@ def run(ctx: Context, repo: Repo) -> None:
     run_ = Run.start(project, workdir)
     rid = run_.run_id
     env = {"SANDBOX_HOOK_AUTOSTART": "0"}
+    baseline = os.environ.get("BENCH_BASELINE")
 
     def exec_(flag: str) -> float:
-        return run_proc([SANDBOX, "-C", repo.path, "exec", rid, "--isolate", flag, "--", "true"], env=env).seconds
+        own = {**env, "PYTHONPATH": baseline} if flag == "base" and baseline else env
+        argv = [SANDBOX, "-C", repo.path, "exec", rid, "--isolate", "off" if flag == "off" else "on", "--", "true"]
+        return run_proc(argv, env=own).seconds
 
     def session(flag: str) -> float:
         argv = [SANDBOX, "-C", repo.path, "run", rid, "--hooks", "none", "--isolate", flag, "--", "true"]
         return run_proc(argv, env=env).seconds
 
-    from sandbox.agent import confine
+    from sandbox.agent import confine, sandboxpolicy
+    from sandbox.agent.bwrap import bwrap_argv
 
     iso = confine.Isolation(enabled=True, network=False, program=bwrap)
-    policy = confine.policy_for(
+    policy = sandboxpolicy.policy_for(
         iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
     )
-    confined_true = confine.bwrap_argv(bwrap, policy, ["true"], run_.worktree)
+    confined_true = bwrap_argv(bwrap, policy, ["true"], run_.worktree)
 
     def floor(flag: str) -> float:
         return run_proc(confined_true if flag == "on" else ["true"], cwd=run_.worktree).seconds
@@ -74,12 +85,16 @@ def run(ctx: Context, repo: Repo) -> None:
     def pair(group: str, measure: Callable[[str], float], i: int) -> None:
         """Both variants back to back (order alternating), and their difference: load hits both alike."""
         got = {}
-        for flag in rotate(["on", "off"], i):
+        with_base = baseline is not None and group in (G_EXEC, G_EXEC_HOSTED)
+        for flag in rotate(["on", "off", "base"] if with_base else ["on", "off"], i):
             settle()
             got[flag] = measure(str(flag))
         res.add(CASE, repo.size, group, ON, got["on"])
         res.add(CASE, repo.size, group, OFF, got["off"])
         res.add(CASE, repo.size, group, DELTA, got["on"] - got["off"])
+        if with_base:
+            res.add(CASE, repo.size, group, BASE, got["base"])
+            res.add(CASE, repo.size, group, BASE_DELTA, got["base"] - got["off"])
 
     groups: list[tuple[str, Callable[[str], float]]] = [(G_EXEC, exec_), (G_RUN, session), (G_FLOOR, floor)]
     for group, _ in groups:

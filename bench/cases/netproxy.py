@@ -135,20 +135,21 @@ def run(ctx: Context, repo: Repo) -> None:
             res.add(CASE, repo.size, group, names[mode], got[mode])
         res.add(CASE, repo.size, group, DELTA, got["allow"] - got[variants[1]])
 
-    from sandbox.agent import confine
+    from sandbox.agent import confine, sandboxpolicy
+    from sandbox.agent.bwrap import bwrap_argv
     from sandbox.agent.netproxy import Allowlist, NetProxy
 
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
     iso = confine.Isolation(enabled=True, network=False, program=bwrap, allow=(f"127.0.0.1:{port}",))
-    policy = confine.policy_for(
+    policy = sandboxpolicy.policy_for(
         iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
     )
     assert policy.proxy is not None
     plain = confine.Policy(**{**policy.__dict__, "proxy": None})
 
     def floor(mode: str) -> float:
-        argv = confine.bwrap_argv(bwrap, policy if mode == "allow" else plain, ["true"], run_.worktree)
+        argv = bwrap_argv(bwrap, policy if mode == "allow" else plain, ["true"], run_.worktree)
         return run_proc(argv, cwd=run_.worktree).seconds
 
     def proxy_cycle() -> float:

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sandbox.agent import changes, confine
+from sandbox.agent import changes, confine, sandboxpolicy
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.ids import new_call_id
@@ -71,7 +71,7 @@ def execute(
     confined = None
     if isolation is not None and isolation.enabled:
         confine.check(isolation)
-        policy = confine.policy_for_run(isolation, run)
+        policy = sandboxpolicy.policy_for_run(isolation, run)
         confined = (isolation, policy)
     call_id = call_id or new_call_id()
     own_watcher = None

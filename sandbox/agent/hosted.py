@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.agent import confine, hookproto, recorder, wire
+from sandbox.agent import confine, hookproto, recorder, sandboxpolicy, wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
@@ -122,7 +122,7 @@ def run_hosted(
     confined: tuple[confine.Isolation, confine.Policy] | None = None
     if iso is not None and iso.enabled:
         confine.check(iso)
-        policy = confine.policy_for(
+        policy = sandboxpolicy.policy_for(
             iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
         )
         confined = (iso, policy)

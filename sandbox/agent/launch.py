@@ -515,15 +515,15 @@ def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
     """How the agent process is started when confined (None: a plain ``subprocess.Popen``)."""
     if isolation is None or not isolation.enabled:
         return None
-    from sandbox.agent import confine
+    from sandbox.agent import confine, sandboxpolicy
 
     confine.check(isolation)
-    policy = confine.policy_for_run(isolation, run)
+    policy = sandboxpolicy.policy_for_run(isolation, run)
 
     def launch(argv: list[str], cwd: str, env: dict[str, str]) -> Any:
         # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
         # GEMINI_CLI_HOME, ...) passes whatever the agent is called; what it inherited from you goes
-        # through the allowlist (confine.DEFAULT_ENV_ALLOW and the agent's own names).
+        # through the allowlist (envfilter.DEFAULT_ENV_ALLOW and the agent's own names).
         inherited = os.environ
         own = {k: v for k, v in env.items() if inherited.get(k) != v}
         return confine.spawn(isolation, policy, argv, cwd, env=env, own_env=own)
@@ -535,9 +535,9 @@ def _net_proxy(run: Run, isolation: Isolation | None, session: str) -> contextli
     """The session's allowlist proxy under ``--network allow`` (:mod:`sandbox.agent.netrecord`)."""
     if isolation is None or isolation.network_mode != "allow":
         return contextlib.nullcontext()
-    from sandbox.agent import confine, netrecord
+    from sandbox.agent import netrecord, sandboxpolicy
 
-    policy = confine.policy_for_run(isolation, run)
+    policy = sandboxpolicy.policy_for_run(isolation, run)
     return netrecord.serving(run, policy, isolation.allow or (), session)
 
 

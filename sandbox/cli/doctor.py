@@ -17,7 +17,7 @@ from sandbox.cli.common import emit_json, open_project, wants_json
 def doctor(ctx: click.Context, run_id: str | None) -> None:
     """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
-    from sandbox.agent import confine, hardening
+    from sandbox.agent import confine, hardening, sandboxpolicy
     from sandbox.agent.hosted import user_workdir_of
     from sandbox.cli.isolation import resolve
     from sandbox.run.names import resolve_run
@@ -28,12 +28,12 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
     execs = resolve(user_workdir, "exec", None, None)
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
-    hidden = confine.hidden_dirs(runs, project.common_dir, user_workdir)
+    hidden = sandboxpolicy.hidden_dirs(runs, project.common_dir, user_workdir)
     if found is not None:
         from sandbox.run.run import Run
 
         run = Run.open(project, found)
-        policy = confine.policy_for_run(runs, run)
+        policy = sandboxpolicy.policy_for_run(runs, run)
         writable = list(policy.writable)
         hidden = dict(policy.reasons)
     problem = None

@@ -65,7 +65,7 @@ def resolve(
     base-URL variable's host) start the allowlist of ``--network allow``. ``argv``: the agent
     ``sandbox run`` starts (its variables pass, and its executable stays visible).
     """
-    from sandbox.agent import adapters, confine
+    from sandbox.agent import adapters, agentstate, confine, envfilter, sandboxpolicy
     from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
@@ -78,32 +78,31 @@ def resolve(
         mode = "on"  # no network namespace to put the agent in: Seatbelt cannot route it to the proxy
     net = mode == "on"
     allow = _allowlist(cfg.network_allow, agent) if mode == "allow" else None
-    state = confine.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state
+    state = agentstate.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state
     # Only 'sandbox run' gives an agent its state (and a home of its own, sandbox.agent.agenthome): any
     # other confined command keeps the agents' state in your home read-only and creates nothing there.
     entries = (list(state) if command == "run" else []) + cfg.writable
     home = os.path.expanduser("~")
-    writable = confine.state_paths(entries, home)
+    writable = agentstate.state_paths(entries, home)
     backend, program = backend_program()
     try:
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    if isolate is None and confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV)):
+    if isolate is None and confine.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV)):
         return confine.Isolation(False, net, program, backend, inherited=True)
-    known = [adapters.agent(name) for name in adapters.names()]
-    agent_config = tuple(p for m in known for p in m.CONFIG)
-    settings, private = confine.config_paths(agent_config, tuple(p for m in known for p in m.PRIVATE), writable, home)
+    settings, private = agentstate.config_paths(agentstate.AGENT_CONFIG, agentstate.AGENT_PRIVATE, writable, home)
     allowed = [_expand(p, home) for p in cfg.allow_read]
-    masked = [p for p in (_expand(e, home) for e in (*confine.DEFAULT_DENY_READ, *cfg.deny_read)) if p not in allowed]
+    deny_read = (*sandboxpolicy.DEFAULT_DENY_READ, *cfg.deny_read)
+    masked = [p for p in (_expand(e, home) for e in deny_read) if p not in allowed]
     readable = [home] if os.path.isabs(home) and home != "/" else []
     readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
     started = adapters.by_program(argv[0]) if argv else None
-    env_allow = (*confine.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
+    env_allow = (*envfilter.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
     from sandbox.cli.common import data_root
 
     root = os.path.realpath(data_root(user_workdir))
-    hidden = confine.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
+    hidden = sandboxpolicy.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
     if enabled and command == "run" and backend == "bwrap":
         say_gaps_once(root)
     return confine.Isolation(
@@ -219,7 +218,7 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
 
 
 def _expand(entry: str, home: str) -> str:
-    from sandbox.agent.confine import expand_home
+    from sandbox.agent.agentstate import expand_home
 
     return os.path.abspath(expand_home(entry, home))  # absolute: the settings refuse relative entries
 

@@ -69,13 +69,13 @@ def mcp(
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
 
-    from sandbox.agent import confine
+    from sandbox.agent import confine, envfilter
     from sandbox.mcp.state import Settings
     from sandbox.mcp.workspace import Workspace
 
     # Inside one of our sandboxes (an agent's under 'sandbox run') the run's ledger is read-only:
     # the calls are recorded by the repository's host, which 'sandbox run' keeps alive.
-    boxed = confine.inside_sandbox(os.environ.get(confine.CONFINED_ENV))
+    boxed = confine.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV))
     settings = Settings(
         data_root=project.data_root,
         isolation=iso,
@@ -135,11 +135,11 @@ def _serve(ws: Workspace, listening: socket.socket | None, net: bool) -> None:
 
         bound = listening.getsockname()[1]
         # Yours to give the client; SANDBOX_MCP_TOKEN sets it (a client config that stays the same).
-        from sandbox.agent import confine
+        from sandbox.agent import envfilter
 
-        token = os.environ.get(confine.MCP_TOKEN_ENV) or secrets.token_urlsafe(32)
+        token = os.environ.get(envfilter.MCP_TOKEN_ENV) or secrets.token_urlsafe(32)
         click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
-        if not os.environ.get(confine.MCP_TOKEN_ENV):
+        if not os.environ.get(envfilter.MCP_TOKEN_ENV):
             click.echo(f"sandbox: clients send the header 'Authorization: Bearer {token}'", err=True)
         server.serve_http(ws, listening, token, network=net)
         return

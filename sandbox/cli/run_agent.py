@@ -93,7 +93,7 @@ def run_agent(
 
     With --json the agent's output goes to stderr and stdout carries only the session's summary.
     """
-    from sandbox.agent import adapters, confine
+    from sandbox.agent import adapters, agentstate, confine
     from sandbox.agent import launch as agent
     from sandbox.agent.hosted import cannot_start
     from sandbox.cli.hooks_cmd import hook_command
@@ -124,11 +124,11 @@ def run_agent(
     user_home = os.path.expanduser("~")
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
     replaced = [p for module in adapters.hook_names() for p in getattr(adapters.load(module), "REPLACES", ())]
-    isolation = confine.without_state(isolation, confine.state_paths(replaced, user_home))
+    isolation = agentstate.without_state(isolation, agentstate.state_paths(replaced, user_home))
     family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
     if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
-        confine.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
+        agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     if run_id or (cwd_run and not new):
         run = Run.open(project, resolve_run(project, run_id, cwd_run))
     elif workdir is None:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, TypedDict
 
-from sandbox.agent import confine
+from sandbox.agent import confine, sandboxpolicy
 from sandbox.errors import SandboxError, UsageError
 from sandbox.mcp.hosted import HostLedger
 from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState
@@ -141,7 +141,7 @@ class CommandTools(WorkspaceState):
         confined = None
         if isolation is not None and isolation.enabled:
             confine.check(isolation)  # refused before anything is recorded
-            policy = confine.policy_for_run(isolation, run)
+            policy = sandboxpolicy.policy_for_run(isolation, run)
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))

@@ -98,7 +98,7 @@ class Config:
     network_exec: bool = False
     #: ``[network] allow``: hosts added to the allowlist of ``--network allow``.
     network_allow: list[str] = field(default_factory=list)
-    #: None: :data:`sandbox.agent.confine.DEFAULT_AGENT_STATE`.
+    #: None: :data:`sandbox.agent.agentstate.DEFAULT_AGENT_STATE`.
     agent_state: list[str] | None = None
     writable: list[str] = field(default_factory=list)
     #: The data root as written (``~`` and ``$VARS`` are expanded by the CLI, not here).

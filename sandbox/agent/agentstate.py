@@ -1,0 +1,138 @@
+"""The agent's own state in the user's home (``~/.claude``, ``~/.gemini``, ...): writable in the sandbox,
+except its configuration, which stays read-only, and the state files each run writes a copy of.
+
+Standard library only (``sandbox exec``'s fast path imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Sequence
+
+from sandbox.agent import adapters
+from sandbox.agent.sandboxpolicy import ConfinementError, Isolation, Policy
+
+#: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
+#: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
+#: Code hangs at start when it cannot write ``~/.claude.json``, and creates a lock and temp files
+#: beside it, which fail on the read-only home and fall back to a direct write).
+DEFAULT_AGENT_STATE = (
+    "~/.claude/",
+    "~/.claude.json",
+    "~/.gemini/",
+    "~/.codex/",
+    "~/.npm/",
+    "~/.local/state/claude/",
+)
+#: Agent state that is configuration: what the user's own, unconfined agent loads at its next start
+#: (hooks and MCP servers it runs, commands, agents, skills, plugins, instructions). Read-only in the
+#: sandbox even though the state around it is writable, so that a confined process cannot plant a
+#: command that runs outside the sandbox later. A missing one is created first (a directory empty,
+#: a ``.json`` file as ``{}``, another file empty): the agent could otherwise create it.
+AGENT_CONFIG = tuple(p for name in adapters.names() for p in adapters.agent(name).CONFIG)
+#: Agent state files that hold configuration (``~/.claude.json``: the MCP servers Claude Code starts)
+#: and that the agent rewrites at every start, so they cannot be read-only: each run's sandbox
+#: writes a copy of its own (in the run's directory, seeded from yours the first time), and yours
+#: is never written from inside. Both lists come from the registry (:mod:`sandbox.agent.adapters`).
+AGENT_PRIVATE = tuple(p for name in adapters.names() for p in adapters.agent(name).PRIVATE)
+
+
+def expand_home(entry: str, home: str) -> str:
+    """A settings entry as a path: ``~`` and ``~/x`` under ``home``, without its trailing ``/``."""
+    path = entry.rstrip("/") or "/"
+    if path == "~" or path.startswith("~/"):
+        path = os.path.join(home, path[2:]) if path != "~" else home
+    return path
+
+
+def state_paths(entries: Sequence[str], home: str) -> list[str]:
+    """Absolute paths for settings entries: ``~/x`` under ``home``; relative entries are refused."""
+    out = []
+    for entry in entries:
+        path = expand_home(entry, home)
+        if not os.path.isabs(path):
+            raise ConfinementError(
+                f"The writable path {entry!r} in the isolation settings is not absolute; "
+                "write it as /abs/path or ~/path."
+            )
+        if os.path.realpath(path) in ("/", os.path.realpath(home)):
+            raise ConfinementError(
+                f"The writable path {entry!r} would make {'your home' if path != '/' else 'everything'} writable; "
+                "name the agent's own directories instead."
+            )
+        out.append(path + ("/" if entry.endswith("/") else ""))
+    return out
+
+
+def prepare_state(paths: Sequence[str]) -> None:
+    """Create missing agent state directories (entries ending in ``/``) and ``.json`` files (``{}``)."""
+    for entry in paths:
+        path = entry.rstrip("/")
+        if entry.endswith("/"):
+            with contextlib.suppress(OSError):
+                os.makedirs(path, exist_ok=True)
+        elif path.endswith(".json") and not os.path.lexists(path) and os.path.isdir(os.path.dirname(path)):
+            with contextlib.suppress(OSError), open(path, "x", encoding="utf-8") as fh:
+                fh.write("{}\n")
+
+
+def config_paths(
+    entries: Sequence[str], private: Sequence[str], state: Sequence[str], home: str
+) -> tuple[list[str], list[str]]:
+    """The agent configuration to keep read-only and the state files to give each run a copy of:
+    those of ``entries`` / ``private`` (``~/`` paths) that lie in the writable agent ``state``."""
+    writable = [p.rstrip("/") for p in state]
+
+    def under(path: str, exact: bool) -> bool:
+        return any(path == w or (not exact and path.startswith(w + "/")) for w in writable)
+
+    config = [p for p in state_paths(entries, home) if under(p.rstrip("/"), exact=False)]
+    copies = [p for p in state_paths(private, home) if under(p.rstrip("/"), exact=True)]
+    return config, copies
+
+
+def prepare_config(policy: Policy) -> None:
+    """Make sure every configuration path exists (else the agent could create it: see
+    :data:`AGENT_CONFIG`) and every run's copy of private state is there, seeded from the user's."""
+    for entry in policy.config:
+        path = entry.rstrip("/")
+        if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.endswith("/"):
+                os.mkdir(path, 0o700)
+            else:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write("{}\n" if path.endswith(".json") else "")
+    for copy, dest in policy.private:
+        if os.path.exists(copy):
+            continue
+        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+        data = b"{}\n"
+        with contextlib.suppress(OSError):
+            if os.path.isfile(dest):
+                with open(dest, "rb") as fh:
+                    data = fh.read(64 * 1024 * 1024)
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+
+
+def without_state(isolation: Isolation, replaced: Sequence[str]) -> Isolation:
+    """``isolation`` less the agent state (absolute paths) that a run's agent homes stand in for:
+    the user's ``~/.claude``, ``~/.gemini``, ... are then read-only in the sandbox like the rest of
+    the home, and nothing is created there (no configuration file needs making to be protected)."""
+    drop = [p.rstrip("/") for p in replaced]
+
+    def kept(path: str) -> bool:
+        bare = path.rstrip("/")
+        return not any(bare == d or bare.startswith(d + "/") for d in drop)
+
+    return dataclasses.replace(
+        isolation,
+        writable=tuple(p for p in isolation.writable if kept(p)),
+        config=tuple(p for p in isolation.config if kept(p)),
+        private=tuple(p for p in isolation.private if kept(p)),
+    )

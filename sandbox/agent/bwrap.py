@@ -1,0 +1,178 @@
+"""The bubblewrap command line for a run's :class:`~sandbox.agent.sandboxpolicy.Policy` (:func:`bwrap_argv`),
+which :func:`sandbox.agent.confine.spawn` starts:
+
+* the whole file system read-only (``--ro-bind / /``), a private ``/dev`` and ``/tmp``, a ``/proc``
+  of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
+  ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
+  signalled or traced);
+* writable: the run's own paths (:func:`sandbox.agent.sandboxpolicy.run_writable_paths`, the one place
+  that says which) and the agent's own state (``~/.claude``, ``~/.gemini``, ... from the settings);
+  the user's working tree and its ``.git`` are then re-mounted read-only explicitly, in case they lie
+  under a writable path;
+* the most specific path wins: mounts are made parents first, so a writable worktree inside the
+  user's ``.git`` stays writable while ``.git`` itself is read-only;
+* no capabilities (``--cap-drop ALL``: a root caller's sandbox would otherwise keep
+  ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
+  ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
+* ``--unshare-net`` when the network is off, and under ``--network allow``, where the one way out
+  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.agent.bridge`). Unix
+  sockets named by a path still work across it:
+  the hooks reach the repository's host on its ``host.sock`` (``connect`` needs no write access to
+  the mount), with their run's token, which only their own run's (visible) directory holds;
+* ``--die-with-parent``: a sandbox never outlives the ``sandbox`` process that records it;
+* ``--new-session`` when the command does not use the terminal; an interactive agent keeps the
+  terminal (a new session has no controlling terminal: no ``/dev/tty``, no ``SIGWINCH`` on resize),
+  and a seccomp filter refuses ``TIOCSTI``/``TIOCLINUX`` instead, the ioctls that would let it type
+  into the user's shell.
+
+A command killed by signal N is reported by bubblewrap 0.8 as exit 0, so the command runs under
+``sh -c '...; "$@"; exit $?'``, which turns that into 128+N (its trap only stops the shell itself
+from dying first; the command gets default dispositions). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+
+from sandbox.agent.envfilter import CONFINED_ENV
+from sandbox.agent.sandboxpolicy import Limits, Policy, mount_depth
+
+#: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
+_SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
+_PROC_COVER = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+_SMALL = str(1024 * 1024)  # the size of a hidden directory's tmpfs: it only holds mount points
+
+
+def bwrap_argv(
+    program: str,
+    policy: Policy,
+    argv: Sequence[str],
+    cwd: str,
+    *,
+    started_fd: int | None = None,
+    seccomp_fd: int | None = None,
+) -> list[str]:
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``."""
+    out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid"]
+    if not policy.network:
+        out.append("--unshare-net")
+    if not policy.interactive:
+        out.append("--new-session")
+    size = str(policy.limits.tmpfs_bytes)
+    out += ["--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    for cover in _PROC_COVER:
+        out += ["--ro-bind-try", cover, cover]
+    mounts, read_only = _mounts(policy, size)
+    for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
+        out += args
+    for path in read_only:  # read-only once what is bound back is mounted inside
+        out += ["--remount-ro", path]
+    out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
+    # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)
+    # that the sandbox is set up, so a failed setup is never taken for the command's own exit.
+    shim = _limits_shell(policy.limits) + _SHIM
+    if started_fd is not None:
+        shim = f"printf s >/proc/self/fd/{started_fd}; {shim}"
+    if policy.proxy is not None:  # the forwarder to the run's proxy listens before the agent starts
+        from sandbox.agent import bridge
+
+        argv = bridge.wrap(argv, policy.proxy)
+    out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]
+    return out
+
+
+def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]], list[str]]:
+    """The mounts below ``/`` as (depth, order, args), and the tmpfs mounts to make read-only after them."""
+    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected, masks.
+    mounts: list[tuple[int, int, list[str]]] = [(mount_depth("/tmp"), 0, ["--size", size, "--tmpfs", "/tmp"])]
+    hidden = [path for path in policy.hidden if os.path.isdir(path)]
+    mounts += [(mount_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in hidden]
+    covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
+    covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
+    # Visible as on the host even below /tmp or a hidden dir: where it leads, and (when a link leads
+    # there) the path as named, so a link that lies below the private /tmp still works inside.
+    readable = dict.fromkeys(p for path in policy.readable for p in (os.path.realpath(path), os.path.abspath(path)))
+    for real in readable:
+        # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
+        if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covered):
+            mounts.append((mount_depth(real), 1, ["--ro-bind-try", real, real]))
+    for path in policy.writable:
+        mounts.append((mount_depth(path), 2, ["--bind", path, path]))
+    for path in policy.extra_writable:
+        real = os.path.realpath(path)
+        mounts.append((mount_depth(real), 2, ["--bind-try", real, real]))
+    for path in policy.protected:
+        mounts.append((mount_depth(path), 3, ["--ro-bind-try", path, path]))
+    for path in policy.homes:
+        mounts.append((mount_depth(path), 2, ["--bind", path, path]))
+    for entry in policy.config:  # the agent's configuration, read-only below its writable state
+        real = os.path.realpath(entry.rstrip("/"))
+        if os.path.lexists(real):
+            mounts.append((mount_depth(real), 3, ["--ro-bind", real, real]))
+    for copy, dest in policy.private:  # the run's own copy where the agent writes this state
+        if os.path.isfile(dest) and os.path.isfile(copy):
+            real = os.path.realpath(dest)
+            mounts.append((mount_depth(real), 3, ["--bind", copy, real]))
+    masked_dirs = []
+    for entry in policy.masked:  # secrets: an empty directory or file in their place, last of all
+        real = os.path.realpath(entry.rstrip("/"))
+        if os.path.isdir(real):
+            masked_dirs.append(real)
+            mounts.append((mount_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
+        elif os.path.exists(real):
+            # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
+            # device ("config is locked"), and tools read an empty file as an empty setting.
+            mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
+    return mounts, [*hidden, *masked_dirs]
+
+
+def _limits_shell(limits: Limits) -> str:
+    """``ulimit`` for the shim: inside the sandbox's user namespace the kernel counts RLIMIT_NPROC
+    per namespace, so the bound is the sandbox's own (set outside, it would count every process of
+    the user). dash spells the process limit ``-p``, bash ``-u``; ``-f`` counts 512-byte blocks."""
+    out = ""
+    if limits.max_processes is not None:
+        n = limits.max_processes
+        out += f"ulimit -u {n} 2>/dev/null || ulimit -p {n} 2>/dev/null; "
+    if limits.max_file_bytes is not None:
+        out += f"ulimit -f {max(limits.max_file_bytes // 512, 1)} 2>/dev/null; "
+    return out
+
+
+# A classic BPF program for seccomp: ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails with EPERM; every
+# other call is allowed. Unknown architectures get no filter (see :func:`seccomp_program`).
+_AUDIT_ARCH = {"x86_64": (0xC000003E, (16, 0x40000000 | 514)), "aarch64": (0xC00000B7, (29,))}
+_DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+_LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+_ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know."""
+    arch = _AUDIT_ARCH.get(machine or os.uname().machine)
+    if arch is None:
+        return None
+    audit, numbers = arch
+    # Instructions as (code, jump-if-true label, jump-if-false label, k); labels resolved below.
+    prog: list[tuple[int, str | None, str | None, int]] = [(_LD_ABS, None, None, 4)]  # seccomp_data.arch
+    prog.append((_JEQ_K, None, "allow", audit))
+    prog.append((_LD_ABS, None, None, 0))  # seccomp_data.nr
+    for i, nr in enumerate(numbers):
+        last = i == len(numbers) - 1
+        prog.append((_JEQ_K, "args", "allow" if last else None, nr))
+    prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
+    for i, cmd in enumerate(_DENIED_IOCTLS):
+        last = i == len(_DENIED_IOCTLS) - 1
+        prog.append((_JEQ_K, "deny", "allow" if last else None, cmd))
+    labels = {"args": len(numbers) + 3, "allow": len(prog), "deny": len(prog) + 1}
+    out = b""
+    for index, (code, jt, jf, k) in enumerate(prog):
+        t = labels[jt] - index - 1 if jt else 0
+        f = labels[jf] - index - 1 if jf else 0
+        out += struct.pack("=HBBI", code, t, f, k)
+    out += struct.pack("=HBBI", _RET_K, 0, 0, _ALLOW) + struct.pack("=HBBI", _RET_K, 0, 0, _DENY)
+    return out

@@ -1,0 +1,415 @@
+"""What a confined process may see, write and reach: :class:`Isolation` (what the caller asks for),
+:class:`Policy` (what one run's sandbox gets, :func:`policy_for`) and the paths each decision names.
+
+The backends turn a policy into a sandbox (:mod:`sandbox.agent.bwrap`, :mod:`sandbox.agent.seatbelt`);
+:mod:`sandbox.agent.confine` starts it. Standard library only (``sandbox exec``'s fast path imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
+from sandbox.errors import SandboxError
+from sandbox.store import layout
+
+if TYPE_CHECKING:
+    from sandbox.run.run import Run
+
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
+    "Arch: pacman -S bubblewrap)"
+)
+OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate = false in .sandbox.toml)"
+#: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.agent.netproxy`).
+PROXY_SOCKET = "net.sock"
+
+#: Secrets masked inside by default (``~/`` is the user's home, expanded by the CLI): each existing
+#: directory is replaced by an empty read-only one, each file by an empty one. ``deny_read`` adds to
+#: it, ``allow_read`` takes from it ([isolation] in ``.sandbox.toml``). The agent's own state
+#: (:data:`~sandbox.agent.agentstate.DEFAULT_AGENT_STATE`) is not a secret and is never in it. See docs/confinement.md.
+DEFAULT_DENY_READ = (
+    # keys and cloud credentials
+    "~/.ssh/",
+    "~/.gnupg/",
+    "~/.aws/",
+    "~/.azure/",
+    "~/.config/gcloud/",
+    "~/.kube/",
+    "~/.docker/config.json",
+    "~/.oci/",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.vault-token",
+    # tokens of git hosts and package registries
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.config/git/credentials",
+    "~/.config/gh/",
+    "~/.config/hub",
+    "~/.config/glab-cli/",
+    "~/.npmrc",
+    "~/.yarnrc.yml",
+    "~/.pypirc",
+    "~/.config/pip/pip.conf",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.gem/credentials",
+    "~/.m2/settings-security.xml",
+    "~/.pgpass",
+    "~/.my.cnf",
+    # password stores and keyrings
+    "~/.password-store/",
+    "~/.local/share/keyrings/",
+    "~/.config/op/",
+    "~/.config/Bitwarden/",
+    "~/.config/keepassxc/",
+    # browser profiles (cookies, saved passwords)
+    "~/.mozilla/",
+    "~/.config/google-chrome/",
+    "~/.config/chromium/",
+    "~/.config/BraveSoftware/",
+    "~/.config/microsoft-edge/",
+    "~/snap/firefox/",
+    # shell and REPL histories
+    "~/.bash_history",
+    "~/.zsh_history",
+    "~/.zhistory",
+    "~/.histfile",
+    "~/.local/share/fish/",
+    "~/.python_history",
+    "~/.node_repl_history",
+    "~/.psql_history",
+    "~/.mysql_history",
+    "~/.sqlite_history",
+    "~/.lesshst",
+    "~/.viminfo",
+)
+#: Directories where daemons put their Unix sockets (``docker.sock``, the user's D-Bus bus, ssh and
+#: gpg agents under ``/run/user/<uid>``): not visible inside. With the private ``/tmp`` and the masked
+#: ``~/.ssh`` / ``~/.gnupg`` this is the mount view that keeps path sockets out of reach (the module
+#: docstring says what it does not cover); ``unix_sockets`` binds chosen ones back.
+SOCKET_DIRS = ("/run", "/var/run")
+#: Files below a hidden directory that a confined process still needs (DNS: ``resolv.conf`` is often
+#: a link into ``/run/systemd/resolve``); bound read-only wherever they lead.
+KEEP_FILES = ("/etc/resolv.conf",)
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a confined process may consume. None: not bounded."""
+
+    #: Size of the private ``/tmp`` and ``/dev/shm`` (RAM-backed tmpfs).
+    tmpfs_bytes: int = GIB
+    #: Processes (and threads): a pids cgroup where one can be made, and ``RLIMIT_NPROC``.
+    max_processes: int | None = 4096
+    #: The largest file a process may write (``RLIMIT_FSIZE``).
+    max_file_bytes: int | None = 16 * GIB
+    #: Memory of all its processes together (a memory cgroup, where one can be made).
+    max_memory: int | None = 8 * GIB
+    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded.
+    max_call_bytes: int | None = None
+
+
+class ConfinementError(SandboxError):
+    """OS confinement was asked for and cannot be had (no bubblewrap, no user namespaces, ...)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What the caller asks for; the CLI builds it from flags and settings (the library reads no env).
+
+    ``program`` is the bubblewrap (or ``sandbox-exec``) executable found by the caller, None when
+    it found none. ``writable`` are more paths the agent may write (absolute; state dirs, caches).
+    ``interactive``: the command uses the terminal (keep the session, filter ``TIOCSTI`` instead).
+    """
+
+    enabled: bool = True
+    network: bool = True
+    program: str | None = None
+    backend: str = "bwrap"
+    writable: tuple[str, ...] = ()
+    interactive: bool = False
+    #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
+    readable: tuple[str, ...] = ()
+    #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
+    #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.
+    inherited: bool = False
+    #: Agent configuration below the writable state, kept read-only (``agentstate.AGENT_CONFIG``).
+    config: tuple[str, ...] = ()
+    #: Agent state files each run writes a copy of instead (``agentstate.AGENT_PRIVATE``).
+    private: tuple[str, ...] = ()
+    #: ``--network allow``: the hosts the agent may reach, through the run's proxy
+    #: (:mod:`sandbox.agent.netproxy`); None: the network is wholly on or off (``network``).
+    allow: tuple[str, ...] | None = None
+
+    @property
+    def network_mode(self) -> str:
+        """``on``, ``off`` or ``allow`` (through the run's allowlist proxy)."""
+        return "allow" if self.allow is not None and not self.network else "on" if self.network else "off"
+
+    #: Secrets masked inside (absolute; :data:`DEFAULT_DENY_READ` as the settings leave it).
+    masked: tuple[str, ...] = ()
+    #: Directories not visible at all (the sandbox data directory, other repositories' run state).
+    hidden: tuple[str, ...] = ()
+    #: The inherited environment variables that pass (``fnmatch`` patterns, :data:`DEFAULT_ENV_ALLOW`).
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    #: Unix sockets (paths) kept reachable although they lie in a hidden directory.
+    unix_sockets: tuple[str, ...] = ()
+    limits: Limits = Limits()
+
+    def describe(self) -> str:
+        """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
+        if self.inherited:
+            return "inherited (inside the sandbox of the calling agent)"
+        if not self.enabled:
+            return "off"
+        if self.network_mode == "allow":
+            return f"{self.backend}, network allow ({', '.join(self.allow or ()) or 'no host'})"
+        return f"{self.backend}, network {'on' if self.network else 'off'}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a confined process may write, what is re-protected, and whether it has a network."""
+
+    writable: tuple[str, ...]
+    protected: tuple[str, ...]
+    network: bool = True
+    interactive: bool = False
+    extra_writable: tuple[str, ...] = field(default=())
+    readable: tuple[str, ...] = field(default=())
+    #: Directories replaced by an empty one (other runs' scratch dirs, with their host tokens).
+    hidden: tuple[str, ...] = field(default=())
+    #: Agent configuration kept read-only below the writable agent state (``agentstate.AGENT_CONFIG``).
+    config: tuple[str, ...] = field(default=())
+    #: (the run's copy, the path it is mounted at): agent state written per run (``agentstate.AGENT_PRIVATE``).
+    private: tuple[tuple[str, str], ...] = field(default=())
+    #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
+    #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
+    proxy: str | None = None
+    #: The run's agent homes, writable (below the run's directory, which is read-only).
+    homes: tuple[str, ...] = field(default=())
+    #: Secrets replaced by an empty directory or file (:data:`DEFAULT_DENY_READ`).
+    masked: tuple[str, ...] = field(default=())
+    #: Inherited environment variables that pass (patterns); the sandbox's own are set after.
+    env_allow: tuple[str, ...] = field(default=DEFAULT_ENV_ALLOW)
+    limits: Limits = field(default=Limits())
+    #: Why each hidden directory is hidden, for the line a hidden command gets.
+    reasons: tuple[tuple[str, str], ...] = field(default=())
+    #: An empty read-only regular file bound over masked files (None: ``/dev/null``).
+    empty_file: str | None = None
+
+
+# -- which paths ------------------------------------------------------------------------------
+
+
+def run_writable_paths(common_dir: str, run_id: str, worktree: str) -> list[str]:
+    """The paths a run's processes must be able to write: its worktree and its own git directory.
+
+    The one place that says so. Both come from the user's repository (:func:`sandbox.store.layout.place_of`
+    reads ``runs/<run>/place`` there), never from the worktree's ``.git`` file, which the agent could
+    rewrite to name any directory. The run's home around them (with its ``origin`` file, which
+    tells hooks where the user's repository is) stays read-only. A legacy run's git dir is its
+    admin dir in the user's ``.git/worktrees``.
+    """
+    place = layout.place_of(common_dir, run_id)
+    paths = [os.path.realpath(worktree)]
+    if os.path.realpath(place.worktree) != paths[0]:
+        raise ConfinementError(
+            f"The worktree {worktree} is not where the repository places run {run_id} ({place.worktree}); "
+            "nothing was run."
+        )
+    if os.path.isdir(place.git_dir):
+        paths.append(os.path.realpath(place.git_dir))
+    return paths
+
+
+def run_readable_paths(common_dir: str, run_id: str) -> list[str]:
+    """The run's home, read-only: its ``origin`` file is how a hook inside finds the run.
+
+    Visible even when the data directory lies below the private ``/tmp`` or outside the home.
+    """
+    home = layout.place_of(common_dir, run_id).home
+    return [os.path.realpath(home)] if home else []
+
+
+def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:
+    """The user's working tree and git directory: read-only even below a writable path."""
+    out = [os.path.realpath(common_dir)]
+    if user_workdir:
+        out.insert(0, os.path.realpath(user_workdir))
+    return out
+
+
+def policy_for_run(isolation: Isolation, run: Run) -> Policy:
+    """The policy for a command of ``run``: its paths in the repository this command runs in (never
+    the tree its record names, which may be another clone's: a fetched run)."""
+    return policy_for(
+        isolation,
+        common_dir=run.project.common_dir,
+        run_id=run.run_id,
+        worktree=run.worktree,
+        user_workdir=run.user_workdir,
+    )
+
+
+def policy_for(
+    isolation: Isolation, *, common_dir: str, run_id: str, worktree: str, user_workdir: str | None
+) -> Policy:
+    """The policy for a command of run ``run_id``.
+
+    Hidden (an empty read-only directory in its place): the user's working tree (the agent has its
+    worktree), the sandbox's state in the repository (``.git/sandbox``: every run's token, the host's
+    files) and in other repositories, the data directory with every run's home, and the socket
+    directories. Bound back read-only below them: this run's own directory (its token, the ``place``
+    its hooks check), the host's directory (its socket), the run's home (the ``origin`` file),
+    :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
+    (the home, the sandbox's interpreter, the agent's executable). The user's ``.git`` stays readable
+    (the run's git borrows its objects) and read-only.
+    """
+    real = os.path.realpath
+    hidden = hidden_dirs(isolation, common_dir, user_workdir)
+
+    def is_hidden(path: str) -> bool:
+        return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)
+
+    keep = [real(p) for p in KEEP_FILES if os.path.exists(p) and is_hidden(real(p))]
+    sockets = [real(p) for p in isolation.unix_sockets if os.path.exists(p)]
+    readable = (
+        *isolation.readable,
+        real(layout.run_dir(common_dir, run_id)),
+        real(layout.host_dir(common_dir)),
+        *run_readable_paths(common_dir, run_id),
+        *keep,
+        *sockets,
+    )
+    protected = [p for p in protected_paths(common_dir, user_workdir) if p not in hidden]
+    return Policy(
+        writable=tuple(run_writable_paths(common_dir, run_id, worktree)),
+        protected=tuple(protected),
+        network=isolation.network,
+        interactive=isolation.interactive,
+        extra_writable=tuple(p.rstrip("/") for p in isolation.writable),
+        readable=readable,
+        hidden=tuple(p for p in hidden if p != "/tmp"),
+        config=isolation.config,
+        # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
+        homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
+        private=tuple(
+            (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
+            for dest in isolation.private
+        ),
+        proxy=(
+            os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), PROXY_SOCKET)
+            if isolation.network_mode == "allow"
+            else None
+        ),
+        # The repository's config may hold credentials (a remote URL with a token, an http.extraHeader);
+        # the run's git has its own config and borrows only the objects.
+        masked=(*isolation.masked, real(os.path.join(common_dir, "config"))),
+        env_allow=isolation.env_allow,
+        limits=isolation.limits,
+        reasons=tuple(hidden.items()),
+        empty_file=_empty_file(common_dir),
+    )
+
+
+def _empty_file(common_dir: str) -> str | None:
+    """``<common>/sandbox/empty``, made once (mode 0444): what a masked file shows inside."""
+    path = layout.empty_file(common_dir)
+    try:
+        if os.path.getsize(path) == 0 and not os.path.islink(path):
+            return path
+    except OSError:
+        pass
+    try:
+        os.makedirs(layout.state_dir(common_dir), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
+
+
+def _homes_root(common_dir: str, run_id: str) -> str:
+    from sandbox.agent.agenthome import homes_root  # standard library only, like this module
+
+    return homes_root(layout.run_dir(common_dir, run_id))
+
+
+def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None) -> dict[str, str]:
+    """The directories not visible inside a run's sandbox (the private ``/tmp`` too), each with why."""
+    real = os.path.realpath
+    state = real(layout.state_dir(common_dir))
+    reasons = [(state, "the sandbox's own state (every run's token, the host's files)")]
+    if user_workdir:
+        reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
+    reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
+    reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    reasons.append(("/tmp", "/tmp, which is private inside the sandbox"))
+    hidden: dict[str, str] = {}
+    for path, why in reasons:
+        if path != "/" and os.path.isdir(path):
+            hidden.setdefault(path, why)
+    return hidden
+
+
+def hidden_reason(policy: Policy, path: str) -> str | None:
+    """Why ``path`` (absolute, resolved) is not visible inside under ``policy``; None when it is.
+
+    The deepest mount covering it decides: a path bound back below a hidden directory is visible.
+    """
+    shown = [*policy.readable, *policy.writable, *policy.extra_writable, *policy.protected]
+    best: tuple[int, str | None] = (-1, None)
+    secrets = [(m.rstrip("/"), "a secret masked by the deny-read set") for m in policy.masked]
+    for root, why in [*policy.reasons, *secrets]:
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            best = max(best, (mount_depth(root), why), key=lambda b: b[0])
+    if best[1] is None:
+        return None
+    for root in shown:
+        root = os.path.realpath(root.rstrip("/"))
+        if (path == root or path.startswith(root + "/")) and mount_depth(root) > best[0]:
+            return None
+    return best[1]
+
+
+def other_state_dirs(data_root: str, common_dir: str) -> list[str]:
+    """The ``.git/sandbox`` of every other repository with a run home under ``data_root`` (their tokens
+    and host sockets), found through the homes' ``origin`` files; plus ``data_root`` itself."""
+    out = [data_root]
+    repos = os.path.join(data_root, "repos")
+    own = os.path.realpath(common_dir)
+    seen = {own}
+    with contextlib.suppress(OSError):
+        for key in os.listdir(repos):
+            with contextlib.suppress(OSError):
+                for run in os.listdir(os.path.join(repos, key)):
+                    try:
+                        with open(os.path.join(repos, key, run, layout.ORIGIN_FILE), encoding="utf-8") as fh:
+                            origin = fh.read(4096).strip()
+                    except (OSError, UnicodeError):
+                        continue
+                    if os.path.isabs(origin) and os.path.realpath(origin) not in seen:
+                        seen.add(os.path.realpath(origin))
+                        out.append(layout.state_dir(origin))
+                    break  # one home names the repository of all of them
+    return out
+
+
+def _copy_name(path: str) -> str:
+    """The file name of a run's copy of ``path`` (``~/.claude.json`` -> ``.claude.json``)."""
+    return os.path.basename(path.rstrip("/")) or "state"
+
+
+def mount_depth(path: str) -> int:
+    """How deep ``path`` lies (``/``: 0): mounts are made parents first."""
+    return 0 if path == "/" else path.rstrip("/").count("/")

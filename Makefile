@@ -67,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check sandbox tests bench hooks
 	$(BIN)/ruff format --check sandbox tests bench hooks
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/budgets.py sandbox
 
 # The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on git and on real processes, so

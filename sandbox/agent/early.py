@@ -284,9 +284,8 @@ def _spawn_supervised(started: Started, argv: list[str], cwd: str, env: dict[str
         os.unlink(report)
     # -I: neither the agent's working directory (the worktree) nor PYTHON* variables may shadow the
     # sandbox package; the supervisor imports it from where this process did.
-    import sandbox
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../sandbox (this is sandbox/agent/)
+    root = os.path.dirname(package)
     supervisor = [sys.executable, "-I", "-c", REAPER_MAIN, root, "--parent", str(os.getpid())]
     supervisor += ["--report", report, "--grace", str(grace), "--", *argv]
     proc = subprocess.Popen(supervisor, cwd=cwd, env=env)

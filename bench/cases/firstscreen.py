@@ -6,7 +6,9 @@ Claude Code's input box is up (its status line: "shift+tab to cycle"); the time 
 tmux to that screen. The pane is then killed (SIGHUP, as when a terminal closes) and the next sample
 waits until every process of the last one is gone. Both variants read the same user ``HOME``, in
 which the worktree is trusted and the API key approved, so neither stops at a dialog; the variants
-alternate within each round, and the paired difference is a row of its own. The model server is
+alternate within each round, and the paired difference is a row of its own. A fourth variant sets
+``GIT_DIR``, which turns ``sandbox run``'s fast path off (the run opened before the agent starts, as
+before the fast path): the two differences side by side show what the fast path gains. The model server is
 the scripted one of the tests (``tests/agents/anthropic_server.py``) on 127.0.0.1. Measured once,
 on the smallest repository: start-up does not depend on its size. Needs ``make agents`` and tmux.
 """
@@ -31,7 +33,11 @@ GROUP = "claude, start to first screen"
 ALONE = "claude in the worktree (reference)"
 CONFINED = "sandbox run RUN -- claude (confined)"
 OPEN = "sandbox run RUN --isolate off -- claude"
+#: The run opened (pygit2, pydantic) before the agent is spawned, as before the fast path: GIT_DIR set
+#: turns the fast path off (``env`` costs a millisecond).
+FULL = "sandbox run RUN -- claude (confined, full path: GIT_DIR set)"
 DELTA = "paired difference, sandbox run (confined) - claude alone"
+DELTA_FULL = "paired difference, sandbox run (confined, full path) - claude alone"
 READY = ("shift+tab to cycle", "? for shortcuts")
 ROOT = Path(__file__).resolve().parent.parent.parent
 CLAUDE = ROOT / "tests" / "agents" / "node_modules" / ".bin" / "claude"
@@ -105,6 +111,11 @@ def run(ctx: Context, repo: Repo) -> None:
             ALONE: ([str(CLAUDE)], run_.worktree),
             CONFINED: ([SANDBOX, "run", run_.run_id, "--", str(CLAUDE)], repo.path),
             OPEN: ([SANDBOX, "run", run_.run_id, "--isolate", "off", "--", str(CLAUDE)], repo.path),
+            FULL: (
+                ["env", f"GIT_DIR={repo.path}/.git", f"GIT_WORK_TREE={repo.path}", SANDBOX, "run", run_.run_id]
+                + ["--", str(CLAUDE)],
+                repo.path,
+            ),
         }
         res.row(CASE, None, GROUP, ALONE, ref=True)
         _first_screen(*variants[CONFINED], env, sock)  # warm-up: the run's agent home and the page cache
@@ -116,6 +127,7 @@ def run(ctx: Context, repo: Repo) -> None:
                 got[name] = _first_screen(argv, cwd, env, sock)
                 res.add(CASE, None, GROUP, str(name), got[name], ref=name == ALONE)
             res.add(CASE, None, GROUP, DELTA, got[CONFINED] - got[ALONE])
+            res.add(CASE, None, GROUP, DELTA_FULL, got[FULL] - got[ALONE])
     Run.open(Project(project.common_dir), run_.run_id).drop(force=True)
 
 

@@ -67,6 +67,12 @@ class _Recorder:
             self.run.note({"network_refused_unrecorded": self.dropped, "session": self.session})
 
 
+def recorder(run: Run, session: str | None) -> _Recorder:
+    """The refusal callback of a proxy started before the run was opened (:mod:`sandbox.agent.early`);
+    call its ``finish()`` when the proxy stopped."""
+    return _Recorder(run, session)
+
+
 @contextlib.contextmanager
 def serving(run: Run, policy: Policy, allow: tuple[str, ...], session: str | None) -> Iterator[NetProxy | None]:
     """The session's proxy on ``policy.proxy`` while the block runs (None when the policy has none)."""

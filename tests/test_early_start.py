@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from sandbox.agent.early import DeferredRefusals
-from sandbox.agent.netproxy import Refusal
+from sandbox.agent.netproxy import Allowlist, NetProxy, Refusal
 from sandbox.run.run import Run
 from sandbox.store.project import Project
 
@@ -52,3 +55,39 @@ def test_a_named_run_started_early_records_its_session_as_before(repo: Path) -> 
     entries = again.entries()
     assert [e.tool_name for e in entries] == ["agent_session"]
     assert "early.txt" in json.dumps(entries[0].model_dump(mode="json"))
+
+
+def test_a_connection_made_before_the_proxy_serves_waits_and_is_answered(tmp_path: Path) -> None:
+    # sandbox run binds the allowlist proxy's socket before the agent starts and serves it (imports
+    # asyncio) after: an agent that connects in between waits in the backlog, it is not refused.
+    path = str(tmp_path / "net.sock")
+    proxy = NetProxy(path, Allowlist([])).listen()
+    try:
+        client = socket.socket(socket.AF_UNIX)
+        client.settimeout(10)
+        client.connect(path)  # accepted by the kernel, nobody reads yet
+        client.sendall(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+        answered = threading.Event()
+        reply: list[bytes] = []
+
+        def read() -> None:
+            reply.append(client.recv(65536))
+            answered.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert not answered.wait(0.3)  # not served yet
+        proxy.serve()
+        assert answered.wait(10)
+        assert reply[0].startswith(b"HTTP/1.1 403")
+        client.close()
+    finally:
+        proxy.stop()
+    assert not os.path.exists(path)
+
+
+def test_a_proxy_listened_but_never_served_is_cleaned_up(tmp_path: Path) -> None:
+    path = str(tmp_path / "net.sock")
+    proxy = NetProxy(path, Allowlist([])).listen()
+    assert os.path.exists(path)
+    proxy.stop()
+    assert not os.path.exists(path)

@@ -199,6 +199,8 @@ def test_run_spawns_the_agent_before_the_heavy_imports(isolate: str, repo: Path,
     loaded = heavy_loaded(report)
     assert loaded <= RUN_BEFORE_SPAWN, f"sandbox run loads {sorted(loaded - RUN_BEFORE_SPAWN)} before the agent starts"
     assert "sandbox.agent.early" in loaded_names(report)
+    # The allowlist proxy's socket listens before the spawn; its asyncio loop is imported after it.
+    assert "asyncio" not in loaded_names(report)
 
 
 def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run) -> None:

@@ -247,7 +247,9 @@ def start(
     if policy is not None and isolation is not None and isolation.network_mode == "allow" and policy.proxy:
         from sandbox.agent.netproxy import Allowlist, NetProxy
 
-        proxy = NetProxy(policy.proxy, Allowlist(isolation.allow or ()), refusals).start()
+        # Only bound here: the proxy is served (its asyncio loop imported) once the agent started,
+        # and a connection made before that waits in the socket's backlog.
+        proxy = NetProxy(policy.proxy, Allowlist(isolation.allow or ()), refusals).listen()
     started = Started(where, token, boot_id(), hosted, changes, window, proxy, refusals, confined=confined)
     started.on_signal = on_signal
     cwd = (
@@ -280,7 +282,25 @@ def start(
     if started.proc is not None:
         _forward_signals(started, is_foreground)
     faults.point(SPAWNED_POINT)
+    if proxy is not None:
+        try:
+            proxy.serve()
+        except BaseException:
+            # The agent's network could not be served: stop it rather than leave it without one.
+            _stop_agent(started)
+            started.release()
+            started.stop_proxy()
+            raise
     return started
+
+
+def _stop_agent(started: Started) -> None:
+    if started.proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        started.proc.send_signal(signal.SIGTERM)
+    with contextlib.suppress(Exception):
+        started.proc.wait()
 
 
 def _spawn_supervised(started: Started, argv: list[str], cwd: str, env: dict[str, str], grace: float) -> None:

@@ -91,3 +91,26 @@ def test_a_proxy_listened_but_never_served_is_cleaned_up(tmp_path: Path) -> None
     assert os.path.exists(path)
     proxy.stop()
     assert not os.path.exists(path)
+
+
+def test_what_the_sandbox_sets_reaches_an_agent_started_early_whatever_it_is_called(repo: Path) -> None:
+    # Claude Code's home in the run (CLAUDE_CONFIG_DIR) is the sandbox's own setting: it passes the
+    # confined environment's allowlist although the agent is started as 'sh', whose family has no
+    # CLAUDE_* names (own_env), and the run's id and session token come with it.
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    run.seal_cache()
+    script = str(Path(sys.executable).parent / "sandbox")
+    agent = ["sh", "-c", 'printf "%s %s %s" "$SANDBOX_RUN" "$SANDBOX_SESSION" "$CLAUDE_CONFIG_DIR" > seen.txt']
+    proc = subprocess.run(
+        [script, "run", run.run_id, "--hooks", "claude-code", "--", *agent],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    seen = (Path(run.worktree) / "seen.txt").read_text().split()
+    assert seen[0] == run.run_id and len(seen[1]) == 32
+    assert len(seen) == 3 and os.path.isdir(seen[2])  # the run's home for Claude Code, not unset

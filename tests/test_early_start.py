@@ -11,6 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from sandbox.agent.early import DeferredRefusals
 from sandbox.agent.netproxy import Allowlist, NetProxy, Refusal
 from sandbox.run.run import Run
@@ -114,3 +116,56 @@ def test_what_the_sandbox_sets_reaches_an_agent_started_early_whatever_it_is_cal
     seen = (Path(run.worktree) / "seen.txt").read_text().split()
     assert seen[0] == run.run_id and len(seen[1]) == 32
     assert len(seen) == 3 and os.path.isdir(seen[2])  # the run's home for Claude Code, not unset
+
+
+def test_the_run_is_opened_beside_the_agent_at_a_lower_priority_in_its_own_thread() -> None:
+    from sandbox.agent.early import YIELD_NICE, yielding
+
+    def nice_here() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice_here()
+    if sys.platform.startswith("linux"):
+        assert yielding(nice_here) == min(mine + YIELD_NICE, 19)  # only that thread yields to the agent
+    assert nice_here() == mine  # the caller (signals, the session) keeps its priority
+
+    def fails() -> None:
+        raise ValueError("no run")
+
+    with pytest.raises(ValueError, match="no run"):  # the work's error reaches the caller
+        yielding(fails)
+
+
+def test_an_agent_seen_ended_while_the_run_opens_keeps_its_exit_status(tmp_path: Path) -> None:
+    from sandbox.agent.early import DeferredRefusals, Started, Where
+
+    where = Where(str(tmp_path), "r", str(tmp_path), str(tmp_path), None, legacy=False)
+    started = Started(where, "t" * 32, None, False, None, None, None, DeferredRefusals())
+    started.proc = subprocess.Popen(["sh", "-c", "exit 7"])
+    for _ in range(400):
+        started.look()
+        if started.ended_at is not None:
+            break
+        threading.Event().wait(0.01)
+    assert started.ended_at is not None  # when it ended is known: a Ctrl-C before it is judged against it
+    assert started.wait() == 7  # the status was only looked at, not taken
+
+
+def test_a_refusal_recorded_late_names_the_call_that_ran_when_it_was_refused(repo: Path) -> None:
+    # A connection refused while 'sandbox run' was still opening the run is recorded once it is open,
+    # maybe after the call that made it finished: it still names that call, by the time it was refused.
+    from sandbox.agent import netrecord
+    from sandbox.models import CallStatus
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    call = run.start_call("Bash", {"command": "curl"}, idempotency="conditional", replay="ask")
+    during = datetime.datetime.now(datetime.timezone.utc)
+    run.finish_call(call, CallStatus.succeeded, paths=[])
+    after = datetime.datetime.now(datetime.timezone.utc)
+    record = netrecord.recorder(run, "s" * 32)
+    record(Refusal("example.com", 1, during, "CONNECT"))
+    record(Refusal("example.com", 2, after, "CONNECT"))
+    seen = [n["network_refused"] for n in Run.open(project, run.run_id).state().data.note if "network_refused" in n]
+    assert [(r["port"], r["call_id"]) for r in seen] == [(1, call), (2, None)]

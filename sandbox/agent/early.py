@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox import faults
 from sandbox.agent import procs, wire
@@ -46,6 +46,7 @@ REAPER_MAIN = (
 #: what any killed ``sandbox run`` leaves: its supervisor or sandbox takes the agent down with it).
 SPAWNED_POINT = "run.agent_spawned"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,9 @@ class Started:
     supervisor_start: int | None = None
     #: monotonic() of the last SIGINT this process got during the session.
     sigints: list[float] = field(default_factory=list)
+    #: monotonic() by which the agent was seen ended while the run was being opened (else None):
+    #: whether a Ctrl-C ended the session is judged against it, not against when it was waited for.
+    ended_at: float | None = None
     on_signal: Callable[[int], None] | None = None
     #: The handlers :func:`start` replaced, put back by :meth:`release`.
     previous: dict[int, Any] = field(default_factory=dict)
@@ -147,6 +151,17 @@ class Started:
             return self.failed_code
         code: int = self.proc.wait()
         return code
+
+    def look(self) -> None:
+        """Note when the agent is first seen ended (its exit status is left for :meth:`wait`)."""
+        if self.ended_at is not None or self.proc is None:
+            return
+        try:
+            ended = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            ended = True
+        if ended:
+            self.ended_at = time.monotonic()
 
     def release(self) -> None:
         """Put back the signal handlers that were there before :func:`start` (idempotent)."""
@@ -292,6 +307,44 @@ def start(
             started.stop_proxy()
             raise
     return started
+
+
+#: The nice value of the thread that opens the run beside a starting agent (see :func:`yielding`).
+YIELD_NICE = 10
+
+
+def yielding(work: Callable[[], T], meanwhile: Callable[[], None] | None = None) -> T:
+    """``work()`` in a thread of lower CPU priority (nice +:data:`YIELD_NICE`); its result or its exception.
+
+    What ``sandbox run`` does once its agent is spawned (importing pygit2 and pydantic, opening the run)
+    would otherwise take CPU from the agent while it draws its first screen (2 cores: measured as much
+    as the early start saved). At a lower priority it runs on what the agent leaves idle and yields
+    where they compete. Linux keeps the nice value per thread, so only this thread (and threads it
+    starts) is lowered; elsewhere it runs at the caller's priority. The calling thread waits; the
+    signal handlers of :func:`start` still run in it, and so does ``meanwhile()``, every 50 ms.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):
+                tid = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + YIELD_NICE)
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="sandbox-open-run", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.05)
+        if meanwhile is not None:
+            meanwhile()
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
 
 
 def _stop_agent(started: Started) -> None:

@@ -419,7 +419,8 @@ def _attend(
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.
         last_sigint = started.sigints
-        ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW
+        ended = started.ended_at or time.monotonic()  # seen ended while the run was opened, or now
+        ended_on_it = bool(last_sigint) and ended - last_sigint[0] <= INTERRUPT_WINDOW
         if ended_on_it:
             result.interrupted = (
                 f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"

@@ -43,7 +43,15 @@ class _Recorder:
         # Evidence, never a reason to break the session.
         with contextlib.suppress(Exception), self.run.lock():
             state = self.run.state()
-            running = [e for e in state.calls.values() if e.status == CallStatus.started]
+            # The calls running when the connection was refused, not when it is recorded: a refusal
+            # made while 'sandbox run' was still opening the run is recorded a moment later.
+            at = refusal.at
+            running = [
+                e
+                for e in state.calls.values()
+                if (e.started_at or e.created_at) <= at
+                and (e.status == CallStatus.started or (e.finished_at is not None and e.finished_at >= at))
+            ]
             newest = max(running, key=lambda e: e.started_at or e.created_at, default=None)
             item = NetworkRefusal(
                 host=refusal.host,

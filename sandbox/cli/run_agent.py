@@ -114,11 +114,19 @@ def _open_or_start(
 def _open_beside(ctx: click.Context, started: Started) -> Run:
     """The run of an agent that :func:`sandbox.agent.early.start` started, opened while it starts;
     should that fail, the agent is waited for (it is the user's session) before the error is raised."""
-    from sandbox.run.run import Run
+    from sandbox.agent.early import yielding
+
+    def open_run() -> Run:
+        # What the session imports next comes here too, at the same lower priority.
+        import sandbox.agent.launch  # noqa: F401
+        import sandbox.agent.netrecord  # noqa: F401
+        from sandbox.run.run import Run
+
+        project, _workdir, _cwd_run = open_project(ctx)
+        return Run.open(project, started.where.run_id)
 
     try:
-        project, _workdir, _cwd_run = open_project(ctx)
-        run = Run.open(project, started.where.run_id)
+        run = yielding(open_run, started.look)  # beside the agent's start, on the CPU it leaves idle
     except BaseException:
         with contextlib.suppress(Exception):
             started.wait()

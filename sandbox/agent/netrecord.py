@@ -2,8 +2,9 @@
 
 :func:`start` runs the proxy of :mod:`sandbox.agent.netproxy` for one ``sandbox run`` session on
 the run's ``net.sock``. Each refusal becomes a ``note`` event (:class:`sandbox.models.NetworkRefusal`)
-naming the call that was running (the newest call in ``started`` state: the agent's hooks record a
-call as started before its tool runs), or none when it happened between calls; ``log`` and
+naming the call that was running when the connection was refused (the newest one started by then and
+not finished before: the agent's hooks record a call as started before its tool runs), or none when it
+happened between calls; ``log`` and
 ``status`` show them (:func:`sandbox.run.views.network_refusals`).
 
 A hostile agent could loop on refused connections: past :data:`MAX_RECORDED` refusals in one

@@ -8,6 +8,8 @@ load only the heavy ones named here. A command that starts importing more (the m
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +187,49 @@ def test_heavy_loaded_reads_importtime_lines() -> None:
     )
     assert heavy_loaded(sample) == {"pygit2", "sandbox.merge"}
     assert loaded_names(sample) == {"pygit2._pygit2", "sandbox.merge.mergeback", "sandbox.store.layout"}
+
+
+#: What ``sandbox run RUN -- AGENT`` may load before the agent is spawned (issue #26's start-up): the
+#: CLI (click) and the standard-library parts of the agent layer (sandbox.agent.early and what it
+#: stands on: confinement, the host's wire, the allowlist proxy), never pygit2, pydantic or the run.
+RUN_BEFORE_SPAWN = {"click", "sandbox.agent"}
+
+
+@pytest.mark.parametrize("isolate", ["on", "off"])
+def test_run_spawns_the_agent_before_the_heavy_imports(isolate: str, repo: Path, started: Run) -> None:
+    # The armed point SIGKILLs 'sandbox run' right after the spawn, so the report ends there: no timing.
+    script = str(Path(sys.executable).parent / "sandbox")
+    args = ["run", started.run_id, "--isolate", isolate, "--hooks", "none", "--", "true"]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, *args],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "SANDBOX_FAULT": "run.agent_spawned"},
+    )
+    report = proc.stderr.decode()
+    assert proc.returncode == -signal.SIGKILL, report[-2000:]  # it got as far as the spawn
+    loaded = heavy_loaded(report)
+    assert loaded <= RUN_BEFORE_SPAWN, f"sandbox run loads {sorted(loaded - RUN_BEFORE_SPAWN)} before the agent starts"
+    assert "sandbox.agent.early" in loaded_names(report)
+    # The allowlist proxy's socket listens before the spawn; its asyncio loop is imported after it.
+    assert "asyncio" not in loaded_names(report)
+
+
+def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run) -> None:
+    # A run whose fold cache is not sealed at its ledger's tip is opened (and verified) before the agent starts.
+    with started.tool_call("write_file", {"path": "src/other.py"}) as call:
+        call.write("src/other.py", "x = 1\n")
+    script = str(Path(sys.executable).parent / "sandbox")
+    args = ["run", started.run_id, "--isolate", "off", "--hooks", "none", "--", "true"]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, *args],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "SANDBOX_FAULT": "run.agent_spawned"},
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert "sandbox.run.run" in heavy_loaded(proc.stderr.decode())

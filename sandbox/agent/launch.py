@@ -20,25 +20,20 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox.agent import procs
+from sandbox.agent import early, procs
 from sandbox.models import CallStatus, EventKind, ProcessScope
 from sandbox.run.run import Run
 
 if TYPE_CHECKING:
     from sandbox.agent.confine import Isolation
     from sandbox.agent.wire import RunChanges
-
-#: Starts the agent: (argv, cwd, env) -> a process with ``wait()`` and ``send_signal()``.
-Launcher = Callable[[list[str], str, dict[str, str]], Any]
 
 SESSION_TOOL = "agent_session"
 #: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
@@ -49,12 +44,6 @@ INTERRUPT_WINDOW = 10.0
 GITHOOKS_DIR = "githooks"
 #: Seconds the agent's leftover processes get between SIGTERM and SIGKILL when it ends.
 STOP_GRACE = 3.0
-#: The supervisor's program: its first argument is the directory the sandbox package is imported from.
-_REAPER_MAIN = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from sandbox.agent.reaper import main; sys.exit(main(sys.argv[1:]))"
-)
-
 #: The reference-transaction hook the agent's git runs: only per-worktree refs and pseudo-refs
 #: may move; everything else (branches, tags, the stash, remotes) is the user's.
 _REF_GUARD = """#!/bin/sh
@@ -155,23 +144,7 @@ def agent_env(
     per-worktree ``info/exclude`` or refs namespace, and per-worktree config would need
     ``extensions.worktreeConfig`` written into the user's repository config.)
     """
-    env = dict(base)
-    if hooks_dir is not None:
-        try:
-            n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
-        except ValueError:
-            n = 0
-        env[f"GIT_CONFIG_KEY_{n}"] = "core.hooksPath"
-        env[f"GIT_CONFIG_VALUE_{n}"] = hooks_dir
-        env["GIT_CONFIG_COUNT"] = str(n + 1)
-    env["SANDBOX_RUN"] = run.run_id
-    if session:
-        env[procs.ENV_VAR] = session
-    else:
-        env.pop(procs.ENV_VAR, None)  # an outer session's token must not mark this one's processes
-    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
-        env.pop(key, None)
-    return env
+    return early.agent_env(base, run.run_id, hooks_dir, session)
 
 
 # -- cutting changes into agent_session calls ----------------------------------------------------
@@ -248,6 +221,7 @@ class Cutter:
         changes: RunChanges | None,
         debounce: float,
         restart_host: Callable[[], None] | None = None,
+        window: str | None = None,
     ) -> None:
         self.run = run
         self.changes = changes
@@ -256,15 +230,17 @@ class Cutter:
         self.restart_host = restart_host
         self.cuts: list[str] = []
         self.errors: list[str] = []
-        self._window = f"session-{secrets.token_hex(6)}"
-        self._open = False
+        # ``window``: already begun on the host (sandbox.agent.early opens it before the agent starts).
+        self._window = window or f"session-{secrets.token_hex(6)}"
+        self._open = window is not None and changes is not None
         self._seen_event = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sandbox-cutter", daemon=True)
 
     def start(self) -> None:
         """Start cutting."""
-        self._open_window()
+        if not self._open:
+            self._open_window()
         self._thread.start()
 
     def _open_window(self) -> None:
@@ -331,6 +307,7 @@ def run_session(
     grace: float = STOP_GRACE,
     isolation: Isolation | None = None,
     start_host: Callable[[], None] | None = None,
+    started: early.Started | None = None,
 ) -> SessionResult:
     """Run the agent ``argv`` in the run's worktree until it exits; see the module docstring.
 
@@ -349,81 +326,101 @@ def run_session(
     A session whose agent ended within :data:`INTERRUPT_WINDOW` s of a SIGINT, or exited 130, is
     *interrupted*: its final cut is recorded ``failed`` with the reason, and a ``note`` event says
     so (``result.interrupted``).
+    ``started``: the agent already started by :func:`sandbox.agent.early.start` (``sandbox run``
+    does so before it opens the run: start-up), with the same arguments; None: started here.
     The run is left in place. Must be called from the main thread (signal handlers).
     """
+    if started is None:
+        # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
+        # before homes existed shares the user's refs (until 'sandbox gc' moves it).
+        hooks_dir = install_ref_guard(run) if run.place.legacy else None
+        started = early.start(
+            where_of(run),
+            argv,
+            env=env,
+            subdir=subdir,
+            isolation=isolation,
+            start_host=start_host,
+            on_signal=on_signal,
+            is_foreground=is_foreground,
+            grace=grace,
+            hooks_dir=hooks_dir,
+        )
+    try:
+        return _attend(run, started, argv, subdir, debounce, grace, isolation, start_host)
+    finally:
+        started.release()
+        started.stop_proxy()
+
+
+def where_of(run: Run) -> early.Where:
+    """What :func:`sandbox.agent.early.start` needs of an open run."""
+    return early.Where(
+        common_dir=run.project.common_dir,
+        run_id=run.run_id,
+        run_dir=run.dir,
+        worktree=run.worktree,
+        user_workdir=run.user_workdir,
+        legacy=run.place.legacy,
+    )
+
+
+def _attend(
+    run: Run,
+    started: early.Started,
+    argv: Sequence[str],
+    subdir: str,
+    debounce: float,
+    grace: float,
+    isolation: Isolation | None,
+    start_host: Callable[[], None] | None,
+) -> SessionResult:
+    """The session's records while its agent (started) runs, and after it ended."""
     from sandbox.agent import wire
 
-    last_sigint: list[float] = []
-
-    def noted(signum: int) -> None:
-        if signum == signal.SIGINT:
-            last_sigint[:] = [time.monotonic()]
-        if on_signal is not None:
-            on_signal(signum)
-
-    launch = _launcher(run, isolation)
-    result = SessionResult(returncode=0, hosted_hooks=False)
-    token = secrets.token_hex(16)
-    result.scope = ProcessScope(token=token, boot_id=_boot_id())
+    result = SessionResult(returncode=0, hosted_hooks=started.hosted_hooks)
+    result.scope = ProcessScope(token=started.token, boot_id=started.boot_id)
+    if started.supervisor_pid is not None:
+        result.scope.supervisor_pid = started.supervisor_pid
+        result.scope.supervisor_start = started.supervisor_start
     common_dir = run.project.common_dir
-    wire.run_token(run.dir)  # before the agent starts: a confined hook can read it, never create it
 
     def restart_host() -> None:
         if start_host is not None and wire.claim_spawn(common_dir, backoff=2.0):
             start_host()
 
-    result.hosted_hooks = ensure_host(common_dir, start_host)
     if not result.hosted_hooks:
         result.notes.append("no host serves this repository; hooks record in their own processes (slower).")
-    if launch is not None and not result.hosted_hooks:
-        from sandbox.agent.confine import ConfinementError
-
-        raise ConfinementError(
-            f"The repository's host could not be started, and a confined agent of run {run.run_id} can record "
-            "only through it; nothing was started. See 'sandbox serve --foreground' for why."
-        )
     # The session's note: how it is confined, and what 'sandbox resume --continue' relaunches (the
     # same agent and flags: sandbox.recovery.continue_), in one event, recorded beside the agent's
     # start rather than before it: the ledger's fsync is not the agent's wait.
-    started: dict[str, Any] = {"agent_command": list(argv), "subdir": subdir}
+    noted: dict[str, Any] = {"agent_command": list(argv), "subdir": subdir}
     if isolation is not None:
-        started = {"isolation": isolation.describe(), "session": "sandbox run", **started}
-    noted_isolation: threading.Thread | None = threading.Thread(
-        target=run.note, args=(started,), name="sandbox-note", daemon=True
-    )
-    changes = wire.run_ops(common_dir, run.run_id, run.dir) if result.hosted_hooks else None
-    cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None)
+        noted = {"isolation": isolation.describe(), "session": "sandbox run", **noted}
+    noted_isolation = threading.Thread(target=run.note, args=(noted,), name="sandbox-note", daemon=True)
+    noted_isolation.start()
+    changes = started.changes
+    cutter = Cutter(run, changes, debounce, restart_host if start_host is not None else None, window=started.window)
     cutter.start()
-    # A run with its own git dir needs no guard: the agent's refs are the run's. Only a run made
-    # before homes existed shares the user's refs (until 'sandbox gc' moves it).
-    hooks_dir = install_ref_guard(run) if run.place.legacy else None
-    cwd = (
-        os.path.join(run.worktree, subdir)
-        if subdir and os.path.isdir(os.path.join(run.worktree, subdir))
-        else run.worktree
-    )
-    if noted_isolation is not None:
-        noted_isolation.start()
+    recorder = None
+    if started.proxy is not None:
+        from sandbox.agent import netrecord
+
+        recorder = netrecord.recorder(run, started.token)
+        started.refusals.attach(recorder)
     try:
-        with _net_proxy(run, isolation if launch is not None else None, token) as proxy:
-            result.returncode = _supervise(
-                run,
-                list(argv),
-                cwd,
-                agent_env(env, run, hooks_dir, token),
-                noted,
-                is_foreground,
-                grace,
-                result,
-                launch,
-            )
-            result.network_refused = getattr(proxy, "refused", 0)
+        result.returncode = _supervise(started, grace, result)
     finally:
-        if noted_isolation is not None:
-            noted_isolation.join(timeout=30)
+        started.release()
+        result.network_refused = started.stop_proxy()
+        if recorder is not None:
+            recorder.finish()
+        noted_isolation.join(timeout=30)
         # An agent may take Ctrl-C as "stop this answer" and go on (Claude Code does): only a
         # session that ended on it, or whose agent died of SIGINT, was interrupted.
-        ended_on_it = bool(last_sigint) and time.monotonic() - last_sigint[0] <= INTERRUPT_WINDOW
+        last_sigint = started.sigints
+        ended = started.ended_at or time.monotonic()  # seen ended while the run was opened, or now
+        ended_on_it = bool(last_sigint) and ended - last_sigint[0] <= INTERRUPT_WINDOW
         if ended_on_it:
             result.interrupted = (
                 f"interrupted: the session was stopped with Ctrl-C and the agent exited {result.returncode}"
@@ -488,65 +485,7 @@ def settle_session(run: Run, result: SessionResult, changes: RunChanges | None =
 
 def ensure_host(common_dir: str, start_host: Callable[[], None] | None, timeout: float = 30.0) -> bool:
     """True once the repository's host answers, starting it with ``start_host()`` when none lives."""
-    from sandbox.agent import wire
-
-    client = wire.Client(common_dir)
-    if client.ping() is not None:
-        return True
-    if start_host is None:
-        return False
-    spawned = False
-    deadline = time.monotonic() + timeout
-    while True:
-        # A host that is stopping (SIGTERM, idle exit) still holds its lock for a moment: start
-        # a new one as soon as it is gone, not only when none was there at first.
-        if not spawned and not wire.host_alive(common_dir):
-            wire.claim_spawn(common_dir, backoff=0.0)
-            start_host()
-            spawned = True
-        if client.ping() is not None:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-
-
-def _launcher(run: Run, isolation: Isolation | None) -> Launcher | None:
-    """How the agent process is started when confined (None: a plain ``subprocess.Popen``)."""
-    if isolation is None or not isolation.enabled:
-        return None
-    from sandbox.agent import confine, sandboxpolicy
-
-    confine.check(isolation)
-    policy = sandboxpolicy.policy_for_run(isolation, run)
-
-    def launch(argv: list[str], cwd: str, env: dict[str, str]) -> Any:
-        # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
-        # GEMINI_CLI_HOME, ...) passes whatever the agent is called; what it inherited from you goes
-        # through the allowlist (envfilter.DEFAULT_ENV_ALLOW and the agent's own names).
-        inherited = os.environ
-        own = {k: v for k, v in env.items() if inherited.get(k) != v}
-        return confine.spawn(isolation, policy, argv, cwd, env=env, own_env=own)
-
-    return launch
-
-
-def _net_proxy(run: Run, isolation: Isolation | None, session: str) -> contextlib.AbstractContextManager[object]:
-    """The session's allowlist proxy under ``--network allow`` (:mod:`sandbox.agent.netrecord`)."""
-    if isolation is None or isolation.network_mode != "allow":
-        return contextlib.nullcontext()
-    from sandbox.agent import netrecord, sandboxpolicy
-
-    policy = sandboxpolicy.policy_for_run(isolation, run)
-    return netrecord.serving(run, policy, isolation.allow or (), session)
-
-
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
+    return early.ensure_host(common_dir, start_host, timeout)
 
 
 def _record_end(run: Run, result: SessionResult) -> None:
@@ -568,38 +507,23 @@ def _record_end(run: Run, result: SessionResult) -> None:
         run.record(EventKind.note, reason=reason, data=data, epoch=run.state().epoch)
 
 
-def _supervise(
-    run: Run,
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
-    on_signal: Callable[[int], None] | None,
-    is_foreground: Callable[[], bool] | None,
-    grace: float,
-    result: SessionResult,
-    launch: Launcher | None = None,
-) -> int:
+def _supervise(started: early.Started, grace: float, result: SessionResult) -> int:
+    """Wait for the agent; what it left running is stopped and reported in ``result``; its exit code."""
     import json
-    import sys
 
-    if launch is not None:
-        return _supervise_confined(argv, cwd, env, on_signal, is_foreground, launch, result, grace)
-    report = os.path.join(run.dir, f"{procs.SESSION_REPORT_PREFIX}{os.getpid()}.json")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(report)
-    # -I: neither the agent's working directory (the worktree) nor PYTHON* variables may shadow the
-    # sandbox package; the supervisor imports it from where this process did.
-    import sandbox
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
-    supervisor = [sys.executable, "-I", "-c", _REAPER_MAIN, root, "--parent", str(os.getpid())]
-    supervisor += ["--report", report, "--grace", str(grace), "--", *argv]
-    proc = subprocess.Popen(supervisor, cwd=cwd, env=env)
-    assert result.scope is not None
-    result.scope.supervisor_pid = proc.pid
-    result.scope.supervisor_start = procs.start_time(proc.pid)
-
-    code = _wait_forwarding(proc, on_signal, is_foreground)
+    if started.confined or started.report is None:
+        # The sandbox owns the process tree already: the agent is its PID namespace's first process, so
+        # whatever it leaves running is killed with it, and ``--die-with-parent`` kills the whole sandbox
+        # if this process dies. The supervisor would have to run outside (it writes its report in the
+        # run's directory) and cannot see into the namespace. ``started.proc`` is a ``Confined``: its
+        # ``send_signal`` reaches the agent itself (bubblewrap has the signals blocked).
+        if started.proc is None:
+            return started.wait()  # 127/126: the agent's program could not be started
+        code = started.wait()
+        _stop_survivors(result, grace)  # none expected: the namespace died with the agent
+        return code
+    code = started.wait()
+    report = started.report
     try:
         with open(report, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -613,60 +537,6 @@ def _supervise(
     _stop_survivors(result, grace)
     if code < 0:
         return 128 - code
-    return code
-
-
-def _supervise_confined(
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
-    on_signal: Callable[[int], None] | None,
-    is_foreground: Callable[[], bool] | None,
-    launch: Launcher,
-    result: SessionResult,
-    grace: float,
-) -> int:
-    """The agent in its sandbox (:mod:`sandbox.agent.confine`), without the supervisor.
-
-    The sandbox owns the process tree already: the agent is its PID namespace's first process, so
-    whatever it leaves running is killed with it, and ``--die-with-parent`` kills the whole sandbox
-    if this process dies. The supervisor would have to run outside (it writes its report in the
-    run's directory) and cannot see into the namespace. ``proc`` is a ``Confined``: its
-    ``send_signal`` reaches the agent itself (bubblewrap has the signals blocked).
-    """
-    try:
-        proc: Any = launch(argv, cwd, env)
-    except FileNotFoundError:
-        return 127
-    except PermissionError:
-        return 126
-
-    code = _wait_forwarding(proc, on_signal, is_foreground)
-    _stop_survivors(result, grace)  # none expected: the namespace died with the agent
-    return code
-
-
-def _wait_forwarding(
-    proc: Any, on_signal: Callable[[int], None] | None, is_foreground: Callable[[], bool] | None
-) -> int:
-    """Wait for ``proc``, passing on SIGINT/SIGTERM/SIGHUP (Ctrl-C only when the agent is not in the
-    terminal's foreground group, which got it already); the previous handlers come back after."""
-
-    def forward(signum: int, _frame: Any) -> None:
-        if on_signal is not None:
-            on_signal(signum)
-        if signum == signal.SIGINT and is_foreground is not None and is_foreground():
-            return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, forward) for s in signums}
-    try:
-        code: int = proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     return code
 
 

@@ -31,7 +31,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import os
@@ -39,7 +38,13 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    # Imported where the proxy serves, in its own thread: asyncio costs ~40 ms of CPU, which
+    # 'sandbox run' must not pay before its agent starts (the allowlist itself needs none of it).
+    import asyncio
 
 #: Ports a bare ``host`` entry allows.
 WEB_PORTS = (443, 80)
@@ -205,11 +210,23 @@ class NetProxy:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._inode = -1
+        self._sock: socket.socket | None = None
 
     def start(self) -> NetProxy:
         """Listen, then serve in a daemon thread; returns self."""
-        sock = _bind_unix(self.path)
+        return self.listen().serve()
+
+    def listen(self) -> NetProxy:
+        """Bind and listen on the socket (standard library only): connections wait in its backlog
+        until :meth:`serve`, so an agent can be started between the two; returns self."""
+        self._sock = _bind_unix(self.path)
         self._inode = os.stat(self.path).st_ino
+        return self
+
+    def serve(self) -> NetProxy:
+        """Serve the listening socket in a daemon thread (:meth:`listen` first); returns self."""
+        sock, self._sock = self._sock, None
+        assert sock is not None, "listen() first"
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="sandbox-netproxy", daemon=True)
         self._thread.start()
         self._ready.wait(10)
@@ -225,6 +242,9 @@ class NetProxy:
                 loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
         self._thread = None
+        if self._sock is not None:  # listened, never served
+            self._sock.close()
+            self._sock = None
         with contextlib.suppress(OSError):
             if os.stat(self.path).st_ino == self._inode:  # not another session's, bound since
                 os.unlink(self.path)
@@ -236,6 +256,8 @@ class NetProxy:
         self.stop()
 
     def _serve(self, sock: socket.socket) -> None:
+        import asyncio
+
         loop = asyncio.new_event_loop()
         self._loop = loop
         try:
@@ -258,6 +280,8 @@ class NetProxy:
             loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import asyncio
+
         upstream: asyncio.StreamWriter | None = None
         try:
             try:
@@ -343,6 +367,8 @@ async def _relay(
     until_upstream_ends: bool,
 ) -> None:
     """Copy both ways until both ends close (a tunnel), or until the upstream's answer ended."""
+    import asyncio
+
     up = asyncio.ensure_future(_pipe(client_r, up_w))
     down = asyncio.ensure_future(_pipe(up_r, client_w))
     if until_upstream_ends:

@@ -2,8 +2,9 @@
 
 :func:`start` runs the proxy of :mod:`sandbox.agent.netproxy` for one ``sandbox run`` session on
 the run's ``net.sock``. Each refusal becomes a ``note`` event (:class:`sandbox.models.NetworkRefusal`)
-naming the call that was running (the newest call in ``started`` state: the agent's hooks record a
-call as started before its tool runs), or none when it happened between calls; ``log`` and
+naming the call that was running when the connection was refused (the newest one started by then and
+not finished before: the agent's hooks record a call as started before its tool runs), or none when it
+happened between calls; ``log`` and
 ``status`` show them (:func:`sandbox.fast.views.network_refusals`).
 
 A hostile agent could loop on refused connections: past :data:`MAX_RECORDED` refusals in one
@@ -43,7 +44,15 @@ class _Recorder:
         # Evidence, never a reason to break the session.
         with contextlib.suppress(Exception), self.run.lock():
             state = self.run.state()
-            running = [e for e in state.calls.values() if e.status == CallStatus.started]
+            # The calls running when the connection was refused, not when it is recorded: a refusal
+            # made while 'sandbox run' was still opening the run is recorded a moment later.
+            at = refusal.at
+            running = [
+                e
+                for e in state.calls.values()
+                if (e.started_at or e.created_at) <= at
+                and (e.status == CallStatus.started or (e.finished_at is not None and e.finished_at >= at))
+            ]
             newest = max(running, key=lambda e: e.started_at or e.created_at, default=None)
             item = NetworkRefusal(
                 host=refusal.host,
@@ -65,6 +74,12 @@ class _Recorder:
             return
         with contextlib.suppress(Exception):
             self.run.note({"network_refused_unrecorded": self.dropped, "session": self.session})
+
+
+def recorder(run: Run, session: str | None) -> _Recorder:
+    """The refusal callback of a proxy started before the run was opened (:mod:`sandbox.agent.early`);
+    call its ``finish()`` when the proxy stopped."""
+    return _Recorder(run, session)
 
 
 @contextlib.contextmanager

@@ -10,14 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
 from sandbox.store import layout
-
-if TYPE_CHECKING:
-    from sandbox.run.run import Run
 
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -247,7 +244,39 @@ def protected_paths(common_dir: str, user_workdir: str | None) -> list[str]:
     return out
 
 
-def policy_for_run(isolation: Isolation, run: Run) -> Policy:
+class _Repository(Protocol):
+    @property
+    def common_dir(self) -> str:
+        """The repository's common git directory."""
+        ...
+
+
+class RunPaths(Protocol):
+    """What :func:`policy_for_run` reads of a run (:class:`sandbox.run.run.Run` has it); named so
+    that this module, which the agent's early start imports, needs neither pygit2 nor pydantic."""
+
+    @property
+    def project(self) -> _Repository:
+        """Its repository (the common directory)."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """Its id."""
+        ...
+
+    @property
+    def worktree(self) -> str:
+        """Its worktree."""
+        ...
+
+    @property
+    def user_workdir(self) -> str | None:
+        """The user's working tree it was made from, in this clone."""
+        ...
+
+
+def policy_for_run(isolation: Isolation, run: RunPaths) -> Policy:
     """The policy for a command of ``run``: its paths in the repository this command runs in (never
     the tree its record names, which may be another clone's: a fetched run)."""
     return policy_for(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +21,11 @@ from sandbox.cli.common import (
     wants_json,
 )
 from sandbox.cli.isolation import isolation_options, resolve
+
+if TYPE_CHECKING:
+    from sandbox.agent.early import Started, Where
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
 
 AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
 #: Seconds a host started by a session exits after its last request when autostart is off.
@@ -46,6 +53,88 @@ class _RunCommand(click.Command):
         if not ctx.params["command"]:
             raise click.UsageError("No agent command given: sandbox run [RUN] -- AGENT ARGS...")
         return []
+
+
+def _fast_where(ctx: click.Context, run_id: str | None) -> tuple[Where, str, int] | None:
+    """The run named, found as the fast read path finds it (:mod:`sandbox.fast.foldcache`, no pygit2 or
+    pydantic): (where it lives, your working tree, its calls so far); None: take the full path."""
+    from sandbox.agent.early import Where
+    from sandbox.fast import foldcache, views
+    from sandbox.store import layout
+
+    if run_id is None or os.environ.get("GIT_DIR") or os.environ.get("GIT_WORK_TREE"):
+        return None  # a new run, the run of the worktree you are in, or a repository named by git's variables
+    try:
+        repo, workdir, _cwd_run = foldcache.discover(base_dir(ctx))
+        if workdir is None:
+            return None
+        found = repo.resolve(run_id, None)
+        state = repo.state(found)
+    except foldcache.Miss:
+        return None
+    place = repo.place(found)
+    if place.legacy or not views.worktree_exists(place):
+        return None  # the ref guard, or the worktree to make first: the full path
+    run_dir = layout.run_dir(repo.common_dir, found)
+    where = Where(repo.common_dir, found, run_dir, place.worktree, workdir, legacy=False)
+    return where, workdir, len(state["order"])
+
+
+def _open_or_start(
+    project: Project, workdir: str | None, cwd_run: str | None, run_id: str | None, new: bool, label: str | None
+) -> Run:
+    """The run named (or the one you are in), or a new one: the full path."""
+    from sandbox.errors import UsageError
+    from sandbox.run.names import resolve_run
+    from sandbox.run.run import Run
+
+    if run_id or (cwd_run and not new):
+        run = Run.open(project, resolve_run(project, run_id, cwd_run))
+    elif workdir is None:
+        raise UsageError("You are inside a run's worktree; run 'sandbox run --new' from your own tree.")
+    else:
+        run = Run.start(project, workdir, label)
+        click.echo(f"sandbox: started run {run.run_id} in {run.worktree}", err=True)
+        report = run.include_report
+        if report is not None:
+            if report.copied:
+                copied = ", ".join(escape.path(p) for p in report.copied)
+                click.echo(f"sandbox: copied into the worktree: {copied}", err=True)
+            for warning in report.warnings:
+                click.echo(f"sandbox: warning: {escape.text(warning)}", err=True)
+    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.fast.foldcache)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
+    if not run.worktree_exists():
+        raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
+    return run
+
+
+def _open_beside(ctx: click.Context, started: Started) -> Run:
+    """The run of an agent that :func:`sandbox.agent.early.start` started, opened while it starts;
+    should that fail, the agent is waited for (it is the user's session) before the error is raised."""
+    from sandbox.agent.early import yielding
+
+    def open_run() -> Run:
+        # What the session imports next comes here too, at the same lower priority.
+        import sandbox.agent.launch  # noqa: F401
+        import sandbox.agent.netrecord  # noqa: F401
+        from sandbox.run.run import Run
+
+        project, _workdir, _cwd_run = open_project(ctx)
+        return Run.open(project, started.where.run_id)
+
+    try:
+        run = yielding(open_run, started.look)  # beside the agent's start, on the CPU it leaves idle
+    except BaseException:
+        with contextlib.suppress(Exception):
+            started.wait()
+        started.release()
+        started.stop_proxy()
+        raise
+    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.fast.foldcache)
+    return run
 
 
 def _is_foreground() -> bool:
@@ -93,27 +182,34 @@ def run_agent(
 
     With --json the agent's output goes to stderr and stdout carries only the session's summary.
     """
-    from sandbox.agent import adapters, agentstate, confine
-    from sandbox.agent import launch as agent
-    from sandbox.agent.hosted import cannot_start
-    from sandbox.cli.hooks_cmd import hook_command
+    from sandbox.agent import adapters, agentstate, confine, early
+    from sandbox.agent.hosted import cannot_start, user_workdir_of
+    from sandbox.cli.hooks_cmd import autostart_allowed, hook_command, spawn_service
     from sandbox.errors import UsageError
     from sandbox.run.include import add_private
-    from sandbox.run.names import resolve_run
-    from sandbox.run.run import Run
+    from sandbox.store.paths import subdir_in_run
 
-    project, workdir, cwd_run = open_project(ctx)
+    as_json = wants_json(ctx)
+    # Start-up (issue #26): a run named from your tree is found without pygit2 and pydantic, and its
+    # agent starts before they are imported; the run is opened while the agent draws its first screen.
+    fast = None if new or as_json else _fast_where(ctx, run_id)
+    run: Run | None = None
+    workdir: str | None
+    if fast is not None:
+        where, workdir, before = fast
+        common_dir = where.common_dir
+    else:
+        project, workdir, cwd_run = open_project(ctx)
+        common_dir = project.common_dir
     if run_id and new:
         raise UsageError("Give either RUN or --new, not both.")
     here = base_dir(ctx)
     unstartable = cannot_start(command, here)
     if unstartable is not None:  # before a run is started or anything recorded
         raise unstartable
-    from sandbox.agent.hosted import user_workdir_of
-
     hooks_named = hooks_for if hooks_for not in ("auto", "none") else None
     isolation = resolve(
-        workdir or user_workdir_of(project.common_dir),
+        workdir or user_workdir_of(common_dir),
         "run",
         isolate,
         network,
@@ -129,26 +225,12 @@ def run_agent(
     if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
-    if run_id or (cwd_run and not new):
-        run = Run.open(project, resolve_run(project, run_id, cwd_run))
-    elif workdir is None:
-        raise UsageError("You are inside a run's worktree; run 'sandbox run --new' from your own tree.")
-    else:
-        run = Run.start(project, workdir, label)
-        click.echo(f"sandbox: started run {run.run_id} in {run.worktree}", err=True)
-        report = run.include_report
-        if report is not None:
-            if report.copied:
-                copied = ", ".join(escape.path(p) for p in report.copied)
-                click.echo(f"sandbox: copied into the worktree: {copied}", err=True)
-            for warning in report.warnings:
-                click.echo(f"sandbox: warning: {escape.text(warning)}", err=True)
-    seal_when_done(run)  # the session's calls are read without git by the next status (sandbox.fast.foldcache)
-    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
-    if made:
-        click.echo(f"sandbox: {made}", err=True)
-    if not run.worktree_exists():
-        raise UsageError(f"The worktree of run {run.run_id} is missing; see 'sandbox status {run.run_id}'.")
+    if fast is None:
+        run = _open_or_start(project, workdir, cwd_run, run_id, new, label)
+        from sandbox.agent.launch import where_of
+
+        where = where_of(run)
+        before = len(run.state().order)  # the exit summary speaks of this session's calls only
     name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
     adapter = adapters.load(name) if name and name != "none" else None
@@ -158,31 +240,40 @@ def run_agent(
     home_for = adapter if adapter is not None else adapters.load(known) if known else None
     session_env = getattr(home_for, "session_env", None)
     if home_for is not None and session_env is not None:
-        add_private(run.dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
-        if adapters.uninstall(home_for, run.worktree):  # where 'hooks install' (or older versions) put them
+        add_private(where.run_dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
+        if adapters.uninstall(home_for, where.worktree):  # where 'hooks install' (or older versions) put them
             click.echo(
                 f"sandbox: the sandbox's hooks left the worktree's {home_for.SETTINGS_PATH} for the run's own "
                 f"agent home ('sandbox hooks install' puts them back for an agent you start by hand).",
                 err=True,
             )
         hooks = hook_command(name) if adapter is not None and name else None
-        env.update(session_env(run.dir, run.worktree, user_home, hooks))
+        env.update(session_env(where.run_dir, where.worktree, user_home, hooks))
     elif adapter is not None and name:
-        add_private(run.dir, [adapter.SETTINGS_PATH])
-        adapters.install(adapter, run.worktree, hook_command(name))
+        add_private(where.run_dir, [adapter.SETTINGS_PATH])
+        adapters.install(adapter, where.worktree, hook_command(name))
         click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
-    from sandbox.store.paths import subdir_in_run
-
-    subdir = subdir_in_run(here, run.worktree, run.user_workdir)
-    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
+    subdir = subdir_in_run(here, where.worktree, where.user_workdir)
 
     # The session needs the repository's host (a confined agent records only through it). With
     # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
     idle = None if autostart_allowed() else SESSION_HOST_IDLE
-    as_json = wants_json(ctx)
-    before = len(run.state().order)  # the exit summary speaks of this session's calls only
     began = time.time()
     with stdout_to_stderr(as_json):
+        started = None
+        if run is None:
+            started = early.start(
+                where,
+                command,
+                env=env,
+                subdir=subdir,
+                isolation=isolation,
+                start_host=lambda: spawn_service(where.run_id, where.worktree, idle),
+                is_foreground=_is_foreground,
+            )
+            run = _open_beside(ctx, started)
+        from sandbox.agent import launch as agent
+
         result = agent.run_session(
             run,
             command,
@@ -191,8 +282,10 @@ def run_agent(
             debounce=debounce,
             is_foreground=_is_foreground,
             isolation=isolation,
-            start_host=lambda: spawn_service(run.run_id, run.worktree, idle),
+            start_host=lambda: spawn_service(where.run_id, where.worktree, idle),
+            started=started,
         )
+    assert run is not None
     from sandbox.cli.agenthomes import store_transcripts
 
     result.notes.extend(store_transcripts(run, "session end"))  # the conversation belongs to the run

@@ -13,6 +13,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import (
+    AgentChoice,
     base_dir,
     ensure_worktree,
     open_project,
@@ -23,11 +24,15 @@ from sandbox.cli.common import (
 from sandbox.cli.isolation import isolation_options, resolve
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
+    from sandbox.agent.confine import Isolation
     from sandbox.agent.early import Started, Where
+    from sandbox.agent.launch import SessionResult
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
-AUTO_HOOKS = {"claude": "claude-code", "gemini": "gemini"}
 #: Seconds a host started by a session exits after its last request when autostart is off.
 SESSION_HOST_IDLE = 30.0
 
@@ -150,7 +155,7 @@ def _is_foreground() -> bool:
 @click.option(
     "--hooks",
     "hooks_for",
-    type=click.Choice(["auto", "none", "claude-code", "gemini"]),
+    type=AgentChoice(("auto", "none")),
     default="auto",
     help="Install this agent's hooks in the worktree first (auto: from the command's name).",
 )
@@ -182,9 +187,6 @@ def run_agent(
 
     With --json the agent's output goes to stderr and stdout carries only the session's summary.
     """
-    from sandbox.agent import adapters, agentstate, confine, early
-    from sandbox.agent.hosted import cannot_start, user_workdir_of
-    from sandbox.cli.hooks_cmd import autostart_allowed, hook_command, spawn_service
     from sandbox.errors import UsageError
     from sandbox.run.include import add_private
     from sandbox.store.paths import subdir_in_run
@@ -204,6 +206,98 @@ def run_agent(
     if run_id and new:
         raise UsageError("Give either RUN or --new, not both.")
     here = base_dir(ctx)
+    isolation = _isolation(here, workdir, common_dir, hooks_for, isolate, network, command)
+    if fast is None:
+        run = _open_or_start(project, workdir, cwd_run, run_id, new, label)
+        from sandbox.agent.launch import where_of
+
+        where = where_of(run)
+        before = len(run.state().order)  # the exit summary speaks of this session's calls only
+    env, home_for = _agent_env(where, command, hooks_for, add_private)
+    subdir = subdir_in_run(here, where.worktree, where.user_workdir)
+    began = time.time()
+    run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
+    from sandbox.cli.agenthomes import store_transcripts
+
+    result.notes.extend(store_transcripts(run, "session end"))  # the conversation belongs to the run
+    _say_what_happened(run, result, before)
+    if as_json:
+        _json_summary(run, result, before, isolation)
+    else:
+        _hint_and_summary(run, result, before, home_for, command, began)
+    sys.exit(result.returncode)
+
+
+def _hint_and_summary(
+    run: Run, result: SessionResult, before: int, home_for: ModuleType | None, command: tuple[str, ...], began: float
+) -> None:
+    """How to go on with the session inside the sandbox, and what it did, on stderr."""
+    rid = run.run_id
+    resume = getattr(home_for, "resume_args", None)
+    again = resume(run.dir, began) if resume is not None else None
+    if again:  # the agent's own hint ("claude --resume ID") would leave the sandbox
+        shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
+        click.echo(
+            escape.text(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}"),
+            err=True,
+        )
+    calls, paths = len(run.entries()[before:]), len(run.changed_paths())
+    ended = f"it was interrupted ({result.interrupted.partition(': ')[2]})" if result.interrupted else ""
+    click.echo(
+        f"sandbox: run {rid}: {calls} call(s) recorded in this session, {paths} path(s) changed in the run; "
+        + (ended or f"the agent exited {result.returncode}")
+        + ".\n"
+        f"  preview: sandbox diff {rid}\n  apply:   sandbox apply {rid}\n  undo:    sandbox undo {rid}",
+        err=True,
+    )
+
+
+def _json_summary(run: Run, result: SessionResult, before: int, isolation: Isolation) -> None:
+    """The session's summary on stdout (``--json``)."""
+    from sandbox.cli.common import emit_json
+
+    entries = run.entries()[before:]
+    emit_json(
+        {
+            "run": run.run_id,
+            "worktree": run.worktree,
+            "exit_code": result.returncode,
+            "interrupted": result.interrupted,
+            "calls": len(entries),
+            "changed_paths": len(run.changed_paths()),
+            "unfinished": result.unfinished,
+            "not_run": [e.call_id for e in entries if e.status.value == "not_run"],
+            "stopped_processes": result.stopped,
+            "notes": result.notes,
+            "network": isolation.network_mode if isolation.enabled else "on",
+            "network_allow": list(isolation.allow) if isolation.enabled and isolation.allow is not None else None,
+            "network_refused": result.network_refused,
+        }
+    )
+
+
+def _auto_hooks(command: str) -> str | None:
+    """The agent with hooks a command starts by its exact name (``claude``, ``gemini``), or None."""
+    from sandbox.agent import adapters
+
+    name = os.path.basename(command)
+    return next((n for n in adapters.hook_names() if name == adapters.agent(n).PROGRAM), None)
+
+
+def _isolation(
+    here: str,
+    workdir: str | None,
+    common_dir: str,
+    hooks_for: str,
+    isolate: str | None,
+    network: str | None,
+    command: tuple[str, ...],
+) -> Isolation:
+    """How the agent is confined, checked before a run is started for nothing; the state in your home
+    of an agent with a home in the run stays read-only, another's is made (it hangs without it)."""
+    from sandbox.agent import adapters, agentstate, confine
+    from sandbox.agent.hosted import cannot_start, user_workdir_of
+
     unstartable = cannot_start(command, here)
     if unstartable is not None:  # before a run is started or anything recorded
         raise unstartable
@@ -221,22 +315,28 @@ def run_agent(
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
     replaced = [p for module in adapters.hook_names() for p in getattr(adapters.load(module), "REPLACES", ())]
     isolation = agentstate.without_state(isolation, agentstate.state_paths(replaced, user_home))
-    family = os.path.basename(command[0]).split(".")[0].split("-")[0]  # claude, gemini, ...
-    if isolation.enabled and family and family not in AUTO_HOOKS:  # those two have a home in the run
+    family = adapters.family_of(command[0])  # claude, gemini, ...
+    homed = {str(adapters.agent(n).PROGRAM) for n in adapters.hook_names()}  # those have a home in the run
+    if isolation.enabled and family and family not in homed:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
-    if fast is None:
-        run = _open_or_start(project, workdir, cwd_run, run_id, new, label)
-        from sandbox.agent.launch import where_of
+    return isolation
 
-        where = where_of(run)
-        before = len(run.state().order)  # the exit summary speaks of this session's calls only
-    name = AUTO_HOOKS.get(os.path.basename(command[0])) if hooks_for == "auto" else hooks_for
+
+def _agent_env(
+    where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
+) -> tuple[dict[str, str], ModuleType | None]:
+    """The agent's environment, with its home in the run (Claude Code, Gemini CLI) or its hooks in
+    the worktree; and the adapter that knows how to continue its session (None: none does)."""
+    from sandbox.agent import adapters
+    from sandbox.cli.hooks_cmd import hook_command
+
+    known = _auto_hooks(command[0])
+    name = known if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
     adapter = adapters.load(name) if name and name != "none" else None
     # Claude Code and Gemini CLI keep their state in the run's home for them, hooks or not (their state
     # in your home is read-only in the sandbox: see REPLACES above).
-    known = AUTO_HOOKS.get(os.path.basename(command[0]))
     home_for = adapter if adapter is not None else adapters.load(known) if known else None
     session_env = getattr(home_for, "session_env", None)
     if home_for is not None and session_env is not None:
@@ -248,17 +348,32 @@ def run_agent(
                 err=True,
             )
         hooks = hook_command(name) if adapter is not None and name else None
-        env.update(session_env(where.run_dir, where.worktree, user_home, hooks))
+        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks))
     elif adapter is not None and name:
         add_private(where.run_dir, [adapter.SETTINGS_PATH])
         adapters.install(adapter, where.worktree, hook_command(name))
         click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
-    subdir = subdir_in_run(here, where.worktree, where.user_workdir)
+    return env, home_for
+
+
+def _session(
+    ctx: click.Context,
+    run: Run | None,
+    where: Where,
+    command: tuple[str, ...],
+    env: dict[str, str],
+    subdir: str,
+    debounce: float,
+    isolation: Isolation,
+    as_json: bool,
+) -> tuple[Run, SessionResult]:
+    """Run the agent's session: started early (before the run is opened) when ``run`` is None."""
+    from sandbox.agent import early
+    from sandbox.cli.hooks_cmd import autostart_allowed, spawn_service
 
     # The session needs the repository's host (a confined agent records only through it). With
     # autostart turned off (tests, benchmarks) the one started here exits soon after the session.
     idle = None if autostart_allowed() else SESSION_HOST_IDLE
-    began = time.time()
     with stdout_to_stderr(as_json):
         started = None
         if run is None:
@@ -285,10 +400,11 @@ def run_agent(
             start_host=lambda: spawn_service(where.run_id, where.worktree, idle),
             started=started,
         )
-    assert run is not None
-    from sandbox.cli.agenthomes import store_transcripts
+    return run, result
 
-    result.notes.extend(store_transcripts(run, "session end"))  # the conversation belongs to the run
+
+def _say_what_happened(run: Run, result: SessionResult, before: int) -> None:
+    """The session's leftovers, notes, refusals and unfinished or stopped calls, on stderr."""
     if result.stopped:
         shown = ", ".join(f"{p.get('pid')} ({p.get('cmd') or '?'})" for p in result.stopped[:5])
         more = f" and {len(result.stopped) - 5} more" if len(result.stopped) > 5 else ""
@@ -307,52 +423,11 @@ def run_agent(
     for call_id in result.unfinished:
         click.echo(f"sandbox: call {call_id} never finished; 'sandbox resume {run.run_id}' sorts it out.", err=True)
     entries = run.entries()[before:]
-    calls, paths = len(entries), len(run.changed_paths())
     not_run = [e for e in entries if e.status.value == "not_run"]
     if not_run:
         click.echo(f"sandbox: {len(not_run)} call(s) did not run (refused or skipped by the agent):", err=True)
         for e in not_run[:10]:
             click.echo(escape.text(f"  {e.call_id} {e.tool_name}: {e.error or 'no reason recorded'}"), err=True)
-    stopped_calls = [e for e in entries if e.status.value in ("interrupted", "violation")]
-    for e in stopped_calls[:10]:
+    for e in [e for e in entries if e.status.value in ("interrupted", "violation")][:10]:
         why = (e.error or "").removeprefix(f"{e.status.value}: ")
         click.echo(escape.text(f"sandbox: call {e.call_id} {e.tool_name} {e.status.value}: {why}"), err=True)
-    rid = run.run_id
-    resume = getattr(home_for, "resume_args", None)
-    again = resume(run.dir, began) if resume is not None else None
-    if again and not as_json:  # the agent's own hint ("claude --resume ID") would leave the sandbox
-        shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
-        click.echo(
-            escape.text(f"sandbox: to go on with this session inside the sandbox: sandbox run {rid} -- {shown}"),
-            err=True,
-        )
-    if as_json:
-        from sandbox.cli.common import emit_json
-
-        emit_json(
-            {
-                "run": rid,
-                "worktree": run.worktree,
-                "exit_code": result.returncode,
-                "interrupted": result.interrupted,
-                "calls": calls,
-                "changed_paths": paths,
-                "unfinished": result.unfinished,
-                "not_run": [e.call_id for e in not_run],
-                "stopped_processes": result.stopped,
-                "notes": result.notes,
-                "network": isolation.network_mode if isolation.enabled else "on",
-                "network_allow": list(isolation.allow) if isolation.enabled and isolation.allow is not None else None,
-                "network_refused": result.network_refused,
-            }
-        )
-        sys.exit(result.returncode)
-    ended = f"it was interrupted ({result.interrupted.partition(': ')[2]})" if result.interrupted else ""
-    click.echo(
-        f"sandbox: run {rid}: {calls} call(s) recorded in this session, {paths} path(s) changed in the run; "
-        + (ended or f"the agent exited {result.returncode}")
-        + ".\n"
-        f"  preview: sandbox diff {rid}\n  apply:   sandbox apply {rid}\n  undo:    sandbox undo {rid}",
-        err=True,
-    )
-    sys.exit(result.returncode)

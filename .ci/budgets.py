@@ -32,7 +32,7 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/recovery/resume.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 5
+RATCHET_LONG_FUNCTIONS: int | None = None
 RATCHET_LOOSE_DICTS: int | None = 98
 
 

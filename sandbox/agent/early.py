@@ -33,7 +33,7 @@ from sandbox import faults
 from sandbox.agent import procs, wire
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
+    from sandbox.agent.confine import Isolation, Policy
     from sandbox.agent.netproxy import NetProxy, Refusal
 
 #: The supervisor's program: its first argument is the directory the sandbox package is imported from.
@@ -229,19 +229,7 @@ def start(
     agent could have no host to record through. ``hooks_dir``: a legacy run's ref guard.
     """
     confined = isolation is not None and isolation.enabled
-    policy = None
-    if confined:
-        from sandbox.agent import confine, sandboxpolicy
-
-        assert isolation is not None
-        confine.check(isolation)
-        policy = sandboxpolicy.policy_for(
-            isolation,
-            common_dir=where.common_dir,
-            run_id=where.run_id,
-            worktree=where.worktree,
-            user_workdir=where.user_workdir,
-        )
+    policy = _policy(where, isolation) if confined and isolation is not None else None
     token = secrets.token_hex(16)
     wire.run_token(where.run_dir)  # before the agent starts: a confined hook can read it, never create it
     hosted = ensure_host(where.common_dir, start_host)
@@ -274,21 +262,8 @@ def start(
     )
     full_env = agent_env(env, where.run_id, hooks_dir, token)
     try:
-        if confined:
-            from sandbox.agent import confine
-
-            assert isolation is not None and policy is not None
-            try:
-                # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
-                # GEMINI_CLI_HOME, ...) passes whatever the agent is called; what it inherited from you goes
-                # through the allowlist (envfilter.DEFAULT_ENV_ALLOW and the agent's own names).
-                inherited = os.environ
-                own = {k: v for k, v in full_env.items() if inherited.get(k) != v}
-                started.proc = confine.spawn(isolation, policy, list(argv), cwd, env=full_env, own_env=own)
-            except FileNotFoundError:
-                started.failed_code = 127
-            except PermissionError:
-                started.failed_code = 126
+        if isolation is not None and policy is not None:
+            _spawn_confined(started, isolation, policy, list(argv), cwd, full_env)
         else:
             _spawn_supervised(started, list(argv), cwd, full_env, grace)
     except BaseException:
@@ -307,6 +282,39 @@ def start(
             started.stop_proxy()
             raise
     return started
+
+
+def _policy(where: Where, isolation: Isolation) -> Policy:
+    """The run's confinement policy, checked (one line naming the fix) before anything starts."""
+    from sandbox.agent import confine, sandboxpolicy
+
+    confine.check(isolation)
+    return sandboxpolicy.policy_for(
+        isolation,
+        common_dir=where.common_dir,
+        run_id=where.run_id,
+        worktree=where.worktree,
+        user_workdir=where.user_workdir,
+    )
+
+
+def _spawn_confined(
+    started: Started, isolation: Isolation, policy: Policy, argv: list[str], cwd: str, full_env: dict[str, str]
+) -> None:
+    """Start the agent in its sandbox; a missing or unrunnable command is its exit code (127, 126)."""
+    from sandbox.agent import confine
+
+    try:
+        # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
+        # GEMINI_CLI_HOME, ...) passes whatever the agent is called; what it inherited from you goes
+        # through the allowlist (envfilter.DEFAULT_ENV_ALLOW and the agent's own names).
+        inherited = os.environ
+        own = {k: v for k, v in full_env.items() if inherited.get(k) != v}
+        started.proc = confine.spawn(isolation, policy, argv, cwd, env=full_env, own_env=own)
+    except FileNotFoundError:
+        started.failed_code = 127
+    except PermissionError:
+        started.failed_code = 126
 
 
 #: The nice value of the thread that opens the run beside a starting agent (see :func:`yielding`).

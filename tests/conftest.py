@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: Test modules whose tests must run on one pytest-xdist worker, in file order, and why.
 ONE_WORKER = {
     # Its last test checks that the tests above it checked every documented output (CHECKED).
-    "tests/test_json_vocabulary.py": "the last test reads what the others recorded",
+    "tests/e2e/test_json_vocabulary.py": "the last test reads what the others recorded",
 }
 
 
@@ -108,7 +108,7 @@ def _isolated_git_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
             "GIT_COMMITTER_EMAIL": "user@example.com",
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-            # Hooks would spawn a background `sandbox serve` per run; tests/test_serve.py turns it on.
+            # Hooks would spawn a background `sandbox serve` per run; tests/agent/test_serve.py turns it on.
             "SANDBOX_HOOK_AUTOSTART": "0",
         }
     )

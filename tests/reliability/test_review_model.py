@@ -18,7 +18,7 @@ apply in a second clone). After every step:
   merge keeps it next to the agent's), unless the user removed it.
 
 ``make test`` runs a fixed, derandomized budget; ``--soak`` a long one. What it found became plain
-tests: ``test_hunks_that_leave_out_a_deletion_in_the_way_write_nothing`` (tests/test_review_contract.py).
+tests: ``test_hunks_that_leave_out_a_deletion_in_the_way_write_nothing`` (tests/merge/test_review_contract.py).
 """
 
 from __future__ import annotations

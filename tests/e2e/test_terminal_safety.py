@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import git, on_pty, sandbox_cmd
-from tests.test_names import start
+from tests.run.test_names import start
 
 #: An OSC 52 clipboard write, a screen clear, a bell, a forged line and a bidi override.
 EVIL = "evil\x1b]52;c;cHduZWQ=\x07\x1b[2J\nFORGED line\u202etxt.exe"

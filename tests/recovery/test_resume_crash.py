@@ -28,8 +28,8 @@ from sandbox.store import objects
 from sandbox.store.project import Project
 from tests.conftest import make_repo, sandbox_cmd
 
-RUNTIME = str(Path(__file__).with_name("scripted_runtime.py"))
-ROOT = str(Path(__file__).parent.parent)
+RUNTIME = str(Path(__file__).parents[1] / "scripted_runtime.py")
+ROOT = str(Path(__file__).parents[2])
 CHECKPOINTS = 13  # start, then before and after each of the six steps
 EXPECTED = {"src/a.txt": "alpha\n", "src/b.txt": "beta\n", "build.out": "built", "src/c.txt": "gamma\n"}
 # The email call is the 4th call started; a kill right after its start never sends it.

@@ -6,7 +6,7 @@ shared host of every run of the repository) or a user's command that opened one 
 case plants one from inside a confined ``sandbox exec`` together with an ordinary change, and
 every later command must finish (bounded by a timeout), without a traceback; the user's tree is
 never touched. (FIFOs among the agent's loose objects, refs and packs, and the rest of what its git dir
-can hold: tests/test_agent_git.py, tests/test_agent_git_hostile.py.)
+can hold: tests/agent/test_agent_git.py, tests/reliability/test_agent_git_hostile.py.)
 """
 
 from __future__ import annotations

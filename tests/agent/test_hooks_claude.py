@@ -248,7 +248,7 @@ def test_install_refuses_malformed_settings(repo: Path) -> None:
 
 
 def test_shipped_settings_match_the_handler() -> None:
-    shipped = json.loads((Path(__file__).resolve().parent.parent / "hooks/claude-code/settings.json").read_text())
+    shipped = json.loads((Path(__file__).resolve().parents[2] / "hooks/claude-code/settings.json").read_text())
     for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         assert shipped["hooks"][event][0]["hooks"][0]["command"] == "sandbox hook claude-code"
 

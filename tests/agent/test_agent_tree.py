@@ -4,7 +4,7 @@ Real processes and real signals: agents (shell scripts and fixtures/agents/fake_
 leave tools running, including ones that call ``setsid`` to leave every process group, and kill -9
 of the agent, of its supervisor and of ``sandbox run`` itself. They run with ``--isolate off``: the
 supervisor is the unconfined path; a confined agent's tree is its PID namespace, which dies with it
-(tests/test_confine.py).
+(tests/agent/test_confine.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from sandbox.agent import procs
 from tests.conftest import sandbox_cmd, user_state
 
-FAKE_CLAUDE = Path(__file__).resolve().parent.parent / "fixtures" / "agents" / "fake_claude.py"
+FAKE_CLAUDE = Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "fake_claude.py"
 
 
 def wait_for(predicate: object, timeout: float = 60.0) -> None:

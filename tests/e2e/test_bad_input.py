@@ -22,7 +22,7 @@ import click
 from sandbox.cli import cli
 from sandbox.cli.common import run_main
 from tests.conftest import sandbox_cmd
-from tests.test_names import start, write_calls
+from tests.run.test_names import start, write_calls
 
 ODD = [
     "",

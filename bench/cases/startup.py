@@ -13,7 +13,7 @@ The last row, ``import click, pygit2, sandbox.models``, is what any in-process a
 before it does anything (the CLI, libgit2, the persisted formats): it shows how much of apply's
 ratio is that floor and how much is sandbox's own.
 
-The package is byte-compiled first (as ``pip install`` does): with ``PYTHONDONTWRITEBYTECODE`` set,
+The package is byte-compiled first by ``bench.run`` (as ``pip install`` does): with ``PYTHONDONTWRITEBYTECODE`` set,
 an editable install would otherwise compile every module from source on every run (measured: about
 a third of ``sandbox list``'s start-up).
 """
@@ -61,14 +61,10 @@ def run(ctx: Context, repo: Repo) -> None:
     if CASE in _done:
         return
     _done.add(CASE)
-    import compileall
-
-    import sandbox
     from sandbox.merge import mergeback
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
-    compileall.compile_dir(os.path.dirname(sandbox.__file__), quiet=1)
     res = ctx.results
     root = _small_repo(repo.scratch)
     project, workdir, _ = Project.discover(root)

@@ -67,7 +67,7 @@ def merge3(base: Any, user: Any, run: Any) -> Any:
         return user
     if isinstance(user, dict) and isinstance(run, dict):
         base_d = base if isinstance(base, dict) else {}
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         missing = object()
         for key in [*user, *(k for k in run if k not in user)]:
             b, u, r = base_d.get(key, missing), user.get(key, missing), run.get(key, missing)
@@ -93,7 +93,7 @@ def _merge_slot(base: Any, user: Any, run: Any, missing: object) -> Any:
     return merge3(base, user, run)
 
 
-def read_json(path: str) -> dict[str, Any] | None:
+def read_json(path: str) -> dict[str, object] | None:
     """A JSON object file's content; None when missing, unreadable or not an object."""
     try:
         with open(path, "rb") as fh:
@@ -119,7 +119,7 @@ def seed_json(
     dest: str,
     user_path: str,
     base_path: str,
-    overlay: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    overlay: Callable[[dict[str, object]], dict[str, object]] | None = None,
     *,
     create: bool = True,
 ) -> bool:

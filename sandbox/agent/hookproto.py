@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -151,9 +151,9 @@ class HookEvent:
             summary=data["summary"][:500] if isinstance(data.get("summary"), str) and data["summary"] else None,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The generic-protocol object for this event."""
-        out = asdict(self)
+        out: dict[str, object] = asdict(self)
         out["event"] = out.pop("phase")
         return out
 
@@ -185,9 +185,19 @@ class Outcome:
         """The sandbox refused the call (a denial or a policy): the agent must get its deny answer."""
         return self.decision == "deny"
 
-    def to_reply(self) -> dict[str, Any]:
+    def to_reply(self) -> wire.Reply:
         """The host's JSON reply for this outcome (see :func:`forward`)."""
-        return asdict(self)
+        return wire.Reply(
+            ok=self.ok,
+            message=self.message,
+            strict=self.strict,
+            decision=self.decision,
+            reason=self.reason,
+            call=self.call,
+            status=self.status,
+            files=self.files,
+            note=self.note,
+        )
 
     @classmethod
     def from_reply(cls, reply: Any) -> Outcome:
@@ -264,7 +274,7 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         return None
 
 
-def settle_event(payload: dict[str, Any], name: str, template: str, agent: str) -> HookEvent:
+def settle_event(payload: Mapping[str, object], name: str, template: str, agent: str) -> HookEvent:
     """The ``settle`` event for an agent's end-of-turn or end-of-session hook ``name``.
 
     ``template`` is the adapter's reason for it (``{reason}``: the payload's own, if any). Ctrl-C

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from sandbox import faults
 from sandbox.agent import changes, hookproto, intake, procs, wire
@@ -127,7 +127,7 @@ class Host:
         self.intake: intake.Intake | None = None
         #: The previous host died without cleaning up: (its pid, when it started), recorded once
         #: per served run as a ``note`` event (see :meth:`_note_outage`).
-        self.outage: dict[str, Any] | None = None
+        self.outage: Outage | None = None
         self._stop = threading.Event()
         self._boot_id = _boot_id()
         self._ns = _pid_ns("self")
@@ -356,7 +356,7 @@ class Host:
     def _answer(self, data: bytes | None, peer: tuple[int, int] | None) -> bytes:
         """The reply to one whole request read by the intake (None: it was larger than allowed)."""
         if data is None:
-            reply: dict[str, Any] = {
+            reply: wire.Reply | wire.StatusReply = {
                 "ok": False,
                 "error": f"The request is larger than {self.limits.max_request} bytes; record it in your own process.",
             }
@@ -369,7 +369,7 @@ class Host:
                 reply = self.handle(request, peer)
         return json.dumps(reply).encode() + b"\n"
 
-    def handle(self, request: Any, peer: tuple[int, int] | None = None) -> dict[str, Any]:
+    def handle(self, request: object, peer: tuple[int, int] | None = None) -> wire.Reply | wire.StatusReply:
         """Answer one decoded request from ``peer`` (pid, uid; None: trusted, in-process)."""
         if not isinstance(request, dict):
             return {"ok": False, "error": "A request is a JSON object."}
@@ -413,7 +413,7 @@ class Host:
         paths = slot.source.end(call_id)
         return {"ok": True, "paths": sorted(paths) if paths is not None else None, "reason": slot.note}
 
-    def _hook(self, slot: Slot, raw: Any, peer: tuple[int, int] | None = None) -> dict[str, Any]:
+    def _hook(self, slot: Slot, raw: object, peer: tuple[int, int] | None = None) -> wire.Reply:
         try:
             event = hookproto.HookEvent.from_dict(raw)
         except hookproto.HookInputError as exc:
@@ -452,7 +452,7 @@ class Host:
             return "Control operations are refused to confined processes."
         return None
 
-    def _control(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+    def _control(self, op: str, request: dict[str, object]) -> wire.Reply | wire.StatusReply:
         if op == "stop":
             self.request_stop()
             return {"ok": True}
@@ -464,7 +464,7 @@ class Host:
             return {"ok": True, "forgotten": forgotten}
         return {"ok": True, **self.status()}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> wire.HostStatus:
         """What the host serves: its runs (watched or scanning, and why), its inotify use."""
         inotify = self.inotify
         return {
@@ -496,7 +496,16 @@ def _pid_ns(pid: str) -> str | None:
         return None
 
 
-def _left_behind(common_dir: str) -> dict[str, Any] | None:
+class Outage(TypedDict):
+    """A host that died, as noted in each run the next host serves (a ``note`` event's ``host_outage``)."""
+
+    previous_pid: int
+    previous_started_at: str
+    restarted_at: str
+    note: str
+
+
+def _left_behind(common_dir: str) -> Outage | None:
     """The liveness record a host that died left (we hold the lock now: it is not alive), or None."""
     from pydantic import ValidationError
 
@@ -559,7 +568,7 @@ def forget_run(common_dir: str, run_id: str) -> None:
         wire.Client(common_dir).request({"op": "forget", "run": run_id}, 5.0)
 
 
-def host_status(common_dir: str) -> dict[str, Any] | None:
+def host_status(common_dir: str) -> wire.StatusReply | None:
     """The live host's :meth:`Host.status`, or None when none answers (see :func:`sandbox.agent.wire.status`)."""
     return wire.status(common_dir)
 

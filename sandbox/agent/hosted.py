@@ -21,7 +21,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sandbox.agent import confine, hookproto, recorder, sandboxpolicy, wire
 from sandbox.errors import SandboxError
@@ -129,14 +129,8 @@ def run_hosted(
     call_id = call_id or f"call_{secrets.token_hex(6)}"
     where = subdir(loc.worktree, user_workdir) if subdir is not None else ""
     cwd = os.path.join(loc.worktree, where) if where else loc.worktree
-    common: dict[str, Any] = {
-        "cwd": loc.worktree,
-        "tool": tool_name,
-        "call_id": call_id,
-        "input": command_input(argv, iso),
-        "kind": "command",
-    }
-    start = hookproto.HookEvent(phase="start", idempotency=idempotency, replay=replay, agent="exec", **common)
+    spec = command_input(argv, iso)
+    start = _command_event("start", loc, tool_name, call_id, spec, idempotency=idempotency, replay=replay)
     answer = hookproto.forward(loc, start)
     if answer is None:
         return None  # no live host: the caller records the call itself
@@ -153,13 +147,15 @@ def run_hosted(
     error = refused.message if refused else None if returncode == 0 else f"exit code {returncode}"
     if unstartable is not None:
         error = f"the command could not start: {unstartable.message}"
-    finish = hookproto.HookEvent(
-        phase="finish",
+    finish = _command_event(
+        "finish",
+        loc,
+        tool_name,
+        call_id,
+        spec,
         status="succeeded" if returncode == 0 else "failed",
         error=error,
         result=command_result(returncode, where),
-        agent="exec",
-        **common,
     )
     done = recorder.handle(finish)  # the host, or this process if the host went away meanwhile
     if refused is not None:
@@ -170,10 +166,29 @@ def run_hosted(
     return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
 
 
-def command_result(returncode: int, subdir: str) -> dict[str, Any]:
+def _command_event(
+    phase: str, loc: hookproto.Location, tool: str, call_id: str, spec: CommandInput, **fields: Any
+) -> hookproto.HookEvent:
+    """One side of a hosted command call: what both sides carry, and ``fields``."""
+    return hookproto.HookEvent(
+        phase=phase, cwd=loc.worktree, tool=tool, call_id=call_id, input=spec, kind="command", agent="exec", **fields
+    )
+
+
+class _CommandResultBase(TypedDict):
+    exit_code: int
+
+
+class CommandResult(_CommandResultBase, total=False):
+    """A command call's recorded result (see :func:`command_result`)."""
+
+    cwd: str
+
+
+def command_result(returncode: int, subdir: str) -> CommandResult:
     """A command call's recorded result: its exit code, and the worktree subdirectory it ran in (when
     not the root). Not in the input: a denial or approval of a command holds in every directory."""
-    out: dict[str, Any] = {"exit_code": returncode}
+    out = CommandResult(exit_code=returncode)
     if subdir:
         out["cwd"] = subdir
     return out
@@ -184,9 +199,19 @@ def user_workdir_of(common_dir: str) -> str | None:
     return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
 
 
-def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> dict[str, Any]:
+class _CommandInputBase(TypedDict):
+    argv: list[str]
+
+
+class CommandInput(_CommandInputBase, total=False):
+    """A command call's recorded input (see :func:`command_input`)."""
+
+    isolation: str
+
+
+def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> CommandInput:
     """A command call's recorded input: its argv, and how it was confined when the caller said."""
-    out: dict[str, Any] = {"argv": list(argv)}
+    out = CommandInput(argv=list(argv))
     if isolation is not None:
         out["isolation"] = isolation.describe()
     return out

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from sandbox.agent import procs
 
@@ -74,10 +74,33 @@ def _exit_code(status: int) -> int:
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
 
 
-def _stop_tree(grace: float) -> list[dict[str, Any]]:
+class Stopped(TypedDict):
+    """One process the reaper stopped after the agent ended: with ``TERM``, or ``KILL`` at last."""
+
+    pid: int
+    cmd: str
+    how: str
+
+
+class _ReportBase(TypedDict):
+    version: int
+    pid: int
+    subreaper: bool
+    stopped: list[Stopped]
+
+
+class Report(_ReportBase, total=False):
+    """The report the reaper writes (``--report FILE``), read by ``sandbox run`` after the agent."""
+
+    exit: int
+    error: str
+    agent_pid: int
+
+
+def _stop_tree(grace: float) -> list[Stopped]:
     """Stop every process left below this one: TERM, then KILL after ``grace`` s; reap them all."""
     me = os.getpid()
-    how: dict[int, dict[str, Any]] = {}
+    how: dict[int, Stopped] = {}
     deadline = time.monotonic() + grace
     while True:
         _reap(block=False)
@@ -95,7 +118,7 @@ def _stop_tree(grace: float) -> list[dict[str, Any]]:
         if not left or time.monotonic() >= hard_deadline:
             break
         for proc in left:
-            how.setdefault(proc.pid, {"pid": proc.pid, "cmd": proc.cmd})["how"] = "KILL"
+            how.setdefault(proc.pid, Stopped(pid=proc.pid, cmd=proc.cmd, how="KILL"))["how"] = "KILL"
         procs.signal_all(left, signal.SIGKILL)
         time.sleep(0.05)
         _reap(block=False)
@@ -126,7 +149,7 @@ def _signal_agent(pid: int, signum: int) -> None:
             os.kill(target, signum)
 
 
-def _write_report(path: str, data: dict[str, Any]) -> None:
+def _write_report(path: str, data: Report) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
@@ -148,9 +171,10 @@ def main(argv: list[str]) -> int:
         return 2
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    data: dict[str, Any] = {"version": REPORT_VERSION, "pid": os.getpid(), "subreaper": subreaper, "stopped": []}
+    data = Report(version=REPORT_VERSION, pid=os.getpid(), subreaper=subreaper, stopped=[])
     if parent and os.getppid() != parent:
-        data.update(exit=1, error="sandbox run ended before the agent started")
+        data["exit"] = 1
+        data["error"] = "sandbox run ended before the agent started"
         _write_report(report, data)
         return 1
     agent: list[int] = []
@@ -174,7 +198,8 @@ def main(argv: list[str]) -> int:
         import errno
 
         code = 127 if exc.errno == errno.ENOENT else 126
-        data.update(exit=code, error=f"{command[0]}: {exc.strerror}")
+        data["exit"] = code
+        data["error"] = f"{command[0]}: {exc.strerror}"
         _write_report(report, data)
         return code
     if stop_requested:  # a signal came before the agent existed

@@ -26,7 +26,7 @@ import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, TranscriptIndex, from_json, to_json
@@ -94,7 +94,7 @@ def store(
     data: bytes,
     calls: dict[str, int],
     reason: str,
-    known: list[dict[str, Any]] | None = None,
+    known: list[dict[str, object]] | None = None,
 ) -> Stored | None:
     """Store ``data`` as the transcript of ``agent``'s ``session``; None when the latest copy is the same.
 
@@ -185,9 +185,12 @@ def ledger_events(run: Run) -> list[tuple[str, Event]]:
     return events
 
 
-def records(run: Run) -> list[dict[str, Any]]:
-    """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records)."""
-    out = []
+def records(run: Run) -> list[dict[str, object]]:
+    """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records).
+
+    As the ledger holds them (a ledger written by an older version may lack a field): a reader checks
+    each value it reads."""
+    out: list[dict[str, object]] = []
     for _oid, event in ledger_events(run):
         if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
             out.append(dict(event.data["transcript"]))
@@ -210,11 +213,12 @@ def read(run: Run, commit: str) -> Stored:
     return Stored(commit, index)
 
 
-def latest(run: Run, session: str, known: list[dict[str, Any]] | None = None) -> Stored | None:
+def latest(run: Run, session: str, known: list[dict[str, object]] | None = None) -> Stored | None:
     """The newest stored copy of ``session``'s transcript, or None when none was stored."""
     for record in reversed(records(run) if known is None else known):
-        if record.get("session") == session and isinstance(record.get("commit"), str):
-            return read(run, record["commit"])
+        commit = record.get("commit")
+        if record.get("session") == session and isinstance(commit, str):
+            return read(run, commit)
     return None
 
 

@@ -56,7 +56,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 #: Name prefix of :meth:`Watcher.sync`'s sentinel files (capture skips names starting with it).
 SYNC_PREFIX = ".sandbox-sync"
@@ -468,7 +468,19 @@ def _rss_bytes() -> int:
     return 0
 
 
-def measure_startup(root: str) -> dict[str, Any]:
+class StartupFigures(TypedDict):
+    """What :func:`measure_startup` measured (a bench case prints it as JSON)."""
+
+    seconds: float
+    rss_growth_bytes: int
+    rss_bytes: int
+    directories: int
+    watches: int
+    vouching: bool
+    lost_reason: str | None
+
+
+def measure_startup(root: str) -> StartupFigures:
     """Start and stop a watcher on ``root``: start-up seconds, RSS growth, watches (for bench/).
 
     Includes the import of watchdog on the first call in a process.
@@ -480,7 +492,7 @@ def measure_startup(root: str) -> dict[str, Any]:
     ready = time.monotonic() - started
     rss_after = _rss_bytes()
     synced = watcher.sync()
-    result = {
+    result: StartupFigures = {
         "seconds": ready,
         "rss_growth_bytes": rss_after - rss_before,
         "rss_bytes": rss_after,

@@ -55,7 +55,8 @@ import os
 import secrets
 import socket
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict, cast
 
 from sandbox.store import layout
 
@@ -259,6 +260,72 @@ def host_starting(common_dir: str) -> bool:
 # -- the client ----------------------------------------------------------------------------------
 
 
+class _ReplyBase(TypedDict):
+    ok: bool
+
+
+class Reply(_ReplyBase, total=False):
+    """A host's reply to an operation on a run, or to ``ping``/``stop``/``forget`` (the keys above).
+
+    ``ok`` is always there; the rest as the operation answers. Typed here so that each reader is
+    checked; the reader of a reply still checks each value's type, as the host may be older.
+    """
+
+    error: str
+    # hook (:class:`sandbox.agent.hookproto.Outcome`)
+    message: str
+    strict: bool
+    decision: str | None
+    reason: str | None
+    call: str | None
+    status: str | None
+    files: int | None
+    note: str | None
+    # begin, end, quiet
+    watched: bool
+    paths: list[str] | None
+    last_change: float | None
+    # ping
+    pid: int
+    runs: int
+    # forget
+    forgotten: bool
+
+
+class RunServed(TypedDict):
+    """One run the host serves, in its ``status`` reply."""
+
+    watched: bool
+    watches: int
+    note: str | None
+    requests: int
+
+
+class InotifyUse(TypedDict):
+    """The host's inotify use, in its ``status`` reply."""
+
+    instances: int
+    watches: int
+    max_watches: int | None
+    max_runs_watched: int | None
+
+
+class HostStatus(TypedDict):
+    """What the host serves (:meth:`sandbox.agent.host.Host.status`): the ``status`` reply less ``ok``."""
+
+    pid: int
+    runs: dict[str, RunServed]
+    inotify: InotifyUse
+    notes: list[str]
+    connections: dict[str, int]
+
+
+class StatusReply(HostStatus):
+    """The ``status`` reply."""
+
+    ok: bool
+
+
 class Client:
     """Talks to a repository's host. Every method answers None when no host answered.
 
@@ -272,8 +339,8 @@ class Client:
         self.timeout = timeout
 
     def request(
-        self, message: dict[str, Any], timeout: float | None = None, wait_start: float = 0.0
-    ) -> dict[str, Any] | None:
+        self, message: Mapping[str, object], timeout: float | None = None, wait_start: float = 0.0
+    ) -> Reply | None:
         """Send one request and read its reply; None when no host answered.
 
         ``wait_start``: when no host listens yet but one is starting (:func:`host_starting`), wait
@@ -310,7 +377,8 @@ class Client:
             return None  # the host died mid-request: the caller decides (recording again is idempotent)
         finally:
             sock.close()
-        return reply if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
+        # Only ``ok`` is checked here; each reader checks the values it reads (see :class:`Reply`).
+        return cast(Reply, reply) if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
 
     def for_run(
         self,
@@ -319,26 +387,27 @@ class Client:
         op: str,
         timeout: float | None = None,
         wait_start: float = 0.0,
-        **fields: Any,
-    ) -> dict[str, Any] | None:
+        **fields: object,
+    ) -> Reply | None:
         """An operation on one run, carrying its token; None when no host answered or no token."""
         token = run_token(run_dir)
         if token is None:
             return None
         return self.request({"op": op, "run": run_id, "token": token, **fields}, timeout, wait_start)
 
-    def ping(self) -> dict[str, Any] | None:
+    def ping(self) -> Reply | None:
         """The host's pid and how many runs it serves; None when none answers."""
         reply = self.request({"op": "ping"}, CONNECT_TIMEOUT)
         return reply if reply and reply["ok"] else None
 
 
-def status(common_dir: str) -> dict[str, Any] | None:
+def status(common_dir: str) -> StatusReply | None:
     """The live host's status (its runs, watched or scanned and why; its inotify use), or None."""
     if not host_alive(common_dir):
         return None
     reply = Client(common_dir).request({"op": "status"}, 5.0)
-    return reply if reply and reply["ok"] else None
+    # The host answers ``status`` with a StatusReply (its own reply type, not Reply's ``runs`` count).
+    return cast(StatusReply, reply) if reply and reply["ok"] else None
 
 
 def run_ops(common_dir: str, run_id: str, run_dir: str, *, timeout: float = 15.0) -> RunChanges:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -63,7 +64,7 @@ def print_report(report: ApplyReport, verb: str) -> None:
         click.echo("Nothing to do.")
 
 
-def finish(report: ApplyReport, verb: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+def finish(report: ApplyReport, verb: str, as_json: bool, extra: Mapping[str, object] | None = None) -> None:
     """Print a report as JSON or text."""
     if as_json:
         emit_json({**renamed(dump(report)), **(extra or {})})

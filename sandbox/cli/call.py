@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from sandbox.cli import escape
@@ -134,7 +132,7 @@ def call_plan(
         click.echo(cid)
 
 
-def _compensation(text: str | None) -> dict[str, Any] | None:
+def _compensation(text: str | None) -> dict[str, object] | None:
     from sandbox.errors import UsageError
 
     value = parse_json(text, "--compensation")

@@ -10,7 +10,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -133,7 +133,7 @@ def _first_sentence(help_text: str) -> str:
 _SHARED = "_sandbox_shared_options"
 
 
-def _root_obj(ctx: click.Context) -> dict[str, Any]:
+def _root_obj(ctx: click.Context) -> dict[str, object]:
     root = ctx.find_root()
     root.ensure_object(dict)
     assert isinstance(root.obj, dict)
@@ -145,7 +145,7 @@ def set_directory(ctx: click.Context, _param: click.Parameter, value: str | None
     if value:
         obj = _root_obj(ctx)
         before = obj.get("directory")
-        obj["directory"] = os.path.join(before, value) if before else value
+        obj["directory"] = os.path.join(before, value) if isinstance(before, str) and before else value
     return value
 
 
@@ -413,7 +413,7 @@ def emit_json(value: Any) -> None:
 RENAMES = {"run_id": "run", "head": "run_head", "call": "call_id", "returncode": "exit_code"}
 
 
-def renamed(data: dict[str, Any]) -> dict[str, Any]:
+def renamed(data: Mapping[str, object]) -> dict[str, object]:
     """``data`` (a persisted report as JSON) with its top-level keys in the CLI's vocabulary."""
     return {RENAMES.get(k, k): v for k, v in data.items()}
 

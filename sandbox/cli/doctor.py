@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_project, wants_json
+
+if TYPE_CHECKING:
+    from sandbox.cli.outputs import DoctorOutput
 
 
 @click.command()
@@ -20,6 +23,7 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
     from sandbox.agent import confine, hardening, sandboxpolicy
     from sandbox.agent.hosted import user_workdir_of
     from sandbox.cli.isolation import resolve
+    from sandbox.cli.outputs import DoctorOutput
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -43,38 +47,40 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
         problem = exc.message
     probe = hardening.probe() if runs.backend == "bwrap" else None
     limits = runs.limits
-    data: dict[str, Any] = {
-        "run": found,
-        "isolate": runs.enabled,
-        "backend": runs.backend,
-        "unavailable": problem,
-        "readable": "everything, read-only, except what is hidden or masked",
-        "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
-        "read_only_inside_writable": list(runs.config),
-        "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
-        "masked": [p for p in runs.masked if os.path.lexists(p)],
-        "deny_read": list(runs.masked),
-        "env_allow": list(runs.env_allow),
-        "network": {
-            "run": runs.network_mode,
-            "exec": execs.network_mode,
-            # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
-            "allow": list(runs.allow) if runs.allow is not None else None,
-        },
-        "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
-        "limits": {
-            "tmpfs_bytes": limits.tmpfs_bytes,
-            "max_processes": limits.max_processes,
-            "max_file_bytes": limits.max_file_bytes,
-            "max_memory": limits.max_memory,
-            "max_call_bytes": limits.max_call_bytes,
-        },
-        "landlock_abi": probe.landlock_abi if probe else None,
-        "cgroups": list(probe.cgroups) if probe else [],
-        "cannot_enforce": list(probe.missing) if probe else ["Landlock scoping and cgroups (Linux only)"],
-    }
+    data = DoctorOutput.model_validate(
+        {
+            "run": found,
+            "isolate": runs.enabled,
+            "backend": runs.backend,
+            "unavailable": problem,
+            "readable": "everything, read-only, except what is hidden or masked",
+            "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
+            "read_only_inside_writable": list(runs.config),
+            "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
+            "masked": [p for p in runs.masked if os.path.lexists(p)],
+            "deny_read": list(runs.masked),
+            "env_allow": list(runs.env_allow),
+            "network": {
+                "run": runs.network_mode,
+                "exec": execs.network_mode,
+                # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
+                "allow": list(runs.allow) if runs.allow is not None else None,
+            },
+            "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
+            "limits": {
+                "tmpfs_bytes": limits.tmpfs_bytes,
+                "max_processes": limits.max_processes,
+                "max_file_bytes": limits.max_file_bytes,
+                "max_memory": limits.max_memory,
+                "max_call_bytes": limits.max_call_bytes,
+            },
+            "landlock_abi": probe.landlock_abi if probe else None,
+            "cgroups": list(probe.cgroups) if probe else [],
+            "cannot_enforce": list(probe.missing) if probe else ["Landlock scoping and cgroups (Linux only)"],
+        }
+    )
     if wants_json(ctx):
-        emit_json(data)
+        emit_json(data.model_dump(mode="json"))
         return
     _show(data)
 
@@ -88,37 +94,37 @@ def _size(value: int | None) -> str:
     return f"{value} bytes"
 
 
-def _show(data: dict[str, Any]) -> None:
+def _show(data: DoctorOutput) -> None:
     echo = click.echo
-    state = "on" if data["isolate"] else "OFF (--isolate off or [isolation] isolate = false)"
-    echo(f"confinement: {state}, {data['backend']}" + (f" (run {data['run']})" if data["run"] else ""))
-    if data["unavailable"]:
-        echo(f"  not available here: {escape.text(data['unavailable'])}")
-    echo(f"readable: {data['readable']}")
+    state = "on" if data.isolate else "OFF (--isolate off or [isolation] isolate = false)"
+    echo(f"confinement: {state}, {data.backend}" + (f" (run {data.run})" if data.run else ""))
+    if data.unavailable:
+        echo(f"  not available here: {escape.text(data.unavailable)}")
+    echo(f"readable: {data.readable}")
     echo("writable:")
-    for path in data["writable"]:
+    for path in data.writable:
         echo(f"  {escape.path(path)}")
     echo("hidden (an empty directory in their place):")
-    for item in data["hidden"]:
-        echo(f"  {escape.path(item['path'])}: {item['why']}")
-    echo(f"masked secrets present here ({len(data['deny_read'])} paths in the deny-read set):")
-    for path in data["masked"] or ["(none of them exists)"]:
+    for item in data.hidden:
+        echo(f"  {escape.path(item.path)}: {item.why}")
+    echo(f"masked secrets present here ({len(data.deny_read)} paths in the deny-read set):")
+    for path in data.masked or ["(none of them exists)"]:
         echo(f"  {escape.path(path)}")
-    net = data["network"]
-    if net["allow"] is not None:
-        hosts = ", ".join(escape.text(h) for h in net["allow"]) or "no host beyond the agent's model endpoints"
+    net = data.network
+    if net.allow is not None:
+        hosts = ", ".join(escape.text(h) for h in net.allow) or "no host beyond the agent's model endpoints"
         allow = f"run through an allowlist proxy: {hosts}, plus the started agent's model endpoints"
     else:
         allow = "all or nothing"
-    echo(f"network: run {net['run']}, exec {net['exec']} ({allow})")
-    echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data["unix_sockets"]))
-    echo("environment passed on: " + " ".join(data["env_allow"]) + " (and the agent's own names)")
-    lim = data["limits"]
+    echo(f"network: run {net.run}, exec {net.exec} ({allow})")
+    echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data.unix_sockets))
+    echo("environment passed on: " + " ".join(data.env_allow) + " (and the agent's own names)")
+    lim = data.limits
     echo(
-        f"limits: /tmp and /dev/shm {_size(lim['tmpfs_bytes'])}; processes {lim['max_processes'] or 'not bounded'}; "
-        f"a file {_size(lim['max_file_bytes'])}; memory {_size(lim['max_memory'])}; "
-        f"what one call may add: {_size(lim['max_call_bytes'])}"
+        f"limits: /tmp and /dev/shm {_size(lim.tmpfs_bytes)}; processes {lim.max_processes or 'not bounded'}; "
+        f"a file {_size(lim.max_file_bytes)}; memory {_size(lim.max_memory)}; "
+        f"what one call may add: {_size(lim.max_call_bytes)}"
     )
-    echo("this machine cannot enforce:" + ("" if data["cannot_enforce"] else " nothing we know of"))
-    for gap in data["cannot_enforce"]:
+    echo("this machine cannot enforce:" + ("" if data.cannot_enforce else " nothing we know of"))
+    for gap in data.cannot_enforce:
         echo(f"  {gap}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import click
 
@@ -10,6 +11,9 @@ from sandbox.cli import escape
 from sandbox.cli.common import base_dir, emit_json, human_size, open_project
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
+
+if TYPE_CHECKING:
+    from sandbox.fast.views import RunRowJson
 
 
 @click.command("list", cls=OutputCommand)
@@ -52,7 +56,7 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
         )
 
 
-def _fast_rows(ctx: click.Context) -> list[dict[str, Any]] | None:
+def _fast_rows(ctx: click.Context) -> list[RunRowJson] | None:
     """Every run's row from the sealed fold caches (None: one of them needs the full path)."""
     from sandbox.fast import foldcache
 
@@ -65,7 +69,7 @@ def _fast_rows(ctx: click.Context) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _came_from(row: dict[str, object]) -> str:
+def _came_from(row: Mapping[str, object]) -> str:
     """Where a run came from: the remote it was fetched from and the machine it was started on."""
     fetched = row.get("fetched_from")
     host = row.get("made_on")
@@ -74,6 +78,6 @@ def _came_from(row: dict[str, object]) -> str:
     return ""
 
 
-def _not_here(row: dict[str, object]) -> bool:
+def _not_here(row: Mapping[str, object]) -> bool:
     """A run fetched from elsewhere that has no worktree here yet (nothing is missing)."""
     return "worktree" in row and row["worktree"] is None

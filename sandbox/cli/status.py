@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -10,6 +10,9 @@ from sandbox.cli import escape
 from sandbox.cli.common import emit_json, fast_open, human_size, open_run
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
+
+if TYPE_CHECKING:
+    from sandbox.fast.views import RunRowJson, StatusHostJson
 
 
 @click.command(cls=OutputCommand)
@@ -46,7 +49,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
         click.echo(f"  worktree:  {row['worktree']}" + ("" if row["worktree_exists"] else missing))
         click.echo(f"  git dir:   {row['git_dir']} (the run's own)")
     click.echo(f"  base:      {row['base'][:12]}   your HEAD at start: {(row['user_head'] or 'none')[:12]}")
-    click.echo(f"  head:      {row['run_head'][:12]}")
+    click.echo(f"  head:      {(row['run_head'] or 'none')[:12]}")
     by = ", ".join(f"{v} {out.style(k, fg=STATUS_COLORS.get(k))}" for k, v in sorted(row["by_status"].items()))
     click.echo(f"  calls:     {row['calls']} ({by or 'none'})")
     partly = row.get("partly_applied_calls") or []
@@ -77,7 +80,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
             click.echo(f"             {escape.text(line)}")
 
 
-def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
+def _fast_row(ctx: click.Context, run_id: str | None) -> RunRowJson | None:
     """The status row from the run's sealed fold cache (None: take the full path)."""
     from sandbox.fast import foldcache, views
 
@@ -96,7 +99,7 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> dict[str, Any] | None:
     return row
 
 
-def _host(common_dir: str, run_id: str) -> dict[str, object] | None:
+def _host(common_dir: str, run_id: str) -> StatusHostJson | None:
     """The repository's host as far as this run goes (None: no host runs)."""
     from sandbox.agent import wire  # standard library only: status stays a fast command
 
@@ -112,7 +115,7 @@ def _host(common_dir: str, run_id: str) -> dict[str, object] | None:
     }
 
 
-def _host_line(info: dict[str, object] | None) -> str:
+def _host_line(info: StatusHostJson | None) -> str:
     if info is None:
         return "none running (the next hook, exec or run starts one)"
     if not info["serves_run"]:

@@ -165,7 +165,7 @@ class Repository:
             raise Miss(f"the fetch record of run {run_id} does not read")
         return found
 
-    def summary(self, run_id: str, disk: bool = False) -> dict[str, Any]:
+    def summary(self, run_id: str, disk: bool = False) -> views.RunRowJson:
         """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
         return views.summary(

@@ -105,6 +105,50 @@ def conflict_markers(state: StateJson, common_dir: str) -> list[str]:
     return out
 
 
+class _RunRowBase(TypedDict):
+    run: str
+    label: str | None
+    created_at: str | None
+    worktree_exists: bool
+    calls: int
+    changed_paths: int
+    disk_bytes: int
+
+
+class StatusHostJson(TypedDict):
+    """The repository's host as far as one run goes (``sandbox.cli.outputs.StatusHost``)."""
+
+    pid: int
+    serves_run: bool
+    watched: bool
+    note: str | None
+
+
+class RunRowJson(_RunRowBase, total=False):
+    """A run as ``list`` shows it (``sandbox.cli.outputs.RunRow``): every field from :func:`summary`; a
+    damaged run has the required ones, ``error`` and ``damaged``. ``status`` adds the last four
+    (``sandbox.cli.outputs.StatusOutput``)."""
+
+    worktree: str | None
+    git_dir: str | None
+    base: str
+    user_head: str | None
+    run_head: str | None
+    by_status: dict[str, int]
+    unapplied_calls: int
+    partly_applied_calls: list[str]
+    conflict_markers: list[str]
+    epoch: int
+    made_on: str | None
+    fetched_from: FetchedJson | None
+    error: str
+    damaged: bool
+    agent_git: AgentGitJson | None
+    in_flight: list[str]
+    host: StatusHostJson | None
+    network_refused: list[RefusalJson]
+
+
 def summary(
     run_id: str,
     state: StateJson,
@@ -114,7 +158,7 @@ def summary(
     changed_paths: int,
     fetched: FetchedJson | None,
     disk: bool = False,
-) -> dict[str, Any]:
+) -> RunRowJson:
     """A run as ``list`` and ``status`` show it (``status`` adds ``agent_git``, ``in_flight``, ``host``).
 
     ``changed_paths``: how many paths the run's head changes from its base; ``fetched``: the

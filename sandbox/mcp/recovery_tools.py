@@ -36,8 +36,8 @@ def register(server: MCPServer[Any], ws: Workspace, call: Callable[..., Awaitabl
     )
     async def rewind(
         call_id: Annotated[str, Field(description="The call to go back to just before.")],
-    ) -> dict[str, Any]:
-        answer: dict[str, Any] = await call(rewind_open_run, ws, call_id)
+    ) -> dict[str, object]:
+        answer: dict[str, object] = await call(rewind_open_run, ws, call_id)
         return answer
 
     @server.resource(
@@ -51,7 +51,7 @@ def register(server: MCPServer[Any], ws: Workspace, call: Callable[..., Awaitabl
         return text
 
 
-def rewind_open_run(ws: Workspace, call_id: str) -> dict[str, Any]:
+def rewind_open_run(ws: Workspace, call_id: str) -> dict[str, object]:
     """Rewind the workspace's open run to just before ``call_id`` (files only: the client owns its messages)."""
     from sandbox.recovery.rewind import rewind
     from sandbox.run.names import resolve_call

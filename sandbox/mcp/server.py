@@ -144,7 +144,7 @@ def _run_tools(server: MCPServer[Any], ws: Workspace) -> None:
     )
     async def start_run(
         label: Annotated[str | None, Field(description="A short label to recognise the run by.")] = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return dict(await _call(ws.start_run, label))
 
     @server.tool(
@@ -156,13 +156,13 @@ def _run_tools(server: MCPServer[Any], ws: Workspace) -> None:
     )
     async def open_run(
         run_id: Annotated[str, Field(description="The run id, its label, or a unique prefix of the id.")],
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return dict(await _call(ws.open_run, run_id))
 
     @server.tool(
         description="List the runs of this repository, with their labels and number of calls.", annotations=_READ
     )
-    async def list_runs() -> dict[str, Any]:
+    async def list_runs() -> dict[str, object]:
         return {"runs": await _call(ws.list_runs)}
 
 
@@ -195,7 +195,7 @@ def _file_tools(server: MCPServer[Any], ws: Workspace) -> None:
         path: Annotated[str, Field(description="File path, relative to the worktree.")],
         content: Annotated[str, Field(description="The whole new content of the file.")],
         ctx: Context,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         client_call, session = _client_meta(ctx)
         return dict(
             await _call(
@@ -222,7 +222,7 @@ def _file_tools(server: MCPServer[Any], ws: Workspace) -> None:
         new_string: Annotated[str, Field(description="The text to put in its place.")],
         ctx: Context,
         replace_all: Annotated[bool, Field(description="Replace every occurrence, not just a unique one.")] = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         client_call, session = _client_meta(ctx)
         return dict(
             await _call(
@@ -300,7 +300,7 @@ def _command_tools(server: MCPServer[Any], ws: Workspace, *, network: bool) -> N
         replay: Annotated[
             Replay, Field(description="auto: a resume may re-run it; ask: only after asking; never.")
         ] = "ask",
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         client_call, session = _client_meta(ctx)
         call_id = ws.call_id_for(_request_id(ctx), client_call)
         try:
@@ -315,7 +315,7 @@ def _command_tools(server: MCPServer[Any], ws: Workspace, *, network: bool) -> N
             return dict(answer)
         # A command that failed is a failed tool call for the client (isError), with the same answer;
         # the SDK passes a CallToolResult through as it is (the annotation keeps the output schema).
-        return cast(dict[str, Any], _failed(answer))
+        return cast(dict[str, object], _failed(answer))
 
 
 def _review_tools(server: MCPServer[Any], ws: Workspace) -> None:
@@ -358,7 +358,7 @@ def _review_tools(server: MCPServer[Any], ws: Workspace) -> None:
         ),
         annotations=_ACT,
     )
-    async def resume_report() -> dict[str, Any]:
+    async def resume_report() -> dict[str, object]:
         return dict(await _call(ws.resume_report))
 
     @server.tool(
@@ -373,7 +373,7 @@ def _review_tools(server: MCPServer[Any], ws: Workspace) -> None:
         step_id: Annotated[str | None, Field(description="Your own id for the step just finished.")] = None,
         messages: Annotated[Any, Field(description="Conversation messages to keep (any JSON).")] = None,
         state: Annotated[Any, Field(description="Your working state to keep (any JSON).")] = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return dict(await _call(ws.checkpoint, label, step_id, messages, state))
 
 

@@ -116,7 +116,7 @@ class CallSpec(Model):
     replay_policy: ReplayPolicy = ReplayPolicy.ask
     side_effects: list[str] = Field(default_factory=new_list)
     summary: str | None = None
-    compensation: dict[str, Any] | None = None
+    compensation: dict[str, object] | None = None
     #: The agent's own session id for the call (e.g. Claude Code's ``session_id``), when known.
     agent_session: str | None = None
 

@@ -56,7 +56,7 @@ class LedgerEntry(Model):
     rolled_back: bool = False
     epoch: int = 0
     seq: int = 0
-    compensation: dict[str, Any] | None = None
+    compensation: dict[str, object] | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -76,7 +76,7 @@ class ResumeReport(Model):
     messages_ref: str | None = None
     run_state: Any = None
     messages: Any = None
-    session_rollback: dict[str, Any] | None = None
+    session_rollback: dict[str, object] | None = None
     head: str | None = None
     worktree_recreated: bool = False
     problems: list[str] = Field(default_factory=new_list)

@@ -147,7 +147,7 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
         applied = [c for c in undone if state.calls[c].applied]
         files: list[FileChange] = []
 
-        def files_of(commit: str) -> dict[str, Any]:
+        def files_of(commit: str) -> dict[str, list[FileChange]]:
             files.extend(objects.file_change(c.path, c.old, c.new, f"{head}..{commit}") for c in changes)
             return {"files": files}
 

@@ -18,6 +18,7 @@ from sandbox import faults
 from sandbox.errors import SandboxError, StaleWriterError, UnknownCallError, UsageError
 from sandbox.models import (
     Approval,
+    CallFinishData,
     CallStatus,
     EventKind,
     FileChange,
@@ -60,6 +61,15 @@ class ErrorFields(TypedDict, total=False):
     error: str | None
     error_detail: str
     error_ref: str
+
+
+class _FinishFields(TypedDict, total=False):
+    """The fields of a call's end event besides its kind, call, files and error (:class:`ErrorFields`)."""
+
+    result_ref: str | None
+    result: Any
+    epoch: int
+    data: CallFinishData
 
 
 class _Settled(Exception):
@@ -134,11 +144,14 @@ def finish_call(
         raise UsageError(f"Unknown status {status!r}; use succeeded or failed.") from None
     if final not in (CallStatus.succeeded, CallStatus.failed):
         raise UsageError(f"A call finishes as succeeded or failed, not {final.value}.")
-    data: dict[str, Any] = {}
+    data = CallFinishData()
     if mark is not None:
         if mark not in FAILED_MARKS or final != CallStatus.failed:
             raise UsageError(f"A call is marked {mark!r} only as failed, and only interrupted or violation.")
-        data[mark] = True
+        if mark == "interrupted":
+            data["interrupted"] = True
+        else:
+            data["violation"] = True
     if ran_ms is not None and ran_ms >= 0:
         data["ran_ms"] = int(ran_ms)
     faults.point("call.finish.before")
@@ -212,7 +225,7 @@ def _finish(
     paths: Iterable[str] | None,
     result: Any,
     error: str | None,
-    data: dict[str, Any] | None = None,
+    data: CallFinishData | None = None,
 ) -> LedgerEntry:
     # The call's objects and its event are made durable together, in one pack (sandbox.store.packs).
     with run.lock(), objects.batch(run.repo):
@@ -229,12 +242,12 @@ def _finish(
         inline_result = result is not None and len(result_data) <= INLINE_LIMIT
         attachments = {"result.json": result_data} if result is not None and not inline_result else {}
         kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
-        fields: dict[str, Any] = dict(
-            error_fields(error, attachments),
-            result_ref=str(pygit2.hash(attachments["result.json"])) if "result.json" in attachments else None,
-            result=result if inline_result else None,
-            epoch=state.epoch,
-        )
+        errors = error_fields(error, attachments)
+        fields: _FinishFields = {
+            "result_ref": str(pygit2.hash(attachments["result.json"])) if "result.json" in attachments else None,
+            "result": result if inline_result else None,
+            "epoch": state.epoch,
+        }
         if data:
             fields["data"] = data
 
@@ -264,10 +277,11 @@ def _finish(
                 check=check,
                 fields_of=files_of,
                 fault="call.finish",
+                **errors,
                 **fields,
             )
         else:
-            new_state = run.record(kind, call_id, attachments=attachments, check=check, files=[], **fields)
+            new_state = run.record(kind, call_id, attachments=attachments, check=check, files=[], **errors, **fields)
             faults.point("call.finish.after_ledger")
         return new_state.calls[call_id]
 

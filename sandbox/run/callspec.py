@@ -39,7 +39,7 @@ class CallOptions(TypedDict, total=False):
     #: One line for humans.
     summary: str | None
     #: How to undo the call's external effect.
-    compensation: dict[str, Any] | None
+    compensation: dict[str, object] | None
     #: The agent's own session id (its end settles the calls it never ran).
     agent_session: str | None
 

@@ -113,7 +113,7 @@ class SessionState:
     messages: Any = None
     run_state: Any = None
     step_id: str | None = None
-    budget: Budget | dict[str, Any] | None = None
+    budget: Budget | dict[str, object] | None = None
     approvals: Any = None
     trace: Any = None
     trace_ref: str | None = None

@@ -137,7 +137,7 @@ class Run(RunCore):
 
         return calls.error_text(self, entry)
 
-    def note(self, data: dict[str, Any]) -> None:
+    def note(self, data: dict[str, object]) -> None:
         """Record a fact about the run that is no call (e.g. how a session's agent was confined)."""
         self.record_event(self.new_event(EventKind.note, data=data, epoch=self.state().epoch))
 

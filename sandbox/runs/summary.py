@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sandbox.errors import SandboxError
 from sandbox.fast import views
 from sandbox.fast.foldjson import fetched_json, state_json
@@ -13,7 +11,7 @@ from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
 
 
-def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[str, Any]:
+def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> views.RunRowJson:
     """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
     what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits).
 
@@ -43,9 +41,9 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> dict[
     return row
 
 
-def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]:
+def summarize_runs(project: Project, disk: bool = False) -> list[views.RunRowJson]:
     """Every run's summary, oldest first; a damaged run is listed with its error."""
-    rows = []
+    rows: list[views.RunRowJson] = []
     for run_id in project.run_ids():
         try:
             run = Run.open(project, run_id)
@@ -53,17 +51,17 @@ def summarize_runs(project: Project, disk: bool = False) -> list[dict[str, Any]]
             run.seal_cache()
         except SandboxError as exc:
             rows.append(
-                {
-                    "run": run_id,
-                    "label": None,
-                    "created_at": None,
-                    "worktree_exists": False,
-                    "calls": 0,
-                    "changed_paths": 0,
-                    "disk_bytes": 0,
-                    "error": exc.message,
-                    "damaged": isinstance(exc, LedgerDamagedError),
-                }
+                views.RunRowJson(
+                    run=run_id,
+                    label=None,
+                    created_at=None,
+                    worktree_exists=False,
+                    calls=0,
+                    changed_paths=0,
+                    disk_bytes=0,
+                    error=exc.message,
+                    damaged=isinstance(exc, LedgerDamagedError),
+                )
             )
     rows.sort(key=lambda r: r["created_at"] or "")
     return rows

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from html import escape
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote
 
 from sandbox.run.run import Run
 from sandbox.ui.diffs import run_diff, unified
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
+
+if TYPE_CHECKING:
+    from sandbox.fast.views import RunRowJson
 
 
 class Boot(TypedDict, total=False):
@@ -64,7 +67,7 @@ def _size(n: int) -> str:
 # -- the runs -------------------------------------------------------------------------------------
 
 
-def runs_page(rows: list[dict[str, Any]], token: str, tips: dict[str, str | None]) -> str:
+def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -> str:
     """Every run: label, state, calls, changed paths, disk, isolation, what is applied."""
     if not rows:
         return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>", token)
@@ -101,7 +104,8 @@ def run_page(run: Run, token: str) -> str:
 
     row = summarize(run)
     rid = escape(run.run_id)
-    label = f" <span class='label'>{escape(row['label'])}</span>" if row.get("label") else ""
+    named = row.get("label")
+    label = f" <span class='label'>{escape(named)}</span>" if named else ""
     statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
     body = [
         f"<h1>Run {rid}{label}</h1>",

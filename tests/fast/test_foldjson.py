@@ -29,6 +29,8 @@ MIRRORS = [
     (foldjson.StateJson, models.LedgerState),
     (foldjson.FetchedJson, models.FetchedFrom),
     (views.RefusalJson, outputs.NetworkRefusalRow),
+    (views.RunRowJson, outputs.StatusOutput),
+    (views.StatusHostJson, outputs.StatusHost),
 ]
 
 
@@ -59,3 +61,9 @@ def test_a_real_fold_has_every_required_field(repo: Path) -> None:
     entry = views.entries(state)[0]
     assert set(foldjson.EntryJson.__required_keys__) <= set(entry)
     assert set(foldjson.FileChangeJson.__required_keys__) <= set(entry["files"][0])
+
+
+def test_the_run_row_names_every_field_of_the_status_output() -> None:
+    # list and status print these rows as their --json: a field the output has, the row types too.
+    assert keys(views.RunRowJson) == set(outputs.StatusOutput.model_fields)
+    assert keys(views.StatusHostJson) == set(outputs.StatusHost.model_fields)

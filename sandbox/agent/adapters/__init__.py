@@ -28,6 +28,7 @@ import importlib
 import json
 import os
 import pkgutil
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -84,7 +85,7 @@ def kind_of(tool: str) -> str:
     return "unknown"
 
 
-def merge_settings(existing: dict[str, Any], ours: dict[str, list[Any]], marker: str) -> dict[str, Any]:
+def merge_settings(existing: Mapping[str, object], ours: dict[str, list[Any]], marker: str) -> dict[str, object]:
     """``existing`` settings with our hook groups added under ``hooks``, replacing older copies.
 
     A hook entry is ours when its command contains ``marker``; everything else is kept as it was.
@@ -93,10 +94,17 @@ def merge_settings(existing: dict[str, Any], ours: dict[str, list[Any]], marker:
     hooks = merged.get("hooks", {})
     if not isinstance(hooks, dict):
         raise SandboxError("The settings file's 'hooks' is not an object; fix it by hand, then install again.")
-    hooks = dict(hooks)
+    merged["hooks"] = _merge_hooks(hooks, ours, marker)
+    return merged
+
+
+def _merge_hooks(existing: Mapping[str, object], ours: dict[str, list[Any]], marker: str) -> dict[str, object]:
+    """The ``hooks`` object of :func:`merge_settings` (``existing``: the settings file's, foreign JSON)."""
+    hooks = dict(existing)
     for event, groups in ours.items():
-        kept = []
-        for group in hooks.get(event, []) if isinstance(hooks.get(event), list) else []:
+        found = hooks.get(event)
+        kept: list[object] = []
+        for group in found if isinstance(found, list) else []:
             if isinstance(group, dict) and isinstance(group.get("hooks"), list):
                 inner = [h for h in group["hooks"] if not (isinstance(h, dict) and marker in str(h.get("command", "")))]
                 if not inner:
@@ -104,8 +112,7 @@ def merge_settings(existing: dict[str, Any], ours: dict[str, list[Any]], marker:
                 group = {**group, "hooks": inner}
             kept.append(group)
         hooks[event] = kept + groups
-    merged["hooks"] = hooks
-    return merged
+    return hooks
 
 
 def install(adapter: ModuleType, worktree: str, command: str) -> str:
@@ -116,7 +123,7 @@ def install(adapter: ModuleType, worktree: str, command: str) -> str:
     rel = str(adapter.SETTINGS_PATH)
     check_parents(worktree, rel)
     path = os.path.join(worktree, rel)
-    existing: dict[str, Any] = {}
+    existing: dict[str, object] = {}
     if os.path.lexists(path):
         if os.path.islink(path) or not os.path.isfile(path):
             raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
@@ -134,16 +141,18 @@ def install(adapter: ModuleType, worktree: str, command: str) -> str:
     return path
 
 
-def remove_ours(settings: dict[str, Any], marker: str) -> dict[str, Any]:
+def remove_ours(settings: dict[str, object], marker: str) -> dict[str, object]:
     """``settings`` without the hook entries whose command contains ``marker`` (empty groups dropped)."""
     hooks = settings.get("hooks")
     if not isinstance(hooks, dict):
         return settings
     events: dict[str, list[Any]] = {event: [] for event in hooks}
-    kept = merge_settings(settings, events, marker)["hooks"]
+    kept = _merge_hooks(hooks, events, marker)
     out = dict(settings)
-    out["hooks"] = {event: groups for event, groups in kept.items() if groups or hooks.get(event) == []}
-    if not out["hooks"]:
+    left = {event: groups for event, groups in kept.items() if groups or hooks.get(event) == []}
+    if left:
+        out["hooks"] = left
+    else:
         del out["hooks"]
     return out
 

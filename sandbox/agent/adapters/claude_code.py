@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
@@ -105,8 +106,9 @@ def to_event(payload: Any) -> HookEvent | None:
     return _tool_event(payload, name, phase, status)
 
 
-def _tool_event(payload: dict[str, Any], name: str, phase: str, status: str) -> HookEvent:
-    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+def _tool_event(payload: Mapping[str, object], name: str, phase: str, status: str) -> HookEvent:
+    session_id = payload.get("session_id")
+    session = session_id if isinstance(session_id, str) else None
     tool, call_id, cwd = payload.get("tool_name"), payload.get("tool_use_id"), payload.get("cwd")
     for key, value in (("tool_name", tool), ("tool_use_id", call_id), ("cwd", cwd)):
         if not isinstance(value, str) or not value:
@@ -225,7 +227,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     home = agenthome.make_home(run_dir, HOME_NAME)
     user_dir = os.path.join(user_home, ".claude")
 
-    def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+    def with_hooks(settings: dict[str, object]) -> dict[str, object]:
         if command is None:  # --hooks none: the agent's home without the sandbox's hooks
             return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)

@@ -264,7 +264,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     user_dir = os.path.join(user_home, ".gemini")
     os.makedirs(state, mode=0o700, exist_ok=True)
 
-    def with_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+    def with_hooks(settings: dict[str, object]) -> dict[str, object]:
         if command is None:  # --hooks none: the agent's home without the sandbox's hooks
             return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import agentstate, bwrap, confine, envfilter, sandboxpolicy, seatbelt
+from sandbox.agent import adapters, agentstate, bwrap, confine, envfilter, sandboxpolicy, seatbelt
 from sandbox.run import config
 from tests.conftest import sandbox_cmd
 
@@ -413,7 +413,7 @@ def test_the_environment_passes_by_allowlist_and_the_sandboxs_own_variables_afte
         envfilter.MCP_TOKEN_ENV: "m",
     }
     assert envfilter.filter_env(env, envfilter.DEFAULT_ENV_ALLOW) == {"PATH": "/bin", "LC_ALL": "C", "SANDBOX_RUN": "r"}
-    claude = (*envfilter.DEFAULT_ENV_ALLOW, *envfilter.AGENT_ENV["claude"])
+    claude = (*envfilter.DEFAULT_ENV_ALLOW, *adapters.agent("claude-code").ENV)
     assert "ANTHROPIC_API_KEY" in envfilter.filter_env(env, claude)
     assert "GITHUB_TOKEN" in envfilter.filter_env(env, (*claude, "GITHUB_*"))
 
@@ -498,7 +498,7 @@ def test_allow_read_keeps_one_file_of_a_masked_directory_readable(repo: Path) ->
 def test_env_patterns_match_as_fnmatch_does_without_compiling_them() -> None:
     import fnmatch
 
-    allow = (*envfilter.DEFAULT_ENV_ALLOW, *envfilter.AGENT_ENV["claude"], "A?B", "X[YZ]", "Q*R*", "")
+    allow = (*envfilter.DEFAULT_ENV_ALLOW, *adapters.agent("claude-code").ENV, "A?B", "X[YZ]", "Q*R*", "")
     names = ["PATH", "PATHX", "LC_ALL", "LC_", "lc_all", "BASH_X_TIMEOUT_MS", "BASH_TIMEOUT", "AXB", "XY", "XQ"]
     names += ["QxRy", "QR", "SANDBOX_", "GIT_AUTHOR_NAME", "", "*"]
     for patterns in (allow, ("*",), ("[",), ("A[",), ()):

@@ -29,7 +29,6 @@ LOOSE_DICTS = 50
 RATCHET_MODULES: frozenset[str] = frozenset(
     {
         "sandbox/agent/launch.py",
-        "sandbox/cli/outputs.py",
         "sandbox/recovery/resume.py",
     }
 )

@@ -191,7 +191,7 @@ def describe_agent_git(g: AgentGitJson) -> list[str]:
 
 
 class RefusalJson(TypedDict):
-    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.NetworkRefusalRow``)."""
+    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.runs.NetworkRefusalRow``)."""
 
     host: str
     port: int | None

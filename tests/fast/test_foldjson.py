@@ -28,7 +28,7 @@ MIRRORS = [
     (foldjson.FoldDataJson, models.FoldData),
     (foldjson.StateJson, models.LedgerState),
     (foldjson.FetchedJson, models.FetchedFrom),
-    (views.RefusalJson, outputs.NetworkRefusalRow),
+    (views.RefusalJson, outputs.runs.NetworkRefusalRow),
 ]
 
 

@@ -23,9 +23,9 @@ from typing import Any
 from sandbox import models
 from sandbox.cli.outputs import agents, calls, recovery, runs
 
-#: Each command's ``--json`` output. ``hook`` answers in the agent's hook
+#: Each command's ``--json`` output (a model, or a list of one). ``hook`` answers in the agent's hook
 #: protocol (hooks/README.md); ``schema`` prints JSON Schema documents.
-COMMANDS: dict[str, Any] = {
+COMMANDS: dict[str, type[Any]] = {
     "start": runs.StartOutput,
     "list": list[runs.RunRow],
     "status": runs.StatusOutput,
@@ -68,15 +68,17 @@ COMMANDS: dict[str, Any] = {
     "demo": agents.DemoOutput,
     "completion": agents.CompletionOutput,
     "doctor": agents.DoctorOutput,
-    "schema": dict[str, Any],
+    # A JSON Schema document, or {"formats": ..., "commands": ...} of them: any JSON object.
+    "schema": dict[str, object],
 }
 
 
-def schema_of(command: str) -> dict[str, Any]:
+def schema_of(command: str) -> dict[str, object]:
     """The JSON Schema of ``command``'s ``--json`` output."""
     from pydantic import TypeAdapter
 
-    return TypeAdapter(COMMANDS[command]).json_schema(by_alias=True)
+    schema: dict[str, object] = TypeAdapter(COMMANDS[command]).json_schema(by_alias=True)
+    return schema
 
 
 def check(command: str, data: Any) -> Any:

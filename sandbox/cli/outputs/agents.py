@@ -3,11 +3,17 @@ doctor."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from sandbox.cli.outputs.base import Output
+
+
+class StoppedProcess(Output):
+    """A process the agent left running, stopped when its session ended."""
+
+    pid: int
+    cmd: str
+    how: str = Field(description="TERM, or KILL when it outlived the grace period.")
 
 
 class RunAgentOutput(Output):
@@ -21,7 +27,7 @@ class RunAgentOutput(Output):
     changed_paths: int
     unfinished: list[str]
     not_run: list[str] = Field(description="This session's calls that did not run.")
-    stopped_processes: list[dict[str, Any]]
+    stopped_processes: list[StoppedProcess]
     notes: list[str]
     network: str = Field(default="on", description="allow (through the allowlist proxy), on or off.")
     network_allow: list[str] | None = Field(default=None, description="The allowlist of --network allow.")

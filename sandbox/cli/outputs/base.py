@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
+from pydantic.fields import FieldInfo
 
 from sandbox.cli.common import RENAMES
 
@@ -17,9 +19,12 @@ class Output(BaseModel):
 
 def renamed_model(model: type[BaseModel], name: str, drop: tuple[str, ...] = ()) -> type[BaseModel]:
     """An output model with ``model``'s fields under their :data:`RENAMES` names (follows the model)."""
-    fields: dict[str, Any] = {
+    fields: dict[str, tuple[Any, FieldInfo]] = {
         RENAMES.get(field, field): (info.annotation, info)
         for field, info in model.model_fields.items()
         if field not in drop
     }
-    return create_model(name, __base__=Output, __doc__=f"{model.__name__} in the CLI's vocabulary.", **fields)
+    # create_model's overloads type its keywords one by one, which a ** of field definitions cannot
+    # match; called through a plain callable, the fields keep their own type above.
+    create: Callable[..., type[BaseModel]] = create_model
+    return create(name, __base__=Output, __doc__=f"{model.__name__} in the CLI's vocabulary.", **fields)

@@ -3,8 +3,6 @@ undo and redo."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ConfigDict, Field
 
 from sandbox import models
@@ -27,6 +25,22 @@ class ExecOutput(Output):
     cannot_start: str | None = Field(description="Why the command could not start (it is recorded failed).")
 
 
+class DiffChange(Output):
+    """One change of a hunk (a run of removed and added lines): its stable id and its header."""
+
+    id: str
+    header: str
+
+
+class DiffHunk(Output):
+    """One hunk of a file in ``sandbox diff --json``, with its stable id (see sandbox.merge.hunks)."""
+
+    id: str
+    header: str
+    text: str
+    changes: list[DiffChange]
+
+
 class DiffFile(Output):
     """One file of ``sandbox diff --json``."""
 
@@ -41,7 +55,7 @@ class DiffFile(Output):
     #: The whole file's stable id, and its hunks (``id``, ``header``, ``text``, ``changes``) with
     #: theirs: what ``apply --hunks-from`` takes (see sandbox.merge.hunks).
     id: str
-    hunks: list[dict[str, Any]] = Field(default_factory=list)
+    hunks: list[DiffHunk] = Field(default_factory=list)
 
 
 class DiffOutput(Output):

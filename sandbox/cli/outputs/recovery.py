@@ -44,7 +44,7 @@ class RollbackFilesOutput(Output):
     action: str
     checkpoint: str
     commit: str | None
-    files: list[Any]
+    files: list[models.FileChange]
     undone_calls: list[str]
     applied_calls: list[str]
     message: str

@@ -3,10 +3,9 @@ compare, conflicts, branch, drop, gc, repair."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
+from sandbox import models
 from sandbox.cli.outputs.base import Output
 
 
@@ -48,7 +47,7 @@ class RunRow(Output):
     )
     epoch: int = 0
     made_on: str | None = Field(default=None, description="The machine (host name) the run was started on.")
-    fetched_from: dict[str, Any] | None = Field(
+    fetched_from: models.FetchedFrom | None = Field(
         default=None, description="The remote this clone fetched the run from, and when (None: made here)."
     )
     disk_bytes: int
@@ -76,10 +75,31 @@ class NetworkRefusalRow(Output):
     session: str | None = Field(default=None, description="The token of the 'sandbox run' session.")
 
 
+class AgentCommit(Output):
+    """One of the agent's own commits in its run (``sandbox.fast.agentgit.CommitJson``)."""
+
+    id: str
+    subject: str
+
+
+class AgentGit(Output):
+    """What the agent did with its own git in the run (``sandbox.fast.agentgit.AgentGitJson``)."""
+
+    branch: str | None = Field(description="The branch the worktree is on (None: detached).")
+    head: str | None
+    branches: dict[str, str] = Field(
+        description="Branches other than the starting one at the snapshot: name -> commit."
+    )
+    tags: dict[str, str]
+    stash: int
+    commits: list[AgentCommit] = Field(description="Commits not reachable from the snapshot, newest first (some).")
+    commit_count: int = Field(description="How many such commits there are in all.")
+
+
 class StatusOutput(RunRow):
     """``sandbox status --json``: the run's row, what the agent did with its own git, calls in flight."""
 
-    agent_git: dict[str, Any] | None = Field(description="The run's own git: branch, head, branches, tags, commits.")
+    agent_git: AgentGit | None = Field(description="The run's own git: branch, head, branches, tags, commits.")
     in_flight: list[str]
     host: StatusHost | None = Field(
         default=None, description="The repository's host process as far as this run goes (None: none runs)."

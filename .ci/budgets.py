@@ -29,11 +29,10 @@ LOOSE_DICTS = 50
 RATCHET_MODULES: frozenset[str] = frozenset(
     {
         "sandbox/agent/launch.py",
-        "sandbox/recovery/resume.py",
     }
 )
 RATCHET_LONG_FUNCTIONS: int | None = 6
-RATCHET_LOOSE_DICTS: int | None = 89
+RATCHET_LOOSE_DICTS: int | None = 84
 
 
 def module_lines(root: Path) -> dict[str, int]:

@@ -31,7 +31,7 @@ RATCHET_MODULES: frozenset[str] = frozenset(
         "sandbox/agent/launch.py",
     }
 )
-RATCHET_LONG_FUNCTIONS: int | None = 6
+RATCHET_LONG_FUNCTIONS: int | None = None
 RATCHET_LOOSE_DICTS: int | None = 84
 
 

@@ -27,12 +27,7 @@ LOOSE_DICTS = 25
 
 # Where the tree stands today against budgets it does not meet yet: modules still over the line
 # limit, and the ceilings for long functions and loose dicts. Lower these as the work lands.
-RATCHET_MODULES: frozenset[str] = frozenset(
-    {
-        "sandbox/cli/outputs.py",
-        "sandbox/recovery/resume.py",
-    }
-)
+RATCHET_MODULES: frozenset[str] = frozenset()
 RATCHET_LONG_FUNCTIONS: int | None = None
 RATCHET_LOOSE_DICTS: int | None = None
 

@@ -79,7 +79,7 @@ def observe(repo: Path) -> dict[str, Any]:
 
     from sandbox.cli import cli
     from sandbox.merge import planning
-    from sandbox.recovery.resume import classify
+    from sandbox.recovery.resumereport import classify
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 

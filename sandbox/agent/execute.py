@@ -23,12 +23,16 @@ import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandbox.agent import changes, confine, sandboxpolicy
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
 from sandbox.models import LedgerEntry
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
+
+if TYPE_CHECKING:
+    from sandbox.agent.watcher import Watcher
 
 
 @dataclass
@@ -68,18 +72,10 @@ def execute(
     A command that cannot start at all (no such program, not executable) is recorded as failed with
     that reason, and its exit code is a shell's (127, 126).
     """
-    confined = None
-    if isolation is not None and isolation.enabled:
-        confine.check(isolation)
-        policy = sandboxpolicy.policy_for_run(isolation, run)
-        confined = (isolation, policy)
+    confined = _confinement(run, isolation)
     call_id = call_id or new_call_id()
-    own_watcher = None
-    if source is None and local_watcher:
-        from sandbox.agent.watcher import Watcher
-
-        own_watcher = Watcher(run.worktree, take_window=False)
-        own_watcher.start()
+    own_watcher = _own_watcher(run) if source is None and local_watcher else None
+    if own_watcher is not None:
         source = changes.pick(tree=own_watcher)
     if source is None:
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
@@ -124,3 +120,20 @@ def execute(
         raise refused
     assert call.entry is not None
     return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None)
+
+
+def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine.Isolation, confine.Policy] | None:
+    """The confinement and policy of the command; refused here (nothing recorded yet) when unavailable."""
+    if isolation is None or not isolation.enabled:
+        return None
+    confine.check(isolation)
+    return isolation, sandboxpolicy.policy_for_run(isolation, run)
+
+
+def _own_watcher(run: Run) -> Watcher:
+    """A watcher of the worktree for this one command (``local_watcher``), started."""
+    from sandbox.agent.watcher import Watcher
+
+    watcher = Watcher(run.worktree, take_window=False)
+    watcher.start()
+    return watcher

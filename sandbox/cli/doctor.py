@@ -11,7 +11,7 @@ from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_project, wants_json
 
 if TYPE_CHECKING:
-    from sandbox.cli.outputs import DoctorOutput
+    from sandbox.cli.outputs.agents import DoctorOutput
 
 
 @click.command()
@@ -23,7 +23,7 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
     from sandbox.agent import confine, hardening, sandboxpolicy
     from sandbox.agent.hosted import user_workdir_of
     from sandbox.cli.isolation import resolve
-    from sandbox.cli.outputs import DoctorOutput
+    from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)

@@ -9,10 +9,10 @@ import click
 
 from sandbox.cli.common import ensure_worktree, open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
+from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
 if TYPE_CHECKING:
-    pass
-from sandbox.cli.options import IDEMPOTENCY, REPLAY
+    from sandbox.agent.hosted import HostedOutcome
 
 
 class _ExecCommand(click.Command):
@@ -78,21 +78,8 @@ def exec_cmd(
     as_json = wants_json(ctx)
     if step_id is None:
         # The fast path: the run's host (sandbox serve / sandbox run) records the call.
-        from sandbox.agent.hosted import run_hosted
-        from sandbox.store.paths import subdir_in_run
-
         with stdout_to_stderr(as_json):
-            hosted = run_hosted(
-                here,
-                run_id,
-                list(command),
-                tool_name=tool_name,
-                idempotency=idempotency,
-                replay=replay,
-                call_id=call_id,
-                isolation=resolver("exec", isolate, network),
-                subdir=lambda worktree, user_workdir: subdir_in_run(here, worktree, user_workdir),
-            )
+            hosted = _run_hosted(here, run_id, command, tool_name, idempotency, replay, call_id, isolate, network)
         if hosted is not None:
             _report(
                 as_json,
@@ -146,3 +133,31 @@ def _report(as_json: bool, call_id: str, status: str, returncode: int, files: in
         click.echo(f"sandbox: {why.rstrip('.')}; recorded as {call_id} ({status}, exit {returncode}).", err=True)
         return
     click.echo(f"sandbox: {call_id} {status} (exit {returncode}), {count} file(s) changed", err=True)
+
+
+def _run_hosted(
+    here: str,
+    run_id: str | None,
+    command: tuple[str, ...],
+    tool_name: str,
+    idempotency: str,
+    replay: str,
+    call_id: str | None,
+    isolate: str | None,
+    network: str | None,
+) -> HostedOutcome | None:
+    """The call recorded by the run's host, if one serves it (None: record it here)."""
+    from sandbox.agent.hosted import run_hosted
+    from sandbox.store.paths import subdir_in_run
+
+    return run_hosted(
+        here,
+        run_id,
+        list(command),
+        tool_name=tool_name,
+        idempotency=idempotency,
+        replay=replay,
+        call_id=call_id,
+        isolation=resolver("exec", isolate, network),
+        subdir=lambda worktree, user_workdir: subdir_in_run(here, worktree, user_workdir),
+    )

@@ -116,7 +116,7 @@ class _RunRowBase(TypedDict):
 
 
 class StatusHostJson(TypedDict):
-    """The repository's host as far as one run goes (``sandbox.cli.outputs.StatusHost``)."""
+    """The repository's host as far as one run goes (``sandbox.cli.outputs.runs.StatusHost``)."""
 
     pid: int
     serves_run: bool
@@ -125,9 +125,9 @@ class StatusHostJson(TypedDict):
 
 
 class RunRowJson(_RunRowBase, total=False):
-    """A run as ``list`` shows it (``sandbox.cli.outputs.RunRow``): every field from :func:`summary`; a
+    """A run as ``list`` shows it (``sandbox.cli.outputs.runs.RunRow``): every field from :func:`summary`; a
     damaged run has the required ones, ``error`` and ``damaged``. ``status`` adds the last four
-    (``sandbox.cli.outputs.StatusOutput``)."""
+    (``sandbox.cli.outputs.runs.StatusOutput``)."""
 
     worktree: str | None
     git_dir: str | None
@@ -235,7 +235,7 @@ def describe_agent_git(g: AgentGitJson) -> list[str]:
 
 
 class RefusalJson(TypedDict):
-    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.NetworkRefusalRow``)."""
+    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.runs.NetworkRefusalRow``)."""
 
     host: str
     port: int | None

@@ -110,6 +110,61 @@ def _plan(run: Run, moves: list[tuple[str, journal.State, journal.State]], label
     return planning.plan_moves(run.user_workdir, [(p, src, dst, label) for p, src, dst in moves], user_tree=True)
 
 
+def _refuse_conflicts(run: Run, kind: str, calls: list[str], planned: list[PlannedPath]) -> None:
+    """Raise :class:`OperationConflict` (nothing written) when a path of the user's tree changed since."""
+    root = run.user_workdir
+    conflicts = [p for p in planned if p.action == "conflict"]
+    if not conflicts:
+        return
+    for p in conflicts:
+        if not p.obstacle:
+            p.reason = (
+                "your file changed since the sandbox wrote it"
+                if kind == "undo"
+                else "your file changed since the undo put it back"
+            )
+            p.hint = "put it back as it was, or take this change back by hand"
+    reports = [conflict_report(p) for p in conflicts]
+    if kind == "undo":
+        for r in reports:
+            r.base, r.agent = r.agent, r.base
+    report = UndoReport(
+        op=kind, run=run.run_id, target="user", target_dir=root, calls=calls, conflicts=reports, refused=True
+    )
+    first = conflicts[0]
+    raise OperationConflict(
+        f"Cannot {kind} the apply of {', '.join(calls) or 'run ' + run.run_id}: {len(conflicts)} path(s) "
+        f"changed ({first.path}: {first.reason}); nothing was written.",
+        report,
+    )
+
+
+def _event_data(op: Operation, kind: str) -> dict[str, object]:
+    """The ``undo``/``redo`` event's data: what it reverts, the path records it leaves, its moves."""
+    data = op.data
+    changed = sorted({m.path for m in op.moves} | {u.path for u in data.paths})
+    if kind == "undo":
+        return {
+            "target": "user",
+            "reverts": op.event_id,
+            "changed": changed,
+            "paths": [u.to_data() for u in data.prior],
+            "prior": [u.to_data() for u in data.paths],
+            "unapplied": list(data.newly),
+        }
+    return {
+        "target": "user",
+        "reverts": op.undone_by,
+        "changed": changed,
+        "selected": list(data.selected),
+        "calls": list(data.newly),
+        "newly": list(data.newly),
+        "paths": [u.to_data() for u in data.paths],
+        "prior": [u.to_data() for u in data.prior],
+        "moves": [m.model_dump(mode="json") for m in op.moves],
+    }
+
+
 def move(run: Run, op: Operation, kind: str, lock_timeout: float = 30.0) -> UndoReport:
     """Undo (``kind`` "undo") or redo one operation in the user's tree, all or nothing, journaled."""
     root = run.user_workdir
@@ -129,54 +184,8 @@ def move(run: Run, op: Operation, kind: str, lock_timeout: float = 30.0) -> Undo
             moves.append((m.path, after, before) if kind == "undo" else (m.path, before, after))
         calls = op.selected
         planned = _plan(run, moves, calls[0] if calls else "")
-        conflicts = [p for p in planned if p.action == "conflict"]
-        if conflicts:
-            for p in conflicts:
-                if not p.obstacle:
-                    p.reason = (
-                        "your file changed since the sandbox wrote it"
-                        if kind == "undo"
-                        else "your file changed since the undo put it back"
-                    )
-                    p.hint = "put it back as it was, or take this change back by hand"
-            reports = [conflict_report(p) for p in conflicts]
-            if kind == "undo":
-                for r in reports:
-                    r.base, r.agent = r.agent, r.base
-            report = UndoReport(
-                op=kind, run=run.run_id, target="user", target_dir=root, calls=calls, conflicts=reports, refused=True
-            )
-            first = conflicts[0]
-            raise OperationConflict(
-                f"Cannot {kind} the apply of {', '.join(calls) or 'run ' + run.run_id}: {len(conflicts)} path(s) "
-                f"changed ({first.path}: {first.reason}); nothing was written.",
-                report,
-            )
-        data = op.data
-        changed = sorted({m.path for m in op.moves} | {u.path for u in data.paths})
-        event_data: dict[str, object]
-        if kind == "undo":
-            event_data = {
-                "target": "user",
-                "reverts": op.event_id,
-                "changed": changed,
-                "paths": [u.to_data() for u in data.prior],
-                "prior": [u.to_data() for u in data.paths],
-                "unapplied": list(data.newly),
-            }
-        else:
-            event_data = {
-                "target": "user",
-                "reverts": op.undone_by,
-                "changed": changed,
-                "selected": list(data.selected),
-                "calls": list(data.newly),
-                "newly": list(data.newly),
-                "paths": [u.to_data() for u in data.paths],
-                "prior": [u.to_data() for u in data.prior],
-                "moves": [m.model_dump(mode="json") for m in op.moves],
-            }
-        event = run.new_event(EventKind.undo if kind == "undo" else EventKind.redo, data=event_data)
+        _refuse_conflicts(run, kind, calls, planned)
+        event = run.new_event(EventKind.undo if kind == "undo" else EventKind.redo, data=_event_data(op, kind))
         writes = [p for p in planned if p.action == "write"]
         j = ApplyJournal(
             op=kind,

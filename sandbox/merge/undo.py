@@ -281,17 +281,11 @@ def _journal(
     )
 
 
-def _move_user(
-    run: Run,
-    state: LedgerState,
-    entry: LedgerEntry,
-    op: str,
-    root: str,
-    only: list[str] | None,
-    undone_partial: list[PathRecordUpdate],
-) -> UndoReport:
-    """Undo or redo ``entry`` in the user's tree; ``undone_partial``: for a redo, the records of the
-    partly applied paths (``apply --hunks``) its undo took back, which the redo writes again."""
+def _user_moves(
+    state: LedgerState, entry: LedgerEntry, op: str, only: list[str] | None, undone_partial: list[PathRecordUpdate]
+) -> tuple[list[str], dict[str, tuple[State, State]], dict[str, PartialApply], dict[str, PathRecordUpdate]]:
+    """The paths an undo or redo of ``entry`` moves in the user's tree, each from and to which state;
+    the partly applied paths an undo takes out, and those a redo writes again."""
     user_paths = state.data.user_paths
     states = _states(entry, op)
     partial: dict[str, PartialApply] = {}
@@ -314,6 +308,22 @@ def _move_user(
             again[update.path] = update
             wrote = journal.entry_state(update.mode, update.oid)
             states[update.path] = (journal.entry_state(taken.base_mode, taken.base_oid), wrote)
+    return chosen, states, partial, again
+
+
+def _move_user(
+    run: Run,
+    state: LedgerState,
+    entry: LedgerEntry,
+    op: str,
+    root: str,
+    only: list[str] | None,
+    undone_partial: list[PathRecordUpdate],
+) -> UndoReport:
+    """Undo or redo ``entry`` in the user's tree; ``undone_partial``: for a redo, the records of the
+    partly applied paths (``apply --hunks``) its undo took back, which the redo writes again."""
+    user_paths = state.data.user_paths
+    chosen, states, partial, again = _user_moves(state, entry, op, only, undone_partial)
     moves = [(path, states[path][0], states[path][1], entry.call_id) for path in chosen]
     planned = planning.plan_moves(root, moves, user_tree=True)
     for p in planned:

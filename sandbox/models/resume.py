@@ -15,7 +15,7 @@ from sandbox.models.checkpoint import Checkpoint
 from sandbox.models.event import Idempotency, ReplayPolicy
 from sandbox.models.payloads import DriftPath
 
-#: What a resume may do with an uncertain call (:func:`sandbox.recovery.resume.classify`).
+#: What a resume may do with an uncertain call (:func:`sandbox.recovery.resumereport.classify`).
 ReplayDecision = Literal["may_replay", "ask_first", "do_not_replay"]
 
 

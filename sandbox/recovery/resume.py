@@ -15,7 +15,8 @@
    ``rollback --session`` chose);
 6. classifies each uncertain call: idempotent with replay ``auto`` may be replayed; ``conditional``
    or replay ``ask``: check first; ``non_idempotent`` or replay ``never``: do not replay;
-7. writes a note for the model and 8. names the next safe step.
+7. writes a note for the model and 8. names the next safe step (steps 5 to 8 read what the others
+   found: :mod:`sandbox.recovery.resumereport`).
 
 Before all that (step 0), resume looks for live processes of the agent sessions the run's calls
 started in (each ``started`` event names its session: see :mod:`sandbox.agent.procs`). While any still
@@ -30,10 +31,10 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sandbox import faults
 from sandbox.agent import procs
@@ -44,31 +45,20 @@ from sandbox.models import (
     DriftPath,
     Event,
     EventKind,
-    Idempotency,
-    LedgerEntry,
     LedgerState,
     LiveProcess,
     ProcessScope,
-    ReplayDecision,
-    ReplayPolicy,
     ResumeReport,
-    UncertainCall,
 )
-from sandbox.run import approvals
+from sandbox.recovery import resumereport
 from sandbox.run.beforewrite import before_writes, keep_before_writes
 from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
-from sandbox.run.fold import TERMINAL_STATUSES, fold_event
+from sandbox.run.fold import fold_event
 from sandbox.store import objects, trailers, worktree
 from sandbox.store.capture import capture
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
-
-MAY_REPLAY: ReplayDecision = "may_replay"
-ASK_FIRST: ReplayDecision = "ask_first"
-DO_NOT_REPLAY: ReplayDecision = "do_not_replay"
-#: How many calls after the checkpoint the note describes one by one.
-NOTE_CALLS = 20
 
 faults.POINTS.update(
     {
@@ -79,15 +69,6 @@ faults.POINTS.update(
         "resume.after_drift",
     }
 )
-
-
-def classify(entry: LedgerEntry) -> ReplayDecision:
-    """What a resume may do with an uncertain call: may_replay, ask_first or do_not_replay."""
-    if entry.idempotency == Idempotency.non_idempotent or entry.replay_policy == ReplayPolicy.never:
-        return DO_NOT_REPLAY
-    if entry.idempotency == Idempotency.idempotent and entry.replay_policy == ReplayPolicy.auto:
-        return MAY_REPLAY
-    return ASK_FIRST
 
 
 class ProcessesAliveError(SandboxError):
@@ -114,49 +95,11 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
             raise ProcessesAliveError(_alive_message(run, live))
         stopped = _stop(live, grace)
         epoch = state.epoch + 1
-        # The host says which machine took the run over (runs travel: sandbox push / fetch).
-        run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch, "host": socket.gethostname()})
-        faults.point("resume.after_fence")
-        if stopped:
-            data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
-            reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
-            run.record(EventKind.note, epoch=epoch, reason=reason, data=data)
-        _orphaned_session_reports(run, epoch)
-        current = run.state()
-        for call_id in current.order:
-            if current.calls[call_id].status == CallStatus.started:
-                run.record_event(
-                    run.new_event(
-                        EventKind.call_uncertain,
-                        call_id,
-                        epoch=epoch,
-                        reason="it started but its end was not recorded before the run was resumed",
-                    ),
-                    check=_still_started(call_id),
-                )
+        _fence(run, epoch, stopped)
+        _mark_uncertain(run, epoch)
         faults.point("resume.after_uncertain")
-        try:
-            # Every event is parsed from git in this process (those _session_processes read just now
-            # are not read twice: the ledger only grows).
-            events = ledger_events(run)
-        except CorruptionError as exc:
-            raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
-        state = run.new_state()
-        for oid, event in events:
-            fold_event(state, event, oid)
-        # Every event was just re-read: compare the fold the other commands use with it.
-        problems.extend(run.problems)
-        if run.verify_fold(state):
-            problems.append(
-                f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
-            )
-        store = CheckpointStore(run)
-        listing = store.list()
-        if listing.recovered and store.repair(listing):
-            problems.append(f"The checkpoints ref was rebuilt from {len(listing.checkpoints)} checkpoint(s).")
-        latest, found = store.load_latest()
-        problems[:0] = found
-        session, rollback = _session_checkpoint(store, latest, events, problems)
+        events, state = _refold(run, problems)
+        store, session, rollback = _checkpoints(run, events, problems)
         faults.point("resume.after_verify")
         assert state.head is not None
         recreated = _ensure_worktree(run, state.head, problems)
@@ -167,13 +110,83 @@ def resume(run: Run, stop_processes: bool = False, grace: float = 3.0) -> Resume
         run.head()  # repairs the head ref if a crash left it behind
     alive_calls = {c for p in live for c in p.call_ids}
     alive = {c: c in alive_calls for c in looked}
-    report = _report(
-        run, state, events, epoch, session, rollback, drift, drift_commit, recreated, problems, store, alive
+    findings = resumereport.Findings(
+        epoch=epoch,
+        session=session,
+        rollback=rollback,
+        drift=drift,
+        drift_commit=drift_commit,
+        recreated=recreated,
+        problems=problems,
+        alive=alive,
     )
+    report = resumereport.report(run, state, events, findings, store)
     report.stopped_processes = stopped
     if stopped:
         report.note = _stopped_note(stopped) + " " + report.note
     return report
+
+
+def _fence(run: Run, epoch: int, stopped: list[LiveProcess]) -> None:
+    """Step 1: the ``resumed`` event with the new epoch, first; then what was stopped, and by whom."""
+    # The host says which machine took the run over (runs travel: sandbox push / fetch).
+    run.record(EventKind.resumed, epoch=epoch, data={"epoch": epoch, "host": socket.gethostname()})
+    faults.point("resume.after_fence")
+    if stopped:
+        data = {"stopped_processes": [p.model_dump(mode="json") for p in stopped]}
+        reason = f"resume stopped {len(stopped)} process(es) of the run's agent sessions"
+        run.record(EventKind.note, epoch=epoch, reason=reason, data=data)
+    _orphaned_session_reports(run, epoch)
+
+
+def _mark_uncertain(run: Run, epoch: int) -> None:
+    """Step 2: every call that started and never ended becomes ``uncertain`` (a durable event each)."""
+    current = run.state()
+    for call_id in current.order:
+        if current.calls[call_id].status == CallStatus.started:
+            run.record_event(
+                run.new_event(
+                    EventKind.call_uncertain,
+                    call_id,
+                    epoch=epoch,
+                    reason="it started but its end was not recorded before the run was resumed",
+                ),
+                check=_still_started(call_id),
+            )
+
+
+def _refold(run: Run, problems: list[str]) -> tuple[list[tuple[str, Event]], LedgerState]:
+    """Step 3: every event re-read from git and folded again, and the saved fold compared with it."""
+    try:
+        # Every event is parsed from git in this process (those _session_processes read just now
+        # are not read twice: the ledger only grows).
+        events = ledger_events(run)
+    except CorruptionError as exc:
+        raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
+    state = run.new_state()
+    for oid, event in events:
+        fold_event(state, event, oid)
+    # Every event was just re-read: compare the fold the other commands use with it.
+    problems.extend(run.problems)
+    if run.verify_fold(state):
+        problems.append(
+            f"The saved fold of run {run.run_id}'s ledger did not match its events; it was rebuilt from them."
+        )
+    return events, state
+
+
+def _checkpoints(
+    run: Run, events: list[tuple[str, Event]], problems: list[str]
+) -> tuple[CheckpointStore, StoredCheckpoint | None, dict[str, object] | None]:
+    """Step 3, the checkpoints: each re-hashed, a lost ref rebuilt; the one the session continues from."""
+    store = CheckpointStore(run)
+    listing = store.list()
+    if listing.recovered and store.repair(listing):
+        problems.append(f"The checkpoints ref was rebuilt from {len(listing.checkpoints)} checkpoint(s).")
+    latest, found = store.load_latest()
+    problems[:0] = found
+    session, rollback = _session_checkpoint(store, latest, events, problems)
+    return store, session, rollback
 
 
 def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess], set[str]]:
@@ -254,7 +267,7 @@ def _stopped_note(stopped: list[LiveProcess]) -> str:
     return f"Resume stopped {len(stopped)} process(es) the agent's session had left running: {shown}."
 
 
-def _still_started(call_id: str) -> Any:
+def _still_started(call_id: str) -> Callable[[LedgerState], None]:
     def check(state: LedgerState) -> None:
         entry = state.calls.get(call_id)
         if entry is None or entry.status != CallStatus.started:
@@ -265,11 +278,11 @@ def _still_started(call_id: str) -> Any:
 
 def _session_checkpoint(
     store: CheckpointStore, latest: StoredCheckpoint | None, events: list[tuple[str, Event]], problems: list[str]
-) -> tuple[StoredCheckpoint | None, dict[str, Any] | None]:
+) -> tuple[StoredCheckpoint | None, dict[str, object] | None]:
     """The checkpoint the session continues from: the newest good one, unless a later
     ``rollback --session`` chose an older one."""
     after = latest.checkpoint.tool_ledger.count if latest else 0
-    chosen: dict[str, Any] | None = None
+    chosen: dict[str, object] | None = None
     for index, (_oid, event) in enumerate(events):
         if event.kind == EventKind.rollback_session and index >= after:
             chosen = dict(event.data)
@@ -393,231 +406,3 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     )
     state.data = new.data
     return paths, commit
-
-
-def _report(
-    run: Run,
-    state: LedgerState,
-    events: list[tuple[str, Event]],
-    epoch: int,
-    session: StoredCheckpoint | None,
-    rollback: dict[str, Any] | None,
-    drift: list[DriftPath],
-    drift_commit: str | None,
-    recreated: bool,
-    problems: list[str],
-    store: CheckpointStore,
-    alive: dict[str, bool] | None = None,
-) -> ResumeReport:
-    ckpt = session.checkpoint if session else None
-    uncertain = []
-    for call_id in state.order:
-        entry = state.calls[call_id]
-        if entry.status == CallStatus.uncertain:
-            uncertain.append(
-                UncertainCall(
-                    call_id=call_id,
-                    tool_name=entry.tool_name,
-                    step_id=entry.step_id,
-                    idempotency=entry.idempotency,
-                    replay_policy=entry.replay_policy,
-                    decision=classify(entry),
-                    summary=entry.summary,
-                    input_hash=entry.input_hash,
-                    started_at=entry.started_at,
-                    processes_alive=(alive or {}).get(call_id),
-                )
-            )
-    denied = approvals.denials(run, state)
-    last_step = _last_completed_step(state, ckpt.step_id if ckpt else None)
-    first_seen: dict[str, int] = {}
-    for index, (_oid, event) in enumerate(events):
-        if event.call_id and event.call_id not in first_seen:
-            first_seen[event.call_id] = index
-    since = ckpt.tool_ledger.count if ckpt else 0
-    after = [state.calls[c] for c in state.order if first_seen.get(c, 0) >= since]
-    rolled = [
-        dict(ev.data) for i, (_oid, ev) in enumerate(events) if ev.kind == EventKind.rollback_files and i >= since
-    ]
-    note = _note(run, ckpt, rollback, last_step, after, uncertain, denied, drift, rolled)
-    report = ResumeReport(
-        run_id=run.run_id,
-        epoch=epoch,
-        checkpoint=ckpt,
-        last_completed_step=last_step,
-        uncertain=uncertain,
-        do_not_replay=[u.call_id for u in uncertain if u.decision == DO_NOT_REPLAY],
-        may_replay=[u.call_id for u in uncertain if u.decision == MAY_REPLAY],
-        ask_first=[u.call_id for u in uncertain if u.decision == ASK_FIRST],
-        denied=denied,
-        drift=drift,
-        drift_commit=drift_commit,
-        note=note,
-        next_step="",
-        messages_ref=ckpt.messages_ref if ckpt else None,
-        run_state=ckpt.run_state if ckpt else None,
-        messages=store.messages(ckpt) if ckpt else None,
-        session_rollback=rollback,
-        head=state.head,
-        worktree_recreated=recreated,
-        problems=problems,
-    )
-    report.next_step = _next_step(run, report, state)
-    return report
-
-
-def _last_completed_step(state: LedgerState, checkpoint_step: str | None) -> str | None:
-    """The last step (in ledger order) whose calls all ended; the checkpoint's step without calls."""
-    steps: dict[str, bool] = {}
-    for call_id in state.order:
-        entry = state.calls[call_id]
-        if entry.step_id is None:
-            continue
-        open_call = entry.status in (CallStatus.started, CallStatus.uncertain)
-        steps[entry.step_id] = steps.get(entry.step_id, True) and not open_call
-    done = [s for s, complete in steps.items() if complete]
-    if done:
-        return done[-1]
-    return checkpoint_step
-
-
-def _command(run: Run, entry: LedgerEntry) -> str | None:
-    value: Any = entry.input
-    if value is None and entry.input_ref:
-        try:
-            value = json.loads(objects.read_blob(run.repo, entry.input_ref))
-        except (KeyError, ValueError, OSError):
-            value = None
-    if isinstance(value, dict):
-        argv = value.get("argv")
-        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-            return shlex.join(argv)
-        for key in ("command", "cmd"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-    return None
-
-
-def _paths(items: list[str], limit: int = 5) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def _error(text: str | None) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "no error was recorded"
-    return line[:200]
-
-
-def _describe(run: Run, entry: LedgerEntry) -> str:
-    name = f"{entry.tool_name} ({entry.call_id})"
-    command = _command(run, entry)
-    if entry.status == CallStatus.not_run:
-        what = f"{name} (`{command}`)" if command else name
-        return f"{what} did not run: {_error(entry.error)}"
-    verbs = {CallStatus.succeeded: "succeeded", CallStatus.interrupted: "was interrupted (do not repeat it blindly)"}
-    verb = verbs.get(entry.status, "failed")
-    text = f"{name} ran `{command}` and {verb}" if command else f"{name} {verb}"
-    if entry.files:
-        written = all(f.after_hash is not None for f in entry.files)
-        text += f" and {'wrote' if written else 'changed'} {_paths([f.path for f in entry.files])}"
-    if entry.status in (CallStatus.failed, CallStatus.interrupted, CallStatus.violation):
-        text += f": {_error(entry.error)}"
-    if entry.undone:
-        text += " (its changes were undone since)"
-    return text + "."
-
-
-def _note(
-    run: Run,
-    ckpt: Any,
-    rollback: dict[str, Any] | None,
-    last_step: str | None,
-    after: list[LedgerEntry],
-    uncertain: list[UncertainCall],
-    denied: list[Any],
-    drift: list[DriftPath],
-    rolled: list[dict[str, Any]],
-) -> str:
-    parts: list[str] = []
-    if ckpt is not None:
-        label = f" ({ckpt.label})" if ckpt.label else ""
-        parts.append(f"Resumed from checkpoint {ckpt.name}{label}.")
-    else:
-        parts.append("Resumed without a checkpoint: no message history was saved; rely on these observations.")
-    if rollback:
-        parts.append(
-            f"The session was rolled back to {rollback.get('name')} on request; the ledger still records "
-            "everything that happened after it, as listed here."
-        )
-    if last_step:
-        parts.append(f"Step {last_step} completed.")
-    ended = [e for e in after if e.status in TERMINAL_STATUSES]
-    for entry in ended[:NOTE_CALLS]:
-        parts.append(_describe(run, entry))
-    if len(ended) > NOTE_CALLS:
-        parts.append(f"{len(ended) - NOTE_CALLS} more calls ended after the checkpoint (see 'sandbox log').")
-    for data in rolled:
-        undone = ", ".join(data.get("undone_calls") or []) or "no call"
-        parts.append(f"The worktree's files were rolled back to {data.get('name')}, undoing the changes of {undone}.")
-    drifted: dict[str | None, list[str]] = {}
-    for d in drift:
-        drifted.setdefault(d.attributed_to, []).append(d.path)
-    advice = {
-        DO_NOT_REPLAY: "do not repeat it without checking.",
-        ASK_FIRST: "check the current state (or ask the user) before repeating it.",
-        MAY_REPLAY: "it is idempotent and may be replayed.",
-    }
-    for u in uncertain:
-        text = f"{u.tool_name} ({u.call_id}) is uncertain: it started but its result was not recorded; "
-        text += advice[u.decision]
-        if u.processes_alive is False:
-            text += " None of its session's processes is still running."
-        elif u.processes_alive:
-            text += " Its session's processes were still running; they were stopped before this resume."
-        if u.call_id in drifted:
-            text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
-        parts.append(text)
-    for d in denied:
-        reason = f" ({d.reason})" if d.reason else ""
-        parts.append(f"The user denied {d.tool_name} ({d.call_id}){reason}; do not ask for it again.")
-    loose = [
-        p
-        for owner, paths in drifted.items()
-        for p in paths
-        if owner is None or owner not in {u.call_id for u in uncertain}
-    ]
-    if loose:
-        parts.append(f"Files changed outside any recorded call: {_paths(loose)}; they were kept; check them.")
-    repeatable = [e for e in ended if e.status == CallStatus.succeeded]
-    if repeatable:
-        names = ", ".join(f"{e.tool_name} ({e.call_id})" for e in repeatable[:NOTE_CALLS])
-        parts.append(f"Do not repeat {names}.")
-    parts.append("Plan the next step from these observations.")
-    return " ".join(parts)
-
-
-def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
-    by_id = {u.call_id: u for u in report.uncertain}
-    if report.do_not_replay:
-        u = by_id[report.do_not_replay[0]]
-        return (
-            f"Check whether {u.tool_name} ({u.call_id}) took effect, without running it again; then record the "
-            f"outcome with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
-        )
-    if report.ask_first:
-        u = by_id[report.ask_first[0]]
-        return (
-            f"Check the state (or ask the user) before repeating {u.tool_name} ({u.call_id}); then record the outcome "
-            f"with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
-        )
-    if report.drift:
-        return (
-            f"Review the files changed outside any recorded call ({_paths([d.path for d in report.drift])}): keep them "
-            f"by recording a call, or restore them with 'sandbox rollback {run.run_id} --files --to <checkpoint>'."
-        )
-    if report.may_replay:
-        u = by_id[report.may_replay[0]]
-        return f"Replay {u.tool_name} ({u.call_id}) as a new call (it is idempotent), then continue."
-    if report.last_completed_step:
-        return f"Continue after step {report.last_completed_step}: plan the next step."
-    return "Continue the run: plan the next step."

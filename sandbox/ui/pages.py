@@ -160,7 +160,7 @@ def _pick_form() -> str:
 
 def _resume(run: Run) -> str:
     """What a resume would do with the calls still in flight (the classification, nothing acted on)."""
-    from sandbox.recovery.resume import classify
+    from sandbox.recovery.resumereport import classify
 
     open_calls = [e for e in run.entries() if e.status.value in ("started", "uncertain")]
     if not open_calls:

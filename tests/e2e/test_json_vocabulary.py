@@ -157,6 +157,30 @@ def test_the_check_above_covered_every_documented_output() -> None:
     assert set(outputs.COMMANDS) - CHECKED == set()
 
 
+def _free_form(node: Any, name: str, out: set[str]) -> None:
+    """The properties under ``node`` whose schema says only "some JSON object" (or "anything")."""
+    if isinstance(node, dict):
+        any_object = node.get("type") == "object" and "properties" not in node
+        if node == {} or (any_object and node.get("additionalProperties", True) is True):
+            out.add(name)
+        for key, value in node.items():
+            _free_form(value, name if key in ("properties", "$defs", "anyOf", "items") else key, out)
+    elif isinstance(node, list):
+        for value in node:
+            _free_form(value, name, out)
+
+
+def test_nested_outputs_are_typed_but_foreign_json() -> None:
+    """What a command prints is typed down to its leaves (issue 24); left free-form only: JSON the
+    user or the agent's runtime gave (a compensation, a saved run state), a persisted report's event
+    data, and schema's own JSON Schema documents."""
+    foreign = {"compensation", "run_state", "session_rollback"}
+    for name in outputs.COMMANDS:
+        found: set[str] = set()
+        _free_form(outputs.schema_of(name), "", found)
+        assert found <= foreign | ({""} if name == "schema" else set()), (name, found - foreign)
+
+
 def test_schema_names_one_command_or_format(runner: CliRunner) -> None:
     result = runner.invoke(cli, ["schema", "call", "finish"], catch_exceptions=False)
     assert result.exit_code == 0 and json.loads(result.stdout)["title"] == "LedgerEntry"

@@ -28,9 +28,9 @@ MIRRORS = [
     (foldjson.FoldDataJson, models.FoldData),
     (foldjson.StateJson, models.LedgerState),
     (foldjson.FetchedJson, models.FetchedFrom),
-    (views.RefusalJson, outputs.NetworkRefusalRow),
-    (views.RunRowJson, outputs.StatusOutput),
-    (views.StatusHostJson, outputs.StatusHost),
+    (views.RefusalJson, outputs.runs.NetworkRefusalRow),
+    (views.RunRowJson, outputs.runs.StatusOutput),
+    (views.StatusHostJson, outputs.runs.StatusHost),
 ]
 
 
@@ -65,5 +65,5 @@ def test_a_real_fold_has_every_required_field(repo: Path) -> None:
 
 def test_the_run_row_names_every_field_of_the_status_output() -> None:
     # list and status print these rows as their --json: a field the output has, the row types too.
-    assert keys(views.RunRowJson) == set(outputs.StatusOutput.model_fields)
-    assert keys(views.StatusHostJson) == set(outputs.StatusHost.model_fields)
+    assert keys(views.RunRowJson) == set(outputs.runs.StatusOutput.model_fields)
+    assert keys(views.StatusHostJson) == set(outputs.runs.StatusHost.model_fields)

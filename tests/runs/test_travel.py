@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sandbox.cli import cli
+from sandbox.cli import cli, outputs
 from sandbox.store import layout
 from tests.conftest import git, make_repo, sandbox_cmd, tree_digest, user_state
 
@@ -93,6 +93,7 @@ def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -
     assert "up to date" in sb(runner, b, "fetch", "origin", run_id[:4])
     listing = json.loads(sb(runner, b, "list", "--json"))
     assert listing[0]["run"] == run_id and listing[0]["fetched_from"]["remote"] == "origin"
+    outputs.check("list", listing)  # where it came from, as the typed schema says
     # Commands that need no worktree work without one, and make none.
     status = json.loads(sb(runner, b, "status", run_id, "--json"))
     assert status["worktree"] is None and not status["worktree_exists"]

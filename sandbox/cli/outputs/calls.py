@@ -1,0 +1,76 @@
+"""The ``--json`` outputs of the commands on calls and their changes: log --call, exec, diff, apply,
+undo and redo."""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field
+
+from sandbox import models
+from sandbox.cli.outputs.base import Output, renamed_model
+
+
+class CallDetail(models.LedgerEntry):
+    """``sandbox log --call CALL --json``: the ledger entry with its whole error text."""
+
+    error_text: str | None
+
+
+class ExecOutput(Output):
+    """``sandbox exec --json`` (the command's own output goes to stderr)."""
+
+    call_id: str
+    status: str
+    exit_code: int
+    files: int | None = Field(description="Files the call changed (None: the host did not say).")
+    cannot_start: str | None = Field(description="Why the command could not start (it is recorded failed).")
+
+
+class DiffChange(Output):
+    """One change of a hunk (a run of removed and added lines): its stable id and its header."""
+
+    id: str
+    header: str
+
+
+class DiffHunk(Output):
+    """One hunk of a file in ``sandbox diff --json``, with its stable id (see sandbox.merge.hunks)."""
+
+    id: str
+    header: str
+    text: str
+    changes: list[DiffChange]
+
+
+class DiffFile(Output):
+    """One file of ``sandbox diff --json``."""
+
+    path: str
+    status: str
+    before_hash: str | None
+    after_hash: str | None
+    before_mode: str | None
+    after_mode: str | None
+    binary: bool
+    patch: str
+    #: The whole file's stable id, and its hunks (``id``, ``header``, ``text``, ``changes``) with
+    #: theirs: what ``apply --hunks-from`` takes (see sandbox.merge.hunks).
+    id: str
+    hunks: list[DiffHunk] = Field(default_factory=list)
+
+
+class DiffOutput(Output):
+    """``sandbox diff --json``: the range shown and its files."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    run: str
+    call_id: str | None
+    #: The selected calls (several ``--call``, ranges), in ledger order; None for the whole run.
+    calls: list[str] | None = None
+    from_: str = Field(alias="from")
+    to: str
+    files: list[DiffFile]
+
+
+ApplyOutput = renamed_model(models.ApplyReport, "ApplyOutput")
+UndoOutput = renamed_model(models.UndoReport, "UndoOutput")

@@ -233,7 +233,8 @@ def test_the_timeline_shows_what_the_confinement_refused_under_its_call(repo: Pa
     recorder = _Recorder(run, "session-1")
     now = datetime.datetime.now(datetime.timezone.utc)
     with run.tool_call("run_command", {"argv": ["curl", "https://example.com"]}) as call:
-        recorder(Refusal("example.com", 443, now, "CONNECT"))  # while the call runs: under it
+        during = datetime.datetime.now(datetime.timezone.utc)  # refused while the call runs: under it
+        recorder(Refusal("example.com", 443, during, "CONNECT"))
         refused_in = call.call_id
     recorder(Refusal("evil.example", 80, now, "GET"))  # between calls: a row of its own
     recorder.dropped = 3

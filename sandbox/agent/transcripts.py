@@ -192,8 +192,9 @@ def records(run: Run) -> list[dict[str, object]]:
     each value it reads."""
     out: list[dict[str, object]] = []
     for _oid, event in ledger_events(run):
-        if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
-            out.append(dict(event.data["transcript"]))
+        transcript = event.data.get("transcript") if event.kind == EventKind.note else None
+        if isinstance(transcript, dict):
+            out.append(dict(transcript))
     return out
 
 

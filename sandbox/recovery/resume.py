@@ -53,6 +53,7 @@ from sandbox.models import (
     ReplayPolicy,
     ResumeReport,
     UncertainCall,
+    payloads,
 )
 from sandbox.run import approvals
 from sandbox.run.beforewrite import before_writes, keep_before_writes
@@ -272,7 +273,7 @@ def _session_checkpoint(
     chosen: dict[str, Any] | None = None
     for index, (_oid, event) in enumerate(events):
         if event.kind == EventKind.rollback_session and index >= after:
-            chosen = dict(event.data)
+            chosen = dict(payloads.view(event.data, payloads.RollbackSessionData))
     if chosen is None:
         return latest, None
     try:
@@ -437,7 +438,9 @@ def _report(
     since = ckpt.tool_ledger.count if ckpt else 0
     after = [state.calls[c] for c in state.order if first_seen.get(c, 0) >= since]
     rolled = [
-        dict(ev.data) for i, (_oid, ev) in enumerate(events) if ev.kind == EventKind.rollback_files and i >= since
+        dict(payloads.view(ev.data, payloads.RollbackFilesData))
+        for i, (_oid, ev) in enumerate(events)
+        if ev.kind == EventKind.rollback_files and i >= since
     ]
     note = _note(run, ckpt, rollback, last_step, after, uncertain, denied, drift, rolled)
     report = ResumeReport(

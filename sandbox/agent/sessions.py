@@ -24,6 +24,7 @@ Gemini CLI (0.61): see :class:`GeminiCli`; continued and cut (its calls found by
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -32,30 +33,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-#: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
-SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def valid_session(session: str) -> bool:
-    """True when ``session`` has the shape of an agent's session id."""
-    return bool(SESSION_RE.match(session))
+from sandbox.agent import adapters
+from sandbox.agent.adapters import valid_session
 
 
 def config_homes(environ: Mapping[str, str], home: str, run_dir: str) -> dict[str, list[str]]:
-    """Every agent's candidate configuration homes, the run's own first (the CLI passes its environment)."""
-    # The homes sandbox.agent.adapters.claude_code.config_home and gemini.cli_home name (by their
-    # HOME_NAME): read here through agenthome, which the adapters import this module beside.
-    from sandbox.agent.agenthome import home_of
+    """Every agent's candidate configuration homes, the run's own first (the CLI passes its environment).
 
-    claude = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
-    codex = environ.get("CODEX_HOME") or os.path.join(home, ".codex")
-    # The run's own home first: 'sandbox run' gives Claude Code and Gemini CLI one (sandbox.agent.agenthome),
-    # and a relaunch writes a conversation there, never into yours; yours is read for older runs.
-    return {
-        "claude-code": [home_of(run_dir, "claude"), claude],
-        "gemini": [os.path.join(home_of(run_dir, "gemini"), ".gemini"), os.path.join(home, ".gemini")],
-        "codex": [codex],
-    }
+    Each agent of the registry with sessions says its own (its adapter's ``session_homes``).
+    """
+    return {name: list(adapters.agent(name).session_homes(environ, home, run_dir)) for name in agents()}
 
 
 def _words(text: str) -> frozenset[str]:
@@ -445,15 +432,24 @@ class Codex(AgentSessions):
         return [*head, *kept, *(["resume", session] if session else []), prompt]
 
 
-AGENTS: dict[str, AgentSessions] = {"claude-code": ClaudeCode(), "gemini": GeminiCli(), "codex": Codex()}
+@functools.cache
+def agents() -> dict[str, AgentSessions]:
+    """Every agent whose sessions the sandbox continues, by name: the registry's agents that name their
+    sessions class (an adapter's ``SESSIONS``, one of this module's :class:`AgentSessions`)."""
+    out: dict[str, AgentSessions] = {}
+    for name in adapters.names():
+        cls = globals().get(str(getattr(adapters.agent(name), "SESSIONS", "")))
+        if isinstance(cls, type) and issubclass(cls, AgentSessions):
+            out[name] = cls()
+    return out
 
 
 def for_command(argv: Sequence[str]) -> AgentSessions | None:
     """The agent a recorded command line starts (by its program's name), or None when not one we continue."""
     if not argv:
         return None
-    family = os.path.basename(argv[0]).split(".")[0].split("-")[0]
-    for agent in AGENTS.values():
+    family = adapters.family_of(argv[0])
+    for agent in agents().values():
         if agent.program == family:
             return agent
     return None

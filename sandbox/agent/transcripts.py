@@ -192,8 +192,9 @@ def records(run: Run) -> list[dict[str, object]]:
     each value it reads."""
     out: list[dict[str, object]] = []
     for _oid, event in ledger_events(run):
-        if event.kind == EventKind.note and isinstance(event.data.get("transcript"), dict):
-            out.append(dict(event.data["transcript"]))
+        transcript = event.data.get("transcript") if event.kind == EventKind.note else None
+        if isinstance(transcript, dict):
+            out.append(dict(transcript))
     return out
 
 
@@ -259,7 +260,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
     ``homes``: each agent's candidate configuration homes (:func:`sandbox.agent.sessions.config_homes`).
     A session whose transcript is nowhere to be found here is skipped (it may live on another machine).
     """
-    from sandbox.agent.sessions import AGENTS
+    from sandbox.agent.sessions import agents
 
     out: list[Stored] = []
     wanted = run_sessions(run)
@@ -267,7 +268,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
         return out  # no agent session recorded a call (a plain command): nothing to look for
     known = records(run)  # one walk of the ledger for every session
     for session in wanted:
-        for agent in AGENTS.values():
+        for agent in agents().values():
             path = agent.find(session, homes.get(agent.name, ()))
             if path is None:
                 continue
@@ -348,14 +349,14 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     ``note`` event, with ``source``'s agent command, so ``sandbox resume TARGET --continue`` goes on
     from there. Returns the new session id, or None when ``source`` holds no conversation.
     """
-    from sandbox.agent.sessions import AGENTS
+    from sandbox.agent.sessions import agents
 
     capture(source, homes, f"fork into {target.run_id}")
     state = source.state()
     upto = state.order[: state.order.index(at) + 1] if at in state.calls else state.order
     old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
     stored = latest(source, old) if old else None
-    agent = AGENTS.get(stored.index.agent) if stored is not None else None
+    agent = agents().get(stored.index.agent) if stored is not None else None
     if stored is None or agent is None or old is None or not agent.forks:
         return None  # the files are forked; this agent's conversation cannot be cut at a call
     data = load(source, stored)

@@ -186,8 +186,10 @@ class Event(Model):
     procs: ProcessScope | None = None
     #: The kind's own fields, kept as stored (a newer sandbox's fields too) and read through their
     #: kind's type: :class:`~sandbox.models.MergebackData` (apply, undo, redo), the TypedDicts of
-    #: :mod:`sandbox.models.payloads` (a call's end, a resume, a rollback, the events the fold keeps).
-    data: dict[str, Any] = Field(default_factory=new_dict)
+    #: :mod:`sandbox.models.payloads` through :func:`~sandbox.models.payloads.view` (a call's end, a
+    #: resume, a rollback, the events the fold keeps), or ``isinstance`` where a note is read.
+    #: ``object``, not ``Any``: every reader checks what it reads (pydantic treats both alike).
+    data: dict[str, object] = Field(default_factory=new_dict)
     #: The clone (the user's repository on one machine) that wrote the event: an apply, or an undo
     #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.runs.remote`).
     clone: str | None = None

@@ -49,6 +49,7 @@ from sandbox.models import (
     LiveProcess,
     ProcessScope,
     ResumeReport,
+    payloads,
 )
 from sandbox.recovery import resumereport
 from sandbox.run.beforewrite import before_writes, keep_before_writes
@@ -285,7 +286,7 @@ def _session_checkpoint(
     chosen: dict[str, object] | None = None
     for index, (_oid, event) in enumerate(events):
         if event.kind == EventKind.rollback_session and index >= after:
-            chosen = dict(event.data)
+            chosen = dict(payloads.view(event.data, payloads.RollbackSessionData))
     if chosen is None:
         return latest, None
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from sandbox.models import (
     CallStatus,
@@ -28,6 +28,7 @@ from sandbox.models import (
     ResumeReport,
     RollbackFilesData,
     UncertainCall,
+    payloads,
 )
 from sandbox.run import approvals
 from sandbox.run.fold import TERMINAL_STATUSES
@@ -104,7 +105,7 @@ def report(
     since = ckpt.tool_ledger.count if ckpt else 0
     after = [state.calls[c] for c in state.order if first_seen.get(c, 0) >= since]
     rolled = [
-        cast(RollbackFilesData, dict(ev.data))
+        payloads.view(ev.data, RollbackFilesData)
         for i, (_oid, ev) in enumerate(events)
         if ev.kind == EventKind.rollback_files and i >= since
     ]

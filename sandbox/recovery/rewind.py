@@ -164,7 +164,7 @@ def _fork_conversation(
     old = entry.agent_session
     report.from_session = old
     stored = transcripts.latest(run, old) if old else None
-    agent = sessions.AGENTS.get(stored.index.agent) if stored is not None else None
+    agent = sessions.agents().get(stored.index.agent) if stored is not None else None
     if stored is None or agent is None or old is None:
         report.messages.append(
             f"The run holds no conversation for call {entry.call_id}; only the files were rewound (a continue "

@@ -85,10 +85,10 @@ def last_step(run: Run) -> RewindStep | None:
         made = event.data.get("rewind")
         if isinstance(made, dict):
             step, moved = _step("rewind", made), False
-        elif step is not None and isinstance(event.data.get(UNDO_NOTE), dict):
-            step.op, step.head, moved = "undo", event.data[UNDO_NOTE].get("head"), False
-        elif step is not None and isinstance(event.data.get(REDO_NOTE), dict):
-            step.op, step.head, moved = "redo", event.data[REDO_NOTE].get("head"), False
+        elif step is not None and isinstance(note := event.data.get(UNDO_NOTE), dict):
+            step.op, step.head, moved = "undo", note.get("head"), False
+        elif step is not None and isinstance(note := event.data.get(REDO_NOTE), dict):
+            step.op, step.head, moved = "redo", note.get("head"), False
     if step is None or moved or step.head != run.state().head or _pending(run):
         return None
     return step

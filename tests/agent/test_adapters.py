@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from click.testing import CliRunner
 
 import sandbox.agent.adapters as adapters
-from sandbox.agent import netproxy
+from sandbox.agent import agenthome, netproxy, sessions
 from sandbox.cli import cli
 
 FIELDS = {
@@ -19,6 +20,8 @@ FIELDS = {
     "CONFIG": tuple,
     "PRIVATE": tuple,
 }
+#: What an agent whose conversations the sandbox continues says besides (every agent today).
+SESSION_FIELDS = ("SESSIONS", "session_homes")
 HOOK_FIELDS = ("HOOK_HELP", "SETTINGS_PATH", "MARKER", "SUCCESS_STDOUT", "classify", "to_event", "hook_settings")
 
 
@@ -34,7 +37,26 @@ def test_every_module_of_the_package_is_an_agent_that_says_what_the_registry_nee
         assert name == module.NAME
         if name in adapters.hook_names():
             assert all(hasattr(module, f) for f in HOOK_FIELDS), name
+        assert all(hasattr(module, f) for f in SESSION_FIELDS), name
     assert adapters.hook_names() == ("claude-code", "gemini")
+
+
+def test_each_agents_sessions_come_from_the_registry(tmp_path: Path) -> None:
+    # The adapter names its sessions class and its homes: sandbox.agent.sessions keeps no list of its own.
+    found = sessions.agents()
+    assert list(found) == list(adapters.names())
+    for name, agent in found.items():
+        module = adapters.agent(name)
+        assert type(agent).__name__ == module.SESSIONS and agent.name == name and agent.program == module.PROGRAM
+        assert sessions.for_command([f"/opt/bin/{module.PROGRAM}"]) is agent
+    home, run = str(tmp_path / "home"), str(tmp_path / "run")
+    homes = sessions.config_homes({"CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cl"}, home, run)
+    assert homes == {
+        name: adapters.agent(name).session_homes({"CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cl"}, home, run)
+        for name in found
+    }
+    assert homes["codex"] == ["/c"] and homes["claude-code"][1] == "/cl"
+    assert homes["gemini"] == [os.path.join(agenthome.home_of(run, "gemini"), ".gemini"), os.path.join(home, ".gemini")]
 
 
 def test_what_is_derived_from_the_registry() -> None:

@@ -162,7 +162,7 @@ def test_hooks_none_still_gives_claude_its_home_without_the_hooks(repo: Path, tm
 
 
 def test_the_sessions_lookup_names_the_same_homes_as_the_adapters(tmp_path: Path) -> None:
-    """sandbox.agent.sessions spells the run's agent homes without importing the adapters (no cycle)."""
+    """sandbox.agent.sessions asks each adapter for its homes: the run's own (the adapter's) first."""
     from sandbox.agent import sessions
     from sandbox.agent.adapters import claude_code, gemini
 

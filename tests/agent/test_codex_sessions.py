@@ -23,7 +23,7 @@ from sandbox.store.project import Project
 from tests.conftest import make_repo
 
 SESSION = "01a231c6-aaf5-77c0-8dff-589b7b91c781"
-CODEX = sessions.AGENTS["codex"]
+CODEX = sessions.agents()["codex"]
 
 
 def rollout(*call_ids: str) -> bytes:

@@ -124,7 +124,7 @@ def test_relaunch_replaces_the_prompt_and_keeps_the_flags() -> None:
         "--resume",
         "S",
     ]
-    assert sessions.for_command(["/usr/bin/claude"]) is sessions.AGENTS["claude-code"]
+    assert sessions.for_command(["/usr/bin/claude"]) is sessions.agents()["claude-code"]
     assert sessions.for_command(["aider"]) is None
 
 

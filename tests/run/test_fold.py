@@ -3,11 +3,15 @@ events it logs, and that the cached fold reads back and is written as the format
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import warnings
 
+import pytest
+
 from sandbox.models import (
+    CallSpec,
     Event,
     EventKind,
     LedgerState,
@@ -18,6 +22,15 @@ from sandbox.models import (
     UserPathRecord,
     from_json,
     to_json,
+)
+from sandbox.models.payloads import (
+    ApplyFinishData,
+    CallFinishData,
+    CheckpointLogged,
+    ResumedData,
+    RollbackFilesData,
+    RollbackSessionData,
+    view,
 )
 from sandbox.run.fold import FOLD, fold_event
 
@@ -84,3 +97,40 @@ def test_path_records_without_a_partial_apply_are_stored_as_before_partial_appli
     data = PathRecordUpdate.of("f.txt", record).to_data()
     assert data["partial"] == part.model_dump(mode="json")
     assert PathRecordUpdate.model_validate(data).record() == record
+
+
+def test_an_events_data_is_read_through_its_kinds_checked_view() -> None:
+    # Event.data is dict[str, object]: each kind's TypedDict view checks the keys it declares (a value
+    # of another type reads as missing, as in a ledger written before the field existed) and keeps the rest.
+    finish = {"status": "succeeded", "ran_ms": True, "interrupted": "yes", "later": [1]}
+    assert view(finish, CallFinishData) == {"status": "succeeded", "later": [1]}
+    assert view({"ran_ms": 5, "violation": False}, CallFinishData) == {"ran_ms": 5, "violation": False}
+    rollback = {"undone_calls": ["c1", 2], "kept_calls": ["c3"], "checkpoint": None}
+    assert view(rollback, RollbackFilesData) == {"kept_calls": ["c3"]}
+    assert view({"label": None, "step_id": 3}, RollbackSessionData) == {"label": None}
+    assert view({"epoch": 4, "host": 7}, ResumedData) == {"epoch": 4}
+    assert view({"calls": ["c1"], "paths": []}, ApplyFinishData) == {"calls": ["c1"], "paths": []}
+    with pytest.raises(ValueError, match="event_id"):
+        view({"at": "now"}, CheckpointLogged)  # a required key missing is no view at all
+
+
+def test_the_fold_reads_a_finish_and_a_rollback_through_their_views() -> None:
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    state = folded(
+        ev(EventKind.call_started, call_id="c1", at=t0, call=CallSpec(tool_name="Bash", input_hash="h1")),
+        ev(
+            EventKind.call_failed,
+            call_id="c1",
+            at=t0 + datetime.timedelta(seconds=10),
+            data={"interrupted": True, "ran_ms": 2000},
+        ),
+        ev(EventKind.call_started, call_id="c2", call=CallSpec(tool_name="Bash", input_hash="h2")),
+        ev(EventKind.call_succeeded, call_id="c2", commit="a" * 40, data={"ran_ms": True}),
+        ev(EventKind.rollback_files, commit="b" * 40, data={"undone_calls": ["c2"], "kept_calls": []}),
+        ev(EventKind.resumed, data={"epoch": 3}),
+    )
+    first, second = state.calls["c1"], state.calls["c2"]
+    assert first.status.value == "interrupted" and first.started_at is not None
+    assert first.finished_at is not None and (first.finished_at - first.started_at).total_seconds() == 2
+    assert second.status.value == "succeeded" and second.rolled_back  # ran_ms True is no duration
+    assert state.epoch == 3 and state.head == "b" * 40

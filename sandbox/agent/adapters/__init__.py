@@ -16,7 +16,10 @@ and has none):
 * ``ENDPOINTS``, ``BASE_URL``: its model hosts, and the variables that move them (the network
   allowlist of ``sandbox run``);
 * ``CONFIG``, ``PRIVATE``: its configuration under the user's home kept read-only inside, and its
-  state files each run writes a copy of.
+  state files each run writes a copy of;
+* ``SESSIONS``, ``session_homes(environ, home, run_dir)``: the class of :mod:`sandbox.agent.sessions`
+  that finds, forks and continues its conversations (named, not imported: that module reads this
+  registry), and the configuration homes its sessions may be in, the run's own first.
 
 ``docs/design.md`` ("Adding an agent") says the steps.
 """
@@ -28,11 +31,20 @@ import importlib
 import json
 import os
 import pkgutil
+import re
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from sandbox.errors import SandboxError, UsageError
+
+#: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
+SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def valid_session(session: str) -> bool:
+    """True when ``session`` has the shape of an agent's session id."""
+    return bool(SESSION_RE.match(session))
 
 
 @functools.cache

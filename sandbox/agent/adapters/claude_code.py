@@ -208,6 +208,16 @@ def config_home(run_dir: str) -> str:
     return agenthome.home_of(run_dir, HOME_NAME)
 
 
+#: Its conversations: found, forked and continued by :class:`sandbox.agent.sessions.ClaudeCode`.
+SESSIONS = "ClaudeCode"
+
+
+def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[str]:
+    """Where its sessions may be: the run's own home first ('sandbox run' gives one, and a relaunch
+    writes there, never into yours), then yours (``CLAUDE_CONFIG_DIR`` or ``~/.claude``) for older runs."""
+    return [config_home(run_dir), environ.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")]
+
+
 def transcripts_dir(run_dir: str) -> str:
     """Where the run's Claude Code sessions keep their transcripts (one folder per working directory)."""
     return os.path.join(config_home(run_dir), "projects")
@@ -249,12 +259,11 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
 
 def resume_args(run_dir: str, since: float) -> list[str] | None:
     """The arguments that resume the newest session saved since ``since`` (``--resume ID``), or None."""
-    from sandbox.agent import agenthome
-    from sandbox.agent.sessions import valid_session
+    from sandbox.agent import adapters, agenthome
 
     found = agenthome.newest(transcripts_dir(run_dir), ".jsonl", since)
     session = os.path.basename(found)[: -len(".jsonl")] if found else ""
-    if not valid_session(session):  # a name the agent made up is no session id
+    if not adapters.valid_session(session):  # a name the agent made up is no session id
         return None
     return ["--resume", session]
 
@@ -287,10 +296,10 @@ def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None
     inside the run's Claude Code home are read (never a path a payload names: the agent could point
     it anywhere), through no symlink, and only their last :data:`TAIL_BYTES`.
     """
-    from sandbox.agent import sessions
+    from sandbox.agent import adapters
     from sandbox.store import beneath
 
-    if not session or not sessions.valid_session(session):
+    if not session or not adapters.valid_session(session):
         return None
     home = config_home(run_dir)
     needle = json.dumps(call_id).encode()

@@ -6,6 +6,9 @@ configuration.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 NAME = "codex"
 PROGRAM = "codex"
 ENV = ("OPENAI_*", "CODEX_*")
@@ -13,3 +16,10 @@ ENDPOINTS = ("api.openai.com", "chatgpt.com", "auth.openai.com")
 BASE_URL = ("OPENAI_BASE_URL",)
 CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/")
 PRIVATE: tuple[str, ...] = ()
+#: Its sessions: found, forked and continued by :class:`sandbox.agent.sessions.Codex`.
+SESSIONS = "Codex"
+
+
+def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[str]:
+    """Where its sessions are: ``CODEX_HOME`` or ``~/.codex`` (a run gives Codex no home of its own)."""
+    return [environ.get("CODEX_HOME") or os.path.join(home, ".codex")]

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, settle_event
@@ -248,6 +249,16 @@ def cli_home(run_dir: str) -> str:
     return agenthome.home_of(run_dir, HOME_NAME)
 
 
+#: Its chats: found, forked and continued by :class:`sandbox.agent.sessions.GeminiCli`.
+SESSIONS = "GeminiCli"
+
+
+def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[str]:
+    """Where its chats may be: the run's own ``.gemini`` first ('sandbox run' gives one, and a relaunch
+    writes there, never into yours), then yours (``~/.gemini``) for older runs."""
+    return [os.path.join(cli_home(run_dir), ".gemini"), os.path.join(home, ".gemini")]
+
+
 def sessions_dir(run_dir: str) -> str:
     """Where the run's Gemini CLI sessions are saved (a folder per project, ``chats/`` in each)."""
     return os.path.join(cli_home(run_dir), ".gemini", "tmp")
@@ -283,8 +294,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
 def resume_args(run_dir: str, since: float) -> list[str] | None:
     """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
     file names no ``sessionId``), else None."""
-    from sandbox.agent import agenthome
-    from sandbox.agent.sessions import valid_session
+    from sandbox.agent import adapters, agenthome
 
     root = sessions_dir(run_dir)
     try:
@@ -300,5 +310,5 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     session: Any = None
     with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
         session = json.loads(fh.readline(64 * 1024)).get("sessionId")
-    ok = isinstance(session, str) and valid_session(session)
+    ok = isinstance(session, str) and adapters.valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]

@@ -29,6 +29,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING
 
@@ -117,10 +118,17 @@ class Confined:
     """A command running in a sandbox: ``wait`` and ``send_signal`` like :class:`subprocess.Popen`."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], started_fd: int | None, session: bool, cgroups: Cgroups | None = None
+        self,
+        proc: subprocess.Popen[bytes],
+        started_fd: int | None,
+        session: bool,
+        cgroups: Cgroups | None = None,
+        holder: threading.Event | None = None,
     ) -> None:
         self.proc = proc
         self._cgroups = cgroups
+        #: Set when the sandbox has ended: releases the thread that started it (see hardening.scoped).
+        self._holder = holder
         self.pid = proc.pid
         self._started_fd = started_fd
         self._session = session
@@ -164,6 +172,8 @@ class Confined:
                 if self._session:
                     self.send_signal(signal.SIGINT)
                 continue  # otherwise the command got the same SIGINT from the terminal
+        if self._holder is not None:
+            self._holder.set()
         if self._cgroups is not None:
             self._cgroups.remove()
         fd, self._started_fd = self._started_fd, None
@@ -269,22 +279,26 @@ def spawn(
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
+    holder: threading.Event | None = None
     try:
         # Abstract Unix sockets are per network namespace: with one of its own (--network off) the
         # sandbox reaches none outside; sharing the host's, Landlock scopes them where the kernel can
         # (only then: it costs importing ctypes, a few ms of every `sandbox exec`).
         if policy.network and hardening.landlock_abi() >= hardening.SCOPE_ABI:
-            proc = hardening.scoped(start)
+            holder = threading.Event()
+            proc = hardening.scoped(start, holder)
         else:
             proc = start()
     except BaseException:
         os.close(started_r)
         groups.remove()
+        if holder is not None:
+            holder.set()
         raise
     finally:
         for fd in fds:
             os.close(fd)
-    return Confined(proc, started_r, session=not policy.interactive, cgroups=groups)
+    return Confined(proc, started_r, session=not policy.interactive, cgroups=groups, holder=holder)
 
 
 def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_var: str) -> None:

@@ -85,14 +85,19 @@ def _restrict_this_thread() -> None:
         os.close(fd)
 
 
-def scoped(start: Callable[[], T]) -> T:
+def scoped(start: Callable[[], T], hold: threading.Event) -> T:
     """Run ``start()`` (which starts bubblewrap) on a thread whose abstract Unix sockets are scoped.
 
-    The thread ends with ``start``; the caller's own threads are never restricted. Raises OSError
-    when the kernel refuses the restriction (the caller then does not start the sandbox).
+    The thread lives on until ``hold`` is set (when the sandbox has ended): bubblewrap's
+    ``--die-with-parent`` is tied to the thread that started it, so a thread that ended at once
+    would kill the sandbox with SIGKILL as soon as bubblewrap armed it (a race the fast cgroup join
+    made common), or, armed after the thread's end, leave a sandbox that outlives a killed caller.
+    The caller's own threads are never restricted. Raises OSError when the kernel refuses the
+    restriction (the caller then does not start the sandbox).
     """
     box: list[T] = []
     error: list[BaseException] = []
+    ready = threading.Event()
 
     def body() -> None:
         try:
@@ -100,10 +105,14 @@ def scoped(start: Callable[[], T]) -> T:
             box.append(start())
         except BaseException as exc:  # handed to the caller's thread
             error.append(exc)
+            return
+        finally:
+            ready.set()
+        hold.wait()
 
     thread = threading.Thread(target=body, name="sandbox-landlock", daemon=True)
     thread.start()
-    thread.join()
+    ready.wait()
     if error:
         raise error[0]
     return box[0]

@@ -527,3 +527,66 @@ def test_a_v1_cgroup_is_joined_through_its_one_thread_door_and_children_are_born
     finally:
         groups.remove()
     assert groups.dirs == [] and groups.join_files == []
+
+
+DIE_WITH_PARENT = r"""
+import os, sys, time
+from sandbox.agent import confine
+iso = confine.Isolation(enabled=True, network=True, program=sys.argv[1], interactive=False)
+policy = confine.Policy(writable=(sys.argv[2],), protected=(), readable=tuple(sys.argv[3:]), network=True)
+proc = confine.spawn(iso, policy, ["sleep", "60"], sys.argv[2])
+deadline = time.monotonic() + 10
+while not proc.command_pids() and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(proc.command_pids()[0], flush=True)
+time.sleep(60)
+"""
+
+
+@needs_bwrap
+def test_a_sandbox_sharing_the_network_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """With the host's network shared, bubblewrap is started from a Landlock-scoped thread, and its
+    --die-with-parent is tied to that thread: the thread lives as long as the sandbox, so a killed
+    ``sandbox`` process takes its sandbox along (and a live one is never killed by the thread's end)."""
+    from sandbox.agent import hardening
+
+    if hardening.landlock_abi() < hardening.SCOPE_ABI:
+        pytest.skip("this kernel has no Landlock scoping: the sandbox is started from the caller's thread")
+    starter = subprocess.Popen(
+        [sys.executable, "-c", DIE_WITH_PARENT, str(BWRAP), str(tmp_path), *visible()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert starter.stdout is not None
+        inner = int(starter.stdout.readline())
+        time.sleep(0.5)  # long past the scoped thread's start: it must still be holding the sandbox
+        assert os.path.exists(f"/proc/{inner}"), "the sandbox died while its starter lived"
+    finally:
+        starter.kill()
+        starter.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{inner}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{inner}"), "the sandbox outlived the process that started it"
+
+
+@needs_bwrap
+def test_sandboxes_sharing_the_network_started_side_by_side_all_run_to_their_end(tmp_path: Path) -> None:
+    """The Landlock-scoped thread that starts bubblewrap outlives it: when it ended at once, a
+    bubblewrap that had armed --die-with-parent by then was SIGKILLed (a sandbox "that could not be
+    set up", or a command dead of signal 9), one start in a few when several start together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.agent import hardening
+
+    if hardening.landlock_abi() < hardening.SCOPE_ABI:
+        pytest.skip("this kernel has no Landlock scoping: the sandbox is started from the caller's thread")
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), readable=visible(), network=True)
+
+    def one(_: int) -> int:
+        return confine.spawn(isolation(network=True), policy, ["sh", "-c", "sleep 0.2"], str(tmp_path)).wait()
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(one, range(40)))
+    assert codes == [0] * 40

@@ -201,15 +201,6 @@ def ensure_host(common_dir: str, start_host: Callable[[], None] | None, timeout:
         time.sleep(0.05)
 
 
-def boot_id() -> str | None:
-    """This boot's id (processes of an earlier boot are not this session's)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
-
-
 def start(
     where: Where,
     argv: Sequence[str],
@@ -253,7 +244,7 @@ def start(
         # Only bound here: the proxy is served (its asyncio loop imported) once the agent started,
         # and a connection made before that waits in the socket's backlog.
         proxy = NetProxy(policy.proxy, Allowlist(isolation.allow or ()), refusals).listen()
-    started = Started(where, token, boot_id(), hosted, changes, window, proxy, refusals, confined=confined)
+    started = Started(where, token, procs.boot_id(), hosted, changes, window, proxy, refusals, confined=confined)
     started.on_signal = on_signal
     cwd = (
         os.path.join(where.worktree, subdir)

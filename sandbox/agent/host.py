@@ -129,7 +129,7 @@ class Host:
         #: per served run as a ``note`` event (see :meth:`_note_outage`).
         self.outage: Outage | None = None
         self._stop = threading.Event()
-        self._boot_id = _boot_id()
+        self._boot_id = procs.boot_id()
         self._ns = _pid_ns("self")
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -522,14 +522,6 @@ def _left_behind(common_dir: str) -> Outage | None:
         "restarted_at": utcnow().isoformat(),
         "note": "the repository's host had died; hooks recorded in their own processes until it was restarted",
     }
-
-
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
 
 
 class HostClaim:

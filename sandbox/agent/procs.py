@@ -41,6 +41,15 @@ def available() -> bool:
     return os.path.isdir(os.path.join(PROC, "self"))
 
 
+def boot_id() -> str | None:
+    """This boot's id, or None without one: processes (and start times) of an earlier boot are not this one's."""
+    try:
+        with open(os.path.join(PROC, "sys/kernel/random/boot_id"), encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """The start time of ``pid`` in clock ticks since boot (field 22 of its stat), or None when gone."""
     try:

@@ -144,8 +144,14 @@ def _limits_shell(limits: Limits) -> str:
 
 
 # A classic BPF program for seccomp: ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails with EPERM; every
-# other call is allowed. Unknown architectures get no filter (see :func:`seccomp_program`).
-_AUDIT_ARCH = {"x86_64": (0xC000003E, (16, 0x40000000 | 514)), "aarch64": (0xC00000B7, (29,))}
+# other call is allowed. The filter sees the calling convention's architecture, not the binary's:
+# a 64-bit process reaches the 32-bit table with ``int 0x80`` (``svc`` in AArch32 on arm64), so each
+# machine lists its compat architecture too, with that table's ioctl number (54 on i386 and arm).
+# Unknown machines get no filter (see :func:`seccomp_program`).
+_AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {
+    "x86_64": ((0xC000003E, (16, 0x40000000 | 514)), (0x40000003, (54,))),  # x86-64 (and x32), i386
+    "aarch64": ((0xC00000B7, (29,)), (0x40000028, (54,))),  # arm64, arm (EABI)
+}
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
@@ -153,22 +159,24 @@ _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERR
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know."""
-    arch = _AUDIT_ARCH.get(machine or os.uname().machine)
-    if arch is None:
+    arches = _AUDIT_ARCH.get(machine or os.uname().machine)
+    if arches is None:
         return None
-    audit, numbers = arch
     # Instructions as (code, jump-if-true label, jump-if-false label, k); labels resolved below.
     prog: list[tuple[int, str | None, str | None, int]] = [(_LD_ABS, None, None, 4)]  # seccomp_data.arch
-    prog.append((_JEQ_K, None, "allow", audit))
-    prog.append((_LD_ABS, None, None, 0))  # seccomp_data.nr
-    for i, nr in enumerate(numbers):
-        last = i == len(numbers) - 1
-        prog.append((_JEQ_K, "args", "allow" if last else None, nr))
+    for i, (audit, _numbers) in enumerate(arches):
+        prog.append((_JEQ_K, f"arch{i}", "allow" if i == len(arches) - 1 else None, audit))
+    labels: dict[str, int] = {}
+    for i, (_audit, numbers) in enumerate(arches):
+        labels[f"arch{i}"] = len(prog)
+        prog.append((_LD_ABS, None, None, 0))  # seccomp_data.nr
+        for j, nr in enumerate(numbers):
+            prog.append((_JEQ_K, "args", "allow" if j == len(numbers) - 1 else None, nr))
+    labels["args"] = len(prog)
     prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
     for i, cmd in enumerate(_DENIED_IOCTLS):
-        last = i == len(_DENIED_IOCTLS) - 1
-        prog.append((_JEQ_K, "deny", "allow" if last else None, cmd))
-    labels = {"args": len(numbers) + 3, "allow": len(prog), "deny": len(prog) + 1}
+        prog.append((_JEQ_K, "deny", "allow" if i == len(_DENIED_IOCTLS) - 1 else None, cmd))
+    labels.update(allow=len(prog), deny=len(prog) + 1)
     out = b""
     for index, (code, jt, jf, k) in enumerate(prog):
         t = labels[jt] - index - 1 if jt else 0

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -230,6 +231,57 @@ def test_tiocsti_is_refused(tmp_path: Path) -> None:
     )
     assert proc.wait() == 0
     assert out.read_text().strip() == "1"  # EPERM
+
+
+def _seccomp_verdict(program: bytes, arch: int, nr: int, cmd: int) -> str:
+    """Run the classic BPF ``program`` on one call, as the kernel would: "allow" or "deny"."""
+    data = struct.pack("=iIQQQ", nr, arch, 0, 0, cmd)  # seccomp_data: nr, arch, ip, args[0], args[1]
+    insns = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # BPF_LD | BPF_W | BPF_ABS
+            (acc,) = struct.unpack_from("=I", data, k)
+        elif code == 0x15:  # BPF_JMP | BPF_JEQ | BPF_K
+            pc += jt if acc == k else jf
+        else:  # BPF_RET | BPF_K
+            return "allow" if k == 0x7FFF0000 else "deny"
+        pc += 1
+
+
+def test_seccomp_refuses_tiocsti_through_the_32_bit_table_too() -> None:
+    """``int 0x80`` from a 64-bit process is an i386 call to the filter: ioctl is 54 there, not 16."""
+    tiocsti, tcgets = 0x5412, 0x5401
+    cases = {"x86_64": (0xC000003E, 16, 0x40000003, 54), "aarch64": (0xC00000B7, 29, 0x40000028, 54)}
+    for machine, (native, ioctl, compat, compat_ioctl) in cases.items():
+        program = bwrap.seccomp_program(machine)
+        assert program is not None
+        assert _seccomp_verdict(program, native, ioctl, tiocsti) == "deny"
+        assert _seccomp_verdict(program, compat, compat_ioctl, tiocsti) == "deny"
+        assert _seccomp_verdict(program, compat, compat_ioctl, 0x541C) == "deny"  # TIOCLINUX
+        assert _seccomp_verdict(program, native, ioctl, tcgets) == "allow"
+        assert _seccomp_verdict(program, compat, compat_ioctl, tcgets) == "allow"
+        assert _seccomp_verdict(program, native, 0, tiocsti) == "allow"  # read(), whatever its arguments
+        assert _seccomp_verdict(program, compat, 3, tiocsti) == "allow"
+    assert _seccomp_verdict(bwrap.seccomp_program("x86_64") or b"", 0xC000003E, 0x40000000 | 514, tiocsti) == "deny"
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.uname().machine != "x86_64" or shutil.which("cc") is None, reason="x86-64 with a C compiler")
+def test_tiocsti_through_int_0x80_is_refused(tmp_path: Path) -> None:
+    """A real 64-bit process calling ioctl through the i386 table: EPERM, not ENOTTY from the tty layer."""
+    (tmp_path / "t.c").write_text(
+        "#include <stdio.h>\n#include <fcntl.h>\nint main(void) {\n"
+        '  int fd = open("/dev/null", O_RDWR); long ret; char c = 0;\n'
+        '  __asm__ volatile ("int $0x80" : "=a"(ret) : "a"(54), "b"(fd), "c"(0x5412), "d"(&c) : "memory");\n'
+        '  printf("%ld\\n", ret); return 0;\n}\n'
+    )
+    if subprocess.run(["cc", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")], capture_output=True).returncode:
+        pytest.skip("cannot compile here")
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
+    proc = confine.spawn(isolation(interactive=True), policy, ["sh", "-c", "./t > out"], str(tmp_path))
+    assert proc.wait() == 0
+    assert (tmp_path / "out").read_text().strip() == "-1"  # -EPERM (-25, ENOTTY, without the filter)
 
 
 @needs_bwrap

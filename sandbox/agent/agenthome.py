@@ -44,8 +44,18 @@ def home_of(run_dir: str, agent: str) -> str:
 
 
 def make_home(run_dir: str, agent: str) -> str:
-    """The run's home for ``agent``, created when missing."""
-    path = home_of(run_dir, agent)
+    """The run's home for ``agent``, created when missing (see :func:`make_dir`)."""
+    return make_dir(home_of(run_dir, agent))
+
+
+def make_dir(path: str) -> str:
+    """``path``, a real directory of the run's agent home, created when missing.
+
+    The agent may have left a symlink there (its home is writable inside the sandbox): it is removed,
+    so that seeding, done outside the sandbox, never reads or writes through it.
+    """
+    if os.path.islink(path):
+        os.unlink(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
@@ -93,10 +103,11 @@ def _merge_slot(base: Any, user: Any, run: Any, missing: object) -> Any:
     return merge3(base, user, run)
 
 
-def read_json(path: str) -> dict[str, object] | None:
-    """A JSON object file's content; None when missing, unreadable or not an object."""
+def read_json(path: str, *, follow: bool = True) -> dict[str, object] | None:
+    """A JSON object file's content; None when missing, unreadable or not an object (or, unless
+    ``follow``, a symlink: a file of the agent's home may lead to a secret masked inside)."""
     try:
-        with open(path, "rb") as fh:
+        with open(os.open(path, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW)), "rb") as fh:
             data = json.loads(fh.read(MAX_STATE))
     except (OSError, ValueError, RecursionError):
         return None
@@ -130,7 +141,7 @@ def seed_json(
     Returns whether ``dest`` exists afterwards.
     """
     user = read_json(user_path)
-    run = read_json(dest)
+    run = read_json(dest, follow=False)  # the agent's: written inside, read here outside the sandbox
     if user is None and run is None and overlay is None and not create:
         return False
     user_d = user or {}

@@ -78,6 +78,33 @@ def test_gemini_home_holds_its_settings_with_the_hooks_and_links_only_what_exist
     assert env["GEMINI_CLI_TRUSTED_FOLDERS_PATH"].startswith(str(run_dir))
 
 
+def test_seeding_never_reads_or_writes_through_a_link_the_agent_left_in_its_home(tmp_path: Path) -> None:
+    """The home is writable inside; seeding runs outside, where a masked secret is readable."""
+    user_home, run_dir, elsewhere = tmp_path / "home", tmp_path / "run", tmp_path / "elsewhere"
+    (user_home / ".gemini").mkdir(parents=True)
+    (user_home / ".gemini" / "settings.json").write_text('{"ui": {"theme": "x"}}')
+    secret = user_home / ".docker" / "config.json"  # masked inside the sandbox, and a JSON object
+    secret.parent.mkdir()
+    secret.write_text('{"auths": {"registry": {"auth": "s3cret"}}}')
+    elsewhere.mkdir()
+    wt = str(tmp_path / "wt")
+    home = Path(claude_code.session_env(str(run_dir), wt, str(user_home), COMMAND)["CLAUDE_CONFIG_DIR"])
+    (home / ".claude.json").unlink()
+    (home / ".claude.json").symlink_to(secret)
+    (user_home / ".claude.json").write_text('{"theme": "light"}')  # changed outside since: a merge is written
+    gemini_home = Path(gemini.session_env(str(run_dir), wt, str(user_home), None)["GEMINI_CLI_HOME"])
+    shutil.rmtree(gemini_home / ".gemini")
+    (gemini_home / ".gemini").symlink_to(elsewhere)
+    claude_code.session_env(str(run_dir), wt, str(user_home), COMMAND)
+    gemini.session_env(str(run_dir), wt, str(user_home), None)
+    assert not (home / ".claude.json").is_symlink() and "s3cret" not in (home / ".claude.json").read_text()
+    assert json.loads((home / ".claude.json").read_text()) == {"theme": "light"}
+    assert secret.read_text() == '{"auths": {"registry": {"auth": "s3cret"}}}'
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link
+    assert not (gemini_home / ".gemini").is_symlink()
+    assert json.loads((gemini_home / ".gemini" / "settings.json").read_text())["ui"] == {"theme": "x"}
+
+
 def test_uninstall_takes_only_the_sandboxs_hooks_out_of_the_worktree(tmp_path: Path) -> None:
     adapter = adapters.load("claude-code")
     (tmp_path / ".claude").mkdir()

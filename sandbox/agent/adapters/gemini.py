@@ -273,7 +273,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     home = agenthome.make_home(run_dir, HOME_NAME)
     state = os.path.join(home, ".gemini")
     user_dir = os.path.join(user_home, ".gemini")
-    os.makedirs(state, mode=0o700, exist_ok=True)
+    agenthome.make_dir(state)
 
     def with_hooks(settings: dict[str, object]) -> dict[str, object]:
         if command is None:  # --hooks none: the agent's home without the sandbox's hooks

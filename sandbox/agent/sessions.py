@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import re
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -456,13 +457,19 @@ def for_command(argv: Sequence[str]) -> AgentSessions | None:
 
 
 def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) -> str | None:
-    """The most recently modified file matching any of the glob ``patterns`` (and ``keep``), or None."""
+    """The most recently modified regular file matching any of the glob ``patterns`` (and ``keep``), or None.
+
+    Never a symlink, a FIFO or a device: the run's agent homes are writable inside the sandbox, and the
+    file found is read outside it (a link to a masked secret would be kept with the run's transcripts,
+    a FIFO or ``/dev/zero`` would hang the reader or fill its memory).
+    """
     found = []
     for pattern in patterns:
         for path in glob.glob(pattern):
             try:
-                if keep is None or keep(path):
-                    found.append((os.stat(path).st_mtime_ns, path))
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and (keep is None or keep(path)):
+                    found.append((st.st_mtime_ns, path))
             except OSError:
                 continue
     return max(found)[1] if found else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,26 @@ def test_find_looks_in_every_candidate_home(tmp_path: Path) -> None:
     path.write_bytes(b"{}\n")
     assert agent.find(SESSION, [str(run_home), str(user_home)]) == str(path)
     assert agent.find("../etc", [str(user_home)]) is None  # not a session id: never globbed
+
+
+def test_find_takes_no_link_fifo_or_device_the_agent_left_in_its_home(tmp_path: Path) -> None:
+    """The run's homes are writable inside; what is found is read outside (and kept with the run)."""
+    agent = sessions.ClaudeCode()
+    home = tmp_path / "run" / ".claude"
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY\n")
+    for cwd, target in (("/w/a", str(secret)), ("/w/b", "/dev/zero")):
+        path = Path(agent.place(str(home), cwd, SESSION))
+        path.parent.mkdir(parents=True)
+        path.symlink_to(target)
+    fifo = Path(agent.place(str(home), "/w/c", SESSION))
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    assert agent.find(SESSION, [str(home)]) is None
+    gemini_chats = tmp_path / "gem" / "tmp" / "proj" / "chats"
+    gemini_chats.mkdir(parents=True)
+    os.mkfifo(gemini_chats / f"session-1-{SESSION[:8]}.jsonl")  # its first line would be read: never opened
+    assert sessions.GeminiCli().find(SESSION, [str(tmp_path / "gem")]) is None
 
 
 def test_gemini_find_takes_only_a_chat_whose_first_record_names_the_session(tmp_path: Path) -> None:

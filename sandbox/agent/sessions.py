@@ -191,19 +191,7 @@ class ClaudeCode(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation up to just before tool use ``before`` (all of it for None), as session ``new``."""
-        lines = self.lines_before(data, before)
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            record = _record(line)
-            if not record:
-                out.append(line)  # not ours to understand: kept as it is
-                continue
-            if "sessionId" in record:
-                record["sessionId"] = new
-            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
-        return b"\n".join(out) + b"\n" if out else b""
+        return _as_session(self.lines_before(data, before), new)
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Where Claude Code looks for ``session`` when started in ``cwd`` with this config home."""
@@ -316,28 +304,21 @@ class GeminiCli(AgentSessions):
         """The chat up to just before the model turn asking for Gemini tool call ``before``, as session ``new``."""
         lines = self.lines_before(data, before)
         cut = _record(data.split(b"\n")[len(lines)]).get("id") if before is not None else None
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            record = _record(line)
-            if not record:
-                out.append(line)  # not ours to understand: kept as it is
-                continue
-            if "sessionId" in record:
-                record["sessionId"] = new
+
+        def trim(record: dict[str, object]) -> None:
             update = record.get("$set")
-            if isinstance(update, dict):
-                if "sessionId" in update:
-                    update["sessionId"] = new
-                messages = update.get("messages")
-                if isinstance(messages, list) and cut is not None:
-                    # A whole-list update written before the cut may hold the later turns too.
-                    ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
-                    if cut in ids:
-                        update["messages"] = messages[: ids.index(cut)]
-            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
-        return b"\n".join(out) + b"\n" if out else b""
+            if not isinstance(update, dict):
+                return
+            if "sessionId" in update:
+                update["sessionId"] = new
+            messages = update.get("messages")
+            if isinstance(messages, list) and cut is not None:
+                # A whole-list update written before the cut may hold the later turns too.
+                ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
+                if cut in ids:
+                    update["messages"] = messages[: ids.index(cut)]
+
+        return _as_session(lines, new, trim)
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Any path will do (``--session-file``): beside Gemini's own temporary files."""
@@ -473,6 +454,25 @@ def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) 
             except OSError:
                 continue
     return max(found)[1] if found else None
+
+
+def _as_session(lines: Sequence[bytes], new: str, also: Callable[[dict[str, object]], None] | None = None) -> bytes:
+    """JSON ``lines`` with each record's ``sessionId`` set to ``new`` and ``also`` applied (blank lines
+    dropped; a line that is no JSON object is not ours to understand: kept as it is)."""
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        record = _record(line)
+        if not record:
+            out.append(line)
+            continue
+        if "sessionId" in record:
+            record["sessionId"] = new
+        if also is not None:
+            also(record)
+        out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
+    return b"\n".join(out) + b"\n" if out else b""
 
 
 def _record(line: bytes) -> dict[str, object]:

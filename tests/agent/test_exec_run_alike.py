@@ -92,9 +92,8 @@ def test_run_json_summary_on_stdout(repo: Path) -> None:
     assert "said" in proc.stderr.decode()
 
 
-def test_a_session_interrupted_with_ctrl_c_is_recorded_as_interrupted(repo: Path) -> None:
-    # The agent does not handle SIGINT: it dies of it, as an agent quit with Ctrl-C does (exit 130).
-    agent = "open('partial.txt', 'w').write('half done')\nprint('ready', flush=True)\nimport time\ntime.sleep(120)\n"
+def ctrl_c_run(repo: Path, agent: str) -> bytes:
+    """``sandbox run`` of the Python ``agent`` (which prints ``ready`` first), stopped with Ctrl-C; its stderr."""
     exe = Path(sys.executable).parent / "sandbox"
     proc = subprocess.Popen(
         [str(exe), "run", "--", sys.executable, "-c", agent],
@@ -108,8 +107,20 @@ def test_a_session_interrupted_with_ctrl_c_is_recorded_as_interrupted(repo: Path
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
+    return err
+
+
+def run_id_of(stderr: str) -> str:
+    """The run ``sandbox run`` said it started."""
+    return next(line.split()[3] for line in stderr.splitlines() if line.startswith("sandbox: started run "))
+
+
+def test_a_session_interrupted_with_ctrl_c_is_recorded_as_interrupted(repo: Path) -> None:
+    # The agent does not handle SIGINT: it dies of it, as an agent quit with Ctrl-C does (exit 130).
+    agent = "open('partial.txt', 'w').write('half done')\nprint('ready', flush=True)\nimport time\ntime.sleep(120)\n"
+    err = ctrl_c_run(repo, agent)
     text = err.decode()
-    run_id = next(line.split()[3] for line in text.splitlines() if line.startswith("sandbox: started run "))
+    run_id = run_id_of(text)
     assert "it was interrupted" in text and "the agent exited 130." not in text
     entries = log(repo, run_id)
     last = entries[-1]
@@ -179,20 +190,8 @@ def test_an_agent_that_ends_cleanly_on_ctrl_c_was_still_interrupted(repo: Path) 
 def test_a_session_interrupted_after_its_last_change_is_recorded_as_interrupted(repo: Path) -> None:
     """Issue 21 item 9: nothing left to cut at the Ctrl-C, and the ledger still says it was interrupted."""
     agent = "print('ready', flush=True)\nimport time\ntime.sleep(120)\n"
-    exe = Path(sys.executable).parent / "sandbox"
-    proc = subprocess.Popen(
-        [str(exe), "run", "--", sys.executable, "-c", agent],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"ready\n"  # bounded: the agent exits after 120 s
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    run_id = next(line.split()[3] for line in err.decode().splitlines() if line.startswith("sandbox: started run "))
+    err = ctrl_c_run(repo, agent)
+    run_id = run_id_of(err.decode())
     last = log(repo, run_id)[-1]
     assert last["tool_name"] == "agent_session" and last["status"] == "failed" and last["files"] == []
     assert str(last["error"]).startswith("interrupted: the session was stopped with Ctrl-C")

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -354,35 +355,32 @@ def attack_by_exec(w: dict[str, Any], *flags: str) -> dict[str, Any]:
     return results_of(proc.stdout)
 
 
+def bash_by_agent(
+    w: dict[str, Any], cwd: str, command: str, call_id: str, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``sandbox run`` of a fake Claude Code making one Bash call of ``command``; its hooks record the call."""
+    pre = {
+        "hook_event_name": "PreToolUse",
+        "session_id": "s1",
+        "cwd": cwd,
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+        "tool_use_id": call_id,
+    }
+    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
+    steps = [{"pre": pre, "effect": {"sh": command}, "post": post}]
+    argv = ["run", w["run"], *flags, "--hooks", "claude-code", "--", sys.executable, str(FIXTURES_AGENT), "-"]
+    proc = sb(*argv, cwd=w["user"], input=json.dumps(steps).encode(), env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def attack_by_agent(w: dict[str, Any], *flags: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A fake Claude Code whose Bash tool call runs the attacker; its hooks record the call."""
     import shlex
 
     command = shlex.join([sys.executable, "-c", ATTACK, targets(w)])
-    pre = {
-        "hook_event_name": "PreToolUse",
-        "session_id": "s1",
-        "cwd": str(w["worktree"]),
-        "tool_name": "Bash",
-        "tool_input": {"command": command},
-        "tool_use_id": "toolu_escape",
-    }
-    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
-    steps = [{"pre": pre, "effect": {"sh": command}, "post": post}]
-    proc = sb(
-        "run",
-        w["run"],
-        *flags,
-        "--hooks",
-        "claude-code",
-        "--",
-        sys.executable,
-        str(FIXTURES_AGENT),
-        "-",
-        cwd=w["user"],
-        input=json.dumps(steps).encode(),
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = bash_by_agent(w, str(w["worktree"]), command, "toolu_escape", *flags)
     log = json.loads(sb("log", w["run"], "--json", cwd=w["user"]).stdout)
     return results_of(proc.stdout), log
 
@@ -621,30 +619,7 @@ def test_an_agent_under_run_reads_no_secret_inherits_no_token_and_reaches_no_out
     w = secrets_world
     worktree = open_run(w["user"], w["run"]).worktree
     command = shlex.join([sys.executable, "-c", READ_ATTACK, read_targets(w)])
-    pre = {
-        "hook_event_name": "PreToolUse",
-        "session_id": "s1",
-        "cwd": worktree,
-        "tool_name": "Bash",
-        "tool_input": {"command": command},
-        "tool_use_id": "toolu_reads",
-    }
-    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
-    steps = [{"pre": pre, "effect": {"sh": command}, "post": post}]
-    proc = sb(
-        "run",
-        w["run"],
-        "--hooks",
-        "claude-code",
-        "--",
-        sys.executable,
-        str(FIXTURES_AGENT),
-        "-",
-        cwd=w["user"],
-        input=json.dumps(steps).encode(),
-        env=LEAKY_ENV,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = bash_by_agent(w, worktree, command, "toolu_reads", env=LEAKY_ENV)
     check_nothing_leaked(w, reads_of(proc.stdout))
     log = json.loads(sb("log", w["run"], "--json", cwd=w["user"]).stdout)
     assert [e["status"] for e in log if e["call_id"] == "toolu_reads"] == ["succeeded"], log  # hooks still record

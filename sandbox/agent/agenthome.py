@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -104,10 +105,14 @@ def _merge_slot(base: Any, user: Any, run: Any, missing: object) -> Any:
 
 
 def read_json(path: str, *, follow: bool = True) -> dict[str, object] | None:
-    """A JSON object file's content; None when missing, unreadable or not an object (or, unless
-    ``follow``, a symlink: a file of the agent's home may lead to a secret masked inside)."""
+    """A JSON object file's content; None when missing, unreadable, not a regular file (a FIFO the
+    agent made in its home must not hang ``sandbox run``) or not an object, or, unless ``follow``, a
+    symlink (a file of the agent's home may lead to a secret masked inside)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(os.open(path, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW)), "rb") as fh:
+        with open(os.open(path, flags), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
             data = json.loads(fh.read(MAX_STATE))
     except (OSError, ValueError, RecursionError):
         return None

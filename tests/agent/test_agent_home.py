@@ -95,8 +95,12 @@ def test_seeding_never_reads_or_writes_through_a_link_the_agent_left_in_its_home
     gemini_home = Path(gemini.session_env(str(run_dir), wt, str(user_home), None)["GEMINI_CLI_HOME"])
     shutil.rmtree(gemini_home / ".gemini")
     (gemini_home / ".gemini").symlink_to(elsewhere)
+    os.mkfifo(home / "settings.json.tmp")
+    (home / "settings.json").unlink()
+    os.rename(home / "settings.json.tmp", home / "settings.json")  # would hang a blocking open
     claude_code.session_env(str(run_dir), wt, str(user_home), COMMAND)
     gemini.session_env(str(run_dir), wt, str(user_home), None)
+    assert COMMAND in (home / "settings.json").read_text()  # a regular file again, with the hooks
     assert not (home / ".claude.json").is_symlink() and "s3cret" not in (home / ".claude.json").read_text()
     assert json.loads((home / ".claude.json").read_text()) == {"theme": "light"}
     assert secret.read_text() == '{"auths": {"registry": {"auth": "s3cret"}}}'

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.agent.agenthome import STATE_DIR, homes_root
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
 from sandbox.store import layout
@@ -331,7 +332,7 @@ def policy_for(
         # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
         homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
         private=tuple(
-            (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "agent-state", _copy_name(dest)), dest)
+            (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
             for dest in isolation.private
         ),
         proxy=(
@@ -369,8 +370,6 @@ def _empty_file(common_dir: str) -> str | None:
 
 
 def _homes_root(common_dir: str, run_id: str) -> str:
-    from sandbox.agent.agenthome import homes_root  # standard library only, like this module
-
     return homes_root(layout.run_dir(common_dir, run_id))
 
 

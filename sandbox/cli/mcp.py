@@ -69,7 +69,7 @@ def mcp(
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
 
-    from sandbox.agent import confine, envfilter
+    from sandbox.agent import confine, envfilter, procs
     from sandbox.mcp.state import Settings
     from sandbox.mcp.workspace import Workspace
 
@@ -81,7 +81,7 @@ def mcp(
         isolation=iso,
         command_env=dict(os.environ),
         on_open=None if boxed else _autostart_service,
-        boot_id=_boot_id(),
+        boot_id=procs.boot_id(),
         through_host=boxed,
     )
     ws = _workspace(Workspace(project, workdir, settings), run_id or cwd_run, new, label, now, boxed)
@@ -168,14 +168,6 @@ def _autostart_service(run: object) -> None:
 
     assert isinstance(run, Run)
     autostart_host(run)
-
-
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
 
 
 def _existing_run(project: object, run_id: str) -> bool:

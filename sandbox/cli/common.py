@@ -431,16 +431,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def human_size(n: int) -> str:
-    """Bytes as a short human string."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 def _crash_log(exc: BaseException) -> str:
     import datetime  # here, not at the top: `sandbox hook` must start fast
     import tempfile

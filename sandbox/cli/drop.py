@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, human_size, open_project, open_run
+from sandbox.cli.common import emit_json, open_project, open_run
+from sandbox.store.fsutil import human_size
 
 
 @click.command()

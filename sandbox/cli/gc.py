@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, human_size, open_project
+from sandbox.cli.common import emit_json, open_project
+from sandbox.store.fsutil import human_size
 
 
 @click.command()

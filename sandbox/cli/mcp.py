@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from sandbox.agent.confine import Isolation
     from sandbox.mcp.workspace import Workspace
+    from sandbox.store.project import Project
 
 
 @click.command("mcp")
@@ -170,25 +171,22 @@ def _autostart_service(run: object) -> None:
     autostart_host(run)
 
 
-def _existing_run(project: object, run_id: str) -> bool:
+def _existing_run(project: Project, run_id: str) -> bool:
     """True when ``run_id`` is a run of ``project`` (``SANDBOX_RUN`` from an enclosing ``sandbox run``)."""
     from sandbox.errors import SandboxError
     from sandbox.run.names import resolve_run
-    from sandbox.store.project import Project
 
-    assert isinstance(project, Project)
     try:
         return resolve_run(project, run_id) == run_id
     except SandboxError:
         return False
 
 
-def _check_recordable(ws: object) -> None:
+def _check_recordable(ws: Workspace) -> None:
     """Refuse at start (one line) when the run's ledger is read-only here and no host answers for it."""
     from sandbox.errors import SandboxError
-    from sandbox.mcp.workspace import Workspace
 
-    assert isinstance(ws, Workspace) and ws.run is not None
+    assert ws.run is not None
     run = ws.run.run_id
     if ws.hosted is not None and not ws.hosted.reachable():
         raise SandboxError(

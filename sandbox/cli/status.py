@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, fast_open, human_size, open_run
+from sandbox.cli.common import emit_json, fast_open, open_run
 from sandbox.cli.fmt import local_time
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
+from sandbox.store.fsutil import human_size
 
 if TYPE_CHECKING:
     from sandbox.fast.views import RunRowJson, StatusHostJson

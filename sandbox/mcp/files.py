@@ -93,29 +93,10 @@ class FileTools(WorkspaceState):
             data = content.encode("utf-8")
             spec = {"path": rel, "bytes": len(data)}
             call_id = self.call_id_for(request_id, client_call)
-            if self.hosted is not None:
-                done = self._write_through_host(
-                    self.hosted, run, "write_file", spec, rel, data, call_id, agent_session, ("idempotent", "auto")
-                )
-                return {"call_id": done.call_id, "path": rel, "bytes": len(data), "changed": bool(done.files)}
-            self.refuse_if_denied(run, "write_file", spec, call_id, agent_session, f"write {rel}")
-            with run.tool_call(
-                "write_file",
-                spec,
-                call_id=call_id,
-                idempotency="idempotent",
-                replay="auto",
-                summary=f"write {rel}",
-                agent_session=agent_session,
-            ) as call:
-                write_path(run, call, rel, data)
-            assert call.entry is not None
-            return {
-                "call_id": call.entry.call_id,
-                "path": rel,
-                "bytes": len(data),
-                "changed": bool(call.entry.files),
-            }
+            done = self._record_write(
+                run, "write_file", spec, rel, data, call_id, agent_session, ("idempotent", "auto")
+            )
+            return {"call_id": done.call_id, "path": rel, "bytes": len(data), "changed": bool(done.files)}
 
     def edit_file(
         self,
@@ -155,29 +136,42 @@ class FileTools(WorkspaceState):
             updated = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
             spec = {"path": rel, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
             call_id = self.call_id_for(request_id, client_call)
-            replaced = count if replace_all else 1
-            if self.hosted is not None:
-                new = updated.encode("utf-8", errors="surrogateescape")
-                self._write_through_host(
-                    self.hosted, run, "edit_file", spec, rel, new, call_id, agent_session, ("conditional", "ask")
-                )
-                return {"call_id": call_id, "path": rel, "replacements": replaced}
-            self.refuse_if_denied(run, "edit_file", spec, call_id, agent_session, f"edit {rel}")
-            with run.tool_call(
-                "edit_file",
-                spec,
-                call_id=call_id,
-                idempotency="conditional",
-                replay="ask",
-                summary=f"edit {rel}",
-                agent_session=agent_session,
-            ) as call:
-                write_path(run, call, rel, updated.encode("utf-8", errors="surrogateescape"))
-            assert call.entry is not None
-            return {"call_id": call.entry.call_id, "path": rel, "replacements": replaced}
+            new = updated.encode("utf-8", errors="surrogateescape")
+            done = self._record_write(run, "edit_file", spec, rel, new, call_id, agent_session, ("conditional", "ask"))
+            return {"call_id": done.call_id, "path": rel, "replacements": count if replace_all else 1}
 
-    def _write_through_host(
+    def _record_write(
         self,
+        run: Run,
+        tool: str,
+        spec: Mapping[str, object],
+        rel: str,
+        data: bytes,
+        call_id: str,
+        agent_session: str | None,
+        policy: tuple[str, str],
+    ) -> Recorded:
+        """Write ``rel`` as one recorded call (by the run's recorder, or by the host inside a sandbox);
+        a call whose same input the user denied is refused and recorded ``not_run``."""
+        summary = f"{'write' if tool == 'write_file' else 'edit'} {rel}"
+        if self.hosted is not None:
+            return self._write_through_host(self.hosted, run, tool, spec, rel, data, call_id, agent_session, policy)
+        self.refuse_if_denied(run, tool, spec, call_id, agent_session, summary)
+        with run.tool_call(
+            tool,
+            spec,
+            call_id=call_id,
+            idempotency=policy[0],
+            replay=policy[1],
+            summary=summary,
+            agent_session=agent_session,
+        ) as call:
+            write_path(run, call, rel, data)
+        assert call.entry is not None
+        return Recorded(call.entry.call_id, call.entry.status.value, len(call.entry.files))
+
+    @staticmethod
+    def _write_through_host(
         hosted: HostLedger,
         run: Run,
         tool: str,

@@ -230,6 +230,16 @@ def disk_usage(path: str) -> int:
     return total
 
 
+def human_size(n: int) -> str:
+    """Bytes as a short human string ("512 B", "1.5 KiB"), as the CLI and ``sandbox ui`` show a size."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote
 
 from sandbox.run.run import Run
+from sandbox.store.fsutil import human_size
 from sandbox.ui.diffs import run_diff, unified
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
@@ -55,15 +56,6 @@ def error_page(message: str) -> str:
     )
 
 
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 # -- the runs -------------------------------------------------------------------------------------
 
 
@@ -89,7 +81,7 @@ def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -
             f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
             f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
-            f"<td class='opt'>{_size(r.get('disk_bytes') or 0)}</td></tr>"
+            f"<td class='opt'>{human_size(r.get('disk_bytes') or 0)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
     return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})

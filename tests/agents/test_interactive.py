@@ -30,13 +30,12 @@ import pytest
 from sandbox.agent.adapters import claude_code, gemini
 from tests.agents import gemini_server as gs
 from tests.agents.anthropic_server import ModelServer, write
-from tests.agents.claude_harness import cli_start, stop_services
+from tests.agents.claude_harness import SANDBOX, cli_start, stop_services
 from tests.agents.tmux import Terminal
 from tests.hook_fixtures import reopen
 
 pytestmark = pytest.mark.agents
 
-SANDBOX = str(Path(sys.executable).parent / "sandbox")
 KEY = "sk-ant-test-0000"
 TRUST = "Yes, I trust this folder"
 KEY_DIALOG = "Do you want to use this API key"

@@ -36,36 +36,43 @@ SEEN = {"fullscreenUpsellSeenCount": 99, "passesUpsellSeenCount": 99, "remoteCon
 
 
 class Pane:
-    """One tmux session running a command; what it shows, and keys typed into it."""
+    """One tmux session running a command, on a tmux server of its own (the developer's is never
+    touched); what it shows, and keys typed into it."""
 
-    def __init__(self, name: str, command: str) -> None:
+    def __init__(self, where: Path, name: str, command: str) -> None:
+        self.tmux = ["tmux", "-S", str(where / f"{name}.sock")]
         self.name = name
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, check=False)
         shell = f"{command}; echo SANDBOX-EXITED $?; sleep 600"
-        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "45", shell], check=True)
+        subprocess.run([*self.tmux, "-f", "/dev/null", "new-session", "-d", "-s", name, "-x", "160", "-y", "45",
+                        shell], check=True)  # fmt: skip
 
     def text(self) -> str:
         """What the pane shows now."""
-        done = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-200", "-t", self.name],
+        done = subprocess.run([*self.tmux, "capture-pane", "-p", "-J", "-S", "-200", "-t", self.name],
                               capture_output=True, text=True, check=False)  # fmt: skip
         return done.stdout
 
-    def wait(self, wanted: str, timeout: float = 60.0) -> str:
-        """The pane's text once it shows ``wanted`` (fails the test after ``timeout`` s)."""
+    def shows(self, wanted: str, timeout: float) -> bool:
+        """Whether the pane shows ``wanted`` within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            shown = self.text()
-            if wanted in shown:
-                return shown
+            if wanted in self.text():
+                return True
             time.sleep(0.2)
-        pytest.fail(f"the pane never showed {wanted!r}; it shows:\n{self.text()}")
+        return False
+
+    def wait(self, wanted: str, timeout: float = 60.0) -> str:
+        """The pane's text once it shows ``wanted`` (fails the test after ``timeout`` s)."""
+        if not self.shows(wanted, timeout):
+            pytest.fail(f"the pane never showed {wanted!r}; it shows:\n{self.text()}")
+        return self.text()
 
     def keys(self, *keys: str) -> None:
         """Type ``keys`` (tmux key names: Enter, Escape, C-c, or text)."""
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True, check=False)
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True, check=False)
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +101,13 @@ def _log(repo: Path, run_id: str) -> list[dict[str, Any]]:
     return entries
 
 
+def _settle(repo: Path, run_id: str) -> None:
+    """Wait (up to 30 s) until the run's first call is no longer ``started``."""
+    deadline = time.monotonic() + 30
+    while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def _claude_home(home: Path, worktree: Path) -> None:
     """A HOME where Claude Code was used before: onboarding done, the test key approved, the worktree trusted."""
     home.mkdir(parents=True, exist_ok=True)
@@ -112,17 +126,29 @@ CLAUDE_KEYS = ("HOME", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_D
                "DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "IS_SANDBOX", "SANDBOX_HOOK_AUTOSTART", "PATH")  # fmt: skip
 
 
+def _claude_pane(tmp_path: Path, name: str, repo: Path, run_id: str, claude_bin: str, server: ModelServer) -> Pane:
+    """``sandbox run RUN -- claude --permission-mode default`` typed in ``repo``, its HOME the test's."""
+    env = _env_prefix(claude_env(server, tmp_path / "claude-home"), CLAUDE_KEYS)
+    agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
+    return Pane(tmp_path, f"{name}-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+
+
+def _quit_claude(pane: Pane) -> str:
+    """Two Ctrl-C at Claude Code's prompt (the second leaves); the pane once ``sandbox run`` exited."""
+    pane.keys("C-c")
+    time.sleep(0.3)
+    pane.keys("C-c")
+    return pane.wait("SANDBOX-EXITED")
+
+
 def test_ctrl_c_during_a_running_bash_leaves_the_call_interrupted_with_its_file(
     claude_bin: str, repo: Path, tmp_path: Path
 ) -> None:
     run_id, wt = _start(repo)
-    home = tmp_path / "claude-home"
-    _claude_home(home, wt)
+    _claude_home(tmp_path / "claude-home", wt)
     turns = [bash("sleep 1 && echo done > quick.txt"), bash("echo begun > slow_begun.txt && sleep 30")]
     with ModelServer(turns) as server:
-        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
-        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
-        pane = Pane(f"sbx-claude-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        pane = _claude_pane(tmp_path, "sbx-claude", repo, run_id, claude_bin, server)
         try:
             pane.wait("manual mode")
             pane.keys("run both")
@@ -139,13 +165,10 @@ def test_ctrl_c_during_a_running_bash_leaves_the_call_interrupted_with_its_file(
             time.sleep(0.5)
             for _ in range(3):  # stops the running command ("Interrupted"); a key can go unread while it draws
                 pane.keys("C-c")
-                if _shows(pane, "Interrupted", 5.0):
+                if pane.shows("Interrupted", 5.0):
                     break
             pane.wait("Interrupted")
-            pane.keys("C-c")
-            time.sleep(0.3)
-            pane.keys("C-c")  # the second Ctrl-C at the prompt leaves
-            shown = pane.wait("SANDBOX-EXITED")
+            shown = _quit_claude(pane)
         finally:
             pane.close()
     quick, slow = _log(repo, run_id)
@@ -163,15 +186,10 @@ def test_ctrl_c_during_a_running_bash_leaves_the_call_interrupted_with_its_file(
 
     # A second session that does nothing: its exit summary names none of the first session's calls.
     with ModelServer([]) as server:
-        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
-        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
-        pane = Pane(f"sbx-claude2-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        pane = _claude_pane(tmp_path, "sbx-claude2", repo, run_id, claude_bin, server)
         try:
             pane.wait("manual mode")
-            pane.keys("C-c")
-            time.sleep(0.3)
-            pane.keys("C-c")
-            shown = pane.wait("SANDBOX-EXITED")
+            shown = _quit_claude(pane)
         finally:
             pane.close()
     assert "0 call(s) recorded in this session" in shown and "did not run" not in shown, shown
@@ -183,36 +201,28 @@ def test_esc_during_a_bash_that_writes_nothing_then_a_new_prompt_leaves_it_inter
 ) -> None:
     # No hook says a Bash stopped with Esc ran (no PostToolUse, no file); the run's transcript does.
     run_id, wt = _start(repo)
-    home = tmp_path / "claude-home"
-    _claude_home(home, wt)
+    _claude_home(tmp_path / "claude-home", wt)
     with ModelServer([bash("echo waiting && sleep 30")]) as server:
-        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
-        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
-        pane = Pane(f"sbx-claude-esc-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        pane = _claude_pane(tmp_path, "sbx-claude-esc", repo, run_id, claude_bin, server)
         try:
             pane.wait("manual mode")
             pane.keys("wait a bit")
             pane.keys("Enter")
             pane.wait("Bash(echo waiting && sleep 30)")
-            if _shows(pane, "Do you want to proceed?", 3.0):  # Claude Code runs echo and sleep unasked
+            if pane.shows("Do you want to proceed?", 3.0):  # Claude Code runs echo and sleep unasked
                 pane.keys("Enter")
             time.sleep(2.0)  # the command runs
             for _ in range(3):  # Esc stops the running command; a key can go unread while it draws
                 pane.keys("Escape")
-                if _shows(pane, "Interrupted", 5.0):
+                if pane.shows("Interrupted", 5.0):
                     break
             pane.wait("Interrupted")
             time.sleep(0.5)
             pane.keys("go on")
             pane.keys("Enter")  # UserPromptSubmit: the call is settled on the evidence
-            deadline = time.monotonic() + 30
-            while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _settle(repo, run_id)
             (call,) = _log(repo, run_id)  # read while the session still runs: no exit decided it
-            pane.keys("C-c")
-            time.sleep(0.3)
-            pane.keys("C-c")
-            shown = pane.wait("SANDBOX-EXITED")
+            shown = _quit_claude(pane)
         finally:
             pane.close()
     assert call["status"] == "interrupted" and call["files"] == [], (call, shown)
@@ -226,12 +236,9 @@ def test_esc_at_claude_codes_permission_prompt_then_a_new_prompt_leaves_the_call
 ) -> None:
     # The other side of the evidence: a Bash the user refused at its prompt never ran.
     run_id, wt = _start(repo)
-    home = tmp_path / "claude-home"
-    _claude_home(home, wt)
+    _claude_home(tmp_path / "claude-home", wt)
     with ModelServer([bash("echo refused > refused.txt")]) as server:
-        env = _env_prefix(claude_env(server, home), CLAUDE_KEYS)
-        agent = f"{SANDBOX} run {run_id} -- {claude_bin} --permission-mode default"
-        pane = Pane(f"sbx-claude-no-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {env} {agent} 2>&1")
+        pane = _claude_pane(tmp_path, "sbx-claude-no", repo, run_id, claude_bin, server)
         try:
             pane.wait("manual mode")
             pane.keys("write it")
@@ -242,31 +249,13 @@ def test_esc_at_claude_codes_permission_prompt_then_a_new_prompt_leaves_the_call
             time.sleep(1.0)
             pane.keys("go on")
             pane.keys("Enter")
-            deadline = time.monotonic() + 30
-            while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _settle(repo, run_id)
             (call,) = _log(repo, run_id)
-            pane.keys("C-c")
-            time.sleep(0.3)
-            pane.keys("C-c")
-            shown = pane.wait("SANDBOX-EXITED")
+            shown = _quit_claude(pane)
         finally:
             pane.close()
     assert call["status"] == "not_run" and call["files"] == [], (call, shown)
     assert not (wt / "refused.txt").exists()
-
-
-def _shows(pane: Pane, wanted: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if wanted in pane.text():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _exited(pane: Pane, timeout: float) -> bool:
-    return _shows(pane, "SANDBOX-EXITED", timeout)
 
 
 def _seconds(text: str) -> float:
@@ -293,7 +282,7 @@ def test_esc_rejected_gemini_call_is_not_run(gemini_bin: str, repo: Path, tmp_pa
         }
         prefix = _env_prefix(env, tuple(env))
         agent = f"{SANDBOX} run {run_id} -- {gemini_bin}"
-        pane = Pane(f"sbx-gemini-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {prefix} {agent} 2>&1")
+        pane = Pane(tmp_path, f"sbx-gemini-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {prefix} {agent} 2>&1")
         try:
             pane.wait("Type your message", timeout=90)
             time.sleep(1.0)  # its input box takes keys a moment after it is drawn
@@ -308,14 +297,12 @@ def test_esc_rejected_gemini_call_is_not_run(gemini_bin: str, repo: Path, tmp_pa
             pane.wait("> next")
             time.sleep(0.5)
             pane.keys("Enter")  # the next prompt: the rejected call is settled
-            deadline = time.monotonic() + 30
-            while _log(repo, run_id)[0]["status"] == "started" and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _settle(repo, run_id)
             pane.keys("/quit")
             for _ in range(3):  # the first Enter may only pick the completion it offers
                 time.sleep(0.5)
                 pane.keys("Enter")
-                if _exited(pane, 5.0):
+                if pane.shows("SANDBOX-EXITED", 5.0):
                     break
             shown = pane.wait("SANDBOX-EXITED")
         finally:

@@ -59,10 +59,17 @@ def _moment(value: Any) -> datetime.datetime | None:
 
 
 def took(entry: LedgerEntry) -> str:
-    """How long the call ran ("" while it runs or when never started)."""
+    """How long the call ran ("" while it runs or when never started), and apart from it the wait at
+    the agent's permission prompt before the tool started (as ``sandbox log`` shows it)."""
     if not entry.started_at or not entry.finished_at:
         return ""
-    seconds = (entry.finished_at - entry.started_at).total_seconds()
+    ran = _seconds((entry.finished_at - entry.started_at).total_seconds())
+    asked, began = _moment(entry.created_at), _moment(entry.started_at)
+    waited = (began - asked).total_seconds() if asked is not None and began is not None else 0.0
+    return ran + (f" <span class='waited'>(+{_seconds(waited)} at the agent's prompt)</span>" if waited >= 0.5 else "")
+
+
+def _seconds(seconds: float) -> str:
     return f"{seconds:.2f}s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 

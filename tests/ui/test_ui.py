@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -499,4 +500,23 @@ def test_the_page_shows_interrupted_and_violation_calls_rolled_back_calls_and_co
             assert "rolled back" in page.locator(f"tr#call-{rolled}").inner_text()
             attention = page.locator("p.attention").inner_text()
             assert "src/app.py" in attention and "--3way" in attention
+            browser.close()
+
+
+@needs_chromium
+def test_the_wait_at_the_agents_prompt_is_shown_apart_from_what_the_call_took(repo: Path) -> None:
+    """As `sandbox log` says "[waited ... at the agent's prompt]", the page's TOOK keeps that wait apart."""
+    from playwright.sync_api import sync_playwright
+
+    run = start(repo)
+    asked = run.plan_call("run_command", {"argv": ["true"]})
+    time.sleep(0.7)  # the user at the agent's permission prompt
+    run.start_call("run_command", {"argv": ["true"]}, call_id=asked)
+    run.finish_call(asked, "succeeded")
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            page.goto(url.replace("/?", f"/run/{run.run_id}?"))
+            took = page.locator(f"tr#call-{asked} td").nth(5).inner_text()
+            assert "at the agent's prompt" in took and took.startswith("0.")
             browser.close()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, TypedDict
 
-from sandbox.agent import confine, sandboxpolicy
+from sandbox.agent import confine, envfilter, sandboxpolicy
 from sandbox.errors import SandboxError, UsageError
 from sandbox.mcp.hosted import HostLedger
 from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState
@@ -257,6 +257,8 @@ class CommandTools(WorkspaceState):
     ) -> tuple[int, bool]:
         """(exit code, timed out). Polls so a client that went away stops the command at once."""
         env = dict(self.settings.command_env) if self.settings.command_env is not None else dict(os.environ)
+        for name in envfilter.WITHHELD_ENV:  # the HTTP server's bearer token: never the model's command's
+            env.pop(name, None)
         if self.hosted is None:  # inside a sandbox the agent session's own token stays: the host bound the call to it
             env["SANDBOX_SESSION"] = self.scope.token  # resume finds the command by it (sandbox.agent.procs)
         proc: subprocess.Popen[bytes]

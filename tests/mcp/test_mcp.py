@@ -27,7 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import sandbox
 from sandbox.agent import procs
-from tests.conftest import sandbox_cmd, user_state
+from tests.conftest import make_repo, sandbox_cmd, user_state
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
 
@@ -517,3 +517,20 @@ def test_other_commands_do_not_import_the_sdk(repo: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_an_unconfined_command_gets_no_mcp_bearer_token(tmp_path: Path) -> None:
+    """The HTTP server's token is withheld from the model's commands, confined or not."""
+    from sandbox.agent import envfilter
+    from sandbox.mcp.state import Settings
+    from sandbox.mcp.workspace import Workspace
+    from sandbox.store.project import Project
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    project, workdir, _run = Project.discover(str(repo))
+    project.data_root = str(tmp_path / "data")
+    env = {**os.environ, envfilter.MCP_TOKEN_ENV: "bearer-secret"}
+    ws = Workspace(project, workdir, Settings(data_root=project.data_root, command_env=env))
+    ws.start_run()
+    answer = ws.run_command(f"echo token=${envfilter.MCP_TOKEN_ENV}.")
+    assert "token=." in str(answer) and "bearer-secret" not in str(answer)

@@ -34,6 +34,7 @@ from sandbox.store import objects, packs, trailers
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
+    from sandbox.agent.sessions import AgentSessions
     from sandbox.models import Event
     from sandbox.run.run import Run
 
@@ -341,6 +342,20 @@ def primary_home(homes: Sequence[str]) -> str | None:
     return homes[0] if homes else None
 
 
+def write_for_agent(agent: AgentSessions, homes: Sequence[str], cwd: str, session: str, data: bytes) -> str | None:
+    """Write ``data`` as ``session``'s transcript where ``agent``, started in ``cwd``, looks for it.
+
+    In the agent's :func:`primary_home`; returns the path written, or None when it has no home here.
+    """
+    home = primary_home(homes)
+    if home is None:
+        return None
+    dest = agent.place(home, cwd, session)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    atomic_write(dest, data, mode=0o600)
+    return dest
+
+
 def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[str, Sequence[str]]) -> str | None:
     """Give ``target`` (a fork of ``source``) ``source``'s conversation up to just after call ``at``.
 
@@ -365,11 +380,7 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
     forked = agent.fork(data, later[0][1] if later else None, new)
-    home = primary_home(list(homes.get(agent.name, ())))
-    if home is not None:
-        dest = agent.place(home, target.worktree, new)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        atomic_write(dest, forked, mode=0o600)
+    write_for_agent(agent, homes.get(agent.name, ()), target.worktree, new, forked)
     store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
     recorded = agent_command(source)
     if recorded is not None:

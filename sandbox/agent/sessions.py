@@ -190,19 +190,7 @@ class ClaudeCode(AgentSessions):
 
     def fork(self, data: bytes, before: str | None, new: str) -> bytes:
         """The conversation up to just before tool use ``before`` (all of it for None), as session ``new``."""
-        lines = self.lines_before(data, before)
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            record = _record(line)
-            if not record:
-                out.append(line)  # not ours to understand: kept as it is
-                continue
-            if "sessionId" in record:
-                record["sessionId"] = new
-            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
-        return b"\n".join(out) + b"\n" if out else b""
+        return _as_session(self.lines_before(data, before), new)
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Where Claude Code looks for ``session`` when started in ``cwd`` with this config home."""
@@ -315,16 +303,8 @@ class GeminiCli(AgentSessions):
         """The chat up to just before the model turn asking for Gemini tool call ``before``, as session ``new``."""
         lines = self.lines_before(data, before)
         cut = _record(data.split(b"\n")[len(lines)]).get("id") if before is not None else None
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            record = _record(line)
-            if not record:
-                out.append(line)  # not ours to understand: kept as it is
-                continue
-            if "sessionId" in record:
-                record["sessionId"] = new
+
+        def edit(record: dict[str, object]) -> None:
             update = record.get("$set")
             if isinstance(update, dict):
                 if "sessionId" in update:
@@ -335,8 +315,8 @@ class GeminiCli(AgentSessions):
                     ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
                     if cut in ids:
                         update["messages"] = messages[: ids.index(cut)]
-            out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
-        return b"\n".join(out) + b"\n" if out else b""
+
+        return _as_session(lines, new, edit)
 
     def place(self, home: str, cwd: str, session: str) -> str:
         """Any path will do (``--session-file``): beside Gemini's own temporary files."""
@@ -466,6 +446,24 @@ def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) 
             except OSError:
                 continue
     return max(found)[1] if found else None
+
+
+def _as_session(lines: Iterable[bytes], new: str, edit: Callable[[dict[str, object]], None] | None = None) -> bytes:
+    """JSON lines as session ``new``: each record's ``sessionId`` set, ``edit`` applied; blank lines dropped."""
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        record = _record(line)
+        if not record:
+            out.append(line)  # not ours to understand: kept as it is
+            continue
+        if "sessionId" in record:
+            record["sessionId"] = new
+        if edit is not None:
+            edit(record)
+        out.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
+    return b"\n".join(out) + b"\n" if out else b""
 
 
 def _record(line: bytes) -> dict[str, object]:

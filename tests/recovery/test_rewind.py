@@ -165,3 +165,29 @@ def test_undo_of_a_rewind_puts_the_conversation_back_and_redo_the_fork(repo: Pat
     redone = sandbox_cmd("redo", run.run_id, cwd=repo)
     assert redone.returncode == 0, redone.stderr
     assert current_session(run) == fork and (Path(run.worktree) / "a.txt").read_text() == "0\n"
+
+
+def test_a_later_call_with_a_compensation_is_listed_with_it(repo: Path) -> None:
+    run = start(repo)
+    ids = three_calls(run)
+    comp = {"argv": ["true"], "idempotency": "non_idempotent", "replay": "never"}
+    with run.tool_call("create_issue", {"title": "t"}, side_effects=["issue"], compensation=comp) as c:
+        issue = c.call_id
+    report = rewind(run, ids[1], {})
+    hints = {s.call_id: s.hint for s in report.side_effects}
+    assert list(hints) == [ids[1], issue]  # the write_file/edit calls acted only on the files
+    assert f"sandbox compensate {run.run_id} {issue}" in hints[issue]
+
+
+def test_after_an_apply_undo_takes_the_apply_back_not_the_rewind(repo: Path) -> None:
+    run = start(repo)
+    wt = Path(run.worktree)
+    ids = three_calls(run)
+    rewind(run, ids[1], {})
+    applied = sandbox_cmd("apply", run.run_id, cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "a.txt").read_text() == "one\n"
+    undone = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert undone.returncode == 0, undone.stderr
+    assert b"Took back the rewind" not in undone.stdout and not (repo / "a.txt").exists()
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists()  # the rewind stands

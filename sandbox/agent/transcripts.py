@@ -304,15 +304,22 @@ SESSION_NOTES = ("rewind", "conversation_fork", "rewind_undo", "rewind_redo")
 
 
 def current_session(run: Run) -> str | None:
-    """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
+    """The agent session the run continues in: the last call's, or a later rewind's or fork's.
+
+    Only a value shaped as a session id counts: it becomes a file name and an argument of the
+    relaunched agent (``--resume ID``), and a fetched ledger is someone else's text.
+    """
+    from sandbox.agent.adapters import valid_session
+
     session = None
     for _oid, event in ledger_events(run):
         if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
-            session = event.call.agent_session
+            if valid_session(event.call.agent_session):
+                session = event.call.agent_session
         elif event.kind == EventKind.note:
             for key in SESSION_NOTES:
                 made = event.data.get(key)
-                if isinstance(made, dict) and isinstance(made.get("session"), str):
+                if isinstance(made, dict) and isinstance(made.get("session"), str) and valid_session(made["session"]):
                     session = made["session"]
     return session
 
@@ -347,9 +354,11 @@ def write_for_agent(agent: AgentSessions, homes: Sequence[str], cwd: str, sessio
 
     In the agent's :func:`primary_home`; returns the path written, or None when it has no home here.
     """
+    from sandbox.agent.adapters import valid_session
+
     home = primary_home(homes)
-    if home is None:
-        return None
+    if home is None or not valid_session(session):
+        return None  # a session id is part of the file name: never a path of its own
     dest = agent.place(home, cwd, session)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     atomic_write(dest, data, mode=0o600)

@@ -100,7 +100,8 @@ def place_transcript(
     stored = transcripts.latest(run, session)
     if stored is None or primary_home(homes) is None:
         return None, False
-    return transcripts.write_for_agent(agent, homes, cwd, session, transcripts.load(run, stored)), True
+    dest = transcripts.write_for_agent(agent, homes, cwd, session, transcripts.load(run, stored))
+    return dest, dest is not None
 
 
 def block_uncertain(run: Run, report: ResumeReport) -> list[str]:

@@ -34,6 +34,7 @@ from sandbox.store import objects, packs, trailers
 from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
+    from sandbox.agent.sessions import AgentSessions
     from sandbox.models import Event
     from sandbox.run.run import Run
 
@@ -303,15 +304,22 @@ SESSION_NOTES = ("rewind", "conversation_fork", "rewind_undo", "rewind_redo")
 
 
 def current_session(run: Run) -> str | None:
-    """The agent session the run continues in: the last call's, or a later rewind's or fork's."""
+    """The agent session the run continues in: the last call's, or a later rewind's or fork's.
+
+    Only a value shaped as a session id counts: it becomes a file name and an argument of the
+    relaunched agent (``--resume ID``), and a fetched ledger is someone else's text.
+    """
+    from sandbox.agent.adapters import valid_session
+
     session = None
     for _oid, event in ledger_events(run):
         if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
-            session = event.call.agent_session
+            if valid_session(event.call.agent_session):
+                session = event.call.agent_session
         elif event.kind == EventKind.note:
             for key in SESSION_NOTES:
                 made = event.data.get(key)
-                if isinstance(made, dict) and isinstance(made.get("session"), str):
+                if isinstance(made, dict) and isinstance(made.get("session"), str) and valid_session(made["session"]):
                     session = made["session"]
     return session
 
@@ -341,6 +349,22 @@ def primary_home(homes: Sequence[str]) -> str | None:
     return homes[0] if homes else None
 
 
+def write_for_agent(agent: AgentSessions, homes: Sequence[str], cwd: str, session: str, data: bytes) -> str | None:
+    """Write ``data`` as ``session``'s transcript where ``agent``, started in ``cwd``, looks for it.
+
+    In the agent's :func:`primary_home`; returns the path written, or None when it has no home here.
+    """
+    from sandbox.agent.adapters import valid_session
+
+    home = primary_home(homes)
+    if home is None or not valid_session(session):
+        return None  # a session id is part of the file name: never a path of its own
+    dest = agent.place(home, cwd, session)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    atomic_write(dest, data, mode=0o600)
+    return dest
+
+
 def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[str, Sequence[str]]) -> str | None:
     """Give ``target`` (a fork of ``source``) ``source``'s conversation up to just after call ``at``.
 
@@ -365,11 +389,7 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
     forked = agent.fork(data, later[0][1] if later else None, new)
-    home = primary_home(list(homes.get(agent.name, ())))
-    if home is not None:
-        dest = agent.place(home, target.worktree, new)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        atomic_write(dest, forked, mode=0o600)
+    write_for_agent(agent, homes.get(agent.name, ()), target.worktree, new, forked)
     store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
     recorded = agent_command(source)
     if recorded is not None:

@@ -2,16 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from sandbox.cli import escape
+from sandbox.cli.isolation import NETWORK_MODES, ON_OFF
 
 if TYPE_CHECKING:
     from sandbox.models import ResumeReport
     from sandbox.run.run import Run
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def continue_options(func: F) -> F:
+    """``--isolate`` and ``--network`` of a command whose ``--continue`` relaunches the agent."""
+    func = click.option(
+        "--network",
+        type=NETWORK_MODES,
+        default=None,
+        help="With --continue: the network inside (default: as the agent's session ran).",
+    )(func)
+    return click.option(
+        "--isolate",
+        type=ON_OFF,
+        default=None,
+        help="With --continue: OS confinement on or off (default: as the agent's session ran).",
+    )(func)
+
+
+def check_continue_args(
+    continue_: bool, as_json: bool, isolate: str | None, network: str | None, extra: Sequence[str], usage: str
+) -> None:
+    """Refuse (usage) what only goes with ``--continue``, and ``--json`` with it; ``usage``: ``resume RUN``..."""
+    from sandbox.errors import UsageError
+
+    if extra and not continue_:
+        raise UsageError(f"Extra agent arguments need --continue: sandbox {usage} --continue -- ARGS...")
+    if (isolate or network) and not continue_:
+        raise UsageError("--isolate and --network go with --continue (they confine the relaunched agent).")
+    if continue_ and as_json:
+        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
 
 
 def continue_agent(

@@ -6,6 +6,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run, renamed
+from sandbox.cli.continue_agent import check_continue_args, continue_options
 
 
 @click.command()
@@ -22,18 +23,7 @@ from sandbox.cli.common import emit_json, open_run, renamed
     is_flag=True,
     help="Then relaunch the agent 'sandbox run' recorded, on its own conversation, with the note as its next message.",
 )
-@click.option(
-    "--isolate",
-    type=click.Choice(["on", "off"]),
-    default=None,
-    help="With --continue: OS confinement on or off (default: as the agent's session ran).",
-)
-@click.option(
-    "--network",
-    type=click.Choice(["allow", "on", "off"]),
-    default=None,
-    help="With --continue: the network inside (default: as the agent's session ran).",
-)
+@continue_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def resume(
@@ -55,15 +45,9 @@ def resume(
     The agent is confined as its session was (refused, in one line, where that cannot be had here);
     --isolate and --network choose otherwise.
     """
-    from sandbox.errors import UsageError
     from sandbox.recovery.resume import resume as do_resume
 
-    if extra and not continue_:
-        raise UsageError("Extra agent arguments need --continue: sandbox resume RUN --continue -- ARGS...")
-    if (isolate or network) and not continue_:
-        raise UsageError("--isolate and --network go with --continue (they confine the relaunched agent).")
-    if continue_ and as_json:
-        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
+    check_continue_args(continue_, as_json, isolate, network, extra, "resume RUN")
     run = open_run(ctx, run_id, report_problems=False)  # the report carries them
     report = do_resume(run, stop_processes=stop_processes)
     if continue_:

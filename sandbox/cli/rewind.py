@@ -6,6 +6,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.continue_agent import check_continue_args, continue_options
 
 
 @click.command()
@@ -15,18 +16,7 @@ from sandbox.cli.common import emit_json, open_run
 )
 @click.option("--continue", "continue_", is_flag=True, help="Then relaunch the agent on the forked conversation.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
-@click.option(
-    "--isolate",
-    type=click.Choice(["on", "off"]),
-    default=None,
-    help="With --continue: OS confinement on or off (default: as the agent's session ran).",
-)
-@click.option(
-    "--network",
-    type=click.Choice(["allow", "on", "off"]),
-    default=None,
-    help="With --continue: the network inside (default: as the agent's session ran).",
-)
+@continue_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def rewind(
@@ -52,12 +42,7 @@ def rewind(
     from sandbox.run.checkpoint import CheckpointNotFoundError
     from sandbox.run.names import resolve_call
 
-    if extra and not continue_:
-        raise UsageError("Extra agent arguments need --continue: sandbox rewind RUN --to CALL --continue -- ARGS...")
-    if (isolate or network) and not continue_:
-        raise UsageError("--isolate and --network go with --continue (they confine the relaunched agent).")
-    if continue_ and as_json:
-        raise UsageError("--json cannot go with --continue (the agent runs here); 'sandbox log RUN --json' records it.")
+    check_continue_args(continue_, as_json, isolate, network, extra, "rewind RUN --to CALL")
     run = open_run(ctx, run_id)
     try:
         call_id = resolve_call(run, target).call_id

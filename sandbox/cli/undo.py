@@ -10,6 +10,7 @@ from sandbox.cli import escape
 from sandbox.cli.common import open_project, verified
 
 if TYPE_CHECKING:
+    from sandbox.models import UndoReport
     from sandbox.run.run import Run
 
 
@@ -54,14 +55,12 @@ def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bo
     finish(report, "Restored", as_json)
 
 
-def describe(verb: str, report: object) -> str:
+def describe(verb: str, report: UndoReport) -> str:
     """One line naming what an undo or redo took back or brought back, and where."""
-    call = getattr(report, "call", None)
-    target = getattr(report, "target", "user")
-    where = "your tree" if target == "user" else "the run"
-    if call:
-        return f"{verb} call {escape.text(call)} in {where}."
-    calls = list(getattr(report, "calls", []) or [])
+    where = "your tree" if report.target == "user" else "the run"
+    if report.call:
+        return f"{verb} call {escape.text(report.call)} in {where}."
+    calls = report.calls
     what = f"calls {', '.join(escape.text(c) for c in calls)}" if calls else "the run"
     return f"{verb} the apply of {what} in {where}."
 

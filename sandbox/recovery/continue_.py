@@ -30,7 +30,6 @@ from sandbox.agent import sessions, transcripts
 from sandbox.agent.transcripts import agent_command, current_session, ledger_events, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
-from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -99,13 +98,10 @@ def place_transcript(
     if path is not None:
         return path, False
     stored = transcripts.latest(run, session)
-    home = primary_home(homes)
-    if stored is None or home is None:
+    if stored is None or primary_home(homes) is None:
         return None, False
-    dest = agent.place(home, cwd, session)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    atomic_write(dest, transcripts.load(run, stored), mode=0o600)
-    return dest, True
+    dest = transcripts.write_for_agent(agent, homes, cwd, session, transcripts.load(run, stored))
+    return dest, dest is not None
 
 
 def block_uncertain(run: Run, report: ResumeReport) -> list[str]:

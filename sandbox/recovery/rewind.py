@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import ledger_events, primary_home
+from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, LedgerEntry
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
 from sandbox.run.checkpoint import CheckpointStore
-from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -186,13 +185,8 @@ def _fork_conversation(
         return
     new = agent.new_session()
     forked = agent.fork(data, own, new)
-    home = primary_home(list(homes.get(agent.name, ())))
-    if home is not None:
-        cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
-        dest = agent.place(home, cwd, new)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        atomic_write(dest, forked, mode=0o600)
-        report.transcript = dest
+    cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
+    report.transcript = transcripts.write_for_agent(agent, homes.get(agent.name, ()), cwd, new, forked)
     transcripts.store(run, agent.name, new, forked, agent.calls(forked), f"rewind to {entry.call_id}")
     report.session = new
     report.messages.append(

@@ -74,6 +74,8 @@ class RewindMove:
 
 def last_step(run: Run) -> RewindStep | None:
     """The rewind step ``undo``/``redo`` acts on: the newest one, when nothing moved the files since."""
+    if not any("rewind" in note for note in run.state().data.note):
+        return None  # never rewound (the fold keeps every note): a plain undo reads no ledger events
     step: RewindStep | None = None
     moved = False
     for _oid, event in ledger_events(run):

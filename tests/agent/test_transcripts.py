@@ -188,3 +188,19 @@ def test_gemini_calls_are_found_by_tool_and_input_and_its_chat_is_cut_before_one
     assert [c["id"] for r in cut for c in r.get("toolCalls", [])] == ["g1", "g2"]
     assert not any(r.get("id") in ("turn2", "turn3") for r in cut)
     assert agent.tool_calls(agent.fork(data, "g1", new)) == []
+
+
+def test_a_session_not_shaped_as_an_id_is_never_the_one_continued(repo: Path, tmp_path: Path) -> None:
+    """A forged (fetched) ledger's session becomes neither a path nor an agent argument (--resume ID)."""
+    from sandbox.models import EventKind
+
+    run = start(repo)
+    with run.tool_call("Bash", {"command": "x"}, call_id="toolu_000000", agent_session=SESSION):
+        pass
+    forged = "--dangerously-skip-permissions"
+    run.record(EventKind.note, data={"rewind": {"session": forged}}, epoch=run.state().epoch)
+    transcripts.store(run, "claude-code", forged, claude_lines(1), {}, "forged")
+    assert transcripts.current_session(run) == SESSION
+    agent = sessions.ClaudeCode()
+    assert transcripts.write_for_agent(agent, [str(tmp_path)], str(repo), "../../x", b"{}\n") is None
+    assert not list(tmp_path.rglob("*.jsonl"))

@@ -125,6 +125,23 @@ def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SANDBOX, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
+def push_into_another_clone(tmp_path: Path, repo: Path, run_id: str) -> Path:
+    """Push ``repo`` and its run ``run_id`` to a new bare remote, fetch the run into a new clone: that clone."""
+    from tests.conftest import git
+
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
+    pushed = sandbox("push", run_id, "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    fetched = sandbox("fetch", "origin", run_id, cwd=other)
+    assert fetched.returncode == 0, fetched.stderr
+    return other
+
+
 def stop_services(repo: Path) -> None:
     """Stop the repository's background host (``sandbox serve``, started by hooks or ``sandbox run``)."""
     from sandbox.agent import host

@@ -23,7 +23,16 @@ import pytest
 from sandbox.agent.adapters import claude_code
 from sandbox.models import CallStatus
 from tests.agents.anthropic_server import ModelServer, Request, ToolUse, Turn, bash, result_text, write
-from tests.agents.claude_harness import SANDBOX, TIMEOUT, claude_args, claude_env, cli_start, stop_services, via_run
+from tests.agents.claude_harness import (
+    SANDBOX,
+    TIMEOUT,
+    claude_args,
+    claude_env,
+    cli_start,
+    push_into_another_clone,
+    stop_services,
+    via_run,
+)
 from tests.agents.test_claude_code import _children, _with_marker
 from tests.hook_fixtures import reopen
 
@@ -236,8 +245,6 @@ def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path)
 
 def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: str, tmp_path: Path, repo: Path) -> None:
     """Clone B has never seen the agent's session: resume --continue writes it from the run's copy."""
-    from tests.conftest import git
-
     run = cli_start(repo)
     wt = Path(run.worktree)
     turns = [write(str(wt / NEW_FILE), NEW_TEXT), bash("echo built > out.txt")]
@@ -245,16 +252,7 @@ def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: st
     with ModelServer(turns) as server:
         session = via_run(claude_bin, repo, run.run_id, server, home_a, "bypassPermissions")
     assert session.returncode == 0, session.stderr
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
-    pushed = _sandbox("push", run.run_id, "origin", cwd=repo)
-    assert pushed.returncode == 0, pushed.stderr
-    other = tmp_path / "other"
-    git(tmp_path, "clone", "-q", str(bare), str(other))
-    fetched = _sandbox("fetch", "origin", run.run_id, cwd=other)
-    assert fetched.returncode == 0, fetched.stderr
+    other = push_into_another_clone(tmp_path, repo, run.run_id)
     stop_services(repo)
 
     later = write(str(tmp_path / "unused"), "")  # its path is set below, once the worktree in B is known

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from sandbox.models import CallStatus
-from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, stop_services
+from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, push_into_another_clone, stop_services
 from tests.agents.openai_server import ResponsesServer, output_text
 from tests.agents.test_claude_code import _with_marker
 from tests.agents.test_codex_mcp import KEY, KEY_VAR, NO_TRAFFIC, codex_config, mcp
@@ -284,24 +284,13 @@ def test_a_pushed_codex_run_continues_its_conversation_in_another_clone(
     codex_bin: str, repo: Path, tmp_path: Path
 ) -> None:
     """Clone B (another CODEX_HOME) has never seen Codex's session: resume --continue writes its rollout there."""
-    from tests.conftest import git
-
     run = cli_start(repo)
     turns = [mcp("write_file", path="a.txt", content="one\n"), mcp("run_command", command="echo built > out.txt")]
     ids = [t.calls[0].call_id for t in turns]
     with ResponsesServer(turns) as server:
         session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path / "a", server, repo))
     assert session.returncode == 0, session.stderr
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
-    pushed = _sandbox("push", run.run_id, "origin", cwd=repo)
-    assert pushed.returncode == 0, pushed.stderr
-    other = tmp_path / "other"
-    git(tmp_path, "clone", "-q", str(bare), str(other))
-    fetched = _sandbox("fetch", "origin", run.run_id, cwd=other)
-    assert fetched.returncode == 0, fetched.stderr
+    other = push_into_another_clone(tmp_path, repo, run.run_id)
     stop_services(repo)
 
     later = mcp("write_file", path="b.txt", content="from b\n")

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.agent.transcripts import current_session
 from sandbox.models import EventKind
 from sandbox.recovery import actions, rewind_undo
 from sandbox.recovery.rewind import RewindError, call_after_checkpoint, rewind
 from sandbox.run.run import Run
 from sandbox.store.project import Project
+from tests.agent.test_transcripts import SESSION, claude_lines
 from tests.conftest import sandbox_cmd, tree_digest
 
 
@@ -136,3 +138,56 @@ def test_undo_of_a_rewind_refuses_over_unrecorded_worktree_changes(repo: Path) -
     assert refused.returncode == 1 and b"Traceback" not in refused.stderr
     assert b"Cannot undo the rewind" in refused.stderr
     assert (Path(run.worktree) / "a.txt").read_text() == "typed by hand\n"
+
+
+def test_undo_of_a_rewind_puts_the_conversation_back_and_redo_the_fork(repo: Path, tmp_path: Path) -> None:
+    """docs/recovery.md: undo right after a rewind gives back the run's files *and its conversation*."""
+    run = start(repo)
+    ids = []
+    for n in range(3):
+        tool = f"toolu_{n:06d}"
+        with run.tool_call("Bash", {"command": "x"}, call_id=tool, agent_session=SESSION) as c:
+            c.write("a.txt", f"{n}\n")
+        ids.append(tool)
+    home = tmp_path / "claude-home"
+    own = home / "projects" / "anywhere" / f"{SESSION}.jsonl"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(claude_lines(3))
+    homes = {"claude-code": [str(home)]}
+    report = rewind(run, ids[1], homes)
+    fork = report.session
+    assert fork is not None and fork != SESSION and report.from_session == SESSION
+    assert current_session(run) == fork and own.read_bytes() == claude_lines(3)  # the agent's own file untouched
+    assert report.transcript is not None and Path(report.transcript).is_file()
+    undone = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert undone.returncode == 0, undone.stderr
+    assert current_session(run) == SESSION and (Path(run.worktree) / "a.txt").read_text() == "2\n"
+    redone = sandbox_cmd("redo", run.run_id, cwd=repo)
+    assert redone.returncode == 0, redone.stderr
+    assert current_session(run) == fork and (Path(run.worktree) / "a.txt").read_text() == "0\n"
+
+
+def test_a_later_call_with_a_compensation_is_listed_with_it(repo: Path) -> None:
+    run = start(repo)
+    ids = three_calls(run)
+    comp = {"argv": ["true"], "idempotency": "non_idempotent", "replay": "never"}
+    with run.tool_call("create_issue", {"title": "t"}, side_effects=["issue"], compensation=comp) as c:
+        issue = c.call_id
+    report = rewind(run, ids[1], {})
+    hints = {s.call_id: s.hint for s in report.side_effects}
+    assert list(hints) == [ids[1], issue]  # the write_file/edit calls acted only on the files
+    assert f"sandbox compensate {run.run_id} {issue}" in hints[issue]
+
+
+def test_after_an_apply_undo_takes_the_apply_back_not_the_rewind(repo: Path) -> None:
+    run = start(repo)
+    wt = Path(run.worktree)
+    ids = three_calls(run)
+    rewind(run, ids[1], {})
+    applied = sandbox_cmd("apply", run.run_id, cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "a.txt").read_text() == "one\n"
+    undone = sandbox_cmd("undo", run.run_id, cwd=repo)
+    assert undone.returncode == 0, undone.stderr
+    assert b"Took back the rewind" not in undone.stdout and not (repo / "a.txt").exists()
+    assert (wt / "a.txt").read_text() == "one\n" and not (wt / "b.txt").exists()  # the rewind stands

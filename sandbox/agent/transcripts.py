@@ -355,12 +355,22 @@ def write_for_agent(agent: AgentSessions, homes: Sequence[str], cwd: str, sessio
     In the agent's :func:`primary_home`; returns the path written, or None when it has no home here.
     """
     from sandbox.agent.adapters import valid_session
+    from sandbox.errors import PathRefusedError
+    from sandbox.store.paths import check_parents
 
     home = primary_home(homes)
     if home is None or not valid_session(session):
         return None  # a session id is part of the file name: never a path of its own
     dest = agent.place(home, cwd, session)
+    try:
+        # The agent writes its home from inside its sandbox: a directory it turned into a link
+        # would send this write (outside the sandbox) anywhere. Then no transcript is placed, and
+        # the agent is continued in a new session that is told so.
+        check_parents(home, os.path.relpath(dest, home))
+    except PathRefusedError:
+        return None
     os.makedirs(os.path.dirname(dest), exist_ok=True)
+    check_parents(home, os.path.relpath(dest, home))  # and none swapped in while they were made
     atomic_write(dest, data, mode=0o600)
     return dest
 

@@ -204,3 +204,21 @@ def test_a_session_not_shaped_as_an_id_is_never_the_one_continued(repo: Path, tm
     agent = sessions.ClaudeCode()
     assert transcripts.write_for_agent(agent, [str(tmp_path)], str(repo), "../../x", b"{}\n") is None
     assert not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_a_transcript_is_never_written_through_a_link_the_agent_left_in_its_home(tmp_path: Path) -> None:
+    """The agent writes its home from inside its sandbox; the restored transcript is written from
+    outside it: a directory turned into a link sends nothing anywhere (no transcript is placed)."""
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    (home / "projects").mkdir(parents=True)
+    outside.mkdir()
+    cwd = "/w/tree"
+    agent = sessions.agents()["claude-code"]
+    dest = Path(agent.place(str(home), cwd, "0f8fad5b-d9cb-469f-a165-70867728950e"))
+    dest.parent.symlink_to(outside)
+    session = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    assert transcripts.write_for_agent(agent, [str(home)], cwd, session, b"{}\n") is None
+    assert list(outside.iterdir()) == []
+    dest.parent.unlink()
+    assert transcripts.write_for_agent(agent, [str(home)], cwd, session, b"{}\n") == str(dest)
+    assert dest.read_bytes() == b"{}\n"

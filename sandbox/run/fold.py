@@ -87,9 +87,10 @@ FOLD = RunFold()
 def fork_state(state: LedgerState) -> LedgerState:
     """A copy of ``state`` that :func:`fold_event` may change without touching the original.
 
-    Containers are copied one level deep and entries are copied only when an event changes them
-    (:func:`writable`), so extending a fold costs O(changed calls), not O(ledger): a deep copy of
-    the whole state per call made recording grow with the length of the run.
+    Containers are copied one level deep (a pointer per item, still O(ledger) but cheap) and entries
+    are copied only when an event changes them (:func:`writable`), so extending a fold copies
+    O(changed calls) entries: a deep copy of the whole state per call made recording grow with the
+    length of the run.
     """
     new = state.model_copy()
     new.calls = dict(state.calls)

@@ -400,10 +400,13 @@ class ReviewModel(RuleBasedStateMachine):
         self.agent = dict(self.before_call[call_id])
 
     @precondition(lambda self: self.rewound is not None)
-    @rule()
-    def undo_the_rewind(self) -> None:
-        """``sandbox undo`` right after a rewind: the run's files as they were before it."""
-        self._rewind_step("undo")
+    @rule(then_redo=st.booleans())
+    def undo_the_rewind(self, then_redo: bool) -> None:
+        """``sandbox undo`` right after a rewind: the run's files as they were before it; ``sandbox redo``
+        right after that always rewinds again."""
+        if self._rewind_step("undo") and then_redo:
+            self.run_is_the_model()
+            assert self._rewind_step("redo"), "redo right after undoing a rewind did not rewind again"
 
     @precondition(lambda self: self.rewound is not None)
     @rule()
@@ -411,16 +414,18 @@ class ReviewModel(RuleBasedStateMachine):
         """``sandbox redo`` right after undoing a rewind: the run's files rewound again."""
         self._rewind_step("redo")
 
-    def _rewind_step(self, op: str) -> None:
+    def _rewind_step(self, op: str) -> bool:
+        """Undo or redo the newest rewind; True when it moved the run's files."""
         assert self.rewound is not None
         try:
             move = undo_rewind(self.run) if op == "undo" else redo_rewind(self.run)
         except SandboxError as exc:
             event(f"rewind {op}: {type(exc).__name__}")
-            return
+            return False
         event(f"rewind {op}: {'done' if move else 'not the newest step'}")
         if move is not None:
             self.agent = dict(self.rewound[0] if op == "undo" else self.rewound[1])
+        return move is not None
 
     @precondition(lambda self: self.forks < 1)
     @rule()

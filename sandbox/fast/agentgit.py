@@ -32,8 +32,6 @@ MAX_WALK = 1000
 _SYMREF_DEPTH = 5
 
 
-# NamedTuple rather than a dataclass: the fast read path imports this module, and dataclasses
-# costs it several milliseconds of imports (see sandbox.fast.gitread).
 class CommitJson(TypedDict):
     """One of the agent's commits: its id and subject."""
 
@@ -53,6 +51,8 @@ class AgentGitJson(TypedDict):
     commit_count: int
 
 
+# NamedTuple rather than a dataclass: the fast read path imports this module, and dataclasses
+# costs it several milliseconds of imports (see sandbox.fast.gitread).
 class GitActivity(NamedTuple):
     """The run's own git state, as the agent left it."""
 

@@ -199,7 +199,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 "Put them back or roll the operation back with 'sandbox undo'."
             )
         run = Run.open(project, j.run_id)
-        with run.lock():
+        with run.lock(lock_timeout):
             state = run.state()
             recorded = j.event.event_id in state.event_ids
             if j.target == "sandbox" and not recorded and state.head != j.old_head:

@@ -144,15 +144,8 @@ class CheckpointLogged(LoggedEvent, total=False):
 
 
 @with_config(ConfigDict(extra="allow"))
-class RollbackSessionLogged(LoggedEvent, total=False):
-    """A ``rollback_session`` event as the fold keeps it: the checkpoint the session went back to."""
-
-    checkpoint: str
-    name: str
-    label: str | None
-    step_id: str | None
-    messages_ref: str | None
-    calls_after: list[str]
+class RollbackSessionLogged(LoggedEvent, RollbackSessionData, total=False):
+    """A ``rollback_session`` event as the fold keeps it: :class:`RollbackSessionData` with its id and time."""
 
 
 @with_config(ConfigDict(extra="allow"))

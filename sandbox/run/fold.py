@@ -87,9 +87,10 @@ FOLD = RunFold()
 def fork_state(state: LedgerState) -> LedgerState:
     """A copy of ``state`` that :func:`fold_event` may change without touching the original.
 
-    Containers are copied one level deep and entries are copied only when an event changes them
-    (:func:`writable`), so extending a fold costs O(changed calls), not O(ledger): a deep copy of
-    the whole state per call made recording grow with the length of the run.
+    Containers are copied one level deep (a pointer per item, still O(ledger) but cheap) and entries
+    are copied only when an event changes them (:func:`writable`), so extending a fold copies
+    O(changed calls) entries: a deep copy of the whole state per call made recording grow with the
+    length of the run.
     """
     new = state.model_copy()
     new.calls = dict(state.calls)
@@ -211,10 +212,9 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
     return True
 
 
-def _finish_status(event: Event) -> CallStatus:
-    """The terminal status a finishing event gives its call."""
+def _finish_status(event: Event, data: CallFinishData) -> CallStatus:
+    """The terminal status a finishing event (its ``data`` viewed) gives its call."""
     kind = event.kind
-    data = view(event.data, CallFinishData)
     if kind == EventKind.call_resolved:
         status = CallStatus(data.get("status", CallStatus.failed.value))
     elif kind == EventKind.call_not_run:
@@ -228,14 +228,15 @@ def _finish_status(event: Event) -> CallStatus:
 
 def _fold_finish(state: LedgerState, entry: LedgerEntry, event: Event) -> None:
     """Fold a call's end (succeeded, failed, resolved, not run): the first terminal status wins."""
-    status = _finish_status(event)
+    data = view(event.data, CallFinishData)  # once per event: the fold runs in every process that reads a ledger
+    status = _finish_status(event, data)
     # A call the agent ran although it was refused: the evidence of it outranks the refusal.
     overrides = status == CallStatus.violation and entry.status == CallStatus.not_run
     if entry.status in TERMINAL_STATUSES and not overrides:
         return
     entry.status = status
     entry.finished_at = event.at
-    ran = view(event.data, CallFinishData).get("ran_ms")
+    ran = data.get("ran_ms")
     if ran is not None and ran >= 0:
         # The agent says how long the tool itself ran: it started after the wait at the agent's
         # permission prompt (the call's created_at is when the agent asked).

@@ -5,8 +5,8 @@ the *base* the run started from, the *run* (the agent's files), the *user's* tre
 the real library: the agent's calls through the recording API (write, delete, mkdir, file <->
 directory, symlink, chmod, rename, one call writing several files), the user's edits and deletions
 on disk, and the sandbox's operations (apply of the whole run, of a pathspec, of some calls, with
-``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; ``rewind``; fork; push, fetch and
-apply in a second clone). After every step:
+``--3way``, some hunks by id; undo; redo; checkpoint; ``rollback --files``; ``rewind`` and its undo
+and redo; fork; push, fetch and apply in a second clone). After every step:
 
 * the run's worktree is exactly the modelled run tree, and what the run brings (``diff``'s new side)
   is the run tree on every path it differs from the base;
@@ -44,6 +44,7 @@ from sandbox.merge.undo import undo
 from sandbox.models import ApplyReport
 from sandbox.recovery.actions import rollback_files
 from sandbox.recovery.rewind import rewind
+from sandbox.recovery.rewind_undo import redo_rewind, undo_rewind
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.project import Project
@@ -122,6 +123,8 @@ class ReviewModel(RuleBasedStateMachine):
         self.checkpoints: dict[str, Tree] = {}
         #: The run tree just before each call (what ``rewind`` to it puts back).
         self.before_call: dict[str, Tree] = {}
+        #: The newest rewind's run trees, just before it and right after it (what its undo and redo put back).
+        self.rewound: tuple[Tree, Tree] | None = None
         #: Applies (and redos) in effect: (paths written, the tree before, the tree after), newest last.
         self.done: list[tuple[list[str], Tree, Tree]] = []
         self.undone: list[tuple[list[str], Tree, Tree]] = []
@@ -393,7 +396,36 @@ class ReviewModel(RuleBasedStateMachine):
         call_id = data.draw(st.sampled_from(sorted(self.before_call)))
         rewind(self.run, call_id, {})
         event("rewind")
+        self.rewound = (dict(self.agent), dict(self.before_call[call_id]))
         self.agent = dict(self.before_call[call_id])
+
+    @precondition(lambda self: self.rewound is not None)
+    @rule(then_redo=st.booleans())
+    def undo_the_rewind(self, then_redo: bool) -> None:
+        """``sandbox undo`` right after a rewind: the run's files as they were before it; ``sandbox redo``
+        right after that always rewinds again."""
+        if self._rewind_step("undo") and then_redo:
+            self.run_is_the_model()
+            assert self._rewind_step("redo"), "redo right after undoing a rewind did not rewind again"
+
+    @precondition(lambda self: self.rewound is not None)
+    @rule()
+    def redo_the_rewind(self) -> None:
+        """``sandbox redo`` right after undoing a rewind: the run's files rewound again."""
+        self._rewind_step("redo")
+
+    def _rewind_step(self, op: str) -> bool:
+        """Undo or redo the newest rewind; True when it moved the run's files."""
+        assert self.rewound is not None
+        try:
+            move = undo_rewind(self.run) if op == "undo" else redo_rewind(self.run)
+        except SandboxError as exc:
+            event(f"rewind {op}: {type(exc).__name__}")
+            return False
+        event(f"rewind {op}: {'done' if move else 'not the newest step'}")
+        if move is not None:
+            self.agent = dict(self.rewound[0] if op == "undo" else self.rewound[1])
+        return move is not None
 
     @precondition(lambda self: self.forks < 1)
     @rule()
@@ -405,6 +437,7 @@ class ReviewModel(RuleBasedStateMachine):
         self.forks += 1
         # The fork is a run of its own: its applies, undos and checkpoints start afresh.
         self.done, self.undone, self.checkpoints, self.before_call = [], [], {}, {}
+        self.rewound = None
 
     @rule()
     def apply_in_a_second_clone(self) -> None:

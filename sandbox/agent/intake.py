@@ -295,6 +295,10 @@ class Intake:
         """Close a connection and give its place back (any thread)."""
         with contextlib.suppress(OSError):
             conn.sock.close()
+        self._give_back(conn)
+
+    def _give_back(self, conn: _Conn) -> None:
+        """Give a connection's place back (it is closed by whoever holds it)."""
         with self._lock:
             left = self._open.get(conn.key, 0) - 1
             if left > 0:
@@ -351,13 +355,22 @@ class Intake:
             conn, data = item
             try:
                 reply = self.handle(data, conn.peer)
-                conn.sock.setblocking(True)
-                conn.sock.settimeout(self.limits.reply_deadline)
-                conn.sock.sendall(reply)
-            except Exception:  # noqa: BLE001 - a client gone, a handler that failed: never the worker
+            except Exception:  # noqa: BLE001 - a handler that failed: never the worker
+                reply = None
+            # Its place is given back before the answer is sent: a client that reads the answer and
+            # at once connects again must find room (a sending connection is held by a worker, and
+            # a peer has at most ``per_peer_workers`` of those).
+            self._give_back(conn)
+            try:
+                if reply is not None:
+                    conn.sock.setblocking(True)
+                    conn.sock.settimeout(self.limits.reply_deadline)
+                    conn.sock.sendall(reply)
+            except Exception:  # noqa: BLE001 - a client gone: never the worker
                 pass
             finally:
-                self._release(conn)
+                with contextlib.suppress(OSError):
+                    conn.sock.close()
                 with self._lock:
                     self._busy[conn.key] -= 1
                     if not self._busy[conn.key]:

@@ -175,7 +175,7 @@ def test_concurrent_requests_in_one_host(run: Run, served: Host) -> None:
         t.join()
     assert len(results) == 32
     for tag, paths in results.items():
-        assert paths is not None and f"{tag}.txt" in paths
+        assert paths is not None and f"{tag}.txt" in paths, (tag, served.intake.shed, served.notes)
 
 
 def test_host_watches_again_after_losing_events(run: Run, served: Host) -> None:

@@ -370,3 +370,29 @@ def test_a_request_trickled_in_is_closed_at_its_deadline_not_kept_alive(repo: Pa
     finally:
         served.request_stop()
         thread.join(timeout=30)
+
+
+def test_a_client_that_asks_again_at_once_finds_room_at_its_cap(repo: Path) -> None:
+    """A connection's place is free once its answer is ready: with one place per peer, 300 requests
+    in a row from one process (each connecting as soon as the previous answer arrived) are all
+    answered. Before, the place was given back after the send, and the next connection raced it."""
+    import threading
+
+    from sandbox.agent import intake
+    from sandbox.agent.host import Host
+
+    served = Host(Project(str(repo / ".git")), limits=intake.Limits(per_peer=1))
+    thread = threading.Thread(target=served.serve, kwargs={"idle_exit": 600.0, "tick": 0.1}, daemon=True)
+    thread.start()
+    try:
+        common = str(repo / ".git")
+        wait_until(lambda: wire.Client(common).ping())
+        asker = "import sys\nfrom sandbox.agent import wire\nc = wire.Client(sys.argv[1])\n"
+        asker += "print(sum(1 for _ in range(300) if c.ping() is None))"
+        proc = subprocess.run([sys.executable, "-c", asker, common], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "0"
+        assert served.intake.shed == 0
+    finally:
+        served.request_stop()
+        thread.join(timeout=30)

@@ -80,7 +80,7 @@ test: lint $(STAMP) $(AGENTS_STAMP) bwrap git-lfs chromium
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q --soak tests/reliability
+	$(BIN)/python -m pytest -q --soak --timeout 7200 tests/reliability
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --sizes 1000,10000,100000

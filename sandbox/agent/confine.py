@@ -267,7 +267,9 @@ def spawn(
         os.close(seccomp_w)
         fds.append(seccomp_fd)
     full = bwrap_argv(isolation.program, policy, argv, cwd, started_fd=started_w, seccomp_fd=seccomp_fd)
-    groups = hardening.make_cgroups(policy.limits.max_processes, policy.limits.max_memory)
+    groups = hardening.make_cgroups(
+        policy.limits.max_processes, policy.limits.max_memory, memory_if_free=policy.limits.memory_if_free
+    )
     full = groups.join_argv() + full
 
     def start() -> subprocess.Popen[bytes]:

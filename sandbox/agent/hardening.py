@@ -192,15 +192,26 @@ def cgroup_parents() -> dict[str, str]:
     return out
 
 
-def make_cgroups(max_pids: int | None, max_memory: int | None) -> Cgroups:
-    """A cgroup per limit asked for that this machine lets us make; an empty :class:`Cgroups` else."""
+def make_cgroups(max_pids: int | None, max_memory: int | None, *, memory_if_free: bool = False) -> Cgroups:
+    """A cgroup per limit asked for that this machine lets us make; an empty :class:`Cgroups` else.
+
+    ``memory_if_free``: bound the memory only where that costs no slow cgroup move (a v1 memory
+    hierarchy, joined through its ``tasks``, or the v2 cgroup made for the pids limit anyway).
+    """
     made = Cgroups()
     # Below root, RLIMIT_NPROC (set inside the sandbox's user namespace) already bounds the sandbox's
     # own processes; a pids cgroup is needed only where it binds nothing, and each costs a cgroup move.
     wanted = {"pids": max_pids if os.geteuid() == 0 else None, "memory": max_memory}
+    parents = cgroup_parents()
+    if memory_if_free and max_memory is not None and "memory" in parents:
+        memory_parent = parents["memory"]
+        v1_memory = memory_parent.startswith(os.path.join(CGROUP_ROOT, "memory"))
+        shared = wanted["pids"] is not None and parents.get("pids") == memory_parent
+        if not (v1_memory or shared):
+            wanted["memory"] = None
     v1_file = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
     used: set[str] = set()
-    for controller, parent in cgroup_parents().items():
+    for controller, parent in parents.items():
         if wanted[controller] is None or parent in used:
             continue
         used.add(parent)

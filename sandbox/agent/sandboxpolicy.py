@@ -108,6 +108,8 @@ class Limits:
     max_file_bytes: int | None = 16 * GIB
     #: Memory of all its processes together (a memory cgroup, where one can be made).
     max_memory: int | None = 8 * GIB
+    #: Apply ``max_memory`` only where it costs no slow cgroup move (``exec``, unless set).
+    memory_if_free: bool = False
     #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded.
     max_call_bytes: int | None = None
 

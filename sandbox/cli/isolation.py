@@ -173,9 +173,10 @@ def say_gaps_once(data_root: str) -> None:
 def limits_of(cfg: Any, command: str = "run") -> Any:
     """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave).
 
-    ``exec`` gets no memory bound unless ``max_memory`` is set: joining a memory cgroup costs every
-    short command several milliseconds (a cgroup move waits for an RCU grace period), while a
-    ``run`` session pays it once.
+    ``exec`` gets the memory bound where it is free (a v1 memory cgroup joined through ``tasks``, or
+    the v2 cgroup made for the processes bound anyway), and everywhere when ``max_memory`` is set:
+    a move through v2's ``cgroup.procs`` costs every short command several milliseconds (it waits
+    for an RCU grace period), while a ``run`` session pays it once.
     """
     from sandbox.agent import confine
 
@@ -187,8 +188,8 @@ def limits_of(cfg: Any, command: str = "run") -> Any:
         "max_call_size": "max_call_bytes",
     }
     given = {names[k]: v for k, v in cfg.limits.items()}
-    if command != "run":
-        given.setdefault("max_memory", None)
+    if command != "run" and "max_memory" not in given:
+        given["memory_if_free"] = True
     return confine.Limits(**given)
 
 

@@ -642,3 +642,28 @@ def test_sandboxes_sharing_the_network_started_side_by_side_all_run_to_their_end
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(one, range(40)))
     assert codes == [0] * 40
+
+
+@needs_bwrap
+def test_exec_is_bounded_in_memory_where_that_costs_no_slow_cgroup_move(repo: Path) -> None:
+    """``sandbox exec`` gets the memory bound by default wherever it is free (a v1 memory hierarchy
+    joined through ``tasks``, or the v2 cgroup made for the process bound anyway); with a small
+    ``max_memory`` a command that allocates past it is stopped, its sandbox's other limits intact."""
+    from sandbox.agent import hardening
+
+    parents = hardening.cgroup_parents()
+    memory = parents.get("memory")
+    if memory is None:
+        pytest.skip("no memory cgroup can be made here")
+    v1 = memory.startswith(os.path.join(hardening.CGROUP_ROOT, "memory"))
+    free = v1 or (os.geteuid() == 0 and parents.get("pids") == memory)
+    run_id, _worktree = start(repo)
+    proc = sandbox_cmd("exec", run_id, "--", "cat", "/proc/self/cgroup", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.decode().splitlines()
+    bounded = any(hardening.CGROUP_PREFIX in line and ("memory" in line or line.startswith("0::")) for line in lines)
+    assert bounded == free, lines
+    (repo / ".sandbox.toml").write_text('[isolation]\nmax_memory = "64M"\n')
+    hog = "b = bytearray(256 * 1024 * 1024); print('survived')"
+    proc = sandbox_cmd("exec", run_id, "--", sys.executable, "-c", hog, cwd=repo)
+    assert proc.returncode != 0 and b"survived" not in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)

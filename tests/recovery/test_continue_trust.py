@@ -226,3 +226,28 @@ def test_a_fork_of_a_fetched_run_keeps_its_record_foreign(tmp_path: Path) -> Non
     plan = continue_.plan(target, None, homes, prompt="Go on.", search_path=[str(mine.parent)])
     assert plan.argv[0] == str(mine) and "--mcp-config" not in plan.argv and plan.session is not None
     assert any("dropped the recorded option '--mcp-config evil.json'" in m for m in plan.messages)
+
+
+def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(repo: Path) -> None:
+    """A fetch names its tip before the refs move: cut short between the two, every event counts as fetched."""
+    from sandbox.models import FetchedFrom, to_json
+    from sandbox.store import layout
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    run.note({"agent_command": ["claude", "-p", "Do it."], "subdir": "", "isolation": "off"})
+    assert transcripts.agent_command(run) == transcripts.RecordedCommand(["claude", "-p", "Do it."], "", "off", None)
+    fetched = Path(layout.fetched_file(project.common_dir, run.run_id))
+    fetched.write_text(to_json(FetchedFrom(remote="origin", tip="0" * 40, events=3)))
+    recorded = transcripts.agent_command(run)
+    assert recorded is not None and recorded.foreign == "fetched from origin"
+    fetched.write_text("{not json")
+    recorded = transcripts.agent_command(run)
+    assert recorded is not None and recorded.foreign is not None
+    fetched.unlink()
+    run.note({"agent_command": ["claude", "-p", "Again."], "subdir": ""})
+    fetched.write_text(to_json(FetchedFrom(remote="origin", tip=str(run.ledger_tip()), events=3)))
+    run.note({"agent_command": ["claude", "-p", "Mine."], "subdir": ""})  # written here after the fetch
+    recorded = transcripts.agent_command(run)
+    assert recorded is not None and recorded.foreign is None and recorded.argv[-1] == "Mine."

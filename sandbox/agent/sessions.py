@@ -32,7 +32,7 @@ import re
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from sandbox.agent import adapters
 from sandbox.agent.adapters import valid_session
@@ -107,18 +107,17 @@ class AgentSessions:
         """``argv`` with its prompt replaced by ``prompt``, continuing ``session`` (None: a new session)."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def options(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
-        """(the options of ``argv`` to keep, the dropped option names), its prompt words left out."""
-        kept: list[str] = []
-        dropped: list[str] = []
+    def pieces(self, argv: Sequence[str]) -> Iterator[tuple[str | None, list[str]]]:
+        """``argv`` after its program, piece by piece: (an option's name, its words), or (None, [a prompt word])."""
         i = 1
         while i < len(argv):
             word = argv[i]
             name = word.split("=", 1)[0]
             if word == "--":
-                break  # everything after it is prompt
+                return  # everything after it is prompt
             if not word.startswith("-") or word == "-":
-                i += 1  # a prompt word: replaced
+                yield None, [word]
+                i += 1
                 continue
             has_word = i + 1 < len(argv) and not argv[i + 1].startswith("-")
             takes_next = "=" not in word and (
@@ -129,12 +128,48 @@ class AgentSessions:
                 width = 1
                 while i + width < len(argv) and not argv[i + width].startswith("-"):
                     width += 1
+            yield name, list(argv[i : i + width])
+            i += width
+
+    def options(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(the options of ``argv`` to keep, the dropped option names), its prompt words left out."""
+        kept: list[str] = []
+        dropped: list[str] = []
+        for name, words in self.pieces(argv):
+            if name is None:
+                continue  # a prompt word: replaced
             if name in self.DROP_FLAGS | self.DROP_VALUE | self.DROP_OPTIONAL:
                 dropped.append(name)
             else:
-                kept.extend(argv[i : i + width])
-            i += width
+                kept.extend(words)
         return kept, dropped
+
+    def head(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(the subcommand words right after the program that a relaunch keeps, the rest of ``argv``)."""
+        return [], list(argv[1:])
+
+    def carried(self, argv: Sequence[str], program: str) -> tuple[list[str], list[str]]:
+        """A command line recorded in another clone, cut down to what may run here: (the line, what was dropped).
+
+        The program is ``program`` (the agent's own, found by the caller), never the recorded one; an
+        option is kept only where its adapter's ``CARRY_OVER`` lists it, with a value it allows (a
+        value must be a plain word: never one that reads as an option); the ways a session or a prompt
+        was given stay, as :meth:`relaunch` replaces them. Each dropped option is given as written.
+        """
+        safe: Mapping[str, tuple[str, ...]] = getattr(adapters.agent(self.name), "CARRY_OVER", {})
+        sub, rest = self.head(argv)
+        kept: list[str] = []
+        dropped: list[str] = []
+        for name, words in self.pieces([argv[0], *rest]):
+            if name is None:
+                kept.extend(words)  # a prompt word: the relaunch replaces it
+            elif name in self.DROP_FLAGS | self.DROP_VALUE | self.DROP_OPTIONAL:
+                kept.extend(words)  # a session or prompt: the relaunch replaces it
+            elif name in safe and _allowed(words, safe[name]):
+                kept.extend(words)
+            else:
+                dropped.append(" ".join(words))
+        return [program, *sub, *kept], dropped
 
     @staticmethod
     def new_session() -> str:
@@ -404,14 +439,32 @@ class Codex(AgentSessions):
         The recorded options are kept (a ``resume`` or ``--last`` of the recorded line is dropped:
         the session is named here); its prompt words are replaced.
         """
-        head = [argv[0]]
-        rest = list(argv[1:])
-        if rest and rest[0] in ("exec", "e"):
-            head.append("exec")
-            rest = rest[1:]
+        sub, rest = self.head(argv)
         rest = [w for w in rest if w not in ("resume", "fork")]
         kept, _dropped = self.options([argv[0], *rest])
-        return [*head, *kept, *(["resume", session] if session else []), prompt]
+        return [argv[0], *sub, *kept, *(["resume", session] if session else []), prompt]
+
+    def head(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """``exec`` (or its alias ``e``) is kept, as ``exec``: the rest of the line goes to it."""
+        rest = list(argv[1:])
+        if rest and rest[0] in ("exec", "e"):
+            return ["exec"], rest[1:]
+        return [], rest
+
+
+#: A value a carried option may take (``*`` in ``CARRY_OVER``): a model name, a number, a feature name.
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
+
+
+def _allowed(words: Sequence[str], values: tuple[str, ...]) -> bool:
+    """True when an option's ``words`` (``--opt``, ``--opt V`` or ``--opt=V``) give a value ``values`` allows."""
+    first = words[0]
+    given = [first.split("=", 1)[1]] if "=" in first else list(words[1:])
+    if not given:
+        return not values  # an option without a value: listed as such
+    if len(given) != 1 or not values:
+        return False
+    return bool(_PLAIN.match(given[0])) and ("*" in values or given[0] in values)
 
 
 @functools.cache

@@ -53,6 +53,10 @@ class TranscriptError(SandboxError):
     """A stored transcript is missing or does not read back."""
 
 
+class ForkError(SandboxError):
+    """The conversation cannot be forked at the call asked for (nothing of it was copied)."""
+
+
 @dataclass(frozen=True)
 class Stored:
     """One stored copy of a transcript: its commit and index."""
@@ -288,15 +292,75 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
 # -- which agent, which session ------------------------------------------------------------------
 
 
-def agent_command(run: Run) -> tuple[list[str], str] | None:
-    """The last agent command ``sandbox run`` recorded for the run, and the subdirectory it ran in."""
-    found = None
-    for _oid, event in ledger_events(run):
+@dataclass(frozen=True)
+class RecordedCommand:
+    """The agent command ``sandbox run`` last recorded for a run (its session ``note``), and whose record it is."""
+
+    argv: list[str]
+    #: Where in the worktree it ran, as recorded (unchecked: see :func:`sandbox.recovery.continue_.plan`).
+    subdir: str
+    #: How that session was confined (:meth:`sandbox.agent.confine.Isolation.describe`), None when not said.
+    isolation: str | None
+    #: None when this clone wrote the note; else where it came from (``fetched from origin``): someone
+    #: else's text, which picks neither the program, nor its options, nor the confinement.
+    foreign: str | None = None
+
+
+def agent_command(run: Run) -> RecordedCommand | None:
+    """The last agent command ``sandbox run`` recorded for the run, where it ran, and whose record it is.
+
+    A note that arrived with ``sandbox fetch`` is foreign: one at or before the ledger tip the last
+    fetch installed (:func:`fetched_until`), or one that says so itself (``foreign``: a fork of a
+    foreign run carries it over). Only a note written here after every fetch is this clone's own.
+    """
+    events = ledger_events(run)
+    found: tuple[int, list[str], dict[str, object]] | None = None
+    for n, (_oid, event) in enumerate(events):
         data = event.data if event.kind == EventKind.note else {}
         argv = data.get("agent_command")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            found = (list(argv), str(data.get("subdir") or ""))
-    return found
+            found = (n, [str(a) for a in argv], data)
+    if found is None:
+        return None
+    at, argv, data = found
+    upto, where = fetched_until(run, events)
+    marked = data.get("foreign")
+    foreign = where if at <= upto else None
+    if foreign is None and marked:
+        foreign = marked if isinstance(marked, str) else "from another clone"
+    subdir, isolation = data.get("subdir"), data.get("isolation")
+    return RecordedCommand(
+        argv=argv,
+        subdir=subdir if isinstance(subdir, str) else "",
+        isolation=isolation if isinstance(isolation, str) else None,
+        foreign=foreign,
+    )
+
+
+def fetched_until(run: Run, events: Sequence[tuple[str, Event]]) -> tuple[int, str | None]:
+    """How far ``events`` (the run's ledger) came with a fetch: (index of the last such event, where from).
+
+    (-1, None) for a run never fetched here. The record of the last fetch names the ledger tip it
+    installed; the ledger only moves forward, so every event up to it arrived by fetch (or went out
+    and came back: counted as fetched too). A fetch record that does not read back, or whose tip is
+    not in this ledger, makes the whole ledger count as fetched: the cautious reading.
+    """
+    from sandbox.models import FetchedFrom
+    from sandbox.store import layout
+
+    path = layout.fetched_file(run.project.common_dir, run.run_id)
+    if not os.path.lexists(path):
+        return -1, None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            record = from_json(FetchedFrom, fh.read())
+    except (OSError, ValueError):
+        return len(events) - 1, "fetched from another clone"
+    where = f"fetched from {record.remote}"
+    for n, (oid, _event) in enumerate(events):
+        if oid == record.tip:
+            return n, where
+    return len(events) - 1, where
 
 
 #: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).
@@ -381,21 +445,34 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     The conversation is copied, cut before the next tool use after ``at`` (whole for None), into a
     new agent session stored with ``target``, written where the agent finds it, and named by a
     ``note`` event, with ``source``'s agent command, so ``sandbox resume TARGET --continue`` goes on
-    from there. Returns the new session id, or None when ``source`` holds no conversation.
+    from there (a foreign command stays foreign: :func:`agent_command`). Returns the new session
+    id, or None when ``source`` holds no conversation. ``at`` is a call of ``source`` by any name
+    ``log`` accepts; another name, or a call its conversation does not hold, is refused
+    (:class:`ForkError`) before anything is copied: never a whole copy in its place.
     """
     from sandbox.agent.sessions import agents
 
+    state = source.state()
+    if at is not None and at not in state.calls:
+        at = _call_named(source, at)
     capture(source, homes, f"fork into {target.run_id}")
     state = source.state()
-    upto = state.order[: state.order.index(at) + 1] if at in state.calls else state.order
+    upto = state.order[: state.order.index(at) + 1] if at is not None else state.order
     old = next((state.calls[c].agent_session for c in reversed(upto) if state.calls[c].agent_session), None)
     stored = latest(source, old) if old else None
     agent = agents().get(stored.index.agent) if stored is not None else None
     if stored is None or agent is None or old is None or not agent.forks:
         return None  # the files are forked; this agent's conversation cannot be cut at a call
     data = load(source, stored)
-    own = agent.own_call(data, at, recorded_calls(source, old, at)) if at else None
-    line = stored.index.calls.get(own) if own else None
+    line = None
+    if at is not None:
+        own = agent.own_call(data, at, recorded_calls(source, old, at))
+        line = stored.index.calls.get(own) if own else None
+        if line is None:
+            raise ForkError(
+                f"Call {at} of run {source.run_id} is not a tool use of its stored conversation, so the "
+                "conversation was not forked (only the files were)."
+            )
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
     forked = agent.fork(data, later[0][1] if later else None, new)
@@ -403,7 +480,14 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
     store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
     recorded = agent_command(source)
     if recorded is not None:
-        target.note({"agent_command": recorded[0], "subdir": recorded[1], "forked_from": source.run_id})
+        noted: dict[str, object] = {
+            "agent_command": recorded.argv,
+            "subdir": recorded.subdir,
+            "forked_from": source.run_id,
+        }
+        if recorded.foreign is not None:
+            noted["foreign"] = recorded.foreign  # written here, but not chosen here
+        target.note(noted)
     target.record(
         EventKind.note,
         reason=f"conversation forked from run {source.run_id}",
@@ -411,3 +495,17 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
         epoch=target.state().epoch,
     )
     return new
+
+
+def _call_named(run: Run, name: str) -> str:
+    """The id of ``run``'s call named ``name`` (any name ``log`` accepts); :class:`ForkError` when none is."""
+    from sandbox.errors import UnknownCallError
+    from sandbox.run.names import resolve_call_id
+
+    try:
+        return resolve_call_id(run, name)
+    except UnknownCallError:
+        raise ForkError(
+            f"Run {run.run_id} has no call {name!r}, so its conversation was not forked; "
+            f"see 'sandbox log {run.run_id}'."
+        ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -68,7 +69,15 @@ def continue_agent(
     if isolate is None:
         _check_recorded(run)  # before anything is planned, blocked or started
     plan = continue_.plan(
-        run, report, homes(run), extra, subdir=start_subdir(ctx, run), prompt=prompt, isolate=isolate, network=network
+        run,
+        report,
+        homes(run),
+        extra,
+        subdir=start_subdir(ctx, run),
+        prompt=prompt,
+        isolate=isolate,
+        network=network,
+        search_path=os.environ.get("PATH", "").split(os.pathsep),  # where a fetched run's agent is found
     )
     for problem in report.problems if report is not None else []:
         click.echo(f"sandbox: {escape.text(problem)}", err=True)
@@ -101,9 +110,9 @@ def _check_recorded(run: Run) -> None:
     """Refuse, in one line, when the confinement the session ran with cannot be had on this machine."""
     from sandbox.agent import confine
     from sandbox.cli.isolation import backend_program
-    from sandbox.recovery.continue_ import CannotContinueError, confinement_of, recorded_isolation
+    from sandbox.recovery.continue_ import CannotContinueError, confinement_of, trusted_isolation
 
-    phrase = recorded_isolation(run)
+    phrase = trusted_isolation(run)  # a fetched run's record chooses no confinement: the settings do
     was_isolate, _was_network = confinement_of(phrase)
     if was_isolate != "on":
         return

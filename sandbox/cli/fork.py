@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import emit_json, open_run
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ def fork(ctx: click.Context, run_id: str | None, at: str | None, label: str | No
     source = open_run(ctx, run_id)
     run = do_fork(source, at, label)
     info = run.info
-    session = _fork_conversation(source, run, info.forked_from)
+    session, problem = _fork_conversation(source, run, info.forked_from)
+    if problem is not None:
+        click.echo(f"sandbox: {escape.text(problem)}", err=True)
     if as_json:
         emit_json({"run": run.run_id, "worktree": run.worktree, "forked_from": info.forked_from, "label": info.label})
         return
@@ -40,16 +43,18 @@ def fork(ctx: click.Context, run_id: str | None, at: str | None, label: str | No
     click.echo(f"  changes:  {len(run.changed_paths())} path(s) from the source")
 
 
-def _fork_conversation(source: Run, run: Run, forked_from: str | None) -> str | None:
-    """The agent's conversation forked with the run, up to the call it was forked at (or all of it)."""
+def _fork_conversation(source: Run, run: Run, forked_from: str | None) -> tuple[str | None, str | None]:
+    """The agent's conversation forked with the run, up to the call it was forked at (or all of it):
+    (the new session, or None; why it was not forked, when that is worth saying)."""
     from sandbox.agent.transcripts import fork_conversation
     from sandbox.cli.agenthomes import homes
     from sandbox.errors import SandboxError
 
     at = (forked_from or "").partition("@")[2] or None
     if at is not None and at not in source.state().calls:
-        return None  # forked at a checkpoint: its conversation is the runtime's (rollback --session)
+        return None, None  # forked at a checkpoint: its conversation is the runtime's (rollback --session)
     try:
-        return fork_conversation(source, run, at, homes(source))
-    except (SandboxError, OSError):
-        return None  # the files are forked; a conversation that cannot be copied does not undo that
+        return fork_conversation(source, run, at, homes(source)), None
+    except (SandboxError, OSError) as exc:
+        # The files are forked; a conversation that cannot be copied does not undo that.
+        return None, exc.message if isinstance(exc, SandboxError) else f"the conversation was not forked ({exc})."

@@ -43,7 +43,8 @@ def resume(
     started it (same agent and flags, confined), continuing its conversation; uncertain calls stay
     blocked until 'sandbox approve'. Arguments after '--' are added to the agent's command line.
     The agent is confined as its session was (refused, in one line, where that cannot be had here);
-    --isolate and --network choose otherwise.
+    --isolate and --network choose otherwise. A run fetched from elsewhere runs the agent found on
+    your PATH with only the options its adapter lists as safe, confined as your settings say.
     """
     from sandbox.recovery.resume import resume as do_resume
 

@@ -14,7 +14,14 @@ uncertain calls) and decides what to start:
 4. every uncertain call that must not be repeated blindly (``ask_first``, ``do_not_replay``) is
    blocked: a ``call_denied`` event with a reason the model understands, so the same tool with the
    same input is refused at the hook (:class:`sandbox.agent.recorder.Recorder`) until
-   ``sandbox approve RUN CALL`` lifts it.
+   ``sandbox approve RUN CALL`` lifts it;
+5. whose record it is (:func:`sandbox.agent.transcripts.agent_command`). A run fetched from someone
+   else carries a ledger anybody could have written, so its record is data, not a choice: the
+   program is the agent's own found on the user's PATH (never the recorded path), only the options
+   its adapter lists as safe (``CARRY_OVER``) are kept, and the recorded confinement is ignored (the
+   settings here confine it; only the user's ``--isolate``/``--network`` choose less). Each dropped
+   option and ignored choice is said in :attr:`ContinuePlan.messages`, with the command line that runs.
+   For every run, the subdirectory must be a directory inside the worktree reached without a link.
 
 The caller (``sandbox resume --continue``) starts the command as ``sandbox run`` does, confined.
 """
@@ -22,12 +29,14 @@ The caller (``sandbox resume --continue``) starts the command as ``sandbox run``
 from __future__ import annotations
 
 import os
+import shlex
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import agent_command, current_session, ledger_events, primary_home
+from sandbox.agent.transcripts import RecordedCommand, agent_command, current_session, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
 
@@ -65,13 +74,14 @@ class ContinuePlan:
 
 def recorded_isolation(run: Run) -> str | None:
     """How the last ``sandbox run`` session of the run was confined (its note's ``isolation``), or None."""
-    found = None
-    for _oid, event in ledger_events(run):
-        data = event.data if event.kind == EventKind.note else {}
-        if isinstance(data.get("agent_command"), list):
-            value = data.get("isolation")
-            found = value if isinstance(value, str) else None
-    return found
+    recorded = agent_command(run)
+    return recorded.isolation if recorded is not None else None
+
+
+def trusted_isolation(run: Run) -> str | None:
+    """:func:`recorded_isolation` when this clone wrote it; None for a record from elsewhere (ignored)."""
+    recorded = agent_command(run)
+    return recorded.isolation if recorded is not None and recorded.foreign is None else None
 
 
 def confinement_of(phrase: str | None) -> tuple[str | None, str | None]:
@@ -145,6 +155,91 @@ def _prompt(report: ResumeReport, continued: bool, blocked: list[str], run: Run)
     return "\n\n".join(p for p in parts if p)
 
 
+def check_subdir(worktree: str, subdir: str) -> str:
+    """``subdir`` when it is a directory inside ``worktree`` reached without a link; else refused in one line.
+
+    It becomes the agent's working directory and names where its session is kept: a recorded one
+    (a fetched run's is anybody's text) or one taken from where the user stands must not lead out.
+    """
+    if not subdir:
+        return ""
+    parts = subdir.split("/")
+    if os.path.isabs(subdir) or "\0" in subdir or any(p in ("", ".", "..") for p in parts):
+        raise CannotContinueError(
+            f"The subdirectory {subdir!r} to start the agent in is not a plain relative path inside the run's "
+            "worktree; run the command from the worktree's root or from your tree's."
+        )
+    current = worktree
+    for part in parts:
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            link = st is not None and stat.S_ISLNK(st.st_mode)
+            raise CannotContinueError(
+                f"The subdirectory {subdir!r} to start the agent in "
+                + (f"goes through the link {os.path.relpath(current, worktree)!r}" if link else "is no directory")
+                + " in the run's worktree; run the command from the worktree's root or from your tree's."
+            )
+    return subdir
+
+
+def program_on_path(program: str, search_path: Sequence[str], run: Run) -> str | None:
+    """The first executable ``program`` in ``search_path`` (the user's PATH), outside the run; or None.
+
+    Relative entries (``.``, empty) are skipped: they would name the agent's own files in the worktree.
+    """
+    inside = [os.path.realpath(run.worktree), os.path.realpath(run.dir)]
+    for folder in search_path:
+        if not folder or not os.path.isabs(folder):
+            continue
+        candidate = os.path.join(folder, program)
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        real = os.path.realpath(candidate)
+        if any(real == root or real.startswith(root + os.sep) for root in inside):
+            continue
+        return candidate
+    return None
+
+
+def _foreign_argv(
+    run: Run, agent: sessions.AgentSessions, recorded: RecordedCommand, search_path: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """The recorded command line of a run from elsewhere, made safe to run here; and what was said about it."""
+    where = recorded.foreign
+    if search_path is None:
+        program = agent.program  # the caller's PATH finds it (a library caller that gives none)
+    else:
+        found = program_on_path(agent.program, search_path, run)
+        if found is None:
+            raise CannotContinueError(
+                f"Run {run.run_id} was {where}, so its agent is started as {agent.program!r} found on your PATH, "
+                f"and there is none; install {agent.name} or put it on your PATH, then continue again."
+            )
+        program = found
+    argv, dropped = agent.carried(recorded.argv, program)
+    messages = []
+    if recorded.argv[0] != agent.program:
+        messages.append(
+            f"the record of run {run.run_id} ({where}) names the program {recorded.argv[0]!r}; "
+            f"{program} from your PATH runs instead."
+        )
+    for words in dropped:
+        messages.append(
+            f"dropped the recorded option {words!r} (a run {where} keeps only the options {agent.name} lists as "
+            "safe; give it after '--' if you trust it)."
+        )
+    return argv, messages
+
+
+def _shown(argv: Sequence[str], prompt: str) -> str:
+    """The command line as a person reads it, the prompt (the sandbox's note) as a placeholder."""
+    return " ".join("<note>" if a == prompt else shlex.quote(a) for a in argv)
+
+
 def plan(
     run: Run,
     report: ResumeReport | None,
@@ -154,12 +249,14 @@ def plan(
     prompt: str | None = None,
     isolate: str | None = None,
     network: str | None = None,
+    search_path: Sequence[str] | None = None,
 ) -> ContinuePlan:
     """Decide what ``resume --continue`` starts (steps 1-4 of the module docstring); blocks calls.
 
     ``subdir``: where in the worktree the agent will start (default: where it ran before).
     ``report`` None with a ``prompt`` (``rewind --continue``): no resume note, no calls blocked.
     ``isolate``/``network``: the user's explicit choice, over the confinement the session ran with.
+    ``search_path``: the user's PATH, where the agent of a run from elsewhere is found (step 5).
     """
     recorded = agent_command(run)
     if recorded is None:
@@ -167,14 +264,18 @@ def plan(
             f"Run {run.run_id} has no agent command recorded ('sandbox run' records it); start your agent yourself "
             f"with the note from 'sandbox resume {run.run_id}'."
         )
-    argv, recorded_subdir = recorded
-    subdir = recorded_subdir if subdir is None else subdir
+    argv = recorded.argv
+    subdir = check_subdir(run.worktree, recorded.subdir if subdir is None else subdir)
     agent = sessions.for_command(argv)
     if agent is None:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent ({os.path.basename(argv[0])}) cannot be continued by the sandbox yet (Claude "
             f"Code, Gemini CLI and Codex can); start it yourself with the note from 'sandbox resume {run.run_id}'."
         )
+    messages: list[str] = []
+    if recorded.foreign is not None:
+        argv, said = _foreign_argv(run, agent, recorded, search_path)
+        messages.extend(said)
     agent_homes = list(homes.get(agent.name, ()))
     transcripts.capture(run, homes, "resume")
     session = current_session(run)
@@ -188,32 +289,21 @@ def plan(
         prompt = _prompt(report, continued, blocked, run)
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
-    new_argv = agent.relaunch(argv, session if continued else None, prompt, path)
-    messages = []
+    new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *extra]
     if continued:
         where = "from the run's stored copy" if restored else "where the agent left it"
-        messages.append(f"continuing {agent.name} session {session} ({where}).")
+        messages.insert(0, f"continuing {agent.name} session {session} ({where}).")
     else:
-        messages.append(f"no conversation of run {run.run_id} was found; the agent starts a new session.")
+        messages.insert(0, f"no conversation of run {run.run_id} was found; the agent starts a new session.")
     if blocked:
         messages.append(f"blocked until approved: {', '.join(blocked)}.")
-    # "Same flags as recorded": the session's own confinement, not today's settings (a session that
-    # ran unconfined, as Codex's whose tools are 'sandbox mcp''s, stays unconfined; a confined one is
-    # never relaunched with less because the settings changed since).
-    phrase = recorded_isolation(run)
-    was_isolate, was_network = confinement_of(phrase)
-    if isolate is not None or network is not None:
-        asked = " ".join(f"--{k} {v}" for k, v in (("isolate", isolate), ("network", network)) if v)
-        messages.append(f"relaunched with {asked} as you asked (its session ran: {phrase or 'not recorded'}).")
-    elif was_isolate == "off":
-        messages.append("relaunched without OS confinement, as its recorded session ran.")
-    elif was_isolate == "on":
-        messages.append(f"relaunched confined as its recorded session ran ({phrase}).")
+    messages.append(f"the agent runs as: {_shown(new_argv, prompt)}.")
+    isolate, network, said = _confinement(recorded, isolate, network)
     return ContinuePlan(
-        isolate=isolate if isolate is not None else was_isolate,
-        network=network if network is not None else (was_network if isolate != "off" else None),
-        recorded_isolation=phrase,
-        argv=[*new_argv, *extra],
+        isolate=isolate,
+        network=network,
+        recorded_isolation=recorded.isolation,
+        argv=new_argv,
         subdir=subdir,
         agent=agent.name,
         session=session if continued else None,
@@ -221,5 +311,40 @@ def plan(
         restored=restored,
         blocked=blocked,
         prompt=prompt,
-        messages=messages,
+        messages=[*messages, *said],
+    )
+
+
+def _confinement(
+    recorded: RecordedCommand, isolate: str | None, network: str | None
+) -> tuple[str | None, str | None, list[str]]:
+    """The relaunch's ``--isolate`` and ``--network`` (None: the settings), and what to say about them.
+
+    "Same flags as recorded": the session's own confinement, not today's settings (a session that
+    ran unconfined, as Codex's whose tools are 'sandbox mcp''s, stays unconfined; a confined one is
+    never relaunched with less because the settings changed since). Not so for a record from
+    elsewhere: it never chooses less than the settings here, only the user's own options do.
+    """
+    phrase = recorded.isolation
+    said = []
+    if recorded.foreign is not None:
+        if phrase is not None:
+            said.append(
+                f"ignored the recorded confinement ({phrase}): a run {recorded.foreign} is confined as your "
+                "settings confine 'sandbox run'."
+            )
+        was_isolate, was_network = None, None
+    else:
+        was_isolate, was_network = confinement_of(phrase)
+    if isolate is not None or network is not None:
+        asked = " ".join(f"--{k} {v}" for k, v in (("isolate", isolate), ("network", network)) if v)
+        said.append(f"relaunched with {asked} as you asked (its session ran: {phrase or 'not recorded'}).")
+    elif was_isolate == "off":
+        said.append("relaunched without OS confinement, as its recorded session ran.")
+    elif was_isolate == "on":
+        said.append(f"relaunched confined as its recorded session ran ({phrase}).")
+    return (
+        isolate if isolate is not None else was_isolate,
+        network if network is not None else (was_network if isolate != "off" else None),
+        said,
     )

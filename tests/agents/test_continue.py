@@ -244,7 +244,12 @@ def test_rewind_to_a_call_then_continue(claude_bin: str, repo: Path, home: Path)
 
 
 def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: str, tmp_path: Path, repo: Path) -> None:
-    """Clone B has never seen the agent's session: resume --continue writes it from the run's copy."""
+    """Clone B has never seen the agent's session: resume --continue writes it from the run's copy.
+
+    The run was fetched, so its record is clone A's word: B runs the ``claude`` on its own PATH, drops
+    the recorded options no adapter lists as safe (the permission bypass among them) and takes the
+    ones its user gives after ``--``.
+    """
     run = cli_start(repo)
     wt = Path(run.worktree)
     turns = [write(str(wt / NEW_FILE), NEW_TEXT), bash("echo built > out.txt")]
@@ -263,11 +268,14 @@ def test_a_pushed_run_continues_its_conversation_in_another_clone(claude_bin: st
         wt_b = Path(path.stdout.strip())
         later.tools[0].input["file_path"] = str(wt_b / "b.txt")
         later.tools[0].input["content"] = "from b\n"
-        done = _sandbox("resume", run.run_id, "--continue", cwd=other, env=env)
+        env["PATH"] = f"{Path(claude_bin).parent}{os.pathsep}{env['PATH']}"
+        extra = ("--", "--dangerously-skip-permissions")  # the user's own choice, not the record's
+        done = _sandbox("resume", run.run_id, "--continue", *extra, cwd=other, env=env)
         requests = server.agent_requests()
     stop_services(other)
     assert done.returncode == 0, done.stderr
     assert "from the run's stored copy" in done.stderr
+    assert "dropped the recorded option '--dangerously-skip-permissions'" in done.stderr, done.stderr
     assert _tool_ids(requests[0])[:2] == [t.tools[0].id for t in turns]  # the conversation of clone A
     assert (wt_b / "b.txt").read_text() == "from b\n" and (wt_b / "out.txt").read_text() == "built\n"
     from sandbox.run.run import Run

@@ -297,6 +297,7 @@ def test_a_pushed_codex_run_continues_its_conversation_in_another_clone(
     try:
         with ResponsesServer([later]) as server:
             env = codex_env(tmp_path / "b", server, other)
+            env["PATH"] = f"{Path(codex_bin).parent}{os.pathsep}{env['PATH']}"  # a fetched run's codex: B's own
             assert not list((tmp_path / "b" / "home" / ".codex").glob("sessions/*/*/*/rollout-*.jsonl"))
             done = _sandbox("resume", run.run_id, "--continue", cwd=other, env=env)
             requests = server.model_requests()

@@ -20,6 +20,8 @@ and has none):
 * ``SESSIONS``, ``session_homes(environ, home, run_dir)``: the class of :mod:`sandbox.agent.sessions`
   that finds, forks and continues its conversations (named, not imported: that module reads this
   registry), and the configuration homes its sessions may be in, the run's own first.
+* ``CARRY_OVER``: the options of its recorded command line ``resume --continue`` keeps when the
+  record came from another clone (a fetched run), with the values each may take; all else is dropped.
 
 ``docs/design.md`` ("Adding an agent") says the steps.
 """

@@ -60,6 +60,25 @@ CONFIG = (
     "~/.claude/output-styles/",
 )
 PRIVATE = ("~/.claude.json",)
+#: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
+#: run: anyone could have written it), each with the values it may take (``*``: any plain word; none:
+#: an option without a value). Model and output choices only: everything that loads code or settings
+#: (``--mcp-config``, ``--settings``, ``--plugin-dir``, ``--agents``), widens what the agent may do or
+#: see (``--dangerously-skip-permissions``, ``--add-dir``, ``--allowedTools``) or writes a file
+#: (``--debug-file``) is dropped; the user adds what they trust after ``--``.
+CARRY_OVER: dict[str, tuple[str, ...]] = {
+    "-p": (),
+    "--print": (),
+    "--verbose": (),
+    "--model": ("*",),
+    "--fallback-model": ("*",),
+    "--effort": ("*",),
+    "--max-budget-usd": ("*",),
+    "--output-format": ("text", "json", "stream-json"),
+    "--input-format": ("text", "stream-json"),
+    "--include-partial-messages": (),
+    "--permission-mode": ("default", "acceptEdits", "plan", "dontAsk"),
+}
 MARKER = "sandbox hook claude-code"
 SUCCESS_STDOUT = ""
 EVENTS = {"PreToolUse": ("start", "succeeded"), "PostToolUse": ("finish", "succeeded"),

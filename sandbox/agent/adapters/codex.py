@@ -16,6 +16,24 @@ ENDPOINTS = ("api.openai.com", "chatgpt.com", "auth.openai.com")
 BASE_URL = ("OPENAI_BASE_URL",)
 CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/")
 PRIVATE: tuple[str, ...] = ()
+#: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
+#: run), with the values each may take (``*``: any plain word; none: no value): model and output
+#: choices, features turned off, Codex's own sandbox and approvals where they do not widen. ``-c``
+#: overrides (any MCP server, any command), ``--enable``, ``--add-dir``, ``--profile``,
+#: ``--dangerously-bypass-approvals-and-sandbox`` and the like are dropped.
+CARRY_OVER: dict[str, tuple[str, ...]] = {
+    "-m": ("*",),
+    "--model": ("*",),
+    "--color": ("always", "never", "auto"),
+    "--json": (),
+    "--strict-config": (),
+    "--skip-git-repo-check": (),
+    "--disable": ("*",),
+    "-s": ("read-only", "workspace-write"),
+    "--sandbox": ("read-only", "workspace-write"),
+    "-a": ("untrusted", "on-failure", "on-request"),
+    "--ask-for-approval": ("untrusted", "on-failure", "on-request"),
+}
 #: Its sessions: found, forked and continued by :class:`sandbox.agent.sessions.Codex`.
 SESSIONS = "Codex"
 

@@ -55,6 +55,19 @@ CONFIG = (
     "~/.gemini/policies/",
 )
 PRIVATE: tuple[str, ...] = ()
+#: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
+#: run), with the values each may take (``*``: any plain word; none: no value): model and output
+#: choices, Gemini's own sandbox (more confinement, never less). ``--yolo``, ``--extensions``,
+#: ``--include-directories``, ``--allowed-tools``, policies and the like are dropped.
+CARRY_OVER: dict[str, tuple[str, ...]] = {
+    "-m": ("*",),
+    "--model": ("*",),
+    "-o": ("text", "json", "stream-json"),
+    "--output-format": ("text", "json", "stream-json"),
+    "--approval-mode": ("default", "auto_edit", "plan"),
+    "-s": (),
+    "--sandbox": (),
+}
 MARKER = "sandbox hook gemini"
 SUCCESS_STDOUT = "{}"
 EVENTS = {"BeforeTool": "start", "AfterTool": "finish"}

@@ -158,6 +158,12 @@ def short_sessions(entries: list[LedgerEntry]) -> dict[str, str]:
     return {s: s[:size] for s in seen}
 
 
+def relaunches(notes: Sequence[Mapping[str, object]]) -> list[datetime.datetime]:
+    """When ``sandbox run`` started the run's agent again (each session's note after the first)."""
+    starts = [moment(n.get("at")) for n in notes if _argv(n.get("agent_command"))]
+    return [at for at in starts[1:] if at is not None]
+
+
 # -- what to run next ----------------------------------------------------------------------------------
 
 

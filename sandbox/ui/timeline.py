@@ -39,6 +39,10 @@ STATUS_CLASS = {
     "violation": "bad",
 }
 COLUMNS = 8
+RELAUNCHED = (
+    "<span class='badge info'>relaunched</span> <code>sandbox run</code> started the agent again here (for itself, or "
+    "for <code>resume --continue</code> or <code>rewind --continue</code>)"
+)
 
 
 def when(value: Any) -> str:
@@ -153,6 +157,7 @@ def timeline(run: Run) -> str:
     sessions = recovery.short_sessions(entries)
     rows = [(at, "event", html) for at, html in loose]
     rows += [(item.at, "event rewind", _rewind(run, item, rewound, sessions)) for item in rewound.items]
+    rows += [(at, "event session", RELAUNCHED) for at in recovery.relaunches(state.data.note)]
     out = [
         "<table class='calls timeline'><thead><tr><th>#</th><th class='opt'>call</th><th>status</th><th>tool</th>"
         "<th class='opt'>started</th><th class='opt'>took</th><th>command</th><th>files</th></tr></thead><tbody>"

@@ -233,6 +233,10 @@ def test_the_next_command_after_a_crash_and_for_each_blocked_call_is_text_to_cop
         rows = _shown(url, run)
         approve = f"sandbox approve {run.run_id} {cut}"
         assert rows.commands == [*resolve, approve]
+        # Where the agent was started again: after the call it was interrupted in.
+        texts = [" ".join(r["text"].split()) for r in rows.rows]
+        at = next(i for i, t in enumerate(texts) if t.startswith("relaunched sandbox run started the agent again"))
+        assert at > next(i for i, r in enumerate(rows.rows) if r["id"] == f"call-{cut}")
     approved = _run_shown(approve, repo)
     assert approved.returncode == 0, approved.stderr
     for _proc, url in _served(repo):

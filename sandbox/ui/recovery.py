@@ -60,7 +60,8 @@ class Rewind:
     from_session: str | None
     #: Calls at and after ``to`` that may have acted outside the files (not undone by it).
     side_effects: list[str]
-    #: The calls its ``rollback_files`` took out of the run's files.
+    #: The calls whose changes the run's files no longer held after it (its ``rollback_files``'s
+    #: ``undone_calls``: a call an earlier rollback had taken out is listed again).
     took: list[str]
     then: list[Then] = field(default_factory=list)
 
@@ -97,6 +98,7 @@ def rewinds(run: Run, state: LedgerState) -> Rewinds:
             owner.update(dict.fromkeys(out))  # a plain 'rollback --files' unless a rewind's note follows
             continue
         if event.kind != EventKind.note:
+            out = []  # a step's own rollback_files is followed by notes only (stored transcripts, then its own)
             continue
         made = event.data.get("rewind")
         if isinstance(made, dict):

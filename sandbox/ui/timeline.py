@@ -208,7 +208,8 @@ def _rewind(run: Run, item: Rewind, found: Rewinds, sessions: dict[str, str]) ->
     if item.took:
         shown = ", ".join(_seq(state, c) for c in item.took[:10])
         more = f" and {len(item.took) - 10} more" if len(item.took) > 10 else ""
-        parts.append(f"; it took {len(item.took)} call(s) out of them: {shown}{more}")
+        held = f"; after it the run's files no longer held the changes of {len(item.took)} call(s): "
+        parts.append(held + shown + more)
     if item.session is not None:
         parts.append(
             f". The conversation was forked just before that call as agent session {_short(item.session, sessions)}"

@@ -142,7 +142,7 @@ def test_a_rewind_is_a_row_of_its_own_its_calls_are_marked_as_log_marks_them_unt
         assert len(rewinds) == 1
         said = " ".join(rewinds[0]["text"].split())
         assert f"went back to just before call #2 {ids[1]}" in said and "sandbox rewind" in said
-        assert f"it took 2 call(s) out of them: #2 {ids[1]}, #3 {ids[2]}" in said
+        assert f"no longer held the changes of 2 call(s): #2 {ids[1]}, #3 {ids[2]}" in said
         assert "no conversation was forked" in said and f"#2 {ids[1]}" in said.split("outside the files")[1]
         assert f"sandbox undo {run.run_id} takes it back" in said
         # Where it happened: after the calls it took back (they ran before it).

@@ -169,7 +169,14 @@ def test_a_rewind_is_a_row_of_its_own_its_calls_are_marked_as_log_marks_them_unt
         assert "Taken back by an undo at" in said and f"sandbox redo {run.run_id} rewinds again" in said
         diff = page.get(f"/run/{run.run_id}/diff")
         assert "data-path='a.txt'" in diff and "data-path='b.txt'" in diff
-    assert (Path(run.worktree) / "a.txt").read_text() == "three\n"
+        assert (Path(run.worktree) / "a.txt").read_text() == "three\n"
+        # And Redo rewinds again, as 'sandbox redo' does: the calls are out again, marked so.
+        redone = page.post(f"/api/run/{run.run_id}/redo", {})
+        assert redone["ok"] and "Rewound again" in str(redone["message"]), redone
+        calls = _call_rows(_parse(page.get(f"/run/{run.run_id}/timeline")))
+        assert {c: "rolled back" in r["text"] for c, r in calls.items()} == _log_marks(repo, run)
+        assert "rolled back by the rewind to before #2" in calls[ids[1]]["text"]
+    assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
     assert tree_digest(repo) == user_tree  # the rewind and its undo are the run's: the user's tree untouched
 
 

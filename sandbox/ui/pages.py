@@ -151,11 +151,15 @@ def _pick_form() -> str:
 
 
 def _resume(run: Run) -> str:
-    """What a resume would do with the calls still in flight (the classification, nothing acted on)."""
+    """What a resume would do with the calls still in flight (the classification, nothing acted on),
+    and the commands that go on from here (:func:`sandbox.ui.recovery.next_steps`): text to copy."""
     from sandbox.recovery.resumereport import classify
+    from sandbox.ui.recovery import next_steps
 
-    open_calls = [e for e in run.entries() if e.status.value in ("started", "uncertain")]
-    if not open_calls:
+    state = run.state()
+    open_calls = [state.calls[c] for c in state.order if state.calls[c].status.value in ("started", "uncertain")]
+    steps = next_steps(run, state)
+    if not open_calls and not steps:
         return "<p class='muted'>No call is in flight or uncertain: a resume has nothing to decide.</p>"
     rows = []
     for e in open_calls:
@@ -164,7 +168,14 @@ def _resume(run: Run) -> str:
             f"<li><code>{escape(e.call_id)}</code> {escape(e.tool_name)} <code>{escape(command(e))}</code>: "
             f"{escape(str(getattr(decision, 'value', decision)))}</li>"
         )
-    return "<ul class='resume'>" + "".join(rows) + "</ul><p>Run <code>sandbox resume</code> to act on it.</p>"
+    out = ["<ul class='resume'>" + "".join(rows) + "</ul>" if rows else ""]
+    if steps:
+        out.append("<p class='muted'>Commands to copy into your terminal (this page does not run them):</p>")
+    for step in steps:
+        about = f" data-call='{escape(step.call_id, quote=True)}'" if step.call_id else ""
+        commands = "".join(f"<pre class='command'><code>{escape(c)}</code></pre>" for c in step.commands)
+        out.append(f"<div class='next-step'{about}><p>{escape(step.text)}</p>{commands}</div>")
+    return "".join(out)
 
 
 def conflicts(run: Run) -> str:

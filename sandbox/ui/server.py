@@ -284,6 +284,9 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
     if name in ("undo", "redo"):
         from sandbox.merge import undo
 
+        moved = _rewind_moved(run, name)
+        if moved is not None:
+            return 200, moved
         report = (undo.undo if name == "undo" else undo.redo)(run)
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
     if name in ("approve", "deny"):
@@ -297,6 +300,28 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
             entry = run.deny(call_id, str(reason) if reason else None)
         return 200, {"ok": True, "call_id": entry.call_id, "message": f"Call {entry.call_id}: {name}d."}
     return 404, {"ok": False, "message": f"No action {name!r}."}
+
+
+def _rewind_moved(run: Run, name: str) -> ActionAnswer | None:
+    """Right after a rewind (or its undo), undo (redo) is about the rewind, as 'sandbox undo' ('redo') does it."""
+    from sandbox.models import UndoReport
+    from sandbox.recovery import rewind_undo
+
+    moved = rewind_undo.undo_rewind(run) if name == "undo" else rewind_undo.redo_rewind(run)
+    if moved is None:
+        return None
+    paths = [f.path for f in moved.files.files]
+    report = UndoReport(
+        op=name,
+        run=run.run_id,
+        call=moved.call_id,
+        target="sandbox",
+        target_dir=run.worktree,
+        calls=[moved.call_id],
+        head=run.state().head,
+        **({"restored": paths} if name == "undo" else {"applied": paths}),
+    )
+    return {"ok": True, "report": _dump(report), "message": moved.message}
 
 
 def _dump(report: BaseModel) -> dict[str, object]:

@@ -22,8 +22,10 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox.fast import views
-from sandbox.models import LedgerEntry
+from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run.run import Run
+from sandbox.ui import recovery
+from sandbox.ui.recovery import Rewind, Rewinds, moment
 
 STATUS_CLASS = {
     "succeeded": "ok",
@@ -37,25 +39,16 @@ STATUS_CLASS = {
     "violation": "bad",
 }
 COLUMNS = 8
+RELAUNCHED = (
+    "<span class='badge info'>relaunched</span> <code>sandbox run</code> started the agent again here (for itself, or "
+    "for <code>resume --continue</code> or <code>rewind --continue</code>)"
+)
 
 
 def when(value: Any) -> str:
     """A time as the user's local time (the ledger stores UTC)."""
-    moment = _moment(value)
-    return "" if moment is None else str(moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %z"))
-
-
-def _moment(value: Any) -> datetime.datetime | None:
-    if not value:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    if not isinstance(value, datetime.datetime):
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+    found = moment(value)
+    return "" if found is None else str(found.astimezone().strftime("%Y-%m-%d %H:%M:%S %z"))
 
 
 def took(entry: LedgerEntry) -> str:
@@ -64,7 +57,7 @@ def took(entry: LedgerEntry) -> str:
     if not entry.started_at or not entry.finished_at:
         return ""
     ran = _seconds((entry.finished_at - entry.started_at).total_seconds())
-    asked, began = _moment(entry.created_at), _moment(entry.started_at)
+    asked, began = moment(entry.created_at), moment(entry.started_at)
     waited = (began - asked).total_seconds() if asked is not None and began is not None else 0.0
     return ran + (f" <span class='waited'>(+{_seconds(waited)} at the agent's prompt)</span>" if waited >= 0.5 else "")
 
@@ -108,9 +101,9 @@ def events(
             by_call.setdefault(item["call_id"], []).append(text)
         else:
             session = f" during agent session {escape(str(item['session']))}" if item.get("session") else ""
-            loose.append((_moment(item["at"]), text + f", outside any call{session}"))
+            loose.append((moment(item["at"]), text + f", outside any call{session}"))
     for note in notes:
-        at = _moment(note.get("at"))
+        at = moment(note.get("at"))
         dropped = note.get("network_refused_unrecorded")
         if isinstance(dropped, int) and dropped > 0:
             session = f" of agent session {escape(str(note['session']))}" if note.get("session") else ""
@@ -153,32 +146,107 @@ def _detail(kind: str, html: str) -> str:
 
 def timeline(run: Run) -> str:
     """The calls in ledger order: tool, command, status, duration, files, errors, denials, uncertain
-    ends, and what the confinement refused, each under the call it belongs to."""
-    entries = run.entries()
-    by_call, loose = events(list(run.state().data.note))
-    if not entries and not loose:
+    ends, and what the confinement refused, each under the call it belongs to; each rewind where it
+    was made, and, when the agent was relaunched or forked, each call's agent session."""
+    state = run.state()
+    entries = [state.calls[c] for c in state.order]
+    by_call, loose = events(list(state.data.note))
+    rewound = recovery.rewinds(run, state)
+    if not entries and not loose and not rewound.items:
         return "<p class='muted'>No calls yet.</p>"
+    sessions = recovery.short_sessions(entries)
+    rows = [(at, "event", html) for at, html in loose]
+    rows += [(item.at, "event rewind", _rewind(run, item, rewound, sessions)) for item in rewound.items]
+    rows += [(at, "event session", RELAUNCHED) for at in recovery.relaunches(state.data.note)]
     out = [
         "<table class='calls timeline'><thead><tr><th>#</th><th class='opt'>call</th><th>status</th><th>tool</th>"
         "<th class='opt'>started</th><th class='opt'>took</th><th>command</th><th>files</th></tr></thead><tbody>"
     ]
     # Rows of no call go where they happened: before the first call started after them.
     last = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
-    pending = sorted(loose, key=lambda item: item[0] or last)
+    pending = sorted(rows, key=lambda item: item[0] or last)
+    session = None
     for e in entries:
         started = e.started_at or e.created_at
         started = started if started.tzinfo is not None else started.replace(tzinfo=datetime.timezone.utc)
         while pending and pending[0][0] is not None and pending[0][0] < started:
-            out.append(_detail("event", pending.pop(0)[1]))
-        out.append(_call(run, e, by_call.pop(e.call_id, [])))
-    for rows in by_call.values():  # refusals naming a call the ledger does not list (a fetched run's)
-        out.extend(_detail("refusal", row) for row in rows)
-    out.extend(_detail("event", row) for _, row in pending)
+            _at, kind, html = pending.pop(0)
+            out.append(_detail(kind, html))
+        if sessions and e.agent_session:
+            if session is not None and e.agent_session != session:
+                out.append(_detail("event session", _relaunched(e.agent_session, session, sessions, rewound, state)))
+            session = e.agent_session
+        out.append(_call(run, e, by_call.pop(e.call_id, []), rewound.by_call.get(e.call_id), sessions))
+    for refusals in by_call.values():  # refusals naming a call the ledger does not list (a fetched run's)
+        out.extend(_detail("refusal", row) for row in refusals)
+    out.extend(_detail(kind, html) for _, kind, html in pending)
     out.append("</tbody></table>")
     return "".join(out)
 
 
-def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
+def _short(session: str | None, sessions: dict[str, str]) -> str:
+    """A session's short id (its whole id on hover)."""
+    whole = session or ""
+    return f"<code title='{escape(whole, quote=True)}'>{escape(sessions.get(whole, whole[: recovery.SHORT]))}</code>"
+
+
+def _seq(state: LedgerState, call_id: str) -> str:
+    """A call as the page names it: its log number and id."""
+    entry = state.calls.get(call_id)
+    number = f"#{entry.seq} " if entry is not None else ""
+    return f"{number}<code>{escape(call_id)}</code>"
+
+
+def _rewind(run: Run, item: Rewind, found: Rewinds, sessions: dict[str, str]) -> str:
+    """A rewind's row: when, to which call, what it took out, the conversation, and what came of it since."""
+    state = run.state()
+    rid = shlex.quote(run.run_id)
+    parts = [
+        f"<span class='badge warn'>rewind</span> at {escape(when(item.at))} the run's files went back to just before "
+        f"call {_seq(state, item.to)} (<code>sandbox rewind</code>, or the MCP tool <code>rewind</code>)"
+    ]
+    if item.took:
+        shown = ", ".join(_seq(state, c) for c in item.took[:10])
+        more = f" and {len(item.took) - 10} more" if len(item.took) > 10 else ""
+        held = f"; after it the run's files no longer held the changes of {len(item.took)} call(s): "
+        parts.append(held + shown + more)
+    if item.session is not None:
+        parts.append(
+            f". The conversation was forked just before that call as agent session {_short(item.session, sessions)}"
+            + (f" (session {_short(item.from_session, sessions)} is left as it was)" if item.from_session else "")
+        )
+    else:
+        parts.append(". Only the files went back: no conversation was forked")
+    if item.side_effects:
+        effects = ", ".join(_seq(state, c) for c in item.side_effects[:10])
+        parts.append(f". Calls from that point on that may have acted outside the files, not undone by it: {effects}")
+    for then in item.then:
+        said = "taken back by an undo" if then.op == "undo" else "rewound again by a redo"
+        parts.append(f". {said.capitalize()} at {escape(when(then.at))}")
+    parts.append(".")
+    if item is found.items[-1] and found.next_op is not None:
+        does = "takes it back" if found.next_op == "undo" else "rewinds again"
+        parts.append(f" <code class='next'>sandbox {found.next_op} {escape(rid)}</code> {does}.")
+    return "".join(parts)
+
+
+def _relaunched(now: str, before: str, sessions: dict[str, str], found: Rewinds, state: LedgerState) -> str:
+    """The row where the agent's calls go on in another session: which, and why as far as the ledger says."""
+    why = "another session of the agent"
+    for item in reversed(found.items):
+        if item.session == now:
+            why = f"the conversation the rewind to before call {_seq(state, item.to)} forked"
+            break
+        if item.from_session == now and item.taken_back:
+            why = f"the conversation from before the rewind to before call {_seq(state, item.to)} (taken back)"
+            break
+    return (
+        f"<span class='badge info'>session</span> the agent's calls from here ran in session {_short(now, sessions)} "
+        f"(before: {_short(before, sessions)}): {why}"
+    )
+
+
+def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, sessions: dict[str, str]) -> str:
     cid = escape(e.call_id)
     status = e.status.value
     marks = []
@@ -187,19 +255,24 @@ def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
     if e.undone:
         marks.append("<span class='badge muted'>undone</span>")
     if e.rolled_back:  # as 'sandbox log' marks it: out of the run, so neither diff nor apply brings it
-        marks.append("<span class='badge muted'>rolled back</span>")
+        by = f" by the rewind to before #{_number(run, rewound.to)}" if rewound is not None else ""
+        marks.append(f"<span class='badge muted'>rolled back{by}</span>")
     if e.approval is not None and e.approval.value == "denied":
         marks.append(f"<span class='badge bad'>denied: {escape(e.denial_reason or 'no reason')}</span>")
     files = " ".join(f"<code>{escape(f.path)}</code>" for f in e.files[:6]) + (
         f" +{len(e.files) - 6}" if len(e.files) > 6 else ""
     )
+    session = ""
+    if sessions and e.agent_session:  # the agent was relaunched or forked: which session ran this call
+        session = f" <span class='session'>session {_short(e.agent_session, sessions)}</span>"
     diff_src = f"/run/{quote(run.run_id)}/call/{quote(e.call_id)}/diff" if e.commit else ""
     row = [
-        f"<tr class='call {escape(status)}' id='call-{cid}' tabindex='0' data-call='{cid}' "
+        f"<tr class='call {escape(status)}{' out' if e.rolled_back else ''}' id='call-{cid}' tabindex='0' "
+        f"data-call='{cid}' "
         f"data-diff='{escape(diff_src, quote=True)}'>"
         f"<td title='{cid}'>{e.seq}</td><td class='opt'><code>{cid}</code></td>"
         f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
-        f"<td>{escape(e.tool_name)}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
+        f"<td>{escape(e.tool_name)}{session}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
         f"<td class='opt'>{took(e)}</td>"
         f"<td class='cmd'><code>{escape(command(e))}</code></td><td class='files'>{files}</td></tr>"
     ]
@@ -220,3 +293,8 @@ def _call(run: Run, e: LedgerEntry, refused: list[str]) -> str:
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
     return "".join(row)
+
+
+def _number(run: Run, call_id: str) -> str:
+    entry = run.state().calls.get(call_id)
+    return str(entry.seq) if entry is not None else escape(call_id)

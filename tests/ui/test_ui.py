@@ -498,6 +498,13 @@ def test_the_page_shows_interrupted_and_violation_calls_rolled_back_calls_and_co
             assert "the user pressed Ctrl-C" in page.locator(f"tr#call-{stopped} + tr.detail").inner_text()
             assert "violation" in page.locator(f"tr#call-{forged} .badge").first.inner_text()
             assert "rolled back" in page.locator(f"tr#call-{rolled}").inner_text()
+            # Its own diff is no longer offered: the CLI's refusal, and no link to pick its changes.
+            page.click(f"tr#call-{rolled}")
+            opened = page.locator(f"tr.calldiff[data-for='{rolled}']")
+            page.wait_for_function(
+                f"document.querySelector(\"tr.calldiff[data-for='{rolled}']\").innerText.includes('rolled back')"
+            )
+            assert opened.locator("a.pick-call").count() == 0
             attention = page.locator("p.attention").inner_text()
             assert "src/app.py" in attention and "--3way" in attention
             browser.close()

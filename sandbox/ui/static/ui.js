@@ -241,6 +241,7 @@
       var cell = detail.firstElementChild;
       if (!row.dataset.diff) { cell.innerHTML = "<p class='muted'>This call changed no files.</p>"; return; }
       load(cell, row.dataset.diff).then(function () {
+        if (!cell.querySelector(".file")) return;  // no diff to pick from (e.g. a call rolled back since)
         var only = document.createElement("p");
         only.innerHTML = "<a href='#' class='pick-call'>Show and pick only this call's changes</a>";
         only.firstChild.dataset.call = row.dataset.call;

@@ -20,15 +20,24 @@ if TYPE_CHECKING:
 @click.argument("run_id", required=False)
 @color_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option(
+    "--disk", "whole_disk", is_flag=True, help="Count the disk use of every file (else at most the first 10,000)."
+)
 @click.pass_context
-def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: bool, as_json: bool) -> None:
-    """Show RUN: where it came from, its calls by status, its changed paths."""
-    row = _fast_row(ctx, run_id)
+def status(
+    ctx: click.Context, run_id: str | None, color: str | None, no_color: bool, as_json: bool, whole_disk: bool
+) -> None:
+    """Show RUN: where it came from, its calls by status, its changed paths, its disk use."""
+    from sandbox.fast.views import STATUS_DISK_ENTRIES
+
+    # A sum over every file grows with the repository: by default a bounded count, which says when it stopped.
+    limit = None if whole_disk else STATUS_DISK_ENTRIES
+    row = _fast_row(ctx, run_id, limit)
     if row is None:
         from sandbox.runs.summary import summarize
 
         run = open_run(ctx, run_id)
-        row = summarize(run, git_activity=True, disk=True)
+        row = summarize(run, git_activity=True, disk=True, disk_limit=limit)
         row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
         row["host"] = _host(run.project.common_dir, run.run_id)
         from sandbox.fast import views
@@ -56,8 +65,13 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
     partly = row.get("partly_applied_calls") or []
     more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
-    if row["worktree_exists"]:
+    if row["worktree_exists"] and row.get("disk_complete", True):
         click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
+    elif row["worktree_exists"]:
+        click.echo(
+            f"  disk:      more than {human_size(row['disk_bytes'])} (the first {limit} files counted; "
+            "'sandbox status --disk' counts them all)"
+        )
     markers = row.get("conflict_markers") or []
     if markers:
         shown = ", ".join(escape.path(p) for p in markers)
@@ -81,7 +95,7 @@ def status(ctx: click.Context, run_id: str | None, color: str | None, no_color: 
             click.echo(f"             {escape.text(line)}")
 
 
-def _fast_row(ctx: click.Context, run_id: str | None) -> RunRowJson | None:
+def _fast_row(ctx: click.Context, run_id: str | None, disk_limit: int | None) -> RunRowJson | None:
     """The status row from the run's sealed fold cache (None: take the full path)."""
     from sandbox.fast import foldcache, views
 
@@ -90,7 +104,7 @@ def _fast_row(ctx: click.Context, run_id: str | None) -> RunRowJson | None:
         return None
     repo, found = fast
     try:
-        row = repo.summary(found, disk=True)
+        row = repo.summary(found, disk=True, disk_limit=disk_limit)
         row["agent_git"] = repo.agent_git(found, row["base"])
     except foldcache.Miss:
         return None

@@ -165,7 +165,7 @@ class Repository:
             raise Miss(f"the fetch record of run {run_id} does not read")
         return found
 
-    def summary(self, run_id: str, disk: bool = False) -> views.RunRowJson:
+    def summary(self, run_id: str, disk: bool = False, disk_limit: int | None = None) -> views.RunRowJson:
         """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
         return views.summary(
@@ -176,6 +176,7 @@ class Repository:
             changed_paths=self.changed_paths(state),
             fetched=self.fetched(run_id),
             disk=disk,
+            disk_limit=disk_limit,
         )
 
     def resolve(self, given: str | None, cwd_run: str | None) -> str:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 import secrets
@@ -90,10 +89,28 @@ def user_limit(name: str) -> int | None:
 _libc: ctypes.CDLL | None = None
 
 
-def _lib() -> ctypes.CDLL:
+def _lib() -> ctypes.CDLL | None:
+    """The C library with the inotify calls; None when none can be loaded.
+
+    Not ``ctypes.util.find_library``: it runs ``ldconfig -p`` (and on some systems gcc) in a
+    subprocess at first use. ``CDLL(None)`` is the running process's own symbols, libc's among them.
+    """
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        for name in (None, "libc.so.6"):
+            try:
+                lib = ctypes.CDLL(name, use_errno=True)
+            except OSError:
+                continue
+            if all(hasattr(lib, f) for f in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch")):
+                _libc = lib
+                break
+    return _libc
+
+
+def _loaded() -> ctypes.CDLL:
+    """The C library of an instance that has a descriptor (it has one only when the library loaded)."""
+    assert _libc is not None
     return _libc
 
 
@@ -218,9 +235,10 @@ class Inotify:
         self._fd = -1
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
-        fd = _lib().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        lib = _lib()
+        fd = lib.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC) if lib is not None else -1
         if fd < 0:
-            err = ctypes.get_errno()
+            err = ctypes.get_errno() if lib is not None else errno.ENOSYS
             if err == errno.EMFILE:
                 limit = user_limit("max_user_instances")
                 self.error = (
@@ -337,7 +355,7 @@ class Inotify:
                     "this run's changes are found by scanning"
                 )
         path = os.fsencode(os.path.join(tree.root, rel) if rel else tree.root)
-        wd = _lib().inotify_add_watch(self._fd, path, _MASK)
+        wd = _loaded().inotify_add_watch(self._fd, path, _MASK)
         if wd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR) and rel:
@@ -370,7 +388,7 @@ class Inotify:
             tree.watches = 0
         if self._fd >= 0:
             for wd in wds:
-                _lib().inotify_rm_watch(self._fd, wd)
+                _loaded().inotify_rm_watch(self._fd, wd)
 
     # -- events ----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 from sandbox.fast.agentgit import AgentGitJson
 from sandbox.fast.foldjson import EntryJson, FetchedJson, StateJson, fetched_json
 from sandbox.store import layout
-from sandbox.store.fsutil import disk_usage
+from sandbox.store.fsutil import disk_usage_upto
 
 
 def parse_time(text: str) -> datetime.datetime:
@@ -105,6 +105,11 @@ def conflict_markers(state: StateJson, common_dir: str) -> list[str]:
     return out
 
 
+#: The most entries of a run's home ``status`` counts for its disk use unless asked for all
+#: (``--disk``): a whole-tree walk on every status grows with the repository.
+STATUS_DISK_ENTRIES = 10_000
+
+
 class _RunRowBase(TypedDict):
     run: str
     label: str | None
@@ -141,6 +146,7 @@ class RunRowJson(_RunRowBase, total=False):
     epoch: int
     made_on: str | None
     fetched_from: FetchedJson | None
+    disk_complete: bool
     error: str
     damaged: bool
     agent_git: AgentGitJson | None
@@ -158,11 +164,14 @@ def summary(
     changed_paths: int,
     fetched: FetchedJson | None,
     disk: bool = False,
+    disk_limit: int | None = None,
 ) -> RunRowJson:
     """A run as ``list`` and ``status`` show it (``status`` adds ``agent_git``, ``in_flight``, ``host``).
 
     ``changed_paths``: how many paths the run's head changes from its base; ``fetched``: the
-    remote it was fetched from (:func:`fetched_from`, as its model dumps it).
+    remote it was fetched from (:func:`fetched_from`, as its model dumps it); ``disk``: sum the
+    bytes its home uses, at most ``disk_limit`` entries of it (``disk_complete`` False when there
+    were more: the figure is a lower bound).
     """
     info = state["run"]
     counts: dict[str, int] = {}
@@ -179,6 +188,7 @@ def summary(
         for e in state["calls"].values()
         if e["commit"] and not e["applied"] and e["call_id"] not in out and not e.get("rolled_back")
     ]
+    used, complete = disk_usage_upto(place.home or place.worktree, disk_limit) if disk and exists else (0, True)
     return {
         "run": run_id,
         "label": info["label"],
@@ -200,7 +210,8 @@ def summary(
         "made_on": info["host"],
         "fetched_from": fetched,
         # A home holds the worktree and the run's own git dir (its index, the agent's objects).
-        "disk_bytes": disk_usage(place.home or place.worktree) if disk and exists else 0,
+        "disk_bytes": used,
+        "disk_complete": complete,
     }
 
 

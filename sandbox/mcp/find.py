@@ -3,20 +3,27 @@
 Neither changes anything, so neither is recorded: a ledger call per read would grow the ledger with
 the model's browsing and cost a durable append (several fsyncs) on every look. Both open what they
 show beneath the worktree (:mod:`sandbox.mcp.worktree`), so a symlink a command of the model's
-swapped in never leads them out.
+swapped in never leads them out. A glob's walk (:class:`FileWalk`) is iterative and bounded, and
+does not enter the directories the ignore rules exclude (``node_modules``, ``.venv``), which the
+answer names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+import pygit2
 
 from sandbox.errors import UsageError
 from sandbox.mcp.state import WorkspaceState
 from sandbox.mcp.worktree import MAX_READ_BYTES, open_path, open_worktree
-from sandbox.store import beneath
+from sandbox.run.run import Run
+from sandbox.store import beneath, gitfiles
 
 #: Bounds on what one answer carries (the model's context is the scarce resource).
 MAX_LIST = 1_000
@@ -41,12 +48,14 @@ class FindTools(WorkspaceState):
                 return _bounded_list(names, f"{rel or '.'} is empty.")
             regex = glob_regex(pattern)
             found = []
-            for sub in _walk_files(fd, ""):
-                if regex.fullmatch(sub):
-                    found.append(sub if not rel else f"{rel}/{sub}")
-                    if len(found) > MAX_LIST:
-                        break
-            return _bounded_list(found, f"No file matches {pattern!r}.")
+            walk = FileWalk(IgnoreRules(run, rel))
+            with contextlib.closing(walk.files(fd)) as files:
+                for sub in files:
+                    if regex.fullmatch(sub):
+                        found.append(sub if not rel else f"{rel}/{sub}")
+                        if len(found) > MAX_LIST:
+                            break
+            return _bounded_list(found, f"No file matches {pattern!r}.") + _walk_notes(walk, rel)
         finally:
             os.close(fd)
 
@@ -203,36 +212,21 @@ def _kind_at(dirfd: int, name: str) -> str:
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
-def _walk_files(dirfd: int, base: str) -> Iterator[str]:
-    """Every file below the directory ``dirfd`` (not ``.git``), as ``/``-separated paths, a
-    directory's files before its subdirectories, by name; each subdirectory opened with
-    ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent (a symlink or FIFO swapped in is skipped)."""
-    try:
-        with os.scandir(dirfd) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return
-    subdirs = []
-    for entry in entries:
-        if entry.name.lower() == ".git":
-            continue
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            continue
-        if is_dir:
-            subdirs.append(entry.name)
-        else:
-            yield entry.name if not base else f"{base}/{entry.name}"
-    for name in subdirs:
-        try:
-            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-        except OSError:
-            continue
-        try:
-            yield from _walk_files(sub, name if not base else f"{base}/{name}")
-        finally:
-            os.close(sub)
+def _walk_notes(walk: FileWalk, rel: str) -> str:
+    """What the answer of a glob left out, in lines for the model: ignored directories, a cut walk."""
+    notes = ""
+    if walk.pruned:
+        shown = ", ".join((f"{rel}/{p}" if rel else p) + "/" for p in walk.pruned[:5])
+        more = f" and {len(walk.pruned) - 5} more" if len(walk.pruned) > 5 else ""
+        notes += f"\n[not looked into, ignored by .gitignore: {shown}{more}; name one as path to list its files]"
+    if walk.too_deep:
+        notes += (
+            f"\n[{walk.too_deep} directories nested more than {MAX_HELD} levels below others were not looked into; "
+            "name a deeper path to list its files]"
+        )
+    if walk.cut is not None:
+        notes += f"\n[the walk {walk.cut}; the files above are the first found; narrow the path or the pattern]"
+    return notes
 
 
 def _bounded_list(items: list[str], empty: str) -> str:
@@ -241,3 +235,180 @@ def _bounded_list(items: list[str], empty: str) -> str:
     if len(items) > MAX_LIST:
         return "\n".join(items[:MAX_LIST]) + f"\n[more than {MAX_LIST} entries; narrow the path or the pattern]"
     return "\n".join(items)
+
+
+# -- the walk of list_files --------------------------------------------------------------------
+
+#: The most directory entries one ``list_files`` walk visits before it answers with what it found.
+MAX_VISIT = 100_000
+#: Deeper than this the ignore rules are not asked: libgit2's check grows with the cube of a path's
+#: depth (measured: 1 ms for all of a 50-deep chain, 2 s for a 400-deep one). Such directories are
+#: walked, within :data:`MAX_VISIT`.
+IGNORE_DEPTH = 64
+#: The most directory descriptors one walk holds (one per level that still has subdirectories to
+#: visit): a tree both wide and nested deeper is cut there, in words, rather than failing on EMFILE.
+MAX_HELD = 256
+
+_SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class IgnoreRules:
+    """Whether a directory of the run's worktree is excluded by its ignore rules, as the run's
+    recording decides (:meth:`sandbox.run.core.RunCore.is_ignored`: libgit2's ``path_is_ignored``
+    on the run's repository), asked only while the files libgit2 reads for it are plain
+    (:mod:`sandbox.store.gitfiles`: a FIFO the model planted would block this unconfined server)."""
+
+    def __init__(self, run: Run, start: str) -> None:
+        #: The run's repository; None when its git dir or a rule file down to ``start`` is not plain.
+        self.repo: pygit2.Repository | None = None
+        #: The walk's start, relative to the worktree ("" for its top).
+        self.start = start
+        if gitfiles.repository_plain(run.worktree) and gitfiles.path_rules_plain(run.worktree, f"{start}/."):
+            self.repo = run.wt_repo()
+            # Asked to look inside an ignored directory: everything below it is ignored too, and wanted.
+            if start and self.excludes(""):
+                self.repo = None
+
+    def excludes(self, sub: str) -> bool:
+        """True when the directory ``sub`` (relative to :attr:`start`) is ignored; False when unsure."""
+        if self.repo is None:
+            return False
+        try:
+            rel = "/".join(p for p in (self.start, sub) if p)
+            return bool(self.repo.path_is_ignored(f"{rel}/"))
+        except (pygit2.GitError, UnicodeError, ValueError, OSError):
+            return False
+
+
+@dataclass
+class _Dir:
+    """A directory of the walk whose subdirectories are not all visited yet."""
+
+    fd: int
+    #: False for the caller's descriptor (the walk's start), which it never closes.
+    owned: bool
+    base: str
+    depth: int
+    #: True while every ``.gitignore`` from the start down to here is a plain file (or absent).
+    plain: bool
+    #: Subdirectory names still to visit, the next one last.
+    todo: list[str]
+
+
+@dataclass
+class FileWalk:
+    """One walk of the files below a directory, for ``list_files``.
+
+    Iterative (an explicit stack: a tree nested deeper than Python recurses is walked, with one
+    descriptor held per level that still has subdirectories to visit, so a deep chain holds one);
+    never through a symlink (each subdirectory is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative
+    to its parent: a symlink, a loop of them, or a FIFO swapped in is not entered); not into
+    ``.git`` nor into a directory the ignore rules exclude (``node_modules``, ``.venv``: skipped
+    before they are read); at most ``max_entries`` entries visited. A directory's files come
+    first, then its subdirectories', each by name: one tree always lists in the same order.
+    """
+
+    ignore: IgnoreRules | None = None
+    max_entries: int = MAX_VISIT
+    #: Directory entries read so far (files, directories, links; skipped or not).
+    visited: int = 0
+    #: Ignored directories not entered, relative to the start, in the order met.
+    pruned: list[str] = field(default_factory=list)
+    #: Why the walk stopped before the end (None: it saw everything it may see).
+    cut: str | None = None
+    #: Directories not entered because :data:`MAX_HELD` levels above them were still open.
+    too_deep: int = 0
+
+    def files(self, dirfd: int, base: str = "") -> Generator[str, None, None]:
+        """The files below ``dirfd`` (the caller's descriptor, left open), as ``/``-separated paths
+        under ``base``. Close the iterator (or exhaust it) to release the descriptors it holds."""
+        read = self._read(dirfd, base)
+        if read is None:
+            return
+        files, todo = read
+        yield from files
+        stack = [_Dir(dirfd, False, base, 0, True, todo)] if todo else []
+        try:
+            while stack and self.cut is None:
+                frame = stack[-1]
+                name = frame.todo.pop()
+                if not frame.todo:  # its last subdirectory: let go of it before going down (a chain holds one)
+                    stack.pop()
+                try:
+                    sub = os.open(name, _SUBDIR_FLAGS, dir_fd=frame.fd)
+                except OSError:
+                    sub = -1  # gone, or swapped for a symlink or a FIFO since it was listed
+                finally:
+                    if not frame.todo:
+                        _close(frame)
+                if sub < 0:
+                    continue
+                rel = name if not frame.base else f"{frame.base}/{name}"
+                child = _Dir(sub, True, rel, frame.depth + 1, frame.plain and _plain_at(sub, ".gitignore"), [])
+                read = None if self._excluded(child) else self._read(sub, rel)
+                if read is not None:
+                    files, child.todo = read
+                    yield from files
+                if not child.todo:
+                    _close(child)
+                elif len(stack) >= MAX_HELD:
+                    _close(child)
+                    self.too_deep += 1
+                else:
+                    stack.append(child)
+        finally:
+            for frame in stack:
+                _close(frame)
+
+    def _excluded(self, d: _Dir) -> bool:
+        if self.ignore is None or not d.plain or d.depth > IGNORE_DEPTH or not self.ignore.excludes(d.base):
+            return False
+        self.pruned.append(d.base)
+        return True
+
+    def _read(self, fd: int, base: str) -> tuple[list[str], list[str]] | None:
+        """(files under ``base``, subdirectory names in reverse) of the directory ``fd``, each by
+        name; None when it cannot be read or the entry budget ran out (then :attr:`cut` says so)."""
+        if self.cut is not None:
+            return None
+        entries = []
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    self.visited += 1
+                    if self.visited > self.max_entries:
+                        self.cut = f"stopped after visiting {self.max_entries} entries"
+                        return None
+                    entries.append(entry)
+        except OSError:
+            return None
+        files, subdirs = [], []
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name.lower() == ".git":
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                subdirs.append(entry.name)
+            else:
+                files.append(entry.name if not base else f"{base}/{entry.name}")
+        subdirs.reverse()
+        return files, subdirs
+
+
+def _close(frame: _Dir) -> None:
+    if frame.owned:
+        os.close(frame.fd)
+
+
+def _plain_at(dirfd: int, name: str) -> bool:
+    """True when ``name`` in ``dirfd`` (symlinks followed, as libgit2 follows them) is a regular file or absent."""
+    try:
+        mode = os.stat(name, dir_fd=dirfd).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return stat.S_ISREG(mode)

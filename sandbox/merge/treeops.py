@@ -15,6 +15,7 @@ the one place the order of operations is kept).
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, field
 
 from sandbox import faults
@@ -75,11 +76,29 @@ def _ours(state: LedgerState, event: Event) -> bool:
     return event.clone is None or state.clone is None or event.clone == state.clone
 
 
+#: The stack last built for each open run, under the ledger tip and clone it was built for. A commit
+#: id names its whole chain, so one tip has one stack: undo and redo build it twice per command (to
+#: choose, then under the locks to check nothing changed), and the ledger is walked once.
+_BUILT: weakref.WeakKeyDictionary[Run, tuple[tuple[str | None, str | None], Stack]] = weakref.WeakKeyDictionary()
+
+
 def stack(run: Run, state: LedgerState) -> Stack:
-    """The operations of this clone's tree, from the run's ledger."""
+    """The operations of this clone's tree, from the run's ledger up to ``state``'s tip (read once per tip)."""
+    key = (state.tip, state.clone)
+    found = _BUILT.get(run)
+    if found is None or found[0] != key:
+        found = (key, _build(run, state))
+        _BUILT[run] = found
+    built = found[1]
+    return Stack(list(built.done), list(built.undone))  # the lists are the caller's; operations are read-only
+
+
+def _build(run: Run, state: LedgerState) -> Stack:
     out = Stack()
     by_id: dict[str, Operation] = {}
-    for position, (_oid, event) in enumerate(run.events()):
+    # The events up to the fold's own tip, not the ledger's newest: one appended meanwhile is not in ``state``.
+    events = run.events(state.tip) if state.tip is not None else []
+    for position, (_oid, event) in enumerate(events):
         if event.event_id not in state.event_ids or not _ours(state, event):
             continue
         data = MergebackData.model_validate(event.data or {})

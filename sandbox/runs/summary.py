@@ -11,9 +11,12 @@ from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
 
 
-def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> views.RunRowJson:
-    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use and
-    what the agent did with the run's own git (``agent_git``: branches, tags, stash, commits).
+def summarize(
+    run: Run, disk: bool = False, git_activity: bool = False, disk_limit: int | None = None
+) -> views.RunRowJson:
+    """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use (of at
+    most ``disk_limit`` entries) and what the agent did with the run's own git (``agent_git``:
+    branches, tags, stash, commits).
 
     Built by :func:`sandbox.fast.views.summary` from the fold as JSON data, as the fast read path
     (:mod:`sandbox.fast.foldcache`) builds it from the fold cache.
@@ -30,6 +33,7 @@ def summarize(run: Run, disk: bool = False, git_activity: bool = False) -> views
         changed_paths=len(run.changed_paths()),
         fetched=fetched_json(fetched.model_dump(mode="json")) if fetched is not None else None,
         disk=disk,
+        disk_limit=disk_limit,
     )
     if git_activity:
         from sandbox.fast import agentgit

@@ -209,12 +209,18 @@ def _replace_through_temp(path: str, temps: list[str], make: Callable[[str], Non
 
 
 def disk_usage(path: str) -> int:
-    """Bytes used by the files below ``path`` (links not followed).
+    """Bytes used by the files below ``path`` (links not followed)."""
+    return disk_usage_upto(path, None)[0]
+
+
+def disk_usage_upto(path: str, max_entries: int | None) -> tuple[int, bool]:
+    """(bytes used by the files below ``path``, True), links not followed; when there are more than
+    ``max_entries`` entries (None: no bound), the bytes of the first ``max_entries`` and False.
 
     Walked with a stack, not ``os.walk``: that recurses per level (before Python 3.12), and an
     agent may nest its worktree's directories deeper than Python recurses.
     """
-    total = 0
+    total = seen = 0
     stack = [path]
     while stack:
         try:
@@ -222,12 +228,15 @@ def disk_usage(path: str) -> int:
         except OSError:
             continue
         for entry in entries:
+            seen += 1
+            if max_entries is not None and seen > max_entries:
+                return total, False
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 else:
                     total += entry.stat(follow_symlinks=False).st_blocks * 512
-    return total
+    return total, True
 
 
 def human_size(n: int) -> str:

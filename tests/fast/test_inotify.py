@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +109,27 @@ def test_a_deleted_root_stops_vouching(tmp_path: Path, inotify: Inotify) -> None
     subprocess.run(["rm", "-rf", str(root)], check=True)
     assert tree.close_window(token, timeout=2) is None
     assert tree.lost_reason is not None
+
+
+def test_loading_and_using_inotify_starts_no_process(tmp_path: Path) -> None:
+    """libc is loaded directly: ``ctypes.util.find_library`` ran ``ldconfig -p`` (and maybe gcc) at first use."""
+    root = tree_of(tmp_path / "root")
+    child = f"""
+import sys
+spawned = []
+def hook(event, args):
+    if event.startswith(("subprocess.Popen", "os.posix_spawn", "os.fork", "os.system", "os.exec", "os.spawn")):
+        spawned.append(event)
+sys.addaudithook(hook)
+from sandbox.fast.inotify import Inotify
+instance = Inotify()
+assert instance.error is None, instance.error
+tree = instance.watch({str(root)!r})
+token = tree.open_window()
+open({str(root / "d0" / "new.txt")!r}, "w").close()
+seen = tree.close_window(token)
+instance.close()
+print(sorted(seen or []), spawned)
+"""
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "['d0/new.txt'] []", out.stderr

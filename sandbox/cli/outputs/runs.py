@@ -51,6 +51,10 @@ class RunRow(Output):
         default=None, description="The remote this clone fetched the run from, and when (None: made here)."
     )
     disk_bytes: int
+    disk_complete: bool = Field(
+        default=True,
+        description="False when disk_bytes counts only the first files (status without --disk): the run uses more.",
+    )
     error: str | None = None
     damaged: bool = False
 

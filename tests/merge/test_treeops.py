@@ -1,0 +1,39 @@
+"""The stack of operations in the user's tree (:func:`sandbox.merge.treeops.stack`): read once per ledger tip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox.merge import mergeback
+from sandbox.merge.undo import redo, undo
+from sandbox.models import Event
+from tests.conftest import tree_digest
+from tests.merge.test_apply import agent_changes, start
+
+
+def test_undo_and_redo_walk_the_ledger_once(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """undo chose the operation and then checked it under the locks, walking every event twice."""
+    run = start(repo)
+    agent_changes(run)
+    original = tree_digest(repo)
+    mergeback.apply(run)
+    applied = tree_digest(repo)
+    walks: list[str | None] = []
+    real = run.events
+
+    def counted(tip: str | None = None) -> list[tuple[str, Event]]:
+        walks.append(tip)
+        return real(tip)
+
+    monkeypatch.setattr(run, "events", counted)
+    assert undo(run).restored and tree_digest(repo) == original
+    assert len(walks) == 1
+    walks.clear()
+    assert redo(run).applied and tree_digest(repo) == applied
+    assert len(walks) == 1
+    # A new event (the redo) is a new tip: the stack is read again, and says the apply stands.
+    walks.clear()
+    assert undo(run).restored and tree_digest(repo) == original
+    assert len(walks) == 1

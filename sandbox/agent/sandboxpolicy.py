@@ -160,6 +160,10 @@ class Isolation:
     #: Unix sockets (paths) kept reachable although they lie in a hidden directory.
     unix_sockets: tuple[str, ...] = ()
     limits: Limits = Limits()
+    #: The run's agent home this command may write (``claude``, ``gemini``: the agent ``sandbox run``
+    #: starts, :mod:`sandbox.agent.agenthome`); None: none. Never the directory of all of them: one
+    #: agent must not plant settings or sessions for another agent of the run.
+    home: str | None = None
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -191,7 +195,7 @@ class Policy:
     #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
     #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
     proxy: str | None = None
-    #: The run's agent homes, writable (below the run's directory, which is read-only).
+    #: The running agent's home in the run, writable (below the run's directory, which is read-only).
     homes: tuple[str, ...] = field(default=())
     #: Secrets replaced by an empty directory or file (:data:`DEFAULT_DENY_READ`).
     masked: tuple[str, ...] = field(default=())
@@ -329,8 +333,8 @@ def policy_for(
         readable=readable,
         hidden=tuple(p for p in hidden if p != "/tmp"),
         config=isolation.config,
-        # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
-        homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
+        # The running agent's home (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
+        homes=_agent_home(common_dir, run_id, isolation.home),
         private=tuple(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
             for dest in isolation.private
@@ -369,8 +373,15 @@ def _empty_file(common_dir: str) -> str | None:
     return path
 
 
-def _homes_root(common_dir: str, run_id: str) -> str:
-    return homes_root(layout.run_dir(common_dir, run_id))
+def _agent_home(common_dir: str, run_id: str, agent: str | None) -> tuple[str, ...]:
+    """The run's home of ``agent`` as a real directory (the agent may have swapped it for a link,
+    which would lead the writable mount anywhere), or nothing."""
+    if agent is None or not agent.isidentifier():
+        return ()
+    path = os.path.join(homes_root(layout.run_dir(common_dir, run_id)), agent)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return ()
+    return (os.path.realpath(path),)
 
 
 def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None) -> dict[str, str]:

@@ -302,7 +302,7 @@ def policy_for(
     worktree), the sandbox's state in the repository (``.git/sandbox``: every run's token, the host's
     files) and in other repositories, the data directory with every run's home, and the socket
     directories. Bound back read-only below them: this run's own directory (its token, the ``place``
-    its hooks check), the host's directory (its socket), the run's home (the ``origin`` file),
+    its hooks check), the host's socket directory (not its lock), the run's home (the ``origin`` file),
     :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
     (the home, the sandbox's interpreter, the agent's executable). The user's ``.git`` stays readable
     (the run's git borrows its objects) and read-only.
@@ -318,7 +318,7 @@ def policy_for(
     readable = (
         *isolation.readable,
         real(layout.run_dir(common_dir, run_id)),
-        real(layout.host_dir(common_dir)),
+        _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
         *keep,
         *sockets,
@@ -352,6 +352,18 @@ def policy_for(
         reasons=tuple(hidden.items()),
         empty_file=_empty_file(common_dir),
     )
+
+
+def _host_socket_dir(common_dir: str) -> str:
+    """The directory of the repository's host socket, made now: the one part of the host's directory
+    visible inside (read-only), so the run's hooks reach the host, wherever it restarts, while its
+    lock (which a confined process could hold, flock needing no write access, and no host would
+    start again), liveness record and log stay out of sight."""
+    from sandbox.agent import wire
+
+    with contextlib.suppress(OSError):
+        wire.ensure_host_dir(common_dir)
+    return os.path.realpath(wire.socket_dir(common_dir))
 
 
 def _empty_file(common_dir: str) -> str | None:

@@ -147,3 +147,176 @@ def test_forged_requests_from_a_confined_agent(repo: Path) -> None:
 
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is not installed")
+
+
+# -- the host's own files, seen from inside --------------------------------------------------------
+
+#: A confined agent tries to keep every run's host from starting (holding its lock: flock needs no
+#: write access) or to stand in for it (a socket or liveness record of its own), then reports.
+SQUAT = r"""
+import fcntl, json, os, socket, sys, time
+host_dir, sock_dir, release = sys.argv[1:4]
+out = {}
+try:
+    out["host dir"] = sorted(os.listdir(host_dir))
+except OSError as exc:
+    out["host dir"] = "refused: " + exc.strerror
+for name in ("host.lock", "host.json", "host.log"):
+    try:
+        with open(os.path.join(host_dir, name), "rb") as fh:
+            fh.read(1)
+        out["read " + name] = "done"
+    except OSError as exc:
+        out["read " + name] = "refused: " + exc.strerror
+held = None
+try:
+    held = os.open(os.path.join(host_dir, "host.lock"), os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    out["lock"] = "done"
+except OSError as exc:
+    out["lock"] = "refused: " + exc.strerror
+for name, where in (("fake socket", os.path.join(host_dir, "host.sock")),
+                    ("fake socket in its directory", os.path.join(sock_dir, "evil.sock"))):
+    try:
+        socket.socket(socket.AF_UNIX).bind(where)
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = "refused: " + exc.strerror
+try:
+    with open(os.path.join(host_dir, "host.json"), "w") as fh:
+        fh.write('{"pid": 1}')
+    out["write host.json"] = "done"
+except OSError as exc:
+    out["write host.json"] = "refused: " + exc.strerror
+print("SQUAT " + json.dumps(out), flush=True)
+open(os.path.join(os.path.dirname(release), "squatting"), "w").close()
+if out["lock"] == "done":  # hold it until the test has tried to start a host
+    for _ in range(1200):
+        if os.path.exists(release):
+            break
+        time.sleep(0.05)
+"""
+
+
+def _squat_results(stdout: bytes) -> dict[str, object]:
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith("SQUAT "):
+            found: dict[str, object] = json.loads(line[len("SQUAT ") :])
+            return found
+    raise AssertionError(f"the squatter printed no result: {stdout!r}")
+
+
+def _check_squat(answers: dict[str, object]) -> None:
+    # Only the socket's own directory is visible: no lock to hold, no record or log to read.
+    assert answers["host dir"] == [wire.SOCKET_DIR], answers
+    for key, outcome in answers.items():
+        if key != "host dir":
+            assert isinstance(outcome, str) and outcome.startswith("refused"), (key, answers)
+
+
+@pytest.mark.parametrize("network", ["off", "on"])
+def test_a_confined_command_cannot_hold_the_hosts_lock_or_stand_in_for_it(repo: Path, network: str) -> None:
+    """Under ``sandbox exec`` with no host alive: a lock held inside would keep every run's host from starting."""
+    import subprocess
+
+    started = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    project = Project(str(repo / ".git"))
+    common = project.common_dir
+    run = Run.open(project, started["run"])
+    try:
+        wire.Client(common).ping()  # nothing listens
+        host.stop_host(common)
+        wire.ensure_host_dir(common)
+        Path(wire.host_dir(common), wire.LOCK).touch()  # as a host that ran before leaves it
+        release = os.path.join(run.worktree, "release")
+        argv = [sys.executable, "-c", SQUAT, wire.host_dir(common), wire.socket_dir(common), release]
+        exe = Path(sys.executable).parent / "sandbox"
+        env = {**os.environ, "SANDBOX_HOOK_AUTOSTART": "0"}
+        cmd = [str(exe), "exec", run.run_id, "--network", network, "--", *argv]
+        with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            squatting = os.path.join(run.worktree, "squatting")
+            wait_until(lambda: os.path.exists(squatting) or proc.poll() is not None, 120)
+            lock = wire.try_lock(common)  # while the command lives (holding the lock if it could), a host starts
+            if lock is not None:
+                os.close(lock)
+            Path(release).write_text("go\n")
+            out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        answers = _squat_results(out)
+        assert lock is not None, answers
+        _check_squat(answers)
+    finally:
+        host.stop_host(common)
+        sandbox_cmd("drop", "--force", run.run_id, cwd=repo)
+
+
+def test_under_run_the_hosts_lock_is_out_of_sight_and_the_hooks_still_record(repo: Path) -> None:
+    """A fake Claude Code under ``sandbox run`` (network allow, its default) squats from its Bash call,
+    while the host serves the run: the hooks of that very call are recorded through the socket."""
+    import shlex
+
+    fake = Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "fake_claude.py"
+    started = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    project = Project(str(repo / ".git"))
+    common = project.common_dir
+    run = Run.open(project, started["run"])
+    try:
+        command = shlex.join([sys.executable, "-c", SQUAT, wire.host_dir(common), wire.socket_dir(common), ""])
+        pre = {
+            "hook_event_name": "PreToolUse",
+            "session_id": "s1",
+            "cwd": run.worktree,
+            "tool_name": "Bash",
+            "tool_input": {"command": command},
+            "tool_use_id": "toolu_squat",
+        }
+        post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
+        steps = json.dumps([{"pre": pre, "effect": {"sh": command}, "post": post}]).encode()
+        argv = ["run", run.run_id, "--hooks", "claude-code", "--", sys.executable, str(fake), "-"]
+        proc = sandbox_cmd(*argv, cwd=repo, input=steps, env=AUTOSTART)
+        assert proc.returncode == 0, proc.stderr.decode()
+        _check_squat(_squat_results(proc.stdout))
+        entries = Run.open(Project(common), run.run_id).entries()
+        assert [(e.call_id, e.status.value) for e in entries if e.call_id == "toolu_squat"] == [
+            ("toolu_squat", "succeeded")
+        ]
+        assert wire.Client(common).ping() is not None  # the host outlived it
+    finally:
+        host.stop_host(common)
+        sandbox_cmd("drop", "--force", run.run_id, cwd=repo)
+
+
+def test_a_client_talks_only_to_a_socket_and_record_only_the_user_could_have_made(repo: Path) -> None:
+    """The host's socket directory open to others, replaced by a link, or a socket of another user:
+    the client refuses it as if no host lived (the hooks then record in their own processes)."""
+    started = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    project = Project(str(repo / ".git"))
+    common = project.common_dir
+    try:
+        assert sandbox_cmd("serve", started["run"], cwd=repo).returncode == 0
+        wait_until(lambda: wire.Client(common).ping())
+        assert wire.host_alive(common) and host.host_pid(common) is not None
+        sock_dir = wire.socket_dir(common)
+        os.chmod(sock_dir, 0o777)  # anyone could have put a socket there
+        assert wire.Client(common).ping() is None
+        os.chmod(sock_dir, 0o700)
+        assert wire.Client(common).ping() is not None
+        if os.geteuid() == 0:  # a socket (and a record) of another user's
+            os.chown(wire.socket_path(common), 65534, 65534)
+            assert wire.Client(common).ping() is None
+            os.chown(wire.socket_path(common), 0, 0)
+            info = os.path.join(wire.host_dir(common), wire.INFO)
+            os.chown(info, 65534, 65534)
+            assert host.host_pid(common) is None
+            os.chown(info, 0, 0)
+        # A link in place of the directory (to one of the same user's, with a socket in it) is refused too.
+        moved = sock_dir + ".real"
+        os.rename(sock_dir, moved)
+        os.symlink(moved, sock_dir)
+        assert wire.Client(common).ping() is None
+        os.unlink(sock_dir)
+        os.rename(moved, sock_dir)
+        assert wire.Client(common).ping() is not None
+    finally:
+        host.stop_host(common)
+        sandbox_cmd("drop", "--force", started["run"], cwd=repo)

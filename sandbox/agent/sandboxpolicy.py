@@ -355,7 +355,7 @@ def policy_for(
 
 
 def _host_socket_dir(common_dir: str) -> str:
-    """The directory of the repository's host socket, made now: the one part of the host's directory
+    """The directory of the repository's host socket, made now: the one part of the host's files
     visible inside (read-only), so the run's hooks reach the host, wherever it restarts, while its
     lock (which a confined process could hold, flock needing no write access, and no host would
     start again), liveness record and log stay out of sight."""

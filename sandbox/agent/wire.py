@@ -1,9 +1,10 @@
 """The host's wire protocol and its one client: standard library only (the hook fast path uses it).
 
 One process hosts every run of a repository (:mod:`sandbox.agent.host`). It listens on one Unix
-socket named by a path, ``<common>/sandbox/host/socket/host.sock``, in a directory only the user can
+socket named by a path, ``<common>/sandbox/sock/host.sock``, in a directory only the user can
 open (mode 0700; never an abstract socket, which a confined agent with the network on could reach).
-That directory is all a confined process sees of the host's (read-only): not the lock, which it
+That directory is all a confined process sees of the host's files (read-only; the rest are in
+``<common>/sandbox/host/``, hidden): not the lock, which it
 could hold (``flock`` works on a read-only descriptor) so that no host starts again, nor the
 liveness record or the log. A client connects only to a socket of the user's in a directory only
 the user may open, through the descriptor it checked (:func:`connect` with ``checked``).
@@ -67,8 +68,10 @@ from sandbox.store import layout
 
 PROTOCOL = 1
 SOCKET = "host.sock"
-#: The socket's own directory in the host's: the one part of it a confined process sees.
-SOCKET_DIR = "socket"
+#: The socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the host's
+#: files a confined process sees. As long a path as the socket had in the host's directory: ``sun_path``
+#: holds ~108 bytes, and a client without the long-path workaround (a test's script) still reaches it.
+SOCKET_DIR = "sock"
 LOCK = layout.HOST_LOCK
 INFO = "host.json"
 LOG = "host.log"
@@ -99,13 +102,13 @@ def host_dir(common_dir: str) -> str:
 
 
 def socket_dir(common_dir: str) -> str:
-    """The directory of the host's socket, alone in it (see :func:`socket_path`)."""
-    return os.path.join(layout.host_dir(common_dir), SOCKET_DIR)
+    """The directory of the host's socket (see :func:`socket_path`)."""
+    return os.path.join(layout.state_dir(common_dir), SOCKET_DIR)
 
 
 def socket_path(common_dir: str) -> str:
-    """The host's socket for a repository, alone in its directory: a confined process is shown that
-    directory only (read-only), never the host's lock, liveness record or log beside it."""
+    """The host's socket for a repository, in a directory of its own: a confined process is shown that
+    directory only (read-only), never the host's lock, liveness record or log."""
     return os.path.join(socket_dir(common_dir), SOCKET)
 
 
@@ -113,7 +116,7 @@ def ensure_host_dir(common_dir: str) -> str:
     """Create the host directory and its socket directory, mode 0700 (only the user may open them);
     the host directory's path."""
     path = layout.host_dir(common_dir)
-    for made in (path, os.path.join(path, SOCKET_DIR)):
+    for made in (path, socket_dir(common_dir)):
         os.makedirs(made, mode=0o700, exist_ok=True)
         if os.stat(made).st_mode & 0o077:
             os.chmod(made, 0o700)
@@ -336,7 +339,8 @@ def claim_spawn(common_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
     if host_alive(common_dir):
         return False
     try:
-        stamp = os.path.join(ensure_host_dir(common_dir), SOCKET_DIR, SPAWNED)
+        ensure_host_dir(common_dir)
+        stamp = os.path.join(socket_dir(common_dir), SPAWNED)
         try:
             if time.time() - os.stat(stamp).st_mtime < backoff:
                 return False

@@ -20,6 +20,7 @@ linked in read-only (:func:`link_config`): the user's home stays read-only in th
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import stat
@@ -138,9 +139,14 @@ def seed_json(
     overlay: Callable[[dict[str, object]], dict[str, object]] | None = None,
     *,
     create: bool = True,
+    guarded: Iterable[str] = (),
 ) -> bool:
     """Seed the run's ``dest`` from the user's ``user_path``, keeping what the run changed (see the
     module docstring); ``overlay`` adds the sandbox's own entries last. The user's file is only read.
+
+    ``guarded``: the keys (``a/b``, ``*`` for every key at a level) of settings that run commands
+    (hooks, MCP servers, variables): those are the user's whatever the run wrote, so that what a
+    confined agent planted in its home never runs in a later session (``--isolate off``).
 
     With ``create`` false nothing is written when neither the user nor the run has the file.
     Returns whether ``dest`` exists afterwards.
@@ -152,6 +158,11 @@ def seed_json(
     user_d = user or {}
     base = read_json(base_path)
     merged: Any = dict(user_d) if run is None else merge3(base or {}, user_d, run)
+    guarded = list(guarded)
+    if guarded:
+        merged = copy.deepcopy(merged)  # merge3 may hand back the run's own object, compared below
+        for key in guarded:
+            _as_users(merged, user_d, key.split("/"))
     if overlay is not None:
         merged = overlay(merged)
     if base != user_d:
@@ -159,6 +170,21 @@ def seed_json(
     if merged != run or not os.path.exists(dest):
         write_json(dest, merged)
     return True
+
+
+def _as_users(run: Any, user: Any, path: list[str]) -> None:
+    """Set ``path`` in ``run`` (a dict, changed in place) as it is in ``user``: absent where it is."""
+    if not isinstance(run, dict):
+        return
+    head, rest = path[0], path[1:]
+    for key in list(run) if head == "*" else [head]:
+        theirs = user.get(key) if isinstance(user, dict) else None
+        if rest:
+            _as_users(run.get(key), theirs, rest)
+        elif isinstance(user, dict) and key in user:
+            run[key] = user[key]
+        else:
+            run.pop(key, None)
 
 
 def copy_missing(dest: str, user_path: str) -> None:

@@ -39,6 +39,24 @@ AGENT_CONFIG = tuple(p for name in adapters.names() for p in adapters.agent(name
 AGENT_PRIVATE = tuple(p for name in adapters.names() for p in adapters.agent(name).PRIVATE)
 
 
+def state_of(programs: Sequence[str | None]) -> tuple[str, ...]:
+    """The default agent state (:data:`DEFAULT_AGENT_STATE`) that the agents started as ``programs``
+    (a command, or a ``--hooks`` agent's program) write: each its own, named for its family
+    (``~/.claude.json`` for ``claude``, ``~/.codex/`` for ``codex``). Another agent's state stays
+    read-only, as does what no agent named here owns (``~/.npm/``: an ``npx`` package planted in its
+    cache runs unconfined at your next ``npx``)."""
+    known = (adapters.by_program(p) for p in programs if p)
+    families = {str(module.PROGRAM) for module in known if module is not None}
+    owner = {e: os.path.basename(e.rstrip("/")).lstrip(".").split(".")[0] for e in DEFAULT_AGENT_STATE}
+    return tuple(e for e in DEFAULT_AGENT_STATE if owner[e] in families)
+
+
+def with_home(isolation: Isolation, agent: str | None) -> Isolation:
+    """``isolation`` letting the command write the run's home of ``agent`` (``claude``, ``gemini``;
+    :mod:`sandbox.agent.agenthome`) and no other agent's."""
+    return dataclasses.replace(isolation, home=agent)
+
+
 def expand_home(entry: str, home: str) -> str:
     """A settings entry as a path: ``~`` and ``~/x`` under ``home``, without its trailing ``/``."""
     path = entry.rstrip("/") or "/"

@@ -36,6 +36,8 @@ MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
+#: The longest call id a hook may give (Claude Code's ``toolu_...`` are ~30 characters).
+MAX_CALL_ID = 200
 #: start/finish: one side of one call; refused: the agent refused the call before running it
 #: (``error`` says why); settle: the agent says no call of its session is still running (its turn
 #: or session ended), so a call it started and never finished did not run.
@@ -110,6 +112,11 @@ class HookEvent:
         call_id = data.get("call_id")
         if call_id is not None and not isinstance(call_id, str):
             raise HookInputError("The hook payload's 'call_id' must be a string.")
+        if call_id and (len(call_id) > MAX_CALL_ID or not call_id.isprintable() or any(c.isspace() for c in call_id)):
+            # It is printed in 'sandbox log' as a column: a newline or 5,000 characters would forge lines.
+            raise HookInputError(
+                f"The hook payload's 'call_id' must be at most {MAX_CALL_ID} printable characters without spaces."
+            )
         kind = data.get("kind", "unknown")
         if kind not in KINDS:
             raise HookInputError(f"The hook payload's 'kind' must be one of {', '.join(KINDS)}.")

@@ -511,10 +511,12 @@ def _left_behind(common_dir: str) -> Outage | None:
 
     from sandbox.models import HostInfo, utcnow
 
+    data = wire.read_info(common_dir)
     try:
-        with open(os.path.join(wire.host_dir(common_dir), wire.INFO), "rb") as fh:
-            info = HostInfo.model_validate_json(fh.read(65536))
-    except (OSError, ValidationError):
+        info = HostInfo.model_validate_json(data) if data is not None else None
+    except ValidationError:
+        return None
+    if info is None:
         return None
     return {
         "previous_pid": info.pid,
@@ -573,8 +575,8 @@ def host_pid(common_dir: str) -> int | None:
 
     from sandbox.models import HostInfo
 
+    data = wire.read_info(common_dir)  # only the user's own record, never through a link
     try:
-        with open(os.path.join(wire.host_dir(common_dir), wire.INFO), "rb") as fh:
-            return HostInfo.model_validate_json(fh.read(65536)).pid
-    except (OSError, ValidationError):
+        return HostInfo.model_validate_json(data).pid if data is not None else None
+    except ValidationError:
         return None

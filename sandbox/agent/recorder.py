@@ -11,6 +11,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -514,17 +515,37 @@ def _new_pair_id(prefix: str | None) -> str:
     return (prefix or "call_") + secrets.token_hex(6)
 
 
+#: Before a summary that only the hook payload gives (nothing in the tool's input says what ran).
+AGENT_WORD = "the agent says: "
+
+
+#: A summary the payload may give for an input that names what ran: that name, or one word and it
+#: (``sandbox mcp``'s ``write src/a.txt``, as its unconfined server records it).
+_SAYS_WHAT_RAN = re.compile(r"(?:[A-Za-z_]{1,32} )?")
+
+
 def _summary(event: HookEvent) -> str | None:
-    if event.summary:
-        return event.summary
+    """The call's one line in the ledger: what its input says ran (the command, the file). The
+    payload's ``summary`` is kept only when it says the same (else a forged payload would show a
+    harmless command while another ran); a summary the input cannot confirm is marked as the agent's
+    word. At most 500 characters."""
     value = event.input
+    what: str | None = None
     if isinstance(value, dict):
         for key in ("command", "file_path", "notebook_path", "path", "pattern", "url", "query"):
             if isinstance(value.get(key), str):
-                return f"{event.tool}: {value[key]}"[:500]
-        argv = value.get("argv")  # sandbox exec
-        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-            return " ".join(argv)[:500]
+                what = value[key]
+                break
+        argv = value.get("argv")  # sandbox exec, and sandbox mcp's run_command (``sh -c COMMAND``)
+        if what is None and isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            shell = len(argv) == 3 and argv[1] == "-c" and event.summary == argv[2]
+            return event.summary if shell and event.summary else " ".join(argv)[:500]
+    given = event.summary
+    if what is not None:
+        said = given is not None and given.endswith(what) and _SAYS_WHAT_RAN.fullmatch(given[: len(given) - len(what)])
+        return given if said and given is not None else f"{event.tool}: {what}"[:500]
+    if given:
+        return (AGENT_WORD + given)[:500]
     return event.tool
 
 

@@ -162,6 +162,10 @@ class Isolation:
     #: Unix sockets (paths) kept reachable although they lie in a hidden directory.
     unix_sockets: tuple[str, ...] = ()
     limits: Limits = Limits()
+    #: The run's agent home this command may write (``claude``, ``gemini``: the agent ``sandbox run``
+    #: starts, :mod:`sandbox.agent.agenthome`); None: none. Never the directory of all of them: one
+    #: agent must not plant settings or sessions for another agent of the run.
+    home: str | None = None
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -193,7 +197,7 @@ class Policy:
     #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
     #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
     proxy: str | None = None
-    #: The run's agent homes, writable (below the run's directory, which is read-only).
+    #: The running agent's home in the run, writable (below the run's directory, which is read-only).
     homes: tuple[str, ...] = field(default=())
     #: Secrets replaced by an empty directory or file (:data:`DEFAULT_DENY_READ`).
     masked: tuple[str, ...] = field(default=())
@@ -300,7 +304,7 @@ def policy_for(
     worktree), the sandbox's state in the repository (``.git/sandbox``: every run's token, the host's
     files) and in other repositories, the data directory with every run's home, and the socket
     directories. Bound back read-only below them: this run's own directory (its token, the ``place``
-    its hooks check), the host's directory (its socket), the run's home (the ``origin`` file),
+    its hooks check), the host's socket directory (not its lock), the run's home (the ``origin`` file),
     :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
     (the home, the sandbox's interpreter, the agent's executable). The user's ``.git`` stays readable
     (the run's git borrows its objects) and read-only.
@@ -316,7 +320,7 @@ def policy_for(
     readable = (
         *isolation.readable,
         real(layout.run_dir(common_dir, run_id)),
-        real(layout.host_dir(common_dir)),
+        _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
         *keep,
         *sockets,
@@ -331,8 +335,8 @@ def policy_for(
         readable=readable,
         hidden=tuple(p for p in hidden if p != "/tmp"),
         config=isolation.config,
-        # The run's agent homes (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
-        homes=tuple(p for p in [os.path.realpath(_homes_root(common_dir, run_id))] if os.path.isdir(p)),
+        # The running agent's home (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
+        homes=_agent_home(common_dir, run_id, isolation.home),
         private=tuple(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
             for dest in isolation.private
@@ -350,6 +354,18 @@ def policy_for(
         reasons=tuple(hidden.items()),
         empty_file=_empty_file(common_dir),
     )
+
+
+def _host_socket_dir(common_dir: str) -> str:
+    """The directory of the repository's host socket, made now: the one part of the host's files
+    visible inside (read-only), so the run's hooks reach the host, wherever it restarts, while its
+    lock (which a confined process could hold, flock needing no write access, and no host would
+    start again), liveness record and log stay out of sight."""
+    from sandbox.agent import wire
+
+    with contextlib.suppress(OSError):
+        wire.ensure_host_dir(common_dir)
+    return os.path.realpath(wire.socket_dir(common_dir))
 
 
 def _empty_file(common_dir: str) -> str | None:
@@ -371,8 +387,15 @@ def _empty_file(common_dir: str) -> str | None:
     return path
 
 
-def _homes_root(common_dir: str, run_id: str) -> str:
-    return homes_root(layout.run_dir(common_dir, run_id))
+def _agent_home(common_dir: str, run_id: str, agent: str | None) -> tuple[str, ...]:
+    """The run's home of ``agent`` as a real directory (the agent may have swapped it for a link,
+    which would lead the writable mount anywhere), or nothing."""
+    if agent is None or not agent.isidentifier():
+        return ()
+    path = os.path.join(homes_root(layout.run_dir(common_dir, run_id)), agent)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return ()
+    return (os.path.realpath(path),)
 
 
 def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None) -> dict[str, str]:

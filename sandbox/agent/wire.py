@@ -1,8 +1,13 @@
 """The host's wire protocol and its one client: standard library only (the hook fast path uses it).
 
 One process hosts every run of a repository (:mod:`sandbox.agent.host`). It listens on one Unix
-socket named by a path, ``<common>/sandbox/host/host.sock``, in a directory only the user can open
-(mode 0700; never an abstract socket, which a confined agent with the network on could reach).
+socket named by a path, ``<common>/sandbox/sock/host.sock``, in a directory only the user can
+open (mode 0700; never an abstract socket, which a confined agent with the network on could reach).
+That directory is all a confined process sees of the host's files (read-only; the rest are in
+``<common>/sandbox/host/``, hidden): not the lock, which it
+could hold (``flock`` works on a read-only descriptor) so that no host starts again, nor the
+liveness record or the log. A client connects only to a socket of the user's in a directory only
+the user may open, through the descriptor it checked (:func:`connect` with ``checked``).
 Each connection carries one request, a JSON object on one line, and gets one reply, a JSON object::
 
     {"v": 1, "op": "hook",  "run": RUN, "token": T, "event": {...generic hook event...}}
@@ -54,6 +59,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Mapping
 from typing import TypedDict, cast
@@ -62,10 +68,15 @@ from sandbox.store import layout
 
 PROTOCOL = 1
 SOCKET = "host.sock"
+#: The socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the host's
+#: files a confined process sees. As long a path as the socket had in the host's directory: ``sun_path``
+#: holds ~108 bytes, and a client without the long-path workaround (a test's script) still reaches it.
+SOCKET_DIR = "sock"
 LOCK = layout.HOST_LOCK
 INFO = "host.json"
 LOG = "host.log"
-#: Touched when a host is spawned: no second spawn while one may still be starting.
+#: Touched when a host is spawned: no second spawn while one may still be starting. In the socket's
+#: directory, so that a confined hook sees a host starting (and waits for it) too.
 SPAWNED = "host.spawned"
 SPAWN_BACKOFF = 10.0
 #: Seconds after a spawn during which a client waits for the host rather than working without it.
@@ -90,18 +101,52 @@ def host_dir(common_dir: str) -> str:
     return layout.host_dir(common_dir)
 
 
+def socket_dir(common_dir: str) -> str:
+    """The directory of the host's socket (see :func:`socket_path`)."""
+    return os.path.join(layout.state_dir(common_dir), SOCKET_DIR)
+
+
 def socket_path(common_dir: str) -> str:
-    """The host's socket for a repository."""
-    return os.path.join(layout.host_dir(common_dir), SOCKET)
+    """The host's socket for a repository, in a directory of its own: a confined process is shown that
+    directory only (read-only), never the host's lock, liveness record or log."""
+    return os.path.join(socket_dir(common_dir), SOCKET)
 
 
 def ensure_host_dir(common_dir: str) -> str:
-    """Create the host directory, mode 0700 (only the user may open it); its path."""
+    """Create the host directory and its socket directory, mode 0700 (only the user may open them);
+    the host directory's path."""
     path = layout.host_dir(common_dir)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    if os.stat(path).st_mode & 0o077:
-        os.chmod(path, 0o700)
+    for made in (path, socket_dir(common_dir)):
+        os.makedirs(made, mode=0o700, exist_ok=True)
+        if os.stat(made).st_mode & 0o077:
+            os.chmod(made, 0o700)
     return path
+
+
+#: Linux's ``O_PATH`` (a descriptor that only names); elsewhere a directory is opened to read.
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+
+
+class UntrustedHostError(OSError):
+    """The host's socket or file is not one only this user could have made (see :func:`_checked_dir`)."""
+
+
+def _checked_dir(path: str) -> int:
+    """An ``O_PATH`` descriptor of directory ``path`` once it is shown to be the user's own: a real
+    directory (no symlink at its last component), owned by this user, open to nobody else.
+
+    A client connects (or reads) through this descriptor, so what it checked is what it uses. Anyone
+    who could write there could have put a socket of their own in it that answers every hook "ok".
+    """
+    fd = os.open(path, _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise UntrustedHostError(errno.EPERM, f"{path} is not a directory only you may open")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 # -- addressing a socket whose path is too long for sun_path -------------------------------------
@@ -111,18 +156,31 @@ class _Address:
     """A socket path usable in ``connect``/``bind``: itself, or ``/proc/self/fd/N/NAME`` when too long.
 
     ``sun_path`` holds ~108 bytes and a repository can be deep; a directory descriptor names the
-    directory without changing the process's working directory (which threads share).
+    directory without changing the process's working directory (which threads share). ``checked``:
+    always through a descriptor of the directory, checked first (:func:`_checked_dir`), and the
+    socket there must be a socket of this user's.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, checked: bool = False) -> None:
         self.path = path
+        self.checked = checked
         self._fd = -1
 
     def __enter__(self) -> str:
+        name = os.path.basename(self.path)
+        if self.checked:
+            self._fd = _checked_dir(os.path.dirname(self.path))
+            # Without /proc (macOS) the path is used after the check, as it was checked.
+            address = f"/proc/self/fd/{self._fd}/{name}" if hasattr(os, "O_PATH") else self.path
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+                self.__exit__()
+                raise UntrustedHostError(errno.EPERM, f"{self.path} is not a socket of yours")
+            return address
         if len(os.fsencode(self.path)) < 100:
             return self.path
         self._fd = os.open(os.path.dirname(self.path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        return f"/proc/self/fd/{self._fd}/{os.path.basename(self.path)}"
+        return f"/proc/self/fd/{self._fd}/{name}"
 
     def __exit__(self, *_: object) -> None:
         if self._fd >= 0:
@@ -130,13 +188,14 @@ class _Address:
             self._fd = -1
 
 
-def connect(path: str, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
-    """A connected socket to ``path`` (OSError when nobody listens)."""
+def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = False) -> socket.socket:
+    """A connected socket to ``path`` (OSError when nobody listens); ``checked``: only to a socket of
+    this user's in a directory only it may open (:class:`UntrustedHostError` otherwise)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     deadline = time.monotonic() + timeout
     try:
-        with _Address(path) as address:
+        with _Address(path, checked) as address:
             while True:
                 try:
                     sock.connect(address)
@@ -210,12 +269,16 @@ def try_lock(common_dir: str) -> int | None:
 
 
 def host_alive(common_dir: str) -> bool:
-    """True while a host process of the repository lives (it holds the host lock)."""
+    """True while a host process of the repository lives (it holds the host lock).
+
+    A confined process does not see the lock (it could hold it, and no host would start again): for
+    it, and wherever the lock is not there, a host lives when one answers on the socket.
+    """
     path = os.path.join(layout.host_dir(common_dir), LOCK)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # read-only: a confined process asks too
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return _answers(common_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -223,6 +286,49 @@ def host_alive(common_dir: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def _answers(common_dir: str) -> bool:
+    """True when a host answers ``ping`` on the repository's socket (one short exchange; never
+    through :meth:`Client.request`, which asks :func:`host_alive` when nobody answers)."""
+    try:
+        sock = connect(socket_path(common_dir), CONNECT_TIMEOUT, checked=True)
+    except OSError:
+        return False
+    try:
+        sock.settimeout(CONNECT_TIMEOUT)
+        sock.sendall(json.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
+        sock.shutdown(socket.SHUT_WR)
+        reply = json.loads(sock.recv(1 << 16))
+    except (OSError, ValueError):
+        return False
+    finally:
+        sock.close()
+    return isinstance(reply, dict) and reply.get("ok") is True
+
+
+def read_info(common_dir: str) -> bytes | None:
+    """The live host's liveness record (``host.json``) as bytes, read only from the user's own host
+    directory (:func:`_checked_dir`) and never through a link; None when there is none to trust."""
+    try:
+        fd = _checked_dir(layout.host_dir(common_dir))
+    except OSError:
+        return None
+    try:
+        info = os.open(INFO, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        st = os.fstat(info)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        return os.read(info, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(info)
 
 
 def claim_spawn(common_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
@@ -233,7 +339,8 @@ def claim_spawn(common_dir: str, backoff: float = SPAWN_BACKOFF) -> bool:
     if host_alive(common_dir):
         return False
     try:
-        stamp = os.path.join(ensure_host_dir(common_dir), SPAWNED)
+        ensure_host_dir(common_dir)
+        stamp = os.path.join(socket_dir(common_dir), SPAWNED)
         try:
             if time.time() - os.stat(stamp).st_mtime < backoff:
                 return False
@@ -252,7 +359,7 @@ def host_starting(common_dir: str) -> bool:
     if host_alive(common_dir):
         return True
     try:
-        return time.time() - os.stat(os.path.join(layout.host_dir(common_dir), SPAWNED)).st_mtime < STARTING
+        return time.time() - os.stat(os.path.join(socket_dir(common_dir), SPAWNED)).st_mtime < STARTING
     except OSError:
         return False
 
@@ -353,7 +460,7 @@ class Client:
         deadline = time.monotonic() + wait_start
         while True:
             try:
-                sock = connect(self.path, min(CONNECT_TIMEOUT, timeout or CONNECT_TIMEOUT))
+                sock = connect(self.path, min(CONNECT_TIMEOUT, timeout or CONNECT_TIMEOUT), checked=True)
                 break
             except OSError:
                 if time.monotonic() >= deadline or not host_starting(self.common_dir):

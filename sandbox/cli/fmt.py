@@ -64,7 +64,7 @@ def _command_of(inputs: Any, summary: str | None) -> str:
         if isinstance(command, str) and command.strip():
             return first_line(command)
         path = inputs.get("path") or inputs.get("file_path")
-        if isinstance(path, str) and not summary:
+        if isinstance(path, str) and path:  # what the call touched, never a summary that says otherwise
             return path
     return first_line(summary) if summary else ""
 

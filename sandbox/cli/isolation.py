@@ -78,7 +78,11 @@ def resolve(
         mode = "on"  # no network namespace to put the agent in: Seatbelt cannot route it to the proxy
     net = mode == "on"
     allow = _allowlist(cfg.network_allow, agent) if mode == "allow" else None
-    state = agentstate.DEFAULT_AGENT_STATE if cfg.agent_state is None else cfg.agent_state
+    # By default only the started agent's own state (another agent's, or npm's cache, would be a plant
+    # for your next unconfined use of it); [isolation] agent_state says otherwise.
+    hooked = adapters.agent(agent[1]).PROGRAM if agent and agent[1] in adapters.names() else None
+    starting = (argv[0] if argv else None, hooked)
+    state = agentstate.state_of(starting) if cfg.agent_state is None else cfg.agent_state
     # Only 'sandbox run' gives an agent its state (and a home of its own, sandbox.agent.agenthome): any
     # other confined command keeps the agents' state in your home read-only and creates nothing there.
     entries = (list(state) if command == "run" else []) + cfg.writable

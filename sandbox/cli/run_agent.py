@@ -214,6 +214,7 @@ def run_agent(
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
     env, home_for = _agent_env(where, command, hooks_for, add_private)
+    isolation = _with_home(isolation, home_for)
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
     run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
@@ -321,6 +322,14 @@ def _isolation(
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     return isolation
+
+
+def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
+    """Only the started agent's home in the run is writable for it (the one its session was pointed at)."""
+    from sandbox.agent import agentstate
+
+    name = getattr(home_for, "HOME_NAME", None) if getattr(home_for, "session_env", None) else None
+    return agentstate.with_home(isolation, name if isinstance(name, str) else None)
 
 
 def _agent_env(

@@ -219,6 +219,31 @@ REPLACES = ("~/.claude/", "~/.claude.json")
 LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
 
 
+#: Settings that run commands or steer what runs (hooks, helpers, variables, MCP servers): in the run's
+#: home they are always yours (and the sandbox's hooks), whatever the agent wrote there, so that what a
+#: confined agent plants never runs in a later session of the run (``--isolate off``).
+GUARDED_SETTINGS = (
+    "hooks",
+    "disableAllHooks",
+    "statusLine",
+    "apiKeyHelper",
+    "awsAuthRefresh",
+    "awsCredentialExport",
+    "otelHeadersHelper",
+    "env",
+    "mcpServers",
+    "enabledMcpjsonServers",
+    "enableAllProjectMcpServers",
+)
+#: The same in ``.claude.json``: its MCP servers, for you and per project.
+GUARDED_STATE = (
+    "mcpServers",
+    "projects/*/mcpServers",
+    "projects/*/enabledMcpjsonServers",
+    "projects/*/enableAllProjectMcpServers",
+)
+
+
 def config_home(run_dir: str) -> str:
     """The run's ``CLAUDE_CONFIG_DIR``: its ``.claude.json``, settings, credentials and, under
     ``projects/<cwd>/<session>.jsonl``, the session transcripts (what ``claude --resume`` reads)."""
@@ -265,10 +290,17 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         return agenthome.base_of(run_dir, HOME_NAME, name)
 
     agenthome.seed_json(
-        os.path.join(home, ".claude.json"), os.path.join(user_home, ".claude.json"), base(".claude.json")
+        os.path.join(home, ".claude.json"),
+        os.path.join(user_home, ".claude.json"),
+        base(".claude.json"),
+        guarded=GUARDED_STATE,
     )
     agenthome.seed_json(
-        os.path.join(home, "settings.json"), os.path.join(user_dir, "settings.json"), base("settings.json"), with_hooks
+        os.path.join(home, "settings.json"),
+        os.path.join(user_dir, "settings.json"),
+        base("settings.json"),
+        with_hooks,
+        guarded=GUARDED_SETTINGS,
     )
     credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
     agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)

@@ -14,7 +14,9 @@ PROGRAM = "codex"
 ENV = ("OPENAI_*", "CODEX_*")
 ENDPOINTS = ("api.openai.com", "chatgpt.com", "auth.openai.com")
 BASE_URL = ("OPENAI_BASE_URL",)
-CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/")
+#: What your own Codex obeys, read-only in the sandbox: its settings, instructions, prompts, and its
+#: execution rules (``rules/default.rules``: commands it runs without asking, outside any sandbox).
+CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/", "~/.codex/rules/")
 PRIVATE: tuple[str, ...] = ()
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output

@@ -254,6 +254,11 @@ MERGED = ("oauth_creds.json", "google_accounts.json")
 COPIED = ("installation_id", "user_id")
 
 
+#: Settings that run commands (hooks, MCP servers, tool discovery): in the run's home always yours (and
+#: the sandbox's hooks), so that what a confined agent plants never runs in a later session of the run.
+GUARDED_SETTINGS = ("hooks", "hooksConfig", "mcpServers", "tools/discoveryCommand", "tools/callCommand")
+
+
 def cli_home(run_dir: str) -> str:
     """The run's ``GEMINI_CLI_HOME`` (Gemini CLI 0.61 uses it in place of ``~``): its state is in
     ``.gemini/`` there (settings, sessions under ``tmp/<project>/chats/``)."""
@@ -294,7 +299,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         return adapters.merge_settings(settings, hook_settings(command), MARKER)
 
     base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
-    agenthome.seed_json(os.path.join(state, "settings.json"), os.path.join(user_dir, "settings.json"), base, with_hooks)
+    user_settings = os.path.join(user_dir, "settings.json")
+    agenthome.seed_json(os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS)
     for name in MERGED:
         found = os.path.join(user_dir, name)
         agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)

@@ -191,7 +191,7 @@ def test_autostart_off(repo: Path, runs: Callable[[], Run], off_by: str) -> None
     run = runs()
     hook("Read", "pre", run, "toolu_r1", env=AUTOSTART if off_by == "settings" else None)
     time.sleep(1.0)
-    assert not wire.host_alive(common(run)) and not Path(wire.host_dir(common(run)), wire.SPAWNED).exists()
+    assert not wire.host_alive(common(run)) and not Path(wire.socket_dir(common(run)), wire.SPAWNED).exists()
     assert reopen(run).entry("toolu_r1").status.value == "started"
 
 

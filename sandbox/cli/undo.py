@@ -68,24 +68,13 @@ def describe(verb: str, report: UndoReport) -> str:
 def rewind_moved(run: Run, op: str, as_json: bool) -> bool:
     """Undo (or redo) the run's newest rewind when it is the newest thing done to the run's files."""
     from sandbox.cli.apply import finish
-    from sandbox.models import UndoReport
     from sandbox.recovery import rewind_undo
 
-    moved = rewind_undo.undo_rewind(run) if op == "undo" else rewind_undo.redo_rewind(run)
+    moved = rewind_undo.undo_report(run, op)
     if moved is None:
         return False
-    paths = [f.path for f in moved.files.files]
-    report = UndoReport(
-        op=op,
-        run=run.run_id,
-        call=moved.call_id,
-        target="sandbox",
-        target_dir=run.worktree,
-        calls=[moved.call_id],
-        head=run.state().head,
-        **({"restored": paths} if op == "undo" else {"applied": paths}),
-    )
+    report, message = moved
     if not as_json:
-        click.echo(escape.text(moved.message))
+        click.echo(escape.text(message))
     finish(report, "Restored" if op == "undo" else "Wrote", as_json)
     return True

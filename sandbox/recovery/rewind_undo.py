@@ -26,6 +26,7 @@ from sandbox.recovery.actions import RollbackFilesReport, rollback_files
 from sandbox.store import journal
 
 if TYPE_CHECKING:
+    from sandbox.models import UndoReport
     from sandbox.run.run import Run
 
 UNDO_NOTE = "rewind_undo"
@@ -155,3 +156,26 @@ def _move(run: Run, step: RewindStep, op: str) -> RewindMove:
     else:
         text = f"Rewound again to before call {step.call_id}: {len(files.files)} path(s) of the run's files restored."
     return RewindMove(op, step.call_id, files, session, text)
+
+
+def undo_report(run: Run, op: str) -> tuple[UndoReport, str] | None:
+    """Undo (``op`` "undo") or redo the run's newest rewind when it is the newest thing done to the
+    run's files: the report ``sandbox undo``/``redo`` give for it, and the line to show; None when
+    the newest thing is not a rewind."""
+    from sandbox.models import UndoReport
+
+    moved = undo_rewind(run) if op == "undo" else redo_rewind(run)
+    if moved is None:
+        return None
+    paths = [f.path for f in moved.files.files]
+    report = UndoReport(
+        op=op,
+        run=run.run_id,
+        call=moved.call_id,
+        target="sandbox",
+        target_dir=run.worktree,
+        calls=[moved.call_id],
+        head=run.state().head,
+        **({"restored": paths} if op == "undo" else {"applied": paths}),
+    )
+    return report, moved.message

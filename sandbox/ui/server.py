@@ -304,24 +304,13 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
 
 def _rewind_moved(run: Run, name: str) -> ActionAnswer | None:
     """Right after a rewind (or its undo), undo (redo) is about the rewind, as 'sandbox undo' ('redo') does it."""
-    from sandbox.models import UndoReport
     from sandbox.recovery import rewind_undo
 
-    moved = rewind_undo.undo_rewind(run) if name == "undo" else rewind_undo.redo_rewind(run)
+    moved = rewind_undo.undo_report(run, name)
     if moved is None:
         return None
-    paths = [f.path for f in moved.files.files]
-    report = UndoReport(
-        op=name,
-        run=run.run_id,
-        call=moved.call_id,
-        target="sandbox",
-        target_dir=run.worktree,
-        calls=[moved.call_id],
-        head=run.state().head,
-        **({"restored": paths} if name == "undo" else {"applied": paths}),
-    )
-    return {"ok": True, "report": _dump(report), "message": moved.message}
+    report, message = moved
+    return {"ok": True, "report": _dump(report), "message": message}
 
 
 def _dump(report: BaseModel) -> dict[str, object]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -162,41 +161,13 @@ def store(
     return Stored(commit, index)
 
 
-#: The ledger's events as last read, per run object and ledger tip: a ``resume --continue`` asks the
-#: ledger half a dozen questions (the agent command, the session, its confinement, the stored
-#: copies) and each reading parses every event (bench/cases/transcripts.py).
-_EVENTS: weakref.WeakKeyDictionary[Run, tuple[str | None, list[tuple[str, Event]]]] = weakref.WeakKeyDictionary()
-
-
-def ledger_events(run: Run) -> list[tuple[str, Event]]:
-    """``run.events()``, each event read once per process: the ledger only grows, so a new tip reads
-    only the events after the last one read (all again if the ledger was rewritten). Read-only."""
-    from sandbox.run.fold import FOLD
-    from sandbox.store.ledger import Ledger
-
-    tip = run.ledger_tip()
-    cached = _EVENTS.get(run)
-    if cached is not None and cached[0] == tip:
-        return cached[1]
-    events: list[tuple[str, Event]] = []
-    if tip is not None and cached is not None and cached[0] is not None:
-        try:
-            events = cached[1] + Ledger(run.repo, run.run_id, run.dir, FOLD).events_since(cached[0], tip)
-        except LookupError:
-            events = []  # the cached tip is not on the way: read the whole ledger
-    if tip is not None and not events:
-        events = run.events(tip)
-    _EVENTS[run] = (tip, events)
-    return events
-
-
 def records(run: Run) -> list[dict[str, object]]:
     """Every stored transcript copy the ledger names, oldest first (the ``note`` events' records).
 
     As the ledger holds them (a ledger written by an older version may lack a field): a reader checks
     each value it reads."""
     out: list[dict[str, object]] = []
-    for _oid, event in ledger_events(run):
+    for _oid, event in run.events_read():
         transcript = event.data.get("transcript") if event.kind == EventKind.note else None
         if isinstance(transcript, dict):
             out.append(dict(transcript))
@@ -313,7 +284,7 @@ def agent_command(run: Run) -> RecordedCommand | None:
     fetch installed (:func:`fetched_until`), or one that says so itself (``foreign``: a fork of a
     foreign run carries it over). Only a note written here after every fetch is this clone's own.
     """
-    events = ledger_events(run)
+    events = run.events_read()
     found: tuple[int, list[str], dict[str, object]] | None = None
     for n, (_oid, event) in enumerate(events):
         data = event.data if event.kind == EventKind.note else {}
@@ -376,7 +347,7 @@ def current_session(run: Run) -> str | None:
     from sandbox.agent.adapters import valid_session
 
     session = None
-    for _oid, event in ledger_events(run):
+    for _oid, event in run.events_read():
         if event.kind == EventKind.call_started and event.call is not None and event.call.agent_session:
             if valid_session(event.call.agent_session):
                 session = event.call.agent_session

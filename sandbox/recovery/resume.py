@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING
 
 from sandbox import faults
 from sandbox.agent import procs
-from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import (
     CallStatus,
@@ -161,7 +160,7 @@ def _refold(run: Run, problems: list[str]) -> tuple[list[tuple[str, Event]], Led
     try:
         # Every event is parsed from git in this process (those _session_processes read just now
         # are not read twice: the ledger only grows).
-        events = ledger_events(run)
+        events = run.events_read()
     except CorruptionError as exc:
         raise CorruptionError(f"{exc} Resume refuses to continue on damaged evidence.") from exc
     state = run.new_state()
@@ -202,7 +201,7 @@ def _session_processes(run: Run, state: LedgerState) -> tuple[list[LiveProcess],
         return [], set()
     unfinished = {c for c, e in state.calls.items() if e.status in (CallStatus.started, CallStatus.uncertain)}
     scopes: dict[str, ProcessScope] = {}
-    for _oid, event in ledger_events(run):
+    for _oid, event in run.events_read():
         if event.kind == EventKind.call_started and event.call_id and event.procs is not None:
             scopes[event.call_id] = event.procs
     if not scopes:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, LedgerEntry
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
@@ -88,7 +87,7 @@ def call_after_checkpoint(run: Run, target: str) -> str:
     item = CheckpointStore(run).find(target)
     tip = item.checkpoint.tool_ledger.tip
     seen = tip is None
-    for oid, event in ledger_events(run):
+    for oid, event in run.events_read():
         if seen and event.kind == EventKind.call_started and event.call_id:
             return event.call_id
         seen = seen or oid == tip

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox.agent.transcripts import ledger_events
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind
 from sandbox.recovery.actions import RollbackFilesReport, rollback_files
@@ -79,7 +78,7 @@ def last_step(run: Run) -> RewindStep | None:
         return None  # never rewound (the fold keeps every note): a plain undo reads no ledger events
     step: RewindStep | None = None
     moved = False
-    for _oid, event in ledger_events(run):
+    for _oid, event in run.events_read():
         if event.kind in _MOVES:
             moved = True  # unless a note of ours follows: each step's own rollback_files comes just before it
             continue

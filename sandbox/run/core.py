@@ -70,6 +70,7 @@ class RunCore:
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[RunCore, str], None]] = []
+        self._read: tuple[str | None, list[tuple[str, Event]]] | None = None
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -355,6 +356,25 @@ class RunCore:
         if tip is not None:
             return self._ledger.events_to(tip)
         return self._ledger.events()
+
+    def events_read(self) -> list[tuple[str, Event]]:
+        """:meth:`events`, each event read once by this object: the ledger only grows, so a new tip
+        reads only the events after the last one read (all again if the ledger was rewritten).
+        The list is shared: read it, never change it."""
+        tip = self._ledger.tip()
+        cached = self._read
+        if cached is not None and cached[0] == tip:
+            return cached[1]
+        events: list[tuple[str, Event]] = []
+        if tip is not None and cached is not None and cached[0] is not None:
+            try:
+                events = cached[1] + self._ledger.events_since(cached[0], tip)
+            except LookupError:
+                events = []  # the cached tip is not on the way: read the whole ledger
+        if tip is not None and not events:
+            events = self.events(tip)
+        self._read = (tip, events)
+        return events
 
     def ledger_tip(self) -> str | None:
         """The commit id of the run's newest ledger event (None: the ledger does not exist)."""

@@ -87,12 +87,11 @@ def rewinds(run: Run, state: LedgerState) -> Rewinds:
     """The run's rewinds (:class:`Rewinds`); reads the ledger's events only for a run that has one."""
     if not any(key in note for note in state.data.note for key in REWIND_NOTES):
         return Rewinds()  # never rewound: the fold says so, no event is read (a 500-call page stays fast)
-    from sandbox.agent.transcripts import ledger_events
 
     found = Rewinds()
     owner: dict[str, Rewind | None] = {}
     out: list[str] = []  # the calls the newest rollback_files took out, until a note says whose it was
-    for _oid, event in ledger_events(run):
+    for _oid, event in run.events_read():
         if event.kind == EventKind.rollback_files:
             out = list(view(event.data, RollbackFilesData).get("undone_calls", []))
             owner.update(dict.fromkeys(out))  # a plain 'rollback --files' unless a rewind's note follows

@@ -177,8 +177,8 @@ def run_agent(
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
-    confined: it can write its worktree and its own state (Claude Code and Gemini CLI: a home of
-    their own in the run, seeded from yours at each start), nothing of yours.
+    confined: it can write its worktree and its own state (Claude Code, Gemini CLI and Codex: a home
+    of their own in the run, seeded from yours at each start), nothing of yours.
     Its network goes through an allowlist (its model endpoints and [network] allow in
     .sandbox.toml; --network on: all, off: none); each refused connection is in 'sandbox log'.
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
@@ -345,7 +345,7 @@ def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
 def _agent_env(
     where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
 ) -> tuple[dict[str, str], ModuleType | None]:
-    """The agent's environment, with its home in the run (Claude Code, Gemini CLI) or its hooks in
+    """The agent's environment, with its home in the run (Claude Code, Gemini CLI, Codex) or its hooks in
     the worktree; and the adapter that knows how to continue its session (None: none does)."""
     from sandbox.agent import adapters
     from sandbox.cli.hooks_cmd import hook_command

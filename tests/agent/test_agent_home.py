@@ -271,3 +271,23 @@ def test_codex_sessions_are_looked_for_in_the_runs_home_first(tmp_path: Path) ->
     homes = sessions.config_homes({"CODEX_HOME": "/mine"}, str(tmp_path / "home"), run_dir)
     assert homes["codex"] == [codex.config_home(run_dir), "/mine"]
     assert sessions.config_homes({}, "/h", run_dir)["codex"][1] == "/h/.codex"
+
+
+def test_codex_hint_resumes_the_newest_session_of_the_runs_home(tmp_path: Path) -> None:
+    from sandbox.agent.adapters import codex
+
+    run_dir = str(tmp_path / "run")
+    assert codex.resume_args(run_dir, 0) is None
+    day = Path(codex.config_home(run_dir)) / "sessions" / "2026" / "12" / "01"
+    day.mkdir(parents=True)
+    session = "e16a73b6-8db1-48e4-a91d-b25c83f697aa"
+    (day / f"rollout-2026-12-01T18-02-19-{session}.jsonl").write_text("{}\n")
+    assert codex.resume_args(run_dir, 0) == ["resume", session]
+    assert codex.resume_args(run_dir, 4e9) is None  # none saved since
+
+
+def test_codex_home_without_your_codex_creates_nothing_of_yours(tmp_path: Path) -> None:
+    from sandbox.agent.adapters import codex
+
+    env = codex.session_env(str(tmp_path / "run"), str(tmp_path / "wt"), str(tmp_path / "home"), None)
+    assert sorted(os.listdir(env["CODEX_HOME"])) == [] and not (tmp_path / "home").exists()

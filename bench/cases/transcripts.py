@@ -155,8 +155,12 @@ def _continue(res: Results, ctx: Context, repo: Repo, agent: str = "claude") -> 
         env["CODEX_HOME"] = codex_home  # emptied before each continue: the rollout comes from the run
 
         def forget() -> None:
+            from sandbox.agent.adapters import codex
+
             shutil.rmtree(codex_home, ignore_errors=True)
             os.makedirs(codex_home)
+            # 'sandbox run' points Codex at the run's own home: the copy placed there is forgotten too.
+            shutil.rmtree(os.path.join(codex.config_home(run.dir), "sessions"), ignore_errors=True)
 
     def measure(argv: list[str], variant: str, ref: bool = False) -> None:
         if os.path.exists(started):

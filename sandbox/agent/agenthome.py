@@ -23,6 +23,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -242,3 +243,169 @@ def newest(directory: str, suffix: str, since: float) -> str | None:
                 if mtime >= since and (best is None or mtime > best[0]):
                     best = (mtime, entry.path)
     return best[1] if best else None
+
+
+# -- TOML state (Codex's ``config.toml``) ----------------------------------------------------------
+
+
+def _toml_loads() -> Callable[[str], dict[str, Any]] | None:
+    """The TOML reader of this Python (``tomllib``, or ``tomli`` when installed), or None."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads
+    try:
+        import tomli  # type: ignore[import-not-found,unused-ignore]  # only if already installed
+    except ImportError:
+        return None
+    loads: Callable[[str], dict[str, Any]] = tomli.loads
+    return loads
+
+
+def _read_bytes(path: str, *, follow: bool = True) -> bytes | None:
+    """A regular file's bytes (at most :data:`MAX_STATE`); None when missing, unreadable or not a
+    regular file, or, unless ``follow``, a symlink (as :func:`read_json`)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    try:
+        with open(os.open(path, flags), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            return fh.read(MAX_STATE)
+    except OSError:
+        return None
+
+
+def _parse_toml(data: bytes | None) -> dict[str, Any] | None:
+    """``data`` as a TOML document; None when absent, not UTF-8 or not TOML (or no reader here)."""
+    loads = _toml_loads()
+    if data is None or loads is None:
+        return None
+    try:
+        return loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
+        return None
+
+
+def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = ()) -> bool:
+    """Seed the run's TOML ``dest`` from the user's ``user_path`` as :func:`seed_json` seeds JSON.
+
+    The user's file is copied as it is (comments and all) unless the run changed its copy since the
+    last seeding; then both are merged three ways and written out (:func:`dump_toml`). ``guarded``
+    keys are the user's whatever the run wrote. A file the run made unreadable, or a Python without
+    a TOML reader, gets the user's file as it is. Nothing is written when neither has the file.
+    Returns whether ``dest`` exists afterwards.
+    """
+    user_bytes = _read_bytes(user_path)
+    run_bytes = _read_bytes(dest, follow=False)  # the agent's: written inside, read here outside the sandbox
+    if user_bytes is None and run_bytes is None:
+        if os.path.lexists(dest):  # a link or a FIFO the agent put there: not the user's file
+            os.unlink(dest)
+        return False
+    base_bytes = _read_bytes(base_path)
+    user = _parse_toml(user_bytes) if user_bytes is not None else {}
+    run = _parse_toml(run_bytes)
+    out = user_bytes or b""
+    if user is not None and run is not None and run_bytes != base_bytes:
+        merged = merge3(_parse_toml(base_bytes) or {}, user, run)
+        merged = copy.deepcopy(merged)
+        for key in guarded:
+            _as_users(merged, user, key.split("/"))
+        if merged != user:
+            out = dump_toml(merged).encode()
+    if base_bytes != user_bytes:
+        from sandbox.store.fsutil import atomic_write
+
+        os.makedirs(os.path.dirname(base_path), mode=0o700, exist_ok=True)
+        atomic_write(base_path, user_bytes or b"", 0o600, sync=False)
+    if out != run_bytes or os.path.islink(dest):
+        from sandbox.store.fsutil import atomic_write
+
+        atomic_write(dest, out, 0o600, sync=False)
+    return True
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """``data`` (as a TOML reader gives it) as a TOML document: plain keys first, then each table
+    under its own ``[header]``; tables inside arrays are written inline."""
+    return "\n".join(_toml_table(data, [])).lstrip("\n") + "\n"
+
+
+def _toml_table(data: dict[str, Any], prefix: list[str]) -> list[str]:
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for key, value in data.items():
+        if isinstance(value, dict):
+            header = [*prefix, key]
+            lines += ["", "[" + ".".join(_toml_key(k) for k in header) + "]", *_toml_table(value, header)]
+    return lines
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else _toml_string(key)
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value: Any) -> str:
+    import datetime
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"not a TOML value: {type(value).__name__}")
+
+
+# -- configuration the agent only reads, put back at every seeding ---------------------------------
+
+
+def remove_entry(path: str) -> None:
+    """Remove ``path`` (a link, a file or a whole directory) without following any link in it."""
+    import shutil
+
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)  # rmtree removes links inside as links (and refuses a link at the top)
+
+
+def relink_config(home: str, user_dir: str, names: Iterable[str]) -> None:
+    """As :func:`link_config`, but whatever the run put in place of one of ``names`` (a file, a
+    directory, a link elsewhere) is removed first: that configuration is the user's alone, and a
+    copy the agent planted in its home never lasts into a later session."""
+    for name in names:
+        src, dst = os.path.join(user_dir, name), os.path.join(home, name)
+        if os.path.islink(dst) and os.path.lexists(src) and os.readlink(dst) == src:
+            continue
+        if os.path.lexists(dst):
+            remove_entry(dst)
+    link_config(home, user_dir, names)

@@ -17,7 +17,9 @@ from sandbox.agent.sandboxpolicy import ConfinementError, Isolation, Policy
 #: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
 #: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
 #: Code hangs at start when it cannot write ``~/.claude.json``, and creates a lock and temp files
-#: beside it, which fail on the read-only home and fall back to a direct write).
+#: beside it, which fail on the read-only home and fall back to a direct write). Under ``sandbox run``
+#: Claude Code, Gemini CLI and Codex write a home of their own in the run instead: their entries here
+#: are dropped (each adapter's ``REPLACES``), and ``~/.codex`` is read-only for Codex too.
 DEFAULT_AGENT_STATE = (
     "~/.claude/",
     "~/.claude.json",

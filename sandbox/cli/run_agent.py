@@ -177,8 +177,8 @@ def run_agent(
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
     Without RUN a new run is started, unless you are inside a run's worktree. The agent runs
-    confined: it can write its worktree and its own state (Claude Code and Gemini CLI: a home of
-    their own in the run, seeded from yours at each start), nothing of yours.
+    confined: it can write its worktree and its own state (Claude Code, Gemini CLI and Codex: a home
+    of their own in the run, seeded from yours at each start), nothing of yours.
     Its network goes through an allowlist (its model endpoints and [network] allow in
     .sandbox.toml; --network on: all, off: none); each refused connection is in 'sandbox log'.
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
@@ -314,14 +314,24 @@ def _isolation(
     confine.check(isolation)  # before a run is started for nothing
     user_home = os.path.expanduser("~")
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
-    replaced = [p for module in adapters.hook_names() for p in getattr(adapters.load(module), "REPLACES", ())]
+    replaced = [p for module in adapters.names() for p in getattr(adapters.agent(module), "REPLACES", ())]
     isolation = agentstate.without_state(isolation, agentstate.state_paths(replaced, user_home))
     family = adapters.family_of(command[0])  # claude, gemini, ...
-    homed = {str(adapters.agent(n).PROGRAM) for n in adapters.hook_names()}  # those have a home in the run
+    homed = {str(adapters.agent(n).PROGRAM) for n in adapters.names() if hasattr(adapters.agent(n), "session_env")}
     if isolation.enabled and family and family not in homed:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     return isolation
+
+
+def _homed(command: str) -> ModuleType | None:
+    """The agent without hooks that ``command`` starts by its exact name and that has a home in the run
+    (Codex), or None."""
+    from sandbox.agent import adapters
+
+    name = os.path.basename(command)
+    found = (adapters.agent(n) for n in adapters.names() if name == adapters.agent(n).PROGRAM)
+    return next((m for m in found if hasattr(m, "session_env")), None)
 
 
 def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
@@ -335,7 +345,7 @@ def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
 def _agent_env(
     where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
 ) -> tuple[dict[str, str], ModuleType | None]:
-    """The agent's environment, with its home in the run (Claude Code, Gemini CLI) or its hooks in
+    """The agent's environment, with its home in the run (Claude Code, Gemini CLI, Codex) or its hooks in
     the worktree; and the adapter that knows how to continue its session (None: none does)."""
     from sandbox.agent import adapters
     from sandbox.cli.hooks_cmd import hook_command
@@ -344,11 +354,14 @@ def _agent_env(
     name = known if hooks_for == "auto" else hooks_for
     env = dict(os.environ)
     adapter = adapters.load(name) if name and name != "none" else None
-    # Claude Code and Gemini CLI keep their state in the run's home for them, hooks or not (their state
-    # in your home is read-only in the sandbox: see REPLACES above).
-    home_for = adapter if adapter is not None else adapters.load(known) if known else None
+    # Claude Code, Gemini CLI and Codex keep their state in the run's home for them, hooks or not (their
+    # state in your home is read-only in the sandbox: see REPLACES above).
+    home_for = adapter if adapter is not None else adapters.load(known) if known else _homed(command[0])
     session_env = getattr(home_for, "session_env", None)
-    if home_for is not None and session_env is not None:
+    if home_for is not None and session_env is not None and hasattr(home_for, "user_dir"):
+        user_codex = home_for.user_dir(os.environ, os.path.expanduser("~"))  # Codex, no hooks: CODEX_HOME is yours
+        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), None, user_codex=user_codex))
+    elif home_for is not None and session_env is not None:
         add_private(where.run_dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
         if adapters.uninstall(home_for, where.worktree):  # where 'hooks install' (or older versions) put them
             click.echo(

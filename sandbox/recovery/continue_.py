@@ -103,15 +103,20 @@ def confinement_of(phrase: str | None) -> tuple[str | None, str | None]:
 def place_transcript(
     run: Run, agent: sessions.AgentSessions, session: str, homes: Sequence[str], cwd: str
 ) -> tuple[str | None, bool]:
-    """Make sure the agent finds ``session`` here: (its transcript's path or None, whether it was written)."""
+    """Make sure the agent finds ``session`` here: (its transcript's path or None, whether it was written).
+
+    Found only outside the home the agent is relaunched with (the run's own: a session of an older
+    run, kept in your ``~/.codex``), the run's stored copy is written there, where it will look.
+    """
     path = agent.find(session, homes)
-    if path is not None:
+    primary = primary_home(homes)
+    if path is not None and (primary is None or path.startswith(primary.rstrip("/") + "/")):
         return path, False
     stored = transcripts.latest(run, session)
-    if stored is None or primary_home(homes) is None:
-        return None, False
+    if stored is None or primary is None:
+        return path, False
     dest = transcripts.write_for_agent(agent, homes, cwd, session, transcripts.load(run, stored))
-    return dest, dest is not None
+    return (dest, True) if dest is not None else (path, False)
 
 
 def block_uncertain(run: Run, report: ResumeReport) -> list[str]:

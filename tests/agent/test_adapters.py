@@ -55,7 +55,7 @@ def test_each_agents_sessions_come_from_the_registry(tmp_path: Path) -> None:
         name: adapters.agent(name).session_homes({"CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cl"}, home, run)
         for name in found
     }
-    assert homes["codex"] == ["/c"] and homes["claude-code"][1] == "/cl"
+    assert homes["codex"] == [agenthome.home_of(run, "codex"), "/c"] and homes["claude-code"][1] == "/cl"
     assert homes["gemini"] == [os.path.join(agenthome.home_of(run, "gemini"), ".gemini"), os.path.join(home, ".gemini")]
 
 

@@ -200,3 +200,94 @@ def test_the_sessions_lookup_names_the_same_homes_as_the_adapters(tmp_path: Path
     homes = sessions.config_homes({}, str(tmp_path / "home"), str(tmp_path / "run"))
     assert homes["claude-code"][0] == claude_code.config_home(str(tmp_path / "run"))
     assert homes["gemini"][0] == os.path.join(gemini.cli_home(str(tmp_path / "run")), ".gemini")
+
+
+def test_codex_home_seeds_config_toml_login_and_your_configuration(tmp_path: Path) -> None:
+    """Codex's home (``CODEX_HOME``): ``config.toml`` copied as it is while the run leaves it alone,
+    merged when it changed it (the guarded keys yours), ``auth.json`` merged, the rest linked in."""
+    from sandbox.agent.adapters import codex
+
+    tomllib = pytest.importorskip("tomllib")
+    user, run_dir = tmp_path / "codex", str(tmp_path / "run")
+    (user / "rules").mkdir(parents=True)
+    (user / "prompts").mkdir()
+    text = '# my settings\nmodel = "m1"\nnotify = ["notify-send"]\n\n[mcp_servers.mine]\ncommand = "mine"\n'
+    (user / "config.toml").write_text(text)
+    (user / "auth.json").write_text('{"OPENAI_API_KEY": "sk-1"}')
+    (user / "deep.config.toml").write_text('model = "deep"\n')
+    before = {p: p.read_bytes() for p in user.rglob("*") if p.is_file()}
+    env = codex.session_env(run_dir, str(tmp_path / "wt"), str(tmp_path), None, user_codex=str(user))
+    home = Path(env["CODEX_HOME"])
+    assert home == Path(codex.config_home(run_dir)) == Path(agenthome.home_of(run_dir, "codex"))
+    assert (home / "config.toml").read_text() == text  # as it is, comments and all
+    assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": "sk-1"}
+    assert (home / "rules").is_symlink() and (home / "deep.config.toml").is_symlink()
+    assert not (home / "AGENTS.md").exists() and not (home / "skills").exists()  # only what you have
+    # Inside: the run trusts its worktree, picks a model, plants an MCP server, a notify hook, a profile.
+    run_text = (
+        'model = "m-run"\nnotify = ["sh", "-c", "evil"]\n\n[projects."/wt"]\ntrust_level = "trusted"\n\n'
+        '[mcp_servers.mine]\ncommand = "mine"\n\n[mcp_servers.evil]\ncommand = "sh"\n'
+    )
+    (home / "config.toml").write_text(run_text)
+    (home / "evil.config.toml").write_text('[mcp_servers.x]\ncommand = "sh"\n')
+    (home / "rules").unlink()
+    (home / "rules").mkdir()
+    (home / "rules" / "default.rules").write_text('prefix_rule(pattern=["rm"], decision="allow")\n')
+    # Outside: you log in again.
+    (user / "auth.json").write_text('{"OPENAI_API_KEY": "sk-2"}')
+    before[user / "auth.json"] = (user / "auth.json").read_bytes()
+    codex.session_env(run_dir, str(tmp_path / "wt"), str(tmp_path), None, user_codex=str(user))
+    config = tomllib.loads((home / "config.toml").read_text())
+    assert config["model"] == "m-run" and config["projects"] == {"/wt": {"trust_level": "trusted"}}
+    assert config["notify"] == ["notify-send"] and config["mcp_servers"] == {"mine": {"command": "mine"}}
+    assert not (home / "evil.config.toml").exists() and (home / "rules").is_symlink()
+    assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": "sk-2"}
+    assert {p: p.read_bytes() for p in user.rglob("*") if p.is_file()} == before  # yours: only read
+
+
+def test_toml_written_back_reads_the_same() -> None:
+    import datetime
+
+    tomllib = pytest.importorskip("tomllib")
+    data = {
+        "a": 'quote " back \\ tab \t nl \n del \x7f é 🙂',
+        "n": -3,
+        "f": 1.5e300,
+        "inf": float("inf"),
+        "b": False,
+        "when": datetime.datetime(2026, 12, 1, 18, 0, tzinfo=datetime.timezone.utc),
+        "list": [1, [2, "x"], {"k": "v", "odd key": {"deep": True}}],
+        "odd.key": {"x y": {"z": 1}, "empty": {}},
+        "t": {"u": 1, "sub": {"v": [{"w": 2}]}},
+    }
+    assert tomllib.loads(agenthome.dump_toml(data)) == data
+
+
+def test_codex_sessions_are_looked_for_in_the_runs_home_first(tmp_path: Path) -> None:
+    from sandbox.agent import sessions
+    from sandbox.agent.adapters import codex
+
+    run_dir = str(tmp_path / "run")
+    homes = sessions.config_homes({"CODEX_HOME": "/mine"}, str(tmp_path / "home"), run_dir)
+    assert homes["codex"] == [codex.config_home(run_dir), "/mine"]
+    assert sessions.config_homes({}, "/h", run_dir)["codex"][1] == "/h/.codex"
+
+
+def test_codex_hint_resumes_the_newest_session_of_the_runs_home(tmp_path: Path) -> None:
+    from sandbox.agent.adapters import codex
+
+    run_dir = str(tmp_path / "run")
+    assert codex.resume_args(run_dir, 0) is None
+    day = Path(codex.config_home(run_dir)) / "sessions" / "2026" / "12" / "01"
+    day.mkdir(parents=True)
+    session = "e16a73b6-8db1-48e4-a91d-b25c83f697aa"
+    (day / f"rollout-2026-12-01T18-02-19-{session}.jsonl").write_text("{}\n")
+    assert codex.resume_args(run_dir, 0) == ["resume", session]
+    assert codex.resume_args(run_dir, 4e9) is None  # none saved since
+
+
+def test_codex_home_without_your_codex_creates_nothing_of_yours(tmp_path: Path) -> None:
+    from sandbox.agent.adapters import codex
+
+    env = codex.session_env(str(tmp_path / "run"), str(tmp_path / "wt"), str(tmp_path / "home"), None)
+    assert sorted(os.listdir(env["CODEX_HOME"])) == [] and not (tmp_path / "home").exists()

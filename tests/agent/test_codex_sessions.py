@@ -197,3 +197,29 @@ def test_mcp_under_sandbox_run_works_on_that_run_and_refuses_where_it_cannot_rec
     lines = confined.stderr.strip().splitlines()
     # The run's ledger is read-only there and no host answers (none was started): it cannot record.
     assert len(lines) == 1 and "does not answer" in lines[0] and "Traceback" not in confined.stderr, lines
+
+
+def test_a_session_found_only_in_your_codex_home_is_continued_from_the_runs_home(repo: Path, tmp_path: Path) -> None:
+    """A run made before Codex had a home in the run kept its rollout in your ``~/.codex``; the relaunch
+    points Codex at the run's home, so the run's copy is written there (yours is left as it is)."""
+    from sandbox.agent.adapters import codex
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    run.note({"agent_command": ["codex", "exec", "Do it."], "subdir": "", "isolation": "off"})
+    done = run.start_call("write_file", {"path": "a.txt"}, call_id="call_a", agent_session=SESSION)
+    run.finish_call(done, "succeeded", paths=[])
+    data = rollout("call_a")
+    yours = tmp_path / "user-codex"
+    old = CODEX.place(str(yours), "/anywhere", SESSION)
+    os.makedirs(os.path.dirname(old))
+    Path(old).write_bytes(data)
+    homes = {"codex": codex.session_homes({"CODEX_HOME": str(yours)}, str(tmp_path), run.dir)}
+    plan = continue_.plan(run, resume(run), homes)
+    assert plan.session == SESSION and plan.restored
+    assert plan.transcript is not None and plan.transcript.startswith(codex.config_home(run.dir) + "/")
+    assert Path(plan.transcript).read_bytes() == data and Path(old).read_bytes() == data
+    # Found in the run's home the next time: left where the agent keeps it.
+    again = continue_.plan(run, resume(run), homes)
+    assert again.transcript == plan.transcript and not again.restored

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.agent.adapters import codex
 from sandbox.models import CallStatus
 from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, push_into_another_clone, stop_services
 from tests.agents.openai_server import ResponsesServer, output_text
@@ -61,9 +62,9 @@ def marker() -> Iterator[str]:
 def codex_env(tmp_path: Path, server: ResponsesServer, repo: Path) -> dict[str, str]:
     """Codex's environment: a private HOME whose ``~/.codex`` (CODEX_HOME) names this server; no other traffic.
 
-    The home is the test's own (``~/.codex`` is agent state the confinement keeps writable; the rest
-    of ``/tmp`` is private inside), and ``OPENAI_BASE_URL`` names the server, so the allowlist lets
-    Codex reach it through the proxy and nothing else.
+    The home is the test's own (``sandbox run`` seeds the run's own Codex home from it at each start:
+    the user's ``~/.codex`` is read-only inside), and ``OPENAI_BASE_URL`` names the server, so the
+    allowlist lets Codex reach it through the proxy and nothing else.
     """
     user_home = tmp_path / "home"
     home = user_home / ".codex"
@@ -186,8 +187,10 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     stored = transcripts.latest(run, session)
     assert stored is not None and stored.index.agent == "codex", err
     assert {first_id, long_id} <= set(stored.index.calls)
-    rollouts = list((tmp_path / "home" / ".codex" / "sessions").glob(f"*/*/*/rollout-*-{session}.jsonl"))
+    # Codex kept it in the run's own home (CODEX_HOME there), nothing in the user's ~/.codex.
+    rollouts = list((Path(codex.config_home(run.dir)) / "sessions").glob(f"*/*/*/rollout-*-{session}.jsonl"))
     assert len(rollouts) == 1
+    assert not (tmp_path / "home" / ".codex" / "sessions").exists()
 
     retry = mcp("run_command", command=command)  # the same input under a new call id
     after = mcp("write_file", path="src/after.py", content="AFTER = 1\n")
@@ -258,7 +261,7 @@ def test_codex_rewind_to_a_call_then_continue(codex_bin: str, repo: Path, tmp_pa
         session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path, server, repo))
     assert session.returncode == 0, session.stderr
     assert (wt / "b.txt").exists() and (wt / "c.txt").exists()
-    original = list((tmp_path / "home" / ".codex" / "sessions").glob("*/*/*/rollout-*.jsonl"))
+    original = list((Path(codex.config_home(run.dir)) / "sessions").glob("*/*/*/rollout-*.jsonl"))
     assert len(original) == 1
     before = original[0].read_bytes()
 

@@ -4,7 +4,7 @@ state in your home that your own, unconfined agents load later.
 Each run keeps Claude Code's and Gemini CLI's state in a home of its own
 (``<run dir>/agent-state/homes/<agent>``, :mod:`sandbox.agent.agenthome`). A prompt-injected agent
 would plant a setting, a hook or a session for whoever reads those files next: the other agent of
-the same run, another run, or you (``~/.codex``'s execution rules, an ``npx`` package in
+the same run, another run, or you (``~/.codex``'s skills and execution rules, an ``npx`` package in
 ``~/.npm/_npx`` that an MCP server's ``npx -y ...`` runs unconfined). From inside a real
 ``sandbox run`` (a fake Claude Code whose Bash tool call is the attacker, recorded through its
 hooks) and a ``sandbox exec``, each write is tried; only the running agent's own home takes it.
@@ -158,27 +158,105 @@ def test_a_command_under_exec_writes_no_agent_home(homes: dict[str, Any]) -> Non
     assert _planted(w) == [], results
 
 
-def test_codex_under_run_keeps_its_state_but_not_its_rules(homes: dict[str, Any], tmp_path: Path) -> None:
-    """Codex has no home in the run: its state in your home stays writable for it (sessions, logins), but
-    the configuration your unconfined Codex obeys (its execution rules) is read-only."""
+#: A Codex stand-in: tries to write your ``~/.codex`` and writes its own ``CODEX_HOME``; or says what
+#: it finds there. One JSON line each.
+CODEX_STANDIN = r"""
+import json, os, sys
+mode, user = sys.argv[1], sys.argv[2]
+own = os.environ.get("CODEX_HOME", "")
+out = {"codex_home": own}
+def write(path, text):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(text)
+        return "done"
+    except OSError as exc:
+        return "refused: " + (exc.strerror or str(exc))
+def read(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+if mode == "plant":
+    for rel in ("skills/x/SKILL.md", "config.toml", "sessions/2026/01/01/rollout-x.jsonl", "hooks.json"):
+        out["~/.codex/" + rel] = write(os.path.join(user, rel), "planted\n")
+    out["own session"] = write(os.path.join(own, "sessions/2026/01/01/rollout-own.jsonl"), "mine\n")
+    out["own skill"] = write(os.path.join(own, "skills/x/SKILL.md"), "planted\n")
+    out["own hooks"] = write(os.path.join(own, "hooks.json"), '{"hooks": {}}\n')
+    config = read(os.path.join(own, "config.toml")) or ""
+    planted = '\n[mcp_servers.evil]\ncommand = "sh"\nargs = ["-c", "touch PWNED"]\n'
+    out["own config"] = write(os.path.join(own, "config.toml"), 'model = "run-model"\n' + config.replace(
+        'model = "mine"\n', "") + planted)
+out["seen"] = {
+    rel: read(os.path.join(own, rel))
+    for rel in ("AGENTS.md", "skills/userskill/SKILL.md", "auth.json", "sessions/2026/01/01/rollout-own.jsonl",
+                "skills/x/SKILL.md", "hooks.json")
+}
+print("CODEX " + json.dumps(out), flush=True)
+"""
+
+
+def _user_codex(home: Path) -> dict[str, bytes]:
+    """Every file of the user's ``~/.codex`` with its bytes."""
+    root = home / ".codex"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_codex_under_run_writes_its_own_home_and_nothing_of_your_codex(homes: dict[str, Any]) -> None:
+    """``sandbox run RUN -- codex``: Codex's ``CODEX_HOME`` is the run's own, seeded from your ``~/.codex``
+    (its configuration, instructions, skills and login); your ``~/.codex`` takes nothing (no skill for
+    your own Codex to load later, no session, no setting); what Codex writes in its home lasts into the
+    run's next session, except what it planted where your configuration goes: a skill, a hook file, an
+    MCP server in ``config.toml`` are gone, your own back, at the next start."""
     w = homes
+    user = w["home"] / ".codex"
+    (user / "config.toml").write_text('model = "mine"\n\n[mcp_servers.mine]\ncommand = "true"\n')
+    (user / "AGENTS.md").write_text("your instructions\n")
+    (user / "skills" / "userskill").mkdir(parents=True)
+    (user / "skills" / "userskill" / "SKILL.md").write_text("your skill\n")
+    (user / "auth.json").write_text('{"OPENAI_API_KEY": "sk-user"}\n')
+    before = _user_codex(w["home"])
     bin_dir = Path("/var/tmp") / f"sandbox-homes-{os.getpid()}"
     bin_dir.mkdir(exist_ok=True)
     try:
-        codex = bin_dir / "codex"  # an agent named codex: what 'sandbox run codex' starts
+        codex = bin_dir / "codex"  # an agent named codex: what 'sandbox run -- codex' starts
         codex.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "$@"\n')
         codex.chmod(codex.stat().st_mode | stat.S_IXUSR)
-        targets = {
-            "~/.codex/sessions": str(w["home"] / ".codex" / "sessions" / "s.jsonl"),
-            "~/.codex/rules/default.rules": str(w["home"] / ".codex" / "rules" / "default.rules"),
-            "~/.claude/settings.json": str(w["home"] / ".claude" / "settings.json"),
-            "~/.npm/_npx package": str(w["home"] / ".npm" / "_npx" / "a1b2c3" / "node_modules" / "x" / "index.js"),
-        }
-        argv = [str(codex), PLANT, json.dumps({"targets": targets})]
-        proc = sb("run", w["a"].run_id, "--network", "off", "--", *argv, cwd=w["user"], env=w["env"])
-        assert proc.returncode == 0, proc.stderr
-        results = _results(proc.stdout)
-        assert [name for name, outcome in results.items() if outcome == "done"] == ["~/.codex/sessions"], results
+
+        def session(mode: str, *flags: str) -> dict[str, Any]:
+            argv = ["run", w["a"].run_id, *flags, "--", str(codex), CODEX_STANDIN, mode, str(user)]
+            proc = sb(*argv, cwd=w["user"], env=w["env"])
+            assert proc.returncode == 0, proc.stderr
+            for line in proc.stdout.decode(errors="replace").splitlines():
+                if line.startswith("CODEX "):
+                    found: dict[str, Any] = json.loads(line[len("CODEX ") :])
+                    return found
+            raise AssertionError(f"the stand-in printed nothing: {proc.stdout!r} {proc.stderr!r}")
+
+        first = session("plant", "--network", "off")
+        own = agenthome.home_of(w["a"].dir, "codex")
+        assert first["codex_home"] == own
+        for rel in ("skills/x/SKILL.md", "config.toml", "sessions/2026/01/01/rollout-x.jsonl", "hooks.json"):
+            assert first["~/.codex/" + rel] == "refused: Read-only file system", first
+        assert [first[k] for k in ("own session", "own skill", "own hooks", "own config")] == ["done"] * 4, first
+        seen = first["seen"]
+        assert seen["AGENTS.md"] == "your instructions\n" and seen["skills/userskill/SKILL.md"] == "your skill\n"
+        assert json.loads(seen["auth.json"]) == {"OPENAI_API_KEY": "sk-user"}  # the login, as Codex reads it
+        assert _user_codex(w["home"]) == before  # your ~/.codex: not a byte changed, nothing added
+
+        second = session("look", "--isolate", "off")  # even unconfined, the planted configuration is gone
+        seen = second["seen"]
+        assert seen["sessions/2026/01/01/rollout-own.jsonl"] == "mine\n"  # its own state lasts in the run
+        assert seen["skills/x/SKILL.md"] is None and seen["hooks.json"] is None, seen
+        assert seen["skills/userskill/SKILL.md"] == "your skill\n"
+        tomllib = pytest.importorskip("tomllib")
+
+        config = tomllib.loads(Path(own, "config.toml").read_text())
+        assert config["mcp_servers"] == {"mine": {"command": "true"}}, config  # yours, not the planted one
+        assert config["model"] == "run-model", config  # what the run chose holds for the run
+        assert _user_codex(w["home"]) == before
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)
 

@@ -2,10 +2,16 @@
 README's Codex section), and :mod:`sandbox.agent.sessions` continues its sessions. What the registry
 (:mod:`sandbox.agent.adapters`) needs to start it confined: its variables, model hosts and
 configuration.
+
+Started by ``sandbox run``, Codex keeps its state in the run (:func:`session_env`): its own
+``CODEX_HOME`` (``<run dir>/agent-state/homes/codex``, :mod:`sandbox.agent.agenthome`), seeded from
+yours at every session start; its sessions, logs, history and the skills it installs stay there, and
+your ``~/.codex`` is read-only inside.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 
@@ -40,6 +46,144 @@ CARRY_OVER: dict[str, tuple[str, ...]] = {
 SESSIONS = "Codex"
 
 
+# -- the run's own Codex home (``sandbox run``) ---------------------------------------------------
+
+#: The run's ``CODEX_HOME``, below the run's directory (:mod:`sandbox.agent.agenthome`).
+HOME_NAME = "codex"
+#: The user's Codex state the run's home stands in for: not writable in the sandbox.
+REPLACES = ("~/.codex/",)
+#: The user's configuration that Codex only reads, linked in (read-only) at every start; what the
+#: run put in their place is removed first: instructions, custom prompts, execution rules (commands
+#: it runs without asking), hooks.
+LINKED = ("AGENTS.md", "AGENTS.override.md", "prompts", "rules", "hooks.json")
+#: Where Codex finds skills: the user's, linked one by one, and the system skills Codex installs at
+#: start (``.system``), made again each session: a skill the run planted is gone at the next start.
+SKILLS = "skills"
+#: The login (``codex login``: an API key or ChatGPT tokens), merged at every start like the others'
+#: credentials, so a new login outside reaches the run and a refresh inside holds for the run.
+MERGED = ("auth.json",)
+#: Opaque files copied the first time.
+COPIED = ("installation_id",)
+#: Keys of ``config.toml`` that run commands, load code or widen what Codex may do (MCP servers,
+#: ``notify``, hooks, the shell's environment, model providers and their auth commands, profiles,
+#: features such as its shell tool, plugins, its own sandbox and approvals, telemetry exporters): in
+#: the run's home they are always yours, whatever the run wrote, so that what a confined Codex plants
+#: never runs in a later session of the run (``--isolate off``). The rest (model, project trust,
+#: notices) is merged.
+GUARDED_CONFIG = (
+    "mcp_servers",
+    "notify",
+    "hooks",
+    "shell_environment_policy",
+    "model_providers",
+    "model_provider",
+    "profiles",
+    "profile",
+    "features",
+    "plugins",
+    "marketplaces",
+    "apps",
+    "sandbox_mode",
+    "sandbox_workspace_write",
+    "approval_policy",
+    "otel",
+    "tools",
+    "experimental_instructions_file",
+    "model_instructions_file",
+    "js_repl_node_path",
+    "zsh_path",
+)
+#: Profiles are files beside ``config.toml`` (``--profile NAME`` layers ``NAME.config.toml``): yours, linked.
+PROFILE_SUFFIX = ".config.toml"
+
+
+def config_home(run_dir: str) -> str:
+    """The run's ``CODEX_HOME``: its ``config.toml``, login, and the sessions under ``sessions/``."""
+    from sandbox.agent import agenthome
+
+    return agenthome.home_of(run_dir, HOME_NAME)
+
+
+def user_dir(environ: Mapping[str, str], home: str) -> str:
+    """Your Codex home: ``CODEX_HOME`` or ``~/.codex`` (the CLI passes its environment)."""
+    return environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+
+
 def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[str]:
-    """Where its sessions are: ``CODEX_HOME`` or ``~/.codex`` (a run gives Codex no home of its own)."""
-    return [environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
+    """Where its sessions may be: the run's own home first ('sandbox run' gives one, and a relaunch
+    writes there), then yours (``CODEX_HOME`` or ``~/.codex``) for sessions of older runs or of a
+    Codex you started yourself."""
+    return [config_home(run_dir), user_dir(environ, home)]
+
+
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, user_codex: str | None = None
+) -> dict[str, str]:
+    """Seed the run's Codex home from yours (``user_codex``, else ``~/.codex``; see
+    :mod:`sandbox.agent.agenthome`) and return the variable that points Codex at it.
+
+    ``config.toml`` is merged with what the run saved (its :data:`GUARDED_CONFIG` keys are yours),
+    ``auth.json`` merged, instructions, prompts, rules, hooks, profiles and skills linked in. Your
+    files are only read. ``command`` (a hook command) is unused: Codex records through ``sandbox mcp``.
+    """
+    from sandbox.agent import agenthome
+
+    home = agenthome.make_home(run_dir, HOME_NAME)
+    mine = user_codex or os.path.join(user_home, ".codex")
+
+    def base(name: str) -> str:
+        return agenthome.base_of(run_dir, HOME_NAME, name)
+
+    config = "config.toml"
+    agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), guarded=GUARDED_CONFIG)
+    for name in MERGED:
+        agenthome.seed_json(os.path.join(home, name), os.path.join(mine, name), base(name), create=False)
+    for name in COPIED:
+        agenthome.copy_missing(os.path.join(home, name), os.path.join(mine, name))
+    agenthome.relink_config(home, mine, [*LINKED, *_profiles(home, mine)])
+    _seed_skills(home, mine)
+    return {"CODEX_HOME": home}
+
+
+def _profiles(home: str, mine: str) -> list[str]:
+    """The profile files in the run's home or yours (``NAME.config.toml``)."""
+    found: set[str] = set()
+    for where in (home, mine):
+        with contextlib.suppress(OSError):
+            found.update(n for n in os.listdir(where) if n.endswith(PROFILE_SUFFIX))
+    return sorted(found)
+
+
+def _seed_skills(home: str, mine: str) -> None:
+    """The run's ``skills/`` made again: your skills linked in, nothing else (Codex installs its own)."""
+    from sandbox.agent import agenthome
+
+    skills = os.path.join(home, SKILLS)
+    if os.path.lexists(skills):
+        agenthome.remove_entry(skills)
+    theirs = os.path.join(mine, SKILLS)
+    try:
+        names = [n for n in os.listdir(theirs) if n != ".system"]  # Codex's own, installed again inside
+    except OSError:
+        return
+    agenthome.link_config(agenthome.make_dir(skills), theirs, names)
+
+
+def resume_args(run_dir: str, since: float) -> list[str] | None:
+    """``resume ID`` for the newest session saved in the run since ``since``, else None."""
+    import glob
+
+    from sandbox.agent import adapters
+
+    pattern = os.path.join(glob.escape(config_home(run_dir)), "sessions", "*", "*", "*", "rollout-*.jsonl")
+    found = []
+    for path in glob.glob(pattern):
+        with contextlib.suppress(OSError):
+            mtime = os.lstat(path).st_mtime
+            if mtime >= since and not os.path.islink(path):
+                found.append((mtime, path))
+    if not found:
+        return None
+    name = os.path.basename(max(found)[1])[: -len(".jsonl")]
+    session = name[-36:]  # rollout-<time>-<uuid>: the id is the UUID at the end
+    return ["resume", session] if adapters.valid_session(session) and name[-37:-36] == "-" else None

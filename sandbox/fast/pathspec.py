@@ -4,6 +4,9 @@ pygit2 does not bind libgit2's ``git_pathspec`` API, and the paths matched here 
 recorded (never a walk of a tree or an index), so the matching is a port of git's own rules:
 ``dir.c:match_pathspec_item`` (exact, leading-directory and fnmatch matches) and ``wildmatch.c``
 (the glob engine), on the path's bytes. ``tests/fast/test_pathspec.py`` checks it against ``git ls-files``.
+Each pathspec is compiled once into a regular expression with the port's exact meaning (see "compiled
+matching" below; ``tests/fast/test_pathspec_compiled.py`` checks the two agree): 3 pathspecs over
+10k paths take 2.6 ms, ``git ls-files -- SPECS`` 3.5 ms, the port alone 40 ms (``bench/cases/ports.py``).
 
 Supported: plain paths and directories, globs (``*``, ``?``, ``[...]``, ``\\`` escapes; ``*``
 crosses ``/`` unless ``glob`` magic is given, as in git), the long magic ``:(top,literal,glob,
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +32,7 @@ SHORT_MAGIC = {"/": "top", "!": "exclude", "^": "exclude"}
 
 WM_MATCH, WM_NOMATCH, WM_ABORT_ALL, WM_ABORT_TO_STARSTAR = 0, 1, -1, -2
 WM_CASEFOLD, WM_PATHNAME = 1, 2
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,11 @@ class Item:
 
     def matches(self, path: str) -> bool:
         """True when ``path`` (relative to the top, ``/``-separated) matches this item (ignoring exclude)."""
-        return self.matcher(os.fsencode(path))
+        return bool(self.matcher(os.fsencode(path)))
 
     @cached_property
-    def matcher(self) -> Callable[[bytes], bool]:
-        """This item compiled for many paths (see :func:`_compile`): a path's bytes -> matches."""
+    def matcher(self) -> Callable[[bytes], object]:
+        """This item compiled for many paths (see :func:`_compile`): a path's bytes -> truthy when it matches."""
         return _compile([self])
 
 
@@ -144,7 +149,7 @@ class Pathspec:
 
     def matches(self, path: str) -> bool:
         """True when ``path`` is selected."""
-        raw = os.fsencode(path)
+        raw = path.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its checks (once per path)
         if self._selects is not None and not self._selects(raw):
             return False
         return self._excludes is None or not self._excludes(raw)
@@ -173,21 +178,20 @@ def _as_exclude(spec: str) -> str:
 # backslash) keeps the port, behind a plain check of its literal prefix.
 
 
-def _compile(items: list[Item]) -> Callable[[bytes], bool]:
-    """One test for ``items`` (a path's bytes -> it matches at least one of them)."""
+def _compile(items: list[Item]) -> Callable[[bytes], object]:
+    """One test for ``items`` (a path's bytes -> truthy when it matches at least one of them)."""
     branches = [_item_regex(i) for i in items]
     if all(b is not None for b in branches):
         regex = re.compile("|".join(f"(?:{b})" for b in branches if b is not None).encode("latin-1"), re.DOTALL)
-        return lambda name: regex.match(name) is not None
+        return regex.match  # a match or None: no Python frame per path
     tests = [_item_test(i, b) for i, b in zip(items, branches, strict=True)]
     return lambda name: any(t(name) for t in tests)
 
 
-def _item_test(item: Item, branch: str | None) -> Callable[[bytes], bool]:
+def _item_test(item: Item, branch: str | None) -> Callable[[bytes], object]:
     """One item's test: its regular expression, or its literal prefix and then the port."""
     if branch is not None:
-        regex = re.compile(branch.encode("latin-1"), re.DOTALL)
-        return lambda name: regex.match(name) is not None
+        return re.compile(branch.encode("latin-1"), re.DOTALL).match
     head = item.pattern[: item.nowildcard_len]
     if item.icase:
         head = head.lower()

@@ -27,7 +27,7 @@ def test_one_item_decides_as_the_port(pattern: str, magic: dict[str, bool], path
     test = pathspec._compile([it])
     for path in paths:
         raw = path.encode()
-        assert test(raw) == pathspec._match_item(it, raw), (pattern, magic, path)
+        assert bool(test(raw)) == pathspec._match_item(it, raw), (pattern, magic, path)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -37,7 +37,7 @@ def test_a_list_decides_as_the_port(specs: list[tuple[str, dict[str, bool]]], pa
     test = pathspec._compile(items)
     for path in paths:
         raw = path.encode()
-        assert test(raw) == any(pathspec._match_item(i, raw) for i in items), (specs, path)
+        assert bool(test(raw)) == any(pathspec._match_item(i, raw) for i in items), (specs, path)
 
 
 @pytest.mark.parametrize(

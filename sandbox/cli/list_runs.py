@@ -21,15 +21,25 @@ if TYPE_CHECKING:
 @color_option
 @pager_option
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+@click.option(
+    "--disk", "whole_disk", is_flag=True, help="Count the disk use of every file (else at most 10,000 per run)."
+)
 @click.pass_context
-def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: bool, as_json: bool) -> None:
+def list_runs(
+    ctx: click.Context, color: str | None, no_color: bool, no_pager: bool, as_json: bool, whole_disk: bool
+) -> None:
     """List the runs of this repository with their calls, changed paths and disk use."""
-    rows = _fast_rows(ctx)
+    from sandbox.fast.views import STATUS_DISK_ENTRIES
+
+    # A sum over every file of every run grows with runs x repository: by default a bounded count per
+    # run, as 'status' counts, which says where it stopped.
+    limit = None if whole_disk else STATUS_DISK_ENTRIES
+    rows = _fast_rows(ctx, limit)
     if rows is None:
         from sandbox.runs.summary import summarize_runs
 
         project, _, _ = open_project(ctx)
-        rows = summarize_runs(project, disk=True)
+        rows = summarize_runs(project, disk=True, disk_limit=limit)
     if as_json:
         emit_json(rows)
         return
@@ -44,7 +54,7 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
         run_col = out.style(f"{r['run']:<10}", fg="yellow")
         click.echo(
             f"{run_col} {created:<25} {r['calls']:>5} {r['changed_paths']:>5} "
-            f"{human_size(r['disk_bytes']):>10}  {escape.text(r['label'] or '')}"
+            f"{_disk(r):>10}  {escape.text(r['label'] or '')}"
             + _came_from(r)
             + ("" if r["worktree_exists"] or r.get("damaged") or _not_here(r) else "  (worktree missing)")
             + (
@@ -55,15 +65,26 @@ def list_runs(ctx: click.Context, color: str | None, no_color: bool, no_pager: b
                 else ""
             )
         )
+    if not all(r.get("disk_complete", True) for r in rows):
+        click.echo(
+            f">SIZE: more than SIZE (the first {limit} files of that run counted; "
+            "'sandbox list --disk' counts them all)"
+        )
 
 
-def _fast_rows(ctx: click.Context) -> list[RunRowJson] | None:
+def _disk(row: RunRowJson) -> str:
+    """The DISK column: the size, or ``>SIZE`` (more than that) when the count stopped at its bound."""
+    size = human_size(row["disk_bytes"])
+    return size if row.get("disk_complete", True) else ">" + size
+
+
+def _fast_rows(ctx: click.Context, disk_limit: int | None) -> list[RunRowJson] | None:
     """Every run's row from the sealed fold caches (None: one of them needs the full path)."""
     from sandbox.fast import foldcache
 
     try:
         repo, _, _ = foldcache.discover(base_dir(ctx))
-        rows = [repo.summary(run_id, disk=True) for run_id in repo.run_ids()]
+        rows = [repo.summary(run_id, disk=True, disk_limit=disk_limit) for run_id in repo.run_ids()]
     except foldcache.Miss:
         return None
     rows.sort(key=lambda r: r["created_at"] or "")

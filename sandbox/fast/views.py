@@ -105,8 +105,9 @@ def conflict_markers(state: StateJson, common_dir: str) -> list[str]:
     return out
 
 
-#: The most entries of a run's home ``status`` counts for its disk use unless asked for all
-#: (``--disk``): a whole-tree walk on every status grows with the repository.
+#: The most entries of a run's home ``status`` (and ``list``, and ``sandbox ui``'s runs page, per run)
+#: counts for its disk use unless asked for all (``--disk``): a whole-tree walk on every status grows
+#: with the repository (on every list, with runs x repository).
 STATUS_DISK_ENTRIES = 10_000
 
 

@@ -28,10 +28,17 @@ from sandbox.store import beneath, gitfiles
 #: Bounds on what one answer carries (the model's context is the scarce resource).
 MAX_LIST = 1_000
 MAX_SEARCH = 200
+#: The most directory entries one ``list_files`` reads (its walk, or one directory) before it answers
+#: with what it found.
+MAX_VISIT = 100_000
 
 
 class FindTools(WorkspaceState):
     """The finding tools (a mixin of :class:`sandbox.mcp.workspace.Workspace`)."""
+
+    #: The most directory entries one ``list_files`` reads, with a pattern (the walk) or without (one
+    #: directory: a model's build can put millions of files in one).
+    max_visit: int = MAX_VISIT
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> str:
         """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
@@ -39,16 +46,17 @@ class FindTools(WorkspaceState):
         rel, fd = open_path(run, path, os.O_RDONLY | os.O_DIRECTORY, allow_root=True)
         try:
             if pattern is None:
-                names = []
-                for name in sorted(os.listdir(fd)):
-                    if name.lower() == ".git":
-                        continue
-                    kind = _kind_at(fd, name)
-                    names.append(name + ("/" if kind == "dir" else "@" if kind == "link" else ""))
-                return _bounded_list(names, f"{rel or '.'} is empty.")
+                names, cut = _directory(fd, self.max_visit)
+                listing = _bounded_list(names, f"{rel or '.'} is empty.")
+                if cut:
+                    listing += (
+                        f"\n[{rel or '.'} has more than {self.max_visit} entries: only the first "
+                        f"{self.max_visit} read are listed, by name; give a pattern or a deeper path]"
+                    )
+                return listing
             regex = glob_regex(pattern)
             found = []
-            walk = FileWalk(IgnoreRules(run, rel))
+            walk = FileWalk(IgnoreRules(run, rel), max_entries=self.max_visit)
             with contextlib.closing(walk.files(fd)) as files:
                 for sub in files:
                     if regex.fullmatch(sub):
@@ -202,14 +210,32 @@ def _matching_lines(root: int, name: str, regex: re.Pattern[bytes]) -> list[tupl
     return out
 
 
-def _kind_at(dirfd: int, name: str) -> str:
+def _directory(fd: int, max_entries: int) -> tuple[list[str], bool]:
+    """The entries of the directory ``fd`` by name (``name/`` a directory, ``name@`` a symlink, no
+    ``.git``), from at most ``max_entries`` read; True when there were more (the list is cut)."""
+    names = []
+    seen = 0
+    with os.scandir(fd) as it:
+        for entry in it:
+            seen += 1
+            if seen > max_entries:
+                break
+            if entry.name.lower() == ".git":
+                continue
+            names.append(entry.name + _mark(entry))
+    names.sort()
+    return names, seen > max_entries
+
+
+def _mark(entry: os.DirEntry[str]) -> str:
+    """``/`` for a directory, ``@`` for a symlink, nothing for anything else (from the entry's type:
+    no stat per name unless the file system does not say)."""
     try:
-        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        if entry.is_symlink():
+            return "@"
+        return "/" if entry.is_dir(follow_symlinks=False) else ""
     except OSError:
-        return "file"
-    if stat.S_ISLNK(st.st_mode):
-        return "link"
-    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        return ""
 
 
 def _walk_notes(walk: FileWalk, rel: str) -> str:
@@ -239,8 +265,6 @@ def _bounded_list(items: list[str], empty: str) -> str:
 
 # -- the walk of list_files --------------------------------------------------------------------
 
-#: The most directory entries one ``list_files`` walk visits before it answers with what it found.
-MAX_VISIT = 100_000
 #: Deeper than this the ignore rules are not asked: libgit2's check grows with the cube of a path's
 #: depth (measured: 1 ms for all of a 50-deep chain, 2 s for a 400-deep one). Such directories are
 #: walked, within :data:`MAX_VISIT`.

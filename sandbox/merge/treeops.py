@@ -70,6 +70,9 @@ class Stack:
 
     done: list[Operation] = field(default_factory=list)
     undone: list[Operation] = field(default_factory=list)
+    #: Every event's place in the ledger (by event id), from the same walk: redo compares an undone
+    #: call's undo with the newest undone operation without walking the ledger again.
+    positions: dict[str, int] = field(default_factory=dict)
 
 
 def _ours(state: LedgerState, event: Event) -> bool:
@@ -90,7 +93,8 @@ def stack(run: Run, state: LedgerState) -> Stack:
         found = (key, _build(run, state))
         _BUILT[run] = found
     built = found[1]
-    return Stack(list(built.done), list(built.undone))  # the lists are the caller's; operations are read-only
+    # The lists are the caller's; operations and positions are read-only.
+    return Stack(list(built.done), list(built.undone), built.positions)
 
 
 def _build(run: Run, state: LedgerState) -> Stack:
@@ -99,6 +103,7 @@ def _build(run: Run, state: LedgerState) -> Stack:
     # The events up to the fold's own tip, not the ledger's newest: one appended meanwhile is not in ``state``.
     events = run.events(state.tip) if state.tip is not None else []
     for position, (_oid, event) in enumerate(events):
+        out.positions[event.event_id] = position
         if event.event_id not in state.event_ids or not _ours(state, event):
             continue
         data = MergebackData.model_validate(event.data or {})

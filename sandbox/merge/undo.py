@@ -154,7 +154,8 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     for item in reversed(state.data.undo_stack):
         entry = state.calls.get(item.call_id)
         if entry is not None and entry.undone:
-            if newest_op is not None and newest_op.position > _position(run, item.event_id):
+            # Both places come from the stack's one walk of the ledger (an event it did not see: -1).
+            if newest_op is not None and newest_op.position > ops.positions.get(item.event_id or "", -1):
                 break
             return _move(
                 run, entry, "redo", item.target or "sandbox", lock_timeout, only=item.changed, partial=item.partial
@@ -162,13 +163,6 @@ def redo(run: Run, lock_timeout: float = 30.0) -> UndoReport:
     if newest_op is not None:
         return treeops.move(run, newest_op, "redo", lock_timeout)
     raise NothingToRedoError(f"Run {run.run_id} has no undone change to redo.")
-
-
-def _position(run: Run, event_id: str | None) -> int:
-    for i, (_oid, event) in enumerate(run.events()):
-        if event.event_id == event_id:
-            return i
-    return -1
 
 
 def _move(

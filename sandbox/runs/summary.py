@@ -45,13 +45,15 @@ def summarize(
     return row
 
 
-def summarize_runs(project: Project, disk: bool = False) -> list[views.RunRowJson]:
-    """Every run's summary, oldest first; a damaged run is listed with its error."""
+def summarize_runs(project: Project, disk: bool = False, disk_limit: int | None = None) -> list[views.RunRowJson]:
+    """Every run's summary, oldest first; a damaged run is listed with its error. ``disk_limit``: at
+    most that many entries of each run's home counted for its disk use (``disk_complete`` says where
+    the count stopped; None: all of them, which grows with runs x repository)."""
     rows: list[views.RunRowJson] = []
     for run_id in project.run_ids():
         try:
             run = Run.open(project, run_id)
-            rows.append(summarize(run, disk=disk))
+            rows.append(summarize(run, disk=disk, disk_limit=disk_limit))
             run.seal_cache()
         except SandboxError as exc:
             rows.append(

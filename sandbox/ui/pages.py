@@ -81,10 +81,18 @@ def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -
             f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
             f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
-            f"<td class='opt'>{human_size(r.get('disk_bytes') or 0)}</td></tr>"
+            f"<td class='opt'>{_disk(r)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
     return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})
+
+
+def _disk(row: RunRowJson) -> str:
+    """A run's disk use for the runs page: "more than" it when the count stopped at its bound."""
+    size = human_size(row.get("disk_bytes") or 0)
+    if row.get("disk_complete", True):
+        return size
+    return f"<span title='the first files counted; sandbox list --disk counts them all'>more than {size}</span>"
 
 
 # -- one run --------------------------------------------------------------------------------------

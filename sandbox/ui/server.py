@@ -132,10 +132,13 @@ class _Routes:
         return Run.open(self.s.project, run_id)
 
     def runs(self, request: Request) -> Response:
+        from sandbox.fast.views import STATUS_DISK_ENTRIES
         from sandbox.runs.summary import summarize_runs
 
         s = self.s
-        rows = [r for r in summarize_runs(s.project, disk=True) if not s.runs or r["run"] in s.runs]
+        # Bounded per run, as 'sandbox list' counts: a sum of every file on every load grows with the runs.
+        rows = summarize_runs(s.project, disk=True, disk_limit=STATUS_DISK_ENTRIES)
+        rows = [r for r in rows if not s.runs or r["run"] in s.runs]
         return HTMLResponse(pages.runs_page(rows, s.token, _tips(s)))
 
     def run_page(self, request: Request) -> Response:

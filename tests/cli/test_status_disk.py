@@ -79,6 +79,6 @@ def test_status_counts_at_most_its_bound_and_disk_counts_all(tmp_path: Path) -> 
     whole_json = json.loads(status(repo, worktree, "--json", "--disk")[0])
     assert bounded_json["disk_complete"] is False and whole_json["disk_complete"] is True
     assert 0 < bounded_json["disk_bytes"] < whole_json["disk_bytes"]
-    # list still sums every file of every run.
-    listed = json.loads(sandbox_cmd("list", "--json", cwd=repo).stdout)[0]
+    # list --disk sums every file of every run (tests/cli/test_list_disk.py: list alone counts as status does).
+    listed = json.loads(sandbox_cmd("list", "--json", "--disk", cwd=repo).stdout)[0]
     assert listed["disk_complete"] is True and listed["disk_bytes"] >= whole_json["disk_bytes"] - 64 * 1024

@@ -37,3 +37,32 @@ def test_undo_and_redo_walk_the_ledger_once(repo: Path, monkeypatch: pytest.Monk
     walks.clear()
     assert undo(run).restored and tree_digest(repo) == original
     assert len(walks) == 1
+
+
+def test_redo_of_a_call_past_an_undone_operation_walks_the_ledger_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redo compared the newest undone call with the newest undone operation by walking the ledger
+    again to find the call's undo (a second walk per redo, after the stack's)."""
+    run = start(repo)
+    agent_changes(run)
+    mergeback.apply(run)
+    assert undo(run).restored  # an undone operation in the user's tree
+    with run.tool_call("three") as call:
+        call.write("later.txt", "later\n")
+    later = call.call_id
+    assert undo(run, in_run=True, force=True).call == later  # then, newer, an undone call in the run
+    walks: list[str | None] = []
+    real = run.events
+
+    def counted(tip: str | None = None) -> list[tuple[str, Event]]:
+        walks.append(tip)
+        return real(tip)
+
+    monkeypatch.setattr(run, "events", counted)
+    assert redo(run).call == later and (Path(run.worktree) / "later.txt").read_text() == "later\n"
+    assert len(walks) == 1
+    # The operation is next, and its redo reads the stack of the new tip once.
+    walks.clear()
+    assert redo(run).applied
+    assert len(walks) == 1

@@ -53,7 +53,7 @@ class RunRow(Output):
     disk_bytes: int
     disk_complete: bool = Field(
         default=True,
-        description="False when disk_bytes counts only the first files (status without --disk): the run uses more.",
+        description="False when disk_bytes counts only the first files (list/status without --disk): it uses more.",
     )
     error: str | None = None
     damaged: bool = False

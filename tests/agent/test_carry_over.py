@@ -130,3 +130,12 @@ def test_fork_at_an_unknown_call_forks_nothing(repo: Path) -> None:
     err = done.stderr.decode()
     assert done.returncode == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert len(json.loads(sandbox_cmd("list", "--json", cwd=repo).stdout)) == len(json.loads(listed.stdout))
+
+
+@pytest.mark.parametrize("words", [["--model", "opus\n"], ["--model=opus\n"], ["--output-format", "json\n"]])
+def test_a_carried_value_with_a_trailing_newline_is_dropped(words: list[str]) -> None:
+    """A plain word is the whole value: a regular expression's ``$`` also matches before a final
+    newline, which let ``opus\\n`` through as a model name."""
+    line, dropped = sessions.ClaudeCode().carried(["claude", "-p", *words, "go"], "/usr/bin/claude")
+    assert line == ["/usr/bin/claude", "-p", "go"]
+    assert dropped == [" ".join(words)]

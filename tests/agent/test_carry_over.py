@@ -139,3 +139,17 @@ def test_a_carried_value_with_a_trailing_newline_is_dropped(words: list[str]) ->
     line, dropped = sessions.ClaudeCode().carried(["claude", "-p", *words, "go"], "/usr/bin/claude")
     assert line == ["/usr/bin/claude", "-p", "go"]
     assert dropped == [" ".join(words)]
+
+
+def test_codex_keeps_only_features_whose_disabling_takes_something_away() -> None:
+    """Codex's features include approvals (``write_stdin_approval``, ``guardian_approval``) and its
+    guard against injected tool output: a fetched record turning those off must not be kept."""
+    argv = ["codex", "exec", "--disable", "write_stdin_approval", "--disable=guardian_approval"]
+    argv += ["--disable", "untrusted_as_tool_output", "--disable", "plugins", "--disable=apps", "go"]
+    line, dropped = sessions.Codex().carried(argv, "/usr/bin/codex")
+    assert line == ["/usr/bin/codex", "exec", "--disable", "plugins", "--disable=apps", "go"]
+    assert dropped == [
+        "--disable write_stdin_approval",
+        "--disable=guardian_approval",
+        "--disable untrusted_as_tool_output",
+    ]

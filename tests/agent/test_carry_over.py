@@ -153,3 +153,19 @@ def test_codex_keeps_only_features_whose_disabling_takes_something_away() -> Non
         "--disable=guardian_approval",
         "--disable untrusted_as_tool_output",
     ]
+
+
+def test_a_stored_conversation_that_cannot_be_cut_forks_the_files_and_says_so(repo: Path) -> None:
+    """A stored index naming a tool use its transcript lacks (a fetched run's is anybody's text): the
+    files are forked, the conversation is not, and ``fork`` says so in one line (it was a traceback)."""
+    run = start(repo)
+    run.note({"agent_command": ["claude", "-p", "Do it."], "subdir": ""})
+    call = run.start_call("Bash", {"command": "true"}, call_id="toolu_000000", agent_session=SESSION)
+    run.finish_call(call, "succeeded", paths=[])
+    data = claude_lines(1)
+    index = {**sessions.ClaudeCode().calls(data), "toolu_ghost": 10**6}
+    transcripts.store(run, "claude-code", SESSION, data, index, "session end")
+    done = sandbox_cmd("fork", run.run_id, "--at", "toolu_000000", cwd=repo)
+    err = done.stderr.decode()
+    assert done.returncode == 0 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "was not forked" in err, err

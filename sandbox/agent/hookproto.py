@@ -59,6 +59,18 @@ class HookInputError(SandboxError):
     exit_code = 1
 
 
+def _check_id(key: str, value: object, longest: int) -> None:
+    """Refuse a payload's call id (or what one is made from) that is no short printable word.
+
+    It is printed in 'sandbox log' as a column: a newline or 5,000 characters would forge lines."""
+    if value is not None and not isinstance(value, str):
+        raise HookInputError(f"The hook payload's {key!r} must be a string.")
+    if value and (len(value) > longest or not value.isprintable() or any(c.isspace() for c in value)):
+        raise HookInputError(
+            f"The hook payload's {key!r} must be at most {longest} printable characters without spaces."
+        )
+
+
 @dataclass
 class HookEvent:
     """One side of one tool call, in the agent-neutral form (the generic protocol's JSON)."""
@@ -110,13 +122,9 @@ class HookEvent:
             if not isinstance(data.get(key), str) or not data[key]:
                 raise HookInputError(f"The hook payload has no '{key}' string.")
         call_id = data.get("call_id")
-        if call_id is not None and not isinstance(call_id, str):
-            raise HookInputError("The hook payload's 'call_id' must be a string.")
-        if call_id and (len(call_id) > MAX_CALL_ID or not call_id.isprintable() or any(c.isspace() for c in call_id)):
-            # It is printed in 'sandbox log' as a column: a newline or 5,000 characters would forge lines.
-            raise HookInputError(
-                f"The hook payload's 'call_id' must be at most {MAX_CALL_ID} printable characters without spaces."
-            )
+        _check_id("call_id", call_id, MAX_CALL_ID)
+        # A call without an id is named ``pair_prefix`` + 12 hex digits: the same bounds as an id.
+        _check_id("pair_prefix", data.get("pair_prefix"), MAX_CALL_ID - 12)
         kind = data.get("kind", "unknown")
         if kind not in KINDS:
             raise HookInputError(f"The hook payload's 'kind' must be one of {', '.join(KINDS)}.")

@@ -519,9 +519,13 @@ def _new_pair_id(prefix: str | None) -> str:
 AGENT_WORD = "the agent says: "
 
 
-#: A summary the payload may give for an input that names what ran: that name, or one word and it
-#: (``sandbox mcp``'s ``write src/a.txt``, as its unconfined server records it).
-_SAYS_WHAT_RAN = re.compile(r"(?:[A-Za-z_]{1,32} )?")
+#: What a payload's summary may put before a path its input names: ``sandbox mcp``'s own verbs
+#: (``write src/a.txt``, as its unconfined server records it). Nothing goes before a command, a URL
+#: or a query: ``echo rm -rf src`` for an input that ran ``rm -rf src`` would read as harmless.
+_SAYS_WHAT_RAN = re.compile(r"(?:write |edit )?")
+_PATH_KEYS = ("file_path", "notebook_path", "path")
+#: The shell ``sandbox mcp``'s run_command starts (``/bin/sh -c COMMAND``): its summary is the COMMAND.
+_MCP_SHELL = "/bin/sh"
 
 
 def _summary(event: HookEvent) -> str | None:
@@ -531,18 +535,20 @@ def _summary(event: HookEvent) -> str | None:
     word. At most 500 characters."""
     value = event.input
     what: str | None = None
+    named = ""
     if isinstance(value, dict):
         for key in ("command", "file_path", "notebook_path", "path", "pattern", "url", "query"):
             if isinstance(value.get(key), str):
-                what = value[key]
+                what, named = value[key], key
                 break
-        argv = value.get("argv")  # sandbox exec, and sandbox mcp's run_command (``sh -c COMMAND``)
+        argv = value.get("argv")  # sandbox exec, and sandbox mcp's run_command (``/bin/sh -c COMMAND``)
         if what is None and isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-            shell = len(argv) == 3 and argv[1] == "-c" and event.summary == argv[2]
+            shell = len(argv) == 3 and argv[0] == _MCP_SHELL and argv[1] == "-c" and event.summary == argv[2]
             return event.summary if shell and event.summary else " ".join(argv)[:500]
     given = event.summary
     if what is not None:
-        said = given is not None and given.endswith(what) and _SAYS_WHAT_RAN.fullmatch(given[: len(given) - len(what)])
+        before = given[: len(given) - len(what)] if given is not None and given.endswith(what) else None
+        said = before == "" or (before is not None and named in _PATH_KEYS and _SAYS_WHAT_RAN.fullmatch(before))
         return given if said and given is not None else f"{event.tool}: {what}"[:500]
     if given:
         return (AGENT_WORD + given)[:500]

@@ -464,7 +464,8 @@ def _allowed(words: Sequence[str], values: tuple[str, ...]) -> bool:
         return not values  # an option without a value: listed as such
     if len(given) != 1 or not values:
         return False
-    return bool(_PLAIN.match(given[0])) and ("*" in values or given[0] in values)
+    # fullmatch: ``$`` would also match before a final newline (``opus\n`` is no plain word).
+    return bool(_PLAIN.fullmatch(given[0])) and ("*" in values or given[0] in values)
 
 
 @functools.cache

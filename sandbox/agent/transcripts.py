@@ -446,7 +446,16 @@ def fork_conversation(source: Run, target: Run, at: str | None, homes: Mapping[s
             )
     later = sorted((n, c) for c, n in stored.index.calls.items() if line is not None and n > line)
     new = agent.new_session()
-    forked = agent.fork(data, later[0][1] if later else None, new)
+    try:
+        forked = agent.fork(data, later[0][1] if later else None, new)
+    except KeyError:
+        # The stored index names a tool use its transcript lacks, or the transcript is not one the
+        # agent's fork understands (a fetched run's copy is anybody's text): nothing copied.
+        where = f"after call {at}" if at is not None else "as a new session"
+        raise ForkError(
+            f"The stored conversation of run {source.run_id} cannot be cut {where} (it does not read as "
+            f"{agent.name}'s own), so the conversation was not forked (only the files were)."
+        ) from None
     write_for_agent(agent, homes.get(agent.name, ()), target.worktree, new, forked)
     store(target, agent.name, new, forked, agent.calls(forked), f"fork of {source.run_id}")
     recorded = agent_command(source)

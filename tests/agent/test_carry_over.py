@@ -130,3 +130,42 @@ def test_fork_at_an_unknown_call_forks_nothing(repo: Path) -> None:
     err = done.stderr.decode()
     assert done.returncode == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert len(json.loads(sandbox_cmd("list", "--json", cwd=repo).stdout)) == len(json.loads(listed.stdout))
+
+
+@pytest.mark.parametrize("words", [["--model", "opus\n"], ["--model=opus\n"], ["--output-format", "json\n"]])
+def test_a_carried_value_with_a_trailing_newline_is_dropped(words: list[str]) -> None:
+    """A plain word is the whole value: a regular expression's ``$`` also matches before a final
+    newline, which let ``opus\\n`` through as a model name."""
+    line, dropped = sessions.ClaudeCode().carried(["claude", "-p", *words, "go"], "/usr/bin/claude")
+    assert line == ["/usr/bin/claude", "-p", "go"]
+    assert dropped == [" ".join(words)]
+
+
+def test_codex_keeps_only_features_whose_disabling_takes_something_away() -> None:
+    """Codex's features include approvals (``write_stdin_approval``, ``guardian_approval``) and its
+    guard against injected tool output: a fetched record turning those off must not be kept."""
+    argv = ["codex", "exec", "--disable", "write_stdin_approval", "--disable=guardian_approval"]
+    argv += ["--disable", "untrusted_as_tool_output", "--disable", "plugins", "--disable=apps", "go"]
+    line, dropped = sessions.Codex().carried(argv, "/usr/bin/codex")
+    assert line == ["/usr/bin/codex", "exec", "--disable", "plugins", "--disable=apps", "go"]
+    assert dropped == [
+        "--disable write_stdin_approval",
+        "--disable=guardian_approval",
+        "--disable untrusted_as_tool_output",
+    ]
+
+
+def test_a_stored_conversation_that_cannot_be_cut_forks_the_files_and_says_so(repo: Path) -> None:
+    """A stored index naming a tool use its transcript lacks (a fetched run's is anybody's text): the
+    files are forked, the conversation is not, and ``fork`` says so in one line (it was a traceback)."""
+    run = start(repo)
+    run.note({"agent_command": ["claude", "-p", "Do it."], "subdir": ""})
+    call = run.start_call("Bash", {"command": "true"}, call_id="toolu_000000", agent_session=SESSION)
+    run.finish_call(call, "succeeded", paths=[])
+    data = claude_lines(1)
+    index = {**sessions.ClaudeCode().calls(data), "toolu_ghost": 10**6}
+    transcripts.store(run, "claude-code", SESSION, data, index, "session end")
+    done = sandbox_cmd("fork", run.run_id, "--at", "toolu_000000", cwd=repo)
+    err = done.stderr.decode()
+    assert done.returncode == 0 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "was not forked" in err, err

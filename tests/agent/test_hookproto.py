@@ -264,3 +264,14 @@ def test_resume_args_take_only_a_session_id_shaped_name(tmp_path: Path) -> None:
     (projects / "-rf.jsonl").write_text("{}\n")  # newer, and an option, not a session id
     os.utime(projects / "-rf.jsonl", (2**31, 2**31))
     assert claude_code.resume_args(run_dir, 0) is None
+
+
+@pytest.mark.parametrize("prefix", ["toolu\n  2  toolu_fake succeeded ", "y" * 5000, 5, ["a"], "a b"])
+def test_a_pair_prefix_is_bounded_and_printable_as_a_call_id(repo: Path, prefix: object) -> None:
+    """A call without an id is named from its ``pair_prefix``: the same bounds as a call id (a newline
+    or 5,000 characters in it made a call id that ``log`` prints as a column), one line when refused."""
+    run = start_run(repo)
+    result = hook("generic", event(run.worktree, call_id=None, pair_prefix=prefix))
+    assert result.exit_code == 1 and "'pair_prefix'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert reopen(run).entries() == []

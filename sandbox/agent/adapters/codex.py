@@ -26,8 +26,9 @@ CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/", "~/
 PRIVATE: tuple[str, ...] = ()
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
-#: choices, features turned off, Codex's own sandbox and approvals where they do not widen. ``-c``
-#: overrides (any MCP server, any command), ``--enable``, ``--add-dir``, ``--profile``,
+#: choices, its plugins, apps, browser and computer use turned off, Codex's own sandbox and
+#: approvals where they do not widen. ``-c`` overrides (any MCP server, any command), ``--enable``,
+#: ``--disable`` of another feature (an approval, a guard), ``--add-dir``, ``--profile``,
 #: ``--dangerously-bypass-approvals-and-sandbox`` and the like are dropped.
 CARRY_OVER: dict[str, tuple[str, ...]] = {
     "-m": ("*",),
@@ -36,7 +37,9 @@ CARRY_OVER: dict[str, tuple[str, ...]] = {
     "--json": (),
     "--strict-config": (),
     "--skip-git-repo-check": (),
-    "--disable": ("*",),
+    # Only features whose disabling takes something away: others are approvals and guards
+    # (``write_stdin_approval``, ``guardian_approval``, ``untrusted_as_tool_output``).
+    "--disable": ("plugins", "apps", "browser_use", "computer_use"),
     "-s": ("read-only", "workspace-write"),
     "--sandbox": ("read-only", "workspace-write"),
     "-a": ("untrusted", "on-failure", "on-request"),

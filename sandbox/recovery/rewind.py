@@ -183,7 +183,15 @@ def _fork_conversation(
         )
         return
     new = agent.new_session()
-    forked = agent.fork(data, own, new)
+    try:
+        forked = agent.fork(data, own, new)
+    except KeyError:
+        # Not a transcript the agent's fork understands (a fetched run's copy is anybody's text).
+        report.messages.append(
+            f"The stored conversation does not read as {agent.name}'s own, so it was not forked; "
+            "only the files were rewound."
+        )
+        return
     cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
     report.transcript = transcripts.write_for_agent(agent, homes.get(agent.name, ()), cwd, new, forked)
     transcripts.store(run, agent.name, new, forked, agent.calls(forked), f"rewind to {entry.call_id}")

@@ -223,3 +223,23 @@ def test_a_session_found_only_in_your_codex_home_is_continued_from_the_runs_home
     # Found in the run's home the next time: left where the agent keeps it.
     again = continue_.plan(run, resume(run), homes)
     assert again.transcript == plan.transcript and not again.restored
+
+
+def test_rewind_of_a_rollout_that_cannot_be_cut_rewinds_the_files_and_says_so(repo: Path, tmp_path: Path) -> None:
+    """A stored rollout without its ``session_meta`` (a fetched run's copy is anybody's text): the files
+    go back, the conversation is not forked, and the report says so (it was a KeyError, exit 3)."""
+    from sandbox.recovery.rewind import rewind
+
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None
+    run = Run.start(project, workdir)
+    with run.tool_call("write_file", {"path": "a.txt"}, call_id="call_a", agent_session=SESSION) as c:
+        c.write("a.txt", "one\n")
+    with run.tool_call("run_command", {"argv": ["sh"]}, call_id="call_b", agent_session=SESSION) as c:
+        c.write("a.txt", "two\n")
+    data = b"\n".join(rollout("call_a", "call_b").split(b"\n")[1:])  # no session_meta line
+    transcripts.store(run, "codex", SESSION, data, CODEX.calls(data), "session end")
+    report = rewind(run, "call_b", {"codex": [str(tmp_path / "codex-home")]})
+    assert (Path(run.worktree) / "a.txt").read_text() == "one\n"
+    assert report.session is None and report.transcript is None
+    assert any("only the files were rewound" in m for m in report.messages), report.messages

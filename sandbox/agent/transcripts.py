@@ -230,11 +230,46 @@ def run_sessions(run: Run) -> list[str]:
     return list(order)
 
 
+def fetched_sessions(run: Run) -> set[str]:
+    """The agent sessions only a fetched part of the ledger names (:func:`fetched_until`).
+
+    Someone else's text: such a session is looked for in the run's own agent homes only, never in
+    yours, or a forged id naming one of your own sessions (of another project) would have its
+    transcript stored with the run, and sent along with the next ``sandbox push``.
+    """
+    events = run.events_read()
+    upto, _where = fetched_until(run, events)
+    if upto < 0:
+        return set()
+    before: set[str] = set()
+    after: set[str] = set()
+    for n, (_oid, event) in enumerate(events):
+        named: list[object] = []
+        if event.call is not None:
+            named.append(event.call.agent_session)
+        if event.kind == EventKind.note:
+            named += [v.get("session") for k in SESSION_NOTES if isinstance(v := event.data.get(k), dict)]
+        for session in named:
+            if isinstance(session, str) and session:
+                (before if n <= upto else after).add(session)
+    return before - after
+
+
+def homes_for(run: Run, session: str, paths: Sequence[str], fetched: set[str]) -> list[str]:
+    """Where to look for ``session``'s transcript: ``paths``, or only those in the run's own directory
+    when the session is one of ``fetched`` (:func:`fetched_sessions`)."""
+    if session not in fetched:
+        return list(paths)
+    inside = os.path.realpath(run.dir).rstrip("/") + "/"
+    return [p for p in paths if os.path.realpath(p).startswith(inside)]
+
+
 def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[Stored]:
     """Store the transcript of every agent session of the run that can be found and changed since.
 
     ``homes``: each agent's candidate configuration homes (:func:`sandbox.agent.sessions.config_homes`).
-    A session whose transcript is nowhere to be found here is skipped (it may live on another machine).
+    A session whose transcript is nowhere to be found here is skipped (it may live on another machine);
+    one only a fetched part of the ledger names is looked for in the run's own homes only.
     """
     from sandbox.agent.sessions import agents
 
@@ -243,9 +278,10 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
     if not wanted:
         return out  # no agent session recorded a call (a plain command): nothing to look for
     known = records(run)  # one walk of the ledger for every session
+    fetched = fetched_sessions(run)
     for session in wanted:
         for agent in agents().values():
-            path = agent.find(session, homes.get(agent.name, ()))
+            path = agent.find(session, homes_for(run, session, homes.get(agent.name, ()), fetched))
             if path is None:
                 continue
             try:

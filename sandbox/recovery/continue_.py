@@ -108,7 +108,7 @@ def place_transcript(
     Found only outside the home the agent is relaunched with (the run's own: a session of an older
     run, kept in your ``~/.codex``), the run's stored copy is written there, where it will look.
     """
-    path = agent.find(session, homes)
+    path = agent.find(session, transcripts.homes_for(run, session, homes, transcripts.fetched_sessions(run)))
     primary = primary_home(homes)
     if path is not None and (primary is None or path.startswith(primary.rstrip("/") + "/")):
         return path, False

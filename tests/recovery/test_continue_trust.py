@@ -251,3 +251,36 @@ def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(r
     run.note({"agent_command": ["claude", "-p", "Mine."], "subdir": ""})  # written here after the fetch
     recorded = transcripts.agent_command(run)
     assert recorded is not None and recorded.foreign is None and recorded.argv[-1] == "Mine."
+
+
+def test_a_session_only_a_fetched_ledger_names_is_never_looked_for_in_your_own_homes(tmp_path: Path) -> None:
+    """A fetched ledger names a session id of yours (of another project): its transcript is not stored
+    with the run (it would leave with the next push) nor continued; the run's own home is still searched,
+    and a session a call made here names is found in your homes as before."""
+    from tests.agent.test_transcripts import SESSION as MINE
+
+    a = clone_a(tmp_path)
+    started = sandbox_cmd("start", "--json", cwd=a)
+    run_id = str(json.loads(started.stdout)["run"])
+    run_a = open_run(a, run_id)
+    with run_a.tool_call("Bash", {"command": "true"}, call_id="toolu_forged", agent_session=MINE):
+        pass
+    run_a.note({"agent_command": ["claude", "-p", "Do it."], "subdir": "", "isolation": "off"})
+    b = into_b(tmp_path, a, run_id)
+    run = open_run(b, run_id)
+    yours = tmp_path / "your-claude"
+    (yours / "projects" / "-elsewhere").mkdir(parents=True)
+    (yours / "projects" / "-elsewhere" / f"{MINE}.jsonl").write_bytes(claude_lines(1))
+    assert transcripts.fetched_sessions(run) == {MINE}
+    assert transcripts.capture(run, {"claude-code": [str(yours)]}, "test") == []
+    assert transcripts.latest(run, MINE) is None
+    agent = sessions.agents()["claude-code"]
+    assert continue_.place_transcript(run, agent, MINE, [str(yours)], run.worktree) == (None, False)
+    # The run's own home is searched, and a session named by a call made here is yours to find.
+    own_home = Path(run.dir) / "agent-state" / "homes" / "claude-code"
+    (own_home / "projects" / "-run").mkdir(parents=True)
+    (own_home / "projects" / "-run" / f"{MINE}.jsonl").write_bytes(claude_lines(2))
+    stored = transcripts.capture(run, {"claude-code": [str(own_home), str(yours)]}, "test")
+    assert [s.index.session for s in stored] == [MINE]
+    run.note({"conversation_fork": {"session": MINE}})  # named here too, after the fetch: this clone's own
+    assert transcripts.fetched_sessions(run) == set()

@@ -337,6 +337,25 @@ def locate(cwd: str) -> Location | None:
         here = up
 
 
+def locate_through(cwd: str) -> Location | None:
+    """The run whose worktree contains ``cwd``, looking past any repository nested in it.
+
+    For a hook: the agent's working directory may lie in a repository the agent made inside its
+    worktree (``git init sub``), which :func:`locate` takes for no run, and a hook that finds no
+    run records nothing. A repository that is no run's worktree is passed over, up to the root.
+    """
+    here = os.path.realpath(cwd)
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            found = _home_location(here) or _legacy_location(here)
+            if found is not None:
+                return found
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
 def _home_location(top: str) -> Location | None:
     if os.path.basename(top) != WORKTREE:
         return None

@@ -445,3 +445,20 @@ def test_the_fast_hook_command_records_with_or_without_a_host(repo: Path) -> Non
     assert reopen(run).entry("toolu_01WriteA1b2C3d4E5f6G7h8").status.value == "started"
     bad = subprocess.run(command, shell=True, input=b"{oops", capture_output=True, cwd=wt, timeout=60)
     assert bad.returncode == 1 and bad.stderr.decode().count("\n") == 1 and "not valid JSON" in bad.stderr.decode()
+
+
+def test_a_call_made_in_a_repository_the_agent_nested_in_its_worktree_is_recorded(repo: Path) -> None:
+    """``git init sub && cd sub``: the hook's cwd lies in a repository inside the worktree, which is no
+    run; the hook looks past it to the run (it found none and recorded nothing: the call went unrecorded)."""
+    import subprocess
+
+    run = start_run(repo)
+    nested = Path(run.worktree) / "sub"
+    nested.mkdir()
+    subprocess.run(["git", "init", "-q", str(nested)], check=True)
+    assert hook("claude-code", payload("Bash", "pre", nested, "toolu_nested")).exit_code == 0
+    write(Path(run.worktree), "made.txt", "made from sub\n")  # cd .. && echo ... > made.txt
+    assert hook("claude-code", payload("Bash", "post", nested, "toolu_nested")).exit_code == 0
+    entry = reopen(run).entry("toolu_nested")
+    assert entry.status.value == "succeeded"
+    assert [f.path for f in entry.files] == ["made.txt"]

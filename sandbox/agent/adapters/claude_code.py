@@ -221,19 +221,31 @@ LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
 
 #: Settings that run commands or steer what runs (hooks, helpers, variables, MCP servers): in the run's
 #: home they are always yours (and the sandbox's hooks), whatever the agent wrote there, so that what a
-#: confined agent plants never runs in a later session of the run (``--isolate off``).
+#: confined agent plants never runs in a later session of the run (``--isolate off``). The helpers are
+#: Claude Code 2.1.328's own list of settings that run a command; plugins bring hooks and MCP and LSP
+#: servers; ``sandbox`` names the programs of Claude Code's own sandbox (``bwrapPath``, ``ripgrep``).
 GUARDED_SETTINGS = (
     "hooks",
     "disableAllHooks",
     "statusLine",
+    "subagentStatusLine",
+    "fileSuggestion",
     "apiKeyHelper",
     "awsAuthRefresh",
     "awsCredentialExport",
+    "gcpAuthRefresh",
     "otelHeadersHelper",
+    "proxyAuthHelper",
+    "processWrapper",
+    "policyHelpers",
     "env",
     "mcpServers",
     "enabledMcpjsonServers",
     "enableAllProjectMcpServers",
+    "enabledPlugins",
+    "extraKnownMarketplaces",
+    "pluginConfigs",
+    "sandbox",
 )
 #: The same in ``.claude.json``: its MCP servers, for you and per project.
 GUARDED_STATE = (

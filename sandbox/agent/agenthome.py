@@ -14,7 +14,8 @@ changed since (a folder trusted, a key approved, a setting saved inside) and wha
 since (a setting changed outside) both hold; where both changed the same value the user's wins, and
 lists are joined. The base is kept beside the homes, outside the agent's reach, and the user's files
 are only ever read. Configuration the agent only reads (instructions, commands, agents, skills) is
-linked in read-only (:func:`link_config`): the user's home stays read-only in the sandbox.
+linked in read-only (:func:`relink_config`: what the run put in their place is removed first): the
+user's home stays read-only in the sandbox.
 """
 
 from __future__ import annotations

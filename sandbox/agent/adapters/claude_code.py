@@ -215,7 +215,8 @@ HOME_NAME = "claude"
 #: The user's Claude Code state a session's run home stands in for: not writable in the sandbox.
 #: (``~/.local/state/claude``, the native installer's locks, stays writable where it exists.)
 REPLACES = ("~/.claude/", "~/.claude.json")
-#: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only.
+#: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only; what the
+#: run put in their place (a skill, an agent, a command of its own) is removed at every start.
 LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
 
 
@@ -316,7 +317,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     )
     credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
     agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
-    agenthome.link_config(home, user_dir, LINKED)
+    agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 
 

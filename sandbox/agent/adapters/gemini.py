@@ -246,7 +246,8 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
 HOME_NAME = "gemini"
 #: The user's Gemini CLI state a session's run home stands in for: not writable in the sandbox.
 REPLACES = ("~/.gemini/",)
-#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only.
+#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only; what the
+#: run put in their place (an extension, whose MCP servers start with the CLI) is removed at every start.
 LINKED = ("GEMINI.md", "commands", "extensions", "policies")
 #: The login, merged into the run's home at every start like the settings.
 MERGED = ("oauth_creds.json", "google_accounts.json")
@@ -306,7 +307,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)
     for name in COPIED:
         agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
-    agenthome.link_config(state, user_dir, LINKED)
+    agenthome.relink_config(state, user_dir, LINKED)  # a planted extension is gone (its MCP servers)
     return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
 
 

@@ -56,9 +56,10 @@ def make_dir(path: str) -> str:
     """``path``, a real directory of the run's agent home, created when missing.
 
     The agent may have left a symlink there (its home is writable inside the sandbox): it is removed,
-    so that seeding, done outside the sandbox, never reads or writes through it.
+    so that seeding, done outside the sandbox, never reads or writes through it; so is a file or a
+    FIFO (makedirs would fail on it at every later session).
     """
-    if os.path.islink(path):
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
         os.unlink(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
@@ -170,8 +171,15 @@ def seed_json(
     if base != user_d:
         write_json(base_path, user_d)
     if merged != run or not os.path.exists(dest):
+        _clear_dir(dest)
         write_json(dest, merged)
     return True
+
+
+def _clear_dir(dest: str) -> None:
+    """Remove a directory the agent made where its state file goes (the rename over it would fail)."""
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        remove_entry(dest)
 
 
 def _as_users(run: Any, user: Any, path: list[str]) -> None:
@@ -301,8 +309,8 @@ def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[st
     user_bytes = _read_bytes(user_path)
     run_bytes = _read_bytes(dest, follow=False)  # the agent's: written inside, read here outside the sandbox
     if user_bytes is None and run_bytes is None:
-        if os.path.lexists(dest):  # a link or a FIFO the agent put there: not the user's file
-            os.unlink(dest)
+        if os.path.lexists(dest):  # a link, a FIFO or a directory the agent put there: not the user's file
+            remove_entry(dest)
         return False
     base_bytes = _read_bytes(base_path)
     user = _parse_toml(user_bytes) if user_bytes is not None else {}
@@ -323,6 +331,7 @@ def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[st
     if out != run_bytes or os.path.islink(dest):
         from sandbox.store.fsutil import atomic_write
 
+        _clear_dir(dest)
         atomic_write(dest, out, 0o600, sync=False)
     return True
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from sandbox.agent.adapters import claude_code, gemini
+from sandbox.agent.adapters import claude_code, codex, gemini
 
 COMMAND = "sandbox hook claude-code"
 
@@ -90,3 +91,54 @@ def test_configuration_planted_where_yours_is_linked_is_gone_at_the_next_session
     else:
         assert not os.path.lexists(target), sorted(os.listdir(state))
     assert (user_dir / "commands" / "mine.md").read_text() == "your command\n"
+
+
+def _claude(tmp_path: Path) -> Path:
+    user_home = tmp_path / "home"
+    (user_home / ".claude").mkdir(parents=True, exist_ok=True)
+    env = claude_code.session_env(str(tmp_path / "run"), str(tmp_path / "wt"), str(user_home), COMMAND)
+    return Path(env["CLAUDE_CONFIG_DIR"])
+
+
+def _codex(tmp_path: Path, user_config: bool = True) -> Path:
+    user = tmp_path / "codex"
+    user.mkdir(exist_ok=True)
+    if user_config:
+        (user / "config.toml").write_text('model = "mine"\n')
+    env = codex.session_env(str(tmp_path / "run"), str(tmp_path / "wt"), str(tmp_path), None, user_codex=str(user))
+    return Path(env["CODEX_HOME"])
+
+
+@pytest.mark.parametrize("user_config", [True, False])
+def test_a_directory_where_codex_config_toml_goes_is_replaced(tmp_path: Path, user_config: bool) -> None:
+    home = _codex(tmp_path, user_config)
+    (home / "config.toml").unlink(missing_ok=True)
+    (home / "config.toml" / "sub").mkdir(parents=True)
+    (home / "config.toml" / "sub" / "x").write_text("x")
+    _codex(tmp_path, user_config)
+    if user_config:
+        assert (home / "config.toml").read_text() == 'model = "mine"\n'
+    else:
+        assert not os.path.lexists(home / "config.toml")
+
+
+@pytest.mark.parametrize("name", [".claude.json", "settings.json", ".credentials.json"])
+def test_a_directory_where_a_claude_state_file_goes_is_replaced(tmp_path: Path, name: str) -> None:
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
+    (tmp_path / "home" / ".claude" / ".credentials.json").write_text('{"token": "t"}')
+    home = _claude(tmp_path)
+    (home / name).unlink()
+    (home / name / "sub").mkdir(parents=True)
+    home = _claude(tmp_path)
+    assert isinstance(json.loads((home / name).read_text()), dict)
+
+
+def test_a_file_where_geminis_state_directory_goes_is_replaced(tmp_path: Path) -> None:
+    user_home, run_dir, wt = tmp_path / "home", str(tmp_path / "run"), str(tmp_path / "wt")
+    (user_home / ".gemini").mkdir(parents=True)
+    (user_home / ".gemini" / "settings.json").write_text('{"ui": {"theme": "x"}}')
+    home = Path(gemini.session_env(run_dir, wt, str(user_home), None)["GEMINI_CLI_HOME"])
+    shutil.rmtree(home / ".gemini")
+    (home / ".gemini").write_text("not a directory\n")
+    gemini.session_env(run_dir, wt, str(user_home), None)
+    assert json.loads((home / ".gemini" / "settings.json").read_text())["ui"] == {"theme": "x"}

@@ -35,6 +35,9 @@ HOMES_DIR = "homes"
 BASES_DIR = "base"
 #: The largest agent state file read (Claude Code's ``.claude.json`` grows with projects).
 MAX_STATE = 64 * 1024 * 1024
+#: The deepest nesting of a state document taken as state (the merge, its copy and the writers recurse:
+#: a document the agent nested deeper stopped every later session with a RecursionError).
+MAX_DEPTH = 64
 
 
 def homes_root(run_dir: str) -> str:
@@ -120,7 +123,21 @@ def read_json(path: str, *, follow: bool = True) -> dict[str, object] | None:
             data = json.loads(fh.read(MAX_STATE))
     except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and _shallow(data) else None
+
+
+def _shallow(data: object) -> bool:
+    """Whether ``data`` nests at most :data:`MAX_DEPTH` lists and objects deep (walked without recursion)."""
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(item, dict):
+            stack.extend((value, depth + 1) for value in item.values())
+        elif isinstance(item, list):
+            stack.extend((value, depth + 1) for value in item)
+    return True
 
 
 def write_json(path: str, data: Any, mode: int = 0o600) -> None:
@@ -292,9 +309,10 @@ def _parse_toml(data: bytes | None) -> dict[str, Any] | None:
     if data is None or loads is None:
         return None
     try:
-        return loads(data.decode("utf-8"))
+        parsed = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
         return None
+    return parsed if _shallow(parsed) else None
 
 
 def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = ()) -> bool:

@@ -142,3 +142,26 @@ def test_a_file_where_geminis_state_directory_goes_is_replaced(tmp_path: Path) -
     (home / ".gemini").write_text("not a directory\n")
     gemini.session_env(run_dir, wt, str(user_home), None)
     assert json.loads((home / ".gemini" / "settings.json").read_text())["ui"] == {"theme": "x"}
+
+
+def _deep_json(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def _deep_toml(depth: int) -> str:
+    return "deep = " + "[" * depth + "1" + "]" * depth + "\n"
+
+
+@pytest.mark.parametrize("depth", [200, 900])
+def test_state_nested_past_any_readers_depth_is_the_users_again(tmp_path: Path, depth: int) -> None:
+    """A document that parses but nests deeper than the merge, the copy and the writer can follow
+    (they recurse) is the agent's junk, not its state: the user's file is seeded in its place."""
+    home = _claude(tmp_path)
+    (home / "settings.json").write_text('{"x": ' + _deep_json(depth) + "}")
+    (home / ".claude.json").write_text('{"projects": ' + _deep_json(depth) + "}")
+    _claude(tmp_path)
+    assert "hooks" in json.loads((home / "settings.json").read_text())
+    codex_home = _codex(tmp_path)
+    (codex_home / "config.toml").write_text(_deep_toml(depth))
+    _codex(tmp_path)
+    assert (codex_home / "config.toml").read_text() == 'model = "mine"\n'

@@ -416,14 +416,22 @@ def _toml_value(value: Any) -> str:
 
 
 def remove_entry(path: str) -> None:
-    """Remove ``path`` (a link, a file or a whole directory) without following any link in it."""
+    """Remove ``path`` (a link, a file or a whole directory) without following any link in it.
+
+    A directory ``shutil.rmtree`` cannot remove (nested deeper than it recurses, or one the agent
+    made unwritable) is moved aside in its directory, under a name no agent loads.
+    """
     import shutil
+    import uuid
 
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     elif os.path.isdir(path):
-        shutil.rmtree(path)  # rmtree removes links inside as links (and refuses a link at the top)
+        try:
+            shutil.rmtree(path)  # rmtree removes links inside as links (and refuses a link at the top)
+        except (OSError, RecursionError):  # it stopped every later session with a traceback
+            os.rename(path, os.path.join(os.path.dirname(path), f".sandbox-removed-{uuid.uuid4().hex}"))
 
 
 def relink_config(home: str, user_dir: str, names: Iterable[str]) -> None:

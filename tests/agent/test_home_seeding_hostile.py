@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.agent.adapters import claude_code, codex, gemini
+from sandbox.store.fsutil import remove_tree
 
 COMMAND = "sandbox hook claude-code"
 
@@ -165,3 +166,36 @@ def test_state_nested_past_any_readers_depth_is_the_users_again(tmp_path: Path, 
     (codex_home / "config.toml").write_text(_deep_toml(depth))
     _codex(tmp_path)
     assert (codex_home / "config.toml").read_text() == 'model = "mine"\n'
+
+
+def _nest(root: Path, depth: int) -> None:
+    """``root/a/a/...``, ``depth`` levels (through descriptors: the path outgrows PATH_MAX)."""
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("a", dir_fd=fd)
+            child = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
+def test_a_directory_nested_past_rmtrees_recursion_where_configuration_goes_is_put_aside(tmp_path: Path) -> None:
+    """Codex's ``skills/`` (made again at each start) and a linked name of Claude Code's home nested
+    1,500 deep: the next session starts, with your configuration in their place."""
+    (tmp_path / "codex" / "skills" / "mine").mkdir(parents=True)
+    (tmp_path / "home" / ".claude" / "agents").mkdir(parents=True)
+    try:
+        codex_home, claude_home = _codex(tmp_path), _claude(tmp_path)
+        shutil.rmtree(codex_home / "skills")
+        _nest(codex_home / "skills", 1500)
+        (claude_home / "agents").unlink()
+        _nest(claude_home / "agents", 1500)
+        _codex(tmp_path)
+        _claude(tmp_path)
+        assert os.listdir(codex_home / "skills") == ["mine"] and (codex_home / "skills" / "mine").is_symlink()
+        assert os.readlink(claude_home / "agents") == str(tmp_path / "home" / ".claude" / "agents")
+    finally:
+        remove_tree(str(tmp_path / "run"))  # pytest's own clean-up recurses too

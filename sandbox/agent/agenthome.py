@@ -315,13 +315,16 @@ def _parse_toml(data: bytes | None) -> dict[str, Any] | None:
     return parsed if _shallow(parsed) else None
 
 
-def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = ()) -> bool:
+def seed_toml(
+    dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = (), kept: Iterable[str] | None = None
+) -> bool:
     """Seed the run's TOML ``dest`` from the user's ``user_path`` as :func:`seed_json` seeds JSON.
 
     The user's file is copied as it is (comments and all) unless the run changed its copy since the
     last seeding; then both are merged three ways and written out (:func:`dump_toml`). ``guarded``
-    keys are the user's whatever the run wrote. A file the run made unreadable, or a Python without
-    a TOML reader, gets the user's file as it is. Nothing is written when neither has the file.
+    keys are the user's whatever the run wrote; with ``kept``, every top-level key but those is. A
+    file the run made unreadable, or a Python without a TOML reader, gets the user's file as it is.
+    Nothing is written when neither has the file.
     Returns whether ``dest`` exists afterwards.
     """
     user_bytes = _read_bytes(user_path)
@@ -339,6 +342,10 @@ def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[st
         merged = copy.deepcopy(merged)
         for key in guarded:
             _as_users(merged, user, key.split("/"))
+        if kept is not None:
+            allowed = set(kept)
+            for key in [k for k in {*merged, *user} if k not in allowed]:
+                _as_users(merged, user, [key])
         if merged != user:
             out = dump_toml(merged).encode()
     if base_bytes != user_bytes:

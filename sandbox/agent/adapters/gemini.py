@@ -255,9 +255,51 @@ MERGED = ("oauth_creds.json", "google_accounts.json")
 COPIED = ("installation_id", "user_id")
 
 
-#: Settings that run commands (hooks, MCP servers, tool discovery): in the run's home always yours (and
-#: the sandbox's hooks), so that what a confined agent plants never runs in a later session of the run.
-GUARDED_SETTINGS = ("hooks", "hooksConfig", "mcpServers", "tools/discoveryCommand", "tools/callCommand")
+#: Settings that run commands (hooks, MCP servers and the command that starts one, tool discovery, the
+#: shell's pager, its sandbox's command), allow tools without asking or loosen its safety settings, send
+#: the prompts elsewhere (telemetry) or put more into the model's context (folders, the ``.env``): in
+#: the run's home always yours (and the sandbox's hooks), so that what a confined agent plants never
+#: runs in a later session of the run. The auth type chosen inside (``security.auth``) holds.
+GUARDED_SETTINGS = (
+    "hooks",
+    "hooksConfig",
+    "mcpServers",
+    "mcp",
+    "telemetry",
+    "advanced",
+    "admin",
+    "context/includeDirectories",
+    *(
+        f"tools/{key}"
+        for key in (
+            "discoveryCommand",
+            "callCommand",
+            "shell",
+            "sandbox",
+            "sandboxAllowedPaths",
+            "sandboxNetworkAccess",
+            "core",
+            "allowed",
+            "exclude",
+            "confirmationRequired",
+        )
+    ),
+    *(
+        f"security/{key}"
+        for key in (
+            "toolSandboxing",
+            "disableYoloMode",
+            "disableAlwaysAllow",
+            "enablePermanentToolApproval",
+            "autoAddToPolicyByDefault",
+            "blockGitExtensions",
+            "allowedExtensions",
+            "folderTrust",
+            "environmentVariableRedaction",
+            "enableConseca",
+        )
+    ),
+)
 
 
 def cli_home(run_dir: str) -> str:

@@ -260,3 +260,23 @@ def test_gemini_settings_that_run_commands_or_widen_it_are_yours_at_the_next_ses
     assert [k for k in ("mcp", "telemetry", "advanced") if k in settings] == [], settings
     assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}  # the auth type chosen holds
     assert settings["context"] == {} and settings["ui"] == {"theme": "run's"}, settings
+
+
+def test_claude_permissions_the_agent_widened_are_yours_at_the_next_session(tmp_path: Path) -> None:
+    """``permissions`` in the run's user settings (``allow: ["Bash"]``, ``defaultMode:
+    bypassPermissions``, more directories) and a project's ``allowedTools`` in ``.claude.json`` would
+    let a later session (``--isolate off`` too) run every command without asking: yours again."""
+    user_home = tmp_path / "home"
+    (user_home / ".claude").mkdir(parents=True)
+    (user_home / ".claude" / "settings.json").write_text('{"permissions": {"deny": ["Bash(rm:*)"]}}')
+    (user_home / ".claude.json").write_text('{"projects": {"/wt": {"allowedTools": []}}}')
+    home = _claude(tmp_path)
+    settings = json.loads((home / "settings.json").read_text())
+    settings["permissions"] = {"allow": ["Bash"], "defaultMode": "bypassPermissions", "additionalDirectories": ["/"]}
+    (home / "settings.json").write_text(json.dumps(settings))
+    trusted = {"allowedTools": ["Bash"], "hasTrustDialogAccepted": True}
+    (home / ".claude.json").write_text(json.dumps({"projects": {"/wt": trusted}}))
+    _claude(tmp_path)
+    assert json.loads((home / "settings.json").read_text())["permissions"] == {"deny": ["Bash(rm:*)"]}
+    state = json.loads((home / ".claude.json").read_text())
+    assert state["projects"]["/wt"] == {"allowedTools": [], "hasTrustDialogAccepted": True}, state

@@ -247,10 +247,12 @@ GUARDED_SETTINGS = (
     "extraKnownMarketplaces",
     "pluginConfigs",
     "sandbox",
+    "permissions",  # allow rules, bypass mode, more directories (its "don't ask again" goes to the worktree)
 )
-#: The same in ``.claude.json``: its MCP servers, for you and per project.
+#: The same in ``.claude.json``: its MCP servers and tools allowed without asking, for you and per project.
 GUARDED_STATE = (
     "mcpServers",
+    "projects/*/allowedTools",
     "projects/*/mcpServers",
     "projects/*/enabledMcpjsonServers",
     "projects/*/enableAllProjectMcpServers",

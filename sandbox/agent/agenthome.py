@@ -26,7 +26,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 #: Below the run's directory: the agents' homes (writable in the sandbox) and the seeding bases.
@@ -66,6 +66,41 @@ def make_dir(path: str) -> str:
         os.unlink(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def pinned_dir(path: str) -> Iterator[str]:
+    """``path``, a directory of the run's agent home made as :func:`make_dir` makes it, as a path that
+    leads to that very directory until the block ends: ``/proc/self/fd/N`` of a descriptor opened
+    without following a link (the path itself where there is no ``/proc``).
+
+    Another session of the same agent in this run writes that home meanwhile: it could swap the
+    directory for a link between the check and the writes, and seeding, done outside the sandbox,
+    would write where the link leads (your own agent's settings). A directory that does not stay put
+    stops the seeding with one line.
+    """
+    from sandbox.errors import SandboxError
+
+    try:
+        make_dir(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(
+            f"The run's agent directory {path} changed while it was being prepared ({exc.strerror or exc}): "
+            "another session of this run is writing it; try again once that session has ended."
+        ) from exc
+    try:
+        pinned = f"/proc/self/fd/{fd}"
+        yield pinned if os.path.isdir(pinned) else path
+    except OSError as exc:
+        if os.fstat(fd).st_nlink:  # not removed meanwhile: a failure of its own
+            raise
+        raise SandboxError(
+            f"The run's agent directory {path} was removed while it was being prepared: another session "
+            "of this run is writing it; try again once that session has ended."
+        ) from exc
+    finally:
+        os.close(fd)
 
 
 def base_of(run_dir: str, agent: str, name: str) -> str:

@@ -8,6 +8,7 @@ folder that runs a command) must neither stop the next session with a traceback 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -280,3 +281,67 @@ def test_claude_permissions_the_agent_widened_are_yours_at_the_next_session(tmp_
     assert json.loads((home / "settings.json").read_text())["permissions"] == {"deny": ["Bash(rm:*)"]}
     state = json.loads((home / ".claude.json").read_text())
     assert state["projects"]["/wt"] == {"allowedTools": [], "hasTrustDialogAccepted": True}, state
+
+
+def test_seeding_geminis_state_never_writes_through_a_link_swapped_in_meanwhile(tmp_path: Path) -> None:
+    """Another Gemini session of the same run (its home is writable there) swaps ``.gemini`` for a link
+    to your ``~/.claude`` over and over while a new session seeds it: seeding, done outside the
+    sandbox, writes only the run's own directory (through a link it would replace your Claude Code
+    settings with ones the agent wrote), or stops with one line."""
+    import threading
+    import time
+
+    from sandbox.errors import SandboxError
+
+    user_home, run_dir, wt = tmp_path / "home", str(tmp_path / "run"), str(tmp_path / "wt")
+    (user_home / ".gemini" / "commands").mkdir(parents=True)
+    (user_home / ".gemini" / "settings.json").write_text('{"ui": {"theme": "x"}}')
+    target = user_home / ".claude"  # yours: seeding must never write there
+    target.mkdir()
+    home = Path(gemini.session_env(run_dir, wt, str(user_home), None)["GEMINI_CLI_HOME"])
+    state, aside = home / ".gemini", home / "aside"
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            try:
+                os.rename(state, aside)
+            except OSError:
+                continue
+            try:
+                os.symlink(target, state)
+                os.unlink(state)
+            except OSError:
+                pass
+            try:
+                os.rename(aside, state)
+            except OSError:  # seeding made a new one meanwhile: keep that, ours goes out of the way
+                os.rename(aside, home / f"old-{time.monotonic_ns()}")
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for _ in range(300):
+            with contextlib.suppress(SandboxError):
+                gemini.session_env(run_dir, wt, str(user_home), None)
+            if any(target.iterdir()):
+                break
+    finally:
+        stop.set()
+        flipper.join()
+    assert sorted(os.listdir(target)) == []
+
+
+def test_a_pinned_directory_removed_meanwhile_stops_the_seeding_with_one_line(tmp_path: Path) -> None:
+    from sandbox.agent import agenthome
+    from sandbox.errors import SandboxError
+
+    path = str(tmp_path / "home" / ".gemini")
+    removed = pytest.raises(SandboxError, match="was removed while it was being prepared")
+    with removed, agenthome.pinned_dir(path) as pinned:
+        assert pinned != path  # /proc/self/fd/N
+        os.rmdir(path)
+        Path(pinned, "settings.json").write_text("{}")
+    with agenthome.pinned_dir(path) as pinned:
+        Path(pinned, "settings.json").write_text("{}")
+    assert Path(path, "settings.json").read_text() == "{}"

@@ -162,7 +162,8 @@ def _seed_skills(home: str, mine: str) -> None:
         names = [n for n in os.listdir(theirs) if n != ".system"]  # Codex's own, installed again inside
     except OSError:
         return
-    agenthome.link_config(agenthome.make_dir(skills), theirs, names)
+    with agenthome.pinned_dir(skills) as pinned:  # another Codex session of the run could swap it for a link
+        agenthome.link_config(pinned, theirs, names)
 
 
 def resume_args(run_dir: str, since: float) -> list[str] | None:

@@ -332,24 +332,28 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     from sandbox.agent import adapters, agenthome
 
     home = agenthome.make_home(run_dir, HOME_NAME)
-    state = os.path.join(home, ".gemini")
     user_dir = os.path.join(user_home, ".gemini")
-    agenthome.make_dir(state)
 
     def with_hooks(settings: dict[str, object]) -> dict[str, object]:
         if command is None:  # --hooks none: the agent's home without the sandbox's hooks
             return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)
 
-    base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
-    user_settings = os.path.join(user_dir, "settings.json")
-    agenthome.seed_json(os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS)
-    for name in MERGED:
-        found = os.path.join(user_dir, name)
-        agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)
-    for name in COPIED:
-        agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
-    agenthome.relink_config(state, user_dir, LINKED)  # a planted extension is gone (its MCP servers)
+    # .gemini is not the home's mount point: another Gemini session of the run could swap it for a link.
+    with agenthome.pinned_dir(os.path.join(home, ".gemini")) as state:
+        base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
+        user_settings = os.path.join(user_dir, "settings.json")
+        agenthome.seed_json(
+            os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS
+        )
+        for name in MERGED:
+            found = os.path.join(user_dir, name)
+            agenthome.seed_json(
+                os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False
+            )
+        for name in COPIED:
+            agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
+        agenthome.relink_config(state, user_dir, LINKED)  # a planted extension is gone (its MCP servers)
     return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
 
 

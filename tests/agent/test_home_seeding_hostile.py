@@ -345,3 +345,21 @@ def test_a_pinned_directory_removed_meanwhile_stops_the_seeding_with_one_line(tm
     with agenthome.pinned_dir(path) as pinned:
         Path(pinned, "settings.json").write_text("{}")
     assert Path(path, "settings.json").read_text() == "{}"
+
+
+def test_a_merged_config_toml_with_odd_keys_and_values_reads_back_as_merged(tmp_path: Path) -> None:
+    """Keys with quotes, newlines and dots, arrays of tables, inline tables and dates in what the run
+    may keep of its ``config.toml``: the merge written back reads as the merge (nothing dropped, no
+    table injected by a key or a string that looks like a header)."""
+    tomllib = pytest.importorskip("tomllib")
+    home = _codex(tmp_path)
+    run_text = (
+        'model = "run\\n[mcp_servers.x]\\ncommand = \\"sh\\""\n\n'
+        '[projects."/w t\\"]\\n[mcp_servers.y]"]\ntrust_level = "trusted"\n\n'
+        '[tui]\n"a\\"b\\nc.d" = 1\nwhen = 2026-12-01T10:00:00Z\nday = 2026-12-01\ninline = {a = {b = [1, {c = 2}]}}\n'
+        '\n[[tui.list]]\nname = "a"\n\n[[tui.list]]\nname = "b"\n'
+    )
+    (home / "config.toml").write_text(run_text)
+    _codex(tmp_path)
+    got = tomllib.loads((home / "config.toml").read_text())
+    assert got == tomllib.loads(run_text) and "mcp_servers" not in got, got

@@ -217,7 +217,7 @@ HOME_NAME = "claude"
 REPLACES = ("~/.claude/", "~/.claude.json")
 #: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only; what the
 #: run put in their place (a skill, an agent, a command of its own) is removed at every start.
-LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
+LINKED = ("CLAUDE.md", "rules", "commands", "agents", "skills", "output-styles", "hooks")
 
 
 #: Settings that run commands or steer what runs (hooks, helpers, variables, MCP servers): in the run's

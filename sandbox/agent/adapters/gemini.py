@@ -248,7 +248,9 @@ HOME_NAME = "gemini"
 REPLACES = ("~/.gemini/",)
 #: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only; what the
 #: run put in their place (an extension, whose MCP servers start with the CLI) is removed at every start.
-LINKED = ("GEMINI.md", "commands", "extensions", "policies")
+LINKED = ("GEMINI.md", "commands", "extensions", "policies", "skills", "agents")
+#: The same beside ``.gemini`` in its home (Gemini CLI 0.61 reads skills from ``~/.agents/skills`` too).
+ROOT_LINKED = (".agents",)
 #: The login, merged into the run's home at every start like the settings.
 MERGED = ("oauth_creds.json", "google_accounts.json")
 #: Opaque files copied into the run's home the first time (the installation's ids).
@@ -354,6 +356,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         for name in COPIED:
             agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
         agenthome.relink_config(state, user_dir, LINKED)  # a planted extension is gone (its MCP servers)
+    agenthome.relink_config(home, user_home, ROOT_LINKED)
     return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
 
 

@@ -246,6 +246,9 @@ GUARDED_SETTINGS = (
     "enabledPlugins",
     "extraKnownMarketplaces",
     "pluginConfigs",
+    "prependPlugins",
+    "appendPlugins",
+    "autoMode",
     "sandbox",
     "permissions",  # allow rules, bypass mode, more directories (its "don't ask again" goes to the worktree)
 )

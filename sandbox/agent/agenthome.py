@@ -14,7 +14,8 @@ changed since (a folder trusted, a key approved, a setting saved inside) and wha
 since (a setting changed outside) both hold; where both changed the same value the user's wins, and
 lists are joined. The base is kept beside the homes, outside the agent's reach, and the user's files
 are only ever read. Configuration the agent only reads (instructions, commands, agents, skills) is
-linked in read-only (:func:`link_config`): the user's home stays read-only in the sandbox.
+linked in read-only (:func:`relink_config`: what the run put in their place is removed first): the
+user's home stays read-only in the sandbox.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 #: Below the run's directory: the agents' homes (writable in the sandbox) and the seeding bases.
@@ -34,6 +35,9 @@ HOMES_DIR = "homes"
 BASES_DIR = "base"
 #: The largest agent state file read (Claude Code's ``.claude.json`` grows with projects).
 MAX_STATE = 64 * 1024 * 1024
+#: The deepest nesting of a state document taken as state (the merge, its copy and the writers recurse:
+#: a document the agent nested deeper stopped every later session with a RecursionError).
+MAX_DEPTH = 64
 
 
 def homes_root(run_dir: str) -> str:
@@ -55,12 +59,48 @@ def make_dir(path: str) -> str:
     """``path``, a real directory of the run's agent home, created when missing.
 
     The agent may have left a symlink there (its home is writable inside the sandbox): it is removed,
-    so that seeding, done outside the sandbox, never reads or writes through it.
+    so that seeding, done outside the sandbox, never reads or writes through it; so is a file or a
+    FIFO (makedirs would fail on it at every later session).
     """
-    if os.path.islink(path):
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
         os.unlink(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def pinned_dir(path: str) -> Iterator[str]:
+    """``path``, a directory of the run's agent home made as :func:`make_dir` makes it, as a path that
+    leads to that very directory until the block ends: ``/proc/self/fd/N`` of a descriptor opened
+    without following a link (the path itself where there is no ``/proc``).
+
+    Another session of the same agent in this run writes that home meanwhile: it could swap the
+    directory for a link between the check and the writes, and seeding, done outside the sandbox,
+    would write where the link leads (your own agent's settings). A directory that does not stay put
+    stops the seeding with one line.
+    """
+    from sandbox.errors import SandboxError
+
+    try:
+        make_dir(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(
+            f"The run's agent directory {path} changed while it was being prepared ({exc.strerror or exc}): "
+            "another session of this run is writing it; try again once that session has ended."
+        ) from exc
+    try:
+        pinned = f"/proc/self/fd/{fd}"
+        yield pinned if os.path.isdir(pinned) else path
+    except OSError as exc:
+        if os.fstat(fd).st_nlink:  # not removed meanwhile: a failure of its own
+            raise
+        raise SandboxError(
+            f"The run's agent directory {path} was removed while it was being prepared: another session "
+            "of this run is writing it; try again once that session has ended."
+        ) from exc
+    finally:
+        os.close(fd)
 
 
 def base_of(run_dir: str, agent: str, name: str) -> str:
@@ -118,7 +158,21 @@ def read_json(path: str, *, follow: bool = True) -> dict[str, object] | None:
             data = json.loads(fh.read(MAX_STATE))
     except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and _shallow(data) else None
+
+
+def _shallow(data: object) -> bool:
+    """Whether ``data`` nests at most :data:`MAX_DEPTH` lists and objects deep (walked without recursion)."""
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(item, dict):
+            stack.extend((value, depth + 1) for value in item.values())
+        elif isinstance(item, list):
+            stack.extend((value, depth + 1) for value in item)
+    return True
 
 
 def write_json(path: str, data: Any, mode: int = 0o600) -> None:
@@ -169,8 +223,15 @@ def seed_json(
     if base != user_d:
         write_json(base_path, user_d)
     if merged != run or not os.path.exists(dest):
+        _clear_dir(dest)
         write_json(dest, merged)
     return True
+
+
+def _clear_dir(dest: str) -> None:
+    """Remove a directory the agent made where its state file goes (the rename over it would fail)."""
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        remove_entry(dest)
 
 
 def _as_users(run: Any, user: Any, path: list[str]) -> None:
@@ -283,25 +344,29 @@ def _parse_toml(data: bytes | None) -> dict[str, Any] | None:
     if data is None or loads is None:
         return None
     try:
-        return loads(data.decode("utf-8"))
+        parsed = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
         return None
+    return parsed if _shallow(parsed) else None
 
 
-def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = ()) -> bool:
+def seed_toml(
+    dest: str, user_path: str, base_path: str, *, guarded: Iterable[str] = (), kept: Iterable[str] | None = None
+) -> bool:
     """Seed the run's TOML ``dest`` from the user's ``user_path`` as :func:`seed_json` seeds JSON.
 
     The user's file is copied as it is (comments and all) unless the run changed its copy since the
     last seeding; then both are merged three ways and written out (:func:`dump_toml`). ``guarded``
-    keys are the user's whatever the run wrote. A file the run made unreadable, or a Python without
-    a TOML reader, gets the user's file as it is. Nothing is written when neither has the file.
+    keys are the user's whatever the run wrote; with ``kept``, every top-level key but those is. A
+    file the run made unreadable, or a Python without a TOML reader, gets the user's file as it is.
+    Nothing is written when neither has the file.
     Returns whether ``dest`` exists afterwards.
     """
     user_bytes = _read_bytes(user_path)
     run_bytes = _read_bytes(dest, follow=False)  # the agent's: written inside, read here outside the sandbox
     if user_bytes is None and run_bytes is None:
-        if os.path.lexists(dest):  # a link or a FIFO the agent put there: not the user's file
-            os.unlink(dest)
+        if os.path.lexists(dest):  # a link, a FIFO or a directory the agent put there: not the user's file
+            remove_entry(dest)
         return False
     base_bytes = _read_bytes(base_path)
     user = _parse_toml(user_bytes) if user_bytes is not None else {}
@@ -312,6 +377,10 @@ def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[st
         merged = copy.deepcopy(merged)
         for key in guarded:
             _as_users(merged, user, key.split("/"))
+        if kept is not None:
+            allowed = set(kept)
+            for key in [k for k in {*merged, *user} if k not in allowed]:
+                _as_users(merged, user, [key])
         if merged != user:
             out = dump_toml(merged).encode()
     if base_bytes != user_bytes:
@@ -322,6 +391,7 @@ def seed_toml(dest: str, user_path: str, base_path: str, *, guarded: Iterable[st
     if out != run_bytes or os.path.islink(dest):
         from sandbox.store.fsutil import atomic_write
 
+        _clear_dir(dest)
         atomic_write(dest, out, 0o600, sync=False)
     return True
 
@@ -388,14 +458,22 @@ def _toml_value(value: Any) -> str:
 
 
 def remove_entry(path: str) -> None:
-    """Remove ``path`` (a link, a file or a whole directory) without following any link in it."""
+    """Remove ``path`` (a link, a file or a whole directory) without following any link in it.
+
+    A directory ``shutil.rmtree`` cannot remove (nested deeper than it recurses, or one the agent
+    made unwritable) is moved aside in its directory, under a name no agent loads.
+    """
     import shutil
+    import uuid
 
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     elif os.path.isdir(path):
-        shutil.rmtree(path)  # rmtree removes links inside as links (and refuses a link at the top)
+        try:
+            shutil.rmtree(path)  # rmtree removes links inside as links (and refuses a link at the top)
+        except (OSError, RecursionError):  # it stopped every later session with a traceback
+            os.rename(path, os.path.join(os.path.dirname(path), f".sandbox-removed-{uuid.uuid4().hex}"))
 
 
 def relink_config(home: str, user_dir: str, names: Iterable[str]) -> None:

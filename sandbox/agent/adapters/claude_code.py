@@ -215,29 +215,47 @@ HOME_NAME = "claude"
 #: The user's Claude Code state a session's run home stands in for: not writable in the sandbox.
 #: (``~/.local/state/claude``, the native installer's locks, stays writable where it exists.)
 REPLACES = ("~/.claude/", "~/.claude.json")
-#: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only.
-LINKED = ("CLAUDE.md", "commands", "agents", "skills", "output-styles", "hooks")
+#: The user's configuration in ``~/.claude`` that Claude Code only reads: linked in, read-only; what the
+#: run put in their place (a skill, an agent, a command of its own) is removed at every start.
+LINKED = ("CLAUDE.md", "rules", "commands", "agents", "skills", "output-styles", "hooks")
 
 
 #: Settings that run commands or steer what runs (hooks, helpers, variables, MCP servers): in the run's
 #: home they are always yours (and the sandbox's hooks), whatever the agent wrote there, so that what a
-#: confined agent plants never runs in a later session of the run (``--isolate off``).
+#: confined agent plants never runs in a later session of the run (``--isolate off``). The helpers are
+#: Claude Code 2.1.328's own list of settings that run a command; plugins bring hooks and MCP and LSP
+#: servers; ``sandbox`` names the programs of Claude Code's own sandbox (``bwrapPath``, ``ripgrep``).
 GUARDED_SETTINGS = (
     "hooks",
     "disableAllHooks",
     "statusLine",
+    "subagentStatusLine",
+    "fileSuggestion",
     "apiKeyHelper",
     "awsAuthRefresh",
     "awsCredentialExport",
+    "gcpAuthRefresh",
     "otelHeadersHelper",
+    "proxyAuthHelper",
+    "processWrapper",
+    "policyHelpers",
     "env",
     "mcpServers",
     "enabledMcpjsonServers",
     "enableAllProjectMcpServers",
+    "enabledPlugins",
+    "extraKnownMarketplaces",
+    "pluginConfigs",
+    "prependPlugins",
+    "appendPlugins",
+    "autoMode",
+    "sandbox",
+    "permissions",  # allow rules, bypass mode, more directories (its "don't ask again" goes to the worktree)
 )
-#: The same in ``.claude.json``: its MCP servers, for you and per project.
+#: The same in ``.claude.json``: its MCP servers and tools allowed without asking, for you and per project.
 GUARDED_STATE = (
     "mcpServers",
+    "projects/*/allowedTools",
     "projects/*/mcpServers",
     "projects/*/enabledMcpjsonServers",
     "projects/*/enableAllProjectMcpServers",
@@ -304,7 +322,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     )
     credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
     agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
-    agenthome.link_config(home, user_dir, LINKED)
+    agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 
 

@@ -67,34 +67,30 @@ SKILLS = "skills"
 MERGED = ("auth.json",)
 #: Opaque files copied the first time.
 COPIED = ("installation_id",)
-#: Keys of ``config.toml`` that run commands, load code or widen what Codex may do (MCP servers,
-#: ``notify``, hooks, the shell's environment, model providers and their auth commands, profiles,
-#: features such as its shell tool, plugins, its own sandbox and approvals, telemetry exporters): in
-#: the run's home they are always yours, whatever the run wrote, so that what a confined Codex plants
-#: never runs in a later session of the run (``--isolate off``). The rest (model, project trust,
-#: notices) is merged.
-GUARDED_CONFIG = (
-    "mcp_servers",
-    "notify",
-    "hooks",
-    "shell_environment_policy",
-    "model_providers",
-    "model_provider",
-    "profiles",
-    "profile",
-    "features",
-    "plugins",
-    "marketplaces",
-    "apps",
-    "sandbox_mode",
-    "sandbox_workspace_write",
-    "approval_policy",
-    "otel",
-    "tools",
-    "experimental_instructions_file",
-    "model_instructions_file",
-    "js_repl_node_path",
-    "zsh_path",
+#: The keys of ``config.toml`` the run may choose for itself (what Codex writes there as you use it: the
+#: model and its effort, trusted folders, notices dismissed, the TUI's options): merged with yours. Every
+#: other key is yours at every start, whatever the run wrote: Codex 0.171 reads well over a hundred
+#: (MCP servers, ``notify``, hooks, providers, profiles, features, its sandbox, approvals and
+#: permissions, ``openai_base_url`` that the login is sent to, instructions and prompt files), and a
+#: list of the dangerous ones is never complete; what a confined Codex plants never runs in a later
+#: session of the run (``--isolate off``).
+RUN_CONFIG = (
+    "model",
+    "review_model",
+    "model_reasoning_effort",
+    "plan_mode_reasoning_effort",
+    "model_reasoning_summary",
+    "model_verbosity",
+    "personality",
+    "service_tier",
+    "projects",
+    "notice",
+    "tui",
+    "hide_agent_reasoning",
+    "show_raw_agent_reasoning",
+    "disable_paste_burst",
+    "check_for_update_on_startup",
+    "suppress_unstable_features_warning",
 )
 #: Profiles are files beside ``config.toml`` (``--profile NAME`` layers ``NAME.config.toml``): yours, linked.
 PROFILE_SUFFIX = ".config.toml"
@@ -125,7 +121,7 @@ def session_env(
     """Seed the run's Codex home from yours (``user_codex``, else ``~/.codex``; see
     :mod:`sandbox.agent.agenthome`) and return the variable that points Codex at it.
 
-    ``config.toml`` is merged with what the run saved (its :data:`GUARDED_CONFIG` keys are yours),
+    ``config.toml`` is merged with what the run saved (keys other than :data:`RUN_CONFIG` are yours),
     ``auth.json`` merged, instructions, prompts, rules, hooks, profiles and skills linked in. Your
     files are only read. ``command`` (a hook command) is unused: Codex records through ``sandbox mcp``.
     """
@@ -138,7 +134,7 @@ def session_env(
         return agenthome.base_of(run_dir, HOME_NAME, name)
 
     config = "config.toml"
-    agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), guarded=GUARDED_CONFIG)
+    agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), kept=RUN_CONFIG)
     for name in MERGED:
         agenthome.seed_json(os.path.join(home, name), os.path.join(mine, name), base(name), create=False)
     for name in COPIED:
@@ -169,7 +165,8 @@ def _seed_skills(home: str, mine: str) -> None:
         names = [n for n in os.listdir(theirs) if n != ".system"]  # Codex's own, installed again inside
     except OSError:
         return
-    agenthome.link_config(agenthome.make_dir(skills), theirs, names)
+    with agenthome.pinned_dir(skills) as pinned:  # another Codex session of the run could swap it for a link
+        agenthome.link_config(pinned, theirs, names)
 
 
 def resume_args(run_dir: str, since: float) -> list[str] | None:

@@ -246,17 +246,62 @@ def agent_env(run_dir: str, worktree: str) -> dict[str, str]:
 HOME_NAME = "gemini"
 #: The user's Gemini CLI state a session's run home stands in for: not writable in the sandbox.
 REPLACES = ("~/.gemini/",)
-#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only.
-LINKED = ("GEMINI.md", "commands", "extensions", "policies")
+#: The user's configuration in ``~/.gemini`` that Gemini CLI only reads: linked in, read-only; what the
+#: run put in their place (an extension, whose MCP servers start with the CLI) is removed at every start.
+LINKED = ("GEMINI.md", "commands", "extensions", "policies", "skills", "agents")
+#: The same beside ``.gemini`` in its home (Gemini CLI 0.61 reads skills from ``~/.agents/skills`` too).
+ROOT_LINKED = (".agents",)
 #: The login, merged into the run's home at every start like the settings.
 MERGED = ("oauth_creds.json", "google_accounts.json")
 #: Opaque files copied into the run's home the first time (the installation's ids).
 COPIED = ("installation_id", "user_id")
 
 
-#: Settings that run commands (hooks, MCP servers, tool discovery): in the run's home always yours (and
-#: the sandbox's hooks), so that what a confined agent plants never runs in a later session of the run.
-GUARDED_SETTINGS = ("hooks", "hooksConfig", "mcpServers", "tools/discoveryCommand", "tools/callCommand")
+#: Settings that run commands (hooks, MCP servers and the command that starts one, tool discovery, the
+#: shell's pager, its sandbox's command), allow tools without asking or loosen its safety settings, send
+#: the prompts elsewhere (telemetry) or put more into the model's context (folders, the ``.env``): in
+#: the run's home always yours (and the sandbox's hooks), so that what a confined agent plants never
+#: runs in a later session of the run. The auth type chosen inside (``security.auth``) holds.
+GUARDED_SETTINGS = (
+    "hooks",
+    "hooksConfig",
+    "mcpServers",
+    "mcp",
+    "telemetry",
+    "advanced",
+    "admin",
+    "context/includeDirectories",
+    *(
+        f"tools/{key}"
+        for key in (
+            "discoveryCommand",
+            "callCommand",
+            "shell",
+            "sandbox",
+            "sandboxAllowedPaths",
+            "sandboxNetworkAccess",
+            "core",
+            "allowed",
+            "exclude",
+            "confirmationRequired",
+        )
+    ),
+    *(
+        f"security/{key}"
+        for key in (
+            "toolSandboxing",
+            "disableYoloMode",
+            "disableAlwaysAllow",
+            "enablePermanentToolApproval",
+            "autoAddToPolicyByDefault",
+            "blockGitExtensions",
+            "allowedExtensions",
+            "folderTrust",
+            "environmentVariableRedaction",
+            "enableConseca",
+        )
+    ),
+)
 
 
 def cli_home(run_dir: str) -> str:
@@ -289,24 +334,29 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
     from sandbox.agent import adapters, agenthome
 
     home = agenthome.make_home(run_dir, HOME_NAME)
-    state = os.path.join(home, ".gemini")
     user_dir = os.path.join(user_home, ".gemini")
-    agenthome.make_dir(state)
 
     def with_hooks(settings: dict[str, object]) -> dict[str, object]:
         if command is None:  # --hooks none: the agent's home without the sandbox's hooks
             return adapters.remove_ours(settings, MARKER)
         return adapters.merge_settings(settings, hook_settings(command), MARKER)
 
-    base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
-    user_settings = os.path.join(user_dir, "settings.json")
-    agenthome.seed_json(os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS)
-    for name in MERGED:
-        found = os.path.join(user_dir, name)
-        agenthome.seed_json(os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False)
-    for name in COPIED:
-        agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
-    agenthome.link_config(state, user_dir, LINKED)
+    # .gemini is not the home's mount point: another Gemini session of the run could swap it for a link.
+    with agenthome.pinned_dir(os.path.join(home, ".gemini")) as state:
+        base = agenthome.base_of(run_dir, HOME_NAME, "settings.json")
+        user_settings = os.path.join(user_dir, "settings.json")
+        agenthome.seed_json(
+            os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS
+        )
+        for name in MERGED:
+            found = os.path.join(user_dir, name)
+            agenthome.seed_json(
+                os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False
+            )
+        for name in COPIED:
+            agenthome.copy_missing(os.path.join(state, name), os.path.join(user_dir, name))
+        agenthome.relink_config(state, user_dir, LINKED)  # a planted extension is gone (its MCP servers)
+    agenthome.relink_config(home, user_home, ROOT_LINKED)
     return {**agent_env(run_dir, worktree), "GEMINI_CLI_HOME": home}
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -551,8 +550,9 @@ class RunCore:
             faults.point("drop.after_worktree")
             delete_run_refs(self.repo, self.run_id)
             faults.point("drop.after_refs")
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.dir)
+        from sandbox.store.fsutil import remove_tree
+
+        remove_tree(self.dir)  # iterative: an agent home nested past Python's recursion limit is removed too
         return freed
 
 

@@ -268,6 +268,9 @@ def remove_tree(path: str) -> None:
     except OSError:
         return
     names: list[str] = []  # the directories descended into, from ``path``
+    #: Each of those directories' parent, as (device, inode): going back up through ``..`` must land
+    #: there, or an agent moved the directory meanwhile and ``..`` now leads elsewhere (above the tree).
+    parents: list[tuple[int, int]] = []
     stuck: set[tuple[int, int]] = set()  # directories that could not be removed: not entered again
     try:
         while True:
@@ -296,6 +299,8 @@ def remove_tree(path: str) -> None:
                         os.unlink(entry.name, dir_fd=fd)
                     continue
                 names.append(entry.name)
+                mine = os.fstat(fd)
+                parents.append((mine.st_dev, mine.st_ino))
                 break
             if child is not None:
                 os.close(fd)
@@ -307,6 +312,9 @@ def remove_tree(path: str) -> None:
             parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
+            up = os.fstat(fd)
+            if (up.st_dev, up.st_ino) != parents.pop():
+                break  # moved while being removed: what is left stays, nothing above the tree is touched
             try:
                 os.rmdir(names.pop(), dir_fd=fd)
             except OSError:

@@ -369,10 +369,14 @@ class FileWalk:
                     continue
                 rel = name if not frame.base else f"{frame.base}/{name}"
                 child = _Dir(sub, True, rel, frame.depth + 1, frame.plain and _plain_at(sub, ".gitignore"), [])
-                read = None if self._excluded(child) else self._read(sub, rel)
-                if read is not None:
-                    files, child.todo = read
-                    yield from files
+                try:
+                    read = None if self._excluded(child) else self._read(sub, rel)
+                    if read is not None:
+                        files, child.todo = read
+                        yield from files
+                except BaseException:  # closed while yielding its files (an answer full): not on the stack yet
+                    _close(child)
+                    raise
                 if not child.todo:
                     _close(child)
                 elif len(stack) >= MAX_HELD:

@@ -197,3 +197,16 @@ def test_a_fifo_gitignore_below_neither_hangs_nor_prunes(tmp_path: Path) -> None
     assert not t.is_alive(), "list_files hung on a FIFO .gitignore"
     # libgit2 is not asked below a rule file that is not plain: the directory is listed, not judged.
     assert out == ["src/node_modules/m.js"]
+
+
+def test_an_answer_cut_at_max_list_inside_a_subdirectory_lets_go_of_its_descriptor(tmp_path: Path) -> None:
+    ws, wt = workspace(tmp_path)
+    many = wt / "a" / "b"
+    many.mkdir(parents=True)
+    for i in range(find.MAX_LIST + 5):
+        (many / f"f{i:05}.txt").write_text("x")
+    before = open_fds()
+    for _ in range(3):
+        answer = ws.list_files(pattern="*.txt")
+        assert f"more than {find.MAX_LIST} entries" in answer
+    assert open_fds() <= before  # the list stopped while the walk held a/b open: it was closed too

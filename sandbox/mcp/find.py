@@ -53,7 +53,7 @@ class FindTools(WorkspaceState):
                         f"\n[{rel or '.'} has more than {self.max_visit} entries: only the first "
                         f"{self.max_visit} read are listed, by name; give a pattern or a deeper path]"
                     )
-                return listing
+                return sendable(listing)
             regex = glob_regex(pattern)
             found = []
             walk = FileWalk(IgnoreRules(run, rel), max_entries=self.max_visit)
@@ -63,7 +63,7 @@ class FindTools(WorkspaceState):
                         found.append(sub if not rel else f"{rel}/{sub}")
                         if len(found) > MAX_LIST:
                             break
-            return _bounded_list(found, f"No file matches {pattern!r}.") + _walk_notes(walk, rel)
+            return sendable(_bounded_list(found, f"No file matches {pattern!r}.") + _walk_notes(walk, rel))
         finally:
             os.close(fd)
 
@@ -134,10 +134,19 @@ class FindTools(WorkspaceState):
         if more:
             where = f", and maybe in {left} more files" if left else ""
             lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
-        return "\n".join(lines)
+        return sendable("\n".join(lines))
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def sendable(text: str) -> str:
+    """``text`` with each byte of a name that is not UTF-8 (read as a lone surrogate) shown as ``\\xNN``:
+    an answer is sent as UTF-8 JSON, and one lone surrogate made the SDK fail the whole answer."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name gives (the model's own text echoed): as an escape
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def glob_regex(pattern: str) -> Glob:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -89,3 +90,25 @@ def test_a_crafted_pattern_answers_at_once(tmp_path: Path) -> None:
 def test_a_backwards_range_is_one_sentence() -> None:
     with pytest.raises(UsageError, match="runs backwards"):
         find.glob_regex("[z-a].txt")
+
+
+def test_a_name_that_is_not_utf8_is_shown_and_the_answer_can_be_sent(tmp_path: Path) -> None:
+    """An answer is sent as UTF-8 JSON: a file name with a byte that is not UTF-8 (the model's, or in
+    the user's tree) came back as a lone surrogate, and the SDK failed to encode the whole answer."""
+    from sandbox.mcp.state import Settings
+    from sandbox.mcp.workspace import Workspace
+    from sandbox.store.project import Project
+    from tests.conftest import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    project, workdir, _run = Project.discover(str(repo))
+    project.data_root = str(tmp_path / "data")
+    ws = Workspace(project, workdir, Settings(data_root=project.data_root))
+    ws.start_run()
+    assert ws.run is not None
+    os.mkdir(os.path.join(os.fsencode(ws.run.worktree), b"sub"))
+    with open(os.path.join(os.fsencode(ws.run.worktree), b"sub", b"caf\xff.txt"), "wb") as f:
+        f.write(b"hello\n")
+    for answer in (ws.list_files("sub"), ws.list_files(pattern="*.txt"), ws.search("hello")):
+        answer.encode("utf-8")  # strict: what the SDK does with it
+        assert "caf\\xff.txt" in answer, answer

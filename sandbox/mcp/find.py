@@ -106,6 +106,13 @@ class FindTools(WorkspaceState):
         proc = gitcli.git([*grep, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
         if proc.returncode == 1:
             return f"No line matches {pattern!r}."
+        if proc.returncode != 0 and b"limit exceeded" in proc.stderr:
+            # PCRE gave up backtracking (its match, depth or heap limit). Python's re has no limit and
+            # holds the GIL: the same pattern over every file would stop this server for ever.
+            raise UsageError(
+                f"The search pattern {pattern!r} backtracks past PCRE's limit on some line (nested repeats such "
+                "as '(a+)+'); simplify it."
+            )
         if proc.returncode != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
             listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
             proc = gitcli.git(listing, run.worktree, check=False)

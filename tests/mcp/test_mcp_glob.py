@@ -112,3 +112,39 @@ def test_a_name_that_is_not_utf8_is_shown_and_the_answer_can_be_sent(tmp_path: P
     for answer in (ws.list_files("sub"), ws.list_files(pattern="*.txt"), ws.search("hello")):
         answer.encode("utf-8")  # strict: what the SDK does with it
         assert "caf\\xff.txt" in answer, answer
+
+
+SEARCH_CHILD = """
+import sys
+from sandbox.errors import UsageError
+from sandbox.mcp.state import Settings
+from sandbox.mcp.workspace import Workspace
+from sandbox.store.project import Project
+
+project, workdir, _run = Project.discover(sys.argv[1])
+project.data_root = sys.argv[2]
+ws = Workspace(project, workdir, Settings(data_root=project.data_root))
+ws.start_run()
+with open(ws.run.worktree + "/input.txt", "w") as f:
+    f.write("a" * 40 + "b\\n")
+try:
+    print(ws.search("(a+)+$"))
+except UsageError as exc:
+    print("REFUSED", exc.message)
+"""
+
+
+def test_a_search_pattern_past_pcres_backtracking_limit_is_refused_not_run_again_in_python(tmp_path: Path) -> None:
+    """git grep gives up on '(a+)+$' over 'aaaa...ab' (PCRE's match limit); the fallback ran the same
+    pattern through Python's re, which has no limit and holds the GIL: the server stopped for ever."""
+    from tests.conftest import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    proc = subprocess.run(
+        [sys.executable, "-c", SEARCH_CHILD, str(repo), str(tmp_path / "data")],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    out = proc.stdout.decode()
+    assert out.startswith("REFUSED") and "backtrack" in out, out

@@ -50,8 +50,9 @@ class FindTools(WorkspaceState):
                 listing = _bounded_list(names, f"{rel or '.'} is empty.")
                 if cut:
                     listing += (
-                        f"\n[{rel or '.'} has more than {self.max_visit} entries: only the first "
-                        f"{self.max_visit} read are listed, by name; give a pattern or a deeper path]"
+                        f"\n[{rel or '.'} has more than {self.max_visit} entries: the names above are drawn from the "
+                        f"first {self.max_visit} entries read (in the directory's own order), so a name missing here "
+                        "may still exist; give a pattern or a deeper path]"
                     )
                 return sendable(listing)
             regex = glob_regex(pattern)

@@ -67,8 +67,12 @@ def list_runs(
         )
     if not all(r.get("disk_complete", True) for r in rows):
         click.echo(
-            f">SIZE: more than SIZE (the first {limit} files of that run counted; "
-            "'sandbox list --disk' counts them all)"
+            ">SIZE: more than SIZE ("
+            + (
+                f"the first {limit} files of that run counted; 'sandbox list --disk' counts them all)"
+                if limit is not None
+                else "not every directory of that run could be read: nested past what a path names, or unreadable)"
+            )
         )
 
 

@@ -69,8 +69,12 @@ def status(
         click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
     elif row["worktree_exists"]:
         click.echo(
-            f"  disk:      more than {human_size(row['disk_bytes'])} (the first {limit} files counted; "
-            "'sandbox status --disk' counts them all)"
+            f"  disk:      more than {human_size(row['disk_bytes'])} ("
+            + (
+                f"the first {limit} files counted; 'sandbox status --disk' counts them all)"
+                if limit is not None
+                else "some directories could not be read: nested deeper than a path can name, or not readable)"
+            )
         )
     markers = row.get("conflict_markers") or []
     if markers:

@@ -50,10 +50,11 @@ class FindTools(WorkspaceState):
                 listing = _bounded_list(names, f"{rel or '.'} is empty.")
                 if cut:
                     listing += (
-                        f"\n[{rel or '.'} has more than {self.max_visit} entries: only the first "
-                        f"{self.max_visit} read are listed, by name; give a pattern or a deeper path]"
+                        f"\n[{rel or '.'} has more than {self.max_visit} entries: the names above are drawn from the "
+                        f"first {self.max_visit} entries read (in the directory's own order), so a name missing here "
+                        "may still exist; give a pattern or a deeper path]"
                     )
-                return listing
+                return sendable(listing)
             regex = glob_regex(pattern)
             found = []
             walk = FileWalk(IgnoreRules(run, rel), max_entries=self.max_visit)
@@ -63,7 +64,7 @@ class FindTools(WorkspaceState):
                         found.append(sub if not rel else f"{rel}/{sub}")
                         if len(found) > MAX_LIST:
                             break
-            return _bounded_list(found, f"No file matches {pattern!r}.") + _walk_notes(walk, rel)
+            return sendable(_bounded_list(found, f"No file matches {pattern!r}.") + _walk_notes(walk, rel))
         finally:
             os.close(fd)
 
@@ -106,6 +107,13 @@ class FindTools(WorkspaceState):
         proc = gitcli.git([*grep, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
         if proc.returncode == 1:
             return f"No line matches {pattern!r}."
+        if proc.returncode != 0 and b"limit exceeded" in proc.stderr:
+            # PCRE gave up backtracking (its match, depth or heap limit). Python's re has no limit and
+            # holds the GIL: the same pattern over every file would stop this server for ever.
+            raise UsageError(
+                f"The search pattern {pattern!r} backtracks past PCRE's limit on some line (nested repeats such "
+                "as '(a+)+'); simplify it."
+            )
         if proc.returncode != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
             listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
             proc = gitcli.git(listing, run.worktree, check=False)
@@ -134,47 +142,135 @@ class FindTools(WorkspaceState):
         if more:
             where = f", and maybe in {left} more files" if left else ""
             lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
-        return "\n".join(lines)
+        return sendable("\n".join(lines))
 
 
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob as a regular expression over ``/``-separated relative paths.
+def sendable(text: str) -> str:
+    """``text`` with each byte of a name that is not UTF-8 (read as a lone surrogate) shown as ``\\xNN``:
+    an answer is sent as UTF-8 JSON, and one lone surrogate made the SDK fail the whole answer."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name gives (the model's own text echoed): as an escape
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def glob_regex(pattern: str) -> Glob:
+    """A glob as a test of ``/``-separated relative paths (its :meth:`Glob.fullmatch`).
 
     ``*`` and ``?`` stay within a name, ``**`` crosses directories, ``[...]`` is a class; a
-    pattern without ``/`` matches a file name at any depth (``*.py`` is ``**/*.py``).
+    pattern without ``/`` matches a file name at any depth (``*.py`` is ``**/*.py``). The pattern
+    is the model's: a pattern Python's ``re`` would backtrack on for hours (``*a*a*a*a*a*a*a*b``
+    over a long name: 8 s for 7 stars over 60 characters, and ``re`` holds the GIL, so the whole
+    server stops) is run as a set of states instead, one step per character (:class:`Glob`).
     """
     if "/" not in pattern and "**" not in pattern:
         pattern = "**/" + pattern
-    out, i = [], 0
+    # (kind, regex of one character): "char", "star", or "opt" (where an optional ``**/`` begins: no character)
+    tokens: list[tuple[str, str]] = []
+    i = 0
     while i < len(pattern):
         c = pattern[i]
         if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+            # (?:.*/)?: any characters, then '/', or nothing at all
+            tokens += [("opt", ""), ("star", "."), ("char", "/")]
             i += 3
             continue
         if pattern.startswith("**", i):
-            out.append(".*")
+            tokens.append(("star", "."))
             i += 2
             continue
         if c == "*":
-            out.append("[^/]*")
+            tokens.append(("star", "[^/]"))
         elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = pattern.find("]", i + 1)
-            if end == -1:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : end]
-                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-                i = end
+            tokens.append(("char", "[^/]"))
+        elif c == "[" and pattern.find("]", i + 2) != -1:
+            end = pattern.find("]", i + 2)
+            tokens.append(("char", _class(pattern[i + 1 : end], pattern)))
+            i = end
         else:
-            out.append(re.escape(c))
+            tokens.append(("char", re.escape(c)))
         i += 1
-    return re.compile("".join(out))
+    return Glob(tokens)
+
+
+def _class(body: str, pattern: str) -> str:
+    """A glob's ``[...]`` (``body`` between the brackets) as a regular expression's class: ``!`` or
+    ``^`` first negates, ``a-z`` is a range, every other character is itself."""
+    negate = body[:1] in ("!", "^")
+    body = body[1:] if negate else body
+    parts, i = [], 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            if body[i] > body[i + 2]:
+                raise UsageError(f"The pattern {pattern!r} has a range {body[i : i + 3]!r} that runs backwards.")
+            parts.append(f"{re.escape(body[i])}-{re.escape(body[i + 2])}")
+            i += 3
+        else:
+            parts.append(re.escape(body[i]))
+            i += 1
+    # A negated class stays within a name, as ``?`` does.
+    return "[" + ("^/" if negate else "") + "".join(parts) + "]" if parts else ("[^/]" if negate else "(?!)")
+
+
+class Glob:
+    """A compiled glob: Python's ``re`` where that is safe (at most two stars: a path of n characters
+    costs at most n**2 steps), else the pattern's positions as bits of an integer advanced once per
+    character (a Thompson simulation: steps grow with the path times the pattern, never exponentially)."""
+
+    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+        self.tokens = tokens
+        self.classes = [re.compile(t, re.DOTALL) for _k, t in tokens]
+        stars = sum(1 for k, _t in tokens if k == "star")
+        pieces = {"char": "{}", "star": "{}*", "opt": "(?:"}
+        #: The glob as a regular expression (used when it has at most two stars).
+        self.text = "".join(
+            pieces[k].format(t) + (")?" if i > 1 and tokens[i - 2][0] == "opt" else "")
+            for i, (k, t) in enumerate(tokens)
+        )
+        self.regex = re.compile(self.text, re.DOTALL) if stars <= 2 else None
+        self._star = sum(1 << i for i, (k, _t) in enumerate(tokens) if k != "char")
+        # The entry of a ``**/`` goes on into it, or past all of it (its three positions); it takes no character.
+        self._opt = sum(1 << i for i, (k, _t) in enumerate(tokens) if k == "opt")
+        self._accept = 1 << len(tokens)
+        self._masks: dict[str, tuple[int, int]] = {}
+
+    def fullmatch(self, path: str) -> bool:
+        """True when all of ``path`` matches."""
+        if self.regex is not None:
+            return self.regex.fullmatch(path) is not None
+        states = self._closure(1)
+        for c in path:
+            masks = self._masks.get(c)
+            if masks is None:
+                masks = self._masks[c] = self._char_masks(c)
+            one, loop = masks
+            states = self._closure(((states & one) << 1) | (states & loop))
+            if not states:
+                return False
+        return bool(states & self._accept)
+
+    def _char_masks(self, c: str) -> tuple[int, int]:
+        """(the positions a character ``c`` steps past, the star positions it stays in)."""
+        one = loop = 0
+        for i, ((kind, _t), cls) in enumerate(zip(self.tokens, self.classes, strict=True)):
+            if cls.fullmatch(c):
+                if kind == "char":
+                    one |= 1 << i
+                elif kind == "star":
+                    loop |= 1 << i
+        return one, loop
+
+    def _closure(self, states: int) -> int:
+        """``states`` with every position reachable from them without a character: past a star, past an
+        optional ``**/``."""
+        while True:
+            more = states | ((states & self._star) << 1) | ((states & self._opt) << 3)
+            if more == states:
+                return states
+            states = more
 
 
 def _matching_lines(root: int, name: str, regex: re.Pattern[bytes]) -> list[tuple[int, str]]:
@@ -369,10 +465,14 @@ class FileWalk:
                     continue
                 rel = name if not frame.base else f"{frame.base}/{name}"
                 child = _Dir(sub, True, rel, frame.depth + 1, frame.plain and _plain_at(sub, ".gitignore"), [])
-                read = None if self._excluded(child) else self._read(sub, rel)
-                if read is not None:
-                    files, child.todo = read
-                    yield from files
+                try:
+                    read = None if self._excluded(child) else self._read(sub, rel)
+                    if read is not None:
+                        files, child.todo = read
+                        yield from files
+                except BaseException:  # closed while yielding its files (an answer full): not on the stack yet
+                    _close(child)
+                    raise
                 if not child.todo:
                     _close(child)
                 elif len(stack) >= MAX_HELD:

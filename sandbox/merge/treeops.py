@@ -199,7 +199,9 @@ def move(run: Run, op: Operation, kind: str, lock_timeout: float = 30.0) -> Undo
         state = run.verified_state()
         fresh = stack(run, state)
         pool = fresh.done if kind == "undo" else fresh.undone
-        if not any(o.event_id == op.event_id for o in pool):
+        # Still the newest, not just still there: another process's apply (undo, redo) in between makes
+        # another one the operation to take back, and one taken out of order would break the stack.
+        if not pool or pool[-1].event_id != op.event_id:
             raise SandboxError(f"Run {run.run_id} changed meanwhile; run 'sandbox {kind} {run.run_id}' again.")
         moves = []
         for m in op.moves:

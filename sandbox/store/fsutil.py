@@ -214,29 +214,43 @@ def disk_usage(path: str) -> int:
 
 
 def disk_usage_upto(path: str, max_entries: int | None) -> tuple[int, bool]:
-    """(bytes used by the files below ``path``, True), links not followed; when there are more than
-    ``max_entries`` entries (None: no bound), the bytes of the first ``max_entries`` and False.
+    """(bytes used by the files below ``path``, True), links not followed, a file with several hard
+    links below ``path`` counted once (as ``du``); when there are more than ``max_entries`` entries
+    (None: no bound), the bytes of the first ``max_entries`` and False; False too when a directory
+    could not be read (a path longer than PATH_MAX, no permission): the figure is then a lower bound.
 
     Walked with a stack, not ``os.walk``: that recurses per level (before Python 3.12), and an
-    agent may nest its worktree's directories deeper than Python recurses.
+    agent may nest its worktree's directories deeper than Python recurses. Each directory is read
+    entry by entry: the bound holds inside one directory of millions too.
     """
     total = seen = 0
+    complete = True
+    linked: set[tuple[int, int]] = set()
     stack = [path]
     while stack:
         try:
-            entries = list(os.scandir(stack.pop()))
+            it = os.scandir(stack.pop())
+        except FileNotFoundError:
+            continue  # removed meanwhile: nothing left to count
         except OSError:
+            complete = False
             continue
-        for entry in entries:
-            seen += 1
-            if max_entries is not None and seen > max_entries:
-                return total, False
-            with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                else:
-                    total += entry.stat(follow_symlinks=False).st_blocks * 512
-    return total, True
+        with it:
+            for entry in it:
+                seen += 1
+                if max_entries is not None and seen > max_entries:
+                    return total, False
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_nlink > 1:
+                        if (st.st_dev, st.st_ino) in linked:
+                            continue
+                        linked.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total, complete
 
 
 def human_size(n: int) -> str:

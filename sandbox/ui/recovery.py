@@ -223,7 +223,14 @@ def next_steps(run: Run, state: LedgerState) -> list[NextStep]:
 
 def _uncertain(rid: str, e: LedgerEntry) -> NextStep:
     cid = shlex.quote(e.call_id)
-    resolve = [f"sandbox call resolve {rid} {cid} --status {outcome}" for outcome in ("succeeded", "failed")]
+    # A call id is the agent's word: one that begins with '-' would read as an option (-C elsewhere), so
+    # then the options come first and '--' ends them.
+    if cid.startswith("-") or rid.startswith("-"):
+        resolve = [f"sandbox call resolve --status {outcome} -- {rid} {cid}" for outcome in ("succeeded", "failed")]
+        approve = f"sandbox approve -- {rid} {cid}"
+    else:
+        resolve = [f"sandbox call resolve {rid} {cid} --status {outcome}" for outcome in ("succeeded", "failed")]
+        approve = f"sandbox approve {rid} {cid}"
     decision = classify(e)
     said = f"Call {e.call_id} ({e.tool_name}) is uncertain ({decision}): it started and its end was never recorded."
     check = "Once you checked what it did, record the outcome (either command)."
@@ -231,7 +238,7 @@ def _uncertain(rid: str, e: LedgerEntry) -> NextStep:
         return NextStep(
             f"{said} It is blocked: the agent's retry of it is refused until you approve it. {check} Or let the agent "
             "run it again:",
-            [*resolve, f"sandbox approve {rid} {cid}"],
+            [*resolve, approve],
             e.call_id,
         )
     if e.approval is not None and e.approval.value == "approved":

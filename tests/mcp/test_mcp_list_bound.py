@@ -45,8 +45,9 @@ def test_listing_one_directory_is_bounded_and_says_so(tmp_path: Path) -> None:
     # Counted, not timed: the answer holds exactly the entries read before the bound, each once.
     assert len(names) == len(set(names)) == 500
     assert all(n.startswith("f") or n in ("Sub/", "Link@") for n in names) and names == sorted(names)
-    assert note == "[out has more than 500 entries: only the first 500 read are listed, by name; " + (
-        "give a pattern or a deeper path]"
+    assert note == (
+        "[out has more than 500 entries: the names above are drawn from the first 500 entries read (in the "
+        "directory's own order), so a name missing here may still exist; give a pattern or a deeper path]"
     )
     ws.max_visit = 10_000
     marks = [n for n in ws.list_files("out").splitlines() if not n.startswith("f")]
@@ -63,3 +64,19 @@ def test_the_glob_walk_has_the_same_bound(tmp_path: Path) -> None:
     answer = ws.list_files("tree", "*.txt").splitlines()
     assert answer[-1].startswith("[the walk stopped after visiting 100 entries")
     assert len(answer) - 1 < 100
+
+
+def test_a_cut_directory_listing_says_what_its_names_are_drawn_from(tmp_path: Path) -> None:
+    """Past both bounds (entries read, names shown) the note said the first N read 'are listed' while
+    the answer listed MAX_LIST of them: a model took a name missing from it for a file that is not there."""
+    ws, wt = workspace(tmp_path)
+    many = wt / "out"
+    many.mkdir()
+    for i in range(ENTRIES):
+        (many / f"f{i:05}").write_text("x")
+    ws.max_visit = find.MAX_LIST + 200
+    lines = ws.list_files("out").splitlines()
+    assert len(lines) == find.MAX_LIST + 2
+    note = lines[-1]
+    assert f"only the first {ws.max_visit} read are listed" not in note
+    assert f"the names above are drawn from the first {ws.max_visit} entries read" in note, note

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.errors import SandboxError
 from sandbox.merge import mergeback
 from sandbox.merge.undo import redo, undo
 from sandbox.models import Event
@@ -66,3 +67,28 @@ def test_redo_of_a_call_past_an_undone_operation_walks_the_ledger_once(
     walks.clear()
     assert redo(run).applied
     assert len(walks) == 1
+
+
+def test_an_undo_chosen_before_another_process_applied_takes_back_nothing(repo: Path) -> None:
+    """undo chooses the newest operation, then checks it under the locks: another process's apply in
+    between made the chosen one no longer the newest, and the check only asked that it still stood."""
+    import subprocess
+    import sys
+
+    from sandbox.merge import treeops
+
+    run = start(repo)
+    agent_changes(run)
+    mergeback.apply(run)  # the operation undo will choose
+    with run.tool_call("later") as call:
+        call.write("later.txt", "later\n")
+    chosen = treeops.stack(run, run.verified_state()).done[-1]
+    # Another process applies the newer call meanwhile (before this one takes the locks).
+    sandbox = str(Path(sys.executable).parent / "sandbox")
+    proc = subprocess.run([sandbox, "apply", run.run_id], cwd=repo, capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    both = tree_digest(repo)
+    with pytest.raises(SandboxError, match="changed meanwhile"):
+        treeops.move(run, chosen, "undo")
+    assert tree_digest(repo) == both  # neither apply taken back out of order
+    assert undo(run).restored and not (repo / "later.txt").exists()  # asked again: the newest goes

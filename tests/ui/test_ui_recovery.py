@@ -268,3 +268,22 @@ def test_an_interrupted_session_names_the_resume_the_cli_accepts(repo: Path) -> 
         assert "the sandbox cannot relaunch this agent" in page
     shown = _run_shown(rows.commands[0], repo)
     assert shown.returncode == 0, shown.stderr
+
+
+def test_a_call_id_that_reads_as_an_option_is_still_one_argument_in_the_commands_to_copy(repo: Path) -> None:
+    """A call id is the agent's word (a hook's, an MCP client's): '-C..' pasted after the run read as
+    an option of the command (another directory), and resolved or approved nothing of this run."""
+    from sandbox.ui.recovery import next_steps
+
+    run = start(repo)
+    odd = f"-C{repo.parent}"
+    run.start_call("Bash", {"command": "make deploy"}, call_id=odd)
+    assert continue_.block_uncertain(run, resume(run)) == [odd]
+    steps = next_steps(run, run.state())
+    commands = [c for s in steps if s.call_id == odd for c in s.commands]
+    assert len(commands) == 3  # resolve (either outcome), approve
+    approved = _run_shown(commands[2], repo)
+    assert approved.returncode == 0, approved.stderr
+    done = _run_shown(commands[0], repo)
+    assert done.returncode == 0, done.stderr
+    assert Run.open(run.project, run.run_id).state().calls[odd].status.value == "succeeded"

@@ -53,7 +53,10 @@ class RunRow(Output):
     disk_bytes: int
     disk_complete: bool = Field(
         default=True,
-        description="False when disk_bytes counts only the first files (list/status without --disk): it uses more.",
+        description=(
+            "False when disk_bytes is a lower bound: only the first files counted (list/status without --disk), "
+            "or a directory could not be read (nested past what a path names, unreadable)."
+        ),
     )
     error: str | None = None
     damaged: bool = False

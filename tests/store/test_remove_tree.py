@@ -65,6 +65,9 @@ def test_drop_removes_a_run_whose_agent_home_is_nested_past_the_recursion_limit(
             fd = inner
     finally:
         os.close(fd)
-    done = sandbox_cmd("drop", run.run_id, "--force", cwd=repo)
-    assert done.returncode == 0, done.stderr
-    assert not os.path.lexists(run.dir)
+    try:
+        done = sandbox_cmd("drop", run.run_id, "--force", cwd=repo)
+        assert done.returncode == 0, done.stderr
+        assert not os.path.lexists(run.dir)
+    finally:
+        remove_tree(str(deep))  # pytest's own clean-up of tmp_path recurses: never leave the chain behind

@@ -27,6 +27,7 @@ from typing import IO, TypedDict
 
 from sandbox.agent import confine, envfilter, sandboxpolicy
 from sandbox.errors import SandboxError, UsageError
+from sandbox.mcp.find import sendable
 from sandbox.mcp.hosted import HostLedger
 from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState
 from sandbox.models import CallStatus
@@ -73,8 +74,10 @@ class CommandResult:
             "status": self.status,
             "exit_code": self.exit_code,
             "timed_out": self.timed_out,
-            "files_changed": self.files_changed,
-            "output": self.output,
+            # A path that is not UTF-8 (read as lone surrogates) shown as \xNN: one made the SDK fail
+            # to encode the whole answer, and the server exited.
+            "files_changed": [sendable(p) for p in self.files_changed],
+            "output": sendable(self.output),
             "output_truncated": self.output_truncated,
         }
         if self.error:

@@ -148,3 +148,24 @@ def test_a_search_pattern_past_pcres_backtracking_limit_is_refused_not_run_again
     )
     out = proc.stdout.decode()
     assert out.startswith("REFUSED") and "backtrack" in out, out
+
+
+def test_a_command_that_makes_a_name_that_is_not_utf8_gets_an_answer_that_can_be_sent(tmp_path: Path) -> None:
+    """``run_command`` listing a changed file whose name is not UTF-8 (it was a lone surrogate in the
+    answer, and the SDK's failure to encode it ended the whole server)."""
+    import json
+
+    from sandbox.mcp.state import Settings
+    from sandbox.mcp.workspace import Workspace
+    from sandbox.store.project import Project
+    from tests.conftest import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    project, workdir, _run = Project.discover(str(repo))
+    project.data_root = str(tmp_path / "data")
+    ws = Workspace(project, workdir, Settings(data_root=project.data_root))
+    ws.start_run()
+    result = ws.run_command("printf hi > \"$(printf 'caf\\377.txt')\"; printf '\\377\\n'")
+    answer = json.dumps(result.to_json(), ensure_ascii=False)
+    answer.encode("utf-8")  # strict: what the SDK does with it
+    assert "caf\\\\xff.txt" in answer, answer

@@ -417,6 +417,16 @@ class Inotify:
                         tree.lose_locked(f"the watcher failed on an event ({type(exc).__name__}: {exc})")
 
     def _dispatch(self, data: bytes) -> None:
+        # Sync waiters are woken after the walks of directories created in the same read: a window
+        # closed on that sync then holds the files of a directory moved in before it, not the next one.
+        synced: list[threading.Event] = []
+        try:
+            self._dispatch_read(data, synced)
+        finally:
+            for waiter in synced:
+                waiter.set()
+
+    def _dispatch_read(self, data: bytes, synced: list[threading.Event]) -> None:
         offset = 0
         created: list[tuple[Tree, str]] = []
         with self.lock:
@@ -451,7 +461,7 @@ class Inotify:
                     if mask & IN_DELETE:
                         waiter = tree.waiters.get(name)
                         if waiter is not None:
-                            waiter.set()
+                            synced.append(waiter)
                     continue
                 tree.report_locked([rel])
                 if mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):

@@ -260,7 +260,7 @@ def locate(cwd: str) -> Location:
     """The run whose worktree contains ``cwd``; :class:`HookInputError` when there is none."""
     if not os.path.isdir(cwd):
         raise HookInputError(f"The hook's cwd {cwd!r} is not a directory; nothing recorded.")
-    found = layout.locate_through(cwd)  # past a repository the agent nested in its worktree
+    found = layout.locate(cwd, past_nested=True)
     if found is None:
         raise HookInputError(
             f"{cwd} is not inside a sandbox run's worktree; start the agent with 'sandbox run -- AGENT' "

@@ -317,38 +317,25 @@ class Location:
         return run_dir(self.common_dir, self.run_id)
 
 
-def locate(cwd: str) -> Location | None:
+def locate(cwd: str, *, past_nested: bool = False) -> Location | None:
     """The run whose worktree contains ``cwd``, or None; no git, no environment.
 
     A home's worktree names its repository in the ``origin`` file beside it, and the repository
     must name that same home back (``runs/<run>/place``): a directory that merely looks like a
     home, or an origin file pointing elsewhere, is not taken for the run. A legacy worktree is
     recognised by its path, ``<common>/sandbox/worktrees/<run>``.
-    """
-    here = os.path.realpath(cwd)
-    while True:
-        if os.path.lexists(os.path.join(here, ".git")):
-            # The nearest repository decides: a run's worktree, or something else (the user's own
-            # tree, a repository nested in a worktree), which is no run.
-            return _home_location(here) or _legacy_location(here)
-        up = os.path.dirname(here)
-        if up == here:
-            return None
-        here = up
 
-
-def locate_through(cwd: str) -> Location | None:
-    """The run whose worktree contains ``cwd``, looking past any repository nested in it.
-
-    For a hook: the agent's working directory may lie in a repository the agent made inside its
-    worktree (``git init sub``), which :func:`locate` takes for no run, and a hook that finds no
-    run records nothing. A repository that is no run's worktree is passed over, up to the root.
+    The nearest repository decides: a run's worktree, or something else (the user's own tree, a
+    repository nested in a worktree), which is no run. ``past_nested`` (for a hook) passes over a
+    repository that is no run's worktree and goes on up: the agent's working directory may lie in
+    a repository it made inside its worktree (``git init sub``), and a hook that finds no run
+    records nothing.
     """
     here = os.path.realpath(cwd)
     while True:
         if os.path.lexists(os.path.join(here, ".git")):
             found = _home_location(here) or _legacy_location(here)
-            if found is not None:
+            if found is not None or not past_nested:
                 return found
         up = os.path.dirname(here)
         if up == here:

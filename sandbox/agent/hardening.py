@@ -205,9 +205,8 @@ def make_cgroups(max_pids: int | None, max_memory: int | None, *, memory_if_free
     parents = cgroup_parents()
     if memory_if_free and max_memory is not None and "memory" in parents:
         memory_parent = parents["memory"]
-        v1_memory = memory_parent.startswith(os.path.join(CGROUP_ROOT, "memory"))
         shared = wanted["pids"] is not None and parents.get("pids") == memory_parent
-        if not (v1_memory or shared):
+        if not (_in_v1(memory_parent, "memory") or shared):
             wanted["memory"] = None
     v1_file = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
     used: set[str] = set()
@@ -217,8 +216,7 @@ def make_cgroups(max_pids: int | None, max_memory: int | None, *, memory_if_free
         used.add(parent)
         _sweep(parent)
         path = os.path.join(parent, CGROUP_PREFIX + secrets.token_hex(6))
-        hierarchy = os.path.join(CGROUP_ROOT, controller)
-        v1 = parent == hierarchy or parent.startswith(hierarchy + "/")
+        v1 = _in_v1(parent, controller)
         both = [("pids.max", max_pids), ("memory.max", max_memory)]
         limits = [(v1_file[controller], wanted[controller])] if v1 else both
         try:
@@ -236,6 +234,12 @@ def make_cgroups(max_pids: int | None, max_memory: int | None, *, memory_if_free
         made.dirs.append(path)
         made.join_files.append(os.path.join(path, "tasks" if v1 else "cgroup.procs"))
     return made
+
+
+def _in_v1(parent: str, controller: str) -> bool:
+    """True when ``parent`` lies in ``controller``'s own v1 hierarchy (else it is the v2 tree)."""
+    hierarchy = os.path.join(CGROUP_ROOT, controller)
+    return parent == hierarchy or parent.startswith(hierarchy + "/")
 
 
 def _write(path: str, value: int) -> None:

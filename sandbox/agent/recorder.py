@@ -544,12 +544,12 @@ def _summary(event: HookEvent) -> str | None:
         argv = value.get("argv")  # sandbox exec, and sandbox mcp's run_command (``/bin/sh -c COMMAND``)
         if what is None and isinstance(argv, list) and all(isinstance(a, str) for a in argv):
             shell = len(argv) == 3 and argv[0] == _MCP_SHELL and argv[1] == "-c" and event.summary == argv[2]
-            return event.summary if shell and event.summary else " ".join(argv)[:500]
+            return (event.summary if shell and event.summary else " ".join(argv))[:500]
     given = event.summary
     if what is not None:
         before = given[: len(given) - len(what)] if given is not None and given.endswith(what) else None
         said = before == "" or (before is not None and named in _PATH_KEYS and _SAYS_WHAT_RAN.fullmatch(before))
-        return given if said and given is not None else f"{event.tool}: {what}"[:500]
+        return (given if said and given is not None else f"{event.tool}: {what}")[:500]
     if given:
         return (AGENT_WORD + given)[:500]
     return event.tool

@@ -34,3 +34,11 @@ def test_a_shell_summary_is_taken_only_for_the_shell_sandbox_mcp_runs() -> None:
     something else than the command the summary shows."""
     assert _summary("run_command", {"argv": ["/bin/sh", "-c", "ls"]}, "ls") == "ls"
     assert _summary("run_command", {"argv": ["/tmp/evil", "-c", "ls"]}, "ls") == "/tmp/evil -c ls"
+
+
+def test_a_summary_that_says_what_ran_is_bounded_too() -> None:
+    """The payload's summary kept because it names exactly what ran is cut to 500 characters, as
+    every other summary is (a 5,000-character command was stored and shown whole)."""
+    command = "echo " + "x" * 5000
+    assert _summary("Bash", {"command": command}, command) == command[:500]
+    assert _summary("run_command", {"argv": ["/bin/sh", "-c", command]}, command) == command[:500]

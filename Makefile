@@ -47,7 +47,14 @@ test-latest: $(AGENTS_STAMP) bwrap git-lfs chromium
 AGENTS := tests/agents
 AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
-	@command -v npm >/dev/null || { echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian: apt-get install nodejs npm)." >&2; exit 1; }
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Node.js and npm (apt-get install -y nodejs npm)"; \
+	    apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq nodejs npm >/dev/null; }; \
+	  else \
+	    echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian/Ubuntu: sudo apt-get install nodejs npm)." >&2; exit 1; \
+	  fi; }
+	@node -e 'process.exit(+process.versions.node.split(".")[0] < 20)' || { echo "make agents: the real agents need Node.js >= 20 (this is $$(node --version)); install a newer one (Debian: bookworm-backports or NodeSource's nodejs)." >&2; exit 1; }
 	cd $(AGENTS) && npm ci --include=optional --no-audit --no-fund --loglevel=error
 	@$(AGENTS)/node_modules/.bin/claude --version >/dev/null 2>&1 || node $(AGENTS)/node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
 	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version && $(AGENTS)/node_modules/.bin/codex --version

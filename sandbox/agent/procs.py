@@ -134,14 +134,21 @@ def session_of(pid: int, limit: int = 64) -> str | None:
 def sandbox_own(pid: int) -> bool:
     """True for a bubblewrap process of the session's own sandbox (the one ``sandbox run`` started,
     or its init in the new PID namespace), never the agent's: its ``exe`` is bwrap and it is at
-    most the first process of one nested PID namespace."""
+    most the first process of one nested PID namespace.
+
+    A process that is exiting has no ``exe`` any more (the kernel dropped its memory first): its name
+    (``comm``, kept until it is reaped) tells then; bubblewrap going away as the sandbox ends was
+    reported as a process the agent had left running."""
     try:
-        exe = os.readlink(os.path.join(PROC, str(pid), "exe"))
         with open(os.path.join(PROC, str(pid), "status"), encoding="ascii", errors="replace") as fh:
             status = fh.read()
     except OSError:
         return False
-    if os.path.basename(exe).split(" ")[0] != "bwrap":
+    try:
+        name = os.path.basename(os.readlink(os.path.join(PROC, str(pid), "exe"))).split(" ")[0]
+    except OSError:
+        name = next((line.split(None, 1)[1].strip() for line in status.splitlines() if line.startswith("Name:")), "")
+    if name != "bwrap":
         return False
     nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
     return len(nspid) == 1 or (len(nspid) == 2 and nspid[-1] == "1")

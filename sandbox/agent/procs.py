@@ -110,20 +110,22 @@ def token_of(pid: int) -> str | None:
 
 def session_of(pid: int, limit: int = 64) -> str | None:
     """The ``sandbox run`` session ``pid`` belongs to: the token of its highest ancestor (itself
-    included) in the unbroken line of ancestors started with one, or None.
+    included) started with one, or None.
 
     A process chooses its own environment and its children's, never its ancestors': the session's
     first process (the supervisor, or bubblewrap) was given its token by ``sandbox run``, which runs
     outside the session, so a hook cannot claim another session by setting ``SANDBOX_SESSION``.
+    A process between them that was started without it (Codex starts its MCP servers with an
+    environment of its own) does not cut the line: the call was then bound to no session, and one
+    that Ctrl-C stopped was left ``started``.
     """
     found: str | None = None
     seen: set[int] = set()
     while pid > 0 and pid not in seen and len(seen) < limit:
         seen.add(pid)
         token = token_of(pid)
-        if token is None:
-            break
-        found = token
+        if token is not None:
+            found = token
         up = parent(pid)
         if up is None:
             break

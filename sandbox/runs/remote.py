@@ -332,16 +332,9 @@ def push(
             item.message = _diverged(run_id, remote)
             continue
         item.events = _count_between(project, run_id, mine["ledger"], their_ledger)
-        for name, oid in mine.items():
-            ref = layout.ref_name(run_id, name)
-            # The agent's refs are pushed by commit id: their objects may be in the run's own store.
-            refspecs.append(f"{oid}:{ref}" if name.startswith(AGENT_PREFIX) else f"{ref}:{ref}")
-            if name in LEASED or name.startswith(AGENT_PREFIX):
-                leases.append(f"--force-with-lease={ref}:{remote_refs.get(name, '')}")
-        for name in gone:  # a branch or tag the agent deleted
-            ref = layout.ref_name(run_id, name)
-            refspecs.append(f":{ref}")
-            leases.append(f"--force-with-lease={ref}:{remote_refs[name]}")
+        specs, leased = _refspecs(run_id, mine, remote_refs, gone)
+        refspecs += specs
+        leases += leased
         if agent_objects:
             objects_dirs.append(agent_objects)
         going.append(item)
@@ -367,6 +360,25 @@ def push(
                     f"Someone pushed it meanwhile: fetch ('sandbox fetch {remote} {item.run_id}') and push again."
                 )
     return report
+
+
+def _refspecs(
+    run_id: str, mine: dict[str, str], remote_refs: dict[str, str], gone: list[str]
+) -> tuple[list[str], list[str]]:
+    """The refspecs and ``--force-with-lease`` options that push ``mine`` and delete ``gone`` on the remote."""
+    refspecs: list[str] = []
+    leases: list[str] = []
+    for name, oid in mine.items():
+        ref = layout.ref_name(run_id, name)
+        # The agent's refs are pushed by commit id: their objects may be in the run's own store.
+        refspecs.append(f"{oid}:{ref}" if name.startswith(AGENT_PREFIX) else f"{ref}:{ref}")
+        if name in LEASED or name.startswith(AGENT_PREFIX):
+            leases.append(f"--force-with-lease={ref}:{remote_refs.get(name, '')}")
+    for name in gone:  # a branch or tag the agent deleted
+        ref = layout.ref_name(run_id, name)
+        refspecs.append(f":{ref}")
+        leases.append(f"--force-with-lease={ref}:{remote_refs[name]}")
+    return refspecs, leases
 
 
 def _push_refusal(out: str) -> str | None:

@@ -57,12 +57,10 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import socket
 import stat
 import time
 from collections.abc import Mapping
-from typing import TypedDict, cast
 
 from sandbox.store import layout
 
@@ -233,11 +231,11 @@ def run_token(run_dir: str, create: bool = True) -> str | None:
             return None
         if not create:
             return None
-        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        tmp = f"{path}.{os.urandom(4).hex()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, secrets.token_hex(24).encode() + b"\n")
+                os.write(fd, os.urandom(24).hex().encode() + b"\n")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -367,70 +365,74 @@ def host_starting(common_dir: str) -> bool:
 # -- the client ----------------------------------------------------------------------------------
 
 
-class _ReplyBase(TypedDict):
-    ok: bool
+# The replies' types are for mypy only: at run time a reply is a plain dict, and ``typing`` is not
+# imported (it costs every hook's start ~5 ms; mypy reads this name as typing's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypedDict
 
+    class _ReplyBase(TypedDict):
+        ok: bool
 
-class Reply(_ReplyBase, total=False):
-    """A host's reply to an operation on a run, or to ``ping``/``stop``/``forget`` (the keys above).
+    class Reply(_ReplyBase, total=False):
+        """A host's reply to an operation on a run, or to ``ping``/``stop``/``forget`` (the keys above).
 
-    ``ok`` is always there; the rest as the operation answers. Typed here so that each reader is
-    checked; the reader of a reply still checks each value's type, as the host may be older.
-    """
+        ``ok`` is always there; the rest as the operation answers. Typed here so that each reader is
+        checked; the reader of a reply still checks each value's type, as the host may be older.
+        """
 
-    error: str
-    # hook (:class:`sandbox.agent.hookproto.Outcome`)
-    message: str
-    strict: bool
-    decision: str | None
-    reason: str | None
-    call: str | None
-    status: str | None
-    files: int | None
-    note: str | None
-    # begin, end, quiet
-    watched: bool
-    paths: list[str] | None
-    last_change: float | None
-    # ping
-    pid: int
-    runs: int
-    # forget
-    forgotten: bool
+        error: str
+        # hook (:class:`sandbox.agent.hookproto.Outcome`)
+        message: str
+        strict: bool
+        decision: str | None
+        reason: str | None
+        call: str | None
+        status: str | None
+        files: int | None
+        note: str | None
+        # begin, end, quiet
+        watched: bool
+        paths: list[str] | None
+        last_change: float | None
+        # ping
+        pid: int
+        runs: int
+        # forget
+        forgotten: bool
 
+    class RunServed(TypedDict):
+        """One run the host serves, in its ``status`` reply."""
 
-class RunServed(TypedDict):
-    """One run the host serves, in its ``status`` reply."""
+        watched: bool
+        watches: int
+        note: str | None
+        requests: int
 
-    watched: bool
-    watches: int
-    note: str | None
-    requests: int
+    class InotifyUse(TypedDict):
+        """The host's inotify use, in its ``status`` reply."""
 
+        instances: int
+        watches: int
+        max_watches: int | None
+        max_runs_watched: int | None
 
-class InotifyUse(TypedDict):
-    """The host's inotify use, in its ``status`` reply."""
+    class HostStatus(TypedDict):
+        """What the host serves (:meth:`sandbox.agent.host.Host.status`): the ``status`` reply less ``ok``."""
 
-    instances: int
-    watches: int
-    max_watches: int | None
-    max_runs_watched: int | None
+        pid: int
+        runs: dict[str, RunServed]
+        inotify: InotifyUse
+        notes: list[str]
+        connections: dict[str, int]
 
+    class StatusReply(HostStatus):
+        """The ``status`` reply."""
 
-class HostStatus(TypedDict):
-    """What the host serves (:meth:`sandbox.agent.host.Host.status`): the ``status`` reply less ``ok``."""
+        ok: bool
 
-    pid: int
-    runs: dict[str, RunServed]
-    inotify: InotifyUse
-    notes: list[str]
-    connections: dict[str, int]
-
-
-class StatusReply(HostStatus):
-    """The ``status`` reply."""
-
-    ok: bool
+else:
+    Reply = RunServed = InotifyUse = HostStatus = StatusReply = dict
 
 
 class Client:
@@ -485,7 +487,8 @@ class Client:
         finally:
             sock.close()
         # Only ``ok`` is checked here; each reader checks the values it reads (see :class:`Reply`).
-        return cast(Reply, reply) if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
+        ok = isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
+        return reply if ok else None
 
     def for_run(
         self,
@@ -514,7 +517,7 @@ def status(common_dir: str) -> StatusReply | None:
         return None
     reply = Client(common_dir).request({"op": "status"}, 5.0)
     # The host answers ``status`` with a StatusReply (its own reply type, not Reply's ``runs`` count).
-    return cast(StatusReply, reply) if reply and reply["ok"] else None
+    return reply if reply and reply["ok"] else None  # type: ignore[return-value]
 
 
 def run_ops(common_dir: str, run_id: str, run_dir: str, *, timeout: float = 15.0) -> RunChanges:

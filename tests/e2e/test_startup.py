@@ -233,3 +233,70 @@ def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     assert "sandbox.run.run" in heavy_loaded(proc.stderr.decode())
+
+
+#: Every module of the package the hook command Claude Code runs (``-I -S``, see
+#: :func:`sandbox.cli.hooks_cmd.hook_command`) may load while a host serves the run (issue 30): the
+#: hand-over to the host and this one agent's adapter, not the other agents' adapters.
+HOOK_MODULES = {
+    "sandbox",
+    "sandbox.cli",
+    "sandbox.cli.hookrun",
+    "sandbox.errors",
+    "sandbox.agent",
+    "sandbox.agent.adapters",
+    "sandbox.agent.adapters.claude_code",
+    "sandbox.agent.hookproto",
+    "sandbox.agent.wire",
+    "sandbox.store",
+    "sandbox.store.layout",
+}
+#: Standard-library modules the hook has no use for, each a few milliseconds of every tool call
+#: (measured with bench/cases/startup.py): ``typing``, ``dataclasses`` (it imports ``inspect``),
+#: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``.
+HOOK_NEVER = {
+    *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
+    *("pathlib", "subprocess", "ast", "tokenize"),
+}
+
+
+def test_the_hook_claude_code_runs_loads_only_what_it_uses(repo: Path, started: Run) -> None:
+    import json
+    import threading
+
+    from sandbox.agent import wire
+    from sandbox.agent.host import Host
+    from sandbox.cli.hooks_cmd import hook_command
+    from tests.conftest import wait_until
+    from tests.hook_fixtures import payload, reopen
+
+    common = started.project.common_dir
+    host = Host(Project(common))
+    thread = threading.Thread(target=host.serve, kwargs={"idle_exit": 600.0, "tick": 0.1}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: wire.Client(common).ping())
+        command = hook_command("claude-code")
+        assert " -I -S -c " in command
+        data = json.dumps(payload("Read", "pre", started.worktree, "toolu_startup")).encode()
+        proc = subprocess.run(
+            command.replace(" -I -S -c ", " -X importtime -I -S -c ", 1),
+            shell=True,
+            input=data,
+            capture_output=True,
+            cwd=started.worktree,
+            env={**os.environ, "SANDBOX_HOOK_AUTOSTART": "0"},
+            check=False,
+            timeout=60,
+        )
+    finally:
+        host.request_stop()
+        thread.join(timeout=30)
+    report = proc.stderr.decode()
+    assert proc.returncode == 0, report[-2000:]
+    assert reopen(started).entry("toolu_startup").status.value == "started"  # recorded by the host
+    names = loaded_names(report)
+    library = {name for name in names if name == "sandbox" or name.startswith("sandbox.")}
+    assert library <= HOOK_MODULES, f"the hook also loads {sorted(library - HOOK_MODULES)}"
+    assert heavy_loaded(report) <= {"sandbox.agent"}, f"the hook loads {sorted(heavy_loaded(report))}"
+    assert not names & HOOK_NEVER, f"the hook loads {sorted(names & HOOK_NEVER)}"

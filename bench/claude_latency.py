@@ -117,6 +117,20 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     # the rest of the home is read-only and /tmp is private.
     (home / ".claude").mkdir(exist_ok=True)
     debug_log = home / ".claude" / f"debug-{via}.log"
+    if via == "run":
+        # Under 'sandbox run' Claude Code's configuration directory is the run's own agent home
+        # (sandbox.agent.agenthome); the user's ~/.claude is read-only there.
+        from sandbox.agent.agenthome import home_of
+        from sandbox.store import layout
+
+        common = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        debug_log = Path(home_of(layout.run_dir(common, run_id), "claude-code")) / f"debug-{via}.log"
     args = [str(CLAUDE), "-p", "Do the task.", "--dangerously-skip-permissions", "--debug-file", str(debug_log)]
     serve = None
     with ModelServer(script(worktree, calls)) as server:
@@ -143,8 +157,9 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
             if serve is not None:
                 serve.terminate()
                 serve.wait(timeout=30)
+    found = durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
     subprocess.run([SANDBOX, "drop", run_id, "--force"], cwd=repo, capture_output=True)
-    return durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
+    return found
 
 
 def _socket_ready(worktree: Path) -> bool:

@@ -118,19 +118,15 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     (home / ".claude").mkdir(exist_ok=True)
     debug_log = home / ".claude" / f"debug-{via}.log"
     if via == "run":
-        # Under 'sandbox run' Claude Code's configuration directory is the run's own agent home
-        # (sandbox.agent.agenthome); the user's ~/.claude is read-only there.
-        from sandbox.agent.agenthome import home_of
-        from sandbox.store import layout
-
-        common = subprocess.run(
-            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=True,
+        # Under 'sandbox run' the user's ~/.claude is read-only and the run's directory hidden: the log
+        # goes in the worktree, ignored by the run's git (so no call records it).
+        debug_log = worktree / f"debug-{via}.log"
+        git_dir = subprocess.run(
+            ["git", "rev-parse", "--absolute-git-dir"], cwd=worktree, capture_output=True, text=True, check=True
         ).stdout.strip()
-        debug_log = Path(home_of(layout.run_dir(common, run_id), "claude-code")) / f"debug-{via}.log"
+        os.makedirs(os.path.join(git_dir, "info"), exist_ok=True)
+        with open(os.path.join(git_dir, "info", "exclude"), "a", encoding="utf-8") as fh:
+            fh.write(f"/{debug_log.name}\n")
     args = [str(CLAUDE), "-p", "Do the task.", "--dangerously-skip-permissions", "--debug-file", str(debug_log)]
     serve = None
     with ModelServer(script(worktree, calls)) as server:

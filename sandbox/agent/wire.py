@@ -52,12 +52,12 @@ The structured reply is all a caller reads: no human text is parsed. Paths are J
 
 from __future__ import annotations
 
+import _socket  # socket.py's own base: ``socket`` adds enums and selectors, ~2 ms of a hook's start
 import contextlib
 import errno
 import fcntl
 import json
 import os
-import socket
 import stat
 import time
 from collections.abc import Mapping
@@ -186,10 +186,10 @@ class _Address:
             self._fd = -1
 
 
-def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = False) -> socket.socket:
+def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = False) -> _socket.socket:
     """A connected socket to ``path`` (OSError when nobody listens); ``checked``: only to a socket of
     this user's in a directory only it may open (:class:`UntrustedHostError` otherwise)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     deadline = time.monotonic() + timeout
     try:
@@ -207,7 +207,7 @@ def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = Fals
         raise
 
 
-def bind(sock: socket.socket, path: str) -> None:
+def bind(sock: _socket.socket, path: str) -> None:
     """Bind ``sock`` to ``path`` (long paths too)."""
     with _Address(path) as address:
         sock.bind(address)
@@ -296,7 +296,7 @@ def _answers(common_dir: str) -> bool:
     try:
         sock.settimeout(CONNECT_TIMEOUT)
         sock.sendall(json.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
-        sock.shutdown(socket.SHUT_WR)
+        sock.shutdown(_socket.SHUT_WR)
         reply = json.loads(sock.recv(1 << 16))
     except (OSError, ValueError):
         return False
@@ -473,7 +473,7 @@ class Client:
             finish = time.monotonic() + (timeout or self.timeout)
             sock.settimeout(max(0.001, finish - time.monotonic()))
             sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
+            sock.shutdown(_socket.SHUT_WR)
             chunks = []
             while True:
                 sock.settimeout(max(0.001, finish - time.monotonic()))

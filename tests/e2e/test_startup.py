@@ -254,10 +254,11 @@ HOOK_MODULES = {
 }
 #: Standard-library modules the hook has no use for, each a few milliseconds of every tool call
 #: (measured with bench/cases/startup.py): ``typing``, ``dataclasses`` (it imports ``inspect``),
-#: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``.
+#: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``,
+#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``).
 HOOK_NEVER = {
     *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
-    *("pathlib", "subprocess", "ast", "tokenize"),
+    *("pathlib", "subprocess", "ast", "tokenize", "socket", "selectors"),
 }
 
 #: Prepended to a ``python -c`` program: the names in ``sys.modules`` when the process exits, one a line,

@@ -8,7 +8,9 @@ paths (``sandbox hook``) do not pay for imports they do not use.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # as in sandbox/__init__.py: no typing at run time (the hook's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ def main() -> None:
     if code is not None:
         sys.exit(code)
     from sandbox.cli.app import cli
-    from sandbox.cli.common import run_main
+    from sandbox.cli.edge import run_main
 
     run_main(cli)
 

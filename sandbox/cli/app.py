@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sandbox.cli.commands import COMMANDS, SUMMARIES
-from sandbox.cli.common import SandboxGroup
+from sandbox.cli.group import SandboxGroup
 
 
 class RootGroup(SandboxGroup):

@@ -53,7 +53,8 @@ def demo(ctx: click.Context, keep: bool) -> None:
 
     With --json the walk-through goes to stderr and stdout carries what it showed, as JSON.
     """
-    from sandbox.cli.common import emit_json, stdout_to_stderr, wants_json
+    from sandbox.cli.group import wants_json
+    from sandbox.cli.jsonout import emit_json, stdout_to_stderr
 
     with stdout_to_stderr(wants_json(ctx)):
         facts = _demo(keep)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.output import STATUS_COLORS, Output
 
 if TYPE_CHECKING:

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from sandbox.cli.common import base_dir, emit_json, open_project
+from sandbox.cli.finding import base_dir, open_project
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()
@@ -66,7 +67,7 @@ def remote_arg(ctx: click.Context, given: str) -> str:
     """A remote as given; a relative path to a repository is taken from where the command runs."""
     import os
 
-    from sandbox.cli.common import base_dir
+    from sandbox.cli.finding import base_dir
 
     path = os.path.join(base_dir(ctx), given)
     if not os.path.isabs(given) and "://" not in given and os.path.isdir(path):

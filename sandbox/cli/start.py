@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir, seal_when_done
+from sandbox.cli.finding import base_dir, data_root, main_workdir, seal_when_done
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.store.project import Project

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, fast_open, open_run
+from sandbox.cli.finding import fast_open, open_run
 from sandbox.cli.fmt import local_time
+from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
 from sandbox.store.fsutil import human_size
 

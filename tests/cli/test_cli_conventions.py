@@ -107,7 +107,7 @@ def test_the_help_lists_each_command_by_the_first_sentence_of_its_own_help() -> 
 
     from sandbox.cli.app import cli
     from sandbox.cli.commands import COMMANDS, SUMMARIES
-    from sandbox.cli.common import _first_sentence
+    from sandbox.cli.group import _first_sentence
 
     ctx = click.Context(cli)
     shown = {}

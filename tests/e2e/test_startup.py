@@ -58,7 +58,10 @@ APPLY_MODULES = {
     "sandbox.cli.app",
     "sandbox.cli.commands",
     "sandbox.cli.escape",
-    "sandbox.cli.common",
+    "sandbox.cli.edge",
+    "sandbox.cli.finding",
+    "sandbox.cli.group",
+    "sandbox.cli.jsonout",
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",
     "sandbox.cli.output",

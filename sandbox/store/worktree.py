@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sandbox import faults
-from sandbox.store import layout
+from sandbox.store import gitguard, layout
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -135,9 +135,10 @@ def init(
     # (Git LFS finds the user's file contents through the alternates too: no lfs.storage needed.)
     if "core.hookspath" not in {k.lower() for k, _ in settings}:
         _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
-    if settings:
-        with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
-            fh.write(config_text(settings))
+    # The settings every run's git has (sandbox.store.gitguard), then what it inherits.
+    with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
+        fh.write(config_text([*gitguard.SETTINGS, *settings]))
+    gitguard.guard(gd)
     set_branch(place, run_id, commit)
     atomic_write(os.path.join(gd, "HEAD"), f"ref: refs/heads/{run_branch(run_id)}\n".encode())
 

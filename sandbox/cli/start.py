@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
 from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir, seal_when_done
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
             }
         )
         return
-    click.echo(f"Started run {run.run_id}" + (f" ({label})" if label else ""))
+    click.echo(f"Started run {run.run_id}" + (f" ({escape.text(label)})" if label else ""))
     click.echo(f"  worktree: {run.worktree}")
     click.echo(f"  base:     {info.base[:12]} (snapshot of your tree on {(info.head or 'no commit')[:12]})")
     if info.submodules:
@@ -106,6 +107,6 @@ def _start_many(project: Project, workdir: str, count: int, label: str | None, a
         return
     click.echo(f"Started {len(runs)} runs from one snapshot {first.base[:12]} of your tree:")
     for run in runs:
-        click.echo(f"  {run.run_id}  {run.worktree}" + (f"  ({run.info.label})" if run.info.label else ""))
+        click.echo(f"  {run.run_id}  {run.worktree}" + (f"  ({escape.text(run.info.label)})" if run.info.label else ""))
     ids = " ".join(r.run_id for r in runs)
     click.echo(f"Next: an agent in each (sandbox run RUN -- AGENT), then: sandbox compare {ids}")

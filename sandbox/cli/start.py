@@ -86,7 +86,25 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
         click.echo(f"  copied ignored files you listed: {', '.join(report.copied[:8])}")
     if report is not None and report.linked:
         click.echo(f"  linked (shared with your tree!): {', '.join(report.linked[:8])}")
-    click.echo(f"Next: cd {run.worktree}  or  sandbox exec {run.run_id} -- CMD")
+    click.echo(_next(run.run_id, run.worktree, workdir))
+
+
+def _next(run_id: str, worktree: str, workdir: str) -> str:
+    """What to do next. ``cd`` into the worktree only when the agent runs confined: then the run's
+    git config and hooks are not the agent's to write (sandbox.store.gitguard), and your own git
+    there runs nothing it planted. Unconfined, the agent could plant them."""
+    from sandbox.run import config
+
+    try:
+        confined = config.load(workdir).isolate
+    except config.ConfigError:
+        confined = False  # exec and run say what is wrong with the settings
+    if confined:
+        return f"Next: cd {worktree}  or  sandbox exec {run_id} -- CMD"
+    return (
+        f"Next: sandbox exec {run_id} -- CMD (confinement is off in .sandbox.toml: an agent there can set what "
+        f"your own git runs in {worktree}; 'sandbox status {run_id}' says whether it did)"
+    )
 
 
 def _start_many(project: Project, workdir: str, count: int, label: str | None, as_json: bool) -> None:

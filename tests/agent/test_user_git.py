@@ -129,3 +129,13 @@ def test_status_warns_about_what_an_unconfined_agent_planted_in_the_runs_git(rep
     assert "hook pre-commit (not a copy of yours)" in out
     assert "commondir names another directory" in out
     assert "\u202e" not in out
+
+
+def test_start_suggests_cd_into_the_worktree_only_when_the_agent_runs_confined(repo: Path) -> None:
+    confined = sandbox_cmd("start", cwd=repo)
+    assert confined.returncode == 0, confined.stderr
+    assert b"Next: cd " in confined.stdout
+    (repo / ".sandbox.toml").write_text("[isolation]\nisolate = false\n")
+    unconfined = sandbox_cmd("start", cwd=repo)
+    assert unconfined.returncode == 0, unconfined.stderr
+    assert b"cd " not in unconfined.stdout and b"confinement is off" in unconfined.stdout

@@ -57,6 +57,7 @@ APPLY_MODULES = {
     "sandbox.cli.app",
     "sandbox.cli.commands",
     "sandbox.cli.escape",
+    "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)
     "sandbox.cli.common",
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",

@@ -2,8 +2,10 @@
 
 A run lives in its home (see :mod:`sandbox.store.layout`): a worktree whose ``.git`` file names the run's
 own git directory beside it. That git directory is a repository of its own, so whatever the agent
-does with git there (branches, tags, stash, config, hooks, ``worktree remove``) changes only the
-run: it shares nothing writable with the user's repository. The user's objects are reached through
+does with git there (branches, tags, stash, ``worktree remove``) changes only the run: it shares
+nothing writable with the user's repository. Its config, hooks and ``commondir`` (and the worktree's
+``.git`` file) are the sandbox's, read-only to a confined agent (:mod:`sandbox.store.gitguard`): the
+user's own git in the worktree reads them. The user's objects are reached through
 ``objects/info/alternates`` (read-only: git writes new objects into the run's own store), so the
 snapshot commit needs no copying and the run costs its checkout plus its changes.
 

@@ -179,7 +179,7 @@ def message(run_id: str, entry: LedgerEntry) -> str:
         body += [escape.message(detail.strip()), ""]
     files = ", ".join(escape.path(f.path) for f in entry.files[:10]) + (" …" if len(entry.files) > 10 else "")
     body.append(f"Changed: {files}")
-    keys = [(trailers.RUN, run_id), (trailers.CALL, entry.call_id), (trailers.SEQ, entry.seq)]
+    keys = [(trailers.RUN, run_id), (trailers.CALL, escape.text(entry.call_id)), (trailers.SEQ, entry.seq)]
     return trailers.message(subject, [*keys, (trailers.STATUS, entry.status.value)], body="\n".join(body))
 
 

@@ -71,13 +71,22 @@ def test_through_less_the_pager_shows_the_content_and_no_osc_reaches_the_termina
 
 
 def test_branch_writes_the_agents_command_and_names_escaped_into_its_commit_messages(repo: Path) -> None:
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
+
     rid = _planted(repo)
+    run = Run.open(Project.discover(str(repo))[0], rid)
+    # A tool name and a call id of the agent's choosing (as a hook hands them over).
+    call = run.start_call("Write\x1b]0;t\x07", {"file_path": "w\u202e.txt"}, call_id="toolu_\x1b[2J\u200bx")
+    Path(run.worktree, "w\u202e.txt").write_text("w\n")
+    run.finish_call(call, "succeeded", paths=["w\u202e.txt"])
     made = sandbox_cmd("branch", rid, "agent-work", cwd=repo)
     assert made.returncode == 0, made.stderr
     messages = git(repo, "log", "--format=%B", "agent-work").encode()
     for raw in RAW:
         assert raw not in messages, (raw, messages)
     assert b"\\033]52;c;cHduZWQ=\\a" in messages and b'"invoice\\u202efdp.sh"' in messages
+    assert b"Write\\033]0;t\\a: w\\u202e.txt" in messages and b"toolu_\\033[2J\\u200bx" in messages
 
 
 def test_a_label_with_bidi_or_zero_width_characters_is_refused(repo: Path) -> None:

@@ -185,13 +185,12 @@ def _config_findings(path: str, user_config: str) -> list[str]:
     entries = config_entries(data) if data is not None else None
     if entries is None:
         return ["its config is not a regular file git can read"]
-    yours = set(config_entries(_read_regular(user_config) or b"") or [])
     ours = {(k.lower(), v) for k, v in SETTINGS}
-    return [
-        f"config sets {key} = {value}"
-        for key, value in entries
-        if _PROGRAM_KEYS.match(key) and (key, value) not in yours and (key, value) not in ours
-    ]
+    found = [(key, value) for key, value in entries if _PROGRAM_KEYS.match(key) and (key, value) not in ours]
+    if not found:
+        return []  # the common case: one git process, not two
+    yours = set(config_entries(_read_regular(user_config) or b"") or [])
+    return [f"config sets {key} = {value}" for key, value in found if (key, value) not in yours]
 
 
 def _hook_findings(hooks: str, user_hooks: str) -> list[str]:

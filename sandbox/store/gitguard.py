@@ -76,12 +76,14 @@ def guarded_paths(worktree: str, git_dir: str) -> list[str]:
 
 
 def guard(git_dir: str) -> None:
-    """Make what :func:`guarded_paths` binds exist in a run's own git dir: ``hooks/`` and ``commondir``
-    (``.``), and the agent's settings file. Nothing is written through a link or over a file that is
-    there (a run's git an agent changed unconfined is reported by :func:`findings`, not repaired)."""
+    """Make what :func:`guarded_paths` binds exist in a run's own git dir: ``hooks/``, ``commondir``
+    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), and the agent's settings
+    file. Nothing is written through a link, no file there is replaced (a run's git an agent changed
+    unconfined is reported by :func:`findings`, not repaired)."""
     hooks = os.path.join(git_dir, "hooks")
     if not os.path.lexists(hooks):
         os.mkdir(hooks)
+    _add_settings(os.path.join(git_dir, "config"))
     # Relative (the home moves as a whole); not ".", which libgit2 cannot open.
     common = f"../{os.path.basename(os.path.normpath(git_dir))}\n"
     for name, text in ((COMMONDIR, common), (AGENT_CONFIG, AGENT_CONFIG_TEXT)):
@@ -93,6 +95,20 @@ def guard(git_dir: str) -> None:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
+
+
+def _add_settings(config: str) -> None:
+    """Append :data:`SETTINGS` to the config of a run made before they existed (a regular file only)."""
+    data = _read_regular(config)
+    if data is None or b"ignoresubmodules" in data.lower():
+        return
+    text = "".join(f"[{k.rpartition('.')[0]}]\n\t{k.rpartition('.')[2]} = {v}\n" for k, v in SETTINGS)
+    fd = os.open(config, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.write(fd, ("\n" if data and not data.endswith(b"\n") else "").encode() + text.encode())
+    finally:
+        os.close(fd)
 
 
 def _read_regular(path: str, limit: int = _MAX_CONFIG) -> bytes | None:

@@ -139,3 +139,22 @@ def test_start_suggests_cd_into_the_worktree_only_when_the_agent_runs_confined(r
     unconfined = sandbox_cmd("start", cwd=repo)
     assert unconfined.returncode == 0, unconfined.stderr
     assert b"cd " not in unconfined.stdout and b"confinement is off" in unconfined.stdout
+
+
+@needs_bwrap
+def test_a_run_made_before_the_guard_gets_it_at_its_next_confined_command(repo: Path) -> None:
+    run_id, worktree = _start(repo)
+    git_dir = worktree.parent / "git"
+    # As a run made before: no commondir, no agent settings file, no hooks dir, no submodule setting.
+    for name in ("commondir", "agent.gitconfig"):
+        (git_dir / name).unlink()
+    shutil.rmtree(git_dir / "hooks", ignore_errors=True)
+    config = (git_dir / "config").read_text()
+    (git_dir / "config").write_text(config.replace('[diff]\n\tignoreSubmodules = "all"\n', ""))
+    assert "ignoreSubmodules" not in (git_dir / "config").read_text()
+    probe = "git config core.fsmonitor x; mkdir -p ../git/hooks 2>&1; echo x > ../git/commondir"
+    done = sandbox_cmd("exec", run_id, "--", "sh", "-c", probe, cwd=repo)
+    assert done.returncode != 0
+    assert (git_dir / "commondir").read_text() == "../git\n" and (git_dir / "hooks").is_dir()
+    assert git(worktree, "config", "diff.ignoreSubmodules").strip() == "all"
+    assert git(worktree, "config", "--get-all", "core.fsmonitor", check=False).strip() == ""

@@ -73,7 +73,7 @@ def _show(data: bytes) -> None:
     from sandbox import escape
 
     for line in data.decode(errors="replace").splitlines():
-        raw = escape.text(line)  # never paged: the agent's lines reach the terminal only escaped
+        raw = escape.terminal(line)  # never paged: the agent's lines reach the terminal only escaped (tabs kept)
         if raw.startswith("@@"):
             click.echo(_color(raw, "cyan"))
         elif raw.startswith("+"):

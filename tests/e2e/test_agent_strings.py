@@ -123,3 +123,12 @@ def test_the_page_shows_names_escaped_and_flagged(repo: Path) -> None:
     for ch in ("\u202e", "\u200b"):  # names, the command
         assert ch not in page, page[max(page.find(ch) - 300, 0) : page.find(ch) + 100]
     assert "invoice\u202efdp.sh" not in re.sub("data-path='[^']*'", "", diff)
+
+
+def test_the_hunk_prompt_shows_the_agents_lines_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    from sandbox.cli import hunkprompt
+
+    hunkprompt._show(("@@ -1 +1 @@\n+" + CONTENT).encode())
+    shown = capsys.readouterr().out
+    assert "\x1b]" not in shown and "\x07" not in shown and "\u202e" not in shown and "\u200b" not in shown
+    assert "+title\\033]0;pwned\\a clip\\033]52;c;cHduZWQ=\\a rlo\\u202eexe zw\\u200bx" in shown

@@ -161,7 +161,9 @@ def findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
     elif os.path.lexists(os.path.join(worktree, ".git")):
         out.append("the worktree's .git is not the file the sandbox wrote")
     common = _read_regular(os.path.join(git_dir, COMMONDIR), 4096)
-    if common is not None and os.path.realpath(os.path.join(git_dir, os.fsdecode(common.strip()))) != expected:
+    # A run made before homes is a linked worktree: its commondir names your repository's (read-only inside).
+    allowed = (expected, os.path.realpath(common_dir))
+    if common is not None and os.path.realpath(os.path.join(git_dir, os.fsdecode(common.strip()))) not in allowed:
         out.append(f"commondir names another directory ({os.fsdecode(common.strip())})")
     elif common is None and os.path.lexists(os.path.join(git_dir, COMMONDIR)):
         out.append("commondir is not a regular file")
@@ -197,6 +199,8 @@ def _gitlinks(worktree: str, git_dir: str) -> list[str]:
 
 
 def _config_findings(path: str, user_config: str) -> list[str]:
+    if not os.path.lexists(path):
+        return []  # a linked worktree's admin dir (a run made before homes) has none of its own
     data = _read_regular(path)
     entries = config_entries(data) if data is not None else None
     if entries is None:

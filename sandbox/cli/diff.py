@@ -68,4 +68,4 @@ def diff(
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     text = diff_text(run, rng, stat=stat_, color=out.color, spec=spec, renames=not no_renames)
     out.page()
-    click.echo(text if text else "No changes.", nl=not text.endswith("\n") if text else True)
+    click.echo(out.content(text) if text else "No changes.", nl=not text.endswith("\n") if text else True)

@@ -91,4 +91,4 @@ def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
     assert e.commit and e.parent_commit
     text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
     click.echo()
-    click.echo(text, nl=not text.endswith("\n"))
+    click.echo(out.content(text), nl=not text.endswith("\n"))

@@ -189,6 +189,16 @@ class Output:
         """``text`` in ``click.style`` styles when colouring, else as it is."""
         return click.style(text, **styles) if self.color and text else text
 
+    def content(self, text: str) -> str:
+        """Content of the agent's (a patch, a file's lines) as it may be written now: escaped when it
+        goes straight to a terminal (:func:`sandbox.escape.terminal`: colour kept); through a pager
+        (which escapes what it shows, as for git) or to a file or a pipe, as it is."""
+        if paging() or not sys.stdout.isatty():
+            return text
+        from sandbox import escape
+
+        return escape.terminal(text)
+
     def page(self) -> None:
         """Start the pager (if one was chosen): from here on standard output goes to it."""
         if self.pager is not None:

@@ -62,6 +62,7 @@ APPLY_MODULES = {
     "sandbox.cli.finding",
     "sandbox.cli.group",
     "sandbox.cli.jsonout",
+    "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",
     "sandbox.cli.output",

@@ -30,13 +30,12 @@ class Boot(TypedDict, total=False):
     tips: dict[str, str | None]
 
 
-def _page(title: str, body: str, token: str, data: Boot | None = None) -> str:
-    """A whole page: the token in a meta tag (the script sends it with each action)."""
+def _page(title: str, body: str, data: Boot | None = None) -> str:
+    """A whole page, as the shell's script fetches it with the token (:mod:`sandbox.ui.auth`): no token in it."""
     boot = escape(json.dumps(data or {}), quote=True)
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<meta name='sandbox-token' content='{escape(token, quote=True)}'>"
         f"<title>{escape(title)} · sandbox</title>"
         "<link rel='stylesheet' href='/static/vendor/a11y-light.min.css'>"
         "<link rel='stylesheet' href='/static/ui.css'></head>"
@@ -59,10 +58,10 @@ def error_page(message: str) -> str:
 # -- the runs -------------------------------------------------------------------------------------
 
 
-def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -> str:
+def runs_page(rows: list[RunRowJson], tips: dict[str, str | None]) -> str:
     """Every run: label, state, calls, changed paths, disk, isolation, what is applied."""
     if not rows:
-        return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>", token)
+        return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>")
     body = ["<h1>Runs</h1><form action='/compare' method='get' id='compare-form'>"]
     body.append(
         "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th class='opt'>created</th><th>calls</th>"
@@ -84,7 +83,7 @@ def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -
             f"<td class='opt'>{_disk(r)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
-    return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})
+    return _page("runs", "".join(body), {"page": "runs", "tips": tips})
 
 
 def _disk(row: RunRowJson) -> str:
@@ -98,7 +97,7 @@ def _disk(row: RunRowJson) -> str:
 # -- one run --------------------------------------------------------------------------------------
 
 
-def run_page(run: Run, token: str) -> str:
+def run_page(run: Run) -> str:
     """One run: its summary, the call timeline, the whole diff with hunk picking, conflicts, resume."""
     from sandbox.runs.summary import summarize
 
@@ -134,7 +133,7 @@ def run_page(run: Run, token: str) -> str:
         + quote(run.run_id)
         + "/conflicts'><p class='muted'>Loading...</p></div></section>",
     ]
-    return _page(f"run {run.run_id}", "".join(body), token, {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+    return _page(f"run {run.run_id}", "".join(body), {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
 
 
 def _refused(run: Run) -> str:
@@ -211,7 +210,7 @@ def conflicts(run: Run) -> str:
 # -- best of N and approvals ------------------------------------------------------------------------
 
 
-def compare_page(runs: list[Run], token: str) -> str:
+def compare_page(runs: list[Run]) -> str:
     """Runs side by side: compare's table, each run's check result (``compare --check``, a recorded
     call of tool ``check``), a link to each run, and the paths where they disagree."""
     from sandbox.runs.compare import compare
@@ -246,7 +245,7 @@ def compare_page(runs: list[Run], token: str) -> str:
         each = ", ".join(f"{escape(rid)} {escape(st)}" for rid, st in states.items())
         out.append(f"<li><code>{escape(path)}</code>: {each}</li>")
     out.append("</ul>")
-    return _page("compare", "".join(out), token)
+    return _page("compare", "".join(out))
 
 
 def _last_check(run: Run) -> tuple[Any, Any] | None:
@@ -280,7 +279,7 @@ def _check_cell(run_id: str, found: tuple[Any, Any] | None) -> str:
     )
 
 
-def approvals_page(runs: list[Run], token: str) -> str:
+def approvals_page(runs: list[Run]) -> str:
     """Calls waiting for an answer (planned), and calls the agent did not run, with approve / deny."""
     out = ["<h1>Approvals</h1>"]
     pending = [(run, e) for run in runs for e in run.entries() if e.status.value == "planned"]
@@ -303,7 +302,7 @@ def approvals_page(runs: list[Run], token: str) -> str:
                 f"<button data-action='deny' data-run='{rid}' data-call='{cid}'>Deny</button></td></tr>"
             )
         out.append("</tbody></table>")
-    return _page("approvals", "".join(out), token, {"page": "approvals"})
+    return _page("approvals", "".join(out), {"page": "approvals"})
 
 
 def _markers(paths: list[str]) -> str:

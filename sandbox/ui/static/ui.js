@@ -1,7 +1,8 @@
-// sandbox ui: the page's own small script (no framework). Actions send the token in a header.
+// sandbox ui: the page's own small script (no framework), started by boot.js once the page is in.
+// Every request sends the tab's token in a header (sandbox/ui/auth.py: no cookie carries authority).
 (function () {
   "use strict";
-  var token = document.querySelector("meta[name=sandbox-token]").content;
+  var token = sessionStorage.getItem("sandbox-ui-token") || "";
   var boot = JSON.parse(document.body.dataset.boot || "{}");
 
   function toast(text, bad) {
@@ -12,13 +13,15 @@
   }
 
   function get(url) {
-    return fetch(url, { credentials: "same-origin" }).then(function (r) { return r.text(); });
+    return fetch(url, { credentials: "omit", headers: { "X-Sandbox-Token": token } }).then(function (r) {
+      return r.text();
+    });
   }
 
   function post(url, body) {
     return fetch(url, {
       method: "POST",
-      credentials: "same-origin",
+      credentials: "omit",
       headers: { "Content-Type": "application/json", "X-Sandbox-Token": token },
       body: JSON.stringify(body || {})
     }).then(function (r) {

@@ -116,6 +116,11 @@ class _Routes:
         side = request.query_params.get("view") == "split"
         return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
 
+    def call_output(self, request: Request) -> Response:
+        from sandbox.ui.evidence import output_html
+
+        return HTMLResponse(output_html(self.open_run(request), request.path_params["call_id"]))
+
     def file_rest(self, request: Request) -> Response:
         run = self.open_run(request)
         q = request.query_params
@@ -186,6 +191,7 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/timeline", r.calls),
         Route("/run/{run_id}/diff", r.run_diff),
         Route("/run/{run_id}/call/{call_id}/diff", r.call_diff),
+        Route("/run/{run_id}/call/{call_id}/output", r.call_output),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
         Route("/compare", r.compare),

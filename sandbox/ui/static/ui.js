@@ -242,9 +242,13 @@
       if (!detail.hidden) { detail.hidden = true; return; }
       detail.hidden = false;
       var cell = detail.firstElementChild;
-      if (!row.dataset.diff) { cell.innerHTML = "<p class='muted'>This call changed no files.</p>"; return; }
-      load(cell, row.dataset.diff).then(function () {
-        if (!cell.querySelector(".file")) return;  // no diff to pick from (e.g. a call rolled back since)
+      var none = "<p class='muted'>This call changed no files.</p>";
+      // Its output (the tails the ledger kept, escaped by the server) above its diff.
+      var output = row.dataset.output ? get(row.dataset.output) : Promise.resolve("");
+      var diff = row.dataset.diff ? get(row.dataset.diff) : Promise.resolve(none);
+      Promise.all([output, diff]).then(function (got) {
+        cell.innerHTML = got[0] + got[1];
+        if (!row.dataset.diff || !cell.querySelector(".file")) return;  // nothing to pick (e.g. rolled back since)
         var only = document.createElement("p");
         only.innerHTML = "<a href='#' class='pick-call'>Show and pick only this call's changes</a>";
         only.firstChild.dataset.call = row.dataset.call;

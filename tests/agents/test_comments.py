@@ -1,0 +1,70 @@
+"""Review comments back to the real Claude Code (issue #34, item 9).
+
+A session under ``sandbox run`` writes a file; the reviewer comments on a line of it with ``sandbox
+comment``; ``sandbox resume RUN --continue`` relaunches Claude Code on its own conversation and the
+scripted server's next request carries the comment as the user's words; the agent's fix is recorded
+in the same agent session, and the ledger says which comments were sent in which session (never twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.models import CallStatus
+from tests.agents.anthropic_server import ModelServer, write
+from tests.agents.claude_harness import claude_env, cli_start, stop_services, via_run
+from tests.agents.test_continue import _sandbox, _texts, _tool_ids
+from tests.hook_fixtures import reopen
+
+pytestmark = pytest.mark.agents
+
+
+@pytest.fixture(autouse=True)
+def _services(repo: Path) -> Iterator[None]:
+    yield
+    stop_services(repo)
+
+
+def test_comments_go_to_the_agent_as_its_next_message_once(claude_bin: str, repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "claude-home"
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    first = write(str(wt / "src/greet.py"), "def f(name):\n    return 'hi ' + name\n")
+    with ModelServer([first]) as server:
+        session = via_run(claude_bin, repo, run.run_id, server, home, "bypassPermissions")
+    assert session.returncode == 0, session.stderr
+    said = _sandbox("comment", run.run_id, "src/greet.py:1", "Name it greet, not f.", cwd=repo)
+    assert said.returncode == 0, said.stderr
+    assert "Comment c1 on src/greet.py:1 (on call #1) recorded." in said.stdout
+    listed = json.loads(_sandbox("comments", run.run_id, "--json", cwd=repo).stdout)
+    assert [(c["id"], c["call_id"], c["sent_at"]) for c in listed] == [("c1", first.tools[0].id, None)]
+
+    fix = write(str(wt / "src/greet.py"), "def greet(name):\n    return 'hi ' + name\n")
+    with ModelServer([fix]) as server:
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=claude_env(server, home))
+        requests = server.agent_requests()
+    assert done.returncode == 0, done.stderr
+    assert "handing 1 review comment(s) to the agent: c1" in done.stderr
+    opening = requests[0]
+    assert _tool_ids(opening)[:1] == [first.tools[0].id]  # its own conversation, continued
+    assert "src/greet.py:1 (changed by your call #1): Name it greet, not f." in _texts(opening)
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    assert entries[fix.tools[0].id].status == CallStatus.succeeded
+    assert (wt / "src/greet.py").read_text().startswith("def greet(name):")
+    session_id = entries[first.tools[0].id].agent_session
+    assert session_id is not None and entries[fix.tools[0].id].agent_session == session_id
+    # The ledger: c1 went to that session; a second resume sends nothing again.
+    listed = json.loads(_sandbox("comments", run.run_id, "--json", cwd=repo).stdout)
+    assert listed[0]["sent_session"] == session_id and listed[0]["sent_agent"] == "claude-code"
+    shown = _sandbox("comments", run.run_id, cwd=repo).stdout
+    assert f"[sent to claude-code session {session_id}]" in shown
+    with ModelServer([]) as server:
+        again = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=claude_env(server, home))
+        requests = server.agent_requests()
+    assert again.returncode == 0, again.stderr
+    assert "review comment" not in again.stderr
+    assert _texts(requests[0]).count("The reviewer left") == 1  # in the conversation once: not sent again

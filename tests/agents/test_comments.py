@@ -68,3 +68,48 @@ def test_comments_go_to_the_agent_as_its_next_message_once(claude_bin: str, repo
     assert again.returncode == 0, again.stderr
     assert "review comment" not in again.stderr
     assert _texts(requests[0]).count("The reviewer left") == 1  # in the conversation once: not sent again
+
+
+def test_gemini_gets_the_comments_too_and_its_shell_output_is_kept(repo: Path, tmp_path: Path, gemini_bin: str) -> None:
+    import os
+
+    from sandbox.run import output
+    from tests.agents import gemini_server as gs
+    from tests.agents.test_continue import _gemini_home
+    from tests.agents.test_gemini import agent_env
+
+    home = _gemini_home(tmp_path)
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [
+        gs.call("write_file", file_path=str(wt / "a.txt"), content="one\n"),
+        gs.call("run_shell_command", command="echo from-the-test; echo oops >&2; exit 3"),
+    ]
+    with gs.serve([*turns, gs.text("Done.")]) as server:
+        session = _sandbox(
+            "run",
+            run.run_id,
+            "--",
+            gemini_bin,
+            "-p",
+            "do the task",
+            "--yolo",
+            cwd=repo,
+            env={**os.environ, **agent_env(server, home)},
+        )
+    assert session.returncode == 0, session.stderr
+    shell = reopen(run).entries()[1]
+    kept = output.read(run, shell)
+    assert b"from-the-test" in kept["output"][1] and b"oops" in kept["output"][1]  # Gemini's one text of both
+    said = _sandbox("comment", run.run_id, "a.txt:1", "Write two, not one.", cwd=repo)
+    assert said.returncode == 0, said.stderr
+    fix = gs.call("write_file", file_path=str(wt / "a.txt"), content="two\n")
+    with gs.serve([fix, gs.text("Fixed.")]) as server:
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env={**os.environ, **agent_env(server, home)})
+        first = server.conversation()[0].body
+    assert done.returncode == 0, done.stderr
+    texts = "\n".join(p.get("text", "") for c in first["contents"] for p in c.get("parts", []))
+    assert "a.txt:1 (changed by your call #1): Write two, not one." in texts
+    assert (wt / "a.txt").read_text() == "two\n"
+    listed = json.loads(_sandbox("comments", run.run_id, "--json", cwd=repo).stdout)
+    assert listed[0]["sent_agent"] == "gemini" and listed[0]["sent_at"]

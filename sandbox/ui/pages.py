@@ -121,6 +121,9 @@ def run_page(run: Run) -> str:
         "<section><h2>Calls</h2><div id='timeline'>",
         timeline(run),
         "</div></section>",
+        "<section><h2>Comments</h2><div id='comments'>",
+        comments_html(run),
+        "</div></section>",
         "<section><h2>Resume</h2>",
         _resume(run),
         "</section>",
@@ -134,6 +137,28 @@ def run_page(run: Run) -> str:
         + "/conflicts'><p class='muted'>Loading...</p></div></section>",
     ]
     return _page(f"run {run.run_id}", "".join(body), {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+
+
+def comments_html(run: Run) -> str:
+    """The run's review comments (``sandbox comments``): where, what, and whether the agent got them."""
+    from sandbox.run import comments
+
+    found = comments.listed(run)
+    if not found:
+        return (
+            "<p class='muted'>No comments. Click a line number in the changes below to leave one; "
+            f"<code>sandbox resume {escape(run.run_id)} --continue</code> hands them to the agent.</p>"
+        )
+    rows = []
+    for c in found:
+        went = "not sent yet" if c.sent_at is None else f"sent to {c.sent_agent or 'the agent'}"
+        if c.sent_at is not None:
+            went += f" session {c.sent_session}" if c.sent_session else " (a new session)"
+        rows.append(
+            f"<li class='comment' data-comment='{escape(c.id, quote=True)}'><code>{escape(c.where)}</code> "
+            f"<span class='badge {'muted' if c.sent_at else 'warn'}'>{escape(went)}</span> {escape(c.text)}</li>"
+        )
+    return "<ul class='comments'>" + "".join(rows) + "</ul>"
 
 
 def _refused(run: Run) -> str:

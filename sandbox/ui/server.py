@@ -45,6 +45,8 @@ class ActionAnswer(TypedDict, total=False):
     #: The apply, preview, undo or redo report as JSON (its model's ``model_dump``).
     report: dict[str, object]
     call_id: str
+    #: A comment's id (``comment``).
+    comment: str
 
 
 @dataclass
@@ -115,6 +117,9 @@ class _Routes:
         run = self.open_run(request)
         side = request.query_params.get("view") == "split"
         return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
+
+    def comments(self, request: Request) -> Response:
+        return HTMLResponse(pages.comments_html(self.open_run(request)))
 
     def call_output(self, request: Request) -> Response:
         from sandbox.ui.evidence import output_html
@@ -192,6 +197,7 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/diff", r.run_diff),
         Route("/run/{run_id}/call/{call_id}/diff", r.call_diff),
         Route("/run/{run_id}/call/{call_id}/output", r.call_output),
+        Route("/run/{run_id}/comments", r.comments),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
         Route("/compare", r.compare),
@@ -251,6 +257,18 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
             return 200, moved
         report = (undo.undo if name == "undo" else undo.redo)(run)
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
+    if name == "comment":
+        from sandbox.run import comments
+
+        line = body.get("line")
+        made = comments.add(
+            run,
+            str(body.get("path") or ""),
+            line if isinstance(line, int) and not isinstance(line, bool) else None,
+            str(body.get("text") or ""),
+        )
+        said = f"Comment {made.id} on {made.where} recorded; 'sandbox resume {run.run_id} --continue' hands it on."
+        return 200, {"ok": True, "message": said, "comment": made.id}
     if name in ("approve", "deny"):
         from sandbox.run.names import resolve_call
 

@@ -232,9 +232,53 @@
         document.getElementById("pick").scrollIntoView();
         return;
       }
+      var numbered = t.closest && t.closest("#diff pre.diff > span[data-n]");
+      if (numbered && ev.clientX - numbered.getBoundingClientRect().left < gutterWidth(numbered)) {
+        commentBox(numbered);
+        return;
+      }
       var row = t.closest && t.closest("tr.call");
       if (row && !t.closest("a, button, input")) toggle(row);
     });
+
+    function gutterWidth(span) {
+      return parseFloat(getComputedStyle(span, "::before").width) || 0;
+    }
+
+    // A comment on a line of the changes: the box under the line, sent as 'sandbox comment' records it.
+    function commentBox(span) {
+      var next = span.nextElementSibling;
+      if (next && next.classList.contains("comment-box")) { next.querySelector("textarea").focus(); return; }
+      var file = span.closest(".file");
+      var form = document.createElement("form");
+      form.className = "comment-box";
+      form.innerHTML = "<textarea aria-label='comment'></textarea><br><button type='submit' class='primary'>Comment</button> " +
+        "<button type='button' class='cancel'>Cancel</button>";
+      form.dataset.path = file ? file.dataset.path : "";
+      form.dataset.line = span.dataset.n;
+      span.parentNode.insertBefore(form, span.nextSibling);
+      form.querySelector(".cancel").addEventListener("click", function () { form.remove(); });
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        var text = form.querySelector("textarea").value;
+        var body = { path: form.dataset.path, line: parseInt(form.dataset.line, 10), text: text };
+        post("/api/run/" + encodeURIComponent(boot.run) + "/comment", body).then(function (data) {
+          report(data);
+          if (!data.ok) return;
+          var said = document.createElement("div");
+          said.className = "comment-box note";
+          said.textContent = "Comment " + data.comment + ": " + text;
+          form.replaceWith(said);
+          refreshComments();
+        });
+      });
+      form.querySelector("textarea").focus();
+    }
+
+    function refreshComments() {
+      var box = document.getElementById("comments");
+      if (box) load(box, "/run/" + encodeURIComponent(boot.run) + "/comments");
+    }
 
     function toggle(row) {
       var detail = document.querySelector("tr.calldiff[data-for='" + CSS.escape(row.dataset.call) + "']");

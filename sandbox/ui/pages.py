@@ -105,12 +105,9 @@ def run_page(run: Run) -> str:
     rid = escape(run.run_id)
     named = row.get("label")
     label = f" <span class='label'>{escape(named)}</span>" if named else ""
-    statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
     body = [
         f"<h1>Run {rid}{label}</h1>",
-        f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
-        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
-        f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>",
+        _facts(run, row),
         _markers(row.get("conflict_markers") or []),
         "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
@@ -118,9 +115,7 @@ def run_page(run: Run) -> str:
         "<button data-action='undo'>Undo</button><button data-action='redo'>Redo</button>"
         "<label><input type='checkbox' id='split'> side by side</label></div>",
         "<div id='result' class='result' aria-live='polite'></div>",
-        "<section><h2>Calls</h2><div id='timeline'>",
-        timeline(run),
-        "</div></section>",
+        _calls_section(run),
         "<section><h2>Comments</h2><div id='comments'>",
         comments_html(run),
         "</div></section>",
@@ -137,6 +132,43 @@ def run_page(run: Run) -> str:
         + "/conflicts'><p class='muted'>Loading...</p></div></section>",
     ]
     return _page(f"run {run.run_id}", "".join(body), {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+
+
+def _facts(run: Run, row: RunRowJson) -> str:
+    statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
+    return (
+        f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
+        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
+        f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>"
+    )
+
+
+def facts_html(run: Run) -> str:
+    """The run page's header facts and the calls' count, for a live update in place."""
+    from sandbox.runs.summary import summarize
+
+    return _facts(run, summarize(run)) + _calls_count(run)
+
+
+def _calls_count(run: Run) -> str:
+    state = run.state()
+    empty = sum(1 for c in state.order if not state.calls[c].files)
+    return f"<span class='muted' id='calls-count'>({len(state.order)}; {empty} changed nothing)</span>"
+
+
+#: Above this many calls the Calls section starts collapsed: the changes are what a reviewer came for.
+OPEN_CALLS = 50
+
+
+def _calls_section(run: Run) -> str:
+    """The timeline in a collapsible section, with the filter that hides calls that changed nothing."""
+    total = len(run.state().order)
+    return (
+        f"<section><details id='calls'{' open' if total <= OPEN_CALLS else ''}>"
+        f"<summary><h2>Calls {_calls_count(run)}</h2></summary>"
+        "<label class='filter'><input type='checkbox' id='hide-empty'> hide the calls that changed nothing</label>"
+        f"<div id='timeline'>{timeline(run)}</div></details></section>"
+    )
 
 
 def comments_html(run: Run) -> str:

@@ -118,6 +118,9 @@ class _Routes:
         side = request.query_params.get("view") == "split"
         return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
 
+    def facts(self, request: Request) -> Response:
+        return HTMLResponse(pages.facts_html(self.open_run(request)))
+
     def comments(self, request: Request) -> Response:
         return HTMLResponse(pages.comments_html(self.open_run(request)))
 
@@ -198,6 +201,7 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/call/{call_id}/diff", r.call_diff),
         Route("/run/{run_id}/call/{call_id}/output", r.call_output),
         Route("/run/{run_id}/comments", r.comments),
+        Route("/run/{run_id}/facts", r.facts),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
         Route("/compare", r.compare),

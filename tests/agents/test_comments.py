@@ -113,3 +113,35 @@ def test_gemini_gets_the_comments_too_and_its_shell_output_is_kept(repo: Path, t
     assert (wt / "a.txt").read_text() == "two\n"
     listed = json.loads(_sandbox("comments", run.run_id, "--json", cwd=repo).stdout)
     assert listed[0]["sent_agent"] == "gemini" and listed[0]["sent_at"]
+
+
+def test_codex_gets_the_comments_too_and_its_run_command_output_is_kept(
+    codex_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    from sandbox.run import output
+    from tests.agents.openai_server import ResponsesServer
+    from tests.agents.test_codex_mcp import mcp
+    from tests.agents.test_continue_codex import _codex_under_run, _user_text, codex_env
+
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    turns = [
+        mcp("write_file", path="a.txt", content="one\n"),
+        mcp("run_command", command="echo from-codex; echo oops >&2; exit 2"),
+    ]
+    with ResponsesServer(turns) as server:
+        session = _codex_under_run(codex_bin, repo, run.run_id, codex_env(tmp_path, server, repo))
+    assert session.returncode == 0, session.stderr
+    shell = [e for e in reopen(run).entries() if e.tool_name == "run_command"][0]
+    assert output.read(run, shell)["output"][1] == b"from-codex\noops\n"  # 'sandbox mcp' in the sandbox, via the host
+    said = _sandbox("comment", run.run_id, "a.txt:1", "Write two, not one.", cwd=repo)
+    assert said.returncode == 0, said.stderr
+    fix = mcp("write_file", path="a.txt", content="two\n")
+    with ResponsesServer([fix]) as server:
+        done = _sandbox("resume", run.run_id, "--continue", cwd=repo, env=codex_env(tmp_path, server, repo))
+        requests = server.model_requests()
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "a.txt:1 (changed by your call #1): Write two, not one." in _user_text(requests[0].body)
+    assert (wt / "a.txt").read_text() == "two\n"
+    listed = json.loads(_sandbox("comments", run.run_id, "--json", cwd=repo).stdout)
+    assert listed[0]["sent_agent"] == "codex" and listed[0]["sent_at"]

@@ -99,7 +99,9 @@ def execute(
             source.begin(call_id)
             refused: confine.ConfinementError | None = None
             try:
-                returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
+                returncode = (
+                    unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, call.output)
+                )
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
             call.result = command_result(returncode, subdir)

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
+#: The keys of a command's reported result that hold its output's text, and the bytes of each that are
+#: kept (the tail): :data:`sandbox.run.output.TEXTS` and :data:`sandbox.run.output.LIMIT` (a test
+#: keeps them equal; this module is standard library only).
+OUTPUT_KEYS = ("stdout", "stderr", "sandbox_output", "llmContent")
+OUTPUT_LIMIT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
 #: The longest call id a hook may give (Claude Code's ``toolu_...`` are ~30 characters).
@@ -338,8 +343,12 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
     """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
     client = wire.Client(loc.common_dir, timeout=timeout)
     sent = event.to_dict()
-    if sent.get("result") is not None:  # cut here as the recorder would keep it: small requests
-        text = json.dumps(sent["result"], default=str)
+    rest = sent.get("result")
+    if event.kind == "command" and isinstance(rest, dict):  # the output's tails travel apart, each bounded
+        sent["result"] = _trimmed(rest)
+        rest = {k: v for k, v in rest.items() if k not in OUTPUT_KEYS}
+    if rest is not None:  # cut here as the recorder would keep it: small requests
+        text = json.dumps(rest, default=str)
         if len(text) > MAX_RESULT:
             sent["result"] = {"truncated": True, "bytes": len(text)}
     reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=sent)
@@ -349,6 +358,21 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         return Outcome.from_reply(reply)
     except (KeyError, TypeError, AttributeError):
         return None
+
+
+def _trimmed(result: dict[str, Any]) -> dict[str, Any]:
+    """A reported command result with each stream's text cut to the tail the host keeps
+    (:mod:`sandbox.run.output`), and the stream's whole size beside it: the request stays small."""
+    out = dict(result)
+    for key in OUTPUT_KEYS:
+        text = out.get(key)
+        if not isinstance(text, str) or len(text) <= OUTPUT_LIMIT // 4:
+            continue
+        raw = text.encode("utf-8", "surrogateescape")
+        if len(raw) > OUTPUT_LIMIT:
+            out[key] = raw[-OUTPUT_LIMIT:].decode("utf-8", "surrogateescape")
+            out.setdefault(f"{key}_bytes", len(raw))
+    return out
 
 
 def settle_event(payload: Mapping[str, object], name: str, template: str, agent: str) -> HookEvent:

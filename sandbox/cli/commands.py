@@ -27,6 +27,8 @@ COMMANDS = {
     "undo": "sandbox.cli.undo:undo",
     "redo": "sandbox.cli.redo:redo",
     "conflicts": "sandbox.cli.conflicts:conflicts",
+    "comment": "sandbox.cli.comment:comment",
+    "comments": "sandbox.cli.comments:comments",
     "branch": "sandbox.cli.branch:branch",
     # checkpoints, approvals, resume and recovery
     "checkpoint": "sandbox.cli.checkpoint:checkpoint",

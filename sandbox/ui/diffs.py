@@ -17,6 +17,7 @@ colours are added in the browser (``static/vendor/highlight.min.js``) to the lin
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -249,7 +250,7 @@ def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selectio
         box = f"<input type='checkbox' class='pick' data-hunk='{hunk_id}' aria-label='hunk {escape(h['header'])}'> "
         box = box if pick else ""
         body.append(f"<div class='hunk'><div class='hhead'>{box}<code>{escape(h['header'])}</code></div>")
-        body.append(_split(lines[1:]) if side_by_side else unified(lines[1:]))
+        body.append(_split(lines[1:]) if side_by_side else unified(lines[1:], h["header"]))
         body.append("</div>")
         if cut:
             body.append(_more(run, f["path"], shown, sel))
@@ -276,7 +277,7 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
         if line.startswith("@@"):
             if current:
                 out.append(f"<div class='hunk'><div class='hhead'><code>{escape(current[0])}</code></div>")
-                out.append(_split(current[1:]) if side_by_side else unified(current[1:]))
+                out.append(_split(current[1:]) if side_by_side else unified(current[1:], current[0]))
                 out.append("</div>")
             current = [line]
         else:
@@ -314,12 +315,49 @@ def _more(run: Run, path: str, start: int, sel: Selection) -> str:
     )
 
 
-def unified(lines: list[str]) -> str:
-    """Lines of a patch (without the ``@@`` header) as a unified diff: blue added, orange removed."""
-    out = ["<pre class='diff'>"]
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def numbered(lines: list[str], header: str | None = None) -> list[tuple[int | None, int | None]]:
+    """Each patch line's (old, new) line numbers, counted from ``header`` or the ``@@`` lines among them."""
+    o = n = None
+    found = _HUNK.match(header) if header else None
+    if found:
+        o, n = int(found[1]), int(found[2])
+    out: list[tuple[int | None, int | None]] = []
     for line in lines:
+        found = _HUNK.match(line)
+        if found:
+            o, n = int(found[1]), int(found[2])
+            out.append((None, None))
+        elif o is None or n is None or line.startswith("\\"):
+            out.append((None, None))
+        elif line.startswith("+"):
+            out.append((None, n))
+            n += 1
+        elif line.startswith("-"):
+            out.append((o, None))
+            o += 1
+        else:
+            out.append((o, n))
+            o, n = o + 1, n + 1
+    return out
+
+
+def unified(
+    lines: list[str], header: str | None = None, numbers: list[tuple[int | None, int | None]] | None = None
+) -> str:
+    """Lines of a patch (without the ``@@`` header) as a unified diff: blue added, orange removed; with
+    the hunk's ``header`` (or ``numbers``), each line carries its old and new line numbers (a gutter
+    drawn by the style sheet, outside the line's text; ``data-n`` is the line a comment is about)."""
+    nums = numbers if numbers is not None else numbered(lines, header)
+    out = ["<pre class='diff'>"]
+    for line, (o, n) in zip(lines, nums, strict=False):
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
-        out.append(f"<span class='{kind}'>{escape(line) or ' '}</span>")
+        attrs = ""
+        if o is not None or n is not None:
+            attrs = f" data-ln='{o or '':>5} {n or '':>5} '" + (f" data-n='{n or o}'")
+        out.append(f"<span class='{kind}'{attrs}>{escape(line) or ' '}</span>")
     out.append("</pre>")
     return "".join(out)
 
@@ -371,7 +409,7 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     else:
         lines = _patch_lines(f["patch"])
     piece = lines[start : start + LINES_PER_FILE]
-    out = unified(piece)
+    out = unified(piece, numbers=numbered(lines)[start : start + LINES_PER_FILE])
     if start + LINES_PER_FILE < len(lines):
         extra = ("&" + sel.query()) if sel else ""
         more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}{extra}"

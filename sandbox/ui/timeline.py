@@ -25,6 +25,7 @@ from sandbox.fast import views
 from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run.run import Run
 from sandbox.ui import names, recovery
+from sandbox.ui.evidence import output_src
 from sandbox.ui.recovery import Rewind, Rewinds, moment
 
 STATUS_CLASS = {
@@ -267,7 +268,7 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     row = [
         f"<tr class='call {escape(status)}{' out' if e.rolled_back else ''}' id='call-{cid}' tabindex='0' "
         f"data-call='{cid}' "
-        f"data-diff='{escape(diff_src, quote=True)}'>"
+        f"data-diff='{escape(diff_src, quote=True)}' data-output='{escape(output_src(run, e), quote=True)}'>"
         f"<td title='{cid}'>{e.seq}</td><td class='opt'><code>{cid}</code></td>"
         f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
         f"<td>{names.text(e.tool_name)}{session}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
@@ -290,6 +291,8 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     if e.error and status not in ("interrupted", "violation"):
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
+    if not e.files:  # every row of a call that changed nothing: the page's filter hides them together
+        return "".join(row).replace("<tr class='", "<tr class='nofiles ")
     return "".join(row)
 
 

@@ -117,9 +117,15 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
         if os.path.isfile(dest) and os.path.isfile(copy):
             real = os.path.realpath(dest)
             mounts.append((mount_depth(real), 3, ["--bind", copy, real]))
+    if policy.identity is not None:  # the user's git identity, alone, as ~/.gitconfig
+        mounts.append((mount_depth(policy.identity[1]), 3, ["--ro-bind", *policy.identity]))
+    shown = [os.path.realpath(p.rstrip("/")) for p in (*readable, *policy.writable, *policy.extra_writable)]
+    shown += [*policy.protected, *policy.homes, *policy.config]
     masked_dirs = []
     for entry in policy.masked:  # secrets: an empty directory or file in their place, last of all
         real = os.path.realpath(entry.rstrip("/"))
+        if _below(real, ["/tmp", *hidden]) and not _below(real, shown):
+            continue  # not visible anyway: a mount would only cost time
         if os.path.isdir(real):
             masked_dirs.append(real)
             mounts.append((mount_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
@@ -128,6 +134,11 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
             # device ("config is locked"), and tools read an empty file as an empty setting.
             mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
     return mounts, [*hidden, *masked_dirs]
+
+
+def _below(path: str, roots: Sequence[str]) -> bool:
+    """True when ``path`` is one of ``roots`` or lies below one of them."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def _limits_shell(limits: Limits) -> str:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.agent import homeview
 from sandbox.agent.agenthome import STATE_DIR, homes_root
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
@@ -166,6 +167,14 @@ class Isolation:
     #: starts, :mod:`sandbox.agent.agenthome`); None: none. Never the directory of all of them: one
     #: agent must not plant settings or sessions for another agent of the run.
     home: str | None = None
+    #: The user's home, empty inside but for the allowlist (:mod:`sandbox.agent.homeview`); None: as on the host.
+    user_home: str | None = None
+    #: The homes whose toolchains (:data:`sandbox.agent.homeview.TOOLCHAINS`) stay visible, read-only.
+    toolchain_homes: tuple[str, ...] = ()
+    #: The user's git identity (name, email), given inside as a generated ``~/.gitconfig``.
+    identity: tuple[str, str] | None = None
+    #: The names the started agent's run home links to the user's configuration (its adapter's ``LINKED``).
+    linked: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -208,6 +217,10 @@ class Policy:
     reasons: tuple[tuple[str, str], ...] = field(default=())
     #: An empty read-only regular file bound over masked files (None: ``/dev/null``).
     empty_file: str | None = None
+    #: (the generated git configuration with the user's identity, the path it is shown at inside).
+    identity: tuple[str, str] | None = None
+    #: Why each path of the home's allowlist is visible (``sandbox doctor``).
+    allowed: tuple[tuple[str, str], ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -317,8 +330,11 @@ def policy_for(
 
     keep = [real(p) for p in KEEP_FILES if os.path.exists(p) and is_hidden(real(p))]
     sockets = [real(p) for p in isolation.unix_sockets if os.path.exists(p)]
+    homes = _agent_home(common_dir, run_id, isolation.home)
+    allowed = _home_allowlist(isolation, homes)
     readable = (
         *isolation.readable,
+        *(path for path, _why in allowed),
         real(layout.run_dir(common_dir, run_id)),
         _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
@@ -336,7 +352,7 @@ def policy_for(
         hidden=tuple(p for p in hidden if p != "/tmp"),
         config=isolation.config,
         # The running agent's home (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
-        homes=_agent_home(common_dir, run_id, isolation.home),
+        homes=homes,
         private=tuple(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
             for dest in isolation.private
@@ -353,7 +369,34 @@ def policy_for(
         limits=isolation.limits,
         reasons=tuple(hidden.items()),
         empty_file=_empty_file(common_dir),
+        identity=_identity(isolation, common_dir),
+        allowed=tuple(allowed),
     )
+
+
+def _home_allowlist(isolation: Isolation, homes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """What of the user's home is bound back (read-only) besides what the caller keeps readable: the
+    toolchains found there and the configuration the agent's run home links to, each with why."""
+    if not isolation.user_home:
+        return []
+    out = [
+        (os.path.realpath(path), why)
+        for home in isolation.toolchain_homes or (isolation.user_home,)
+        for path, why in homeview.toolchains(home)
+    ]
+    for home in homes:
+        linked = homeview.linked_config(home, isolation.home or "", isolation.linked)
+        out += [(path, "configuration the agent's run home links to") for path in linked]
+    return out
+
+
+def _identity(isolation: Isolation, common_dir: str) -> tuple[str, str] | None:
+    """(the generated git identity file, ``~/.gitconfig`` inside) when the home is hidden."""
+    if not isolation.user_home or isolation.identity is None:
+        return None
+    made = homeview.identity_file(layout.state_dir(common_dir), isolation.identity)
+    home = os.path.realpath(isolation.user_home)
+    return (made, os.path.join(home, ".gitconfig")) if made else None
 
 
 def _host_socket_dir(common_dir: str) -> str:
@@ -407,6 +450,9 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
         reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
     reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
     reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    if isolation.user_home:
+        why = "a home, empty inside but for its allowlist (see 'sandbox doctor'; allow_read adds to it)"
+        reasons += [(h, why) for h in homeview.hidden_homes(isolation.user_home)]
     reasons.append(("/tmp", "/tmp, which is private inside the sandbox"))
     hidden: dict[str, str] = {}
     for path, why in reasons:

@@ -1,0 +1,176 @@
+"""Default deny in the home (issue #31, item 1): a confined command sees nothing of the user's home
+but its allowlist: toolchains read-only, the git identity alone, what ``allow_read`` adds.
+
+A prompt-injected agent's command, from inside a real ``sandbox exec`` (real bubblewrap), tries to
+read credential files that no deny list names (Maven's ``settings.xml``, ``rclone.conf``, a shell rc
+file, another project's ``.env`` and ``.git/config``, the agents' logins), to list the home and
+another user's home, and to read the ``http.extraHeader`` token of the user's ``~/.gitconfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import sandbox_cmd
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+#: Reads each path, lists each directory; one JSON line: path -> text, listing or "refused: why".
+PROBE = r"""
+import json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        out[path] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path).read()
+    except OSError as exc:
+        out[path] = "refused: " + (exc.strerror or str(exc))
+print(json.dumps(out))
+"""
+
+SECRETS = {
+    ".m2/settings.xml": "<password>maven-secret</password>",
+    ".gradle/gradle.properties": "token=gradle-secret",
+    ".config/rclone/rclone.conf": "pass = rclone-secret",
+    ".s3cfg": "secret_key = s3-secret",
+    ".bashrc": "export API_TOKEN=bashrc-secret",
+    "work/other/.env": "DB_PASSWORD=env-secret",
+    "work/other/.git/config": "[remote]\n\turl = https://user:git-secret@example.com/x",
+    ".claude/.credentials.json": '{"token": "claude-secret"}',
+    ".codex/auth.json": '{"token": "codex-secret"}',
+    ".cargo/credentials.toml": "token = cargo-secret",
+}
+TOOLS = {
+    ".m2/repository/org/x/x.jar": "jar",
+    ".cargo/bin/mytool": "#!/bin/sh\necho tool\n",
+    ".cargo/registry/cache/x.crate": "crate",
+    ".local/bin/helper": "#!/bin/sh\necho helper\n",
+    ".npm/_cacache/index": "npm-cache",
+}
+GITCONFIG = (
+    "[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n"
+    '[http "https://example.com/"]\n\textraHeader = Authorization: Bearer gitconfig-secret\n'
+    "[credential]\n\thelper = store\n[safe]\n\tdirectory = *\n"
+)
+
+
+def make_home(home: Path) -> None:
+    for rel, text in {**SECRETS, **TOOLS}.items():
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(text)
+    for rel in (".cargo/bin/mytool", ".local/bin/helper"):
+        os.chmod(home / rel, 0o755)
+    (home / ".gitconfig").write_text(GITCONFIG)
+    (home / "allowed").mkdir()
+    (home / "allowed" / "notes.txt").write_text("allowed by the user")
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+
+
+def start(repo: Path, env: dict[str, str]) -> str:
+    proc = sandbox_cmd("start", "--json", cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    run_id: str = json.loads(proc.stdout)["run"]
+    return run_id
+
+
+def probe(repo: Path, run_id: str, env: dict[str, str], *paths: str) -> dict[str, object]:
+    proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", PROBE, *paths, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    found: dict[str, object] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    return found
+
+
+def test_the_home_is_empty_inside_but_for_its_allowlist(repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "userhome"
+    make_home(home)
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nallow_read = ["{home}/allowed"]\n')
+    env = env_for(home)
+    run_id = start(repo, env)
+    secrets = [str(home / rel) for rel in SECRETS]
+    tools = [str(home / rel) for rel in TOOLS]
+    seen = probe(repo, run_id, env, *secrets, *tools, str(home), str(home / "allowed" / "notes.txt"))
+    leaked = {p: v for p, v in seen.items() if p in secrets and not str(v).startswith("refused")}
+    assert not leaked, f"credential files readable inside: {leaked}"
+    for rel, text in TOOLS.items():
+        assert seen[str(home / rel)] == text, f"toolchain {rel} not readable inside"
+    assert seen[str(home / "allowed" / "notes.txt")] == "allowed by the user"
+    listing = seen[str(home)]
+    assert isinstance(listing, list)
+    assert not {"work", ".bashrc", ".s3cfg", ".claude", ".codex"} & set(listing), listing
+
+
+def test_the_git_identity_passes_alone(repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "userhome"
+    make_home(home)
+    env = env_for(home)
+    run_id = start(repo, env)
+    script = "git config --global --list; echo; cat ~/.gitconfig"
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, env=env)
+    out = proc.stdout.decode()
+    assert "user.name=Ada Lovelace" in out and "user.email=ada@example.com" in out, out + proc.stderr.decode()
+    assert "gitconfig-secret" not in out and "credential" not in out, out
+
+
+def test_toolchains_run_read_only(repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "userhome"
+    make_home(home)
+    env = env_for(home)
+    run_id = start(repo, env)
+    script = f"{home}/.cargo/bin/mytool && helper; echo x > {home}/.cargo/bin/planted || echo refused"
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", f"PATH={home}/.local/bin:$PATH; {script}", cwd=repo, env=env)
+    assert proc.stdout.decode().split() == ["tool", "helper", "refused"], proc.stderr.decode()
+    assert not (home / ".cargo" / "bin" / "planted").exists()
+
+
+def test_other_homes_are_hidden(repo: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path / "userhome")
+    make_home(tmp_path / "userhome")
+    run_id = start(repo, env)
+    homes = [h for h in ("/home", "/root") if os.path.isdir(h) and os.access(h, os.R_OK)]
+    if not homes:
+        pytest.skip("no other home on this machine")
+    seen = probe(repo, run_id, env, *homes)
+    for home in homes:
+        listing = seen[home]
+        # Only what the sandbox binds back (its own interpreter, the repository) may show there.
+        assert not isinstance(listing, list) or len(listing) <= len(os.listdir(home)), listing
+        if isinstance(listing, list) and os.listdir(home):
+            assert set(listing) < set(os.listdir(home)) or not listing, (home, listing)
+
+
+@pytest.mark.parametrize("entries", [10, 1000])
+def test_start_up_does_not_walk_the_home(repo: Path, tmp_path: Path, entries: int) -> None:
+    """The policy costs the same with 10 or 1,000 entries in the home (one stat per allowlist entry)."""
+    from sandbox.agent import sandboxpolicy
+    from sandbox.cli.isolation import resolve
+
+    home = tmp_path / "userhome"
+    make_home(home)
+    for i in range(entries):
+        (home / f"project{i}").mkdir()
+        (home / f"project{i}" / "f").write_text("x")
+    saved = dict(os.environ)
+    os.environ.update(env_for(home))
+    try:
+        run_id = start(repo, env_for(home))
+        iso = resolve(str(repo), "exec", None, None)
+        from sandbox.store import layout
+
+        common = str(repo / ".git")
+        wt = layout.place_of(common, run_id).worktree
+        began = time.perf_counter()
+        for _ in range(20):
+            sandboxpolicy.policy_for(iso, common_dir=common, run_id=run_id, worktree=wt, user_workdir=str(repo))
+        per_call = (time.perf_counter() - began) / 20
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    print(f"policy_for with {entries} entries in the home: {per_call * 1000:.2f} ms")
+    assert per_call < 0.05

@@ -324,6 +324,11 @@ def policy_for(
     """
     real = os.path.realpath
     hidden = hidden_dirs(isolation, common_dir, user_workdir)
+    # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
+    # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
+    agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
+    if os.path.isdir(agents):
+        hidden[agents] = "the run's agent homes, with the agents' logins (each visible only to a 'sandbox run' of it)"
 
     def is_hidden(path: str) -> bool:
         return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)

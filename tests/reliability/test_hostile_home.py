@@ -174,3 +174,30 @@ def test_start_up_does_not_walk_the_home(repo: Path, tmp_path: Path, entries: in
         os.environ.update(saved)
     print(f"policy_for with {entries} entries in the home: {per_call * 1000:.2f} ms")
     assert per_call < 0.05
+
+
+def test_no_agent_login_is_visible_to_exec(repo: Path, tmp_path: Path) -> None:
+    """The run's agent homes hold each agent's login (seeded from yours at a session's start): a plain
+    confined command (``exec``, ``compare --check``, MCP ``run_command``) sees none of them."""
+    from sandbox.agent import agenthome
+    from sandbox.store import layout
+
+    home = tmp_path / "userhome"
+    make_home(home)
+    env = env_for(home)
+    run_id = start(repo, env)
+    run_dir = layout.run_dir(str(repo / ".git"), run_id)
+    logins = {
+        "claude": ".credentials.json",
+        "gemini": ".gemini/oauth_creds.json",
+        "codex": "auth.json",
+    }
+    paths = []
+    for agent, rel in logins.items():
+        path = Path(agenthome.home_of(run_dir, agent)) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'{{"token": "{agent}-login"}}')
+        paths.append(str(path))
+    seen = probe(repo, run_id, env, *paths, os.path.join(run_dir, agenthome.STATE_DIR))
+    leaked = {p: v for p, v in seen.items() if "-login" in str(v) or (isinstance(v, list) and v)}
+    assert not leaked, f"agent logins visible to a confined exec: {leaked}"

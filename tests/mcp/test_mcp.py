@@ -458,10 +458,20 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
             assert line, f"the server ended: {server.wait()}"
             if "MCP server on http://127.0.0.1:" in line:
                 port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
-            if "Authorization: Bearer " in line:
-                token = line.split("Bearer ", 1)[1].strip().rstrip("'")
+            if "--headers-for" in line:
                 break
+        # The client's header helper gets the token; it is printed nowhere and stored in no client config.
+        helper = sandbox_cmd("mcp", "--headers-for", str(port), cwd=repo)
+        assert helper.returncode == 0, helper.stderr
+        token = json.loads(helper.stdout)["Authorization"].split("Bearer ", 1)[1]
         assert port > 0 and len(token) >= 32
+        # A confined command (another run's agent with the network on could reach the port) cannot have it.
+        from sandbox.cli.mcp_headers import token_path
+
+        run_id = only_run(repo).run_id
+        spy = f"cat {token_path(port)}; {SANDBOX} mcp --headers-for {port}"
+        inside = sandbox_cmd("exec", run_id, "--network", "on", "--", "sh", "-c", spy, cwd=repo)
+        assert token not in (inside.stdout + inside.stderr).decode(), inside.stdout
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def main() -> Any:

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING
 
 from sandbox.agent.agentstate import prepare_config
 from sandbox.agent.bwrap import bwrap_argv, seccomp_program
-from sandbox.agent.envfilter import WITHHELD_ENV, filter_env
+from sandbox.agent.envfilter import WITHHELD_ENV, filter_env, renumber_git_config
 from sandbox.agent.sandboxpolicy import (
     INSTALL_HINT,
     OPT_OUT,
@@ -248,6 +248,7 @@ def spawn(
     base = os.environ if env is None else env
     env = filter_env(base, policy.env_allow)
     env.update({k: v for k, v in (own_env or {}).items() if k not in WITHHELD_ENV})
+    renumber_git_config(env)
     _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""))
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]

@@ -201,3 +201,53 @@ def test_no_agent_login_is_visible_to_exec(repo: Path, tmp_path: Path) -> None:
     seen = probe(repo, run_id, env, *paths, os.path.join(run_dir, agenthome.STATE_DIR))
     leaked = {p: v for p, v in seen.items() if "-login" in str(v) or (isinstance(v, list) and v)}
     assert not leaked, f"agent logins visible to a confined exec: {leaked}"
+
+
+def test_variables_git_config_and_unknown_sandbox_names_do_not_pass(repo: Path, tmp_path: Path) -> None:
+    """``GIT_CONFIG_KEY_n``/``VALUE_n`` (an ``http.extraHeader`` token) and ``SANDBOX_*`` names the
+    sandbox does not list stay outside; the listed ones pass."""
+    home = tmp_path / "userhome"
+    make_home(home)
+    env = env_for(home)
+    run_id = start(repo, env)
+    given = {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": "Authorization: Bearer var-secret",
+        "SANDBOX_DEPLOY_KEY": "sandbox-prefixed-secret",
+        "SANDBOX_HOOK_AUTOSTART": "0",
+    }
+    proc = sandbox_cmd("exec", run_id, "--", "env", cwd=repo, env={**env, **given})
+    inside = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "var-secret" not in inside and "GIT_CONFIG_KEY" not in inside, inside
+    assert "sandbox-prefixed-secret" not in inside and "SANDBOX_HOOK_AUTOSTART=0" in inside, inside
+
+
+def test_gemini_gets_the_variables_it_reads_not_every_google_one(repo: Path) -> None:
+    from sandbox.agent import envfilter
+    from sandbox.cli.isolation import resolve
+
+    iso = resolve(str(repo), "run", None, "on", agent=("gemini", "gemini"), argv=["gemini"])
+    outside = {
+        "GEMINI_API_KEY": "k",
+        "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1",
+        "GOOGLE_CLOUD_PROJECT": "p",
+        "GOOGLE_OAUTH_CLIENT_SECRET": "other-google-secret",
+        "GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES": "1",
+        "GEMINI_CLI_IDE_AUTH_TOKEN": "ide-token",
+    }
+    passed = envfilter.filter_env(outside, iso.env_allow)
+    assert set(passed) == {"GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT"}
+
+
+def test_the_sandboxs_own_git_config_variables_are_renumbered_after_the_users_are_dropped() -> None:
+    from sandbox.agent import envfilter
+
+    env = envfilter.filter_env(
+        {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader", "GIT_CONFIG_VALUE_0": "x"},
+        envfilter.DEFAULT_ENV_ALLOW,
+    )
+    env.update({"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": "/h"})
+    envfilter.renumber_git_config(env)
+    assert env == {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/h"}

@@ -259,9 +259,9 @@ def spawn(
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
-    # Only with the terminal shared: in a session of its own the command has no controlling
-    # terminal, and TIOCSTI works only on one's controlling terminal.
-    program = seccomp_program() if policy.interactive else None
+    # The keyring calls always; TIOCSTI only with the terminal shared: in a session of its own the
+    # command has no controlling terminal, and TIOCSTI works only on one's controlling terminal.
+    program = seccomp_program(ioctls=policy.interactive)
     if program is not None:
         seccomp_fd, seccomp_w = os.pipe()
         os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer

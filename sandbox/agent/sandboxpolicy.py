@@ -24,7 +24,7 @@ INSTALL_HINT = (
 )
 OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate = false in .sandbox.toml)"
 #: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.agent.netproxy`).
-PROXY_SOCKET = "net.sock"
+PROXY_SOCKET = os.path.join("net", "net.sock")
 
 #: Secrets masked inside by default (``~/`` is the user's home, expanded by the CLI): each existing
 #: directory is replaced by an empty read-only one, each file by an empty one. ``deny_read`` adds to
@@ -329,6 +329,13 @@ def policy_for(
     agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
     if os.path.isdir(agents):
         hidden[agents] = "the run's agent homes, with the agents' logins (each visible only to a 'sandbox run' of it)"
+    # The session's proxy socket, in a directory of its own: hidden from every other command of the run
+    # (an `exec --network off` would otherwise reach the session's allowlisted hosts through it).
+    net_dir = real(os.path.dirname(os.path.join(layout.run_dir(common_dir, run_id), PROXY_SOCKET)))
+    with contextlib.suppress(OSError):
+        os.makedirs(net_dir, exist_ok=True)
+    if isolation.network_mode != "allow" and os.path.isdir(net_dir):
+        hidden[net_dir] = "the network proxy of the run's 'sandbox run' session (reachable from that session only)"
 
     def is_hidden(path: str) -> bool:
         return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)

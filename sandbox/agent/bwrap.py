@@ -53,11 +53,17 @@ def bwrap_argv(
     *,
     started_fd: int | None = None,
     seccomp_fd: int | None = None,
+    userns_fds: tuple[int, int] | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``."""
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``.
+
+    ``userns_fds``: (info, block): a user namespace of its own (root's too), its child's pid told on
+    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.agent.nslimits`)."""
     # An IPC namespace of its own: the user's SysV shared memory, semaphores, message queues and POSIX
     # message queues are out of reach.
     out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+    if userns_fds is not None:
+        out += ["--unshare-user", "--info-fd", str(userns_fds[0]), "--userns-block-fd", str(userns_fds[1])]
     if not policy.network:
         out.append("--unshare-net")
     if not policy.interactive:
@@ -155,6 +161,8 @@ def _limits_shell(limits: Limits) -> str:
         out += f"ulimit -u {n} 2>/dev/null || ulimit -p {n} 2>/dev/null; "
     if limits.max_file_bytes is not None:
         out += f"ulimit -f {max(limits.max_file_bytes // 512, 1)} 2>/dev/null; "
+    if limits.max_open_files is not None:  # soft and hard: the command cannot raise it again
+        out += f"ulimit -n {limits.max_open_files} 2>/dev/null; "
     return out
 
 

@@ -267,7 +267,16 @@ def spawn(
         os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer
         os.close(seccomp_w)
         fds.append(seccomp_fd)
-    full = bwrap_argv(isolation.program, policy, argv, cwd, started_fd=started_w, seccomp_fd=seccomp_fd)
+    userns = _userns_pipes(policy.limits, fds)
+    full = bwrap_argv(
+        isolation.program,
+        policy,
+        argv,
+        cwd,
+        started_fd=started_w,
+        seccomp_fd=seccomp_fd,
+        userns_fds=(userns[2], userns[3]) if userns else None,
+    )
     groups = hardening.make_cgroups(
         policy.limits.max_processes, policy.limits.max_memory, memory_if_free=policy.limits.memory_if_free
     )
@@ -297,11 +306,48 @@ def spawn(
         groups.remove()
         if holder is not None:
             holder.set()
+        if userns:
+            os.close(userns[0])
+            os.close(userns[1])
         raise
     finally:
         for fd in fds:
             os.close(fd)
+    if userns:
+        _bound_userns(policy.limits, userns[0], userns[1])
     return Confined(proc, started_r, session=not policy.interactive, cgroups=groups, holder=holder)
+
+
+def _userns_pipes(limits: Limits, fds: list[int]) -> tuple[int, int, int, int] | None:
+    """(info read end, block write end, info write end, block read end) for bounding inotify in the
+    sandbox's user namespace (:mod:`sandbox.agent.nslimits`); the child's ends are added to ``fds``.
+    None when no bound is asked for."""
+    if limits.max_inotify_instances is None and limits.max_inotify_watches is None:
+        return None
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    fds += [info_w, block_r]
+    return info_r, block_w, info_w, block_r
+
+
+def _bound_userns(limits: Limits, info_r: int, block_w: int) -> None:
+    """Map the sandbox's ids and set its inotify limits (:mod:`sandbox.agent.nslimits`), then let its
+    setup go on. Without the maps bubblewrap fails to set up (reported by :meth:`Confined.wait`)."""
+    from sandbox.agent import nslimits
+
+    try:
+        pid = nslimits.child_pid(info_r)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                nslimits.map_ids(pid)
+                nslimits.set_inotify(
+                    pid, limits.max_inotify_instances or 2**31 - 1, limits.max_inotify_watches or 2**31 - 1
+                )
+        with contextlib.suppress(OSError):  # bubblewrap gone already: nothing waits
+            os.write(block_w, b"g")
+    finally:
+        os.close(info_r)
+        os.close(block_w)
 
 
 def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_var: str) -> None:

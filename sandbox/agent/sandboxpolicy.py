@@ -104,15 +104,23 @@ class Limits:
     #: Size of the private ``/tmp`` and ``/dev/shm`` (RAM-backed tmpfs).
     tmpfs_bytes: int = GIB
     #: Processes (and threads): a pids cgroup where one can be made, and ``RLIMIT_NPROC``.
-    max_processes: int | None = 4096
+    max_processes: int | None = 1024
     #: The largest file a process may write (``RLIMIT_FSIZE``).
     max_file_bytes: int | None = 16 * GIB
     #: Memory of all its processes together (a memory cgroup, where one can be made).
     max_memory: int | None = 8 * GIB
     #: Apply ``max_memory`` only where it costs no slow cgroup move (``exec``, unless set).
     memory_if_free: bool = False
-    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded.
-    max_call_bytes: int | None = None
+    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded
+    #: (the default is ``sandbox.run.config.DEFAULT_MAX_CALL_SIZE``, kept in step by a test).
+    max_call_bytes: int | None = 256 * 1024**2
+    #: Open files per process (``RLIMIT_NOFILE``): with ``max_processes`` the product stays well under
+    #: the machine's ``fs.file-max`` (1024 x 1024 = 1M; 2.4M here).
+    max_open_files: int | None = 1024
+    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.agent.nslimits`):
+    #: a quarter of a default user's 128 instances, a third of a common 192k watches.
+    max_inotify_instances: int | None = 32
+    max_inotify_watches: int | None = 65536
 
 
 class ConfinementError(SandboxError):

@@ -216,6 +216,7 @@ def limits_of(cfg: Any, command: str = "run") -> Any:
     names = {
         "tmpfs_size": "tmpfs_bytes",
         "max_processes": "max_processes",
+        "max_open_files": "max_open_files",
         "max_file_size": "max_file_bytes",
         "max_memory": "max_memory",
         "max_call_size": "max_call_bytes",

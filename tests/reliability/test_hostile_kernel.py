@@ -108,3 +108,41 @@ def test_a_sessions_proxy_socket_is_not_reachable_from_another_command(repo: Pat
         proc = inside(repo, run_id, "python3", "-c", probe, path)
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout.decode().startswith("refused"), proc.stdout.decode()
+
+
+INOTIFY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while n < 200 and libc.inotify_init() >= 0:
+    n += 1
+print(n)
+"""
+
+
+def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(repo: Path) -> None:
+    """The agent's watchers take from a budget of their own (32), not the user's whole (128 here)."""
+    run_id = start(repo)
+    proc = inside(repo, run_id, "python3", "-c", INOTIFY)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert int(proc.stdout) <= 32, proc.stdout.decode()
+    limits = inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances", "/proc/sys/user/max_inotify_watches")
+    assert limits.stdout.decode().split() == ["32", "65536"], limits.stderr.decode()
+    # and the sandboxed command cannot raise them again
+    again = inside(repo, run_id, "sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_instances; echo done")
+    assert inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances").stdout.decode().strip() == "32"
+    assert again.returncode == 0
+
+
+def test_open_files_are_bounded_and_cannot_be_raised(repo: Path) -> None:
+    run_id = start(repo)
+    proc = inside(repo, run_id, "sh", "-c", "ulimit -n; ulimit -Hn; ulimit -n 4096 2>/dev/null || echo refused")
+    assert proc.stdout.decode().split() == ["1024", "1024", "refused"], proc.stderr.decode()
+
+
+def test_a_calls_size_is_bounded_by_default() -> None:
+    from sandbox.agent import sandboxpolicy
+    from sandbox.run import config
+
+    assert sandboxpolicy.Limits().max_call_bytes == config.DEFAULT_MAX_CALL_SIZE == 256 * 1024**2
+    assert sandboxpolicy.Limits().max_processes == 1024 and sandboxpolicy.Limits().max_open_files == 1024

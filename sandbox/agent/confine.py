@@ -43,9 +43,9 @@ from sandbox.agent.sandboxpolicy import (
     Isolation,
     Limits,
     Policy,
-    hidden_reason,
 )
 from sandbox.agent.seatbelt import seatbelt_profile
+from sandbox.agent.verdict import explain
 
 if TYPE_CHECKING:
     from sandbox.agent.hardening import Cgroups
@@ -367,7 +367,8 @@ def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_v
     if not found or not os.path.exists(found):
         return  # the shell inside says "not found", as it would outside
     real = os.path.realpath(found)
-    why = hidden_reason(policy, real)
+    verdict = explain(policy, real)
+    why = None if verdict.visible else verdict.why
     if why is not None:
         raise ConfinementError(
             f"The command {name}{'' if name == real else f' ({real})'} is not visible inside the sandbox: "

@@ -410,6 +410,24 @@ def _home_allowlist(isolation: Isolation, homes: tuple[str, ...]) -> list[tuple[
     return out
 
 
+def home_allowlist(isolation: Isolation) -> list[tuple[str, str]]:
+    """What of the homes is visible inside, each with why (``sandbox doctor``): the toolchains found,
+    the generated git identity, ``allow_read`` and what the sandbox keeps readable for itself. Empty
+    when the home is not hidden (``user_home`` unset)."""
+    if not isolation.user_home:
+        return []
+    home = os.path.realpath(isolation.user_home)
+    out = _home_allowlist(isolation, ())
+    if isolation.identity is not None:
+        out.append((os.path.join(home, ".gitconfig"), "your git identity alone (user.name, user.email), generated"))
+    roots = [os.path.realpath(h) for h in homeview.hidden_homes(isolation.user_home)]
+    for path in isolation.readable:
+        real = os.path.realpath(path)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            out.append((real, "allow_read, or what the sandbox itself needs (its interpreter, the agent)"))
+    return list(dict.fromkeys(out))
+
+
 def _identity(isolation: Isolation, common_dir: str) -> tuple[str, str] | None:
     """(the generated git identity file, ``~/.gitconfig`` inside) when the home is hidden."""
     if not isolation.user_home or isolation.identity is None:
@@ -479,26 +497,6 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
         if path != "/" and os.path.isdir(path):
             hidden.setdefault(path, why)
     return hidden
-
-
-def hidden_reason(policy: Policy, path: str) -> str | None:
-    """Why ``path`` (absolute, resolved) is not visible inside under ``policy``; None when it is.
-
-    The deepest mount covering it decides: a path bound back below a hidden directory is visible.
-    """
-    shown = [*policy.readable, *policy.writable, *policy.extra_writable, *policy.protected]
-    best: tuple[int, str | None] = (-1, None)
-    secrets = [(m.rstrip("/"), "a secret masked by the deny-read set") for m in policy.masked]
-    for root, why in [*policy.reasons, *secrets]:
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            best = max(best, (mount_depth(root), why), key=lambda b: b[0])
-    if best[1] is None:
-        return None
-    for root in shown:
-        root = os.path.realpath(root.rstrip("/"))
-        if (path == root or path.startswith(root + "/")) and mount_depth(root) > best[0]:
-            return None
-    return best[1]
 
 
 def other_state_dirs(data_root: str, common_dir: str) -> list[str]:

@@ -251,3 +251,23 @@ def test_the_sandboxs_own_git_config_variables_are_renumbered_after_the_users_ar
     env.update({"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": "/h"})
     envfilter.renumber_git_config(env)
     assert env == {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/h"}
+
+
+def test_doctor_lists_the_allowlist_and_explains_one_path(repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "userhome"
+    make_home(home)
+    env = env_for(home)
+    run_id = start(repo, env)
+    proc = sandbox_cmd("--json", "doctor", run_id, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    report = json.loads(proc.stdout)
+    allowed = {item["path"]: item["why"] for item in report["home_allowlist"]}
+    real = home.resolve()
+    for rel in (".cargo/bin", ".m2/repository", ".gitconfig"):
+        assert str(real / rel) in allowed, allowed
+    assert str(real / ".m2") not in allowed and str(real) in {h["path"] for h in report["hidden"]}
+    for rel, visible in ((".m2/settings.xml", False), (".m2/repository/org/x/x.jar", True), ("work/other/.env", False)):
+        one = sandbox_cmd("--json", "doctor", run_id, "--explain", str(home / rel), cwd=repo, env=env)
+        verdict = json.loads(one.stdout)
+        assert verdict["visible"] is visible, verdict
+        assert (verdict["hint"] is None) is visible and (visible or "allow_read" in verdict["hint"])

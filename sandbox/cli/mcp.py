@@ -68,6 +68,9 @@ def mcp(
         return
     if new and run_id:
         raise UsageError("Give --run RUN or --new, not both.")
+    if port is not None and not (new or run_id):
+        # Whoever holds the token (any local process may try) would otherwise open every run here.
+        raise UsageError("--http serves one run: give --run RUN or --new.")
     if label and not new:
         raise UsageError("--label names the run that --new starts; add --new.")
     if directory and not os.path.isdir(directory) and os.environ.get("SANDBOX_RUN"):

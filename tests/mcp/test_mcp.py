@@ -499,6 +499,12 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
     assert entry.tool_name == "write_file" and entry.status.value == "succeeded"
 
 
+def test_http_serves_one_run_only(repo: Path) -> None:
+    """Without --run or --new an HTTP server would open any run here to whoever holds its token."""
+    done = subprocess.run([SANDBOX, "mcp", "--http", "0"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--run RUN or --new" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_http_port_in_use_is_one_line_and_starts_no_run(repo: Path) -> None:
     import socket
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> None:
     """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
-    from sandbox.agent import confine, hardening, sandboxpolicy
+    from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
@@ -88,7 +88,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             },
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
-            "cannot_enforce": list(probe.missing) if probe else ["Landlock scoping and cgroups (Linux only)"],
+            "cannot_enforce": list(probe.missing) if probe else list(seatbelt.CANNOT_ENFORCE),
         }
     )
     if wants_json(ctx):

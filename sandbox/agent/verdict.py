@@ -11,6 +11,7 @@ the refusal of a command that lies in a hidden place (:func:`sandbox.agent.confi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandbox.agent.sandboxpolicy import Policy, mount_depth
@@ -75,3 +76,12 @@ def _rules(policy: Policy) -> list[tuple[str, int, Verdict]]:
         for m in policy.masked
     ]
     return out
+
+
+def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
+    """Which of the Unix sockets bound on this machine now (``paths``, as ``/proc/net/unix`` names
+    them) a process under ``policy`` could connect to: those it can see (``connect`` needs no write
+    access). A name relative to a descriptor (``/proc/self/fd/...``) says nothing of where the socket
+    lies and is left out; so are abstract sockets (no path: Landlock or the network namespace decides)."""
+    found = {p for p in paths if p.startswith("/") and not p.startswith("/proc/") and explain(policy, p).visible}
+    return sorted(found)

@@ -25,6 +25,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
     from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
+    from sandbox.agent.verdict import reachable_sockets
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.run.names import resolve_run
@@ -43,8 +44,8 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
         policy = sandboxpolicy.policy_for_run(runs, run)
         writable = list(policy.writable)
         hidden = dict(policy.reasons)
+    policy_now = policy if found is not None else _policy_without_run(runs, hidden)
     if explain_path is not None:
-        policy_now = policy if found is not None else _policy_without_run(runs, hidden)
         _explain(ctx, policy_now, explain_path)
         return
     problem = None
@@ -75,7 +76,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
                 # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
                 "allow": list(runs.allow) if runs.allow is not None else None,
             },
-            "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
+            "unix_sockets": reachable_sockets(policy_now, _bound_sockets()),
             "limits": {
                 "tmpfs_bytes": limits.tmpfs_bytes,
                 "max_processes": limits.max_processes,
@@ -111,6 +112,16 @@ def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
         masked=runs.masked,
         allowed=tuple(allowed),
     )
+
+
+def _bound_sockets() -> list[str]:
+    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
+    except OSError:
+        return []
+    return [row[7].strip() for row in rows if len(row) == 8]
 
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
@@ -167,7 +178,8 @@ def _show(data: DoctorOutput) -> None:
     else:
         allow = "all or nothing"
     echo(f"network: run {net.run}, exec {net.exec} ({allow})")
-    echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data.unix_sockets))
+    reachable = ", ".join(escape.path(s) for s in data.unix_sockets) or "none bound here now"
+    echo("unix sockets reachable inside (of those bound on this machine now): " + reachable)
     echo("environment passed on: " + " ".join(data.env_allow) + " (and the agent's own names)")
     lim = data.limits
     echo(

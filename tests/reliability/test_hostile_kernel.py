@@ -146,3 +146,22 @@ def test_a_calls_size_is_bounded_by_default() -> None:
 
     assert sandboxpolicy.Limits().max_call_bytes == config.DEFAULT_MAX_CALL_SIZE == 256 * 1024**2
     assert sandboxpolicy.Limits().max_processes == 1024 and sandboxpolicy.Limits().max_open_files == 1024
+
+
+def test_doctor_finds_the_reachable_sockets(repo: Path, tmp_path: Path) -> None:
+    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one in
+    ``/var/tmp`` (visible, read-only: ``connect`` needs no more), yes; Docker Desktop's in the home, no."""
+    home = Path(os.environ["HOME"])
+    out = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    docker = home / ".docker" / "desktop" / "docker.sock"
+    docker.parent.mkdir(parents=True, exist_ok=True)
+    mine = Path("/var/tmp") / f"sbx-{os.getpid()}.sock"
+    with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
+        a.bind(str(docker))
+        b.bind(str(mine))
+        try:
+            report = json.loads(sandbox_cmd("--json", "doctor", out["run"], cwd=repo).stdout)
+        finally:
+            docker.unlink()
+            mine.unlink()
+    assert str(mine) in report["unix_sockets"] and str(docker) not in report["unix_sockets"], report["unix_sockets"]

@@ -384,7 +384,7 @@ def policy_for(
         ),
         # The repository's config may hold credentials (a remote URL with a token, an http.extraHeader);
         # the run's git has its own config and borrows only the objects.
-        masked=(*isolation.masked, real(os.path.join(common_dir, "config"))),
+        masked=(*isolation.masked, *_repository_configs(common_dir)),
         env_allow=isolation.env_allow,
         limits=isolation.limits,
         reasons=tuple(hidden.items()),
@@ -435,6 +435,16 @@ def _identity(isolation: Isolation, common_dir: str) -> tuple[str, str] | None:
     made = homeview.identity_file(layout.state_dir(common_dir), isolation.identity)
     home = os.path.realpath(isolation.user_home)
     return (made, os.path.join(home, ".gitconfig")) if made else None
+
+
+def _repository_configs(common_dir: str) -> list[str]:
+    """The user's repository's config files, masked: its ``config`` and ``config.worktree``, and each
+    submodule's ``modules/<name>/config`` (one ``listdir``; a submodule nested deeper is not looked for)."""
+    out = [os.path.join(common_dir, "config"), os.path.join(common_dir, "config.worktree")]
+    modules = os.path.join(common_dir, "modules")
+    with contextlib.suppress(OSError):
+        out += [os.path.join(modules, name, "config") for name in sorted(os.listdir(modules))]
+    return [os.path.realpath(p) for p in out if os.path.isfile(p)]
 
 
 def _host_socket_dir(common_dir: str) -> str:

@@ -271,3 +271,17 @@ def test_doctor_lists_the_allowlist_and_explains_one_path(repo: Path, tmp_path: 
         verdict = json.loads(one.stdout)
         assert verdict["visible"] is visible, verdict
         assert (verdict["hint"] is None) is visible and (visible or "allow_read" in verdict["hint"])
+
+
+def test_the_repositorys_worktree_and_submodule_configs_are_masked(repo: Path) -> None:
+    """A token may sit in ``.git/config.worktree`` or a submodule's ``.git/modules/<name>/config`` as well
+    as in ``.git/config`` (masked already): none is readable inside."""
+    git_dir = repo / ".git"
+    (git_dir / "config.worktree").write_text('[http]\n\textraHeader = "Authorization: Bearer wt-secret"\n')
+    (git_dir / "modules" / "lib").mkdir(parents=True)
+    (git_dir / "modules" / "lib" / "config").write_text("[remote]\n\turl = https://u:sub-secret@example.com/x\n")
+    proc = sandbox_cmd("start", "--json", cwd=repo)
+    run_id = json.loads(proc.stdout)["run"]
+    paths = [str(git_dir / "config.worktree"), str(git_dir / "modules" / "lib" / "config")]
+    seen = sandbox_cmd("exec", run_id, "--", "cat", *paths, cwd=repo)
+    assert b"secret" not in seen.stdout, seen.stdout

@@ -1,7 +1,10 @@
 """The bubblewrap command line for a run's :class:`~sandbox.agent.sandboxpolicy.Policy` (:func:`bwrap_argv`),
 which :func:`sandbox.agent.confine.spawn` starts:
 
-* the whole file system read-only (``--ro-bind / /``), a private ``/dev`` and ``/tmp``, a ``/proc``
+* the whole file system read-only (``--ro-bind / /``) but every home, which is empty except its
+  allowlist (:mod:`sandbox.agent.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
+  for its device nodes; an IPC namespace of its own; a user namespace of its own whose inotify
+  limits the caller sets before the command starts (:mod:`sandbox.agent.nslimits`); a ``/proc``
   of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
   ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
   signalled or traced);

@@ -144,7 +144,8 @@ class Isolation:
     backend: str = "bwrap"
     writable: tuple[str, ...] = ()
     interactive: bool = False
-    #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
+    #: Paths kept visible (read-only) even below the private ``/tmp`` or a hidden home: ``allow_read``,
+    #: the sandbox's interpreter, the agent's executable.
     readable: tuple[str, ...] = ()
     #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
     #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.

@@ -550,3 +550,25 @@ def test_an_unconfined_command_gets_no_mcp_bearer_token(tmp_path: Path) -> None:
     ws.start_run()
     answer = ws.run_command(f"echo token=${envfilter.MCP_TOKEN_ENV}.")
     assert "token=." in str(answer) and "bearer-secret" not in str(answer)
+
+
+def test_run_command_sees_no_agent_login(repo: Path) -> None:
+    """The run's agent homes hold the agents' logins (seeded from yours by 'sandbox run'): a command the
+    model runs through MCP reads none of them, nor your home's."""
+    from sandbox.agent import agenthome
+    from sandbox.store import layout
+
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    login = Path(agenthome.home_of(layout.run_dir(str(repo / ".git"), run_id), "claude")) / ".credentials.json"
+    login.parent.mkdir(parents=True, exist_ok=True)
+    login.write_text('{"token": "claude-login"}')
+    mine = Path(os.environ["HOME"]) / ".claude" / ".credentials.json"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('{"token": "home-login"}')
+
+    @serve(repo, "--run", run_id)
+    async def out(s: ClientSession) -> Any:
+        r = await s.call_tool("run_command", {"command": f"cat {login} {mine}; true"})
+        return r.structured_content
+
+    assert "-login" not in out["output"], out["output"]

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.output import STATUS_COLORS, Output
 
 if TYPE_CHECKING:
@@ -91,4 +91,4 @@ def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
     assert e.commit and e.parent_commit
     text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
     click.echo()
-    click.echo(text, nl=not text.endswith("\n"))
+    click.echo(out.content(text), nl=not text.endswith("\n"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project, wants_json
+from sandbox.cli.finding import open_project
+from sandbox.cli.group import wants_json
 
 
 @click.command("ui")

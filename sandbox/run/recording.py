@@ -29,7 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class PathsSeen(Protocol):
-    """What a call needs of a watcher (:class:`sandbox.agent.watcher.Watcher`): the paths changed
+    """What a call needs of a watcher: the paths changed
     since the last time it was asked, or None when it cannot vouch for them (then a scan tells)."""
 
     def take(self) -> set[str] | None:

@@ -27,8 +27,10 @@ from urllib.parse import quote, urlencode
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
+from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
+from sandbox.ui import names
 
 if TYPE_CHECKING:
     from sandbox.merge.preview import FileRecord
@@ -189,7 +191,7 @@ def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) ->
     """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
     box = ""
     if pick:
-        label = escape(f"all of {f['path']}", quote=True)
+        label = escape(f"all of {agent_path(f['path'])}", quote=True)  # a screen reader reads it out
         if ids:
             box = (
                 f"<input type='checkbox' class='pick pick-file' data-hunk='{escape(' '.join(ids), quote=True)}' "
@@ -222,10 +224,10 @@ def _blob_size(run: Run, oid: str | None) -> str:
 
 def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
     whole = not f["hunks"]
-    head = _head(f, pick, f"<code>{escape(f['path'])}</code>", [f["id"]] if whole else [], f["status"])
+    head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
     if f["binary"]:
         sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
-        return head + f"<p class='note'>Binary file <code>{escape(f['path'])}</code> ({sizes}): not shown.</p></div>"
+        return head + f"<p class='note'>Binary file {names.name(f['path'])} ({sizes}): not shown.</p></div>"
     if whole:  # added, deleted, a symlink or a mode change: one unit, its patch shown as it is
         lines = _patch_lines(f["patch"])
         if not lines:
@@ -286,7 +288,7 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
 
 def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
-    title = f"<code>{escape(gone['path'])}</code> → <code>{escape(f['path'])}</code> ({similarity}% similar)"
+    title = f"{names.name(gone['path'])} → {names.name(f['path'])} ({similarity}% similar)"
     merged = f.copy()
     merged["before_mode"] = gone["before_mode"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from sandbox.run.run import Run
 from sandbox.store.fsutil import human_size
+from sandbox.ui import names
 from sandbox.ui.diffs import run_diff, unified
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
@@ -78,7 +79,7 @@ def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -
         applied = f"{r.get('unapplied_calls', 0)}" + (f" ({len(partly)} partly)" if partly else "")
         body.append(
             f"<tr class='run-row'><td><input type='checkbox' name='run' value='{rid}' aria-label='compare {rid}'></td>"
-            f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
+            f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{names.text(r.get('label') or '')}</td>"
             f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
             f"<td class='opt'>{_disk(r)}</td></tr>"
@@ -105,7 +106,7 @@ def run_page(run: Run, token: str) -> str:
     row = summarize(run)
     rid = escape(run.run_id)
     named = row.get("label")
-    label = f" <span class='label'>{escape(named)}</span>" if named else ""
+    label = f" <span class='label'>{names.text(named)}</span>" if named else ""
     statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
     body = [
         f"<h1>Run {rid}{label}</h1>",
@@ -173,7 +174,7 @@ def _resume(run: Run) -> str:
     for e in open_calls:
         decision = classify(e)
         rows.append(
-            f"<li><code>{escape(e.call_id)}</code> {escape(e.tool_name)} <code>{escape(command(e))}</code>: "
+            f"<li><code>{escape(e.call_id)}</code> {names.text(e.tool_name)} <code>{names.text(command(e))}</code>: "
             f"{escape(str(getattr(decision, 'value', decision)))}</li>"
         )
     out = ["<ul class='resume'>" + "".join(rows) + "</ul>" if rows else ""]
@@ -202,7 +203,7 @@ def conflicts(run: Run) -> str:
         sides = " · ".join(f"{s.label}: {escape(s.describe())}" for s in (c.base, c.agent, c.yours))
         regions = "".join(unified(r.lines) for r in c.regions)
         out.append(
-            f"<div class='conflict'><h3><code>{escape(c.path)}</code></h3><p class='refused'>{escape(c.reason)}</p>"
+            f"<div class='conflict'><h3>{names.name(c.path)}</h3><p class='refused'>{escape(c.reason)}</p>"
             f"<p>what to do: {escape(c.hint)}</p><p class='muted'>{sides}</p>{regions}</div>"
         )
     return "".join(out)
@@ -231,7 +232,7 @@ def compare_page(runs: list[Run], token: str) -> str:
         failed = f"{row.failed}" + (f" +{row.uncertain} uncertain" if row.uncertain else "")
         check = _check_cell(row.run_id, found[row.run_id])
         out.append(
-            f"<tr><td><a href='{link}'>{escape(row.run_id)}</a></td><td>{escape(row.label or '')}</td>"
+            f"<tr><td><a href='{link}'>{escape(row.run_id)}</a></td><td>{names.text(row.label or '')}</td>"
             f"<td>{row.calls}</td><td>{escape(failed)}</td><td>{row.files}</td><td class='addn'>+{row.added}</td>"
             f"<td class='deln'>-{row.removed}</td><td class='check'>{check}</td></tr>"
         )
@@ -296,8 +297,8 @@ def approvals_page(runs: list[Run], token: str) -> str:
             rid = escape(run.run_id, quote=True)
             out.append(
                 f"<tr><td><a href='/run/{quote(run.run_id)}'>{escape(run.run_id)}</a></td>"
-                f"<td><code>{escape(e.call_id)}</code></td><td>{escape(e.tool_name)}</td>"
-                f"<td class='cmd'><code>{escape(command(e))}</code></td>"
+                f"<td><code>{escape(e.call_id)}</code></td><td>{names.text(e.tool_name)}</td>"
+                f"<td class='cmd'><code>{names.text(command(e))}</code></td>"
                 f"<td><button data-action='approve' data-run='{rid}' data-call='{cid}' class='primary'>"
                 "Approve</button> "
                 f"<button data-action='deny' data-run='{rid}' data-call='{cid}'>Deny</button></td></tr>"

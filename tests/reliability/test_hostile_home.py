@@ -111,7 +111,11 @@ def test_the_git_identity_passes_alone(repo: Path, tmp_path: Path) -> None:
     make_home(home)
     env = env_for(home)
     run_id = start(repo, env)
-    script = "git config --global --list; echo; cat ~/.gitconfig"
+    # The agent's git reads its own settings file, which includes ~/.gitconfig (sandbox.store.gitguard).
+    script = (
+        'echo "user.name=$(git config user.name)"; echo "user.email=$(git config user.email)"; '
+        "git config --includes --list; cat ~/.gitconfig"
+    )
     proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, env=env)
     out = proc.stdout.decode()
     assert "user.name=Ada Lovelace" in out and "user.email=ada@example.com" in out, out + proc.stderr.decode()

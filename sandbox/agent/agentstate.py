@@ -56,7 +56,12 @@ def state_of(programs: Sequence[str | None]) -> tuple[str, ...]:
 def with_home(isolation: Isolation, agent: str | None) -> Isolation:
     """``isolation`` letting the command write the run's home of ``agent`` (``claude``, ``gemini``;
     :mod:`sandbox.agent.agenthome`) and no other agent's."""
-    return dataclasses.replace(isolation, home=agent)
+    linked: list[str] = []
+    for name in adapters.names():
+        module = adapters.agent(name)
+        if getattr(module, "HOME_NAME", None) == agent:
+            linked += [*getattr(module, "LINKED", ()), *getattr(module, "ROOT_LINKED", ())]
+    return dataclasses.replace(isolation, home=agent, linked=tuple(linked))
 
 
 def expand_home(entry: str, home: str) -> str:

@@ -1,7 +1,10 @@
 """The bubblewrap command line for a run's :class:`~sandbox.agent.sandboxpolicy.Policy` (:func:`bwrap_argv`),
 which :func:`sandbox.agent.confine.spawn` starts:
 
-* the whole file system read-only (``--ro-bind / /``), a private ``/dev`` and ``/tmp``, a ``/proc``
+* the whole file system read-only (``--ro-bind / /``) but every home, which is empty except its
+  allowlist (:mod:`sandbox.agent.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
+  for its device nodes; an IPC namespace of its own; a user namespace of its own whose inotify
+  limits the caller sets before the command starts (:mod:`sandbox.agent.nslimits`); a ``/proc``
   of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
   ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
   signalled or traced);
@@ -53,9 +56,17 @@ def bwrap_argv(
     *,
     started_fd: int | None = None,
     seccomp_fd: int | None = None,
+    userns_fds: tuple[int, int] | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``."""
-    out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid"]
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``.
+
+    ``userns_fds``: (info, block): a user namespace of its own (root's too), its child's pid told on
+    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.agent.nslimits`)."""
+    # An IPC namespace of its own: the user's SysV shared memory, semaphores, message queues and POSIX
+    # message queues are out of reach.
+    out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+    if userns_fds is not None:
+        out += ["--unshare-user", "--info-fd", str(userns_fds[0]), "--userns-block-fd", str(userns_fds[1])]
     if not policy.network:
         out.append("--unshare-net")
     if not policy.interactive:
@@ -67,7 +78,9 @@ def bwrap_argv(
     mounts, read_only = _mounts(policy, size)
     for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
         out += args
-    for path in read_only:  # read-only once what is bound back is mounted inside
+    # /dev read-only: its device nodes still open for writing (a read-only mount does not stop a device
+    # write), but nothing can be created there: no unbounded tmpfs to fill (/dev/shm has its size).
+    for path in ("/dev", *read_only):  # read-only once what is bound back is mounted inside
         out += ["--remount-ro", path]
     out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
     if policy.git_config is not None:  # the agent's git settings, where only its git reads them
@@ -119,9 +132,15 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
         if os.path.isfile(dest) and os.path.isfile(copy):
             real = os.path.realpath(dest)
             mounts.append((mount_depth(real), 3, ["--bind", copy, real]))
+    if policy.identity is not None:  # the user's git identity, alone, as ~/.gitconfig
+        mounts.append((mount_depth(policy.identity[1]), 3, ["--ro-bind", *policy.identity]))
+    shown = [os.path.realpath(p.rstrip("/")) for p in (*readable, *policy.writable, *policy.extra_writable)]
+    shown += [*policy.protected, *policy.homes, *policy.config]
     masked_dirs = []
     for entry in policy.masked:  # secrets: an empty directory or file in their place, last of all
         real = os.path.realpath(entry.rstrip("/"))
+        if _below(real, ["/tmp", *hidden]) and not _below(real, shown):
+            continue  # not visible anyway: a mount would only cost time
         if os.path.isdir(real):
             masked_dirs.append(real)
             mounts.append((mount_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
@@ -130,6 +149,11 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
             # device ("config is locked"), and tools read an empty file as an empty setting.
             mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
     return mounts, [*hidden, *masked_dirs]
+
+
+def _below(path: str, roots: Sequence[str]) -> bool:
+    """True when ``path`` is one of ``roots`` or lies below one of them."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def _limits_shell(limits: Limits) -> str:
@@ -142,38 +166,50 @@ def _limits_shell(limits: Limits) -> str:
         out += f"ulimit -u {n} 2>/dev/null || ulimit -p {n} 2>/dev/null; "
     if limits.max_file_bytes is not None:
         out += f"ulimit -f {max(limits.max_file_bytes // 512, 1)} 2>/dev/null; "
+    if limits.max_open_files is not None:  # soft and hard: the command cannot raise it again
+        out += f"ulimit -n {limits.max_open_files} 2>/dev/null; "
     return out
 
 
-# A classic BPF program for seccomp: ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails with EPERM; every
-# other call is allowed. The filter sees the calling convention's architecture, not the binary's:
-# a 64-bit process reaches the 32-bit table with ``int 0x80`` (``svc`` in AArch32 on arm64), so each
-# machine lists its compat architecture too, with that table's ioctl number (54 on i386 and arm).
+# A classic BPF program for seccomp: the kernel keyring calls (add_key, request_key, keyctl) fail with
+# EPERM (as root the user keyring would otherwise be read with keyctl; a keyring is not namespaced by
+# the mount or user namespace); with ``ioctls``, ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails too. Every
+# other call is allowed. The filter sees the calling convention's architecture, not the binary's: a
+# 64-bit process reaches the 32-bit table with ``int 0x80`` (``svc`` in AArch32 on arm64), so each
+# machine lists its compat architecture too, with that table's numbers (ioctl is 54 on i386 and arm).
 # Unknown machines get no filter (see :func:`seccomp_program`).
-_AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {
-    "x86_64": ((0xC000003E, (16, 0x40000000 | 514)), (0x40000003, (54,))),  # x86-64 (and x32), i386
-    "aarch64": ((0xC00000B7, (29,)), (0x40000028, (54,))),  # arm64, arm (EABI)
+_X32 = 0x40000000
+_AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]] = {
+    # (audit arch, ioctl numbers, keyring numbers): x86-64 (and x32), i386
+    "x86_64": (
+        (0xC000003E, (16, _X32 | 514), (248, 249, 250, _X32 | 248, _X32 | 249, _X32 | 250)),
+        (0x40000003, (54,), (286, 287, 288)),
+    ),
+    "aarch64": ((0xC00000B7, (29,), (217, 218, 219)), (0x40000028, (54,), (309, 310, 311))),  # arm64, arm (EABI)
 }
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
 
 
-def seccomp_program(machine: str | None = None) -> bytes | None:
-    """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know."""
+def seccomp_program(machine: str | None = None, *, ioctls: bool = True) -> bytes | None:
+    """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know.
+
+    ``ioctls``: refuse ``TIOCSTI``/``TIOCLINUX`` too (a command that shares the user's terminal)."""
     arches = _AUDIT_ARCH.get(machine or os.uname().machine)
     if arches is None:
         return None
     # Instructions as (code, jump-if-true label, jump-if-false label, k); labels resolved below.
     prog: list[tuple[int, str | None, str | None, int]] = [(_LD_ABS, None, None, 4)]  # seccomp_data.arch
-    for i, (audit, _numbers) in enumerate(arches):
+    for i, (audit, _ioctl, _keys) in enumerate(arches):
         prog.append((_JEQ_K, f"arch{i}", "allow" if i == len(arches) - 1 else None, audit))
     labels: dict[str, int] = {}
-    for i, (_audit, numbers) in enumerate(arches):
+    for i, (_audit, ioctl_numbers, key_numbers) in enumerate(arches):
         labels[f"arch{i}"] = len(prog)
         prog.append((_LD_ABS, None, None, 0))  # seccomp_data.nr
-        for j, nr in enumerate(numbers):
-            prog.append((_JEQ_K, "args", "allow" if j == len(numbers) - 1 else None, nr))
+        checks = [(nr, "deny") for nr in key_numbers] + [(nr, "args") for nr in (ioctl_numbers if ioctls else ())]
+        for j, (nr, target) in enumerate(checks):
+            prog.append((_JEQ_K, target, "allow" if j == len(checks) - 1 else None, nr))
     labels["args"] = len(prog)
     prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
     for i, cmd in enumerate(_DENIED_IOCTLS):

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING
 
 from sandbox.agent.agentstate import prepare_config
 from sandbox.agent.bwrap import bwrap_argv, seccomp_program
-from sandbox.agent.envfilter import WITHHELD_ENV, filter_env
+from sandbox.agent.envfilter import WITHHELD_ENV, filter_env, renumber_git_config
 from sandbox.agent.sandboxpolicy import (
     INSTALL_HINT,
     OPT_OUT,
@@ -43,9 +43,9 @@ from sandbox.agent.sandboxpolicy import (
     Isolation,
     Limits,
     Policy,
-    hidden_reason,
 )
 from sandbox.agent.seatbelt import seatbelt_profile
+from sandbox.agent.verdict import explain
 
 if TYPE_CHECKING:
     from sandbox.agent.hardening import Cgroups
@@ -262,6 +262,7 @@ def spawn(
     base = os.environ if env is None else env
     env = filter_env(base, policy.env_allow)
     env.update({k: v for k, v in (own_env or {}).items() if k not in WITHHELD_ENV})
+    renumber_git_config(env)
     _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""))
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
@@ -272,15 +273,24 @@ def spawn(
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
-    # Only with the terminal shared: in a session of its own the command has no controlling
-    # terminal, and TIOCSTI works only on one's controlling terminal.
-    program = seccomp_program() if policy.interactive else None
+    # The keyring calls always; TIOCSTI only with the terminal shared: in a session of its own the
+    # command has no controlling terminal, and TIOCSTI works only on one's controlling terminal.
+    program = seccomp_program(ioctls=policy.interactive)
     if program is not None:
         seccomp_fd, seccomp_w = os.pipe()
         os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer
         os.close(seccomp_w)
         fds.append(seccomp_fd)
-    full = bwrap_argv(isolation.program, policy, argv, cwd, started_fd=started_w, seccomp_fd=seccomp_fd)
+    userns = _userns_pipes(policy.limits, fds)
+    full = bwrap_argv(
+        isolation.program,
+        policy,
+        argv,
+        cwd,
+        started_fd=started_w,
+        seccomp_fd=seccomp_fd,
+        userns_fds=(userns[2], userns[3]) if userns else None,
+    )
     groups = hardening.make_cgroups(
         policy.limits.max_processes, policy.limits.max_memory, memory_if_free=policy.limits.memory_if_free
     )
@@ -310,11 +320,48 @@ def spawn(
         groups.remove()
         if holder is not None:
             holder.set()
+        if userns:
+            os.close(userns[0])
+            os.close(userns[1])
         raise
     finally:
         for fd in fds:
             os.close(fd)
+    if userns:
+        _bound_userns(policy.limits, userns[0], userns[1])
     return Confined(proc, started_r, session=not policy.interactive, cgroups=groups, holder=holder)
+
+
+def _userns_pipes(limits: Limits, fds: list[int]) -> tuple[int, int, int, int] | None:
+    """(info read end, block write end, info write end, block read end) for bounding inotify in the
+    sandbox's user namespace (:mod:`sandbox.agent.nslimits`); the child's ends are added to ``fds``.
+    None when no bound is asked for."""
+    if limits.max_inotify_instances is None and limits.max_inotify_watches is None:
+        return None
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    fds += [info_w, block_r]
+    return info_r, block_w, info_w, block_r
+
+
+def _bound_userns(limits: Limits, info_r: int, block_w: int) -> None:
+    """Map the sandbox's ids and set its inotify limits (:mod:`sandbox.agent.nslimits`), then let its
+    setup go on. Without the maps bubblewrap fails to set up (reported by :meth:`Confined.wait`)."""
+    from sandbox.agent import nslimits
+
+    try:
+        pid = nslimits.child_pid(info_r)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                nslimits.map_ids(pid)
+                nslimits.set_inotify(
+                    pid, limits.max_inotify_instances or 2**31 - 1, limits.max_inotify_watches or 2**31 - 1
+                )
+        with contextlib.suppress(OSError):  # bubblewrap gone already: nothing waits
+            os.write(block_w, b"g")
+    finally:
+        os.close(info_r)
+        os.close(block_w)
 
 
 def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_var: str) -> None:
@@ -334,7 +381,8 @@ def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_v
     if not found or not os.path.exists(found):
         return  # the shell inside says "not found", as it would outside
     real = os.path.realpath(found)
-    why = hidden_reason(policy, real)
+    verdict = explain(policy, real)
+    why = None if verdict.visible else verdict.why
     if why is not None:
         raise ConfinementError(
             f"The command {name}{'' if name == real else f' ({real})'} is not visible inside the sandbox: "

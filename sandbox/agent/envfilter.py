@@ -58,10 +58,14 @@ DEFAULT_ENV_ALLOW = (
     "GIT_AUTHOR_*",
     "GIT_COMMITTER_*",
     "GIT_CONFIG_NOSYSTEM",
-    "GIT_CONFIG_COUNT",
-    "GIT_CONFIG_KEY_*",
-    "GIT_CONFIG_VALUE_*",
-    "SANDBOX_*",  # our own (SANDBOX_RUN, SANDBOX_SESSION, ...); WITHHELD_ENV still applies
+    # Never GIT_CONFIG_COUNT / GIT_CONFIG_KEY_n / GIT_CONFIG_VALUE_n: config given by variables carries
+    # http.extraHeader tokens and credential helpers as easily as anything else.
+    *(
+        "SANDBOX_RUN",  # the run an agent's own `sandbox exec` / `sandbox mcp` works on
+        "SANDBOX_SESSION",  # the agent session's token (sandbox.agent.procs)
+        "SANDBOX_HOOK_AUTOSTART",  # whether the agent's hooks may start the repository's host
+        "SANDBOX_FAULT",  # the test suite's crash points
+    ),
 )
 
 
@@ -89,3 +93,23 @@ def env_matcher(allow: Sequence[str]) -> Callable[[str], bool]:
             others.append(pattern)
     starts = tuple(prefixes)
     return lambda name: name in exact or name.startswith(starts) or any(fnmatch.fnmatchcase(name, p) for p in others)
+
+
+def renumber_git_config(env: dict[str, str]) -> None:
+    """Make the ``GIT_CONFIG_KEY_n``/``VALUE_n`` pairs left in ``env`` (the sandbox's own, set after the
+    filter: ``core.hooksPath``) consecutive from 0, with ``GIT_CONFIG_COUNT`` to match: the user's pairs
+    numbered before them were dropped, and git refuses a count that names a missing key."""
+    pairs = []
+    for name in sorted((k for k in env if k.startswith("GIT_CONFIG_KEY_")), key=lambda k: (len(k), k)):
+        n = name[len("GIT_CONFIG_KEY_") :]
+        value = env.pop(f"GIT_CONFIG_VALUE_{n}", None)
+        key = env.pop(name)
+        if value is not None:
+            pairs.append((key, value))
+    for name in [k for k in env if k.startswith("GIT_CONFIG_VALUE_")]:
+        del env[name]
+    env.pop("GIT_CONFIG_COUNT", None)
+    for i, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    if pairs:
+        env["GIT_CONFIG_COUNT"] = str(len(pairs))

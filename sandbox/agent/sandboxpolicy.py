@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.agent import homeview
 from sandbox.agent.agenthome import STATE_DIR, homes_root
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
@@ -23,7 +24,7 @@ INSTALL_HINT = (
 )
 OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate = false in .sandbox.toml)"
 #: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.agent.netproxy`).
-PROXY_SOCKET = "net.sock"
+PROXY_SOCKET = os.path.join("net", "net.sock")
 
 #: Secrets masked inside by default (``~/`` is the user's home, expanded by the CLI): each existing
 #: directory is replaced by an empty read-only one, each file by an empty one. ``deny_read`` adds to
@@ -103,15 +104,23 @@ class Limits:
     #: Size of the private ``/tmp`` and ``/dev/shm`` (RAM-backed tmpfs).
     tmpfs_bytes: int = GIB
     #: Processes (and threads): a pids cgroup where one can be made, and ``RLIMIT_NPROC``.
-    max_processes: int | None = 4096
+    max_processes: int | None = 1024
     #: The largest file a process may write (``RLIMIT_FSIZE``).
     max_file_bytes: int | None = 16 * GIB
     #: Memory of all its processes together (a memory cgroup, where one can be made).
     max_memory: int | None = 8 * GIB
     #: Apply ``max_memory`` only where it costs no slow cgroup move (``exec``, unless set).
     memory_if_free: bool = False
-    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded.
-    max_call_bytes: int | None = None
+    #: What one call may add to the worktree (bytes of new or grown files), checked when it is recorded
+    #: (the default is ``sandbox.run.config.DEFAULT_MAX_CALL_SIZE``, kept in step by a test).
+    max_call_bytes: int | None = 256 * 1024**2
+    #: Open files per process (``RLIMIT_NOFILE``): with ``max_processes`` the product stays well under
+    #: the machine's ``fs.file-max`` (1024 x 1024 = 1M; 2.4M here).
+    max_open_files: int | None = 1024
+    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.agent.nslimits`):
+    #: a quarter of a default user's 128 instances, a third of a common 192k watches.
+    max_inotify_instances: int | None = 32
+    max_inotify_watches: int | None = 65536
 
 
 class ConfinementError(SandboxError):
@@ -135,7 +144,8 @@ class Isolation:
     backend: str = "bwrap"
     writable: tuple[str, ...] = ()
     interactive: bool = False
-    #: Paths kept visible (read-only) even below the private ``/tmp``: the user's home.
+    #: Paths kept visible (read-only) even below the private ``/tmp`` or a hidden home: ``allow_read``,
+    #: the sandbox's interpreter, the agent's executable.
     readable: tuple[str, ...] = ()
     #: Already inside a sandbox of ours (an agent's ``sandbox exec``): not confined again, since
     #: bubblewrap cannot nest without capabilities, and the enclosing sandbox still holds.
@@ -166,6 +176,14 @@ class Isolation:
     #: starts, :mod:`sandbox.agent.agenthome`); None: none. Never the directory of all of them: one
     #: agent must not plant settings or sessions for another agent of the run.
     home: str | None = None
+    #: The user's home, empty inside but for the allowlist (:mod:`sandbox.agent.homeview`); None: as on the host.
+    user_home: str | None = None
+    #: The homes whose toolchains (:data:`sandbox.agent.homeview.TOOLCHAINS`) stay visible, read-only.
+    toolchain_homes: tuple[str, ...] = ()
+    #: The user's git identity (name, email), given inside as a generated ``~/.gitconfig``.
+    identity: tuple[str, str] | None = None
+    #: The names the started agent's run home links to the user's configuration (its adapter's ``LINKED``).
+    linked: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -208,6 +226,10 @@ class Policy:
     reasons: tuple[tuple[str, str], ...] = field(default=())
     #: An empty read-only regular file bound over masked files (None: ``/dev/null``).
     empty_file: str | None = None
+    #: (the generated git configuration with the user's identity, the path it is shown at inside).
+    identity: tuple[str, str] | None = None
+    #: Why each path of the home's allowlist is visible (``sandbox doctor``).
+    allowed: tuple[tuple[str, str], ...] = field(default=())
     #: The agent's own git settings (``GIT_CONFIG_GLOBAL`` inside; :mod:`sandbox.store.gitguard`).
     git_config: str | None = None
 
@@ -313,14 +335,29 @@ def policy_for(
     """
     real = os.path.realpath
     hidden = hidden_dirs(isolation, common_dir, user_workdir)
+    # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
+    # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
+    agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
+    if os.path.isdir(agents):
+        hidden[agents] = "the run's agent homes, with the agents' logins (each visible only to a 'sandbox run' of it)"
+    # The session's proxy socket, in a directory of its own: hidden from every other command of the run
+    # (an `exec --network off` would otherwise reach the session's allowlisted hosts through it).
+    net_dir = real(os.path.dirname(os.path.join(layout.run_dir(common_dir, run_id), PROXY_SOCKET)))
+    with contextlib.suppress(OSError):
+        os.makedirs(net_dir, exist_ok=True)
+    if isolation.network_mode != "allow" and os.path.isdir(net_dir):
+        hidden[net_dir] = "the network proxy of the run's 'sandbox run' session (reachable from that session only)"
 
     def is_hidden(path: str) -> bool:
         return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)
 
     keep = [real(p) for p in KEEP_FILES if os.path.exists(p) and is_hidden(real(p))]
     sockets = [real(p) for p in isolation.unix_sockets if os.path.exists(p)]
+    homes = _agent_home(common_dir, run_id, isolation.home)
+    allowed = _home_allowlist(isolation, homes)
     readable = (
         *isolation.readable,
+        *(path for path, _why in allowed),
         real(layout.run_dir(common_dir, run_id)),
         _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
@@ -340,7 +377,7 @@ def policy_for(
         hidden=tuple(p for p in hidden if p != "/tmp"),
         config=isolation.config,
         # The running agent's home (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
-        homes=_agent_home(common_dir, run_id, isolation.home),
+        homes=homes,
         private=tuple(
             (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
             for dest in isolation.private
@@ -352,13 +389,68 @@ def policy_for(
         ),
         # The repository's config may hold credentials (a remote URL with a token, an http.extraHeader);
         # the run's git has its own config and borrows only the objects.
-        masked=(*isolation.masked, real(os.path.join(common_dir, "config"))),
+        masked=(*isolation.masked, *_repository_configs(common_dir)),
         env_allow=isolation.env_allow,
         limits=isolation.limits,
         reasons=tuple(hidden.items()),
         empty_file=_empty_file(common_dir),
+        identity=_identity(isolation, common_dir),
+        allowed=tuple(allowed),
         git_config=git_config,
     )
+
+
+def _home_allowlist(isolation: Isolation, homes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """What of the user's home is bound back (read-only) besides what the caller keeps readable: the
+    toolchains found there and the configuration the agent's run home links to, each with why."""
+    if not isolation.user_home:
+        return []
+    out = [
+        (os.path.realpath(path), why)
+        for home in isolation.toolchain_homes or (isolation.user_home,)
+        for path, why in homeview.toolchains(home)
+    ]
+    for home in homes:
+        linked = homeview.linked_config(home, isolation.home or "", isolation.linked)
+        out += [(path, "configuration the agent's run home links to") for path in linked]
+    return out
+
+
+def home_allowlist(isolation: Isolation) -> list[tuple[str, str]]:
+    """What of the homes is visible inside, each with why (``sandbox doctor``): the toolchains found,
+    the generated git identity, ``allow_read`` and what the sandbox keeps readable for itself. Empty
+    when the home is not hidden (``user_home`` unset)."""
+    if not isolation.user_home:
+        return []
+    home = os.path.realpath(isolation.user_home)
+    out = _home_allowlist(isolation, ())
+    if isolation.identity is not None:
+        out.append((os.path.join(home, ".gitconfig"), "your git identity alone (user.name, user.email), generated"))
+    roots = [os.path.realpath(h) for h in homeview.hidden_homes(isolation.user_home)]
+    for path in isolation.readable:
+        real = os.path.realpath(path)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            out.append((real, "allow_read, or what the sandbox itself needs (its interpreter, the agent)"))
+    return list(dict.fromkeys(out))
+
+
+def _identity(isolation: Isolation, common_dir: str) -> tuple[str, str] | None:
+    """(the generated git identity file, ``~/.gitconfig`` inside) when the home is hidden."""
+    if not isolation.user_home or isolation.identity is None:
+        return None
+    made = homeview.identity_file(layout.state_dir(common_dir), isolation.identity)
+    home = os.path.realpath(isolation.user_home)
+    return (made, os.path.join(home, ".gitconfig")) if made else None
+
+
+def _repository_configs(common_dir: str) -> list[str]:
+    """The user's repository's config files, masked: its ``config`` and ``config.worktree``, and each
+    submodule's ``modules/<name>/config`` (one ``listdir``; a submodule nested deeper is not looked for)."""
+    out = [os.path.join(common_dir, "config"), os.path.join(common_dir, "config.worktree")]
+    modules = os.path.join(common_dir, "modules")
+    with contextlib.suppress(OSError):
+        out += [os.path.join(modules, name, "config") for name in sorted(os.listdir(modules))]
+    return [os.path.realpath(p) for p in out if os.path.isfile(p)]
 
 
 def run_git_guard(common_dir: str, run_id: str) -> tuple[list[str], str | None]:
@@ -432,32 +524,15 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
         reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
     reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
     reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    if isolation.user_home:
+        why = "a home, empty inside but for its allowlist (see 'sandbox doctor'; allow_read adds to it)"
+        reasons += [(h, why) for h in homeview.hidden_homes(isolation.user_home)]
     reasons.append(("/tmp", "/tmp, which is private inside the sandbox"))
     hidden: dict[str, str] = {}
     for path, why in reasons:
         if path != "/" and os.path.isdir(path):
             hidden.setdefault(path, why)
     return hidden
-
-
-def hidden_reason(policy: Policy, path: str) -> str | None:
-    """Why ``path`` (absolute, resolved) is not visible inside under ``policy``; None when it is.
-
-    The deepest mount covering it decides: a path bound back below a hidden directory is visible.
-    """
-    shown = [*policy.readable, *policy.writable, *policy.extra_writable, *policy.protected]
-    best: tuple[int, str | None] = (-1, None)
-    secrets = [(m.rstrip("/"), "a secret masked by the deny-read set") for m in policy.masked]
-    for root, why in [*policy.reasons, *secrets]:
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            best = max(best, (mount_depth(root), why), key=lambda b: b[0])
-    if best[1] is None:
-        return None
-    for root in shown:
-        root = os.path.realpath(root.rstrip("/"))
-        if (path == root or path.startswith(root + "/")) and mount_depth(root) > best[0]:
-            return None
-    return best[1]
 
 
 def other_state_dirs(data_root: str, common_dir: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -13,17 +14,20 @@ from sandbox.cli.group import wants_json
 from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
+    from sandbox.agent.sandboxpolicy import Isolation, Policy
     from sandbox.cli.outputs.agents import DoctorOutput
 
 
 @click.command()
 @click.argument("run_id", required=False)
+@click.option("--explain", "explain_path", default=None, help="Say whether PATH is visible inside, and why.")
 @click.pass_context
-def doctor(ctx: click.Context, run_id: str | None) -> None:
+def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> None:
     """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
-    from sandbox.agent import confine, hardening, sandboxpolicy
+    from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
+    from sandbox.agent.verdict import reachable_sockets
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.run.names import resolve_run
@@ -42,6 +46,10 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
         policy = sandboxpolicy.policy_for_run(runs, run)
         writable = list(policy.writable)
         hidden = dict(policy.reasons)
+    policy_now = policy if found is not None else _policy_without_run(runs, hidden)
+    if explain_path is not None:
+        _explain(ctx, policy_now, explain_path)
+        return
     problem = None
     try:
         confine.check(runs)
@@ -55,10 +63,12 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
             "isolate": runs.enabled,
             "backend": runs.backend,
             "unavailable": problem,
-            "readable": "everything, read-only, except what is hidden or masked",
+            "readable": "everything outside the homes, read-only, except what is hidden or masked; of the homes "
+            "only their allowlist",
             "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
             "read_only_inside_writable": list(runs.config),
             "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
+            "home_allowlist": [{"path": p, "why": why} for p, why in sandboxpolicy.home_allowlist(runs)],
             "masked": [p for p in runs.masked if os.path.lexists(p)],
             "deny_read": list(runs.masked),
             "env_allow": list(runs.env_allow),
@@ -68,23 +78,71 @@ def doctor(ctx: click.Context, run_id: str | None) -> None:
                 # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
                 "allow": list(runs.allow) if runs.allow is not None else None,
             },
-            "unix_sockets": ["the repository's host socket", *runs.unix_sockets],
+            "unix_sockets": reachable_sockets(policy_now, _bound_sockets()),
             "limits": {
                 "tmpfs_bytes": limits.tmpfs_bytes,
                 "max_processes": limits.max_processes,
                 "max_file_bytes": limits.max_file_bytes,
                 "max_memory": limits.max_memory,
                 "max_call_bytes": limits.max_call_bytes,
+                "max_open_files": limits.max_open_files,
+                "max_inotify_instances": limits.max_inotify_instances,
+                "max_inotify_watches": limits.max_inotify_watches,
             },
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
-            "cannot_enforce": list(probe.missing) if probe else ["Landlock scoping and cgroups (Linux only)"],
+            "cannot_enforce": list(probe.missing) if probe else list(seatbelt.CANNOT_ENFORCE),
         }
     )
     if wants_json(ctx):
         emit_json(data.model_dump(mode="json"))
         return
     _show(data)
+
+
+def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
+    """What any run's agent would get, for ``--explain`` without a run: the hidden places and the
+    home's allowlist (a run's own paths are then not known)."""
+    from sandbox.agent import sandboxpolicy
+
+    allowed = sandboxpolicy.home_allowlist(runs)
+    return sandboxpolicy.Policy(
+        writable=(),
+        protected=(),
+        readable=(*runs.readable, *(p for p, _why in allowed)),
+        reasons=tuple(hidden.items()),
+        masked=runs.masked,
+        allowed=tuple(allowed),
+    )
+
+
+def _bound_sockets() -> list[str]:
+    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
+    except OSError:
+        return []
+    return [row[7].strip() for row in rows if len(row) == 8]
+
+
+def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
+    """One path's verdict (``--explain``), and how to make a hidden one visible."""
+    from sandbox.agent.verdict import explain
+
+    verdict = explain(policy, os.path.abspath(path))
+    hint = None
+    if not verdict.visible:
+        hint = f'allow_read = ["{os.path.abspath(path)}"] in [isolation] of your .sandbox.toml makes it readable'
+    if wants_json(ctx):
+        emit_json({"path": os.path.abspath(path), **dataclasses.asdict(verdict), "hint": hint})
+        return
+    why = verdict.why if verdict.visible else f"hidden: {verdict.why}"
+    click.echo(f"{escape.path(os.path.abspath(path))}: {escape.text(why)}")
+    if verdict.root:
+        click.echo(f"  decided by the mount at {escape.path(verdict.root)}")
+    if hint:
+        click.echo(f"  {escape.text(hint)}")
 
 
 def _size(value: int | None) -> str:
@@ -109,6 +167,9 @@ def _show(data: DoctorOutput) -> None:
     echo("hidden (an empty directory in their place):")
     for item in data.hidden:
         echo(f"  {escape.path(item.path)}: {item.why}")
+    echo("visible in the homes (the rest of every home is empty inside; allow_read adds to it):")
+    for item in data.home_allowlist or []:
+        echo(f"  {escape.path(item.path)}: {item.why}")
     echo(f"masked secrets present here ({len(data.deny_read)} paths in the deny-read set):")
     for path in data.masked or ["(none of them exists)"]:
         echo(f"  {escape.path(path)}")
@@ -119,13 +180,16 @@ def _show(data: DoctorOutput) -> None:
     else:
         allow = "all or nothing"
     echo(f"network: run {net.run}, exec {net.exec} ({allow})")
-    echo("unix sockets reachable: " + ", ".join(escape.text(s) for s in data.unix_sockets))
+    reachable = ", ".join(escape.path(s) for s in data.unix_sockets) or "none bound here now"
+    echo("unix sockets reachable inside (of those bound on this machine now): " + reachable)
     echo("environment passed on: " + " ".join(data.env_allow) + " (and the agent's own names)")
     lim = data.limits
     echo(
         f"limits: /tmp and /dev/shm {_size(lim.tmpfs_bytes)}; processes {lim.max_processes or 'not bounded'}; "
         f"a file {_size(lim.max_file_bytes)}; memory {_size(lim.max_memory)}; "
-        f"what one call may add: {_size(lim.max_call_bytes)}"
+        f"what one call may add: {_size(lim.max_call_bytes)}; open files {lim.max_open_files or 'not bounded'}; "
+        f"inotify {lim.max_inotify_instances or 'not bounded'} instances, {lim.max_inotify_watches or 'not bounded'} "
+        "watches"
     )
     echo("this machine cannot enforce:" + ("" if data.cannot_enforce else " nothing we know of"))
     for gap in data.cannot_enforce:

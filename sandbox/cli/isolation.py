@@ -99,8 +99,9 @@ def resolve(
     allowed = [_expand(p, home) for p in cfg.allow_read]
     deny_read = (*sandboxpolicy.DEFAULT_DENY_READ, *cfg.deny_read)
     masked = [p for p in (_expand(e, home) for e in deny_read) if p not in allowed]
-    readable = [home] if os.path.isabs(home) and home != "/" else []
-    readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
+    # Default deny: the home is hidden inside but for its allowlist (sandbox.agent.homeview).
+    user_home = home if os.path.isabs(home) and os.path.realpath(home) != "/" else None
+    readable = [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
     started = adapters.by_program(argv[0]) if argv else None
     env_allow = (*envfilter.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
     from sandbox.cli.finding import data_root
@@ -125,7 +126,35 @@ def resolve(
         env_allow=env_allow,
         unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
         limits=limits_of(cfg, command),
+        user_home=user_home,
+        toolchain_homes=_toolchain_homes(user_home),
+        identity=git_identity(home) if user_home else None,
     )
+
+
+def _toolchain_homes(home: str | None) -> tuple[str, ...]:
+    """Where the user's toolchains are looked for: ``HOME`` and the account's own home (``HOME`` may
+    have been pointed elsewhere while ``python3`` still comes from the account's ``~/.pyenv``)."""
+    import pwd
+
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        account = ""
+    found = [h for h in (home, account) if h and os.path.isabs(h) and os.path.realpath(h) != "/"]
+    return tuple(dict.fromkeys(found))
+
+
+def git_identity(home: str) -> tuple[str, str] | None:
+    """The user's ``user.name`` and ``user.email`` from the global git configuration files (the
+    variables that name other files, ``GIT_CONFIG_GLOBAL`` and ``XDG_CONFIG_HOME``, are read here)."""
+    from sandbox.agent.homeview import git_identity as parse
+
+    given = os.environ.get("GIT_CONFIG_GLOBAL")
+    if given:
+        return parse([given])
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return parse([os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")])
 
 
 def backend_program() -> tuple[str, str | None]:
@@ -187,6 +216,7 @@ def limits_of(cfg: Any, command: str = "run") -> Any:
     names = {
         "tmpfs_size": "tmpfs_bytes",
         "max_processes": "max_processes",
+        "max_open_files": "max_open_files",
         "max_file_size": "max_file_bytes",
         "max_memory": "max_memory",
         "max_call_size": "max_call_bytes",
@@ -204,6 +234,7 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
 
     # The console script lies in the venv's bin, below sys.prefix.
     out = [sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sandbox.__file__)]
+    out.append(sys.base_prefix)  # a venv's interpreter and standard library (pyenv's, under a hidden home)
     if argv:
         found = shutil.which(argv[0]) if "/" not in argv[0] else os.path.abspath(argv[0])
         for path in (found, os.path.realpath(found)) if found else ():

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     default=None,
     help="Serve streamable HTTP on 127.0.0.1:PORT/mcp to clients with its bearer token (0: a free port).",
 )
+@click.option(
+    "--headers-for",
+    "headers_for",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Print the headers a client sends to the 'sandbox mcp --http PORT' of this machine, and exit "
+    "(Claude Code's headersHelper: the token stays out of the client's config).",
+)
 @isolation_options(network_default="off")
 @click.pass_context
 def mcp(
@@ -39,6 +47,7 @@ def mcp(
     new: bool,
     label: str | None,
     port: int | None,
+    headers_for: int | None,
     isolate: str | None,
     network: str | None,
 ) -> None:
@@ -52,8 +61,16 @@ def mcp(
     from sandbox.errors import UsageError
     from sandbox.store.project import Project
 
+    if headers_for is not None:
+        from sandbox.cli.mcp_headers import headers_json
+
+        click.echo(headers_json(headers_for))
+        return
     if new and run_id:
         raise UsageError("Give --run RUN or --new, not both.")
+    if port is not None and not (new or run_id):
+        # Whoever holds the token (any local process may try) would otherwise open every run here.
+        raise UsageError("--http serves one run: give --run RUN or --new.")
     if label and not new:
         raise UsageError("--label names the run that --new starts; add --new.")
     if directory and not os.path.isdir(directory) and os.environ.get("SANDBOX_RUN"):
@@ -137,12 +154,17 @@ def _serve(ws: Workspace, listening: socket.socket | None, net: bool) -> None:
         bound = listening.getsockname()[1]
         # Yours to give the client; SANDBOX_MCP_TOKEN sets it (a client config that stays the same).
         from sandbox.agent import envfilter
+        from sandbox.cli import mcp_headers
 
         token = os.environ.get(envfilter.MCP_TOKEN_ENV) or secrets.token_urlsafe(32)
         click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
-        if not os.environ.get(envfilter.MCP_TOKEN_ENV):
-            click.echo(f"sandbox: clients send the header 'Authorization: Bearer {token}'", err=True)
-        server.serve_http(ws, listening, token, network=net)
+        # Kept where no sandbox sees it; a client asks for it with --headers-for (never stored in its config).
+        mcp_headers.store_token(bound, token)
+        click.echo(f"sandbox: clients get their header from 'sandbox mcp --headers-for {bound}'", err=True)
+        try:
+            server.serve_http(ws, listening, token, network=net)
+        finally:
+            mcp_headers.forget_token(bound, token)
         return
     abandoned = server.serve_stdio(ws, network=net)
     if abandoned:

@@ -26,10 +26,11 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     env_allow = ["AWS_PROFILE", "MY_*"]              # more inherited variables the agent may see
     unix_sockets = ["/run/user/1000/podman/podman.sock"]   # sockets kept reachable inside
     tmpfs_size = "1G"         # the private /tmp and /dev/shm (bytes, or with K/M/G)
-    max_processes = 4096      # processes and threads (pids cgroup where possible, RLIMIT_NPROC)
+    max_processes = 1024      # processes and threads (pids cgroup where possible, RLIMIT_NPROC)
+    max_open_files = 1024     # open files per process (RLIMIT_NOFILE)
     max_file_size = "16G"     # the largest file a process may write (RLIMIT_FSIZE)
     max_memory = "8G"         # all its processes together (memory cgroup where possible)
-    max_call_size = "2G"      # what one call may add to the worktree (default: not bounded)
+    max_call_size = "2G"      # what one call may add to the worktree (default 256M)
 
     [network]                 # `sandbox run --network allow` (its default): hosts the agent may reach
     allow = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org:443", "*.internal.example:*"]
@@ -55,6 +56,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.errors import SandboxError
+
+#: What one call may add to the worktree when ``max_call_size`` is not set (issue #31: a call wrote 512 MiB
+#: into the worktree and as much into your object store). Ignored files (``node_modules``, build output)
+#: do not count; a larger call is recorded failed, in one line naming the setting, its files kept.
+DEFAULT_MAX_CALL_SIZE = 256 * 1024**2
 
 CONFIG_FILE = ".sandbox.toml"
 PYPROJECT = "pyproject.toml"
@@ -219,7 +225,9 @@ def _apply_isolation(cfg: Config, table: Any, where: str) -> None:
         getattr(cfg, key).extend(entries)
     for key in LIMIT_KEYS:
         if key in table:
-            cfg.limits[key] = _size(table[key], f"{where}: isolation.{key}", count=key == "max_processes")
+            cfg.limits[key] = _size(
+                table[key], f"{where}: isolation.{key}", count=key in ("max_processes", "max_open_files")
+            )
     unknown = sorted(set(table) - {*ISOLATION_KEYS, *LIMIT_KEYS})
     if unknown:
         raise ConfigError(f"{where}: unknown isolation setting {unknown[0]!r}.")
@@ -245,7 +253,7 @@ ISOLATION_KEYS = (
     "env_allow",
     "unix_sockets",
 )
-LIMIT_KEYS = ("tmpfs_size", "max_processes", "max_file_size", "max_memory", "max_call_size")
+LIMIT_KEYS = ("tmpfs_size", "max_processes", "max_open_files", "max_file_size", "max_memory", "max_call_size")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 

@@ -268,14 +268,15 @@ class RunCore:
         return worktree.inherited(local), object_format
 
     def max_call_bytes(self) -> int | None:
-        """``max_call_size`` of the user's settings (read once per Run; None: not bounded or unreadable)."""
+        """``max_call_size`` of the user's settings, else ``config.DEFAULT_MAX_CALL_SIZE`` (read once per Run)."""
         if not hasattr(self, "_max_call_bytes"):
             from sandbox.run import config
 
             try:
-                self._max_call_bytes = config.load(self.user_workdir).limits.get("max_call_size")
+                limits = config.load(self.user_workdir).limits
+                self._max_call_bytes = limits.get("max_call_size", config.DEFAULT_MAX_CALL_SIZE)
             except (config.ConfigError, OSError):
-                self._max_call_bytes = None
+                self._max_call_bytes = config.DEFAULT_MAX_CALL_SIZE
         return self._max_call_bytes
 
     @property

@@ -202,7 +202,7 @@ def test_the_mcp_servers_token_is_never_handed_to_a_confined_command(repo: Path)
     """A user who fixes ``sandbox mcp --http``'s token in their shell must not give it to the agents
     they start from that shell: with it, a confined agent could drive the server over loopback."""
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
-    env = {envfilter.MCP_TOKEN_ENV: "secret-token", "TZ": "kept"}  # SANDBOX_* passes, but never this one
+    env = {envfilter.MCP_TOKEN_ENV: "secret-token", "TZ": "kept"}  # never this one
     shown = "echo token=${SANDBOX_MCP_TOKEN:-none} other=$TZ"
     proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", shown, cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr

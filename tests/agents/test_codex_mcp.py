@@ -41,7 +41,7 @@ NAMESPACE = "mcp__sandbox"  # how Codex 0.171 offers (and expects back) the sand
 # catalogue model (CODE_MODE_MODEL) gets them through its JavaScript "code mode" exec tool instead.
 MODEL = "gpt-test"
 CODE_MODE_MODEL = "gpt-6.1-sol"
-KEY_VAR, KEY = "SANDBOX_TEST_OPENAI_KEY", "sk-test-0000"
+KEY_VAR, KEY = "OPENAI_TEST_KEY", "sk-test-0000"  # a name Codex's ENV passes (OPENAI_*)
 NO_TRAFFIC = ("--disable", "plugins", "--disable", "apps")  # Codex's own reaching out (see codex_config)
 
 

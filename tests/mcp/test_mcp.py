@@ -460,10 +460,20 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
             assert line, f"the server ended: {server.wait()}"
             if "MCP server on http://127.0.0.1:" in line:
                 port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
-            if "Authorization: Bearer " in line:
-                token = line.split("Bearer ", 1)[1].strip().rstrip("'")
+            if "--headers-for" in line:
                 break
+        # The client's header helper gets the token; it is printed nowhere and stored in no client config.
+        helper = sandbox_cmd("mcp", "--headers-for", str(port), cwd=repo)
+        assert helper.returncode == 0, helper.stderr
+        token = json.loads(helper.stdout)["Authorization"].split("Bearer ", 1)[1]
         assert port > 0 and len(token) >= 32
+        # A confined command (another run's agent with the network on could reach the port) cannot have it.
+        from sandbox.cli.mcp_headers import token_path
+
+        run_id = only_run(repo).run_id
+        spy = f"cat {token_path(port)}; {SANDBOX} mcp --headers-for {port}"
+        inside = sandbox_cmd("exec", run_id, "--network", "on", "--", "sh", "-c", spy, cwd=repo)
+        assert token not in (inside.stdout + inside.stderr).decode(), inside.stdout
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def main() -> Any:
@@ -489,6 +499,12 @@ def test_streamable_http_on_loopback(repo: Path, transport: str) -> None:
         server.wait(timeout=30)
     entry = only_run(repo).entries()[-1]
     assert entry.tool_name == "write_file" and entry.status.value == "succeeded"
+
+
+def test_http_serves_one_run_only(repo: Path) -> None:
+    """Without --run or --new an HTTP server would open any run here to whoever holds its token."""
+    done = subprocess.run([SANDBOX, "mcp", "--http", "0"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--run RUN or --new" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_http_port_in_use_is_one_line_and_starts_no_run(repo: Path) -> None:
@@ -536,3 +552,25 @@ def test_an_unconfined_command_gets_no_mcp_bearer_token(tmp_path: Path) -> None:
     ws.start_run()
     answer = ws.run_command(f"echo token=${envfilter.MCP_TOKEN_ENV}.")
     assert "token=." in str(answer) and "bearer-secret" not in str(answer)
+
+
+def test_run_command_sees_no_agent_login(repo: Path) -> None:
+    """The run's agent homes hold the agents' logins (seeded from yours by 'sandbox run'): a command the
+    model runs through MCP reads none of them, nor your home's."""
+    from sandbox.agent import agenthome
+    from sandbox.store import layout
+
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    login = Path(agenthome.home_of(layout.run_dir(str(repo / ".git"), run_id), "claude")) / ".credentials.json"
+    login.parent.mkdir(parents=True, exist_ok=True)
+    login.write_text('{"token": "claude-login"}')
+    mine = Path(os.environ["HOME"]) / ".claude" / ".credentials.json"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('{"token": "home-login"}')
+
+    @serve(repo, "--run", run_id)
+    async def out(s: ClientSession) -> Any:
+        r = await s.call_tool("run_command", {"command": f"cat {login} {mine}; true"})
+        return r.structured_content
+
+    assert "-login" not in out["output"], out["output"]

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from conftest import scaled, wait_until, write
 
-from sandbox.agent import host
+from sandbox.agent import host, sandboxpolicy
 
 from .helpers import SANDBOX_EXE, open_run, sb
 
@@ -248,7 +248,10 @@ def test_network_off_reaches_nothing(net: dict[str, Any]) -> None:
 
 def _proxy_answers(path: str) -> bool:
     with socket.socket(socket.AF_UNIX) as s:
-        dir_fd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+        try:
+            dir_fd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+        except FileNotFoundError:  # the proxy's directory is made when the run's policy is
+            return False
         try:
             s.connect(f"/proc/self/fd/{dir_fd}/{os.path.basename(path)}")
             return True
@@ -261,7 +264,7 @@ def _proxy_answers(path: str) -> bool:
 def test_the_proxy_dies_with_the_run(net: dict[str, Any]) -> None:
     """``sandbox run`` killed with SIGKILL: its proxy (a thread of it) and the sandbox go with it."""
     run = open_run(net["user"], net["run"])
-    sock = os.path.join(os.path.realpath(run.dir), "net.sock")
+    sock = os.path.join(os.path.realpath(run.dir), sandboxpolicy.PROXY_SOCKET)
     proc = subprocess.Popen(
         [SANDBOX_EXE, "run", net["run"], "--hooks", "none", "--", "sleep", "60"],
         cwd=net["user"],

@@ -40,7 +40,43 @@ SETTINGS_PATH = ".gemini/settings.json"
 PROGRAM = "gemini"
 #: The help of ``sandbox hook gemini``.
 HOOK_HELP = "Gemini CLI's BeforeTool / AfterTool hook."
-ENV = ("GEMINI_*", "GOOGLE_*")
+#: The variables Gemini CLI 0.61 reads (its bundle's ``process.env``), not the whole ``GOOGLE_*`` family
+#: (a Google Cloud user's other credentials) nor its IDE companion's port and token.
+ENV = (
+    "GEMINI_API_KEY",
+    "GEMINI_API_KEY_AUTH_MECHANISM",
+    "GEMINI_BASE_URL",
+    "GEMINI_MODEL",
+    "GEMINI_DEFAULT_AUTH_TYPE",
+    "GEMINI_SYSTEM_MD",
+    "GEMINI_WRITE_SYSTEM_MD",
+    "GEMINI_SANDBOX",
+    "GEMINI_EXP",
+    "GEMINI_DEBUG_LOG_FILE",
+    "GEMINI_FORCE_FILE_STORAGE",
+    "GEMINI_FORCE_ENCRYPTED_FILE_STORAGE",
+    "GEMINI_STRICT_TELEMETRY_LIMITS",
+    "GEMINI_TELEMETRY_*",
+    "GEMINI_CLI_TRUST_WORKSPACE",
+    "GEMINI_CLI_TRUSTED_FOLDERS_PATH",
+    "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+    "GEMINI_CLI_SYSTEM_DEFAULTS_PATH",
+    "GEMINI_CLI_NO_RELAUNCH",
+    "GEMINI_CLI_USE_COMPUTE_ADC",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GOOGLE_VERTEX_BASE_URL",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_GENAI_USE_GCA",
+    "GOOGLE_GENAI_API_VERSION",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_PROJECT_ID",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_CLOUD_QUOTA_PROJECT",
+    "GOOGLE_CLOUD_UNIVERSE_DOMAIN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_ACCESS_TOKEN",
+)
 ENDPOINTS = (
     "generativelanguage.googleapis.com",
     "cloudcode-pa.googleapis.com",  # Code Assist: a Google-account login's model endpoint

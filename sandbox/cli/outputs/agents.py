@@ -96,6 +96,9 @@ class DoctorLimits(Output):
     max_file_bytes: int | None
     max_memory: int | None
     max_call_bytes: int | None
+    max_open_files: int | None = None
+    max_inotify_instances: int | None = None
+    max_inotify_watches: int | None = None
 
 
 class DoctorOutput(Output):
@@ -109,6 +112,9 @@ class DoctorOutput(Output):
     writable: list[str]
     read_only_inside_writable: list[str]
     hidden: list[DoctorHidden]
+    home_allowlist: list[DoctorHidden] = Field(
+        default_factory=list, description="What of the homes is visible inside (default deny), each with why."
+    )
     masked: list[str] = Field(description="The masked secrets that exist here.")
     deny_read: list[str]
     env_allow: list[str]

@@ -1,0 +1,167 @@
+"""Kernel surfaces a confined command must not reach (issue #31, item 4): the user's SysV IPC, the
+kernel keyring, a writable ``/dev``, a live session's network proxy socket.
+
+Each attack runs from inside a real ``sandbox exec`` (real bubblewrap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import sandbox_cmd
+
+from sandbox.agent import bwrap
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def start(repo: Path) -> str:
+    proc = sandbox_cmd("start", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr.decode()
+    run_id: str = json.loads(proc.stdout)["run"]
+    return run_id
+
+
+def inside(repo: Path, run_id: str, *argv: str, network: str = "off") -> subprocess.CompletedProcess[bytes]:
+    return sandbox_cmd("exec", run_id, "--network", network, "--", *argv, cwd=repo)
+
+
+@pytest.mark.skipif(shutil.which("ipcmk") is None, reason="needs ipcmk (util-linux)")
+def test_the_users_sysv_shared_memory_is_not_visible(repo: Path) -> None:
+    made = subprocess.run(["ipcmk", "-M", "4096"], capture_output=True, text=True, check=True)
+    shmid = made.stdout.strip().rsplit(" ", 1)[-1]
+    try:
+        with open("/proc/sysvipc/shm", encoding="ascii") as fh:
+            assert any(line.split()[1] == shmid for line in fh.readlines()[1:] if line.split())
+        run_id = start(repo)
+        proc = inside(repo, run_id, "cat", "/proc/sysvipc/shm")
+        assert proc.returncode == 0, proc.stderr.decode()
+        ids = [line.split()[1] for line in proc.stdout.decode().splitlines()[1:] if line.split()]
+        assert shmid not in ids, proc.stdout.decode()
+    finally:
+        subprocess.run(["ipcrm", "-m", shmid], capture_output=True, check=False)
+
+
+KEYCTL = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+ret = libc.syscall(nr, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create: no
+print(ret, ctypes.get_errno())
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="keyctl numbers known here")
+def test_keyring_calls_are_refused(repo: Path) -> None:
+    run_id = start(repo)
+    proc = inside(repo, run_id, "python3", "-c", KEYCTL)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["-1", "1"], proc.stdout.decode()  # EPERM
+
+
+def test_keyring_numbers_in_the_filter() -> None:
+    from tests.agent.test_confine import _seccomp_verdict
+
+    program = bwrap.seccomp_program("x86_64", ioctls=False)
+    assert program is not None
+    for nr in (248, 249, 250):
+        assert _seccomp_verdict(program, 0xC000003E, nr, 0) == "deny"
+    for nr in (286, 287, 288):
+        assert _seccomp_verdict(program, 0x40000003, nr, 0) == "deny"
+    assert _seccomp_verdict(program, 0xC000003E, 16, 0x5412) == "allow"  # TIOCSTI only with the terminal
+
+
+def test_dev_is_read_only_apart_from_its_device_nodes(repo: Path) -> None:
+    run_id = start(repo)
+    script = (
+        "echo x > /dev/null && echo devnull-ok; "
+        "(echo x > /dev/planted) 2>/dev/null && echo planted || echo dev-refused; "
+        "head -c 1024 /dev/zero > /dev/shm/f && echo shm-ok"
+    )
+    proc = inside(repo, run_id, "sh", "-c", script)
+    assert proc.stdout.decode().split() == ["devnull-ok", "dev-refused", "shm-ok"], proc.stderr.decode()
+
+
+def test_a_sessions_proxy_socket_is_not_reachable_from_another_command(repo: Path) -> None:
+    """A live ``sandbox run --network allow`` session listens on its run's proxy socket; an
+    ``exec --network off`` of the same run must not reach the allowlisted hosts through it."""
+    from sandbox.agent import sandboxpolicy
+    from sandbox.store import layout
+
+    run_id = start(repo)
+    path = os.path.join(layout.run_dir(str(repo / ".git"), run_id), sandboxpolicy.PROXY_SOCKET)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with socket.socket(socket.AF_UNIX) as listening:  # the session's proxy, as far as a client can tell
+        listening.bind(path)
+        listening.listen(1)
+        probe = (
+            "import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+            "try:\n    s.connect(sys.argv[1]); print('connected')\n"
+            "except OSError as e:\n    print('refused', e.errno)\n"
+        )
+        proc = inside(repo, run_id, "python3", "-c", probe, path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().startswith("refused"), proc.stdout.decode()
+
+
+INOTIFY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while n < 200 and libc.inotify_init() >= 0:
+    n += 1
+print(n)
+"""
+
+
+def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(repo: Path) -> None:
+    """The agent's watchers take from a budget of their own (32), not the user's whole (128 here)."""
+    run_id = start(repo)
+    proc = inside(repo, run_id, "python3", "-c", INOTIFY)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert int(proc.stdout) <= 32, proc.stdout.decode()
+    limits = inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances", "/proc/sys/user/max_inotify_watches")
+    assert limits.stdout.decode().split() == ["32", "65536"], limits.stderr.decode()
+    # and the sandboxed command cannot raise them again
+    again = inside(repo, run_id, "sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_instances; echo done")
+    assert inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances").stdout.decode().strip() == "32"
+    assert again.returncode == 0
+
+
+def test_open_files_are_bounded_and_cannot_be_raised(repo: Path) -> None:
+    run_id = start(repo)
+    proc = inside(repo, run_id, "sh", "-c", "ulimit -n; ulimit -Hn; ulimit -n 4096 2>/dev/null || echo refused")
+    assert proc.stdout.decode().split() == ["1024", "1024", "refused"], proc.stderr.decode()
+
+
+def test_a_calls_size_is_bounded_by_default() -> None:
+    from sandbox.agent import sandboxpolicy
+    from sandbox.run import config
+
+    assert sandboxpolicy.Limits().max_call_bytes == config.DEFAULT_MAX_CALL_SIZE == 256 * 1024**2
+    assert sandboxpolicy.Limits().max_processes == 1024 and sandboxpolicy.Limits().max_open_files == 1024
+
+
+def test_doctor_finds_the_reachable_sockets(repo: Path, tmp_path: Path) -> None:
+    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one in
+    ``/var/tmp`` (visible, read-only: ``connect`` needs no more), yes; Docker Desktop's in the home, no."""
+    home = Path(os.environ["HOME"])
+    out = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
+    docker = home / ".docker" / "desktop" / "docker.sock"
+    docker.parent.mkdir(parents=True, exist_ok=True)
+    mine = Path("/var/tmp") / f"sbx-{os.getpid()}.sock"
+    with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
+        a.bind(str(docker))
+        b.bind(str(mine))
+        try:
+            report = json.loads(sandbox_cmd("--json", "doctor", out["run"], cwd=repo).stdout)
+        finally:
+            docker.unlink()
+            mine.unlink()
+    assert str(mine) in report["unix_sockets"] and str(docker) not in report["unix_sockets"], report["unix_sockets"]

@@ -11,8 +11,9 @@ calls' states, the ``user_paths`` record of what the sandbox wrote there before)
 Later steps of planning only ever turn a verdict into a stricter one, and do it through the
 functions below, so every verdict a user can see is set in this module: an obstacle in the tree
 (:func:`obstacle`, found by :mod:`sandbox.merge.obstacles`), a clean or marked 3-way merge
-(:func:`merged`, :mod:`sandbox.merge.threeway`), a path a choice of hunks leaves out or takes in
-part (:func:`left_out`, :func:`taken_in_part`, :mod:`sandbox.merge.partial`), a path an undo or
+(:func:`merged`, :mod:`sandbox.merge.threeway`), a path a choice of hunks leaves out, takes in
+part or places on the user's edited file (:func:`left_out`, :func:`taken_in_part`, :func:`onto_yours`,
+:mod:`sandbox.merge.partial`), a path an undo or
 redo may not move (:func:`conflict`). :func:`explain_dependencies` and :func:`whose_change` refine the reason of a
 conflict (calls not selected; an uncommitted edit in the run's base).
 """
@@ -34,7 +35,7 @@ def decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
     """Set the action of one path from the user's state, the chain and what the sandbox wrote before."""
     if _unusable(p):
         return
-    written = _written_state(prior)
+    written = written_state(prior)
     if _already_there(p, prior, written):
         return
     partial = partial_of(prior)
@@ -149,7 +150,7 @@ def _explain_conflict(p: PlannedPath) -> None:
         )
 
 
-def _written_state(record: UserPathRecord | None) -> State:
+def written_state(record: UserPathRecord | None) -> State:
     """The state the sandbox wrote at a path (None: no record)."""
     return None if record is None else journal.entry_state(record.mode, record.oid)
 
@@ -186,6 +187,17 @@ def taken_in_part(p: PlannedPath, write: State, record: UserPathRecord, taken: l
     """A write that takes only some of the agent's hunks: ``write`` (the base with them), ``record``
     carrying the partial apply, ``taken`` the ids (see :mod:`sandbox.merge.partial`)."""
     p.write, p.record, p.taken, p.reason = write, record, taken, reason
+
+
+def onto_yours(
+    p: PlannedPath, write: State, record: UserPathRecord, taken: list[str], reason: str, markers: bool
+) -> None:
+    """A file the user edited, with chosen hunks placed on it where their context still matches
+    (``apply --hunks``; with conflict markers when ``markers``, under ``--3way``); see
+    :mod:`sandbox.merge.partial`. The user's edit stays; undo puts their file back as it was."""
+    p.action = "merge" if markers else "write"
+    p.write, p.record, p.taken, p.markers = write, record, taken, markers
+    p.reason = reason + ("; conflict markers need attention" if markers else "")
 
 
 def conflict(p: PlannedPath, reason: str | None = None, hint: str | None = None) -> None:

@@ -108,6 +108,8 @@ class Taken:
     edited: bool
     whole: bool
     content: bytes | None = None
+    #: The replacements made, in the base's lines: (first line, lines removed, lines added), one per id.
+    parts: list[tuple[int, int, list[bytes]]] = field(default_factory=list)
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -134,7 +136,8 @@ def hunk_id(path: str, header: str, old: list[bytes], new: list[bytes]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _is_text(data: bytes) -> bool:
+def is_text(data: bytes) -> bool:
+    """True when ``data`` has no NUL in its first bytes (git's test for a text file)."""
     return b"\0" not in data[:BINARY_SNIFF]
 
 
@@ -165,7 +168,7 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         return FileHunks(path, before, after, whole_id, text=False)
     old_data = objects.read_blob(repo, before.oid)
     new_data = objects.read_blob(repo, after.oid)
-    if not (_is_text(old_data) and _is_text(new_data)):
+    if not (is_text(old_data) and is_text(new_data)):
         return FileHunks(path, before, after, whole_id, text=False)
     old, new = split_lines(old_data), split_lines(new_data)
     result = FileHunks(path, before, after, whole_id, text=True, old=old)
@@ -283,7 +286,9 @@ def take(fh: FileHunks, choice: Choice) -> Taken | None:
             return Taken([fh.id], ["file"], edited=False, whole=True)
         return None
     if fh.id in ids:
-        return Taken([fh.id], ["file"], edited=False, whole=True)
+        every = fh.changes
+        parts = [(c.start, c.count, c.new) for c in every]
+        return Taken([c.id for c in every], [c.header for c in every], edited=False, whole=True, parts=parts)
     replacements: list[tuple[int, int, list[bytes]]] = []
     taken_ids: list[str] = []
     headers: list[str] = []
@@ -312,8 +317,55 @@ def take(fh: FileHunks, choice: Choice) -> Taken | None:
     if not replacements:
         return None
     if not edited and chosen_changes == {c.id for c in fh.changes}:
-        return Taken(taken_ids, headers, edited=False, whole=True)
-    return Taken(taken_ids, headers, edited=edited, whole=False, content=assemble(fh.old, replacements))
+        return Taken(taken_ids, headers, edited=False, whole=True, parts=replacements)
+    content = assemble(fh.old, replacements)
+    return Taken(taken_ids, headers, edited=edited, whole=False, content=content, parts=replacements)
+
+
+@dataclass
+class Overlap:
+    """A chosen hunk that touches the user's own change: ``index`` into :attr:`Taken.ids`, the user's
+    changed lines (1-based, in the base's numbering)."""
+
+    index: int
+    first: int
+    last: int
+
+
+def your_changes(old_data: bytes, yours: bytes) -> list[tuple[int, int, int]]:
+    """The user's changes to a file as ``(first line, lines removed, lines added)`` in the base's lines."""
+    return [
+        (_span(h.old_start, h.old_lines), h.old_lines, h.new_lines)
+        for h in pygit2.Patch.create_from(old_data, yours, context_lines=0).hunks
+    ]
+
+
+def _touches(start: int, count: int, window: tuple[int, int], region: tuple[int, int, int]) -> bool:
+    """True when the user's ``region`` falls in a chosen change's ``window`` (the change and its context)."""
+    first, end = window
+    at, removed, _added = region
+    if removed:
+        return at < end and first < at + removed
+    return first < at < end or (count == 0 and at == start)
+
+
+def onto_yours(old: list[bytes], yours: bytes, parts: list[tuple[int, int, list[bytes]]]) -> bytes | Overlap:
+    """The user's file with the chosen replacements made where their context still matches, as ``git
+    apply`` places a hunk (moved by the lines the user added or removed above it); the first
+    replacement whose change or context lines the user changed is returned as an :class:`Overlap`."""
+    mine = split_lines(yours)
+    regions = your_changes(b"".join(old), yours)
+    placed: list[tuple[int, int, list[bytes]]] = []
+    for index, (start, count, new) in enumerate(parts):
+        window = (max(0, start - CONTEXT), min(len(old), start + count + CONTEXT))
+        hit = next((r for r in regions if _touches(start, count, window, r)), None)
+        if hit is not None:
+            return Overlap(index, hit[0] + 1, hit[0] + max(hit[1], 1))
+        offset = sum(added - removed for at, removed, added in regions if at + removed <= window[0])
+        if mine[start + offset : start + offset + count] != old[start : start + count]:
+            return Overlap(index, start + 1, start + max(count, 1))  # never seen: the diff and the lines disagree
+        placed.append((start + offset, count, new))
+    return assemble(mine, placed)
 
 
 def write_taken(repo: pygit2.Repository, fh: FileHunks, taken: Taken) -> State:

@@ -11,7 +11,8 @@ calls' states, the ``user_paths`` record of what the sandbox wrote there before)
 Later steps of planning only ever turn a verdict into a stricter one, and do it through the
 functions below, so every verdict a user can see is set in this module: an obstacle in the tree
 (:func:`obstacle`, found by :mod:`sandbox.merge.obstacles`), a clean or marked 3-way merge
-(:func:`merged`, :mod:`sandbox.merge.threeway`), a path a choice of hunks leaves out, takes in
+(:func:`merged`, :mod:`sandbox.merge.threeway`), a rename that takes the user's edit along
+(:func:`renamed`, :mod:`sandbox.merge.renames`), a path a choice of hunks leaves out, takes in
 part or places on the user's edited file (:func:`left_out`, :func:`taken_in_part`, :func:`onto_yours`,
 :mod:`sandbox.merge.partial`), a path an undo or
 redo may not move (:func:`conflict`). :func:`explain_dependencies` and :func:`whose_change` refine the reason of a
@@ -175,6 +176,19 @@ def merged(p: PlannedPath, write: State, markers: bool) -> None:
     p.markers = markers
     p.reason = "merged with your changes; conflict markers need attention" if markers else "merged cleanly"
     p.record = state_record(write, p.agent, p.calls)
+
+
+def renamed(p_old: PlannedPath, p_new: PlannedPath, write: State, markers: bool) -> None:
+    """A path the user edited and the agent renamed (``apply --3way``, :mod:`sandbox.merge.renames`):
+    the user's edit merged into the new path's ``write``, the old path deleted as the agent did."""
+    p_old.action, p_old.write, p_old.markers = "write", None, False
+    p_old.reason = f"renamed to {p_new.path!r} by the agent; your edit went with it"
+    p_old.record = state_record(None, None, p_old.calls)
+    p_new.action, p_new.write, p_new.markers = ("merge" if markers else "write"), write, markers
+    p_new.reason = f"renamed from {p_old.path!r}; merged with your edit of it" + (
+        "; conflict markers need attention" if markers else ""
+    )
+    p_new.record = state_record(write, p_new.agent, p_new.calls)
 
 
 def left_out(p: PlannedPath, reason: str) -> None:

@@ -29,11 +29,12 @@ def status(
 ) -> None:
     """Show RUN: where it came from, its calls by status, its changed paths, its disk use.
 
-    Without RUN, outside a run's worktree, in a repository of several runs: one line per run.
+    Without RUN, outside a run's worktree, in a repository of several runs: one line per run
+    ('sandbox list --json' has them as JSON).
     """
     from sandbox.fast.views import STATUS_DISK_ENTRIES
 
-    if run_id is None and _every_run(ctx, color, no_color, as_json):
+    if run_id is None and not as_json and _every_run(ctx, color, no_color):
         return
 
     # A sum over every file grows with the repository: by default a bounded count, which says when it stopped.
@@ -150,7 +151,7 @@ def _host_line(info: StatusHostJson | None) -> str:
     return f"pid {info['pid']}; this run's changes are found by scanning ({info['note']})"
 
 
-def _every_run(ctx: click.Context, color: str | None, no_color: bool, as_json: bool) -> bool:
+def _every_run(ctx: click.Context, color: str | None, no_color: bool) -> bool:
     """``status`` without RUN where no one run is meant: a line per run (False: one run is meant)."""
     from sandbox.cli.common import open_project
 
@@ -160,9 +161,6 @@ def _every_run(ctx: click.Context, color: str | None, no_color: bool, as_json: b
     from sandbox.runs.summary import summarize_runs
 
     rows = summarize_runs(project, disk=False)
-    if as_json:
-        emit_json({"runs": rows})
-        return True
     out = setup(ctx, color, no_color, slot="status", page=False)
     click.echo(f"{len(rows)} runs in this repository ('sandbox status RUN' shows one):")
     for r in rows:

@@ -113,17 +113,11 @@ class Taken:
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them."""
-    out: list[bytes] = []
-    start = 0
-    while True:
-        end = data.find(b"\n", start)
-        if end < 0:
-            break
-        out.append(data[start : end + 1])
-        start = end + 1
-    if start < len(data):
-        out.append(data[start:])
+    """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them (only ``\\n`` ends one)."""
+    parts = data.split(b"\n")
+    out = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
     return out
 
 

@@ -45,7 +45,10 @@ def print_report(report: ApplyReport, verb: str) -> None:
         shown = escape.path(already[0]) + (f" and {len(already) - 1} more" if len(already) > 1 else "")
         click.echo(f"  {len(already)} path(s) already applied in {where} ({shown}); --json lists them.")
     if report.partial and not report.dry_run:
-        click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
+        click.echo(
+            f"Partly applied: 'sandbox diff {report.run} --unapplied' shows the rest; 'sandbox undo' takes back "
+            "exactly these hunks."
+        )
     if report.attention:
         click.echo(f"Needs attention (conflict markers): {', '.join(escape.path(p) for p in report.attention)}")
     if report.head_moved:

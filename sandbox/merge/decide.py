@@ -273,7 +273,7 @@ def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntr
         earlier = [
             journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
         ]
-        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
+        names = ", ".join(f"#{e.seq} ({e.tool_name})" for e in needed)  # as log numbers them; ids in needs
         flags = " ".join(f"--call {e.seq}" for e in needed)
         one = len(needed) == 1
         if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):

@@ -204,7 +204,7 @@ def taken_in_part(p: PlannedPath, write: State, record: UserPathRecord, taken: l
 
 
 def onto_yours(
-    p: PlannedPath, write: State, record: UserPathRecord, taken: list[str], reason: str, markers: bool
+    p: PlannedPath, write: State, record: UserPathRecord, taken: list[str] | None, reason: str, markers: bool
 ) -> None:
     """A file the user edited, with chosen hunks placed on it where their context still matches
     (``apply --hunks``; with conflict markers when ``markers``, under ``--3way``); see

@@ -181,8 +181,8 @@ def _take_only(
     by_path = {p.path: p for p in result.paths}
     for p in result.writes:
         obstacles.check_structure(result.target_dir, p, by_path)
-    # A file the user edited becomes a write only here (hunks placed on it): its access is checked now.
-    obstacles.check_access(result.target_dir, [p for p in result.writes if p.taken is not None])
+    # A file the user edited becomes a write only here (hunks placed on it): access is checked again.
+    obstacles.check_access(result.target_dir, result.writes)
     if result.conflicts:
         for p in result.conflicts:
             p.hint = "choose the change that removes what is in the way too, or leave this path out"

@@ -212,7 +212,10 @@ def _onto_yours(
         base = journal.entry_state(earlier.base_mode, earlier.base_oid) if earlier else user
         edited = taken.edited or bool(earlier and earlier.edited)
         record = _partial_record(state_record(wrote, wrote, p.calls), p, fh, wrote, base, ids, headers, edited)
-    decide.onto_yours(p, wrote, record, taken.ids, _reason(fh, ids, taken.edited, " onto your edits"), markers)
+    reason = _reason(fh, ids, taken.edited, " onto your edits")
+    if record.partial is None:
+        reason = "all of the agent's change, placed on your edits"
+    decide.onto_yours(p, wrote, record, taken.ids if record.partial else None, reason, markers)
 
 
 def _touches(plan: ApplyPlan, call_id: str, paths: set[str]) -> bool:

@@ -42,6 +42,8 @@ def test_a_chosen_hunk_lands_on_your_edited_file_with_an_offset(repo: Path, tmp_
     code, out, err = invoke(repo, "apply", run.run_id, "--json", "--hunks-from", ids_file(tmp_path, hunks[0]["id"]))
     assert code == 0, err
     assert (repo / "a.txt").read_text() == expected.replace("line 2\n", "TWO\n")
+    report = json.loads(out)
+    assert report["reasons"]["a.txt"] == "all of the agent's change, placed on your edits" and not report["partial"]
     code, out, err = invoke(repo, "apply", run.run_id, "a.txt", "--json")
     assert code == 0, err
     assert json.loads(out)["reasons"]["a.txt"].startswith("applied earlier")
@@ -145,3 +147,17 @@ def test_diff_unapplied_shows_only_what_is_left(repo: Path, tmp_path: Path) -> N
     code, out, _ = invoke(repo, "diff", run.run_id, "--unapplied")
     assert code == 0 and out.startswith("Nothing left")
     assert json.loads(invoke(repo, "diff", run.run_id, "--unapplied", "--json")[1])["files"] == []
+
+
+def test_a_read_only_file_you_edited_is_refused_before_any_write(repo: Path, tmp_path: Path) -> None:
+    run = setup(repo)
+    line2 = diff_json(repo, run)["a.txt"]["hunks"][0]["id"]  # type: ignore[index]
+    write(repo, "a.txt", yours(l10="the user's line 10\n"))
+    (repo / "a.txt").chmod(0o444)
+    digest = tree_digest(repo)
+    try:
+        code, _, err = invoke(repo, "apply", run.run_id, "--hunks-from", ids_file(tmp_path, line2))
+        assert code == 1 and "Read-only in your tree: a.txt" in err
+        assert tree_digest(repo) == digest  # the user's file, bytes and mode, as it was
+    finally:
+        (repo / "a.txt").chmod(0o644)

@@ -74,6 +74,8 @@ def plan(
         obstacles.check_structure(target, p, by_path)
     obstacles.check_sparse(target, user_git_dir(target), result.paths)
     renames.follow(run, target, result.paths, three_way)
+    if paths:
+        renames.note_split(run, state, calls, with_deps, result.paths)
     if three_way:
         for p in result.conflicts:
             if not p.obstacle:

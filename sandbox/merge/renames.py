@@ -17,8 +17,9 @@ from collections import Counter
 
 import pygit2
 
-from sandbox.merge import decide, select, threeway
+from sandbox.merge import brings, decide, select, threeway
 from sandbox.merge.planned import PlannedPath
+from sandbox.models import LedgerState
 from sandbox.run.run import Run
 from sandbox.store import convert, objects
 from sandbox.store.journal import State
@@ -115,3 +116,26 @@ def _merge(run: Run, root: str, p_old: PlannedPath, p_new: PlannedPath) -> None:
         return
     merged, conflicts = threeway.merge_text(run.project, yours, base, theirs)
     decide.renamed(p_old, p_new, Entry(p_new.agent.mode, objects.write_blob(repo, merged)), conflicts > 0)
+
+
+def note_split(
+    run: Run, state: LedgerState, calls: list[str] | None, with_deps: bool, paths: list[PlannedPath]
+) -> None:
+    """A pathspec that takes one side of a rename and leaves out the other: say so on the side written
+    (both files end up in the user's tree, or neither has the content)."""
+    whole = brings.brings(run, state, calls, None, with_deps, check=False)
+    deleted = {p: c[0].before for p, c in whole.chains.items() if c[-1].after is None and c[0].before is not None}
+    added = {p: c[-1].after for p, c in whole.chains.items() if c[0].before is None and c[-1].after is not None}
+    if not deleted or not added:
+        return
+    by_path = {p.path: p for p in paths}
+    for old, new in find(run.repo, deleted, added).items():
+        if (old in by_path) == (new in by_path):
+            continue
+        p = by_path.get(old) or by_path[new]
+        if p.action != "write" or p.reason:
+            continue
+        if p.path == new:
+            p.reason = f"renamed from {old!r} by the agent; {old!r} is left out, so both are in your tree"
+        else:
+            p.reason = f"renamed to {new!r} by the agent; {new!r} is left out, so its content is in neither"

@@ -91,3 +91,19 @@ def test_diff_json_and_log_tell_the_rename_as_diff_does(repo: Path) -> None:
     assert files["other.txt"]["renamed_from"] is None and files["other.txt"]["renamed_to"] is None
     code, out, _ = invoke(repo, "log", run.run_id)
     assert "R src.py -> lib.py" in out and " D src.py" not in out and " A lib.py" not in out
+
+
+def test_taking_one_side_of_a_rename_says_so(repo: Path) -> None:
+    """Issue 34: with --exclude of the old path both files ended up in the tree, and nothing said so."""
+    run = setup(repo)
+    code, out, err = invoke(repo, "apply", run.run_id, "--exclude", "src.py", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert "lib.py" in report["applied"] and (repo / "src.py").exists()
+    assert (
+        report["reasons"]["lib.py"]
+        == "renamed from 'src.py' by the agent; 'src.py' is left out, so both are in your tree"
+    )
+    code, out, _ = invoke(repo, "undo", run.run_id)
+    code, out, _ = invoke(repo, "apply", run.run_id, "--exclude", "src.py")
+    assert "so both are in your tree" in out

@@ -14,6 +14,7 @@ new file) and deleted at the old one; without ``--3way`` the refusal names the r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import pygit2
 
@@ -31,7 +32,7 @@ THRESHOLD = 0.5
 MAX_COMPARED = 4 << 20
 
 
-def find(repo: pygit2.Repository, deleted: dict[str, State], added: dict[str, State]) -> dict[str, str]:
+def find(repo: pygit2.Repository, deleted: Mapping[str, State], added: Mapping[str, State]) -> dict[str, str]:
     """Old path -> new path for each deleted path whose content lives on at an added one."""
     out: dict[str, str] = {}
     free: dict[str, Entry] = {path: state for path, state in added.items() if state is not None}

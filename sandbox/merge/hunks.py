@@ -166,12 +166,9 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         return FileHunks(path, before, after, whole_id, text=False)
     old, new = split_lines(old_data), split_lines(new_data)
     result = FileHunks(path, before, after, whole_id, text=True, old=old)
-    changes = []
-    for h in pygit2.Patch.create_from(old_data, new_data, context_lines=0).hunks:
-        start, new_start = _span(h.old_start, h.old_lines), _span(h.new_start, h.new_lines)
-        removed, added = old[start : start + h.old_lines], new[new_start : new_start + h.new_lines]
-        header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
-        changes.append(Change(hunk_id(path, header, removed, added), header, start, h.old_lines, added, new_start))
+    # One diff, with context; its changes are the runs of '-' and '+' lines in it, exactly the hunks of
+    # a diff without context (xdiff makes one edit script and only groups it by the context asked for).
+    changes: list[Change] = []
     for h in pygit2.Patch.create_from(old_data, new_data, context_lines=CONTEXT).hunks:
         start = _span(h.old_start, h.old_lines)
         header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
@@ -179,13 +176,40 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         removed = [c for o, c in lines if o in " -"]
         added = [c for o, c in lines if o in " +"]
         hunk = Hunk(hunk_id(path, header, removed, added), header, start, h.old_lines, lines)
-        end = start + h.old_lines
-        hunk.changes = [c for c in changes if start <= c.start and c.start + c.count <= end]
+        hunk.changes = _changes_of(path, lines, start, _span(h.new_start, h.new_lines), old, new)
+        changes += hunk.changes
         result.hunks.append(hunk)
     placed = {c.id for h in result.hunks for c in h.changes}
     if len(placed) != len(changes):  # never seen; refuse rather than take a change twice or not at all
         raise HunkSelectionError(f"The hunks of {path!r} could not be split into changes; apply it whole.")
     return result
+
+
+def _changes_of(
+    path: str, lines: list[tuple[str, bytes]], at: int, new_at: int, old: list[bytes], new: list[bytes]
+) -> list[Change]:
+    """The changes of one hunk: each run of '-' and '+' lines, numbered as a diff without context numbers it."""
+    out: list[Change] = []
+    run: list[int] | None = None  # [old index, new index, removed, added]
+    for origin, _content in [*lines, (" ", b"")]:
+        if origin == " ":
+            if run is not None:
+                o, n, r, a = run
+                header = _header(o + 1 if r else o, r, n + 1 if a else n, a)
+                removed, added = old[o : o + r], new[n : n + a]
+                out.append(Change(hunk_id(path, header, removed, added), header, o, r, added, n))
+                run = None
+            at, new_at = at + 1, new_at + 1
+            continue
+        if run is None:
+            run = [at, new_at, 0, 0]
+        if origin == "-":
+            run[2] += 1
+            at += 1
+        else:
+            run[3] += 1
+            new_at += 1
+    return out
 
 
 def hunk_text(h: Hunk) -> bytes:

@@ -203,6 +203,8 @@ def _onto_yours(
         theirs = hunks.assemble(fh.old, taken.parts)
         placed, conflicts = threeway.merge_text(run.project, yours, b"".join(fh.old), theirs)
         markers = conflicts > 0
+    # Your file as it is, in the same pack as the result (undo puts it back; keep_users_files then has it).
+    objects.write_blob(repo, yours)
     wrote = Entry(user.mode, objects.write_blob(repo, placed))
     ids = [h.id for h in earlier.hunks] + taken.ids if earlier else taken.ids
     headers = [h.header for h in earlier.hunks] + taken.headers if earlier else taken.headers

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 
@@ -82,7 +83,7 @@ def diff(
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     text = diff_text(run, rng, stat=stat_, color=out.color, spec=spec, renames=not no_renames)
     out.page()
-    click.echo(text if text else "No changes.", nl=not text.endswith("\n") if text else True)
+    click.echo(out.content(text) if text else "No changes.", nl=not text.endswith("\n") if text else True)
 
 
 def _unapplied(
@@ -131,4 +132,5 @@ def _unapplied(
     for f in rest:
         for line in f["patch"].splitlines():
             style = next((s for prefix, s in styles if line.startswith(prefix)), None)
-            click.echo(out.style(line, **style) if style and not line.startswith(("---", "+++")) else line)
+            shown = out.content(line)  # the agent's text, escaped when it goes straight to a terminal
+            click.echo(out.style(shown, **style) if style and not line.startswith(("---", "+++")) else shown)

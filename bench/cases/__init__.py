@@ -26,6 +26,7 @@ CASES = {
     "watcher": "bench.cases.watcher",
     "confine": "bench.cases.confine",
     "hunks": "bench.cases.hunks",
+    "bigfile": "bench.cases.bigfile",
     "mcp": "bench.cases.mcp",
     "travel": "bench.cases.travel",
     "startup": "bench.cases.startup",

@@ -46,7 +46,10 @@ def print_report(report: ApplyReport, verb: str) -> None:
         shown = escape.path(already[0]) + (f" and {len(already) - 1} more" if len(already) > 1 else "")
         click.echo(f"  {len(already)} path(s) already applied in {where} ({shown}); --json lists them.")
     if report.partial and not report.dry_run:
-        click.echo("Partly applied: the rest can be applied later; 'sandbox undo' takes back exactly these hunks.")
+        click.echo(
+            f"Partly applied: 'sandbox diff {report.run} --unapplied' shows the rest; 'sandbox undo' takes back "
+            "exactly these hunks."
+        )
     if report.attention:
         click.echo(f"Needs attention (conflict markers): {', '.join(escape.path(p) for p in report.attention)}")
     if report.head_moved:
@@ -86,7 +89,12 @@ def finish(report: ApplyReport, verb: str, as_json: bool, extra: Mapping[str, ob
     help="Take only these hunk ids (from 'diff --json').",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
-@click.option("--3way", "three_way", is_flag=True, help="Write conflict markers into text files both sides changed.")
+@click.option(
+    "--3way",
+    "three_way",
+    is_flag=True,
+    help="Write conflict markers into text files both sides changed (with --hunks: only where a chosen hunk does).",
+)
 @click.option("--allow-moved-head", is_flag=True, help="Apply even though your HEAD moved since the run started.")
 @click.option("--continue", "cont", is_flag=True, help="Finish an interrupted apply, undo or redo.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -127,8 +135,6 @@ def apply(
             raise click.UsageError("--continue takes no other options.")
         _continue(project, workdir, run_id, cwd_run, as_json)
         return
-    if (ask_hunks or hunks_from) and three_way:
-        raise click.UsageError("--hunks and --hunks-from take the agent's hunks as they are; --3way cannot be added.")
     if ask_hunks and hunks_from:
         raise click.UsageError("Give either --hunks (on the terminal) or --hunks-from FILE, not both.")
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 @click.argument("run_ids", nargs=-1)
 @click.option("--check", "check_cmd", default=None, help="A shell command run in each worktree, recorded as a call.")
 @isolation_options(network_default="off")
+@click.option("--stat", "stat_", is_flag=True, help="Per run, a line per differing path instead of its diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 def compare(
@@ -29,12 +30,15 @@ def compare(
     check_cmd: str | None,
     isolate: str | None,
     network: str | None,
+    stat_: bool,
     as_json: bool,
 ) -> None:
     """Compare RUNs: calls (failed, interrupted, violations), files and lines changed, and where they disagree.
 
     One RUN stands for its group (the runs of one 'start --count', and forks). With --check 'CMD',
-    CMD runs in each run's worktree (confined, like 'sandbox exec') and is recorded as a call there.
+    CMD runs in each run's worktree (confined, like 'sandbox exec') and is recorded as a call there;
+    without it each run's newest recorded check is shown. After the table, each run's diff of the
+    paths the runs changed differently (--stat: a line per path). Runs oldest first.
     """
     from sandbox.errors import UsageError
     from sandbox.run.names import resolve_run
@@ -52,8 +56,10 @@ def compare(
     outputs: dict[str, bytes] = {}
     checks = {r.run_id: _check(r, check_cmd, isolate, network, outputs) for r in runs} if check_cmd else None
     result = do_compare(runs, checks)
+    by_id = {r.run_id: r for r in runs}
+    diffs = {row.run_id: _differing(by_id[row.run_id], result.disagree, stat_) for row in result.runs}
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "diffs": diffs})
         return
     if not result.same_base:
         click.echo("note: these runs started from different snapshots; 'unchanged' means each run's own.")
@@ -62,7 +68,8 @@ def compare(
         f"{'-LINES':>7}  {'CHECK':<12} LABEL"
     )
     for row in result.runs:
-        check = "-" if row.check is None else f"{row.check.status} ({row.check.returncode})"
+        check = "-" if row.check is None else ("passed" if row.check.returncode == 0 else "FAILED")
+        check = check if row.check is None else f"{check} ({row.check.returncode})"
         failed = f"{row.failed}" + (f"+{row.uncertain}?" if row.uncertain else "")
         click.echo(
             f"{row.run_id:<10} {row.calls:>5} {failed:>6} {row.interrupted:>11} {row.violations:>9} {row.files:>5} "
@@ -74,6 +81,11 @@ def compare(
         click.echo(f"  {escape.path(path)}: " + ", ".join(f"{rid} {st}" for rid, st in states.items()))
     if len(result.disagree) > 50:
         click.echo(f"  ... and {len(result.disagree) - 50} more (--json lists them all)")
+    for row in result.runs:
+        if diffs[row.run_id]:
+            label = f" ({escape.text(row.label)})" if row.label else ""
+            click.echo(f"\n== {row.run_id}{label}: its diff of the paths that differ ==")
+            click.echo(escape.text(diffs[row.run_id]).rstrip("\n"))
     # The checks' own output after the table, the end of each failed one (in full: sandbox log RUN --call ID).
     for row in result.runs:
         if row.check is None or row.check.returncode == 0:
@@ -122,3 +134,15 @@ def _check(run: Run, command: str, isolate: str | None, network: str | None, out
         captured.seek(0)
         outputs[run.run_id] = captured.read(4 * 1024 * 1024)
     return CheckOutcome(outcome.entry.call_id, outcome.returncode, outcome.entry.status.value)
+
+
+def _differing(run: Run, disagree: dict[str, dict[str, str]], stat: bool) -> str:
+    """The run's diff (base to head) of the paths it changed that the runs disagree on ("" for none)."""
+    from sandbox.merge import select
+    from sandbox.merge.preview import Range, diff_text
+
+    mine = [p for p, states in sorted(disagree.items()) if states.get(run.run_id) != "unchanged"]
+    if not mine:
+        return ""
+    spec = select.pathspec([":(top,literal)" + p for p in mine])
+    return diff_text(run, Range(run.base, run.head()), stat=stat, spec=spec)

@@ -74,3 +74,19 @@ def fit(text: str, width: int | None) -> str:
     if width is None or len(text) <= width:
         return text
     return text[: max(1, width - 1)] + "…"
+
+
+def call_numbers(seqs: dict[str, int], call_ids: list[str]) -> str:
+    """Calls named as ``log`` numbers them, runs of numbers shortened: ``#3``, ``#1-#4, #7`` (an id
+    the ledger does not know is shown as it is)."""
+    numbers = sorted({seqs[c] for c in call_ids if c in seqs})
+    parts: list[str] = []
+    i = 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        parts.append(f"#{numbers[i]}" if i == j else f"#{numbers[i]}-#{numbers[j]}")
+        i = j + 1
+    parts += [escape.text(c) for c in call_ids if c not in seqs]
+    return ", ".join(parts)

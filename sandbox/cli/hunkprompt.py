@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli import escape
+
 if TYPE_CHECKING:
     from sandbox.fast.pathspec import Pathspec
     from sandbox.merge.hunks import Choice, FileHunks, Hunk
@@ -46,15 +48,17 @@ class Quit(Exception):
 
 def choose(run: Run, calls: list[str] | None, spec: Pathspec | None, with_deps: bool) -> Choice | None:
     """Ask about every hunk the apply would write; None when nothing was chosen."""
-    from sandbox.merge import hunks, mergeback, partial, planning
+    from sandbox.merge import hunks, partial, planning
 
     if not sys.stdin.isatty():
         raise click.UsageError("--hunks asks on a terminal; give the hunk ids with --hunks-from FILE instead.")
     plan = planning.plan(run, calls, spec, with_deps=with_deps)
-    if plan.conflicts:
-        mergeback.refuse(plan.conflicts, plan.report(dry_run=True))
-    choice = hunks.Choice()
+    # A file you edited offers its hunks too (they are placed on your file, or refused by the apply).
     files = partial.offered(run.repo, plan)
+    stuck = [p for p in plan.conflicts if p.path not in {fh.path for fh in files}]
+    for p in stuck:  # not offered; the apply leaves out what no chosen hunk is in
+        click.echo(f"Not offered: {escape.path(p.path)}: {p.reason}; {p.hint}.")
+    choice = hunks.Choice()
     if not files:
         click.echo("Every selected change is already in your tree; there is no hunk to choose.")
     try:

@@ -236,11 +236,22 @@ def _row(
         more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
         first = escape.text(error.strip().splitlines()[0] if error.strip() else error)  # older: multi-line
         click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
+    # A file moved whole (git mv) is one rename, as 'diff' shows it: the deletion and the addition of one blob.
+    gone = {f["before_hash"]: f["path"] for f in e["files"] if f["after_hash"] is None and f["before_hash"]}
+    moved = {
+        f["path"]: gone.pop(f["after_hash"]) for f in e["files"] if f["before_hash"] is None and f["after_hash"] in gone
+    }
+    sources = set(moved.values())
     for f in e["files"]:
+        if f["path"] in sources:
+            continue
         kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
         if kind == "M" and f["before_hash"] == f["after_hash"]:
             kind = "T"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {escape.path(f['path'])}")
+        name = escape.path(f["path"])
+        if f["path"] in moved:
+            kind, name = "R", f"{escape.path(moved[f['path']])} -> {name}"
+        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {name}")
     for item in refused or []:
         click.echo(_refused_line(item, out))
 

@@ -35,5 +35,5 @@ def redo(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     if not as_json:
         from sandbox.cli.undo import describe
 
-        click.echo(describe("Redid", report))
+        click.echo(describe("Redid", report, run))
     finish(report, "Wrote", as_json)

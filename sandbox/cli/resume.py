@@ -71,6 +71,21 @@ def resume(
         click.echo(
             f"sandbox: stopped process {proc.pid} ({escape.text(proc.cmd or '?')}) with SIG{proc.state}.", err=True
         )
+    if not (
+        report.uncertain
+        or report.drift
+        or report.denied
+        or report.problems
+        or report.stopped_processes
+        or report.worktree_recreated
+        or report.session_rollback
+    ):
+        # The note is written for the model (--continue hands it over); a person needs one line.
+        click.echo(
+            f"Run {escape.text(run.run_id)} needs nothing to resume: no call was left unfinished and its files are "
+            "as the ledger records them."
+        )
+        return
     click.echo(escape.text(report.note))
     click.echo("")
     click.echo(f"Next step: {escape.text(report.next_step)}")

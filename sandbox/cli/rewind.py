@@ -71,9 +71,11 @@ def rewind(
     out = click.echo if not continue_ else (lambda text: click.echo(text, err=True))
     for message in report.messages:
         out(escape.text(message))
+    calls = run.state().calls
     for effect in report.side_effects:
         what = escape.text(effect.summary or effect.tool_name)
-        out(f"  after the rewind point: {effect.call_id} {what}: {escape.text(effect.hint)}.")
+        number = f"#{calls[effect.call_id].seq}" if effect.call_id in calls else escape.text(effect.call_id)
+        out(f"  after the rewind point: {number} {what}: {escape.text(effect.hint)}.")
     if report.undo_to:
         out(f"To take the rewind back: sandbox undo {run.run_id}")
     if continue_:

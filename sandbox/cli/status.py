@@ -28,8 +28,15 @@ if TYPE_CHECKING:
 def status(
     ctx: click.Context, run_id: str | None, color: str | None, no_color: bool, as_json: bool, whole_disk: bool
 ) -> None:
-    """Show RUN: where it came from, its calls by status, its changed paths, its disk use."""
+    """Show RUN: where it came from, its calls by status, its changed paths, its disk use.
+
+    Without RUN, outside a run's worktree, in a repository of several runs: one line per run
+    ('sandbox list --json' has them as JSON).
+    """
     from sandbox.fast.views import STATUS_DISK_ENTRIES
+
+    if run_id is None and not as_json and _every_run(ctx, color, no_color):
+        return
 
     # A sum over every file grows with the repository: by default a bounded count, which says when it stopped.
     limit = None if whole_disk else STATUS_DISK_ENTRIES
@@ -164,3 +171,34 @@ def _host_line(info: StatusHostJson | None) -> str:
     if info["watched"]:
         return f"pid {info['pid']}; this run's changes come from its watcher"
     return f"pid {info['pid']}; this run's changes are found by scanning ({info['note']})"
+
+
+def _every_run(ctx: click.Context, color: str | None, no_color: bool) -> bool:
+    """``status`` without RUN where no one run is meant: a line per run (False: one run is meant)."""
+    from sandbox.cli.finding import open_project
+
+    project, _workdir, cwd_run = open_project(ctx)
+    if cwd_run is not None or len(project.run_ids()) < 2:
+        return False
+    from sandbox.runs.summary import summarize_runs
+
+    rows = summarize_runs(project, disk=False)
+    out = setup(ctx, color, no_color, slot="status", page=False)
+    click.echo(f"{len(rows)} runs in this repository ('sandbox status RUN' shows one):")
+    for r in rows:
+        if r.get("damaged") or r.get("error"):
+            click.echo(f"  {out.style(r['run'], fg='yellow')}  {escape.text(r.get('error', 'damaged'))}")
+            continue
+        by = ", ".join(f"{v} {k}" for k, v in sorted(r.get("by_status", {}).items()))
+        partly = r.get("partly_applied_calls") or []
+        facts = [
+            f"{r['calls']} call(s)" + (f" ({by})" if by else ""),
+            f"{r['changed_paths']} path(s) changed",
+            f"{r.get('unapplied_calls', 0)} not applied" + (f", {len(partly)} partly" if partly else ""),
+        ]
+        markers = r.get("conflict_markers") or []
+        if markers:
+            facts.append(out.style(f"{len(markers)} file(s) with conflict markers", fg="red"))
+        label = f" ({escape.text(r['label'] or '')})" if r.get("label") else ""
+        click.echo(f"  {out.style(r['run'], fg='yellow')}{label}: " + "; ".join(facts))
+    return True

@@ -51,17 +51,28 @@ def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bo
         click.echo(f"sandbox: {escape.text(exc.message)}", err=True)
         ctx.exit(1)
     if not as_json and not report.recovered:
-        click.echo(describe("Undid", report))
+        click.echo(describe("Undid", report, run))
     finish(report, "Restored", as_json)
 
 
-def describe(verb: str, report: UndoReport) -> str:
-    """One line naming what an undo or redo took back or brought back, and where."""
+def describe(verb: str, report: UndoReport, run: Run) -> str:
+    """One line naming what an undo or redo took back or brought back, and where; calls as ``log``
+    numbers them (``#3``; their ids are in ``--json``)."""
+    from sandbox.cli.fmt import call_numbers
+
     where = "your tree" if report.target == "user" else "the run"
+    state = run.state()
+    seqs = {c: e.seq for c, e in state.calls.items()}
     if report.call:
-        return f"{verb} call {escape.text(report.call)} in {where}."
-    calls = report.calls
-    what = f"calls {', '.join(escape.text(c) for c in calls)}" if calls else "the run"
+        entry = state.calls.get(report.call)
+        tool = f" ({escape.text(entry.tool_name)})" if entry is not None else ""
+        return f"{verb} call {call_numbers(seqs, [report.call])}{tool} in {where}."
+    # The calls whose changes the operation moved (a selection may name calls that changed nothing there).
+    moved = set(report.applied or report.restored or [])
+    calls = [
+        c for c in report.calls if c not in state.calls or not moved or {f.path for f in state.calls[c].files} & moved
+    ]
+    what = f"{'call' if len(calls) == 1 else 'calls'} {call_numbers(seqs, calls)}" if calls else "the run"
     return f"{verb} the apply of {what} in {where}."
 
 

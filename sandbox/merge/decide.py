@@ -11,8 +11,10 @@ calls' states, the ``user_paths`` record of what the sandbox wrote there before)
 Later steps of planning only ever turn a verdict into a stricter one, and do it through the
 functions below, so every verdict a user can see is set in this module: an obstacle in the tree
 (:func:`obstacle`, found by :mod:`sandbox.merge.obstacles`), a clean or marked 3-way merge
-(:func:`merged`, :mod:`sandbox.merge.threeway`), a path a choice of hunks leaves out or takes in
-part (:func:`left_out`, :func:`taken_in_part`, :mod:`sandbox.merge.partial`), a path an undo or
+(:func:`merged`, :mod:`sandbox.merge.threeway`), a rename that takes the user's edit along
+(:func:`renamed`, :mod:`sandbox.merge.renames`), a path a choice of hunks leaves out, takes in
+part or places on the user's edited file (:func:`left_out`, :func:`taken_in_part`, :func:`onto_yours`,
+:mod:`sandbox.merge.partial`), a path an undo or
 redo may not move (:func:`conflict`). :func:`explain_dependencies` and :func:`whose_change` refine the reason of a
 conflict (calls not selected; an uncommitted edit in the run's base).
 """
@@ -34,7 +36,7 @@ def decide(p: PlannedPath, prior: UserPathRecord | None) -> None:
     """Set the action of one path from the user's state, the chain and what the sandbox wrote before."""
     if _unusable(p):
         return
-    written = _written_state(prior)
+    written = written_state(prior)
     if _already_there(p, prior, written):
         return
     partial = partial_of(prior)
@@ -149,7 +151,7 @@ def _explain_conflict(p: PlannedPath) -> None:
         )
 
 
-def _written_state(record: UserPathRecord | None) -> State:
+def written_state(record: UserPathRecord | None) -> State:
     """The state the sandbox wrote at a path (None: no record)."""
     return None if record is None else journal.entry_state(record.mode, record.oid)
 
@@ -176,6 +178,19 @@ def merged(p: PlannedPath, write: State, markers: bool) -> None:
     p.record = state_record(write, p.agent, p.calls)
 
 
+def renamed(p_old: PlannedPath, p_new: PlannedPath, write: State, markers: bool) -> None:
+    """A path the user edited and the agent renamed (``apply --3way``, :mod:`sandbox.merge.renames`):
+    the user's edit merged into the new path's ``write``, the old path deleted as the agent did."""
+    p_old.action, p_old.write, p_old.markers = "write", None, False
+    p_old.reason = f"renamed to {p_new.path!r} by the agent; your edit went with it"
+    p_old.record = state_record(None, None, p_old.calls)
+    p_new.action, p_new.write, p_new.markers = ("merge" if markers else "write"), write, markers
+    p_new.reason = f"renamed from {p_old.path!r}; merged with your edit of it" + (
+        "; conflict markers need attention" if markers else ""
+    )
+    p_new.record = state_record(write, p_new.agent, p_new.calls)
+
+
 def left_out(p: PlannedPath, reason: str) -> None:
     """A write that a choice of hunks (``apply --hunks``) leaves out: skipped, nothing recorded."""
     p.action, p.write, p.record = "skip", None, None
@@ -186,6 +201,17 @@ def taken_in_part(p: PlannedPath, write: State, record: UserPathRecord, taken: l
     """A write that takes only some of the agent's hunks: ``write`` (the base with them), ``record``
     carrying the partial apply, ``taken`` the ids (see :mod:`sandbox.merge.partial`)."""
     p.write, p.record, p.taken, p.reason = write, record, taken, reason
+
+
+def onto_yours(
+    p: PlannedPath, write: State, record: UserPathRecord, taken: list[str] | None, reason: str, markers: bool
+) -> None:
+    """A file the user edited, with chosen hunks placed on it where their context still matches
+    (``apply --hunks``; with conflict markers when ``markers``, under ``--3way``); see
+    :mod:`sandbox.merge.partial`. The user's edit stays; undo puts their file back as it was."""
+    p.action = "merge" if markers else "write"
+    p.write, p.record, p.taken, p.markers = write, record, taken, markers
+    p.reason = reason + ("; conflict markers need attention" if markers else "")
 
 
 def conflict(p: PlannedPath, reason: str | None = None, hint: str | None = None) -> None:
@@ -247,7 +273,7 @@ def explain_dependencies(run: Run, state: LedgerState, selected: list[LedgerEntr
         earlier = [
             journal.entry_state(f.before_mode, f.before_hash) for e in needed for f in e.files if f.path == p.path
         ]
-        names = ", ".join(f"{e.call_id} ({e.seq})" for e in needed)
+        names = ", ".join(f"#{e.seq} ({e.tool_name})" for e in needed)  # as log numbers them; ids in needs
         flags = " ".join(f"--call {e.seq}" for e in needed)
         one = len(needed) == 1
         if any(journal.matches(p.user, s) for s in earlier) or p.reason.startswith("call(s) "):

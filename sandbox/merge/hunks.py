@@ -108,20 +108,16 @@ class Taken:
     edited: bool
     whole: bool
     content: bytes | None = None
+    #: The replacements made, in the base's lines: (first line, lines removed, lines added), one per id.
+    parts: list[tuple[int, int, list[bytes]]] = field(default_factory=list)
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them."""
-    out: list[bytes] = []
-    start = 0
-    while True:
-        end = data.find(b"\n", start)
-        if end < 0:
-            break
-        out.append(data[start : end + 1])
-        start = end + 1
-    if start < len(data):
-        out.append(data[start:])
+    """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them (only ``\\n`` ends one)."""
+    parts = data.split(b"\n")
+    out = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
     return out
 
 
@@ -134,7 +130,8 @@ def hunk_id(path: str, header: str, old: list[bytes], new: list[bytes]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _is_text(data: bytes) -> bool:
+def is_text(data: bytes) -> bool:
+    """True when ``data`` has no NUL in its first bytes (git's test for a text file)."""
     return b"\0" not in data[:BINARY_SNIFF]
 
 
@@ -165,16 +162,13 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         return FileHunks(path, before, after, whole_id, text=False)
     old_data = objects.read_blob(repo, before.oid)
     new_data = objects.read_blob(repo, after.oid)
-    if not (_is_text(old_data) and _is_text(new_data)):
+    if not (is_text(old_data) and is_text(new_data)):
         return FileHunks(path, before, after, whole_id, text=False)
     old, new = split_lines(old_data), split_lines(new_data)
     result = FileHunks(path, before, after, whole_id, text=True, old=old)
-    changes = []
-    for h in pygit2.Patch.create_from(old_data, new_data, context_lines=0).hunks:
-        start, new_start = _span(h.old_start, h.old_lines), _span(h.new_start, h.new_lines)
-        removed, added = old[start : start + h.old_lines], new[new_start : new_start + h.new_lines]
-        header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
-        changes.append(Change(hunk_id(path, header, removed, added), header, start, h.old_lines, added, new_start))
+    # One diff, with context; its changes are the runs of '-' and '+' lines in it, exactly the hunks of
+    # a diff without context (xdiff makes one edit script and only groups it by the context asked for).
+    changes: list[Change] = []
     for h in pygit2.Patch.create_from(old_data, new_data, context_lines=CONTEXT).hunks:
         start = _span(h.old_start, h.old_lines)
         header = _header(h.old_start, h.old_lines, h.new_start, h.new_lines)
@@ -182,13 +176,40 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         removed = [c for o, c in lines if o in " -"]
         added = [c for o, c in lines if o in " +"]
         hunk = Hunk(hunk_id(path, header, removed, added), header, start, h.old_lines, lines)
-        end = start + h.old_lines
-        hunk.changes = [c for c in changes if start <= c.start and c.start + c.count <= end]
+        hunk.changes = _changes_of(path, lines, start, _span(h.new_start, h.new_lines), old, new)
+        changes += hunk.changes
         result.hunks.append(hunk)
     placed = {c.id for h in result.hunks for c in h.changes}
     if len(placed) != len(changes):  # never seen; refuse rather than take a change twice or not at all
         raise HunkSelectionError(f"The hunks of {path!r} could not be split into changes; apply it whole.")
     return result
+
+
+def _changes_of(
+    path: str, lines: list[tuple[str, bytes]], at: int, new_at: int, old: list[bytes], new: list[bytes]
+) -> list[Change]:
+    """The changes of one hunk: each run of '-' and '+' lines, numbered as a diff without context numbers it."""
+    out: list[Change] = []
+    run: list[int] | None = None  # [old index, new index, removed, added]
+    for origin, _content in [*lines, (" ", b"")]:
+        if origin == " ":
+            if run is not None:
+                o, n, r, a = run
+                header = _header(o + 1 if r else o, r, n + 1 if a else n, a)
+                removed, added = old[o : o + r], new[n : n + a]
+                out.append(Change(hunk_id(path, header, removed, added), header, o, r, added, n))
+                run = None
+            at, new_at = at + 1, new_at + 1
+            continue
+        if run is None:
+            run = [at, new_at, 0, 0]
+        if origin == "-":
+            run[2] += 1
+            at += 1
+        else:
+            run[3] += 1
+            new_at += 1
+    return out
 
 
 def hunk_text(h: Hunk) -> bytes:
@@ -283,7 +304,9 @@ def take(fh: FileHunks, choice: Choice) -> Taken | None:
             return Taken([fh.id], ["file"], edited=False, whole=True)
         return None
     if fh.id in ids:
-        return Taken([fh.id], ["file"], edited=False, whole=True)
+        every = fh.changes
+        parts = [(c.start, c.count, c.new) for c in every]
+        return Taken([c.id for c in every], [c.header for c in every], edited=False, whole=True, parts=parts)
     replacements: list[tuple[int, int, list[bytes]]] = []
     taken_ids: list[str] = []
     headers: list[str] = []
@@ -312,8 +335,55 @@ def take(fh: FileHunks, choice: Choice) -> Taken | None:
     if not replacements:
         return None
     if not edited and chosen_changes == {c.id for c in fh.changes}:
-        return Taken(taken_ids, headers, edited=False, whole=True)
-    return Taken(taken_ids, headers, edited=edited, whole=False, content=assemble(fh.old, replacements))
+        return Taken(taken_ids, headers, edited=False, whole=True, parts=replacements)
+    content = assemble(fh.old, replacements)
+    return Taken(taken_ids, headers, edited=edited, whole=False, content=content, parts=replacements)
+
+
+@dataclass
+class Overlap:
+    """A chosen hunk that touches the user's own change: ``index`` into :attr:`Taken.ids`, the user's
+    changed lines (1-based, in the base's numbering)."""
+
+    index: int
+    first: int
+    last: int
+
+
+def your_changes(old_data: bytes, yours: bytes) -> list[tuple[int, int, int]]:
+    """The user's changes to a file as ``(first line, lines removed, lines added)`` in the base's lines."""
+    return [
+        (_span(h.old_start, h.old_lines), h.old_lines, h.new_lines)
+        for h in pygit2.Patch.create_from(old_data, yours, context_lines=0).hunks
+    ]
+
+
+def _touches(start: int, count: int, window: tuple[int, int], region: tuple[int, int, int]) -> bool:
+    """True when the user's ``region`` falls in a chosen change's ``window`` (the change and its context)."""
+    first, end = window
+    at, removed, _added = region
+    if removed:
+        return at < end and first < at + removed
+    return first < at < end or (count == 0 and at == start)
+
+
+def onto_yours(old: list[bytes], yours: bytes, parts: list[tuple[int, int, list[bytes]]]) -> bytes | Overlap:
+    """The user's file with the chosen replacements made where their context still matches, as ``git
+    apply`` places a hunk (moved by the lines the user added or removed above it); the first
+    replacement whose change or context lines the user changed is returned as an :class:`Overlap`."""
+    mine = split_lines(yours)
+    regions = your_changes(b"".join(old), yours)
+    placed: list[tuple[int, int, list[bytes]]] = []
+    for index, (start, count, new) in enumerate(parts):
+        window = (max(0, start - CONTEXT), min(len(old), start + count + CONTEXT))
+        hit = next((r for r in regions if _touches(start, count, window, r)), None)
+        if hit is not None:
+            return Overlap(index, hit[0] + 1, hit[0] + max(hit[1], 1))
+        offset = sum(added - removed for at, removed, added in regions if at + removed <= window[0])
+        if mine[start + offset : start + offset + count] != old[start : start + count]:
+            return Overlap(index, start + 1, start + max(count, 1))  # never seen: the diff and the lines disagree
+        placed.append((start + offset, count, new))
+    return assemble(mine, placed)
 
 
 def write_taken(repo: pygit2.Repository, fh: FileHunks, taken: Taken) -> State:

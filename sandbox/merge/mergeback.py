@@ -131,17 +131,19 @@ def apply(
         if progress is not None:
             progress("Checking your files")
         try:
-            result = planning.plan(run, calls, paths, three_way=three_way, state=state, with_deps=with_deps)
+            # A choice of hunks merges only the files it picks from (partial.restrict), never the rest.
+            merging = three_way and choice is None
+            result = planning.plan(run, calls, paths, three_way=merging, state=state, with_deps=with_deps)
         except OSError as exc:
             raise journal.WriteFailedError(
                 f"The apply of run {run.run_id} failed while planning ({journal.describe(exc)}); nothing was "
                 f"written. {writing.remedy(exc)}, then run 'sandbox apply {run.run_id}' again."
             ) from exc
         result.head_moved = moved
+        if choice is not None:
+            _take_only(run, result, choice, state, three_way, dry_run)
         if result.conflicts:
             refuse(result.conflicts, result.report(dry_run))
-        if choice is not None:
-            _take_only(run, result, choice, dry_run)
         report = result.report(dry_run)
         newly = [c for c in result.fully_applied if not state.calls[c].applied]
         user_paths = state.data.user_paths
@@ -165,16 +167,22 @@ def apply(
         return result.report(written=written)
 
 
-def _take_only(run: Run, result: ApplyPlan, choice: hunks.Choice, dry_run: bool) -> None:
+def _take_only(
+    run: Run, result: ApplyPlan, choice: hunks.Choice, state: LedgerState, three_way: bool, dry_run: bool
+) -> None:
     """Cut the plan down to the chosen hunks (``apply --hunks``); refuse what that leaves in the way."""
     from sandbox.merge import partial
 
-    partial.restrict(run.repo, result, choice)
+    partial.restrict(run, result, choice, state.data.user_paths, three_way)
+    if result.conflicts:
+        refuse(result.conflicts, result.report(dry_run))
     # A choice may leave out the deletion that clears the way for a chosen path (a file the
     # agent turned into a directory): the structure is checked again, before any write.
     by_path = {p.path: p for p in result.paths}
     for p in result.writes:
         obstacles.check_structure(result.target_dir, p, by_path)
+    # A file the user edited becomes a write only here (hunks placed on it): access is checked again.
+    obstacles.check_access(result.target_dir, result.writes)
     if result.conflicts:
         for p in result.conflicts:
             p.hint = "choose the change that removes what is in the way too, or leave this path out"

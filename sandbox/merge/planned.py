@@ -119,7 +119,7 @@ class ApplyPlan:
                 **{
                     p.path: p.reason
                     for p in self.paths
-                    if p.action == "skip" or p.path in merged or (p.taken is not None and p.path in applied)
+                    if p.action == "skip" or p.path in merged or (p.path in applied and p.reason)
                 },
             },
             dry_run=dry_run,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sandbox.errors import SandboxError
 from sandbox.fast.pathspec import Pathspec
-from sandbox.merge import brings, decide, obstacles, select, threeway
+from sandbox.merge import brings, decide, obstacles, renames, select, threeway
 from sandbox.merge.brings import Step
 from sandbox.merge.planned import ApplyPlan, PlannedPath
 from sandbox.models import LedgerState
@@ -73,6 +73,9 @@ def plan(
     for p in result.paths:
         obstacles.check_structure(target, p, by_path)
     obstacles.check_sparse(target, user_git_dir(target), result.paths)
+    renames.follow(run, target, result.paths, three_way)
+    if paths:
+        renames.note_split(run, state, calls, with_deps, result.paths)
     if three_way:
         for p in result.conflicts:
             if not p.obstacle:

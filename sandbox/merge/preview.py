@@ -57,6 +57,10 @@ class FileRecord(TypedDict):
     #: The id that takes the whole file (see :mod:`sandbox.merge.hunks`).
     id: str
     hunks: list[HunkRecord]
+    #: An added path that is a deleted one renamed (as ``diff`` shows it): the old path, else None.
+    renamed_from: str | None
+    #: A deleted path that lives on at an added one: the new path, else None.
+    renamed_to: str | None
 
 
 @dataclass
@@ -182,6 +186,24 @@ def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[FileR
                     }
                     for h in fh.hunks
                 ],
+                "renamed_from": None,
+                "renamed_to": None,
             }
         )
+    _pair_renames(repo, out, changes)
     return out
+
+
+def _pair_renames(repo: pygit2.Repository, out: list[FileRecord], changes: list[objects.TreeChange]) -> None:
+    """Mark deleted and added records that are one rename (:func:`sandbox.merge.renames.find`)."""
+    from sandbox.merge import renames
+
+    deleted = {c.path: c.old for c in changes if c.new is None}
+    added = {c.path: c.new for c in changes if c.old is None}
+    if not deleted or not added:
+        return
+    pairs = renames.find(repo, deleted, added)
+    by_path = {f["path"]: f for f in out}
+    for old, new in pairs.items():
+        by_path[old]["renamed_to"] = new
+        by_path[new]["renamed_from"] = old

@@ -43,6 +43,9 @@ class DriftRecord(Payload):
     at: str = ""
     paths: list[DriftPath] = Field(default_factory=new_list)
     commit: str | None = None
+    #: The call the changes were booked to (all of them attributed to it, a call killed while it wrote):
+    #: the commit is that call's change and the run's head (older drift left the head where it was).
+    booked_to: str | None = None
 
 
 class NetworkRefusal(Payload):

@@ -103,8 +103,9 @@ def _ancestors(run: Run, commit: str, stop: str) -> set[str]:
     return out
 
 
-def rollback_files(run: Run, target: str) -> RollbackFilesReport:
-    """Put the worktree's files back to checkpoint ``target`` (id, name, label or ``auto_...``).
+def rollback_files(run: Run, target: str, label: str | None = None) -> RollbackFilesReport:
+    """Put the worktree's files back to checkpoint ``target`` (id, name, label or ``auto_...``);
+    ``label`` says where that is in the report's words (``to just before #5 (Edit)``).
 
     Only paths where the run's head differs from the checkpoint's workspace are written. Refused,
     with nothing written, when one of them was changed in the worktree outside any recorded call.
@@ -169,10 +170,11 @@ def rollback_files(run: Run, target: str) -> RollbackFilesReport:
             },
         )
         faults.point("recovery.rollback_files.after_ledger")
-    text = f"The run's files are back at {ckpt.name}: {len(files)} path(s) restored in the worktree."
+    text = f"The run's files are back {label or 'at ' + ckpt.name}: {len(files)} path(s) restored in the worktree."
     if applied:
+        numbers = ", ".join(f"#{state.calls[c].seq}" if c in state.calls else c for c in applied)
         text += (
-            f" Calls {', '.join(applied)} had already been applied to your tree; this rollback changed only the "
+            f" Calls {numbers} had already been applied to your tree; this rollback changed only the "
             f"sandbox. To take them out of your tree, use 'sandbox undo {run.run_id}' (your last apply) or "
             f"'sandbox undo {run.run_id} --call CALL' (one call)."
         )

@@ -364,9 +364,16 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     candidates = scan.candidates(run.repo, run.worktree, head_tree)
     # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.run.include.
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
-    if not cap.changes:
-        return [], None
     previous = state.data.drift[-1] if state.data.drift else None
+    if not cap.changes:
+        if previous is not None and previous.booked_to and previous.commit == state.head:
+            # Booked by the last resume, and only resuming happened since: the same answer again.
+            ids = [ev.event_id for _oid, ev in events]
+            since = ids.index(previous.event_id) + 1 if previous.event_id in ids else len(events)
+            quiet = (EventKind.resumed, EventKind.call_uncertain, EventKind.note)
+            if all(ev.kind in quiet for _oid, ev in events[since:]):
+                return list(previous.paths), previous.commit
+        return [], None
     key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
     if previous is not None and previous.commit and sorted((p.path, p.after) for p in previous.paths) == key:
         return list(previous.paths), previous.commit
@@ -396,13 +403,24 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     message = trailers.message(
         "sandbox: drift found at resume", [(trailers.RUN, run.run_id), (trailers.DRIFT, f"{len(paths)} path(s)")]
     )
+    # Every change attributed to one call that recorded none (killed while it wrote): booked to it, so
+    # that diff, status and apply see it and drop refuses to discard it as other unapplied work.
+    owners = {p.attributed_to for p in paths}
+    booked = next(iter(owners)) if len(owners) == 1 else None
+    if booked is not None and state.calls[booked].commit:
+        booked = None
+    head = state.head
+
+    def fields_of(commit: str) -> dict[str, object]:
+        data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit, "booked_to": booked}
+        if booked is None:
+            return {"data": data}
+        where = f"{head}..{commit}"
+        changes = [objects.file_change(r, cap.before[r], cap.changes[r], where, booked) for r in sorted(cap.changes)]
+        return {"data": data, "files": changes}
+
     commit, new = run.move_head(
-        EventKind.drift,
-        tree=tree,
-        parent=state.head,
-        message=message,
-        fields_of=lambda commit: {"data": {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit}},
-        epoch=state.epoch,
+        EventKind.drift, booked, tree=tree, parent=head, message=message, fields_of=fields_of, epoch=state.epoch
     )
-    state.data = new.data
+    state.data, state.head, state.calls = new.data, new.head, new.calls  # a booking moved the head
     return paths, commit

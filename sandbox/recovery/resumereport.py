@@ -245,7 +245,7 @@ def _note(
         elif u.processes_alive:
             text += " Its session's processes were still running; they were stopped before this resume."
         if u.call_id in drifted:
-            text += f" It had changed {_paths(drifted[u.call_id])}, which were kept in the worktree."
+            text += f" It had changed {_paths(drifted[u.call_id])}; those changes are booked to it in the run."
         parts.append(text)
     for denial in denied:
         reason = f" ({denial.reason})" if denial.reason else ""
@@ -281,7 +281,8 @@ def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
             f"Check the state (or ask the user) before repeating {u.tool_name} ({u.call_id}); then record the outcome "
             f"with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
         )
-    if report.drift:
+    booked = state.data.drift[-1].booked_to if state.data.drift else None
+    if report.drift and not booked:
         return (
             f"Review the files changed outside any recorded call ({_paths([d.path for d in report.drift])}): keep them "
             f"by recording a call, or restore them with 'sandbox rollback {run.run_id} --files --to <checkpoint>'."

@@ -129,7 +129,7 @@ def rewind(run: Run, call_id: str, homes: Mapping[str, Sequence[str]], subdir: s
     undo_to = autos[-1].checkpoint.id if autos else None
     report = RewindReport(call_id, at_start[0].checkpoint.id, undo_to, None)
     transcripts.capture(run, homes, f"rewind to {call_id}")  # before the files move: the evidence first
-    report.files = rollback_files(run, at_start[0].checkpoint.id)
+    report.files = rollback_files(run, at_start[0].checkpoint.id, f"to just before #{entry.seq} ({entry.tool_name})")
     report.messages.append(report.files.message)
     after = state.order[state.order.index(call_id) :]
     report.side_effects = _side_effects(run, [state.calls[c] for c in after])
@@ -165,21 +165,21 @@ def _fork_conversation(
     agent = sessions.agents().get(stored.index.agent) if stored is not None else None
     if stored is None or agent is None or old is None:
         report.messages.append(
-            f"The run holds no conversation for call {entry.call_id}; only the files were rewound (a continue "
+            f"The run holds no conversation for call #{entry.seq}; only the files were rewound (a continue "
             "starts a new session)."
         )
         return
     if not agent.forks:
         report.messages.append(
             f"Only the files were rewound: {agent.no_fork}; a continue goes on in session {old}, whole, told that "
-            f"the files went back to just before call {entry.call_id}."
+            f"the files went back to just before call #{entry.seq}."
         )
         return
     data = transcripts.load(run, stored)
     own = agent.own_call(data, entry.call_id, transcripts.recorded_calls(run, old, entry.call_id))
     if own is None:
         report.messages.append(
-            f"Call {entry.call_id} is not a tool use of the stored conversation; only the files were rewound."
+            f"Call #{entry.seq} is not a tool use of the stored conversation; only the files were rewound."
         )
         return
     new = agent.new_session()
@@ -197,6 +197,6 @@ def _fork_conversation(
     transcripts.store(run, agent.name, new, forked, agent.calls(forked), f"rewind to {entry.call_id}")
     report.session = new
     report.messages.append(
-        f"The conversation was forked just before call {entry.call_id} as {agent.name} session {new} "
+        f"The conversation was forked just before call #{entry.seq} as {agent.name} session {new} "
         f"(session {old} is left as it was)."
     )

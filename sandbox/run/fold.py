@@ -202,6 +202,14 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
         _fold_finish(state, entry, event)
     elif kind == EventKind.call_uncertain:
         _advance(entry, CallStatus.uncertain)
+    elif kind == EventKind.drift:
+        # What a killed call wrote, found at resume, is that call's change (booked_to); logged as the run's too.
+        if event.commit and event.data.get("booked_to") == entry.call_id and not entry.commit:
+            entry.commit = event.commit
+            entry.parent_commit = event.parent_commit
+            entry.files = list(event.files)
+            state.head = event.commit
+        return False
     elif kind in (EventKind.undo, EventKind.redo):
         # Whether the call is still applied to the user's tree is merge-back's (fold_mergeback).
         entry.undone = kind == EventKind.undo

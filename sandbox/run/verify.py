@@ -160,6 +160,11 @@ def _first_difference(listed: set[Change], actual: set[Change]) -> str:
     return f"leaves out the change its commit makes to {missing[0][0]!r}"
 
 
+def booked_drift(event: Event) -> bool:
+    """True for a drift event that books what it found to the call it names (a killed call's writes)."""
+    return event.kind == EventKind.drift and bool(event.call_id) and event.data.get("booked_to") == event.call_id
+
+
 def _single_parent(commit: objects.CommitInfo, parent_oid: str | None) -> None:
     if commit.parents != [parent_oid]:
         raise _Bad("names a commit whose only parent is not the event's parent commit")
@@ -195,13 +200,17 @@ def _before(repo: pygit2.Repository, run_id: str, state: LedgerState, event: Eve
         listed = _as_changes(event.files)
         if listed != actual:
             raise _Bad(_first_difference(listed, actual))
-    elif event.files:
-        raise _Bad(f"lists files on a {event.kind.value} event")
     elif event.kind == EventKind.drift:
         _single_parent(commit, event.parent_commit)
         if event.parent_commit != state.head:
             raise _Bad("records drift on a commit that is not the run's head")
-        _diff(repo, parent, commit)  # its paths must pass git's checks too
+        actual = _diff(repo, parent, commit)  # its paths must pass git's checks too
+        # Drift booked to the killed call that wrote it is that call's change: listed exactly.
+        booked = booked_drift(event)
+        if (event.files or booked) and (not booked or _as_changes(event.files) != actual):
+            raise _Bad("lists files on a drift event that books them to no call, or not its commit's")
+    elif event.files:
+        raise _Bad(f"lists files on a {event.kind.value} event")
     elif event.kind in (EventKind.undo, EventKind.redo):
         _undo_moves(repo, state, event, parent, commit)
     else:
@@ -231,7 +240,7 @@ def _after(before_head: str | None, state: LedgerState, event: Event) -> None:
     if event.kind == EventKind.run_started:
         return
     if state.head != before_head:
-        if event.kind not in HEAD_KINDS or event.parent_commit != before_head:
+        if (event.kind not in HEAD_KINDS and not booked_drift(event)) or event.parent_commit != before_head:
             raise _Bad("moves the run's head from a commit that is not its head (the commits do not chain)")
     elif event.commit and event.kind in HEAD_KINDS and event.commit != before_head:
         raise _Bad("names a commit the run's head does not move to")

@@ -1,8 +1,9 @@
 """Comparing runs side by side (best-of-N): what each did, and where their results disagree.
 
-Per run: its calls, failed, interrupted, violation and uncertain calls, the paths and lines its patch changes (its head
-against its base), and optionally the outcome of a check command run in its worktree (the caller
-runs it as a recorded call and passes the outcome in: the run layer does not start processes).
+Per run: its calls, failed (a failed check apart), interrupted, violation and uncertain calls, the paths
+and lines its patch changes (its head against its base), and the outcome of a check command run in its
+worktree (the caller runs it as a recorded call and passes the outcome in: the run layer does not start
+processes; without one, the newest check the run recorded).
 Across runs: every path some run changed, with each run's final state of it; a path where the runs
 do not all end in the same state is a disagreement. Costs O(changed paths) per run: trees are
 compared, never walked whole.
@@ -15,7 +16,7 @@ from typing import TypedDict
 
 import pygit2
 
-from sandbox.models import CallStatus
+from sandbox.models import CallStatus, LedgerEntry
 from sandbox.run.run import Run
 from sandbox.store import objects
 
@@ -143,6 +144,21 @@ def _state(entry: objects.Entry | None) -> str:
     return entry.oid[:10] + suffix
 
 
+#: The tool name ``compare --check`` records its command under.
+CHECK_TOOL = "check"
+
+
+def recorded_check(entries: list[LedgerEntry]) -> CheckOutcome | None:
+    """The newest finished check call of a run (``compare --check``), None when it has none."""
+    for entry in reversed(entries):
+        if entry.tool_name != CHECK_TOOL or entry.status.value not in ("succeeded", "failed"):
+            continue
+        result = entry.result if isinstance(entry.result, dict) else {}
+        code = result.get("exit_code")
+        return CheckOutcome(entry.call_id, code if isinstance(code, int) else -1, entry.status.value)
+    return None
+
+
 def figures(run: Run) -> tuple[RunFigures, dict[str, str]]:
     """A run's figures and its changed paths with their final states."""
     state = run.state()
@@ -156,7 +172,8 @@ def figures(run: Run) -> tuple[RunFigures, dict[str, str]]:
         assert isinstance(old, pygit2.Tree) and isinstance(new, pygit2.Tree)
         stats = old.diff_to_tree(new).stats
         added, removed = stats.insertions, stats.deletions
-    entries = list(state.calls.values())
+    entries = [state.calls[c] for c in state.order]
+    calls = [e for e in entries if e.tool_name != CHECK_TOOL]  # a failed check is not a failed call
     return (
         RunFigures(
             run_id=run.run_id,
@@ -164,25 +181,27 @@ def figures(run: Run) -> tuple[RunFigures, dict[str, str]]:
             base=base,
             head=head,
             calls=len(entries),
-            failed=sum(1 for e in entries if e.status == CallStatus.failed),
+            failed=sum(1 for e in calls if e.status == CallStatus.failed),
             uncertain=sum(1 for e in entries if e.status == CallStatus.uncertain),
             files=len(changes),
             added=added,
             removed=removed,
             interrupted=sum(1 for e in entries if e.status == CallStatus.interrupted),
             violations=sum(1 for e in entries if e.status == CallStatus.violation),
+            check=recorded_check(entries),
         ),
         changes,
     )
 
 
 def compare(runs: list[Run], checks: dict[str, CheckOutcome] | None = None) -> Comparison:
-    """Compare ``runs`` (their heads against their bases); ``checks`` are outcomes by run id."""
+    """Compare ``runs`` (their heads against their bases), oldest first; ``checks`` are outcomes by run id
+    (a run not in it shows its newest recorded check, if any)."""
     rows: list[RunFigures] = []
     changed: dict[str, dict[str, str]] = {}
-    for run in runs:
+    for run in sorted(runs, key=lambda r: (r.info.created_at, r.run_id)):
         row, paths = figures(run)
-        row.check = (checks or {}).get(run.run_id)
+        row.check = (checks or {}).get(run.run_id) or row.check
         rows.append(row)
         changed[run.run_id] = paths
     result = Comparison(rows, same_base=len({r.base for r in rows}) <= 1)

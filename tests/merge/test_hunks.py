@@ -349,12 +349,15 @@ def test_any_subset_of_changes_assembles_and_all_of_them_give_the_agents_file(tm
         assert rest is not None and rest.whole
 
 
-def test_interactive_refuses_a_conflict_before_asking(repo: Path) -> None:
+def test_interactive_offers_your_edited_file_and_refuses_a_touching_hunk(repo: Path) -> None:
+    """Issue 34: a file the user edited offers its hunks too; one that touches the edit is refused by name."""
     run = setup(repo)
     write(repo, "a.txt", "the user's own\n")
+    (repo / "b.txt").unlink()  # deleted by the user: no hunk can be placed on it, so it is not offered
     digest = tree_digest(repo)
-    code, out = drive(repo, ["apply", run.run_id, "--hunks"], [])
-    assert code == 1 and "your file differs" in out and "Apply this hunk" not in out
+    code, out = drive(repo, ["apply", run.run_id, "--hunks"], [b"y", b"q"])
+    assert code == 1 and "Apply this hunk" in out and "touches your change" in out
+    assert "Not offered: b.txt" in out
     assert tree_digest(repo) == digest
 
 

@@ -99,7 +99,7 @@ def test_undo_redo_in_the_user_tree_and_cli_redo(repo: Path, runner: CliRunner) 
     applied = tree_digest(repo)
     assert undo(run).target == "user" and not (repo / "x.txt").exists() and not (repo / "l").is_symlink()
     code, out, _ = invoke(runner, repo, "redo", run.run_id)
-    assert code == 0 and "Redid the apply of calls" in out
+    assert code == 0 and "Redid the apply of call #1 in your tree" in out
     assert tree_digest(repo) == applied
     assert run.unapplied_calls() == []
     # The redo is an operation in the tree too: the next undo takes it back.

@@ -152,7 +152,10 @@ def test_drift_is_reported_attributed_and_kept(repo: Path) -> None:
     assert Path(run.worktree, "half.txt").read_text() == "half written\n"  # never discarded
     assert report.drift_commit is not None
     assert git(repo, "show", f"{report.drift_commit}:half.txt") == "half written\n"
-    assert reopen(run).head() == run.base  # drift is not a recorded change
+    # Issue 34: what the killed call wrote is booked to it (its change, the run's head), never dropped unseen.
+    assert reopen(run).head() == report.drift_commit
+    entry = reopen(run).state().calls[call_id]
+    assert entry.commit == report.drift_commit and [f.path for f in entry.files] == ["half.txt"]
     assert f"write_file ({call_id}) is uncertain" in report.note and "It had changed half.txt" in report.note
     assert report.may_replay == [call_id]
     # a replay records the file, and the drift is gone
@@ -221,10 +224,11 @@ def test_stale_writer_is_fenced(repo: Path) -> None:
     run = start(repo)
     cid = run.start_call("write_file", {"p": 1})
     Path(run.worktree, "late.txt").write_text("late\n")
-    resume(reopen(run))
+    report = resume(reopen(run))
     with pytest.raises(StaleWriterError):
         run.finish_call(cid, "succeeded", paths=["late.txt"])
-    assert reopen(run).head() == run.base
+    # The head is where resume left it (what the call wrote, booked to it), not the stale writer's commit.
+    assert report.drift_commit is not None and reopen(run).head() == report.drift_commit
 
 
 def test_cli_resume_and_resolve(repo: Path, runner: CliRunner) -> None:

@@ -81,6 +81,9 @@ class DiffFile(Output):
     #: theirs: what ``apply --hunks-from`` takes (see sandbox.merge.hunks).
     id: str
     hunks: list[DiffHunk] = Field(default_factory=list)
+    #: A rename as ``diff`` shows it: on the added path the old one, on the deleted path the new one.
+    renamed_from: str | None = None
+    renamed_to: str | None = None
 
 
 class DiffOutput(Output):
@@ -95,6 +98,8 @@ class DiffOutput(Output):
     from_: str = Field(alias="from")
     to: str
     files: list[DiffFile]
+    #: ``--unapplied``: only what is not in the user's tree yet (a partly applied file: the hunks left).
+    unapplied: bool = False
 
 
 ApplyOutput = renamed_model(models.ApplyReport, "ApplyOutput")

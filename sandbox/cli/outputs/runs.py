@@ -211,6 +211,8 @@ class CompareOutput(Output):
     runs: list[CompareRow]
     disagree: list[Disagreement]
     agree: list[str]
+    #: Each run's diff (``--stat``: its summary) of the paths it changed that the runs disagree on.
+    diffs: dict[str, str] = Field(default_factory=dict)
 
 
 class ConflictSide(Output):

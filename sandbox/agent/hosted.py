@@ -160,9 +160,11 @@ def run_hosted(
     done = recorder.handle(finish)  # the host, or this process if the host went away meanwhile
     if refused is not None:
         raise refused
-    if not done.ok:
+    if not done.ok and done.status != "failed":
         raise SandboxError(done.message)
-    why = unstartable.message if unstartable else None
+    # Not ok but failed: its changes could not be recorded, and the call ended failed with that
+    # reason; the command's exit code is still passed through.
+    why = unstartable.message if unstartable else None if done.ok else done.message
     return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
 
 

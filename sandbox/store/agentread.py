@@ -43,6 +43,9 @@ from sandbox.store import beneath
 DEFAULT_LIMIT = 256 * 1024 * 1024
 #: Seconds one file's read may take before it is refused.
 DEFAULT_DEADLINE = 30.0
+#: Seconds spent hashing a file over the bound (its content is not kept): recording holds the host's
+#: lock, and a 4 GiB sparse file takes 10-40 s to hash here; past this its blob id is not given.
+HASH_BUDGET = 2.0
 CHUNK = 1024 * 1024
 
 RESOLVE_NO_SYMLINKS = 0x04
@@ -77,7 +80,7 @@ class SlowReadError(AgentReadError):
 class TooLargeError(AgentReadError):
     """The file is larger than the bound: recorded by size and blob id, its content not kept."""
 
-    def __init__(self, message: str, rel: str, size: int, oid: str) -> None:
+    def __init__(self, message: str, rel: str, size: int, oid: str | None) -> None:
         super().__init__(message, rel)
         self.size = size
         self.oid = oid
@@ -114,7 +117,8 @@ def open_parent(root: int, rel: str) -> tuple[int, str]:
     if beneath.has_openat2():
         resolve = beneath.RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | beneath.RESOLVE_NO_MAGICLINKS
         try:
-            return beneath.openat2(root, parent, _DIR_FLAGS, 0, resolve), name
+            # RESOLVE_NO_SYMLINKS refuses a link at every component (ELOOP), the last one too.
+            return beneath.openat2(root, parent, _DIR_FLAGS & ~os.O_NOFOLLOW, 0, resolve), name
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EXDEV):
                 raise LinkRefusedError(
@@ -229,7 +233,7 @@ def read_fd(
     keep = size <= limit
     parts: list[bytes] = []
     total = 0
-    until = time.monotonic() + deadline
+    until = time.monotonic() + (deadline if keep else min(deadline, HASH_BUDGET))
     while True:
         chunk = os.read(fd, CHUNK)
         if not chunk:
@@ -240,6 +244,8 @@ def read_fd(
         digest.update(chunk)
         if keep:
             parts.append(chunk)
+        if time.monotonic() > until and not keep:
+            raise _too_large(rel, size, None, limit)
         if time.monotonic() > until:
             raise SlowReadError(
                 f"Reading {rel!r} took more than {deadline:g} s; it was not recorded. Move it out of the "
@@ -250,15 +256,19 @@ def read_fd(
         raise ChangedError(f"{rel!r} shrank while it was read; it was not recorded.", rel)
     oid = digest.hexdigest()
     if not keep:
-        raise TooLargeError(
-            f"{rel!r} is {size} bytes (blob {oid}), more than max_read_size = {limit} bytes ([isolation] in "
-            ".sandbox.toml): its content was not read into the run; remove it or raise the bound, then record "
-            "again.",
-            rel,
-            size,
-            oid,
-        )
+        raise _too_large(rel, size, oid, limit)
     return Blob(b"".join(parts), oid, st)
+
+
+def _too_large(rel: str, size: int, oid: str | None, limit: int) -> TooLargeError:
+    blob = f"blob {oid}" if oid else f"blob id not computed within {HASH_BUDGET:g} s"
+    return TooLargeError(
+        f"{rel!r} is {size} bytes ({blob}), more than max_read_size = {limit} bytes ([isolation] in "
+        ".sandbox.toml): its content was not read into the run; remove it or raise the bound, then record again.",
+        rel,
+        size,
+        oid,
+    )
 
 
 def read_file(

@@ -46,6 +46,8 @@ class ExecOutcome:
     source: str = "scan"
     #: The command could not start: why (it is recorded as the call's error).
     cannot_start: str | None = None
+    #: The call's changes could not be recorded: why (it ended failed with that reason).
+    unrecorded: str | None = None
 
 
 def execute(
@@ -128,8 +130,7 @@ def execute(
     if refused is not None:
         raise refused
     assert call.entry is not None
-    why = unrecorded or (unstartable.message if unstartable else None)
-    return ExecOutcome(call.entry, returncode, learnt, why)
+    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None, unrecorded)
 
 
 def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine.Isolation, confine.Policy] | None:

@@ -70,6 +70,8 @@ class HostedOutcome:
     message: str
     #: The command could not start: why (it is recorded as the call's error).
     cannot_start: str | None = None
+    #: The call's changes could not be recorded: why (it ended failed with that reason).
+    unrecorded: str | None = None
 
 
 def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
@@ -164,8 +166,11 @@ def run_hosted(
         raise SandboxError(done.message)
     # Not ok but failed: its changes could not be recorded, and the call ended failed with that
     # reason; the command's exit code is still passed through.
-    why = unstartable.message if unstartable else None if done.ok else done.message
-    return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
+    why = unstartable.message if unstartable else None
+    unrecorded = None if done.ok else done.message
+    return HostedOutcome(
+        done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why, unrecorded
+    )
 
 
 def _command_event(

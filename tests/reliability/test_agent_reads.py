@@ -159,7 +159,7 @@ def _call(repo: Path, run_id: str, call_id: str) -> dict[str, object]:
 @pytest.mark.parametrize("hosted", [False, True], ids=["in-process", "through-the-host"])
 @pytest.mark.parametrize(
     ("plant", "code"),
-    [("truncate -s 4G big.bin; exit 3", 3), (DEEP, 0)],
+    [("truncate -s 4G big.bin; exit 3", 3), (DEEP, 1)],
     ids=["sparse-4g", "deep-3000"],
 )
 def test_a_call_whose_recording_fails_ends_failed_with_its_reason(
@@ -194,7 +194,7 @@ def _fails_then_records(repo: Path, run_id: str, plant: str, code: int, env: dic
     )
     err = proc.stderr.decode()
     assert "Traceback" not in err, err
-    assert proc.returncode == code, err  # the command's own exit code
+    assert proc.returncode == code, err  # the command's own exit code (1 when it exited 0 unrecorded)
     *_, rss = proc.stdout.decode().split()
     assert int(rss) < 300, f"sandbox exec reached {rss} MiB"
     call_id = json.loads(proc.stdout.decode().rsplit("\n", 2)[0])["call_id"]

@@ -150,13 +150,12 @@ def read_json(path: str, *, follow: bool = True) -> dict[str, object] | None:
     """A JSON object file's content; None when missing, unreadable, not a regular file (a FIFO the
     agent made in its home must not hang ``sandbox run``) or not an object, or, unless ``follow``, a
     symlink (a file of the agent's home may lead to a secret masked inside)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    raw = _read_bytes(path, follow=follow)
+    if raw is None:
+        return None
     try:
-        with open(os.open(path, flags), "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return None
-            data = json.loads(fh.read(MAX_STATE))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and _shallow(data) else None
 
@@ -328,6 +327,10 @@ def _toml_loads() -> Callable[[str], dict[str, Any]] | None:
 def _read_bytes(path: str, *, follow: bool = True) -> bytes | None:
     """A regular file's bytes (at most :data:`MAX_STATE`); None when missing, unreadable or not a
     regular file, or, unless ``follow``, a symlink (as :func:`read_json`)."""
+    if not follow:
+        beneath = _in_homes(path)
+        if beneath is not None:
+            return _read_agents(*beneath)
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
         with open(os.open(path, flags), "rb") as fh:
@@ -336,6 +339,35 @@ def _read_bytes(path: str, *, follow: bool = True) -> bytes | None:
             return fh.read(MAX_STATE)
     except OSError:
         return None
+
+
+def _in_homes(path: str) -> tuple[str, str] | None:
+    """(the run's agent-state directory, the path below it) for a file of an agent home, else None.
+
+    The agent can write everything below ``homes/`` (a directory there may become a link to a secret
+    masked inside); the agent-state directory above it it cannot (docs/design.md, "Reading what the
+    agent wrote")."""
+    marker = f"{os.sep}{STATE_DIR}{os.sep}{HOMES_DIR}{os.sep}"
+    head, found, tail = path.partition(marker)
+    if not found or not tail:
+        return None
+    return head + os.sep + STATE_DIR, HOMES_DIR + "/" + tail
+
+
+def _read_agents(root_path: str, rel: str) -> bytes | None:
+    """A file of an agent home, read beneath the agent-state directory through no link, bounded."""
+    from sandbox.store import agentread
+
+    try:
+        root = agentread.open_root(root_path)
+    except OSError:
+        return None
+    try:
+        return agentread.read_file(root, rel, limit=MAX_STATE).data
+    except (OSError, agentread.AgentReadError):
+        return None
+    finally:
+        os.close(root)
 
 
 def _parse_toml(data: bytes | None) -> dict[str, Any] | None:

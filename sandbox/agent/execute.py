@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from sandbox.agent import changes, confine, sandboxpolicy
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
-from sandbox.models import LedgerEntry
+from sandbox.models import CallStatus, LedgerEntry
+from sandbox.run.calls import RecordingFailedError
 from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
 
@@ -46,6 +47,8 @@ class ExecOutcome:
     source: str = "scan"
     #: The command could not start: why (it is recorded as the call's error).
     cannot_start: str | None = None
+    #: The call's changes could not be recorded: why (it ended failed with that reason).
+    unrecorded: str | None = None
 
 
 def execute(
@@ -86,6 +89,7 @@ def execute(
     input_value = command_input(argv, isolation)
     unstartable = cannot_start(argv, cwd)
     learnt = "scan"
+    unrecorded: str | None = None
     try:
         with run.tool_call(
             tool_name,
@@ -116,13 +120,20 @@ def execute(
                 learnt = source.name
             else:
                 call.note_unknown_changes()  # a scan
+    except RecordingFailedError as exc:
+        # Recording its changes failed (a tree too deep, a file that cannot be read safely): the call
+        # was ended failed with the reason, and the command's exit code is still passed through.
+        ended = run.state().calls.get(call_id)
+        if ended is None or ended.status == CallStatus.started:
+            raise
+        call.entry, unrecorded = ended, exc.message
     finally:
         if own_watcher is not None:
             own_watcher[0].close()
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None)
+    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None, unrecorded)
 
 
 def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine.Isolation, confine.Policy] | None:

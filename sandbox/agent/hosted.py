@@ -72,6 +72,8 @@ class HostedOutcome:
     message: str
     #: The command could not start: why (it is recorded as the call's error).
     cannot_start: str | None = None
+    #: The call's changes could not be recorded: why (it ended failed with that reason).
+    unrecorded: str | None = None
 
 
 def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
@@ -163,10 +165,15 @@ def run_hosted(
     done = recorder.handle(finish)  # the host, or this process if the host went away meanwhile
     if refused is not None:
         raise refused
-    if not done.ok:
+    if not done.ok and done.status != "failed":
         raise SandboxError(done.message)
+    # Not ok but failed: its changes could not be recorded, and the call ended failed with that
+    # reason; the command's exit code is still passed through.
     why = unstartable.message if unstartable else None
-    return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
+    unrecorded = None if done.ok else done.message
+    return HostedOutcome(
+        done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why, unrecorded
+    )
 
 
 def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, object]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -76,6 +77,17 @@ def _norm_host(host: str) -> str:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host
+
+
+#: What a host in a request may be: a DNS name or an IPv4 address (letters, digits, ``.``, ``-``,
+#: ``_``), or an IPv6 address. Anything else (a NUL, a space, non-ASCII) is answered 400: passed on,
+#: the resolver raised ValueError or UnicodeError, a traceback on the user's terminal.
+_HOST = re.compile(r"[a-z0-9_.-]{1,253}|[0-9a-f:.]{2,45}")
+
+
+def valid_host(host: str) -> bool:
+    """True when ``host`` (normalised) is a name or address the proxy may try to reach."""
+    return _HOST.fullmatch(host) is not None and all(len(label) <= 63 for label in host.split("."))
 
 
 def split_hostport(text: str, default_port: int | None) -> tuple[str, int | None]:
@@ -305,10 +317,14 @@ class NetProxy:
                         raise AllowlistError("only http:// URLs in absolute form (https goes through CONNECT)")
                     host, port = _norm_host(url.hostname), url.port or 80
                     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+                if not valid_host(host):
+                    raise AllowlistError("the host is not a name or an address")
             except (AllowlistError, ValueError) as exc:
                 writer.write(_reply("400 Bad Request", f"sandbox: cannot read the proxy request ({exc})"))
                 return
-            assert port is not None
+            if port is None:
+                writer.write(_reply("400 Bad Request", "sandbox: cannot read the proxy request (no port)"))
+                return
             if not self.allowlist.allows(host, port):
                 self.refused += 1
                 writer.write(
@@ -324,7 +340,7 @@ class NetProxy:
                 return
             try:
                 up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (OSError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: UnicodeError of IDNA
                 writer.write(_reply("502 Bad Gateway", f"sandbox: cannot reach {host}:{port} ({exc})"))
                 return
             upstream = up_writer
@@ -337,6 +353,9 @@ class NetProxy:
             await _relay(reader, writer, up_reader, up_writer, until_upstream_ends=method != "CONNECT")
         except (ConnectionError, OSError, asyncio.CancelledError):
             pass
+        except Exception:  # noqa: BLE001 - whatever a request does, no traceback reaches the user's terminal
+            with contextlib.suppress(Exception):
+                writer.write(_reply("400 Bad Request", "sandbox: cannot read the proxy request"))
         finally:
             for w in (writer, upstream):
                 if w is not None:

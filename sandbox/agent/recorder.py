@@ -380,17 +380,25 @@ class Recorder:
         from sandbox.run.output import split
 
         mark = "violation" if violation else "interrupted" if event.interrupted else None
+        from sandbox.run.calls import RecordingFailedError
+
         result, output = split(event.result) if kind == "command" else (event.result, {})
-        done = self.run.finish_call(
-            call_id,
-            CallStatus.failed if mark else event.status,
-            paths=paths,
-            result=_bounded(result),
-            output=output,
-            error=violation or event.error,
-            mark=mark,
-            ran_ms=event.ran_ms,
-        )
+        try:
+            done = self.run.finish_call(
+                call_id,
+                CallStatus.failed if mark else event.status,
+                paths=paths,
+                result=_bounded(result),
+                output=output,
+                error=violation or event.error,
+                mark=mark,
+                ran_ms=event.ran_ms,
+            )
+        except RecordingFailedError as exc:
+            # Its changes could not be recorded (a tree too deep, a file not safe to read): not ok,
+            # but the call has ended failed with the reason unless it says it stays started.
+            ended = self.run.state().calls[call_id].status
+            return Outcome(False, exc.message, call=call_id, status=ended.value, files=0)
         return Outcome(
             True,
             f"{call_id} {done.status.value}, {len(done.files)} file(s)",

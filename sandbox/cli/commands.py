@@ -103,6 +103,8 @@ SUMMARIES = {
     "push": "Push RUN's refs (ledger, head, base, checkpoints) to REMOTE.",
     "fetch": "Fetch runs (all of REMOTE's, or the RUNs named: ids or unique prefixes) and list what arrived.",
     "fork": "Start a new run from RUN's state: same snapshot of your tree, a worktree of its own.",
+    "comment": "Leave a review comment on PATH (at LINE) of RUN's changes.",
+    "comments": "List RUN's review comments: where, what, the call they are about, and whether they were sent.",
     "compare": (
         "Compare RUNs: calls (failed, interrupted, violations), files and lines changed, and where they disagree."
     ),

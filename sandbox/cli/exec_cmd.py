@@ -90,8 +90,9 @@ def exec_cmd(
                 hosted.returncode,
                 hosted.files,
                 hosted.cannot_start,
+                hosted.unrecorded,
             )
-            sys.exit(hosted.returncode)
+            sys.exit(_exit_code(hosted.returncode, hosted.unrecorded))
     from sandbox.agent import confine
     from sandbox.agent.execute import execute
     from sandbox.store.paths import subdir_in_run
@@ -119,12 +120,40 @@ def exec_cmd(
             subdir=subdir_in_run(here, run.worktree, run.user_workdir),
         )
     entry = outcome.entry
-    _report(as_json, entry.call_id, entry.status.value, outcome.returncode, len(entry.files), outcome.cannot_start)
-    sys.exit(outcome.returncode)
+    _report(
+        as_json,
+        entry.call_id,
+        entry.status.value,
+        outcome.returncode,
+        len(entry.files),
+        outcome.cannot_start,
+        outcome.unrecorded,
+    )
+    sys.exit(_exit_code(outcome.returncode, outcome.unrecorded))
 
 
-def _report(as_json: bool, call_id: str, status: str, returncode: int, files: int | None, why: str | None) -> None:
-    """The call as JSON on stdout, or one line on stderr (the command's own output is the user's)."""
+def _exit_code(returncode: int, unrecorded: str | None) -> int:
+    """The command's exit code; 1 when it exited 0 but its changes could not be recorded (the call
+    ended failed: a script must not go on as if they were)."""
+    return returncode if returncode or unrecorded is None else 1
+
+
+def _report(
+    as_json: bool,
+    call_id: str,
+    status: str,
+    returncode: int,
+    files: int | None,
+    why: str | None,
+    unrecorded: str | None = None,
+) -> None:
+    """The call as JSON on stdout, or one line on stderr (the command's own output is the user's).
+
+    ``unrecorded``: why the call's changes could not be recorded (one line on stderr, JSON or not)."""
+    if unrecorded is not None:
+        click.echo(f"sandbox: {unrecorded}", err=True)
+        if not as_json:
+            return
     if as_json:
         from sandbox.cli.jsonout import emit_json
 

@@ -221,7 +221,7 @@ def limits_of(cfg: Any, command: str = "run") -> Any:
         "max_memory": "max_memory",
         "max_call_size": "max_call_bytes",
     }
-    given = {names[k]: v for k, v in cfg.limits.items()}
+    given = {names[k]: v for k, v in cfg.limits.items() if k in names}
     if command != "run" and "max_memory" not in given:
         given["memory_if_free"] = True
     return confine.Limits(**given)

@@ -170,7 +170,7 @@ def _record_failure(run: RunCore, call_id: str, final: CallStatus, error: str | 
     ends ``failed`` (one small event, which often still fits when a pack did not) or stays
     ``started``, and the message says which and what to do.
     """
-    reason = exc.reason
+    reason = exc.reason.rstrip(".")
     why = f"its changes could not be recorded ({reason})" + (f"; {error}" if error else "")
     try:
         state = run.state()
@@ -185,23 +185,24 @@ def _record_failure(run: RunCore, call_id: str, final: CallStatus, error: str | 
     raise RecordingFailedError(
         f"Call {call_id} of run {run.run_id} started, but its changes could not be recorded ({reason}); it "
         "was recorded as failed with that reason, and its files stay in the worktree unrecorded "
-        f"('sandbox resume {run.run_id}' reports them). Free some space before the next call."
+        f"('sandbox resume {run.run_id}' reports them)."
     ) from exc
 
 
 def _capture_call(
     run: RunCore, call_id: str, head_tree: str | None, paths: Iterable[str] | None
 ) -> tuple[Capturer, str | None]:
-    """What the call changed in the worktree (``paths``, or a scan when None) and the tree it makes."""
-    if paths is None:
-        from sandbox.store import scan
+    """What the call changed in the worktree (``paths``, or a scan when None) and the tree it makes.
 
-        candidates = scan.candidates(run.repo, run.worktree, head_tree)
-    else:
-        candidates = set(paths)
+    Whatever stops the recording (a tree too deep, a name git refuses, a file that cannot be read
+    safely, a scan libgit2 gives up on) is a :class:`StorageError` with its reason: the call then
+    ends ``failed`` with it (:func:`_record_failure`), never stays ``started``.
+    """
+    from sandbox.store import scan
     from sandbox.store.capture import CallTooLargeError, capture
 
     try:
+        candidates = scan.candidates(run.repo, run.worktree, head_tree) if paths is None else set(paths)
         cap = capture(
             run.repo,
             run.worktree,
@@ -210,12 +211,16 @@ def _capture_call(
             run.is_ignored,
             run.is_private,
             max_bytes=run.max_call_bytes(),
+            max_read=run.max_read_bytes(),
         )
         faults.point("call.finish.after_capture")
         tree = objects.edit_tree(run.repo, head_tree, cap.changes) if cap.changes else head_tree
     except CallTooLargeError as exc:  # the call ends failed; its files stay in the worktree
         raise StorageError(f"Call {call_id} is too large ({exc.message}).", reason=exc.message) from exc
-    except (pygit2.GitError, OSError) as exc:
+    except SandboxError as exc:
+        why = exc.message
+        raise StorageError(f"Could not record the changes of call {call_id} ({why})", reason=why) from exc
+    except (pygit2.GitError, OSError, ValueError, RecursionError) as exc:
         raise StorageError(f"Could not record the changes of call {call_id} ({exc}).", reason=str(exc)) from exc
     return cap, tree
 

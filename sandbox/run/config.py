@@ -31,6 +31,7 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     max_file_size = "16G"     # the largest file a process may write (RLIMIT_FSIZE)
     max_memory = "8G"         # all its processes together (memory cgroup where possible)
     max_call_size = "2G"      # what one call may add to the worktree (default 256M)
+    max_read_size = "256M"    # the largest agent file read into memory to record it (default 256M)
 
     [network]                 # `sandbox run --network allow` (its default): hosts the agent may reach
     allow = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org:443", "*.internal.example:*"]
@@ -253,7 +254,15 @@ ISOLATION_KEYS = (
     "env_allow",
     "unix_sockets",
 )
-LIMIT_KEYS = ("tmpfs_size", "max_processes", "max_open_files", "max_file_size", "max_memory", "max_call_size")
+LIMIT_KEYS = (
+    "tmpfs_size",
+    "max_processes",
+    "max_open_files",
+    "max_file_size",
+    "max_memory",
+    "max_call_size",
+    "max_read_size",
+)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 

@@ -279,6 +279,18 @@ class RunCore:
                 self._max_call_bytes = config.DEFAULT_MAX_CALL_SIZE
         return self._max_call_bytes
 
+    def max_read_bytes(self) -> int | None:
+        """``max_read_size`` of the user's settings: the largest agent file read into memory (None: the
+        default of :mod:`sandbox.store.agentread`)."""
+        if not hasattr(self, "_max_read_bytes"):
+            from sandbox.run import config
+
+            try:
+                self._max_read_bytes = config.load(self.user_workdir).limits.get("max_read_size")
+            except (config.ConfigError, OSError):
+                self._max_read_bytes = None
+        return self._max_read_bytes
+
     @property
     def user_workdir(self) -> str:
         """The user's working tree the run applies to: found from the repository this command runs

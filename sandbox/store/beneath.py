@@ -51,7 +51,8 @@ _syscall = None
 _HAVE_OPENAT2: bool | None = None
 
 
-def _openat2(dirfd: int, path: str, flags: int, mode: int, resolve: int) -> int:
+def openat2(dirfd: int, path: str, flags: int, mode: int, resolve: int) -> int:
+    """``openat2(2)``: ``path`` opened relative to ``dirfd`` under the ``RESOLVE_*`` flags ``resolve``."""
     global _syscall
     if _syscall is None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -78,7 +79,7 @@ def has_openat2() -> bool:
             _HAVE_OPENAT2 = False
         else:
             try:
-                os.close(_openat2(-100, "/", os.O_PATH | os.O_DIRECTORY, 0, RESOLVE_BENEATH))  # AT_FDCWD
+                os.close(openat2(-100, "/", os.O_PATH | os.O_DIRECTORY, 0, RESOLVE_BENEATH))  # AT_FDCWD
                 _HAVE_OPENAT2 = True
             except OSError as exc:
                 _HAVE_OPENAT2 = exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)
@@ -110,7 +111,7 @@ def open_beneath(root: int, rel: str, flags: int = os.O_RDONLY, mode: int = 0, *
         return os.open(".", flags | os.O_CLOEXEC, dir_fd=root)
     if not use_walk:
         try:
-            return _openat2(root, "/".join(parts), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+            return openat2(root, "/".join(parts), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
         except OSError as exc:
             if exc.errno == errno.EXDEV:
                 raise EscapeError(errno.EXDEV, "the path leads out through a symlink", rel) from None

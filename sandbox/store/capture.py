@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import pygit2
 
 from sandbox.errors import SandboxError
-from sandbox.store import convert, objects, sparse
+from sandbox.store import agentread, convert, objects, sparse
 from sandbox.store.fsutil import TEMP_PREFIX
 from sandbox.store.objects import Entry
 
@@ -52,6 +52,8 @@ class Capturer:
 
     #: Bytes of new or changed files a call may add (None: not bounded); see ``max_call_size``.
     max_bytes: int | None = None
+    #: The largest file read into memory (None: agentread's default); see ``max_read_size``.
+    max_read: int | None = None
     added: int = 0
 
     def __init__(
@@ -74,6 +76,14 @@ class Capturer:
         self._seen: set[str] = set()
         self.convert = convert.for_tree(worktree)
         self._sparse: dict[str, Entry] | None = None
+        #: The worktree's descriptor: every path is opened beneath it (:meth:`close` lets it go).
+        self.root = agentread.open_root(worktree)
+
+    def close(self) -> None:
+        """Let go of the worktree's descriptor (idempotent)."""
+        if self.root >= 0:
+            os.close(self.root)
+            self.root = -1
 
     def head_entry(self, rel: str) -> Entry | None:
         """The head tree's entry at ``rel`` (None: absent), cached."""
@@ -102,12 +112,9 @@ class Capturer:
         if self.is_private is not None and self.is_private(rel):
             return
         self._seen.add(rel)
-        full = os.path.join(self.worktree, rel)
-        parent_ok = self._parents_are_dirs(rel)
-        try:
-            st = os.lstat(full) if parent_ok else None
-        except (FileNotFoundError, NotADirectoryError):
-            st = None
+        # Every look at the agent's files goes through a descriptor of the worktree, following no
+        # link (sandbox.store.agentread): a name swapped for a link to a secret outside is refused.
+        st = agentread.lstat(self.root, rel)
         head: Entry | None = self.head_entry(rel)
         if head is not None and head.mode == objects.MODE_GITLINK:
             return  # a submodule: recorded only as its gitlink, which agents' file writes never change
@@ -119,45 +126,47 @@ class Capturer:
                     self._record(path, old_entry, None)
             return
         if stat.S_ISDIR(st.st_mode):
-            if os.path.lexists(os.path.join(full, ".git")):
-                return  # a nested repository or submodule: its gitlink stays as it is
-            if head is not None and not head.is_tree:
-                self._record(rel, head, None)
-            on_disk = set()
-            try:
-                names = os.listdir(full)
-            except OSError:
-                names = []
-            for name in names:
-                on_disk.add(name)
-                self.add(rel + "/" + name)
-            if head is not None and head.is_tree:
-                for name in objects.read_tree(self.repo, head.oid):
-                    if name not in on_disk:
-                        self.add(rel + "/" + name)
+            self._add_dir(rel, head)
             return
         if head is None and self.is_ignored is not None and self.is_ignored(rel):
             return
         # Hashed as `git add` would store it (end of lines, ident, filters): a CRLF checkout of an
-        # LF blob is not a change (sandbox.store.convert).
-        entry = self.convert.hash_file(rel, full, st, False, self.repo)
-        if entry is None:
+        # LF blob is not a change (sandbox.store.convert). Read once, bounded, from a checked descriptor.
+        read = self.convert.read_file(rel, self.root, st, self.repo, self.max_read)
+        if read is None:
             return  # a fifo or socket: git stores neither
+        entry, data = read
         if head is not None and head.is_tree:
             for path, old in self._tracked_under(rel):
                 self._record(path, old, None)
             head = None
         if head is None or head != entry:
-            self.added += st.st_size
+            self.added += len(data)
             if self.max_bytes is not None and self.added > self.max_bytes:
                 # Checked before the blob is stored: a runaway call costs no object store space.
                 raise CallTooLargeError(
                     f"it adds more than max_call_size = {self.max_bytes} bytes ([isolation] in .sandbox.toml) "
                     f"to the worktree (at {rel})"
                 )
-            stored = self.convert.hash_file(rel, full, st, True, self.repo)
-            if stored is not None:
-                self._record(rel, head, stored)
+            self._record(rel, head, Entry(entry.mode, objects.write_blob(self.repo, data)))
+
+    def _add_dir(self, rel: str, head: Entry | None) -> None:
+        if agentread.lstat(self.root, rel + "/.git") is not None:
+            return  # a nested repository or submodule: its gitlink stays as it is
+        if head is not None and not head.is_tree:
+            self._record(rel, head, None)
+        on_disk = set()
+        try:
+            names = agentread.listdir(self.root, rel)
+        except (OSError, agentread.AgentReadError):
+            names = []
+        for name in names:
+            on_disk.add(name)
+            self.add(rel + "/" + name)
+        if head is not None and head.is_tree:
+            for name in objects.read_tree(self.repo, head.oid):
+                if name not in on_disk:
+                    self.add(rel + "/" + name)
 
     def _not_checked_out(self, rel: str, head: Entry) -> bool:
         """True for a path the worktree's sparse checkout leaves out, unchanged since: absent, not deleted."""
@@ -172,18 +181,6 @@ class Capturer:
             if entry is None or not entry.is_tree:
                 return entry is not None and entry.mode == objects.MODE_GITLINK
         return False
-
-    def _parents_are_dirs(self, rel: str) -> bool:
-        current = self.worktree
-        for part in rel.split("/")[:-1]:
-            current = os.path.join(current, part)
-            try:
-                st = os.lstat(current)
-            except OSError:
-                return False
-            if not stat.S_ISDIR(st.st_mode):
-                return False
-        return True
 
     def _record(self, rel: str, before: Entry | None, after: Entry | None) -> None:
         if before == after:
@@ -200,26 +197,33 @@ def capture(
     is_ignored: Callable[[str], bool] | None = None,
     is_private: Callable[[str], bool] | None = None,
     max_bytes: int | None = None,
+    max_read: int | None = None,
 ) -> Capturer:
     """Compare every candidate path (and, for a missing path, its parents' fate) with the head.
 
-    Raises :class:`CallTooLargeError` once new or changed files add up to more than ``max_bytes``.
+    Raises :class:`CallTooLargeError` once new or changed files add up to more than ``max_bytes``,
+    and :class:`sandbox.store.agentread.AgentReadError` for a file that cannot be read safely (over
+    ``max_read`` bytes, swapped while opened, too slow): nothing of the call is recorded then.
     """
     cap = Capturer(repo, worktree, head_tree, is_ignored, is_private)
     cap.max_bytes = max_bytes
-    for rel in sorted(set(paths)):
-        cap.add(rel)
-        # A path whose parent became a file or vanished, or a directory where the head has a file
-        # (``rm f; mkdir f``): check the parents too, so the file's removal is recorded with it.
-        parts = rel.split("/")
-        for i in range(1, len(parts)):
-            parent = "/".join(parts[:i])
-            full = os.path.join(worktree, parent)
-            if not os.path.isdir(full) or os.path.islink(full):
-                cap.add(parent)
-                break
-            was = cap.head_entry(parent)
-            if was is not None and not was.is_tree:
-                cap.add(parent)
-                break
+    cap.max_read = max_read
+    try:
+        for rel in sorted(set(paths)):
+            cap.add(rel)
+            # A path whose parent became a file or vanished, or a directory where the head has a file
+            # (``rm f; mkdir f``): check the parents too, so the file's removal is recorded with it.
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                st = agentread.lstat(cap.root, parent)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    cap.add(parent)
+                    break
+                was = cap.head_entry(parent)
+                if was is not None and not was.is_tree:
+                    cap.add(parent)
+                    break
+    finally:
+        cap.close()
     return cap

@@ -31,7 +31,7 @@ from pygit2.enums import FilterMode
 from pygit2.filter import FilterList
 
 from sandbox.errors import SandboxError
-from sandbox.store import gitfiles, objects
+from sandbox.store import agentread, gitfiles, objects
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -159,25 +159,42 @@ class Converter:
         filters = self._filters(rel, FilterMode.TO_ODB)
         return filters.apply_to_buffer(data) if filters is not None else data
 
-    def hash_file(self, rel: str, full: str, st: os.stat_result, write: bool, repo: pygit2.Repository) -> Entry | None:
-        """Like :func:`sandbox.store.objects.hash_path`, with the file cleaned as ``git add`` would."""
+    def read_file(
+        self, rel: str, root: int, st: os.stat_result, repo: pygit2.Repository, limit: int | None = None
+    ) -> tuple[Entry, bytes] | None:
+        """The entry ``git add`` would store for the file or symlink ``rel`` beneath the directory
+        descriptor ``root`` (None: a FIFO, socket or directory), with the blob's bytes.
+
+        Read once, through a checked descriptor (:mod:`sandbox.store.agentread`: no link followed, a
+        bounded read); then cleaned where a conversion applies.
+        """
         mode = objects.mode_of(st)
-        if mode not in _REGULAR or not self.applies(rel):
-            return objects.hash_path(repo, full, st, write)
-        assert mode is not None
-        with open(full, "rb") as fh:
-            data = self.clean(rel, fh.read(), repo)
-        return Entry(mode, objects.write_blob(repo, data) if write else str(pygit2.hash(data)))
+        if mode is None or mode == objects.MODE_TREE:
+            return None
+        if mode == objects.MODE_LINK:
+            target = agentread.readlink(root, rel)
+            return Entry(mode, str(pygit2.hash(target))), target
+        blob = agentread.read_file(root, rel, st, limit=agentread.DEFAULT_LIMIT if limit is None else limit)
+        mode = objects.mode_of(blob.st) or mode
+        if not self.applies(rel):
+            return Entry(mode, blob.oid), blob.data
+        data = self.clean(rel, blob.data, repo)
+        return Entry(mode, str(pygit2.hash(data))), data
 
     def clean_probe(self, root: str, rel: str, probe: Probe) -> Probe:
         """``probe`` of a file at ``rel`` below ``root``, its entry the cleaned blob (raw one remembered)."""
         if probe.kind != "file" or probe.entry is None or not self.applies(rel):
             return probe
         try:
-            with open(os.path.join(root, rel), "rb") as fh:
-                data = fh.read()
+            fd = agentread.open_root(root)
         except OSError:
             return probe
+        try:
+            data = agentread.read_file(fd, rel).data
+        except (OSError, agentread.AgentReadError):
+            return probe
+        finally:
+            os.close(fd)
         cleaned = Entry(probe.entry.mode, str(pygit2.hash(self.clean(rel, data))))
         self._raw[(rel, cleaned)] = probe.entry
         return dataclasses.replace(probe, entry=cleaned)

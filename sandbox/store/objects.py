@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pygit2
 
 from sandbox.models import FileChange
-from sandbox.store import packs, treediff
+from sandbox.store import agentread, packs, treediff
 from sandbox.store.lru import Lru
 
 MODE_FILE = 0o100644
@@ -534,21 +534,22 @@ def mode_of(st: os.stat_result) -> int | None:
     return None
 
 
-def hash_path(repo: pygit2.Repository, abspath: str, st: os.stat_result, write: bool) -> Entry | None:
-    """The blob entry for a regular file or symlink on disk (written to the odb when ``write``)."""
+def hash_path(
+    repo: pygit2.Repository, root: int, rel: str, st: os.stat_result, write: bool, limit: int | None = None
+) -> Entry | None:
+    """The blob entry for the regular file or symlink ``rel`` beneath the directory descriptor ``root``
+    (written to the odb when ``write``), read through a checked descriptor (:mod:`sandbox.store.agentread`)."""
     mode = mode_of(st)
     if mode is None or mode == MODE_TREE:
         return None
     if mode == MODE_LINK:
-        data = os.fsencode(os.readlink(abspath))
+        data = agentread.readlink(root, rel)
     else:
-        with open(abspath, "rb") as fh:
-            data = fh.read()
-    if write:
-        oid = _write(repo, _BLOB, data)
-    else:
-        oid = str(pygit2.hash(data))
-    return Entry(mode, oid)
+        blob = agentread.read_file(root, rel, st, limit=agentread.DEFAULT_LIMIT if limit is None else limit)
+        mode, data = mode_of(blob.st) or mode, blob.data
+        if not write:
+            return Entry(mode, blob.oid)
+    return Entry(mode, _write(repo, _BLOB, data) if write else str(pygit2.hash(data)))
 
 
 def write_blob(repo: pygit2.Repository, data: bytes) -> str:

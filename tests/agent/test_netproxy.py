@@ -142,3 +142,27 @@ def test_proxy_socket_path_longer_than_sun_path(tmp_path: Path, origin: int) -> 
         finally:
             os.close(dir_fd)
         assert reply.startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"CONNECT a\x00b.corp.example:443 HTTP/1.1",
+        b"GET http://a\x00b.corp.example/ HTTP/1.1",
+        b"CONNECT a\xffb.corp.example:443 HTTP/1.1",
+        b"CONNECT " + b"x" * 64 + b".corp.example:443 HTTP/1.1",
+        b"CONNECT a b.corp.example:443 HTTP/1.1",
+        b"GET http://x.corp.example:99999/ HTTP/1.1",
+        b"CONNECT :443 HTTP/1.1",
+        b"CONNECT [::1 HTTP/1.1",
+    ],
+    ids=["nul-connect", "nul-get", "latin1", "long-label", "space", "bad-port", "no-host", "open-bracket"],
+)
+def test_proxy_answers_400_to_what_it_cannot_parse(
+    tmp_path: Path, request_line: bytes, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "net.sock")
+    with NetProxy(path, Allowlist(["*.corp.example:*"])):
+        reply = _ask(path, request_line + b"\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400"), reply
+    assert "Traceback" not in capfd.readouterr().err

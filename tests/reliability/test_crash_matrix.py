@@ -563,9 +563,13 @@ def assert_worktree_matches_head(root: Path, run_id: str) -> None:
     wt = Path(run.worktree)
     found = set(tree_digest(wt)) - {".git"}
     assert found == set(expected), f"worktree and head differ: {sorted(found ^ set(expected))}"
-    for path, entry in expected.items():
-        actual = objects.hash_path(run.repo, str(wt / path), os.lstat(wt / path), write=False)
-        assert actual == entry, f"{path}: worktree {actual} != head {entry}"
+    root = os.open(wt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for path, entry in expected.items():
+            actual = objects.hash_path(run.repo, root, path, os.lstat(wt / path), write=False)
+            assert actual == entry, f"{path}: worktree {actual} != head {entry}"
+    finally:
+        os.close(root)
 
 
 def scenario_undo_sandbox(root: Path, fault: str) -> str:

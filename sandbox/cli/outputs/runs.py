@@ -151,6 +151,11 @@ class Transfer(Output):
     label: str | None
     host: str | None = Field(description="The machine the run was started on.")
     message: str | None
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="push: the refs of the agent's own git left behind (git/refs/tags/v1, ...): "
+        "sent only with --with-agent-refs.",
+    )
 
 
 class TransferOutput(Output):

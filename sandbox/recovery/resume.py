@@ -29,6 +29,7 @@ Resuming twice in a row gives the same report apart from the epoch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -322,6 +323,11 @@ def _ensure_worktree(run: Run, head: str, problems: list[str]) -> bool:
             if os.path.lexists(part):
                 aside = os.path.join(home, f"orphaned-{os.path.basename(part)}-{stamp}")
                 os.rename(part, aside)
+                if part == place.git_dir:
+                    # Its commondir names '../git', the git dir about to be made in its place: without
+                    # it the git dir moved aside is its own again (unlink never follows a link).
+                    with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                        os.unlink(os.path.join(aside, "commondir"))
                 problems.append(f"The run's {part} was broken; it was moved to {aside}.")
     elif place.legacy:
         if os.path.lexists(place.worktree):

@@ -65,7 +65,7 @@ $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 	  else \
 	    echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian/Ubuntu: sudo apt-get install nodejs npm)." >&2; exit 1; \
 	  fi; }
-	@node -e 'process.exit(+process.versions.node.split(".")[0] < 20)' || { echo "make agents: the real agents need Node.js >= 20 (this is $$(node --version)); install a newer one (Debian: bookworm-backports or NodeSource's nodejs)." >&2; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' || { echo "make agents: the real agents need Node.js >= 20 (this is $$(node --version)); install a newer one (Debian: bookworm-backports or NodeSource's nodejs)." >&2; exit 1; }
 	cd $(AGENTS) && npm ci --include=optional --no-audit --no-fund --loglevel=error
 	@$(AGENTS)/node_modules/.bin/claude --version >/dev/null 2>&1 || node $(AGENTS)/node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
 	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version && $(AGENTS)/node_modules/.bin/codex --version

@@ -255,13 +255,14 @@ def _fold_finish(state: LedgerState, entry: LedgerEntry, event: Event) -> None:
 
 
 def _other_clones_tree(state: LedgerState, event: Event) -> bool:
-    """True for a merge-back event (apply, or undo/redo in the user's tree) written by another clone.
+    """True for a merge-back event (apply, or undo/redo in the user's tree) this clone did not write.
 
-    A run travels (``sandbox push`` / ``fetch``), its ledger with it; what was applied to the tree
-    of the clone that applied it says nothing about this clone's tree. Events without a clone
-    (written before clones had ids) are taken as this clone's, as they always were.
+    A run travels (``sandbox push`` / ``fetch``, plain git), its ledger with it; what was applied to
+    the tree of the clone that applied it says nothing about this clone's tree, and an event anyone
+    could have written must never drive a write into it. Only an event whose MAC verifies under this
+    clone's key is this clone's (:mod:`sandbox.store.provenance`): the ``clone`` it names is a claim.
     """
-    if event.clone is None or event.clone == state.clone or event.kind not in MERGEBACK_KINDS:
+    if event.kind not in MERGEBACK_KINDS or event.own():
         return False
     return event.kind == EventKind.apply_finished or event.data.get("target") == "user"
 

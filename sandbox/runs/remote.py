@@ -459,8 +459,9 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             return Transfer(
                 run_id, "refused", message=f"The ledger of run {run_id} on {remote} was refused: {exc.message}; {kept}."
             )
-        # Named before any ref moves (and again after): a crash in between must not leave the fetched
-        # events looking made here (sandbox.agent.transcripts.fetched_until tells them apart by it).
+        # Named before any ref moves (and again after): where the run came from, for the words that
+        # say so (sandbox.agent.transcripts.origin). What is this clone's is decided by the events'
+        # MACs alone (sandbox.store.provenance), never by this record.
         early = FetchedFrom(remote=remote, url=url, tip=incoming, events=len(arrived))
         write_json_file(layout.fetched_file(project.common_dir, run_id), to_json(early))
         objects.enable_fsync()

@@ -228,10 +228,12 @@ def test_a_fork_of_a_fetched_run_keeps_its_record_foreign(tmp_path: Path) -> Non
     assert any("dropped the recorded option '--mcp-config evil.json'" in m for m in plan.messages)
 
 
-def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(repo: Path) -> None:
-    """A fetch names its tip before the refs move: cut short between the two, every event counts as fetched."""
+def test_only_the_mac_decides_a_note_is_this_clones_never_the_fetch_record(repo: Path) -> None:
+    """A note this clone signed stays its own whatever a fetch record says; one whose MAC was stripped,
+    forged or made for another run is foreign, with no fetch record at all (it arrived by plain git)."""
     from sandbox.models import FetchedFrom, to_json
-    from sandbox.store import layout
+    from sandbox.store import integrity, layout
+    from tests.ledger_forge import rewrite
 
     project, workdir, _ = Project.discover(str(repo))
     assert workdir is not None
@@ -240,17 +242,15 @@ def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(r
     assert transcripts.agent_command(run) == transcripts.RecordedCommand(["claude", "-p", "Do it."], "", "off", None)
     fetched = Path(layout.fetched_file(project.common_dir, run.run_id))
     fetched.write_text(to_json(FetchedFrom(remote="origin", tip="0" * 40, events=3)))
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign == "fetched from origin"
-    fetched.write_text("{not json")
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign is not None
+    recorded = transcripts.agent_command(open_run(repo, run.run_id))
+    assert recorded is not None and recorded.foreign is None  # signed here: a fetch record changes nothing
     fetched.unlink()
-    run.note({"agent_command": ["claude", "-p", "Again."], "subdir": ""})
-    fetched.write_text(to_json(FetchedFrom(remote="origin", tip=str(run.ledger_tip()), events=3)))
-    run.note({"agent_command": ["claude", "-p", "Mine."], "subdir": ""})  # written here after the fetch
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign is None and recorded.argv[-1] == "Mine."
+    # The MAC stripped (the forger's rewrite writes none): foreign, though nothing was fetched.
+    rewrite(Path(project.common_dir), run.run_id, lambda i, e: {**e, "pid": 1} if e["kind"] == "note" else e)
+    Path(layout.run_dir(project.common_dir, run.run_id), integrity.TIP_FILE).unlink()  # not the damage check here
+    recorded = transcripts.agent_command(open_run(repo, run.run_id))
+    assert recorded is not None and recorded.foreign == "made in another clone" and recorded.isolation == "off"
+    assert continue_.trusted_isolation(open_run(repo, run.run_id)) is None
 
 
 def test_a_session_only_a_fetched_ledger_names_is_never_looked_for_in_your_own_homes(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ COMMANDS = {
     # runs that travel and multiply
     "push": "sandbox.cli.push:push",
     "fetch": "sandbox.cli.fetch:fetch",
+    "adopt": "sandbox.cli.adopt:adopt",
     "fork": "sandbox.cli.fork:fork",
     "compare": "sandbox.cli.compare:compare",
 }

@@ -205,6 +205,20 @@ class Ledger:
             self._adopted = provenance.adopted(self.repo.path, self.run_id, key)
         return self._owner if isinstance(self._owner, provenance.Key) else None
 
+    def adopt(self) -> int:
+        """Count every event of the ledger, up to its tip, as this clone's (``sandbox adopt``: the user
+        says the run is theirs); how many events were not before."""
+        key, tip = self.owner, self.tip()
+        if key is None or tip is None:
+            raise SandboxError(
+                f"Run {self.run_id} cannot be adopted: this repository's provenance key cannot be made "
+                "or the run has no ledger; check that .git/sandbox is writable."
+            )
+        added = provenance.adopt_run(self.repo.path, key, self.run_id, tip)
+        self._adopted = provenance.adopted(self.repo.path, self.run_id, key)
+        self._state = None
+        return added
+
     def _own(self, oid: str, head: str, body: str) -> bool:
         key = self.owner
         if key is None:

@@ -30,6 +30,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from sandbox.store import layout
 from sandbox.store.locks import file_lock
@@ -86,7 +87,7 @@ def _bound(common_dir: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _read_key(common_dir: str) -> Key | None | bool:
+def _read_key(common_dir: str) -> Key | None | Literal[False]:
     """The key on disk: a Key, None when there is none, False when it is not this directory's."""
     try:
         with open(key_file(common_dir), encoding="ascii") as fh:
@@ -177,47 +178,72 @@ def forget_caches(common_dir: str, run_id: str) -> None:
 def adopt(common_dir: str, key: Key, ledger_tips: dict[str, str]) -> dict[str, int]:
     """List, for each run, the events this clone wrote before keys existed; {run: how many}.
 
-    Such an event names this clone's id (every event written here since clones had ids does) and
-    lies after the tip the run's last ``sandbox fetch`` installed (none, when its record does not
-    read back: the cautious reading). A clone that never wrote an event has no id, and adopts nothing.
+    Such an event lies at or before the tip this clone last acknowledged for the run (written after
+    each of its own appends, local, never fetched: a run that arrived by plain git has none, and events
+    that arrived after it are not adopted), after the tip the run's last ``sandbox fetch`` installed
+    (none, when its record does not read back: the cautious reading), and names this clone's id or
+    none (written before clones had ids, as the fold took them then).
     """
-    import pygit2
-
-    from sandbox.store import objects
+    from sandbox.store import integrity
 
     clone = layout.clone_id(common_dir)
     out: dict[str, int] = {}
-    if clone is None:
-        return out
-    repo = pygit2.Repository(common_dir)
-    for run_id, tip in ledger_tips.items():
+    for run_id in ledger_tips:
         forget_caches(common_dir, run_id)
+        ack = integrity.read_ack(layout.run_dir(common_dir, run_id))
         fetched = _fetched_tip(common_dir, run_id)
-        if fetched is False:
+        if ack is None or ack.run_id != run_id or fetched is False:
             continue
-        oids: list[str] = []
-        oid: str | None = tip
-        while oid is not None and oid != fetched:
-            try:
-                info = objects.read_commit(repo, oid)
-            except (KeyError, ValueError, pygit2.GitError):
-                break
-            head, _, body = info.message.partition("\n\n")
-            with contextlib.suppress(ValueError, AttributeError):
-                if json.loads(body).get("clone") == clone:
-                    oids.append(oid)
-            oid = None if head.startswith("sandbox-event-root") or not info.parents else info.parents[0]
+        oids = [oid for oid, named in _chain(common_dir, ack.tip, fetched) if named in (None, clone)]
         if oids:
-            path = os.path.join(layout.run_dir(common_dir, run_id), ADOPTED_FILE)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            text = json.dumps({"version": 1, "oids": oids, "mac": key.adopted_mac(run_id, oids)})
-            with open(path, "w", encoding="ascii") as fh:
-                fh.write(text + "\n")
+            _write_adopted(common_dir, run_id, key, oids)
             out[run_id] = len(oids)
     return out
 
 
-def _fetched_tip(common_dir: str, run_id: str) -> str | None | bool:
+def adopt_run(common_dir: str, key: Key, run_id: str, tip: str) -> int:
+    """Count every event of the run up to ``tip`` as this clone's (the user said so: ``sandbox adopt``);
+    how many were not before."""
+    before = adopted(common_dir, run_id, key)
+    oids = [oid for oid, _named in _chain(common_dir, tip, None)]
+    _write_adopted(common_dir, run_id, key, sorted(before | set(oids)))
+    forget_caches(common_dir, run_id)
+    return len(set(oids) - before)
+
+
+def _chain(common_dir: str, tip: str, stop: str | None) -> list[tuple[str, object]]:
+    """The ledger's events from ``tip`` back to (excluding) ``stop``: (commit id, the clone it names)."""
+    import pygit2
+
+    from sandbox.store import objects
+
+    repo = pygit2.Repository(common_dir)
+    out: list[tuple[str, object]] = []
+    oid: str | None = tip
+    while oid is not None and oid != stop:
+        try:
+            info = objects.read_commit(repo, oid)
+        except (KeyError, ValueError, pygit2.GitError):
+            break
+        head, _, body = info.message.partition("\n\n")
+        try:
+            named = json.loads(body).get("clone")
+        except (ValueError, AttributeError):
+            named = "?"
+        out.append((oid, named))
+        oid = None if head.startswith("sandbox-event-root") or not info.parents else info.parents[0]
+    return out
+
+
+def _write_adopted(common_dir: str, run_id: str, key: Key, oids: list[str]) -> None:
+    from sandbox.store.fsutil import write_json_file
+
+    path = os.path.join(layout.run_dir(common_dir, run_id), ADOPTED_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_file(path, json.dumps({"version": 1, "oids": oids, "mac": key.adopted_mac(run_id, oids)}) + "\n")
+
+
+def _fetched_tip(common_dir: str, run_id: str) -> str | None | Literal[False]:
     """The tip the run's last fetch installed; None when never fetched; False when its record is unreadable."""
     path = layout.fetched_file(common_dir, run_id)
     if not os.path.lexists(path):

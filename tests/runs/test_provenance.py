@@ -191,3 +191,36 @@ def test_a_copied_git_dir_brings_no_ownership(tmp_path: Path) -> None:
     shutil.copytree(b, copy, symlinks=True)
     recorded = transcripts.agent_command(open_run(copy, run_id))
     assert recorded is not None and recorded.foreign is not None
+
+
+def test_runs_recorded_before_signing_are_adopted_once_and_a_plain_fetched_one_is_not(tmp_path: Path) -> None:
+    """The first use of this version adopts what this clone wrote (up to the tip it acknowledged, naming
+    it), says so in one line, and leaves a run that arrived by plain git (no tip acknowledged here) foreign."""
+    from sandbox.store import integrity
+
+    a, b = clones(tmp_path)
+    theirs = a_run(a, ["/tmp/evil/claude"], isolation="off")
+    mine = a_run(b, ["/opt/claude", "-p", "Mine."], isolation="off")
+    git(a, "push", "-q", "origin", REFSPEC)
+    git(b, "fetch", "-q", "origin", REFSPEC)
+    # As the sandbox before signed events left it: no MACs, no key, the tip acknowledged by its appends.
+    common = b / ".git"
+    tip = rewrite(common, mine, lambda i, e: {**e, "pid": 4242})
+    run_dir = layout.run_dir(str(common), mine)
+    integrity.write_ack(run_dir, mine, tip, len(events(common, mine)))
+    Path(provenance.key_file(str(common))).unlink()
+    run = open_run(b, mine)
+    recorded = transcripts.agent_command(run)
+    assert recorded is not None and recorded.foreign is None and recorded.isolation == "off"
+    assert [p for p in run.problems if p.startswith("Marked ")] == run.problems and len(run.problems) == 1
+    assert "2 run(s)" in run.problems[0]  # this one and the run 'clones' made, never theirs
+    assert not Path(layout.run_dir(str(common), theirs), provenance.ADOPTED_FILE).exists()
+    other = transcripts.agent_command(open_run(b, theirs))
+    assert other is not None and other.foreign == "made in another clone"
+    again = open_run(b, mine)
+    again.load()
+    assert not again.problems  # once
+    # 'sandbox adopt' is the explicit way: the user says the other run is theirs.
+    adopted = sandbox_cmd("adopt", theirs, cwd=b)
+    assert adopted.returncode == 0 and b"now count as this clone's own" in adopted.stdout, adopted.stderr
+    assert transcripts.agent_command(open_run(b, theirs)).foreign is None  # type: ignore[union-attr]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_call, run_then
+from sandbox.cli.common import dump, emit_json, ensure_worktree, open_call, run_then
 
 if TYPE_CHECKING:
     from sandbox.agent.confine import Isolation
@@ -35,6 +35,9 @@ def compensate(ctx: click.Context, run_id: str | None, call_id: str | None, yes:
     where = compensation_origin(run, call_id)
     if where is not None:
         isolation = _confirmed(run, call_id, compensation_argv(run, call_id), where, yes)
+    made = ensure_worktree(run)  # a run fetched from elsewhere gets its worktree here first
+    if made:
+        click.echo(f"sandbox: {made}", err=True)
     report = do_compensate(run, call_id, isolation=isolation)
     if as_json:
         emit_json(
@@ -62,7 +65,8 @@ def _confirmed(run: Run, call_id: str, argv: list[str], where: str, yes: bool) -
     from sandbox.errors import SandboxError
 
     click.echo(
-        f"sandbox: the compensation of call {call_id} was registered {where}; it runs confined: {shlex.join(argv)}",
+        f"sandbox: the compensation of call {call_id} comes from a record {where}; "
+        f"it runs confined: {shlex.join(argv)}",
         err=True,
     )
     if not yes:

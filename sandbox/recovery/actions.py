@@ -305,7 +305,7 @@ def compensate(run: Run, call_id: str, isolation: Isolation | None = None) -> Co
     where = compensation_origin(run, call_id)
     if where is not None and (isolation is None or not isolation.enabled):
         raise SandboxError(
-            f"The compensation of call {call_id} was registered {where}: it runs only confined; nothing was run."
+            f"The compensation of call {call_id} comes from a record {where}: it runs only confined; nothing was run."
         )
     entry = run.entry(call_id)
     comp = entry.compensation or {}

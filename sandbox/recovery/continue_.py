@@ -294,7 +294,15 @@ def plan(
         prompt = _prompt(report, continued, blocked, run)
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
-    new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *extra]
+    untrusted: tuple[str, ...] = ()
+    if recorded.foreign is not None:  # the worktree's agent settings are someone else's too
+        untrusted = agent.untrusted_worktree()
+        if untrusted:
+            messages.append(
+                f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {recorded.foreign}): "
+                f"{' '.join(untrusted)}."
+            )
+    new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *untrusted, *extra]
     if continued:
         where = "from the run's stored copy" if restored else "where the agent left it"
         messages.insert(0, f"continuing {agent.name} session {session} ({where}).")
@@ -328,17 +336,18 @@ def _confinement(
     "Same flags as recorded": the session's own confinement, not today's settings (a session that
     ran unconfined, as Codex's whose tools are 'sandbox mcp''s, stays unconfined; a confined one is
     never relaunched with less because the settings changed since). Not so for a record from
-    elsewhere: it never chooses less than the settings here, only the user's own options do.
+    elsewhere: it runs confined whatever the settings say (their network choice stands), and only
+    the user's own options choose otherwise.
     """
     phrase = recorded.isolation
     said = []
     if recorded.foreign is not None:
         if phrase is not None:
             said.append(
-                f"ignored the recorded confinement ({phrase}): a run {recorded.foreign} is confined as your "
-                "settings confine 'sandbox run'."
+                f"ignored the recorded confinement ({phrase}): a run {recorded.foreign} runs confined, "
+                "with the network your settings give 'sandbox run'."
             )
-        was_isolate, was_network = None, None
+        was_isolate, was_network = "on", None
     else:
         was_isolate, was_network = confinement_of(phrase)
     if isolate is not None or network is not None:

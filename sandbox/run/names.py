@@ -110,6 +110,12 @@ def resolve_run(project: Project, given: str | None, cwd_run: str | None = None)
         raise UnknownRunError(f"No run {given!r}: this repository has no sandbox runs; start one with 'sandbox start'.")
     labels = run_labels(project, ids)
     labelled = [rid for rid, label in labels.items() if label == given]
+    shadowed = [rid for rid in ids if rid.startswith(given) and rid not in labelled]
+    if len(labelled) == 1 and shadowed:  # a label that reads as another run's id: name the one meant
+        raise UnknownRunError(
+            f"Run name {given!r} is ambiguous: it is the label of run {labelled[0]} and a prefix of the id of run "
+            f"{', '.join(shadowed)}; name the one you mean by its whole id."
+        )
     if len(labelled) == 1:
         return labelled[0]
     if labelled:

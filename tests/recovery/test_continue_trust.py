@@ -125,14 +125,23 @@ def test_a_fetched_runs_continue_runs_the_agent_on_path_without_its_options_conf
 
     # rewind --continue plans the same way (no report, a prompt of its own).
     planned = continue_.plan(run, None, {}, prompt="Go on.", search_path=["", ".", str(mine.parent), "/usr/bin"])
-    assert planned.argv == [str(mine), "Go on.", "-p", "--model", "opus"]
-    assert (planned.isolate, planned.network) == (None, None)
+    assert planned.argv == [
+        str(mine),
+        "Go on.",
+        "-p",
+        "--model",
+        "opus",
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+    ]
+    assert (planned.isolate, planned.network) == ("on", None)  # confined whatever the settings say
     said = "\n".join(planned.messages)
     for words in ("--mcp-config evil.json", "--dangerously-skip-permissions", "--add-dir /", "--plugin-dir plugins"):
         assert f"dropped the recorded option '{words}'" in said
     assert "'--permission-mode bypassPermissions'" in said and "'--settings evil-settings.json'" in said
     assert f"names the program '{evil}'" in said and "ignored the recorded confinement (off)" in said
-    assert f"the agent runs as: {mine} <note> -p --model opus." in said
+    assert f"the agent runs as: {mine} <note> -p --model opus --setting-sources user --strict-mcp-config." in said
     with pytest.raises(continue_.CannotContinueError, match="found on your PATH"):
         continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(tmp_path / "nothing-here")])
 
@@ -142,7 +151,15 @@ def test_a_fetched_runs_continue_runs_the_agent_on_path_without_its_options_conf
     assert done.returncode == 0, err
     what, seen, program, *args = done.stdout.split(b"\0")[:-1]
     assert (what, seen, program) == (b"PATH-CLAUDE", b"tree-hidden", str(mine).encode()), err  # confined
-    assert [a.decode() for a in args[1:]] == ["-p", "--model", "opus"] and b"The sandbox resumed" in args[0]
+    assert [a.decode() for a in args[1:]] == [
+        "-p",
+        "--model",
+        "opus",
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+    ]
+    assert b"The sandbox resumed" in args[0]
     assert b"EVIL" not in done.stdout
     lines = [line for line in err.splitlines() if "dropped the recorded option" in line]
     assert len(lines) == 7 and all(line.startswith("sandbox: ") and line.endswith(".") for line in lines), err
@@ -159,7 +176,7 @@ def test_the_users_own_isolate_off_is_the_only_way_down(tmp_path: Path) -> None:
     plan = continue_.plan(
         run, resume(run), {}, search_path=["/nowhere", str(fake_agent(tmp_path / "bin", "claude", b, "X").parent)]
     )
-    assert (plan.isolate, plan.network) == (None, None)  # the settings here, not the recorded 'network on'
+    assert (plan.isolate, plan.network) == ("on", None)  # the settings' network here, not the recorded 'on'
     mine = continue_.plan(run, resume(run), {}, isolate="off", search_path=[str(tmp_path / "bin")])
     assert mine.isolate == "off" and "as you asked" in mine.messages[-1]
     assert "ignored the recorded confinement (bwrap, network on)" in mine.messages[-2]

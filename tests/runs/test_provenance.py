@@ -224,3 +224,26 @@ def test_runs_recorded_before_signing_are_adopted_once_and_a_plain_fetched_one_i
     adopted = sandbox_cmd("adopt", theirs, cwd=b)
     assert adopted.returncode == 0 and b"now count as this clone's own" in adopted.stdout, adopted.stderr
     assert transcripts.agent_command(open_run(b, theirs)).foreign is None  # type: ignore[union-attr]
+
+
+@needs_bwrap
+def test_a_compensation_another_clone_registered_runs_only_confined_after_a_yes(tmp_path: Path) -> None:
+    a, b = clones(tmp_path)
+    home = Path(os.environ["HOME"])
+    target = home / f"pwned-{tmp_path.name}"
+    run_id = a_run(a, ["claude"], isolation="bwrap")
+    made = open_run(a, run_id)
+    argv = ["sh", "-c", f"echo pwned > '{target}'; echo ran > compensated.txt"]
+    call = made.start_call("deploy", {"to": "prod"}, compensation={"argv": argv})
+    made.finish_call(call, "succeeded", paths=[])
+    git(a, "push", "-q", "origin", REFSPEC)
+    git(b, "fetch", "-q", "origin", REFSPEC)
+    assert sandbox_cmd("path", run_id, cwd=b).returncode == 0  # its worktree made here
+    asked = sandbox_cmd("compensate", run_id, call, cwd=b, input=b"")
+    err = asked.stderr.decode()
+    assert asked.returncode == 1 and "pass --yes" in err and "sh -c" in err, err  # shown, not run
+    assert not target.exists()
+    done = sandbox_cmd("compensate", run_id, call, "--yes", cwd=b)
+    assert done.returncode == 0, done.stderr
+    assert not target.exists()  # confined: your home is read-only inside
+    assert (Path(open_run(b, run_id).worktree) / "compensated.txt").read_text() == "ran\n"

@@ -341,6 +341,8 @@ def _confinement(
     """
     phrase = recorded.isolation
     said = []
+    was_isolate: str | None
+    was_network: str | None
     if recorded.foreign is not None:
         if phrase is not None:
             said.append(
@@ -353,6 +355,8 @@ def _confinement(
     if isolate is not None or network is not None:
         asked = " ".join(f"--{k} {v}" for k, v in (("isolate", isolate), ("network", network)) if v)
         said.append(f"relaunched with {asked} as you asked (its session ran: {phrase or 'not recorded'}).")
+    elif recorded.foreign is not None:
+        pass  # said above: confined, whatever the record says
     elif was_isolate == "off":
         said.append("relaunched without OS confinement, as its recorded session ran.")
     elif was_isolate == "on":

@@ -66,3 +66,21 @@ def test_a_run_with_an_id_shaped_label_is_refused_at_fetch(tmp_path: Path) -> No
     out = (fetched.stdout + fetched.stderr).decode()
     assert "reads as a run id" in out, out
     assert git(b, "for-each-ref", "refs/sandbox/") == ""
+
+
+def test_apply_undo_drop_and_continue_name_the_run_they_act_on(tmp_path: Path) -> None:
+    a, b, _bare = _two_clones(tmp_path)
+    mine = _start(b, "--label", "try-env")
+    assert sandbox_cmd("exec", mine, "--", "sh", "-c", "echo mine > mine.txt", cwd=b).returncode == 0
+    for args in (("apply", "try-env"), ("undo", mine[:5])):
+        done = sandbox_cmd(*args, cwd=b)
+        err = done.stderr.decode()
+        assert done.returncode == 0 and f"acting on run {mine} (label 'try-env', made here)." in err, err
+    quiet = sandbox_cmd("apply", mine, cwd=b)  # the whole id of a run made here: nothing to add
+    assert quiet.returncode == 0 and b"acting on" not in quiet.stderr
+    theirs = _start(a)
+    assert sandbox_cmd("push", theirs, cwd=a).returncode == 0
+    assert sandbox_cmd("fetch", "origin", theirs, cwd=b).returncode == 0
+    dropped = sandbox_cmd("drop", theirs, cwd=b)
+    err = dropped.stderr.decode()
+    assert dropped.returncode == 0 and f"acting on run {theirs} (no label, fetched from origin)." in err, err

@@ -127,6 +127,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     any order of the same events leaves each call in one consistent, terminal-wins state.
     """
     if event.event_id in state.event_ids:
+        if oid is not None:
+            state.tip = oid  # a repeated event changes nothing, but the ledger's next append goes after it
         return state
     state.event_ids.add(event.event_id)
     state.count += 1

@@ -194,7 +194,7 @@ def adopt(common_dir: str, key: Key, ledger_tips: dict[str, str]) -> dict[str, i
         fetched = _fetched_tip(common_dir, run_id)
         if ack is None or ack.run_id != run_id or fetched is False:
             continue
-        oids = [oid for oid, named in _chain(common_dir, ack.tip, fetched) if named in (None, clone)]
+        oids = [oid for oid, named, _signed in _chain(common_dir, ack.tip, fetched) if named in (None, clone)]
         if oids:
             _write_adopted(common_dir, run_id, key, oids)
             out[run_id] = len(oids)
@@ -203,22 +203,25 @@ def adopt(common_dir: str, key: Key, ledger_tips: dict[str, str]) -> dict[str, i
 
 def adopt_run(common_dir: str, key: Key, run_id: str, tip: str) -> int:
     """Count every event of the run up to ``tip`` as this clone's (the user said so: ``sandbox adopt``);
-    how many were not before."""
+    how many did not count before (signed here, or adopted already)."""
     before = adopted(common_dir, run_id, key)
-    oids = [oid for oid, _named in _chain(common_dir, tip, None)]
-    _write_adopted(common_dir, run_id, key, sorted(before | set(oids)))
+    new = {oid for oid, _named, signed in _chain(common_dir, tip, None, key, run_id) if not signed} - before
+    _write_adopted(common_dir, run_id, key, sorted(before | new))
     forget_caches(common_dir, run_id)
-    return len(set(oids) - before)
+    return len(new)
 
 
-def _chain(common_dir: str, tip: str, stop: str | None) -> list[tuple[str, object]]:
-    """The ledger's events from ``tip`` back to (excluding) ``stop``: (commit id, the clone it names)."""
+def _chain(
+    common_dir: str, tip: str, stop: str | None, key: Key | None = None, run_id: str = ""
+) -> list[tuple[str, object, bool]]:
+    """The ledger's events from ``tip`` back to (excluding) ``stop``: (commit id, the clone it names,
+    whether ``key`` signed it for ``run_id``)."""
     import pygit2
 
     from sandbox.store import objects
 
     repo = pygit2.Repository(common_dir)
-    out: list[tuple[str, object]] = []
+    out: list[tuple[str, object, bool]] = []
     oid: str | None = tip
     while oid is not None and oid != stop:
         try:
@@ -230,7 +233,7 @@ def _chain(common_dir: str, tip: str, stop: str | None) -> list[tuple[str, objec
             named = json.loads(body).get("clone")
         except (ValueError, AttributeError):
             named = "?"
-        out.append((oid, named))
+        out.append((oid, named, key is not None and key.verify(run_id, body, message_mac(head))))
         oid = None if head.startswith("sandbox-event-root") or not info.parents else info.parents[0]
     return out
 

@@ -65,7 +65,7 @@ def test_a_run_that_arrived_by_plain_git_fetch_is_foreign(tmp_path: Path) -> Non
     assert continue_.trusted_isolation(run) is None
     mine = fake_agent(tmp_path / "bin", "claude", b, "X")
     plan = continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(mine.parent)])
-    assert plan.argv[0] == str(mine) and plan.isolate is None  # your agent, your settings' confinement
+    assert plan.argv[0] == str(mine) and plan.isolate == "on"  # your agent, confined whatever the record says
     assert not set(DANGEROUS[:2]) & set(plan.argv)
 
 

@@ -7,7 +7,8 @@ RUN, in the order tried:
 - its label, as given to ``sandbox start --label`` (``try-env``), when one run has it;
 - a unique prefix of its id (``1a2``).
 
-A whole name beats a prefix, so a label is never shadowed by another run's id prefix.
+A label never shadows an id: one that reads as an id is refused at ``start`` and ``fetch``, and a
+label that is also a prefix of another run's id (a run labelled elsewhere) is refused as ambiguous.
 
 CALL, in the order tried:
 

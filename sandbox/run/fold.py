@@ -189,8 +189,9 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
     if kind == EventKind.call_planned:
         _advance(entry, CallStatus.planned)
     elif kind == EventKind.call_approved:
-        entry.approval = Approval.approved
-        _advance(entry, CallStatus.approved)
+        if event.own():  # an approval another clone recorded (anyone could write it) approves nothing here
+            entry.approval = Approval.approved
+            _advance(entry, CallStatus.approved)
     elif kind == EventKind.call_denied:
         entry.approval = Approval.denied
         entry.denial_reason = event.reason

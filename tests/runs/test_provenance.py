@@ -247,3 +247,20 @@ def test_a_compensation_another_clone_registered_runs_only_confined_after_a_yes(
     assert done.returncode == 0, done.stderr
     assert not target.exists()  # confined: your home is read-only inside
     assert (Path(open_run(b, run_id).worktree) / "compensated.txt").read_text() == "ran\n"
+
+
+def test_an_approval_another_clone_recorded_approves_nothing_here(tmp_path: Path) -> None:
+    from sandbox.run.approvals import approve, is_approved
+
+    a, b = clones(tmp_path)
+    run_id = a_run(a, ["claude"], isolation="bwrap")
+    made = open_run(a, run_id)
+    call = made.plan_call("deploy", {"to": "prod"})
+    approve(made, call)
+    assert is_approved(made, "deploy", {"to": "prod"}) is not None  # in A, where it was approved
+    git(a, "push", "-q", "origin", REFSPEC)
+    git(b, "fetch", "-q", "origin", REFSPEC)
+    here = open_run(b, run_id)
+    assert here.entry(call).status.value == "planned" and is_approved(here, "deploy", {"to": "prod"}) is None
+    approve(here, call)  # the user's own approval here counts
+    assert is_approved(open_run(b, run_id), "deploy", {"to": "prod"}) is not None

@@ -1,0 +1,40 @@
+"""Evidence bound to the call (issue 33): a second ``begin`` of an open call keeps its first window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.agent import wire
+from sandbox.agent.host import Host
+from sandbox.run.run import Run
+from tests.agent.test_host import serve_in_thread
+from tests.conftest import wait_until, write
+from tests.hook_fixtures import start_run
+
+
+@pytest.fixture
+def served(repo: Path) -> Iterator[tuple[Run, Host]]:
+    run = start_run(repo)
+    host, thread = serve_in_thread(run.project.common_dir)
+    yield run, host
+    host.request_stop()
+    thread.join(timeout=30)
+
+
+def test_a_second_begin_keeps_the_calls_first_window(served: tuple[Run, Host]) -> None:
+    run, _host = served
+    ops = wire.run_ops(run.project.common_dir, run.run_id, run.dir)
+    ops.begin("c1")
+    write(Path(run.worktree), "one.txt", "1")
+    wait_until(lambda: (ops.last_change() or 99) < 5)  # the host has seen it (events arrive in ~2 ms)
+    time.sleep(0.2)
+    ops.begin("c1")  # sent again (by anyone in the sandbox): what c1 changed so far stays c1's
+    write(Path(run.worktree), "two.txt", "2")
+    assert ops.end("c1") == {"one.txt", "two.txt"}
+    ops.begin("c2")  # a new call still gets a window of its own
+    write(Path(run.worktree), "three.txt", "3")
+    assert ops.end("c2") == {"three.txt"}

@@ -355,6 +355,14 @@ class Recorder:
             done = self.run.violation(entry.call_id, why)
             return Outcome(True, f"{call_id} {done.status.value}", call=call_id, status=done.status.value)
         if entry is not None and entry.status in TERMINAL_STATUSES:
+            said = "interrupted" if event.interrupted else str(event.status)
+            if said != entry.status.value:  # a finish that contradicts the first: kept beside it as evidence
+                why = f"a second finish of this {event.tool} call said {said} ({event.error or 'no error'})"
+                self.run.note({"conflicting_finish": {"call": entry.call_id, "first": entry.status.value, "why": why}})
+                return Outcome(
+                    True, f"{call_id} already {entry.status.value}; the conflicting finish was recorded beside it",
+                    call=call_id, status=entry.status.value,
+                )  # fmt: skip
             return Outcome(True, f"{call_id} already {entry.status.value}", call=call_id, status=entry.status.value)
         assert call_id is not None
         late = entry is None

@@ -38,3 +38,23 @@ def test_a_second_begin_keeps_the_calls_first_window(served: tuple[Run, Host]) -
     ops.begin("c2")  # a new call still gets a window of its own
     write(Path(run.worktree), "three.txt", "3")
     assert ops.end("c2") == {"three.txt"}
+
+
+def test_a_conflicting_second_finish_is_kept_beside_the_first(repo: Path) -> None:
+    """A command that failed, reported succeeded first (from inside the call) then failed by the real hook:
+    the first stays, the second is recorded beside it, never dropped."""
+    from tests.hook_fixtures import hook, payload, reopen
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    fail = payload("Bash", "failure", wt)
+    hook("claude-code", {**fail, "hook_event_name": "PreToolUse"})
+    assert hook("claude-code", {**payload("Bash", "post", wt), "tool_use_id": fail["tool_use_id"]}).exit_code == 0
+    assert hook("claude-code", fail).exit_code == 0  # the real end: exit 2
+    again = reopen(run)
+    entry = again.entries()[0]
+    assert entry.status.value == "succeeded"  # the first finish stands...
+    notes = [e.data["conflicting_finish"] for _o, e in again.events() if "conflicting_finish" in e.data]
+    assert notes and notes[0]["call"] == entry.call_id and notes[0]["first"] == "succeeded"  # ...and the second too
+    assert "failed" in str(notes[0]["why"]) and "Exit code 2" in str(notes[0]["why"])
+    assert hook("claude-code", fail).exit_code == 0  # the same conflicting finish once more: recorded again

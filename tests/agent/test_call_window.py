@@ -58,3 +58,26 @@ def test_a_conflicting_second_finish_is_kept_beside_the_first(repo: Path) -> Non
     assert notes and notes[0]["call"] == entry.call_id and notes[0]["first"] == "succeeded"  # ...and the second too
     assert "failed" in str(notes[0]["why"]) and "Exit code 2" in str(notes[0]["why"])
     assert hook("claude-code", fail).exit_code == 0  # the same conflicting finish once more: recorded again
+
+
+def test_a_refusal_of_a_call_that_changed_files_is_a_violation(repo: Path) -> None:
+    """A 'refused' payload for a started call that changed files (sent from inside the call, say) does not
+    make it 'never ran': it is a violation, with the files it changed."""
+    from tests.hook_fixtures import hook, payload, reopen
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    pre = payload("Bash", "pre", wt)
+    assert hook("claude-code", pre).exit_code == 0
+    write(wt, "written-anyway.txt", "x\n")
+    assert (
+        hook("claude-code", {**pre, "hook_event_name": "PermissionDenied", "reason": "the user said no"}).exit_code == 0
+    )
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "violation" and [f.path for f in entry.files] == ["written-anyway.txt"]
+    assert "it ran" in (entry.error or "")
+    # A refusal of a started call that changed nothing still reads as never run.
+    other = payload("Bash", "pre", wt, call_id="toolu_03BashRefusedForReal00")
+    assert hook("claude-code", other).exit_code == 0
+    assert hook("claude-code", {**other, "hook_event_name": "PermissionDenied", "reason": "no"}).exit_code == 0
+    assert reopen(run).entry("toolu_03BashRefusedForReal00").status.value == "not_run"

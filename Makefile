@@ -4,14 +4,42 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium git-lfs
+SHELL := /bin/bash
+.PHONY: venv lock test-latest demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium git-lfs
 
-$(STAMP): pyproject.toml
+# The test environment comes from requirements.lock (every package pinned, with hashes), so the suite
+# gives the same result on any day; the project itself goes in editable, built with the lock's setuptools.
+# `make test-latest` runs the suite on the newest versions pyproject.toml's ranges allow instead.
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: the test environment needs Python >= 3.11 (its lint tools do; the library runs on 3.10): set PYTHON=python3.11 or newer." >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check --disable-pip-version-check >/dev/null || { $(BIN)/python -m pip check; echo "make: requirements.lock does not satisfy pyproject.toml's dependencies; run 'make lock'." >&2; exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# requirements.lock anew from pyproject.toml (after a dependency changed): uv's resolver, run from a
+# throwaway venv, for every platform (markers) and Python >= 3.11, with the hashes pip checks.
+lock:
+	@rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install --quiet uv
+	@printf 'setuptools>=68\nwheel\n' > .venv-lock/build.in
+	@head -4 requirements.lock > .venv-lock/header
+	.venv-lock/bin/uv pip compile pyproject.toml .venv-lock/build.in --extra test --universal --generate-hashes --python-version 3.11 --no-header --quiet -o .venv-lock/out
+	@sed 's#.venv-lock/build.in#build requirements (setuptools>=68, wheel)#' .venv-lock/out | cat .venv-lock/header - > requirements.lock
+	@rm -rf .venv-lock
+	@echo "make: requirements.lock rewritten; run 'make test' on it before committing."
+
+# The suite on the newest versions pyproject.toml's ranges allow (a venv of its own, .venv-latest):
+# what a user who runs `pip install .` today gets. Run it before a release, and whenever `make lock`
+# is due; CI runs `make test` on the lock.
+VENV_LATEST := .venv-latest
+test-latest: $(AGENTS_STAMP) bwrap git-lfs chromium
+	@test -x $(VENV_LATEST)/bin/python || $(PYTHON) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[test]'
+	@$(VENV_LATEST)/bin/python -m pip list --disable-pip-version-check --format=freeze | grep -v -e '^-e' -e '^sandbox==' | diff <(grep -o '^[A-Za-z0-9_.-]*==[^ ;]*' requirements.lock | tr 'A-Z_' 'a-z-' | sort) <(tr 'A-Z_' 'a-z-' | sort) | grep '^>' | sed 's/^> /make: newer than the lock: /' || echo "make: the newest allowed versions are the lock's"
+	$(VENV_LATEST)/bin/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The real agent binaries (pinned in tests/agents/package-lock.json) for the end-to-end tests.
 # npm may skip Claude Code's postinstall (it copies the native binary in); install.cjs does it by hand.
@@ -19,7 +47,14 @@ venv: $(STAMP)
 AGENTS := tests/agents
 AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
-	@command -v npm >/dev/null || { echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian: apt-get install nodejs npm)." >&2; exit 1; }
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Node.js and npm (apt-get install -y nodejs npm)"; \
+	    apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq nodejs npm >/dev/null; }; \
+	  else \
+	    echo "make agents: npm (Node.js >= 20) is needed for the real-agent tests; install it (Debian/Ubuntu: sudo apt-get install nodejs npm)." >&2; exit 1; \
+	  fi; }
+	@node -e 'process.exit(+process.versions.node.split(".")[0] < 20)' || { echo "make agents: the real agents need Node.js >= 20 (this is $$(node --version)); install a newer one (Debian: bookworm-backports or NodeSource's nodejs)." >&2; exit 1; }
 	cd $(AGENTS) && npm ci --include=optional --no-audit --no-fund --loglevel=error
 	@$(AGENTS)/node_modules/.bin/claude --version >/dev/null 2>&1 || node $(AGENTS)/node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
 	@$(AGENTS)/node_modules/.bin/claude --version && $(AGENTS)/node_modules/.bin/gemini --version && $(AGENTS)/node_modules/.bin/codex --version
@@ -106,4 +141,4 @@ screenshots: $(STAMP) chromium
 	$(BIN)/python -m bench.ui_page --calls 40 --repeat 1 --screenshots docs
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(AGENTS)/node_modules
+	rm -rf $(VENV) $(VENV_LATEST) build *.egg-info $(AGENTS)/node_modules

@@ -117,6 +117,16 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     # the rest of the home is read-only and /tmp is private.
     (home / ".claude").mkdir(exist_ok=True)
     debug_log = home / ".claude" / f"debug-{via}.log"
+    if via == "run":
+        # Under 'sandbox run' the user's ~/.claude is read-only and the run's directory hidden: the log
+        # goes in the worktree, ignored by the run's git (so no call records it).
+        debug_log = worktree / f"debug-{via}.log"
+        git_dir = subprocess.run(
+            ["git", "rev-parse", "--absolute-git-dir"], cwd=worktree, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        os.makedirs(os.path.join(git_dir, "info"), exist_ok=True)
+        with open(os.path.join(git_dir, "info", "exclude"), "a", encoding="utf-8") as fh:
+            fh.write(f"/{debug_log.name}\n")
     args = [str(CLAUDE), "-p", "Do the task.", "--dangerously-skip-permissions", "--debug-file", str(debug_log)]
     serve = None
     with ModelServer(script(worktree, calls)) as server:
@@ -143,8 +153,9 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
             if serve is not None:
                 serve.terminate()
                 serve.wait(timeout=30)
+    found = durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
     subprocess.run([SANDBOX, "drop", run_id, "--force"], cwd=repo, capture_output=True)
-    return durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
+    return found
 
 
 def _socket_ready(worktree: Path) -> bool:

@@ -16,7 +16,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+#: ``typing`` is not imported at run time: it costs every hook ~5 ms (mypy reads this name as typing's).
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

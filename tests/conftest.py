@@ -358,9 +358,21 @@ def on_pty(
     return proc.wait(timeout=timeout), out
 
 
+def scaled(seconds: float) -> float:
+    """A deadline for this machine as loaded now: ``seconds`` on an idle machine, up to 10x that as the load
+    (runnable processes per core) grows. A deadline only bounds how long a failure takes to show; on 2 busy
+    cores a fixed one failed tests that were right."""
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 1.0
+    return seconds * min(10.0, max(1.0, load))
+
+
 def wait_until(check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """The first truthy value of ``check()``, polled every 50 ms; fails the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    """The first truthy value of ``check()``, polled every 50 ms; fails the test after ``timeout`` s (scaled to
+    the machine's load, :func:`scaled`)."""
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         value = check()
         if value:

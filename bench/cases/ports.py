@@ -149,7 +149,6 @@ def run(ctx: Context, repo: Repo) -> None:
     spec_group = f"3 pathspecs over {len(paths)} paths"
     watch_group = f"watch every directory of the tree ({size} files), then stop"
 
-    from sandbox.agent.watcher import Watcher
     from sandbox.fast.inotify import Inotify
     from sandbox.fast.pathspec import Pathspec
 
@@ -169,9 +168,15 @@ def run(ctx: Context, repo: Repo) -> None:
         inotify.close()
 
     def watch_watchdog() -> None:
-        watcher = Watcher(repo.path)
-        watcher.start()
-        watcher.stop()
+        # watchdog's public API only (the library no longer uses it): one observer, one recursive watch.
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers.inotify import InotifyObserver
+
+        observer = InotifyObserver()
+        observer.schedule(FileSystemEventHandler(), repo.path, recursive=True)
+        observer.start()
+        observer.stop()
+        observer.join()
 
     variants: list[Callable[[], None]] = [
         lambda: _proc(res, size, read_proc, REF, [py, "-c", "pass"], repo.path),

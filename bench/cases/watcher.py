@@ -1,9 +1,9 @@
 """Watcher start-up time and memory on the generated tree (a run's worktree of the repository).
 
-Each sample is a fresh process that imports the library and runs
-:func:`sandbox.agent.watcher.measure_startup` on the repository's working tree: seconds from ``start()``
-to every inotify watch in place, and the growth of the process's resident set across it (the
-kernel's own memory for the watches, about 1 KB each, is not in any process's RSS).
+Each sample is a fresh process that imports :mod:`sandbox.fast.inotify` and watches the worktree as the host
+and ``execute(local_watcher=True)`` do: seconds from ``watch()`` to every inotify watch in
+place, and the growth of the process's resident set across it (the kernel's own memory for the
+watches, about 1 KB each, is not in any process's RSS).
 """
 
 from __future__ import annotations
@@ -17,17 +17,31 @@ from bench.results import Results, Target
 from bench.timing import run_proc
 
 CASE = "watcher"
-SCRIPT = (
-    "import json,sys; from sandbox.agent.watcher import measure_startup; "
-    "print(json.dumps(measure_startup(sys.argv[1])))"
-)
+SCRIPT = """
+import json, os, sys, time
+from sandbox.fast.inotify import Inotify
+
+def rss():
+    with open("/proc/self/status", "rb") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(b"VmRSS:"))
+
+before, started = rss(), time.monotonic()
+inotify = Inotify()
+tree = inotify.watch(sys.argv[1])
+seconds = time.monotonic() - started
+after = rss()
+vouching = tree.sync()
+print(json.dumps({"seconds": seconds, "rss_growth_bytes": after - before, "rss_bytes": after,
+                  "directories": tree.watches, "vouching": vouching, "lost_reason": tree.lost_reason}))
+inotify.close()
+"""
 
 
 def run(ctx: Context, repo: Repo) -> None:
-    """A few fresh processes, one watcher start each."""
+    """A few fresh processes, one watch of the worktree each."""
     res = ctx.results
-    if not module_available("sandbox.agent.watcher"):
-        res.skip(CASE, repo.size, "not available: sandbox/agent/watcher.py is missing")
+    if not module_available("sandbox.fast.inotify"):
+        res.skip(CASE, repo.size, "not available: sandbox/fast/inotify.py is missing")
         return
     from sandbox.run.run import Run
     from sandbox.store.project import Project

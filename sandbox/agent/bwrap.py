@@ -70,6 +70,8 @@ def bwrap_argv(
     for path in read_only:  # read-only once what is bound back is mounted inside
         out += ["--remount-ro", path]
     out += ["--setenv", "TMPDIR", "/tmp", "--setenv", CONFINED_ENV, "1", "--chdir", cwd]
+    if policy.git_config is not None:  # the agent's git settings, where only its git reads them
+        out += ["--setenv", "GIT_CONFIG_GLOBAL", policy.git_config]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
     # The shim tells the caller through ``started_fd`` (by path: dash cannot name fds above 9)

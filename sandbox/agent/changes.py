@@ -4,7 +4,7 @@ A command (a Bash call, ``sandbox exec``) may change any file of the worktree. I
 paths a :class:`ChangeSource` saw between the call's ``begin`` and ``end``:
 
 * :class:`TreeSource`: a window on a watched tree, inside the process that watches it (the
-  repository's host, :mod:`sandbox.agent.host`, or a :class:`~sandbox.agent.watcher.Watcher` of this
+  repository's host, :mod:`sandbox.agent.host`, or an :class:`~sandbox.fast.inotify.Inotify` of this
   process);
 * :class:`sandbox.agent.wire.RunChanges`: the same, asked of the host over its socket;
 * :class:`Scan`: nobody watches; ``end`` answers None and the recorder scans the worktree.

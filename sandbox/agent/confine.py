@@ -142,12 +142,26 @@ class Confined:
         return [c for shim in pids for c in _children(shim)]
 
     def send_signal(self, signum: int) -> None:
-        """Deliver ``signum`` to the command inside (bubblewrap itself has it blocked)."""
+        """Deliver ``signum`` to the command inside, as a terminal would: to its whole process group.
+
+        bubblewrap itself has the signals blocked. A command in a session of its own (``--new-session``:
+        no terminal) is its group's leader below the shim, and a program that starts another and ignores
+        the signal itself (Gemini CLI's launcher relaunches node) would otherwise never pass it on; the
+        shim in that group traps it. A command still in this process's own group (it has the terminal,
+        which signals the group itself) gets it alone.
+        """
         if self.proc.poll() is not None:
             return
+        own_group = os.getpgrp()
+        groups: set[int] = set()
         for pid in self.command_pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+                group = os.getpgid(pid)
+                if group != own_group and group not in groups:
+                    groups.add(group)
+                    os.killpg(group, signum)
+                elif group == own_group:
+                    os.kill(pid, signum)
 
     def poll(self) -> int | None:
         """The exit code when it ended, else None."""

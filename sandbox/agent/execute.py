@@ -3,7 +3,8 @@
 Where the command's file changes come from is a :class:`~sandbox.agent.changes.ChangeSource`, picked
 by :func:`sandbox.agent.changes.pick`, cheapest first:
 
-1. a source given by the caller, or a watcher started in this process for the one command
+1. a source given by the caller, or an inotify watch (:mod:`sandbox.fast.inotify`) started in this
+   process for the one command
    (``local_watcher=True``; measured against a scan as a whole ``sandbox exec`` on a 100k-file
    worktree: about 10% faster while the worktree's index is racily clean, 20% slower once that
    index is refreshed, and it takes one of the user's 128 inotify instances and ~10k of their
@@ -32,7 +33,7 @@ from sandbox.run.ids import new_call_id
 from sandbox.run.run import Run
 
 if TYPE_CHECKING:
-    from sandbox.agent.watcher import Watcher
+    from sandbox.fast.inotify import Inotify, Tree
 
 
 @dataclass
@@ -76,7 +77,7 @@ def execute(
     call_id = call_id or new_call_id()
     own_watcher = _own_watcher(run) if source is None and local_watcher else None
     if own_watcher is not None:
-        source = changes.pick(tree=own_watcher)
+        source = changes.pick(tree=own_watcher[1])
     if source is None:
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
     if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
@@ -98,7 +99,9 @@ def execute(
             source.begin(call_id)
             refused: confine.ConfinementError | None = None
             try:
-                returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
+                returncode = (
+                    unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, call.output)
+                )
             except confine.ConfinementError as exc:
                 refused, returncode = exc, 126
             call.result = command_result(returncode, subdir)
@@ -115,7 +118,7 @@ def execute(
                 call.note_unknown_changes()  # a scan
     finally:
         if own_watcher is not None:
-            own_watcher.stop()
+            own_watcher[0].close()
     if refused is not None:
         raise refused
     assert call.entry is not None
@@ -130,10 +133,12 @@ def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine
     return isolation, sandboxpolicy.policy_for_run(isolation, run)
 
 
-def _own_watcher(run: Run) -> Watcher:
-    """A watcher of the worktree for this one command (``local_watcher``), started."""
-    from sandbox.agent.watcher import Watcher
+def _own_watcher(run: Run) -> tuple[Inotify, Tree]:
+    """An inotify instance of this process and its one tree, the worktree, for this one command.
 
-    watcher = Watcher(run.worktree, take_window=False)
-    watcher.start()
-    return watcher
+    A tree that could not be watched whole does not vouch, and the call's changes are found by scanning.
+    """
+    from sandbox.fast.inotify import Inotify
+
+    inotify = Inotify()
+    return inotify, inotify.watch(run.worktree)

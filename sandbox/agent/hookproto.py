@@ -25,15 +25,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
 
 from sandbox.agent import wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
+TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
 MAX_PAYLOAD = 8 * 1024 * 1024
 MAX_RESULT = 64 * 1024
+#: The keys of a command's reported result that hold its output's text, and the bytes of each that are
+#: kept (the tail): :data:`sandbox.run.output.TEXTS` and :data:`sandbox.run.output.LIMIT` (a test
+#: keeps them equal; this module is standard library only).
+OUTPUT_KEYS = ("stdout", "stderr", "sandbox_output", "llmContent")
+OUTPUT_LIMIT = 64 * 1024
 #: The longest error text kept (its first line is the ledger's one-line ``error``; the rest beside it).
 MAX_ERROR = 256 * 1024
 #: The longest call id a hook may give (Claude Code's ``toolu_...`` are ~30 characters).
@@ -71,42 +78,82 @@ def _check_id(key: str, value: object, longest: int) -> None:
         )
 
 
-@dataclass
 class HookEvent:
-    """One side of one tool call, in the agent-neutral form (the generic protocol's JSON)."""
+    """One side of one tool call, in the agent-neutral form (the generic protocol's JSON).
 
-    phase: str
-    cwd: str
-    tool: str
-    call_id: str | None = None
-    input: Any = None
-    kind: str = "unknown"
-    paths: list[str] = field(default_factory=list)
-    status: str = "succeeded"
-    error: str | None = None
-    result: Any = None
-    idempotency: str | None = None
-    replay: str | None = None
-    #: finish without a call id: pair with the oldest started call of the same tool and input
-    #: whose id starts with this prefix (for agents whose hooks carry no call id).
-    pair_prefix: str | None = None
-    agent: str = "generic"
-    #: The agent session's token (``SANDBOX_SESSION`` in the hook's environment, set by
-    #: ``sandbox run``): recorded with the call's start so its processes can be found later.
-    session: str | None = None
-    #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
-    agent_session: str | None = None
-    #: finish: the agent says the tool was interrupted (Ctrl-C, Esc) before it ended; settle: the
-    #: user ended the session with Ctrl-C, so its open calls were interrupted.
-    interrupted: bool = False
-    #: finish: how long the tool itself ran, in milliseconds, as the agent measured it (its start
-    #: came after the agent's permission prompt), when the agent says.
-    ran_ms: int | None = None
-    #: settle: the agent's whole session ended (not only its turn).
-    session_end: bool = False
-    #: start: the call's one-line summary in the ledger, when the sender says (``sandbox mcp``
-    #: inside a sandbox: the same summary its unconfined server records); else one from the input.
-    summary: str | None = None
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect``, ~4 ms of every hook's start.
+    """
+
+    #: The fields, in the generic protocol's order (``phase`` is its ``event``).
+    FIELDS = (
+        *("phase", "cwd", "tool", "call_id", "input", "kind", "paths", "status", "error", "result"),
+        *("idempotency", "replay", "pair_prefix", "agent", "session", "agent_session", "interrupted"),
+        *("ran_ms", "session_end", "summary"),
+    )
+
+    def __init__(
+        self,
+        phase: str,
+        cwd: str,
+        tool: str,
+        call_id: str | None = None,
+        input: Any = None,
+        kind: str = "unknown",
+        paths: list[str] | None = None,
+        status: str = "succeeded",
+        error: str | None = None,
+        result: Any = None,
+        idempotency: str | None = None,
+        replay: str | None = None,
+        pair_prefix: str | None = None,
+        agent: str = "generic",
+        session: str | None = None,
+        agent_session: str | None = None,
+        interrupted: bool = False,
+        ran_ms: int | None = None,
+        session_end: bool = False,
+        summary: str | None = None,
+    ) -> None:
+        self.phase = phase
+        self.cwd = cwd
+        self.tool = tool
+        self.call_id = call_id
+        self.input = input
+        self.kind = kind
+        self.paths: list[str] = [] if paths is None else paths
+        self.status = status
+        self.error = error
+        self.result = result
+        self.idempotency = idempotency
+        self.replay = replay
+        #: finish without a call id: pair with the oldest started call of the same tool and input
+        #: whose id starts with this prefix (for agents whose hooks carry no call id).
+        self.pair_prefix = pair_prefix
+        self.agent = agent
+        #: The agent session's token (``SANDBOX_SESSION`` in the hook's environment, set by
+        #: ``sandbox run``): recorded with the call's start so its processes can be found later.
+        self.session = session
+        #: The agent's own session id (e.g. Claude Code's session_id): a settle covers only its calls.
+        self.agent_session = agent_session
+        #: finish: the agent says the tool was interrupted (Ctrl-C, Esc) before it ended; settle: the
+        #: user ended the session with Ctrl-C, so its open calls were interrupted.
+        self.interrupted = interrupted
+        #: finish: how long the tool itself ran, in milliseconds, as the agent measured it (its start
+        #: came after the agent's permission prompt), when the agent says.
+        self.ran_ms = ran_ms
+        #: settle: the agent's whole session ended (not only its turn).
+        self.session_end = session_end
+        #: start: the call's one-line summary in the ledger, when the sender says (``sandbox mcp``
+        #: inside a sandbox: the same summary its unconfined server records); else one from the input.
+        self.summary = summary
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HookEvent) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"HookEvent({', '.join(f'{name}={getattr(self, name)!r}' for name in self.FIELDS)})"
 
     @classmethod
     def from_dict(cls, data: Any) -> HookEvent:
@@ -168,12 +215,12 @@ class HookEvent:
 
     def to_dict(self) -> dict[str, object]:
         """The generic-protocol object for this event."""
-        out: dict[str, object] = asdict(self)
+        out: dict[str, object] = {name: getattr(self, name) for name in self.FIELDS}
+        out["paths"] = list(self.paths)
         out["event"] = out.pop("phase")
         return out
 
 
-@dataclass
 class Outcome:
     """What recording a hook event did: ``ok``, a one-line ``message``, and the strict setting.
 
@@ -185,15 +232,35 @@ class Outcome:
     that the run's changes are found by scanning because the inotify limits are reached).
     """
 
-    ok: bool
-    message: str = ""
-    strict: bool = False
-    decision: str | None = None
-    reason: str = ""
-    call: str | None = None
-    status: str | None = None
-    files: int | None = None
-    note: str | None = None
+    def __init__(
+        self,
+        ok: bool,
+        message: str = "",
+        strict: bool = False,
+        decision: str | None = None,
+        reason: str = "",
+        call: str | None = None,
+        status: str | None = None,
+        files: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        self.ok = ok
+        self.message = message
+        self.strict = strict
+        self.decision = decision
+        self.reason = reason
+        self.call = call
+        self.status = status
+        self.files = files
+        self.note = note
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Outcome) and vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"Outcome({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
     @property
     def denied(self) -> bool:
@@ -276,8 +343,12 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
     """Send the event to the repository's host (:mod:`sandbox.agent.wire`); None when none answered."""
     client = wire.Client(loc.common_dir, timeout=timeout)
     sent = event.to_dict()
-    if sent.get("result") is not None:  # cut here as the recorder would keep it: small requests
-        text = json.dumps(sent["result"], default=str)
+    rest = sent.get("result")
+    if event.kind == "command" and isinstance(rest, dict):  # the output's tails travel apart, each bounded
+        sent["result"] = _trimmed(rest)
+        rest = {k: v for k, v in rest.items() if k not in OUTPUT_KEYS}
+    if rest is not None:  # cut here as the recorder would keep it: small requests
+        text = json.dumps(rest, default=str)
         if len(text) > MAX_RESULT:
             sent["result"] = {"truncated": True, "bytes": len(text)}
     reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=sent)
@@ -287,6 +358,21 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         return Outcome.from_reply(reply)
     except (KeyError, TypeError, AttributeError):
         return None
+
+
+def _trimmed(result: dict[str, Any]) -> dict[str, Any]:
+    """A reported command result with each stream's text cut to the tail the host keeps
+    (:mod:`sandbox.run.output`), and the stream's whole size beside it: the request stays small."""
+    out = dict(result)
+    for key in OUTPUT_KEYS:
+        text = out.get(key)
+        if not isinstance(text, str) or len(text) <= OUTPUT_LIMIT // 4:
+            continue
+        raw = text.encode("utf-8", "surrogateescape")
+        if len(raw) > OUTPUT_LIMIT:
+            out[key] = raw[-OUTPUT_LIMIT:].decode("utf-8", "surrogateescape")
+            out.setdefault(f"{key}_bytes", len(raw))
+    return out
 
 
 def settle_event(payload: Mapping[str, object], name: str, template: str, agent: str) -> HookEvent:

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from sandbox.agent import confine, hookproto, recorder, sandboxpolicy, wire
+from sandbox.agent.outputs import open_channels
 from sandbox.errors import SandboxError
+from sandbox.run.output import Tail
 from sandbox.store import layout
 
 
@@ -140,8 +142,9 @@ def run_hosted(
         raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
     refused: confine.ConfinementError | None = None
     unstartable = cannot_start(argv, cwd)
+    output: dict[str, Tail] = {}
     try:
-        returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined)
+        returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, output)
     except confine.ConfinementError as exc:
         refused, returncode = exc, 126
     error = refused.message if refused else None if returncode == 0 else f"exit code {returncode}"
@@ -155,7 +158,7 @@ def run_hosted(
         spec,
         status="succeeded" if returncode == 0 else "failed",
         error=error,
-        result=command_result(returncode, where),
+        result=with_output(command_result(returncode, where), output),
     )
     done = recorder.handle(finish)  # the host, or this process if the host went away meanwhile
     if refused is not None:
@@ -164,6 +167,16 @@ def run_hosted(
         raise SandboxError(done.message)
     why = unstartable.message if unstartable else None
     return HostedOutcome(done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why)
+
+
+def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, object]:
+    """A command's result with its streams' tails as text, for the host's recorder to keep
+    (:func:`sandbox.run.output.split`); undecodable bytes travel as surrogate escapes."""
+    out: dict[str, object] = dict(result)
+    for stream, tail in output.items():
+        out[stream] = bytes(tail.kept).decode("utf-8", "surrogateescape")
+        out[f"{stream}_bytes"] = tail.total  # the tail travels, and how much the stream carried
+    return out
 
 
 def _command_event(
@@ -217,20 +230,44 @@ def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> C
     return out
 
 
-def run_command(argv: list[str], cwd: str, confined: tuple[confine.Isolation, confine.Policy] | None = None) -> int:
+def run_command(
+    argv: list[str],
+    cwd: str,
+    confined: tuple[confine.Isolation, confine.Policy] | None = None,
+    output: dict[str, Tail] | None = None,
+) -> int:
     """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell).
 
     ``confined``: run it in a sandbox (:mod:`sandbox.agent.confine`); a sandbox that cannot be set up
     raises :class:`~sandbox.agent.confine.ConfinementError`, and the command never runs unconfined.
+    ``output``: its output still goes to this process's stdout and stderr, and the tails of its
+    streams are kept there (:mod:`sandbox.agent.outputs`).
     """
+    channels = open_channels(output is not None)
+    kept = output if output is not None else {}
     if confined is not None:
-        return confine.spawn(confined[0], confined[1], argv, cwd).wait()
+        try:
+            jail = confine.spawn(confined[0], confined[1], argv, cwd, stdout=channels.stdout, stderr=channels.stderr)
+        except BaseException:
+            channels.close()
+            raise
+        channels.started(kept)
+        try:
+            return jail.wait()
+        finally:
+            channels.drain()
     try:
-        proc = subprocess.Popen(argv, cwd=cwd)
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=channels.stdout, stderr=channels.stderr)
     except FileNotFoundError:
+        channels.close()
         return 127
     except PermissionError:
+        channels.close()
         return 126
+    except BaseException:
+        channels.close()
+        raise
+    channels.started(kept)
     while True:
         try:
             code = proc.wait()
@@ -238,6 +275,7 @@ def run_command(argv: list[str], cwd: str, confined: tuple[confine.Isolation, co
         except KeyboardInterrupt:
             # The child got the same SIGINT from the terminal; wait for it to finish.
             continue
+    channels.drain()
     if code < 0:
         return 128 + (-code if -code in set(signal.Signals) else 0)
     return code

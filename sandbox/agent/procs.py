@@ -110,20 +110,22 @@ def token_of(pid: int) -> str | None:
 
 def session_of(pid: int, limit: int = 64) -> str | None:
     """The ``sandbox run`` session ``pid`` belongs to: the token of its highest ancestor (itself
-    included) in the unbroken line of ancestors started with one, or None.
+    included) started with one, or None.
 
     A process chooses its own environment and its children's, never its ancestors': the session's
     first process (the supervisor, or bubblewrap) was given its token by ``sandbox run``, which runs
     outside the session, so a hook cannot claim another session by setting ``SANDBOX_SESSION``.
+    A process between them that was started without it (Codex starts its MCP servers with an
+    environment of its own) does not cut the line: the call was then bound to no session, and one
+    that Ctrl-C stopped was left ``started``.
     """
     found: str | None = None
     seen: set[int] = set()
     while pid > 0 and pid not in seen and len(seen) < limit:
         seen.add(pid)
         token = token_of(pid)
-        if token is None:
-            break
-        found = token
+        if token is not None:
+            found = token
         up = parent(pid)
         if up is None:
             break
@@ -134,14 +136,21 @@ def session_of(pid: int, limit: int = 64) -> str | None:
 def sandbox_own(pid: int) -> bool:
     """True for a bubblewrap process of the session's own sandbox (the one ``sandbox run`` started,
     or its init in the new PID namespace), never the agent's: its ``exe`` is bwrap and it is at
-    most the first process of one nested PID namespace."""
+    most the first process of one nested PID namespace.
+
+    A process that is exiting has no ``exe`` any more (the kernel dropped its memory first): its name
+    (``comm``, kept until it is reaped) tells then; bubblewrap going away as the sandbox ends was
+    reported as a process the agent had left running."""
     try:
-        exe = os.readlink(os.path.join(PROC, str(pid), "exe"))
         with open(os.path.join(PROC, str(pid), "status"), encoding="ascii", errors="replace") as fh:
             status = fh.read()
     except OSError:
         return False
-    if os.path.basename(exe).split(" ")[0] != "bwrap":
+    try:
+        name = os.path.basename(os.readlink(os.path.join(PROC, str(pid), "exe"))).split(" ")[0]
+    except OSError:
+        name = next((line.split(None, 1)[1].strip() for line in status.splitlines() if line.startswith("Name:")), "")
+    if name != "bwrap":
         return False
     nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
     return len(nspid) == 1 or (len(nspid) == 2 and nspid[-1] == "1")

@@ -396,12 +396,16 @@ class Recorder:
             paths = self._end_watch(call_id)
             if late:
                 paths = None  # its changes happened before anyone watched: scan
+        from sandbox.run.output import split
+
         mark = "violation" if violation else "interrupted" if event.interrupted else None
+        result, output = split(event.result) if kind == "command" else (event.result, {})
         done = self.run.finish_call(
             call_id,
             CallStatus.failed if mark else event.status,
             paths=paths,
-            result=_bounded(event.result),
+            result=_bounded(result),
+            output=output,
             error=violation or event.error,
             mark=mark,
             ran_ms=event.ran_ms,

@@ -15,7 +15,7 @@ from typing import Protocol
 from sandbox.agent.agenthome import STATE_DIR, homes_root
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
-from sandbox.store import layout
+from sandbox.store import gitguard, layout
 
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -208,6 +208,8 @@ class Policy:
     reasons: tuple[tuple[str, str], ...] = field(default=())
     #: An empty read-only regular file bound over masked files (None: ``/dev/null``).
     empty_file: str | None = None
+    #: The agent's own git settings (``GIT_CONFIG_GLOBAL`` inside; :mod:`sandbox.store.gitguard`).
+    git_config: str | None = None
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -326,6 +328,8 @@ def policy_for(
         *sockets,
     )
     protected = [p for p in protected_paths(common_dir, user_workdir) if p not in hidden]
+    guarded, git_config = run_git_guard(common_dir, run_id)
+    protected += guarded
     return Policy(
         writable=tuple(run_writable_paths(common_dir, run_id, worktree)),
         protected=tuple(protected),
@@ -353,7 +357,28 @@ def policy_for(
         limits=isolation.limits,
         reasons=tuple(hidden.items()),
         empty_file=_empty_file(common_dir),
+        git_config=git_config,
     )
+
+
+def run_git_guard(common_dir: str, run_id: str) -> tuple[list[str], str | None]:
+    """What decides the configuration and hooks the user's own git reads in the run's worktree, to
+    bind read-only (:mod:`sandbox.store.gitguard`), and the agent's own git settings file (None for
+    a run made before homes, whose git dir is git's admin dir in the user's repository)."""
+    place = layout.place_of(common_dir, run_id)
+    real = os.path.realpath
+    if place.legacy or os.path.islink(place.git_dir) or not os.path.isdir(place.git_dir):
+        return [
+            p for p in gitguard.guarded_paths(real(place.worktree), real(place.git_dir)) if os.path.lexists(p)
+        ], None
+    try:
+        gitguard.guard(place.git_dir)
+    except OSError as exc:
+        raise ConfinementError(
+            f"The run's git directory {place.git_dir} cannot be prepared ({exc.strerror}); nothing was run."
+        ) from exc
+    git_dir = real(place.git_dir)
+    return gitguard.guarded_paths(real(place.worktree), git_dir), os.path.join(git_dir, gitguard.AGENT_CONFIG)
 
 
 def _host_socket_dir(common_dir: str) -> str:

@@ -52,17 +52,15 @@ The structured reply is all a caller reads: no human text is parsed. Paths are J
 
 from __future__ import annotations
 
+import _socket  # socket.py's own base: ``socket`` adds enums and selectors, ~2 ms of a hook's start
 import contextlib
 import errno
 import fcntl
 import json
 import os
-import secrets
-import socket
 import stat
 import time
 from collections.abc import Mapping
-from typing import TypedDict, cast
 
 from sandbox.store import layout
 
@@ -188,10 +186,10 @@ class _Address:
             self._fd = -1
 
 
-def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = False) -> socket.socket:
+def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = False) -> _socket.socket:
     """A connected socket to ``path`` (OSError when nobody listens); ``checked``: only to a socket of
     this user's in a directory only it may open (:class:`UntrustedHostError` otherwise)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     deadline = time.monotonic() + timeout
     try:
@@ -209,7 +207,7 @@ def connect(path: str, timeout: float = CONNECT_TIMEOUT, *, checked: bool = Fals
         raise
 
 
-def bind(sock: socket.socket, path: str) -> None:
+def bind(sock: _socket.socket, path: str) -> None:
     """Bind ``sock`` to ``path`` (long paths too)."""
     with _Address(path) as address:
         sock.bind(address)
@@ -233,11 +231,11 @@ def run_token(run_dir: str, create: bool = True) -> str | None:
             return None
         if not create:
             return None
-        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        tmp = f"{path}.{os.urandom(4).hex()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, secrets.token_hex(24).encode() + b"\n")
+                os.write(fd, os.urandom(24).hex().encode() + b"\n")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -298,7 +296,7 @@ def _answers(common_dir: str) -> bool:
     try:
         sock.settimeout(CONNECT_TIMEOUT)
         sock.sendall(json.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
-        sock.shutdown(socket.SHUT_WR)
+        sock.shutdown(_socket.SHUT_WR)
         reply = json.loads(sock.recv(1 << 16))
     except (OSError, ValueError):
         return False
@@ -367,70 +365,74 @@ def host_starting(common_dir: str) -> bool:
 # -- the client ----------------------------------------------------------------------------------
 
 
-class _ReplyBase(TypedDict):
-    ok: bool
+# The replies' types are for mypy only: at run time a reply is a plain dict, and ``typing`` is not
+# imported (it costs every hook's start ~5 ms; mypy reads this name as typing's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypedDict
 
+    class _ReplyBase(TypedDict):
+        ok: bool
 
-class Reply(_ReplyBase, total=False):
-    """A host's reply to an operation on a run, or to ``ping``/``stop``/``forget`` (the keys above).
+    class Reply(_ReplyBase, total=False):
+        """A host's reply to an operation on a run, or to ``ping``/``stop``/``forget`` (the keys above).
 
-    ``ok`` is always there; the rest as the operation answers. Typed here so that each reader is
-    checked; the reader of a reply still checks each value's type, as the host may be older.
-    """
+        ``ok`` is always there; the rest as the operation answers. Typed here so that each reader is
+        checked; the reader of a reply still checks each value's type, as the host may be older.
+        """
 
-    error: str
-    # hook (:class:`sandbox.agent.hookproto.Outcome`)
-    message: str
-    strict: bool
-    decision: str | None
-    reason: str | None
-    call: str | None
-    status: str | None
-    files: int | None
-    note: str | None
-    # begin, end, quiet
-    watched: bool
-    paths: list[str] | None
-    last_change: float | None
-    # ping
-    pid: int
-    runs: int
-    # forget
-    forgotten: bool
+        error: str
+        # hook (:class:`sandbox.agent.hookproto.Outcome`)
+        message: str
+        strict: bool
+        decision: str | None
+        reason: str | None
+        call: str | None
+        status: str | None
+        files: int | None
+        note: str | None
+        # begin, end, quiet
+        watched: bool
+        paths: list[str] | None
+        last_change: float | None
+        # ping
+        pid: int
+        runs: int
+        # forget
+        forgotten: bool
 
+    class RunServed(TypedDict):
+        """One run the host serves, in its ``status`` reply."""
 
-class RunServed(TypedDict):
-    """One run the host serves, in its ``status`` reply."""
+        watched: bool
+        watches: int
+        note: str | None
+        requests: int
 
-    watched: bool
-    watches: int
-    note: str | None
-    requests: int
+    class InotifyUse(TypedDict):
+        """The host's inotify use, in its ``status`` reply."""
 
+        instances: int
+        watches: int
+        max_watches: int | None
+        max_runs_watched: int | None
 
-class InotifyUse(TypedDict):
-    """The host's inotify use, in its ``status`` reply."""
+    class HostStatus(TypedDict):
+        """What the host serves (:meth:`sandbox.agent.host.Host.status`): the ``status`` reply less ``ok``."""
 
-    instances: int
-    watches: int
-    max_watches: int | None
-    max_runs_watched: int | None
+        pid: int
+        runs: dict[str, RunServed]
+        inotify: InotifyUse
+        notes: list[str]
+        connections: dict[str, int]
 
+    class StatusReply(HostStatus):
+        """The ``status`` reply."""
 
-class HostStatus(TypedDict):
-    """What the host serves (:meth:`sandbox.agent.host.Host.status`): the ``status`` reply less ``ok``."""
+        ok: bool
 
-    pid: int
-    runs: dict[str, RunServed]
-    inotify: InotifyUse
-    notes: list[str]
-    connections: dict[str, int]
-
-
-class StatusReply(HostStatus):
-    """The ``status`` reply."""
-
-    ok: bool
+else:
+    Reply = RunServed = InotifyUse = HostStatus = StatusReply = dict
 
 
 class Client:
@@ -471,7 +473,7 @@ class Client:
             finish = time.monotonic() + (timeout or self.timeout)
             sock.settimeout(max(0.001, finish - time.monotonic()))
             sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
+            sock.shutdown(_socket.SHUT_WR)
             chunks = []
             while True:
                 sock.settimeout(max(0.001, finish - time.monotonic()))
@@ -485,7 +487,8 @@ class Client:
         finally:
             sock.close()
         # Only ``ok`` is checked here; each reader checks the values it reads (see :class:`Reply`).
-        return cast(Reply, reply) if isinstance(reply, dict) and isinstance(reply.get("ok"), bool) else None
+        ok = isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
+        return reply if ok else None
 
     def for_run(
         self,
@@ -514,7 +517,7 @@ def status(common_dir: str) -> StatusReply | None:
         return None
     reply = Client(common_dir).request({"op": "status"}, 5.0)
     # The host answers ``status`` with a StatusReply (its own reply type, not Reply's ``runs`` count).
-    return cast(StatusReply, reply) if reply and reply["ok"] else None
+    return reply if reply and reply["ok"] else None  # type: ignore[return-value]
 
 
 def run_ops(common_dir: str, run_id: str, run_dir: str, *, timeout: float = 15.0) -> RunChanges:

@@ -8,7 +8,9 @@ paths (``sandbox hook``) do not pay for imports they do not use.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # as in sandbox/__init__.py: no typing at run time (the hook's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def main() -> None:
@@ -22,7 +24,7 @@ def main() -> None:
     if code is not None:
         sys.exit(code)
     from sandbox.cli.app import cli
-    from sandbox.cli.common import run_main
+    from sandbox.cli.edge import run_main
 
     run_main(cli)
 

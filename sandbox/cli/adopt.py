@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.commands import COMMANDS
-from sandbox.cli.common import SandboxGroup
+from sandbox.cli.commands import COMMANDS, SUMMARIES
+from sandbox.cli.group import SandboxGroup
 
 
-@click.group(cls=SandboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class RootGroup(SandboxGroup):
+    """The ``sandbox`` group: its ``--help`` lists the commands from :data:`SUMMARIES`, importing none."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's first sentence whole (as :class:`SandboxGroup` shows it)."""
+        names = sorted(set(self.commands) | set(self.lazy_commands))
+        if any(name not in SUMMARIES for name in names):  # one not in the table: every command asked
+            super().format_commands(ctx, formatter)
+            return
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in names])
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "-C",
     "directory",

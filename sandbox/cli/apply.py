@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, TextIO
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, open_project, renamed, verified
+from sandbox.cli.finding import open_project, verified
+from sandbox.cli.jsonout import dump, emit_json, renamed
 from sandbox.cli.output import OutputCommand
 from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 from sandbox.cli.which import say_which

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, open_call, run_then
+from sandbox.cli.finding import open_call, run_then
+from sandbox.cli.jsonout import dump, emit_json
 
 
 @click.command()

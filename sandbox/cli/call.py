@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import SandboxGroup, dump, emit_json, ensure_worktree, open_call, open_run, run_then
+from sandbox.cli.finding import ensure_worktree, open_call, open_run, run_then
+from sandbox.cli.group import SandboxGroup
+from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.options import call_options, parse_json
 
 

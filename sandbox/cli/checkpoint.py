@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import dump, emit_json
 
 
 def read_json_file(path: str | None, what: str) -> Any:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.finding import open_run
 from sandbox.cli.fmt import local_time
+from sandbox.cli.jsonout import dump, emit_json
 
 
 @click.command()

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, ensure_worktree, open_project, verified
+from sandbox.cli.finding import ensure_worktree, open_project, verified
 from sandbox.cli.isolation import isolation_options, resolve
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import dump, emit_json, ensure_worktree, open_call, run_then
+from sandbox.cli.finding import ensure_worktree, open_call, run_then
+from sandbox.cli.jsonout import dump, emit_json
 
 if TYPE_CHECKING:
     from sandbox.agent.confine import Isolation

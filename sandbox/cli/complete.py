@@ -3,7 +3,7 @@
 Completion is click's: the shell calls ``sandbox`` with ``_SANDBOX_COMPLETE=<shell>_complete`` and
 the words typed so far, and click asks each parameter. The lazy group gives every ``RUN`` argument
 :func:`complete_runs` and every ``CALL`` argument or ``--call`` option :func:`complete_calls`
-(:func:`sandbox.cli.common.shared_options`), so a new command gets them by naming its parameters
+(:func:`sandbox.cli.group.shared_options`), so a new command gets them by naming its parameters
 ``run_id`` and ``call_id`` / ``calls``. Completion never fails loudly: outside a repository it
 offers nothing.
 """

@@ -25,7 +25,7 @@ def completion(ctx: click.Context, shell: str, as_json: bool) -> None:
     """
     from click.shell_completion import get_completion_class
 
-    from sandbox.cli.common import emit_json
+    from sandbox.cli.jsonout import emit_json
 
     cls = get_completion_class(shell)
     assert cls is not None

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import Output, OutputCommand, color_option, pager_option, setup
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def render(out: Output, c: Conflict) -> None:
                     click.echo(out.style(line, bold=True))
                 else:
                     fg = {"yours": "green", "base": None, "agent": "yellow"}.get(section)
-                    click.echo(out.style(line, fg=fg, dim=section == "base") if section else line)
+                    shown = out.content(line)
+                    click.echo(out.style(shown, fg=fg, dim=section == "base") if section else shown)
     elif not c.obstacle:
         for side in (c.agent, c.yours):
             _side_diff(out, c.base, side, c.path)
@@ -106,7 +108,7 @@ def _side_diff(out: Output, base: Side, side: Side, path: str) -> None:
     old = (base.data or b"").decode(errors="replace").splitlines(keepends=True)
     new = (side.data or b"").decode(errors="replace").splitlines(keepends=True)
     for line in difflib.unified_diff(old, new, f"base/{path}", f"{side.label}/{path}"):
-        line = line.rstrip("\n")
+        line = out.content(line.rstrip("\n"))
         fg = "green" if line.startswith("+") else "red" if line.startswith("-") else None
         if line.startswith(("+++", "---")):
             fg = None

@@ -100,7 +100,7 @@ def continue_agent(
 
 def start_subdir(ctx: click.Context, run: Run) -> str:
     """Where in the worktree ``sandbox run`` will start the agent from here (its session is looked up there)."""
-    from sandbox.cli.common import base_dir
+    from sandbox.cli.finding import base_dir
     from sandbox.store.paths import subdir_in_run
 
     return subdir_in_run(base_dir(ctx), run.worktree, run.user_workdir)

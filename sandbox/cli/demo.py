@@ -12,11 +12,14 @@ import tempfile
 
 import click
 
+#: The environment of the demo's commands: set by :func:`_demo` (its data directory, when nothing is kept).
+_ENV: dict[str, str] | None = None
+
 
 def _sh(args: list[str], cwd: str, input: bytes | None = None, show: bool = True) -> subprocess.CompletedProcess[bytes]:
     if show:
         click.secho("$ " + " ".join(shlex.quote(a) for a in args), fg="cyan")
-    proc = subprocess.run(args, cwd=cwd, input=input, capture_output=True, check=False)
+    proc = subprocess.run(args, cwd=cwd, input=input, capture_output=True, check=False, env=_ENV)
     if show:
         out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
         if out.strip():
@@ -50,7 +53,8 @@ def demo(ctx: click.Context, keep: bool) -> None:
 
     With --json the walk-through goes to stderr and stdout carries what it showed, as JSON.
     """
-    from sandbox.cli.common import emit_json, stdout_to_stderr, wants_json
+    from sandbox.cli.group import wants_json
+    from sandbox.cli.jsonout import emit_json, stdout_to_stderr
 
     with stdout_to_stderr(wants_json(ctx)):
         facts = _demo(keep)
@@ -67,36 +71,44 @@ def _demo(keep: bool) -> dict[str, object]:
     repo = os.path.join(tmp, "project")
     if keep:
         return _walk(sandbox, tmp, repo, keep=True)
-    # Whatever ends the walk (a failure, Ctrl-C, 'sandbox demo | head' closing the pipe), the run,
-    # its home in the data directory and the repository's host go with the throwaway repository.
+    # Nothing of a demo that keeps nothing goes outside its throwaway directory: the runs' homes are
+    # made in a data directory inside it (never the user's), and whatever ends the walk (a failure,
+    # Ctrl-C, 'sandbox demo | head' closing the pipe), the repository's host is stopped and the
+    # directory removed.
+    global _ENV
+    _ENV = dict(os.environ, XDG_DATA_HOME=os.path.join(tmp, "data"))
     try:
         return _walk(sandbox, tmp, repo, keep=False)
     finally:
         _clean_up(sandbox, tmp, repo)
+        _ENV = None
 
 
 def _clean_up(sandbox: list[str], tmp: str, repo: str) -> None:
-    """Drop the demo's runs (their homes live outside ``tmp``), stop its host, remove ``tmp``."""
+    """Stop the demo repository's host (waiting for it to end), then remove ``tmp`` whole."""
     import shutil
     import signal
+    import time
 
-    if os.path.isdir(os.path.join(repo, ".git")):
-        listed = subprocess.run([*sandbox, "list", "--json"], cwd=repo, capture_output=True, check=False)
-        try:
-            import json
+    from sandbox.agent.host import host_pid
 
-            runs = [r["run"] for r in json.loads(listed.stdout or b"[]")]
-        except (ValueError, TypeError, KeyError):
-            runs = []
-        for run in runs:
-            subprocess.run([*sandbox, "drop", run, "--force"], cwd=repo, capture_output=True, check=False)
-        from sandbox.agent.host import host_pid
-
-        pid = host_pid(os.path.join(repo, ".git"))
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+    pid = host_pid(os.path.join(repo, ".git")) if os.path.isdir(os.path.join(repo, ".git")) else None
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _ended(pid):
+            time.sleep(0.02)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ended(pid: int) -> bool:
+    """True once ``pid`` is gone or a zombie (where there is no ``/proc``: at once)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def _walk(sandbox: list[str], tmp: str, repo: str, keep: bool) -> dict[str, object]:

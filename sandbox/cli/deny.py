@@ -6,7 +6,8 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.approve import refuse_inside_sandbox
-from sandbox.cli.common import dump, emit_json, open_call, run_then
+from sandbox.cli.finding import open_call, run_then
+from sandbox.cli.jsonout import dump, emit_json
 
 
 @click.command()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
 
@@ -67,4 +68,4 @@ def diff(
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     text = diff_text(run, rng, stat=stat_, color=out.color, spec=spec, renames=not no_renames)
     out.page()
-    click.echo(text if text else "No changes.", nl=not text.endswith("\n") if text else True)
+    click.echo(out.content(text) if text else "No changes.", nl=not text.endswith("\n") if text else True)

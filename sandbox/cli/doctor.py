@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, open_project, wants_json
+from sandbox.cli.finding import open_project
+from sandbox.cli.group import wants_json
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.cli.outputs.agents import DoctorOutput

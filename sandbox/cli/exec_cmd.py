@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import ensure_worktree, open_run
+from sandbox.cli.finding import ensure_worktree, open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
@@ -72,7 +72,9 @@ def exec_cmd(
 
     With --json the command's output goes to stderr and stdout carries only the call as JSON.
     """
-    from sandbox.cli.common import base_dir, stdout_to_stderr, wants_json
+    from sandbox.cli.finding import base_dir
+    from sandbox.cli.group import wants_json
+    from sandbox.cli.jsonout import stdout_to_stderr
 
     here = base_dir(ctx)
     as_json = wants_json(ctx)
@@ -124,7 +126,7 @@ def exec_cmd(
 def _report(as_json: bool, call_id: str, status: str, returncode: int, files: int | None, why: str | None) -> None:
     """The call as JSON on stdout, or one line on stderr (the command's own output is the user's)."""
     if as_json:
-        from sandbox.cli.common import emit_json
+        from sandbox.cli.jsonout import emit_json
 
         emit_json({"call_id": call_id, "status": status, "exit_code": returncode, "files": files, "cannot_start": why})
         return

@@ -7,7 +7,8 @@ import sys
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import base_dir, emit_json, open_project
+from sandbox.cli.finding import base_dir, open_project
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

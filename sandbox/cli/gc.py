@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, open_project
+from sandbox.cli.finding import open_project
+from sandbox.cli.jsonout import emit_json
 from sandbox.store.fsutil import human_size
 
 
@@ -24,7 +25,7 @@ def gc(ctx: click.Context, as_json: bool, force: bool, orphans: bool) -> None:
     from dataclasses import asdict
 
     from sandbox.agent import host
-    from sandbox.cli.common import data_root
+    from sandbox.cli.finding import data_root
     from sandbox.cli.output import Progress
     from sandbox.runs.gc import collect, orphan_homes, remove_orphan_homes
 

@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from sandbox.cli.common import SandboxGroup
+from sandbox.cli.group import SandboxGroup
 
 #: -C and --json, which every command takes, mean less here: the event names its own directory,
 #: and the answer is the agent's hook protocol (JSON already).

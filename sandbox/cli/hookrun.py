@@ -13,19 +13,22 @@ from __future__ import annotations
 import io
 import os
 import sys
-from typing import Any, BinaryIO, Protocol
+
+TYPE_CHECKING = False  # no typing at run time: this module is the hook's fast path
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Protocol
+
+    class Writer(Protocol):
+        """Where the hook's output goes (a text stream)."""
+
+        def write(self, text: str, /) -> int:
+            """Write ``text``."""
+            ...
+
 
 EXIT_ERROR = 1
 EXIT_BLOCK = 2
 AUTOSTART_ENV = "SANDBOX_HOOK_AUTOSTART"
-
-
-class Writer(Protocol):
-    """Where the hook's output goes (a text stream)."""
-
-    def write(self, text: str, /) -> int:
-        """Write ``text``."""
-        ...
 
 
 def run(agent: str, strict: bool, stdin: BinaryIO, stdout: Writer, stderr: Writer) -> int:
@@ -135,7 +138,8 @@ def fast_main(argv: list[str]) -> int | None:
         return None
     from sandbox.agent import adapters
 
-    if argv[1] not in (*adapters.hook_names(), "generic"):
+    # Only this agent's adapter is imported (not every agent's, as hook_names() would).
+    if argv[1] != "generic" and (argv[1] not in adapters.names() or not hasattr(adapters.agent(argv[1]), "to_event")):
         return None
     code = run(argv[1], "--strict" in argv[2:], sys.stdin.buffer, sys.stdout, sys.stderr)
     sys.stdout.flush()

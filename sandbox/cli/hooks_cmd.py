@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import AgentChoice, SandboxGroup, emit_json, ensure_worktree, open_run, wants_json
+from sandbox.cli.finding import ensure_worktree, open_run
+from sandbox.cli.group import AgentChoice, SandboxGroup, wants_json
 from sandbox.cli.hookrun import AUTOSTART_ENV, autostart_allowed, spawn_service
 from sandbox.cli.hookrun import beside as _beside
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run

@@ -70,7 +70,10 @@ def _color(text: str, code: str) -> str:
 
 
 def _show(data: bytes) -> None:
-    for raw in data.decode(errors="replace").splitlines():
+    from sandbox import escape
+
+    for line in data.decode(errors="replace").splitlines():
+        raw = escape.terminal(line)  # never paged: the agent's lines reach the terminal only escaped (tabs kept)
         if raw.startswith("@@"):
             click.echo(_color(raw, "cyan"))
         elif raw.startswith("+"):

@@ -103,7 +103,7 @@ def resolve(
     readable += [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
     started = adapters.by_program(argv[0]) if argv else None
     env_allow = (*envfilter.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
-    from sandbox.cli.common import data_root
+    from sandbox.cli.finding import data_root
 
     root = os.path.realpath(data_root(user_workdir))
     hidden = sandboxpolicy.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import base_dir, emit_json, open_project
+from sandbox.cli.finding import base_dir, open_project
 from sandbox.cli.fmt import local_time
+from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 from sandbox.store.fsutil import human_size
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, fast_open, open_run
+from sandbox.cli.finding import fast_open, open_run
 from sandbox.cli.fmt import command_of, duration, fit, local_time
+from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.log_call import patch_of, show_call
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
 from sandbox.fast import views

@@ -1,4 +1,5 @@
-"""``sandbox log --call ID``: one call whole (its command, input and full error), for :mod:`sandbox.cli.log`."""
+"""``sandbox log --call ID``: one call whole (its command, input, full error and the tails of its
+output), for :mod:`sandbox.cli.log`."""
 
 from __future__ import annotations
 
@@ -9,25 +10,32 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json
 from sandbox.cli.fmt import duration, local_time
+from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.output import STATUS_COLORS, Output
 
 if TYPE_CHECKING:
     from sandbox.models import LedgerEntry
+    from sandbox.run.output import StreamTail
     from sandbox.run.run import Run
 
 
 def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> None:
-    """One call whole: tool, status, local times, duration, command, input, files, the full error."""
+    """One call whole: tool, status, local times, duration, command, input, files, the full error, the
+    tails of its output (:mod:`sandbox.run.output`)."""
+    from sandbox.run import output
     from sandbox.run.names import resolve_call
 
     entry = resolve_call(run, given)
     error = run.error_text(entry)
+    streams = output.read(run, entry)
     if as_json:
         data = dump(entry)
         assert isinstance(data, dict)
         data["error_text"] = error
+        data["output"] = {
+            name: {**tail, "text": raw.decode("utf-8", "backslashreplace")} for name, (tail, raw) in streams.items()
+        }
         emit_json(data)
         return
     out.page()
@@ -64,8 +72,25 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         click.echo(out.style("error:", fg="red"))
         for line in escape.lines(error) or [escape.text(error)]:
             click.echo(f"  {line}")
+    for name, (tail, raw) in streams.items():
+        if tail["bytes"]:
+            _stream(name, tail, raw, out)
     if patch and entry.commit and entry.parent_commit:
         patch_of(run, entry, out)
+
+
+def _stream(name: str, tail: StreamTail, raw: bytes, out: Output) -> None:
+    """One stream's tail, each line escaped (a test's output may hold terminal escapes)."""
+    from sandbox.run.output import cut_note
+
+    said = "stdout and stderr" if name == "output" else name
+    click.echo(out.style(f"{said}: ({tail['bytes']} bytes)", fg="cyan"))
+    note = cut_note(tail)
+    if note:
+        click.echo(f"  {note}")
+    text = raw.decode("utf-8", "surrogateescape")
+    for line in escape.lines(text.removesuffix("\n")):
+        click.echo(f"  {line}")
 
 
 def _full_command(inputs: Any) -> str:
@@ -91,4 +116,4 @@ def patch_of(run: Run, e: LedgerEntry, out: Output) -> None:
     assert e.commit and e.parent_commit
     text = diff_text(run, Range(e.parent_commit, e.commit, e.call_id), color=out.color)
     click.echo()
-    click.echo(text, nl=not text.endswith("\n"))
+    click.echo(out.content(text), nl=not text.endswith("\n"))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import base_dir, data_root, main_workdir
+from sandbox.cli.finding import base_dir, data_root, main_workdir
 from sandbox.cli.isolation import isolation_options, resolver
 
 if TYPE_CHECKING:

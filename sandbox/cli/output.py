@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -190,6 +189,16 @@ class Output:
         """``text`` in ``click.style`` styles when colouring, else as it is."""
         return click.style(text, **styles) if self.color and text else text
 
+    def content(self, text: str) -> str:
+        """Content of the agent's (a patch, a file's lines) as it may be written now: escaped when it
+        goes straight to a terminal (:func:`sandbox.escape.terminal`: colour kept); through a pager
+        (which escapes what it shows, as for git) or to a file or a pipe, as it is."""
+        if paging() or not sys.stdout.isatty():
+            return text
+        from sandbox import escape
+
+        return escape.terminal(text)
+
     def page(self) -> None:
         """Start the pager (if one was chosen): from here on standard output goes to it."""
         if self.pager is not None:
@@ -223,7 +232,7 @@ def setup(
     needs_config = flag is None or (tty and page and not no_pager)
     config = git_config(root.get("directory") or os.getcwd()) if needs_config else {}
     pager = pager_command(env, config, tty) if page and not no_pager else None
-    width = shutil.get_terminal_size().columns if tty else None
+    width = _columns() if tty else None
     out = Output(want_color(flag, config, slot, env, tty, pager is not None), pager, width)
     # click.echo drops colour codes when its stream is not a terminal (the pager's pipe, a file);
     # the decision made here is the one that counts.
@@ -339,7 +348,7 @@ class Progress:
             return
         self._kind = kind
         text = f"sandbox: {line} ({elapsed:.1f}s)"
-        width = shutil.get_terminal_size().columns
+        width = _columns()
         with self._lock:
             sys.stderr.write("\r\x1b[K" + text[: max(10, width - 1)])
             sys.stderr.flush()
@@ -353,3 +362,10 @@ class Progress:
                 sys.stderr.write("\r\x1b[K")
                 sys.stderr.flush()
                 self._shown = False
+
+
+def _columns() -> int:
+    """The terminal's width (``shutil`` imported here: only a terminal pays for it, ~1.5 ms)."""
+    import shutil
+
+    return shutil.get_terminal_size().columns

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, ensure_worktree, fast_open, open_run
+from sandbox.cli.finding import ensure_worktree, fast_open, open_run
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()

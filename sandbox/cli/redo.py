@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import open_project, verified
+from sandbox.cli.finding import open_project, verified
 
 
 @click.command()

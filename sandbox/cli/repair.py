@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json, open_project, renamed
+from sandbox.cli.finding import open_project
+from sandbox.cli.jsonout import emit_json, renamed
 
 
 @click.command()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, open_run
 from sandbox.cli.continue_agent import check_continue_args, continue_options
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import dump, emit_json, open_run
+from sandbox.cli.finding import open_run
+from sandbox.cli.jsonout import dump, emit_json
 
 
 @click.command()

@@ -12,16 +12,10 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import (
-    AgentChoice,
-    base_dir,
-    ensure_worktree,
-    open_project,
-    seal_when_done,
-    stdout_to_stderr,
-    wants_json,
-)
+from sandbox.cli.finding import base_dir, ensure_worktree, open_project, seal_when_done
+from sandbox.cli.group import AgentChoice, wants_json
 from sandbox.cli.isolation import isolation_options, resolve
+from sandbox.cli.jsonout import stdout_to_stderr
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -255,7 +249,7 @@ def _hint_and_summary(
 
 def _json_summary(run: Run, result: SessionResult, before: int, isolation: Isolation) -> None:
     """The session's summary on stdout (``--json``)."""
-    from sandbox.cli.common import emit_json
+    from sandbox.cli.jsonout import emit_json
 
     entries = run.entries()[before:]
     emit_json(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import emit_json
+from sandbox.cli.jsonout import emit_json
 
 
 @click.command()

@@ -55,12 +55,12 @@ def run_and_pathspecs(
         return None, (run_id, *pathspecs)
     looks_like_path = run_id.startswith(":") or any(ch in run_id for ch in "*?[/")
     if not looks_like_path:
-        from sandbox.cli.common import base_dir
+        from sandbox.cli.finding import base_dir
 
         looks_like_path = os.path.lexists(os.path.join(base_dir(ctx), run_id))
     if not looks_like_path:
         return run_id, pathspecs
-    from sandbox.cli.common import open_project
+    from sandbox.cli.finding import open_project
     from sandbox.errors import UnknownRunError
     from sandbox.run.names import resolve_run
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, ensure_worktree, open_project, wants_json
+from sandbox.cli.finding import ensure_worktree, open_project
+from sandbox.cli.group import wants_json
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.agent.host import Host

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli.common import base_dir, data_root, emit_json, main_workdir, seal_when_done
+from sandbox.cli import escape
+from sandbox.cli.finding import base_dir, data_root, main_workdir, seal_when_done
+from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.store.project import Project
@@ -73,7 +75,7 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
             }
         )
         return
-    click.echo(f"Started run {run.run_id}" + (f" ({label})" if label else ""))
+    click.echo(f"Started run {run.run_id}" + (f" ({escape.text(label)})" if label else ""))
     click.echo(f"  worktree: {run.worktree}")
     click.echo(f"  base:     {info.base[:12]} (snapshot of your tree on {(info.head or 'no commit')[:12]})")
     if info.submodules:
@@ -85,7 +87,25 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
         click.echo(f"  copied ignored files you listed: {', '.join(report.copied[:8])}")
     if report is not None and report.linked:
         click.echo(f"  linked (shared with your tree!): {', '.join(report.linked[:8])}")
-    click.echo(f"Next: cd {run.worktree}  or  sandbox exec {run.run_id} -- CMD")
+    click.echo(_next(run.run_id, run.worktree, workdir))
+
+
+def _next(run_id: str, worktree: str, workdir: str) -> str:
+    """What to do next. ``cd`` into the worktree only when the agent runs confined: then the run's
+    git config and hooks are not the agent's to write (sandbox.store.gitguard), and your own git
+    there runs nothing it planted. Unconfined, the agent could plant them."""
+    from sandbox.run import config
+
+    try:
+        confined = config.load(workdir).isolate
+    except config.ConfigError:
+        confined = False  # exec and run say what is wrong with the settings
+    if confined:
+        return f"Next: cd {worktree}  or  sandbox exec {run_id} -- CMD"
+    return (
+        f"Next: sandbox exec {run_id} -- CMD (confinement is off in .sandbox.toml: an agent there can set what "
+        f"your own git runs in {worktree}; 'sandbox status {run_id}' says whether it did)"
+    )
 
 
 def _start_many(project: Project, workdir: str, count: int, label: str | None, as_json: bool) -> None:
@@ -106,6 +126,6 @@ def _start_many(project: Project, workdir: str, count: int, label: str | None, a
         return
     click.echo(f"Started {len(runs)} runs from one snapshot {first.base[:12]} of your tree:")
     for run in runs:
-        click.echo(f"  {run.run_id}  {run.worktree}" + (f"  ({run.info.label})" if run.info.label else ""))
+        click.echo(f"  {run.run_id}  {run.worktree}" + (f"  ({escape.text(run.info.label)})" if run.info.label else ""))
     ids = " ".join(r.run_id for r in runs)
     click.echo(f"Next: an agent in each (sandbox run RUN -- AGENT), then: sandbox compare {ids}")

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import emit_json, fast_open, open_run
+from sandbox.cli.finding import fast_open, open_run
 from sandbox.cli.fmt import local_time
-from sandbox.cli.output import STATUS_COLORS, OutputCommand, color_option, setup
+from sandbox.cli.jsonout import emit_json
+from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, setup
 from sandbox.store.fsutil import human_size
 
 if TYPE_CHECKING:
@@ -32,11 +33,13 @@ def status(
 
     # A sum over every file grows with the repository: by default a bounded count, which says when it stopped.
     limit = None if whole_disk else STATUS_DISK_ENTRIES
-    row = _fast_row(ctx, run_id, limit)
+    fast = _fast_row(ctx, run_id, limit)
+    row, common_dir = fast if fast is not None else (None, "")
     if row is None:
         from sandbox.runs.summary import summarize
 
         run = open_run(ctx, run_id)
+        common_dir = run.project.common_dir
         row = summarize(run, git_activity=True, disk=True, disk_limit=limit)
         row["in_flight"] = [e.call_id for e in run.entries() if e.status.value in ("started", "uncertain")]
         row["host"] = _host(run.project.common_dir, run.run_id)
@@ -97,10 +100,29 @@ def status(
         click.echo(f"  agent git: {escape.text(first)}")  # branch names and commit subjects are the agent's
         for line in rest:
             click.echo(f"             {escape.text(line)}")
+    if row["worktree_exists"] and row.get("worktree") and row.get("git_dir"):
+        _warn_git(out, str(row["worktree"]), str(row["git_dir"]), common_dir)
 
 
-def _fast_row(ctx: click.Context, run_id: str | None, disk_limit: int | None) -> RunRowJson | None:
-    """The status row from the run's sealed fold cache (None: take the full path)."""
+def _warn_git(out: Output, worktree: str, git_dir: str, common_dir: str) -> None:
+    """A warning for each setting, hook or pointer of the run's git that would run a program for
+    your own git in the worktree and that the sandbox did not put there (sandbox.store.gitguard)."""
+    from sandbox.store import gitguard
+
+    found = gitguard.findings(worktree, git_dir, common_dir)
+    if not found:
+        return
+    click.echo(
+        out.style("  warning:   ", fg="red")
+        + "the run's git has what your own git in its worktree would run or read; do not run git there"
+        " before you have looked (or drop the run):"
+    )
+    for item in found:
+        click.echo(f"             {escape.text(item)}")
+
+
+def _fast_row(ctx: click.Context, run_id: str | None, disk_limit: int | None) -> tuple[RunRowJson, str] | None:
+    """The status row from the run's sealed fold cache, and the common dir (None: take the full path)."""
     from sandbox.fast import foldcache, views
 
     fast = fast_open(ctx, run_id)
@@ -115,7 +137,7 @@ def _fast_row(ctx: click.Context, run_id: str | None, disk_limit: int | None) ->
     row["in_flight"] = views.in_flight(repo.state(found))
     row["host"] = _host(repo.common_dir, found)
     row["network_refused"] = views.network_refusals(repo.state(found)["data"]["note"])
-    return row
+    return row, repo.common_dir
 
 
 def _host(common_dir: str, run_id: str) -> StatusHostJson | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sandbox.cli.common import open_project, wants_json
+from sandbox.cli.finding import open_project
+from sandbox.cli.group import wants_json
 
 
 @click.command("ui")
@@ -15,8 +16,9 @@ from sandbox.cli.common import open_project, wants_json
 def ui(ctx: click.Context, run_ids: tuple[str, ...], port: int, no_browser: bool) -> None:
     """Review runs in a local page: calls, diffs, best-of-N and approvals; apply, undo and approve there.
 
-    The page is served on 127.0.0.1 only, with a new token in the address each time (without it
-    every request gets 401); it stops on Ctrl-C. RUN limits the page to those runs.
+    The page is served on 127.0.0.1 only, with a new token in the printed address each time (after
+    '#': it stays in the browser's tab, never in a cookie); the browser opened here gets a one-time
+    code instead. It stops on Ctrl-C. RUN limits the page to those runs.
     """
     import errno
     import secrets
@@ -40,7 +42,8 @@ def ui(ctx: click.Context, run_ids: tuple[str, ...], port: int, no_browser: bool
     sock.listen(64)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
-    url = f"http://127.0.0.1:{port}/?token={token}"
+    url = f"http://127.0.0.1:{port}/#token={token}"
+    settings = Settings(project, token, port, ids)
     if wants_json(ctx):  # one line, before the page serves: a script reads it and goes on
         import json
 
@@ -55,10 +58,11 @@ def ui(ctx: click.Context, run_ids: tuple[str, ...], port: int, no_browser: bool
         import webbrowser
 
         try:
-            webbrowser.open(url)
+            # A command line is readable by every local user: the browser gets a code worth one load.
+            webbrowser.open(f"http://127.0.0.1:{port}/?code={settings.codes.issue()}")
         except Exception:  # no browser here: the address above is enough  # noqa: BLE001
             pass
-    app = build(Settings(project, token, port, ids))
+    app = build(settings)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
     try:
         server.run(sockets=[sock])

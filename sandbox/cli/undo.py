@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import open_project, verified
+from sandbox.cli.finding import open_project, verified
 from sandbox.cli.which import say_which
 
 if TYPE_CHECKING:

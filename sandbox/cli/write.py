@@ -7,7 +7,8 @@ import sys
 import click
 
 from sandbox.cli import escape
-from sandbox.cli.common import dump, emit_json, ensure_worktree, open_run, run_then
+from sandbox.cli.finding import ensure_worktree, open_run, run_then
+from sandbox.cli.jsonout import dump, emit_json
 
 
 @click.command()

@@ -3,8 +3,10 @@
 watchdog gives every watched tree an inotify instance of its own, and a user gets 128 of them
 (``fs.inotify.max_user_instances``): a hundred runs would not fit. The host of a repository
 (:mod:`sandbox.agent.host`) therefore watches every run's worktree through one :class:`Inotify`
-(one instance, one reader thread), each worktree a :class:`Tree` with the window API of
-:class:`sandbox.agent.watcher.Watcher`::
+(one instance, one reader thread), each worktree a :class:`Tree`; ``execute(local_watcher=True)``
+(:mod:`sandbox.agent.execute`) watches its one worktree the same way, with an instance of its own.
+The kernel's interface only: no private part of a library (watchdog's inotify reader, read before,
+changed in 7.1.1 and stopped the watcher vouching)::
 
     inotify = Inotify(max_watches=...)        # None when the instance cannot be had (see .error)
     tree = inotify.watch(worktree, ignore)    # one watch per directory, counted

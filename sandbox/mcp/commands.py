@@ -31,6 +31,7 @@ from sandbox.mcp.find import sendable
 from sandbox.mcp.hosted import HostLedger
 from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState
 from sandbox.models import CallStatus
+from sandbox.run.output import OUTPUT_TEXT, Tail
 from sandbox.run.run import Run
 
 MAX_TIMEOUT = 3_600.0
@@ -170,6 +171,7 @@ class CommandTools(WorkspaceState):
                 except confine.ConfinementError as exc:
                     code, timed_out, refused = 126, False, exc
                 output, truncated = _bounded_output(out)
+                kept = {"output": Tail.of_file(out)}  # both streams, as the pipe got them
             error = refused.message if refused is not None else _command_error(flight, code, timed_out, timeout)
             changed = source.end(call_id)
             entry = run.finish_call(
@@ -178,6 +180,7 @@ class CommandTools(WorkspaceState):
                 paths=changed,
                 result={"exit_code": None if timed_out else code, "timed_out": timed_out},
                 error=error,
+                output=kept,
             )
         finally:
             self.in_flight.pop(call_id, None)
@@ -225,6 +228,7 @@ class CommandTools(WorkspaceState):
             with tempfile.TemporaryFile() as out:
                 code, timed_out = self._spawn_and_wait(argv, run.worktree, None, out, timeout, flight)
                 output, truncated = _bounded_output(out)
+                kept = Tail.of_file(out)
             error = _command_error(flight, code, timed_out, timeout)
             done = hosted.finish(
                 "run_command",
@@ -233,7 +237,12 @@ class CommandTools(WorkspaceState):
                 kind="command",
                 succeeded=error is None,
                 agent_session=agent_session,
-                result={"exit_code": None if timed_out else code, "timed_out": timed_out},
+                result={
+                    "exit_code": None if timed_out else code,
+                    "timed_out": timed_out,
+                    # Both streams as the pipe got them: the host keeps the tail (sandbox.run.output.split).
+                    OUTPUT_TEXT: bytes(kept.kept).decode("utf-8", "surrogateescape"),
+                },
                 error=error,
             )
         finally:

@@ -39,6 +39,7 @@ from sandbox.agent import sessions, transcripts
 from sandbox.agent.transcripts import RecordedCommand, agent_command, current_session, primary_home
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
+from sandbox.run import comments
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -290,8 +291,11 @@ def plan(
         path, restored = place_transcript(run, agent, session, agent_homes, cwd)
     continued = path is not None
     blocked = block_uncertain(run, report) if report is not None else []
+    pending = comments.unsent(run) if report is not None else []
     if report is not None:
         prompt = _prompt(report, continued, blocked, run)
+        if pending:  # the reviewer's words, as the next user message
+            prompt = f"{prompt}\n\n{comments.message(run, pending)}"
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
     untrusted: tuple[str, ...] = ()
@@ -303,6 +307,9 @@ def plan(
                 f"{' '.join(untrusted)}."
             )
     new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *untrusted, *extra]
+    if pending:
+        comments.mark_sent(run, pending, session if continued else None, agent.name)
+        messages.append(f"handing {len(pending)} review comment(s) to the agent: {', '.join(c.id for c in pending)}.")
     if continued:
         where = "from the run's stored copy" if restored else "where the agent left it"
         messages.insert(0, f"continuing {agent.name} session {session} ({where}).")

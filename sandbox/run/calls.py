@@ -9,7 +9,7 @@ caller gives about a call are :class:`~sandbox.run.callspec.CallOptions`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 import pygit2
@@ -29,6 +29,7 @@ from sandbox.models import (
 from sandbox.run.callspec import INLINE_LIMIT, CallOptions, prepare
 from sandbox.run.core import RunCore
 from sandbox.run.fold import FAILED_MARKS, TERMINAL_STATUSES
+from sandbox.run.output import Tail, attach
 from sandbox.store import layout, objects, trailers
 from sandbox.store.ledger import StorageError
 
@@ -135,6 +136,7 @@ def finish_call(
     error: str | None = None,
     mark: str | None = None,
     ran_ms: int | None = None,
+    output: Mapping[str, Tail] | None = None,
 ) -> LedgerEntry:
     """Record a call's end, with its file changes as exactly one commit on the run's head (see
     :meth:`sandbox.run.run.Run.finish_call`)."""
@@ -156,7 +158,7 @@ def finish_call(
         data["ran_ms"] = int(ran_ms)
     faults.point("call.finish.before")
     try:
-        return _finish(run, call_id, final, paths, result, error, data)
+        return _finish(run, call_id, final, paths, result, error, data, output)
     except StorageError as exc:
         _record_failure(run, call_id, final, error, exc)
 
@@ -226,7 +228,9 @@ def _finish(
     result: Any,
     error: str | None,
     data: CallFinishData | None = None,
+    output: Mapping[str, Tail] | None = None,
 ) -> LedgerEntry:
+    result, tails = attach(result, output or {})  # the output's tails: blobs beside the result
     # The call's objects and its event are made durable together, in one pack (sandbox.store.packs).
     with run.lock(), objects.batch(run.repo):
         state = run.state()
@@ -241,6 +245,7 @@ def _finish(
         result_data = layout.canonical_json(result) if result is not None else b""
         inline_result = result is not None and len(result_data) <= INLINE_LIMIT
         attachments = {"result.json": result_data} if result is not None and not inline_result else {}
+        attachments.update(tails)
         kind = EventKind.call_succeeded if final == CallStatus.succeeded else EventKind.call_failed
         errors = error_fields(error, attachments)
         fields: _FinishFields = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from sandbox import escape
 from sandbox.errors import UsageError
 
 #: The longest label of a run or a checkpoint.
@@ -36,11 +37,11 @@ def check_label(label: str, what: str) -> str:
         or not label.strip()
         or len(label) > MAX_LABEL
         or label.startswith("-")
-        or any(ord(ch) < 32 or 127 <= ord(ch) <= 159 for ch in label)
+        or escape.suspicious(label)
     ):
         raise UsageError(
-            f"A {what} label must be one line of 1 to {MAX_LABEL} characters, not blank and not starting "
-            f"with '-'; {_shown(label)} is not."
+            f"A {what} label must be one line of 1 to {MAX_LABEL} characters, not blank, not starting "
+            f"with '-', without control, bidi or zero-width characters; {_shown(label)} is not."
         )
     if what == "run" and id_shaped(label):
         raise UsageError(

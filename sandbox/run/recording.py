@@ -23,13 +23,14 @@ from sandbox.models import CallStatus, LedgerEntry
 from sandbox.run import calls
 from sandbox.run.callspec import CallOptions
 from sandbox.run.core import RunCore
+from sandbox.run.output import Tail
 from sandbox.store import fsutil, objects, paths
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class PathsSeen(Protocol):
-    """What a call needs of a watcher (:class:`sandbox.agent.watcher.Watcher`): the paths changed
+    """What a call needs of a watcher: the paths changed
     since the last time it was asked, or None when it cannot vouch for them (then a scan tells)."""
 
     def take(self) -> set[str] | None:
@@ -77,6 +78,8 @@ class ToolCall:
         self.result: Any = None
         #: Set to an error summary to record the call as failed without raising.
         self.failed_with: str | None = None
+        #: The tails of the streams the call's command wrote (:mod:`sandbox.run.output`), kept with it.
+        self.output: dict[str, Tail] = {}
         self.entry: LedgerEntry | None = None
 
     # -- context manager -----------------------------------------------------------------------
@@ -94,7 +97,13 @@ class ToolCall:
         status = CallStatus.succeeded if exc_type is None and not self.failed_with else CallStatus.failed
         error = self.failed_with if exc is None else f"{type(exc).__name__}: {exc}"
         self.entry = calls.finish_call(
-            self.run, self.call_id, status, paths=self.candidates(), result=self.result, error=error
+            self.run,
+            self.call_id,
+            status,
+            paths=self.candidates(),
+            result=self.result,
+            error=error,
+            output=self.output,
         )
 
     def candidates(self) -> set[str] | None:

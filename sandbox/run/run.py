@@ -11,7 +11,7 @@ Those modules are imported on first use: a command that only reads a run does no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.models import CallStatus, EventKind, LedgerEntry, ProcessScope
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from sandbox.models import Checkpoint
     from sandbox.run.callspec import CallOptions
+    from sandbox.run.output import Tail
     from sandbox.run.recording import PathsSeen, ToolCall
 
 
@@ -71,6 +72,7 @@ class Run(RunCore):
         error: str | None = None,
         mark: str | None = None,
         ran_ms: int | None = None,
+        output: Mapping[str, Tail] | None = None,
     ) -> LedgerEntry:
         """Record a call's end, with its file changes as exactly one commit on the run's head.
 
@@ -79,12 +81,13 @@ class Run(RunCore):
         :class:`~sandbox.errors.StaleWriterError` if the run was resumed since the call started.
         ``mark`` (``interrupted`` or ``violation``, with ``status`` failed) ends it so (see
         :class:`~sandbox.models.CallStatus`); ``ran_ms``: how long the tool itself ran, as the agent
-        measured it (its start was after the agent's permission prompt).
+        measured it (its start was after the agent's permission prompt); ``output``: the tails of the
+        streams the call's command wrote (:mod:`sandbox.run.output`), kept with the call.
         """
         from sandbox.run import calls
 
         return calls.finish_call(
-            self, call_id, status, paths=paths, result=result, error=error, mark=mark, ran_ms=ran_ms
+            self, call_id, status, paths=paths, result=result, error=error, mark=mark, ran_ms=ran_ms, output=output
         )
 
     def tool_call(

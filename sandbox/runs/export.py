@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from sandbox import escape
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
@@ -147,7 +148,8 @@ def _valid_branch_name(ref: str) -> bool:
 
 
 def message(run_id: str, entry: LedgerEntry) -> str:
-    """The commit message of one call: its tool and command, then trailers naming run and call."""
+    """The commit message of one call: its tool and command, then trailers naming run and call; what
+    the agent wrote in it escaped (:mod:`sandbox.escape`)."""
     what = entry.tool_name
     inputs = entry.input
     detail = ""
@@ -167,15 +169,17 @@ def message(run_id: str, entry: LedgerEntry) -> str:
         first = shlex.join(shown)
     elif lines > 1:
         first = first.rstrip() + " …"
+    # The agent's words, each line made safe: 'git log' shows a message to a terminal as it is.
+    what, first = escape.text(what), escape.text(first)
     subject = f"{what}: {first}" if first else what
     if len(subject) > SUBJECT_WIDTH:
         subject = subject[: SUBJECT_WIDTH - 1] + "…"
     body = []
     if detail.strip() and detail.strip() != first:
-        body += [detail.strip(), ""]
-    files = ", ".join(f.path for f in entry.files[:10]) + (" …" if len(entry.files) > 10 else "")
+        body += [escape.message(detail.strip()), ""]
+    files = ", ".join(escape.path(f.path) for f in entry.files[:10]) + (" …" if len(entry.files) > 10 else "")
     body.append(f"Changed: {files}")
-    keys = [(trailers.RUN, run_id), (trailers.CALL, entry.call_id), (trailers.SEQ, entry.seq)]
+    keys = [(trailers.RUN, run_id), (trailers.CALL, escape.text(entry.call_id)), (trailers.SEQ, entry.seq)]
     return trailers.message(subject, [*keys, (trailers.STATUS, entry.status.value)], body="\n".join(body))
 
 

@@ -75,6 +75,7 @@ class TransferJSON(TypedDict):
     label: str | None
     host: str | None
     message: str | None
+    left_out: list[str]
 
 
 @dataclass
@@ -90,6 +91,8 @@ class Transfer:
     message: str = ""
     label: str | None = None
     host: str | None = None
+    #: push: the refs of the agent's own git that stayed behind (``git/refs/tags/v1``): not asked for.
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +108,7 @@ class Transfer:
             "label": self.label,
             "host": self.host,
             "message": self.message or None,
+            "left_out": self.left_out,
         }
 
 
@@ -268,10 +272,30 @@ def _diverged(run_id: str, remote: str) -> str:
 # -- push --------------------------------------------------------------------------------------------
 
 
-def push(project: Project, run_ids: Iterable[str], remote: str, how: Transport = Transport()) -> TransferReport:
+def _agent_made(run: Run, agent: dict[str, str]) -> list[str]:
+    """The agent's own refs among ``agent``: every one but the run's branch and HEAD where the run put them.
+
+    A run's git starts on its branch at the base snapshot (your working tree at start); anything else (a
+    tag, another branch, a commit) is the agent's making, and may carry what ``diff`` never shows (a
+    secret committed on a tag, then removed from the files).
+    """
+    own = {AGENT_PREFIX + "HEAD", AGENT_PREFIX + "refs/heads/" + layout.run_branch(run.run_id)}
+    return sorted(n for n, oid in agent.items() if n not in own or oid != run.info.base)
+
+
+def push(
+    project: Project,
+    run_ids: Iterable[str],
+    remote: str,
+    how: Transport = Transport(),
+    *,
+    with_agent_refs: bool = False,
+) -> TransferReport:
     """Push the runs' refs to ``remote``; a run whose remote ledger has events this clone lacks is refused.
 
-    Every run that may go is pushed in one atomic ``git push``.
+    Every run that may go is pushed in one atomic ``git push``. The refs the agent made in its own git
+    (tags, branches, commits: :func:`_agent_made`) go only ``with_agent_refs``; otherwise they are named
+    in the run's :attr:`Transfer.left_out` and the remote's copies of them are left as they are.
     """
     report = TransferReport(remote)
     theirs = remote_runs(project, remote, how)
@@ -284,13 +308,16 @@ def push(project: Project, run_ids: Iterable[str], remote: str, how: Transport =
         info = run.info
         mine = {n: oid for n, oid in _local_refs(project, run_id).items() if n in RUN_REFS}
         agent, agent_objects = agent_refs(project, run_id)
-        mine.update(agent)
-        remote_refs = theirs.get(run_id, {})
         item = Transfer(run_id, "pushed", label=info.label, host=info.host)
+        if not with_agent_refs:
+            item.left_out = _agent_made(run, agent)
+            agent_objects = None  # what stays is the user's history: the user's store has it
+        mine.update({n: oid for n, oid in agent.items() if n not in item.left_out})
+        remote_refs = theirs.get(run_id, {})
         report.runs.append(item)
         their_ledger = remote_refs.get("ledger")
         relation = "ahead" if their_ledger is None else _relation(project.repo, mine["ledger"], their_ledger)
-        gone = [n for n in remote_refs if n.startswith(AGENT_PREFIX) and n not in mine]
+        gone = [n for n in remote_refs if n.startswith(AGENT_PREFIX) and n not in agent]
         if relation == "same" and all(remote_refs.get(n) == mine.get(n) for n in mine) and not gone:
             item.outcome = "up_to_date"
             continue
@@ -306,16 +333,9 @@ def push(project: Project, run_ids: Iterable[str], remote: str, how: Transport =
             item.message = _diverged(run_id, remote)
             continue
         item.events = _count_between(project, run_id, mine["ledger"], their_ledger)
-        for name, oid in mine.items():
-            ref = layout.ref_name(run_id, name)
-            # The agent's refs are pushed by commit id: their objects may be in the run's own store.
-            refspecs.append(f"{oid}:{ref}" if name.startswith(AGENT_PREFIX) else f"{ref}:{ref}")
-            if name in LEASED or name.startswith(AGENT_PREFIX):
-                leases.append(f"--force-with-lease={ref}:{remote_refs.get(name, '')}")
-        for name in gone:  # a branch or tag the agent deleted
-            ref = layout.ref_name(run_id, name)
-            refspecs.append(f":{ref}")
-            leases.append(f"--force-with-lease={ref}:{remote_refs[name]}")
+        specs, leased = _refspecs(run_id, mine, remote_refs, gone)
+        refspecs += specs
+        leases += leased
         if agent_objects:
             objects_dirs.append(agent_objects)
         going.append(item)
@@ -341,6 +361,25 @@ def push(project: Project, run_ids: Iterable[str], remote: str, how: Transport =
                     f"Someone pushed it meanwhile: fetch ('sandbox fetch {remote} {item.run_id}') and push again."
                 )
     return report
+
+
+def _refspecs(
+    run_id: str, mine: dict[str, str], remote_refs: dict[str, str], gone: list[str]
+) -> tuple[list[str], list[str]]:
+    """The refspecs and ``--force-with-lease`` options that push ``mine`` and delete ``gone`` on the remote."""
+    refspecs: list[str] = []
+    leases: list[str] = []
+    for name, oid in mine.items():
+        ref = layout.ref_name(run_id, name)
+        # The agent's refs are pushed by commit id: their objects may be in the run's own store.
+        refspecs.append(f"{oid}:{ref}" if name.startswith(AGENT_PREFIX) else f"{ref}:{ref}")
+        if name in LEASED or name.startswith(AGENT_PREFIX):
+            leases.append(f"--force-with-lease={ref}:{remote_refs.get(name, '')}")
+    for name in gone:  # a branch or tag the agent deleted
+        ref = layout.ref_name(run_id, name)
+        refspecs.append(f":{ref}")
+        leases.append(f"--force-with-lease={ref}:{remote_refs[name]}")
+    return refspecs, leases
 
 
 def _push_refusal(out: str) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ def fsync_dir(path: str) -> None:
 def temp_name(directory: str, name: str) -> str:
     """A fresh temp path next to ``name`` in ``directory`` (same file system, so rename is atomic)."""
     stem = os.fsencode(name)[:40]
-    return os.path.join(directory, TEMP_PREFIX + os.fsdecode(stem) + "-" + secrets.token_hex(4))
+    return os.path.join(directory, TEMP_PREFIX + os.fsdecode(stem) + "-" + os.urandom(4).hex())
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644, sync: bool = True) -> None:

@@ -2,8 +2,10 @@
 
 A run lives in its home (see :mod:`sandbox.store.layout`): a worktree whose ``.git`` file names the run's
 own git directory beside it. That git directory is a repository of its own, so whatever the agent
-does with git there (branches, tags, stash, config, hooks, ``worktree remove``) changes only the
-run: it shares nothing writable with the user's repository. The user's objects are reached through
+does with git there (branches, tags, stash, ``worktree remove``) changes only the run: it shares
+nothing writable with the user's repository. Its config, hooks and ``commondir`` (and the worktree's
+``.git`` file) are the sandbox's, read-only to a confined agent (:mod:`sandbox.store.gitguard`): the
+user's own git in the worktree reads them. The user's objects are reached through
 ``objects/info/alternates`` (read-only: git writes new objects into the run's own store), so the
 snapshot commit needs no copying and the run costs its checkout plus its changes.
 
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sandbox import faults
-from sandbox.store import layout
+from sandbox.store import gitguard, layout
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -135,9 +137,10 @@ def init(
     # (Git LFS finds the user's file contents through the alternates too: no lfs.storage needed.)
     if "core.hookspath" not in {k.lower() for k, _ in settings}:
         _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
-    if settings:
-        with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
-            fh.write(config_text(settings))
+    # The settings every run's git has (sandbox.store.gitguard), then what it inherits.
+    with open(os.path.join(gd, "config"), "a", encoding="utf-8") as fh:
+        fh.write(config_text([*gitguard.SETTINGS, *settings]))
+    gitguard.guard(gd)
     set_branch(place, run_id, commit)
     atomic_write(os.path.join(gd, "HEAD"), f"ref: refs/heads/{run_branch(run_id)}\n".encode())
 

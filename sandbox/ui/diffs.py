@@ -17,6 +17,7 @@ colours are added in the browser (``static/vendor/highlight.min.js``) to the lin
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ from urllib.parse import quote, urlencode
 import pygit2
 
 from sandbox.errors import SandboxError, UsageError
+from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
+from sandbox.ui import names
 
 if TYPE_CHECKING:
     from sandbox.merge.preview import FileRecord
@@ -189,7 +192,7 @@ def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) ->
     """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
     box = ""
     if pick:
-        label = escape(f"all of {f['path']}", quote=True)
+        label = escape(f"all of {agent_path(f['path'])}", quote=True)  # a screen reader reads it out
         if ids:
             box = (
                 f"<input type='checkbox' class='pick pick-file' data-hunk='{escape(' '.join(ids), quote=True)}' "
@@ -222,10 +225,10 @@ def _blob_size(run: Run, oid: str | None) -> str:
 
 def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
     whole = not f["hunks"]
-    head = _head(f, pick, f"<code>{escape(f['path'])}</code>", [f["id"]] if whole else [], f["status"])
+    head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
     if f["binary"]:
         sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
-        return head + f"<p class='note'>Binary file <code>{escape(f['path'])}</code> ({sizes}): not shown.</p></div>"
+        return head + f"<p class='note'>Binary file {names.name(f['path'])} ({sizes}): not shown.</p></div>"
     if whole:  # added, deleted, a symlink or a mode change: one unit, its patch shown as it is
         lines = _patch_lines(f["patch"])
         if not lines:
@@ -247,7 +250,7 @@ def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selectio
         box = f"<input type='checkbox' class='pick' data-hunk='{hunk_id}' aria-label='hunk {escape(h['header'])}'> "
         box = box if pick else ""
         body.append(f"<div class='hunk'><div class='hhead'>{box}<code>{escape(h['header'])}</code></div>")
-        body.append(_split(lines[1:]) if side_by_side else unified(lines[1:]))
+        body.append(_split(lines[1:]) if side_by_side else unified(lines[1:], h["header"]))
         body.append("</div>")
         if cut:
             body.append(_more(run, f["path"], shown, sel))
@@ -274,7 +277,7 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
         if line.startswith("@@"):
             if current:
                 out.append(f"<div class='hunk'><div class='hhead'><code>{escape(current[0])}</code></div>")
-                out.append(_split(current[1:]) if side_by_side else unified(current[1:]))
+                out.append(_split(current[1:]) if side_by_side else unified(current[1:], current[0]))
                 out.append("</div>")
             current = [line]
         else:
@@ -286,7 +289,7 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
 
 def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
-    title = f"<code>{escape(gone['path'])}</code> → <code>{escape(f['path'])}</code> ({similarity}% similar)"
+    title = f"{names.name(gone['path'])} → {names.name(f['path'])} ({similarity}% similar)"
     merged = f.copy()
     merged["before_mode"] = gone["before_mode"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
@@ -312,12 +315,49 @@ def _more(run: Run, path: str, start: int, sel: Selection) -> str:
     )
 
 
-def unified(lines: list[str]) -> str:
-    """Lines of a patch (without the ``@@`` header) as a unified diff: blue added, orange removed."""
-    out = ["<pre class='diff'>"]
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def numbered(lines: list[str], header: str | None = None) -> list[tuple[int | None, int | None]]:
+    """Each patch line's (old, new) line numbers, counted from ``header`` or the ``@@`` lines among them."""
+    o = n = None
+    found = _HUNK.match(header) if header else None
+    if found:
+        o, n = int(found[1]), int(found[2])
+    out: list[tuple[int | None, int | None]] = []
     for line in lines:
+        found = _HUNK.match(line)
+        if found:
+            o, n = int(found[1]), int(found[2])
+            out.append((None, None))
+        elif o is None or n is None or line.startswith("\\"):
+            out.append((None, None))
+        elif line.startswith("+"):
+            out.append((None, n))
+            n += 1
+        elif line.startswith("-"):
+            out.append((o, None))
+            o += 1
+        else:
+            out.append((o, n))
+            o, n = o + 1, n + 1
+    return out
+
+
+def unified(
+    lines: list[str], header: str | None = None, numbers: list[tuple[int | None, int | None]] | None = None
+) -> str:
+    """Lines of a patch (without the ``@@`` header) as a unified diff: blue added, orange removed; with
+    the hunk's ``header`` (or ``numbers``), each line carries its old and new line numbers (a gutter
+    drawn by the style sheet, outside the line's text; ``data-n`` is the line a comment is about)."""
+    nums = numbers if numbers is not None else numbered(lines, header)
+    out = ["<pre class='diff'>"]
+    for line, (o, n) in zip(lines, nums, strict=False):
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
-        out.append(f"<span class='{kind}'>{escape(line) or ' '}</span>")
+        attrs = ""
+        if o is not None or n is not None:
+            attrs = f" data-ln='{o or '':>5} {n or '':>5} '" + (f" data-n='{n or o}'")
+        out.append(f"<span class='{kind}'{attrs}>{escape(line) or ' '}</span>")
     out.append("</pre>")
     return "".join(out)
 
@@ -369,7 +409,7 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     else:
         lines = _patch_lines(f["patch"])
     piece = lines[start : start + LINES_PER_FILE]
-    out = unified(piece)
+    out = unified(piece, numbers=numbered(lines)[start : start + LINES_PER_FILE])
     if start + LINES_PER_FILE < len(lines):
         extra = ("&" + sel.query()) if sel else ""
         more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}{extra}"

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from sandbox.run.run import Run
 from sandbox.store.fsutil import human_size
+from sandbox.ui import names
 from sandbox.ui.diffs import run_diff, unified
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
@@ -30,13 +31,12 @@ class Boot(TypedDict, total=False):
     tips: dict[str, str | None]
 
 
-def _page(title: str, body: str, token: str, data: Boot | None = None) -> str:
-    """A whole page: the token in a meta tag (the script sends it with each action)."""
+def _page(title: str, body: str, data: Boot | None = None) -> str:
+    """A whole page, as the shell's script fetches it with the token (:mod:`sandbox.ui.auth`): no token in it."""
     boot = escape(json.dumps(data or {}), quote=True)
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<meta name='sandbox-token' content='{escape(token, quote=True)}'>"
         f"<title>{escape(title)} · sandbox</title>"
         "<link rel='stylesheet' href='/static/vendor/a11y-light.min.css'>"
         "<link rel='stylesheet' href='/static/ui.css'></head>"
@@ -59,10 +59,10 @@ def error_page(message: str) -> str:
 # -- the runs -------------------------------------------------------------------------------------
 
 
-def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -> str:
+def runs_page(rows: list[RunRowJson], tips: dict[str, str | None]) -> str:
     """Every run: label, state, calls, changed paths, disk, isolation, what is applied."""
     if not rows:
-        return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>", token)
+        return _page("runs", "<h1>Runs</h1><p>No runs. Start one with <code>sandbox start</code>.</p>")
     body = ["<h1>Runs</h1><form action='/compare' method='get' id='compare-form'>"]
     body.append(
         "<table class='runs'><thead><tr><th></th><th>run</th><th>label</th><th class='opt'>created</th><th>calls</th>"
@@ -78,13 +78,13 @@ def runs_page(rows: list[RunRowJson], token: str, tips: dict[str, str | None]) -
         applied = f"{r.get('unapplied_calls', 0)}" + (f" ({len(partly)} partly)" if partly else "")
         body.append(
             f"<tr class='run-row'><td><input type='checkbox' name='run' value='{rid}' aria-label='compare {rid}'></td>"
-            f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{escape(r.get('label') or '')}</td>"
+            f"<td><a href='/run/{quote(r['run'])}'>{rid}</a></td><td>{names.text(r.get('label') or '')}</td>"
             f"<td class='opt'>{escape(when(r.get('created_at')))}</td><td>{r.get('calls', 0)}</td><td>{statuses}</td>"
             f"<td>{r.get('changed_paths', 0)}</td><td>{escape(applied)}</td>"
             f"<td class='opt'>{_disk(r)}</td></tr>"
         )
     body.append("</tbody></table><button type='submit'>Compare the checked runs</button></form>")
-    return _page("runs", "".join(body), token, {"page": "runs", "tips": tips})
+    return _page("runs", "".join(body), {"page": "runs", "tips": tips})
 
 
 def _disk(row: RunRowJson) -> str:
@@ -98,20 +98,17 @@ def _disk(row: RunRowJson) -> str:
 # -- one run --------------------------------------------------------------------------------------
 
 
-def run_page(run: Run, token: str) -> str:
+def run_page(run: Run) -> str:
     """One run: its summary, the call timeline, the whole diff with hunk picking, conflicts, resume."""
     from sandbox.runs.summary import summarize
 
     row = summarize(run)
     rid = escape(run.run_id)
     named = row.get("label")
-    label = f" <span class='label'>{escape(named)}</span>" if named else ""
-    statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
+    label = f" <span class='label'>{names.text(named)}</span>" if named else ""
     body = [
         f"<h1>Run {rid}{label}</h1>",
-        f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
-        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
-        f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>",
+        _facts(run, row),
         _markers(row.get("conflict_markers") or []),
         "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
@@ -119,8 +116,9 @@ def run_page(run: Run, token: str) -> str:
         "<button data-action='undo'>Undo</button><button data-action='redo'>Redo</button>"
         "<label><input type='checkbox' id='split'> side by side</label></div>",
         "<div id='result' class='result' aria-live='polite'></div>",
-        "<section><h2>Calls</h2><div id='timeline'>",
-        timeline(run),
+        _calls_section(run),
+        "<section><h2>Comments</h2><div id='comments'>",
+        comments_html(run),
         "</div></section>",
         "<section><h2>Resume</h2>",
         _resume(run),
@@ -134,7 +132,66 @@ def run_page(run: Run, token: str) -> str:
         + quote(run.run_id)
         + "/conflicts'><p class='muted'>Loading...</p></div></section>",
     ]
-    return _page(f"run {run.run_id}", "".join(body), token, {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+    return _page(f"run {run.run_id}", "".join(body), {"page": "run", "run": run.run_id, "tip": run.ledger_tip()})
+
+
+def _facts(run: Run, row: RunRowJson) -> str:
+    statuses = ", ".join(f"{v} {escape(k)}" for k, v in sorted((row.get("by_status") or {}).items())) or "none"
+    return (
+        f"<p class='facts'>created {escape(when(row.get('created_at')))} · calls: {row['calls']} ({statuses}) · "
+        f"{row['changed_paths']} changed path(s) · {row['unapplied_calls']} call(s) not applied · {_refused(run)}"
+        f"worktree <code>{escape(row.get('worktree') or 'none here')}</code></p>"
+    )
+
+
+def facts_html(run: Run) -> str:
+    """The run page's header facts and the calls' count, for a live update in place."""
+    from sandbox.runs.summary import summarize
+
+    return _facts(run, summarize(run)) + _calls_count(run)
+
+
+def _calls_count(run: Run) -> str:
+    state = run.state()
+    empty = sum(1 for c in state.order if not state.calls[c].files)
+    return f"<span class='muted' id='calls-count'>({len(state.order)}; {empty} changed nothing)</span>"
+
+
+#: Above this many calls the Calls section starts collapsed: the changes are what a reviewer came for.
+OPEN_CALLS = 50
+
+
+def _calls_section(run: Run) -> str:
+    """The timeline in a collapsible section, with the filter that hides calls that changed nothing."""
+    total = len(run.state().order)
+    return (
+        f"<section><details id='calls'{' open' if total <= OPEN_CALLS else ''}>"
+        f"<summary><h2>Calls {_calls_count(run)}</h2></summary>"
+        "<label class='filter'><input type='checkbox' id='hide-empty'> hide the calls that changed nothing</label>"
+        f"<div id='timeline'>{timeline(run)}</div></details></section>"
+    )
+
+
+def comments_html(run: Run) -> str:
+    """The run's review comments (``sandbox comments``): where, what, and whether the agent got them."""
+    from sandbox.run import comments
+
+    found = comments.listed(run)
+    if not found:
+        return (
+            "<p class='muted'>No comments. Click a line number in the changes below to leave one; "
+            f"<code>sandbox resume {escape(run.run_id)} --continue</code> hands them to the agent.</p>"
+        )
+    rows = []
+    for c in found:
+        went = "not sent yet" if c.sent_at is None else f"sent to {c.sent_agent or 'the agent'}"
+        if c.sent_at is not None:
+            went += f" session {c.sent_session}" if c.sent_session else " (a new session)"
+        rows.append(
+            f"<li class='comment' data-comment='{escape(c.id, quote=True)}'><code>{escape(c.where)}</code> "
+            f"<span class='badge {'muted' if c.sent_at else 'warn'}'>{escape(went)}</span> {escape(c.text)}</li>"
+        )
+    return "<ul class='comments'>" + "".join(rows) + "</ul>"
 
 
 def _refused(run: Run) -> str:
@@ -173,7 +230,7 @@ def _resume(run: Run) -> str:
     for e in open_calls:
         decision = classify(e)
         rows.append(
-            f"<li><code>{escape(e.call_id)}</code> {escape(e.tool_name)} <code>{escape(command(e))}</code>: "
+            f"<li><code>{escape(e.call_id)}</code> {names.text(e.tool_name)} <code>{names.text(command(e))}</code>: "
             f"{escape(str(getattr(decision, 'value', decision)))}</li>"
         )
     out = ["<ul class='resume'>" + "".join(rows) + "</ul>" if rows else ""]
@@ -202,7 +259,7 @@ def conflicts(run: Run) -> str:
         sides = " · ".join(f"{s.label}: {escape(s.describe())}" for s in (c.base, c.agent, c.yours))
         regions = "".join(unified(r.lines) for r in c.regions)
         out.append(
-            f"<div class='conflict'><h3><code>{escape(c.path)}</code></h3><p class='refused'>{escape(c.reason)}</p>"
+            f"<div class='conflict'><h3>{names.name(c.path)}</h3><p class='refused'>{escape(c.reason)}</p>"
             f"<p>what to do: {escape(c.hint)}</p><p class='muted'>{sides}</p>{regions}</div>"
         )
     return "".join(out)
@@ -211,7 +268,7 @@ def conflicts(run: Run) -> str:
 # -- best of N and approvals ------------------------------------------------------------------------
 
 
-def compare_page(runs: list[Run], token: str) -> str:
+def compare_page(runs: list[Run]) -> str:
     """Runs side by side: compare's table, each run's check result (``compare --check``, a recorded
     call of tool ``check``), a link to each run, and the paths where they disagree."""
     from sandbox.runs.compare import compare
@@ -231,7 +288,7 @@ def compare_page(runs: list[Run], token: str) -> str:
         failed = f"{row.failed}" + (f" +{row.uncertain} uncertain" if row.uncertain else "")
         check = _check_cell(row.run_id, found[row.run_id])
         out.append(
-            f"<tr><td><a href='{link}'>{escape(row.run_id)}</a></td><td>{escape(row.label or '')}</td>"
+            f"<tr><td><a href='{link}'>{escape(row.run_id)}</a></td><td>{names.text(row.label or '')}</td>"
             f"<td>{row.calls}</td><td>{escape(failed)}</td><td>{row.files}</td><td class='addn'>+{row.added}</td>"
             f"<td class='deln'>-{row.removed}</td><td class='check'>{check}</td></tr>"
         )
@@ -246,7 +303,7 @@ def compare_page(runs: list[Run], token: str) -> str:
         each = ", ".join(f"{escape(rid)} {escape(st)}" for rid, st in states.items())
         out.append(f"<li><code>{escape(path)}</code>: {each}</li>")
     out.append("</ul>")
-    return _page("compare", "".join(out), token)
+    return _page("compare", "".join(out))
 
 
 def _last_check(run: Run) -> tuple[Any, Any] | None:
@@ -280,7 +337,7 @@ def _check_cell(run_id: str, found: tuple[Any, Any] | None) -> str:
     )
 
 
-def approvals_page(runs: list[Run], token: str) -> str:
+def approvals_page(runs: list[Run]) -> str:
     """Calls waiting for an answer (planned), and calls the agent did not run, with approve / deny."""
     out = ["<h1>Approvals</h1>"]
     pending = [(run, e) for run in runs for e in run.entries() if e.status.value == "planned"]
@@ -296,14 +353,14 @@ def approvals_page(runs: list[Run], token: str) -> str:
             rid = escape(run.run_id, quote=True)
             out.append(
                 f"<tr><td><a href='/run/{quote(run.run_id)}'>{escape(run.run_id)}</a></td>"
-                f"<td><code>{escape(e.call_id)}</code></td><td>{escape(e.tool_name)}</td>"
-                f"<td class='cmd'><code>{escape(command(e))}</code></td>"
+                f"<td><code>{escape(e.call_id)}</code></td><td>{names.text(e.tool_name)}</td>"
+                f"<td class='cmd'><code>{names.text(command(e))}</code></td>"
                 f"<td><button data-action='approve' data-run='{rid}' data-call='{cid}' class='primary'>"
                 "Approve</button> "
                 f"<button data-action='deny' data-run='{rid}' data-call='{cid}'>Deny</button></td></tr>"
             )
         out.append("</tbody></table>")
-    return _page("approvals", "".join(out), token, {"page": "approvals"})
+    return _page("approvals", "".join(out), {"page": "approvals"})
 
 
 def _markers(paths: list[str]) -> str:

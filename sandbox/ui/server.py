@@ -1,12 +1,8 @@
 """The web application of ``sandbox ui``: its routes, the token guard, and the actions.
 
-The guard (:class:`Guard`) lets a request through only with the page's token: a ``GET`` with
-``?token=`` (the URL the CLI prints) sets it in a cookie (HttpOnly, SameSite=Strict) and redirects
-to the same path without it; later page loads carry the cookie. An action (``POST``) needs the token
-in the ``X-Sandbox-Token`` header (a cookie alone is not enough: another site could make the
-browser send it) and, when the browser says where the request comes from, the page's own origin.
-Requests naming another host are refused (DNS rebinding). The token lives only in this process and
-in the page: nothing is written to disk, so a confined agent cannot read it.
+The guard (:class:`sandbox.ui.auth.Guard`) lets a request through only with the page's token in a
+header its own script sends (the page is a capability held by the tab, never a cookie); see
+:mod:`sandbox.ui.auth`.
 
 Every read opens the run afresh (a ``Run`` per request: pygit2 objects are not shared between the
 server's threads); every write takes one lock and calls the library function the CLI calls
@@ -20,17 +16,15 @@ import hmac
 import html
 import os
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
-from urllib.parse import urlencode
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -38,9 +32,8 @@ from sandbox.errors import SandboxError
 from sandbox.run.run import Run
 from sandbox.store.project import Project
 from sandbox.ui import diffs, pages, timeline
+from sandbox.ui.auth import Codes, Guard
 
-COOKIE = "sandbox_ui"
-HEADER = "x-sandbox-token"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 
 
@@ -52,6 +45,8 @@ class ActionAnswer(TypedDict, total=False):
     #: The apply, preview, undo or redo report as JSON (its model's ``model_dump``).
     report: dict[str, object]
     call_id: str
+    #: A comment's id (``comment``).
+    comment: str
 
 
 @dataclass
@@ -64,6 +59,8 @@ class Settings:
     #: Runs named on the command line (their ids); empty: every run of the repository.
     runs: tuple[str, ...] = ()
     write_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: One-time codes that open the page in a browser (the token never goes on a command line).
+    codes: Codes = field(default_factory=Codes)
 
     @property
     def origins(self) -> tuple[str, ...]:
@@ -73,48 +70,6 @@ class Settings:
     def allows(self, given: str | None) -> bool:
         """True when ``given`` is the token (compared in constant time)."""
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
-
-
-class Guard(BaseHTTPMiddleware):
-    """The token and origin checks in front of every route (see the module docstring)."""
-
-    def __init__(self, app: Any, settings: Settings) -> None:
-        super().__init__(app)
-        self.settings = settings
-
-    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Refuse, redirect with the cookie, or pass the request on."""
-        s = self.settings
-        host = request.headers.get("host", "")
-        if host not in (o.split("//", 1)[1] for o in s.origins):
-            return PlainTextResponse("This page answers only on 127.0.0.1.", status_code=400)
-        given = request.query_params.get("token")
-        if request.method in ("GET", "HEAD"):
-            if given is not None:
-                if not s.allows(given):
-                    return _unauthorized()
-                rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-                target = request.url.path + ("?" + urlencode(rest) if rest else "")
-                response = RedirectResponse(target, status_code=303)
-                response.set_cookie(COOKIE, s.token, httponly=True, samesite="strict", path="/")
-                return response
-            if s.allows(request.cookies.get(COOKIE)) or s.allows(request.headers.get(HEADER)):
-                return await call_next(request)
-            return _unauthorized()
-        if not s.allows(request.headers.get(HEADER)):
-            return _unauthorized()
-        origin = request.headers.get("origin")
-        if origin is not None and origin not in s.origins:
-            return PlainTextResponse("Cross-site requests are refused.", status_code=403)
-        if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
-            return PlainTextResponse("Cross-site requests are refused.", status_code=403)
-        return await call_next(request)
-
-
-def _unauthorized() -> Response:
-    return PlainTextResponse(
-        "This page needs the token in the address 'sandbox ui' printed; open that address.", status_code=401
-    )
 
 
 class _Routes:
@@ -139,11 +94,11 @@ class _Routes:
         # Bounded per run, as 'sandbox list' counts: a sum of every file on every load grows with the runs.
         rows = summarize_runs(s.project, disk=True, disk_limit=STATUS_DISK_ENTRIES)
         rows = [r for r in rows if not s.runs or r["run"] in s.runs]
-        return HTMLResponse(pages.runs_page(rows, s.token, _tips(s)))
+        return HTMLResponse(pages.runs_page(rows, _tips(s)))
 
     def run_page(self, request: Request) -> Response:
         run = self.open_run(request)
-        return HTMLResponse(pages.run_page(run, self.s.token))
+        return HTMLResponse(pages.run_page(run))
 
     def calls(self, request: Request) -> Response:
         return HTMLResponse(timeline.timeline(self.open_run(request)))
@@ -162,6 +117,17 @@ class _Routes:
         run = self.open_run(request)
         side = request.query_params.get("view") == "split"
         return HTMLResponse(diffs.call_diff(run, request.path_params["call_id"], side_by_side=side))
+
+    def facts(self, request: Request) -> Response:
+        return HTMLResponse(pages.facts_html(self.open_run(request)))
+
+    def comments(self, request: Request) -> Response:
+        return HTMLResponse(pages.comments_html(self.open_run(request)))
+
+    def call_output(self, request: Request) -> Response:
+        from sandbox.ui.evidence import output_html
+
+        return HTMLResponse(output_html(self.open_run(request), request.path_params["call_id"]))
 
     def file_rest(self, request: Request) -> Response:
         run = self.open_run(request)
@@ -184,12 +150,12 @@ class _Routes:
             ids = group_of(s.project, Run.open(s.project, ids[0]))
         if len(ids) < 2:
             raise SandboxError("Name two or more runs to compare (or one run of a 'start --count' group).")
-        return HTMLResponse(pages.compare_page([Run.open(s.project, i) for i in dict.fromkeys(ids)], s.token))
+        return HTMLResponse(pages.compare_page([Run.open(s.project, i) for i in dict.fromkeys(ids)]))
 
     def approvals(self, request: Request) -> Response:
         s = self.s
         ids = [r for r in s.project.run_ids() if not s.runs or r in s.runs]
-        return HTMLResponse(pages.approvals_page([Run.open(s.project, i) for i in ids], s.token))
+        return HTMLResponse(pages.approvals_page([Run.open(s.project, i) for i in ids]))
 
     def tips(self, request: Request) -> Response:
         return JSONResponse(_tips(self.s))
@@ -233,6 +199,9 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/timeline", r.calls),
         Route("/run/{run_id}/diff", r.run_diff),
         Route("/run/{run_id}/call/{call_id}/diff", r.call_diff),
+        Route("/run/{run_id}/call/{call_id}/output", r.call_output),
+        Route("/run/{run_id}/comments", r.comments),
+        Route("/run/{run_id}/facts", r.facts),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
         Route("/compare", r.compare),
@@ -292,6 +261,18 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
             return 200, moved
         report = (undo.undo if name == "undo" else undo.redo)(run)
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
+    if name == "comment":
+        from sandbox.run import comments
+
+        line = body.get("line")
+        made = comments.add(
+            run,
+            str(body.get("path") or ""),
+            line if isinstance(line, int) and not isinstance(line, bool) else None,
+            str(body.get("text") or ""),
+        )
+        said = f"Comment {made.id} on {made.where} recorded; 'sandbox resume {run.run_id} --continue' hands it on."
+        return 200, {"ok": True, "message": said, "comment": made.id}
     if name in ("approve", "deny"):
         from sandbox.run.names import resolve_call
 

@@ -24,7 +24,8 @@ from urllib.parse import quote
 from sandbox.fast import views
 from sandbox.models import LedgerEntry, LedgerState
 from sandbox.run.run import Run
-from sandbox.ui import recovery
+from sandbox.ui import names, recovery
+from sandbox.ui.evidence import output_src
 from sandbox.ui.recovery import Rewind, Rewinds, moment
 
 STATUS_CLASS = {
@@ -259,9 +260,7 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
         marks.append(f"<span class='badge muted'>rolled back{by}</span>")
     if e.approval is not None and e.approval.value == "denied":
         marks.append(f"<span class='badge bad'>denied: {escape(e.denial_reason or 'no reason')}</span>")
-    files = " ".join(f"<code>{escape(f.path)}</code>" for f in e.files[:6]) + (
-        f" +{len(e.files) - 6}" if len(e.files) > 6 else ""
-    )
+    files = " ".join(names.name(f.path) for f in e.files[:6]) + (f" +{len(e.files) - 6}" if len(e.files) > 6 else "")
     session = ""
     if sessions and e.agent_session:  # the agent was relaunched or forked: which session ran this call
         session = f" <span class='session'>session {_short(e.agent_session, sessions)}</span>"
@@ -269,12 +268,12 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     row = [
         f"<tr class='call {escape(status)}{' out' if e.rolled_back else ''}' id='call-{cid}' tabindex='0' "
         f"data-call='{cid}' "
-        f"data-diff='{escape(diff_src, quote=True)}'>"
+        f"data-diff='{escape(diff_src, quote=True)}' data-output='{escape(output_src(run, e), quote=True)}'>"
         f"<td title='{cid}'>{e.seq}</td><td class='opt'><code>{cid}</code></td>"
         f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
-        f"<td>{escape(e.tool_name)}{session}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
+        f"<td>{names.text(e.tool_name)}{session}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
         f"<td class='opt'>{took(e)}</td>"
-        f"<td class='cmd'><code>{escape(command(e))}</code></td><td class='files'>{files}</td></tr>"
+        f"<td class='cmd'><code>{names.text(command(e))}</code></td><td class='files'>{files}</td></tr>"
     ]
     if status == "uncertain":
         row.append(
@@ -292,6 +291,8 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     if e.error and status not in ("interrupted", "violation"):
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
+    if not e.files:  # every row of a call that changed nothing: the page's filter hides them together
+        return "".join(row).replace("<tr class='", "<tr class='nofiles ")
     return "".join(row)
 
 

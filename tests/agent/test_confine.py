@@ -21,7 +21,7 @@ import pytest
 
 from sandbox.agent import adapters, agentstate, bwrap, confine, envfilter, sandboxpolicy, seatbelt
 from sandbox.run import config
-from tests.conftest import sandbox_cmd
+from tests.conftest import sandbox_cmd, scaled, wait_until
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap is not installed (make venv installs it)")
@@ -667,3 +667,46 @@ def test_exec_is_bounded_in_memory_where_that_costs_no_slow_cgroup_move(repo: Pa
     hog = "b = bytearray(256 * 1024 * 1024); print('survived')"
     proc = sandbox_cmd("exec", run_id, "--", sys.executable, "-c", hog, cwd=repo)
     assert proc.returncode != 0 and b"survived" not in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
+
+
+_LAUNCHER = """
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, lambda *_: None)  # handled, not ignored: the child gets its default back
+child = subprocess.Popen([sys.executable, "-c", "import time; open('child.started', 'w').close(); time.sleep(60)"])
+sys.exit(child.wait() and 130)
+"""
+
+
+@needs_bwrap
+def test_sigint_reaches_a_launchers_child_as_a_terminals_would(tmp_path: Path) -> None:
+    """An agent whose launcher ignores Ctrl-C and relaunches itself (Gemini CLI's node does): SIGINT sent to
+    the sandbox's command without a terminal reaches the whole group, so the child stops too (it ran on)."""
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), readable=visible())
+    proc = confine.spawn(isolation(), policy, [sys.executable, "-c", _LAUNCHER], str(tmp_path))
+    wait_until(lambda: (tmp_path / "child.started").exists(), timeout=30)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait() == 130
+    assert time.monotonic() - started < scaled(20)  # the child slept 60 s
+
+
+@needs_bwrap
+def test_the_sandboxs_own_bubblewrap_is_known_while_it_ends(tmp_path: Path) -> None:
+    """A bubblewrap that is ending has no ``exe`` link any more; it is still the sandbox's own (by its name
+    and its place in the PID namespaces), never reported as a process the agent left running."""
+    from sandbox.agent import procs
+
+    proc = subprocess.Popen(["bwrap", "--ro-bind", "/", "/", "true"])
+    try:
+        wait_until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 30)
+        with pytest.raises(OSError):
+            os.readlink(f"/proc/{proc.pid}/exe")
+        assert procs.sandbox_own(proc.pid)
+    finally:
+        proc.wait()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not procs.sandbox_own(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -275,3 +275,41 @@ def test_a_pair_prefix_is_bounded_and_printable_as_a_call_id(repo: Path, prefix:
     assert result.exit_code == 1 and "'pair_prefix'" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert reopen(run).entries() == []
+
+
+def _cancelled(text: str, display: str, output: str = "") -> dict[str, object]:
+    """A shell result of Gemini CLI 0.61 for a command it stopped (its text, then the output so far)."""
+    body = text + (f" Below is the output before it was cancelled:\n{output}" if output else " There was no output")
+    return {"llmContent": f"<untrusted_context>\n{body}\n</untrusted_context>", "returnDisplay": display}
+
+
+def test_gemini_shell_call_cancelled_by_the_user_is_interrupted(repo: Path) -> None:
+    """Ctrl-C or Esc in Gemini's UI stops the command; Gemini says so only in the text (no error, no exit
+    code). The call is ``interrupted`` with what it wrote (it was recorded ``succeeded``); a command that
+    prints the sentence itself, or Gemini's own time limit, is never taken for the user's interrupt."""
+    user = _cancelled("Command was cancelled by user before it could complete.", "Command cancelled by user.", "1\n2")
+    assert gemini.shell_cancelled(user) == "user"
+    timeout = _cancelled(
+        "Command was automatically cancelled because it exceeded the timeout of 5.0 minutes without output.",
+        "Command was automatically cancelled because it exceeded the timeout of 5.0 minutes without output.",
+    )
+    assert gemini.shell_cancelled(timeout) == "timeout"
+    forged = _shell("Command was cancelled by user before it could complete.", "Process Group PGID: 12")
+    assert gemini.shell_cancelled(forged) is None
+    assert gemini.shell_cancelled({"llmContent": 3}) is None and gemini.shell_cancelled("text") is None
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    statuses = []
+    for response in (user, timeout, forged):
+        doc = fixture("gemini", "run_shell_command", wt)
+        assert hook("gemini", doc["before"]).exit_code == 0
+        write(wt, "partial.txt", f"written before the stop {len(statuses)}\n")
+        after = dict(doc["after"], tool_response=response)
+        assert hook("gemini", after).exit_code == 0
+        entry = reopen(run).entries()[-1]
+        statuses.append((entry.status.value, entry.error))
+        assert [f.path for f in entry.files] == ["partial.txt"]
+    assert statuses[0][0] == "interrupted" and "cancelled the command" in (statuses[0][1] or "")
+    assert statuses[1] == ("failed", "Gemini CLI cancelled the command: it ran past Gemini's time limit without output")
+    assert statuses[2] == ("succeeded", None)

@@ -300,7 +300,8 @@ def test_exec_through_the_host_passes_the_exit_code_and_records_a_failure(repo: 
                        cwd=repo)  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     entry = reopen(run).entry("call_hosted2")
-    assert entry.status.value == "failed" and entry.result == {"exit_code": 3}
+    assert entry.status.value == "failed" and entry.result["exit_code"] == 3
+    assert set(entry.result) == {"exit_code", "output_tail"}  # the output's tails, kept beside (#34)
     assert [f.path for f in entry.files] == ["x.txt"]
 
 

@@ -318,3 +318,45 @@ def test_a_pushed_codex_run_continues_its_conversation_in_another_clone(
     entries = {e.call_id: e for e in Run.open(project, run.run_id).entries()}
     assert entries[later.calls[0].call_id].status == CallStatus.succeeded
     assert entries[later.calls[0].call_id].agent_session == entries[ids[0]].agent_session  # the same session
+
+
+def test_codex_sigint_without_a_terminal_leaves_the_running_call_interrupted(
+    codex_bin: str, repo: Path, tmp_path: Path, marker: str
+) -> None:
+    """Ctrl-C as a script sends it (SIGINT to ``sandbox run``'s group, no terminal) while Codex's MCP tool runs
+    a command: the call ends ``interrupted`` with the file it wrote, every time (its MCP server went with the
+    session before it recorded anything, and the call was left ``started``, in 3 of 6 runs)."""
+    run = cli_start(repo)
+    wt = Path(run.worktree)
+    command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
+    long_call = mcp("run_command", command=command)
+    with ResponsesServer([long_call]) as server:
+        proc = subprocess.Popen(
+            [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
+            + ["--strict-config", "--color=never", "Do the task."],
+            cwd=repo,
+            env=codex_env(tmp_path, server, repo),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a group of its own, as a script's job
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+    entries = {e.call_id: e for e in reopen(run).entries()}
+    call = entries[long_call.calls[0].call_id]
+    assert call.status == CallStatus.interrupted, (call.status, call.error, err)
+    assert [f.path for f in call.files] == ["started.txt"], err
+    assert not (wt / "late.txt").exists()
+    assert "bwrap" not in err, err

@@ -23,7 +23,7 @@ import pytest
 
 from sandbox.agent import procs
 from tests.agents import gemini_server as gs
-from tests.conftest import sandbox_cmd, tree_digest, user_state
+from tests.conftest import sandbox_cmd, scaled, tree_digest, user_state
 
 pytestmark = pytest.mark.agents
 
@@ -357,3 +357,48 @@ def test_hooks_install_then_gemini_started_by_the_user(
     assert [(e["tool_name"], e["status"], files_of(e)) for e in entries] == [
         ("write_file", "succeeded", ["by_user.txt"])
     ]
+
+
+def test_sigint_without_a_terminal_stops_confined_gemini_and_its_call_is_interrupted(
+    repo: Path, run_id: str, gemini_home: Path, gemini_bin: str, tmp_path: Path
+) -> None:
+    """Ctrl-C as a script sends it (SIGINT to ``sandbox run``'s process group, no terminal): it reaches the
+    confined Gemini CLI's whole group, as a terminal's would, so Gemini stops (its launcher ignores SIGINT and
+    its relaunched child ran on for the whole command); the running shell call is ``interrupted`` with the
+    file it wrote, never left ``started`` or taken for a success."""
+    command = "echo partial > partial.txt; sleep 300; echo late > late.txt"
+    turns = [gs.call("run_shell_command", command=command, description=SHELL_DESC), gs.text("done")]
+    wt = worktree_of(repo, run_id)
+    exe = Path(sys.executable).parent / "sandbox"
+    with gs.serve(turns) as server:
+        proc = subprocess.Popen(
+            [str(exe), "run", run_id, "--", gemini_bin, "-p", "do the task", "--yolo"],
+            cwd=repo,
+            env={**os.environ, **agent_env(server, gemini_home)},
+            stdout=(tmp_path / "out").open("wb"),
+            stderr=(tmp_path / "err").open("wb"),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a group of its own, as a script's job; no terminal
+        )
+        try:
+            wait_for(lambda: (wt / "partial.txt").exists() and log(repo, run_id), 120)
+            time.sleep(0.5)
+            signalled = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=scaled(60))
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    err = (tmp_path / "err").read_text()
+    assert took < scaled(30), err  # the command alone would have run 300 s
+    assert not (wt / "late.txt").exists()
+    # The call, then the session's end (an interrupted session's last cut says so, with no file of its own:
+    # the file the stopped command wrote is the call's alone).
+    entries = log(repo, run_id)
+    shown = str([(e["tool_name"], e["status"], files_of(e)) for e in entries])
+    assert [(e["tool_name"], e["status"]) for e in entries][:1] == [("run_shell_command", "interrupted")], shown
+    assert files_of(entries[0]) == ["partial.txt"], shown
+    assert all(e["tool_name"] == "agent_session" and not files_of(e) for e in entries[1:]), shown
+    assert "bwrap" not in err, err  # the sandbox's own bubblewrap is never "a process the agent left running"

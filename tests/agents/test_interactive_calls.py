@@ -310,3 +310,61 @@ def test_esc_rejected_gemini_call_is_not_run(gemini_bin: str, repo: Path, tmp_pa
     (call,) = _log(repo, run_id)
     assert call["tool_name"] == "run_shell_command" and call["status"] == "not_run", shown
     assert call["files"] == [] and not (wt / "rejected.txt").exists()
+
+
+def test_ctrl_c_during_a_running_gemini_shell_call_leaves_it_interrupted_with_its_file(
+    gemini_bin: str, repo: Path, tmp_path: Path
+) -> None:
+    """Gemini CLI stops a running command on Ctrl-C and says so only in the tool's text ("Command was cancelled
+    by user"): the call is ``interrupted`` with the file it wrote (it was recorded ``succeeded``)."""
+    run_id, wt = _start(repo)
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    command = "echo partial > partial.txt; sleep 120; echo late > late.txt"
+    turns = [gs.call("run_shell_command", command=command, description="scripted"), gs.text("OK.")]
+    with gs.serve(turns) as server:
+        env = {
+            "HOME": str(home),
+            "GOOGLE_GEMINI_BASE_URL": server.base_url,
+            "GEMINI_API_KEY": "test-key",
+            "SANDBOX_HOOK_AUTOSTART": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        prefix = _env_prefix(env, tuple(env))
+        agent = f"{SANDBOX} run {run_id} -- {gemini_bin}"
+        pane = Pane(tmp_path, f"sbx-gemcc-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {prefix} {agent} 2>&1")
+        try:
+            pane.wait("Type your message", timeout=90)
+            time.sleep(1.0)  # its input box takes keys a moment after it is drawn
+            pane.keys("run it")
+            pane.wait("> run it")
+            time.sleep(0.5)
+            pane.keys("Enter")
+            pane.wait("Allow execution")
+            pane.keys("Enter")  # "Allow once"
+            deadline = time.monotonic() + 60
+            while not (wt / "partial.txt").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert (wt / "partial.txt").exists(), pane.text()
+            time.sleep(1.0)
+            pane.keys("C-c")  # stops the running command
+            _settle(repo, run_id)
+            time.sleep(0.5)
+            pane.keys("/quit")
+            for _ in range(3):  # the first Enter may only pick the completion it offers
+                time.sleep(0.5)
+                pane.keys("Enter")
+                if pane.shows("SANDBOX-EXITED", 5.0):
+                    break
+            shown = pane.wait("SANDBOX-EXITED")
+        finally:
+            pane.close()
+    calls = [c for c in _log(repo, run_id) if c["tool_name"] == "run_shell_command"]
+    assert len(calls) == 1, shown
+    (call,) = calls
+    assert call["status"] == "interrupted", (call, shown)
+    assert [f["path"] for f in call["files"]] == ["partial.txt"]
+    assert not (wt / "late.txt").exists()

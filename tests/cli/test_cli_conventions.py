@@ -99,3 +99,21 @@ def test_partial_applies_do_not_list_earlier_paths_again(tmp_path: Path) -> None
     assert "d.txt" in out
     assert "skipped" not in out and out.count("a.txt") <= 1
     assert "3 path(s) already applied in your tree" in out
+
+
+def test_the_help_lists_each_command_by_the_first_sentence_of_its_own_help() -> None:
+    """``sandbox --help`` prints the registered summaries (importing no command): each is its command's."""
+    import click
+
+    from sandbox.cli.app import cli
+    from sandbox.cli.commands import COMMANDS, SUMMARIES
+    from sandbox.cli.group import _first_sentence
+
+    ctx = click.Context(cli)
+    shown = {}
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
+        if not command.hidden:
+            shown[name] = command.short_help or _first_sentence(command.help or "")
+    assert shown == SUMMARIES

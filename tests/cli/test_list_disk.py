@@ -72,7 +72,7 @@ def test_list_counts_at_most_its_bound_per_run_and_disk_counts_all(tmp_path: Pat
     project, _, _ = Project.discover(str(repo))
     full = {r["label"]: r for r in summarize_runs(project, disk=True, disk_limit=STATUS_DISK_ENTRIES)}
     assert full["big"]["disk_complete"] is False and full["small"]["disk_complete"] is True
-    page = runs_page(list(full.values()), "token", {})
+    page = runs_page(list(full.values()), {})
     assert page.count("more than ") == 1
 
 
@@ -81,6 +81,6 @@ def test_runs_page_says_more_than_past_the_bound() -> None:
         run="r1", label=None, created_at=None, worktree_exists=True, calls=0, changed_paths=0, disk_bytes=2048
     )
     row["disk_complete"] = False
-    assert "more than 2.0 KiB" in runs_page([row], "token", {})
+    assert "more than 2.0 KiB" in runs_page([row], {})
     row["disk_complete"] = True
-    assert "more than" not in runs_page([row], "token", {}) and "2.0 KiB" in runs_page([row], "token", {})
+    assert "more than" not in runs_page([row], {}) and "2.0 KiB" in runs_page([row], {})

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from sandbox.cli import cli
-from sandbox.cli.common import run_main
+from sandbox.cli.edge import run_main
 from tests.conftest import sandbox_cmd
 from tests.run.test_names import start, write_calls
 

@@ -12,8 +12,15 @@ from conftest import sandbox_cmd, wait_until
 
 
 def _demo_env(tmp_path: Path) -> dict[str, str]:
-    # The demo's commands start the repository's host as a user's would (autostart on).
-    return {"XDG_DATA_HOME": str(tmp_path / "data"), "SANDBOX_HOOK_AUTOSTART": "1"}
+    # The demo's commands start the repository's host as a user's would (autostart on); its throwaway
+    # directory is made in a temporary directory of the test's own, so what is left there shows.
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {"XDG_DATA_HOME": str(tmp_path / "data"), "SANDBOX_HOOK_AUTOSTART": "1", "TMPDIR": str(tmp_path / "tmp")}
+
+
+def _left_behind(tmp_path: Path) -> list[str]:
+    """Whatever the demo left in the user's data directory or the temporary directory."""
+    return sorted(str(p) for base in ("data", "tmp") if (tmp_path / base).is_dir() for p in (tmp_path / base).iterdir())
 
 
 def _holders(prefix: str) -> list[int]:
@@ -51,7 +58,10 @@ def test_demo_removes_its_run_home_and_host(tmp_path: Path) -> None:
     repo = first.split(" at ", 1)[1].split(",", 1)[0]
     assert not os.path.exists(repo)
     assert _homes(tmp_path) == []
-    wait_until(lambda: not _holders(os.path.dirname(repo)), timeout=30)
+    # Nothing at all in the user's data directory (not even the repository's home), no temporary
+    # directory, and no process (the repository's host) holding anything of the demo's.
+    assert _left_behind(tmp_path) == []
+    assert not _holders(os.path.dirname(repo))
     # The last lines never tell the user to cd into the directory that was just removed.
     assert f"cd {repo}" not in out
 
@@ -72,6 +82,7 @@ def test_demo_cut_short_by_a_closed_pipe_leaves_nothing(tmp_path: Path) -> None:
     proc.wait(timeout=300)
     assert not os.path.exists(repo)
     assert _homes(tmp_path) == []
+    assert _left_behind(tmp_path) == []
     wait_until(lambda: not _holders(os.path.dirname(repo)), timeout=30)
 
 

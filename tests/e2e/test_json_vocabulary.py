@@ -82,6 +82,11 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     assert all(e["started_at"] is None or e["started_at"].endswith("Z") for e in entries)
     one = cli_json(runner, "log --call", *c, "log", run_id, "--call", "1")
     assert one["call_id"] == entry["call_id"]
+    shown = cli_json(runner, "log --call", *c, "log", run_id, "--call", ran["call_id"])
+    assert set(shown["output"]) == {"output"} and shown["output"]["output"]["bytes"] == 0  # --json: one place
+    made = cli_json(runner, "comment", *c, "comment", run_id, "src/two.txt:1", "Say", "three.")
+    assert made["call_id"] == ran["call_id"] and made["line"] == 1
+    assert cli_json(runner, "comments", *c, "comments", run_id)[0]["id"] == made["id"]
     diff = cli_json(runner, "diff", *c, "diff", run_id, "--call", "@")
     assert diff["call_id"] == ran["call_id"] and "call" not in diff
     cli_json(runner, "checkpoints", *c, "checkpoints", run_id)

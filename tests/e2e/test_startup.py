@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,11 @@ APPLY_MODULES = {
     "sandbox.cli.app",
     "sandbox.cli.commands",
     "sandbox.cli.escape",
-    "sandbox.cli.common",
+    "sandbox.cli.edge",
+    "sandbox.cli.finding",
+    "sandbox.cli.group",
+    "sandbox.cli.jsonout",
+    "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.hookrun",
     "sandbox.cli.output",
@@ -233,3 +238,91 @@ def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     assert "sandbox.run.run" in heavy_loaded(proc.stderr.decode())
+
+
+#: Every module of the package the hook command Claude Code runs (``-I -S``, see
+#: :func:`sandbox.cli.hooks_cmd.hook_command`) may load while a host serves the run (issue 30): the
+#: hand-over to the host and this one agent's adapter, not the other agents' adapters.
+HOOK_MODULES = {
+    "sandbox",
+    "sandbox.cli",
+    "sandbox.cli.hookrun",
+    "sandbox.errors",
+    "sandbox.agent",
+    "sandbox.agent.adapters",
+    "sandbox.agent.adapters.claude_code",
+    "sandbox.agent.hookproto",
+    "sandbox.agent.wire",
+    "sandbox.store",
+    "sandbox.store.layout",
+}
+#: Standard-library modules the hook has no use for, each a few milliseconds of every tool call
+#: (measured with bench/cases/startup.py): ``typing``, ``dataclasses`` (it imports ``inspect``),
+#: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``,
+#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``).
+HOOK_NEVER = {
+    *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
+    *("pathlib", "subprocess", "ast", "tokenize", "socket", "selectors"),
+}
+
+#: Prepended to a ``python -c`` program: the names in ``sys.modules`` when the process exits, one a line,
+#: into the file ``sys.argv`` names after the program's own arguments are taken off. ``-X importtime``
+#: does not see what ``importlib.import_module`` loads (the commands of the group, the agents' adapters).
+AT_EXIT = (
+    "import atexit, sys; _out = sys.argv.pop(); "
+    "atexit.register(lambda: open(_out, 'w', encoding='utf-8').write('\\n'.join(sorted(sys.modules)))); "
+)
+
+
+def modules_at_exit(argv: list[str], out: Path, **kwargs: Any) -> tuple[set[str], subprocess.CompletedProcess[bytes]]:
+    """Run ``argv`` (a ``python -c PROGRAM ARGS...`` whose program starts with :data:`AT_EXIT`): what it loaded."""
+    proc = subprocess.run([*argv, str(out)], capture_output=True, check=False, timeout=120, **kwargs)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return set(out.read_text(encoding="utf-8").split("\n")), proc
+
+
+def test_the_hook_claude_code_runs_loads_only_what_it_uses(repo: Path, started: Run, tmp_path: Path) -> None:
+    import json
+    import shlex
+    import threading
+
+    from sandbox.agent import wire
+    from sandbox.agent.host import Host
+    from sandbox.cli.hooks_cmd import hook_command
+    from tests.conftest import wait_until
+    from tests.hook_fixtures import payload, reopen
+
+    argv = shlex.split(hook_command("claude-code"))
+    assert argv[1:4] == ["-I", "-S", "-c"]  # as installed: the interpreter without site
+    argv[4] = AT_EXIT + argv[4]
+    common = started.project.common_dir
+    host = Host(Project(common))
+    thread = threading.Thread(target=host.serve, kwargs={"idle_exit": 600.0, "tick": 0.1}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: wire.Client(common).ping())
+        data = json.dumps(payload("Read", "pre", started.worktree, "toolu_startup")).encode()
+        env = {**os.environ, "SANDBOX_HOOK_AUTOSTART": "0"}
+        names, _ = modules_at_exit(argv, tmp_path / "modules", input=data, cwd=started.worktree, env=env)
+    finally:
+        host.request_stop()
+        thread.join(timeout=30)
+    assert reopen(started).entry("toolu_startup").status.value == "started"  # recorded by the host
+    library = {name for name in names if name == "sandbox" or name.startswith("sandbox.")}
+    assert library <= HOOK_MODULES, f"the hook also loads {sorted(library - HOOK_MODULES)}"
+    assert "sandbox.agent.adapters.claude_code" in library  # what the file lists is what ran
+    third_party = {name.split(".")[0] for name in names} & set(HEAVY_PACKAGES)
+    assert not third_party, f"the hook loads {sorted(third_party)}"
+    assert not names & HOOK_NEVER, f"the hook loads {sorted(names & HOOK_NEVER)}"
+
+
+def test_the_help_imports_no_command(repo: Path, tmp_path: Path) -> None:
+    """``sandbox --help`` lists the commands from their registered summaries (sandbox.cli.commands)."""
+    from sandbox.cli.commands import COMMANDS
+
+    program = AT_EXIT + "sys.argv[0] = 'sandbox'; from sandbox.cli import main; main()"
+    names, proc = modules_at_exit([sys.executable, "-c", program, "--help"], tmp_path / "modules", cwd=repo)
+    assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
+    modules = {target.partition(":")[0] for target in COMMANDS.values()}
+    assert "sandbox.cli.app" in names
+    assert not names & modules, f"--help imports {sorted(names & modules)}"

@@ -223,7 +223,9 @@ def test_failing_and_timed_out_commands_are_failed_calls(repo: Path) -> None:
     run = only_run(repo)
     by_id = {e.call_id: e for e in run.entries()}
     assert by_id[failed["call_id"]].status.value == "failed" and by_id[failed["call_id"]].error == "exit code 3"
-    assert by_id[failed["call_id"]].result == {"exit_code": 3, "timed_out": False}
+    result = by_id[failed["call_id"]].result
+    assert {k: result[k] for k in ("exit_code", "timed_out")} == {"exit_code": 3, "timed_out": False}
+    assert set(result) == {"exit_code", "timed_out", "output_tail"}  # its output, kept beside (#34)
     assert by_id[timed_out["call_id"]].status.value == "failed"
     assert "timed out" in (by_id[timed_out["call_id"]].error or "")
     write = run.entries()[-1]  # a write that fails in the tool is recorded failed, with its error

@@ -23,6 +23,8 @@ import pytest
 
 from .helpers import TIMEOUT, git, ok, sb, tree_digest, write
 
+#: Attacks on the run's own config and hooks: refused inside the sandbox, which binds them read-only.
+REFUSED_INSIDE = {"config", "write-common-config", "write-common-hooks"}
 ATTACKS = {
     "stash": "echo agent >> README.md && git stash",
     "stash-with-hooks-off": "echo agent2 >> README.md && git -c core.hooksPath=/dev/null stash",
@@ -100,7 +102,10 @@ def test_git_attack_from_the_run_stays_in_the_run(setting: dict[str, Path | str]
     env = {"USER_LINKED": str(linked), "OTHER_RUN": str(other)}
     # Through the sandbox, as an agent's tool call runs.
     proc = sb("exec", run_id, "--", "sh", "-c", ATTACKS[attack], cwd=repo, env=env)
-    assert proc.returncode == 0, f"{attack}: {proc.stderr.decode()}"
+    if attack in REFUSED_INSIDE:  # the run's config and hooks are read-only inside (sandbox.store.gitguard)
+        assert proc.returncode != 0 and b"git/" in proc.stderr, f"{attack}: {proc.stderr.decode()}"
+    else:
+        assert proc.returncode == 0, f"{attack}: {proc.stderr.decode()}"
     assert user_snapshot(repo, linked, other) == before, attack
     # By hand in the worktree: an agent started there without the sandbox's environment.
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG")} | env

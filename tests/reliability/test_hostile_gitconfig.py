@@ -32,8 +32,10 @@ def start(repo: Path) -> tuple[str, Path]:
 
 
 def sh(repo: Path, run_id: str, script: str) -> None:
-    """``script`` as the agent runs it: a confined ``sandbox exec`` in the run's worktree."""
-    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, timeout=60)
+    """``script`` as an agent running unconfined runs it (``sandbox exec --isolate off``): a confined one
+    can no longer write the run's git config (tests/agent/test_user_git.py); the sandbox's own
+    commands must still never run what an unconfined one plants."""
+    proc = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", script, cwd=repo, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
 
 
@@ -97,7 +99,9 @@ def test_mcp_search_never_runs_the_agents_fsmonitor(repo: Path, mark: Path) -> N
     async def main() -> dict[str, Any]:
         import os
 
-        params = StdioServerParameters(command=exe, args=["mcp", "--new"], env=dict(os.environ), cwd=str(repo))
+        params = StdioServerParameters(
+            command=exe, args=["mcp", "--new", "--isolate", "off"], env=dict(os.environ), cwd=str(repo)
+        )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             planted = await session.call_tool("run_command", {"command": f"MARK={mark}; {PLANT_CONFIG}"})

@@ -43,8 +43,11 @@ def start(repo: Path) -> tuple[str, Path]:
     return out["run"], Path(out["worktree"])
 
 
-def exec_sh(repo: Path, run_id: str, script: str) -> None:
-    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, timeout=60)
+def exec_sh(repo: Path, run_id: str, script: str, confined: bool = True) -> None:
+    """``script`` in the run; ``confined=False``: as an agent running unconfined (only such a one can
+    still write the run's git config and the worktree's ``.git`` file: sandbox.store.gitguard)."""
+    isolate = [] if confined else ["--isolate", "off"]
+    proc = sandbox_cmd("exec", run_id, *isolate, "--", "sh", "-c", script, cwd=repo, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
 
 
@@ -72,7 +75,7 @@ def test_the_worktrees_dot_git_pointed_at_the_users_git_dir(repo: Path) -> None:
     """The agent writes ``gitdir: <the user's .git>`` into its worktree's ``.git`` file."""
     run_id, _wt = start(repo)
     before = gitdir_state(repo)
-    exec_sh(repo, run_id, f"echo new > n.txt; rm src/util.py; printf 'gitdir: {repo / '.git'}\\n' > .git")
+    exec_sh(repo, run_id, f"echo new > n.txt; rm src/util.py; printf 'gitdir: {repo / '.git'}\\n' > .git", False)
     every_command(repo, run_id)
     assert gitdir_state(repo) == before
     for args in (["apply", run_id], ["undo", run_id], ["redo", run_id], ["undo", run_id]):
@@ -99,6 +102,7 @@ def test_filter_drivers_and_ident_the_agent_configures_never_run_at_apply_undo_o
         "printf '* filter=evil\\n*.txt ident\\n' > .gitattributes"
         f' && git config filter.evil.clean "{cmd}" && git config filter.evil.smudge "{cmd}"'
         f' && git config filter.evil.process "{cmd}" && printf "\\$Id\\$\\nline\\n" > b.txt',
+        confined=False,
     )
     exec_sh(repo, run_id, "echo more >> b.txt && echo x >> src/app.py")
     before = gitdir_state(repo)

@@ -38,6 +38,7 @@ def test_legacy_run_works_where_it_is_then_gc_moves_it_and_drop_gc_leave_nothing
     # Found where it is: by id, from inside its worktree, by hooks and by exec.
     assert ok("path", run_id, cwd=user_repo).strip() == str(legacy)
     assert ok("path", cwd=legacy / "src").strip() == str(legacy)
+    assert "warning" not in ok("status", run_id, cwd=user_repo)  # its git is your repository's: nothing planted
     ok("exec", run_id, "--", "sh", "-c", "echo one > made-by-exec.txt", cwd=user_repo)
     _hook(legacy / "src", {"event": "start", "paths": ["hooked.py"]})
     write(legacy, "src/hooked.py", "x = 1\n")

@@ -261,7 +261,7 @@ def test_the_agents_own_git_travels_with_the_run(tmp_path: Path) -> None:
     sb(runner, a, "exec", run_id, "--", "sh", "-c", script)
     a_wt = Path(sb(runner, a, "path", run_id).strip())
     agent_head = git(a_wt, "rev-parse", "HEAD").strip()
-    sb(runner, a, "push", run_id)
+    sb(runner, a, "push", run_id, "--with-agent-refs")
     names = git(bare, "for-each-ref", "--format=%(refname)", f"refs/sandbox/{run_id}/git/").split()
     prefix = f"refs/sandbox/{run_id}/git/"
     assert {n[len(prefix) :] for n in names} == {
@@ -280,12 +280,47 @@ def test_the_agents_own_git_travels_with_the_run(tmp_path: Path) -> None:
     assert status["agent_git"]["commit_count"] == 1
     # The agent deletes its branch in B; the next push removes it from the remote too.
     sb(runner, b, "exec", run_id, "--", "git", "branch", "-D", "feature")
-    sb(runner, b, "push", run_id)
+    sb(runner, b, "push", run_id, "--with-agent-refs")
     assert f"{prefix}refs/heads/feature" not in git(bare, "for-each-ref", "--format=%(refname)")
     # Plain gc in the user's repository keeps the agent's commit the run's refs name (git fsck clean).
     git(b, "gc", "-q", "--prune=now")
     git(b, "fsck", "--strict", "--no-dangling")
     assert git(wt, "cat-file", "-t", agent_head).strip() == "commit"
+
+
+def test_what_the_agent_made_in_its_own_git_stays_unless_asked(tmp_path: Path) -> None:
+    """A secret the agent committed on a tag (then removed from the files: 'diff' shows nothing) does not
+    leave with a plain push; the refs left out are named, and --with-agent-refs sends them."""
+    runner = CliRunner()
+    a, _b, bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    script = "echo s3cr3t > key.txt && git add key.txt && git commit -q -m k && git tag leak && git rm -q key.txt"
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", script)
+    assert "s3cr3t" not in sb(runner, a, "diff", run_id)
+    out = sb(runner, a, "push", run_id)
+    assert f"Left out what the agent made in its own git (HEAD, heads/sandbox/{run_id}, tags/leak)" in out, out
+    prefix = f"refs/sandbox/{run_id}/git/"
+    names = git(bare, "for-each-ref", "--format=%(refname)", prefix).split()
+    assert names == [], names  # the run's branch and HEAD moved with the agent's commit: both are its
+    secret = git(Path(sb(runner, a, "path", run_id).strip()), "rev-parse", "leak").strip()
+    listed = subprocess.run(["git", "cat-file", "-e", secret], cwd=bare, capture_output=True, check=False)
+    assert listed.returncode != 0  # the commit holding the secret is not on the remote
+    pushed = json.loads(sb(runner, a, "push", run_id, "--json"))["runs"][0]
+    assert pushed["outcome"] == "up_to_date" and "git/refs/tags/leak" in pushed["left_out"]
+    sb(runner, a, "push", run_id, "--with-agent-refs")
+    assert f"{prefix}refs/tags/leak" in git(bare, "for-each-ref", "--format=%(refname)", prefix).split()
+
+
+def test_an_untouched_agent_git_travels_whole_without_a_word(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, _b, bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", "echo x > x.txt")
+    out = sb(runner, a, "push", run_id)
+    assert "Left out" not in out, out
+    prefix = f"refs/sandbox/{run_id}/git/"
+    names = {n[len(prefix) :] for n in git(bare, "for-each-ref", "--format=%(refname)", prefix).split()}
+    assert names == {"HEAD", f"refs/heads/sandbox/{run_id}"}
 
 
 def test_a_fetch_does_not_paper_over_a_damaged_ledger(tmp_path: Path) -> None:

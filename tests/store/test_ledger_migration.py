@@ -19,7 +19,7 @@ from tests.ledger_fixture import EXPECTED, observe, restore
 def in_todays_vocabulary(expected: dict[str, Any]) -> None:
     """The CLI's JSON renamed keys since (issue 12: ``head`` -> ``run_head``, ``call`` -> ``call_id``,
     times with ``Z``): the same facts under today's names. Decisions are compared as they were."""
-    from sandbox.cli.common import RENAMES
+    from sandbox.cli.jsonout import RENAMES
 
     for name in ("status", "undo", "apply_dry"):
         output = expected[name]["output"]

@@ -75,7 +75,7 @@ class Page:
     """The served page, read with the token as the page's script sends it."""
 
     def __init__(self, url: str) -> None:
-        self.base = url.split("/?", 1)[0]
+        self.base = url.split("/#", 1)[0]
         self.token = url.split("token=", 1)[1]
 
     def get(self, path: str) -> str:

@@ -32,13 +32,15 @@ import functools
 import importlib
 import json
 import os
-import pkgutil
 import re
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
 
 from sandbox.errors import SandboxError, UsageError
+
+TYPE_CHECKING = False  # no typing at run time: this package is on the hook's fast path
+if TYPE_CHECKING:
+    from typing import Any
 
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -52,7 +54,9 @@ def valid_session(session: str) -> bool:
 @functools.cache
 def names() -> tuple[str, ...]:
     """Every agent the sandbox knows, by its adapter name (``claude-code``, ``codex``, ``gemini``)."""
-    return tuple(sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+    # The package's files, listed without pkgutil (it imports importlib.util: ~1 ms of every hook's start).
+    found = {name[:-3] for where in __path__ for name in os.listdir(where) if name.endswith(".py")}
+    return tuple(sorted(name.replace("_", "-") for name in found if not name.startswith("_")))
 
 
 def agent(name: str) -> ModuleType:

@@ -33,9 +33,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
+
+TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "claude-code"
 SETTINGS_PATH = ".claude/settings.local.json"

@@ -149,6 +149,30 @@ def shell_outcome(response: Any) -> tuple[int | None, str | None]:
     return (code if code else None), signal
 
 
+#: How Gemini CLI 0.61's shell tool begins the model's text of a command it stopped (then nothing else
+#: says so: no ``error``, no exit code). A command's own output never starts the text: that is ``Output: ``.
+_CANCELLED = ("Command was cancelled by user before it could ", "Command was automatically cancelled because ")
+
+
+def shell_cancelled(response: Any) -> str | None:
+    """Why Gemini CLI stopped a ``run_shell_command`` before it ended, or None when it did not.
+
+    ``"user"``: cancelled in its UI (Ctrl-C, Esc); ``"timeout"``: Gemini's own limit on a command
+    without output. Read from the start of ``llmContent`` (inside its ``<untrusted_context>`` wrapper),
+    which only Gemini writes: the command's output comes after ``Output: `` or after these sentences.
+    """
+    content = response.get("llmContent") if isinstance(response, dict) else None
+    if not isinstance(content, str):
+        return None
+    if content.startswith(_WRAP[0]):
+        content = content[len(_WRAP[0]) :]
+    if content.startswith(_CANCELLED[0]):
+        return "user"
+    if content.startswith(_CANCELLED[1]):
+        return "timeout"
+    return None
+
+
 def to_event(payload: Any) -> HookEvent | None:
     """The generic event for a Gemini CLI hook payload (None for events not about tool calls)."""
     if not isinstance(payload, dict):
@@ -176,13 +200,21 @@ def to_event(payload: Any) -> HookEvent | None:
         if isinstance(target, str) and target:
             paths = [target]
     status, error, result = "succeeded", None, None
+    interrupted = False
     if name == "AfterTool":
         response = payload.get("tool_response")
         result = response
         failure = response.get("error") if isinstance(response, dict) else None
+        cancelled = shell_cancelled(response) if kind == "command" else None
         if failure:
             status = "failed"
             error = str(failure.get("message", failure) if isinstance(failure, dict) else failure)
+        elif cancelled == "user":
+            status, interrupted = "failed", True
+            error = "interrupted by the user: Gemini CLI cancelled the command before it completed (Ctrl-C or Esc)"
+        elif cancelled == "timeout":
+            status = "failed"
+            error = "Gemini CLI cancelled the command: it ran past Gemini's time limit without output"
         elif kind == "command":
             code, signal = shell_outcome(response)
             if code is not None or signal is not None:
@@ -199,6 +231,7 @@ def to_event(payload: Any) -> HookEvent | None:
         status=status,
         error=error,
         result=result,
+        interrupted=interrupted,
         pair_prefix=prefix,
         agent=NAME,
         # The session's transcript is stored with the run, and continued (sandbox.agent.sessions).

@@ -53,6 +53,8 @@ COMMANDS: dict[str, type[Any]] = {
     "call resolve": models.LedgerEntry,
     "approve": models.LedgerEntry,
     "deny": models.LedgerEntry,
+    "comment": calls.CommentOutput,
+    "comments": list[calls.CommentOutput],
     "apply": calls.ApplyOutput,
     "undo": calls.UndoOutput,
     "redo": calls.UndoOutput,

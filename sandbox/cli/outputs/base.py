@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic.fields import FieldInfo
 
-from sandbox.cli.common import RENAMES
+from sandbox.cli.jsonout import RENAMES
 
 
 class Output(BaseModel):

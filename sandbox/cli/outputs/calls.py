@@ -9,10 +9,35 @@ from sandbox import models
 from sandbox.cli.outputs.base import Output, renamed_model
 
 
+class StreamText(Output):
+    """The kept tail of one stream of a command call (``sandbox.run.output``), with its text."""
+
+    bytes: int = Field(description="How many bytes the stream carried in all.")
+    kept: int = Field(description="How many of its last bytes are kept (at most 65536).")
+    blob: str = Field(description="The git blob holding the kept bytes.")
+    text: str = Field(description="The kept bytes as UTF-8 (invalid bytes as \\xNN).")
+
+
 class CallDetail(models.LedgerEntry):
-    """``sandbox log --call CALL --json``: the ledger entry with its whole error text."""
+    """``sandbox log --call CALL --json``: the ledger entry with its whole error text and its output's
+    tails (``stdout``, ``stderr``, or ``output`` where one pipe got both; empty: none kept)."""
 
     error_text: str | None
+    output: dict[str, StreamText] = Field(default_factory=dict)
+
+
+class CommentOutput(Output):
+    """``sandbox comment --json`` (one comment) and ``sandbox comments --json`` (a list of them)."""
+
+    id: str
+    path: str
+    line: int | None
+    text: str
+    at: str = Field(description="When it was made (the ledger note's time).")
+    call_id: str | None = Field(description="The call that last changed the path (None: no call did).")
+    sent_session: str | None = Field(description="The agent session it was sent to (None: a new one, or unsent).")
+    sent_at: str | None = Field(description="When 'resume --continue' sent it (None: not sent yet).")
+    sent_agent: str | None = Field(description="The agent it was sent to.")
 
 
 class ExecOutput(Output):

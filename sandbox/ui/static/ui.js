@@ -1,7 +1,8 @@
-// sandbox ui: the page's own small script (no framework). Actions send the token in a header.
+// sandbox ui: the page's own small script (no framework), started by boot.js once the page is in.
+// Every request sends the tab's token in a header (sandbox/ui/auth.py: no cookie carries authority).
 (function () {
   "use strict";
-  var token = document.querySelector("meta[name=sandbox-token]").content;
+  var token = sessionStorage.getItem("sandbox-ui-token") || "";
   var boot = JSON.parse(document.body.dataset.boot || "{}");
 
   function toast(text, bad) {
@@ -12,13 +13,15 @@
   }
 
   function get(url) {
-    return fetch(url, { credentials: "same-origin" }).then(function (r) { return r.text(); });
+    return fetch(url, { credentials: "omit", headers: { "X-Sandbox-Token": token } }).then(function (r) {
+      return r.text();
+    });
   }
 
   function post(url, body) {
     return fetch(url, {
       method: "POST",
-      credentials: "same-origin",
+      credentials: "omit",
       headers: { "Content-Type": "application/json", "X-Sandbox-Token": token },
       body: JSON.stringify(body || {})
     }).then(function (r) {
@@ -119,9 +122,30 @@
     return url + selectionQuery() + (extra || "");
   }
 
+  // Replace an element's content where it is: open call diffs stay open, the focus stays, and when the
+  // element is above the view and grows, the page moves by as much (the reader's place does not).
+  function swapInPlace(el, html) {
+    if (!el) return;
+    var before = el.getBoundingClientRect();
+    var opened = {};
+    el.querySelectorAll("tr.calldiff:not([hidden])").forEach(function (r) {
+      opened[r.dataset.for] = r.firstElementChild.innerHTML;
+    });
+    var focused = document.activeElement && el.contains(document.activeElement) ? document.activeElement.id : "";
+    el.innerHTML = html;
+    Object.keys(opened).forEach(function (id) {
+      var r = el.querySelector("tr.calldiff[data-for='" + CSS.escape(id) + "']");
+      if (r) { r.hidden = false; r.firstElementChild.innerHTML = opened[id]; }
+    });
+    var again = focused && document.getElementById(focused);
+    if (again) again.focus({ preventScroll: true });
+    if (before.bottom < 0) window.scrollBy(0, el.getBoundingClientRect().height - before.height);
+  }
+
   function refresh(withDiff) {
     var run = encodeURIComponent(boot.run);
-    var jobs = [load(document.getElementById("timeline"), "/run/" + run + "/timeline")];
+    var timeline = document.getElementById("timeline");
+    var jobs = [get("/run/" + run + "/timeline").then(function (html) { swapInPlace(timeline, html); })];
     if (withDiff) {
       jobs.push(loadDiff());
       var c = document.getElementById("conflicts");
@@ -229,9 +253,53 @@
         document.getElementById("pick").scrollIntoView();
         return;
       }
+      var numbered = t.closest && t.closest("#diff pre.diff > span[data-n]");
+      if (numbered && ev.clientX - numbered.getBoundingClientRect().left < gutterWidth(numbered)) {
+        commentBox(numbered);
+        return;
+      }
       var row = t.closest && t.closest("tr.call");
       if (row && !t.closest("a, button, input")) toggle(row);
     });
+
+    function gutterWidth(span) {
+      return parseFloat(getComputedStyle(span, "::before").width) || 0;
+    }
+
+    // A comment on a line of the changes: the box under the line, sent as 'sandbox comment' records it.
+    function commentBox(span) {
+      var next = span.nextElementSibling;
+      if (next && next.classList.contains("comment-box")) { next.querySelector("textarea").focus(); return; }
+      var file = span.closest(".file");
+      var form = document.createElement("form");
+      form.className = "comment-box";
+      form.innerHTML = "<textarea aria-label='comment'></textarea><br><button type='submit' class='primary'>Comment</button> " +
+        "<button type='button' class='cancel'>Cancel</button>";
+      form.dataset.path = file ? file.dataset.path : "";
+      form.dataset.line = span.dataset.n;
+      span.parentNode.insertBefore(form, span.nextSibling);
+      form.querySelector(".cancel").addEventListener("click", function () { form.remove(); });
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        var text = form.querySelector("textarea").value;
+        var body = { path: form.dataset.path, line: parseInt(form.dataset.line, 10), text: text };
+        post("/api/run/" + encodeURIComponent(boot.run) + "/comment", body).then(function (data) {
+          report(data);
+          if (!data.ok) return;
+          var said = document.createElement("div");
+          said.className = "comment-box note";
+          said.textContent = "Comment " + data.comment + ": " + text;
+          form.replaceWith(said);
+          refreshComments();
+        });
+      });
+      form.querySelector("textarea").focus();
+    }
+
+    function refreshComments() {
+      var box = document.getElementById("comments");
+      if (box) load(box, "/run/" + encodeURIComponent(boot.run) + "/comments");
+    }
 
     function toggle(row) {
       var detail = document.querySelector("tr.calldiff[data-for='" + CSS.escape(row.dataset.call) + "']");
@@ -239,9 +307,13 @@
       if (!detail.hidden) { detail.hidden = true; return; }
       detail.hidden = false;
       var cell = detail.firstElementChild;
-      if (!row.dataset.diff) { cell.innerHTML = "<p class='muted'>This call changed no files.</p>"; return; }
-      load(cell, row.dataset.diff).then(function () {
-        if (!cell.querySelector(".file")) return;  // no diff to pick from (e.g. a call rolled back since)
+      var none = "<p class='muted'>This call changed no files.</p>";
+      // Its output (the tails the ledger kept, escaped by the server) above its diff.
+      var output = row.dataset.output ? get(row.dataset.output) : Promise.resolve("");
+      var diff = row.dataset.diff ? get(row.dataset.diff) : Promise.resolve(none);
+      Promise.all([output, diff]).then(function (got) {
+        cell.innerHTML = got[0] + got[1];
+        if (!row.dataset.diff || !cell.querySelector(".file")) return;  // nothing to pick (e.g. rolled back since)
         var only = document.createElement("p");
         only.innerHTML = "<a href='#' class='pick-call'>Show and pick only this call's changes</a>";
         only.firstChild.dataset.call = row.dataset.call;
@@ -258,7 +330,9 @@
 
     document.addEventListener("keydown", function (ev) {
       if (ev.target.closest && ev.target.closest("input, textarea")) return;
-      var rows = Array.prototype.slice.call(document.querySelectorAll("tr.call"));
+      var rows = Array.prototype.slice.call(document.querySelectorAll("tr.call")).filter(function (r) {
+        return r.offsetParent !== null;  // not hidden by the filter or a closed section
+      });
       var at = rows.indexOf(document.activeElement);
       if (ev.key === "j" || ev.key === "k") {
         var next = ev.key === "j" ? Math.min(rows.length - 1, at + 1) : Math.max(0, at - 1);
@@ -266,22 +340,60 @@
         ev.preventDefault();
       } else if (ev.key === "Enter" && at >= 0) {
         toggle(rows[at]);
+      } else if (ev.key === "n" || ev.key === "p" || ev.key === "N" || ev.key === "P") {
+        jump(ev.key === "n" || ev.key === "N" ? 1 : -1, ev.key === "N" || ev.key === "P" ? "#diff .file" : "#diff .hunk");
       } else if (ev.key === "a") {
-        act("apply");
+        var n = picked().length;
+        if (!n) { toast("Pick one or more hunks first (or 'Apply all shown').", true); return; }
+        if (window.confirm("Apply the " + n + " picked hunk(s) to your tree?")) act("apply");
       } else if (ev.key === "u") {
-        act("undo");
+        if (window.confirm("Undo the last apply in your tree?")) act("undo");
       } else if (ev.key === "?") {
-        toast("j/k: next/previous call · Enter: its diff · a: apply the picked hunks · u: undo");
+        toast("j/k: next/previous call · Enter: its diff · n/p: next/previous hunk · N/P: next/previous file · " +
+          "a: apply the picked hunks · u: undo (each asks first)");
       }
     });
 
-    // Live: follow a running agent (the ledger's tip), without losing hunks already picked.
+    // The next (dir 1) or previous (-1) hunk or file below (above) the top of the view, brought to it.
+    function jump(dir, selector) {
+      var items = Array.prototype.slice.call(document.querySelectorAll(selector));
+      var tops = items.map(function (el) { return el.getBoundingClientRect().top; });
+      var at = -1;
+      for (var i = 0; i < items.length; i++) {
+        if (dir > 0 && tops[i] > 2) { at = i; break; }
+        if (dir < 0 && tops[i] < -2) at = i;
+      }
+      if (at < 0) return;
+      document.querySelectorAll(".at").forEach(function (el) { el.classList.remove("at"); });
+      items[at].classList.add("at");
+      items[at].scrollIntoView({ block: "start" });
+    }
+
+    var hide = document.getElementById("hide-empty");
+    if (hide) {
+      hide.checked = sessionStorage.getItem("sandbox-hide-empty") === "1";
+      document.body.classList.toggle("hide-empty", hide.checked);
+      hide.addEventListener("change", function () {
+        sessionStorage.setItem("sandbox-hide-empty", hide.checked ? "1" : "0");
+        document.body.classList.toggle("hide-empty", hide.checked);
+      });
+    }
+
+    // Live: follow a running agent (the ledger's tip) in place: the header's counts, the calls, and the
+    // diff unless hunks are picked (scroll, open calls and picks kept).
     setInterval(function () {
       get("/api/tips").then(function (text) {
         var tips = JSON.parse(text);
         var tip = tips[boot.run];
         if (tip !== undefined && tip !== boot.tip) {
           boot.tip = tip;
+          get("/run/" + encodeURIComponent(boot.run) + "/facts").then(function (html) {
+            var doc = new DOMParser().parseFromString(html, "text/html");
+            ["p.facts", "#calls-count"].forEach(function (sel) {
+              var now = document.querySelector(sel), fresh = doc.querySelector(sel);
+              if (now && fresh) now.innerHTML = fresh.innerHTML;
+            });
+          });
           refresh(picked().length === 0);
         }
       }).catch(function () {});
@@ -307,7 +419,19 @@
   if (boot.page === "runs" || boot.page === "approvals") {
     setInterval(function () {
       get("/api/tips").then(function (text) {
-        if (boot.tips && text.replace(/\s/g, "") !== JSON.stringify(boot.tips).replace(/\s/g, "")) location.reload();
+        if (!boot.tips || text.replace(/\s/g, "") === JSON.stringify(boot.tips).replace(/\s/g, "")) return;
+        var rows = document.querySelector("table.runs tbody");
+        if (boot.page !== "runs" || !rows) { location.reload(); return; }
+        // The runs list in place: the boxes checked for comparing stay checked.
+        get("/").then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("table.runs tbody");
+          if (!fresh) { location.reload(); return; }
+          var checked = {};
+          rows.querySelectorAll("input[name=run]:checked").forEach(function (b) { checked[b.value] = true; });
+          rows.innerHTML = fresh.innerHTML;
+          rows.querySelectorAll("input[name=run]").forEach(function (b) { b.checked = !!checked[b.value]; });
+          boot.tips = JSON.parse(text);
+        });
       }).catch(function () {});
     }, 3000);
   }

@@ -1,0 +1,104 @@
+"""The one error edge: every error becomes one line on stderr and an exit code here.
+
+1: refused or conflict; 2: usage; 3: unexpected (the traceback written to a log file, its path printed);
+130: Ctrl-C. Output streams write any file name (a name that is not UTF-8 never ends a command)."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from sandbox.errors import SandboxError
+
+
+def _crash_log(exc: BaseException) -> str:
+    import datetime  # here, not at the top: `sandbox hook` must start fast
+    import tempfile
+    import traceback
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    fd, path = tempfile.mkstemp(prefix=f"sandbox-crash-{stamp}-", suffix=".log")
+    # backslashreplace: an argument that is not valid UTF-8 (a surrogate escape) must not crash the crash log.
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+        fh.write(f"sandbox {' '.join(sys.argv[1:])}\n\n")
+        fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return path
+
+
+def refused(exc: SandboxError) -> int:
+    """Say a :class:`~sandbox.errors.SandboxError` in one line on stderr; its exit code. The only place one
+    is turned into words and a code (the click group's ``invoke`` and :func:`run_main` both call it)."""
+    click.echo(f"sandbox: {_safe(exc.message)}", err=True)
+    return exc.exit_code
+
+
+def _safe(message: str) -> str:
+    """An error's one line, with what the agent or the user typed in it made safe for a terminal."""
+    from sandbox.cli import escape
+
+    return escape.text(message)
+
+
+def _write_names_as_given(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """An output error handler: a path's undecodable byte (a surrogate escape) is written as the
+    byte it was, as ``ls`` and ``git -c core.quotePath=false`` do; anything else the terminal's
+    encoding lacks is written as a backslash escape. Never an error."""
+    try:
+        return codecs.lookup_error("surrogateescape")(exc)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(exc)
+
+
+def lenient_output() -> None:
+    """Make stdout and stderr write any name (see :func:`_write_names_as_given`): under a UTF-8
+    locale Python's stdout is strict, and one file name that is not UTF-8 would end the command."""
+    codecs.register_error("sandbox-names", _write_names_as_given)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="sandbox-names")
+
+
+def run_main(cli: click.Group) -> None:
+    """Run the CLI, mapping errors to one line and an exit code.
+
+    1: refused or conflict; 2: usage; 3: unexpected (traceback written to a log file); 130: Ctrl-C.
+    """
+    from sandbox import faults
+
+    lenient_output()
+    faults.arm(os.environ.get("SANDBOX_FAULT"))
+    try:
+        rv = cli.main(standalone_mode=False, prog_name="sandbox")
+    except click.exceptions.Abort:
+        click.echo("sandbox: interrupted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        # One line, like every other error: what is wrong, and where the help is.
+        message = exc.format_message().strip().replace("\n", " ")
+        if isinstance(exc, click.UsageError):
+            where = exc.ctx.command_path if exc.ctx is not None else "sandbox"
+            message += f" (see '{where} --help')"
+        click.echo(f"sandbox: {_safe(message)}", err=True)
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("sandbox: interrupted.", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        from sandbox.cli.output import paging
+
+        sys.exit(0 if paging() else 1)  # quitting the pager early is not a failure
+    except Exception as exc:  # the one place unexpected errors are turned into a line and a log
+        from sandbox.errors import SandboxError
+
+        if isinstance(exc, SandboxError):
+            sys.exit(refused(exc))
+        path = _crash_log(exc)
+        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
+        sys.exit(3)
+    sys.exit(rv if isinstance(rv, int) else 0)

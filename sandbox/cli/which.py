@@ -2,7 +2,7 @@
 
 A label or an id prefix can name a run the user did not mean (one that came from another clone, its
 label set by whoever wrote its record), so ``apply``, ``undo``, ``drop`` and ``resume --continue``
-say which run they act on whenever it was named so, or it was not made here.
+say which run they act on (id, label, origin) whenever it was named so.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def describe(run: Run) -> str:
 
 
 def say_which(run: Run, given: str | None) -> None:
-    """Name the run on stderr unless it was named by its whole id (or left out) and was made here."""
-    if given in (None, run.run_id) and made_here(run):
+    """Name the run on stderr when it was named by a label or an id prefix (its whole id, or none,
+    names it already; ``list`` and ``status`` say where it came from)."""
+    if given in (None, run.run_id):
         return
     click.echo(f"sandbox: acting on run {describe(run)}.", err=True)

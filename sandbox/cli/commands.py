@@ -103,6 +103,7 @@ SUMMARIES = {
     ),
     "push": "Push RUN's refs (ledger, head, base, checkpoints) to REMOTE.",
     "fetch": "Fetch runs (all of REMOTE's, or the RUNs named: ids or unique prefixes) and list what arrived.",
+    "adopt": "Count every event of RUN's ledger as recorded by this clone (only for a run you trust entirely).",
     "fork": "Start a new run from RUN's state: same snapshot of your tree, a worktree of its own.",
     "compare": (
         "Compare RUNs: calls (failed, interrupted, violations), files and lines changed, and where they disagree."

@@ -82,11 +82,16 @@ class TreeSource:
         self._lock = threading.Lock()
 
     def begin(self, call_id: str) -> None:
-        """Open the call's window (a repeated begin starts it again)."""
+        """Open the call's window; a repeated begin keeps the first one.
+
+        Anyone in the sandbox can send a ``begin``: a second one must not forget what the call
+        changed since it began (the call would be recorded with none of it).
+        """
         token = self.windows.open_window()
         with self._lock:
-            stale = [t for t in (self._calls.pop(call_id, None),) if t is not None]
-            self._calls[call_id] = token
+            stale = [token] if call_id in self._calls else []
+            if not stale:
+                self._calls[call_id] = token
             while len(self._calls) > self.max_calls:  # calls whose end never came
                 stale.append(self._calls.popitem(last=False)[1])
         for old in stale:

@@ -293,10 +293,21 @@ class Recorder:
                 agent_session=event.agent_session,
             )
         else:
+            seen: list[str] | None = None
             if entry.status == CallStatus.started and kind in ("command", "unknown"):
                 with contextlib.suppress(Exception):  # the watch is help only
-                    self._end_watch(call_id)
-            done = self.run.not_run(call_id, reason)
+                    seen = self._end_watch(call_id)
+            changed = (
+                _changed(self.run, _candidates(self.run, entry, seen)) if entry.status == CallStatus.started else []
+            )
+            if changed:  # said refused, yet it changed files while started: it ran (the payload lies)
+                why = f"the agent said this {event.tool} call was refused ({reason}), "
+                why += f"yet it changed {len(changed)} path(s)"
+                done = self.run.finish_call(
+                    call_id, CallStatus.failed, paths=changed, error=f"{why}: it ran", mark="violation"
+                )
+            else:
+                done = self.run.not_run(call_id, reason)
         return f"{call_id} {done.status.value}"
 
     def _settle(self, event: HookEvent) -> str:
@@ -355,6 +366,14 @@ class Recorder:
             done = self.run.violation(entry.call_id, why)
             return Outcome(True, f"{call_id} {done.status.value}", call=call_id, status=done.status.value)
         if entry is not None and entry.status in TERMINAL_STATUSES:
+            said = "interrupted" if event.interrupted else str(event.status)
+            if said != entry.status.value:  # a finish that contradicts the first: kept beside it as evidence
+                why = f"a second finish of this {event.tool} call said {said} ({event.error or 'no error'})"
+                self.run.note({"conflicting_finish": {"call": entry.call_id, "first": entry.status.value, "why": why}})
+                return Outcome(
+                    True, f"{call_id} already {entry.status.value}; the conflicting finish was recorded beside it",
+                    call=call_id, status=entry.status.value,
+                )  # fmt: skip
             return Outcome(True, f"{call_id} already {entry.status.value}", call=call_id, status=entry.status.value)
         assert call_id is not None
         late = entry is None
@@ -446,20 +465,9 @@ def settle_call(
     ``never``, or left as it is when ``never`` is None (``sandbox resume`` then reports it).
     Returns the entry when it ended.
     """
-    from sandbox.agent import adapters
     from sandbox.models import CallStatus
 
-    kind = adapters.kind_of(entry.tool_name)
-    candidates: list[str] | None
-    if kind in ("read", "external"):
-        candidates = []
-    elif seen is not None:
-        candidates = seen
-    elif kind == "write":
-        candidates = _named_paths(run, entry)
-    else:
-        candidates = None
-    changed = _changed(run, candidates)
+    changed = _changed(run, _candidates(run, entry, seen))
     if not changed and not ran:
         from sandbox.agent.adapters import claude_code
 
@@ -474,6 +482,21 @@ def settle_call(
     if never is None:
         return None
     return run.not_run(entry.call_id, never)
+
+
+def _candidates(run: Run, entry: LedgerEntry, seen: list[str] | None) -> list[str] | None:
+    """The paths a started call may have changed: none for a read, what the watch saw, the paths a
+    file tool names, else None (every path: scan)."""
+    from sandbox.agent import adapters
+
+    kind = adapters.kind_of(entry.tool_name)
+    if kind in ("read", "external"):
+        return []
+    if seen is not None:
+        return seen
+    if kind == "write":
+        return _named_paths(run, entry)
+    return None
 
 
 def _named_paths(run: Run, entry: LedgerEntry) -> list[str]:

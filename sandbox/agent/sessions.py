@@ -148,6 +148,11 @@ class AgentSessions:
         """(the subcommand words right after the program that a relaunch keeps, the rest of ``argv``)."""
         return [], list(argv[1:])
 
+    def untrusted_worktree(self) -> tuple[str, ...]:
+        """The options that keep the agent from loading the worktree's own settings (its adapter's
+        ``UNTRUSTED_WORKTREE``): added when a run another clone recorded is continued."""
+        return tuple(getattr(adapters.agent(self.name), "UNTRUSTED_WORKTREE", ()))
+
     def carried(self, argv: Sequence[str], program: str) -> tuple[list[str], list[str]]:
         """A command line recorded in another clone, cut down to what may run here: (the line, what was dropped).
 

@@ -231,19 +231,16 @@ def run_sessions(run: Run) -> list[str]:
 
 
 def fetched_sessions(run: Run) -> set[str]:
-    """The agent sessions only a fetched part of the ledger names (:func:`fetched_until`).
+    """The agent sessions only foreign events of the ledger name (events this clone did not write:
+    see :mod:`sandbox.store.provenance`).
 
     Someone else's text: such a session is looked for in the run's own agent homes only, never in
     yours, or a forged id naming one of your own sessions (of another project) would have its
     transcript stored with the run, and sent along with the next ``sandbox push``.
     """
-    events = run.events_read()
-    upto, _where = fetched_until(run, events)
-    if upto < 0:
-        return set()
-    before: set[str] = set()
-    after: set[str] = set()
-    for n, (_oid, event) in enumerate(events):
+    foreign: set[str] = set()
+    own: set[str] = set()
+    for _oid, event in run.events_read():
         named: list[object] = []
         if event.call is not None:
             named.append(event.call.agent_session)
@@ -251,8 +248,8 @@ def fetched_sessions(run: Run) -> set[str]:
             named += [v.get("session") for k in SESSION_NOTES if isinstance(v := event.data.get(k), dict)]
         for session in named:
             if isinstance(session, str) and session:
-                (before if n <= upto else after).add(session)
-    return before - after
+                (own if event.own() else foreign).add(session)
+    return foreign - own
 
 
 def homes_for(run: Run, session: str, paths: Sequence[str], fetched: set[str]) -> list[str]:
@@ -316,23 +313,23 @@ class RecordedCommand:
 def agent_command(run: Run) -> RecordedCommand | None:
     """The last agent command ``sandbox run`` recorded for the run, where it ran, and whose record it is.
 
-    A note that arrived with ``sandbox fetch`` is foreign: one at or before the ledger tip the last
-    fetch installed (:func:`fetched_until`), or one that says so itself (``foreign``: a fork of a
-    foreign run carries it over). Only a note written here after every fetch is this clone's own.
+    Only a note this clone wrote (its MAC verifies: :mod:`sandbox.store.provenance`) is its own; any
+    other is foreign however it arrived (``sandbox fetch``, a plain ``git fetch``, a push into this
+    repository, a copied ``.git``), and so is one that says so itself (``foreign``: a fork of a
+    foreign run carries it over).
     """
     events = run.events_read()
-    found: tuple[int, list[str], dict[str, object]] | None = None
-    for n, (_oid, event) in enumerate(events):
+    found: tuple[Event, list[str], dict[str, object]] | None = None
+    for _oid, event in events:
         data = event.data if event.kind == EventKind.note else {}
         argv = data.get("agent_command")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            found = (n, [str(a) for a in argv], data)
+            found = (event, [str(a) for a in argv], data)
     if found is None:
         return None
-    at, argv, data = found
-    upto, where = fetched_until(run, events)
+    note, argv, data = found
     marked = data.get("foreign")
-    foreign = where if at <= upto else None
+    foreign = None if note.own() else origin(run)
     if foreign is None and marked:
         foreign = marked if isinstance(marked, str) else "from another clone"
     subdir, isolation = data.get("subdir"), data.get("isolation")
@@ -344,30 +341,18 @@ def agent_command(run: Run) -> RecordedCommand | None:
     )
 
 
-def fetched_until(run: Run, events: Sequence[tuple[str, Event]]) -> tuple[int, str | None]:
-    """How far ``events`` (the run's ledger) came with a fetch: (index of the last such event, where from).
-
-    (-1, None) for a run never fetched here. The record of the last fetch names the ledger tip it
-    installed; the ledger only moves forward, so every event up to it arrived by fetch (or went out
-    and came back: counted as fetched too). A fetch record that does not read back, or whose tip is
-    not in this ledger, makes the whole ledger count as fetched: the cautious reading.
-    """
+def origin(run: Run) -> str:
+    """Where a run's foreign events came from, in words: ``fetched from REMOTE`` when ``sandbox fetch``
+    brought the run, else ``made in another clone`` (plain git, a push into this repository, a copy)."""
     from sandbox.models import FetchedFrom
     from sandbox.store import layout
 
-    path = layout.fetched_file(run.project.common_dir, run.run_id)
-    if not os.path.lexists(path):
-        return -1, None
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(layout.fetched_file(run.project.common_dir, run.run_id), encoding="utf-8") as fh:
             record = from_json(FetchedFrom, fh.read())
     except (OSError, ValueError):
-        return len(events) - 1, "fetched from another clone"
-    where = f"fetched from {record.remote}"
-    for n, (oid, _event) in enumerate(events):
-        if oid == record.tip:
-            return n, where
-    return len(events) - 1, where
+        return "made in another clone"
+    return f"fetched from {record.remote}"
 
 
 #: Keys of ``note`` events that make a new session the run's current one (a rewind, a fork).

@@ -13,6 +13,7 @@ from sandbox.cli.finding import open_project, verified
 from sandbox.cli.jsonout import dump, emit_json, renamed
 from sandbox.cli.output import OutputCommand
 from sandbox.cli.selection import pathspec, run_and_pathspecs, selection_options
+from sandbox.cli.which import say_which
 
 if TYPE_CHECKING:
     from sandbox.models import ApplyReport
@@ -138,6 +139,7 @@ def apply(
     if ask_hunks and hunks_from:
         raise click.UsageError("Give either --hunks (on the terminal) or --hunks-from FILE, not both.")
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
+    say_which(run, run_id)
     spec = pathspec(ctx, run.user_workdir, pathspecs + paths, excludes, run.worktree)
     choice = None
     if hunks_from is not None:

@@ -51,6 +51,7 @@ COMMANDS = {
     # runs that travel and multiply
     "push": "sandbox.cli.push:push",
     "fetch": "sandbox.cli.fetch:fetch",
+    "adopt": "sandbox.cli.adopt:adopt",
     "fork": "sandbox.cli.fork:fork",
     "compare": "sandbox.cli.compare:compare",
 }
@@ -102,6 +103,7 @@ SUMMARIES = {
     ),
     "push": "Push RUN's refs (ledger, head, base, checkpoints) to REMOTE.",
     "fetch": "Fetch runs (all of REMOTE's, or the RUNs named: ids or unique prefixes) and list what arrived.",
+    "adopt": "Count every event of RUN's ledger as recorded by this clone (only for a run you trust entirely).",
     "fork": "Start a new run from RUN's state: same snapshot of your tree, a worktree of its own.",
     "comment": "Leave a review comment on PATH (at LINE) of RUN's changes.",
     "comments": "List RUN's review comments: where, what, the call they are about, and whether they were sent.",

@@ -6,6 +6,7 @@ import click
 
 from sandbox.cli.finding import open_project, open_run
 from sandbox.cli.jsonout import emit_json
+from sandbox.cli.which import say_which
 from sandbox.store.fsutil import human_size
 
 
@@ -34,6 +35,7 @@ def drop(ctx: click.Context, run_id: str | None, force: bool, keep: str | None, 
     from sandbox.agent.host import forget_run
 
     run = open_run(ctx, run_id)
+    say_which(run, run_id)
     # A background `sandbox serve` would keep watching the worktree while it is removed.
     # The repository's host stops watching the worktree first (it would notice the drop anyway).
     freed = run.drop(force=force, before_remove=lambda r: forget_run(r.project.common_dir, r.run_id))

@@ -54,7 +54,9 @@ def resume(
     report = do_resume(run, stop_processes=stop_processes)
     if continue_:
         from sandbox.cli.continue_agent import continue_agent
+        from sandbox.cli.which import say_which
 
+        say_which(run, run_id)
         continue_agent(ctx, run, report, extra, isolate=isolate, network=network)  # exits with the agent's exit code
         return
     if as_json:

@@ -8,6 +8,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.finding import open_project, verified
+from sandbox.cli.which import say_which
 
 if TYPE_CHECKING:
     from sandbox.models import UndoReport
@@ -42,6 +43,7 @@ def undo(ctx: click.Context, run_id: str | None, call_id: str | None, in_run: bo
     project, workdir, cwd_run = open_project(ctx)
     run_id = run_id or cwd_run or journal.pending_run_id(project, workdir)
     run = verified(Run.open(project, resolve_run(project, run_id, cwd_run)))
+    say_which(run, run_id)
     if call_id is None and not in_run and rewind_moved(run, "undo", as_json):
         return
     try:

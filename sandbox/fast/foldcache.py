@@ -194,9 +194,9 @@ class Repository:
         if given in ids:
             return given
         labelled = [rid for rid in ids if self.state(rid)["run"]["label"] == given]
-        if len(labelled) == 1:
-            return labelled[0]
         matches = [rid for rid in ids if rid.startswith(given)]
+        if len(labelled) == 1 and not set(matches) - set(labelled):  # else ambiguous: the full path says so
+            return labelled[0]
         if not labelled and len(matches) == 1:
             return matches[0]
         raise Miss(f"{given!r} names no single run")

@@ -9,7 +9,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from sandbox.models.base import FORMAT_VERSION, Model, new_dict, new_list, utcnow
 
@@ -193,3 +193,15 @@ class Event(Model):
     #: The clone (the user's repository on one machine) that wrote the event: an apply, or an undo
     #: or redo in the user's tree, concerns that clone's tree only (see :mod:`sandbox.runs.remote`).
     clone: str | None = None
+    #: Whether this clone wrote the event: its MAC verified under this clone's key when the ledger
+    #: read it, or this process appended it (:mod:`sandbox.store.provenance`). Never stored.
+    _own: bool = PrivateAttr(default=False)
+
+    def own(self) -> bool:
+        """True when this clone wrote the event (see :mod:`sandbox.store.provenance`); else it is
+        foreign (another clone's, however it arrived): shown, never obeyed."""
+        return self._own
+
+    def mark_own(self, own: bool = True) -> None:
+        """Set by the ledger as it reads (the MAC verified) or appends the event."""
+        self._own = own

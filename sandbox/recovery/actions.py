@@ -27,6 +27,7 @@ from sandbox.store import convert, fsutil, objects, paths, trailers
 from sandbox.store.capture import capture
 
 if TYPE_CHECKING:
+    from sandbox.agent.confine import Isolation
     from sandbox.run.run import Run
 
 faults.POINTS.update(
@@ -260,10 +261,23 @@ def rollback_session(run: Run, target: str) -> RollbackSessionReport:
     return RollbackSessionReport(ckpt.name, ckpt.id, messages, ckpt.run_state, after, text)
 
 
-def compensate(run: Run, call_id: str) -> CompensateReport:
-    """Run the compensation ``call_id`` registered, as its own recorded call."""
-    from sandbox.agent.execute import execute
+def compensation_origin(run: Run, call_id: str) -> str | None:
+    """None when this clone registered ``call_id``'s compensation; else where the record came from.
 
+    A compensation is a command line in the call's record: one another clone wrote (a fetched run, or
+    one that arrived by plain git) is someone else's text, run only confined and only once the user
+    saw it and said yes (:mod:`sandbox.store.provenance`).
+    """
+    from sandbox.agent.transcripts import origin
+
+    for _oid, event in run.events_read():
+        if event.call_id == call_id and event.call is not None and event.call.compensation and not event.own():
+            return origin(run)
+    return None
+
+
+def compensation_argv(run: Run, call_id: str) -> list[str]:
+    """The command line ``call_id`` registered as its compensation (refused when it has none)."""
     entry = run.entry(call_id)
     if entry.status in (CallStatus.planned, CallStatus.approved):
         raise SandboxError(f"Call {call_id} ({entry.tool_name}) never ran; there is nothing to compensate.")
@@ -280,6 +294,23 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
             f'The compensation of {entry.tool_name} ({call_id}) is not a command ({{"argv": [...]}}); '
             f"the runtime must run it itself: {comp}."
         )
+    return [str(a) for a in argv]
+
+
+def compensate(run: Run, call_id: str, isolation: Isolation | None = None) -> CompensateReport:
+    """Run the compensation ``call_id`` registered, as its own recorded call, confined by ``isolation``
+    (None: not confined; a compensation another clone registered is refused so: see
+    :func:`compensation_origin`)."""
+    from sandbox.agent.execute import execute
+
+    argv = compensation_argv(run, call_id)
+    where = compensation_origin(run, call_id)
+    if where is not None and (isolation is None or not isolation.enabled):
+        raise SandboxError(
+            f"The compensation of call {call_id} comes from a record {where}: it runs only confined; nothing was run."
+        )
+    entry = run.entry(call_id)
+    comp = entry.compensation or {}
     state = run.state()
     links = [link for link in state.data.compensation if link.call_id == call_id]
     comp_id = f"{call_id}-compensate-{len(links) + 1}"
@@ -312,6 +343,7 @@ def compensate(run: Run, call_id: str) -> CompensateReport:
         replay=str(comp.get("replay", "ask")),
         step_id=entry.step_id,
         call_id=comp_id,
+        isolation=isolation,
     )
     verb = "succeeded" if outcome.returncode == 0 else f"failed (exit code {outcome.returncode})"
     text = f"Compensation of {entry.tool_name} ({call_id}) ran as call {comp_id} and {verb}."

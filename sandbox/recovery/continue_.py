@@ -298,7 +298,15 @@ def plan(
             prompt = f"{prompt}\n\n{comments.message(run, pending)}"
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
-    new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *extra]
+    untrusted: tuple[str, ...] = ()
+    if recorded.foreign is not None:  # the worktree's agent settings are someone else's too
+        untrusted = agent.untrusted_worktree()
+        if untrusted:
+            messages.append(
+                f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {recorded.foreign}): "
+                f"{' '.join(untrusted)}."
+            )
+    new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *untrusted, *extra]
     if pending:
         comments.mark_sent(run, pending, session if continued else None, agent.name)
         messages.append(f"handing {len(pending)} review comment(s) to the agent: {', '.join(c.id for c in pending)}.")
@@ -335,22 +343,27 @@ def _confinement(
     "Same flags as recorded": the session's own confinement, not today's settings (a session that
     ran unconfined, as Codex's whose tools are 'sandbox mcp''s, stays unconfined; a confined one is
     never relaunched with less because the settings changed since). Not so for a record from
-    elsewhere: it never chooses less than the settings here, only the user's own options do.
+    elsewhere: it runs confined whatever the settings say (their network choice stands), and only
+    the user's own options choose otherwise.
     """
     phrase = recorded.isolation
     said = []
+    was_isolate: str | None
+    was_network: str | None
     if recorded.foreign is not None:
         if phrase is not None:
             said.append(
-                f"ignored the recorded confinement ({phrase}): a run {recorded.foreign} is confined as your "
-                "settings confine 'sandbox run'."
+                f"ignored the recorded confinement ({phrase}): a run {recorded.foreign} runs confined, "
+                "with the network your settings give 'sandbox run'."
             )
-        was_isolate, was_network = None, None
+        was_isolate, was_network = "on", None
     else:
         was_isolate, was_network = confinement_of(phrase)
     if isolate is not None or network is not None:
         asked = " ".join(f"--{k} {v}" for k, v in (("isolate", isolate), ("network", network)) if v)
         said.append(f"relaunched with {asked} as you asked (its session ran: {phrase or 'not recorded'}).")
+    elif recorded.foreign is not None:
+        pass  # said above: confined, whatever the record says
     elif was_isolate == "off":
         said.append("relaunched without OS confinement, as its recorded session ran.")
     elif was_isolate == "on":

@@ -388,6 +388,13 @@ class RunCore:
         self._read = (tip, events)
         return events
 
+    def adopt(self) -> int:
+        """Count the run's whole ledger as this clone's own (see :mod:`sandbox.store.provenance`); how
+        many events were not before."""
+        added = self._ledger.adopt()
+        self._read = None  # read again: each event's provenance changed
+        return added
+
     def ledger_tip(self) -> str | None:
         """The commit id of the run's newest ledger event (None: the ledger does not exist)."""
         return self._ledger.tip()

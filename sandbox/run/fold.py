@@ -127,6 +127,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     any order of the same events leaves each call in one consistent, terminal-wins state.
     """
     if event.event_id in state.event_ids:
+        if oid is not None:
+            state.tip = oid  # a repeated event changes nothing, but the ledger's next append goes after it
         return state
     state.event_ids.add(event.event_id)
     state.count += 1
@@ -187,8 +189,9 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
     if kind == EventKind.call_planned:
         _advance(entry, CallStatus.planned)
     elif kind == EventKind.call_approved:
-        entry.approval = Approval.approved
-        _advance(entry, CallStatus.approved)
+        if event.own():  # an approval another clone recorded (anyone could write it) approves nothing here
+            entry.approval = Approval.approved
+            _advance(entry, CallStatus.approved)
     elif kind == EventKind.call_denied:
         entry.approval = Approval.denied
         entry.denial_reason = event.reason
@@ -263,13 +266,14 @@ def _fold_finish(state: LedgerState, entry: LedgerEntry, event: Event) -> None:
 
 
 def _other_clones_tree(state: LedgerState, event: Event) -> bool:
-    """True for a merge-back event (apply, or undo/redo in the user's tree) written by another clone.
+    """True for a merge-back event (apply, or undo/redo in the user's tree) this clone did not write.
 
-    A run travels (``sandbox push`` / ``fetch``), its ledger with it; what was applied to the tree
-    of the clone that applied it says nothing about this clone's tree. Events without a clone
-    (written before clones had ids) are taken as this clone's, as they always were.
+    A run travels (``sandbox push`` / ``fetch``, plain git), its ledger with it; what was applied to
+    the tree of the clone that applied it says nothing about this clone's tree, and an event anyone
+    could have written must never drive a write into it. Only an event whose MAC verifies under this
+    clone's key is this clone's (:mod:`sandbox.store.provenance`): the ``clone`` it names is a claim.
     """
-    if event.clone is None or event.clone == state.clone or event.kind not in MERGEBACK_KINDS:
+    if event.kind not in MERGEBACK_KINDS or event.own():
         return False
     return event.kind == EventKind.apply_finished or event.data.get("target") == "user"
 

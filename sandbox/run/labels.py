@@ -7,11 +7,20 @@ run: the run, its checkpoints and ``fork`` all check here.
 
 from __future__ import annotations
 
+import re
+
 from sandbox import escape
 from sandbox.errors import UsageError
 
 #: The longest label of a run or a checkpoint.
 MAX_LABEL = 200
+#: A run label of this shape reads as a run id or its prefix (``c5a4``): it could shadow another run.
+ID_SHAPED = re.compile(r"^[0-9a-f]+$")
+
+
+def id_shaped(label: str) -> bool:
+    """True when ``label`` could be read as a run id or a prefix of one (hex digits only)."""
+    return bool(ID_SHAPED.match(label))
 
 
 def check_label(label: str, what: str) -> str:
@@ -33,6 +42,11 @@ def check_label(label: str, what: str) -> str:
         raise UsageError(
             f"A {what} label must be one line of 1 to {MAX_LABEL} characters, not blank, not starting "
             f"with '-', without control, bidi or zero-width characters; {_shown(label)} is not."
+        )
+    if what == "run" and id_shaped(label):
+        raise UsageError(
+            f"A run label must not look like a run id: {_shown(label)} (only the digits 0-9 and letters a-f) could "
+            "be read as another run's id; add a word or a dash."
         )
     return label
 

@@ -7,7 +7,8 @@ RUN, in the order tried:
 - its label, as given to ``sandbox start --label`` (``try-env``), when one run has it;
 - a unique prefix of its id (``1a2``).
 
-A whole name beats a prefix, so a label is never shadowed by another run's id prefix.
+A label never shadows an id: one that reads as an id is refused at ``start`` and ``fetch``, and a
+label that is also a prefix of another run's id (a run labelled elsewhere) is refused as ambiguous.
 
 CALL, in the order tried:
 
@@ -110,6 +111,12 @@ def resolve_run(project: Project, given: str | None, cwd_run: str | None = None)
         raise UnknownRunError(f"No run {given!r}: this repository has no sandbox runs; start one with 'sandbox start'.")
     labels = run_labels(project, ids)
     labelled = [rid for rid, label in labels.items() if label == given]
+    shadowed = [rid for rid in ids if rid.startswith(given) and rid not in labelled]
+    if len(labelled) == 1 and shadowed:  # a label that reads as another run's id: name the one meant
+        raise UnknownRunError(
+            f"Run name {given!r} is ambiguous: it is the label of run {labelled[0]} and a prefix of the id of run "
+            f"{', '.join(shadowed)}; name the one you mean by its whole id."
+        )
     if len(labelled) == 1:
         return labelled[0]
     if labelled:

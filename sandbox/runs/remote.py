@@ -45,6 +45,7 @@ from sandbox.errors import CorruptionError, SandboxError, UsageError
 from sandbox.models import FetchedFrom, from_json, to_json
 from sandbox.run import verify
 from sandbox.run.fold import FOLD
+from sandbox.run.labels import id_shaped
 from sandbox.run.run import Run
 from sandbox.store import integrity, layout, objects
 from sandbox.store.fsutil import write_json_file
@@ -489,6 +490,16 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             ) from exc
         if any(event.run_id != run_id for _oid, event in arrived):
             raise CorruptionError(f"The ledger of run {run_id} on {remote} holds another run's events; not installed.")
+        shaped = next(
+            (e.run.label for _o, e in arrived if e.run is not None and e.run.label and id_shaped(e.run.label)), None
+        )
+        if shaped is not None:  # it would read as another run's id on every command line here
+            kept = "nothing of it was installed" if local is None else "the run here is kept as it was"
+            return Transfer(
+                run_id,
+                "refused",
+                message=f"Run {run_id} on {remote} is labelled {shaped!r}, which reads as a run id; {kept}.",
+            )
         try:
             # Checked against its commits before any ref moves (sandbox.run.verify): what diff shows
             # is then what apply writes.
@@ -498,8 +509,9 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             return Transfer(
                 run_id, "refused", message=f"The ledger of run {run_id} on {remote} was refused: {exc.message}; {kept}."
             )
-        # Named before any ref moves (and again after): a crash in between must not leave the fetched
-        # events looking made here (sandbox.agent.transcripts.fetched_until tells them apart by it).
+        # Named before any ref moves (and again after): where the run came from, for the words that
+        # say so (sandbox.agent.transcripts.origin). What is this clone's is decided by the events'
+        # MACs alone (sandbox.store.provenance), never by this record.
         early = FetchedFrom(remote=remote, url=url, tip=incoming, events=len(arrived))
         write_json_file(layout.fetched_file(project.common_dir, run_id), to_json(early))
         objects.enable_fsync()

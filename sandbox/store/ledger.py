@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, from_json, to_json
-from sandbox.store import integrity, layout, objects
+from sandbox.store import integrity, layout, objects, provenance
 from sandbox.store.fsutil import write_json_file
 from sandbox.store.locks import file_lock
 
@@ -166,8 +166,11 @@ class Ledger:
         #: Derived state that did not match the ledger and was rebuilt (one sentence each); the CLI
         #: prints them and ``resume`` reports them.
         self.problems: list[str] = []
-        #: This clone's id (see :func:`ensure_clone`): the fold leaves out other clones' merge-back.
+        #: This clone's id (see :func:`ensure_clone`): shown with events; what is this clone's is
+        #: decided by :attr:`owner` (see :mod:`sandbox.store.provenance`).
         self.clone = layout.clone_id(repo.path)
+        self._owner: provenance.Key | None | bool = False  # False: not looked up yet
+        self._adopted: frozenset[str] = frozenset()
 
     def new_state(self) -> LedgerState:
         """An empty fold for this clone (fold a ledger's events into it)."""
@@ -184,6 +187,43 @@ class Ledger:
                 self._state = self.fold.fork(self._state)
                 self._state.clone = self.clone
         return self.clone
+
+    @property
+    def owner(self) -> provenance.Key | None:
+        """This clone's provenance key, made on first need (None: it cannot be made here, e.g. a
+        read-only repository: then no event reads as this clone's)."""
+        if self._owner is False:
+            try:
+                key, made = provenance.ensure(self.repo.path, lambda: ledger_tips(self.repo))
+            except (OSError, SandboxError):
+                self._owner = None
+                return None
+            note = provenance.notice(made) if made is not None else None
+            if note is not None:
+                self.problems.append(note)
+            self._owner = key
+            self._adopted = provenance.adopted(self.repo.path, self.run_id, key)
+        return self._owner if isinstance(self._owner, provenance.Key) else None
+
+    def adopt(self) -> int:
+        """Count every event of the ledger, up to its tip, as this clone's (``sandbox adopt``: the user
+        says the run is theirs); how many events were not before."""
+        key, tip = self.owner, self.tip()
+        if key is None or tip is None:
+            raise SandboxError(
+                f"Run {self.run_id} cannot be adopted: this repository's provenance key cannot be made "
+                "or the run has no ledger; check that .git/sandbox is writable."
+            )
+        added = provenance.adopt_run(self.repo.path, key, self.run_id, tip)
+        self._adopted = provenance.adopted(self.repo.path, self.run_id, key)
+        self._state = None
+        return added
+
+    def _own(self, oid: str, head: str, body: str) -> bool:
+        key = self.owner
+        if key is None:
+            return False
+        return key.verify(self.run_id, body, provenance.message_mac(head)) or oid in self._adopted
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -229,6 +269,7 @@ class Ledger:
                 f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
             )
         prev = None if head.startswith(ROOT_PREFIX) or not parents else parents[0]
+        event.mark_own(self._own(oid, head, body))
         return event, prev
 
     def _walk_back(self, tip: str | None, stop: str | None) -> list[tuple[str, Event]]:
@@ -394,6 +435,7 @@ class Ledger:
                     ) from exc
             integrity.write_ack(self.run_dir, self.run_id, str(new_oid), state.count + 1)
             faults.point("ledger.append.after")
+            event.mark_own(self.owner is not None)
             state = self.fold.event(self.fold.fork(state), event, str(new_oid))
             self._state = state
             if state.count % CACHE_EVERY == 0:
@@ -444,7 +486,11 @@ class Ledger:
                     parents.append(oid)
             prefix = MESSAGE_PREFIX if state.tip else ROOT_PREFIX
             message = f"{prefix} {event.kind.value} {event.call_id or ''}".rstrip()
-            message += "\n\n" + to_json(event) + "\n"
+            body = to_json(event) + "\n"
+            key = self.owner
+            if key is not None:  # this clone's word (sandbox.store.provenance): never the JSON's own claim
+                message += f"\n{provenance.MAC_PREFIX}{key.mac(self.run_id, body)}"
+            message += "\n\n" + body
             when = objects.now()
             new_oid = objects.write_commit(self.repo, tree, parents, message, when)
             pending.flush()
@@ -478,6 +524,18 @@ class Ledger:
     def _ensure_empty_tree(self) -> None:
         if objects.EMPTY_TREE_HEX not in self.repo.odb:
             objects.write_tree(self.repo, {})
+
+
+def ledger_tips(repo: pygit2.Repository) -> dict[str, str]:
+    """Every run's ledger tip in ``repo``: {run id: commit id}."""
+    out: dict[str, str] = {}
+    for name in repo.references:
+        if name.startswith("refs/sandbox/") and name.endswith("/ledger"):
+            run_id = name[len("refs/sandbox/") : -len("/ledger")]
+            if layout.valid_run_id(run_id):
+                with contextlib.suppress(pygit2.GitError, KeyError):
+                    out[run_id] = str(repo.references[name].target)
+    return out
 
 
 @dataclass

@@ -148,6 +148,7 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     kept = cli_json(runner, "drop --all-but", *c, "drop", "--all-but", many["runs"][0]["run"])
     assert kept["kept"] == many["runs"][0]["run"] and kept["dropped"]
 
+    assert cli_json(runner, "adopt", *c, "adopt", agent["run"])["adopted_events"] == 0  # made here: all signed
     cli_json(runner, "drop", *c, "drop", agent["run"], "--force")
     cli_json(runner, "gc", *c, "gc")
     assert cli_json(runner, "doctor", *c, "doctor", kept["kept"])["run"] == kept["kept"]

@@ -59,6 +59,7 @@ APPLY_MODULES = {
     "sandbox.cli.commands",
     "sandbox.cli.escape",
     "sandbox.cli.edge",
+    "sandbox.cli.which",  # the line naming the run acted on when a label or prefix named it (issue 33)
     "sandbox.cli.finding",
     "sandbox.cli.group",
     "sandbox.cli.jsonout",
@@ -69,6 +70,7 @@ APPLY_MODULES = {
     "sandbox.cli.selection",
     "sandbox.errors",
     "sandbox.faults",
+    "sandbox.store.provenance",  # which events this clone wrote: the ledger reads each event's MAC (issue 33)
     "sandbox.merge",
     "sandbox.merge.brings",  # what the run brings: the one decision diff and apply read
     "sandbox.merge.decide",  # the per-path verdict

@@ -125,14 +125,23 @@ def test_a_fetched_runs_continue_runs_the_agent_on_path_without_its_options_conf
 
     # rewind --continue plans the same way (no report, a prompt of its own).
     planned = continue_.plan(run, None, {}, prompt="Go on.", search_path=["", ".", str(mine.parent), "/usr/bin"])
-    assert planned.argv == [str(mine), "Go on.", "-p", "--model", "opus"]
-    assert (planned.isolate, planned.network) == (None, None)
+    assert planned.argv == [
+        str(mine),
+        "Go on.",
+        "-p",
+        "--model",
+        "opus",
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+    ]
+    assert (planned.isolate, planned.network) == ("on", None)  # confined whatever the settings say
     said = "\n".join(planned.messages)
     for words in ("--mcp-config evil.json", "--dangerously-skip-permissions", "--add-dir /", "--plugin-dir plugins"):
         assert f"dropped the recorded option '{words}'" in said
     assert "'--permission-mode bypassPermissions'" in said and "'--settings evil-settings.json'" in said
     assert f"names the program '{evil}'" in said and "ignored the recorded confinement (off)" in said
-    assert f"the agent runs as: {mine} <note> -p --model opus." in said
+    assert f"the agent runs as: {mine} <note> -p --model opus --setting-sources user --strict-mcp-config." in said
     with pytest.raises(continue_.CannotContinueError, match="found on your PATH"):
         continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(tmp_path / "nothing-here")])
 
@@ -142,7 +151,15 @@ def test_a_fetched_runs_continue_runs_the_agent_on_path_without_its_options_conf
     assert done.returncode == 0, err
     what, seen, program, *args = done.stdout.split(b"\0")[:-1]
     assert (what, seen, program) == (b"PATH-CLAUDE", b"tree-hidden", str(mine).encode()), err  # confined
-    assert [a.decode() for a in args[1:]] == ["-p", "--model", "opus"] and b"The sandbox resumed" in args[0]
+    assert [a.decode() for a in args[1:]] == [
+        "-p",
+        "--model",
+        "opus",
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+    ]
+    assert b"The sandbox resumed" in args[0]
     assert b"EVIL" not in done.stdout
     lines = [line for line in err.splitlines() if "dropped the recorded option" in line]
     assert len(lines) == 7 and all(line.startswith("sandbox: ") and line.endswith(".") for line in lines), err
@@ -159,7 +176,7 @@ def test_the_users_own_isolate_off_is_the_only_way_down(tmp_path: Path) -> None:
     plan = continue_.plan(
         run, resume(run), {}, search_path=["/nowhere", str(fake_agent(tmp_path / "bin", "claude", b, "X").parent)]
     )
-    assert (plan.isolate, plan.network) == (None, None)  # the settings here, not the recorded 'network on'
+    assert (plan.isolate, plan.network) == ("on", None)  # the settings' network here, not the recorded 'on'
     mine = continue_.plan(run, resume(run), {}, isolate="off", search_path=[str(tmp_path / "bin")])
     assert mine.isolate == "off" and "as you asked" in mine.messages[-1]
     assert "ignored the recorded confinement (bwrap, network on)" in mine.messages[-2]
@@ -228,10 +245,12 @@ def test_a_fork_of_a_fetched_run_keeps_its_record_foreign(tmp_path: Path) -> Non
     assert any("dropped the recorded option '--mcp-config evil.json'" in m for m in plan.messages)
 
 
-def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(repo: Path) -> None:
-    """A fetch names its tip before the refs move: cut short between the two, every event counts as fetched."""
+def test_only_the_mac_decides_a_note_is_this_clones_never_the_fetch_record(repo: Path) -> None:
+    """A note this clone signed stays its own whatever a fetch record says; one whose MAC was stripped,
+    forged or made for another run is foreign, with no fetch record at all (it arrived by plain git)."""
     from sandbox.models import FetchedFrom, to_json
-    from sandbox.store import layout
+    from sandbox.store import integrity, layout
+    from tests.ledger_forge import rewrite
 
     project, workdir, _ = Project.discover(str(repo))
     assert workdir is not None
@@ -240,17 +259,15 @@ def test_a_fetch_record_that_does_not_match_the_ledger_makes_all_of_it_foreign(r
     assert transcripts.agent_command(run) == transcripts.RecordedCommand(["claude", "-p", "Do it."], "", "off", None)
     fetched = Path(layout.fetched_file(project.common_dir, run.run_id))
     fetched.write_text(to_json(FetchedFrom(remote="origin", tip="0" * 40, events=3)))
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign == "fetched from origin"
-    fetched.write_text("{not json")
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign is not None
+    recorded = transcripts.agent_command(open_run(repo, run.run_id))
+    assert recorded is not None and recorded.foreign is None  # signed here: a fetch record changes nothing
     fetched.unlink()
-    run.note({"agent_command": ["claude", "-p", "Again."], "subdir": ""})
-    fetched.write_text(to_json(FetchedFrom(remote="origin", tip=str(run.ledger_tip()), events=3)))
-    run.note({"agent_command": ["claude", "-p", "Mine."], "subdir": ""})  # written here after the fetch
-    recorded = transcripts.agent_command(run)
-    assert recorded is not None and recorded.foreign is None and recorded.argv[-1] == "Mine."
+    # The MAC stripped (the forger's rewrite writes none): foreign, though nothing was fetched.
+    rewrite(Path(project.common_dir), run.run_id, lambda i, e: {**e, "pid": 1} if e["kind"] == "note" else e)
+    Path(layout.run_dir(project.common_dir, run.run_id), integrity.TIP_FILE).unlink()  # not the damage check here
+    recorded = transcripts.agent_command(open_run(repo, run.run_id))
+    assert recorded is not None and recorded.foreign == "made in another clone" and recorded.isolation == "off"
+    assert continue_.trusted_isolation(open_run(repo, run.run_id)) is None
 
 
 def test_a_session_only_a_fetched_ledger_names_is_never_looked_for_in_your_own_homes(tmp_path: Path) -> None:

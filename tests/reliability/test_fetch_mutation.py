@@ -7,6 +7,12 @@ they name (a call's commit replaced by one that changes something else). Whateve
 ``apply`` writes into the user's tree exactly the files ``diff --json`` shows, nothing else
 (``apply`` may still refuse in one line, writing nothing). Never a traceback.
 
+Provenance (issue 33): the user's clone B has a run of its own on the same remote, its events signed
+with B's key. Whatever the forger does with MACs (strips them, writes random ones, copies B's signed
+events into the run, with their run id changed or not, and their MACs onto other events) and with
+merge-back (an ``apply_finished`` naming B's clone id), no event of the fetched run reads as B's, and
+``undo`` in B never writes anything but the undo of B's own apply.
+
 Bounded and derandomized: 30 examples in the normal suite, 300 with ``--soak``.
 """
 
@@ -25,6 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandbox.cli import cli
+from sandbox.run.run import Run
+from sandbox.store import layout, provenance
+from sandbox.store.project import Project
 from tests import ledger_forge as forge
 from tests.conftest import git, make_repo, tree_digest
 
@@ -61,6 +70,13 @@ class World:
         git(self.a, "push", "-q", "-u", "origin", "main")
         self.b = root / "b"
         git(root, "clone", "-q", str(self.bare), str(self.b))
+        # B's own run on the same remote: events signed with B's key, for the forger to copy.
+        mine = runner.invoke(cli, ["-C", str(self.b), "start", "--json"], catch_exceptions=False)
+        self.mine: str = json.loads(mine.output)["run"]
+        for args in (["exec", self.mine, "--", "sh", "-c", "echo mine > mine.txt"], ["push", self.mine]):
+            assert runner.invoke(cli, ["-C", str(self.b), *args], catch_exceptions=False).exit_code == 0
+        self.signed = _signed(self.bare, self.mine)
+        self.clone_b = layout.clone_id(str(self.b / ".git"))
 
         def sb(*args: str) -> str:
             result = runner.invoke(cli, ["-C", str(self.a), *args], catch_exceptions=False)
@@ -96,6 +112,7 @@ Mutation = tuple[str, int, int, int]  # (what, event index, file index, choice)
 
 WHAT = ["path", "before_mode", "after_mode", "after_hash", "before_hash", "commit", "parent_commit", "run_id"]
 WHAT += ["epoch", "label", "drop", "repeat", "other_commit", "drop_file", "base", "call_id", "reparent"]
+WHAT += ["copy_signed", "copy_signed_here", "random_mac", "moved_mac", "forge_apply"]
 
 
 def mutations() -> st.SearchStrategy[list[Mutation]]:
@@ -161,6 +178,8 @@ def mutate(w: World, bare: Path, plan: list[Mutation]) -> None:
                 files.pop(j % len(files))
             elif what == "call_id" and event.get("call_id"):
                 event["call_id"] = ["call_other", "call_\x07bell"][choice % 2]
+            elif what == "forge_apply" and not event.get("run"):
+                event.update(_forged_apply(w, bare, choice))
             elif what == "repeat":
                 pass  # handled below by re-appending the event
         return event
@@ -171,19 +190,69 @@ def mutate(w: World, bare: Path, plan: list[Mutation]) -> None:
         # An event appended again at the end (same event id): the fold must ignore it.
         again = forge.events(bare, w.run_id)
         copies = [again[min(r, len(again) - 1)][1] for r in repeats]
-        _append(bare, w.run_id, copies)
+        _append(bare, w.run_id, [(c, None) for c in copies])
+    extra: list[tuple[dict[str, Any], str | None]] = []
+    for what, i, _j, choice in plan:
+        body, mac = w.signed[i % len(w.signed)]
+        if what == "copy_signed":  # B's signed event as it is: another run's event
+            extra.append((json.loads(body), mac))
+        elif what == "copy_signed_here":  # B's signed event made this run's (its MAC no longer fits)
+            extra.append(({**json.loads(body), "run_id": w.run_id}, mac))
+        elif what == "random_mac":
+            event = dict(w.events[i % n][1])
+            extra.append(({**event, "event_id": f"{choice:032x}"}, f"{choice:064x}"))
+        elif what == "moved_mac":  # a signed MAC of B's on one of this run's events
+            event = dict(w.events[i % n][1])
+            extra.append(({**event, "event_id": f"{choice + 1:032x}"}, mac))
+    if extra:
+        _append(bare, w.run_id, extra)
 
 
-def _append(bare: Path, run_id: str, events: list[dict[str, Any]]) -> None:
+def _signed(bare: Path, run_id: str) -> list[tuple[str, str]]:
+    """The events of B's run as stored (its exact JSON) with the MAC B wrote on each."""
+    repo = pygit2.Repository(str(bare))
+    out = []
+    for oid, _event in forge.events(bare, run_id):
+        commit = repo[oid]
+        assert isinstance(commit, pygit2.Commit)
+        head, _, body = commit.message.partition("\n\n")
+        mac = provenance.message_mac(head)
+        assert mac is not None, head
+        out.append((body.rstrip("\n"), mac))
+    return out
+
+
+def _forged_apply(w: World, bare: Path, choice: int) -> dict[str, Any]:
+    """An apply in B's tree, as B's clone: README put back to forged bytes by the next undo."""
+    before = forge.blob(bare, b"forged\n")
+    after = forge.blob(bare, b"hello\n")
+    move = {"path": "README.md", "before_mode": 0o100644, "before_oid": before, "after_mode": 0o100644}
+    record = {"path": "README.md", "mode": 0o100644, "oid": after, "target_mode": 0o100644, "target_oid": after}
+    data = {"paths": [record], "prior": [{"path": "README.md", "drop": True}], "changed": ["README.md"]}
+    data.update({"moves": [{**move, "after_oid": after}], "target": "user"})
+    return {"kind": "apply_finished", "call_id": None, "data": data, "clone": [None, w.clone_b][choice % 2]}
+
+
+def _append(bare: Path, run_id: str, events: list[tuple[dict[str, Any], str | None]]) -> None:
     repo = pygit2.Repository(str(bare))
     ref = forge.ledger_ref(run_id)
     tip = str(repo.references[ref].target)
     tip_commit = repo[tip]
     assert isinstance(tip_commit, pygit2.Commit)
-    for event in events:
-        message = f"sandbox-event {event.get('kind', '')}\n\n{json.dumps(event)}\n"
+    for event, mac in events:
+        signed = f"\n{provenance.MAC_PREFIX}{mac}" if mac else ""
+        message = f"sandbox-event {event.get('kind', '')}{signed}\n\n{json.dumps(event)}\n"
         tip = str(repo.create_commit(None, forge.SIG, forge.SIG, message, tip_commit.tree_id, [tip]))
     repo.references.create(ref, tip, force=True)
+
+
+def rebind(b: Path) -> None:
+    """B copied for one example is still B: its key names the copy's directory (else it is a copied .git)."""
+    path = Path(provenance.key_file(str(b / ".git")))
+    data = json.loads(path.read_text())
+    st = (b / ".git").stat()
+    data.update(dev=st.st_dev, ino=st.st_ino)
+    path.write_text(json.dumps(data))
 
 
 def invoke(where: Path, *args: str) -> tuple[int, str]:
@@ -192,7 +261,8 @@ def invoke(where: Path, *args: str) -> tuple[int, str]:
 
 
 def one_line(out: str) -> None:
-    lines = [line for line in out.strip().splitlines() if line.startswith("sandbox:")]
+    # The line naming the run acted on (id, label, origin) comes before the refusal.
+    lines = [line for line in out.strip().splitlines() if line.startswith("sandbox:") and " acting on run " not in line]
     assert len(lines) >= 1 and "Traceback" not in out, out
     assert len(lines) == 1, out
 
@@ -214,17 +284,21 @@ def expected_tree(b: Path, before: dict[str, str], files: list[dict[str, Any]]) 
     return out
 
 
-def check(w: World, tmp: Path, plan: list[Mutation]) -> str:
+def check(w: World, tmp: Path, plan: list[Mutation], undo: bool = True) -> str:
     """Fetch the mutated run into a fresh clone and check the property; what happened."""
     bare, b = tmp / "remote.git", tmp / "b"
     shutil.copytree(w.bare, bare, symlinks=True)
-    shutil.copytree(w.b, b, symlinks=True)
+    shutil.copytree(w.b, b, symlinks=True, ignore=shutil.ignore_patterns("*.sock"))  # B's host: not copied
+    rebind(b)
     mutate(w, bare, plan)
     code, out = invoke(b, "fetch", str(bare), w.run_id)
     if code != 0:
         one_line(out)
-        assert git(b, "for-each-ref", "refs/sandbox") == "", "a refused run left refs behind"
+        assert f"refs/sandbox/{w.run_id}/" not in git(b, "for-each-ref", "refs/sandbox"), "a refused run left refs"
         return "fetch refused"
+    project, _workdir, _ = Project.discover(str(b))
+    assert Run.open(project, w.mine).events()[-1][1].own(), "B's own run no longer reads as B's"
+    assert not [e.kind for _oid, e in Run.open(project, w.run_id).events() if e.own()], "a foreign event reads as B's"
     code, out = invoke(b, "diff", w.run_id, "--json")
     if code != 0:
         one_line(out)
@@ -237,9 +311,15 @@ def check(w: World, tmp: Path, plan: list[Mutation]) -> str:
     if code != 0:
         one_line(out)
         assert after == before, "a refused apply wrote something"
+        code, out = invoke(b, "undo", w.run_id)  # nothing of B's stands: a forged apply drives no write
+        assert code != 0 and tree_digest(b) == before, out
         return "apply refused"
     assert files is not None, out
     assert after == expected_tree(b, before, files)
+    if not undo:
+        return "applied"
+    code, out = invoke(b, "undo", w.run_id)  # only B's own apply is undone: back to before it, exactly
+    assert code == 0 and tree_digest(b) == before, (out, tree_digest(b), before)
     return "applied"
 
 
@@ -282,5 +362,13 @@ def test_a_mutated_remote_run_is_refused_or_applies_exactly_its_diff_soak(world:
 
 def test_the_unmutated_run_applies_exactly_its_diff(world: World, tmp_path: Path) -> None:
     """The property's positive side is reachable: an honest run fetches and applies its diff."""
-    assert check(world, tmp_path, []) == "applied"
+    assert check(world, tmp_path, [], undo=False) == "applied"
     assert (tmp_path / "b" / "README.md").read_text() == "hello\nagent\n"
+
+
+@pytest.mark.parametrize("what", ["copy_signed", "copy_signed_here", "random_mac", "moved_mac", "forge_apply"])
+@pytest.mark.parametrize("choice", [0, 1])
+def test_each_provenance_forgery_is_foreign(world: World, tmp_path: Path, what: str, choice: int) -> None:
+    """Each MAC forgery once, by name (the property's examples need not draw each): refused at fetch, or
+    installed with no event reading as B's and with B's undo writing only the undo of B's own apply."""
+    assert check(world, tmp_path, [(what, 2, 0, choice)]) in ("fetch refused", "applied", "apply refused")

@@ -105,10 +105,15 @@ def test_run_names_id_prefix_label_and_ambiguity(repo: Path) -> None:
     assert resolve_run(project, c.run_id) == c.run_id
 
 
-def test_a_label_beats_another_runs_id_prefix(repo: Path) -> None:
+def test_a_label_that_could_be_another_runs_id_prefix_is_refused(repo: Path) -> None:
+    """Issue 33: such a label shadowed a run's id (tests/run/test_label_shadow.py: refused as ambiguous
+    when one arrives from elsewhere)."""
+    from sandbox.errors import UsageError
+
     a = start(repo)
-    b = start(repo, label=a.run_id[:3])
-    assert resolve_run(a.project, a.run_id[:3]) == b.run_id
+    with pytest.raises(UsageError, match="must not look like a run id"):
+        start(repo, label=a.run_id[:3])
+    assert resolve_run(a.project, a.run_id[:3]) == a.run_id
 
 
 def test_did_you_mean_lists_close_names_only() -> None:

@@ -82,6 +82,10 @@ CARRY_OVER: dict[str, tuple[str, ...]] = {
     "--include-partial-messages": (),
     "--permission-mode": ("default", "acceptEdits", "plan", "dontAsk"),
 }
+#: Added when ``resume --continue`` relaunches a run another clone recorded: the worktree's own
+#: settings (``.claude/settings*.json``: hooks, permissions, environment) and MCP servers (``.mcp.json``)
+#: are not loaded. The sandbox's hooks are in the run's own user settings (``CLAUDE_CONFIG_DIR``), which stay.
+UNTRUSTED_WORKTREE = ("--setting-sources", "user", "--strict-mcp-config")
 MARKER = "sandbox hook claude-code"
 SUCCESS_STDOUT = ""
 EVENTS = {"PreToolUse": ("start", "succeeded"), "PostToolUse": ("finish", "succeeded"),

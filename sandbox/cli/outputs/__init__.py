@@ -31,6 +31,7 @@ COMMANDS: dict[str, type[Any]] = {
     "status": runs.StatusOutput,
     "path": runs.PathOutput,
     "drop": runs.DropOutput,
+    "adopt": runs.AdoptOutput,
     "drop --all-but": runs.DropAllButOutput,
     "start --count": runs.StartManyOutput,
     "push": runs.TransferOutput,

@@ -292,6 +292,13 @@ class DropOutput(Output):
     bytes_freed: int
 
 
+class AdoptOutput(Output):
+    """``sandbox adopt --json``."""
+
+    run: str
+    adopted_events: int = Field(description="Events of the run that count as this clone's own now and did not before.")
+
+
 class OrphanHomeOutput(Output):
     """A run home whose repository no longer exists."""
 

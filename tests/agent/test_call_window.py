@@ -1,0 +1,83 @@
+"""Evidence bound to the call (issue 33): a second ``begin`` of an open call keeps its first window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.agent import wire
+from sandbox.agent.host import Host
+from sandbox.run.run import Run
+from tests.agent.test_host import serve_in_thread
+from tests.conftest import wait_until, write
+from tests.hook_fixtures import start_run
+
+
+@pytest.fixture
+def served(repo: Path) -> Iterator[tuple[Run, Host]]:
+    run = start_run(repo)
+    host, thread = serve_in_thread(run.project.common_dir)
+    yield run, host
+    host.request_stop()
+    thread.join(timeout=30)
+
+
+def test_a_second_begin_keeps_the_calls_first_window(served: tuple[Run, Host]) -> None:
+    run, _host = served
+    ops = wire.run_ops(run.project.common_dir, run.run_id, run.dir)
+    ops.begin("c1")
+    write(Path(run.worktree), "one.txt", "1")
+    wait_until(lambda: (ops.last_change() or 99) < 5)  # the host has seen it (events arrive in ~2 ms)
+    time.sleep(0.2)
+    ops.begin("c1")  # sent again (by anyone in the sandbox): what c1 changed so far stays c1's
+    write(Path(run.worktree), "two.txt", "2")
+    assert ops.end("c1") == {"one.txt", "two.txt"}
+    ops.begin("c2")  # a new call still gets a window of its own
+    write(Path(run.worktree), "three.txt", "3")
+    assert ops.end("c2") == {"three.txt"}
+
+
+def test_a_conflicting_second_finish_is_kept_beside_the_first(repo: Path) -> None:
+    """A command that failed, reported succeeded first (from inside the call) then failed by the real hook:
+    the first stays, the second is recorded beside it, never dropped."""
+    from tests.hook_fixtures import hook, payload, reopen
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    fail = payload("Bash", "failure", wt)
+    hook("claude-code", {**fail, "hook_event_name": "PreToolUse"})
+    assert hook("claude-code", {**payload("Bash", "post", wt), "tool_use_id": fail["tool_use_id"]}).exit_code == 0
+    assert hook("claude-code", fail).exit_code == 0  # the real end: exit 2
+    again = reopen(run)
+    entry = again.entries()[0]
+    assert entry.status.value == "succeeded"  # the first finish stands...
+    notes = [e.data["conflicting_finish"] for _o, e in again.events() if "conflicting_finish" in e.data]
+    assert notes and notes[0]["call"] == entry.call_id and notes[0]["first"] == "succeeded"  # ...and the second too
+    assert "failed" in str(notes[0]["why"]) and "Exit code 2" in str(notes[0]["why"])
+    assert hook("claude-code", fail).exit_code == 0  # the same conflicting finish once more: recorded again
+
+
+def test_a_refusal_of_a_call_that_changed_files_is_a_violation(repo: Path) -> None:
+    """A 'refused' payload for a started call that changed files (sent from inside the call, say) does not
+    make it 'never ran': it is a violation, with the files it changed."""
+    from tests.hook_fixtures import hook, payload, reopen
+
+    run = start_run(repo)
+    wt = Path(run.worktree)
+    pre = payload("Bash", "pre", wt)
+    assert hook("claude-code", pre).exit_code == 0
+    write(wt, "written-anyway.txt", "x\n")
+    assert (
+        hook("claude-code", {**pre, "hook_event_name": "PermissionDenied", "reason": "the user said no"}).exit_code == 0
+    )
+    entry = reopen(run).entries()[0]
+    assert entry.status.value == "violation" and [f.path for f in entry.files] == ["written-anyway.txt"]
+    assert "it ran" in (entry.error or "")
+    # A refusal of a started call that changed nothing still reads as never run.
+    other = payload("Bash", "pre", wt, call_id="toolu_03BashRefusedForReal00")
+    assert hook("claude-code", other).exit_code == 0
+    assert hook("claude-code", {**other, "hook_event_name": "PermissionDenied", "reason": "no"}).exit_code == 0
+    assert reopen(run).entry("toolu_03BashRefusedForReal00").status.value == "not_run"

@@ -78,11 +78,7 @@ def execute(
     """
     confined = _confinement(run, isolation)
     call_id = call_id or new_call_id()
-    own_watcher = _own_watcher(run) if source is None and local_watcher else None
-    if own_watcher is not None:
-        source = changes.pick(tree=own_watcher[1])
-    if source is None:
-        source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None)
+    source, own_watcher = _source(run, source, use_host, local_watcher)
     if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
         subdir = ""
     cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
@@ -134,6 +130,19 @@ def execute(
         raise refused
     assert call.entry is not None
     return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None, unrecorded)
+
+
+def _source(
+    run: Run, given: changes.ChangeSource | None, use_host: bool, local_watcher: bool
+) -> tuple[changes.ChangeSource, tuple[Inotify, Tree] | None]:
+    """Where the call's changes come from (see the module docstring), and the watch this process made for
+    it (``local_watcher``), to close when the call ends."""
+    if given is not None:
+        return given, None
+    if local_watcher:
+        own = _own_watcher(run)
+        return changes.pick(tree=own[1]), own
+    return changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None), None
 
 
 def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine.Isolation, confine.Policy] | None:

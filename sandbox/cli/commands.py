@@ -103,7 +103,7 @@ SUMMARIES = {
     ),
     "push": "Push RUN's refs (ledger, head, base, checkpoints) to REMOTE.",
     "fetch": "Fetch runs (all of REMOTE's, or the RUNs named: ids or unique prefixes) and list what arrived.",
-    "adopt": "Count every event of RUN's ledger as recorded by this clone (only for a run you trust entirely).",
+    "adopt": "Count every event of RUN's ledger as recorded by this clone.",
     "fork": "Start a new run from RUN's state: same snapshot of your tree, a worktree of its own.",
     "comment": "Leave a review comment on PATH (at LINE) of RUN's changes.",
     "comments": "List RUN's review comments: where, what, the call they are about, and whether they were sent.",

@@ -75,17 +75,7 @@ def status(
     partly = row.get("partly_applied_calls") or []
     more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
     click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
-    if row["worktree_exists"] and row.get("disk_complete", True):
-        click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
-    elif row["worktree_exists"]:
-        click.echo(
-            f"  disk:      more than {human_size(row['disk_bytes'])} ("
-            + (
-                f"the first {limit} files counted; 'sandbox status --disk' counts them all)"
-                if limit is not None
-                else "some directories could not be read: nested deeper than a path can name, or not readable)"
-            )
-        )
+    _disk_line(row, limit)
     markers = row.get("conflict_markers") or []
     if markers:
         shown = ", ".join(escape.path(p) for p in markers)
@@ -109,6 +99,23 @@ def status(
             click.echo(f"             {escape.text(line)}")
     if row["worktree_exists"] and row.get("worktree") and row.get("git_dir"):
         _warn_git(out, str(row["worktree"]), str(row["git_dir"]), common_dir)
+
+
+def _disk_line(row: RunRowJson, limit: int | None) -> None:
+    """The disk use of the run's worktree and git dir, or a lower bound and why."""
+    if not row["worktree_exists"]:
+        return
+    if row.get("disk_complete", True):
+        click.echo(f"  disk:      {human_size(row['disk_bytes'])} (worktree and the run's own git dir)")
+        return
+    click.echo(
+        f"  disk:      more than {human_size(row['disk_bytes'])} ("
+        + (
+            f"the first {limit} files counted; 'sandbox status --disk' counts them all)"
+            if limit is not None
+            else "some directories could not be read: nested deeper than a path can name, or not readable)"
+        )
+    )
 
 
 def _warn_git(out: Output, worktree: str, git_dir: str, common_dir: str) -> None:

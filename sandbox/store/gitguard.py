@@ -42,6 +42,8 @@ import re
 import stat
 import subprocess
 
+from sandbox.store import gitcli
+
 #: Settings of every run's own config (besides what it inherits): see the module docstring.
 SETTINGS = (("diff.ignoreSubmodules", "all"),)
 #: The git dir's ``commondir``: names the directory itself.
@@ -129,14 +131,11 @@ def _read_regular(path: str, limit: int = _MAX_CONFIG) -> bytes | None:
 def config_entries(data: bytes) -> list[tuple[str, str]] | None:
     """The (key, value) pairs of git config text, parsed by git (no include followed, nothing run);
     None when git cannot parse it."""
-    proc = subprocess.run(
-        ["git", "config", "--no-includes", "--file", "-", "--list", "-z"],
-        input=data,
-        capture_output=True,
-        check=False,
-        cwd="/",
-        env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
+    argv, env = gitcli.command(
+        ["config", "--no-includes", "--file", "-", "--list", "-z"],
+        {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
     )
+    proc = subprocess.run(argv, input=data, capture_output=True, check=False, cwd="/", env=env)
     if proc.returncode != 0:
         return None
     out = []
@@ -181,12 +180,16 @@ def _gitlinks(worktree: str, git_dir: str) -> list[str]:
     ``git diff`` leave them alone (``diff.ignoreSubmodules``), ``git add -A`` and ``git diff-files`` do not."""
     if not os.path.isfile(os.path.join(git_dir, "index")):
         return []
+    argv, env = gitcli.command(
+        [f"--git-dir={git_dir}", "ls-files", "--stage", "-z"],
+        {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
+    )
     proc = subprocess.run(
-        ["git", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}", "ls-files", "--stage", "-z"],
+        argv,
         capture_output=True,
         check=False,
         cwd=worktree,
-        env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
+        env=env,
         timeout=60,
     )
     out = []

@@ -81,6 +81,7 @@ APPLY_MODULES = {
     "sandbox.merge.select",
     "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
     "sandbox.merge.threeway",  # --3way's merge (git merge-file), imported with the plan
+    "sandbox.merge.renames",  # renames paired as git diff -M pairs them: the plan's refusal names them
     "sandbox.merge.writing",  # the journaled write
     "sandbox.models",
     # the persisted formats, one module per format (the package's __init__ names them all)
@@ -98,6 +99,8 @@ APPLY_MODULES = {
     "sandbox.run.verify",  # the ledger checked against its commits before apply decides (issue 25)
     "sandbox.store",
     "sandbox.store.convert",
+    "sandbox.store.agentread",  # the run's files read beneath the worktree, no link followed (standard library)
+    "sandbox.store.beneath",
     "sandbox.store.fsutil",
     "sandbox.store.gitcli",
     "sandbox.store.gitpath",  # git's path rules, for both of the above (standard library only)

@@ -184,6 +184,8 @@ def _every_run(ctx: click.Context, color: str | None, no_color: bool) -> bool:
     """``status`` without RUN where no one run is meant: a line per run (False: one run is meant)."""
     from sandbox.cli.finding import open_project
 
+    if fast_open(ctx, None) is not None:
+        return False  # the run we are in, or the only one: found on the fast path, no pygit2
     project, _workdir, cwd_run = open_project(ctx)
     if cwd_run is not None or len(project.run_ids()) < 2:
         return False

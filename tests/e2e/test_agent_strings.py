@@ -116,7 +116,7 @@ def test_the_page_shows_names_escaped_and_flagged(repo: Path) -> None:
     planted = Run.open(Project.discover(str(repo))[0], rid)
     # data-path holds the name as it is, for the page's script to send back (never shown).
     # File content (<pre class='diff'>) is the diff's, shown as the file holds it.
-    page = re.sub("data-path='[^']*'|<pre class='diff'>.*?</pre>", "", pages.run_page(planted, "token"), flags=re.S)
+    page = re.sub("data-path='[^']*'|<pre class='diff'>.*?</pre>", "", pages.run_page(planted), flags=re.S)
     diff = diffs.run_diff(planted, 0)
     for html in (page, diff):
         assert "<code>&quot;invoice\\u202efdp.sh&quot;</code> <span class='badge warn'" in html

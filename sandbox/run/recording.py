@@ -96,15 +96,21 @@ class ToolCall:
         assert self.call_id is not None
         status = CallStatus.succeeded if exc_type is None and not self.failed_with else CallStatus.failed
         error = self.failed_with if exc is None else f"{type(exc).__name__}: {exc}"
-        self.entry = calls.finish_call(
-            self.run,
-            self.call_id,
-            status,
-            paths=self.candidates(),
-            result=self.result,
-            error=error,
-            output=self.output,
-        )
+        try:
+            self.entry = calls.finish_call(
+                self.run,
+                self.call_id,
+                status,
+                paths=self.candidates(),
+                result=self.result,
+                error=error,
+                output=self.output,
+            )
+        except calls.RecordingFailedError:
+            if exc is None:
+                raise
+            # The body's own error says what went wrong (the worktree removed under it, say); the call
+            # ended failed with why its changes were not recorded, and that error goes on.
 
     def candidates(self) -> set[str] | None:
         """The paths to compare at finish, or None when only a scan can tell."""

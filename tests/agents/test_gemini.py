@@ -235,9 +235,14 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
     assert [d["path"] for d in report["drift"]] == ["partial.txt"]  # never the sandbox's .gemini/settings.json
     assert [d["attributed_to"] for d in report["drift"]] == [entries[0]["call_id"]]
     assert user_state(repo) == before
-    # Nothing was recorded as the agent's change: apply has nothing to write; the drift stays in the run.
-    sandbox_cmd("apply", run_id, cwd=repo)
-    assert not (repo / "partial.txt").exists() and user_state(repo) == before
+    # What the killed command wrote is booked to its call (its one owner): the call's change, which `log`
+    # names and `apply` brings like any other (never the next session's).
+    booked = log(repo, run_id)
+    assert [(e["tool_name"], e["status"], files_of(e)) for e in booked] == [
+        ("run_shell_command", "uncertain", ["partial.txt"])
+    ]
+    assert sandbox_cmd("apply", run_id, cwd=repo).returncode == 0
+    assert (repo / "partial.txt").read_text() == "partial\n"
 
 
 def wait_for(predicate: Any, timeout: float = 60.0) -> None:

@@ -97,12 +97,17 @@ def test_a_sessions_proxy_socket_is_not_reachable_from_another_command(repo: Pat
     run_id = start(repo)
     path = os.path.join(layout.run_dir(str(repo / ".git"), run_id), sandboxpolicy.PROXY_SOCKET)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    # A long path (a test's temporary directory) is reached through the directory's descriptor, as the
+    # proxy itself binds it (a socket's path may hold 107 bytes at most).
+    where = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
     with socket.socket(socket.AF_UNIX) as listening:  # the session's proxy, as far as a client can tell
-        listening.bind(path)
+        listening.bind(f"/proc/self/fd/{where}/{os.path.basename(path)}")
+        os.close(where)
         listening.listen(1)
         probe = (
-            "import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
-            "try:\n    s.connect(sys.argv[1]); print('connected')\n"
+            "import os, socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+            "try:\n    d = os.open(os.path.dirname(sys.argv[1]), os.O_PATH | os.O_DIRECTORY)\n"
+            "    s.connect(f'/proc/self/fd/{d}/' + os.path.basename(sys.argv[1])); print('connected')\n"
             "except OSError as e:\n    print('refused', e.errno)\n"
         )
         proc = inside(repo, run_id, "python3", "-c", probe, path)

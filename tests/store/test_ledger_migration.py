@@ -83,6 +83,10 @@ def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> N
             expected["status"]["output"]["worktree"],
             expected["status"]["output"]["git_dir"],
         )
+    # Added with issue 34 (a killed call's changes booked to it at resume): an old drift was booked to none.
+    for drift in seen["fold"]["data"].get("drift", []):
+        if drift.get("booked_to", "present") is None:
+            del drift["booked_to"]
     for key in sorted(expected):
         assert seen[key] == expected[key], key
     assert sorted(seen) == sorted(expected)

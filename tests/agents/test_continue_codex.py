@@ -139,6 +139,37 @@ def _user_text(body: Any) -> str:
     return "\n".join(out)
 
 
+def _codex_until(
+    codex_bin: str,
+    run: Any,
+    repo: Path,
+    tmp_path: Path,
+    server: ResponsesServer,
+    marker: Path,
+    *,
+    new_session: bool = False,
+) -> subprocess.Popen[str]:
+    """``sandbox run RUN -- codex exec ...`` started, once ``marker`` exists (its long command began)."""
+    proc = subprocess.Popen(
+        [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
+        + ["--strict-config", "--color=never", "Do the task."],
+        cwd=repo,
+        env=codex_env(tmp_path, server, repo),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
+    )
+    deadline = time.monotonic() + 90
+    while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    if not marker.exists():
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=30))
+    return proc
+
+
 def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path: Path, marker: str) -> None:
     run = cli_start(repo)
     wt = Path(run.worktree)
@@ -146,21 +177,8 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
     command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
     long_call = mcp("run_command", command=command)
     with ResponsesServer([first, long_call]) as server:
-        proc = subprocess.Popen(
-            [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
-            + ["--strict-config", "--color=never", "Do the task."],
-            cwd=repo,
-            env=codex_env(tmp_path, server, repo),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _codex_until(codex_bin, run, repo, tmp_path, server, wt / "started.txt")
         try:
-            deadline = time.monotonic() + 90
-            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.05)
-            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
             native = _native_codex(proc.pid)
             assert len(native) == 1, native
             os.kill(native[0], signal.SIGKILL)
@@ -331,22 +349,9 @@ def test_codex_sigint_without_a_terminal_leaves_the_running_call_interrupted(
     command = f"echo started > started.txt; sleep {marker}; echo late > late.txt"
     long_call = mcp("run_command", command=command)
     with ResponsesServer([long_call]) as server:
-        proc = subprocess.Popen(
-            [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
-            + ["--strict-config", "--color=never", "Do the task."],
-            cwd=repo,
-            env=codex_env(tmp_path, server, repo),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # a group of its own, as a script's job
-        )
+        # A group of its own, as a script's job.
+        proc = _codex_until(codex_bin, run, repo, tmp_path, server, wt / "started.txt", new_session=True)
         try:
-            deadline = time.monotonic() + 90
-            while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.05)
-            assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
             time.sleep(0.5)
             os.killpg(proc.pid, signal.SIGINT)
             _out, err = proc.communicate(timeout=60)

@@ -264,33 +264,44 @@ def _seconds(text: str) -> float:
     return parse_time(text).timestamp()
 
 
-def test_esc_rejected_gemini_call_is_not_run(gemini_bin: str, repo: Path, tmp_path: Path) -> None:
-    run_id, wt = _start(repo)
+def _gemini_at_its_prompt(tmp_path: Path, name: str, repo: Path, run_id: str, gemini_bin: str, server: Any) -> Pane:
+    """``sandbox run RUN -- gemini`` in a pane (API-key auth, a HOME of the test's), told "run it", once it
+    asks "Allow execution" for the scripted shell call. The pane is the caller's to close."""
     home = tmp_path / "gemini-home"
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(
         json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
     )
+    env = {
+        "HOME": str(home),
+        "GOOGLE_GEMINI_BASE_URL": server.base_url,
+        "GEMINI_API_KEY": "test-key",
+        "SANDBOX_HOOK_AUTOSTART": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    agent = f"{SANDBOX} run {run_id} -- {gemini_bin}"
+    command = f"cd {shlex.quote(str(repo))} && {_env_prefix(env, tuple(env))} {agent} 2>&1"
+    pane = Pane(tmp_path, f"{name}-{os.getpid()}", command)
+    try:
+        pane.wait("Type your message", timeout=90)
+        time.sleep(1.0)  # its input box takes keys a moment after it is drawn
+        pane.keys("run it")
+        pane.wait("> run it")
+        time.sleep(0.5)
+        pane.keys("Enter")
+        pane.wait("Allow execution")
+    except BaseException:
+        pane.close()
+        raise
+    return pane
+
+
+def test_esc_rejected_gemini_call_is_not_run(gemini_bin: str, repo: Path, tmp_path: Path) -> None:
+    run_id, wt = _start(repo)
     turns = [gs.call("run_shell_command", command="echo hi > rejected.txt", description="scripted"), gs.text("OK.")]
     with gs.serve(turns) as server:
-        env = {
-            "HOME": str(home),
-            "GOOGLE_GEMINI_BASE_URL": server.base_url,
-            "GEMINI_API_KEY": "test-key",
-            "SANDBOX_HOOK_AUTOSTART": "1",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-        prefix = _env_prefix(env, tuple(env))
-        agent = f"{SANDBOX} run {run_id} -- {gemini_bin}"
-        pane = Pane(tmp_path, f"sbx-gemini-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {prefix} {agent} 2>&1")
+        pane = _gemini_at_its_prompt(tmp_path, "sbx-gemini", repo, run_id, gemini_bin, server)
         try:
-            pane.wait("Type your message", timeout=90)
-            time.sleep(1.0)  # its input box takes keys a moment after it is drawn
-            pane.keys("run it")
-            pane.wait("> run it")
-            time.sleep(0.5)
-            pane.keys("Enter")
-            pane.wait("Allow execution")
             pane.keys("Escape")  # "No, suggest changes (esc)"
             time.sleep(1.0)
             pane.keys("next")
@@ -318,32 +329,11 @@ def test_ctrl_c_during_a_running_gemini_shell_call_leaves_it_interrupted_with_it
     """Gemini CLI stops a running command on Ctrl-C and says so only in the tool's text ("Command was cancelled
     by user"): the call is ``interrupted`` with the file it wrote (it was recorded ``succeeded``)."""
     run_id, wt = _start(repo)
-    home = tmp_path / "gemini-home"
-    (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
-    )
     command = "echo partial > partial.txt; sleep 120; echo late > late.txt"
     turns = [gs.call("run_shell_command", command=command, description="scripted"), gs.text("OK.")]
     with gs.serve(turns) as server:
-        env = {
-            "HOME": str(home),
-            "GOOGLE_GEMINI_BASE_URL": server.base_url,
-            "GEMINI_API_KEY": "test-key",
-            "SANDBOX_HOOK_AUTOSTART": "1",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-        prefix = _env_prefix(env, tuple(env))
-        agent = f"{SANDBOX} run {run_id} -- {gemini_bin}"
-        pane = Pane(tmp_path, f"sbx-gemcc-{os.getpid()}", f"cd {shlex.quote(str(repo))} && {prefix} {agent} 2>&1")
+        pane = _gemini_at_its_prompt(tmp_path, "sbx-gemcc", repo, run_id, gemini_bin, server)
         try:
-            pane.wait("Type your message", timeout=90)
-            time.sleep(1.0)  # its input box takes keys a moment after it is drawn
-            pane.keys("run it")
-            pane.wait("> run it")
-            time.sleep(0.5)
-            pane.keys("Enter")
-            pane.wait("Allow execution")
             pane.keys("Enter")  # "Allow once"
             deadline = time.monotonic() + 60
             while not (wt / "partial.txt").exists() and time.monotonic() < deadline:

@@ -9,10 +9,9 @@ it takes from that smaller budget, leaving the rest to the user's own tools (an 
 Only a process with ``CAP_SYS_RESOURCE`` in that namespace may set them, and the sandboxed command
 must not have it. So bubblewrap waits (``--userns-block-fd``) after making the namespace and tells its
 child's pid (``--info-fd``); the caller writes the namespace's id maps (bubblewrap leaves them to
-whoever holds the block: the caller's own uid and gid, as bubblewrap would map them), then a fork of
-the caller, the namespace's owner, joins it (``setns``: every capability there, for that one
-single-threaded process, which execs nothing that would drop them) and writes both limits; then the
-sandbox goes on. Standard library only (``sandbox exec``'s fast path imports it).
+whoever holds the block: the caller's own uid and gid, as bubblewrap would map them), then
+the caller (``nsenter``: the namespace's owner joining it has every capability there) writes both
+limits; then the sandbox goes on. Standard library only (``sandbox exec``'s fast path imports it).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import json
 import os
 
 LIMITS = ("/proc/sys/user/max_inotify_instances", "/proc/sys/user/max_inotify_watches")
-_CLONE_NEWUSER = 0x10000000
 
 
 def child_pid(info_fd: int, limit: int = 4096) -> int | None:
@@ -50,29 +48,30 @@ def map_ids(pid: int) -> None:
 
 
 def set_inotify(pid: int, instances: int, watches: int) -> bool:
-    """Write both limits in the user namespace of ``pid`` from a fork that joins it; True when set."""
-    import ctypes
+    """Write both limits in the user namespace of ``pid``, from ``nsenter`` joining it; True when set.
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        ns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    Never a fork of this process: ``sandbox run`` has threads (the proxy's, the host's spawner), and a
+    fork of a threaded process that then calls into C can hang for good, holding copies of every
+    descriptor (the proxy's listening socket answered after its run was killed)."""
+    import shutil
+    import subprocess
+
+    nsenter = shutil.which("nsenter")
+    if nsenter is None:
         return False
+    script = f"echo {int(instances)} > {LIMITS[0]} && echo {int(watches)} > {LIMITS[1]}"
     try:
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the fork's own work, seen through its exit status
-            code = 1
-            try:
-                if libc.setns(ns, _CLONE_NEWUSER) == 0:
-                    _write(LIMITS[0], str(int(instances)))
-                    _write(LIMITS[1], str(int(watches)))
-                    code = 0
-            finally:
-                os._exit(code)
-        _pid, status = os.waitpid(child, 0)
-    finally:
-        os.close(ns)
-    return os.waitstatus_to_exitcode(status) == 0
+        done = subprocess.run(
+            [nsenter, "--user", f"--target={pid}", "--preserve-credentials", "/bin/sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _write(path: str, text: str) -> None:

@@ -117,10 +117,13 @@ class Limits:
     #: Open files per process (``RLIMIT_NOFILE``): with ``max_processes`` the product stays well under
     #: the machine's ``fs.file-max`` (1024 x 1024 = 1M; 2.4M here).
     max_open_files: int | None = 1024
-    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.agent.nslimits`):
-    #: a quarter of a default user's 128 instances, a third of a common 192k watches.
-    max_inotify_instances: int | None = 32
-    max_inotify_watches: int | None = 65536
+    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.agent.nslimits`;
+    #: 32 and 65,536 would be a quarter of a default user's 128 instances, a third of a common 192k
+    #: watches). Not bounded by default yet: bubblewrap blocked for the handshake that sets them outlived
+    #: a ``sandbox run`` killed at that moment (its --die-with-parent not armed yet), holding the
+    #: caller's output open; the mechanism is tested with the bound given explicitly.
+    max_inotify_instances: int | None = None
+    max_inotify_watches: int | None = None
 
 
 class ConfinementError(SandboxError):

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,18 +126,23 @@ print(n)
 """
 
 
-def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(repo: Path) -> None:
-    """The agent's watchers take from a budget of their own (32), not the user's whole (128 here)."""
-    run_id = start(repo)
-    proc = inside(repo, run_id, "python3", "-c", INOTIFY)
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert int(proc.stdout) <= 32, proc.stdout.decode()
-    limits = inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances", "/proc/sys/user/max_inotify_watches")
-    assert limits.stdout.decode().split() == ["32", "65536"], limits.stderr.decode()
-    # and the sandboxed command cannot raise them again
-    again = inside(repo, run_id, "sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_instances; echo done")
-    assert inside(repo, run_id, "cat", "/proc/sys/user/max_inotify_instances").stdout.decode().strip() == "32"
-    assert again.returncode == 0
+def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(tmp_path: Path) -> None:
+    """With the bound given, the command's watchers take from a budget of their own (32), not the user's
+    whole (128 here), and it cannot raise it (the bound is off by default: sandboxpolicy.Limits)."""
+    from sandbox.agent import confine, sandboxpolicy
+
+    limits = sandboxpolicy.Limits(max_inotify_instances=32, max_inotify_watches=65536)
+    policy = confine.Policy(writable=(str(tmp_path),), protected=(), limits=limits)
+    iso = confine.Isolation(enabled=True, network=False, program=shutil.which("bwrap") or "bwrap", interactive=False)
+    script = (
+        f"{sys.executable} -c '{INOTIFY}' > n; cat /proc/sys/user/max_inotify_instances "
+        "/proc/sys/user/max_inotify_watches > limits; echo 1000 > /proc/sys/user/max_inotify_instances; "
+        "cat /proc/sys/user/max_inotify_instances > after"
+    )
+    assert confine.spawn(iso, policy, ["sh", "-c", script], str(tmp_path)).wait() in (0, 1)
+    assert int((tmp_path / "n").read_text()) <= 32
+    assert (tmp_path / "limits").read_text().split() == ["32", "65536"]
+    assert (tmp_path / "after").read_text().strip() == "32"
 
 
 def test_open_files_are_bounded_and_cannot_be_raised(repo: Path) -> None:

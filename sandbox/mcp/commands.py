@@ -180,6 +180,8 @@ class CommandTools(WorkspaceState):
                 paths=changed,
                 result={"exit_code": None if timed_out else code, "timed_out": timed_out},
                 error=error,
+                # The client's cancellation is its user's Ctrl-C or Esc: the call was interrupted.
+                mark="interrupted" if flight.cancelled.is_set() else None,
                 output=kept,
             )
         finally:
@@ -244,6 +246,7 @@ class CommandTools(WorkspaceState):
                     OUTPUT_TEXT: bytes(kept.kept).decode("utf-8", "surrogateescape"),
                 },
                 error=error,
+                interrupted=flight.cancelled.is_set(),
             )
         finally:
             self.in_flight.pop(call_id, None)

@@ -106,9 +106,11 @@ class HostLedger:
         paths: list[str] | None = None,
         result: Any = None,
         error: str | None = None,
+        interrupted: bool = False,
     ) -> Recorded:
         """Record the call's end with what it changed; :class:`SandboxError` when the host could not
-        (the call then stays ``started``: ``sandbox resume`` reports it uncertain)."""
+        (the call then stays ``started``: ``sandbox resume`` reports it uncertain). ``interrupted``: the
+        client stopped it (its cancellation: the user's Ctrl-C or Esc)."""
         event = hookproto.HookEvent(
             phase="finish",
             cwd=self.worktree,
@@ -120,6 +122,7 @@ class HostLedger:
             status="succeeded" if succeeded else "failed",
             error=error,
             result=result,
+            interrupted=interrupted,
             agent="mcp",
             agent_session=agent_session,
         )

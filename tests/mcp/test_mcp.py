@@ -282,9 +282,9 @@ def test_path_escapes_are_refused_and_write_nothing_outside(repo: Path, tmp_path
     assert [e.tool_name for e in run.entries()] == ["run_command"]  # refusals record nothing
 
 
-def test_a_cancelled_command_is_stopped_and_recorded_failed(repo: Path) -> None:
-    """notifications/cancelled (the client gave up, and is still there): the command is killed and
-    the call is failed with the reason; the session goes on."""
+def test_a_cancelled_command_is_stopped_and_recorded_interrupted(repo: Path) -> None:
+    """notifications/cancelled (the client's user stopped it: Ctrl-C or Esc, and the client is still there):
+    the command is killed and the call is interrupted with the reason and its files; the session goes on."""
 
     async def body(s: ClientSession) -> tuple[str, Any]:
         wt = (await s.call_tool("list_runs", {})).structured_content["runs"][0]["worktree"]
@@ -308,7 +308,7 @@ def test_a_cancelled_command_is_stopped_and_recorded_failed(repo: Path) -> None:
         return wt, (entry, after)
 
     wt, (entry, after) = serve(repo, "--new")(body)
-    assert entry.tool_name == "run_command" and entry.status.value == "failed"
+    assert entry.tool_name == "run_command" and entry.status.value == "interrupted"
     assert entry.error == "cancelled by the client; the command was killed"
     assert [f.path for f in entry.files] == ["started.flag"] and not Path(wt, "after.txt").exists()
     assert not after.is_error

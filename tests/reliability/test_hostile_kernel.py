@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -135,7 +134,7 @@ def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(tmp_path: P
     policy = confine.Policy(writable=(str(tmp_path),), protected=(), limits=limits)
     iso = confine.Isolation(enabled=True, network=False, program=shutil.which("bwrap") or "bwrap", interactive=False)
     script = (
-        f"{sys.executable} -c '{INOTIFY}' > n; cat /proc/sys/user/max_inotify_instances "
+        f"python3 -c '{INOTIFY}' > n; cat /proc/sys/user/max_inotify_instances "
         "/proc/sys/user/max_inotify_watches > limits; echo 1000 > /proc/sys/user/max_inotify_instances; "
         "cat /proc/sys/user/max_inotify_instances > after"
     )

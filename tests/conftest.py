@@ -156,6 +156,18 @@ def make_repo(root: Path, files: dict[str, str | bytes] | None = None, commit: b
     return root
 
 
+def two_clones(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path, Path]:
+    """Clone A (a repository of ``files``) pushed to a bare remote, and clone B of that remote: (A, B, remote)."""
+    a = make_repo(tmp_path / "a", files or {"README.md": "hello\n", "src/app.py": "print('app')\n"})
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(a, "remote", "add", "origin", str(bare))
+    git(a, "push", "-q", "-u", "origin", "main")
+    b = tmp_path / "b"
+    git(tmp_path, "clone", "-q", str(bare), str(b))
+    return a, b, bare
+
+
 def commit_all(root: Path, message: str = "change") -> str:
     """Stage everything and commit; returns the new HEAD."""
     git(root, "add", "-A")

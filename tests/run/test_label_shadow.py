@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import git, make_repo, sandbox_cmd
+from tests.conftest import git, sandbox_cmd, two_clones
 from tests.ledger_forge import rewrite
 
 REFSPEC = "refs/sandbox/*:refs/sandbox/*"
@@ -27,14 +27,7 @@ def test_an_id_shaped_label_is_refused_at_start(repo: Path) -> None:
 
 
 def _two_clones(tmp_path: Path) -> tuple[Path, Path, Path]:
-    a = make_repo(tmp_path / "a", {"README.md": "hello\n"})
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(a, "remote", "add", "origin", str(bare))
-    git(a, "push", "-q", "-u", "origin", "main")
-    b = tmp_path / "b"
-    git(tmp_path, "clone", "-q", str(bare), str(b))
-    return a, b, bare
+    return two_clones(tmp_path, {"README.md": "hello\n"})
 
 
 def test_a_label_that_is_a_prefix_of_your_runs_id_is_ambiguous(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from sandbox.agent import transcripts
 from sandbox.recovery import continue_
 from sandbox.store import layout, provenance
-from tests.conftest import git, make_repo, sandbox_cmd
+from tests.conftest import git, sandbox_cmd, two_clones
 from tests.ledger_forge import blob, commit_with, events, rewrite
 from tests.recovery.test_continue_trust import DANGEROUS, fake_agent, needs_bwrap, open_run
 
@@ -29,13 +29,7 @@ REFSPEC = "refs/sandbox/*:refs/sandbox/*"
 
 def clones(tmp_path: Path) -> tuple[Path, Path]:
     """A (the other side) and B (the user, who has used the sandbox already), sharing ``remote.git``."""
-    a = make_repo(tmp_path / "a", {"README.md": "hello\n", "src/app.py": "x = 1\n"})
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(a, "remote", "add", "origin", str(bare))
-    git(a, "push", "-q", "-u", "origin", "main")
-    b = tmp_path / "b"
-    git(tmp_path, "clone", "-q", str(bare), str(b))
+    a, b, _bare = two_clones(tmp_path, {"README.md": "hello\n", "src/app.py": "x = 1\n"})
     mine = sandbox_cmd("start", "--json", cwd=b)  # B's own run: B has recorded events (and a key) before
     assert mine.returncode == 0, mine.stderr
     done = sandbox_cmd("exec", str(json.loads(mine.stdout)["run"]), "--", "true", cwd=b)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from sandbox.cli import cli, outputs
 from sandbox.store import layout
-from tests.conftest import git, make_repo, sandbox_cmd, tree_digest, user_state
+from tests.conftest import git, sandbox_cmd, tree_digest, two_clones, user_state
 
 
 def sb(runner: CliRunner, where: Path, *args: str, code: int = 0) -> str:
@@ -59,17 +59,6 @@ def everything_of(repo: Path) -> dict[str, object]:
         "sandbox_state": digest_dir(repo / ".git" / "sandbox"),
         "homes": digest_dir(homes_of(repo)),
     }
-
-
-def two_clones(tmp_path: Path) -> tuple[Path, Path, Path]:
-    a = make_repo(tmp_path / "a", {"README.md": "hello\n", "src/app.py": "print('app')\n"})
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(a, "remote", "add", "origin", str(bare))
-    git(a, "push", "-q", "-u", "origin", "main")
-    b = tmp_path / "b"
-    git(tmp_path, "clone", "-q", str(bare), str(b))
-    return a, b, bare
 
 
 def test_a_run_pushed_from_a_and_fetched_into_b_acts_on_b_only(tmp_path: Path) -> None:

@@ -41,6 +41,9 @@ class Comment:
     sent_session: str | None = None
     sent_at: str | None = None
     sent_agent: str | None = None
+    #: Written by this clone (its key's MAC on the note, :mod:`sandbox.store.provenance`). Another clone's
+    #: comment is shown, never handed to an agent: it would choose what the model is told.
+    own: bool = True
 
     @property
     def where(self) -> str:
@@ -91,11 +94,16 @@ def _in_tree(run: Run, rel: str) -> bool:
 
 
 def listed(run: Run) -> list[Comment]:
-    """Every comment of the run, oldest first, with where each was sent."""
+    """Every comment of the run, oldest first, with where each was sent (as this clone recorded it) and
+    whether this clone wrote it."""
     notes = list(run.state().data.note)
+    if any(isinstance(n.get(COMMENT), dict) for n in notes):
+        mine = {event.event_id for _oid, event in run.events_read() if event.own()}
+    else:
+        mine = set()
     sent: dict[str, tuple[str | None, str, str | None]] = {}
     for n in notes:
-        s = n.get(SENT)
+        s = n.get(SENT) if n.get("event_id") in mine else None
         if isinstance(s, dict) and isinstance(s.get("ids"), list):
             session = s.get("agent_session")
             agent = s.get("agent")
@@ -125,14 +133,15 @@ def listed(run: Run) -> list[Comment]:
                 sent_session=went[0] if went else None,
                 sent_at=went[1] if went else None,
                 sent_agent=went[2] if went else None,
+                own=n.get("event_id") in mine,
             )
         )
     return out
 
 
 def unsent(run: Run) -> list[Comment]:
-    """The comments no agent session has been given yet."""
-    return [c for c in listed(run) if c.sent_at is None]
+    """This clone's comments that no agent session has been given yet (another clone's are never handed on)."""
+    return [c for c in listed(run) if c.sent_at is None and c.own]
 
 
 def message(run: Run, comments: list[Comment]) -> str:

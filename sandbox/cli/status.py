@@ -74,7 +74,10 @@ def status(
     click.echo(f"  calls:     {row['calls']} ({by or 'none'})")
     partly = row.get("partly_applied_calls") or []
     more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
-    click.echo(f"  changed:   {row['changed_paths']} path(s); {row['unapplied_calls']} call(s) not applied{more}")
+    renamed = f" ({row['renamed_paths']} renamed)" if row.get("renamed_paths") else ""
+    click.echo(
+        f"  changed:   {row['changed_paths']} path(s){renamed}; {row['unapplied_calls']} call(s) not applied{more}"
+    )
     _disk_line(row, limit)
     markers = row.get("conflict_markers") or []
     if markers:

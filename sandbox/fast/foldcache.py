@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any
 
-from sandbox.fast import agentgit, gitread, odb, views
+from sandbox.fast import agentgit, gitread, odb, renamepairs, views
 from sandbox.fast.agentgit import AgentGitJson
 from sandbox.fast.foldjson import FetchedJson, StateJson, state_json
 from sandbox.store import layout
@@ -140,15 +140,16 @@ class Repository:
             raise Miss("the ledger's fold key is not a blob")
         return data
 
-    def changed_paths(self, state: StateJson) -> int:
-        """How many paths the run's head changes from its base."""
+    def changed_paths(self, state: StateJson) -> tuple[int, int]:
+        """How many paths the run's head changes from its base, a rename counted once, and how many
+        of them are renames (:func:`sandbox.fast.renamepairs.count`, as the full path counts)."""
         try:
             tip = state["head"]
             if tip is None:  # (state() refuses such a fold: a Miss, as the full path would repair it)
                 raise Miss("the fold has no head")
             base = self.git.commit(state["run"]["base"]).tree
             head = self.git.commit(tip).tree
-            return len(self.git.changed_paths(base, head))
+            return renamepairs.count(self.git.changes(base, head), lambda oid: self.git.read(oid)[1])
         except odb.GitReadError as exc:
             raise Miss(str(exc)) from exc
 
@@ -168,12 +169,14 @@ class Repository:
     def summary(self, run_id: str, disk: bool = False, disk_limit: int | None = None) -> views.RunRowJson:
         """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
+        changed, renamed = self.changed_paths(state)
         return views.summary(
             run_id,
             state,
             common_dir=self.common_dir,
             place=self.place(run_id),
-            changed_paths=self.changed_paths(state),
+            changed_paths=changed,
+            renamed_paths=renamed,
             fetched=self.fetched(run_id),
             disk=disk,
             disk_limit=disk_limit,

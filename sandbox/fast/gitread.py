@@ -463,8 +463,14 @@ class Repo:
         changes before the entry's own (a file replaced by a directory gives both), identical
         subtrees skipped, mode-only changes included, gitlinks treated as leaves.
         """
+        return [path for path, _a, _b in self.changes(old_tree, new_tree)]
+
+    def changes(
+        self, old_tree: str | None, new_tree: str | None
+    ) -> list[tuple[str, TreeEntry | None, TreeEntry | None]]:
+        """``(path, old entry, new entry)`` for each path :meth:`changed_paths` gives, in its order."""
         with _guard("changed paths"):  # (a RecursionError on an absurdly deep tree included)
-            return [path for path, _a, _b in treediff.changes(self._entries, old_tree, new_tree)]
+            return list(treediff.changes(self._entries, old_tree, new_tree))
 
     def close(self) -> None:
         """Unmap every opened pack (the Repo stays usable: packs are mapped again when needed)."""

@@ -141,6 +141,7 @@ class RunRowJson(_RunRowBase, total=False):
     user_head: str | None
     run_head: str | None
     by_status: dict[str, int]
+    renamed_paths: int
     unapplied_calls: int
     partly_applied_calls: list[str]
     conflict_markers: list[str]
@@ -164,12 +165,14 @@ def summary(
     place: layout.Place,
     changed_paths: int,
     fetched: FetchedJson | None,
+    renamed_paths: int = 0,
     disk: bool = False,
     disk_limit: int | None = None,
 ) -> RunRowJson:
     """A run as ``list`` and ``status`` show it (``status`` adds ``agent_git``, ``in_flight``, ``host``).
 
-    ``changed_paths``: how many paths the run's head changes from its base; ``fetched``: the
+    ``changed_paths``: how many paths the run's head changes from its base, a rename counted once
+    as ``diff --stat`` counts it (``renamed_paths`` of them renames); ``fetched``: the
     remote it was fetched from (:func:`fetched_from`, as its model dumps it); ``disk``: sum the
     bytes its home uses, at most ``disk_limit`` entries of it (``disk_complete`` False when there
     were more: the figure is a lower bound).
@@ -203,6 +206,7 @@ def summary(
         "calls": len(state["calls"]),
         "by_status": counts,
         "changed_paths": changed_paths,
+        "renamed_paths": renamed_paths,
         "unapplied_calls": len(unapplied),
         "partly_applied_calls": partly_applied(state),
         "conflict_markers": conflict_markers(state, common_dir),

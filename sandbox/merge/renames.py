@@ -13,68 +13,28 @@ new file) and deleted at the old one; without ``--3way`` the refusal names the r
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 import pygit2
 
+from sandbox.fast import renamepairs
 from sandbox.merge import brings, decide, select, threeway
 from sandbox.merge.planned import PlannedPath
 from sandbox.models import LedgerState
 from sandbox.run.run import Run
 from sandbox.store import convert, objects
 from sandbox.store.journal import State
-from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
-
-#: git's default rename threshold (``-M50%``).
-THRESHOLD = 0.5
-#: Files larger than this are paired only when their blobs are the same (as git's rename limit guards).
-MAX_COMPARED = 4 << 20
+from sandbox.store.objects import Entry
 
 
 def find(repo: pygit2.Repository, deleted: Mapping[str, State], added: Mapping[str, State]) -> dict[str, str]:
-    """Old path -> new path for each deleted path whose content lives on at an added one."""
-    out: dict[str, str] = {}
-    free: dict[str, Entry] = {path: state for path, state in added.items() if state is not None}
-    gone: dict[str, Entry] = {path: state for path, state in deleted.items() if state is not None}
-    by_oid: dict[str, str] = {}
-    for path, entry in sorted(free.items()):
-        by_oid.setdefault(entry.oid, path)
-    for old, entry in sorted(gone.items()):
-        if by_oid.get(entry.oid) in free:
-            new = by_oid[entry.oid]
-            out[old] = new
-            del free[new]
-    scored: list[tuple[float, str, str]] = []
-    lines: dict[str, Counter[bytes]] = {}
-    for old, entry in sorted(gone.items()):
-        if old in out or entry.mode not in (MODE_FILE, MODE_EXEC):
-            continue
-        mine = _lines(repo, entry.oid, lines)
-        for new, other in free.items():
-            if other.mode not in (MODE_FILE, MODE_EXEC) or mine is None:
-                continue
-            theirs = _lines(repo, other.oid, lines)
-            if theirs is None:
-                continue
-            total = max(sum(mine.values()), sum(theirs.values()), 1)
-            score = sum((mine & theirs).values()) / total
-            if score >= THRESHOLD:
-                scored.append((score, old, new))
-    for _score, old, new in sorted(scored, key=lambda s: (-s[0], s[1], s[2])):
-        if old not in out and new in free:
-            out[old] = new
-            del free[new]
-    return out
-
-
-def _lines(repo: pygit2.Repository, oid: str, cache: dict[str, Counter[bytes]]) -> Counter[bytes] | None:
-    if oid not in cache:
-        data = objects.read_blob(repo, oid)
-        if len(data) > MAX_COMPARED or b"\0" in data[:8000]:
-            return None
-        cache[oid] = Counter(data.splitlines())
-    return cache[oid]
+    """Old path -> new path for each deleted path whose content lives on at an added one
+    (:func:`sandbox.fast.renamepairs.pair`, reading blobs with libgit2)."""
+    return renamepairs.pair(
+        {path: state for path, state in deleted.items() if state is not None},
+        {path: state for path, state in added.items() if state is not None},
+        lambda oid: objects.read_blob(repo, oid),
+    )
 
 
 def follow(run: Run, root: str, paths: list[PlannedPath], three_way: bool) -> None:

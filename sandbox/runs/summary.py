@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from sandbox.errors import SandboxError
-from sandbox.fast import views
+from sandbox.fast import renamepairs, views
 from sandbox.fast.foldjson import fetched_json, state_json
 from sandbox.run.run import Run
 from sandbox.runs.remote import fetched_from
+from sandbox.store import objects
 from sandbox.store.integrity import LedgerDamagedError
 from sandbox.store.project import Project
 
@@ -25,12 +26,18 @@ def summarize(
     info = state.run
     assert info is not None
     fetched = fetched_from(run.project, run.run_id)
+    repo = run.repo
+    changes = objects.diff_trees(repo, objects.commit_tree(repo, run.base), objects.commit_tree(repo, run.head()))
+    changed, renamed = renamepairs.count(
+        ((c.path, c.old, c.new) for c in changes), lambda oid: objects.read_blob(repo, oid)
+    )
     row = views.summary(
         run.run_id,
         state_json(state.model_dump(mode="json")),
         common_dir=run.project.common_dir,
         place=run.place,
-        changed_paths=len(run.changed_paths()),
+        changed_paths=changed,
+        renamed_paths=renamed,
         fetched=fetched_json(fetched.model_dump(mode="json")) if fetched is not None else None,
         disk=disk,
         disk_limit=disk_limit,

@@ -4,11 +4,15 @@ merge), and without it the refusal names the rename; undo gives back the user's 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from click.testing import CliRunner
 
 from sandbox.cli import cli
+from sandbox.fast import renamepairs
 from sandbox.merge import renames
 from sandbox.run.run import Run
 from sandbox.store.project import Project
@@ -107,3 +111,43 @@ def test_taking_one_side_of_a_rename_says_so(repo: Path) -> None:
     code, out, _ = invoke(repo, "undo", run.run_id)
     code, out, _ = invoke(repo, "apply", run.run_id, "--exclude", "src.py")
     assert "so both are in your tree" in out
+
+
+def test_status_and_list_count_a_rename_once_as_diff_stat_does_on_both_read_paths(repo: Path) -> None:
+    from tests.fast.test_foldcache import drop_caches
+    from tests.fast.test_foldcache import invoke as run_sandbox
+
+    run = setup(repo)
+    stat = subprocess.run(
+        [sys.executable, str(Path(sys.executable).parent / "sandbox"), "diff", run.run_id, "--stat"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "2 files changed" in stat and "src.py => lib.py" in stat
+    drop_caches(run.project)
+    full = run_sandbox(repo, "status", run.run_id, "--json")
+    fast = run_sandbox(repo, "status", run.run_id, "--json")
+    assert full[3] and not fast[3]  # the first took the full path (pygit2), the second the sealed cache
+    assert fast[:3] == full[:3]
+    row = json.loads(full[1])
+    assert (row["changed_paths"], row["renamed_paths"]) == (2, 1)
+    text = run_sandbox(repo, "status", run.run_id)[1]
+    assert "changed:   2 path(s) (1 renamed)" in text
+    # Without the rename the count is what it always was: an exact rename of an unrelated pair is still one.
+    assert renamepairs.count(
+        [("a", None, Leaf(0o100644, "1" * 40)), ("b", Leaf(0o100644, "1" * 40), None)], _never
+    ) == (
+        1,
+        1,
+    )
+
+
+class Leaf(NamedTuple):
+    mode: int
+    oid: str
+
+
+def _never(oid: str) -> bytes:
+    raise AssertionError(f"an exact rename reads no blob ({oid})")

@@ -38,7 +38,10 @@ class RunRow(Output):
     run_head: str | None = None
     calls: int
     by_status: dict[str, int] = Field(default_factory=dict)
-    changed_paths: int
+    changed_paths: int = Field(
+        description="Paths the run changes from its base; a rename counts once, as in diff --stat."
+    )
+    renamed_paths: int = Field(default=0, description="How many of changed_paths are renames.")
     unapplied_calls: int = 0
     #: Calls of which only some hunks were applied (``apply --hunks``).
     partly_applied_calls: list[str] = Field(default_factory=list)

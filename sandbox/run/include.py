@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from sandbox.errors import PathRefusedError
-from sandbox.run import config
+from sandbox.run import config, venvcopy
 from sandbox.store import fsutil, paths
 
 PRIVATE_FILE = "private.json"
@@ -114,6 +114,8 @@ def _bring(workdir: str, worktree: str, rel: str, *, link: bool, report: Include
         elif os.path.isdir(src) and not os.path.islink(src):
             shutil.copytree(src, dst, symlinks=True)
             report.copied.append(rel)
+            # A virtualenv names its place in absolute paths: the copy's scripts would run yours.
+            venvcopy.retarget(dst, os.path.abspath(src), os.path.abspath(dst), workdir, worktree)
         else:
             shutil.copy2(src, dst, follow_symlinks=False)
             report.copied.append(rel)

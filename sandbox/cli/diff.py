@@ -114,23 +114,36 @@ def _unapplied(
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
     whole = {f["path"]: len(f["hunks"]) for f in files}
     partly = {f["path"] for f in rest if all(f is not g for g in files)}  # a record rebuilt: some hunks left
+    from sandbox.merge.leftover import rename_patch, renames
+
+    moved = renames(rest)
+    by_path = {f["path"]: f for f in rest}
+    shown: list[tuple[str, str, str]] = []  # (name as stat shows it, path, patch)
+    for f in rest:
+        if f["path"] in moved:
+            new = by_path[moved[f["path"]]]
+            shown.append(
+                (f"{escape.path(f['path'])} => {escape.path(new['path'])}", new["path"], rename_patch(run, f, new))
+            )
+        elif f["renamed_from"] is None or f["renamed_from"] not in moved:
+            shown.append((escape.path(f["path"]), f["path"], f["patch"]))
     if stat_:
-        for f in rest:
-            lines = f["patch"].splitlines()
+        for name, path, patch in shown:
+            lines = patch.splitlines()
             added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
             removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
             part = (
-                f" (partly applied: {len(f['hunks'])} hunk(s) left of {whole[f['path']]})"
-                if f["path"] in partly
+                f" (partly applied: {len(by_path[path]['hunks'])} hunk(s) left of {whole[path]})"
+                if path in partly
                 else ""
             )
-            click.echo(f" {escape.path(f['path'])} | +{added} -{removed}{part}")
-        click.echo(f" {len(rest)} file(s) not in your tree yet")
+            click.echo(f" {name} | +{added} -{removed}{part}")
+        click.echo(f" {len(shown)} file(s) not in your tree yet")
         return
     out.page()
     styles = (("diff --git", {"bold": True}), ("@@", {"fg": "cyan"}), ("+", {"fg": "green"}), ("-", {"fg": "red"}))
-    for f in rest:
-        for line in f["patch"].splitlines():
+    for _name, _path, patch in shown:
+        for line in patch.splitlines():
             style = next((s for prefix, s in styles if line.startswith(prefix)), None)
-            shown = out.content(line)  # the agent's text, escaped when it goes straight to a terminal
-            click.echo(out.style(shown, **style) if style and not line.startswith(("---", "+++")) else shown)
+            text = out.content(line)  # the agent's text, escaped when it goes straight to a terminal
+            click.echo(out.style(text, **style) if style and not line.startswith(("---", "+++")) else text)

@@ -8,7 +8,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.finding import fast_open, open_run
-from sandbox.cli.fmt import local_time
+from sandbox.cli.fmt import call_numbers, local_time
 from sandbox.cli.jsonout import emit_json
 from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, setup
 from sandbox.store.fsutil import human_size
@@ -73,7 +73,8 @@ def status(
     by = ", ".join(f"{v} {out.style(k, fg=STATUS_COLORS.get(k))}" for k, v in sorted(row["by_status"].items()))
     click.echo(f"  calls:     {row['calls']} ({by or 'none'})")
     partly = row.get("partly_applied_calls") or []
-    more = f" ({len(partly)} partly applied: {', '.join(escape.text(c) for c in partly)})" if partly else ""
+    numbers = row.get("call_numbers") or {}
+    more = f" ({len(partly)} partly applied: {call_numbers(numbers, partly)})" if partly else ""
     renamed = f" ({row['renamed_paths']} renamed)" if row.get("renamed_paths") else ""
     click.echo(
         f"  changed:   {row['changed_paths']} path(s){renamed}; {row['unapplied_calls']} call(s) not applied{more}"
@@ -84,7 +85,7 @@ def status(
         shown = ", ".join(escape.path(p) for p in markers)
         click.echo(f"  attention: {out.style(shown, fg='red')} (conflict markers from apply --3way to resolve)")
     if in_flight:
-        flight = out.style(", ".join(escape.text(c) for c in in_flight), fg="yellow")
+        flight = out.style(call_numbers(numbers, in_flight), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
     click.echo(f"  host:      {_host_line(row['host'])}")
     refused = row.get("network_refused") or []

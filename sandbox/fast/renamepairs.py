@@ -70,15 +70,24 @@ def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[
             theirs = text(other)
             if theirs is None:
                 continue
-            total = max(sum(mine.values()), sum(theirs.values()), 1)
-            score = sum((mine & theirs).values()) / total
+            score = _score(mine, theirs)
             if score >= THRESHOLD:
                 scored.append((score, old, new))
-    for _score, old, new in sorted(scored, key=lambda s: (-s[0], s[1], s[2])):
+    for _s, old, new in sorted(scored, key=lambda s: (-s[0], s[1], s[2])):
         if old not in out and new in free:
             out[old] = new
             del free[new]
     return out
+
+
+def similarity(before: bytes, after: bytes) -> float:
+    """How alike two texts are, as :func:`pair` scores them: the share of lines they have in common."""
+    return _score(Counter(before.splitlines()), Counter(after.splitlines()))
+
+
+def _score(mine: Counter[bytes], theirs: Counter[bytes]) -> float:
+    total = max(sum(mine.values()), sum(theirs.values()), 1)
+    return sum((mine & theirs).values()) / total
 
 
 def count(changes: Iterable[tuple[str, Leaf | None, Leaf | None]], read: Callable[[str], bytes]) -> tuple[int, int]:

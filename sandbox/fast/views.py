@@ -144,6 +144,7 @@ class RunRowJson(_RunRowBase, total=False):
     renamed_paths: int
     unapplied_calls: int
     partly_applied_calls: list[str]
+    call_numbers: dict[str, int]
     conflict_markers: list[str]
     epoch: int
     made_on: str | None
@@ -192,6 +193,7 @@ def summary(
         for e in state["calls"].values()
         if e["commit"] and not e["applied"] and e["call_id"] not in out and not e.get("rolled_back")
     ]
+    partly = partly_applied(state)
     used, complete = disk_usage_upto(place.home or place.worktree, disk_limit) if disk and exists else (0, True)
     return {
         "run": run_id,
@@ -208,7 +210,9 @@ def summary(
         "changed_paths": changed_paths,
         "renamed_paths": renamed_paths,
         "unapplied_calls": len(unapplied),
-        "partly_applied_calls": partly_applied(state),
+        "partly_applied_calls": partly,
+        # How 'log' numbers the calls the row names (#N), for the words people read.
+        "call_numbers": {c: state["calls"][c]["seq"] for c in [*partly, *in_flight(state)] if c in state["calls"]},
         "conflict_markers": conflict_markers(state, common_dir),
         "epoch": state["epoch"],
         # Where it came from: the machine it was started on, and the remote this clone fetched it from.

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pygit2
+
+from sandbox.fast import renamepairs
 from sandbox.merge import hunks
 from sandbox.merge.preview import FileRecord, HunkRecord
 from sandbox.models import UserPathRecord
 from sandbox.run.run import Run
-from sandbox.store import convert, journal
+from sandbox.store import convert, journal, objects
 
 
 @dataclass
@@ -63,6 +66,32 @@ def unapplied(run: Run, files: list[FileRecord]) -> list[FileRecord]:
             head = f"diff --git a/{f['path']} b/{f['path']}\n--- a/{f['path']}\n+++ b/{f['path']}\n"
             out.append({**f, "hunks": kept, "patch": head + "".join(h["text"] for h in kept)})
     return out
+
+
+def renames(rest: list[FileRecord]) -> dict[str, str]:
+    """Old path -> new path for the renames of ``rest`` (from :func:`unapplied`) left whole on both
+    sides: shown as one rename, as ``diff`` shows them."""
+    sources = {f["path"]: f["renamed_from"] for f in rest}
+    return {
+        f["path"]: f["renamed_to"]
+        for f in rest
+        if f["renamed_to"] is not None and sources.get(f["renamed_to"]) == f["path"]
+    }
+
+
+def rename_patch(run: Run, old: FileRecord, new: FileRecord) -> str:
+    """The patch text of a rename as git writes it: its header (similarity, ``rename from``/``to``),
+    then the changes between the old path's content and the new one's, if any."""
+    before = objects.read_blob(run.repo, old["before_hash"]) if old["before_hash"] else b""
+    after = objects.read_blob(run.repo, new["after_hash"]) if new["after_hash"] else b""
+    similarity = 100 if before == after else int(100 * renamepairs.similarity(before, after))
+    a, b = old["path"], new["path"]
+    head = f"diff --git a/{a} b/{b}\nsimilarity index {similarity}%\nrename from {a}\nrename to {b}\n"
+    text = pygit2.Patch.create_from(before, after, old_as_path=a, new_as_path=b).text or ""
+    body = text.split("\n", 1)[1] if text.startswith("diff --git") else text
+    if old["before_mode"] != new["after_mode"]:
+        head += f"old mode {old['before_mode']}\nnew mode {new['after_mode']}\n"
+    return head + body
 
 
 def _state(mode: str | None, oid: str | None) -> journal.State:

@@ -151,3 +151,34 @@ class Leaf(NamedTuple):
 
 def _never(oid: str) -> bytes:
     raise AssertionError(f"an exact rename reads no blob ({oid})")
+
+
+def test_what_is_left_shows_a_rename_as_one_and_status_names_calls_as_log_does(repo: Path) -> None:
+    run = setup(repo)
+    code, out, err = invoke(repo, "apply", run.run_id, "--exclude", "src.py", "--exclude", "lib.py")
+    assert code == 0, err
+    code, out, err = invoke(repo, "diff", run.run_id, "--unapplied", "--no-pager")
+    assert code == 0, err
+    assert "rename from src.py\nrename to lib.py\n" in out and "deleted file mode" not in out
+    assert "-    return 25\n+    return 2500\n" in out and "other.txt" not in out
+    code, out, err = invoke(repo, "diff", run.run_id, "--unapplied", "--stat", "--no-pager")
+    assert out.splitlines()[0].startswith(" src.py => lib.py | +1 -1") and "1 file(s) not in your tree yet" in out
+    code, out, err = invoke(repo, "diff", run.run_id, "--unapplied", "--json")
+    files = {f["path"]: f for f in json.loads(out)["files"]}
+    assert files["lib.py"]["renamed_from"] == "src.py" and files["src.py"]["renamed_to"] == "lib.py"
+
+
+def test_status_names_a_partly_applied_call_as_log_numbers_it(repo: Path, tmp_path: Path) -> None:
+    lines = [f"{i}\n" for i in range(40)]
+    write(repo, "long.txt", "".join(lines))
+    run = setup(repo)
+    with run.tool_call("Edit") as call:
+        call.write("long.txt", "".join(["first\n", *lines[1:39], "last\n"]))
+    code, out, err = invoke(repo, "diff", run.run_id, "--json", "--call", "3")
+    (other,) = json.loads(out)["files"]
+    picked = tmp_path / "picked"
+    picked.write_text(other["hunks"][0]["id"] + "\n")
+    code, out, err = invoke(repo, "apply", run.run_id, "--call", "3", "--hunks-from", str(picked))
+    assert code == 0, out + err
+    code, out, err = invoke(repo, "status", run.run_id)
+    assert "partly applied: #3)" in out and "call_" not in out.split("changed:")[1].splitlines()[0]

@@ -45,6 +45,9 @@ class RunRow(Output):
     unapplied_calls: int = 0
     #: Calls of which only some hunks were applied (``apply --hunks``).
     partly_applied_calls: list[str] = Field(default_factory=list)
+    call_numbers: dict[str, int] = Field(
+        default_factory=dict, description="How 'log' numbers the calls this row names (partly applied, in flight)."
+    )
     conflict_markers: list[str] = Field(
         default_factory=list, description="Files of your tree where apply --3way left conflict markers to resolve."
     )

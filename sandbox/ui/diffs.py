@@ -31,7 +31,7 @@ from sandbox.errors import SandboxError, UsageError
 from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
-from sandbox.ui import names
+from sandbox.ui import filetree, names
 
 if TYPE_CHECKING:
     from sandbox.merge.preview import FileRecord
@@ -171,7 +171,10 @@ def _files(
             f"<a href='#' data-page='{i}' class='{'current' if i == page else ''}'>{i + 1}</a>" for i in range(pages)
         )
         out.append(f"<nav class='pages'>{len(shown)} files · page {links}</nav>")
-    for f in shown[page * per_page : (page + 1) * per_page]:
+    here = shown[page * per_page : (page + 1) * per_page]
+    if pick:  # the run's diff (not one call's, under the timeline): its files as a tree to fold and jump
+        out.append(filetree.tree([f["path"] for f in here]))
+    for f in here:
         if f["path"] in renames:
             source, similarity = renames[f["path"]]
             out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side))
@@ -200,9 +203,11 @@ def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) ->
             )
         else:
             box = f"<input type='checkbox' class='pick-file' aria-label='{label}'> "
+    rev = escape(filetree.revision(f["before_hash"], f["after_hash"]), quote=True)
     return (
-        f"<div class='file' data-path='{escape(f['path'], quote=True)}' data-lang='{escape(_lang(f['path']), True)}'>"
-        f"<h3>{box}<span class='fstatus {escape(status)}'>{escape(status)}</span> {title}{_mode(f)}</h3>"
+        f"<div class='file' data-path='{escape(f['path'], quote=True)}' data-lang='{escape(_lang(f['path']), True)}'"
+        f" data-rev='{rev}'><h3>{box}<span class='fstatus {escape(status)}'>{escape(status)}</span> {title}"
+        f"{_mode(f)}{filetree.controls() if pick else ''}</h3>"
     )
 
 
@@ -292,6 +297,7 @@ def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: b
     title = f"{names.name(gone['path'])} → {names.name(f['path'])} ({similarity}% similar)"
     merged = f.copy()
     merged["before_mode"] = gone["before_mode"]
+    merged["before_hash"] = gone["before_hash"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
     if gone["binary"] or f["binary"]:
         return head + "<p class='note'>Binary file: not shown.</p></div>"

@@ -41,9 +41,49 @@
     var mine = ++diffAsked;
     return get(diffUrl(extra)).then(function (html) {
       if (mine !== diffAsked) return;
+      // The tree's folded directories stay folded through a reload of the diff (a live update).
+      var closed = {};
+      el.querySelectorAll("details[data-dir]:not([open])").forEach(function (d) { closed[d.dataset.dir] = true; });
       el.innerHTML = html;
+      el.querySelectorAll("details[data-dir]").forEach(function (d) { if (closed[d.dataset.dir]) d.open = false; });
+      markViewed();
       highlightIn(el);
     });
+  }
+
+  // -- the "viewed" marks: this tab's (sessionStorage), per run, each held to its file's revision --
+  function viewedKey() { return "sandbox-viewed:" + boot.run; }
+
+  function viewedMarks() {
+    try { return JSON.parse(sessionStorage.getItem(viewedKey()) || "{}"); } catch (e) { return {}; }
+  }
+
+  function fold(file, yes) {
+    file.classList.toggle("folded", yes);
+    var b = file.querySelector("button.fold");
+    if (b) { b.textContent = yes ? "unfold" : "fold"; b.setAttribute("aria-expanded", yes ? "false" : "true"); }
+  }
+
+  // A file viewed as it is now is marked and folded; one the agent changed since is not.
+  function markViewed() {
+    var marks = viewedMarks();
+    document.querySelectorAll("#diff .file[data-rev]").forEach(function (f) {
+      var seen = marks[f.dataset.path] === f.dataset.rev;
+      var box = f.querySelector("input.viewed");
+      if (box) box.checked = seen;
+      f.classList.toggle("viewed", seen);
+      if (seen) fold(f, true);
+      var link = document.querySelector("#tree a.tree-file[data-file='" + CSS.escape(f.dataset.path) + "']");
+      if (link) link.classList.toggle("viewed", seen);
+    });
+  }
+
+  function setViewed(file, yes) {
+    var marks = viewedMarks();
+    if (yes) marks[file.dataset.path] = file.dataset.rev; else delete marks[file.dataset.path];
+    sessionStorage.setItem(viewedKey(), JSON.stringify(marks));
+    markViewed();
+    if (!yes) fold(file, false);
   }
 
   // -- syntax colours: the vendored highlight.js, loaded after the page shows, on the diffs in view --
@@ -225,8 +265,11 @@
       });
     }
 
+    markViewed();
+
     document.addEventListener("change", function (ev) {
       var t = ev.target;
+      if (t.classList && t.classList.contains("viewed")) { setViewed(t.closest(".file"), t.checked); return; }
       if (t.classList && t.classList.contains("pick-file")) {
         t.closest(".file").querySelectorAll("input.pick").forEach(function (b) { b.checked = t.checked; });
       }
@@ -234,6 +277,15 @@
 
     document.addEventListener("click", function (ev) {
       var t = ev.target;
+      var foldButton = t.closest && t.closest("#diff button.fold");
+      if (foldButton) { var f = foldButton.closest(".file"); fold(f, !f.classList.contains("folded")); return; }
+      var leaf = t.closest && t.closest("#tree a.tree-file");
+      if (leaf) {
+        ev.preventDefault();
+        var target = document.querySelector("#diff .file[data-path='" + CSS.escape(leaf.dataset.file) + "']");
+        if (target) { fold(target, false); target.scrollIntoView({ block: "start" }); }
+        return;
+      }
       var page = t.closest && t.closest("a[data-page]");
       if (page) { ev.preventDefault(); loadDiff("&page=" + page.dataset.page); return; }
       var more = t.closest && t.closest("a.more");

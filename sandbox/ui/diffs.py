@@ -96,15 +96,18 @@ def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list
     return files, _renames(run, rng.old, rng.new, files)
 
 
-def run_diff(run: Run, page: int, side_by_side: bool = False, sel: Selection | None = None) -> str:
+def run_diff(
+    run: Run, page: int, side_by_side: bool = False, sel: Selection | None = None, ignore_ws: bool = False
+) -> str:
     """The run's whole diff, or the selection's (what an apply of it would bring), hunks pickable.
-    A selection the CLI would refuse shows the CLI's words."""
+    A selection the CLI would refuse shows the CLI's words. With ``ignore_ws`` a text edit's hunks are
+    recomputed ignoring whitespace (:func:`whitespace_lines`), shown to read, not to pick."""
     sel = sel or Selection()
     try:
         files, renames = _records(run, sel)
     except SandboxError as exc:
         return f"<p class='refused' role='alert'>{escape(exc.message)}</p>"
-    return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel)
+    return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel, ignore_ws=ignore_ws)
 
 
 def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
@@ -157,6 +160,7 @@ def _files(
     side_by_side: bool,
     sel: Selection,
     per_page: int = FILES_PER_PAGE,
+    ignore_ws: bool = False,
 ) -> str:
     if not files:
         return "<p class='muted'>No changes" + (" in this selection." if sel else ".") + "</p>"
@@ -174,12 +178,17 @@ def _files(
     here = shown[page * per_page : (page + 1) * per_page]
     if pick:  # the run's diff (not one call's, under the timeline): its files as a tree to fold and jump
         out.append(filetree.tree([f["path"] for f in here]))
+    if ignore_ws:
+        out.append(
+            "<p class='note ws'>Whitespace ignored (as <code>git diff -w</code>): edits are shown to read; "
+            "turn it off to pick their hunks.</p>"
+        )
     for f in here:
         if f["path"] in renames:
             source, similarity = renames[f["path"]]
             out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side))
         else:
-            out.append(_file(run, f, pick, side_by_side, sel))
+            out.append(_file(run, f, pick, side_by_side, sel, ignore_ws))
     return "".join(out)
 
 
@@ -191,10 +200,11 @@ def _mode(f: FileRecord) -> str:
     return ""
 
 
-def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) -> str:
-    """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
+def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str, boxes: bool = True) -> str:
+    """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit
+    (none without ``boxes``: a whitespace-insensitive view is read, not picked)."""
     box = ""
-    if pick:
+    if pick and boxes:
         label = escape(f"all of {agent_path(f['path'])}", quote=True)  # a screen reader reads it out
         if ids:
             box = (
@@ -228,8 +238,14 @@ def _blob_size(run: Run, oid: str | None) -> str:
     return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
 
 
-def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
+def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection, ignore_ws: bool = False) -> str:
     whole = not f["hunks"]
+    if ignore_ws and not whole and not f["binary"]:
+        head = _head(f, pick, names.name(f["path"]), [], f["status"], boxes=False)
+        lines = whitespace_lines(run, f)
+        if not lines:
+            return head + "<p class='note'>Only whitespace changed.</p></div>"
+        return head + _hunks_of(run, f["path"], lines, side_by_side, sel) + "</div>"
     head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
     if f["binary"]:
         sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
@@ -261,6 +277,18 @@ def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selectio
             body.append(_more(run, f["path"], shown, sel))
             break
     return head + "".join(body) + "</div>"
+
+
+def whitespace_lines(run: Run, f: FileRecord) -> list[str]:
+    """A text edit's patch lines recomputed ignoring whitespace, as ``git diff -w`` (libgit2's
+    ``IGNORE_WHITESPACE``), from its blobs; [] when only whitespace changed."""
+    old = run.repo.get(f["before_hash"]) if f["before_hash"] else None
+    new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
+    if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
+        return []
+    flag = pygit2.enums.DiffOption.IGNORE_WHITESPACE
+    patch = pygit2.Patch.create_from(old.data, new.data, flag=flag, context_lines=3)
+    return _patch_lines(patch.text or "")
 
 
 def _patch_lines(patch: str) -> list[str]:

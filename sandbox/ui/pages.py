@@ -114,7 +114,8 @@ def run_page(run: Run) -> str:
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
         "<button data-action='apply-all'>Apply all shown</button>"
         "<button data-action='undo'>Undo</button><button data-action='redo'>Redo</button>"
-        "<label><input type='checkbox' id='split'> side by side</label></div>",
+        "<label><input type='checkbox' id='split'> side by side</label>"
+        "<label><input type='checkbox' id='ignore-ws'> ignore whitespace</label></div>",
         "<div id='result' class='result' aria-live='polite'></div>",
         _calls_section(run),
         "<section><h2>Comments</h2><div id='comments'>",

@@ -111,7 +111,8 @@ class _Routes:
         except SandboxError as exc:  # the CLI's words, in the diff's place
             return HTMLResponse(f"<p class='refused' role='alert'>{html.escape(exc.message)}</p>")
         page = _int(q.get("page"), 0)
-        return HTMLResponse(diffs.run_diff(run, page, side_by_side=q.get("view") == "split", sel=sel))
+        side, ws = q.get("view") == "split", q.get("ws") == "ignore"
+        return HTMLResponse(diffs.run_diff(run, page, side_by_side=side, sel=sel, ignore_ws=ws))
 
     def call_diff(self, request: Request) -> Response:
         run = self.open_run(request)

@@ -68,3 +68,50 @@ def test_the_file_tree_folds_and_viewed_files_stay_viewed_through_live_updates(a
             _goto(other, url.replace("/#", f"/run/{agent_run.run_id}#"))
             assert other.locator("#diff input.viewed:checked").count() == 0
             browser.close()
+
+
+@needs_chromium
+def test_ignoring_whitespace_recomputes_the_hunks_as_git_diff_w(repo: Path) -> None:
+    import subprocess
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.merge.test_apply import start
+
+    body = "".join(f"def f{i}():\n    return {i}\n" for i in range(20))
+    (repo / "src" / "mod.py").write_text(body)
+    (repo / "src" / "only.py").write_text("x = 1\nif x:\n    y = 2\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "mods"], cwd=repo, check=True)
+    run = start(repo)
+    with run.tool_call("reindent", {"path": "src/mod.py"}) as call:  # every line reindented, one changed
+        call.write("src/mod.py", body.replace("    return", "  return").replace("return 7\n", "return 70\n"))
+        call.write("src/only.py", "x = 1\nif x:\n\ty = 2\n")
+    from sandbox.merge.preview import preview_range
+
+    rng = preview_range(run)
+    expected = subprocess.run(
+        ["git", "diff", "-w", "--no-color", rng.old, rng.new, "--", "src/mod.py"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    changed = [line for line in expected.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            _goto(page, url.replace("/#", f"/run/{run.run_id}#"))
+            mod = "#diff .file[data-path='src/mod.py']"
+            assert page.locator(f"{mod} span.add").count() == 20  # every reindented line
+            page.check("#ignore-ws")
+            page.wait_for_selector("#diff p.note.ws")
+            shown = page.locator(f"{mod} span.add, {mod} span.del").all_inner_texts()
+            assert shown == changed == ["-    return 7", "+  return 70"]
+            assert page.locator(f"{mod} span.add").get_attribute("data-n") == "16"  # its line in the new file
+            assert page.locator(f"{mod} input.pick").count() == 0  # read, not picked
+            assert page.inner_text("#diff .file[data-path='src/only.py'] p.note") == "Only whitespace changed."
+            page.uncheck("#ignore-ws")
+            page.wait_for_function("!document.querySelector('#diff p.note.ws')")
+            assert page.locator(f"{mod} input.pick").count() > 0
+            browser.close()

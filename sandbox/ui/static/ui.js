@@ -158,7 +158,9 @@
   function diffUrl(extra) {
     var el = document.getElementById("diff");
     var split = document.getElementById("split");
+    var ws = document.getElementById("ignore-ws");
     var url = el.dataset.src + "?view=" + (split && split.checked ? "split" : "unified");
+    if (ws && ws.checked) url += "&ws=ignore";
     return url + selectionQuery() + (extra || "");
   }
 
@@ -248,6 +250,8 @@
     });
     var split = document.getElementById("split");
     if (split) split.addEventListener("change", function () { loadDiff(); });
+    var ws = document.getElementById("ignore-ws");
+    if (ws) ws.addEventListener("change", function () { loadDiff(); });
 
     var form = document.getElementById("pick");
     if (form) {

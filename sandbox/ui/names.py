@@ -5,6 +5,7 @@ held such a character is shown with it written out, and flagged."""
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from sandbox import escape as agent
@@ -21,3 +22,16 @@ def name(value: str) -> str:
 def text(value: str) -> str:
     """A text of the agent's (a command, a label, a tool) for HTML: its line breaks kept."""
     return escape(agent.message(value))
+
+
+_WORDS = re.compile(r"(\s+)")
+
+
+def command(value: str, safe: bool = False) -> str:
+    """A command for HTML (as :func:`text`; ``safe``: a command of our own, escaped for HTML only),
+    each run of non-space characters in a ``<span class='w'>`` the style sheet keeps whole: a browser
+    would break ``--max-fail=1`` at its hyphens, and a command must wrap only at its spaces."""
+    shown = value if safe else agent.message(value)
+    return "".join(
+        part if not part or part.isspace() else f"<span class='w'>{escape(part)}</span>" for part in _WORDS.split(shown)
+    )

@@ -239,7 +239,9 @@ def _resume(run: Run) -> str:
         out.append("<p class='muted'>Commands to copy into your terminal (this page does not run them):</p>")
     for step in steps:
         about = f" data-call='{escape(step.call_id, quote=True)}'" if step.call_id else ""
-        commands = "".join(f"<pre class='command'><code>{escape(c)}</code></pre>" for c in step.commands)
+        commands = "".join(
+            f"<pre class='command'><code>{names.command(c, safe=True)}</code></pre>" for c in step.commands
+        )
         out.append(f"<div class='next-step'{about}><p>{escape(step.text)}</p>{commands}</div>")
     return "".join(out)
 
@@ -355,7 +357,7 @@ def approvals_page(runs: list[Run]) -> str:
             out.append(
                 f"<tr><td><a href='/run/{quote(run.run_id)}'>{escape(run.run_id)}</a></td>"
                 f"<td><code>{escape(e.call_id)}</code></td><td>{names.text(e.tool_name)}</td>"
-                f"<td class='cmd'><code>{names.text(command(e))}</code></td>"
+                f"<td class='cmd'><code>{names.command(command(e))}</code></td>"
                 f"<td><button data-action='approve' data-run='{rid}' data-call='{cid}' class='primary'>"
                 "Approve</button> "
                 f"<button data-action='deny' data-run='{rid}' data-call='{cid}'>Deny</button></td></tr>"

@@ -31,7 +31,7 @@ from sandbox.errors import SandboxError, UsageError
 from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
-from sandbox.ui import filetree, names
+from sandbox.ui import filetree, images, names
 
 if TYPE_CHECKING:
     from sandbox.merge.preview import FileRecord
@@ -116,8 +116,17 @@ def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
         files, renames = _records(run, Selection(), call_id)
     except SandboxError as exc:
         return f"<p class='muted'>{escape(exc.message)}</p>"
+    per_page = len(files) or 1
     return _files(
-        run, files, renames, 0, pick=False, side_by_side=side_by_side, sel=Selection(), per_page=len(files) or 1
+        run,
+        files,
+        renames,
+        0,
+        pick=False,
+        side_by_side=side_by_side,
+        sel=Selection(),
+        per_page=per_page,
+        call_id=call_id,
     )
 
 
@@ -161,6 +170,7 @@ def _files(
     sel: Selection,
     per_page: int = FILES_PER_PAGE,
     ignore_ws: bool = False,
+    call_id: str | None = None,
 ) -> str:
     if not files:
         return "<p class='muted'>No changes" + (" in this selection." if sel else ".") + "</p>"
@@ -186,9 +196,9 @@ def _files(
     for f in here:
         if f["path"] in renames:
             source, similarity = renames[f["path"]]
-            out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side))
+            out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side, call_id))
         else:
-            out.append(_file(run, f, pick, side_by_side, sel, ignore_ws))
+            out.append(_file(run, f, pick, side_by_side, sel, ignore_ws, call_id))
     return "".join(out)
 
 
@@ -238,7 +248,9 @@ def _blob_size(run: Run, oid: str | None) -> str:
     return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
 
 
-def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection, ignore_ws: bool = False) -> str:
+def _file(
+    run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection, ignore_ws: bool, call_id: str | None
+) -> str:
     whole = not f["hunks"]
     if ignore_ws and not whole and not f["binary"]:
         head = _head(f, pick, names.name(f["path"]), [], f["status"], boxes=False)
@@ -247,6 +259,10 @@ def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selectio
             return head + "<p class='note'>Only whitespace changed.</p></div>"
         return head + _hunks_of(run, f["path"], lines, side_by_side, sel) + "</div>"
     head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
+    if images.is_image(run, f):  # before and after as images (an SVG's text diff under them)
+        if f["binary"]:
+            return head + images.preview(run, f, call_id) + "</div>"
+        head += images.preview(run, f, call_id)
     if f["binary"]:
         sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
         return head + f"<p class='note'>Binary file {names.name(f['path'])} ({sizes}): not shown.</p></div>"
@@ -320,13 +336,20 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
     return "".join(out)
 
 
-def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
+def _renamed(
+    run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool, call_id: str | None
+) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
     title = f"{names.name(gone['path'])} → {names.name(f['path'])} ({similarity}% similar)"
     merged = f.copy()
     merged["before_mode"] = gone["before_mode"]
     merged["before_hash"] = gone["before_hash"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
+    merged["binary"] = gone["binary"] or f["binary"]
+    if images.is_image(run, merged):
+        head += images.preview(run, merged, call_id, before_path=gone["path"])
+        if merged["binary"]:
+            return head + "</div>"
     if gone["binary"] or f["binary"]:
         return head + "<p class='note'>Binary file: not shown.</p></div>"
     # A rename pairs a deleted path (it had a before blob) with an added one (it has an after blob).

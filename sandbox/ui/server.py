@@ -139,6 +139,16 @@ class _Routes:
             return HTMLResponse(f"<p class='refused'>{html.escape(exc.message)}</p>")
         return HTMLResponse(diffs.file_rest(run, q.get("path", ""), _int(q.get("from"), 0), sel))
 
+    def image(self, request: Request) -> Response:
+        from sandbox.ui.images import image
+
+        q = request.query_params
+        found = image(self.open_run(request), q.get("path", ""), q.get("side", ""), q.get("call") or None)
+        if found is None:
+            return Response("No such image in this run's changes.", status_code=404, media_type="text/plain")
+        data, kind = found
+        return Response(data, media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
+
     def conflicts(self, request: Request) -> Response:
         return HTMLResponse(pages.conflicts(self.open_run(request)))
 
@@ -205,6 +215,7 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/facts", r.facts),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
+        Route("/run/{run_id}/image", r.image),
         Route("/compare", r.compare),
         Route("/approvals", r.approvals),
         Route("/api/tips", r.tips),

@@ -86,10 +86,26 @@
     if (!yes) fold(file, false);
   }
 
+  // -- image previews: each <img data-src> fetched with the token, shown from a blob: address --
+  function showImages(root) {
+    if (!root) return;
+    root.querySelectorAll("img[data-src]:not([src])").forEach(function (img) {
+      img.setAttribute("src", "data:,");  // asked once
+      fetch(img.dataset.src, { credentials: "omit", headers: { "X-Sandbox-Token": token } }).then(function (r) {
+        if (!r.ok) throw new Error(String(r.status));
+        return r.blob();
+      }).then(function (b) {
+        img.onload = function () { img.dataset.shown = "1"; };
+        img.src = URL.createObjectURL(b);
+      }).catch(function () { img.alt = img.alt + " (not shown)"; });
+    });
+  }
+
   // -- syntax colours: the vendored highlight.js, loaded after the page shows, on the diffs in view --
   var hl = { state: "none", queue: [], seen: null };
 
   function highlightIn(root) {
+    showImages(root);
     if (!root || !root.querySelector("pre.diff, table.split")) return;
     if (hl.state === "none") {
       hl.state = "loading";

@@ -372,6 +372,7 @@ def _more(run: Run, path: str, start: int, sel: Selection) -> str:
     )
 
 
+_MARKER = re.compile(r"(<{7}|={7}|>{7}|\|{7})( |$)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
@@ -411,6 +412,8 @@ def unified(
     out = ["<pre class='diff'>"]
     for line, (o, n) in zip(lines, nums, strict=False):
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+        if _MARKER.match(line, 1):
+            kind += " marker"  # a conflict marker in the content: styled apart, as the Conflicts section does
         attrs = ""
         if o is not None or n is not None:
             attrs = f" data-ln='{o or '':>5} {n or '':>5} '" + (f" data-n='{n or o}'")

@@ -150,7 +150,9 @@ class _Routes:
         return Response(data, media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
 
     def conflicts(self, request: Request) -> Response:
-        return HTMLResponse(pages.conflicts(self.open_run(request)))
+        from sandbox.ui.conflictview import conflicts
+
+        return HTMLResponse(conflicts(self.open_run(request)))
 
     def compare(self, request: Request) -> Response:
         from sandbox.runs.many import group_of
@@ -260,10 +262,16 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
         ids = body.get("hunks")
         choice = hunks.Choice(ids={str(i) for i in ids}) if isinstance(ids, list) and ids else None
         sel = diffs.Selection.of(body)
+        merge = body.get("three_way") is True  # 'apply --3way': markers where both changed the same lines
         try:
-            report = mergeback.apply(run, sel.calls or None, sel.spec(), dry_run=name == "preview", choice=choice)
+            report = mergeback.apply(
+                run, sel.calls or None, sel.spec(), dry_run=name == "preview", choice=choice, three_way=merge
+            )
         except mergeback.ApplyConflict as exc:
-            return 409, {"ok": False, "message": exc.message, "report": _dump(exc.report)}
+            from sandbox.ui.conflictview import page_hint
+
+            said = page_hint(exc.message, "PATH")
+            return 409, {"ok": False, "message": said, "report": _page_hints(_dump(exc.report))}
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
     if name in ("undo", "redo"):
         from sandbox.merge import undo
@@ -296,6 +304,18 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
             entry = run.deny(call_id, str(reason) if reason else None)
         return 200, {"ok": True, "call_id": entry.call_id, "message": f"Call {entry.call_id}: {name}d."}
     return 404, {"ok": False, "message": f"No action {name!r}."}
+
+
+def _page_hints(report: dict[str, object]) -> dict[str, object]:
+    """A refused apply's report with each conflict's hint in the page's own actions (not the CLI's flags)."""
+    from sandbox.ui.conflictview import page_hint
+
+    found = report.get("conflicts")
+    for c in found if isinstance(found, list) else []:
+        for key in ("hint", "reason"):
+            if isinstance(c, dict) and isinstance(c.get(key), str):
+                c[key] = page_hint(c[key], str(c.get("path", "")))
+    return report
 
 
 def _rewind_moved(run: Run, name: str) -> ActionAnswer | None:

@@ -240,12 +240,19 @@
     var run = encodeURIComponent(boot.run);
     var body = {};
     var name = action;
-    if (action === "apply" || action === "preview" || action === "apply-all") {
+    if (action === "apply" || action === "preview" || action === "apply-all" || action === "apply-3way") {
       body.paths = shown.paths;
       body.calls = shown.calls;
       var ids = picked();
       if (action === "apply" && !ids.length) { toast("Pick one or more hunks first (or 'Apply all shown').", true); return; }
       if (action !== "apply-all" && ids.length) body.hunks = ids;
+    }
+    if (action === "apply-3way") {
+      var what = ids.length ? "the " + ids.length + " picked hunk(s)" : "all shown";
+      if (!window.confirm("Apply " + what + " with a 3-way merge? Where you and the agent changed the same " +
+        "lines, conflict markers are written into your file (Undo takes it back).")) return;
+      body.three_way = true;
+      name = "apply";
     }
     if (action === "apply-all") name = "apply";
     return post("/api/run/" + run + "/" + name, body).then(function (data) {
@@ -297,6 +304,8 @@
 
     document.addEventListener("click", function (ev) {
       var t = ev.target;
+      var inConflicts = t.closest && t.closest("#conflicts button[data-action]");
+      if (inConflicts) { act(inConflicts.dataset.action); return; }
       var foldButton = t.closest && t.closest("#diff button.fold");
       if (foldButton) { var f = foldButton.closest(".file"); fold(f, !f.classList.contains("folded")); return; }
       var leaf = t.closest && t.closest("#tree a.tree-file");

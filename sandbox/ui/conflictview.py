@@ -63,7 +63,9 @@ def region(r: Region) -> str:
         if side in ("", "yours"):
             number = f" data-ln='{n:>5} '"
             n += 1
-        out.append(f"<span class='{side or 'ctx'}'{number}>{escape(line) or ' '}</span>")
+        text, hidden = names.content(line)
+        kind = (side or "ctx") + (" hidden-chars" if hidden else "")
+        out.append(f"<span class='{kind}'{number}>{text or ' '}</span>")
     out.append("</pre>")
     return "".join(out)
 

@@ -259,6 +259,8 @@ def _file(
             return head + "<p class='note'>Only whitespace changed.</p></div>"
         return head + _hunks_of(run, f["path"], lines, side_by_side, sel) + "</div>"
     head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
+    if not f["binary"] and names.hides(f["patch"]):
+        head += names.HIDDEN_NOTE
     if images.is_image(run, f):  # before and after as images (an SVG's text diff under them)
         if f["binary"]:
             return head + images.preview(run, f, call_id) + "</div>"
@@ -414,10 +416,12 @@ def unified(
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
         if _MARKER.match(line, 1):
             kind += " marker"  # a conflict marker in the content: styled apart, as the Conflicts section does
+        text, hidden = names.content(line)
+        kind += " hidden-chars" if hidden else ""  # flagged on its line (the style sheet's mark)
         attrs = ""
         if o is not None or n is not None:
             attrs = f" data-ln='{o or '':>5} {n or '':>5} '" + (f" data-n='{n or o}'")
-        out.append(f"<span class='{kind}'{attrs}>{escape(line) or ' '}</span>")
+        out.append(f"<span class='{kind}'{attrs}>{text or ' '}</span>")
     out.append("</pre>")
     return "".join(out)
 
@@ -447,10 +451,13 @@ def _split(lines: list[str]) -> str:
             flush()
             rows.append(("ctx", line[1:], "ctx", line[1:]))
     flush()
-    cells = "".join(
-        f"<tr><td class='{lk}'>{escape(lt)}</td><td class='{rk}'>{escape(rt)}</td></tr>" for lk, lt, rk, rt in rows
-    )
+    cells = "".join(f"<tr>{_cell(lk, lt)}{_cell(rk, rt)}</tr>" for lk, lt, rk, rt in rows)
     return f"<table class='split'>{cells}</table>"
+
+
+def _cell(kind: str, line: str) -> str:
+    text, hidden = names.content(line)
+    return f"<td class='{kind}{' hidden-chars' if hidden else ''}'>{text}</td>"
 
 
 def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> str:

@@ -142,6 +142,7 @@
     if (!lang || !window.hljs.getLanguage(lang)) return;
     var split = block.tagName === "TABLE";
     block.querySelectorAll(split ? "td" : "span").forEach(function (el) {
+      if (el.classList.contains("hidden-chars")) return;  // its written-out characters stay marked
       var text = el.textContent;
       var sign = split ? "" : text.charAt(0);
       var rest = split ? text : text.slice(1);

@@ -57,9 +57,9 @@ def region(r: Region) -> str:
     for line in r.lines:
         if line in _SIDES:
             side = _SIDES[line]
-            out.append(f"<span class='marker'>{escape(line)}</span>")
+            out.append(f"<span class='marker' data-ln='      '>{escape(line)}</span>")
             continue
-        number = ""
+        number = " data-ln='      '"  # the gutter kept, empty: the line is not in your file
         if side in ("", "yours"):
             number = f" data-ln='{n:>5} '"
             n += 1

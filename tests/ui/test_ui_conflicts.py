@@ -50,6 +50,7 @@ def test_conflicts_are_styled_advised_in_the_pages_words_and_taken_with_a_3way_a
             assert conflict.locator("span.yours").inner_text() == "line 6 (mine)"
             assert conflict.locator("span.agent").inner_text() == "line 6 (agent)"
             assert conflict.locator("span.yours").get_attribute("data-ln") == "    6 "  # its line in your file
+            assert conflict.locator("span.agent").get_attribute("data-ln").strip() == ""  # not in your file
             # The advice names what the page offers, never a flag.
             advice = page.inner_text("#conflicts")
             assert "Apply with 3-way merge" in advice and "':!src/app.py' in the paths box" in advice

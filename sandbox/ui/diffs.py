@@ -257,7 +257,7 @@ def _file(
         lines = whitespace_lines(run, f)
         if not lines:
             return head + "<p class='note'>Only whitespace changed.</p></div>"
-        return head + _hunks_of(run, f["path"], lines, side_by_side, sel) + "</div>"
+        return head + _hunks_of(run, f["path"], lines, side_by_side, sel, ignore_ws=True) + "</div>"
     head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
     if not f["binary"] and names.hides(f["patch"]):
         head += names.HIDDEN_NOTE
@@ -304,9 +304,15 @@ def whitespace_lines(run: Run, f: FileRecord) -> list[str]:
     new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
     if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
         return []
-    flag = pygit2.enums.DiffOption.IGNORE_WHITESPACE
-    patch = pygit2.Patch.create_from(old.data, new.data, flag=flag, context_lines=3)
-    return _patch_lines(patch.text or "")
+    return _patch_lines(_patch_text(old.data, new.data, pygit2.enums.DiffOption.IGNORE_WHITESPACE))
+
+
+def _patch_text(before: bytes, after: bytes, flag: pygit2.enums.DiffOption = pygit2.enums.DiffOption.NORMAL) -> str:
+    """The patch between two contents. Both are held here until its text is read: a libgit2 patch made
+    from buffers points into them, and a temporary (``blob.data`` passed inline) may be freed first
+    (measured: the same two blobs gave a different patch from one call to the next)."""
+    patch = pygit2.Patch.create_from(before, after, flag=flag, context_lines=3)
+    return patch.text or ""
 
 
 def _patch_lines(patch: str) -> list[str]:
@@ -318,7 +324,9 @@ def _patch_lines(patch: str) -> list[str]:
     return []
 
 
-def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Selection) -> str:
+def _hunks_of(
+    run: Run, path: str, lines: list[str], side_by_side: bool, sel: Selection, ignore_ws: bool = False
+) -> str:
     """Read-only hunks from patch lines (``@@`` headers and their lines), cut at :data:`LINES_PER_FILE`."""
     out = []
     cut = len(lines) > LINES_PER_FILE
@@ -334,7 +342,7 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
         else:
             current.append(line)
     if cut:
-        out.append(_more(run, path, LINES_PER_FILE, sel))
+        out.append(_more(run, path, LINES_PER_FILE, sel, ignore_ws))
     return "".join(out)
 
 
@@ -359,15 +367,16 @@ def _renamed(
     new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
     if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
         return head + "</div>"
-    text = pygit2.Patch.create_from(old.data, new.data, context_lines=3).text or ""
+    text = _patch_text(old.data, new.data)
     note = "<p class='note'>A rename is taken whole: the old path removed, the new one written.</p>" if pick else ""
     lines = _patch_lines(text)
     body = _hunks_of(run, f["path"], lines, side, Selection()) if lines else "<p class='note'>Content unchanged.</p>"
     return head + note + body + "</div>"
 
 
-def _more(run: Run, path: str, start: int, sel: Selection) -> str:
+def _more(run: Run, path: str, start: int, sel: Selection, ignore_ws: bool = False) -> str:
     extra = ("&" + sel.query()) if sel else ""
+    extra += "&ws=ignore" if ignore_ws else ""
     more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start}{extra}"
     return (
         f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show the rest of this file's diff</a></p>"
@@ -460,8 +469,9 @@ def _cell(kind: str, line: str) -> str:
     return f"<td class='{kind}{' hidden-chars' if hidden else ''}'>{text}</td>"
 
 
-def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> str:
-    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces)."""
+def file_rest(run: Run, path: str, start: int, sel: Selection | None = None, ignore_ws: bool = False) -> str:
+    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces; with
+    ``ignore_ws``, of its whitespace-insensitive patch)."""
     sel = sel or Selection()
     try:
         files, _ = _records(run, sel)
@@ -471,7 +481,9 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     if not found:
         return "<p class='muted'>No such changed file.</p>"
     f = found[0]
-    if f["hunks"]:
+    if ignore_ws and f["hunks"] and not f["binary"]:
+        lines = whitespace_lines(run, f)
+    elif f["hunks"]:
         lines = [line for h in f["hunks"] for line in h["text"].splitlines()]
     else:
         lines = _patch_lines(f["patch"])
@@ -479,6 +491,7 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     out = unified(piece, numbers=numbered(lines)[start : start + LINES_PER_FILE])
     if start + LINES_PER_FILE < len(lines):
         extra = ("&" + sel.query()) if sel else ""
+        extra += "&ws=ignore" if ignore_ws else ""
         more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}{extra}"
         out += f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show more</a></p>"
     return out

@@ -137,7 +137,8 @@ class _Routes:
             sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
         except SandboxError as exc:
             return HTMLResponse(f"<p class='refused'>{html.escape(exc.message)}</p>")
-        return HTMLResponse(diffs.file_rest(run, q.get("path", ""), _int(q.get("from"), 0), sel))
+        start, ws = _int(q.get("from"), 0), q.get("ws") == "ignore"
+        return HTMLResponse(diffs.file_rest(run, q.get("path", ""), start, sel, ignore_ws=ws))
 
     def image(self, request: Request) -> Response:
         from sandbox.ui.images import image

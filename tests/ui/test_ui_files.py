@@ -115,3 +115,42 @@ def test_ignoring_whitespace_recomputes_the_hunks_as_git_diff_w(repo: Path) -> N
             page.wait_for_function("!document.querySelector('#diff p.note.ws')")
             assert page.locator(f"{mod} input.pick").count() > 0
             browser.close()
+
+
+@needs_chromium
+def test_the_rest_of_a_big_file_is_whitespace_insensitive_too(repo: Path) -> None:
+    import subprocess
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.merge.test_apply import start
+
+    body = "".join(f"if x:\n    v{i} = {i}\n" for i in range(800))
+    (repo / "big.py").write_text(body)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "big"], cwd=repo, check=True)
+    run = start(repo)
+    after = "".join(f"if x:\n  v{i} = {i if i % 2 else i + 1}\n" for i in range(800))  # all reindented, half changed
+    with run.tool_call("reindent", {"path": "big.py"}) as call:
+        call.write("big.py", after)
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            _goto(page, url.replace("/#", f"/run/{run.run_id}#"))
+            page.check("#ignore-ws")
+            page.wait_for_selector("#diff p.note.ws")
+            big = page.locator("#diff .file[data-path='big.py']")
+            assert big.locator("span.add").count() < 400  # cut: the rest on demand
+            big.locator("a.more").click()
+            page.wait_for_function(
+                "document.querySelectorAll(\"#diff .file[data-path='big.py'] span.add\").length >= 400"
+            )
+            while big.locator("a.more").count():
+                count = big.locator("span.add").count()
+                big.locator("a.more").click()
+                page.wait_for_function(
+                    f"document.querySelectorAll(\"#diff .file[data-path='big.py'] span.add\").length > {count}"
+                )
+            assert big.locator("span.add").count() == 400  # the changed half only, not the 1,600 reindented
+            assert big.locator("span.add").last.inner_text() == "+  v798 = 799"
+            browser.close()

@@ -98,6 +98,12 @@ def test_changed_images_are_shown_before_and_after_and_svg_only_as_an_image(repo
             assert page.locator("#diff svg").count() == 0
             assert page.locator("#diff .file[data-path='img/icon.svg'] span.add").count() == 1
             assert page.evaluate("window.svgRan") is None
+            # A call's own diff (under its row in the timeline) shows its images too, from its own range.
+            call_id = run.entries()[0].call_id
+            page.click(f"tr#call-{call_id}")
+            opened = page.locator(f"tr.calldiff[data-for='{call_id}'] .file[data-path='img/logo.png'] figure.after img")
+            page.wait_for_function("el => el.dataset.shown === '1'", arg=opened.element_handle())
+            assert "call=" + call_id in (opened.get_attribute("data-src") or "")
             browser.close()
         # What the server answers: the type by the bytes, nosniff; nothing the diff did not change.
         q = f"{base}/run/{run.run_id}/image?"

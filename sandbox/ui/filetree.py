@@ -54,7 +54,7 @@ def _level(node: dict[str, object], at: str) -> str:
         else:
             path = str(value)
             out.append(
-                f"<li class='leaf'><a href='#' class='tree-file' data-file='{escape(path, quote=True)}'>"
+                f"<li class='leaf'><a href='#' class='tree-file' data-path='{escape(path, quote=True)}'>"
                 f"{names.name(key)}</a></li>"
             )
     out.append("</ul>")

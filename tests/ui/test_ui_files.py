@@ -34,22 +34,22 @@ def test_the_file_tree_folds_and_viewed_files_stay_viewed_through_live_updates(a
             # Viewed: the file folds (its hunks hidden), the tree says so.
             a.locator("input.viewed").check()
             assert not a.locator(".hunk").first.is_visible()
-            assert "viewed" in (tree.locator("a.tree-file[data-file='src/a.txt']").get_attribute("class") or "")
+            assert "viewed" in (tree.locator("a.tree-file[data-path='src/a.txt']").get_attribute("class") or "")
             # Fold without viewing, and a tree link unfolds and goes to its file.
             b.locator("button.fold").click()
             assert not b.locator(".hunk").first.is_visible() and b.locator("button.fold").inner_text() == "unfold"
-            tree.locator("a.tree-file[data-file='src/b.txt']").click()
+            tree.locator("a.tree-file[data-path='src/b.txt']").click()
             assert b.locator(".hunk").first.is_visible()
             # A directory of the tree folds, and stays folded through a live update.
             tree.locator("details[data-dir='src/'] > summary").click()
-            assert not tree.locator("a.tree-file[data-file='src/a.txt']").is_visible()
+            assert not tree.locator("a.tree-file[data-path='src/a.txt']").is_visible()
             page.evaluate("window.stayed = 1")
             with Run.open(agent_run.project, agent_run.run_id).tool_call("live", {"path": "c.txt"}) as call:
                 call.write("c.txt", "live\n")
             page.wait_for_selector("#diff .file[data-path='c.txt']")
             assert page.evaluate("window.stayed") == 1  # in place, no reload
             assert tree.locator("summary").first.inner_text() == "Files (3)"
-            assert not tree.locator("a.tree-file[data-file='src/a.txt']").is_visible()
+            assert not tree.locator("a.tree-file[data-path='src/a.txt']").is_visible()
             assert a.locator("input.viewed").is_checked() and not a.locator(".hunk").first.is_visible()
             assert not page.locator("#diff .file[data-path='c.txt'] input.viewed").is_checked()
             # The same tab, the page loaded again: still viewed.

@@ -73,7 +73,7 @@
       if (box) box.checked = seen;
       f.classList.toggle("viewed", seen);
       if (seen) fold(f, true);
-      var link = document.querySelector("#tree a.tree-file[data-file='" + CSS.escape(f.dataset.path) + "']");
+      var link = document.querySelector("#tree a.tree-file[data-path='" + CSS.escape(f.dataset.path) + "']");
       if (link) link.classList.toggle("viewed", seen);
     });
   }
@@ -312,7 +312,7 @@
       var leaf = t.closest && t.closest("#tree a.tree-file");
       if (leaf) {
         ev.preventDefault();
-        var target = document.querySelector("#diff .file[data-path='" + CSS.escape(leaf.dataset.file) + "']");
+        var target = document.querySelector("#diff .file[data-path='" + CSS.escape(leaf.dataset.path) + "']");
         if (target) { fold(target, false); target.scrollIntoView({ block: "start" }); }
         return;
       }

@@ -147,9 +147,10 @@ bench-many: $(STAMP)
 bench-ui: $(STAMP) chromium
 	$(BIN)/python -m bench.ui_page --calls 500 --repeat 7
 
-# The screenshots of sandbox ui in docs/ (the README shows one).
+# The screenshots of sandbox ui in docs/ (the README shows them): its pages, and the review workflow.
 screenshots: $(STAMP) chromium
 	$(BIN)/python -m bench.ui_page --calls 40 --repeat 1 --screenshots docs
+	$(BIN)/python -m bench.ui_review --screenshots docs
 
 clean:
 	rm -rf $(VENV) $(VENV_LATEST) build *.egg-info $(AGENTS)/node_modules

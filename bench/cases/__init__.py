@@ -35,6 +35,7 @@ CASES = {
     "transcripts": "bench.cases.transcripts",
     "firstscreen": "bench.cases.firstscreen",
     "ports": "bench.cases.ports",
+    "uipage": "bench.cases.uipage",
 }
 
 

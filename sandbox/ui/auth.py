@@ -38,7 +38,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 HEADER = "x-sandbox-token"
 #: Every answer's policy: no frames, no inline script or style, nothing from elsewhere.
 CSP = (
-    "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+    "default-src 'self'; img-src 'self' data: blob:; frame-ancestors 'none'; base-uri 'none'; "
     "form-action 'self'; object-src 'none'"
 )
 #: What a browser may say about an action's origin (absent: not a browser; the token still decides).

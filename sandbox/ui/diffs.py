@@ -31,7 +31,7 @@ from sandbox.errors import SandboxError, UsageError
 from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
-from sandbox.ui import names
+from sandbox.ui import filetree, images, names
 
 if TYPE_CHECKING:
     from sandbox.merge.preview import FileRecord
@@ -96,15 +96,18 @@ def _records(run: Run, sel: Selection, call_id: str | None = None) -> tuple[list
     return files, _renames(run, rng.old, rng.new, files)
 
 
-def run_diff(run: Run, page: int, side_by_side: bool = False, sel: Selection | None = None) -> str:
+def run_diff(
+    run: Run, page: int, side_by_side: bool = False, sel: Selection | None = None, ignore_ws: bool = False
+) -> str:
     """The run's whole diff, or the selection's (what an apply of it would bring), hunks pickable.
-    A selection the CLI would refuse shows the CLI's words."""
+    A selection the CLI would refuse shows the CLI's words. With ``ignore_ws`` a text edit's hunks are
+    recomputed ignoring whitespace (:func:`whitespace_lines`), shown to read, not to pick."""
     sel = sel or Selection()
     try:
         files, renames = _records(run, sel)
     except SandboxError as exc:
         return f"<p class='refused' role='alert'>{escape(exc.message)}</p>"
-    return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel)
+    return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel, ignore_ws=ignore_ws)
 
 
 def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
@@ -113,8 +116,17 @@ def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
         files, renames = _records(run, Selection(), call_id)
     except SandboxError as exc:
         return f"<p class='muted'>{escape(exc.message)}</p>"
+    per_page = len(files) or 1
     return _files(
-        run, files, renames, 0, pick=False, side_by_side=side_by_side, sel=Selection(), per_page=len(files) or 1
+        run,
+        files,
+        renames,
+        0,
+        pick=False,
+        side_by_side=side_by_side,
+        sel=Selection(),
+        per_page=per_page,
+        call_id=call_id,
     )
 
 
@@ -157,6 +169,8 @@ def _files(
     side_by_side: bool,
     sel: Selection,
     per_page: int = FILES_PER_PAGE,
+    ignore_ws: bool = False,
+    call_id: str | None = None,
 ) -> str:
     if not files:
         return "<p class='muted'>No changes" + (" in this selection." if sel else ".") + "</p>"
@@ -171,12 +185,20 @@ def _files(
             f"<a href='#' data-page='{i}' class='{'current' if i == page else ''}'>{i + 1}</a>" for i in range(pages)
         )
         out.append(f"<nav class='pages'>{len(shown)} files · page {links}</nav>")
-    for f in shown[page * per_page : (page + 1) * per_page]:
+    here = shown[page * per_page : (page + 1) * per_page]
+    if pick:  # the run's diff (not one call's, under the timeline): its files as a tree to fold and jump
+        out.append(filetree.tree([f["path"] for f in here]))
+    if ignore_ws:
+        out.append(
+            "<p class='note ws'>Whitespace ignored (as <code>git diff -w</code>): edits are shown to read; "
+            "turn it off to pick their hunks.</p>"
+        )
+    for f in here:
         if f["path"] in renames:
             source, similarity = renames[f["path"]]
-            out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side))
+            out.append(_renamed(run, deleted[source], f, similarity, pick, side_by_side, call_id))
         else:
-            out.append(_file(run, f, pick, side_by_side, sel))
+            out.append(_file(run, f, pick, side_by_side, sel, ignore_ws, call_id))
     return "".join(out)
 
 
@@ -188,10 +210,11 @@ def _mode(f: FileRecord) -> str:
     return ""
 
 
-def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) -> str:
-    """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit."""
+def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str, boxes: bool = True) -> str:
+    """A file's heading; its checkbox picks every hunk of it, or carries ``ids`` for a whole unit
+    (none without ``boxes``: a whitespace-insensitive view is read, not picked)."""
     box = ""
-    if pick:
+    if pick and boxes:
         label = escape(f"all of {agent_path(f['path'])}", quote=True)  # a screen reader reads it out
         if ids:
             box = (
@@ -200,9 +223,11 @@ def _head(f: FileRecord, pick: bool, title: str, ids: list[str], status: str) ->
             )
         else:
             box = f"<input type='checkbox' class='pick-file' aria-label='{label}'> "
+    rev = escape(filetree.revision(f["before_hash"], f["after_hash"]), quote=True)
     return (
-        f"<div class='file' data-path='{escape(f['path'], quote=True)}' data-lang='{escape(_lang(f['path']), True)}'>"
-        f"<h3>{box}<span class='fstatus {escape(status)}'>{escape(status)}</span> {title}{_mode(f)}</h3>"
+        f"<div class='file' data-path='{escape(f['path'], quote=True)}' data-lang='{escape(_lang(f['path']), True)}'"
+        f" data-rev='{rev}'><h3>{box}<span class='fstatus {escape(status)}'>{escape(status)}</span> {title}"
+        f"{_mode(f)}{filetree.controls() if pick else ''}</h3>"
     )
 
 
@@ -223,9 +248,23 @@ def _blob_size(run: Run, oid: str | None) -> str:
     return f"{obj.size} bytes" if isinstance(obj, pygit2.Blob) else "?"
 
 
-def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection) -> str:
+def _file(
+    run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selection, ignore_ws: bool, call_id: str | None
+) -> str:
     whole = not f["hunks"]
+    if ignore_ws and not whole and not f["binary"]:
+        head = _head(f, pick, names.name(f["path"]), [], f["status"], boxes=False)
+        lines = whitespace_lines(run, f)
+        if not lines:
+            return head + "<p class='note'>Only whitespace changed.</p></div>"
+        return head + _hunks_of(run, f["path"], lines, side_by_side, sel, ignore_ws=True) + "</div>"
     head = _head(f, pick, names.name(f["path"]), [f["id"]] if whole else [], f["status"])
+    if not f["binary"] and names.hides(f["patch"]):
+        head += names.HIDDEN_NOTE
+    if images.is_image(run, f):  # before and after as images (an SVG's text diff under them)
+        if f["binary"]:
+            return head + images.preview(run, f, call_id) + "</div>"
+        head += images.preview(run, f, call_id)
     if f["binary"]:
         sizes = f"{_blob_size(run, f['before_hash'])} → {_blob_size(run, f['after_hash'])}"
         return head + f"<p class='note'>Binary file {names.name(f['path'])} ({sizes}): not shown.</p></div>"
@@ -258,6 +297,24 @@ def _file(run: Run, f: FileRecord, pick: bool, side_by_side: bool, sel: Selectio
     return head + "".join(body) + "</div>"
 
 
+def whitespace_lines(run: Run, f: FileRecord) -> list[str]:
+    """A text edit's patch lines recomputed ignoring whitespace, as ``git diff -w`` (libgit2's
+    ``IGNORE_WHITESPACE``), from its blobs; [] when only whitespace changed."""
+    old = run.repo.get(f["before_hash"]) if f["before_hash"] else None
+    new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
+    if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
+        return []
+    return _patch_lines(_patch_text(old.data, new.data, pygit2.enums.DiffOption.IGNORE_WHITESPACE))
+
+
+def _patch_text(before: bytes, after: bytes, flag: pygit2.enums.DiffOption = pygit2.enums.DiffOption.NORMAL) -> str:
+    """The patch between two contents. Both are held here until its text is read: a libgit2 patch made
+    from buffers points into them, and a temporary (``blob.data`` passed inline) may be freed first
+    (measured: the same two blobs gave a different patch from one call to the next)."""
+    patch = pygit2.Patch.create_from(before, after, flag=flag, context_lines=3)
+    return patch.text or ""
+
+
 def _patch_lines(patch: str) -> list[str]:
     """The lines of a patch from its first ``@@`` on (the git headers are said by the page itself)."""
     lines = patch.splitlines()
@@ -267,7 +324,9 @@ def _patch_lines(patch: str) -> list[str]:
     return []
 
 
-def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Selection) -> str:
+def _hunks_of(
+    run: Run, path: str, lines: list[str], side_by_side: bool, sel: Selection, ignore_ws: bool = False
+) -> str:
     """Read-only hunks from patch lines (``@@`` headers and their lines), cut at :data:`LINES_PER_FILE`."""
     out = []
     cut = len(lines) > LINES_PER_FILE
@@ -283,16 +342,24 @@ def _hunks_of(run: Run, path: str, lines: list[str], side_by_side: bool, sel: Se
         else:
             current.append(line)
     if cut:
-        out.append(_more(run, path, LINES_PER_FILE, sel))
+        out.append(_more(run, path, LINES_PER_FILE, sel, ignore_ws))
     return "".join(out)
 
 
-def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool) -> str:
+def _renamed(
+    run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: bool, side: bool, call_id: str | None
+) -> str:
     """A deleted path and an added one shown as a rename: the edit between them, picked together."""
     title = f"{names.name(gone['path'])} → {names.name(f['path'])} ({similarity}% similar)"
     merged = f.copy()
     merged["before_mode"] = gone["before_mode"]
+    merged["before_hash"] = gone["before_hash"]
     head = _head(merged, pick, title, [gone["id"], f["id"]], "renamed")
+    merged["binary"] = gone["binary"] or f["binary"]
+    if images.is_image(run, merged):
+        head += images.preview(run, merged, call_id, before_path=gone["path"])
+        if merged["binary"]:
+            return head + "</div>"
     if gone["binary"] or f["binary"]:
         return head + "<p class='note'>Binary file: not shown.</p></div>"
     # A rename pairs a deleted path (it had a before blob) with an added one (it has an after blob).
@@ -300,21 +367,23 @@ def _renamed(run: Run, gone: FileRecord, f: FileRecord, similarity: int, pick: b
     new = run.repo.get(f["after_hash"]) if f["after_hash"] else None
     if not isinstance(old, pygit2.Blob) or not isinstance(new, pygit2.Blob):
         return head + "</div>"
-    text = pygit2.Patch.create_from(old.data, new.data, context_lines=3).text or ""
+    text = _patch_text(old.data, new.data)
     note = "<p class='note'>A rename is taken whole: the old path removed, the new one written.</p>" if pick else ""
     lines = _patch_lines(text)
     body = _hunks_of(run, f["path"], lines, side, Selection()) if lines else "<p class='note'>Content unchanged.</p>"
     return head + note + body + "</div>"
 
 
-def _more(run: Run, path: str, start: int, sel: Selection) -> str:
+def _more(run: Run, path: str, start: int, sel: Selection, ignore_ws: bool = False) -> str:
     extra = ("&" + sel.query()) if sel else ""
+    extra += "&ws=ignore" if ignore_ws else ""
     more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start}{extra}"
     return (
         f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show the rest of this file's diff</a></p>"
     )
 
 
+_MARKER = re.compile(r"(<{7}|={7}|>{7}|\|{7})( |$)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
@@ -354,10 +423,14 @@ def unified(
     out = ["<pre class='diff'>"]
     for line, (o, n) in zip(lines, nums, strict=False):
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+        if _MARKER.match(line, 1):
+            kind += " marker"  # a conflict marker in the content: styled apart, as the Conflicts section does
+        text, hidden = names.content(line)
+        kind += " hidden-chars" if hidden else ""  # flagged on its line (the style sheet's mark)
         attrs = ""
         if o is not None or n is not None:
             attrs = f" data-ln='{o or '':>5} {n or '':>5} '" + (f" data-n='{n or o}'")
-        out.append(f"<span class='{kind}'{attrs}>{escape(line) or ' '}</span>")
+        out.append(f"<span class='{kind}'{attrs}>{text or ' '}</span>")
     out.append("</pre>")
     return "".join(out)
 
@@ -387,14 +460,18 @@ def _split(lines: list[str]) -> str:
             flush()
             rows.append(("ctx", line[1:], "ctx", line[1:]))
     flush()
-    cells = "".join(
-        f"<tr><td class='{lk}'>{escape(lt)}</td><td class='{rk}'>{escape(rt)}</td></tr>" for lk, lt, rk, rt in rows
-    )
+    cells = "".join(f"<tr>{_cell(lk, lt)}{_cell(rk, rt)}</tr>" for lk, lt, rk, rt in rows)
     return f"<table class='split'>{cells}</table>"
 
 
-def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> str:
-    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces)."""
+def _cell(kind: str, line: str) -> str:
+    text, hidden = names.content(line)
+    return f"<td class='{kind}{' hidden-chars' if hidden else ''}'>{text}</td>"
+
+
+def file_rest(run: Run, path: str, start: int, sel: Selection | None = None, ignore_ws: bool = False) -> str:
+    """The rest of one file's diff, from line ``start`` (a big file's patch comes in pieces; with
+    ``ignore_ws``, of its whitespace-insensitive patch)."""
     sel = sel or Selection()
     try:
         files, _ = _records(run, sel)
@@ -404,7 +481,9 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     if not found:
         return "<p class='muted'>No such changed file.</p>"
     f = found[0]
-    if f["hunks"]:
+    if ignore_ws and f["hunks"] and not f["binary"]:
+        lines = whitespace_lines(run, f)
+    elif f["hunks"]:
         lines = [line for h in f["hunks"] for line in h["text"].splitlines()]
     else:
         lines = _patch_lines(f["patch"])
@@ -412,6 +491,7 @@ def file_rest(run: Run, path: str, start: int, sel: Selection | None = None) -> 
     out = unified(piece, numbers=numbered(lines)[start : start + LINES_PER_FILE])
     if start + LINES_PER_FILE < len(lines):
         extra = ("&" + sel.query()) if sel else ""
+        extra += "&ws=ignore" if ignore_ws else ""
         more = f"/run/{quote(run.run_id)}/file?path={quote(path)}&from={start + LINES_PER_FILE}{extra}"
         out += f"<p><a href='#' class='more' data-src='{escape(more, quote=True)}'>Show more</a></p>"
     return out

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from sandbox.run.run import Run
 from sandbox.store.fsutil import human_size
 from sandbox.ui import names
-from sandbox.ui.diffs import run_diff, unified
+from sandbox.ui.diffs import run_diff
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
 if TYPE_CHECKING:
@@ -113,8 +113,10 @@ def run_page(run: Run) -> str:
         "<div class='actions'><button data-action='preview'>Preview</button>"
         "<button data-action='apply' class='primary'>Apply the picked hunks</button>"
         "<button data-action='apply-all'>Apply all shown</button>"
+        "<button data-action='apply-3way'>Apply with 3-way merge</button>"
         "<button data-action='undo'>Undo</button><button data-action='redo'>Redo</button>"
-        "<label><input type='checkbox' id='split'> side by side</label></div>",
+        "<label><input type='checkbox' id='split'> side by side</label>"
+        "<label><input type='checkbox' id='ignore-ws'> ignore whitespace</label></div>",
         "<div id='result' class='result' aria-live='polite'></div>",
         _calls_section(run),
         "<section><h2>Comments</h2><div id='comments'>",
@@ -238,30 +240,10 @@ def _resume(run: Run) -> str:
         out.append("<p class='muted'>Commands to copy into your terminal (this page does not run them):</p>")
     for step in steps:
         about = f" data-call='{escape(step.call_id, quote=True)}'" if step.call_id else ""
-        commands = "".join(f"<pre class='command'><code>{escape(c)}</code></pre>" for c in step.commands)
-        out.append(f"<div class='next-step'{about}><p>{escape(step.text)}</p>{commands}</div>")
-    return "".join(out)
-
-
-def conflicts(run: Run) -> str:
-    """For each path an apply would refuse: why, what to do, and base / agent / yours."""
-    from sandbox.merge.conflicts import explain
-    from sandbox.merge.planning import NothingToApplyError
-
-    try:
-        found = explain(run)
-    except NothingToApplyError:
-        return "<p class='muted'>Nothing left to apply.</p>"
-    if not found:
-        return "<p class='muted'>No conflicts: everything would apply.</p>"
-    out = []
-    for c in found:
-        sides = " · ".join(f"{s.label}: {escape(s.describe())}" for s in (c.base, c.agent, c.yours))
-        regions = "".join(unified(r.lines) for r in c.regions)
-        out.append(
-            f"<div class='conflict'><h3>{names.name(c.path)}</h3><p class='refused'>{escape(c.reason)}</p>"
-            f"<p>what to do: {escape(c.hint)}</p><p class='muted'>{sides}</p>{regions}</div>"
+        commands = "".join(
+            f"<pre class='command'><code>{names.command(c, safe=True)}</code></pre>" for c in step.commands
         )
+        out.append(f"<div class='next-step'{about}><p>{escape(step.text)}</p>{commands}</div>")
     return "".join(out)
 
 
@@ -354,7 +336,7 @@ def approvals_page(runs: list[Run]) -> str:
             out.append(
                 f"<tr><td><a href='/run/{quote(run.run_id)}'>{escape(run.run_id)}</a></td>"
                 f"<td><code>{escape(e.call_id)}</code></td><td>{names.text(e.tool_name)}</td>"
-                f"<td class='cmd'><code>{names.text(command(e))}</code></td>"
+                f"<td class='cmd'><code>{names.command(command(e))}</code></td>"
                 f"<td><button data-action='approve' data-run='{rid}' data-call='{cid}' class='primary'>"
                 "Approve</button> "
                 f"<button data-action='deny' data-run='{rid}' data-call='{cid}'>Deny</button></td></tr>"
@@ -368,4 +350,4 @@ def _markers(paths: list[str]) -> str:
     if not paths:
         return ""
     shown = ", ".join(f"<code>{escape(p)}</code>" for p in paths)
-    return f"<p class='refused attention'>Conflict markers from apply --3way to resolve in your tree: {shown}</p>"
+    return f"<p class='refused attention'>Conflict markers from a 3-way apply to resolve in your tree: {shown}</p>"

@@ -111,7 +111,8 @@ class _Routes:
         except SandboxError as exc:  # the CLI's words, in the diff's place
             return HTMLResponse(f"<p class='refused' role='alert'>{html.escape(exc.message)}</p>")
         page = _int(q.get("page"), 0)
-        return HTMLResponse(diffs.run_diff(run, page, side_by_side=q.get("view") == "split", sel=sel))
+        side, ws = q.get("view") == "split", q.get("ws") == "ignore"
+        return HTMLResponse(diffs.run_diff(run, page, side_by_side=side, sel=sel, ignore_ws=ws))
 
     def call_diff(self, request: Request) -> Response:
         run = self.open_run(request)
@@ -136,10 +137,23 @@ class _Routes:
             sel = diffs.Selection.parse(q.get("paths"), q.get("calls"))
         except SandboxError as exc:
             return HTMLResponse(f"<p class='refused'>{html.escape(exc.message)}</p>")
-        return HTMLResponse(diffs.file_rest(run, q.get("path", ""), _int(q.get("from"), 0), sel))
+        start, ws = _int(q.get("from"), 0), q.get("ws") == "ignore"
+        return HTMLResponse(diffs.file_rest(run, q.get("path", ""), start, sel, ignore_ws=ws))
+
+    def image(self, request: Request) -> Response:
+        from sandbox.ui.images import image
+
+        q = request.query_params
+        found = image(self.open_run(request), q.get("path", ""), q.get("side", ""), q.get("call") or None)
+        if found is None:
+            return Response("No such image in this run's changes.", status_code=404, media_type="text/plain")
+        data, kind = found
+        return Response(data, media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
 
     def conflicts(self, request: Request) -> Response:
-        return HTMLResponse(pages.conflicts(self.open_run(request)))
+        from sandbox.ui.conflictview import conflicts
+
+        return HTMLResponse(conflicts(self.open_run(request)))
 
     def compare(self, request: Request) -> Response:
         from sandbox.runs.many import group_of
@@ -204,6 +218,7 @@ def build(settings: Settings) -> Starlette:
         Route("/run/{run_id}/facts", r.facts),
         Route("/run/{run_id}/file", r.file_rest),
         Route("/run/{run_id}/conflicts", r.conflicts),
+        Route("/run/{run_id}/image", r.image),
         Route("/compare", r.compare),
         Route("/approvals", r.approvals),
         Route("/api/tips", r.tips),
@@ -248,10 +263,16 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
         ids = body.get("hunks")
         choice = hunks.Choice(ids={str(i) for i in ids}) if isinstance(ids, list) and ids else None
         sel = diffs.Selection.of(body)
+        merge = body.get("three_way") is True  # 'apply --3way': markers where both changed the same lines
         try:
-            report = mergeback.apply(run, sel.calls or None, sel.spec(), dry_run=name == "preview", choice=choice)
+            report = mergeback.apply(
+                run, sel.calls or None, sel.spec(), dry_run=name == "preview", choice=choice, three_way=merge
+            )
         except mergeback.ApplyConflict as exc:
-            return 409, {"ok": False, "message": exc.message, "report": _dump(exc.report)}
+            from sandbox.ui.conflictview import page_hint
+
+            said = page_hint(exc.message, "PATH")
+            return 409, {"ok": False, "message": said, "report": _page_hints(_dump(exc.report))}
         return 200, {"ok": True, "report": _dump(report), "message": _said(report)}
     if name in ("undo", "redo"):
         from sandbox.merge import undo
@@ -284,6 +305,18 @@ def _act(run: Run, name: str, body: Mapping[str, object]) -> tuple[int, ActionAn
             entry = run.deny(call_id, str(reason) if reason else None)
         return 200, {"ok": True, "call_id": entry.call_id, "message": f"Call {entry.call_id}: {name}d."}
     return 404, {"ok": False, "message": f"No action {name!r}."}
+
+
+def _page_hints(report: dict[str, object]) -> dict[str, object]:
+    """A refused apply's report with each conflict's hint in the page's own actions (not the CLI's flags)."""
+    from sandbox.ui.conflictview import page_hint
+
+    found = report.get("conflicts")
+    for c in found if isinstance(found, list) else []:
+        for key in ("hint", "reason"):
+            if isinstance(c, dict) and isinstance(c.get(key), str):
+                c[key] = page_hint(c[key], str(c.get("path", "")))
+    return report
 
 
 def _rewind_moved(run: Run, name: str) -> ActionAnswer | None:

@@ -273,7 +273,7 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
         f"<td><span class='badge {STATUS_CLASS.get(status, '')}'>{escape(status)}</span> {''.join(marks)}</td>"
         f"<td>{names.text(e.tool_name)}{session}</td><td class='opt'>{escape(when(e.started_at or e.created_at))}</td>"
         f"<td class='opt'>{took(e)}</td>"
-        f"<td class='cmd'><code>{names.text(command(e))}</code></td><td class='files'>{files}</td></tr>"
+        f"<td class='cmd'><code>{names.command(command(e))}</code></td><td class='files'>{files}</td></tr>"
     ]
     if status == "uncertain":
         row.append(

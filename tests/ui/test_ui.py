@@ -511,7 +511,7 @@ def test_the_page_shows_interrupted_and_violation_calls_rolled_back_calls_and_co
             )
             assert opened.locator("a.pick-call").count() == 0
             attention = page.locator("p.attention").inner_text()
-            assert "src/app.py" in attention and "--3way" in attention
+            assert "src/app.py" in attention and "3-way apply" in attention
             browser.close()
 
 

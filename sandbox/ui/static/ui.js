@@ -41,8 +41,63 @@
     var mine = ++diffAsked;
     return get(diffUrl(extra)).then(function (html) {
       if (mine !== diffAsked) return;
+      // The tree's folded directories stay folded through a reload of the diff (a live update).
+      var closed = {};
+      el.querySelectorAll("details[data-dir]:not([open])").forEach(function (d) { closed[d.dataset.dir] = true; });
       el.innerHTML = html;
+      el.querySelectorAll("details[data-dir]").forEach(function (d) { if (closed[d.dataset.dir]) d.open = false; });
+      markViewed();
       highlightIn(el);
+    });
+  }
+
+  // -- the "viewed" marks: this tab's (sessionStorage), per run, each held to its file's revision --
+  function viewedKey() { return "sandbox-viewed:" + boot.run; }
+
+  function viewedMarks() {
+    try { return JSON.parse(sessionStorage.getItem(viewedKey()) || "{}"); } catch (e) { return {}; }
+  }
+
+  function fold(file, yes) {
+    file.classList.toggle("folded", yes);
+    var b = file.querySelector("button.fold");
+    if (b) { b.textContent = yes ? "unfold" : "fold"; b.setAttribute("aria-expanded", yes ? "false" : "true"); }
+  }
+
+  // A file viewed as it is now is marked and folded; one the agent changed since is not.
+  function markViewed() {
+    var marks = viewedMarks();
+    document.querySelectorAll("#diff .file[data-rev]").forEach(function (f) {
+      var seen = marks[f.dataset.path] === f.dataset.rev;
+      var box = f.querySelector("input.viewed");
+      if (box) box.checked = seen;
+      f.classList.toggle("viewed", seen);
+      if (seen) fold(f, true);
+      var link = document.querySelector("#tree a.tree-file[data-path='" + CSS.escape(f.dataset.path) + "']");
+      if (link) link.classList.toggle("viewed", seen);
+    });
+  }
+
+  function setViewed(file, yes) {
+    var marks = viewedMarks();
+    if (yes) marks[file.dataset.path] = file.dataset.rev; else delete marks[file.dataset.path];
+    sessionStorage.setItem(viewedKey(), JSON.stringify(marks));
+    markViewed();
+    if (!yes) fold(file, false);
+  }
+
+  // -- image previews: each <img data-src> fetched with the token, shown from a blob: address --
+  function showImages(root) {
+    if (!root) return;
+    root.querySelectorAll("img[data-src]:not([src])").forEach(function (img) {
+      img.setAttribute("src", "data:,");  // asked once
+      fetch(img.dataset.src, { credentials: "omit", headers: { "X-Sandbox-Token": token } }).then(function (r) {
+        if (!r.ok) throw new Error(String(r.status));
+        return r.blob();
+      }).then(function (b) {
+        img.onload = function () { img.dataset.shown = "1"; };
+        img.src = URL.createObjectURL(b);
+      }).catch(function () { img.alt = img.alt + " (not shown)"; });
     });
   }
 
@@ -50,6 +105,7 @@
   var hl = { state: "none", queue: [], seen: null };
 
   function highlightIn(root) {
+    showImages(root);
     if (!root || !root.querySelector("pre.diff, table.split")) return;
     if (hl.state === "none") {
       hl.state = "loading";
@@ -86,6 +142,7 @@
     if (!lang || !window.hljs.getLanguage(lang)) return;
     var split = block.tagName === "TABLE";
     block.querySelectorAll(split ? "td" : "span").forEach(function (el) {
+      if (el.classList.contains("hidden-chars")) return;  // its written-out characters stay marked
       var text = el.textContent;
       var sign = split ? "" : text.charAt(0);
       var rest = split ? text : text.slice(1);
@@ -118,7 +175,9 @@
   function diffUrl(extra) {
     var el = document.getElementById("diff");
     var split = document.getElementById("split");
+    var ws = document.getElementById("ignore-ws");
     var url = el.dataset.src + "?view=" + (split && split.checked ? "split" : "unified");
+    if (ws && ws.checked) url += "&ws=ignore";
     return url + selectionQuery() + (extra || "");
   }
 
@@ -182,12 +241,19 @@
     var run = encodeURIComponent(boot.run);
     var body = {};
     var name = action;
-    if (action === "apply" || action === "preview" || action === "apply-all") {
+    if (action === "apply" || action === "preview" || action === "apply-all" || action === "apply-3way") {
       body.paths = shown.paths;
       body.calls = shown.calls;
       var ids = picked();
       if (action === "apply" && !ids.length) { toast("Pick one or more hunks first (or 'Apply all shown').", true); return; }
       if (action !== "apply-all" && ids.length) body.hunks = ids;
+    }
+    if (action === "apply-3way") {
+      var what = ids.length ? "the " + ids.length + " picked hunk(s)" : "all shown";
+      if (!window.confirm("Apply " + what + " with a 3-way merge? Where you and the agent changed the same " +
+        "lines, conflict markers are written into your file (Undo takes it back).")) return;
+      body.three_way = true;
+      name = "apply";
     }
     if (action === "apply-all") name = "apply";
     return post("/api/run/" + run + "/" + name, body).then(function (data) {
@@ -208,6 +274,8 @@
     });
     var split = document.getElementById("split");
     if (split) split.addEventListener("change", function () { loadDiff(); });
+    var ws = document.getElementById("ignore-ws");
+    if (ws) ws.addEventListener("change", function () { loadDiff(); });
 
     var form = document.getElementById("pick");
     if (form) {
@@ -225,8 +293,11 @@
       });
     }
 
+    markViewed();
+
     document.addEventListener("change", function (ev) {
       var t = ev.target;
+      if (t.classList && t.classList.contains("viewed")) { setViewed(t.closest(".file"), t.checked); return; }
       if (t.classList && t.classList.contains("pick-file")) {
         t.closest(".file").querySelectorAll("input.pick").forEach(function (b) { b.checked = t.checked; });
       }
@@ -234,6 +305,17 @@
 
     document.addEventListener("click", function (ev) {
       var t = ev.target;
+      var inConflicts = t.closest && t.closest("#conflicts button[data-action]");
+      if (inConflicts) { act(inConflicts.dataset.action); return; }
+      var foldButton = t.closest && t.closest("#diff button.fold");
+      if (foldButton) { var f = foldButton.closest(".file"); fold(f, !f.classList.contains("folded")); return; }
+      var leaf = t.closest && t.closest("#tree a.tree-file");
+      if (leaf) {
+        ev.preventDefault();
+        var target = document.querySelector("#diff .file[data-path='" + CSS.escape(leaf.dataset.path) + "']");
+        if (target) { fold(target, false); target.scrollIntoView({ block: "start" }); }
+        return;
+      }
       var page = t.closest && t.closest("a[data-page]");
       if (page) { ev.preventDefault(); loadDiff("&page=" + page.dataset.page); return; }
       var more = t.closest && t.closest("a.more");

@@ -10,8 +10,9 @@ you are writing, the admin directories of your linked worktrees (``worktrees/``)
 submodules' git dirs (``modules/``, with their configs), and every run's refs (``refs/sandbox/<run>``).
 
 Inside a run's sandbox the common directory is an empty read-only directory, with ``objects/`` (and
-``lfs/objects``) bound back read-only; the sandbox's own files in ``.git/sandbox`` keep their rule
-(this run's directory and the host's socket directory bound back, :mod:`sandbox.agent.sandboxpolicy`).
+``lfs/objects``) bound back read-only, and what the sandbox's own tools inside read of this run (see
+:func:`user_git_view`); the sandbox's own files in ``.git/sandbox`` keep their rule (this run's
+directory and the host's socket directory bound back, :mod:`sandbox.agent.sandboxpolicy`).
 
 A run made before homes existed (``legacy``) is a linked worktree of your repository: its git reads
 your refs and config through ``commondir``. It keeps the older view (the whole ``.git`` read-only,
@@ -25,6 +26,7 @@ private yet"). Standard library only (``sandbox exec``'s fast path imports it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from sandbox.store import layout
@@ -33,16 +35,70 @@ from sandbox.store import layout
 BORROWED = ("objects", os.path.join("lfs", "objects"))
 
 WHY = "your repository's git directory (refs, stash, reflogs, hooks, other runs' refs): the run's git has its own"
+#: In the run's directory: the run's own lines of ``packed-refs``, shown as ``packed-refs`` inside.
+PACKED_VIEW = "packed-refs.view"
 
 
-def user_git_view(common_dir: str, run_id: str) -> tuple[dict[str, str], list[str]]:
-    """(directories to hide, each with why; paths below them to bind back read-only) for a command of
-    run ``run_id``: your common git dir hidden but for :data:`BORROWED`. Nothing for a legacy run,
-    whose git is a linked worktree of yours and reads your refs and config."""
-    if layout.place_of(common_dir, run_id).legacy:
-        return {}, []
+class View:
+    """What of your common git dir a command of a run sees (all read-only): ``hidden`` (path -> why),
+    ``readable`` (bound back where they are) and ``files`` ((generated file, where it is shown))."""
+
+    def __init__(self) -> None:
+        self.hidden: dict[str, str] = {}
+        self.readable: list[str] = []
+        self.files: list[tuple[str, str]] = []
+
+
+def user_git_view(common_dir: str, run_id: str) -> View:
+    """Your common git dir hidden but for :data:`BORROWED` and what the sandbox's own tools inside
+    (``sandbox mcp`` under ``sandbox run``, ``sandbox status``) read of this run: ``HEAD`` (so the
+    directory opens as a repository), the run's own ``refs/sandbox/<run>/`` (live) and its lines of
+    ``packed-refs`` (as of the command's start: a ``git pack-refs`` of yours during a long session
+    leaves them stale inside until the next command). Nothing for a legacy run, whose git is a
+    linked worktree of yours and reads your refs and config."""
+    view = View()
     real = os.path.realpath(common_dir)
-    if real == "/" or not os.path.isdir(real):
-        return {}, []
-    borrowed = [os.path.join(real, rel) for rel in BORROWED]
-    return {real: WHY}, [os.path.realpath(p) for p in borrowed if os.path.isdir(p)]
+    if layout.place_of(common_dir, run_id).legacy or real == "/" or not os.path.isdir(real):
+        return view
+    view.hidden[real] = WHY
+    own_refs = os.path.join(real, *layout.ref_prefix(run_id).rstrip("/").split("/"))
+    with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
+        os.makedirs(own_refs, exist_ok=True)
+    shown = [*(os.path.join(real, rel) for rel in BORROWED), os.path.join(real, "HEAD"), own_refs]
+    view.readable = [os.path.realpath(p) for p in shown if os.path.exists(p)]
+    packed = _own_packed_refs(real, run_id)
+    if packed is not None:
+        view.files.append((packed, os.path.join(real, "packed-refs")))
+    return view
+
+
+def _own_packed_refs(common_dir: str, run_id: str) -> str | None:
+    """The run's own lines of your ``packed-refs`` (with the header and their peeled lines), written
+    to the run's directory; None when there is no ``packed-refs`` or it cannot be written."""
+    prefix = layout.ref_prefix(run_id).encode()
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+            lines = fh.read().splitlines(keepends=True)
+    except OSError:
+        return None
+    out, keep = [], False
+    for line in lines:
+        if line.startswith(b"#"):
+            out.append(line)
+        elif line.startswith(b"^"):
+            if keep:
+                out.append(line)
+        else:
+            keep = line.partition(b" ")[2].startswith(prefix)
+            if keep:
+                out.append(line)
+    path = os.path.join(layout.run_dir(common_dir, run_id), PACKED_VIEW)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(b"".join(out))
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path

@@ -235,6 +235,8 @@ class Policy:
     allowed: tuple[tuple[str, str], ...] = field(default=())
     #: The agent's own git settings (``GIT_CONFIG_GLOBAL`` inside; :mod:`sandbox.store.gitguard`).
     git_config: str | None = None
+    #: (a generated file, the path it is shown at inside, read-only): :mod:`sandbox.agent.gitview`.
+    views: tuple[tuple[str, str], ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -337,8 +339,8 @@ def policy_for(
     run's git borrows is bound back, read-only (:mod:`sandbox.agent.gitview`).
     """
     real = os.path.realpath
-    user_git, borrowed = gitview.user_git_view(common_dir, run_id)
-    hidden = {**user_git, **hidden_dirs(isolation, common_dir, user_workdir)}
+    user_git = gitview.user_git_view(common_dir, run_id)
+    hidden = {**user_git.hidden, **hidden_dirs(isolation, common_dir, user_workdir)}
     # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
     # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
     agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
@@ -362,7 +364,7 @@ def policy_for(
     readable = (
         *isolation.readable,
         *(path for path, _why in allowed),
-        *borrowed,
+        *user_git.readable,
         real(layout.run_dir(common_dir, run_id)),
         _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
@@ -402,6 +404,7 @@ def policy_for(
         identity=_identity(isolation, common_dir),
         allowed=tuple(allowed),
         git_config=git_config,
+        views=tuple(user_git.files),
     )
 
 

@@ -4,7 +4,8 @@ From inside run a (real bubblewrap, through ``sandbox exec`` and ``sandbox run``
 what your common git directory holds: your stash (its ref, its reflog, ``git log refs/stash``), your
 reflogs, ``packed-refs`` and every ref (your branches and tags, every run's ``refs/sandbox/<run>``),
 the admin directories of your linked worktree and of a run made before homes (``.git/worktrees``),
-your hooks, and run b's own git directory. Nothing of it is there; the agent's own git still works
+your hooks, and run b's own git directory. Nothing of it is there (but ``HEAD`` and run a's own refs,
+which the sandbox's tools inside read); the agent's own git still works
 (status, diff, log through your history, commit, its own stash, branches and tags, ``cat-file`` of
 your committed objects, fsck). Once with ``.git`` in your working tree, once with a git directory
 elsewhere (``git init --separate-git-dir``), which no hidden working tree covers.
@@ -110,14 +111,14 @@ def setting(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     repo = make_user_repo(tmp_path / "repo") if request.param == "dot-git" else _separate(tmp_path)
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
     git(repo, "worktree", "add", "-q", "-b", "feature", str(tmp_path / "linked"))
-    git(repo, "pack-refs", "--all")  # the tag and branches in packed-refs, the stash loose
-    git(repo, "stash", "push", "-q", "-m", "the user's secret stash")
-    write(repo, "README.md", "hello\nagain\n")
     (common / "hooks").mkdir(exist_ok=True)
     write(common / "hooks", "pre-commit", "#!/bin/sh\necho user hook\n")
     run_a = json.loads(ok("start", "--json", cwd=repo))["run"]
     run_b = json.loads(ok("start", "--json", cwd=repo))["run"]
     ok("exec", run_b, "--", "sh", "-c", "echo b-secret > b.txt", cwd=repo)
+    git(repo, "pack-refs", "--all")  # tags, branches, runs' refs packed: only run a's show inside run a
+    git(repo, "stash", "push", "-q", "-m", "the user's secret stash")  # loose
+    write(repo, "README.md", "hello\nagain\n")
     run_c = json.loads(ok("start", "--json", cwd=repo))["run"]
     make_legacy(repo, run_c)
     assert (common / "worktrees" / run_c / "HEAD").is_file() and (common / "refs" / "stash").is_file()
@@ -148,10 +149,14 @@ def test_an_agent_reads_nothing_of_your_git_or_other_runs_but_its_own_git_works(
     assert proc.returncode == 0, proc.stderr.decode()
     seen = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     found = {name: value for name, value in seen.items() if value is not None}
-    # Only what the run's git borrows (your objects) and the sandbox's own directory (this run's
-    # token and the host's socket) are in your git directory; its refs are the run's own.
-    assert found.pop("common dir") == ["objects", "sandbox"], seen
+    # Only what the run's git borrows (your objects), the sandbox's own directory (this run's token
+    # and the host's socket) and what its own tools read of this run (HEAD, the run's own refs) are
+    # in your git directory; the agent's git lists only the run's own refs.
+    assert found.pop("common dir") == ["HEAD", "objects", "packed-refs", "refs", "sandbox"], seen
     assert found.pop("for-each-ref").split() == [f"refs/heads/sandbox/{setting['a']}"], seen
+    assert found.pop("refs/") == ["sandbox"] and found.pop("HEAD").startswith("ref: refs/heads/"), seen
+    packed = [line.split()[-1] for line in found.pop("packed-refs").splitlines() if line[:1] not in "#^"]
+    assert packed and all(name.startswith(f"refs/sandbox/{setting['a']}/") for name in packed), packed
     assert found == {}, found
     own = _inside(setting, command, ["sh", "-c", OWN_GIT])
     assert own.returncode == 0 and b"own-git-ok" in own.stdout, own.stderr.decode()

@@ -8,13 +8,15 @@ your hooks, and run b's own git directory. Nothing of it is there (but ``HEAD`` 
 which the sandbox's tools inside read); the agent's own git still works
 (status, diff, log through your history, commit, its own stash, branches and tags, ``cat-file`` of
 your committed objects, fsck). Once with ``.git`` in your working tree, once with a git directory
-elsewhere (``git init --separate-git-dir``), which no hidden working tree covers.
+elsewhere (``git init --separate-git-dir``), which no hidden working tree covers; as root and as an
+ordinary user.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import git, write
 
-from .helpers import make_legacy, make_user_repo, ok, open_run, sb
+from .helpers import SANDBOX_EXE, TIMEOUT, make_legacy, make_user_repo, ok, open_run, sb
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (make venv installs it)"
@@ -133,12 +135,18 @@ def setting(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
 
 
 def _inside(setting: dict[str, str], command: str, script: list[str]) -> subprocess.CompletedProcess[bytes]:
-    """``script`` run by run a's agent, through ``sandbox exec`` or a ``sandbox run`` without hooks."""
-    args = ["exec", setting["a"]] if command == "exec" else ["run", setting["a"], "--hooks", "none"]
-    return sb(*args, "--", *script, cwd=setting["repo"])
+    """``script`` run by run a's agent, through ``sandbox exec`` or a ``sandbox run`` without hooks;
+    ``exec-as-user``: ``sandbox exec`` as an ordinary user (uid 1000 in a user namespace of its own)."""
+    args = ["run", setting["a"], "--hooks", "none"] if command == "run" else ["exec", setting["a"]]
+    if command != "exec-as-user" or os.geteuid() != 0:
+        return sb(*args, "--", *script, cwd=setting["repo"])
+    as_user = ["unshare", "--user", "--map-user=1000", "--map-group=1000", SANDBOX_EXE]
+    return subprocess.run(
+        [*as_user, *args, "--", *script], cwd=setting["repo"], capture_output=True, timeout=TIMEOUT, check=False
+    )
 
 
-@pytest.mark.parametrize("command", ["exec", "run"])
+@pytest.mark.parametrize("command", ["exec", "run", "exec-as-user"])
 def test_an_agent_reads_nothing_of_your_git_or_other_runs_but_its_own_git_works(
     setting: dict[str, str], command: str
 ) -> None:
@@ -186,3 +194,14 @@ def test_an_agent_lists_none_of_another_runs_objects(setting: dict[str, str]) ->
     listed = ok("exec", setting["a"], "--", *listing, cwd=setting["repo"]).split()
     assert len(listed) > 10  # your history and run a's own objects are listed
     assert secret not in listed
+
+
+def test_doctor_explains_what_of_your_git_a_run_sees(setting: dict[str, str]) -> None:
+    """``sandbox doctor RUN --explain`` gives the same verdict the mounts enforce, with why."""
+    common = Path(setting["common"])
+    packed = ok("--json", "doctor", setting["a"], "--explain", str(common / "packed-refs"), cwd=setting["repo"])
+    assert json.loads(packed)["visible"] and "own lines" in json.loads(packed)["why"]
+    for rel, visible in (("refs/stash", False), ("logs/HEAD", False), ("hooks/pre-commit", False), ("objects", True)):
+        one = json.loads(ok("--json", "doctor", setting["a"], "--explain", str(common / rel), cwd=setting["repo"]))
+        assert one["visible"] is visible and not one["writable"], (rel, one)
+        assert visible or "the run's git has its own" in one["why"], one

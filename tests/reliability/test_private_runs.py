@@ -75,6 +75,7 @@ out = {
 }
 out["common dir"] = listdir(c)
 out["for-each-ref"] = git("for-each-ref", "--format=%(refname)")
+out["for-each-ref in your git dir"] = git("--git-dir=" + c, "for-each-ref", "--format=%(refname)")
 print(json.dumps(out))
 """
 
@@ -162,6 +163,8 @@ def test_an_agent_reads_nothing_of_your_git_or_other_runs_but_its_own_git_works(
     # in your git directory; the agent's git lists only the run's own refs.
     assert found.pop("common dir") == ["HEAD", "objects", "packed-refs", "refs", "sandbox"], seen
     assert found.pop("for-each-ref").split() == [f"refs/heads/sandbox/{setting['a']}"], seen
+    theirs = found.pop("for-each-ref in your git dir").split()  # what git finds there: run a's own refs
+    assert theirs and all(name.startswith(f"refs/sandbox/{setting['a']}/") for name in theirs), theirs
     assert found.pop("refs/") == ["sandbox"] and found.pop("HEAD").startswith("ref: refs/heads/"), seen
     packed = [line.split()[-1] for line in found.pop("packed-refs").splitlines() if line[:1] not in "#^"]
     assert packed and all(name.startswith(f"refs/sandbox/{setting['a']}/") for name in packed), packed

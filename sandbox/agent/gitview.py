@@ -75,29 +75,41 @@ def user_git_view(common_dir: str, run_id: str) -> View:
 def _own_packed_refs(common_dir: str, run_id: str) -> str | None:
     """The run's own lines of your ``packed-refs`` (with the header and their peeled lines), written
     to the run's directory; None when there is no ``packed-refs`` or it cannot be written."""
-    prefix = layout.ref_prefix(run_id).encode()
+    prefix = b" " + layout.ref_prefix(run_id).encode()
     try:
         with open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
-            lines = fh.read().splitlines(keepends=True)
+            data = fh.read()
     except OSError:
         return None
-    out, keep = [], False
-    for line in lines:
-        if line.startswith(b"#"):
-            out.append(line)
-        elif line.startswith(b"^"):
+    header = data[: data.index(b"\n") + 1] if data.startswith(b"#") and b"\n" in data else b""
+    first = data.find(prefix)
+    out = [header]
+    if first >= 0:
+        # Only from the run's first line on: a packed-refs of 10k tags costs a find, not a parse.
+        start = data.rfind(b"\n", 0, first) + 1
+        keep, pos = False, start
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            line, pos = data[pos : len(data) if end < 0 else end + 1], len(data) if end < 0 else end + 1
+            if line.startswith(b"^"):
+                if keep:
+                    out.append(line)
+                continue
+            keep = (b" " + line.partition(b" ")[2]).startswith(prefix)
             if keep:
                 out.append(line)
-        else:
-            keep = line.partition(b" ")[2].startswith(prefix)
-            if keep:
-                out.append(line)
+            elif b"sorted" in header:
+                break  # git keeps them sorted: the run's lines are together
     path = os.path.join(layout.run_dir(common_dir, run_id), PACKED_VIEW)
+    text = b"".join(out)
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        if fh.read() == text:  # as the last command left it: no write on the start path
+            return path
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as fh:
-            fh.write(b"".join(out))
+            fh.write(text)
         os.replace(tmp, path)
     except OSError:
         return None

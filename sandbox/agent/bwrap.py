@@ -134,6 +134,8 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
             mounts.append((mount_depth(real), 3, ["--bind", copy, real]))
     if policy.identity is not None:  # the user's git identity, alone, as ~/.gitconfig
         mounts.append((mount_depth(policy.identity[1]), 3, ["--ro-bind", *policy.identity]))
+    for made, dest in policy.views:  # the run's own view of a file of the user's .git
+        mounts.append((mount_depth(dest), 3, ["--ro-bind", made, dest]))
     shown = [os.path.realpath(p.rstrip("/")) for p in (*readable, *policy.writable, *policy.extra_writable)]
     shown += [*policy.protected, *policy.homes, *policy.config]
     masked_dirs = []

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sandbox.agent import homeview
+from sandbox.agent import gitview, homeview
 from sandbox.agent.agenthome import STATE_DIR, homes_root
 from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
@@ -235,6 +235,8 @@ class Policy:
     allowed: tuple[tuple[str, str], ...] = field(default=())
     #: The agent's own git settings (``GIT_CONFIG_GLOBAL`` inside; :mod:`sandbox.store.gitguard`).
     git_config: str | None = None
+    #: (a generated file, the path it is shown at inside, read-only): :mod:`sandbox.agent.gitview`.
+    views: tuple[tuple[str, str], ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -333,11 +335,12 @@ def policy_for(
     directories. Bound back read-only below them: this run's own directory (its token, the ``place``
     its hooks check), the host's socket directory (not its lock), the run's home (the ``origin`` file),
     :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
-    (the home, the sandbox's interpreter, the agent's executable). The user's ``.git`` stays readable
-    (the run's git borrows its objects) and read-only.
+    (the home, the sandbox's interpreter, the agent's executable). Of the user's ``.git`` only what the
+    run's git borrows is bound back, read-only (:mod:`sandbox.agent.gitview`).
     """
     real = os.path.realpath
-    hidden = hidden_dirs(isolation, common_dir, user_workdir)
+    user_git = gitview.user_git_view(common_dir, run_id)
+    hidden = {**user_git.hidden, **hidden_dirs(isolation, common_dir, user_workdir)}
     # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
     # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
     agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
@@ -361,6 +364,7 @@ def policy_for(
     readable = (
         *isolation.readable,
         *(path for path, _why in allowed),
+        *user_git.readable,
         real(layout.run_dir(common_dir, run_id)),
         _host_socket_dir(common_dir),
         *run_readable_paths(common_dir, run_id),
@@ -400,6 +404,7 @@ def policy_for(
         identity=_identity(isolation, common_dir),
         allowed=tuple(allowed),
         git_config=git_config,
+        views=tuple(user_git.files),
     )
 
 

@@ -71,6 +71,8 @@ def _rules(policy: Policy) -> list[tuple[str, int, Verdict]]:
         out.append(
             (policy.identity[1], _PROTECT, Verdict(True, False, "read-only: your git identity alone, generated"))
         )
+    why = "read-only: this run's own lines of your packed-refs, generated (sandbox/agent/gitview.py)"
+    out += [(dest, _PROTECT, Verdict(True, False, why)) for _made, dest in policy.views]
     out += [
         (os.path.realpath(m.rstrip("/")), _MASK, Verdict(False, False, "a secret masked by the deny-read set"))
         for m in policy.masked

@@ -1,0 +1,116 @@
+"""Your ``.git`` as a run sees it: default deny, only the objects its git borrows.
+
+A run's git is a repository of its own (:mod:`sandbox.store.worktree`): its own HEAD, refs, index,
+config, hooks and logs in the run's ``git/`` directory, with ``commondir`` naming that directory
+itself, and your objects reached through ``objects/info/alternates``. So of your common git
+directory it needs ``objects/`` alone (and, for Git LFS, ``lfs/objects``, which git-lfs finds beside
+an alternate). Everything else there is yours or another run's: your branches, tags and stash
+(``refs/``, ``packed-refs``), reflogs (``logs/``), ``ORIG_HEAD``, ``FETCH_HEAD``, the commit message
+you are writing, the admin directories of your linked worktrees (``worktrees/``), hooks, ``info/``,
+submodules' git dirs (``modules/``, with their configs), and every run's refs (``refs/sandbox/<run>``).
+
+Inside a run's sandbox the common directory is an empty read-only directory, with ``objects/`` (and
+``lfs/objects``) bound back read-only, and what the sandbox's own tools inside read of this run (see
+:func:`user_git_view`); the sandbox's own files in ``.git/sandbox`` keep their rule (this run's
+directory and the host's socket directory bound back, :mod:`sandbox.agent.sandboxpolicy`).
+
+A run made before homes existed (``legacy``) is a linked worktree of your repository: its git reads
+your refs and config through ``commondir``. It keeps the older view (the whole ``.git`` read-only,
+configs masked) until ``sandbox gc`` moves it into a home.
+
+What this does not make private: the objects themselves. Every object in your store is readable by
+id and listed by ``git cat-file --batch-all-objects``, and the host records every run's calls into
+that store, so run a can list and read run b's recorded files (docs/confinement.md, "What is not
+private yet"). Standard library only (``sandbox exec``'s fast path imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from sandbox.store import layout
+
+#: What of your common git dir a run's git reads (read-only), relative to it.
+BORROWED = ("objects", os.path.join("lfs", "objects"))
+
+WHY = "your repository's git directory (refs, stash, reflogs, hooks, other runs' refs): the run's git has its own"
+#: In the run's directory: the run's own lines of ``packed-refs``, shown as ``packed-refs`` inside.
+PACKED_VIEW = "packed-refs.view"
+
+
+class View:
+    """What of your common git dir a command of a run sees (all read-only): ``hidden`` (path -> why),
+    ``readable`` (bound back where they are) and ``files`` ((generated file, where it is shown))."""
+
+    def __init__(self) -> None:
+        self.hidden: dict[str, str] = {}
+        self.readable: list[str] = []
+        self.files: list[tuple[str, str]] = []
+
+
+def user_git_view(common_dir: str, run_id: str) -> View:
+    """Your common git dir hidden but for :data:`BORROWED` and what the sandbox's own tools inside
+    (``sandbox mcp`` under ``sandbox run``, ``sandbox status``) read of this run: ``HEAD`` (so the
+    directory opens as a repository), the run's own ``refs/sandbox/<run>/`` (live) and its lines of
+    ``packed-refs`` (as of the command's start: a ``git pack-refs`` of yours during a long session
+    leaves them stale inside until the next command). Nothing for a legacy run, whose git is a
+    linked worktree of yours and reads your refs and config."""
+    view = View()
+    real = os.path.realpath(common_dir)
+    if layout.place_of(common_dir, run_id).legacy or real == "/" or not os.path.isdir(real):
+        return view
+    view.hidden[real] = WHY
+    own_refs = os.path.join(real, *layout.ref_prefix(run_id).rstrip("/").split("/"))
+    with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
+        os.makedirs(own_refs, exist_ok=True)
+    shown = [*(os.path.join(real, rel) for rel in BORROWED), os.path.join(real, "HEAD"), own_refs]
+    view.readable = [os.path.realpath(p) for p in shown if os.path.exists(p)]
+    packed = _own_packed_refs(real, run_id)
+    if packed is not None:
+        view.files.append((packed, os.path.join(real, "packed-refs")))
+    return view
+
+
+def _own_packed_refs(common_dir: str, run_id: str) -> str | None:
+    """The run's own lines of your ``packed-refs`` (with the header and their peeled lines), written
+    to the run's directory; None when there is no ``packed-refs`` or it cannot be written."""
+    prefix = b" " + layout.ref_prefix(run_id).encode()
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    header = data[: data.index(b"\n") + 1] if data.startswith(b"#") and b"\n" in data else b""
+    first = data.find(prefix)
+    out = [header]
+    if first >= 0:
+        # Only from the run's first line on: a packed-refs of 10k tags costs a find, not a parse.
+        start = data.rfind(b"\n", 0, first) + 1
+        keep, pos = False, start
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            line, pos = data[pos : len(data) if end < 0 else end + 1], len(data) if end < 0 else end + 1
+            if line.startswith(b"^"):
+                if keep:
+                    out.append(line)
+                continue
+            keep = (b" " + line.partition(b" ")[2]).startswith(prefix)
+            if keep:
+                out.append(line)
+            elif b"sorted" in header:
+                break  # git keeps them sorted: the run's lines are together
+    path = os.path.join(layout.run_dir(common_dir, run_id), PACKED_VIEW)
+    text = b"".join(out)
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        if fh.read() == text:  # as the last command left it: no write on the start path
+            return path
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path

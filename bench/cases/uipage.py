@@ -16,12 +16,8 @@ The runs page is measured the same way, alternating with the run page. Needs chr
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 
 from bench.cases import Context, rotate
@@ -53,41 +49,33 @@ def run(ctx: Context, repo: Repo) -> None:
         return
     from playwright.sync_api import sync_playwright
 
-    from bench.ui_page import build
+    from bench.ui_page import build, launch, served
 
     root = tempfile.mkdtemp(prefix="bench-uipage-")
     try:
         project, ids = build(root, CALLS, DIFF_LINES)
-        exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
-        proc = subprocess.Popen([exe, "ui", "--no-browser", "--json"], cwd=project, stdout=subprocess.PIPE)
-        assert proc.stdout is not None
-        url = json.loads(proc.stdout.readline())["url"]
-        base = url.split("/#", 1)[0]
-        try:
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-                page = browser.new_page(viewport={"width": 1280, "height": 800})
-                page.goto(url)  # the token into the tab once
+        with served(project) as url, sync_playwright() as pw:
+            base = url.split("/#", 1)[0]
+            browser = launch(pw)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url)  # the token into the tab once
+            page.wait_for_selector("html[data-shown]", state="attached")
+
+            def load(path: str) -> tuple[float, float]:
+                page.goto(base + path, wait_until="domcontentloaded")
                 page.wait_for_selector("html[data-shown]", state="attached")
+                return float(page.evaluate(_SHOWN)) / 1e3, float(page.evaluate(_SHELL)) / 1e3
 
-                def load(path: str) -> tuple[float, float]:
-                    page.goto(base + path, wait_until="domcontentloaded")
-                    page.wait_for_selector("html[data-shown]", state="attached")
-                    return float(page.evaluate(_SHOWN)) / 1e3, float(page.evaluate(_SHELL)) / 1e3
-
-                load(f"/run/{ids[0]}")  # warm-up (not counted): the server's first read of the run
-                for i in ctx.rounds(9, budget=60):
-                    for which in rotate(("run", "runs"), i):
-                        if which == "run":
-                            shown, shell = load(f"/run/{ids[0]}")
-                            res.add(CASE, None, GROUP, V_RUN, shown)
-                            res.add(CASE, None, GROUP, V_RUN_SHELL, shell)
-                        else:
-                            res.add(CASE, None, GROUP, V_RUNS, load("/")[0])
-                browser.close()
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
+            load(f"/run/{ids[0]}")  # warm-up (not counted): the server's first read of the run
+            for i in ctx.rounds(9, budget=60):
+                for which in rotate(("run", "runs"), i):
+                    if which == "run":
+                        shown, shell = load(f"/run/{ids[0]}")
+                        res.add(CASE, None, GROUP, V_RUN, shown)
+                        res.add(CASE, None, GROUP, V_RUN_SHELL, shell)
+                    else:
+                        res.add(CASE, None, GROUP, V_RUNS, load("/")[0])
+            browser.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

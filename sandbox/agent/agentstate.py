@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 
 from sandbox.agent import adapters
-from sandbox.agent.sandboxpolicy import ConfinementError, Isolation, Policy
+from sandbox.confine.policy import ConfinementError, Isolation
 
 #: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
 #: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
@@ -116,33 +116,6 @@ def config_paths(
     config = [p for p in state_paths(entries, home) if under(p.rstrip("/"), exact=False)]
     copies = [p for p in state_paths(private, home) if under(p.rstrip("/"), exact=True)]
     return config, copies
-
-
-def prepare_config(policy: Policy) -> None:
-    """Make sure every configuration path exists (else the agent could create it: see
-    :data:`AGENT_CONFIG`) and every run's copy of private state is there, seeded from the user's."""
-    for entry in policy.config:
-        path = entry.rstrip("/")
-        if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
-            continue
-        with contextlib.suppress(OSError):
-            if entry.endswith("/"):
-                os.mkdir(path, 0o700)
-            else:
-                with open(path, "x", encoding="utf-8") as fh:
-                    fh.write("{}\n" if path.endswith(".json") else "")
-    for copy, dest in policy.private:
-        if os.path.exists(copy):
-            continue
-        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
-        data = b"{}\n"
-        with contextlib.suppress(OSError):
-            if os.path.isfile(dest):
-                with open(dest, "rb") as fh:
-                    data = fh.read(64 * 1024 * 1024)
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
 
 
 def without_state(isolation: Isolation, replaced: Sequence[str]) -> Isolation:

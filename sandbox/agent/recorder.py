@@ -41,7 +41,7 @@ def handle(event: HookEvent, autostart: Callable[[Location], bool] | None = None
     if outcome is not None:
         return outcome
     if not os.access(loc.run_dir, os.W_OK):
-        # Inside an OS sandbox (sandbox.agent.confine) the run's files are read-only: only the host
+        # Inside an OS sandbox (sandbox.confine.spawn) the run's files are read-only: only the host
         # outside can record. Block the tool (strict) rather than let it run unrecorded.
         return Outcome(
             False,

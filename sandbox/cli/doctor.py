@@ -14,8 +14,8 @@ from sandbox.cli.group import wants_json
 from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
-    from sandbox.agent.sandboxpolicy import Isolation, Policy
     from sandbox.cli.outputs.agents import DoctorOutput
+    from sandbox.confine.policy import Isolation, Policy
 
 
 @click.command()
@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> None:
     """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
-    from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
-    from sandbox.agent.verdict import reachable_sockets
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
+    from sandbox.confine import hardening, seatbelt, spawn
+    from sandbox.confine.policy import hidden_dirs, home_allowlist, policy_for_run
+    from sandbox.confine.verdict import reachable_sockets
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -38,12 +39,12 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     execs = resolve(user_workdir, "exec", None, None)
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
-    hidden = sandboxpolicy.hidden_dirs(runs, project.common_dir, user_workdir)
+    hidden = hidden_dirs(runs, project.common_dir, user_workdir)
     if found is not None:
         from sandbox.run.run import Run
 
         run = Run.open(project, found)
-        policy = sandboxpolicy.policy_for_run(runs, run)
+        policy = policy_for_run(runs, run)
         writable = list(policy.writable)
         hidden = dict(policy.reasons)
     policy_now = policy if found is not None else _policy_without_run(runs, hidden)
@@ -52,8 +53,8 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
         return
     problem = None
     try:
-        confine.check(runs)
-    except confine.ConfinementError as exc:
+        spawn.check(runs)
+    except spawn.ConfinementError as exc:
         problem = exc.message
     probe = hardening.probe() if runs.backend == "bwrap" else None
     limits = runs.limits
@@ -68,7 +69,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
             "read_only_inside_writable": list(runs.config),
             "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
-            "home_allowlist": [{"path": p, "why": why} for p, why in sandboxpolicy.home_allowlist(runs)],
+            "home_allowlist": [{"path": p, "why": why} for p, why in home_allowlist(runs)],
             "masked": [p for p in runs.masked if os.path.lexists(p)],
             "deny_read": list(runs.masked),
             "env_allow": list(runs.env_allow),
@@ -103,10 +104,10 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
 def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
     """What any run's agent would get, for ``--explain`` without a run: the hidden places and the
     home's allowlist (a run's own paths are then not known)."""
-    from sandbox.agent import sandboxpolicy
+    from sandbox.confine.policy import Policy, home_allowlist
 
-    allowed = sandboxpolicy.home_allowlist(runs)
-    return sandboxpolicy.Policy(
+    allowed = home_allowlist(runs)
+    return Policy(
         writable=(),
         protected=(),
         readable=(*runs.readable, *(p for p, _why in allowed)),
@@ -128,7 +129,7 @@ def _bound_sockets() -> list[str]:
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
     """One path's verdict (``--explain``), and how to make a hidden one visible."""
-    from sandbox.agent.verdict import explain
+    from sandbox.confine.verdict import explain
 
     verdict = explain(policy, os.path.abspath(path))
     hint = None

@@ -1,8 +1,8 @@
-"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.agent.confine`).
+"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.confine.spawn`).
 
 The library reads no environment: this module finds the bubblewrap program on ``PATH``, expands
 ``~`` with ``HOME``, looks at the terminal, reads the user's settings, and hands the library one
-:class:`~sandbox.agent.confine.Isolation`.
+:class:`~sandbox.confine.spawn.Isolation`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
+    from sandbox.confine.spawn import Isolation
 
 F = TypeVar("F", bound=Callable[..., Any])
 ON_OFF = click.Choice(["on", "off"])
@@ -65,7 +65,9 @@ def resolve(
     base-URL variable's host) start the allowlist of ``--network allow``. ``argv``: the agent
     ``sandbox run`` starts (its variables pass, and its executable stays visible).
     """
-    from sandbox.agent import adapters, agentstate, confine, envfilter, sandboxpolicy
+    from sandbox.agent import adapters, agentstate
+    from sandbox.confine import envfilter, spawn
+    from sandbox.confine.policy import DEFAULT_DENY_READ, other_state_dirs
     from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
@@ -93,13 +95,13 @@ def resolve(
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    if isolate is None and confine.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV)):
-        return confine.Isolation(False, net, program, backend, inherited=True)
+    if isolate is None and spawn.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV)):
+        return spawn.Isolation(False, net, program, backend, inherited=True)
     settings, private = agentstate.config_paths(agentstate.AGENT_CONFIG, agentstate.AGENT_PRIVATE, writable, home)
     allowed = [_expand(p, home) for p in cfg.allow_read]
-    deny_read = (*sandboxpolicy.DEFAULT_DENY_READ, *cfg.deny_read)
+    deny_read = (*DEFAULT_DENY_READ, *cfg.deny_read)
     masked = [p for p in (_expand(e, home) for e in deny_read) if p not in allowed]
-    # Default deny: the home is hidden inside but for its allowlist (sandbox.agent.homeview).
+    # Default deny: the home is hidden inside but for its allowlist (sandbox.confine.homeview).
     user_home = home if os.path.isabs(home) and os.path.realpath(home) != "/" else None
     readable = [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
     started = adapters.by_program(argv[0]) if argv else None
@@ -107,10 +109,10 @@ def resolve(
     from sandbox.cli.finding import data_root
 
     root = os.path.realpath(data_root(user_workdir))
-    hidden = sandboxpolicy.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
+    hidden = other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
     if enabled and command == "run" and backend == "bwrap":
         say_gaps_once(root)
-    return confine.Isolation(
+    return spawn.Isolation(
         enabled,
         net,
         program,
@@ -148,7 +150,7 @@ def _toolchain_homes(home: str | None) -> tuple[str, ...]:
 def git_identity(home: str) -> tuple[str, str] | None:
     """The user's ``user.name`` and ``user.email`` from the global git configuration files (the
     variables that name other files, ``GIT_CONFIG_GLOBAL`` and ``XDG_CONFIG_HOME``, are read here)."""
-    from sandbox.agent.homeview import git_identity as parse
+    from sandbox.confine.homeview import git_identity as parse
 
     given = os.environ.get("GIT_CONFIG_GLOBAL")
     if given:
@@ -166,13 +168,14 @@ def backend_program() -> tuple[str, str | None]:
 
 def _allowlist(extra: list[str], agent: tuple[str, str | None] | None) -> tuple[str, ...]:
     """The agent's model endpoints, its base URL's host (from the environment) and ``[network] allow``."""
-    from sandbox.agent import netproxy
+    from sandbox.agent.adapters import agent_of, default_allowlist
+    from sandbox.confine.proxy import AllowlistError
     from sandbox.run.config import ConfigError
 
-    who = netproxy.agent_of(*agent) if agent else None
+    who = agent_of(*agent) if agent else None
     try:
-        return tuple(netproxy.default_allowlist(who, os.environ, extra))
-    except netproxy.AllowlistError as exc:
+        return tuple(default_allowlist(who, os.environ, extra))
+    except AllowlistError as exc:
         raise ConfigError(f"[network] allow in your settings: {exc}; write host, host:port or *.domain.") from None
 
 
@@ -182,7 +185,7 @@ GAPS_FILE = "confinement-gaps"
 def say_gaps_once(data_root: str) -> None:
     """What this machine cannot enforce, on stderr once (again only when it changes); ``sandbox doctor``
     says it every time. The last words said are kept in the data directory."""
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     gaps = "; ".join(hardening.probe().missing)
     path = os.path.join(data_root, GAPS_FILE)
@@ -204,14 +207,14 @@ def say_gaps_once(data_root: str) -> None:
 
 
 def limits_of(cfg: Any, command: str = "run") -> Any:
-    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave).
+    """The :class:`~sandbox.confine.spawn.Limits` the settings ask for (defaults for what they leave).
 
     ``exec`` gets the memory bound where it is free (a v1 memory cgroup joined through ``tasks``, or
     the v2 cgroup made for the processes bound anyway), and everywhere when ``max_memory`` is set:
     a move through v2's ``cgroup.procs`` costs every short command several milliseconds (it waits
     for an RCU grace period), while a ``run`` session pays it once.
     """
-    from sandbox.agent import confine
+    from sandbox.confine import spawn
 
     names = {
         "tmpfs_size": "tmpfs_bytes",
@@ -224,7 +227,7 @@ def limits_of(cfg: Any, command: str = "run") -> Any:
     given = {names[k]: v for k, v in cfg.limits.items() if k in names}
     if command != "run" and "max_memory" not in given:
         given["memory_if_free"] = True
-    return confine.Limits(**given)
+    return spawn.Limits(**given)
 
 
 def installed_paths(argv: Sequence[str]) -> list[str]:

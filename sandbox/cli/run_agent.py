@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-    from sandbox.agent.confine import Isolation
     from sandbox.agent.early import Started, Where
     from sandbox.agent.launch import SessionResult
+    from sandbox.confine.spawn import Isolation
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -290,8 +290,9 @@ def _isolation(
 ) -> Isolation:
     """How the agent is confined, checked before a run is started for nothing; the state in your home
     of an agent with a home in the run stays read-only, another's is made (it hangs without it)."""
-    from sandbox.agent import adapters, agentstate, confine
+    from sandbox.agent import adapters, agentstate
     from sandbox.agent.hosted import cannot_start, user_workdir_of
+    from sandbox.confine import spawn
 
     unstartable = cannot_start(command, here)
     if unstartable is not None:  # before a run is started or anything recorded
@@ -305,7 +306,7 @@ def _isolation(
         agent=(command[0], hooks_named),
         argv=command,
     )
-    confine.check(isolation)  # before a run is started for nothing
+    spawn.check(isolation)  # before a run is started for nothing
     user_home = os.path.expanduser("~")
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
     replaced = [p for module in adapters.names() for p in getattr(adapters.agent(module), "REPLACES", ())]

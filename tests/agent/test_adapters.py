@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import sandbox.agent.adapters as adapters
-from sandbox.agent import agenthome, netproxy, sessions
+from sandbox.agent import agenthome, sessions
 from sandbox.cli import cli
 
 FIELDS = {
@@ -62,8 +62,8 @@ def test_each_agents_sessions_come_from_the_registry(tmp_path: Path) -> None:
 def test_what_is_derived_from_the_registry() -> None:
     assert adapters.by_program("/opt/bin/claude-2.1") is adapters.agent("claude-code")
     assert adapters.by_program("python3") is None
-    assert netproxy.agent_of("codex") == "codex" and netproxy.agent_of("python3", "claude-code") == "claude"
-    assert netproxy.default_allowlist("gemini", {})[0] == "generativelanguage.googleapis.com"
+    assert adapters.agent_of("codex") == "codex" and adapters.agent_of("python3", "claude-code") == "claude"
+    assert adapters.default_allowlist("gemini", {})[0] == "generativelanguage.googleapis.com"
 
 
 def test_hook_commands_follow_the_registry() -> None:

@@ -33,7 +33,7 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 
 from sandbox.errors import SandboxError, UsageError
@@ -201,3 +201,40 @@ def uninstall(adapter: ModuleType, worktree: str) -> bool:
         return False
     atomic_write(path, (json.dumps(cleaned, indent=2) + "\n").encode(), 0o644)
     return True
+
+
+def agent_of(command: str, adapter: str | None = None) -> str | None:
+    """The known agent a command starts (``claude``, ``gemini``, ``codex``), by its name or its hooks."""
+    module = by_program(command)
+    if module is None and adapter in names():
+        module = agent(adapter)
+    return str(module.PROGRAM) if module is not None else None
+
+
+def default_allowlist(agent: str | None, env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
+    """The allowlist of a session: the agent's model endpoints, the host of its base-URL variable
+    in ``env`` (with its port), then ``extra`` (the user's ``[network] allow``).
+
+    Raises :class:`~sandbox.confine.proxy.AllowlistError` for an entry of ``extra`` that cannot be read.
+    """
+    from urllib.parse import urlsplit
+
+    from sandbox.confine.proxy import Allowlist
+
+    module = by_program(agent) if agent else None
+    out = list(module.ENDPOINTS) if module is not None else []
+    for var in module.BASE_URL if module is not None else ():
+        url = env.get(var, "").strip()
+        if not url:
+            continue
+        try:
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            continue  # the agent itself will say its base URL is wrong
+        if parts.hostname:
+            host = parts.hostname
+            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    out += extra
+    Allowlist(out)  # every entry readable
+    return list(dict.fromkeys(out))

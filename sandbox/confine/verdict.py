@@ -1,10 +1,10 @@
 """The one verdict on a path inside a run's sandbox: visible or not, writable or not, and why.
 
-:func:`explain` reads the same :class:`~sandbox.agent.sandboxpolicy.Policy` that
-:mod:`sandbox.agent.bwrap` turns into mounts, with bubblewrap's rule: mounts are made parents first,
+:func:`explain` reads the same :class:`~sandbox.confine.policy.Policy` that
+:mod:`sandbox.confine.bwrap` turns into mounts, with bubblewrap's rule: mounts are made parents first,
 and at equal depth in bwrap's order (hidden tmpfs, read-only binds, writable binds, protected paths,
 masks), so the deepest (and then the latest) mount covering a path decides what it shows. Its callers:
-the refusal of a command that lies in a hidden place (:func:`sandbox.agent.confine.spawn`) and
+the refusal of a command that lies in a hidden place (:func:`sandbox.confine.spawn.spawn`) and
 ``sandbox doctor --explain PATH``. Standard library only (``sandbox exec``'s fast path imports it).
 """
 
@@ -14,9 +14,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sandbox.agent.sandboxpolicy import Policy, mount_depth
+from sandbox.confine.policy import Policy, mount_depth
 
-#: The order of bwrap's mounts at one depth (see :func:`sandbox.agent.bwrap._mounts`).
+#: The order of bwrap's mounts at one depth (see :func:`sandbox.confine.bwrap._mounts`).
 _HIDDEN, _READ, _WRITE, _PROTECT, _MASK = range(5)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox.agent.sandboxpolicy import Policy
+    from sandbox.confine.policy import Policy
 
 
 #: What the Seatbelt profile does not enforce of the policy (``sandbox doctor`` lists it on macOS).

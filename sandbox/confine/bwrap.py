@@ -1,14 +1,14 @@
-"""The bubblewrap command line for a run's :class:`~sandbox.agent.sandboxpolicy.Policy` (:func:`bwrap_argv`),
-which :func:`sandbox.agent.confine.spawn` starts:
+"""The bubblewrap command line for a run's :class:`~sandbox.confine.policy.Policy` (:func:`bwrap_argv`),
+which :func:`sandbox.confine.spawn.spawn` starts:
 
 * the whole file system read-only (``--ro-bind / /``) but every home, which is empty except its
-  allowlist (:mod:`sandbox.agent.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
+  allowlist (:mod:`sandbox.confine.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
   for its device nodes; an IPC namespace of its own; a user namespace of its own whose inotify
-  limits the caller sets before the command starts (:mod:`sandbox.agent.nslimits`); a ``/proc``
+  limits the caller sets before the command starts (:mod:`sandbox.confine.nslimits`); a ``/proc``
   of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
   ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
   signalled or traced);
-* writable: the run's own paths (:func:`sandbox.agent.sandboxpolicy.run_writable_paths`, the one place
+* writable: the run's own paths (:func:`sandbox.confine.policy.run_writable_paths`, the one place
   that says which) and the agent's own state (``~/.claude``, ``~/.gemini``, ... from the settings);
   the user's working tree and its ``.git`` are then re-mounted read-only explicitly, in case they lie
   under a writable path;
@@ -18,7 +18,7 @@ which :func:`sandbox.agent.confine.spawn` starts:
   ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
   ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
 * ``--unshare-net`` when the network is off, and under ``--network allow``, where the one way out
-  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.agent.bridge`). Unix
+  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.confine.bridge`). Unix
   sockets named by a path still work across it:
   the hooks reach the repository's host on its ``host.sock`` (``connect`` needs no write access to
   the mount), with their run's token, which only their own run's (visible) directory holds;
@@ -39,8 +39,8 @@ import os
 import struct
 from collections.abc import Sequence
 
-from sandbox.agent.envfilter import CONFINED_ENV
-from sandbox.agent.sandboxpolicy import Limits, Policy, mount_depth
+from sandbox.confine.envfilter import CONFINED_ENV
+from sandbox.confine.policy import Limits, Policy, mount_depth
 
 #: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
 _SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
@@ -61,7 +61,7 @@ def bwrap_argv(
     """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``.
 
     ``userns_fds``: (info, block): a user namespace of its own (root's too), its child's pid told on
-    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.agent.nslimits`)."""
+    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.confine.nslimits`)."""
     # An IPC namespace of its own: the user's SysV shared memory, semaphores, message queues and POSIX
     # message queues are out of reach.
     out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
@@ -93,7 +93,7 @@ def bwrap_argv(
     if started_fd is not None:
         shim = f"printf s >/proc/self/fd/{started_fd}; {shim}"
     if policy.proxy is not None:  # the forwarder to the run's proxy listens before the agent starts
-        from sandbox.agent import bridge
+        from sandbox.confine import bridge
 
         argv = bridge.wrap(argv, policy.proxy)
     out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]

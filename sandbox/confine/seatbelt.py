@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sandbox.confine.verdict import rules
+
 if TYPE_CHECKING:
     from sandbox.confine.policy import Policy
 
@@ -30,25 +32,23 @@ def _sb_quote(path: str) -> str:
 
 def seatbelt_profile(policy: Policy) -> str:
     """A ``sandbox-exec`` (Seatbelt) profile with the policy's writes and network (not its reads:
-    :data:`CANNOT_ENFORCE`). In SBPL the last match wins."""
+    :data:`CANNOT_ENFORCE`). Its writes are the policy's :func:`~sandbox.confine.verdict.rules` in
+    their order: in SBPL the last match wins, as the last mount covering a path does in bubblewrap."""
     lines = ["(version 1)", "(allow default)", "(deny file-write*)"]
-    allowed = [*policy.writable, *policy.extra_writable, *policy.homes, "/private/tmp", "/private/var/folders"]
-    lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in allowed) + ")")
+    lines.append('(allow file-write* (subpath "/private/tmp") (subpath "/private/var/folders"))')
     lines.append(
         '(allow file-write* (literal "/dev/null") (literal "/dev/zero") (regex #"^/dev/tty") (regex #"^/dev/fd/"))'
     )
-    if policy.protected:
-        lines.append("(deny file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in policy.protected) + ")")
-        # ...but not the run's own paths below them (a worktree inside the user's .git).
-        inner = [p for p in policy.writable if any(p.startswith(q.rstrip("/") + "/") for q in policy.protected)]
-        if inner:
-            lines.append("(allow file-write* " + " ".join(f"(subpath {_sb_quote(p)})" for p in inner) + ")")
-    if policy.config:  # no copy-on-write here: the private state stays writable (a known gap)
-        rules = [
-            f"(subpath {_sb_quote(p.rstrip('/'))})" if p.endswith("/") else f"(literal {_sb_quote(p)})"
-            for p in policy.config
-        ]
-        lines.append("(deny file-write* " + " ".join(rules) + ")")
+    # Consecutive rules with one effect share a line. Hidden places are not hidden here (every read is
+    # allowed), and nothing is written there unless a deeper rule says so: the default denies it.
+    groups: list[tuple[bool, list[str]]] = []
+    for rule in rules(policy):
+        if rule.kind in ("tmp", "hidden"):
+            continue
+        if not groups or groups[-1][0] != rule.verdict.writable:
+            groups.append((rule.verdict.writable, []))
+        groups[-1][1].append(f"(subpath {_sb_quote(rule.path)})")
+    lines += [f"({'allow' if writes else 'deny'} file-write* {' '.join(paths)})" for writes, paths in groups]
     if not policy.network:
         lines.append("(deny network*)")
         lines.append("(allow network* (remote unix-socket))")  # the repository's host socket

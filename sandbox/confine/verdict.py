@@ -1,22 +1,25 @@
 """The one verdict on a path inside a run's sandbox: visible or not, writable or not, and why.
 
-:func:`explain` reads the same :class:`~sandbox.confine.policy.Policy` that
-:mod:`sandbox.confine.bwrap` turns into mounts, with bubblewrap's rule: mounts are made parents first,
-and at equal depth in bwrap's order (hidden tmpfs, read-only binds, writable binds, protected paths,
-masks), so the deepest (and then the latest) mount covering a path decides what it shows. Its callers:
+:func:`rules` turns a :class:`~sandbox.confine.policy.Policy` into its decisions, one per path it
+names, parents first and at equal depth in one order (hidden places, read-only binds, writable
+paths, protected paths, masks), so the deepest (and then the latest) rule covering a path decides
+what it shows. Every reader takes that one list: bubblewrap's mounts (:mod:`sandbox.confine.bwrap`,
+which adds only how each is mounted), the Seatbelt profile's writes (:mod:`sandbox.confine.seatbelt`),
 the refusal of a command that lies in a hidden place (:func:`sandbox.confine.spawn.spawn`) and
-``sandbox doctor --explain PATH``. Standard library only (``sandbox exec``'s fast path imports it).
+``sandbox doctor --explain PATH`` (:func:`explain`). Standard library only (``sandbox exec``'s fast
+path imports it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sandbox.confine.policy import Policy, mount_depth
 
-#: The order of bwrap's mounts at one depth (see :func:`sandbox.confine.bwrap._mounts`).
+#: The order of the mounts at one depth: a later one at the same depth covers an earlier one.
 _HIDDEN, _READ, _WRITE, _PROTECT, _MASK = range(5)
 
 
@@ -31,51 +34,89 @@ class Verdict:
     root: str | None = None
 
 
-def explain(policy: Policy, path: str) -> Verdict:
-    """The verdict on ``path`` (absolute; resolved here) under ``policy``."""
-    real = os.path.realpath(path)
-    best: tuple[int, int] = (-1, -1)
-    verdict = Verdict(True, False, "read-only, as on the host (outside the homes and every hidden place)")
-    for root, rank, candidate in _rules(policy):
-        bare = root.rstrip("/") or "/"
-        if real == bare or real.startswith(bare.rstrip("/") + "/"):
-            key = (mount_depth(bare), rank)
-            if key >= best:
-                best, verdict = key, Verdict(candidate.visible, candidate.writable, candidate.why, bare)
-    return verdict
+@dataclass(frozen=True)
+class Rule:
+    """One decision of a policy: what a confined process finds at ``path`` and below it (until a
+    deeper rule decides otherwise). ``kind`` says how a backend carries it out: ``tmp`` (the private
+    ``/tmp``), ``hidden`` (an empty directory), ``read`` (bound back read-only), ``write`` (the run's
+    own paths), ``write-try`` (writable when it exists), ``home`` (the started agent's run home),
+    ``protect`` (read-only although below a writable path), ``config`` (agent configuration, read-only),
+    ``copy`` (the run's copy of ``source`` shown at ``path``, writable), ``identity`` (the generated git
+    identity ``source`` shown at ``path``), ``mask`` (a secret: an empty directory or file)."""
+
+    path: str
+    rank: int
+    kind: str
+    verdict: Verdict
+    source: str | None = None
 
 
-def _rules(policy: Policy) -> list[tuple[str, int, Verdict]]:
-    """Every mount root of ``policy`` with its rank at equal depth and what it shows."""
+#: The verdict on a path no rule covers: ``--ro-bind / /``.
+OUTSIDE = Verdict(True, False, "read-only, as on the host (outside the homes and every hidden place)")
+
+
+def rules(policy: Policy) -> list[Rule]:
+    """Every decision of ``policy``, parents first and, at one depth, in the order above: a path's
+    verdict is that of the last rule covering it. The one list bubblewrap's mounts
+    (:mod:`sandbox.confine.bwrap`), the Seatbelt profile (:mod:`sandbox.confine.seatbelt`) and
+    ``sandbox doctor --explain`` (:func:`explain`) are made from."""
+    real = os.path.realpath
+    reasons = dict.fromkeys(policy.hidden, "hidden inside") | dict(policy.reasons)
+    tmp_why = reasons.pop("/tmp", "/tmp, private inside")
+    out = [Rule("/tmp", _HIDDEN, "tmp", Verdict(False, False, tmp_why))]
+    out += [Rule(root, _HIDDEN, "hidden", Verdict(False, False, why)) for root, why in reasons.items()]
     allowed = dict(policy.allowed)
-    out: list[tuple[str, int, Verdict]] = [("/tmp", _HIDDEN, Verdict(False, False, "/tmp, private inside"))]
-    out += [(root, _HIDDEN, Verdict(False, False, why)) for root, why in policy.reasons]
-    for path in policy.readable:
-        real = os.path.realpath(path)
-        why = allowed.get(real, "bound back read-only: allow_read, or what the sandbox itself needs")
-        out.append((real, _READ, Verdict(True, False, f"read-only: {why}")))
+    # Where a link leads, and the path as named (so a link below the private /tmp still works inside).
+    for shown in dict.fromkeys(p for named in policy.readable for p in (real(named), os.path.abspath(named))):
+        why = allowed.get(real(shown), "bound back read-only: allow_read, or what the sandbox itself needs")
+        out.append(Rule(shown, _READ, "read", Verdict(True, False, f"read-only: {why}")))
     out += [
-        (os.path.realpath(p), _WRITE, Verdict(True, True, "writable: the run's worktree or git directory"))
+        Rule(real(p), _WRITE, "write", Verdict(True, True, "writable: the run's worktree or git directory"))
         for p in policy.writable
     ]
     out += [
-        (os.path.realpath(p), _WRITE, Verdict(True, True, "writable: [isolation] writable or agent state"))
+        Rule(real(p), _WRITE, "write-try", Verdict(True, True, "writable: [isolation] writable or agent state"))
         for p in policy.extra_writable
     ]
-    out += [(p, _WRITE, Verdict(True, True, "writable: the started agent's own home in the run")) for p in policy.homes]
-    out += [(p, _PROTECT, Verdict(True, False, "read-only: your repository, protected")) for p in policy.protected]
     out += [
-        (os.path.realpath(p), _PROTECT, Verdict(True, False, "read-only: agent configuration")) for p in policy.config
+        Rule(p, _WRITE, "home", Verdict(True, True, "writable: the started agent's own home in the run"))
+        for p in policy.homes
     ]
-    if policy.identity is not None:
-        out.append(
-            (policy.identity[1], _PROTECT, Verdict(True, False, "read-only: your git identity alone, generated"))
-        )
     out += [
-        (os.path.realpath(m.rstrip("/")), _MASK, Verdict(False, False, "a secret masked by the deny-read set"))
+        Rule(p, _PROTECT, "protect", Verdict(True, False, "read-only: your repository, protected"))
+        for p in policy.protected
+    ]
+    out += [
+        Rule(real(p.rstrip("/")), _PROTECT, "config", Verdict(True, False, "read-only: agent configuration"))
+        for p in policy.config
+    ]
+    copied = Verdict(True, True, "writable: the run's own copy of this agent state (yours is unchanged)")
+    out += [Rule(real(dest), _PROTECT, "copy", copied, copy) for copy, dest in policy.private]
+    if policy.identity is not None:
+        why = "read-only: your git identity alone, generated"
+        out.append(Rule(policy.identity[1], _PROTECT, "identity", Verdict(True, False, why), policy.identity[0]))
+    out += [
+        Rule(real(m.rstrip("/")), _MASK, "mask", Verdict(False, False, "a secret masked by the deny-read set"))
         for m in policy.masked
     ]
-    return out
+    return sorted(out, key=lambda r: (mount_depth(r.path), r.rank))
+
+
+def covers(root: str, path: str) -> bool:
+    """True when ``path`` is ``root`` or lies below it."""
+    bare = root.rstrip("/") or "/"
+    return path == bare or path.startswith(bare.rstrip("/") + "/")
+
+
+def explain(policy: Policy, path: str, decided: Sequence[Rule] | None = None) -> Verdict:
+    """The verdict on ``path`` (absolute; resolved here) under ``policy``: the last of its
+    :func:`rules` (or ``decided``, computed once for many paths) that covers it."""
+    real = os.path.realpath(path)
+    verdict = OUTSIDE
+    for rule in rules(policy) if decided is None else decided:
+        if covers(rule.path, real):
+            verdict = dataclasses.replace(rule.verdict, root=rule.path.rstrip("/") or "/")
+    return verdict
 
 
 def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
@@ -83,5 +124,8 @@ def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
     them) a process under ``policy`` could connect to: those it can see (``connect`` needs no write
     access). A name relative to a descriptor (``/proc/self/fd/...``) says nothing of where the socket
     lies and is left out; so are abstract sockets (no path: Landlock or the network namespace decides)."""
-    found = {p for p in paths if p.startswith("/") and not p.startswith("/proc/") and explain(policy, p).visible}
+    decided = rules(policy)
+    found = {
+        p for p in paths if p.startswith("/") and not p.startswith("/proc/") and explain(policy, p, decided).visible
+    }
     return sorted(found)

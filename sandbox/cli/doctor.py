@@ -92,7 +92,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             },
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
-            "cannot_enforce": list(probe.missing) if probe else list(seatbelt.CANNOT_ENFORCE),
+            "cannot_enforce": list(probe.missing) if probe else seatbelt.cannot_enforce(runs),
         }
     )
     if wants_json(ctx):
@@ -192,6 +192,8 @@ def _show(data: DoctorOutput) -> None:
         f"inotify {lim.max_inotify_instances or 'not bounded'} instances, {lim.max_inotify_watches or 'not bounded'} "
         "watches"
     )
+    if data.backend == "seatbelt":
+        echo("macOS (Seatbelt) enforces the writes and the network switch, not the reads or namespaces")
     echo("this machine cannot enforce:" + ("" if data.cannot_enforce else " nothing we know of"))
     for gap in data.cannot_enforce:
-        echo(f"  {gap}")
+        echo(f"  {escape.text(gap)}")

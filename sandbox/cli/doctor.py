@@ -15,7 +15,7 @@ from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.cli.outputs.agents import DoctorOutput
-    from sandbox.confine.policy import Isolation, Policy
+    from sandbox.confine.policy import Policy
 
 
 @click.command()
@@ -29,8 +29,8 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.confine import hardening, seatbelt, spawn
-    from sandbox.confine.policy import hidden_dirs, home_allowlist, policy_for_run
-    from sandbox.confine.verdict import reachable_sockets
+    from sandbox.confine.policy import home_allowlist, policy_for_run
+    from sandbox.confine.verdict import any_run, reachable_sockets
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -39,15 +39,14 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     execs = resolve(user_workdir, "exec", None, None)
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
-    hidden = hidden_dirs(runs, project.common_dir, user_workdir)
     if found is not None:
         from sandbox.run.run import Run
 
-        run = Run.open(project, found)
-        policy = policy_for_run(runs, run)
-        writable = list(policy.writable)
-        hidden = dict(policy.reasons)
-    policy_now = policy if found is not None else _policy_without_run(runs, hidden)
+        policy_now = policy_for_run(runs, Run.open(project, found))
+        writable = list(policy_now.writable)
+    else:
+        policy_now = any_run(runs, project.common_dir, user_workdir)
+    hidden = dict(policy_now.reasons)
     if explain_path is not None:
         _explain(ctx, policy_now, explain_path)
         return
@@ -99,22 +98,6 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
         emit_json(data.model_dump(mode="json"))
         return
     _show(data)
-
-
-def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
-    """What any run's agent would get, for ``--explain`` without a run: the hidden places and the
-    home's allowlist (a run's own paths are then not known)."""
-    from sandbox.confine.policy import Policy, home_allowlist
-
-    allowed = home_allowlist(runs)
-    return Policy(
-        writable=(),
-        protected=(),
-        readable=(*runs.readable, *(p for p, _why in allowed)),
-        reasons=tuple(hidden.items()),
-        masked=runs.masked,
-        allowed=tuple(allowed),
-    )
 
 
 def _bound_sockets() -> list[str]:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sandbox.confine.policy import Policy, mount_depth
+from sandbox.confine.policy import Isolation, Policy, hidden_dirs, home_allowlist, mount_depth, protected_paths
 
 #: The order of the mounts at one depth: a later one at the same depth covers an earlier one.
 _HIDDEN, _READ, _WRITE, _PROTECT, _MASK = range(5)
@@ -117,6 +117,22 @@ def explain(policy: Policy, path: str, decided: Sequence[Rule] | None = None) ->
         if covers(rule.path, real):
             verdict = dataclasses.replace(rule.verdict, root=rule.path.rstrip("/") or "/")
     return verdict
+
+
+def any_run(isolation: Isolation, common_dir: str, user_workdir: str | None) -> Policy:
+    """What any run's agent of this repository gets under ``isolation`` (``sandbox doctor`` without a
+    run): the hidden places, the home's allowlist, the masks and your repository protected, the way
+    :func:`sandbox.confine.policy.policy_for` decides them; a run's own paths are then not known."""
+    hidden = hidden_dirs(isolation, common_dir, user_workdir)
+    allowed = home_allowlist(isolation)
+    return Policy(
+        writable=(),
+        protected=tuple(p for p in protected_paths(common_dir, user_workdir) if p not in hidden),
+        readable=(*isolation.readable, *(p for p, _why in allowed)),
+        reasons=tuple(hidden.items()),
+        masked=isolation.masked,
+        allowed=tuple(allowed),
+    )
 
 
 def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:

@@ -153,3 +153,22 @@ def test_the_corners_where_the_readers_used_to_differ(tmp_path: Path) -> None:
         assert (said.visible, said.writable) == (visible, writable), (path, said)
         assert bwrap_view(argv, policy, path) == (visible, writable), path
         assert seatbelt_writes(profile, path) == writable, path
+
+
+def test_doctor_without_a_run_decides_as_a_run_does(repo: Path, tmp_path: Path) -> None:
+    """``doctor --explain`` with no run named reads the policy any run of the repository gets
+    (:func:`sandbox.confine.verdict.any_run`), not a list of its own: your repository is protected."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("key")
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    runner = CliRunner()
+    said = {}
+    for path in (repo / ".git" / "HEAD", home / ".ssh" / "id_ed25519", Path("/etc/passwd")):
+        shown = runner.invoke(cli, ["-C", str(repo), "--json", "doctor", "--explain", str(path)], env=env)
+        assert shown.exit_code == 0, shown.output
+        said[path.name] = json.loads(shown.output)
+    assert said["HEAD"]["visible"] and not said["HEAD"]["writable"]
+    assert said["HEAD"]["why"] == "read-only: your repository, protected"
+    assert not said["id_ed25519"]["visible"] and "allow_read" in said["id_ed25519"]["hint"]
+    assert said["passwd"]["visible"] and said["passwd"]["root"] is None

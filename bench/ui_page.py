@@ -59,8 +59,8 @@ def build(root: str, calls: int, diff_lines: int) -> tuple[str, list[str]]:
     file, a mode change, a connection its allowlist refused), a planned call, and a check in each."""
     import datetime
 
-    from sandbox.agent.netproxy import Refusal
     from sandbox.agent.netrecord import _Recorder
+    from sandbox.confine.proxy import Refusal
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sandbox.agent import hookproto
+from sandbox.agent import adapters, hookproto
 from sandbox.agent.hookproto import MAX_RESULT, POLICY, HookEvent, HookInputError, Location, Outcome
 from sandbox.errors import SandboxError
 
@@ -41,7 +41,7 @@ def handle(event: HookEvent, autostart: Callable[[Location], bool] | None = None
     if outcome is not None:
         return outcome
     if not os.access(loc.run_dir, os.W_OK):
-        # Inside an OS sandbox (sandbox.agent.confine) the run's files are read-only: only the host
+        # Inside an OS sandbox (sandbox.confine.spawn) the run's files are read-only: only the host
         # outside can record. Block the tool (strict) rather than let it run unrecorded.
         return Outcome(
             False,
@@ -268,7 +268,7 @@ class Recorder:
     def _isolated(self, rel: str) -> bool:
         """True for a path whose edit stays in the worktree until apply (not git's, not the sandbox's own)."""
         top = rel.split("/", 1)[0]
-        return top not in (".git", ".claude", ".gemini") and not self.run.is_private(rel)
+        return top != ".git" and top not in adapters.settings_dirs() and not self.run.is_private(rel)
 
     def _refused(self, event: HookEvent) -> str:
         """The agent refused the call before running it: ``not_run`` with its reason."""
@@ -487,8 +487,6 @@ def settle_call(
 def _candidates(run: Run, entry: LedgerEntry, seen: list[str] | None) -> list[str] | None:
     """The paths a started call may have changed: none for a read, what the watch saw, the paths a
     file tool names, else None (every path: scan)."""
-    from sandbox.agent import adapters
-
     kind = adapters.kind_of(entry.tool_name)
     if kind in ("read", "external"):
         return []

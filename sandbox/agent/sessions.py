@@ -161,7 +161,7 @@ class AgentSessions:
         value must be a plain word: never one that reads as an option); the ways a session or a prompt
         was given stay, as :meth:`relaunch` replaces them. Each dropped option is given as written.
         """
-        safe: Mapping[str, tuple[str, ...]] = getattr(adapters.agent(self.name), "CARRY_OVER", {})
+        safe = adapters.agent(self.name).CARRY_OVER
         sub, rest = self.head(argv)
         kept: list[str] = []
         dropped: list[str] = []
@@ -479,7 +479,7 @@ def agents() -> dict[str, AgentSessions]:
     sessions class (an adapter's ``SESSIONS``, one of this module's :class:`AgentSessions`)."""
     out: dict[str, AgentSessions] = {}
     for name in adapters.names():
-        cls = globals().get(str(getattr(adapters.agent(name), "SESSIONS", "")))
+        cls = globals().get(adapters.agent(name).SESSIONS)
         if isinstance(cls, type) and issubclass(cls, AgentSessions):
             out[name] = cls()
     return out

@@ -303,7 +303,7 @@ class RecordedCommand:
     argv: list[str]
     #: Where in the worktree it ran, as recorded (unchecked: see :func:`sandbox.recovery.continue_.plan`).
     subdir: str
-    #: How that session was confined (:meth:`sandbox.agent.confine.Isolation.describe`), None when not said.
+    #: How that session was confined (:meth:`sandbox.confine.spawn.Isolation.describe`), None when not said.
     isolation: str | None
     #: None when this clone wrote the note; else where it came from (``fetched from origin``): someone
     #: else's text, which picks neither the program, nor its options, nor the confinement.

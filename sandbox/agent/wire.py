@@ -37,7 +37,7 @@ Who may ask what:
 
 * an operation on a run carries the run's token, ``<run dir>/host.token`` (0600, created by
   whoever needs it first). A confined agent sees only its own run's directory (the others are
-  hidden, :mod:`sandbox.agent.confine`), so it can record into its own run and no other;
+  hidden, :mod:`sandbox.confine.spawn`), so it can record into its own run and no other;
 * control operations (``status``, ``forget``, ``stop``) are refused to a peer in another PID
   namespace (every confined process is in one of its own) or of another user (``SO_PEERCRED``).
 
@@ -69,7 +69,7 @@ SOCKET = "host.sock"
 #: The socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the host's
 #: files a confined process sees. As long a path as the socket had in the host's directory: ``sun_path``
 #: holds ~108 bytes, and a client without the long-path workaround (a test's script) still reaches it.
-SOCKET_DIR = "sock"
+SOCKET_DIR = layout.HOST_SOCKET_DIR
 LOCK = layout.HOST_LOCK
 INFO = "host.json"
 LOG = "host.log"
@@ -101,7 +101,7 @@ def host_dir(common_dir: str) -> str:
 
 def socket_dir(common_dir: str) -> str:
     """The directory of the host's socket (see :func:`socket_path`)."""
-    return os.path.join(layout.state_dir(common_dir), SOCKET_DIR)
+    return layout.host_socket_dir(common_dir)
 
 
 def socket_path(common_dir: str) -> str:
@@ -111,14 +111,9 @@ def socket_path(common_dir: str) -> str:
 
 
 def ensure_host_dir(common_dir: str) -> str:
-    """Create the host directory and its socket directory, mode 0700 (only the user may open them);
-    the host directory's path."""
-    path = layout.host_dir(common_dir)
-    for made in (path, socket_dir(common_dir)):
-        os.makedirs(made, mode=0o700, exist_ok=True)
-        if os.stat(made).st_mode & 0o077:
-            os.chmod(made, 0o700)
-    return path
+    """Create the host directory and its socket directory, mode 0700 (see
+    :func:`sandbox.store.layout.ensure_host_dir`); the host directory's path."""
+    return layout.ensure_host_dir(common_dir)
 
 
 #: Linux's ``O_PATH`` (a descriptor that only names); elsewhere a directory is opened to read.

@@ -108,8 +108,8 @@ def start_subdir(ctx: click.Context, run: Run) -> str:
 
 def _check_recorded(run: Run) -> None:
     """Refuse, in one line, when the confinement the session ran with cannot be had on this machine."""
-    from sandbox.agent import confine
     from sandbox.cli.isolation import backend_program
+    from sandbox.confine import spawn
     from sandbox.recovery.continue_ import CannotContinueError, confinement_of, trusted_isolation
 
     phrase = trusted_isolation(run)  # a fetched run's record chooses no confinement: the settings do
@@ -118,10 +118,10 @@ def _check_recorded(run: Run) -> None:
         return
     backend, program = backend_program()
     try:
-        # What confine.check decides from (the program, user namespaces): not the whole settings,
+        # What spawn.check decides from (the program, user namespaces): not the whole settings,
         # which 'sandbox run' resolves once more right after (bench/cases/transcripts.py).
-        confine.check(confine.Isolation(True, False, program, backend))
-    except confine.ConfinementError as exc:
+        spawn.check(spawn.Isolation(True, False, program, backend))
+    except spawn.ConfinementError as exc:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent session ran confined ({phrase}), which this machine cannot give it now: "
             f"{exc.message}"

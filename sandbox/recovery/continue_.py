@@ -69,7 +69,7 @@ class ContinuePlan:
     isolate: str | None = None
     #: ``--network`` for the relaunch: as the recorded session ran (None: nothing recorded).
     network: str | None = None
-    #: How the recorded session was confined (:meth:`sandbox.agent.confine.Isolation.describe`).
+    #: How the recorded session was confined (:meth:`sandbox.confine.spawn.Isolation.describe`).
     recorded_isolation: str | None = None
 
 

@@ -142,6 +142,38 @@ def host_dir(common_dir: str) -> str:
     return os.path.join(common_dir, STATE_DIR, HOST)
 
 
+#: The host's socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the
+#: host's files a confined process sees (:mod:`sandbox.agent.wire`, :mod:`sandbox.confine.policy`).
+HOST_SOCKET_DIR = "sock"
+
+
+def host_socket_dir(common_dir: str) -> str:
+    """``<common>/sandbox/sock``: the directory of the host's socket."""
+    return os.path.join(common_dir, STATE_DIR, HOST_SOCKET_DIR)
+
+
+def ensure_host_dir(common_dir: str) -> str:
+    """Create the host directory and its socket directory, mode 0700 (only the user may open them);
+    the host directory's path."""
+    path = host_dir(common_dir)
+    for made in (path, host_socket_dir(common_dir)):
+        os.makedirs(made, mode=0o700, exist_ok=True)
+        if os.stat(made).st_mode & 0o077:
+            os.chmod(made, 0o700)
+    return path
+
+
+#: Below a run's directory: the agents' homes (writable in the sandbox) and the seeding bases
+#: (:mod:`sandbox.agent.agenthome`; :mod:`sandbox.confine.policy` mounts them).
+AGENT_STATE = "agent-state"
+AGENT_HOMES = "homes"
+
+
+def agent_homes_dir(run_dir: str) -> str:
+    """The directory holding every agent home of the run (the one path made writable for them)."""
+    return os.path.join(run_dir, AGENT_STATE, AGENT_HOMES)
+
+
 #: In ``<common>/sandbox``: a random id of this clone (this repository on this machine), never pushed.
 CLONE_FILE = "clone-id"
 CLONE_ID_RE = re.compile(r"^[0-9a-f]{32}$")

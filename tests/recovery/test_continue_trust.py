@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.confine import ConfinementError, Isolation, check
+from sandbox.confine.spawn import ConfinementError, Isolation, check
 from sandbox.recovery import continue_
 from sandbox.recovery.resume import resume
 from sandbox.run.run import Run

@@ -63,6 +63,12 @@ CONFIG = (
     "~/.claude/output-styles/",
 )
 PRIVATE = ("~/.claude.json",)
+#: Its state in your home, writable for it when it runs without a run home (``~/.local/state/claude``:
+#: the native installer's locks); its login (``/login``), and the keys of ``.claude.json`` that hold
+#: an account, an API key or a token (the MCP servers' headers).
+STATE = ("~/.claude/", "~/.claude.json", "~/.local/state/claude/")
+LOGIN = ("~/.claude/.credentials.json",)
+LOGIN_KEYS = ("oauthAccount", "primaryApiKey", "customApiKeyResponses", "mcpServers", "projects/*/mcpServers")
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run: anyone could have written it), each with the values it may take (``*``: any plain word; none:
 #: an option without a value). Model and output choices only: everything that loads code or settings
@@ -327,8 +333,8 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         with_hooks,
         guarded=GUARDED_SETTINGS,
     )
-    credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
-    agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
+    for login in (os.path.basename(p) for p in LOGIN):  # a new login outside reaches the run too
+        agenthome.seed_json(os.path.join(home, login), os.path.join(user_dir, login), base(login), create=False)
     agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 
@@ -443,3 +449,10 @@ def _result_says(line: bytes, call_id: str) -> str | None:
     if isinstance(said, str) and said.startswith("Error: "):
         return "rejected"  # refused by its permission check (not allowed, plan mode, ...): never started
     return None
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import HookAdapter
+    from sandbox.agent.adapters import claude_code as _this
+
+    _adapter: HookAdapter = _this

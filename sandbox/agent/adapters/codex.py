@@ -15,6 +15,8 @@ import contextlib
 import os
 from collections.abc import Mapping
 
+TYPE_CHECKING = False  # no typing at run time: the registry imports this module on the hook's path
+
 NAME = "codex"
 PROGRAM = "codex"
 ENV = ("OPENAI_*", "CODEX_*")
@@ -24,6 +26,10 @@ BASE_URL = ("OPENAI_BASE_URL",)
 #: execution rules (``rules/default.rules``: commands it runs without asking, outside any sandbox).
 CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/", "~/.codex/rules/")
 PRIVATE: tuple[str, ...] = ()
+#: Its state in your home, and its login (``codex login``: an API key or ChatGPT tokens).
+STATE = ("~/.codex/",)
+LOGIN = ("~/.codex/auth.json",)
+LOGIN_KEYS: tuple[str, ...] = ()
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, its plugins, apps, browser and computer use turned off, Codex's own sandbox and
@@ -64,7 +70,7 @@ LINKED = ("AGENTS.md", "AGENTS.override.md", "prompts", "rules", "hooks.json")
 SKILLS = "skills"
 #: The login (``codex login``: an API key or ChatGPT tokens), merged at every start like the others'
 #: credentials, so a new login outside reaches the run and a refresh inside holds for the run.
-MERGED = ("auth.json",)
+MERGED = tuple(os.path.basename(p) for p in LOGIN)
 #: Opaque files copied the first time.
 COPIED = ("installation_id",)
 #: The keys of ``config.toml`` the run may choose for itself (what Codex writes there as you use it: the
@@ -187,3 +193,10 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     name = os.path.basename(max(found)[1])[: -len(".jsonl")]
     session = name[-36:]  # rollout-<time>-<uuid>: the id is the UUID at the end
     return ["resume", session] if adapters.valid_session(session) and name[-37:-36] == "-" else None
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import AgentAdapter
+    from sandbox.agent.adapters import codex as _this
+
+    _adapter: AgentAdapter = _this

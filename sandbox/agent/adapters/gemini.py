@@ -30,7 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, settle_event
 
@@ -91,6 +91,10 @@ CONFIG = (
     "~/.gemini/policies/",
 )
 PRIVATE: tuple[str, ...] = ()
+#: Its state in your home, and its login (a Google account's tokens; an API key comes in ``ENV``).
+STATE = ("~/.gemini/",)
+LOGIN = ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json")
+LOGIN_KEYS: tuple[str, ...] = ()
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, Gemini's own sandbox (more confinement, never less). ``--yolo``, ``--extensions``,
@@ -321,7 +325,7 @@ LINKED = ("GEMINI.md", "commands", "extensions", "policies", "skills", "agents")
 #: The same beside ``.gemini`` in its home (Gemini CLI 0.61 reads skills from ``~/.agents/skills`` too).
 ROOT_LINKED = (".agents",)
 #: The login, merged into the run's home at every start like the settings.
-MERGED = ("oauth_creds.json", "google_accounts.json")
+MERGED = tuple(os.path.basename(p) for p in LOGIN)
 #: Opaque files copied into the run's home the first time (the installation's ids).
 COPIED = ("installation_id", "user_id")
 
@@ -450,3 +454,10 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
         session = json.loads(fh.readline(64 * 1024)).get("sessionId")
     ok = isinstance(session, str) and adapters.valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import HookAdapter
+    from sandbox.agent.adapters import gemini as _this
+
+    _adapter: HookAdapter = _this

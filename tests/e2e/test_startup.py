@@ -82,6 +82,7 @@ APPLY_MODULES = {
     "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
     "sandbox.merge.threeway",  # --3way's merge (git merge-file), imported with the plan
     "sandbox.merge.renames",  # renames paired as git diff -M pairs them: the plan's refusal names them
+    "sandbox.fast.renamepairs",  # the pairing itself, standard library (status counts renames with it too)
     "sandbox.merge.writing",  # the journaled write
     "sandbox.models",
     # the persisted formats, one module per format (the package's __init__ names them all)

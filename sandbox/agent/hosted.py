@@ -28,7 +28,7 @@ from sandbox.agent.outputs import open_channels
 from sandbox.confine import spawn
 from sandbox.confine.policy import policy_for
 from sandbox.errors import SandboxError
-from sandbox.run.output import Tail
+from sandbox.run.output import OUTPUT_TEXT, Tail
 from sandbox.store import layout
 
 
@@ -183,8 +183,10 @@ def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, obj
     (:func:`sandbox.run.output.split`); undecodable bytes travel as surrogate escapes."""
     out: dict[str, object] = dict(result)
     for stream, tail in output.items():
-        out[stream] = bytes(tail.kept).decode("utf-8", "surrogateescape")
-        out[f"{stream}_bytes"] = tail.total  # the tail travels, and how much the stream carried
+        # Named as the recorder reads it: one channel for both streams travels as OUTPUT_TEXT.
+        key = OUTPUT_TEXT if stream == "output" else stream
+        out[key] = bytes(tail.kept).decode("utf-8", "surrogateescape")
+        out[f"{key}_bytes"] = tail.total  # the tail travels, and how much the stream carried
     return out
 
 

@@ -38,6 +38,9 @@ class CommentOutput(Output):
     sent_session: str | None = Field(description="The agent session it was sent to (None: a new one, or unsent).")
     sent_at: str | None = Field(description="When 'resume --continue' sent it (None: not sent yet).")
     sent_agent: str | None = Field(description="The agent it was sent to.")
+    own: bool = Field(
+        description="Made in this clone (signed with its key); a fetched run's comments are shown, never handed to an agent."
+    )
 
 
 class ExecOutput(Output):

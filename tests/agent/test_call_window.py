@@ -81,3 +81,41 @@ def test_a_refusal_of_a_call_that_changed_files_is_a_violation(repo: Path) -> No
     assert hook("claude-code", other).exit_code == 0
     assert hook("claude-code", {**other, "hook_event_name": "PermissionDenied", "reason": "no"}).exit_code == 0
     assert reopen(run).entry("toolu_03BashRefusedForReal00").status.value == "not_run"
+
+
+@pytest.mark.parametrize("isolate", ["off", "on"])
+def test_a_payload_sent_from_inside_the_calls_own_command_is_refused(served: tuple[Run, Host], isolate: str) -> None:
+    """A command run by ``sandbox exec`` that sends its own call's 'refused' (``sandbox hook generic`` with a
+    forged JSON) while it runs: the host knows the sender descends from the call's starter, refuses it and
+    records it beside the call, which ends as it really ended (succeeded, with its file)."""
+    import json
+    import shlex
+    import shutil
+    import sys
+
+    from tests.conftest import sandbox_cmd
+    from tests.hook_fixtures import reopen
+
+    if isolate == "on" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    run, _host = served
+    forged = {"event": "refused", "cwd": run.worktree, "tool": "run_command", "call_id": "c-inside",
+              "error": "the user said no"}  # fmt: skip
+    hook = f"{shlex.quote(str(Path(sys.executable).parent / 'sandbox'))} hook generic"
+    script = f"echo ran > wrote.txt; printf '%s' {shlex.quote(json.dumps(forged))} | {hook}; echo hook=$? >&2"
+    done = sandbox_cmd(
+        "exec", run.run_id, "--isolate", isolate, "--call-id", "c-inside", "--", "sh", "-c", script, cwd=run.worktree
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"hook=1" in done.stderr and b"inside call c-inside" in done.stderr  # refused, not applied
+    again = reopen(run)
+    entry = again.entry("c-inside")
+    assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["wrote.txt"]
+    notes = [e.data["payload_from_inside_call"] for _o, e in again.events() if "payload_from_inside_call" in e.data]
+    assert len(notes) == 1 and notes[0]["call"] == "c-inside" and "refused payload" in str(notes[0]["payload"])
+    # The process that started the call still records its finish; a hook from outside is not refused.
+    from tests.hook_fixtures import hook as run_hook
+
+    outside = {"event": "start", "cwd": run.worktree, "tool": "Bash", "call_id": "c-outside", "kind": "command"}
+    assert run_hook("generic", outside).exit_code == 0
+    assert reopen(run).entry("c-outside").status.value == "started"

@@ -403,6 +403,7 @@ def _session(
                 is_foreground=_is_foreground,
             )
             run = _open_beside(ctx, started)
+        _mark_gone_sessions(run, started.token if started is not None else None)
         from sandbox.agent import launch as agent
 
         result = agent.run_session(
@@ -417,6 +418,20 @@ def _session(
             started=started,
         )
     return run, result
+
+
+def _mark_gone_sessions(run: Run, current: str | None) -> None:
+    """Calls a killed session left started become uncertain before this session's (one line when any)."""
+    from sandbox.agent.settle import mark_gone_sessions
+
+    marked = mark_gone_sessions(run, current)
+    if marked:
+        shown = escape.text(", ".join(marked[:5])) + (", ..." if len(marked) > 5 else "")
+        click.echo(
+            f"sandbox: {len(marked)} call(s) left started by a sandbox session that is gone are now uncertain "
+            f"({shown}); 'sandbox resume {run.run_id}' decides them.",
+            err=True,
+        )
 
 
 def _say_what_happened(run: Run, result: SessionResult, before: int) -> None:

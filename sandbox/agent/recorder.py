@@ -311,6 +311,15 @@ class Recorder:
                 agent_session=event.agent_session,
             )
         else:
+            if entry.status == CallStatus.started and _sandbox_started(entry):
+                # No permission step is left after the sandbox started a command (sandbox exec, sandbox mcp's
+                # run_command): it runs, and its real end is recorded when it comes.
+                with contextlib.suppress(SandboxError, OSError):
+                    self.run.note({"refusal_of_running_call": {"call": call_id, "reason": reason[:500]}})
+                raise SandboxError(
+                    f"Call {call_id} is a command the sandbox already started; a refusal cannot end it. "
+                    "Nothing recorded (kept beside the call as a violation)."
+                )
             seen: list[str] | None = None
             if entry.status == CallStatus.started and kind in ("command", "unknown"):
                 with contextlib.suppress(Exception):  # the watch is help only
@@ -472,6 +481,16 @@ class Recorder:
         except Exception:  # a change source is help only: a scan is always correct
             return None
         return None if seen is None else sorted(seen)
+
+
+def _sandbox_started(entry: LedgerEntry) -> bool:
+    """True for a call whose command the sandbox itself starts (its input is a command's argv, as
+    ``sandbox exec`` and ``sandbox mcp``'s run_command record it): once started, nothing asks permission."""
+    value = entry.input
+    if not isinstance(value, dict) or not set(value) <= {"argv", "isolation"}:
+        return False
+    argv = value.get("argv")
+    return isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
 
 
 #: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).

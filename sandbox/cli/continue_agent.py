@@ -63,7 +63,7 @@ def continue_agent(
     ``isolate``/``network``: the user's override of the confinement the session ran with.
     """
     from sandbox.cli.agenthomes import homes
-    from sandbox.cli.run_agent import run_agent
+    from sandbox.cli.run_agent import MASKED, run_agent
     from sandbox.recovery import continue_
 
     if isolate is None:
@@ -83,6 +83,7 @@ def continue_agent(
         click.echo(f"sandbox: {escape.text(problem)}", err=True)
     for message in plan.messages:
         click.echo(f"sandbox: {escape.text(message)}", err=True)
+    ctx.meta[MASKED] = tuple(plan.masked)  # the worktree's settings of a run from elsewhere
     assert run_agent.callback is not None
     # The callback itself: 'sandbox run' splits its own arguments (RUN -- AGENT...), which are given here.
     ctx.invoke(

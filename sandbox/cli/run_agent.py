@@ -208,7 +208,7 @@ def run_agent(
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
     env, home_for = _agent_env(where, command, hooks_for, add_private)
-    isolation = _with_home(isolation, home_for)
+    isolation = _masked(ctx, _with_home(isolation, home_for))
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
     run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
@@ -316,6 +316,28 @@ def _isolation(
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     return isolation
+
+
+#: ``ctx.meta`` key: the worktree paths masked inside the confinement for a relaunch (``resume --continue``:
+#: a foreign run's agent settings, :func:`sandbox.recovery.continue_.settings_to_mask`).
+MASKED = "sandbox.continue.masked"
+
+
+def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
+    """``isolation`` with the paths ``resume --continue`` masks (a foreign run's agent settings), if any."""
+    import dataclasses
+
+    from sandbox.errors import UsageError
+
+    masked = tuple(ctx.meta.get(MASKED, ()))
+    if not masked:
+        return isolation
+    if not isolation.enabled:
+        raise UsageError(
+            "This run's agent settings in its worktree came from another clone and are hidden from the agent "
+            "only inside the sandbox; continue it without '--isolate off'."
+        )
+    return dataclasses.replace(isolation, masked=(*isolation.masked, *masked))
 
 
 def _homed(command: str) -> ModuleType | None:

@@ -207,7 +207,7 @@ def run_agent(
 
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
-    env, home_for = _agent_env(where, command, hooks_for, add_private)
+    env, home_for = _agent_env(where, command, hooks_for, add_private, login=not ctx.meta.get(NO_LOGIN, False))
     isolation = _masked(ctx, _with_home(isolation, home_for))
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
@@ -321,6 +321,8 @@ def _isolation(
 #: ``ctx.meta`` key: the worktree paths masked inside the confinement for a relaunch (``resume --continue``:
 #: a foreign run's agent settings, :func:`sandbox.recovery.continue_.settings_to_mask`).
 MASKED = "sandbox.continue.masked"
+#: ``ctx.meta`` key: the user's login is not seeded into the run's agent home (a foreign run, the user said no).
+NO_LOGIN = "sandbox.continue.no_login"
 
 
 def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
@@ -359,7 +361,11 @@ def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
 
 
 def _agent_env(
-    where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
+    where: Where,
+    command: tuple[str, ...],
+    hooks_for: str,
+    add_private: Callable[[str, list[str]], object],
+    login: bool = True,
 ) -> tuple[dict[str, str], ModuleType | None]:
     """The agent's environment, with its home in the run (Claude Code, Gemini CLI, Codex) or its hooks in
     the worktree; and the adapter that knows how to continue its session (None: none does)."""
@@ -376,7 +382,8 @@ def _agent_env(
     session_env = getattr(home_for, "session_env", None)
     if home_for is not None and session_env is not None and hasattr(home_for, "user_dir"):
         user_codex = home_for.user_dir(os.environ, os.path.expanduser("~"))  # Codex, no hooks: CODEX_HOME is yours
-        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), None, user_codex=user_codex))
+        home = os.path.expanduser("~")
+        env.update(session_env(where.run_dir, where.worktree, home, None, user_codex=user_codex, login=login))
     elif home_for is not None and session_env is not None:
         add_private(where.run_dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
         if adapters.uninstall(home_for, where.worktree):  # where 'hooks install' (or older versions) put them
@@ -386,7 +393,7 @@ def _agent_env(
                 err=True,
             )
         hooks = hook_command(name) if adapter is not None and name else None
-        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks))
+        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks, login=login))
     elif adapter is not None and name:
         add_private(where.run_dir, [adapter.SETTINGS_PATH])
         adapters.install(adapter, where.worktree, hook_command(name))

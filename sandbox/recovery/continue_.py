@@ -347,7 +347,7 @@ def plan(
         blocked=blocked,
         prompt=prompt,
         messages=[*messages, *said],
-        foreign=recorded.foreign,
+        foreign=outside,
         masked=masked,
     )
 

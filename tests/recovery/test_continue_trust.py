@@ -365,3 +365,36 @@ def test_a_settings_folder_that_leads_out_of_a_fetched_worktree_is_refused(tmp_p
     probe = _settings_probe(tmp_path / "bin", "gemini", ".gemini/settings.json")
     with pytest.raises(continue_.CannotContinueError, match="as a link out of it"):
         continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(probe.parent)])
+
+
+@needs_bwrap
+def test_your_login_reaches_a_fetched_runs_agent_only_when_you_say_so(tmp_path: Path) -> None:
+    """Without a terminal, continuing a run from elsewhere whose agent would get your login is refused in one
+    line (nothing planned, nothing run); with --yes the login is copied into the run's agent home."""
+    from sandbox.agent.adapters import gemini
+
+    b, run_id = _fetched_with_settings(tmp_path, "gemini", "docs")
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "oauth_creds.json").write_text('{"refresh_token": "yours"}')
+    probe = tmp_path / "bin" / "gemini"
+    probe.parent.mkdir()
+    probe.write_text(
+        '#!/bin/sh\nif [ -e "$GEMINI_CLI_HOME/.gemini/oauth_creds.json" ]; then echo LOGIN-GIVEN; '
+        "else echo NO-LOGIN; fi\n"
+    )
+    probe.chmod(0o755)
+    env = {"PATH": f"{probe.parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(home)}
+    refused = sandbox_cmd("resume", run_id, "--continue", cwd=b, env=env)
+    err = refused.stderr.decode()
+    assert refused.returncode == 2 and b"LOGIN" not in refused.stdout, err
+    assert "pass --yes" in err and "was fetched from origin" in err and "Traceback" not in err
+    given = sandbox_cmd("resume", run_id, "--continue", "--yes", cwd=b, env=env)
+    assert given.returncode == 0 and b"LOGIN-GIVEN" in given.stdout, given.stderr
+    # What a 'no' at the terminal gives: the run's home without your login.
+    run = open_run(b, run_id)
+    other = tmp_path / "other-run"
+    gemini.session_env(str(other), run.worktree, str(home), None, login=False)
+    assert not (other / "agent-state").exists() or not list((other / "agent-state").rglob("oauth_creds.json"))
+    gemini.session_env(str(other), run.worktree, str(home), None)
+    assert list((other / "agent-state").rglob("oauth_creds.json"))

@@ -292,9 +292,16 @@ def transcripts_dir(run_dir: str) -> str:
     return os.path.join(config_home(run_dir), "projects")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+#: The user's login, below the user's home: seeded into the run's home unless ``login=False``.
+LOGIN = (".claude/.credentials.json",)
+
+
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
     sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
+    ``login``: the user's credentials are merged in too (not for a run from elsewhere the user said no to).
 
     ``.claude.json`` (trust, onboarding, approved key, ``/config``), ``settings.json`` and the
     credentials are merged with what the run saved earlier. The user's files are
@@ -328,7 +335,10 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         guarded=GUARDED_SETTINGS,
     )
     credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
-    agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
+    if login:
+        agenthome.seed_json(
+            os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False
+        )
     agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 

@@ -69,6 +69,8 @@ SKILLS = "skills"
 #: The login (``codex login``: an API key or ChatGPT tokens), merged at every start like the others'
 #: credentials, so a new login outside reaches the run and a refresh inside holds for the run.
 MERGED = ("auth.json",)
+#: The same, below the user's home (``CODEX_HOME`` aside): seeded unless ``session_env(login=False)``.
+LOGIN = tuple(f".codex/{name}" for name in MERGED)
 #: Opaque files copied the first time.
 COPIED = ("installation_id",)
 #: The keys of ``config.toml`` the run may choose for itself (what Codex writes there as you use it: the
@@ -120,7 +122,13 @@ def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[s
 
 
 def session_env(
-    run_dir: str, worktree: str, user_home: str, command: str | None, *, user_codex: str | None = None
+    run_dir: str,
+    worktree: str,
+    user_home: str,
+    command: str | None,
+    *,
+    user_codex: str | None = None,
+    login: bool = True,
 ) -> dict[str, str]:
     """Seed the run's Codex home from yours (``user_codex``, else ``~/.codex``; see
     :mod:`sandbox.agent.agenthome`) and return the variable that points Codex at it.
@@ -139,7 +147,7 @@ def session_env(
 
     config = "config.toml"
     agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), kept=RUN_CONFIG)
-    for name in MERGED:
+    for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
         agenthome.seed_json(os.path.join(home, name), os.path.join(mine, name), base(name), create=False)
     for name in COPIED:
         agenthome.copy_missing(os.path.join(home, name), os.path.join(mine, name))

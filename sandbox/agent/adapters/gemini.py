@@ -327,6 +327,8 @@ LINKED = ("GEMINI.md", "commands", "extensions", "policies", "skills", "agents")
 ROOT_LINKED = (".agents",)
 #: The login, merged into the run's home at every start like the settings.
 MERGED = ("oauth_creds.json", "google_accounts.json")
+#: The same, below the user's home: seeded unless ``session_env(login=False)``.
+LOGIN = tuple(f".gemini/{name}" for name in MERGED)
 #: Opaque files copied into the run's home the first time (the installation's ids).
 COPIED = ("installation_id", "user_id")
 
@@ -401,7 +403,9 @@ def sessions_dir(run_dir: str) -> str:
     return os.path.join(cli_home(run_dir), ".gemini", "tmp")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
     with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
     variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
@@ -422,7 +426,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         agenthome.seed_json(
             os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS
         )
-        for name in MERGED:
+        for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
             found = os.path.join(user_dir, name)
             agenthome.seed_json(
                 os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False

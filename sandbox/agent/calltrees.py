@@ -84,11 +84,17 @@ class CallTrees:
             if not self._starters:
                 return None
             starters = dict(self._starters)
+        # A process starts after its parent, so the walk up stops at the first ancestor older than
+        # every starter: nothing above it descends from one (a hook is then 2-3 reads, not one per level).
+        oldest = min(start for _pid, start in starters.values())
         ancestors: set[int] = set()
-        up = procs.parent(pid)
+        up = _stat(pid)[0]
         while up is not None and up > 1 and up not in ancestors and len(ancestors) < MAX_DEPTH:
             ancestors.add(up)
-            up = procs.parent(up)
+            parent, start = _stat(up)
+            if start is None or start < oldest:
+                break
+            up = parent
         gone = []
         found: Inside | None = None
         for (run_id, call_id), (starter, start) in reversed(starters.items()):  # the latest call first
@@ -102,6 +108,20 @@ class CallTrees:
                     if self._starters.get(key, (0, 0))[0] == starters[key][0]:
                         self._starters.pop(key, None)
         return found
+
+
+def _stat(pid: int) -> tuple[int | None, int | None]:
+    """(parent pid, start time in clock ticks) of ``pid`` from one read of its stat; Nones when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None, None
+    fields = data[data.rfind(b")") + 2 :].split()  # the command name may hold spaces and parentheses
+    try:
+        return int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None, None
 
 
 def refuse(run: Run, event: HookEvent, inside: Inside, sender: int) -> Reply:

@@ -92,8 +92,11 @@ class AgentAdapter(Protocol):
     def session_homes(self, environ: Mapping[str, str], home: str, run_dir: str) -> list[str]:
         """The configuration homes its sessions may be in, the run's own first."""
 
-    def session_env(self, run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
-        """Seed its run home (with the sandbox's hooks when ``command``) and the variables that point it there."""
+    def session_env(
+        self, run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+    ) -> dict[str, str]:
+        """Seed its run home (with the sandbox's hooks when ``command``; with your login unless ``login``
+        is False: a run from elsewhere you said no to) and the variables that point it there."""
 
     def resume_args(self, run_dir: str, since: float) -> list[str] | None:
         """The arguments that resume its newest session saved since ``since``, or None."""

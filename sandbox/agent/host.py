@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 from sandbox import faults
-from sandbox.agent import changes, hookproto, intake, procs, wire
+from sandbox.agent import calltrees, changes, hookproto, intake, procs, wire
 from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.fast.inotify import Inotify, Tree
@@ -131,6 +131,7 @@ class Host:
         self._stop = threading.Event()
         self._boot_id = procs.boot_id()
         self._ns = _pid_ns("self")
+        self.trees = calltrees.CallTrees()  # who started each open call: payloads from below are refused
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -408,6 +409,8 @@ class Host:
         if not isinstance(call_id, str) or not call_id or len(call_id) > 512:
             return {"ok": False, "error": "A call id is a non-empty string."}
         if op == "begin":
+            with self.record_lock:
+                self.trees.begun(slot.run, call_id, peer)
             slot.source.begin(call_id)
             return {"ok": True, "watched": slot.source.name == "watcher"}
         paths = slot.source.end(call_id)
@@ -418,6 +421,10 @@ class Host:
             event = hookproto.HookEvent.from_dict(raw)
         except hookproto.HookInputError as exc:
             return {"ok": False, "message": exc.message}
+        inside = self.trees.inside(peer[0]) if peer is not None else None
+        if inside is not None and peer is not None:
+            with self.record_lock:
+                return calltrees.refuse(self.slots.get(inside.run_id, slot).run, event, inside, peer[0])
         if peer is not None:
             # The session is the connecting process's, from its ancestry; what the payload says is
             # the agent's word (a confined agent can send any payload): see Recorder._foreign.
@@ -428,6 +435,7 @@ class Host:
                 outcome = slot.recorder.record(event)
             except Exception as exc:  # the host must outlive one bad request; the hook reports it
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
+        self.trees.recorded(slot.run.run_id, event.phase, outcome, peer)
         faults.point("host.after_record")  # recorded, not yet answered: the client records again (idempotent)
         if slot.note is not None and not slot.noted:
             slot.noted = True

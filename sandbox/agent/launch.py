@@ -447,7 +447,7 @@ def settle_session(run: Run, result: SessionResult, changes: RunChanges | None =
     An agent killed by a signal (not Ctrl-C) leaves them started, for ``sandbox resume`` to report.
     Only calls bound to this session (see :class:`~sandbox.models.FoldData` ``sessions``) are touched.
     """
-    from sandbox.agent.recorder import settle_call
+    from sandbox.agent.settle import settle_call
 
     if result.scope is None:
         return []

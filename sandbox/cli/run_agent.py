@@ -208,8 +208,8 @@ def run_agent(
 
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
-    env, home_for = _agent_env(where, command, hooks_for, add_private)
-    isolation = _with_home(isolation, home_for)
+    env, home_for = _agent_env(where, command, hooks_for, add_private, login=not ctx.meta.get(NO_LOGIN, False))
+    isolation = _masked(ctx, _with_home(isolation, home_for))
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
     run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
@@ -319,6 +319,30 @@ def _isolation(
     return isolation
 
 
+#: ``ctx.meta`` key: the worktree paths masked inside the confinement for a relaunch (``resume --continue``:
+#: a foreign run's agent settings, :func:`sandbox.recovery.continue_.settings_to_mask`).
+MASKED = "sandbox.continue.masked"
+#: ``ctx.meta`` key: the user's login is not seeded into the run's agent home (a foreign run, the user said no).
+NO_LOGIN = "sandbox.continue.no_login"
+
+
+def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
+    """``isolation`` with the paths ``resume --continue`` masks (a foreign run's agent settings), if any."""
+    import dataclasses
+
+    from sandbox.errors import UsageError
+
+    masked = tuple(ctx.meta.get(MASKED, ()))
+    if not masked:
+        return isolation
+    if not isolation.enabled:
+        raise UsageError(
+            "This run's agent settings in its worktree came from another clone and are hidden from the agent "
+            "only inside the sandbox; continue it without '--isolate off'."
+        )
+    return dataclasses.replace(isolation, masked=(*isolation.masked, *masked))
+
+
 def _homed(command: str) -> AgentAdapter | None:
     """The agent without hooks that ``command`` starts by its exact name and that has a home in the run
     (Codex), or None."""
@@ -336,7 +360,11 @@ def _with_home(isolation: Isolation, home_for: AgentAdapter | None) -> Isolation
 
 
 def _agent_env(
-    where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
+    where: Where,
+    command: tuple[str, ...],
+    hooks_for: str,
+    add_private: Callable[[str, list[str]], object],
+    login: bool = True,
 ) -> tuple[dict[str, str], AgentAdapter | None]:
     """The agent's environment, with its home in the run (Claude Code, Gemini CLI, Codex) or its hooks in
     the worktree; and the adapter that knows how to continue its session (None: none does)."""
@@ -360,12 +388,12 @@ def _agent_env(
                 err=True,
             )
         hooks = hook_command(name) if adapter is not None and name else None
-        env.update(hooked.session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks))
+        env.update(hooked.session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks, login=login))
     elif home_for is not None:  # an agent without hooks (Codex): its own home is yours unless its variable moves it
         user_dir = getattr(home_for, "user_dir", None)
         mine = {"user_codex": user_dir(os.environ, os.path.expanduser("~"))} if user_dir is not None else {}
         seed: Any = home_for.session_env  # Codex's also takes the user's own home of it
-        env.update(seed(where.run_dir, where.worktree, os.path.expanduser("~"), None, **mine))
+        env.update(seed(where.run_dir, where.worktree, os.path.expanduser("~"), None, login=login, **mine))
     return env, home_for
 
 
@@ -400,6 +428,7 @@ def _session(
                 is_foreground=_is_foreground,
             )
             run = _open_beside(ctx, started)
+        _mark_gone_sessions(run, started.token if started is not None else None)
         from sandbox.agent import launch as agent
 
         result = agent.run_session(
@@ -414,6 +443,20 @@ def _session(
             started=started,
         )
     return run, result
+
+
+def _mark_gone_sessions(run: Run, current: str | None) -> None:
+    """Calls a killed session left started become uncertain before this session's (one line when any)."""
+    from sandbox.agent.settle import mark_gone_sessions
+
+    marked = mark_gone_sessions(run, current)
+    if marked:
+        shown = escape.text(", ".join(marked[:5])) + (", ..." if len(marked) > 5 else "")
+        click.echo(
+            f"sandbox: {len(marked)} call(s) left started by a sandbox session that is gone are now uncertain "
+            f"({shown}); 'sandbox resume {run.run_id}' decides them.",
+            err=True,
+        )
 
 
 def _say_what_happened(run: Run, result: SessionResult, before: int) -> None:

@@ -25,7 +25,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownCallError, UnknownRunError
-from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo
+from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo, eventdata
 from sandbox.run.fold import FOLD
 from sandbox.run.ids import new_run_id
 from sandbox.store import integrity, layout, objects, trailers
@@ -120,7 +120,7 @@ class RunCore:
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
                     project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(layout.ref_name(run_id, "head"), snap.commit, force=True)
+                    set_head_ref(project.repo, run_id, snap.commit)
                 faults.point("start.after_refs")
                 if checkout is not None and user_head is not None:
                     proc, checkout = checkout, None
@@ -307,6 +307,11 @@ class RunCore:
 
     def head(self) -> str:
         """The run's newest recorded commit (repairs the head ref if a crash left it behind)."""
+        return self.sync_head()
+
+    def sync_head(self) -> str:
+        """Move the ``head`` ref to the fold's head, and return it: how the head moves after anything that
+        records a new one (a call's commit, an undo or redo in the run), and repairs a ref a crash left."""
         state = self.state()
         assert state.head is not None
         self._sync_head_ref(state.head)
@@ -318,7 +323,7 @@ class RunCore:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
                 # A mirror of the durable ledger: written without fsync (objects.mirror_repository).
-                objects.mirror_repository(self.repo).references.create(name, head, force=True)
+                set_head_ref(objects.mirror_repository(self.repo), self.run_id, head)
         except (pygit2.GitError, OSError):
             # Only a mirror of the ledger's head (which is durable already): the next read repairs it.
             pass
@@ -461,6 +466,7 @@ class RunCore:
         check: Callable[[LedgerState], None] | None = None,
     ) -> LedgerState:
         """Append an event made by :meth:`new_event` (see :meth:`record`); appending it again is a no-op."""
+        eventdata.check(event.kind.value, event.data)  # typed when written as when read: unknown keys refused
         return self._ledger.append(event, keep=[c for c in keep if c], attachments=attachments, check=check)
 
     def write_commit(self, tree: str, parent: str, message: str) -> str:
@@ -583,3 +589,10 @@ def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
         if name.startswith(prefix):
             with contextlib.suppress(KeyError, pygit2.GitError), objects.git_writes():
                 repo.references.delete(name)
+
+
+def set_head_ref(repo: pygit2.Repository, run_id: str, commit: str) -> None:
+    """The one writer of a run's ``head`` ref (``refs/sandbox/<run>/head``): set to the base when a run is
+    made (start, fork), to the remote's at a fetch, and otherwise only to the fold's head
+    (:meth:`RunCore.sync_head`), which the ledger holds durably: the ref is its mirror."""
+    repo.references.create(layout.ref_name(run_id, "head"), commit, force=True)

@@ -88,6 +88,7 @@ APPLY_MODULES = {
     # the persisted formats, one module per format (the package's __init__ names them all)
     *(f"sandbox.models.{m}" for m in ("base", "event", "mergeback", "payloads", "ledgerstate", "journal")),
     *(f"sandbox.models.{m}" for m in ("applyreport", "checkpoint", "resume", "host", "integrity", "fetched")),
+    "sandbox.models.eventdata",
     "sandbox.models.transcript",
     "sandbox.run",
     "sandbox.run.config",

@@ -298,9 +298,14 @@ def transcripts_dir(run_dir: str) -> str:
     return os.path.join(config_home(run_dir), "projects")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+
+
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
     sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
+    ``login``: the user's credentials are merged in too (not for a run from elsewhere the user said no to).
 
     ``.claude.json`` (trust, onboarding, approved key, ``/config``), ``settings.json`` and the
     credentials are merged with what the run saved earlier. The user's files are
@@ -333,8 +338,9 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         with_hooks,
         guarded=GUARDED_SETTINGS,
     )
-    for login in (os.path.basename(p) for p in LOGIN):  # a new login outside reaches the run too
-        agenthome.seed_json(os.path.join(home, login), os.path.join(user_dir, login), base(login), create=False)
+    if login:
+        for name in (os.path.basename(p) for p in LOGIN):  # a new login outside reaches the run too
+            agenthome.seed_json(os.path.join(home, name), os.path.join(user_dir, name), base(name), create=False)
     agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 

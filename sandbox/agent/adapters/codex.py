@@ -30,6 +30,10 @@ PRIVATE: tuple[str, ...] = ()
 STATE = ("~/.codex/",)
 LOGIN = ("~/.codex/auth.json",)
 LOGIN_KEYS: tuple[str, ...] = ()
+#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
+#: worktree's own ``.codex/`` (its project ``config.toml``: MCP servers, commands, profiles); the
+#: confinement masks the directory (an empty one inside). The run's ``CODEX_HOME`` stays.
+WORKTREE_SETTINGS = (".codex",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, its plugins, apps, browser and computer use turned off, Codex's own sandbox and
@@ -122,7 +126,13 @@ def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[s
 
 
 def session_env(
-    run_dir: str, worktree: str, user_home: str, command: str | None, *, user_codex: str | None = None
+    run_dir: str,
+    worktree: str,
+    user_home: str,
+    command: str | None,
+    *,
+    user_codex: str | None = None,
+    login: bool = True,
 ) -> dict[str, str]:
     """Seed the run's Codex home from yours (``user_codex``, else ``~/.codex``; see
     :mod:`sandbox.agent.agenthome`) and return the variable that points Codex at it.
@@ -141,7 +151,7 @@ def session_env(
 
     config = "config.toml"
     agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), kept=RUN_CONFIG)
-    for name in MERGED:
+    for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
         agenthome.seed_json(os.path.join(home, name), os.path.join(mine, name), base(name), create=False)
     for name in COPIED:
         agenthome.copy_missing(os.path.join(home, name), os.path.join(mine, name))

@@ -95,6 +95,11 @@ PRIVATE: tuple[str, ...] = ()
 STATE = ("~/.gemini/",)
 LOGIN = ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json")
 LOGIN_KEYS: tuple[str, ...] = ()
+#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
+#: worktree's own settings (``.gemini/settings.json``: hooks, MCP servers, tools, environment), commands
+#: and extensions; Gemini CLI has no switch that skips them, so the confinement masks the directory (an
+#: empty one inside). The sandbox's hooks are in the run's own home (``GEMINI_CLI_HOME``), which stays.
+WORKTREE_SETTINGS = (".gemini",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, Gemini's own sandbox (more confinement, never less). ``--yolo``, ``--extensions``,
@@ -400,7 +405,9 @@ def sessions_dir(run_dir: str) -> str:
     return os.path.join(cli_home(run_dir), ".gemini", "tmp")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
     with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
     variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
@@ -421,7 +428,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         agenthome.seed_json(
             os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS
         )
-        for name in MERGED:
+        for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
             found = os.path.join(user_dir, name)
             agenthome.seed_json(
                 os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False

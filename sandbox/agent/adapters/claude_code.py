@@ -298,8 +298,6 @@ def transcripts_dir(run_dir: str) -> str:
     return os.path.join(config_home(run_dir), "projects")
 
 
-
-
 def session_env(
     run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
 ) -> dict[str, str]:

@@ -65,7 +65,7 @@ APPLY_MODULES = {
     "sandbox.cli.jsonout",
     "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
-    "sandbox.cli.hookrun",
+    "sandbox.cli.quick",  # the entry point's forms answered without click (not apply: it falls through)
     "sandbox.cli.output",
     "sandbox.cli.selection",
     "sandbox.errors",
@@ -324,12 +324,17 @@ def test_the_hook_claude_code_runs_loads_only_what_it_uses(repo: Path, started: 
 
 
 def test_the_help_imports_no_command(repo: Path, tmp_path: Path) -> None:
-    """``sandbox --help`` lists the commands from their registered summaries (sandbox.cli.commands)."""
+    """``sandbox --help`` lists the commands from their registered summaries (sandbox.cli.commands): without
+    click where its width is the default (sandbox.cli.quick), else through the click group."""
     from sandbox.cli.commands import COMMANDS
 
     program = AT_EXIT + "sys.argv[0] = 'sandbox'; from sandbox.cli import main; main()"
-    names, proc = modules_at_exit([sys.executable, "-c", program, "--help"], tmp_path / "modules", cwd=repo)
-    assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
     modules = {target.partition(":")[0] for target in COMMANDS.values()}
-    assert "sandbox.cli.app" in names
-    assert not names & modules, f"--help imports {sorted(names & modules)}"
+    for columns, group in (("", False), ("60", True)):
+        env = {**os.environ, "COLUMNS": columns}
+        names, proc = modules_at_exit(
+            [sys.executable, "-c", program, "--help"], tmp_path / "modules", cwd=repo, env=env
+        )
+        assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
+        assert ("sandbox.cli.app" in names) == group and ("click" in names) == group
+        assert not names & modules, f"--help imports {sorted(names & modules)}"

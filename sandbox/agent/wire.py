@@ -53,15 +53,13 @@ The structured reply is all a caller reads: no human text is parsed. Paths are J
 from __future__ import annotations
 
 import _socket  # socket.py's own base: ``socket`` adds enums and selectors, ~2 ms of a hook's start
-import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 import time
-from collections.abc import Mapping
 
+from sandbox.agent import fastjson
 from sandbox.store import layout
 
 PROTOCOL = 1
@@ -234,13 +232,17 @@ def run_token(run_dir: str, create: bool = True) -> str | None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.link(tmp, path)  # atomic, and never replaces a token someone already read
+            except FileExistsError:
+                pass
         except OSError:
             return None
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 os.unlink(tmp)
+            except OSError:
+                pass
     return None
 
 
@@ -290,9 +292,9 @@ def _answers(common_dir: str) -> bool:
         return False
     try:
         sock.settimeout(CONNECT_TIMEOUT)
-        sock.sendall(json.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
+        sock.sendall(fastjson.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
         sock.shutdown(_socket.SHUT_WR)
-        reply = json.loads(sock.recv(1 << 16))
+        reply = fastjson.loads(sock.recv(1 << 16))
     except (OSError, ValueError):
         return False
     finally:
@@ -364,6 +366,7 @@ def host_starting(common_dir: str) -> bool:
 # imported (it costs every hook's start ~5 ms; mypy reads this name as typing's).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TypedDict
 
     class _ReplyBase(TypedDict):
@@ -451,7 +454,7 @@ class Client:
         up to that many seconds for it (cheaper than working without it: a hook recording in its
         own process imports pygit2 and pydantic and may scan the worktree).
         """
-        data = json.dumps({"v": PROTOCOL, **message}).encode() + b"\n"
+        data = fastjson.dumps({"v": PROTOCOL, **message}).encode() + b"\n"
         if len(data) > MAX_REQUEST:
             return None  # larger than a host reads: the caller records in its own process
         deadline = time.monotonic() + wait_start
@@ -476,7 +479,7 @@ class Client:
                 if not chunk:
                     break
                 chunks.append(chunk)
-            reply = json.loads(b"".join(chunks))
+            reply = fastjson.loads(b"".join(chunks))
         except (OSError, ValueError):
             return None  # the host died mid-request: the caller decides (recording again is idempotent)
         finally:

@@ -260,16 +260,20 @@ HOOK_MODULES = {
     "sandbox.agent.adapters.claude_code",
     "sandbox.agent.hookproto",
     "sandbox.agent.wire",
+    "sandbox.agent.fastjson",  # json's C functions without json (which imports re, enum, functools)
     "sandbox.store",
     "sandbox.store.layout",
 }
 #: Standard-library modules the hook has no use for, each a few milliseconds of every tool call
 #: (measured with bench/cases/startup.py): ``typing``, ``dataclasses`` (it imports ``inspect``),
 #: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``,
-#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``).
+#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``), ``json`` (see below).
 HOOK_NEVER = {
     *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
     *("pathlib", "subprocess", "ast", "tokenize", "socket", "selectors"),
+    # json and re (json's pure-Python parts need re, which imports enum, functools and the collections):
+    # about as much as the interpreter's own start (sandbox.agent.fastjson calls json's C functions).
+    *("json", "re", "enum", "functools", "collections", "contextlib"),
 }
 
 #: Prepended to a ``python -c`` program: the names in ``sys.modules`` when the process exits, one a line,

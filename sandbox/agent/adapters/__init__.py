@@ -32,36 +32,40 @@ none):
 
 from __future__ import annotations
 
-import functools
 import importlib
-import json
 import os
-import re
-from collections.abc import Mapping, Sequence
 
 from sandbox.errors import SandboxError, UsageError
 
-TYPE_CHECKING = False  # no typing at run time: this package is on the hook's fast path
+# No typing, re, json or functools at run time: this package is on the hook's fast path (re and json
+# import enum, functools and the collections: about the interpreter's own start again).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from sandbox.agent.adapter import AgentAdapter, HookAdapter
 
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
-SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+_names: list[tuple[str, ...]] = []
+_settings_dirs: list[tuple[str, ...]] = []
 
 
 def valid_session(session: str) -> bool:
     """True when ``session`` has the shape of an agent's session id."""
-    return bool(SESSION_RE.match(session))
+    import re
+
+    return bool(re.match(SESSION_PATTERN, session))
 
 
-@functools.cache
 def names() -> tuple[str, ...]:
     """Every agent the sandbox knows, by its adapter name (``claude-code``, ``codex``, ``gemini``)."""
-    # The package's files, listed without pkgutil (it imports importlib.util: ~1 ms of every hook's start).
-    found = {name[:-3] for where in __path__ for name in os.listdir(where) if name.endswith(".py")}
-    return tuple(sorted(name.replace("_", "-") for name in found if not name.startswith("_")))
+    if not _names:  # listed once per process
+        # The package's files, listed without pkgutil (it imports importlib.util: ~1 ms of every hook's start).
+        found = {name[:-3] for where in __path__ for name in os.listdir(where) if name.endswith(".py")}
+        _names.append(tuple(sorted(name.replace("_", "-") for name in found if not name.startswith("_"))))
+    return _names[0]
 
 
 def agent(name: str) -> AgentAdapter:
@@ -79,10 +83,11 @@ def hook_names() -> tuple[str, ...]:
     return tuple(n for n in names() if hasattr(agent(n), "to_event"))
 
 
-@functools.cache
 def settings_dirs() -> tuple[str, ...]:
     """The worktree directories that hold the hook agents' local settings (``.claude``, ``.gemini``)."""
-    return tuple(load(n).SETTINGS_PATH.split("/", 1)[0] for n in hook_names())
+    if not _settings_dirs:  # found once per process (no functools.cache: see the imports)
+        _settings_dirs.append(tuple(load(n).SETTINGS_PATH.split("/", 1)[0] for n in hook_names()))
+    return _settings_dirs[0]
 
 
 def load(name: str) -> HookAdapter:
@@ -150,6 +155,8 @@ def _merge_hooks(existing: Mapping[str, object], ours: dict[str, list[Any]], mar
 
 def install(adapter: HookAdapter, worktree: str, command: str) -> str:
     """Write the adapter's hooks into the worktree's local agent settings; returns the file's path."""
+    import json
+
     from sandbox.store.fsutil import atomic_write
     from sandbox.store.paths import check_parents
 
@@ -193,6 +200,8 @@ def remove_ours(settings: dict[str, object], marker: str) -> dict[str, object]:
 def uninstall(adapter: HookAdapter, worktree: str) -> bool:
     """Take the sandbox's hooks out of the worktree's local agent settings (where ``sandbox run``
     put them before runs had agent homes); the rest of the file is kept. True when it changed."""
+    import json
+
     from sandbox.store.fsutil import atomic_write
     from sandbox.store.paths import check_parents
 

@@ -30,14 +30,14 @@ Started by ``sandbox run``, Claude Code keeps its state in the run (:func:`sessi
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
 
+from sandbox.agent import fastjson
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
 
 TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 NAME = "claude-code"
@@ -210,7 +210,7 @@ def respond(outcome: Outcome, payload: Any) -> tuple[str, int]:
             "permissionDecisionReason": outcome.reason,
         }
     }
-    return json.dumps(answer), 0
+    return fastjson.dumps(answer), 0
 
 
 def hook_settings(command: str) -> dict[str, list[Any]]:
@@ -388,7 +388,7 @@ def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None
     if not session or not adapters.valid_session(session):
         return None
     home = config_home(run_dir)
-    needle = json.dumps(call_id).encode()
+    needle = fastjson.dumps(call_id).encode()
     said: str | None = None
     try:
         root = beneath.open_root(home)
@@ -435,7 +435,7 @@ def _tail(root: int, rel: str) -> bytes:
 def _result_says(line: bytes, call_id: str) -> str | None:
     """ "ran" / "rejected" when ``line`` is the tool result of ``call_id`` that says so, else None."""
     try:
-        record = json.loads(line)
+        record = fastjson.loads(line)
     except ValueError:
         return None
     message = record.get("message") if isinstance(record, dict) and record.get("type") == "user" else None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 
@@ -192,10 +193,11 @@ _NO_AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "0"}
 
 
 def _hook_argv() -> list[str]:
-    """The hook command as ``sandbox hooks install claude-code`` writes it, for this interpreter."""
-    from sandbox.cli.hooks_cmd import hook_command
-
-    return shlex.split(hook_command("claude-code"))
+    """The hook command as ``sandbox hooks install claude-code`` writes it, for this interpreter: asked of
+    the installed package (from ``/``, so not of the source tree ``python -m bench.run`` runs in)."""
+    program = "from sandbox.cli.hooks_cmd import hook_command; print(hook_command('claude-code'))"
+    done = subprocess.run([sys.executable, "-c", program], cwd="/", capture_output=True, text=True, check=True)
+    return shlex.split(done.stdout.strip())
 
 
 def _serve(run_id: str, root: str, common_dir: str) -> bool:

@@ -63,16 +63,26 @@ def quick_main(argv: list[str]) -> int | None:
         text = _path(argv[1] if len(argv) == 2 else None)
     else:
         return None
-    if text is None:
-        return None
+    if text is None or sys.stdout is None:
+        return None  # (no standard output at all: the click group decides what that means)
     try:
         data = text.encode(sys.stdout.encoding or "utf-8", "surrogateescape")
     except (UnicodeError, LookupError):
         return None  # a name the terminal's encoding cannot write as it is: the click edge decides
-    sys.stdout.flush()
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
-    return 0
+    return 0 if _write(data) else None
+
+
+def _write(data: bytes) -> bool:
+    """Write ``data`` to standard output unbuffered; False when that failed (a full disk, a closed
+    pipe): the click group then writes it again and its edge says what went wrong, as for any command."""
+    try:
+        fd = sys.stdout.fileno()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except (OSError, ValueError):  # ValueError: no descriptor (stdout replaced, or closed)
+        return False
+    return True
 
 
 def help_text() -> str | None:

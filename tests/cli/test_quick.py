@@ -119,3 +119,20 @@ def test_an_unknown_run_is_clicks_refusal(repo: Path, started: Run) -> None:
     proc = sandbox_cmd("path", "nosuchrun", cwd=repo)
     assert proc.returncode == 2 and proc.stdout == b""
     assert proc.stderr.startswith(b"sandbox: ")
+
+
+def test_an_output_that_fails_is_the_click_edges_error(repo: Path, started: Run, tmp_path: Path) -> None:
+    # A full disk: the quick path writes nothing more and the group's edge reports it (exit 3, a crash log).
+    exe = Path(sys.executable).parent / "sandbox"
+    for args in (["--help"], ["path", started.run_id]):
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run(
+                [str(exe), *args],
+                cwd=repo,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "TMPDIR": str(tmp_path)},
+            )
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stderr.startswith(b"sandbox: unexpected error: OSError: [Errno 28] No space left on device")
+        assert b"Traceback" not in proc.stderr

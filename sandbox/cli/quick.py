@@ -55,8 +55,8 @@ WIDTH = 78
 
 def quick_main(argv: list[str]) -> int | None:
     """Answer ``argv`` without click (the exit code), or None: let the click group do it."""
-    if os.environ.get("SANDBOX_FAULT"):
-        return None  # faults are armed by the click edge (sandbox.cli.edge)
+    if os.environ.get("SANDBOX_FAULT") or os.environ.get("_SANDBOX_COMPLETE"):
+        return None  # faults are armed by the click edge (sandbox.cli.edge); completion is click's own
     if argv in (["--help"], ["-h"]):
         text = help_text() if _columns() >= WIDTH + 2 else None
     elif argv[:1] == ["path"] and len(argv) <= 2 and not any(a.startswith("-") for a in argv[1:]):

@@ -136,3 +136,14 @@ def test_an_output_that_fails_is_the_click_edges_error(repo: Path, started: Run,
         assert proc.returncode == 3, proc.stderr
         assert proc.stderr.startswith(b"sandbox: unexpected error: OSError: [Errno 28] No space left on device")
         assert b"Traceback" not in proc.stderr
+
+
+def test_shell_completion_is_left_to_click(repo: Path, started: Run) -> None:
+    # The shell calls sandbox with _SANDBOX_COMPLETE (and the words in COMP_WORDS): click answers.
+    env = {**os.environ, "_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": "sandbox pa", "COMP_CWORD": "1"}
+    for args in (["--help"], ["path"]):
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "sandbox"), *args], cwd=repo, env=env, capture_output=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == b"plain,path\n"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -35,6 +37,57 @@ KILLED_WRITER = textwrap.dedent(
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )
+
+
+#: A process that starts a call, writes (through the call: hinted; or straight into the worktree, as a
+#: shell command would: nobody can tell whose), says its call id, then waits to be killed.
+WRITER_IN_FLIGHT = textwrap.dedent(
+    """
+    import json, os, sys
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
+    spec = json.loads(sys.argv[3])
+    run = Run.open(Project(sys.argv[1]), sys.argv[2])
+    call = run.tool_call(spec["tool"], {"paths": sorted(spec["through_call"])}, idempotency="idempotent")
+    call.__enter__()
+    for path, text in spec["through_call"].items():
+        call.write(path, text)
+    for path, text in spec.get("straight", {}).items():
+        full = os.path.join(run.worktree, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as fh:
+            fh.write(text)
+    print(call.call_id, flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def killed_in_flight(run: Run, *specs: dict[str, object]) -> list[str]:
+    """Calls in flight together, one real process each (started one after the other, so the ledger's order
+    is the specs' order), then all killed with SIGKILL; their call ids."""
+    procs: list[subprocess.Popen[bytes]] = []
+    ids: list[str] = []
+    try:
+        for spec in specs:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WRITER_IN_FLIGHT, run.project.common_dir, run.run_id, json.dumps(spec)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode().strip()
+            assert line, proc.stderr.read().decode() if proc.stderr else ""
+            ids.append(line)
+    finally:
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGKILL)
+        for proc in procs:
+            proc.communicate()
+    assert [p.returncode for p in procs] == [-9] * len(procs)
+    return ids
 
 
 def start(repo: Path) -> Run:

@@ -439,7 +439,10 @@ def _attribute(run: Run, state: LedgerState, events: list[tuple[str, Event]], ca
     for pid, rel in before_writes(run):
         if pid in by_pid:
             writers[rel] = by_pid[pid]
-    newly = {ev.call_id for _oid, ev in events if ev.kind == EventKind.call_uncertain and ev.epoch == state.epoch}
+    # The calls the last crash left in flight: those the latest resume that found any marked uncertain (this
+    # one's, or a resume killed after it marked them), not calls left uncertain by an older one.
+    marks = [ev for _oid, ev in events if ev.kind == EventKind.call_uncertain]
+    newly = {ev.call_id for ev in marks if ev.epoch == max(m.epoch for m in marks)}
     in_flight = [c for c in uncertain if c in newly] or uncertain
     paths = []
     for rel in sorted(cap.changes):

@@ -21,7 +21,7 @@ from sandbox.models import CallStatus, EventKind
 from sandbox.recovery.resume import resume
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import git, replace_stored_object
+from tests.conftest import git, replace_stored_object, sandbox_cmd
 
 KILLED_WRITER = textwrap.dedent(
     """
@@ -312,3 +312,22 @@ def test_resume_refuses_on_a_damaged_ledger_event(repo: Path) -> None:
         resume(reopen(run))
     result = CliRunner().invoke(cli, ["-C", str(repo), "resume", run.run_id])
     assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_resume_killed_after_marking_books_as_one_that_was_not(repo: Path) -> None:
+    """A call left uncertain by an older resume does not hide which call the last crash left in flight: a
+    resume killed (SIGKILL) after it marked the calls uncertain is resumed again, and what the one call in
+    flight wrote is still booked to it."""
+    run = start(repo)
+    old = run.start_call("fetch_url", {"u": 1})
+    resume(reopen(run))  # old stays uncertain: nobody resolved it
+    run = reopen(run)
+    # Its file written straight into the worktree, as a shell command would: no hint names the writer.
+    (killed,) = killed_in_flight(run, {"tool": "shell", "through_call": {}, "straight": {"made.txt": "x\n"}})
+    proc = sandbox_cmd("resume", run.run_id, cwd=repo, env={"SANDBOX_FAULT": "resume.after_uncertain"})
+    assert proc.returncode == -9, proc.stderr
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("made.txt", killed)]
+    state = reopen(run).state()
+    assert [f.path for f in state.calls[killed].files] == ["made.txt"] and state.head == state.calls[killed].commit
+    assert not state.calls[old].files

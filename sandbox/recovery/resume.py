@@ -404,6 +404,7 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     owners = {p.attributed_to for p in paths}
     # Killed while it wrote: a call that recorded no change of its own (one booked before keeps its own).
     killed = [c for c in state.order if c in owners and not state.calls[c].commit]
+    killed = [c for c in killed if _apart([p.path for p in paths if p.attributed_to == c], paths)]
     commit: str | None = None
     for owner in killed:
         commit = _book(run, state, cap, [p for p in paths if p.attributed_to == owner])
@@ -423,6 +424,14 @@ def _latest_found(state: LedgerState, events: list[tuple[str, Event]]) -> list[D
         elif event.kind not in _QUIET:
             break
     return [record for record in state.data.drift if record.event_id in ids]
+
+
+def _apart(mine: list[str], paths: list[DriftPath]) -> bool:
+    """True when no path of ``mine`` lies above or below a drifted path of another: booked on its own,
+    one call's change would then make (a file replacing a directory) or undo another's unlisted."""
+    own = set(mine)
+    others = [p.path for p in paths if p.path not in own]
+    return not any(o.startswith(m + "/") or m.startswith(o + "/") for m in mine for o in others)
 
 
 def _by_path(paths: list[DriftPath]) -> list[DriftPath]:

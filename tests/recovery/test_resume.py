@@ -50,6 +50,11 @@ WRITER_IN_FLIGHT = textwrap.dedent(
     run = Run.open(Project(sys.argv[1]), sys.argv[2])
     call = run.tool_call(spec["tool"], {"paths": sorted(spec["through_call"])}, idempotency="idempotent")
     call.__enter__()
+    print(call.call_id, flush=True)
+    if spec.get("later"):
+        sys.stdin.readline()  # writes once the calls started after it wrote
+    for path in spec.get("delete", []):
+        call.delete(path)
     for path, text in spec["through_call"].items():
         call.write(path, text)
     for path, text in spec.get("straight", {}).items():
@@ -57,15 +62,23 @@ WRITER_IN_FLIGHT = textwrap.dedent(
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "w") as fh:
             fh.write(text)
-    print(call.call_id, flush=True)
+    print("written", flush=True)
     sys.stdin.read()
     """
 )
 
 
+def _said(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    assert line, proc.stderr.read().decode() if proc.stderr else ""
+    return line
+
+
 def killed_in_flight(run: Run, *specs: dict[str, object]) -> list[str]:
     """Calls in flight together, one real process each (started one after the other, so the ledger's order
-    is the specs' order), then all killed with SIGKILL; their call ids."""
+    is the specs' order; a spec with ``later`` writes after the others did), then all killed with SIGKILL;
+    their call ids."""
     procs: list[subprocess.Popen[bytes]] = []
     ids: list[str] = []
     try:
@@ -77,10 +90,15 @@ def killed_in_flight(run: Run, *specs: dict[str, object]) -> list[str]:
                 stderr=subprocess.PIPE,
             )
             procs.append(proc)
-            assert proc.stdout is not None
-            line = proc.stdout.readline().decode().strip()
-            assert line, proc.stderr.read().decode() if proc.stderr else ""
-            ids.append(line)
+            ids.append(_said(proc))
+            if not spec.get("later"):
+                assert _said(proc) == "written"
+        for proc, spec in zip(procs, specs, strict=True):
+            if spec.get("later"):
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+                assert _said(proc) == "written"
     finally:
         for proc in procs:
             os.kill(proc.pid, signal.SIGKILL)
@@ -331,3 +349,26 @@ def test_a_resume_killed_after_marking_books_as_one_that_was_not(repo: Path) -> 
     state = reopen(run).state()
     assert [f.path for f in state.calls[killed].files] == ["made.txt"] and state.head == state.calls[killed].commit
     assert not state.calls[old].files
+
+
+def test_killed_calls_whose_paths_nest_are_not_booked_apart(repo: Path) -> None:
+    """The call started first writes f/g after the second deleted the file f: booked on its own, the first
+    call's change would delete f unlisted (and the second's take f/g away). Neither is booked; both kept."""
+    run = start(repo)
+    with run.tool_call("edit") as c:
+        c.write("f", "a file\n")
+    first, second = killed_in_flight(
+        run,
+        {"tool": "write_file", "through_call": {"f/g": "below\n"}, "later": True},
+        {"tool": "delete_file", "through_call": {}, "delete": ["f"]},
+    )
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("f", second), ("f/g", first)]
+    state = reopen(run).state()
+    assert not state.calls[first].files and not state.calls[second].files
+    assert "Files changed outside any recorded call: f, f/g" in report.note
+    assert Path(run.worktree, "f", "g").read_text() == "below\n"
+    assert report.drift_commit is not None and git(repo, "show", f"{report.drift_commit}:f/g") == "below\n"
+    applied = sandbox_cmd("apply", run.run_id, cwd=repo)  # the run's record agrees with its commits
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "f").read_text() == "a file\n"

@@ -444,7 +444,9 @@ def _attribute(run: Run, state: LedgerState, events: list[tuple[str, Event]], ca
     uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
     started_pid = _pids(events)
     writers: dict[str, str] = {}
-    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid}
+    # A process that had several calls in flight (a host serving tools in parallel) names none of them.
+    pids = [started_pid[c] for c in uncertain if c in started_pid]
+    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid and pids.count(started_pid[c]) == 1}
     for pid, rel in before_writes(run):
         if pid in by_pid:
             writers[rel] = by_pid[pid]

@@ -372,3 +372,39 @@ def test_killed_calls_whose_paths_nest_are_not_booked_apart(repo: Path) -> None:
     applied = sandbox_cmd("apply", run.run_id, cwd=repo)  # the run's record agrees with its commits
     assert applied.returncode == 0, applied.stderr
     assert (repo / "f").read_text() == "a file\n"
+
+
+TWO_CALLS_ONE_PROCESS = textwrap.dedent(
+    """
+    import os, signal, sys
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
+    run = Run.open(Project(sys.argv[1]), sys.argv[2])
+    first = run.tool_call("write_file", {"path": "a.txt"})
+    first.__enter__()
+    second = run.tool_call("write_file", {"path": "b.txt"})
+    second.__enter__()
+    first.write("a.txt", "first\\n")
+    second.write("b.txt", "second\\n")
+    print(first.call_id, second.call_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_one_process_with_two_calls_in_flight_names_neither(repo: Path) -> None:
+    """Both calls were started by one process (as a host serving two tools at once): its write hints cannot
+    tell which call wrote what, so nothing is booked to either (never both files to the last one)."""
+    run = start(repo)
+    proc = subprocess.run(
+        [sys.executable, "-c", TWO_CALLS_ONE_PROCESS, run.project.common_dir, run.run_id],
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == -9, proc.stderr
+    first, second = proc.stdout.decode().split()
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("a.txt", None), ("b.txt", None)]
+    state = reopen(run).state()
+    assert not state.calls[first].files and not state.calls[second].files
+    assert Path(run.worktree, "a.txt").read_text() == "first\n"

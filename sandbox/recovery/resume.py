@@ -10,7 +10,8 @@
    rebuilt from the ledger's evidence;
 4. verifies the workspace: recreates a missing worktree at the run's head; otherwise compares
    every file with the head and reports drift (changes no recorded call made), attributed to the
-   call that was writing them when that is known, saved as a commit and never discarded;
+   call that was writing them when that is known and never discarded: what each killed call wrote is
+   booked to it (one head move per call, in ledger order), the rest saved as a commit on top;
 5. returns the message history and run state of the session's checkpoint (or of the checkpoint a
    ``rollback --session`` chose);
 6. classifies each uncertain call: idempotent with replay ``auto`` may be replayed; ``conditional``

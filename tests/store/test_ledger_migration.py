@@ -74,6 +74,8 @@ def test_a_ledger_written_before_typed_state_reads_the_same(tmp_path: Path) -> N
     if status_out.get("renamed_paths") == 0:
         del status_out["renamed_paths"]
     numbers = status_out.pop("call_numbers", {})
+    uncertain = status_out.pop("uncertain_calls", [])
+    assert uncertain == [c for c in status_out["in_flight"] if seen["fold"]["calls"][c]["status"] == "uncertain"]
     assert all(numbers[c] == seen["fold"]["calls"][c]["seq"] for c in numbers)
     dry = seen["apply_dry"]["output"]
     if isinstance(dry, str):

@@ -292,3 +292,29 @@ def read_file(
         finally:
             os.close(fd)
     raise AssertionError("unreachable")
+
+
+def read_path(root: str, path: str, *, limit: int = DEFAULT_LIMIT, prefix: int | None = None) -> bytes:
+    """The content of ``path``, a file beneath the directory ``root`` (an agent home, a worktree),
+    read as :func:`read_file` does: no symlink followed on the way from ``root``, a regular file
+    only, bounded. ``prefix``: only the first bytes (at most that many; a transcript's first line).
+
+    ``root`` is taken as the host names it (its real path): the agent writes *beneath* it, not the
+    name of the root itself (a home is bound into the sandbox at a fixed place). Raises OSError or
+    :class:`AgentReadError` (:class:`LinkRefusedError` when ``path`` is not beneath ``root``).
+    """
+    base = os.path.realpath(root)
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+        raise LinkRefusedError(f"The path {path!r} is not beneath {root!r}; it was not read.", path)
+    fd = open_root(base)
+    try:
+        if prefix is None:
+            return read_file(fd, rel, limit=limit).data
+        file_fd, _st = open_file(fd, rel)
+        try:
+            return os.read(file_fd, prefix)
+        finally:
+            os.close(file_fd)
+    finally:
+        os.close(fd)

@@ -39,7 +39,8 @@ class CommentOutput(Output):
     sent_at: str | None = Field(description="When 'resume --continue' sent it (None: not sent yet).")
     sent_agent: str | None = Field(description="The agent it was sent to.")
     own: bool = Field(
-        description="Made in this clone (signed with its key); a fetched run's comments are shown, never handed to an agent."
+        description="Made in this clone (signed with its key); a fetched run's comments are shown, "
+        "never handed to an agent."
     )
 
 

@@ -69,6 +69,9 @@ class RunCore:
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[RunCore, str], None]] = []
+        #: Entered while a recording reads the agent's files: the host lets go of the lock its runs
+        #: share for that time (:mod:`sandbox.store.preread`); elsewhere there is no such lock.
+        self.outside_shared_lock: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
         self._read: tuple[str | None, list[tuple[str, Event]]] | None = None
 
     # -- creation ------------------------------------------------------------------------------

@@ -23,6 +23,15 @@ from sandbox.store import objects
 
 def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
+    return status_paths(worktree) | head_paths(repo, worktree, run_head_tree)
+
+
+def status_paths(worktree: str) -> set[str]:
+    """The paths libgit2's status of ``worktree`` names (modified, untracked not ignored, staged).
+
+    It reads the worktree's files through a repository object of its own, never the caller's (the
+    host runs it outside the lock its runs share: :mod:`sandbox.store.preread`).
+    """
     from sandbox.errors import SandboxError
     from sandbox.store import gitfiles
 
@@ -49,6 +58,12 @@ def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None
     for path, flags in status.items():
         if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):
             out.add(path)
+    return out
+
+
+def head_paths(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
+    """The paths where the worktree's own HEAD tree (the agent may commit) differs from the run's head."""
+    out: set[str] = set()
     wt, wt_head_tree = _worktree_head_tree(worktree)
     if wt_head_tree != run_head_tree:
         # A commit the agent made in the run is in the run's own object store, which reaches the

@@ -79,6 +79,7 @@ class Capturer:
         self._seen: set[str] = set()
         self.convert = convert.for_tree(worktree)
         self._sparse: dict[str, Entry] | None = None
+        self._nested: dict[str, bool] = {}
         #: The worktree's descriptor: every path is opened beneath it (:meth:`close` lets it go).
         self.root = agentread.open_root(worktree)
         #: Reads the agent's files, or answers from what was read before (:mod:`sandbox.store.preread`).
@@ -123,7 +124,7 @@ class Capturer:
         head: Entry | None = self.head_entry(rel)
         if head is not None and head.mode == objects.MODE_GITLINK:
             return  # a submodule: recorded only as its gitlink, which agents' file writes never change
-        if self._under_gitlink(rel):
+        if self._under_gitlink(rel) or self._in_nested_repository(rel):
             return
         if st is None:
             for path, old_entry in self._tracked_under(rel):
@@ -178,6 +179,21 @@ class Capturer:
         if self._sparse is None:
             self._sparse = sparse.excluded(self.worktree) if sparse.may_be_sparse(self.worktree) else {}
         return self._sparse.get(rel) == head
+
+    def _in_nested_repository(self, rel: str) -> bool:
+        """True for a path below a directory the head does not track that holds a ``.git`` (the agent's
+        ``git init sub``, staged or not): it is recorded as nothing, like the directory itself
+        (:meth:`_add_dir`), whichever of its paths a watcher names. Its ``.git`` is never read."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent not in self._nested:
+                head = self.head_entry(parent)
+                tracked = head is not None and head.is_tree
+                self._nested[parent] = not tracked and self.fs.lstat(self.root, parent + "/.git") is not None
+            if self._nested[parent]:
+                return True
+        return False
 
     def _under_gitlink(self, rel: str) -> bool:
         parts = rel.split("/")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import pygit2
+from pygit2.enums import DiffOption
 
 from sandbox.store import objects
 
@@ -51,13 +52,23 @@ def status_paths(worktree: str) -> set[str]:
     # run commands named there (core.fsmonitor, filter drivers, a redirected commondir's config)
     # in this process, outside the agent's confinement. libgit2 runs none. It is about 2x slower
     # than git's status on large trees (docs/design.md); this is the fallback path.
+    # Its status, as two diffs that treat submodules as unmodified: libgit2's status opens every
+    # nested repository the index names (an agent's `git init sub; git add sub`) and reads its
+    # config, following `include.path` to any file: a FIFO there blocked it for ever, holding the GIL.
+    flags = DiffOption.IGNORE_SUBMODULES | DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
     try:
-        status = pygit2.Repository(worktree).status(untracked_files="all", ignored=False)
-    except pygit2.GitError as exc:
+        wt = pygit2.Repository(worktree)
+        index = wt.index
+        diffs = [index.diff_to_workdir(flags)]
+        if not wt.head_is_unborn:
+            diffs.append(index.diff_to_tree(wt.head.peel(pygit2.Tree), flags))
+    except (pygit2.GitError, KeyError) as exc:
         raise SandboxError(f"Cannot read the status of the worktree {worktree} ({exc}).") from None
-    for path, flags in status.items():
-        if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):
-            out.add(path)
+    for diff in diffs:
+        for delta in diff.deltas:
+            for path in {delta.old_file.path, delta.new_file.path}:
+                if not _is_submodule(worktree, path):
+                    out.add(path)
     return out
 
 

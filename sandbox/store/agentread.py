@@ -318,3 +318,21 @@ def read_path(root: str, path: str, *, limit: int = DEFAULT_LIMIT, prefix: int |
             os.close(file_fd)
     finally:
         os.close(fd)
+
+
+def blob_id(root: int, rel: str, seen: os.stat_result | None = None) -> str:
+    """The git blob id of the regular file ``rel`` beneath ``root``, hashed from its checked
+    descriptor (:func:`open_file`) as it is read, whatever its size: nothing is kept, and a regular
+    file's read cannot block. :class:`ChangedError` when its size changes meanwhile."""
+    fd, st = open_file(root, rel, seen)
+    try:
+        digest = hashlib.sha1(b"blob %d\0" % st.st_size, usedforsecurity=False)
+        total = 0
+        while chunk := os.read(fd, CHUNK):
+            total += len(chunk)
+            digest.update(chunk)
+        if total != st.st_size:
+            raise ChangedError(f"{rel!r} changed size while it was read; it was not read.", rel)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)

@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from sandbox.agent import adapters, sessions
 from sandbox.agent.adapters import claude_code, gemini
 from sandbox.errors import SandboxError
+from sandbox.store import journal
 from tests.conftest import scaled
 
 SECRET = b'{"sessionId": "0b7c3d9e-1111-4222-8333-444455556666", "secret": "PRIVATE KEY of the user"}\n'
@@ -166,6 +168,7 @@ def test_a_transcript_reader_refuses_a_sparse_file_over_the_bound_in_bounded_mem
         import resource, sys
         from sandbox.agent import sessions
         from sandbox.errors import SandboxError
+from sandbox.store import journal
         try:
             sessions.read_found(sys.argv[1], [sys.argv[2]])
             print("read")
@@ -180,3 +183,25 @@ def test_a_transcript_reader_refuses_a_sparse_file_over_the_bound_in_bounded_mem
     verdict, peak = proc.stdout.decode().split("\n")[:2]
     assert verdict == "refused TooLargeError", proc.stdout
     assert int(peak) < 400, f"{peak} MiB resident"
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_undo_in_the_run_probes_a_swapped_worktree_file_never_through_the_swap(tmp_path: Path, kind: str) -> None:
+    """journal.probe reads the run's worktree when a call is undone in the run (and the user's tree for apply)."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(SECRET)
+    worktree = tmp_path / "wt"
+    path = worktree / "src" / "a.txt"
+    mine = b"the agent's file\n"
+    twin = plant(path, mine, secret, kind)
+    secret_id = str(pygit2.hash(SECRET))
+
+    def read() -> bytes | None:
+        found = journal.probe(str(worktree), "src/a.txt")
+        assert found.entry is None or found.entry.oid != secret_id, "the probe hashed the secret"
+        return found.entry.oid.encode() if found.kind == "file" and found.entry else None
+
+    with racing(path, twin):
+        calls, seen = hammer(read)
+    assert calls > 20
+    assert seen <= {str(pygit2.hash(mine)).encode()}

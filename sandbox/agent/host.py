@@ -438,6 +438,7 @@ class Host:
         with slot.lock, self.record_lock:
             slot.unsealed = True
             slot.run.outside_shared_lock = functools.partial(locks.released, self.record_lock)
+            slot.run.scan_in_worker = True
             try:
                 outcome = slot.recorder.record(event)
             except Exception as exc:  # the host must outlive one bad request; the hook reports it

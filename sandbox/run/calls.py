@@ -212,7 +212,9 @@ def _read_first(run: RunCore, paths: Iterable[str] | None) -> _ReadFirst:
     out = _ReadFirst()
     with run.outside_shared_lock():
         try:
-            out.status = scan.status_paths(run.worktree) if paths is None else None
+            if paths is None:  # in the host, in a worker: libgit2 reads by name, holding Python's lock
+                status = scan.status_paths_in_worker if run.scan_in_worker else scan.status_paths
+                out.status = status(run.worktree)
             pre = Preread(
                 run.worktree,
                 limit=run.max_read_bytes(),

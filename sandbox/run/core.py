@@ -72,6 +72,8 @@ class RunCore:
         #: Entered while a recording reads the agent's files: the host lets go of the lock its runs
         #: share for that time (:mod:`sandbox.store.preread`); elsewhere there is no such lock.
         self.outside_shared_lock: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        #: A scan runs in a child process (the host's: a scan that blocks must not stop its other runs).
+        self.scan_in_worker = False
         self._read: tuple[str | None, list[tuple[str, Event]]] | None = None
 
     # -- creation ------------------------------------------------------------------------------

@@ -72,6 +72,52 @@ def status_paths(worktree: str) -> set[str]:
     return out
 
 
+#: Seconds the worker of :func:`status_paths_in_worker` may take before it is killed.
+WORKER_DEADLINE = 120.0
+
+_WORKER = """
+import json, sys
+from sandbox.errors import SandboxError
+from sandbox.store import scan
+try:
+    print(json.dumps({"paths": sorted(scan.status_paths(sys.argv[1]))}))
+except SandboxError as exc:
+    print(json.dumps({"error": exc.message}))
+"""
+
+
+def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> set[str]:
+    """:func:`status_paths` in a child process, killed after ``deadline`` seconds.
+
+    libgit2 opens the files whose stat changed by name and holds Python's lock while it reads: a file
+    the agent swaps for a FIFO at that moment blocks it, and in the host that would stop every run.
+    In a child, it costs this call only: it ends failed with the reason (about 0.2 s more per scan,
+    paid by runs the host cannot watch).
+    """
+    import json
+    import subprocess
+    import sys
+
+    from sandbox.errors import SandboxError
+
+    argv = [sys.executable, "-c", _WORKER, worktree]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=deadline, check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(
+            f"Reading the status of the worktree {worktree} took more than {deadline:g} s (a file there "
+            "blocks it, such as a FIFO); remove it in the worktree, then record again."
+        ) from None
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        raise SandboxError(f"Cannot read the status of the worktree {worktree} ({tail[0]}).") from None
+    if "error" in answer:
+        raise SandboxError(str(answer["error"]))
+    return {str(p) for p in answer["paths"]}
+
+
 def head_paths(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """The paths where the worktree's own HEAD tree (the agent may commit) differs from the run's head."""
     out: set[str] = set()

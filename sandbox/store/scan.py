@@ -22,9 +22,11 @@ from pygit2.enums import DiffOption
 from sandbox.store import objects
 
 
-def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
-    """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
-    return status_paths(worktree) | head_paths(repo, worktree, run_head_tree)
+def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None, *, worker: bool = False) -> set[str]:
+    """Every path that may differ between the files of ``worktree`` and ``run_head_tree``; with
+    ``worker``, libgit2's status runs in a child process (:func:`status_paths_in_worker`)."""
+    status = status_paths_in_worker(worktree) if worker else status_paths(worktree)
+    return status | head_paths(repo, worktree, run_head_tree)
 
 
 def status_paths(worktree: str) -> set[str]:

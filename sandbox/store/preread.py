@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from sandbox.store import agentread
 
 _Failure = OSError | agentread.AgentReadError
+#: The most content (bytes) a pre-read keeps in memory for one call.
+BUDGET = 256 * 1024 * 1024
 
 
 class Reader:
@@ -77,6 +79,10 @@ class Preread(Reader):
         self.skip = skip
         self.is_ignored = is_ignored
         self.max_depth = max_depth
+        #: Bytes of content kept for the capture: past ``budget``, files are left to it (read under
+        #: the shared lock, as before) rather than held in memory all at once.
+        self.kept = 0
+        self.budget = BUDGET
         self.stats: dict[str, os.stat_result | None] = {}
         self.names: dict[str, list[str] | _Failure] = {}
         self.blobs: dict[str, agentread.Blob | _Failure] = {}
@@ -134,13 +140,18 @@ class Preread(Reader):
                 self.links[rel] = agentread.readlink(self._root, rel)
             except (OSError, agentread.AgentReadError) as exc:
                 self.links[rel] = exc
+        elif self.kept >= self.budget:
+            return  # what is kept in memory is bounded: the rest is read by the capture itself
         elif stat.S_ISREG(st.st_mode) and not (listed and self.is_ignored is not None and self.is_ignored(rel)):
             # Ignored files are asked about only in a directory's listing (a new node_modules is not read
             # whole); the few paths a call names are read without asking (capture may want them tracked).
             try:
-                self.blobs[rel] = agentread.read_file(self._root, rel, st, limit=self.limit)
+                blob = agentread.read_file(self._root, rel, st, limit=self.limit)
             except (OSError, agentread.AgentReadError) as exc:
                 self.blobs[rel] = exc
+            else:
+                self.blobs[rel] = blob
+                self.kept += len(blob.data)
 
     # -- answered to capture, as agentread would ----------------------------------------------
 

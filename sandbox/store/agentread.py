@@ -43,8 +43,9 @@ from sandbox.store import beneath
 DEFAULT_LIMIT = 256 * 1024 * 1024
 #: Seconds one file's read may take before it is refused.
 DEFAULT_DEADLINE = 30.0
-#: Seconds spent hashing a file over the bound (its content is not kept): recording holds the host's
-#: lock, and a 4 GiB sparse file takes 10-40 s to hash here; past this its blob id is not given.
+#: Seconds spent hashing a file over the bound (its content is not kept): a 4 GiB sparse file takes
+#: 10-40 s to hash here, paid by the recording call (read before the host's shared lock is taken,
+#: sandbox.store.preread); past this its blob id is not given.
 HASH_BUDGET = 2.0
 CHUNK = 1024 * 1024
 

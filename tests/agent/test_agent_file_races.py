@@ -168,7 +168,6 @@ def test_a_transcript_reader_refuses_a_sparse_file_over_the_bound_in_bounded_mem
         import resource, sys
         from sandbox.agent import sessions
         from sandbox.errors import SandboxError
-from sandbox.store import journal
         try:
             sessions.read_found(sys.argv[1], [sys.argv[2]])
             print("read")

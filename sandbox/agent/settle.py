@@ -96,7 +96,7 @@ def changed_paths(run: Run, candidates: list[str] | None) -> list[str]:
     if candidates is None:
         from sandbox.store import scan
 
-        candidates = sorted(scan.candidates(run.repo, run.worktree, head_tree))
+        candidates = sorted(scan.candidates(run.repo, run.worktree, head_tree, worker=run.scan_in_worker))
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     return sorted(cap.changes)
 

@@ -65,10 +65,16 @@ class RunCore:
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None
         self._user_workdir: str | None = None
+        self._limits: dict[str, int | None] = {}
         #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.run.include`).
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[RunCore, str], None]] = []
+        #: Entered while a recording reads the agent's files: the host lets go of the lock its runs
+        #: share for that time (:mod:`sandbox.store.preread`); elsewhere there is no such lock.
+        self.outside_shared_lock: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        #: A scan runs in a child process (the host's: a scan that blocks must not stop its other runs).
+        self.scan_in_worker = False
         self._read: tuple[str | None, list[tuple[str, Event]]] | None = None
 
     # -- creation ------------------------------------------------------------------------------
@@ -256,40 +262,33 @@ class RunCore:
         self._wt_repo = None
 
     def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
-        """What the run's own git dir takes from the user's repository config: settings, object format."""
-        local: list[tuple[str, str]] = []
-        with contextlib.suppress(pygit2.GitError):
-            local = [
-                (e.name, e.value) for e in self.repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value
-            ]
-        object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+        """What the run's own git dir takes from the user's repository config
+        (:func:`sandbox.store.worktree.settings_of`)."""
         from sandbox.store import worktree
 
-        return worktree.inherited(local), object_format
+        return worktree.settings_of(self.repo)
 
     def max_call_bytes(self) -> int | None:
         """``max_call_size`` of the user's settings, else ``config.DEFAULT_MAX_CALL_SIZE`` (read once per Run)."""
-        if not hasattr(self, "_max_call_bytes"):
-            from sandbox.run import config
+        from sandbox.run import config
 
-            try:
-                limits = config.load(self.user_workdir).limits
-                self._max_call_bytes = limits.get("max_call_size", config.DEFAULT_MAX_CALL_SIZE)
-            except (config.ConfigError, OSError):
-                self._max_call_bytes = config.DEFAULT_MAX_CALL_SIZE
-        return self._max_call_bytes
+        return self._limit("max_call_size", config.DEFAULT_MAX_CALL_SIZE)
 
     def max_read_bytes(self) -> int | None:
         """``max_read_size`` of the user's settings: the largest agent file read into memory (None: the
         default of :mod:`sandbox.store.agentread`)."""
-        if not hasattr(self, "_max_read_bytes"):
+        return self._limit("max_read_size", None)
+
+    def _limit(self, name: str, default: int | None) -> int | None:
+        """One of the user's ``[limits]`` (``default`` when unset or unreadable), read once per Run."""
+        if name not in self._limits:
             from sandbox.run import config
 
             try:
-                self._max_read_bytes = config.load(self.user_workdir).limits.get("max_read_size")
+                self._limits[name] = config.load(self.user_workdir).limits.get(name, default)
             except (config.ConfigError, OSError):
-                self._max_read_bytes = None
-        return self._max_read_bytes
+                self._limits[name] = default
+        return self._limits[name]
 
     @property
     def user_workdir(self) -> str:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
     from sandbox.agent.adapter import AgentAdapter, HookAdapter
 
+#: The largest agent settings file read from a worktree (bytes).
+SETTINGS_LIMIT = 16 * 1024 * 1024
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
 SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _names: list[tuple[str, ...]] = []
@@ -153,6 +155,14 @@ def _merge_hooks(existing: Mapping[str, object], ours: dict[str, list[Any]], mar
     return hooks
 
 
+def _read_settings(worktree: str, path: str) -> bytes:
+    """The agent's settings file in its worktree, read beneath the worktree through a checked
+    descriptor (:mod:`sandbox.store.agentread`: swapped for a link or a FIFO, it is refused)."""
+    from sandbox.store import agentread
+
+    return agentread.read_path(worktree, path, limit=SETTINGS_LIMIT)
+
+
 def install(adapter: HookAdapter, worktree: str, command: str) -> str:
     """Write the adapter's hooks into the worktree's local agent settings; returns the file's path."""
     import json
@@ -168,9 +178,8 @@ def install(adapter: HookAdapter, worktree: str, command: str) -> str:
         if os.path.islink(path) or not os.path.isfile(path):
             raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
         try:
-            with open(path, encoding="utf-8") as fh:
-                loaded = json.load(fh)
-        except (OSError, ValueError, RecursionError) as exc:  # nested deeper than Python recurses: the agent's
+            loaded = json.loads(_read_settings(worktree, path))
+        except (OSError, ValueError, RecursionError, SandboxError) as exc:  # nested too deep: the agent's
             raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
         if not isinstance(loaded, dict):
             raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")
@@ -214,9 +223,8 @@ def uninstall(adapter: HookAdapter, worktree: str) -> bool:
     if os.path.islink(path) or not os.path.isfile(path):
         return False
     try:
-        with open(path, encoding="utf-8") as fh:
-            loaded = json.load(fh)
-    except (OSError, ValueError, RecursionError):
+        loaded = json.loads(_read_settings(worktree, path))
+    except (OSError, ValueError, RecursionError, SandboxError):
         return False  # not ours to repair: the agent reports it
     if not isinstance(loaded, dict):
         return False

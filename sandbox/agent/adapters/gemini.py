@@ -444,6 +444,8 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
     file names no ``sessionId``), else None."""
     from sandbox.agent import adapters, agenthome
+    from sandbox.errors import SandboxError
+    from sandbox.store import agentread
 
     root = sessions_dir(run_dir)
     try:
@@ -457,8 +459,11 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     if not found:
         return None
     session: Any = None
-    with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
-        session = json.loads(fh.readline(64 * 1024)).get("sessionId")
+    with contextlib.suppress(OSError, ValueError, AttributeError, SandboxError):
+        newest = max(found, key=lambda f: os.stat(f, follow_symlinks=False).st_mtime)
+        # The run's agent home is the agent's to write: read beneath it, never by name (agentread).
+        first = agentread.read_path(root, newest, prefix=64 * 1024).split(b"\n", 1)[0]
+        session = json.loads(first).get("sessionId")
     ok = isinstance(session, str) and adapters.valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]
 

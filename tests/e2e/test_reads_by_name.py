@@ -23,9 +23,10 @@ COPIES = {"copy", "copy2", "copyfile", "copytree"}
 # /proc, /sys, the kernel's and the process's own: not files an agent writes.
 KERNEL = {
     "sandbox.agent.procs": 6,
-    "sandbox.agent.confine": 5,
-    "sandbox.agent.hardening": 3,
-    "sandbox.agent.nslimits": 1,
+    "sandbox.confine.spawn": 8,
+    "sandbox.agent.calltrees": 1,  # /proc/PID/stat
+    "sandbox.confine.hardening": 3,
+    "sandbox.confine.nslimits": 1,
     "sandbox.fast.inotify": 3,
     "sandbox.cli.doctor": 1,
 }
@@ -34,10 +35,11 @@ KERNEL = {
 STATE = {
     "sandbox.agent.host": 1,
     "sandbox.agent.wire": 7,
-    "sandbox.agent.netproxy": 1,
+    "sandbox.confine.proxy": 1,
     "sandbox.agent.reaper": 1,
     "sandbox.agent.launch": 1,
-    "sandbox.agent.sandboxpolicy": 2,
+    "sandbox.confine.policy": 2,
+    "sandbox.confine.gitview": 3,  # the user's packed-refs, and the run's own view of it (the run directory)
     "sandbox.agent.transcripts": 1,
     "sandbox.agent.adapters.gemini": 1,
     "sandbox.agent.outputs": 1,
@@ -78,11 +80,12 @@ USERS = {
     "sandbox.fast.views": 2,
     "sandbox.store.snapshot": 1,
     "sandbox.run.include": 3,
+    "sandbox.run.venvcopy": 1,  # the copy of your virtualenv, at start, before any agent ran (O_NOFOLLOW)
     "sandbox.run.config": 1,
     "sandbox.cli.isolation": 2,
     "sandbox.cli.demo": 7,
-    "sandbox.agent.homeview": 3,
-    "sandbox.agent.agentstate": 4,
+    "sandbox.confine.homeview": 3,
+    "sandbox.agent.agentstate": 1,
     "sandbox.agent.agenthome": 4,
 }
 # The worktree's `.git` file (which git dir it is), opened only after sandbox.store.gitfiles found it

@@ -105,7 +105,6 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
     # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected, masks.
     mounts: list[tuple[int, int, list[str]]] = [(mount_depth("/tmp"), 0, ["--size", size, "--tmpfs", "/tmp"])]
     hidden = [path for path in policy.hidden if os.path.isdir(path)]
-    mounts += [(mount_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in hidden]
     covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
     covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
     # Visible as on the host even below /tmp or a hidden dir: where it leads, and (when a link leads
@@ -150,7 +149,18 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
             # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
             # device ("config is locked"), and tools read an empty file as an empty setting.
             mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
-    return mounts, [*hidden, *masked_dirs]
+    # A hidden directory inside one that is not visible anyway (the private /tmp, an empty home) gets
+    # its tmpfs only where something is shown above or below it: else the mount would only make an
+    # empty directory chain that names it (another repository of the user's, by its run state).
+    dests = [args[-1] for _depth, _order, args in mounts if args[-2:] != ["--tmpfs", "/tmp"]]
+    needed = [h for h in hidden if not _below(h, ["/tmp", *(o for o in hidden if o != h)]) or _near(h, dests)]
+    mounts += [(mount_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in needed]
+    return mounts, [*needed, *masked_dirs]
+
+
+def _near(path: str, others: Sequence[str]) -> bool:
+    """True when one of ``others`` is ``path``, lies below it or above it."""
+    return any(_below(o, [path]) or _below(path, [o]) for o in others)
 
 
 def _below(path: str, roots: Sequence[str]) -> bool:

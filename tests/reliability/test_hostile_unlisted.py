@@ -57,3 +57,24 @@ def test_the_names_of_the_users_other_repositories_are_not_revealed(repo: Path, 
     listing = seen[str(home)]
     assert isinstance(listing, list) and "clients" not in listing, listing
     assert "acme-merger" not in str(seen["mountinfo"])
+
+
+def test_shared_scratch_directories_of_the_machine_are_private(repo: Path, tmp_path: Path) -> None:
+    # /var/tmp is every user's scratch that outlives a reboot (editors' swap and backup files hold
+    # what was edited). Like /tmp, inside it is the sandbox's own: nothing of the machine's is seen.
+    scratch = Path("/var/tmp")
+    if not scratch.is_dir() or scratch.is_symlink():
+        pytest.skip("no /var/tmp of its own on this machine")
+    try:
+        planted = scratch / f"sandbox-test-{tmp_path.name}.swp"
+        planted.write_text("swap of ~/notes/passwords.txt")
+    except OSError:
+        pytest.skip("/var/tmp is not writable here")
+    try:
+        env = {"HOME": str(tmp_path / "userhome")}
+        run_id = start(repo, env)
+        seen = probe(repo, run_id, env, str(planted), str(scratch))
+        assert seen[str(planted)] == "absent"
+        assert seen[str(scratch)] == [], seen[str(scratch)]
+    finally:
+        planted.unlink()

@@ -26,6 +26,7 @@ This module imports only the standard library: ``sandbox exec``'s fast path uses
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -45,7 +46,7 @@ from sandbox.agent.sandboxpolicy import (
     Policy,
 )
 from sandbox.agent.seatbelt import seatbelt_profile
-from sandbox.agent.verdict import explain
+from sandbox.agent.verdict import bound_sockets, explain, stray_sockets
 
 if TYPE_CHECKING:
     from sandbox.agent.hardening import Cgroups
@@ -270,6 +271,9 @@ def spawn(
         return Confined(seatbelt, None, session=False)
     from sandbox.agent import hardening
 
+    stray = stray_sockets(policy, bound_sockets())
+    if stray:  # daemons' sockets in the read-only rest of the machine: none reachable unless shown on purpose
+        policy = dataclasses.replace(policy, masked=(*policy.masked, *stray))
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None

@@ -33,10 +33,14 @@ class Verdict:
 
 def explain(policy: Policy, path: str) -> Verdict:
     """The verdict on ``path`` (absolute; resolved here) under ``policy``."""
-    real = os.path.realpath(path)
+    return _decide(_rules(policy), os.path.realpath(path))
+
+
+def _decide(rules: list[tuple[str, int, Verdict]], real: str) -> Verdict:
+    """The verdict of ``rules`` (:func:`_rules`) on the resolved path ``real``."""
     best: tuple[int, int] = (-1, -1)
     verdict = Verdict(True, False, "read-only, as on the host (outside the homes and every hidden place)")
-    for root, rank, candidate in _rules(policy):
+    for root, rank, candidate in rules:
         bare = root.rstrip("/") or "/"
         if real == bare or real.startswith(bare.rstrip("/") + "/"):
             key = (mount_depth(bare), rank)
@@ -86,4 +90,32 @@ def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
     access). A name relative to a descriptor (``/proc/self/fd/...``) says nothing of where the socket
     lies and is left out; so are abstract sockets (no path: Landlock or the network namespace decides)."""
     found = {p for p in paths if p.startswith("/") and not p.startswith("/proc/") and explain(policy, p).visible}
-    return sorted(found)
+    return sorted(found.difference(stray_sockets(policy, found)))
+
+
+def stray_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
+    """Of the Unix sockets bound now (``paths``), those a process under ``policy`` would see only because
+    they lie in the machine's read-only rest, where no mount of the policy shows them on purpose (the
+    host's socket, ``unix_sockets``, ``allow_read`` and the run's own paths do): a daemon's control
+    socket outside ``/run`` (LXD's under ``/var/snap``, say). :func:`sandbox.agent.confine.spawn` masks
+    them, so that no socket is reachable unless something shows it (a socket bound after the start is not)."""
+    out: list[str] = []
+    rules: list[tuple[str, int, Verdict]] | None = None  # made for the first socket to judge
+    for path in paths:
+        # The private /tmp is never the rest of the machine: most sockets there cost nothing.
+        if path.startswith("/") and not path.startswith(("/proc/", "/tmp/")) and os.path.exists(path):
+            rules = _rules(policy) if rules is None else rules
+            verdict = _decide(rules, os.path.realpath(path))
+            if verdict.visible and verdict.root is None:
+                out.append(path)
+    return sorted(set(out))
+
+
+def bound_sockets() -> list[str]:
+    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
+    except OSError:
+        return []
+    return [row[7].strip() for row in rows if len(row) == 8]

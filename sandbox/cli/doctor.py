@@ -27,7 +27,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
     from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
-    from sandbox.agent.verdict import reachable_sockets
+    from sandbox.agent.verdict import bound_sockets, reachable_sockets
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.run.names import resolve_run
@@ -78,7 +78,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
                 # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
                 "allow": list(runs.allow) if runs.allow is not None else None,
             },
-            "unix_sockets": reachable_sockets(policy_now, _bound_sockets()),
+            "unix_sockets": reachable_sockets(policy_now, bound_sockets()),
             "limits": {
                 "tmpfs_bytes": limits.tmpfs_bytes,
                 "max_processes": limits.max_processes,
@@ -114,16 +114,6 @@ def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
         masked=runs.masked,
         allowed=tuple(allowed),
     )
-
-
-def _bound_sockets() -> list[str]:
-    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
-    try:
-        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
-            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
-    except OSError:
-        return []
-    return [row[7].strip() for row in rows if len(row) == 8]
 
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:

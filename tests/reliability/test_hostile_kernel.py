@@ -175,13 +175,15 @@ def test_a_calls_size_is_bounded_by_default() -> None:
 
 
 def test_doctor_finds_the_reachable_sockets(repo: Path, tmp_path: Path) -> None:
-    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one in
-    ``/var/tmp`` (visible, read-only: ``connect`` needs no more), yes; Docker Desktop's in the home, no."""
+    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one that
+    ``unix_sockets`` shows (below the private ``/tmp``), yes; Docker Desktop's in the home, no (a socket
+    in the machine's read-only rest is masked: tests/reliability/test_hostile_unlisted.py)."""
     home = Path(os.environ["HOME"])
+    mine = tmp_path / f"sbx-{os.getpid()}.sock"
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nunix_sockets = ["{mine}"]\n')
     out = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
     docker = home / ".docker" / "desktop" / "docker.sock"
     docker.parent.mkdir(parents=True, exist_ok=True)
-    mine = Path("/var/tmp") / f"sbx-{os.getpid()}.sock"
     with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
         a.bind(str(docker))
         b.bind(str(mine))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,57 @@ def test_shared_scratch_directories_of_the_machine_are_private(repo: Path, tmp_p
         assert seen[str(scratch)] == [], seen[str(scratch)]
     finally:
         planted.unlink()
+
+
+def rest_of_the_machine(tmp_path: Path) -> Path | None:
+    """A new directory in the read-only rest of the machine (outside every home, /tmp and /run), where
+    a daemon would keep its control socket (LXD's is /var/snap/lxd/common/lxd/unix.socket); None
+    where this user may write none."""
+    for parent in (Path("/var/lib"), Path("/srv"), Path("/opt"), Path(__file__).resolve().parent):
+        made = parent / f"sbx-{tmp_path.name}"
+        try:
+            made.mkdir()
+        except OSError:
+            continue
+        return made
+    return None
+
+
+CONNECT = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("connected")
+except OSError as exc:
+    print("refused: " + (exc.strerror or str(exc)))
+"""
+
+
+def test_a_daemons_socket_outside_run_and_the_homes_is_not_reachable(repo: Path, tmp_path: Path) -> None:
+    # connect() needs no write access: a daemon's socket in a place left visible read-only (outside
+    # /run, /tmp and the homes) was reached from inside. Only what something shows on purpose (the
+    # host's socket, unix_sockets) is reachable; doctor says the same.
+    place = rest_of_the_machine(tmp_path)
+    if place is None:
+        pytest.skip("no place outside /tmp and the homes is writable here")
+    daemon = place / "unix.socket"
+    chosen = tmp_path / "chosen.sock"
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nunix_sockets = ["{chosen}"]\n')
+    env = {"HOME": str(tmp_path / "userhome")}
+    try:
+        with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
+            a.bind(str(daemon))
+            b.bind(str(chosen))
+            a.listen()
+            b.listen()
+            run_id = start(repo, env)
+            for path, expected in ((daemon, "refused"), (chosen, "connected")):
+                proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", CONNECT, str(path), cwd=repo, env=env)
+                assert proc.returncode == 0, proc.stderr.decode()
+                assert proc.stdout.decode().startswith(expected), (path, proc.stdout.decode())
+            report = json.loads(sandbox_cmd("--json", "doctor", run_id, cwd=repo, env=env).stdout)
+            assert str(chosen) in report["unix_sockets"], report["unix_sockets"]
+            assert str(daemon) not in report["unix_sockets"], report["unix_sockets"]
+    finally:
+        daemon.unlink(missing_ok=True)
+        place.rmdir()

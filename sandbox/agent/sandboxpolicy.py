@@ -91,6 +91,9 @@ DEFAULT_DENY_READ = (
 #: ``~/.ssh`` / ``~/.gnupg`` this is the mount view that keeps path sockets out of reach (the module
 #: docstring says what it does not cover); ``unix_sockets`` binds chosen ones back.
 SOCKET_DIRS = ("/run", "/var/run")
+#: Where other file systems are mounted (the FHS's removable media and temporary mounts): the user's
+#: disks and shares, not the system's; hidden like a home (``allow_read`` shows a path of them).
+MOUNT_DIRS = ("/media", "/mnt")
 #: Files below a hidden directory that a confined process still needs (DNS: ``resolv.conf`` is often
 #: a link into ``/run/systemd/resolve``); bound read-only wherever they lead.
 KEEP_FILES = ("/etc/resolv.conf",)
@@ -532,6 +535,7 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
         reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
     reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
     reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    reasons += [(real(p), "where other file systems are mounted (your disks and shares)") for p in MOUNT_DIRS]
     reasons += [(p, "a scratch directory every user of the machine writes in") for p in shared_scratch()]
     if isolation.user_home:
         why = "a home, empty inside but for its allowlist (see 'sandbox doctor'; allow_read adds to it)"

@@ -133,3 +133,24 @@ def test_a_daemons_socket_outside_run_and_the_homes_is_not_reachable(repo: Path,
     finally:
         daemon.unlink(missing_ok=True)
         place.rmdir()
+
+
+@pytest.mark.parametrize("root", ["/media", "/mnt"])
+def test_the_mount_points_of_other_file_systems_are_hidden(repo: Path, tmp_path: Path, root: str) -> None:
+    # /media/<user>/<disk> is the user's USB drive, /mnt a share or a second disk: the user's data,
+    # not the system's, so hidden like a home (allow_read shows a path of it).
+    if not Path(root).is_dir() or Path(root).is_symlink():
+        pytest.skip(f"no {root} here")
+    disk = Path(root) / f"sbx-{tmp_path.name}"
+    try:
+        disk.mkdir()
+    except OSError:
+        pytest.skip(f"{root} is not writable here")
+    try:
+        (disk / "tax-return.pdf").write_text("the user's")
+        env = {"HOME": str(tmp_path / "userhome")}
+        run_id = start(repo, env)
+        seen = probe(repo, run_id, env, str(disk / "tax-return.pdf"), str(disk))
+        assert seen[str(disk)] == "absent" and seen[str(disk / "tax-return.pdf")] == "absent", seen
+    finally:
+        shutil.rmtree(disk)

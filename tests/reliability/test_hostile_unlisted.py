@@ -154,3 +154,20 @@ def test_the_mount_points_of_other_file_systems_are_hidden(repo: Path, tmp_path:
         assert seen[str(disk)] == "absent" and seen[str(disk / "tax-return.pdf")] == "absent", seen
     finally:
         shutil.rmtree(disk)
+
+
+def test_the_object_directories_the_runs_git_borrows_are_the_hosts_to_name(repo: Path, tmp_path: Path) -> None:
+    # The run's git reaches the user's objects through objects/info/alternates, a file the host wrote.
+    # Were it the agent's to rewrite, the host's own readers of the run's git (status, log, push of the
+    # agent's refs) and the user's git in the worktree would read objects from any directory the agent
+    # names, seen or not from inside. Its own objects stay its to write.
+    env = {"HOME": str(tmp_path / "userhome")}
+    run_id = start(repo, env)
+    script = (
+        'alt="$(git rev-parse --git-path objects)/info/alternates"; '
+        'if echo /elsewhere/objects >> "$alt" 2>/dev/null; then echo written; else echo refused; fi; '
+        "echo x > new.txt && git add new.txt && git -c user.name=a -c user.email=a@b commit -qm x && echo committed"
+    )
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", script, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["refused", "committed"], proc.stdout.decode()

@@ -199,15 +199,28 @@ _AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]]
     ),
     "aarch64": ((0xC00000B7, (29,), (217, 218, 219)), (0x40000028, (54,), (309, 310, 311))),  # arm64, arm (EABI)
 }
-_DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
-_LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+# Of the terminal's own ioctls (type 'T', 0x54NN without size bits), only what a program reading and
+# writing a terminal needs: termios, breaks and flushes, process groups, the window size, queue sizes,
+# FIONBIO/FIOCLEX and friends (which share the range), a pty's peer. Refused: TIOCSTI and TIOCLINUX
+# (typing into the user's shell), TIOCSETD (N_NULL on the user's terminal outlives the sandbox: it
+# then reads and shows nothing), TIOCEXCL (the user's own tools then cannot open /dev/tty), serial
+# and console settings.
+_TTY_IOCTLS = (0x5400, 0xFFFFFF00)  # the family: cmd & mask == value
+_ALLOWED_TTY_IOCTLS = (
+    *range(0x5401, 0x540C),  # TCGETS .. TCFLSH
+    *range(0x540D, 0x5412),  # TIOCNXCL, TIOCSCTTY, TIOCGPGRP, TIOCSPGRP, TIOCOUTQ
+    0x5413, 0x5414, 0x541B, 0x5420, 0x5421, 0x5422, 0x5424, 0x5425,  # WINSZ, FIONREAD, PKT, FIONBIO, NOTTY, GETD, BRKP
+    0x5427, 0x5428, 0x5429, 0x5441, 0x5450, 0x5451, 0x5452, 0x5460,  # (C)BRK, GSID, GPTPEER, FIO(N)CLEX, ASYNC, QSIZE
+)  # fmt: skip
+_LD_ABS, _JEQ_K, _RET_K, _AND_K = 0x20, 0x15, 0x06, 0x54
 _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
 
 
 def seccomp_program(machine: str | None = None, *, ioctls: bool = True) -> bytes | None:
     """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know.
 
-    ``ioctls``: refuse ``TIOCSTI``/``TIOCLINUX`` too (a command that shares the user's terminal)."""
+    ``ioctls``: refuse the terminal ioctls no program needs too, ``TIOCSTI``/``TIOCLINUX`` first (a
+    command that shares the user's terminal)."""
     arches = _AUDIT_ARCH.get(machine or os.uname().machine)
     if arches is None:
         return None
@@ -224,8 +237,8 @@ def seccomp_program(machine: str | None = None, *, ioctls: bool = True) -> bytes
             prog.append((_JEQ_K, target, "allow" if j == len(checks) - 1 else None, nr))
     labels["args"] = len(prog)
     prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
-    for i, cmd in enumerate(_DENIED_IOCTLS):
-        prog.append((_JEQ_K, "deny", "allow" if i == len(_DENIED_IOCTLS) - 1 else None, cmd))
+    prog += [(_JEQ_K, "allow", None, cmd) for cmd in _ALLOWED_TTY_IOCTLS]
+    prog += [(_AND_K, None, None, _TTY_IOCTLS[1]), (_JEQ_K, "deny", "allow", _TTY_IOCTLS[0])]
     labels.update(allow=len(prog), deny=len(prog) + 1)
     out = b""
     for index, (code, jt, jf, k) in enumerate(prog):

@@ -185,19 +185,24 @@ def _limits_shell(limits: Limits) -> str:
 
 # A classic BPF program for seccomp: the kernel keyring calls (add_key, request_key, keyctl) fail with
 # EPERM (as root the user keyring would otherwise be read with keyctl; a keyring is not namespaced by
-# the mount or user namespace); with ``ioctls``, ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails too. Every
-# other call is allowed. The filter sees the calling convention's architecture, not the binary's: a
-# 64-bit process reaches the 32-bit table with ``int 0x80`` (``svc`` in AArch32 on arm64), so each
-# machine lists its compat architecture too, with that table's numbers (ioctl is 54 on i386 and arm).
+# the mount or user namespace), and so do io_uring's (425-427 on every table: a large kernel surface
+# no build tool needs, which libuv and others fall back from); with ``ioctls``, the terminal ioctls
+# no program needs fail too (``_ALLOWED_TTY_IOCTLS``). Every other call is allowed. The filter sees the
+# calling convention's architecture, not the binary's: a 64-bit process reaches the 32-bit table with
+# ``int 0x80`` (``svc`` in AArch32 on arm64), so each machine lists its compat architecture too, with
+# that table's numbers (ioctl is 54 on i386 and arm).
 # Unknown machines get no filter (see :func:`seccomp_program`).
 _X32 = 0x40000000
+_URING = (425, 426, 427)  # io_uring_setup, io_uring_enter, io_uring_register
+_X86_64_REFUSED = (248, 249, 250, *_URING)
 _AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]] = {
-    # (audit arch, ioctl numbers, keyring numbers): x86-64 (and x32), i386
+    # (audit arch, ioctl numbers, refused numbers): x86-64 (and x32), i386
     "x86_64": (
-        (0xC000003E, (16, _X32 | 514), (248, 249, 250, _X32 | 248, _X32 | 249, _X32 | 250)),
-        (0x40000003, (54,), (286, 287, 288)),
+        (0xC000003E, (16, _X32 | 514), (*_X86_64_REFUSED, *(_X32 | n for n in _X86_64_REFUSED))),
+        (0x40000003, (54,), (286, 287, 288, *_URING)),
     ),
-    "aarch64": ((0xC00000B7, (29,), (217, 218, 219)), (0x40000028, (54,), (309, 310, 311))),  # arm64, arm (EABI)
+    # arm64, arm (EABI)
+    "aarch64": ((0xC00000B7, (29,), (217, 218, 219, *_URING)), (0x40000028, (54,), (309, 310, 311, *_URING))),
 }
 # Of the terminal's own ioctls (type 'T', 0x54NN without size bits), only what a program reading and
 # writing a terminal needs: termios, breaks and flushes, process groups, the window size, queue sizes,

@@ -67,6 +67,25 @@ def test_keyring_calls_are_refused(repo: Path) -> None:
     assert proc.stdout.decode().split() == ["-1", "1"], proc.stdout.decode()  # EPERM
 
 
+URING = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+ret = libc.syscall(425, 1, params)  # io_uring_setup: the same number on every table
+print(ret, ctypes.get_errno())
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the filter knows these machines")
+def test_io_uring_is_refused(repo: Path) -> None:
+    """io_uring is a large kernel surface (most of the kernel exploits of recent bounty programs) that
+    no build tool needs: its calls fail with EPERM inside, as Docker's default profile does."""
+    run_id = start(repo)
+    proc = inside(repo, run_id, "python3", "-c", URING)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["-1", "1"], proc.stdout.decode()  # EPERM
+
+
 def test_keyring_numbers_in_the_filter() -> None:
     from tests.agent.test_confine import _seccomp_verdict
 

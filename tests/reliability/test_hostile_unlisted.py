@@ -113,17 +113,16 @@ def test_a_daemons_socket_outside_run_and_the_homes_is_not_reachable(repo: Path,
     if place is None:
         pytest.skip("no place outside /tmp and the homes is writable here")
     daemon = place / "unix.socket"
-    chosen = tmp_path / "chosen.sock"
-    (repo / ".sandbox.toml").write_text(f'[isolation]\nunix_sockets = ["{chosen}"]\n')
+    chosen, chosen_there = tmp_path / "chosen.sock", place / "chosen.sock"  # below /tmp, in the rest
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nunix_sockets = ["{chosen}", "{chosen_there}"]\n')
     env = {"HOME": str(tmp_path / "userhome")}
     try:
-        with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
-            a.bind(str(daemon))
-            b.bind(str(chosen))
-            a.listen()
-            b.listen()
+        with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b, socket.socket(socket.AF_UNIX) as c:
+            for sock, path in ((a, daemon), (b, chosen), (c, chosen_there)):
+                sock.bind(str(path))
+                sock.listen()
             run_id = start(repo, env)
-            for path, expected in ((daemon, "refused"), (chosen, "connected")):
+            for path, expected in ((daemon, "refused"), (chosen, "connected"), (chosen_there, "connected")):
                 proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", CONNECT, str(path), cwd=repo, env=env)
                 assert proc.returncode == 0, proc.stderr.decode()
                 assert proc.stdout.decode().startswith(expected), (path, proc.stdout.decode())
@@ -132,6 +131,7 @@ def test_a_daemons_socket_outside_run_and_the_homes_is_not_reachable(repo: Path,
             assert str(daemon) not in report["unix_sockets"], report["unix_sockets"]
     finally:
         daemon.unlink(missing_ok=True)
+        chosen_there.unlink(missing_ok=True)
         place.rmdir()
 
 

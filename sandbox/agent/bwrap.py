@@ -149,11 +149,12 @@ def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]]
             # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
             # device ("config is locked"), and tools read an empty file as an empty setting.
             mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
-    # A hidden directory inside one that is not visible anyway (the private /tmp, an empty home) gets
-    # its tmpfs only where something is shown above or below it: else the mount would only make an
-    # empty directory chain that names it (another repository of the user's, by its run state).
+    # A hidden directory inside another (an empty home) gets its tmpfs only where something is shown
+    # above or below it: else the mount would only make an empty directory chain that names it
+    # (another repository of the user's, by its run state). One in the private /tmp keeps its own
+    # (read-only: a path there stays unwritable, as it is everywhere else).
     dests = [args[-1] for _depth, _order, args in mounts if args[-2:] != ["--tmpfs", "/tmp"]]
-    needed = [h for h in hidden if not _below(h, ["/tmp", *(o for o in hidden if o != h)]) or _near(h, dests)]
+    needed = [h for h in hidden if not _below(h, [o for o in hidden if o != h]) or _near(h, dests)]
     mounts += [(mount_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in needed]
     return mounts, [*needed, *masked_dirs]
 

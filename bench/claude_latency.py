@@ -10,7 +10,9 @@ Read, in turn), with the run's service up:
 * ``serve``: ``sandbox hooks install claude-code RUN`` + ``sandbox serve RUN`` in the background,
   then ``claude`` started in the worktree;
 * ``noop`` (the floor on this machine at this load): the same session with a Python hook that only
-  reads its payload.
+  reads its payload;
+* ``noop-run`` (the floor of ``run``): that hook, installed in the worktree, under ``sandbox run RUN --hooks
+  none`` (the same confinement, so the same cost of starting a process inside it).
 
 Claude Code's ``--debug-file`` logs every hook as ``Hooks: <Event>:<tool> [<command>] finished with
 status <code> (<N>ms)``; the figures are those durations for our hook command (process start,
@@ -117,7 +119,7 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     # the rest of the home is read-only and /tmp is private.
     (home / ".claude").mkdir(exist_ok=True)
     debug_log = home / ".claude" / f"debug-{via}.log"
-    if via == "run":
+    if via in ("run", "noop-run"):
         # Under 'sandbox run' the user's ~/.claude is read-only and the run's directory hidden: the log
         # goes in the worktree, ignored by the run's git (so no call records it).
         debug_log = worktree / f"debug-{via}.log"
@@ -132,12 +134,16 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
     with ModelServer(script(worktree, calls)) as server:
         env = env_for(server, home)
         try:
-            if via == "noop":  # the floor: a Python hook that only reads its payload
+            if via in ("noop", "noop-run"):  # the floor: a Python hook that only reads its payload
                 hook = {"matcher": "*", "hooks": [{"type": "command", "command": NOOP}]}
                 settings = {"hooks": {e: [hook] for e in ("PreToolUse", "PostToolUse")}}
                 (worktree / ".claude").mkdir(exist_ok=True)
                 (worktree / ".claude" / "settings.local.json").write_text(json.dumps(settings))
-                subprocess.run(args, cwd=worktree, env=env, check=True, timeout=900)
+                if via == "noop":
+                    subprocess.run(args, cwd=worktree, env=env, check=True, timeout=900)
+                else:
+                    run_args = [SANDBOX, "run", run_id, "--hooks", "none", "--", *args]
+                    subprocess.run(run_args, cwd=repo, env=env, check=True, timeout=900)
             elif via == "run":
                 subprocess.run([SANDBOX, "run", run_id, "--", *args], cwd=repo, env=env, check=True, timeout=900)
             else:
@@ -153,7 +159,7 @@ def one(via: str, repo: Path, home: Path, calls: int) -> list[tuple[str, int]]:
             if serve is not None:
                 serve.terminate()
                 serve.wait(timeout=30)
-    found = durations(debug_log, "sys.stdin.buffer.read()" if via == "noop" else " hook claude-code")
+    found = durations(debug_log, "sys.stdin.buffer.read()" if via.startswith("noop") else " hook claude-code")
     subprocess.run([SANDBOX, "drop", run_id, "--force"], cwd=repo, capture_output=True)
     return found
 
@@ -186,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--files", type=int, default=10000)
-    parser.add_argument("--via", choices=["run", "serve", "noop", "all"], default="all")
+    parser.add_argument("--via", choices=["run", "serve", "noop", "noop-run", "all"], default="all")
     opts = parser.parse_args()
     if not os.access(CLAUDE, os.X_OK):
         raise SystemExit("The real Claude Code is not installed; run 'make agents'.")
@@ -195,7 +201,7 @@ def main() -> None:
         repo = work / "repo"
         make_repo(repo, opts.files)
         print(f"Claude Code hook latency, {opts.calls} tool calls, {opts.files} files; load {os.getloadavg()}")
-        for via in ["noop", "run", "serve"] if opts.via == "all" else [opts.via]:
+        for via in ["noop", "noop-run", "run", "serve"] if opts.via == "all" else [opts.via]:
             home = work / f"home-{via}"
             home.mkdir()
             report(f"via {via}", one(via, repo, home, opts.calls))

@@ -13,6 +13,7 @@ With ``--screenshots DIR`` it writes the main pages as PNG files there (``make s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -21,8 +22,32 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Playwright
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@contextlib.contextmanager
+def served(repo: str) -> Iterator[str]:
+    """The real ``sandbox ui`` of ``repo``, no browser of its own: its first address (the token in the
+    fragment, as a browser is handed it); stopped as a user stops it (SIGINT) afterwards."""
+    exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
+    proc = subprocess.Popen([exe, "ui", "--no-browser", "--json"], cwd=repo, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        yield str(json.loads(proc.stdout.readline())["url"])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def launch(pw: Playwright) -> Browser:
+    """Debian's chromium, headless, as the tests drive it."""
+    return pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
 
 
 def _git(cwd: str, *args: str) -> None:
@@ -34,8 +59,8 @@ def build(root: str, calls: int, diff_lines: int) -> tuple[str, list[str]]:
     file, a mode change, a connection its allowlist refused), a planned call, and a check in each."""
     import datetime
 
-    from sandbox.agent.netproxy import Refusal
     from sandbox.agent.netrecord import _Recorder
+    from sandbox.confine.proxy import Refusal
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -104,14 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({"SANDBOX_HOOK_AUTOSTART": "0", "TZ": "UTC"})
     try:
         repo, ids = build(root, args.calls, args.diff_lines)
-        exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
-        proc = subprocess.Popen([exe, "ui", "--no-browser", "--json"], cwd=repo, stdout=subprocess.PIPE)
-        assert proc.stdout is not None
-        url = json.loads(proc.stdout.readline())["url"]
-        base = url.split("/#", 1)[0]
-        try:
+        with served(repo) as url:
+            base = url.split("/#", 1)[0]
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+                browser = launch(pw)
                 page = browser.new_page(viewport={"width": 1280, "height": 800})
                 page.goto(url)
                 page.wait_for_selector("html[data-shown]", state="attached")
@@ -157,9 +178,6 @@ def main(argv: list[str] | None = None) -> int:
                     narrow.screenshot(path=os.path.join(args.screenshots, "ui-run-narrow.png"))
                     print(f"wrote {os.path.join(args.screenshots, 'ui-run-narrow.png')}")
                 browser.close()
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=30)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -18,12 +18,10 @@ import base64
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 APP = "".join(f"def step_{i}(value):\n    return value + {i}\n\n" for i in range(12))
 
 
@@ -35,8 +33,10 @@ def _png(colour: str) -> bytes:
     """A small PNG drawn by chromium's canvas (no image library)."""
     from playwright.sync_api import sync_playwright
 
+    from bench.ui_page import launch
+
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        browser = launch(pw)
         page = browser.new_page()
         page.set_content("<canvas width='96' height='48'></canvas>")
         url = page.evaluate(
@@ -93,11 +93,8 @@ def shoot(repo: str, run_id: str, out: str) -> None:
     """Walk the review in chromium and write the screenshots into ``out``."""
     from playwright.sync_api import sync_playwright
 
-    exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
-    proc = subprocess.Popen([exe, "ui", "--no-browser", "--json"], cwd=repo, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    url = json.loads(proc.stdout.readline())["url"]
-    run_url = url.replace("/#", f"/run/{run_id}#")
+    from bench.ui_page import launch, served
+
     os.makedirs(out, exist_ok=True)
 
     def wrote(name: str) -> str:
@@ -105,34 +102,32 @@ def shoot(repo: str, run_id: str, out: str) -> None:
         print(f"wrote {path}")
         return path
 
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(run_url)
-            page.wait_for_selector("html[data-shown]", state="attached")
-            page.wait_for_selector("#diff .file[data-path='docs/logo.png'] img[data-shown]")
-            page.locator("#diff .file[data-path='src/helpers.py'] input.viewed").check()
-            page.evaluate("document.querySelector('#diff').closest('section').scrollIntoView()")
-            page.screenshot(path=wrote("ui-review.png"))
-            line = page.locator("#diff .file[data-path='src/app.py'] span.add").first
-            line.click(position={"x": 8, "y": 5})  # the line number's gutter opens a comment box
-            page.fill("form.comment-box textarea", "Why 30? Keep 3 unless a test needs it.")
-            page.locator("#diff .file[data-path='src/app.py']").screenshot(path=wrote("ui-comment.png"))
-            page.click("form.comment-box button[type=submit]")
-            page.wait_for_selector("#comments li.comment")
-            page.wait_for_selector("#conflicts div.conflict")
-            page.evaluate("document.getElementById('toast').className = ''")  # the comment's toast out of the way
-            page.wait_for_timeout(400)
-            page.locator("#conflicts").screenshot(path=wrote("ui-conflicts.png"))
-            narrow = browser.new_page(viewport={"width": 800, "height": 1000})
-            narrow.goto(run_url.split("#", 1)[0] + "#" + url.split("#", 1)[1])
-            narrow.wait_for_selector("html[data-shown]", state="attached")
-            narrow.screenshot(path=wrote("ui-review-800.png"))
-            browser.close()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+    with served(repo) as url, sync_playwright() as pw:
+        run_url = url.replace("/#", f"/run/{run_id}#")
+        browser = launch(pw)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(run_url)
+        page.wait_for_selector("html[data-shown]", state="attached")
+        page.wait_for_selector("#diff .file[data-path='docs/logo.png'] img[data-shown]")
+        page.locator("#diff .file[data-path='src/helpers.py'] input.viewed").check()
+        page.evaluate("document.querySelector('#diff').closest('section').scrollIntoView()")
+        page.screenshot(path=wrote("ui-review.png"))
+        line = page.locator("#diff .file[data-path='src/app.py'] span.add").first
+        line.click(position={"x": 8, "y": 5})  # the line number's gutter opens a comment box
+        page.fill("form.comment-box textarea", "Why 30? Keep 3 unless a test needs it.")
+        page.locator("#diff .file[data-path='src/app.py']").screenshot(path=wrote("ui-comment.png"))
+        page.click("form.comment-box button[type=submit]")
+        page.wait_for_selector("#comments li.comment")
+        page.wait_for_selector("#conflicts div.conflict")
+        page.evaluate("document.getElementById('toast').className = ''")  # the comment's toast out of the way
+        page.wait_for_timeout(400)
+        page.locator("#conflicts").screenshot(path=wrote("ui-conflicts.png"))
+        narrow = browser.new_page(viewport={"width": 800, "height": 1000})
+        narrow.goto(run_url.split("#", 1)[0] + "#" + url.split("#", 1)[1])
+        narrow.wait_for_selector("html[data-shown]", state="attached")
+        narrow.screenshot(path=wrote("ui-review-800.png"))
+        browser.close()
+    exe = os.path.join(os.path.dirname(sys.executable), "sandbox")
     listed = subprocess.run([exe, "comments", run_id], cwd=repo, capture_output=True, text=True, check=True)
     print(f"$ sandbox comments {run_id}\n{listed.stdout}", end="")
 

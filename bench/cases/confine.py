@@ -70,13 +70,12 @@ def run(ctx: Context, repo: Repo) -> None:
         argv = [SANDBOX, "-C", repo.path, "run", rid, "--hooks", "none", "--isolate", flag, "--", "true"]
         return run_proc(argv, env=env).seconds
 
-    from sandbox.agent import confine, sandboxpolicy
-    from sandbox.agent.bwrap import bwrap_argv
+    from sandbox.confine import spawn
+    from sandbox.confine.bwrap import bwrap_argv
+    from sandbox.confine.policy import policy_for
 
-    iso = confine.Isolation(enabled=True, network=False, program=bwrap)
-    policy = sandboxpolicy.policy_for(
-        iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
-    )
+    iso = spawn.Isolation(enabled=True, network=False, program=bwrap)
+    policy = policy_for(iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir)
     confined_true = bwrap_argv(bwrap, policy, ["true"], run_.worktree)
 
     def floor(flag: str) -> float:

@@ -135,18 +135,17 @@ def run(ctx: Context, repo: Repo) -> None:
             res.add(CASE, repo.size, group, names[mode], got[mode])
         res.add(CASE, repo.size, group, DELTA, got["allow"] - got[variants[1]])
 
-    from sandbox.agent import confine, sandboxpolicy
-    from sandbox.agent.bwrap import bwrap_argv
-    from sandbox.agent.netproxy import Allowlist, NetProxy
+    from sandbox.confine import spawn
+    from sandbox.confine.bwrap import bwrap_argv
+    from sandbox.confine.policy import policy_for
+    from sandbox.confine.proxy import Allowlist, NetProxy
 
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
-    iso = confine.Isolation(enabled=True, network=False, program=bwrap, allow=(f"127.0.0.1:{port}",))
-    policy = sandboxpolicy.policy_for(
-        iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir
-    )
+    iso = spawn.Isolation(enabled=True, network=False, program=bwrap, allow=(f"127.0.0.1:{port}",))
+    policy = policy_for(iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir)
     assert policy.proxy is not None
-    plain = confine.Policy(**{**policy.__dict__, "proxy": None})
+    plain = spawn.Policy(**{**policy.__dict__, "proxy": None})
 
     def floor(mode: str) -> float:
         argv = bwrap_argv(bwrap, policy if mode == "allow" else plain, ["true"], run_.worktree)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 
@@ -50,6 +51,11 @@ FLOOR = "python3 -c 'import click, pygit2, sandbox.models' (apply's floor)"
 CLICK = "python3 -c 'import click' (the fast commands' floor)"
 HOOK = "sandbox hook claude-code, the installed -I -S command, host up (PreToolUse Read)"
 HOOK_SH = "the same through sh -c (as Claude Code starts it)"
+#: The hook's floor measured the same way: an interpreter started as the hook is (``-I -S``) that only reads
+#: its payload, through ``sh -c``; and the host's answer alone (``hookproto.forward`` in this process: the
+#: host's checks and the ledger's write, fsyncs included), which no client can go below.
+HOOK_FLOOR = "floor: python3 -I -S reading the payload, through sh -c"
+HOOK_HOST = "the host's answer alone (hookproto.forward in-process, PreToolUse Read)"
 FILES = 50
 _done: set[str] = set()
 
@@ -140,11 +146,33 @@ def run(ctx: Context, repo: Repo) -> None:
         p = run_proc(argv, cwd=hook_run.worktree, input=json.dumps(payload).encode(), env=_NO_AUTOSTART, rss=True)
         res.add(CASE, None, GROUP, HOOK_SH if shell else HOOK, p.seconds, rss_kb=p.max_rss_kb)
 
+    def hook_floor() -> None:
+        reader = shlex.join([sys.executable, "-I", "-S", "-c", "import sys; sys.stdin.buffer.read()"])
+        p = run_proc(["sh", "-c", reader], cwd=hook_run.worktree, input=b"{}" * 200, rss=True)
+        res.add(CASE, None, GROUP, HOOK_FLOOR, p.seconds, rss_kb=p.max_rss_kb)
+
+    def hook_host() -> None:
+        from sandbox.agent import hookproto
+        from sandbox.agent.adapters import claude_code
+
+        counter[0] += 1
+        payload = {
+            **{"session_id": "bench", "cwd": hook_run.worktree, "hook_event_name": "PreToolUse"},
+            **{"tool_name": "Read", "tool_input": {"file_path": os.path.join(hook_run.worktree, "f01.txt")}},
+            "tool_use_id": f"toolu_bench_host_{os.getpid()}_{counter[0]}",
+        }
+        event = claude_code.to_event(payload)
+        assert event is not None
+        t0 = time.perf_counter()
+        answer = hookproto.forward(hookproto.locate(event.cwd), event)
+        res.add(CASE, None, GROUP, HOOK_HOST, time.perf_counter() - t0)
+        assert answer is not None and answer.ok, answer
+
     variants = [ref, *[(lambda c=c: fast(c)) for c in FAST], apply, behind]
     variants += [lambda: floor("import click, pygit2, sandbox.models", FLOOR), lambda: floor("import click", CLICK)]
     host = _serve(hook_run.run_id, hook_root, hook_project.common_dir)
     if host:
-        variants += [lambda: hook(False), lambda: hook(True)]
+        variants += [lambda: hook(False), lambda: hook(True), hook_floor, hook_host]
     else:
         res.skip(CASE, None, "the hook rows: 'sandbox serve' did not start a host")
     res.row(CASE, None, GROUP, REF, ref=True)
@@ -165,10 +193,11 @@ _NO_AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "0"}
 
 
 def _hook_argv() -> list[str]:
-    """The hook command as ``sandbox hooks install claude-code`` writes it, for this interpreter."""
-    from sandbox.cli.hooks_cmd import hook_command
-
-    return shlex.split(hook_command("claude-code"))
+    """The hook command as ``sandbox hooks install claude-code`` writes it, for this interpreter: asked of
+    the installed package (from ``/``, so not of the source tree ``python -m bench.run`` runs in)."""
+    program = "from sandbox.cli.hooks_cmd import hook_command; print(hook_command('claude-code'))"
+    done = subprocess.run([sys.executable, "-c", program], cwd="/", capture_output=True, text=True, check=True)
+    return shlex.split(done.stdout.strip())
 
 
 def _serve(run_id: str, root: str, common_dir: str) -> bool:

@@ -29,9 +29,11 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from sandbox.store import layout
+
 #: Below the run's directory: the agents' homes (writable in the sandbox) and the seeding bases.
-STATE_DIR = "agent-state"
-HOMES_DIR = "homes"
+STATE_DIR = layout.AGENT_STATE
+HOMES_DIR = layout.AGENT_HOMES
 BASES_DIR = "base"
 #: The largest agent state file read (Claude Code's ``.claude.json`` grows with projects).
 MAX_STATE = 64 * 1024 * 1024
@@ -42,7 +44,7 @@ MAX_DEPTH = 64
 
 def homes_root(run_dir: str) -> str:
     """The directory holding every agent home of the run (the one path made writable for them)."""
-    return os.path.join(run_dir, STATE_DIR, HOMES_DIR)
+    return layout.agent_homes_dir(run_dir)
 
 
 def home_of(run_dir: str, agent: str) -> str:

@@ -12,22 +12,16 @@ import os
 from collections.abc import Sequence
 
 from sandbox.agent import adapters
-from sandbox.agent.sandboxpolicy import ConfinementError, Isolation, Policy
+from sandbox.confine.policy import ConfinementError, Isolation
 
-#: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI).
-#: Directories are created when missing; a missing ``.json`` file is created as ``{}`` (Claude
-#: Code hangs at start when it cannot write ``~/.claude.json``, and creates a lock and temp files
-#: beside it, which fail on the read-only home and fall back to a direct write). Under ``sandbox run``
-#: Claude Code, Gemini CLI and Codex write a home of their own in the run instead: their entries here
-#: are dropped (each adapter's ``REPLACES``), and ``~/.codex`` is read-only for Codex too.
-DEFAULT_AGENT_STATE = (
-    "~/.claude/",
-    "~/.claude.json",
-    "~/.gemini/",
-    "~/.codex/",
-    "~/.npm/",
-    "~/.local/state/claude/",
-)
+#: The paths an agent needs to write to keep its own state (``~`` is expanded by the CLI): each agent's
+#: ``STATE`` (its adapter's), and npm's cache. Directories are created when missing; a missing ``.json``
+#: file is created as ``{}`` (Claude Code hangs at start when it cannot write ``~/.claude.json``, and
+#: creates a lock and temp files beside it, which fail on the read-only home and fall back to a direct
+#: write). Under ``sandbox run`` Claude Code, Gemini CLI and Codex write a home of their own in the run
+#: instead: their entries here are dropped (each adapter's ``REPLACES``), and ``~/.codex`` is read-only
+#: for Codex too.
+DEFAULT_AGENT_STATE = (*(p for name in adapters.names() for p in adapters.agent(name).STATE), "~/.npm/")
 #: Agent state that is configuration: what the user's own, unconfined agent loads at its next start
 #: (hooks and MCP servers it runs, commands, agents, skills, plugins, instructions). Read-only in the
 #: sandbox even though the state around it is writable, so that a confined process cannot plant a
@@ -48,9 +42,8 @@ def state_of(programs: Sequence[str | None]) -> tuple[str, ...]:
     read-only, as does what no agent named here owns (``~/.npm/``: an ``npx`` package planted in its
     cache runs unconfined at your next ``npx``)."""
     known = (adapters.by_program(p) for p in programs if p)
-    families = {str(module.PROGRAM) for module in known if module is not None}
-    owner = {e: os.path.basename(e.rstrip("/")).lstrip(".").split(".")[0] for e in DEFAULT_AGENT_STATE}
-    return tuple(e for e in DEFAULT_AGENT_STATE if owner[e] in families)
+    owned = {entry for module in known if module is not None for entry in module.STATE}
+    return tuple(e for e in DEFAULT_AGENT_STATE if e in owned)
 
 
 def with_home(isolation: Isolation, agent: str | None) -> Isolation:
@@ -59,8 +52,8 @@ def with_home(isolation: Isolation, agent: str | None) -> Isolation:
     linked: list[str] = []
     for name in adapters.names():
         module = adapters.agent(name)
-        if getattr(module, "HOME_NAME", None) == agent:
-            linked += [*getattr(module, "LINKED", ()), *getattr(module, "ROOT_LINKED", ())]
+        if agent == module.HOME_NAME:
+            linked += [*module.LINKED, *getattr(module, "ROOT_LINKED", ())]
     return dataclasses.replace(isolation, home=agent, linked=tuple(linked))
 
 
@@ -116,33 +109,6 @@ def config_paths(
     config = [p for p in state_paths(entries, home) if under(p.rstrip("/"), exact=False)]
     copies = [p for p in state_paths(private, home) if under(p.rstrip("/"), exact=True)]
     return config, copies
-
-
-def prepare_config(policy: Policy) -> None:
-    """Make sure every configuration path exists (else the agent could create it: see
-    :data:`AGENT_CONFIG`) and every run's copy of private state is there, seeded from the user's."""
-    for entry in policy.config:
-        path = entry.rstrip("/")
-        if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
-            continue
-        with contextlib.suppress(OSError):
-            if entry.endswith("/"):
-                os.mkdir(path, 0o700)
-            else:
-                with open(path, "x", encoding="utf-8") as fh:
-                    fh.write("{}\n" if path.endswith(".json") else "")
-    for copy, dest in policy.private:
-        if os.path.exists(copy):
-            continue
-        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
-        data = b"{}\n"
-        with contextlib.suppress(OSError):
-            if os.path.isfile(dest):
-                with open(dest, "rb") as fh:
-                    data = fh.read(64 * 1024 * 1024)
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
 
 
 def without_state(isolation: Isolation, replaced: Sequence[str]) -> Isolation:

@@ -5,7 +5,7 @@ Opening a :class:`~sandbox.run.run.Run` imports pygit2 and the pydantic models, 
 start is standard library here: where the run lives (:class:`Where`, from
 :func:`sandbox.store.layout.place_of` or a run already open), the repository's host (the session
 refuses to start a confined agent without one), the host's first change window, the network
-allowlist proxy, the sandbox (:mod:`sandbox.agent.confine`) or the supervisor
+allowlist proxy, the sandbox (:mod:`sandbox.confine.spawn`) or the supervisor
 (:mod:`sandbox.agent.reaper`), and the signal handlers that pass SIGINT/SIGTERM/SIGHUP on.
 :func:`start` does all of that and returns a :class:`Started`;
 :func:`sandbox.agent.launch.run_session` then opens the run's records (the session's note, the
@@ -33,8 +33,8 @@ from sandbox import faults
 from sandbox.agent import procs, wire
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation, Policy
-    from sandbox.agent.netproxy import NetProxy, Refusal
+    from sandbox.confine.proxy import NetProxy, Refusal
+    from sandbox.confine.spawn import Isolation, Policy
 
 #: The supervisor's program: its first argument is the directory the sandbox package is imported from.
 REAPER_MAIN = (
@@ -216,7 +216,7 @@ def start(
 ) -> Started:
     """Start the agent ``argv`` of run ``where`` (see the module docstring and ``run_session``).
 
-    Raises :class:`~sandbox.agent.confine.ConfinementError` before anything starts when a confined
+    Raises :class:`~sandbox.confine.spawn.ConfinementError` before anything starts when a confined
     agent could have no host to record through. ``hooks_dir``: a legacy run's ref guard.
     """
     confined = isolation is not None and isolation.enabled
@@ -225,7 +225,7 @@ def start(
     wire.run_token(where.run_dir)  # before the agent starts: a confined hook can read it, never create it
     hosted = ensure_host(where.common_dir, start_host)
     if confined and not hosted:
-        from sandbox.agent.confine import ConfinementError
+        from sandbox.confine.spawn import ConfinementError
 
         raise ConfinementError(
             f"The repository's host could not be started, and a confined agent of run {where.run_id} can record "
@@ -239,7 +239,7 @@ def start(
     refusals = DeferredRefusals()
     proxy = None
     if policy is not None and isolation is not None and isolation.network_mode == "allow" and policy.proxy:
-        from sandbox.agent.netproxy import Allowlist, NetProxy
+        from sandbox.confine.proxy import Allowlist, NetProxy
 
         # Only bound here: the proxy is served (its asyncio loop imported) once the agent started,
         # and a connection made before that waits in the socket's backlog.
@@ -277,10 +277,11 @@ def start(
 
 def _policy(where: Where, isolation: Isolation) -> Policy:
     """The run's confinement policy, checked (one line naming the fix) before anything starts."""
-    from sandbox.agent import confine, sandboxpolicy
+    from sandbox.confine import spawn
+    from sandbox.confine.policy import policy_for
 
-    confine.check(isolation)
-    return sandboxpolicy.policy_for(
+    spawn.check(isolation)
+    return policy_for(
         isolation,
         common_dir=where.common_dir,
         run_id=where.run_id,
@@ -293,7 +294,7 @@ def _spawn_confined(
     started: Started, isolation: Isolation, policy: Policy, argv: list[str], cwd: str, full_env: dict[str, str]
 ) -> None:
     """Start the agent in its sandbox; a missing or unrunnable command is its exit code (127, 126)."""
-    from sandbox.agent import confine
+    from sandbox.confine import spawn
 
     try:
         # What the sandbox set for this agent (its run, session token, its home: CLAUDE_CONFIG_DIR,
@@ -301,7 +302,7 @@ def _spawn_confined(
         # through the allowlist (envfilter.DEFAULT_ENV_ALLOW and the agent's own names).
         inherited = os.environ
         own = {k: v for k, v in full_env.items() if inherited.get(k) != v}
-        started.proc = confine.spawn(isolation, policy, argv, cwd, env=full_env, own_env=own)
+        started.proc = spawn.spawn(isolation, policy, argv, cwd, env=full_env, own_env=own)
     except FileNotFoundError:
         started.failed_code = 127
     except PermissionError:

@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandbox.agent import changes, confine, sandboxpolicy
+from sandbox.agent import changes
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
+from sandbox.confine import spawn
+from sandbox.confine.policy import policy_for_run
 from sandbox.models import CallStatus, LedgerEntry
 from sandbox.run.calls import RecordingFailedError
 from sandbox.run.ids import new_call_id
@@ -63,14 +65,14 @@ def execute(
     source: changes.ChangeSource | None = None,
     use_host: bool = True,
     local_watcher: bool = False,
-    isolation: confine.Isolation | None = None,
+    isolation: spawn.Isolation | None = None,
     subdir: str = "",
 ) -> ExecOutcome:
     """Run ``argv`` in the worktree as one call; its changes come from ``source`` (or as picked).
 
     The ``started`` event is durable before the command starts. The call is ``succeeded`` when the
     command exits 0 and ``failed`` otherwise (the exit code is in the result). ``isolation`` says
-    how the command is confined (:mod:`sandbox.agent.confine`; None: not at all); it is part of the
+    how the command is confined (:mod:`sandbox.confine.spawn`; None: not at all); it is part of the
     call's recorded input, and confinement that cannot be had is refused before anything is recorded.
     ``subdir``: where in the worktree the command runs ("" for its root; recorded in the result when set).
     A command that cannot start at all (no such program, not executable) is recorded as failed with
@@ -97,12 +99,12 @@ def execute(
             summary=shlex.join(argv)[:500],  # as the shell needs it typed
         ) as call:
             source.begin(call_id)
-            refused: confine.ConfinementError | None = None
+            refused: spawn.ConfinementError | None = None
             try:
                 returncode = (
                     unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, call.output)
                 )
-            except confine.ConfinementError as exc:
+            except spawn.ConfinementError as exc:
                 refused, returncode = exc, 126
             call.result = command_result(returncode, subdir)
             if returncode != 0:
@@ -145,12 +147,12 @@ def _source(
     return changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None), None
 
 
-def _confinement(run: Run, isolation: confine.Isolation | None) -> tuple[confine.Isolation, confine.Policy] | None:
+def _confinement(run: Run, isolation: spawn.Isolation | None) -> tuple[spawn.Isolation, spawn.Policy] | None:
     """The confinement and policy of the command; refused here (nothing recorded yet) when unavailable."""
     if isolation is None or not isolation.enabled:
         return None
-    confine.check(isolation)
-    return isolation, sandboxpolicy.policy_for_run(isolation, run)
+    spawn.check(isolation)
+    return isolation, policy_for_run(isolation, run)
 
 
 def _own_watcher(run: Run) -> tuple[Inotify, Tree]:

@@ -22,16 +22,15 @@ This module is the wire protocol only and imports only the standard library (and
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Collection, Mapping
 
-from sandbox.agent import wire
+from sandbox.agent import fastjson, wire
 from sandbox.errors import SandboxError
 from sandbox.store import layout
 
 TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
     from typing import Any, BinaryIO
 
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -310,8 +309,10 @@ def read_payload(stream: BinaryIO) -> Any:
     if not data.strip():
         raise HookInputError("The hook payload is empty; expected one JSON object on stdin.")
     try:
-        return json.loads(data)
+        return fastjson.loads(data)
     except (ValueError, RecursionError) as exc:
+        import json  # its error, raised by json itself (sandbox.agent.fastjson)
+
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid JSON"
         raise HookInputError(f"The hook payload is not valid JSON ({reason}); nothing recorded.") from None
 
@@ -348,7 +349,7 @@ def forward(loc: Location, event: HookEvent, timeout: float = 120.0) -> Outcome 
         sent["result"] = _trimmed(rest)
         rest = {k: v for k, v in rest.items() if k not in OUTPUT_KEYS}
     if rest is not None:  # cut here as the recorder would keep it: small requests
-        text = json.dumps(rest, default=str)
+        text = fastjson.dumps(rest, default=str)
         if len(text) > MAX_RESULT:
             sent["result"] = {"truncated": True, "bytes": len(text)}
     reply = client.for_run(loc.run_id, loc.run_dir, "hook", wait_start=wire.STARTING, event=sent)

@@ -27,8 +27,10 @@ What it holds (:class:`Host`):
 * per run, a :class:`Slot`: the run, its :class:`~sandbox.agent.recorder.Recorder`, its change source.
 
 Recording is serialised by one lock (the runs share one repository object); the watcher's windows
-are not. A host killed with SIGKILL loses nothing recorded: a hook whose request got no answer
-records in its own process (idempotently), and the next one starts a new host. That host finds the
+are not, nor reading the agent's files (a run reads them holding only its slot's lock first, see
+:mod:`sandbox.store.preread`: one run's huge or many files cost that run only). A host killed
+with SIGKILL loses nothing recorded: a hook whose request got no answer records in its own process
+(idempotently), and the next one starts a new host. That host finds the
 liveness record its predecessor left (a host that stops cleanly removes it) and records the outage
 as a ``note`` event in each run it serves (:meth:`Host.slot`), so ``log`` shows when hooks were
 recorded without a host.
@@ -37,6 +39,7 @@ recorded without a host.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import os
@@ -44,14 +47,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
 from sandbox import faults
-from sandbox.agent import changes, hookproto, intake, procs, wire
+from sandbox.agent import calltrees, changes, hookproto, intake, procs, wire
 from sandbox.agent.recorder import Recorder
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.fast.inotify import Inotify, Tree
+from sandbox.store import locks
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -86,6 +90,9 @@ class Slot:
     backoff: float = 1.0
     #: Calls were recorded since the run's fold cache was last sealed.
     unsealed: bool = False
+    #: The run's own lock: taken before the shared ``record_lock`` by whatever records the run, and
+    #: held while its recording reads the agent's files with the shared lock let go.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Host:
@@ -130,7 +137,8 @@ class Host:
         self.outage: Outage | None = None
         self._stop = threading.Event()
         self._boot_id = procs.boot_id()
-        self._ns = _pid_ns("self")
+        self._ns = procs.pid_namespace("self")
+        self.trees = calltrees.CallTrees()  # who started each open call: payloads from below are refused
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -172,7 +180,7 @@ class Host:
         """What a connection counts against: a confined peer's PID namespace (its sandbox), else its process."""
         if peer is None:
             return "unknown"
-        ns = _pid_ns(str(peer[0]))
+        ns = procs.pid_namespace(str(peer[0]))
         return f"process {peer[0]}" if ns is None or ns == self._ns else f"sandbox {ns}"
 
     def _publish(self) -> None:
@@ -245,9 +253,14 @@ class Host:
         for slot in list(self.slots.values()):
             if not slot.unsealed:
                 continue
-            slot.unsealed = False
-            with self.record_lock, contextlib.suppress(SandboxError, OSError):
-                slot.run.seal_cache()
+            if not slot.lock.acquire(blocking=False):
+                continue  # the run is recording (its files may take long to read): sealed next time
+            try:
+                slot.unsealed = False
+                with self.record_lock, contextlib.suppress(SandboxError, OSError):
+                    slot.run.seal_cache()
+            finally:
+                slot.lock.release()
 
     def activity(self) -> tuple[int, int]:
         """Changes whenever a request arrives or is handled."""
@@ -408,6 +421,8 @@ class Host:
         if not isinstance(call_id, str) or not call_id or len(call_id) > 512:
             return {"ok": False, "error": "A call id is a non-empty string."}
         if op == "begin":
+            with self.record_lock:
+                self.trees.begun(slot.run, call_id, peer)
             slot.source.begin(call_id)
             return {"ok": True, "watched": slot.source.name == "watcher"}
         paths = slot.source.end(call_id)
@@ -418,16 +433,26 @@ class Host:
             event = hookproto.HookEvent.from_dict(raw)
         except hookproto.HookInputError as exc:
             return {"ok": False, "message": exc.message}
+        inside = self.trees.inside(peer[0]) if peer is not None else None
+        if inside is not None and peer is not None:
+            with self.record_lock:
+                return calltrees.refuse(self.slots.get(inside.run_id, slot).run, event, inside, peer[0])
         if peer is not None:
             # The session is the connecting process's, from its ancestry; what the payload says is
             # the agent's word (a confined agent can send any payload): see Recorder._foreign.
             event.session = procs.session_of(peer[0])
-        with self.record_lock:
+        # The run's lock, then the shared one; the agent's files are read with the shared one let go.
+        with slot.lock, self.record_lock:
             slot.unsealed = True
+            slot.run.outside_shared_lock = functools.partial(locks.released, self.record_lock)
+            slot.run.scan_in_worker = True
             try:
                 outcome = slot.recorder.record(event)
             except Exception as exc:  # the host must outlive one bad request; the hook reports it
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
+            finally:
+                slot.run.outside_shared_lock = contextlib.nullcontext
+        self.trees.recorded(slot.run.run_id, event.phase, outcome, peer)
         faults.point("host.after_record")  # recorded, not yet answered: the client records again (idempotent)
         if slot.note is not None and not slot.noted:
             slot.noted = True
@@ -447,7 +472,7 @@ class Host:
         pid, uid = peer
         if uid != os.getuid():
             return "Only the user who owns the host may control it."
-        ns = _pid_ns(str(pid))
+        ns = procs.pid_namespace(str(pid))
         if ns is None or self._ns is None or ns != self._ns:
             return "Control operations are refused to confined processes."
         return None
@@ -487,13 +512,6 @@ class Host:
             "notes": list(self.notes),
             "connections": self.intake.open_connections() if self.intake is not None else {},
         }
-
-
-def _pid_ns(pid: str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
 
 
 class Outage(TypedDict):

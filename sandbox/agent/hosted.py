@@ -7,7 +7,7 @@ path imports neither pygit2 nor pydantic (a third of a second of start-up), like
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
 Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.wire`,
-:mod:`sandbox.store.layout` and :mod:`sandbox.agent.confine` are imported here. The host's replies
+:mod:`sandbox.store.layout` and :mod:`sandbox.confine.spawn` are imported here. The host's replies
 are structured (the call, its status, its file count): nothing is parsed out of a message. When no host answers,
 :func:`run_hosted` returns None and the caller records the call in its own process.
 """
@@ -23,10 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from sandbox.agent import confine, hookproto, recorder, sandboxpolicy, wire
+from sandbox.agent import hookproto, recorder, wire
 from sandbox.agent.outputs import open_channels
+from sandbox.confine import spawn
+from sandbox.confine.policy import policy_for
 from sandbox.errors import SandboxError
-from sandbox.run.output import Tail
+from sandbox.run.output import OUTPUT_TEXT, Tail
 from sandbox.store import layout
 
 
@@ -107,7 +109,7 @@ def run_hosted(
     idempotency: str,
     replay: str,
     call_id: str | None,
-    isolation: Callable[[str | None], confine.Isolation] | None = None,
+    isolation: Callable[[str | None], spawn.Isolation] | None = None,
     subdir: Callable[[str, str | None], str] | None = None,
 ) -> HostedOutcome | None:
     """Run ``argv`` as one call recorded by the run's host; None when no host answers (nothing ran).
@@ -123,10 +125,10 @@ def run_hosted(
         return None
     user_workdir = user_workdir_of(loc.common_dir)
     iso = isolation(user_workdir) if isolation is not None else None
-    confined: tuple[confine.Isolation, confine.Policy] | None = None
+    confined: tuple[spawn.Isolation, spawn.Policy] | None = None
     if iso is not None and iso.enabled:
-        confine.check(iso)
-        policy = sandboxpolicy.policy_for(
+        spawn.check(iso)
+        policy = policy_for(
             iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
         )
         confined = (iso, policy)
@@ -142,12 +144,12 @@ def run_hosted(
         raise SandboxError(answer.message)
     if answer.decision == "deny":
         raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
-    refused: confine.ConfinementError | None = None
+    refused: spawn.ConfinementError | None = None
     unstartable = cannot_start(argv, cwd)
     output: dict[str, Tail] = {}
     try:
         returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, output)
-    except confine.ConfinementError as exc:
+    except spawn.ConfinementError as exc:
         refused, returncode = exc, 126
     error = refused.message if refused else None if returncode == 0 else f"exit code {returncode}"
     if unstartable is not None:
@@ -181,8 +183,10 @@ def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, obj
     (:func:`sandbox.run.output.split`); undecodable bytes travel as surrogate escapes."""
     out: dict[str, object] = dict(result)
     for stream, tail in output.items():
-        out[stream] = bytes(tail.kept).decode("utf-8", "surrogateescape")
-        out[f"{stream}_bytes"] = tail.total  # the tail travels, and how much the stream carried
+        # Named as the recorder reads it: one channel for both streams travels as OUTPUT_TEXT.
+        key = OUTPUT_TEXT if stream == "output" else stream
+        out[key] = bytes(tail.kept).decode("utf-8", "surrogateescape")
+        out[f"{key}_bytes"] = tail.total  # the tail travels, and how much the stream carried
     return out
 
 
@@ -229,7 +233,7 @@ class CommandInput(_CommandInputBase, total=False):
     isolation: str
 
 
-def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> CommandInput:
+def command_input(argv: Sequence[str], isolation: spawn.Isolation | None) -> CommandInput:
     """A command call's recorded input: its argv, and how it was confined when the caller said."""
     out = CommandInput(argv=list(argv))
     if isolation is not None:
@@ -240,13 +244,13 @@ def command_input(argv: Sequence[str], isolation: confine.Isolation | None) -> C
 def run_command(
     argv: list[str],
     cwd: str,
-    confined: tuple[confine.Isolation, confine.Policy] | None = None,
+    confined: tuple[spawn.Isolation, spawn.Policy] | None = None,
     output: dict[str, Tail] | None = None,
 ) -> int:
     """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell).
 
-    ``confined``: run it in a sandbox (:mod:`sandbox.agent.confine`); a sandbox that cannot be set up
-    raises :class:`~sandbox.agent.confine.ConfinementError`, and the command never runs unconfined.
+    ``confined``: run it in a sandbox (:mod:`sandbox.confine.spawn`); a sandbox that cannot be set up
+    raises :class:`~sandbox.confine.spawn.ConfinementError`, and the command never runs unconfined.
     ``output``: its output still goes to this process's stdout and stderr, and the tails of its
     streams are kept there (:mod:`sandbox.agent.outputs`).
     """
@@ -254,7 +258,7 @@ def run_command(
     kept = output if output is not None else {}
     if confined is not None:
         try:
-            jail = confine.spawn(confined[0], confined[1], argv, cwd, stdout=channels.stdout, stderr=channels.stderr)
+            jail = spawn.spawn(confined[0], confined[1], argv, cwd, stdout=channels.stdout, stderr=channels.stderr)
         except BaseException:
             channels.close()
             raise

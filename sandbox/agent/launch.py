@@ -32,8 +32,8 @@ from sandbox.models import CallStatus, EventKind, ProcessScope
 from sandbox.run.run import Run
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
     from sandbox.agent.wire import RunChanges
+    from sandbox.confine.spawn import Isolation
 
 SESSION_TOOL = "agent_session"
 #: How a shell reports a command ended by SIGINT (128 + 2): an agent quit with Ctrl-C exits so.
@@ -319,7 +319,7 @@ def run_session(
 
     SIGINT, SIGTERM and SIGHUP are passed to the agent (SIGINT only when it did not already get it
     from the terminal: ``is_foreground()`` says whether this process group owns the terminal).
-    ``isolation``: how the agent is confined (:mod:`sandbox.agent.confine`), recorded as a ``note``
+    ``isolation``: how the agent is confined (:mod:`sandbox.confine.spawn`), recorded as a ``note``
     event; confined, its hooks can only record through the repository's host, so the session
     refuses to start when no host can be had. ``start_host()`` spawns one (``sandbox serve``)
     without waiting; without it, a host that does not live already is not started.
@@ -447,7 +447,7 @@ def settle_session(run: Run, result: SessionResult, changes: RunChanges | None =
     An agent killed by a signal (not Ctrl-C) leaves them started, for ``sandbox resume`` to report.
     Only calls bound to this session (see :class:`~sandbox.models.FoldData` ``sessions``) are touched.
     """
-    from sandbox.agent.recorder import settle_call
+    from sandbox.agent.settle import settle_call
 
     if result.scope is None:
         return []

@@ -1,6 +1,6 @@
 """A session's allowlist proxy, with each refused connection recorded in the run's ledger.
 
-:func:`start` runs the proxy of :mod:`sandbox.agent.netproxy` for one ``sandbox run`` session on
+:func:`start` runs the proxy of :mod:`sandbox.confine.proxy` for one ``sandbox run`` session on
 the run's ``net.sock``. Each refusal becomes a ``note`` event (:class:`sandbox.models.NetworkRefusal`)
 naming the call that was running when the connection was refused (the newest one started by then and
 not finished before: the agent's hooks record a call as started before its tool runs), or none when it
@@ -18,8 +18,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from sandbox.agent.confine import Policy
-from sandbox.agent.netproxy import Allowlist, NetProxy, Refusal
+from sandbox.confine.proxy import Allowlist, NetProxy, Refusal
+from sandbox.confine.spawn import Policy
 from sandbox.models import CallStatus, EventKind, NetworkRefusal
 from sandbox.run.run import Run
 

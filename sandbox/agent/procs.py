@@ -226,3 +226,11 @@ def stop(procs: list[Proc], grace: float = 3.0) -> list[tuple[Proc, str]]:
     while time.monotonic() < deadline and any(alive(p) for p in procs):
         time.sleep(0.05)
     return [(p, how[p.pid]) for p in procs]
+
+
+def pid_namespace(pid: str) -> str | None:
+    """The pid namespace of process ``pid`` (``self`` for this one) as ``/proc`` names it, or None."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None

@@ -15,8 +15,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sandbox.agent import hookproto
+from sandbox.agent import adapters, hookproto
 from sandbox.agent.hookproto import MAX_RESULT, POLICY, HookEvent, HookInputError, Location, Outcome
+from sandbox.agent.settle import candidates_of, changed_paths, settle_call
 from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def handle(event: HookEvent, autostart: Callable[[Location], bool] | None = None
     if outcome is not None:
         return outcome
     if not os.access(loc.run_dir, os.W_OK):
-        # Inside an OS sandbox (sandbox.agent.confine) the run's files are read-only: only the host
+        # Inside an OS sandbox (sandbox.confine.spawn) the run's files are read-only: only the host
         # outside can record. Block the tool (strict) rather than let it run unrecorded.
         return Outcome(
             False,
@@ -163,6 +164,22 @@ class Recorder:
             "nothing recorded."
         )
 
+    def _same_session(self, entry: LedgerEntry | None, event: HookEvent) -> None:
+        """Refuse a payload about a call that another ``sandbox run`` session started: only that session,
+        or ``sandbox resume``, ends it (a new session's hook settled a killed one's call "never ran"). The
+        payload is kept beside the call as a violation."""
+        if entry is None or entry.session is None or entry.session == event.session:
+            return
+        what = f"{event.phase} payload for {entry.call_id}"
+        with contextlib.suppress(SandboxError, OSError):  # refused either way
+            self.run.note(
+                {"payload_from_other_session": {"call": entry.call_id, "payload": what, "status": entry.status.value}}
+            )
+        raise SandboxError(
+            f"This {what} comes from another sandbox session than the one that started the call; only that "
+            f"session or 'sandbox resume {self.run.run_id}' ends it. Nothing recorded (kept beside the call)."
+        )
+
     def policy(self, event: HookEvent) -> tuple[str, str, str]:
         """(kind, idempotency, replay) for the event's tool: the user's rules, then the adapter's."""
         kind, idem, replay = event.kind, event.idempotency, event.replay
@@ -268,7 +285,7 @@ class Recorder:
     def _isolated(self, rel: str) -> bool:
         """True for a path whose edit stays in the worktree until apply (not git's, not the sandbox's own)."""
         top = rel.split("/", 1)[0]
-        return top not in (".git", ".claude", ".gemini") and not self.run.is_private(rel)
+        return top != ".git" and top not in adapters.settings_dirs() and not self.run.is_private(rel)
 
     def _refused(self, event: HookEvent) -> str:
         """The agent refused the call before running it: ``not_run`` with its reason."""
@@ -279,6 +296,7 @@ class Recorder:
         assert call_id is not None
         reason = event.error or "The agent refused the call before running it."
         entry = self.run.state().calls.get(call_id)
+        self._same_session(entry, event)
         if entry is not None and entry.agent_session != event.agent_session:
             return f"{call_id} belongs to another agent session; nothing recorded"
         if entry is None:
@@ -293,12 +311,23 @@ class Recorder:
                 agent_session=event.agent_session,
             )
         else:
+            if entry.status == CallStatus.started and _sandbox_started(entry):
+                # No permission step is left after the sandbox started a command (sandbox exec, sandbox mcp's
+                # run_command): it runs, and its real end is recorded when it comes.
+                with contextlib.suppress(SandboxError, OSError):
+                    self.run.note({"refusal_of_running_call": {"call": call_id, "reason": reason[:500]}})
+                raise SandboxError(
+                    f"Call {call_id} is a command the sandbox already started; a refusal cannot end it. "
+                    "Nothing recorded (kept beside the call as a violation)."
+                )
             seen: list[str] | None = None
             if entry.status == CallStatus.started and kind in ("command", "unknown"):
                 with contextlib.suppress(Exception):  # the watch is help only
                     seen = self._end_watch(call_id)
             changed = (
-                _changed(self.run, _candidates(self.run, entry, seen)) if entry.status == CallStatus.started else []
+                changed_paths(self.run, candidates_of(self.run, entry, seen))
+                if entry.status == CallStatus.started
+                else []
             )
             if changed:  # said refused, yet it changed files while started: it ran (the payload lies)
                 why = f"the agent said this {event.tool} call was refused ({reason}), "
@@ -327,7 +356,9 @@ class Recorder:
         open_calls = [
             cid
             for cid in state.order
-            if state.calls[cid].status == CallStatus.started and state.calls[cid].agent_session == event.agent_session
+            if state.calls[cid].status == CallStatus.started
+            and state.calls[cid].agent_session == event.agent_session
+            and state.calls[cid].session in (None, event.session)  # another session's calls are resume's
         ]
         reason = event.error or "The agent ended its turn without running the call."
         # The user left with Ctrl-C (the agent reads it as a key: no signal reaches anyone) while the
@@ -355,6 +386,7 @@ class Recorder:
         rels = self._rel_paths(event)
         call_id = event.call_id or self._paired(event)
         entry = self.run.state().calls.get(call_id) if call_id else None
+        self._same_session(entry, event)
         if entry is not None and entry.agent_session != event.agent_session:
             return Outcome(False, f"Call {call_id} belongs to another agent session; nothing recorded.", call=call_id)
         if entry is not None and entry.status == CallStatus.not_run:
@@ -451,85 +483,14 @@ class Recorder:
         return None if seen is None else sorted(seen)
 
 
-def settle_call(
-    run: Run, entry: LedgerEntry, seen: list[str] | None, *, ran: str | None, never: str | None
-) -> LedgerEntry | None:
-    """End a call still started whose agent moved on without its result, on the evidence.
-
-    ``seen``: the paths a watcher saw change during the call (None: unknown; the paths a file
-    tool names, or for a command the whole worktree, are compared with the head). A call that
-    changed something, or that ``ran`` says ran (why: Ctrl-C stopped the session under it, its
-    processes were left running), or whose agent's transcript says it had started
-    (:func:`sandbox.agent.adapters.claude_code.call_evidence`), is ``interrupted`` with those
-    files: it must never be offered again. Otherwise it never ran: ``not_run`` with the reason
-    ``never``, or left as it is when ``never`` is None (``sandbox resume`` then reports it).
-    Returns the entry when it ended.
-    """
-    from sandbox.models import CallStatus
-
-    changed = _changed(run, _candidates(run, entry, seen))
-    if not changed and not ran:
-        from sandbox.agent.adapters import claude_code
-
-        # The hooks say nothing of a Bash the user stopped with Esc; Claude Code's transcript does.
-        if claude_code.call_evidence(run.dir, entry.agent_session, entry.call_id) == "ran":
-            ran = "the agent's transcript says it was stopped after it started (no hook reported its end)"
-    if changed or ran:
-        why = ran or f"it was running (it changed {len(changed)} path(s)) when the agent went on without its result"
-        return run.finish_call(
-            entry.call_id, CallStatus.failed, paths=changed, error=f"interrupted: {why}", mark="interrupted"
-        )
-    if never is None:
-        return None
-    return run.not_run(entry.call_id, never)
-
-
-def _candidates(run: Run, entry: LedgerEntry, seen: list[str] | None) -> list[str] | None:
-    """The paths a started call may have changed: none for a read, what the watch saw, the paths a
-    file tool names, else None (every path: scan)."""
-    from sandbox.agent import adapters
-
-    kind = adapters.kind_of(entry.tool_name)
-    if kind in ("read", "external"):
-        return []
-    if seen is not None:
-        return seen
-    if kind == "write":
-        return _named_paths(run, entry)
-    return None
-
-
-def _named_paths(run: Run, entry: LedgerEntry) -> list[str]:
-    """The worktree paths a file tool's input names."""
-    from sandbox.store.paths import from_user
-
-    value = entry.input if isinstance(entry.input, dict) else {}
-    out = []
-    for key in ("file_path", "notebook_path"):
-        given = value.get(key)
-        if isinstance(given, str) and given:
-            with contextlib.suppress(SandboxError):
-                out.append(from_user(run.worktree, given, run.worktree))
-    return out
-
-
-def _changed(run: Run, candidates: list[str] | None) -> list[str]:
-    """Which of ``candidates`` (None: every path of the worktree) differ from the run's head."""
-    from sandbox.store import objects
-    from sandbox.store.capture import capture
-
-    if candidates is not None and not candidates:
-        return []
-    head = run.state().head
-    if head is None:
-        return []
-    head_tree = objects.commit_tree(run.repo, head)
-    if candidates is None:
-        from sandbox.store import scan
-
-        candidates = sorted(scan.candidates(run.repo, run.worktree, head_tree))
-    cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
-    return sorted(cap.changes)
+def _sandbox_started(entry: LedgerEntry) -> bool:
+    """True for a call whose command the sandbox itself starts (its input is a command's argv, as
+    ``sandbox exec`` and ``sandbox mcp``'s run_command record it): once started, nothing asks permission."""
+    value = entry.input
+    if not isinstance(value, dict) or not set(value) <= {"argv", "isolation"}:
+        return False
+    argv = value.get("argv")
+    return isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
 
 
 #: Why the sandbox answers "allow" for an edit inside the worktree (shown in the agent's debug log).

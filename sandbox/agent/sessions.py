@@ -24,6 +24,7 @@ Gemini CLI (0.61): see :class:`GeminiCli`; continued and cut (its calls found by
 
 from __future__ import annotations
 
+import errno
 import functools
 import glob
 import json
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from sandbox.agent import adapters
 from sandbox.agent.adapters import valid_session
+from sandbox.errors import SandboxError
 
 
 def config_homes(environ: Mapping[str, str], home: str, run_dir: str) -> dict[str, list[str]]:
@@ -153,6 +155,11 @@ class AgentSessions:
         ``UNTRUSTED_WORKTREE``): added when a run another clone recorded is continued."""
         return tuple(getattr(adapters.agent(self.name), "UNTRUSTED_WORKTREE", ()))
 
+    def worktree_settings(self) -> tuple[str, ...]:
+        """The worktree's directories of agent settings hidden from it (its adapter's ``WORKTREE_SETTINGS``)
+        when a run another clone recorded is continued: masked by the confinement (no switch skips them)."""
+        return tuple(getattr(adapters.agent(self.name), "WORKTREE_SETTINGS", ()))
+
     def carried(self, argv: Sequence[str], program: str) -> tuple[list[str], list[str]]:
         """A command line recorded in another clone, cut down to what may run here: (the line, what was dropped).
 
@@ -161,7 +168,7 @@ class AgentSessions:
         value must be a plain word: never one that reads as an option); the ways a session or a prompt
         was given stay, as :meth:`relaunch` replaces them. Each dropped option is given as written.
         """
-        safe: Mapping[str, tuple[str, ...]] = getattr(adapters.agent(self.name), "CARRY_OVER", {})
+        safe = adapters.agent(self.name).CARRY_OVER
         sub, rest = self.head(argv)
         kept: list[str] = []
         dropped: list[str] = []
@@ -275,8 +282,11 @@ class GeminiCli(AgentSessions):
             return None
 
         def names_session(path: str) -> bool:
-            with open(path, "rb") as fh:
-                return _record(fh.readline()).get("sessionId") == session
+            try:
+                first = read_found(path, homes, prefix=64 * 1024).split(b"\n", 1)[0]
+            except (OSError, SandboxError):
+                return False
+            return _record(first).get("sessionId") == session
 
         return _newest(
             (
@@ -479,7 +489,7 @@ def agents() -> dict[str, AgentSessions]:
     sessions class (an adapter's ``SESSIONS``, one of this module's :class:`AgentSessions`)."""
     out: dict[str, AgentSessions] = {}
     for name in adapters.names():
-        cls = globals().get(str(getattr(adapters.agent(name), "SESSIONS", "")))
+        cls = globals().get(adapters.agent(name).SESSIONS)
         if isinstance(cls, type) and issubclass(cls, AgentSessions):
             out[name] = cls()
     return out
@@ -494,6 +504,24 @@ def for_command(argv: Sequence[str]) -> AgentSessions | None:
         if agent.program == family:
             return agent
     return None
+
+
+def read_found(path: str, homes: Sequence[str], prefix: int | None = None) -> bytes:
+    """The content of ``path`` (found by :meth:`AgentSessions.find` beneath one of ``homes``; the
+    first ``prefix`` bytes only when given), read beneath that home through a checked descriptor.
+
+    The homes of a run are the agent's to write and are read here, outside its confinement: by name,
+    a file the listing saw as regular could be swapped for a link to a secret or a FIFO before the
+    open (:mod:`sandbox.store.agentread`). OSError, or :class:`~sandbox.errors.SandboxError` for a
+    link, FIFO, swap or a file over the bound.
+    """
+    from sandbox.store import agentread
+
+    for home in homes:
+        base = os.path.abspath(home).rstrip("/") + "/"
+        if os.path.abspath(path).startswith(base):
+            return agentread.read_path(home, path, prefix=prefix)
+    raise FileNotFoundError(errno.ENOENT, "not beneath any of the agent's homes", path)
 
 
 def _newest(patterns: Iterable[str], keep: Callable[[str], bool] | None = None) -> str | None:

@@ -268,7 +268,7 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
     A session whose transcript is nowhere to be found here is skipped (it may live on another machine);
     one only a fetched part of the ledger names is looked for in the run's own homes only.
     """
-    from sandbox.agent.sessions import agents
+    from sandbox.agent.sessions import agents, read_found
 
     out: list[Stored] = []
     wanted = run_sessions(run)
@@ -278,13 +278,13 @@ def capture(run: Run, homes: Mapping[str, Sequence[str]], reason: str) -> list[S
     fetched = fetched_sessions(run)
     for session in wanted:
         for agent in agents().values():
-            path = agent.find(session, homes_for(run, session, homes.get(agent.name, ()), fetched))
+            where = homes_for(run, session, homes.get(agent.name, ()), fetched)
+            path = agent.find(session, where)
             if path is None:
                 continue
             try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError:
+                data = read_found(path, where)  # beneath its home, through a checked descriptor
+            except (OSError, SandboxError):
                 continue
             stored = store(run, agent.name, session, data, agent.calls(data), reason, known)
             if stored is not None:
@@ -303,7 +303,7 @@ class RecordedCommand:
     argv: list[str]
     #: Where in the worktree it ran, as recorded (unchecked: see :func:`sandbox.recovery.continue_.plan`).
     subdir: str
-    #: How that session was confined (:meth:`sandbox.agent.confine.Isolation.describe`), None when not said.
+    #: How that session was confined (:meth:`sandbox.confine.spawn.Isolation.describe`), None when not said.
     isolation: str | None
     #: None when this clone wrote the note; else where it came from (``fetched from origin``): someone
     #: else's text, which picks neither the program, nor its options, nor the confinement.

@@ -37,7 +37,7 @@ Who may ask what:
 
 * an operation on a run carries the run's token, ``<run dir>/host.token`` (0600, created by
   whoever needs it first). A confined agent sees only its own run's directory (the others are
-  hidden, :mod:`sandbox.agent.confine`), so it can record into its own run and no other;
+  hidden, :mod:`sandbox.confine.spawn`), so it can record into its own run and no other;
 * control operations (``status``, ``forget``, ``stop``) are refused to a peer in another PID
   namespace (every confined process is in one of its own) or of another user (``SO_PEERCRED``).
 
@@ -53,15 +53,13 @@ The structured reply is all a caller reads: no human text is parsed. Paths are J
 from __future__ import annotations
 
 import _socket  # socket.py's own base: ``socket`` adds enums and selectors, ~2 ms of a hook's start
-import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 import time
-from collections.abc import Mapping
 
+from sandbox.agent import fastjson
 from sandbox.store import layout
 
 PROTOCOL = 1
@@ -69,7 +67,7 @@ SOCKET = "host.sock"
 #: The socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the host's
 #: files a confined process sees. As long a path as the socket had in the host's directory: ``sun_path``
 #: holds ~108 bytes, and a client without the long-path workaround (a test's script) still reaches it.
-SOCKET_DIR = "sock"
+SOCKET_DIR = layout.HOST_SOCKET_DIR
 LOCK = layout.HOST_LOCK
 INFO = "host.json"
 LOG = "host.log"
@@ -101,7 +99,7 @@ def host_dir(common_dir: str) -> str:
 
 def socket_dir(common_dir: str) -> str:
     """The directory of the host's socket (see :func:`socket_path`)."""
-    return os.path.join(layout.state_dir(common_dir), SOCKET_DIR)
+    return layout.host_socket_dir(common_dir)
 
 
 def socket_path(common_dir: str) -> str:
@@ -111,14 +109,9 @@ def socket_path(common_dir: str) -> str:
 
 
 def ensure_host_dir(common_dir: str) -> str:
-    """Create the host directory and its socket directory, mode 0700 (only the user may open them);
-    the host directory's path."""
-    path = layout.host_dir(common_dir)
-    for made in (path, socket_dir(common_dir)):
-        os.makedirs(made, mode=0o700, exist_ok=True)
-        if os.stat(made).st_mode & 0o077:
-            os.chmod(made, 0o700)
-    return path
+    """Create the host directory and its socket directory, mode 0700 (see
+    :func:`sandbox.store.layout.ensure_host_dir`); the host directory's path."""
+    return layout.ensure_host_dir(common_dir)
 
 
 #: Linux's ``O_PATH`` (a descriptor that only names); elsewhere a directory is opened to read.
@@ -239,13 +232,17 @@ def run_token(run_dir: str, create: bool = True) -> str | None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.link(tmp, path)  # atomic, and never replaces a token someone already read
+            except FileExistsError:
+                pass
         except OSError:
             return None
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 os.unlink(tmp)
+            except OSError:
+                pass
     return None
 
 
@@ -295,9 +292,9 @@ def _answers(common_dir: str) -> bool:
         return False
     try:
         sock.settimeout(CONNECT_TIMEOUT)
-        sock.sendall(json.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
+        sock.sendall(fastjson.dumps({"v": PROTOCOL, "op": "ping"}).encode() + b"\n")
         sock.shutdown(_socket.SHUT_WR)
-        reply = json.loads(sock.recv(1 << 16))
+        reply = fastjson.loads(sock.recv(1 << 16))
     except (OSError, ValueError):
         return False
     finally:
@@ -369,6 +366,7 @@ def host_starting(common_dir: str) -> bool:
 # imported (it costs every hook's start ~5 ms; mypy reads this name as typing's).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TypedDict
 
     class _ReplyBase(TypedDict):
@@ -456,7 +454,7 @@ class Client:
         up to that many seconds for it (cheaper than working without it: a hook recording in its
         own process imports pygit2 and pydantic and may scan the worktree).
         """
-        data = json.dumps({"v": PROTOCOL, **message}).encode() + b"\n"
+        data = fastjson.dumps({"v": PROTOCOL, **message}).encode() + b"\n"
         if len(data) > MAX_REQUEST:
             return None  # larger than a host reads: the caller records in its own process
         deadline = time.monotonic() + wait_start
@@ -481,7 +479,7 @@ class Client:
                 if not chunk:
                     break
                 chunks.append(chunk)
-            reply = json.loads(b"".join(chunks))
+            reply = fastjson.loads(b"".join(chunks))
         except (OSError, ValueError):
             return None  # the host died mid-request: the caller decides (recording again is idempotent)
         finally:

@@ -15,12 +15,19 @@ if TYPE_CHECKING:
 
 def main() -> None:
     """Console-script entry point. ``sandbox hook AGENT`` takes a path without click (it is on
-    every tool call of an agent: see :mod:`sandbox.cli.hookrun`)."""
+    every tool call of an agent: see :mod:`sandbox.cli.hookrun`), and so do ``sandbox --help`` and
+    ``sandbox path [RUN]`` where they can (:mod:`sandbox.cli.quick`)."""
     import sys
 
-    from sandbox.cli.hookrun import fast_main
+    argv = sys.argv[1:]
+    if argv[:1] == ["hook"]:
+        from sandbox.cli.hookrun import fast_main
 
-    code = fast_main(sys.argv[1:])
+        code = fast_main(argv)
+    else:
+        from sandbox.cli.quick import quick_main
+
+        code = quick_main(argv)
     if code is not None:
         sys.exit(code)
     from sandbox.cli.app import cli

@@ -35,8 +35,8 @@ def refuse_inside_sandbox(command: str) -> None:
     """Refuse ``approve``/``deny`` in a confined process: an agent must not answer for its own calls."""
     import os
 
-    from sandbox.agent.confine import inside_sandbox
-    from sandbox.agent.envfilter import CONFINED_ENV
+    from sandbox.confine.envfilter import CONFINED_ENV
+    from sandbox.confine.spawn import inside_sandbox
     from sandbox.errors import SandboxError
 
     if inside_sandbox(os.environ.get(CONFINED_ENV)):

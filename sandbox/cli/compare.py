@@ -85,7 +85,8 @@ def compare(
         if diffs[row.run_id]:
             label = f" ({escape.text(row.label)})" if row.label else ""
             click.echo(f"\n== {row.run_id}{label}: its diff of the paths that differ ==")
-            click.echo(escape.text(diffs[row.run_id]).rstrip("\n"))
+            for line in escape.lines(diffs[row.run_id]):  # line by line: a newline is no escape
+                click.echo(line)
     # The checks' own output after the table, the end of each failed one (in full: sandbox log RUN --call ID).
     for row in result.runs:
         if row.check is None or row.check.returncode == 0:

@@ -10,7 +10,7 @@ from sandbox.cli.finding import ensure_worktree, open_call, run_then
 from sandbox.cli.jsonout import dump, emit_json
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
+    from sandbox.confine.spawn import Isolation
     from sandbox.run.run import Run
 
 
@@ -61,8 +61,8 @@ def _confirmed(run: Run, call_id: str, argv: list[str], where: str, yes: bool) -
     """Show a foreign compensation's exact command, ask (unless ``yes``), and give the confinement it runs in."""
     import shlex
 
-    from sandbox.agent import confine
     from sandbox.cli.isolation import resolve
+    from sandbox.confine import spawn
     from sandbox.errors import SandboxError
 
     click.echo(
@@ -81,5 +81,5 @@ def _confirmed(run: Run, call_id: str, argv: list[str], where: str, yes: bool) -
                 "run 'sandbox compensate' again and answer yes, or pass --yes to run it confined without asking."
             )
     isolation = resolve(run.user_workdir, "exec", "on", None)
-    confine.check(isolation)
+    spawn.check(isolation)
     return isolation

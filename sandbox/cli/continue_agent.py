@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,8 +20,19 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: ``ctx.meta`` key: ``--yes`` was given (a foreign run's agent gets the user's login without asking).
+YES = "sandbox.continue.yes"
+
+
 def continue_options(func: F) -> F:
-    """``--isolate`` and ``--network`` of a command whose ``--continue`` relaunches the agent."""
+    """``--isolate``, ``--network`` and ``--yes`` of a command whose ``--continue`` relaunches the agent."""
+    func = click.option(
+        "--yes",
+        is_flag=True,
+        expose_value=False,
+        callback=lambda ctx, _param, value: ctx.meta.__setitem__(YES, value),
+        help="With --continue: give a run from elsewhere's agent your login without asking.",
+    )(func)
     func = click.option(
         "--network",
         type=NETWORK_MODES,
@@ -63,11 +75,12 @@ def continue_agent(
     ``isolate``/``network``: the user's override of the confinement the session ran with.
     """
     from sandbox.cli.agenthomes import homes
-    from sandbox.cli.run_agent import run_agent
+    from sandbox.cli.run_agent import MASKED, NO_LOGIN, run_agent
     from sandbox.recovery import continue_
 
     if isolate is None:
         _check_recorded(run)  # before anything is planned, blocked or started
+    ctx.meta[NO_LOGIN] = not _may_give_login(run, bool(ctx.meta.get(YES)))  # asked before anything is planned
     plan = continue_.plan(
         run,
         report,
@@ -83,6 +96,7 @@ def continue_agent(
         click.echo(f"sandbox: {escape.text(problem)}", err=True)
     for message in plan.messages:
         click.echo(f"sandbox: {escape.text(message)}", err=True)
+    ctx.meta[MASKED] = tuple(plan.masked)  # the worktree's settings of a run from elsewhere
     assert run_agent.callback is not None
     # The callback itself: 'sandbox run' splits its own arguments (RUN -- AGENT...), which are given here.
     ctx.invoke(
@@ -98,6 +112,50 @@ def continue_agent(
     )
 
 
+def _may_give_login(run: Run, yes: bool) -> bool:
+    """Whether the user's login for the run's agent is copied into the run's agent home: always for a run
+    of this clone's own; for one holding anything from elsewhere only when the user says so (``yes``, or
+    at the terminal), refused in one line without a terminal; nothing to ask when there is no login."""
+    from sandbox.agent import adapters, sessions, transcripts
+    from sandbox.errors import UsageError
+    from sandbox.recovery.continue_ import foreign_origin
+
+    recorded = transcripts.agent_command(run)
+    agent = sessions.for_command(recorded.argv) if recorded is not None else None
+    if recorded is None or agent is None or yes:
+        return True  # nothing to continue (plan says so), or the user said yes
+    where = recorded.foreign or foreign_origin(run)
+    if where is None or not login_files(adapters.agent(agent.name)):
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"Run {run.run_id} was {where}, and your {agent.name} login is copied into its agent's home only if "
+            "you say so: answer at a terminal, or pass --yes."
+        )
+    given = click.confirm(
+        f"sandbox: run {run.run_id} was {where}; copy your {agent.name} login into its agent's home (the agent, "
+        "confined, reads it there)?",
+        default=False,
+        err=True,
+    )
+    if not given:
+        click.echo("sandbox: your login is not given to the agent; it may ask you to log in.", err=True)
+    return given
+
+
+def login_files(adapter: Any) -> list[str]:
+    """The user's login files an agent's adapter seeds into a run (its ``LOGIN``) that exist."""
+    home = os.path.expanduser("~")
+    names = [str(n) for n in getattr(adapter, "LOGIN", ())]
+    user_dir = getattr(adapter, "user_dir", None)
+    if user_dir is not None:  # Codex: CODEX_HOME, else ~/.codex
+        base = user_dir(os.environ, home)
+        paths = [os.path.join(base, os.path.basename(n)) for n in names]
+    else:
+        paths = [os.path.join(home, n[2:] if n.startswith("~/") else n) for n in names]
+    return [p for p in paths if os.path.exists(p)]
+
+
 def start_subdir(ctx: click.Context, run: Run) -> str:
     """Where in the worktree ``sandbox run`` will start the agent from here (its session is looked up there)."""
     from sandbox.cli.finding import base_dir
@@ -108,8 +166,8 @@ def start_subdir(ctx: click.Context, run: Run) -> str:
 
 def _check_recorded(run: Run) -> None:
     """Refuse, in one line, when the confinement the session ran with cannot be had on this machine."""
-    from sandbox.agent import confine
     from sandbox.cli.isolation import backend_program
+    from sandbox.confine import spawn
     from sandbox.recovery.continue_ import CannotContinueError, confinement_of, trusted_isolation
 
     phrase = trusted_isolation(run)  # a fetched run's record chooses no confinement: the settings do
@@ -118,10 +176,10 @@ def _check_recorded(run: Run) -> None:
         return
     backend, program = backend_program()
     try:
-        # What confine.check decides from (the program, user namespaces): not the whole settings,
+        # What spawn.check decides from (the program, user namespaces): not the whole settings,
         # which 'sandbox run' resolves once more right after (bench/cases/transcripts.py).
-        confine.check(confine.Isolation(True, False, program, backend))
-    except confine.ConfinementError as exc:
+        spawn.check(spawn.Isolation(True, False, program, backend))
+    except spawn.ConfinementError as exc:
         raise CannotContinueError(
             f"Run {run.run_id}'s agent session ran confined ({phrase}), which this machine cannot give it now: "
             f"{exc.message}"

@@ -14,8 +14,8 @@ from sandbox.cli.group import wants_json
 from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
-    from sandbox.agent.sandboxpolicy import Isolation, Policy
     from sandbox.cli.outputs.agents import DoctorOutput
+    from sandbox.confine.policy import Policy
 
 
 @click.command()
@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> None:
     """Show what an agent of RUN (or of any run here) may read, write and reach, its limits,
     and what this machine cannot enforce. Settings: [isolation] in .sandbox.toml."""
-    from sandbox.agent import confine, hardening, sandboxpolicy, seatbelt
     from sandbox.agent.hosted import user_workdir_of
-    from sandbox.agent.verdict import bound_sockets, reachable_sockets
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
+    from sandbox.confine import hardening, seatbelt, spawn
+    from sandbox.confine.policy import home_allowlist, policy_for_run
+    from sandbox.confine.verdict import any_run, bound_sockets, reachable_sockets
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -38,22 +39,21 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     execs = resolve(user_workdir, "exec", None, None)
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
-    hidden = sandboxpolicy.hidden_dirs(runs, project.common_dir, user_workdir)
     if found is not None:
         from sandbox.run.run import Run
 
-        run = Run.open(project, found)
-        policy = sandboxpolicy.policy_for_run(runs, run)
-        writable = list(policy.writable)
-        hidden = dict(policy.reasons)
-    policy_now = policy if found is not None else _policy_without_run(runs, hidden)
+        policy_now = policy_for_run(runs, Run.open(project, found))
+        writable = list(policy_now.writable)
+    else:
+        policy_now = any_run(runs, project.common_dir, user_workdir)
+    hidden = dict(policy_now.reasons)
     if explain_path is not None:
         _explain(ctx, policy_now, explain_path)
         return
     problem = None
     try:
-        confine.check(runs)
-    except confine.ConfinementError as exc:
+        spawn.check(runs)
+    except spawn.ConfinementError as exc:
         problem = exc.message
     probe = hardening.probe() if runs.backend == "bwrap" else None
     limits = runs.limits
@@ -68,7 +68,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             "writable": writable + [p.rstrip("/") for p in runs.writable] + ["a private /tmp"],
             "read_only_inside_writable": list(runs.config),
             "hidden": [{"path": path, "why": why} for path, why in sorted(hidden.items())],
-            "home_allowlist": [{"path": p, "why": why} for p, why in sandboxpolicy.home_allowlist(runs)],
+            "home_allowlist": [{"path": p, "why": why} for p, why in home_allowlist(runs)],
             "masked": [p for p in runs.masked if os.path.lexists(p)],
             "deny_read": list(runs.masked),
             "env_allow": list(runs.env_allow),
@@ -91,7 +91,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             },
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
-            "cannot_enforce": list(probe.missing) if probe else list(seatbelt.CANNOT_ENFORCE),
+            "cannot_enforce": list(probe.missing) if probe else seatbelt.cannot_enforce(runs),
         }
     )
     if wants_json(ctx):
@@ -100,25 +100,9 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     _show(data)
 
 
-def _policy_without_run(runs: Isolation, hidden: dict[str, str]) -> Policy:
-    """What any run's agent would get, for ``--explain`` without a run: the hidden places and the
-    home's allowlist (a run's own paths are then not known)."""
-    from sandbox.agent import sandboxpolicy
-
-    allowed = sandboxpolicy.home_allowlist(runs)
-    return sandboxpolicy.Policy(
-        writable=(),
-        protected=(),
-        readable=(*runs.readable, *(p for p, _why in allowed)),
-        reasons=tuple(hidden.items()),
-        masked=runs.masked,
-        allowed=tuple(allowed),
-    )
-
-
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
     """One path's verdict (``--explain``), and how to make a hidden one visible."""
-    from sandbox.agent.verdict import explain
+    from sandbox.confine.verdict import explain
 
     verdict = explain(policy, os.path.abspath(path))
     hint = None
@@ -181,6 +165,8 @@ def _show(data: DoctorOutput) -> None:
         f"inotify {lim.max_inotify_instances or 'not bounded'} instances, {lim.max_inotify_watches or 'not bounded'} "
         "watches"
     )
+    if data.backend == "seatbelt":
+        echo("macOS (Seatbelt) enforces the writes and the network switch, not the reads or namespaces")
     echo("this machine cannot enforce:" + ("" if data.cannot_enforce else " nothing we know of"))
     for gap in data.cannot_enforce:
-        echo(f"  {gap}")
+        echo(f"  {escape.text(gap)}")

@@ -93,8 +93,8 @@ def exec_cmd(
                 hosted.unrecorded,
             )
             sys.exit(_exit_code(hosted.returncode, hosted.unrecorded))
-    from sandbox.agent import confine
     from sandbox.agent.execute import execute
+    from sandbox.confine import spawn
     from sandbox.store.paths import subdir_in_run
 
     run = open_run(ctx, run_id)
@@ -102,7 +102,7 @@ def exec_cmd(
     if made:
         click.echo(f"sandbox: {made}", err=True)
     isolation = resolve(run.user_workdir, "exec", isolate, network)
-    confine.check(isolation)  # refused before a service is started or anything recorded
+    spawn.check(isolation)  # refused before a service is started or anything recorded
     from sandbox.cli.hooks_cmd import HOST_STARTED, autostart_host
 
     if autostart_host(run):

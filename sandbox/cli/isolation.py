@@ -1,8 +1,9 @@
-"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.agent.confine`).
+"""``--isolate`` and ``--network``: the CLI side of OS confinement (see :mod:`sandbox.confine.spawn`).
 
-The library reads no environment: this module finds the bubblewrap program on ``PATH``, expands
-``~`` with ``HOME``, looks at the terminal, reads the user's settings, and hands the library one
-:class:`~sandbox.agent.confine.Isolation`.
+The library reads no environment: this module only reads the machine (:func:`read_machine`: the
+bubblewrap program on ``PATH``, ``HOME``, the terminal, where the interpreter and the agent are
+installed, the git identity) and the user's settings; :func:`sandbox.agent.confinement.decide` turns
+them into one :class:`~sandbox.confine.spawn.Isolation`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
+    from sandbox.agent.confinement import Machine
+    from sandbox.confine.spawn import Isolation
 
 F = TypeVar("F", bound=Callable[..., Any])
 ON_OFF = click.Choice(["on", "off"])
@@ -59,96 +61,71 @@ def resolve(
     agent: tuple[str, str | None] | None = None,
     argv: Sequence[str] = (),
 ) -> Isolation:
-    """The confinement asked for by the flags, else by the user's settings, else the defaults.
+    """The confinement asked for by the flags, else by the user's settings, else the defaults
+    (:func:`sandbox.agent.confinement.decide`, given what this reads of the machine).
 
     ``agent``: the command and ``--hooks`` adapter of ``sandbox run``, whose model endpoints (and
     base-URL variable's host) start the allowlist of ``--network allow``. ``argv``: the agent
     ``sandbox run`` starts (its variables pass, and its executable stays visible).
     """
-    from sandbox.agent import adapters, agentstate, confine, envfilter, sandboxpolicy
+    from sandbox.agent.confinement import decide
+    from sandbox.confine.proxy import AllowlistError
     from sandbox.run import config
 
     cfg = config.load(user_workdir) if user_workdir else config.Config()
-    enabled = cfg.isolate if isolate is None else isolate == "on"
-    if command == "run":
-        mode = cfg.network_run if network is None else network
-    else:
-        mode = ("on" if cfg.network_exec else "off") if network is None else network
-    if mode == "allow" and sys.platform == "darwin":
-        mode = "on"  # no network namespace to put the agent in: Seatbelt cannot route it to the proxy
-    net = mode == "on"
-    allow = _allowlist(cfg.network_allow, agent) if mode == "allow" else None
-    # By default only the started agent's own state (another agent's, or npm's cache, would be a plant
-    # for your next unconfined use of it); [isolation] agent_state says otherwise.
-    hooked = adapters.agent(agent[1]).PROGRAM if agent and agent[1] in adapters.names() else None
-    starting = (argv[0] if argv else None, hooked)
-    state = agentstate.state_of(starting) if cfg.agent_state is None else cfg.agent_state
-    # Only 'sandbox run' gives an agent its state (and a home of its own, sandbox.agent.agenthome): any
-    # other confined command keeps the agents' state in your home read-only and creates nothing there.
-    entries = (list(state) if command == "run" else []) + cfg.writable
+    machine = read_machine(user_workdir, argv, isolate)
+    try:
+        isolation = decide(cfg, machine, user_workdir, command, isolate, network, agent, argv)
+    except AllowlistError as exc:
+        raise config.ConfigError(
+            f"[network] allow in your settings: {exc}; write host, host:port or *.domain."
+        ) from None
+    if isolation.enabled and not isolation.inherited and command == "run" and isolation.backend == "bwrap":
+        say_gaps_once(os.path.realpath(machine.data_root))
+    return isolation
+
+
+def read_machine(user_workdir: str | None, argv: Sequence[str] = (), isolate: str | None = None) -> Machine:
+    """What confinement needs to know of this machine: the home, the backend, the terminal, where
+    the interpreter and the agent are installed, the data directory, the git identity. Inside a
+    sandbox of ours, without ``--isolate``, only that (the command is not confined again)."""
+    import pwd
+
+    from sandbox.agent.confinement import Machine
+    from sandbox.cli.finding import data_root
+    from sandbox.confine import envfilter, spawn
+
     home = os.path.expanduser("~")
-    writable = agentstate.state_paths(entries, home)
     backend, program = backend_program()
+    inherited = spawn.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV))
+    if inherited and isolate is None:
+        return Machine(home, backend, program, inherited=True, environ=os.environ)
     try:
         interactive = sys.stdin is not None and sys.stdin.isatty()
     except (ValueError, OSError):
         interactive = False
-    if isolate is None and confine.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV)):
-        return confine.Isolation(False, net, program, backend, inherited=True)
-    settings, private = agentstate.config_paths(agentstate.AGENT_CONFIG, agentstate.AGENT_PRIVATE, writable, home)
-    allowed = [_expand(p, home) for p in cfg.allow_read]
-    deny_read = (*sandboxpolicy.DEFAULT_DENY_READ, *cfg.deny_read)
-    masked = [p for p in (_expand(e, home) for e in deny_read) if p not in allowed]
-    # Default deny: the home is hidden inside but for its allowlist (sandbox.agent.homeview).
-    user_home = home if os.path.isabs(home) and os.path.realpath(home) != "/" else None
-    readable = [p for p in allowed if os.path.exists(p)] + installed_paths(argv)
-    started = adapters.by_program(argv[0]) if argv else None
-    env_allow = (*envfilter.DEFAULT_ENV_ALLOW, *(started.ENV if started else ()), *cfg.env_allow)
-    from sandbox.cli.finding import data_root
-
-    root = os.path.realpath(data_root(user_workdir))
-    hidden = sandboxpolicy.other_state_dirs(root, _common_dir(user_workdir)) if enabled else []
-    if enabled and command == "run" and backend == "bwrap":
-        say_gaps_once(root)
-    return confine.Isolation(
-        enabled,
-        net,
-        program,
-        backend,
-        tuple(writable),
-        interactive,
-        tuple(dict.fromkeys(readable)),
-        config=tuple(settings),
-        private=tuple(private),
-        allow=allow,
-        masked=tuple(masked),
-        hidden=tuple(hidden),
-        env_allow=env_allow,
-        unix_sockets=tuple(_expand(p, home) for p in cfg.unix_sockets),
-        limits=limits_of(cfg, command),
-        user_home=user_home,
-        toolchain_homes=_toolchain_homes(user_home),
-        identity=git_identity(home) if user_home else None,
-    )
-
-
-def _toolchain_homes(home: str | None) -> tuple[str, ...]:
-    """Where the user's toolchains are looked for: ``HOME`` and the account's own home (``HOME`` may
-    have been pointed elsewhere while ``python3`` still comes from the account's ``~/.pyenv``)."""
-    import pwd
-
     try:
         account = pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         account = ""
-    found = [h for h in (home, account) if h and os.path.isabs(h) and os.path.realpath(h) != "/"]
-    return tuple(dict.fromkeys(found))
+    return Machine(
+        home,
+        backend,
+        program,
+        inherited=inherited,
+        interactive=interactive,
+        installed=tuple(installed_paths(argv)),
+        data_root=data_root(user_workdir),
+        account_home=account,
+        identity=git_identity(home),
+        environ=os.environ,
+    )
 
 
 def git_identity(home: str) -> tuple[str, str] | None:
     """The user's ``user.name`` and ``user.email`` from the global git configuration files (the
     variables that name other files, ``GIT_CONFIG_GLOBAL`` and ``XDG_CONFIG_HOME``, are read here)."""
-    from sandbox.agent.homeview import git_identity as parse
+    from sandbox.confine.homeview import git_identity as parse
 
     given = os.environ.get("GIT_CONFIG_GLOBAL")
     if given:
@@ -164,25 +141,13 @@ def backend_program() -> tuple[str, str | None]:
     return "bwrap", shutil.which("bwrap")
 
 
-def _allowlist(extra: list[str], agent: tuple[str, str | None] | None) -> tuple[str, ...]:
-    """The agent's model endpoints, its base URL's host (from the environment) and ``[network] allow``."""
-    from sandbox.agent import netproxy
-    from sandbox.run.config import ConfigError
-
-    who = netproxy.agent_of(*agent) if agent else None
-    try:
-        return tuple(netproxy.default_allowlist(who, os.environ, extra))
-    except netproxy.AllowlistError as exc:
-        raise ConfigError(f"[network] allow in your settings: {exc}; write host, host:port or *.domain.") from None
-
-
 GAPS_FILE = "confinement-gaps"
 
 
 def say_gaps_once(data_root: str) -> None:
     """What this machine cannot enforce, on stderr once (again only when it changes); ``sandbox doctor``
     says it every time. The last words said are kept in the data directory."""
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     gaps = "; ".join(hardening.probe().missing)
     path = os.path.join(data_root, GAPS_FILE)
@@ -201,30 +166,6 @@ def say_gaps_once(data_root: str) -> None:
             fh.write(gaps)
     except OSError:
         pass  # said again next time
-
-
-def limits_of(cfg: Any, command: str = "run") -> Any:
-    """The :class:`~sandbox.agent.confine.Limits` the settings ask for (defaults for what they leave).
-
-    ``exec`` gets the memory bound where it is free (a v1 memory cgroup joined through ``tasks``, or
-    the v2 cgroup made for the processes bound anyway), and everywhere when ``max_memory`` is set:
-    a move through v2's ``cgroup.procs`` costs every short command several milliseconds (it waits
-    for an RCU grace period), while a ``run`` session pays it once.
-    """
-    from sandbox.agent import confine
-
-    names = {
-        "tmpfs_size": "tmpfs_bytes",
-        "max_processes": "max_processes",
-        "max_open_files": "max_open_files",
-        "max_file_size": "max_file_bytes",
-        "max_memory": "max_memory",
-        "max_call_size": "max_call_bytes",
-    }
-    given = {names[k]: v for k, v in cfg.limits.items() if k in names}
-    if command != "run" and "max_memory" not in given:
-        given["memory_if_free"] = True
-    return confine.Limits(**given)
 
 
 def installed_paths(argv: Sequence[str]) -> list[str]:
@@ -251,16 +192,6 @@ def installed_paths(argv: Sequence[str]) -> list[str]:
         out += [a for a in argv[1:] if os.path.isabs(a) and os.path.isfile(a)]
     # As named (a link below /tmp must exist inside too); the sandbox binds where each leads as well.
     return [os.path.abspath(p) for p in out if p and os.path.isabs(p) and os.path.realpath(p) != "/"]
-
-
-def _expand(entry: str, home: str) -> str:
-    from sandbox.agent.agentstate import expand_home
-
-    return os.path.abspath(expand_home(entry, home))  # absolute: the settings refuse relative entries
-
-
-def _common_dir(user_workdir: str | None) -> str:
-    return os.path.join(user_workdir, ".git") if user_workdir else ""
 
 
 def resolver(command: str, isolate: str | None, network: str | None) -> Callable[[str | None], Isolation]:

@@ -13,7 +13,7 @@ from sandbox.cli.isolation import isolation_options, resolver
 if TYPE_CHECKING:
     import socket
 
-    from sandbox.agent.confine import Isolation
+    from sandbox.confine.spawn import Isolation
     from sandbox.mcp.workspace import Workspace
     from sandbox.store.project import Project
 
@@ -87,13 +87,14 @@ def mcp(
     iso = resolver("exec", isolate, network)
     now = iso(workdir or main_workdir(project.common_dir))
 
-    from sandbox.agent import confine, envfilter, procs
+    from sandbox.agent import procs
+    from sandbox.confine import envfilter, spawn
     from sandbox.mcp.state import Settings
     from sandbox.mcp.workspace import Workspace
 
     # Inside one of our sandboxes (an agent's under 'sandbox run') the run's ledger is read-only:
     # the calls are recorded by the repository's host, which 'sandbox run' keeps alive.
-    boxed = confine.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV))
+    boxed = spawn.inside_sandbox(os.environ.get(envfilter.CONFINED_ENV))
     settings = Settings(
         data_root=project.data_root,
         isolation=iso,
@@ -153,8 +154,8 @@ def _serve(ws: Workspace, listening: socket.socket | None, net: bool) -> None:
 
         bound = listening.getsockname()[1]
         # Yours to give the client; SANDBOX_MCP_TOKEN sets it (a client config that stays the same).
-        from sandbox.agent import envfilter
         from sandbox.cli import mcp_headers
+        from sandbox.confine import envfilter
 
         token = os.environ.get(envfilter.MCP_TOKEN_ENV) or secrets.token_urlsafe(32)
         click.echo(f"sandbox: MCP server on http://127.0.0.1:{bound}/mcp", err=True)
@@ -178,11 +179,11 @@ def _serve(ws: Workspace, listening: socket.socket | None, net: bool) -> None:
 
 def _check_isolation(isolation: object) -> None:
     """Refuse at start (one line) when the confinement asked for cannot be had here."""
-    from sandbox.agent import confine
+    from sandbox.confine import spawn
 
-    assert isinstance(isolation, confine.Isolation)
+    assert isinstance(isolation, spawn.Isolation)
     if isolation.enabled:
-        confine.check(isolation)
+        spawn.check(isolation)
 
 
 def _autostart_service(run: object) -> None:

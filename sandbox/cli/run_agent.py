@@ -19,11 +19,12 @@ from sandbox.cli.jsonout import stdout_to_stderr
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import ModuleType
+    from typing import Any
 
-    from sandbox.agent.confine import Isolation
+    from sandbox.agent.adapter import AgentAdapter
     from sandbox.agent.early import Started, Where
     from sandbox.agent.launch import SessionResult
+    from sandbox.confine.spawn import Isolation
     from sandbox.run.run import Run
     from sandbox.store.project import Project
 
@@ -207,8 +208,8 @@ def run_agent(
 
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
-    env, home_for = _agent_env(where, command, hooks_for, add_private)
-    isolation = _with_home(isolation, home_for)
+    env, home_for = _agent_env(where, command, hooks_for, add_private, login=not ctx.meta.get(NO_LOGIN, False))
+    isolation = _masked(ctx, _with_home(isolation, home_for))
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
     run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
@@ -224,12 +225,11 @@ def run_agent(
 
 
 def _hint_and_summary(
-    run: Run, result: SessionResult, before: int, home_for: ModuleType | None, command: tuple[str, ...], began: float
+    run: Run, result: SessionResult, before: int, home_for: AgentAdapter | None, command: tuple[str, ...], began: float
 ) -> None:
     """How to go on with the session inside the sandbox, and what it did, on stderr."""
     rid = run.run_id
-    resume = getattr(home_for, "resume_args", None)
-    again = resume(run.dir, began) if resume is not None else None
+    again = home_for.resume_args(run.dir, began) if home_for is not None else None
     if again:  # the agent's own hint ("claude --resume ID") would leave the sandbox
         shown = " ".join(shlex.quote(a) for a in [os.path.basename(command[0]), *again])
         click.echo(
@@ -290,8 +290,9 @@ def _isolation(
 ) -> Isolation:
     """How the agent is confined, checked before a run is started for nothing; the state in your home
     of an agent with a home in the run stays read-only, another's is made (it hangs without it)."""
-    from sandbox.agent import adapters, agentstate, confine
+    from sandbox.agent import adapters, agentstate
     from sandbox.agent.hosted import cannot_start, user_workdir_of
+    from sandbox.confine import spawn
 
     unstartable = cannot_start(command, here)
     if unstartable is not None:  # before a run is started or anything recorded
@@ -305,40 +306,66 @@ def _isolation(
         agent=(command[0], hooks_named),
         argv=command,
     )
-    confine.check(isolation)  # before a run is started for nothing
+    spawn.check(isolation)  # before a run is started for nothing
     user_home = os.path.expanduser("~")
     # Agents with a home in the run keep nothing in yours: it stays read-only, nothing is created there.
-    replaced = [p for module in adapters.names() for p in getattr(adapters.agent(module), "REPLACES", ())]
+    replaced = [p for name in adapters.names() for p in adapters.agent(name).REPLACES]
     isolation = agentstate.without_state(isolation, agentstate.state_paths(replaced, user_home))
     family = adapters.family_of(command[0])  # claude, gemini, ...
-    homed = {str(adapters.agent(n).PROGRAM) for n in adapters.names() if hasattr(adapters.agent(n), "session_env")}
+    homed = {adapters.agent(n).PROGRAM for n in adapters.names()}  # every known agent has a home in the run
     if isolation.enabled and family and family not in homed:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
         agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
     return isolation
 
 
-def _homed(command: str) -> ModuleType | None:
+#: ``ctx.meta`` key: the worktree paths masked inside the confinement for a relaunch (``resume --continue``:
+#: a foreign run's agent settings, :func:`sandbox.recovery.continue_.settings_to_mask`).
+MASKED = "sandbox.continue.masked"
+#: ``ctx.meta`` key: the user's login is not seeded into the run's agent home (a foreign run, the user said no).
+NO_LOGIN = "sandbox.continue.no_login"
+
+
+def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
+    """``isolation`` with the paths ``resume --continue`` masks (a foreign run's agent settings), if any."""
+    import dataclasses
+
+    from sandbox.errors import UsageError
+
+    masked = tuple(ctx.meta.get(MASKED, ()))
+    if not masked:
+        return isolation
+    if not isolation.enabled:
+        raise UsageError(
+            "This run's agent settings in its worktree came from another clone and are hidden from the agent "
+            "only inside the sandbox; continue it without '--isolate off'."
+        )
+    return dataclasses.replace(isolation, masked=(*isolation.masked, *masked))
+
+
+def _homed(command: str) -> AgentAdapter | None:
     """The agent without hooks that ``command`` starts by its exact name and that has a home in the run
     (Codex), or None."""
     from sandbox.agent import adapters
 
     name = os.path.basename(command)
-    found = (adapters.agent(n) for n in adapters.names() if name == adapters.agent(n).PROGRAM)
-    return next((m for m in found if hasattr(m, "session_env")), None)
+    return next((adapters.agent(n) for n in adapters.names() if name == adapters.agent(n).PROGRAM), None)
 
 
-def _with_home(isolation: Isolation, home_for: ModuleType | None) -> Isolation:
+def _with_home(isolation: Isolation, home_for: AgentAdapter | None) -> Isolation:
     """Only the started agent's home in the run is writable for it (the one its session was pointed at)."""
     from sandbox.agent import agentstate
 
-    name = getattr(home_for, "HOME_NAME", None) if getattr(home_for, "session_env", None) else None
-    return agentstate.with_home(isolation, name if isinstance(name, str) else None)
+    return agentstate.with_home(isolation, home_for.HOME_NAME if home_for is not None else None)
 
 
 def _agent_env(
-    where: Where, command: tuple[str, ...], hooks_for: str, add_private: Callable[[str, list[str]], object]
-) -> tuple[dict[str, str], ModuleType | None]:
+    where: Where,
+    command: tuple[str, ...],
+    hooks_for: str,
+    add_private: Callable[[str, list[str]], object],
+    login: bool = True,
+) -> tuple[dict[str, str], AgentAdapter | None]:
     """The agent's environment, with its home in the run (Claude Code, Gemini CLI, Codex) or its hooks in
     the worktree; and the adapter that knows how to continue its session (None: none does)."""
     from sandbox.agent import adapters
@@ -350,25 +377,23 @@ def _agent_env(
     adapter = adapters.load(name) if name and name != "none" else None
     # Claude Code, Gemini CLI and Codex keep their state in the run's home for them, hooks or not (their
     # state in your home is read-only in the sandbox: see REPLACES above).
-    home_for = adapter if adapter is not None else adapters.load(known) if known else _homed(command[0])
-    session_env = getattr(home_for, "session_env", None)
-    if home_for is not None and session_env is not None and hasattr(home_for, "user_dir"):
-        user_codex = home_for.user_dir(os.environ, os.path.expanduser("~"))  # Codex, no hooks: CODEX_HOME is yours
-        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), None, user_codex=user_codex))
-    elif home_for is not None and session_env is not None:
-        add_private(where.run_dir, [home_for.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
-        if adapters.uninstall(home_for, where.worktree):  # where 'hooks install' (or older versions) put them
+    hooked = adapter if adapter is not None else adapters.load(known) if known else None
+    home_for = hooked if hooked is not None else _homed(command[0])
+    if hooked is not None:
+        add_private(where.run_dir, [hooked.SETTINGS_PATH])  # the agent's own per-run rules: never in the patch
+        if adapters.uninstall(hooked, where.worktree):  # where 'hooks install' (or older versions) put them
             click.echo(
-                f"sandbox: the sandbox's hooks left the worktree's {home_for.SETTINGS_PATH} for the run's own "
+                f"sandbox: the sandbox's hooks left the worktree's {hooked.SETTINGS_PATH} for the run's own "
                 f"agent home ('sandbox hooks install' puts them back for an agent you start by hand).",
                 err=True,
             )
         hooks = hook_command(name) if adapter is not None and name else None
-        env.update(session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks))
-    elif adapter is not None and name:
-        add_private(where.run_dir, [adapter.SETTINGS_PATH])
-        adapters.install(adapter, where.worktree, hook_command(name))
-        click.echo(f"sandbox: {name} hooks installed in the worktree ({adapter.SETTINGS_PATH}).", err=True)
+        env.update(hooked.session_env(where.run_dir, where.worktree, os.path.expanduser("~"), hooks, login=login))
+    elif home_for is not None:  # an agent without hooks (Codex): its own home is yours unless its variable moves it
+        user_dir = getattr(home_for, "user_dir", None)
+        mine = {"user_codex": user_dir(os.environ, os.path.expanduser("~"))} if user_dir is not None else {}
+        seed: Any = home_for.session_env  # Codex's also takes the user's own home of it
+        env.update(seed(where.run_dir, where.worktree, os.path.expanduser("~"), None, login=login, **mine))
     return env, home_for
 
 
@@ -403,6 +428,7 @@ def _session(
                 is_foreground=_is_foreground,
             )
             run = _open_beside(ctx, started)
+        _mark_gone_sessions(run, started.token if started is not None else None)
         from sandbox.agent import launch as agent
 
         result = agent.run_session(
@@ -417,6 +443,20 @@ def _session(
             started=started,
         )
     return run, result
+
+
+def _mark_gone_sessions(run: Run, current: str | None) -> None:
+    """Calls a killed session left started become uncertain before this session's (one line when any)."""
+    from sandbox.agent.settle import mark_gone_sessions
+
+    marked = mark_gone_sessions(run, current)
+    if marked:
+        shown = escape.text(", ".join(marked[:5])) + (", ..." if len(marked) > 5 else "")
+        click.echo(
+            f"sandbox: {len(marked)} call(s) left started by a sandbox session that is gone are now uncertain "
+            f"({shown}); 'sandbox resume {run.run_id}' decides them.",
+            err=True,
+        )
 
 
 def _say_what_happened(run: Run, result: SessionResult, before: int) -> None:

@@ -84,9 +84,17 @@ def status(
     if markers:
         shown = ", ".join(escape.path(p) for p in markers)
         click.echo(f"  attention: {out.style(shown, fg='red')} (conflict markers from apply --3way to resolve)")
-    if in_flight:
-        flight = out.style(call_numbers(numbers, in_flight), fg="yellow")
+    uncertain = set(row.get("uncertain_calls") or [])
+    running = [c for c in in_flight if c not in uncertain]
+    if running:
+        flight = out.style(call_numbers(numbers, running), fg="yellow")
         click.echo(f"  in flight: {flight} (run 'sandbox resume' after a crash)")
+    if uncertain:
+        shown = out.style(call_numbers(numbers, [c for c in in_flight if c in uncertain]), fg="yellow")
+        click.echo(
+            f"  uncertain: {shown} (started, end never recorded: check, then "
+            f"'sandbox call resolve {row['run']} ID --status succeeded|failed')"
+        )
     click.echo(f"  host:      {_host_line(row['host'])}")
     refused = row.get("network_refused") or []
     if refused:

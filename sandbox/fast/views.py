@@ -145,6 +145,7 @@ class RunRowJson(_RunRowBase, total=False):
     unapplied_calls: int
     partly_applied_calls: list[str]
     call_numbers: dict[str, int]
+    uncertain_calls: list[str]
     conflict_markers: list[str]
     epoch: int
     made_on: str | None
@@ -213,6 +214,7 @@ def summary(
         "partly_applied_calls": partly,
         # How 'log' numbers the calls the row names (#N), for the words people read.
         "call_numbers": {c: state["calls"][c]["seq"] for c in [*partly, *in_flight(state)] if c in state["calls"]},
+        "uncertain_calls": [e["call_id"] for e in entries(state) if e["status"] == "uncertain"],
         "conflict_markers": conflict_markers(state, common_dir),
         "epoch": state["epoch"],
         # Where it came from: the machine it was started on, and the remote this clone fetched it from.

@@ -1,7 +1,7 @@
 """The command tool of ``sandbox mcp``: ``run_command``, and what stops a running command.
 
 ``run_command`` is one ``run_command`` call, its command confined exactly as ``sandbox exec``
-confines one (:mod:`sandbox.agent.confine`), its changes learnt from the repository's host when one
+confines one (:mod:`sandbox.confine.spawn`), its changes learnt from the repository's host when one
 is up, else from a scan; a non-zero exit, a timeout or a refused sandbox is ``failed`` with the
 reason. Inside the sandbox of ``sandbox run`` the host records the call and the command runs in the
 sandbox the server is in (:mod:`sandbox.mcp.hosted`).
@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, TypedDict
 
-from sandbox.agent import confine, envfilter, sandboxpolicy
+from sandbox.confine import envfilter, spawn
+from sandbox.confine.policy import policy_for_run
 from sandbox.errors import SandboxError, UsageError
 from sandbox.mcp.find import sendable
 from sandbox.mcp.hosted import HostLedger
@@ -144,8 +145,8 @@ class CommandTools(WorkspaceState):
         isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
         confined = None
         if isolation is not None and isolation.enabled:
-            confine.check(isolation)  # refused before anything is recorded
-            policy = sandboxpolicy.policy_for_run(isolation, run)
+            spawn.check(isolation)  # refused before anything is recorded
+            policy = policy_for_run(isolation, run)
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))
@@ -168,7 +169,7 @@ class CommandTools(WorkspaceState):
                 try:
                     code, timed_out = self._spawn_and_wait(argv, run.worktree, confined, out, timeout, flight)
                     refused = None
-                except confine.ConfinementError as exc:
+                except spawn.ConfinementError as exc:
                     code, timed_out, refused = 126, False, exc
                 output, truncated = _bounded_output(out)
                 kept = {"output": Tail.of_file(out)}  # both streams, as the pipe got them
@@ -265,7 +266,7 @@ class CommandTools(WorkspaceState):
         self,
         argv: list[str],
         cwd: str,
-        confined: tuple[confine.Isolation, confine.Policy] | None,
+        confined: tuple[spawn.Isolation, spawn.Policy] | None,
         out: IO[bytes],
         timeout: float,
         flight: InFlight,
@@ -277,9 +278,9 @@ class CommandTools(WorkspaceState):
         if self.hosted is None:  # inside a sandbox the agent session's own token stays: the host bound the call to it
             env["SANDBOX_SESSION"] = self.scope.token  # resume finds the command by it (sandbox.agent.procs)
         proc: subprocess.Popen[bytes]
-        box: confine.Confined | None = None
+        box: spawn.Confined | None = None
         if confined is not None:
-            box = confine.spawn(
+            box = spawn.spawn(
                 confined[0], confined[1], argv, cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
             )
             proc = box.proc
@@ -354,7 +355,7 @@ def _recorded_files(run: Run, call_id: str) -> list[str]:
     return [f.path for f in entry.files] if entry is not None else []
 
 
-def _kill(proc: subprocess.Popen[bytes], box: confine.Confined | None) -> None:
+def _kill(proc: subprocess.Popen[bytes], box: spawn.Confined | None) -> None:
     """Kill a command and everything it started (bubblewrap's PID namespace, or its session)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if box is not None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sandbox.agent import confine
+from sandbox.confine import spawn
 from sandbox.errors import SandboxError
 from sandbox.mcp.hosted import HostLedger
 from sandbox.models import ProcessScope
@@ -48,7 +48,7 @@ class Settings:
     #: Where new runs get their home (``data_dir`` of ``.sandbox.toml`` or the XDG default).
     data_root: str
     #: How ``run_command`` is confined, built from ``--isolate``/``--network`` and the settings.
-    isolation: Callable[[str | None], confine.Isolation] | None = None
+    isolation: Callable[[str | None], spawn.Isolation] | None = None
     #: The environment of commands (the server's own, usually); ``SANDBOX_SESSION`` is added.
     command_env: Mapping[str, str] | None = None
     #: Called with a run when a tool opens or starts it (the CLI starts the run's service).

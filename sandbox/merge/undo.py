@@ -488,7 +488,7 @@ def roll_back(project: Project, target_dir: str, lock_timeout: float = 30.0) -> 
                 if recorded:
                     run.record_event(_inverse(run, j), keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
-                    run.head()
+                    run.sync_head()
                 journal.remove(project, target_dir)
             except OSError as exc:
                 raise journal.WriteFailedError(

@@ -213,7 +213,7 @@ def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0)
                 journal.play(run.repo, workdir, j.entries, "continue.after_file", on_write=written.append, temps=temps)
                 run.record_event(j.event, keep=[c for c in (j.old_head, j.new_head) if c])
                 if j.target == "sandbox":
-                    run.head()
+                    run.sync_head()
                 journal.remove(project, workdir)
             except OSError as exc:
                 raise journal.WriteFailedError(

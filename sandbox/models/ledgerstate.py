@@ -45,6 +45,9 @@ class LedgerEntry(Model):
     error_detail: str | None = None
     error_ref: str | None = None
     agent_session: str | None = None
+    #: The ``sandbox run`` session the call was started in (its token; None: outside any, or folded
+    #: before this was kept): only that session, or ``sandbox resume``, ends it (sandbox.agent.recorder).
+    session: str | None = None
     commit: str | None = None
     parent_commit: str | None = None
     files: list[FileChange] = Field(default_factory=new_list)

@@ -27,7 +27,7 @@ from sandbox.store import convert, fsutil, objects, paths, trailers
 from sandbox.store.capture import capture
 
 if TYPE_CHECKING:
-    from sandbox.agent.confine import Isolation
+    from sandbox.confine.spawn import Isolation
     from sandbox.run.run import Run
 
 faults.POINTS.update(

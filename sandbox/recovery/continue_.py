@@ -69,8 +69,12 @@ class ContinuePlan:
     isolate: str | None = None
     #: ``--network`` for the relaunch: as the recorded session ran (None: nothing recorded).
     network: str | None = None
-    #: How the recorded session was confined (:meth:`sandbox.agent.confine.Isolation.describe`).
+    #: How the recorded session was confined (:meth:`sandbox.confine.spawn.Isolation.describe`).
     recorded_isolation: str | None = None
+    #: Where the record came from when it is not this clone's (``fetched from origin``), else None.
+    foreign: str | None = None
+    #: The worktree's agent settings masked inside the confinement (a foreign run's: absolute paths).
+    masked: list[str] = field(default_factory=list)
 
 
 def recorded_isolation(run: Run) -> str | None:
@@ -299,12 +303,23 @@ def plan(
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
     untrusted: tuple[str, ...] = ()
-    if recorded.foreign is not None:  # the worktree's agent settings are someone else's too
+    masked: list[str] = []
+    # The worktree's agent settings are someone else's while the run holds anything from elsewhere, even
+    # once a session continued here made the record this clone's own.
+    outside = recorded.foreign or foreign_origin(run)
+    if outside is not None:
         untrusted = agent.untrusted_worktree()
         if untrusted:
             messages.append(
-                f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {recorded.foreign}): "
+                f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {outside}): "
                 f"{' '.join(untrusted)}."
+            )
+        masked = settings_to_mask(run, agent)
+        if masked:
+            shown = ", ".join(os.path.relpath(p, os.path.realpath(run.worktree)) + "/" for p in masked)
+            messages.append(
+                f"the worktree's own {agent.name} settings are not loaded (a run {outside}): {shown} "
+                "is empty inside the sandbox."
             )
     new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *untrusted, *extra]
     if pending:
@@ -332,7 +347,36 @@ def plan(
         blocked=blocked,
         prompt=prompt,
         messages=[*messages, *said],
+        foreign=outside,
+        masked=masked,
     )
+
+
+def foreign_origin(run: Run) -> str | None:
+    """Where the run's events from elsewhere came from (:func:`sandbox.agent.transcripts.origin`), or None
+    when every event is this clone's own (its MAC verifies)."""
+    if all(event.own() for _oid, event in run.events_read()):
+        return None
+    return transcripts.origin(run)
+
+
+def settings_to_mask(run: Run, agent: sessions.AgentSessions) -> list[str]:
+    """The worktree's directories of ``agent``'s settings that exist, as the confinement masks them (where
+    they lead); one that is a link out of the worktree is refused (the agent would follow it)."""
+    root = os.path.realpath(run.worktree)
+    out = []
+    for name in agent.worktree_settings():
+        path = os.path.join(root, name)
+        if not os.path.lexists(path):
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(root + os.sep):
+            raise CannotContinueError(
+                f"The worktree of run {run.run_id} has {name} as a link out of it, where its {agent.name} would "
+                f"read settings this clone did not write; remove the link, then continue again."
+            )
+        out.append(real)
+    return out
 
 
 def _confinement(

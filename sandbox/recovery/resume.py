@@ -10,7 +10,8 @@
    rebuilt from the ledger's evidence;
 4. verifies the workspace: recreates a missing worktree at the run's head; otherwise compares
    every file with the head and reports drift (changes no recorded call made), attributed to the
-   call that was writing them when that is known, saved as a commit and never discarded;
+   call that was writing them when that is known and never discarded: what each killed call wrote is
+   booked to it (one head move per call, in ledger order), the rest saved as a commit on top;
 5. returns the message history and run state of the session's checkpoint (or of the checkpoint a
    ``rollback --session`` chose);
 6. classifies each uncertain call: idempotent with replay ``auto`` may be replayed; ``conditional``
@@ -43,6 +44,7 @@ from sandbox.errors import CorruptionError, SandboxError
 from sandbox.models import (
     CallStatus,
     DriftPath,
+    DriftRecord,
     Event,
     EventKind,
     LedgerState,
@@ -56,7 +58,7 @@ from sandbox.run.beforewrite import before_writes, keep_before_writes
 from sandbox.run.checkpoint import CheckpointStore, StoredCheckpoint
 from sandbox.run.fold import fold_event
 from sandbox.store import objects, trailers, worktree
-from sandbox.store.capture import capture
+from sandbox.store.capture import Capturer, capture
 
 if TYPE_CHECKING:
     from sandbox.run.run import Run
@@ -68,6 +70,10 @@ faults.POINTS.update(
         "resume.after_verify",
         "resume.after_worktree",
         "resume.after_drift",
+        # Each killed call's drift booked to it is one head move (sandbox.run.core.move_head's points).
+        "resume.booking.after_commit",
+        "resume.booking.after_ledger",
+        "resume.booking.after_head_ref",
     }
 )
 
@@ -361,8 +367,20 @@ def _uncertain_pids(state: LedgerState, events: list[tuple[str, Event]]) -> set[
     return {pids[c] for c, e in state.calls.items() if e.status == CallStatus.uncertain and c in pids}
 
 
+#: Events a resume itself writes besides drift: what came after a resume's drift when nothing else happened.
+_QUIET = (EventKind.resumed, EventKind.call_uncertain, EventKind.note)
+
+
 def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tuple[list[DriftPath], str | None]:
-    """Files that differ from the run's head; saved as a commit (head unmoved) and recorded once."""
+    """Files that differ from the run's head, recorded once: each killed call's booked to it, the rest saved.
+
+    Every path attributed to a call that recorded nothing (killed while it wrote) is booked to that
+    call, one head move per call in ledger order, so that diff, status, log and apply see it as the
+    call's change and drop refuses to discard it. The rest (attributed to nobody, or to a call that
+    holds a change already) is saved as a commit on top, the head left where it is. Returns every path
+    the latest resume found (what it booked, if nothing happened since, and what is left) and the
+    commit that holds them all.
+    """
     from sandbox.store import scan
 
     assert state.head is not None
@@ -370,27 +388,73 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
     candidates = scan.candidates(run.repo, run.worktree, head_tree)
     # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.run.include.
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
-    previous = state.data.drift[-1] if state.data.drift else None
+    latest = _latest_found(state, events)
+    booked = [p for record in latest if record.booked_to for p in record.paths]
     if not cap.changes:
-        if previous is not None and previous.booked_to and previous.commit == state.head:
+        last = next((r for r in reversed(latest) if r.booked_to), None)
+        if last is not None and last.commit == state.head:
             # Booked by the last resume, and only resuming happened since: the same answer again.
-            ids = [ev.event_id for _oid, ev in events]
-            since = ids.index(previous.event_id) + 1 if previous.event_id in ids else len(events)
-            quiet = (EventKind.resumed, EventKind.call_uncertain, EventKind.note)
-            if all(ev.kind in quiet for _oid, ev in events[since:]):
-                return list(previous.paths), previous.commit
+            return _by_path(booked), state.head
         return [], None
+    previous = state.data.drift[-1] if state.data.drift else None
     key = sorted((rel, e.oid if e else None) for rel, e in cap.changes.items())
-    if previous is not None and previous.commit and sorted((p.path, p.after) for p in previous.paths) == key:
-        return list(previous.paths), previous.commit
+    unbooked = previous is not None and previous.commit and not previous.booked_to
+    if previous is not None and unbooked and sorted((p.path, p.after) for p in previous.paths) == key:
+        return _by_path([*booked, *previous.paths]), previous.commit
+    paths = _attribute(run, state, events, cap)
+    owners = {p.attributed_to for p in paths}
+    # Killed while it wrote: a call that recorded no change of its own (one booked before keeps its own).
+    killed = [c for c in state.order if c in owners and not state.calls[c].commit]
+    killed = [c for c in killed if _apart([p.path for p in paths if p.attributed_to == c], paths)]
+    commit: str | None = None
+    for owner in killed:
+        commit = _book(run, state, cap, [p for p in paths if p.attributed_to == owner])
+    rest = [p for p in paths if p.attributed_to not in killed]
+    if rest:
+        commit = _save_rest(run, state, cap, rest)
+    return _by_path([*booked, *paths]), commit
+
+
+def _latest_found(state: LedgerState, events: list[tuple[str, Event]]) -> list[DriftRecord]:
+    """The drift the latest resumes recorded with nothing but resuming after them (a resume killed
+    between two bookings, then resumed again, counts as one), oldest first."""
+    ids: set[str] = set()
+    for _oid, event in reversed(events):
+        if event.kind == EventKind.drift:
+            ids.add(event.event_id)
+        elif event.kind not in _QUIET:
+            break
+    return [record for record in state.data.drift if record.event_id in ids]
+
+
+def _apart(mine: list[str], paths: list[DriftPath]) -> bool:
+    """True when no path of ``mine`` lies above or below a drifted path of another: booked on its own,
+    one call's change would then make (a file replacing a directory) or undo another's unlisted."""
+    own = set(mine)
+    others = [p.path for p in paths if p.path not in own]
+    return not any(o.startswith(m + "/") or m.startswith(o + "/") for m in mine for o in others)
+
+
+def _by_path(paths: list[DriftPath]) -> list[DriftPath]:
+    return sorted({p.path: p for p in paths}.values(), key=lambda p: p.path)
+
+
+def _attribute(run: Run, state: LedgerState, events: list[tuple[str, Event]], cap: Capturer) -> list[DriftPath]:
+    """Each changed path, attributed to the call that was writing it when that is known: the uncertain
+    call whose process left a before-write hint for it, else the one call the last crash left in flight."""
     uncertain = [c for c in state.order if state.calls[c].status == CallStatus.uncertain]
     started_pid = _pids(events)
     writers: dict[str, str] = {}
-    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid}
+    # A process that had several calls in flight (a host serving tools in parallel) names none of them.
+    pids = [started_pid[c] for c in uncertain if c in started_pid]
+    by_pid = {started_pid[c]: c for c in uncertain if c in started_pid and pids.count(started_pid[c]) == 1}
     for pid, rel in before_writes(run):
         if pid in by_pid:
             writers[rel] = by_pid[pid]
-    newly = {ev.call_id for _oid, ev in events if ev.kind == EventKind.call_uncertain and ev.epoch == state.epoch}
+    # The calls the last crash left in flight: those the latest resume that found any marked uncertain (this
+    # one's, or a resume killed after it marked them), not calls left uncertain by an older one.
+    marks = [ev for _oid, ev in events if ev.kind == EventKind.call_uncertain]
+    newly = {ev.call_id for ev in marks if ev.epoch == max(m.epoch for m in marks)}
     in_flight = [c for c in uncertain if c in newly] or uncertain
     paths = []
     for rel in sorted(cap.changes):
@@ -405,28 +469,60 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
                 attributed_to=writers.get(rel) or (in_flight[0] if len(in_flight) == 1 else None),
             )
         )
-    tree = objects.edit_tree(run.repo, head_tree, cap.changes)
-    message = trailers.message(
-        "sandbox: drift found at resume", [(trailers.RUN, run.run_id), (trailers.DRIFT, f"{len(paths)} path(s)")]
-    )
-    # Every change attributed to one call that recorded none (killed while it wrote): booked to it, so
-    # that diff, status and apply see it and drop refuses to discard it as other unapplied work.
-    owners = {p.attributed_to for p in paths}
-    booked = next(iter(owners)) if len(owners) == 1 else None
-    if booked is not None and state.calls[booked].commit:
-        booked = None
-    head = state.head
+    return paths
+
+
+def _book(run: Run, state: LedgerState, cap: Capturer, paths: list[DriftPath]) -> str:
+    """What one killed call wrote, booked to it: its change and the run's new head (one head move)."""
+    assert state.head is not None
+    owner, head = paths[0].attributed_to, state.head
+    changes = {p.path: cap.changes[p.path] for p in paths}
+    tree = objects.edit_tree(run.repo, objects.commit_tree(run.repo, head), changes)
 
     def fields_of(commit: str) -> dict[str, object]:
-        data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit, "booked_to": booked}
-        if booked is None:
-            return {"data": data}
+        data = {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit, "booked_to": owner}
         where = f"{head}..{commit}"
-        changes = [objects.file_change(r, cap.before[r], cap.changes[r], where, booked) for r in sorted(cap.changes)]
-        return {"data": data, "files": changes}
+        files = [objects.file_change(r, cap.before[r], cap.changes[r], where, owner) for r in sorted(changes)]
+        return {"data": data, "files": files}
 
     commit, new = run.move_head(
-        EventKind.drift, booked, tree=tree, parent=head, message=message, fields_of=fields_of, epoch=state.epoch
+        EventKind.drift,
+        owner,
+        tree=tree,
+        parent=head,
+        message=_message(run, paths),
+        fields_of=fields_of,
+        fault="resume.booking",
+        epoch=state.epoch,
     )
-    state.data, state.head, state.calls = new.data, new.head, new.calls  # a booking moved the head
-    return paths, commit
+    state.data, state.head, state.calls = new.data, new.head, new.calls
+    return commit
+
+
+def _save_rest(run: Run, state: LedgerState, cap: Capturer, paths: list[DriftPath]) -> str:
+    """The changes booked to no call: saved as a commit on the run's head, which stays where it is."""
+    assert state.head is not None
+    tree = objects.edit_tree(
+        run.repo, objects.commit_tree(run.repo, state.head), {p.path: cap.changes[p.path] for p in paths}
+    )
+
+    def fields_of(commit: str) -> dict[str, object]:
+        return {"data": {"paths": [p.model_dump(mode="json") for p in paths], "commit": commit, "booked_to": None}}
+
+    commit, new = run.move_head(
+        EventKind.drift,
+        None,
+        tree=tree,
+        parent=state.head,
+        message=_message(run, paths),
+        fields_of=fields_of,
+        epoch=state.epoch,
+    )
+    state.data, state.head, state.calls = new.data, new.head, new.calls
+    return commit
+
+
+def _message(run: Run, paths: list[DriftPath]) -> str:
+    return trailers.message(
+        "sandbox: drift found at resume", [(trailers.RUN, run.run_id), (trailers.DRIFT, f"{len(paths)} path(s)")]
+    )

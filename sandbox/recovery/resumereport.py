@@ -109,7 +109,8 @@ def report(
         for i, (_oid, ev) in enumerate(events)
         if ev.kind == EventKind.rollback_files and i >= since
     ]
-    note = _note(run, ckpt, found.rollback, last_step, after, uncertain, denied, found.drift, rolled)
+    booked = _booked(state, found.drift)
+    note = _note(run, ckpt, found.rollback, last_step, after, uncertain, denied, found.drift, rolled, booked)
     out = ResumeReport(
         run_id=run.run_id,
         epoch=found.epoch,
@@ -132,7 +133,17 @@ def report(
         worktree_recreated=found.recreated,
         problems=found.problems,
     )
-    out.next_step = _next_step(run, out, state)
+    out.next_step = _next_step(run, out, booked)
+    return out
+
+
+def _booked(state: LedgerState, drift: list[DriftPath]) -> dict[str, int]:
+    """The drifted paths booked to the killed call that wrote them: path -> the call's number in ``log``."""
+    out: dict[str, int] = {}
+    for d in drift:
+        entry = state.calls.get(d.attributed_to or "")
+        if entry is not None and entry.commit and any((f.path, f.after_hash) == (d.path, d.after) for f in entry.files):
+            out[d.path] = entry.seq
     return out
 
 
@@ -207,6 +218,7 @@ def _note(
     denied: list[Denial],
     drift: list[DriftPath],
     rolled: list[RollbackFilesData],
+    booked: dict[str, int],
 ) -> str:
     parts: list[str] = []
     if ckpt is not None:
@@ -244,18 +256,18 @@ def _note(
             text += " None of its session's processes is still running."
         elif u.processes_alive:
             text += " Its session's processes were still running; they were stopped before this resume."
-        if u.call_id in drifted:
-            text += f" It had changed {_paths(drifted[u.call_id])}; those changes are booked to it in the run."
+        mine = [p for p in drifted.get(u.call_id, []) if p in booked]
+        if mine:
+            text += (
+                f" It had changed {_paths(mine)}; those changes are booked to it in the run, "
+                f"as call #{booked[mine[0]]} in 'sandbox log'."
+            )
         parts.append(text)
     for denial in denied:
         reason = f" ({denial.reason})" if denial.reason else ""
         parts.append(f"The user denied {denial.tool_name} ({denial.call_id}){reason}; do not ask for it again.")
-    loose = [
-        p
-        for owner, paths in drifted.items()
-        for p in paths
-        if owner is None or owner not in {u.call_id for u in uncertain}
-    ]
+    # What no killed call was booked (a path nobody can attribute, or written after a call's own change).
+    loose = [d.path for d in drift if d.path not in booked]
     if loose:
         parts.append(f"Files changed outside any recorded call: {_paths(loose)}; they were kept; check them.")
     repeatable = [e for e in ended if e.status == CallStatus.succeeded]
@@ -266,7 +278,7 @@ def _note(
     return " ".join(parts)
 
 
-def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
+def _next_step(run: Run, report: ResumeReport, booked: dict[str, int]) -> str:
     """The next safe step: the first uncertain call to check, drift to review, or go on."""
     by_id = {u.call_id: u for u in report.uncertain}
     if report.do_not_replay:
@@ -281,10 +293,10 @@ def _next_step(run: Run, report: ResumeReport, state: LedgerState) -> str:
             f"Check the state (or ask the user) before repeating {u.tool_name} ({u.call_id}); then record the outcome "
             f"with 'sandbox call resolve {run.run_id} {u.call_id} --status succeeded|failed'."
         )
-    booked = state.data.drift[-1].booked_to if state.data.drift else None
-    if report.drift and not booked:
+    loose = [d.path for d in report.drift if d.path not in booked]
+    if loose:
         return (
-            f"Review the files changed outside any recorded call ({_paths([d.path for d in report.drift])}): keep them "
+            f"Review the files changed outside any recorded call ({_paths(loose)}): keep them "
             f"by recording a call, or restore them with 'sandbox rollback {run.run_id} --files --to <checkpoint>'."
         )
     if report.may_replay:

@@ -10,6 +10,7 @@ caller gives about a call are :class:`~sandbox.run.callspec.CallOptions`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 import pygit2
@@ -32,6 +33,7 @@ from sandbox.run.fold import FAILED_MARKS, TERMINAL_STATUSES
 from sandbox.run.output import Tail, attach
 from sandbox.store import layout, objects, trailers
 from sandbox.store.ledger import StorageError
+from sandbox.store.preread import LIVE, Reader
 
 if TYPE_CHECKING:
     from sandbox.store.capture import Capturer
@@ -189,8 +191,46 @@ def _record_failure(run: RunCore, call_id: str, final: CallStatus, error: str | 
     ) from exc
 
 
+@dataclass
+class _ReadFirst:
+    """What a recording read of the agent's files before it takes the lock other runs need."""
+
+    reader: Reader = LIVE
+    #: The paths libgit2's status named (for a call whose paths only a scan can tell).
+    status: set[str] | None = None
+    #: Why the reading failed: raised where the capture would have failed (the call ends failed).
+    error: Exception | None = None
+
+
+def _read_first(run: RunCore, paths: Iterable[str] | None) -> _ReadFirst:
+    """Scan and read the call's files holding the run's lock only (:mod:`sandbox.store.preread`):
+    in the host, one run's huge or many files cost that run's call, never another run's."""
+    from sandbox.store import scan
+    from sandbox.store.capture import MAX_DEPTH, skip
+    from sandbox.store.preread import Preread
+
+    out = _ReadFirst()
+    with run.outside_shared_lock():
+        try:
+            if paths is None:  # in the host, in a worker: libgit2 reads by name, holding Python's lock
+                status = scan.status_paths_in_worker if run.scan_in_worker else scan.status_paths
+                out.status = status(run.worktree)
+            pre = Preread(
+                run.worktree,
+                limit=run.max_read_bytes(),
+                skip=lambda rel: skip(rel) or run.is_private(rel),
+                is_ignored=run.is_ignored,
+                max_depth=MAX_DEPTH,
+            )
+            pre.fill(paths if paths is not None else out.status or ())
+            out.reader = pre
+        except (SandboxError, pygit2.GitError, OSError, ValueError, RecursionError) as exc:
+            out.error = exc
+    return out
+
+
 def _capture_call(
-    run: RunCore, call_id: str, head_tree: str | None, paths: Iterable[str] | None
+    run: RunCore, call_id: str, head_tree: str | None, paths: Iterable[str] | None, first: _ReadFirst
 ) -> tuple[Capturer, str | None]:
     """What the call changed in the worktree (``paths``, or a scan when None) and the tree it makes.
 
@@ -202,7 +242,12 @@ def _capture_call(
     from sandbox.store.capture import CallTooLargeError, capture
 
     try:
-        candidates = scan.candidates(run.repo, run.worktree, head_tree) if paths is None else set(paths)
+        if first.error is not None:
+            raise first.error
+        if paths is None:
+            candidates = (first.status or set()) | scan.head_paths(run.repo, run.worktree, head_tree)
+        else:
+            candidates = set(paths)
         cap = capture(
             run.repo,
             run.worktree,
@@ -212,6 +257,7 @@ def _capture_call(
             run.is_private,
             max_bytes=run.max_call_bytes(),
             max_read=run.max_read_bytes(),
+            reader=first.reader,
         )
         faults.point("call.finish.after_capture")
         tree = objects.edit_tree(run.repo, head_tree, cap.changes) if cap.changes else head_tree
@@ -237,16 +283,36 @@ def _finish(
 ) -> LedgerEntry:
     result, tails = attach(result, output or {})  # the output's tails: blobs beside the result
     # The call's objects and its event are made durable together, in one pack (sandbox.store.packs).
-    with run.lock(), objects.batch(run.repo):
-        state = run.state()
-        entry = state.calls.get(call_id)
+    with run.lock():
+        entry = run.state().calls.get(call_id)
         if entry is None:
             raise UnknownCallError(f"Run {run.run_id} has no call {call_id!r}; start it first.")
+        check_writer(run, run.state(), entry)
+        paths = None if paths is None else list(paths)  # read twice: here and by the capture
+        first = _read_first(run, paths)
+        return _finish_read(run, call_id, final, paths, first, result, tails, error, data)
+
+
+def _finish_read(
+    run: RunCore,
+    call_id: str,
+    final: CallStatus,
+    paths: Iterable[str] | None,
+    first: _ReadFirst,
+    result: Any,
+    tails: Mapping[str, bytes],
+    error: str | None,
+    data: CallFinishData | None,
+) -> LedgerEntry:
+    """:func:`_finish` once the call's files are read: its objects and event made durable together."""
+    with run.lock(), objects.batch(run.repo):
+        state = run.state()
+        entry = state.calls[call_id]
         check_writer(run, state, entry)
         head = state.head
         assert head is not None
         head_tree = objects.commit_tree(run.repo, head)
-        cap, tree = _capture_call(run, call_id, head_tree, paths)
+        cap, tree = _capture_call(run, call_id, head_tree, paths, first)
         result_data = layout.canonical_json(result) if result is not None else b""
         inline_result = result is not None and len(result_data) <= INLINE_LIMIT
         attachments = {"result.json": result_data} if result is not None and not inline_result else {}

@@ -15,7 +15,7 @@ loosen its own policy by editing them. ``.sandbox.toml`` wins over ``[tool.sandb
     allow_edits = false       # true: the sandbox answers the agent's permission question for file
                               # edits inside the run's worktree (see hooks/README.md); false: the agent asks
 
-    [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.agent.confine)
+    [isolation]               # OS confinement of `sandbox run` / `sandbox exec` (see sandbox.confine.spawn)
     isolate = true            # false: no confinement (the flags --isolate on|off win over this)
     network_run = "allow"     # `sandbox run`: "allow" (through the allowlist below), true (all), false
     network_exec = false      # `sandbox exec`: no network unless --network on
@@ -114,7 +114,7 @@ class Config:
     allow_read: list[str] = field(default_factory=list)
     env_allow: list[str] = field(default_factory=list)
     unix_sockets: list[str] = field(default_factory=list)
-    #: Sizes and counts of [isolation] as given (None: the default of :class:`sandbox.agent.confine.Limits`).
+    #: Sizes and counts of [isolation] as given (None: the default of :class:`sandbox.confine.spawn.Limits`).
     limits: dict[str, int] = field(default_factory=dict)
 
 

@@ -25,7 +25,7 @@ import pygit2
 
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownCallError, UnknownRunError
-from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo
+from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo, eventdata
 from sandbox.run.fold import FOLD
 from sandbox.run.ids import new_run_id
 from sandbox.store import integrity, layout, objects, trailers
@@ -65,10 +65,16 @@ class RunCore:
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None
         self._user_workdir: str | None = None
+        self._limits: dict[str, int | None] = {}
         #: What :meth:`start` copied or linked into the worktree (see :mod:`sandbox.run.include`).
         self.include_report: Any = None
         #: Called with (run, relative path) before a write helper changes a file.
         self.before_write_hooks: list[Callable[[RunCore, str], None]] = []
+        #: Entered while a recording reads the agent's files: the host lets go of the lock its runs
+        #: share for that time (:mod:`sandbox.store.preread`); elsewhere there is no such lock.
+        self.outside_shared_lock: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        #: A scan runs in a child process (the host's: a scan that blocks must not stop its other runs).
+        self.scan_in_worker = False
         self._read: tuple[str | None, list[tuple[str, Event]]] | None = None
 
     # -- creation ------------------------------------------------------------------------------
@@ -120,7 +126,7 @@ class RunCore:
                 snap = snapshot.take(project.repo, workdir, run.dir, message)
                 with objects.git_writes():
                     project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(layout.ref_name(run_id, "head"), snap.commit, force=True)
+                    set_head_ref(project.repo, run_id, snap.commit)
                 faults.point("start.after_refs")
                 if checkout is not None and user_head is not None:
                     proc, checkout = checkout, None
@@ -256,40 +262,33 @@ class RunCore:
         self._wt_repo = None
 
     def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
-        """What the run's own git dir takes from the user's repository config: settings, object format."""
-        local: list[tuple[str, str]] = []
-        with contextlib.suppress(pygit2.GitError):
-            local = [
-                (e.name, e.value) for e in self.repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value
-            ]
-        object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+        """What the run's own git dir takes from the user's repository config
+        (:func:`sandbox.store.worktree.settings_of`)."""
         from sandbox.store import worktree
 
-        return worktree.inherited(local), object_format
+        return worktree.settings_of(self.repo)
 
     def max_call_bytes(self) -> int | None:
         """``max_call_size`` of the user's settings, else ``config.DEFAULT_MAX_CALL_SIZE`` (read once per Run)."""
-        if not hasattr(self, "_max_call_bytes"):
-            from sandbox.run import config
+        from sandbox.run import config
 
-            try:
-                limits = config.load(self.user_workdir).limits
-                self._max_call_bytes = limits.get("max_call_size", config.DEFAULT_MAX_CALL_SIZE)
-            except (config.ConfigError, OSError):
-                self._max_call_bytes = config.DEFAULT_MAX_CALL_SIZE
-        return self._max_call_bytes
+        return self._limit("max_call_size", config.DEFAULT_MAX_CALL_SIZE)
 
     def max_read_bytes(self) -> int | None:
         """``max_read_size`` of the user's settings: the largest agent file read into memory (None: the
         default of :mod:`sandbox.store.agentread`)."""
-        if not hasattr(self, "_max_read_bytes"):
+        return self._limit("max_read_size", None)
+
+    def _limit(self, name: str, default: int | None) -> int | None:
+        """One of the user's ``[limits]`` (``default`` when unset or unreadable), read once per Run."""
+        if name not in self._limits:
             from sandbox.run import config
 
             try:
-                self._max_read_bytes = config.load(self.user_workdir).limits.get("max_read_size")
+                self._limits[name] = config.load(self.user_workdir).limits.get(name, default)
             except (config.ConfigError, OSError):
-                self._max_read_bytes = None
-        return self._max_read_bytes
+                self._limits[name] = default
+        return self._limits[name]
 
     @property
     def user_workdir(self) -> str:
@@ -307,6 +306,11 @@ class RunCore:
 
     def head(self) -> str:
         """The run's newest recorded commit (repairs the head ref if a crash left it behind)."""
+        return self.sync_head()
+
+    def sync_head(self) -> str:
+        """Move the ``head`` ref to the fold's head, and return it: how the head moves after anything that
+        records a new one (a call's commit, an undo or redo in the run), and repairs a ref a crash left."""
         state = self.state()
         assert state.head is not None
         self._sync_head_ref(state.head)
@@ -318,7 +322,7 @@ class RunCore:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
                 # A mirror of the durable ledger: written without fsync (objects.mirror_repository).
-                objects.mirror_repository(self.repo).references.create(name, head, force=True)
+                set_head_ref(objects.mirror_repository(self.repo), self.run_id, head)
         except (pygit2.GitError, OSError):
             # Only a mirror of the ledger's head (which is durable already): the next read repairs it.
             pass
@@ -461,6 +465,7 @@ class RunCore:
         check: Callable[[LedgerState], None] | None = None,
     ) -> LedgerState:
         """Append an event made by :meth:`new_event` (see :meth:`record`); appending it again is a no-op."""
+        eventdata.check(event.kind.value, event.data)  # typed when written as when read: unknown keys refused
         return self._ledger.append(event, keep=[c for c in keep if c], attachments=attachments, check=check)
 
     def write_commit(self, tree: str, parent: str, message: str) -> str:
@@ -583,3 +588,10 @@ def delete_run_refs(repo: pygit2.Repository, run_id: str) -> None:
         if name.startswith(prefix):
             with contextlib.suppress(KeyError, pygit2.GitError), objects.git_writes():
                 repo.references.delete(name)
+
+
+def set_head_ref(repo: pygit2.Repository, run_id: str, commit: str) -> None:
+    """The one writer of a run's ``head`` ref (``refs/sandbox/<run>/head``): set to the base when a run is
+    made (start, fork), to the remote's at a fetch, and otherwise only to the fold's head
+    (:meth:`RunCore.sync_head`), which the ledger holds durably: the ref is its mirror."""
+    repo.references.create(layout.ref_name(run_id, "head"), commit, force=True)

@@ -196,8 +196,10 @@ def _fold_call_event(state: LedgerState, entry: LedgerEntry, event: Event) -> bo
         entry.approval = Approval.denied
         entry.denial_reason = event.reason
     elif kind == EventKind.call_started:
-        if entry.agent_session and event.procs is not None:
-            state.data.sessions[entry.agent_session] = event.procs.token  # the latest: a resumed agent session
+        if event.procs is not None:
+            entry.session = entry.session or event.procs.token
+            if entry.agent_session:
+                state.data.sessions[entry.agent_session] = event.procs.token  # the latest: a resumed agent session
         _advance(entry, CallStatus.started)
         entry.started_at = entry.started_at or event.at
         entry.epoch = event.epoch

@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from sandbox.errors import PathRefusedError
-from sandbox.run import config, venvcopy
+from sandbox.run import config
 from sandbox.store import fsutil, paths
 
 PRIVATE_FILE = "private.json"
@@ -115,6 +115,8 @@ def _bring(workdir: str, worktree: str, rel: str, *, link: bool, report: Include
             shutil.copytree(src, dst, symlinks=True)
             report.copied.append(rel)
             # A virtualenv names its place in absolute paths: the copy's scripts would run yours.
+            from sandbox.run import venvcopy
+
             venvcopy.retarget(dst, os.path.abspath(src), os.path.abspath(dst), workdir, worktree)
         else:
             shutil.copy2(src, dst, follow_symlinks=False)

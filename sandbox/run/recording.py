@@ -24,7 +24,7 @@ from sandbox.run import calls
 from sandbox.run.callspec import CallOptions
 from sandbox.run.core import RunCore
 from sandbox.run.output import Tail
-from sandbox.store import fsutil, objects, paths
+from sandbox.store import agentread, fsutil, objects, paths
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -243,9 +243,13 @@ class ToolCall:
     @_os_errors_refused
     def read(self, path: str) -> bytes:
         """Read a file of the worktree (confined like writes)."""
-        _rel, full = paths.confined(self.run.worktree, path)
-        with open(full, "rb") as fh:
-            return fh.read()
+        rel, _full = paths.confined(self.run.worktree, path)
+        # By a descriptor of the worktree, never by name: the agent may swap the file for a link to a
+        # secret or a FIFO between the check above and the open (sandbox.store.agentread).
+        limit = self.run.max_read_bytes()
+        return agentread.read_path(
+            self.run.worktree, os.path.join(self.run.worktree, rel), limit=limit or agentread.DEFAULT_LIMIT
+        )
 
     def note_paths(self, changed: Iterable[str]) -> None:
         """Tell the call about paths changed by other means (checked by hash at finish)."""

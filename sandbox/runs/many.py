@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from sandbox import faults
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import Event, EventKind, RunInfo
+from sandbox.run.core import set_head_ref
 from sandbox.run.fold import TERMINAL_STATUSES, fold_event
 from sandbox.run.ids import new_run_id
 from sandbox.run.run import Run
@@ -88,7 +89,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
             with objects.git_writes():
                 for run in runs:
                     project.repo.references.create(layout.ref_name(run.run_id, "base"), snap.commit, force=True)
-                    project.repo.references.create(layout.ref_name(run.run_id, "head"), snap.commit, force=True)
+                    set_head_ref(project.repo, run.run_id, snap.commit)
             pending.finish()
         finally:
             pending.stop()
@@ -204,7 +205,7 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
         worktree.create(place, project.common_dir, target, run.run_id, *run.git_settings())
         with objects.git_writes():
             project.repo.references.create(layout.ref_name(run.run_id, "base"), info.base, force=True)
-            project.repo.references.create(layout.ref_name(run.run_id, "head"), info.base, force=True)
+            set_head_ref(project.repo, run.run_id, info.base)
         from sandbox.run import include
 
         run.include_report = include.populate(source.user_workdir, place.worktree, run.dir)

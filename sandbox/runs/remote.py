@@ -44,6 +44,7 @@ import pygit2
 from sandbox.errors import CorruptionError, SandboxError, UsageError
 from sandbox.models import FetchedFrom, from_json, to_json
 from sandbox.run import verify
+from sandbox.run.core import set_head_ref
 from sandbox.run.fold import FOLD
 from sandbox.run.labels import id_shaped
 from sandbox.run.run import Run
@@ -522,6 +523,9 @@ def _install(project: Project, run_id: str, remote_refs: dict[str, str], remote:
             for name, oid in remote_refs.items():
                 ref = layout.ref_name(run_id, name)
                 if name == "ledger":
+                    continue
+                if name == "head":
+                    set_head_ref(repo, run_id, oid)
                     continue
                 repo.references.create(ref, oid, force=True)
             # Last, and only forward: the ledger makes the run exist (and is what a reader trusts).

@@ -43,8 +43,9 @@ from sandbox.store import beneath
 DEFAULT_LIMIT = 256 * 1024 * 1024
 #: Seconds one file's read may take before it is refused.
 DEFAULT_DEADLINE = 30.0
-#: Seconds spent hashing a file over the bound (its content is not kept): recording holds the host's
-#: lock, and a 4 GiB sparse file takes 10-40 s to hash here; past this its blob id is not given.
+#: Seconds spent hashing a file over the bound (its content is not kept): a 4 GiB sparse file takes
+#: 10-40 s to hash here, paid by the recording call (read before the host's shared lock is taken,
+#: sandbox.store.preread); past this its blob id is not given.
 HASH_BUDGET = 2.0
 CHUNK = 1024 * 1024
 
@@ -292,3 +293,47 @@ def read_file(
         finally:
             os.close(fd)
     raise AssertionError("unreachable")
+
+
+def read_path(root: str, path: str, *, limit: int = DEFAULT_LIMIT, prefix: int | None = None) -> bytes:
+    """The content of ``path``, a file beneath the directory ``root`` (an agent home, a worktree),
+    read as :func:`read_file` does: no symlink followed on the way from ``root``, a regular file
+    only, bounded. ``prefix``: only the first bytes (at most that many; a transcript's first line).
+
+    ``root`` is taken as the host names it (its real path): the agent writes *beneath* it, not the
+    name of the root itself (a home is bound into the sandbox at a fixed place). Raises OSError or
+    :class:`AgentReadError` (:class:`LinkRefusedError` when ``path`` is not beneath ``root``).
+    """
+    base = os.path.realpath(root)
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+        raise LinkRefusedError(f"The path {path!r} is not beneath {root!r}; it was not read.", path)
+    fd = open_root(base)
+    try:
+        if prefix is None:
+            return read_file(fd, rel, limit=limit).data
+        file_fd, _st = open_file(fd, rel)
+        try:
+            return os.read(file_fd, prefix)
+        finally:
+            os.close(file_fd)
+    finally:
+        os.close(fd)
+
+
+def blob_id(root: int, rel: str, seen: os.stat_result | None = None) -> str:
+    """The git blob id of the regular file ``rel`` beneath ``root``, hashed from its checked
+    descriptor (:func:`open_file`) as it is read, whatever its size: nothing is kept, and a regular
+    file's read cannot block. :class:`ChangedError` when its size changes meanwhile."""
+    fd, st = open_file(root, rel, seen)
+    try:
+        digest = hashlib.sha1(b"blob %d\0" % st.st_size, usedforsecurity=False)
+        total = 0
+        while chunk := os.read(fd, CHUNK):
+            total += len(chunk)
+            digest.update(chunk)
+        if total != st.st_size:
+            raise ChangedError(f"{rel!r} changed size while it was read; it was not read.", rel)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)

@@ -20,6 +20,7 @@ from sandbox.errors import SandboxError
 from sandbox.store import agentread, convert, objects, sparse
 from sandbox.store.fsutil import TEMP_PREFIX
 from sandbox.store.objects import Entry
+from sandbox.store.preread import LIVE, Reader
 
 SYNC_NAME = ".sandbox-sync"
 
@@ -34,7 +35,8 @@ class TooDeepError(SandboxError):
     """A changed path is nested deeper than :data:`MAX_DEPTH` directories: nothing was recorded."""
 
 
-def _skip(rel: str) -> bool:
+def skip(rel: str) -> bool:
+    """True for a path capture never records (in a ``.git``, the sandbox's temp or sync files)."""
     for part in rel.split("/"):
         if part.lower() == ".git" or part.startswith(TEMP_PREFIX) or part.startswith(SYNC_NAME):
             return True
@@ -63,6 +65,7 @@ class Capturer:
         head_tree: str | None,
         is_ignored: Callable[[str], bool] | None = None,
         is_private: Callable[[str], bool] | None = None,
+        reader: Reader = LIVE,
     ) -> None:
         self.repo = repo
         self.worktree = worktree
@@ -76,8 +79,11 @@ class Capturer:
         self._seen: set[str] = set()
         self.convert = convert.for_tree(worktree)
         self._sparse: dict[str, Entry] | None = None
+        self._nested: dict[str, bool] = {}
         #: The worktree's descriptor: every path is opened beneath it (:meth:`close` lets it go).
         self.root = agentread.open_root(worktree)
+        #: Reads the agent's files, or answers from what was read before (:mod:`sandbox.store.preread`).
+        self.fs = reader
 
     def close(self) -> None:
         """Let go of the worktree's descriptor (idempotent)."""
@@ -101,7 +107,7 @@ class Capturer:
 
     def add(self, rel: str) -> None:
         """Compare one path (file, link, directory or absent) with the head and record differences."""
-        if not rel or _skip(rel) or rel in self._seen:
+        if not rel or skip(rel) or rel in self._seen:
             return
         if rel.count("/") >= MAX_DEPTH:
             shown = "/".join(rel.split("/")[:3])
@@ -114,11 +120,11 @@ class Capturer:
         self._seen.add(rel)
         # Every look at the agent's files goes through a descriptor of the worktree, following no
         # link (sandbox.store.agentread): a name swapped for a link to a secret outside is refused.
-        st = agentread.lstat(self.root, rel)
+        st = self.fs.lstat(self.root, rel)
         head: Entry | None = self.head_entry(rel)
         if head is not None and head.mode == objects.MODE_GITLINK:
             return  # a submodule: recorded only as its gitlink, which agents' file writes never change
-        if self._under_gitlink(rel):
+        if self._under_gitlink(rel) or self._in_nested_repository(rel):
             return
         if st is None:
             for path, old_entry in self._tracked_under(rel):
@@ -132,7 +138,7 @@ class Capturer:
             return
         # Hashed as `git add` would store it (end of lines, ident, filters): a CRLF checkout of an
         # LF blob is not a change (sandbox.store.convert). Read once, bounded, from a checked descriptor.
-        read = self.convert.read_file(rel, self.root, st, self.repo, self.max_read)
+        read = self.convert.read_file(rel, self.root, st, self.repo, self.max_read, self.fs)
         if read is None:
             return  # a fifo or socket: git stores neither
         entry, data = read
@@ -151,13 +157,13 @@ class Capturer:
             self._record(rel, head, Entry(entry.mode, objects.write_blob(self.repo, data)))
 
     def _add_dir(self, rel: str, head: Entry | None) -> None:
-        if agentread.lstat(self.root, rel + "/.git") is not None:
+        if self.fs.lstat(self.root, rel + "/.git") is not None:
             return  # a nested repository or submodule: its gitlink stays as it is
         if head is not None and not head.is_tree:
             self._record(rel, head, None)
         on_disk = set()
         try:
-            names = agentread.listdir(self.root, rel)
+            names = self.fs.listdir(self.root, rel)
         except (OSError, agentread.AgentReadError):
             names = []
         for name in names:
@@ -173,6 +179,21 @@ class Capturer:
         if self._sparse is None:
             self._sparse = sparse.excluded(self.worktree) if sparse.may_be_sparse(self.worktree) else {}
         return self._sparse.get(rel) == head
+
+    def _in_nested_repository(self, rel: str) -> bool:
+        """True for a path below a directory the head does not track that holds a ``.git`` (the agent's
+        ``git init sub``, staged or not): it is recorded as nothing, like the directory itself
+        (:meth:`_add_dir`), whichever of its paths a watcher names. Its ``.git`` is never read."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent not in self._nested:
+                head = self.head_entry(parent)
+                tracked = head is not None and head.is_tree
+                self._nested[parent] = not tracked and self.fs.lstat(self.root, parent + "/.git") is not None
+            if self._nested[parent]:
+                return True
+        return False
 
     def _under_gitlink(self, rel: str) -> bool:
         parts = rel.split("/")
@@ -198,14 +219,16 @@ def capture(
     is_private: Callable[[str], bool] | None = None,
     max_bytes: int | None = None,
     max_read: int | None = None,
+    reader: Reader = LIVE,
 ) -> Capturer:
     """Compare every candidate path (and, for a missing path, its parents' fate) with the head.
 
     Raises :class:`CallTooLargeError` once new or changed files add up to more than ``max_bytes``,
     and :class:`sandbox.store.agentread.AgentReadError` for a file that cannot be read safely (over
     ``max_read`` bytes, swapped while opened, too slow): nothing of the call is recorded then.
+    ``reader``: what was read before (:mod:`sandbox.store.preread`), else the files are read now.
     """
-    cap = Capturer(repo, worktree, head_tree, is_ignored, is_private)
+    cap = Capturer(repo, worktree, head_tree, is_ignored, is_private, reader)
     cap.max_bytes = max_bytes
     cap.max_read = max_read
     try:
@@ -216,7 +239,7 @@ def capture(
             parts = rel.split("/")
             for i in range(1, len(parts)):
                 parent = "/".join(parts[:i])
-                st = agentread.lstat(cap.root, parent)
+                st = cap.fs.lstat(cap.root, parent)
                 if st is None or not stat.S_ISDIR(st.st_mode):
                     cap.add(parent)
                     break

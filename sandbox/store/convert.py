@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import FilterMode
@@ -36,7 +37,20 @@ from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
+if TYPE_CHECKING:
+    from sandbox.store.preread import Reader
+
 _REGULAR = (MODE_FILE, MODE_EXEC)
+
+
+class _Live:
+    """Reads now (:mod:`sandbox.store.agentread`); :mod:`sandbox.store.preread` is not loaded for apply."""
+
+    readlink = staticmethod(agentread.readlink)
+    read_file = staticmethod(agentread.read_file)
+
+
+_LIVE = _Live()
 
 
 class ConversionError(SandboxError):
@@ -160,21 +174,29 @@ class Converter:
         return filters.apply_to_buffer(data) if filters is not None else data
 
     def read_file(
-        self, rel: str, root: int, st: os.stat_result, repo: pygit2.Repository, limit: int | None = None
+        self,
+        rel: str,
+        root: int,
+        st: os.stat_result,
+        repo: pygit2.Repository,
+        limit: int | None = None,
+        reader: Reader | None = None,
     ) -> tuple[Entry, bytes] | None:
         """The entry ``git add`` would store for the file or symlink ``rel`` beneath the directory
         descriptor ``root`` (None: a FIFO, socket or directory), with the blob's bytes.
 
         Read once, through a checked descriptor (:mod:`sandbox.store.agentread`: no link followed, a
-        bounded read); then cleaned where a conversion applies.
+        bounded read; ``reader`` may have read it already, see :mod:`sandbox.store.preread`); then
+        cleaned where a conversion applies.
         """
         mode = objects.mode_of(st)
         if mode is None or mode == objects.MODE_TREE:
             return None
         if mode == objects.MODE_LINK:
-            target = agentread.readlink(root, rel)
+            target = (reader or _LIVE).readlink(root, rel)
             return Entry(mode, str(pygit2.hash(target))), target
-        blob = agentread.read_file(root, rel, st, limit=agentread.DEFAULT_LIMIT if limit is None else limit)
+        bound = agentread.DEFAULT_LIMIT if limit is None else limit
+        blob = (reader or _LIVE).read_file(root, rel, st, limit=bound)
         mode = objects.mode_of(blob.st) or mode
         if not self.applies(rel):
             return Entry(mode, blob.oid), blob.data

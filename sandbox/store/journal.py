@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from sandbox import faults
 from sandbox.errors import CorruptionError, LockedError, PathRefusedError, SandboxError
 from sandbox.models import FORMAT_VERSION, ApplyJournal, JournalEntry, from_json, to_json
-from sandbox.store import fsutil, layout, objects, paths
+from sandbox.store import agentread, fsutil, layout, objects, paths
 from sandbox.store.locks import file_lock
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 from sandbox.store.project import Project
@@ -133,17 +133,30 @@ def probe(root: str, rel: str) -> Probe:
             return Probe("link", Entry(MODE_LINK, str(pygit2.hash(data))), st_mode=st.st_mode)
         if not stat.S_ISREG(st.st_mode):
             return Probe("other", st_mode=st.st_mode)
-        with open(full, "rb") as fh:
-            data = fh.read()
+        # From a checked descriptor, not by name: the run's worktree (undo in the run) is the agent's
+        # to write, and a file swapped for a link or a FIFO after the lstat is refused (agentread).
+        oid = _blob_id(root, rel, st)
     except FileNotFoundError:
         return Probe("absent")
     except OSError as exc:  # EACCES for another user, EIO from a failing disk: an obstacle, not a crash
         return Probe("unreadable", st_mode=st_mode, unreadable=describe(exc))
+    except agentread.NotRegularError:
+        return Probe("other", st_mode=st_mode)
+    except agentread.AgentReadError as exc:
+        return Probe("unreadable", st_mode=st_mode, unreadable=exc.message)
     mode = objects.mode_of(st)
     assert mode is not None
     # No read permission for the owner is the user's statement even where root can read it anyway.
     unreadable = None if st.st_mode & stat.S_IRUSR else "it has no read permission"
-    return Probe("file", Entry(mode, str(pygit2.hash(data))), st_mode=st.st_mode, unreadable=unreadable)
+    return Probe("file", Entry(mode, oid), st_mode=st.st_mode, unreadable=unreadable)
+
+
+def _blob_id(root: str, rel: str, st: os.stat_result) -> str:
+    fd = agentread.open_root(os.path.realpath(root))
+    try:
+        return agentread.blob_id(fd, rel, st)
+    finally:
+        os.close(fd)
 
 
 def entry_state(mode: int | None, oid: str | None) -> State:

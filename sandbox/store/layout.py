@@ -30,19 +30,21 @@ The data root is chosen by the caller (the CLI reads ``$XDG_DATA_HOME`` and ``.s
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from collections.abc import Iterable, Mapping
 
 # No ``typing``, ``dataclasses`` (it imports ``inspect``) or ``hashlib`` at run time: this module is on the
 # hook's fast path, where they cost ~10 ms of its start. (mypy reads this name as typing's.)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import Any, Final
 
-#: A run id: what ``sandbox start`` makes (8 hex digits), and anything else safe as a ref and file name.
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: A run id: what ``sandbox start`` makes (8 hex digits), and anything else safe as a ref and file name:
+#: ``^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`` as :func:`re.match` reads it (checked without :mod:`re`, which the
+#: hook's fast path does not import; tests/store/test_layout.py holds the two equal).
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_ID_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_ID_REST = _ID_FIRST | frozenset("_.-")
 
 REF_ROOT = "refs/sandbox/"
 #: The branch of the run's own repository its worktree starts on (at the snapshot commit).
@@ -71,7 +73,8 @@ GIT_DIR = "git"
 
 def valid_run_id(run_id: str) -> bool:
     """True when ``run_id`` has the shape of a run id."""
-    return bool(RUN_ID_RE.match(run_id))
+    body = run_id[:-1] if run_id.endswith("\n") else run_id  # re's ``$`` also matches before a final newline
+    return 0 < len(body) <= 64 and body[0] in _ID_FIRST and all(c in _ID_REST for c in body[1:])
 
 
 def ref_prefix(run_id: str) -> str:
@@ -108,6 +111,8 @@ def canonical_json(value: Any, *, ascii_only: bool = False) -> bytes:
     differ only in how non-ASCII text is spelled; each is kept because ids already stored were
     computed with it.
     """
+    import json  # here: the hook's fast path never hashes
+
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, default=str)
     # A lone surrogate (an undecodable byte of a path, or a hook's "\udcff") has no UTF-8: written as
     # JSON's own escape for it, which reads back to the same string.
@@ -142,9 +147,40 @@ def host_dir(common_dir: str) -> str:
     return os.path.join(common_dir, STATE_DIR, HOST)
 
 
+#: The host's socket's own directory, beside the host's (``<common>/sandbox/sock``): the one part of the
+#: host's files a confined process sees (:mod:`sandbox.agent.wire`, :mod:`sandbox.confine.policy`).
+HOST_SOCKET_DIR = "sock"
+
+
+def host_socket_dir(common_dir: str) -> str:
+    """``<common>/sandbox/sock``: the directory of the host's socket."""
+    return os.path.join(common_dir, STATE_DIR, HOST_SOCKET_DIR)
+
+
+def ensure_host_dir(common_dir: str) -> str:
+    """Create the host directory and its socket directory, mode 0700 (only the user may open them);
+    the host directory's path."""
+    path = host_dir(common_dir)
+    for made in (path, host_socket_dir(common_dir)):
+        os.makedirs(made, mode=0o700, exist_ok=True)
+        if os.stat(made).st_mode & 0o077:
+            os.chmod(made, 0o700)
+    return path
+
+
+#: Below a run's directory: the agents' homes (writable in the sandbox) and the seeding bases
+#: (:mod:`sandbox.agent.agenthome`; :mod:`sandbox.confine.policy` mounts them).
+AGENT_STATE = "agent-state"
+AGENT_HOMES = "homes"
+
+
+def agent_homes_dir(run_dir: str) -> str:
+    """The directory holding every agent home of the run (the one path made writable for them)."""
+    return os.path.join(run_dir, AGENT_STATE, AGENT_HOMES)
+
+
 #: In ``<common>/sandbox``: a random id of this clone (this repository on this machine), never pushed.
 CLONE_FILE = "clone-id"
-CLONE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def clone_file(common_dir: str) -> str:
@@ -170,8 +206,10 @@ def materializing_marker(common_dir: str, run_id: str) -> str:
 
 def clone_id(common_dir: str) -> str | None:
     """This clone's id (None until something of the sandbox recorded an event here)."""
+    import re
+
     text = _read_text(clone_file(common_dir))
-    return text if text and CLONE_ID_RE.match(text) else None
+    return text if text and re.match(r"^[0-9a-f]{32}$", text) else None
 
 
 def run_lock_path(common_dir: str, run_id: str) -> str:
@@ -232,6 +270,8 @@ def repo_key(common_dir: str) -> str:
     """A stable, readable directory name for one repository: its name and a hash of its path."""
     real = os.path.realpath(common_dir)
     name = os.path.basename(os.path.dirname(real) if os.path.basename(real) == ".git" else real)
+    import re
+
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:40] or "repo"
     import hashlib
 

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 
@@ -98,3 +99,13 @@ def remove_locked_dir(directory: str, lock_name: str = "lock") -> None:
         os.unlink(os.path.join(directory, lock_name))
     with contextlib.suppress(OSError):
         os.rmdir(directory)
+
+
+@contextlib.contextmanager
+def released(lock: threading.Lock) -> Iterator[None]:
+    """Let go of ``lock`` (held by the caller) for the body, and take it again after."""
+    lock.release()
+    try:
+        yield
+    finally:
+        lock.acquire()

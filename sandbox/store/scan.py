@@ -17,12 +17,24 @@ from __future__ import annotations
 import os
 
 import pygit2
+from pygit2.enums import DiffOption
 
 from sandbox.store import objects
 
 
-def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
-    """Every path that may differ between the files of ``worktree`` and ``run_head_tree``."""
+def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None, *, worker: bool = False) -> set[str]:
+    """Every path that may differ between the files of ``worktree`` and ``run_head_tree``; with
+    ``worker``, libgit2's status runs in a child process (:func:`status_paths_in_worker`)."""
+    status = status_paths_in_worker(worktree) if worker else status_paths(worktree)
+    return status | head_paths(repo, worktree, run_head_tree)
+
+
+def status_paths(worktree: str) -> set[str]:
+    """The paths libgit2's status of ``worktree`` names (modified, untracked not ignored, staged).
+
+    It reads the worktree's files through a repository object of its own, never the caller's (the
+    host runs it outside the lock its runs share: :mod:`sandbox.store.preread`).
+    """
     from sandbox.errors import SandboxError
     from sandbox.store import gitfiles
 
@@ -42,13 +54,75 @@ def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None
     # run commands named there (core.fsmonitor, filter drivers, a redirected commondir's config)
     # in this process, outside the agent's confinement. libgit2 runs none. It is about 2x slower
     # than git's status on large trees (docs/design.md); this is the fallback path.
+    # Its status, as two diffs that treat submodules as unmodified: libgit2's status opens every
+    # nested repository the index names (an agent's `git init sub; git add sub`) and reads its
+    # config, following `include.path` to any file: a FIFO there blocked it for ever, holding the GIL.
+    flags = DiffOption.IGNORE_SUBMODULES | DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
     try:
-        status = pygit2.Repository(worktree).status(untracked_files="all", ignored=False)
-    except pygit2.GitError as exc:
+        wt = pygit2.Repository(worktree)
+        index = wt.index
+        diffs = [index.diff_to_workdir(flags)]
+        if not wt.head_is_unborn:
+            diffs.append(index.diff_to_tree(wt.head.peel(pygit2.Tree), flags))
+    except (pygit2.GitError, KeyError) as exc:
         raise SandboxError(f"Cannot read the status of the worktree {worktree} ({exc}).") from None
-    for path, flags in status.items():
-        if flags & ~pygit2.enums.FileStatus.IGNORED and not _is_submodule(worktree, path):
-            out.add(path)
+    for diff in diffs:
+        for delta in diff.deltas:
+            for path in {delta.old_file.path, delta.new_file.path}:
+                if not _is_submodule(worktree, path):
+                    out.add(path)
+    return out
+
+
+#: Seconds the worker of :func:`status_paths_in_worker` may take before it is killed.
+WORKER_DEADLINE = 120.0
+
+_WORKER = """
+import json, sys
+from sandbox.errors import SandboxError
+from sandbox.store import scan
+try:
+    print(json.dumps({"paths": sorted(scan.status_paths(sys.argv[1]))}))
+except SandboxError as exc:
+    print(json.dumps({"error": exc.message}))
+"""
+
+
+def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> set[str]:
+    """:func:`status_paths` in a child process, killed after ``deadline`` seconds.
+
+    libgit2 opens the files whose stat changed by name and holds Python's lock while it reads: a file
+    the agent swaps for a FIFO at that moment blocks it, and in the host that would stop every run.
+    In a child, it costs this call only: it ends failed with the reason (about 0.2 s more per scan,
+    paid by runs the host cannot watch).
+    """
+    import json
+    import subprocess
+    import sys
+
+    from sandbox.errors import SandboxError
+
+    argv = [sys.executable, "-c", _WORKER, worktree]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=deadline, check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(
+            f"Reading the status of the worktree {worktree} took more than {deadline:g} s (a file there "
+            "blocks it, such as a FIFO); remove it in the worktree, then record again."
+        ) from None
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        raise SandboxError(f"Cannot read the status of the worktree {worktree} ({tail[0]}).") from None
+    if "error" in answer:
+        raise SandboxError(str(answer["error"]))
+    return {str(p) for p in answer["paths"]}
+
+
+def head_paths(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
+    """The paths where the worktree's own HEAD tree (the agent may commit) differs from the run's head."""
+    out: set[str] = set()
     wt, wt_head_tree = _worktree_head_tree(worktree)
     if wt_head_tree != run_head_tree:
         # A commit the agent made in the run is in the run's own object store, which reaches the

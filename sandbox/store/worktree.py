@@ -26,9 +26,13 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from sandbox import faults
 from sandbox.store import gitguard, layout
+
+if TYPE_CHECKING:
+    import pygit2
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -67,6 +71,17 @@ INHERITED_CONFIG = (
 #: Files of the user's git dir the run's git dir gets a copy of: ignore rules and attributes (so
 #: the run sees the same ignored files), and ``shallow`` (so history ends where the user's ends).
 COPIED_FILES = ("info/exclude", "info/attributes", "shallow")
+
+
+def settings_of(repo: pygit2.Repository) -> tuple[list[tuple[str, str]], str | None]:
+    """What a run's own git dir takes from the user's repository config: the settings, and the object format."""
+    import pygit2
+
+    local: list[tuple[str, str]] = []
+    with contextlib.suppress(pygit2.GitError):
+        local = [(e.name, e.value) for e in repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value]
+    object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
+    return inherited(local), object_format
 
 
 def inherited(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import adapters, agenthome, agentstate, confine, host
+from sandbox.agent import adapters, agenthome, agentstate, host
 from sandbox.agent.adapters import claude_code, gemini
+from sandbox.confine import spawn
 from tests.conftest import sandbox_cmd
 
 COMMAND = "sandbox hook claude-code"
@@ -124,10 +125,10 @@ def test_without_state_drops_the_replaced_agent_state(tmp_path: Path) -> None:
     home = str(tmp_path)
     writable = agentstate.state_paths(agentstate.DEFAULT_AGENT_STATE, home)
     config, private = agentstate.config_paths(agentstate.AGENT_CONFIG, agentstate.AGENT_PRIVATE, writable, home)
-    isolation = confine.Isolation(writable=tuple(writable), config=tuple(config), private=tuple(private))
+    isolation = spawn.Isolation(writable=tuple(writable), config=tuple(config), private=tuple(private))
     replaced = agentstate.state_paths([*claude_code.REPLACES, *gemini.REPLACES], home)
     left = agentstate.without_state(isolation, replaced)
-    assert left.writable == (f"{home}/.codex/", f"{home}/.npm/", f"{home}/.local/state/claude/")
+    assert set(left.writable) == {f"{home}/.codex/", f"{home}/.npm/", f"{home}/.local/state/claude/"}
     assert left.config and all(p.startswith(f"{home}/.codex/") for p in left.config)  # Codex keeps its own
     assert left.private == ()
 

@@ -1,4 +1,4 @@
-"""OS confinement (sandbox.agent.confine): the policy, refusals, signals, exit codes, the network switch.
+"""OS confinement (sandbox.confine.spawn): the policy, refusals, signals, exit codes, the network switch.
 
 The escape attempts themselves are in tests/reliability/test_escapes.py.
 """
@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent import adapters, agentstate, bwrap, confine, envfilter, sandboxpolicy, seatbelt
+from sandbox.agent import adapters, agentstate
+from sandbox.confine import bwrap, envfilter, seatbelt, spawn
+from sandbox.confine.policy import policy_for, run_writable_paths
 from sandbox.run import config
 from tests.conftest import sandbox_cmd, scaled, wait_until
 
@@ -42,17 +44,17 @@ def visible() -> tuple[str, ...]:
     return tuple(installed_paths([]))
 
 
-def isolation(**kw: object) -> confine.Isolation:
+def isolation(**kw: object) -> spawn.Isolation:
     fields: dict[str, object] = {"enabled": True, "network": False, "program": BWRAP, "interactive": False}
     fields.update(kw)
-    return confine.Isolation(**fields)  # type: ignore[arg-type]
+    return spawn.Isolation(**fields)  # type: ignore[arg-type]
 
 
 # -- the policy ---------------------------------------------------------------------------------
 
 
 def test_mounts_go_parents_first_and_the_users_paths_are_protected_last() -> None:
-    policy = confine.Policy(
+    policy = spawn.Policy(
         writable=("/r/.git/sandbox/worktrees/x", "/r/.git/worktrees/x"),
         protected=("/r", "/r/.git"),
         network=False,
@@ -71,7 +73,7 @@ def test_mounts_go_parents_first_and_the_users_paths_are_protected_last() -> Non
 
 
 def test_interactive_keeps_the_terminal_and_network_on_keeps_the_network() -> None:
-    policy = confine.Policy(writable=("/w",), protected=(), network=True, interactive=True)
+    policy = spawn.Policy(writable=("/w",), protected=(), network=True, interactive=True)
     argv = bwrap.bwrap_argv("bwrap", policy, ["true"], "/w")
     assert "--new-session" not in argv and "--unshare-net" not in argv
 
@@ -80,16 +82,16 @@ def test_writable_paths_come_from_the_users_repository_not_the_worktree(repo: Pa
     proc = sandbox_cmd("start", "--json", cwd=repo)
     info = json.loads(proc.stdout)
     run_id, worktree, git_dir = info["run"], Path(info["worktree"]), info["git_dir"]
-    paths = sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(worktree))
+    paths = run_writable_paths(str(repo / ".git"), run_id, str(worktree))
     assert paths == [os.path.realpath(worktree), os.path.realpath(git_dir)]
     # An agent rewriting its worktree's .git file cannot widen them.
     (worktree / ".git").write_text(f"gitdir: {Path.home()}\n")
-    assert sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
-    with pytest.raises(confine.ConfinementError, match="not where the repository places run"):
-        sandboxpolicy.run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
+    assert run_writable_paths(str(repo / ".git"), run_id, str(worktree)) == paths
+    with pytest.raises(spawn.ConfinementError, match="not where the repository places run"):
+        run_writable_paths(str(repo / ".git"), run_id, str(Path.home()))
     # The run's home (with the origin file hooks find the run by) is visible, read-only, wherever it is.
-    policy = sandboxpolicy.policy_for(
-        confine.Isolation(), common_dir=str(repo / ".git"), run_id=run_id, worktree=str(worktree), user_workdir=None
+    policy = policy_for(
+        spawn.Isolation(), common_dir=str(repo / ".git"), run_id=run_id, worktree=str(worktree), user_workdir=None
     )
     assert os.path.realpath(Path(git_dir).parent) in policy.readable
 
@@ -113,9 +115,9 @@ def test_state_paths_refuse_relative_paths_and_the_whole_home(tmp_path: Path) ->
     home = str(tmp_path)
     got = agentstate.state_paths(["~/.claude/", "~/.claude.json"], home)
     assert got == [f"{home}/.claude/", f"{home}/.claude.json"]
-    with pytest.raises(confine.ConfinementError, match="not absolute"):
+    with pytest.raises(spawn.ConfinementError, match="not absolute"):
         agentstate.state_paths(["cache"], home)
-    with pytest.raises(confine.ConfinementError, match="your home"):
+    with pytest.raises(spawn.ConfinementError, match="your home"):
         agentstate.state_paths(["~"], home)
     agentstate.prepare_state([f"{home}/.claude/", f"{home}/.claude.json", f"{home}/.x"])
     assert (tmp_path / ".claude").is_dir() and json.loads((tmp_path / ".claude.json").read_text()) == {}
@@ -130,7 +132,7 @@ def test_seccomp_program_shape() -> None:
 
 
 def test_seatbelt_profile_has_the_same_policy() -> None:
-    policy = confine.Policy(writable=("/r/.git/sandbox/worktrees/x",), protected=("/r", "/r/.git"), network=False)
+    policy = spawn.Policy(writable=("/r/.git/sandbox/worktrees/x",), protected=("/r", "/r/.git"), network=False)
     profile = seatbelt.seatbelt_profile(policy)
     assert "(deny file-write*)" in profile and '(subpath "/r/.git/sandbox/worktrees/x")' in profile
     assert profile.index('(deny file-write* (subpath "/r")') < profile.rindex("/r/.git/sandbox/worktrees/x")
@@ -142,9 +144,9 @@ def test_seatbelt_confines_on_macos(tmp_path: Path) -> None:  # pragma: no cover
     inside, outside = tmp_path / "inside", tmp_path / "outside"
     inside.mkdir()
     outside.mkdir()
-    iso = confine.Isolation(enabled=True, network=False, program="/usr/bin/sandbox-exec", backend="seatbelt")
-    policy = confine.Policy(writable=(str(inside),), protected=(str(outside),), network=False)
-    proc = confine.spawn(iso, policy, ["sh", "-c", f"echo a > ok.txt; echo b > {outside}/no.txt"], str(inside))
+    iso = spawn.Isolation(enabled=True, network=False, program="/usr/bin/sandbox-exec", backend="seatbelt")
+    policy = spawn.Policy(writable=(str(inside),), protected=(str(outside),), network=False)
+    proc = spawn.spawn(iso, policy, ["sh", "-c", f"echo a > ok.txt; echo b > {outside}/no.txt"], str(inside))
     assert proc.wait() != 0
     assert (inside / "ok.txt").exists() and not (outside / "no.txt").exists()
 
@@ -174,9 +176,9 @@ def test_no_bubblewrap_is_a_one_line_refusal_naming_the_fix_and_the_opt_out(repo
 
 @needs_bwrap
 def test_a_sandbox_that_cannot_be_set_up_is_never_taken_for_the_commands_exit(tmp_path: Path) -> None:
-    policy = confine.Policy(writable=(str(tmp_path / "missing"),), protected=())
-    proc = confine.spawn(isolation(), policy, ["true"], str(tmp_path))
-    with pytest.raises(confine.ConfinementError, match="could not set up the sandbox"):
+    policy = spawn.Policy(writable=(str(tmp_path / "missing"),), protected=())
+    proc = spawn.spawn(isolation(), policy, ["true"], str(tmp_path))
+    with pytest.raises(spawn.ConfinementError, match="could not set up the sandbox"):
         proc.wait()
 
 
@@ -186,8 +188,8 @@ def test_a_sandbox_that_cannot_be_set_up_is_never_taken_for_the_commands_exit(tm
 @needs_bwrap
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signals_reach_the_command_and_a_death_by_signal_is_128_plus_n(tmp_path: Path, signum: int) -> None:
-    policy = confine.Policy(writable=(str(tmp_path),), protected=())
-    proc = confine.spawn(isolation(), policy, ["sleep", "60"], str(tmp_path))
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=())
+    proc = spawn.spawn(isolation(), policy, ["sleep", "60"], str(tmp_path))
     deadline = time.monotonic() + 10
     while not proc.command_pids() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -212,9 +214,9 @@ def test_the_mcp_servers_token_is_never_handed_to_a_confined_command(repo: Path)
 
 @needs_bwrap
 def test_exit_codes_pass_through(tmp_path: Path) -> None:
-    policy = confine.Policy(writable=(str(tmp_path),), protected=())
-    assert confine.spawn(isolation(), policy, ["sh", "-c", "exit 7"], str(tmp_path)).wait() == 7
-    assert confine.spawn(isolation(), policy, ["no-such-command-xyz"], str(tmp_path)).wait() == 127
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=())
+    assert spawn.spawn(isolation(), policy, ["sh", "-c", "exit 7"], str(tmp_path)).wait() == 7
+    assert spawn.spawn(isolation(), policy, ["no-such-command-xyz"], str(tmp_path)).wait() == 127
 
 
 @needs_bwrap
@@ -225,9 +227,9 @@ def test_tiocsti_is_refused(tmp_path: Path) -> None:
         "fd = os.open('/dev/null', os.O_RDWR)\n"
         "try:\n    fcntl.ioctl(fd, termios.TIOCSTI, b'x')\nexcept OSError as e:\n    print(e.errno)\n"
     )
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
     out = tmp_path / "out"
-    proc = confine.spawn(
+    proc = spawn.spawn(
         isolation(interactive=True), policy, ["sh", "-c", f'{sys.executable} -c "$0" > out', code], str(tmp_path)
     )
     assert proc.wait() == 0
@@ -287,9 +289,9 @@ def test_the_users_terminal_keeps_its_line_discipline_and_stays_openable(tmp_pat
     )
     master, slave = pty.openpty()
     try:
-        policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
+        policy = spawn.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
         argv = ["sh", "-c", f'{sys.executable} -c "$0" > out', code]
-        proc = confine.spawn(isolation(interactive=True), policy, argv, str(tmp_path), stdin=slave)
+        proc = spawn.spawn(isolation(interactive=True), policy, argv, str(tmp_path), stdin=slave)
         assert proc.wait() == 0
         assert (tmp_path / "out").read_text().split() == ["1", "1"]  # EPERM, EPERM
         assert struct.unpack("i", fcntl.ioctl(slave, 0x5424, b"\0" * 4))[0] == 0  # TIOCGETD: N_TTY still
@@ -331,8 +333,8 @@ def test_tiocsti_through_int_0x80_is_refused(tmp_path: Path) -> None:
     )
     if subprocess.run(["cc", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")], capture_output=True).returncode:
         pytest.skip("cannot compile here")
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
-    proc = confine.spawn(isolation(interactive=True), policy, ["sh", "-c", "./t > out"], str(tmp_path))
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
+    proc = spawn.spawn(isolation(interactive=True), policy, ["sh", "-c", "./t > out"], str(tmp_path))
     assert proc.wait() == 0
     assert (tmp_path / "out").read_text().strip() == "-1"  # -EPERM (-25, ENOTTY, without the filter)
 
@@ -549,13 +551,13 @@ def test_the_sandbox_and_the_agent_stay_visible_wherever_they_are_installed(tmp_
     paths = installed_paths([str(agent)])
     assert str(tmp_path / "tools" / "node_modules") in paths
     assert os.path.abspath(sys.prefix) in paths
-    policy = confine.Policy(writable=(str(tmp_path / "w"),), protected=(), readable=tuple(paths))
+    policy = spawn.Policy(writable=(str(tmp_path / "w"),), protected=(), readable=tuple(paths))
     (tmp_path / "w").mkdir()
     code = (
         "import sandbox, sys; print('py-ran', sandbox.__name__); sys.stdout.flush(); "
         f"import subprocess; subprocess.run([{str(agent)!r}])"
     )
-    box = confine.spawn(isolation(), policy, [sys.executable, "-c", code], str(tmp_path / "w"), stdout=subprocess.PIPE)
+    box = spawn.spawn(isolation(), policy, [sys.executable, "-c", code], str(tmp_path / "w"), stdout=subprocess.PIPE)
     out = box.proc.communicate(timeout=60)[0]
     assert box.wait() == 0 and b"py-ran sandbox" in out and b"agent-ran" in out, out
 
@@ -615,7 +617,7 @@ def test_env_patterns_match_as_fnmatch_does_without_compiling_them() -> None:
 def test_a_v1_cgroup_is_joined_through_its_one_thread_door_and_children_are_born_inside() -> None:
     """Writing ``0`` to a v1 ``tasks`` moves only the writer (a one-thread ``sh``) and skips the kernel's
     global thread-group lock, whose RCU wait cost 9-14 ms of every confined ``sandbox exec``."""
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     groups = hardening.make_cgroups(64, 1 << 30)
     if not groups.dirs:
@@ -636,10 +638,10 @@ def test_a_v1_cgroup_is_joined_through_its_one_thread_door_and_children_are_born
 
 DIE_WITH_PARENT = r"""
 import os, sys, time
-from sandbox.agent import confine
-iso = confine.Isolation(enabled=True, network=True, program=sys.argv[1], interactive=False)
-policy = confine.Policy(writable=(sys.argv[2],), protected=(), readable=tuple(sys.argv[3:]), network=True)
-proc = confine.spawn(iso, policy, ["sleep", "60"], sys.argv[2])
+from sandbox.confine import spawn
+iso = spawn.Isolation(enabled=True, network=True, program=sys.argv[1], interactive=False)
+policy = spawn.Policy(writable=(sys.argv[2],), protected=(), readable=tuple(sys.argv[3:]), network=True)
+proc = spawn.spawn(iso, policy, ["sleep", "60"], sys.argv[2])
 deadline = time.monotonic() + 10
 while not proc.command_pids() and time.monotonic() < deadline:
     time.sleep(0.02)
@@ -653,7 +655,7 @@ def test_a_sandbox_sharing_the_network_dies_with_the_process_that_started_it(tmp
     """With the host's network shared, bubblewrap is started from a Landlock-scoped thread, and its
     --die-with-parent is tied to that thread: the thread lives as long as the sandbox, so a killed
     ``sandbox`` process takes its sandbox along (and a live one is never killed by the thread's end)."""
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     if hardening.landlock_abi() < hardening.SCOPE_ABI:
         pytest.skip("this kernel has no Landlock scoping: the sandbox is started from the caller's thread")
@@ -683,14 +685,14 @@ def test_sandboxes_sharing_the_network_started_side_by_side_all_run_to_their_end
     set up", or a command dead of signal 9), one start in a few when several start together."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     if hardening.landlock_abi() < hardening.SCOPE_ABI:
         pytest.skip("this kernel has no Landlock scoping: the sandbox is started from the caller's thread")
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), readable=visible(), network=True)
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=(), readable=visible(), network=True)
 
     def one(_: int) -> int:
-        return confine.spawn(isolation(network=True), policy, ["sh", "-c", "sleep 0.2"], str(tmp_path)).wait()
+        return spawn.spawn(isolation(network=True), policy, ["sh", "-c", "sleep 0.2"], str(tmp_path)).wait()
 
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(one, range(40)))
@@ -702,7 +704,7 @@ def test_exec_is_bounded_in_memory_where_that_costs_no_slow_cgroup_move(repo: Pa
     """``sandbox exec`` gets the memory bound by default wherever it is free (a v1 memory hierarchy
     joined through ``tasks``, or the v2 cgroup made for the process bound anyway); with a small
     ``max_memory`` a command that allocates past it is stopped, its sandbox's other limits intact."""
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     parents = hardening.cgroup_parents()
     memory = parents.get("memory")
@@ -734,8 +736,8 @@ sys.exit(child.wait() and 130)
 def test_sigint_reaches_a_launchers_child_as_a_terminals_would(tmp_path: Path) -> None:
     """An agent whose launcher ignores Ctrl-C and relaunches itself (Gemini CLI's node does): SIGINT sent to
     the sandbox's command without a terminal reaches the whole group, so the child stops too (it ran on)."""
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), readable=visible())
-    proc = confine.spawn(isolation(), policy, [sys.executable, "-c", _LAUNCHER], str(tmp_path))
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=(), readable=visible())
+    proc = spawn.spawn(isolation(), policy, [sys.executable, "-c", _LAUNCHER], str(tmp_path))
     wait_until(lambda: (tmp_path / "child.started").exists(), timeout=30)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)

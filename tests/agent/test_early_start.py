@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.agent.early import DeferredRefusals
-from sandbox.agent.netproxy import Allowlist, NetProxy, Refusal
+from sandbox.confine.proxy import Allowlist, NetProxy, Refusal
 from sandbox.run.run import Run
 from sandbox.store.project import Project
 

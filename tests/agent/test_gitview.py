@@ -1,4 +1,4 @@
-"""The run's own view of your ``packed-refs`` (:mod:`sandbox.agent.gitview`): its lines alone.
+"""The run's own view of your ``packed-refs`` (:mod:`sandbox.confine.gitview`): its lines alone.
 
 The mounts themselves are tested from inside real runs in tests/reliability/test_private_runs.py.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sandbox.agent import gitview
+from sandbox.confine import gitview
 from sandbox.store import layout
 
 A, B = "a" * 40, "b" * 40

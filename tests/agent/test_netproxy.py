@@ -1,4 +1,4 @@
-"""The allowlist proxy (sandbox.agent.netproxy) on its own: entries, defaults, settings, both request forms."""
+"""The allowlist proxy (sandbox.confine.proxy) on its own: entries, defaults, settings, both request forms."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent.netproxy import Allowlist, AllowlistError, NetProxy, Refusal, agent_of, default_allowlist
+from sandbox.agent.adapters import agent_of, default_allowlist
+from sandbox.confine.proxy import Allowlist, AllowlistError, NetProxy, Refusal
 from sandbox.run import config
 
 

@@ -73,3 +73,19 @@ def test_status_without_run_summarizes_every_run(repo: Path) -> None:
     # Naming a run still shows that one in detail.
     code, out, _ = invoke(repo, "status", one.run_id)
     assert out.startswith(f"Run {one.run_id}")
+
+
+def test_status_tells_a_call_still_running_from_one_resume_left_uncertain(repo: Path) -> None:
+    run = start(repo)
+    with run.tool_call("edit") as call:
+        call.write("a.txt", "a\n")
+    run.start_call("bash", {"command": "make"})  # a crash left it started
+    code, out, _ = invoke(repo, "status", run.run_id)
+    assert "in flight: #2 (run 'sandbox resume' after a crash)" in out and "uncertain:" not in out
+    assert invoke(repo, "resume", run.run_id)[0] == 0
+    code, out, _ = invoke(repo, "status", run.run_id)
+    assert "in flight:" not in out  # resume settled what it could: the call is no longer said to run
+    assert f"uncertain: #2 (started, end never recorded: check, then 'sandbox call resolve {run.run_id} ID" in out
+    code, out, _ = invoke(repo, "status", run.run_id, "--json")
+    row = json.loads(out)
+    assert row["uncertain_calls"] == row["in_flight"] == [run.entries()[1].call_id]

@@ -65,7 +65,7 @@ APPLY_MODULES = {
     "sandbox.cli.jsonout",
     "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
-    "sandbox.cli.hookrun",
+    "sandbox.cli.quick",  # the entry point's forms answered without click (not apply: it falls through)
     "sandbox.cli.output",
     "sandbox.cli.selection",
     "sandbox.errors",
@@ -82,11 +82,13 @@ APPLY_MODULES = {
     "sandbox.merge.validate",  # the plan checked whole before the journal (issue 25)
     "sandbox.merge.threeway",  # --3way's merge (git merge-file), imported with the plan
     "sandbox.merge.renames",  # renames paired as git diff -M pairs them: the plan's refusal names them
+    "sandbox.fast.renamepairs",  # the pairing itself, standard library (status counts renames with it too)
     "sandbox.merge.writing",  # the journaled write
     "sandbox.models",
     # the persisted formats, one module per format (the package's __init__ names them all)
     *(f"sandbox.models.{m}" for m in ("base", "event", "mergeback", "payloads", "ledgerstate", "journal")),
     *(f"sandbox.models.{m}" for m in ("applyreport", "checkpoint", "resume", "host", "integrity", "fetched")),
+    "sandbox.models.eventdata",
     "sandbox.models.transcript",
     "sandbox.run",
     "sandbox.run.config",
@@ -258,16 +260,20 @@ HOOK_MODULES = {
     "sandbox.agent.adapters.claude_code",
     "sandbox.agent.hookproto",
     "sandbox.agent.wire",
+    "sandbox.agent.fastjson",  # json's C functions without json (which imports re, enum, functools)
     "sandbox.store",
     "sandbox.store.layout",
 }
 #: Standard-library modules the hook has no use for, each a few milliseconds of every tool call
 #: (measured with bench/cases/startup.py): ``typing``, ``dataclasses`` (it imports ``inspect``),
 #: ``secrets`` (``hmac``, ``hashlib``, ``random``), ``pkgutil`` (``importlib.util``), ``pathlib``, ``subprocess``,
-#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``).
+#: ``socket`` (its enums and ``selectors``: the client uses ``_socket``), ``json`` (see below).
 HOOK_NEVER = {
     *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
     *("pathlib", "subprocess", "ast", "tokenize", "socket", "selectors"),
+    # json and re (json's pure-Python parts need re, which imports enum, functools and the collections):
+    # about as much as the interpreter's own start (sandbox.agent.fastjson calls json's C functions).
+    *("json", "re", "enum", "functools", "collections", "contextlib"),
 }
 
 #: Prepended to a ``python -c`` program: the names in ``sys.modules`` when the process exits, one a line,
@@ -322,12 +328,17 @@ def test_the_hook_claude_code_runs_loads_only_what_it_uses(repo: Path, started: 
 
 
 def test_the_help_imports_no_command(repo: Path, tmp_path: Path) -> None:
-    """``sandbox --help`` lists the commands from their registered summaries (sandbox.cli.commands)."""
+    """``sandbox --help`` lists the commands from their registered summaries (sandbox.cli.commands): without
+    click where its width is the default (sandbox.cli.quick), else through the click group."""
     from sandbox.cli.commands import COMMANDS
 
     program = AT_EXIT + "sys.argv[0] = 'sandbox'; from sandbox.cli import main; main()"
-    names, proc = modules_at_exit([sys.executable, "-c", program, "--help"], tmp_path / "modules", cwd=repo)
-    assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
     modules = {target.partition(":")[0] for target in COMMANDS.values()}
-    assert "sandbox.cli.app" in names
-    assert not names & modules, f"--help imports {sorted(names & modules)}"
+    for columns, group in (("", False), ("60", True)):
+        env = {**os.environ, "COLUMNS": columns}
+        names, proc = modules_at_exit(
+            [sys.executable, "-c", program, "--help"], tmp_path / "modules", cwd=repo, env=env
+        )
+        assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
+        assert ("sandbox.cli.app" in names) == group and ("click" in names) == group
+        assert not names & modules, f"--help imports {sorted(names & modules)}"

@@ -539,7 +539,7 @@ def test_other_commands_do_not_import_the_sdk(repo: Path) -> None:
 
 def test_an_unconfined_command_gets_no_mcp_bearer_token(tmp_path: Path) -> None:
     """The HTTP server's token is withheld from the model's commands, confined or not."""
-    from sandbox.agent import envfilter
+    from sandbox.confine import envfilter
     from sandbox.mcp.state import Settings
     from sandbox.mcp.workspace import Workspace
     from sandbox.store.project import Project

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.agent import sessions, transcripts
-from sandbox.agent.confine import ConfinementError, Isolation, check
+from sandbox.confine.spawn import ConfinementError, Isolation, check
 from sandbox.recovery import continue_
 from sandbox.recovery.resume import resume
 from sandbox.run.run import Run
@@ -301,3 +301,100 @@ def test_a_session_only_a_fetched_ledger_names_is_never_looked_for_in_your_own_h
     assert [s.index.session for s in stored] == [MINE]
     run.note({"conversation_fork": {"session": MINE}})  # named here too, after the fetch: this clone's own
     assert transcripts.fetched_sessions(run) == set()
+
+
+def _fetched_with_settings(tmp_path: Path, agent: str, folder: str) -> tuple[Path, str]:
+    """A run of clone A whose worktree holds ``folder/settings.json`` (someone's agent settings) and whose
+    record names ``agent``, fetched into clone B: (B, the run)."""
+    a = clone_a(tmp_path)
+    started = sandbox_cmd("start", "--json", cwd=a)
+    assert started.returncode == 0, started.stderr
+    run_id = str(json.loads(started.stdout)["run"])
+    plant = f"mkdir -p {folder} && echo '{{\"evil\": true}}' > {folder}/settings.json"
+    done = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", plant, cwd=a)
+    assert done.returncode == 0, done.stderr
+    open_run(a, run_id).note({"agent_command": [agent, "-p", "Do it."], "subdir": "", "isolation": "off"})
+    return into_b(tmp_path, a, run_id), run_id
+
+
+def _settings_probe(folder: Path, name: str, settings: str) -> Path:
+    """An executable ``name`` that prints whether ``settings`` (relative to where it starts) is there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\nif [ -e {settings} ]; then echo SETTINGS-SEEN; else echo SETTINGS-HIDDEN; fi\n")
+    path.chmod(0o755)
+    return path
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("agent", "folder"), [("gemini", ".gemini"), ("codex", ".codex")])
+def test_a_fetched_runs_worktree_agent_settings_are_hidden_on_continue(tmp_path: Path, agent: str, folder: str) -> None:
+    """Gemini CLI and Codex have no switch that skips a workspace's settings: a foreign run's are masked by
+    the confinement (an empty directory inside), said in one line; '--isolate off' is refused for it."""
+    from sandbox.runs import materialize
+
+    b, run_id = _fetched_with_settings(tmp_path, agent, folder)
+    run = open_run(b, run_id)
+    materialize.ensure(run)  # as resume does first
+    worktree = Path(run.worktree)
+    assert (worktree / folder / "settings.json").exists()
+    probe = _settings_probe(tmp_path / "bin", agent, f"{folder}/settings.json")
+    planned = continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(probe.parent)])
+    assert planned.masked == [os.path.realpath(worktree / folder)] and planned.foreign == "fetched from origin"
+    assert any(f"{folder}/ is empty inside the sandbox" in m for m in planned.messages)
+    path = f"{probe.parent}{os.pathsep}{os.environ['PATH']}"
+    done = sandbox_cmd("resume", run_id, "--continue", cwd=b, env={"PATH": path})
+    assert done.returncode == 0, done.stderr
+    assert b"SETTINGS-HIDDEN" in done.stdout and f"{folder}/ is empty inside the sandbox".encode() in done.stderr
+    assert (worktree / folder / "settings.json").read_text() == '{"evil": true}\n'  # only hidden, never touched
+    refused = sandbox_cmd("resume", run_id, "--continue", "--isolate", "off", cwd=b, env={"PATH": path})
+    assert refused.returncode != 0 and b"SETTINGS-" not in refused.stdout
+    assert b"continue it without '--isolate off'" in refused.stderr
+    # A plain 'sandbox run' (your own command, not a relaunch of the record) is left as it was.
+    own = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(probe), cwd=b, env={"PATH": path})
+    assert own.returncode == 0 and b"SETTINGS-SEEN" in own.stdout, own.stderr
+
+
+def test_a_settings_folder_that_leads_out_of_a_fetched_worktree_is_refused(tmp_path: Path) -> None:
+    from sandbox.runs import materialize
+
+    b, run_id = _fetched_with_settings(tmp_path, "gemini", "elsewhere")
+    run = open_run(b, run_id)
+    materialize.ensure(run)
+    (Path(run.worktree) / ".gemini").symlink_to(tmp_path)
+    probe = _settings_probe(tmp_path / "bin", "gemini", ".gemini/settings.json")
+    with pytest.raises(continue_.CannotContinueError, match="as a link out of it"):
+        continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(probe.parent)])
+
+
+@needs_bwrap
+def test_your_login_reaches_a_fetched_runs_agent_only_when_you_say_so(tmp_path: Path) -> None:
+    """Without a terminal, continuing a run from elsewhere whose agent would get your login is refused in one
+    line (nothing planned, nothing run); with --yes the login is copied into the run's agent home."""
+    from sandbox.agent.adapters import gemini
+
+    b, run_id = _fetched_with_settings(tmp_path, "gemini", "docs")
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "oauth_creds.json").write_text('{"refresh_token": "yours"}')
+    probe = tmp_path / "bin" / "gemini"
+    probe.parent.mkdir()
+    probe.write_text(
+        '#!/bin/sh\nif [ -e "$GEMINI_CLI_HOME/.gemini/oauth_creds.json" ]; then echo LOGIN-GIVEN; '
+        "else echo NO-LOGIN; fi\n"
+    )
+    probe.chmod(0o755)
+    env = {"PATH": f"{probe.parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(home)}
+    refused = sandbox_cmd("resume", run_id, "--continue", cwd=b, env=env)
+    err = refused.stderr.decode()
+    assert refused.returncode == 2 and b"LOGIN" not in refused.stdout, err
+    assert "pass --yes" in err and "was fetched from origin" in err and "Traceback" not in err
+    given = sandbox_cmd("resume", run_id, "--continue", "--yes", cwd=b, env=env)
+    assert given.returncode == 0 and b"LOGIN-GIVEN" in given.stdout, given.stderr
+    # What a 'no' at the terminal gives: the run's home without your login.
+    run = open_run(b, run_id)
+    other = tmp_path / "other-run"
+    gemini.session_env(str(other), run.worktree, str(home), None, login=False)
+    assert not (other / "agent-state").exists() or not list((other / "agent-state").rglob("oauth_creds.json"))
+    gemini.session_env(str(other), run.worktree, str(home), None)
+    assert list((other / "agent-state").rglob("oauth_creds.json"))

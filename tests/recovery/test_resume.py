@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from sandbox.models import CallStatus, EventKind
 from sandbox.recovery.resume import resume
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import git, replace_stored_object
+from tests.conftest import git, replace_stored_object, sandbox_cmd
 
 KILLED_WRITER = textwrap.dedent(
     """
@@ -35,6 +37,75 @@ KILLED_WRITER = textwrap.dedent(
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )
+
+
+#: A process that starts a call, writes (through the call: hinted; or straight into the worktree, as a
+#: shell command would: nobody can tell whose), says its call id, then waits to be killed.
+WRITER_IN_FLIGHT = textwrap.dedent(
+    """
+    import json, os, sys
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
+    spec = json.loads(sys.argv[3])
+    run = Run.open(Project(sys.argv[1]), sys.argv[2])
+    call = run.tool_call(spec["tool"], {"paths": sorted(spec["through_call"])}, idempotency="idempotent")
+    call.__enter__()
+    print(call.call_id, flush=True)
+    if spec.get("later"):
+        sys.stdin.readline()  # writes once the calls started after it wrote
+    for path in spec.get("delete", []):
+        call.delete(path)
+    for path, text in spec["through_call"].items():
+        call.write(path, text)
+    for path, text in spec.get("straight", {}).items():
+        full = os.path.join(run.worktree, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as fh:
+            fh.write(text)
+    print("written", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def _said(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    assert line, proc.stderr.read().decode() if proc.stderr else ""
+    return line
+
+
+def killed_in_flight(run: Run, *specs: dict[str, object]) -> list[str]:
+    """Calls in flight together, one real process each (started one after the other, so the ledger's order
+    is the specs' order; a spec with ``later`` writes after the others did), then all killed with SIGKILL;
+    their call ids."""
+    procs: list[subprocess.Popen[bytes]] = []
+    ids: list[str] = []
+    try:
+        for spec in specs:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WRITER_IN_FLIGHT, run.project.common_dir, run.run_id, json.dumps(spec)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            procs.append(proc)
+            ids.append(_said(proc))
+            if not spec.get("later"):
+                assert _said(proc) == "written"
+        for proc, spec in zip(procs, specs, strict=True):
+            if spec.get("later"):
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+                assert _said(proc) == "written"
+    finally:
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGKILL)
+        for proc in procs:
+            proc.communicate()
+    assert [p.returncode for p in procs] == [-9] * len(procs)
+    return ids
 
 
 def start(repo: Path) -> Run:
@@ -259,3 +330,81 @@ def test_resume_refuses_on_a_damaged_ledger_event(repo: Path) -> None:
         resume(reopen(run))
     result = CliRunner().invoke(cli, ["-C", str(repo), "resume", run.run_id])
     assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_resume_killed_after_marking_books_as_one_that_was_not(repo: Path) -> None:
+    """A call left uncertain by an older resume does not hide which call the last crash left in flight: a
+    resume killed (SIGKILL) after it marked the calls uncertain is resumed again, and what the one call in
+    flight wrote is still booked to it."""
+    run = start(repo)
+    old = run.start_call("fetch_url", {"u": 1})
+    resume(reopen(run))  # old stays uncertain: nobody resolved it
+    run = reopen(run)
+    # Its file written straight into the worktree, as a shell command would: no hint names the writer.
+    (killed,) = killed_in_flight(run, {"tool": "shell", "through_call": {}, "straight": {"made.txt": "x\n"}})
+    proc = sandbox_cmd("resume", run.run_id, cwd=repo, env={"SANDBOX_FAULT": "resume.after_uncertain"})
+    assert proc.returncode == -9, proc.stderr
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("made.txt", killed)]
+    state = reopen(run).state()
+    assert [f.path for f in state.calls[killed].files] == ["made.txt"] and state.head == state.calls[killed].commit
+    assert not state.calls[old].files
+
+
+def test_killed_calls_whose_paths_nest_are_not_booked_apart(repo: Path) -> None:
+    """The call started first writes f/g after the second deleted the file f: booked on its own, the first
+    call's change would delete f unlisted (and the second's take f/g away). Neither is booked; both kept."""
+    run = start(repo)
+    with run.tool_call("edit") as c:
+        c.write("f", "a file\n")
+    first, second = killed_in_flight(
+        run,
+        {"tool": "write_file", "through_call": {"f/g": "below\n"}, "later": True},
+        {"tool": "delete_file", "through_call": {}, "delete": ["f"]},
+    )
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("f", second), ("f/g", first)]
+    state = reopen(run).state()
+    assert not state.calls[first].files and not state.calls[second].files
+    assert "Files changed outside any recorded call: f, f/g" in report.note
+    assert Path(run.worktree, "f", "g").read_text() == "below\n"
+    assert report.drift_commit is not None and git(repo, "show", f"{report.drift_commit}:f/g") == "below\n"
+    applied = sandbox_cmd("apply", run.run_id, cwd=repo)  # the run's record agrees with its commits
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "f").read_text() == "a file\n"
+
+
+TWO_CALLS_ONE_PROCESS = textwrap.dedent(
+    """
+    import os, signal, sys
+    from sandbox.store.project import Project
+    from sandbox.run.run import Run
+    run = Run.open(Project(sys.argv[1]), sys.argv[2])
+    first = run.tool_call("write_file", {"path": "a.txt"})
+    first.__enter__()
+    second = run.tool_call("write_file", {"path": "b.txt"})
+    second.__enter__()
+    first.write("a.txt", "first\\n")
+    second.write("b.txt", "second\\n")
+    print(first.call_id, second.call_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_one_process_with_two_calls_in_flight_names_neither(repo: Path) -> None:
+    """Both calls were started by one process (as a host serving two tools at once): its write hints cannot
+    tell which call wrote what, so nothing is booked to either (never both files to the last one)."""
+    run = start(repo)
+    proc = subprocess.run(
+        [sys.executable, "-c", TWO_CALLS_ONE_PROCESS, run.project.common_dir, run.run_id],
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == -9, proc.stderr
+    first, second = proc.stdout.decode().split()
+    report = resume(reopen(run))
+    assert [(d.path, d.attributed_to) for d in report.drift] == [("a.txt", None), ("b.txt", None)]
+    state = reopen(run).state()
+    assert not state.calls[first].files and not state.calls[second].files
+    assert Path(run.worktree, "a.txt").read_text() == "first\n"

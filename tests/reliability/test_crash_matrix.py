@@ -664,9 +664,19 @@ def scenario_checkpoint(root: Path, fault: str) -> str:
 
 
 def scenario_resume(root: Path, fault: str) -> str:
+    """Three calls in flight when the run died: two killed while they wrote (each booked its own file by the
+    resume, one head move each: the ``resume.booking.*`` points fall between them) and one whose file nobody
+    can attribute (kept as drift)."""
+    from tests.recovery.test_resume import killed_in_flight
+
     run_id = run_with_history(root)
+    open_run(root, run_id).checkpoint("first")
+    killed = killed_in_flight(
+        open_run(root, run_id),
+        {"tool": "write_file", "through_call": {"a.txt": "first killed\n"}},
+        {"tool": "write_file", "through_call": {"src/b.txt": "second killed\n"}},
+    )
     run = open_run(root, run_id)
-    run.checkpoint("first")
     call_id = run.start_call("send_email", {"to": "x"}, idempotency="non_idempotent", replay="never")
     (Path(run.worktree) / "half-written.txt").write_text("drift\n")
     before = capture_before(root, [run_id])
@@ -674,8 +684,18 @@ def scenario_resume(root: Path, fault: str) -> str:
     report = json.loads(ok("resume", run_id, "--json", cwd=root))
     assert entries(root, run_id)[call_id]["status"] == "uncertain"
     assert call_id in json.dumps(report["uncertain"]) and call_id in json.dumps(report["do_not_replay"])
+    found = [(d["path"], d["attributed_to"]) for d in report["drift"]]
+    assert found == [("a.txt", killed[0]), ("half-written.txt", None), ("src/b.txt", killed[1])], found
+    now = entries(root, run_id)
+    for killed_id, path in zip(killed, ("a.txt", "src/b.txt"), strict=True):
+        assert [f["path"] for f in now[killed_id]["files"]] == [path], f"{path} is not booked to {killed_id}"
+    assert now[killed[1]]["commit"] == open_run(root, run_id).state().head
     again = json.loads(ok("resume", run_id, "--json", cwd=root))
     assert again["uncertain"] == report["uncertain"], "resuming twice gave different answers"
+    assert again["drift"] == report["drift"] and again["drift_commit"] == report["drift_commit"]
+    drift = [e for _oid, e in open_run(root, run_id).events() if e.kind.value == "drift"]
+    # Nothing booked twice: one booking per killed call, and the rest once.
+    assert [(e.call_id, len(e.files)) for e in drift] == [(killed[0], 1), (killed[1], 1), (None, 0)]
     assert_user_untouched(root, before)
     assert_acknowledged_kept(root, before, run_id)
     assert_head_ref_matches_ledger(root, run_id)

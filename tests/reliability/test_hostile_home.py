@@ -152,8 +152,8 @@ def test_other_homes_are_hidden(repo: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("entries", [10, 1000])
 def test_start_up_does_not_walk_the_home(repo: Path, tmp_path: Path, entries: int) -> None:
     """The policy costs the same with 10 or 1,000 entries in the home (one stat per allowlist entry)."""
-    from sandbox.agent import sandboxpolicy
     from sandbox.cli.isolation import resolve
+    from sandbox.confine.policy import policy_for
 
     home = tmp_path / "userhome"
     make_home(home)
@@ -171,7 +171,7 @@ def test_start_up_does_not_walk_the_home(repo: Path, tmp_path: Path, entries: in
         wt = layout.place_of(common, run_id).worktree
         began = time.perf_counter()
         for _ in range(20):
-            sandboxpolicy.policy_for(iso, common_dir=common, run_id=run_id, worktree=wt, user_workdir=str(repo))
+            policy_for(iso, common_dir=common, run_id=run_id, worktree=wt, user_workdir=str(repo))
         per_call = (time.perf_counter() - began) / 20
     finally:
         os.environ.clear()
@@ -229,8 +229,8 @@ def test_variables_git_config_and_unknown_sandbox_names_do_not_pass(repo: Path, 
 
 
 def test_gemini_gets_the_variables_it_reads_not_every_google_one(repo: Path) -> None:
-    from sandbox.agent import envfilter
     from sandbox.cli.isolation import resolve
+    from sandbox.confine import envfilter
 
     iso = resolve(str(repo), "run", None, "on", agent=("gemini", "gemini"), argv=["gemini"])
     outside = {
@@ -246,7 +246,7 @@ def test_gemini_gets_the_variables_it_reads_not_every_google_one(repo: Path) -> 
 
 
 def test_the_sandboxs_own_git_config_variables_are_renumbered_after_the_users_are_dropped() -> None:
-    from sandbox.agent import envfilter
+    from sandbox.confine import envfilter
 
     env = envfilter.filter_env(
         {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader", "GIT_CONFIG_VALUE_0": "x"},

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import sandbox_cmd
 
-from sandbox.agent import bwrap
+from sandbox.confine import bwrap
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -112,11 +112,11 @@ def test_dev_is_read_only_apart_from_its_device_nodes(repo: Path) -> None:
 def test_a_sessions_proxy_socket_is_not_reachable_from_another_command(repo: Path) -> None:
     """A live ``sandbox run --network allow`` session listens on its run's proxy socket; an
     ``exec --network off`` of the same run must not reach the allowlisted hosts through it."""
-    from sandbox.agent import sandboxpolicy
+    from sandbox.confine.policy import PROXY_SOCKET
     from sandbox.store import layout
 
     run_id = start(repo)
-    path = os.path.join(layout.run_dir(str(repo / ".git"), run_id), sandboxpolicy.PROXY_SOCKET)
+    path = os.path.join(layout.run_dir(str(repo / ".git"), run_id), PROXY_SOCKET)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     # A long path (a test's temporary directory) is reached through the directory's descriptor, as the
     # proxy itself binds it (a socket's path may hold 107 bytes at most).
@@ -148,19 +148,20 @@ print(n)
 
 def test_inotify_instances_are_bounded_in_the_sandboxs_own_namespace(tmp_path: Path) -> None:
     """With the bound given, the command's watchers take from a budget of their own (32), not the user's
-    whole (128 here), and it cannot raise it (the bound is off by default: sandboxpolicy.Limits)."""
-    from sandbox.agent import confine, sandboxpolicy
+    whole (128 here), and it cannot raise it (the bound is off by default: Limits)."""
+    from sandbox.confine import spawn
+    from sandbox.confine.policy import Limits
 
-    limits = sandboxpolicy.Limits(max_inotify_instances=32, max_inotify_watches=65536)
-    policy = confine.Policy(writable=(str(tmp_path),), protected=(), limits=limits)
-    iso = confine.Isolation(enabled=True, network=False, program=shutil.which("bwrap") or "bwrap", interactive=False)
+    limits = Limits(max_inotify_instances=32, max_inotify_watches=65536)
+    policy = spawn.Policy(writable=(str(tmp_path),), protected=(), limits=limits)
+    iso = spawn.Isolation(enabled=True, network=False, program=shutil.which("bwrap") or "bwrap", interactive=False)
     script = (
         f"python3 -c '{INOTIFY}' > n; cat /proc/sys/user/max_inotify_instances "
         "/proc/sys/user/max_inotify_watches > limits; echo 1000 > /proc/sys/user/max_inotify_instances; "
         "cat /proc/sys/user/max_inotify_instances > after"
     )
     null = subprocess.DEVNULL
-    box = confine.spawn(iso, policy, ["sh", "-c", script], str(tmp_path), stdout=null, stderr=null)
+    box = spawn.spawn(iso, policy, ["sh", "-c", script], str(tmp_path), stdout=null, stderr=null)
     try:
         assert box.wait() in (0, 1)
     finally:
@@ -186,11 +187,11 @@ def test_open_files_are_bounded_and_cannot_be_raised(repo: Path) -> None:
 
 
 def test_a_calls_size_is_bounded_by_default() -> None:
-    from sandbox.agent import sandboxpolicy
+    from sandbox.confine.policy import Limits
     from sandbox.run import config
 
-    assert sandboxpolicy.Limits().max_call_bytes == config.DEFAULT_MAX_CALL_SIZE == 256 * 1024**2
-    assert sandboxpolicy.Limits().max_processes == 1024 and sandboxpolicy.Limits().max_open_files == 1024
+    assert Limits().max_call_bytes == config.DEFAULT_MAX_CALL_SIZE == 256 * 1024**2
+    assert Limits().max_processes == 1024 and Limits().max_open_files == 1024
 
 
 def test_doctor_finds_the_reachable_sockets(repo: Path, tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from conftest import scaled, wait_until, write
 
-from sandbox.agent import host, sandboxpolicy
+from sandbox.agent import host
+from sandbox.confine.policy import PROXY_SOCKET
 
 from .helpers import SANDBOX_EXE, open_run, sb
 
@@ -264,7 +265,7 @@ def _proxy_answers(path: str) -> bool:
 def test_the_proxy_dies_with_the_run(net: dict[str, Any]) -> None:
     """``sandbox run`` killed with SIGKILL: its proxy (a thread of it) and the sandbox go with it."""
     run = open_run(net["user"], net["run"])
-    sock = os.path.join(os.path.realpath(run.dir), sandboxpolicy.PROXY_SOCKET)
+    sock = os.path.join(os.path.realpath(run.dir), PROXY_SOCKET)
     proc = subprocess.Popen(
         [SANDBOX_EXE, "run", net["run"], "--hooks", "none", "--", "sleep", "60"],
         cwd=net["user"],

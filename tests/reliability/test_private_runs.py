@@ -1,4 +1,4 @@
-"""Runs are private to each other and to your ``.git`` (issue 31, item 6; :mod:`sandbox.agent.gitview`).
+"""Runs are private to each other and to your ``.git`` (issue 31, item 6; :mod:`sandbox.confine.gitview`).
 
 From inside run a (real bubblewrap, through ``sandbox exec`` and ``sandbox run``), an agent looks for
 what your common git directory holds: your stash (its ref, its reflog, ``git log refs/stash``), your

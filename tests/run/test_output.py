@@ -169,3 +169,32 @@ def test_stdout_and_stderr_to_one_place_stay_in_order_and_are_kept_as_one_stream
     assert lines[:6] == ["out1", "err1", "out2", "err2", "out3", "err3"]  # as the terminal would show them
     data = _call_json(repo, run_id, "1")
     assert set(data["output"]) == {"output"} and data["output"]["output"]["text"] == "\n".join(lines[:6]) + "\n"
+
+
+def test_one_channel_for_both_streams_is_kept_through_the_host_too(repo: Path) -> None:
+    """Issue 34 item 4: through the host, output sent to one place (``>log 2>&1``, a terminal) was
+    recorded as a plain "output" text in the result, never as its tail: ``log --call`` showed nothing."""
+    from tests.agent.test_host import serve_in_thread
+
+    run = start_run(repo)
+    run_id, worktree = run.run_id, run.worktree
+    host, thread = serve_in_thread(run.project.common_dir)
+    try:
+        exe = str(Path(sys.executable).parent / "sandbox")
+        script = "echo out1; echo err1 >&2"
+        env = {**os.environ, "SANDBOX_HOOK_AUTOSTART": "0"}
+        proc = subprocess.run(
+            [exe, "exec", "--", "sh", "-c", script],
+            cwd=worktree,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stdout
+    finally:
+        host.request_stop()
+        thread.join(10)
+    data = _call_json(repo, run_id, "1")
+    assert data["result"].get("output_tail"), data["result"]
+    assert set(data["output"]) == {"output"} and data["output"]["output"]["text"] == "out1\nerr1\n"
+    assert "output" not in data["result"] and "sandbox_output" not in data["result"]

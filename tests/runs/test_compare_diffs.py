@@ -25,7 +25,8 @@ def test_compare_shows_diffs_recorded_checks_and_keeps_its_order(repo: Path) -> 
     text = sb(repo, "compare", a, b)
     assert f"== {a}" in text and f"== {b}" in text
     mine, theirs = text.split(f"== {a}")[1].split(f"== {b}")
-    assert "+X = 2" in mine and "+X = 3" in theirs and "s.txt" not in mine + theirs  # s.txt: the same in both
+    assert "\n+X = 2\n" in mine and "\n+X = 3\n" in theirs and "s.txt" not in mine + theirs  # s.txt: the same in both
+    assert "\\n" not in mine  # lines as git prints them, not one line of escaped newlines
     stat = sb(repo, "compare", a, b, "--stat")
     assert "src/util.py | 2 +-" in stat and "+X = 2" not in stat
     # A check: recorded as a call; shown afterwards without --check; failing it is not a failed call.

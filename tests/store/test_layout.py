@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox.run.run import Run
 from sandbox.store import layout
@@ -16,6 +20,15 @@ def test_user_data_root_follows_xdg_and_ignores_a_relative_value() -> None:
     assert layout.user_data_root({"XDG_DATA_HOME": "/x/data"}, "/home/u") == "/x/data/sandbox"
     assert layout.user_data_root({"XDG_DATA_HOME": "rel"}, "/home/u") == "/home/u/.local/share/sandbox"
     assert layout.user_data_root({}, "/home/u") == "/home/u/.local/share/sandbox"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ09_.-\n \u00e9/"), max_size=70) | st.text(max_size=70))
+def test_valid_run_id_is_the_pattern_as_re_reads_it(text: str) -> None:
+    # Checked without re on the hook's fast path; re's "$" also matches before one final newline.
+    assert layout.valid_run_id(text) == bool(re.match(layout.RUN_ID_PATTERN, text))
+    for edge in ("a" * 64, "a" * 65, "a" * 64 + "\n", "a\n\n", "\n", "", "-a", "a-", "A.b_c-9"):
+        assert layout.valid_run_id(edge) == bool(re.match(layout.RUN_ID_PATTERN, edge)), edge
 
 
 def test_repo_key_is_readable_and_differs_per_path(tmp_path: Path) -> None:

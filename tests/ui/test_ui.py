@@ -231,8 +231,8 @@ def test_the_timeline_shows_what_the_confinement_refused_under_its_call(repo: Pa
 
     from playwright.sync_api import sync_playwright
 
-    from sandbox.agent.netproxy import Refusal
     from sandbox.agent.netrecord import _Recorder
+    from sandbox.confine.proxy import Refusal
     from sandbox.recovery.resume import resume
 
     run = start(repo)

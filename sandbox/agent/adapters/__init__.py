@@ -7,14 +7,18 @@ to the worktree), ``SUCCESS_STDOUT`` (what to print when all went well), ``to_ev
 standard library: they are on the hook's fast path.
 
 This package is also the registry of the agents the sandbox knows: one module per agent, found by
-its file name (``claude_code.py`` is the agent ``claude-code``), no list to keep by hand. Every
-module says, besides its hooks (an agent without hooks, like Codex, records through ``sandbox mcp``
-and has none):
+its file name (``claude_code.py`` is the agent ``claude-code``), no list to keep by hand. What a
+module must say is :class:`sandbox.agent.adapter.AgentAdapter` (``HookAdapter`` with hooks), which
+mypy checks each module against; :func:`agent` and :func:`load` return them so typed. Every module
+says, besides its hooks (an agent without hooks, like Codex, records through ``sandbox mcp`` and has
+none):
 
 * ``PROGRAM``: the family name of its command (``claude`` for ``claude``, ``claude-2.1``, ...);
 * ``ENV``: the environment variables it needs inside the sandbox (fnmatch patterns);
 * ``ENDPOINTS``, ``BASE_URL``: its model hosts, and the variables that move them (the network
   allowlist of ``sandbox run``);
+* ``STATE``, ``LOGIN``, ``LOGIN_KEYS``: its state and its login files in the user's home, and the
+  keys of its state file that hold a login;
 * ``CONFIG``, ``PRIVATE``: its configuration under the user's home kept read-only inside, and its
   state files each run writes a copy of;
 * ``SESSIONS``, ``session_homes(environ, home, run_dir)``: the class of :mod:`sandbox.agent.sessions`
@@ -28,42 +32,52 @@ and has none):
 
 from __future__ import annotations
 
-import functools
 import importlib
-import json
 import os
-import re
-from collections.abc import Mapping
-from types import ModuleType
 
 from sandbox.errors import SandboxError, UsageError
 
-TYPE_CHECKING = False  # no typing at run time: this package is on the hook's fast path
+# No typing, re, json or functools at run time: this package is on the hook's fast path (re and json
+# import enum, functools and the collections: about the interpreter's own start again).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
+    from sandbox.agent.adapter import AgentAdapter, HookAdapter
+
+#: The largest agent settings file read from a worktree (bytes).
+SETTINGS_LIMIT = 16 * 1024 * 1024
 #: A session id as the agents make them (a UUID for Claude Code): safe as a file name and in a glob.
-SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+_names: list[tuple[str, ...]] = []
+_settings_dirs: list[tuple[str, ...]] = []
 
 
 def valid_session(session: str) -> bool:
     """True when ``session`` has the shape of an agent's session id."""
-    return bool(SESSION_RE.match(session))
+    import re
+
+    return bool(re.match(SESSION_PATTERN, session))
 
 
-@functools.cache
 def names() -> tuple[str, ...]:
     """Every agent the sandbox knows, by its adapter name (``claude-code``, ``codex``, ``gemini``)."""
-    # The package's files, listed without pkgutil (it imports importlib.util: ~1 ms of every hook's start).
-    found = {name[:-3] for where in __path__ for name in os.listdir(where) if name.endswith(".py")}
-    return tuple(sorted(name.replace("_", "-") for name in found if not name.startswith("_")))
+    if not _names:  # listed once per process
+        # The package's files, listed without pkgutil (it imports importlib.util: ~1 ms of every hook's start).
+        found = {name[:-3] for where in __path__ for name in os.listdir(where) if name.endswith(".py")}
+        _names.append(tuple(sorted(name.replace("_", "-") for name in found if not name.startswith("_"))))
+    return _names[0]
 
 
-def agent(name: str) -> ModuleType:
-    """The module of the agent ``name`` (hooks or not); :class:`UsageError` for an unknown agent."""
+def agent(name: str) -> AgentAdapter:
+    """The module of the agent ``name`` (hooks or not); :class:`UsageError` for an unknown agent.
+    mypy checks each module against :class:`~sandbox.agent.adapter.AgentAdapter` (its last lines)."""
     if name not in names():
         raise UsageError(f"No agent {name!r}; known: {', '.join(names())}.")
-    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+    module: Any = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+    adapter: AgentAdapter = module
+    return adapter
 
 
 def hook_names() -> tuple[str, ...]:
@@ -71,12 +85,20 @@ def hook_names() -> tuple[str, ...]:
     return tuple(n for n in names() if hasattr(agent(n), "to_event"))
 
 
-def load(name: str) -> ModuleType:
+def settings_dirs() -> tuple[str, ...]:
+    """The worktree directories that hold the hook agents' local settings (``.claude``, ``.gemini``)."""
+    if not _settings_dirs:  # found once per process (no functools.cache: see the imports)
+        _settings_dirs.append(tuple(load(n).SETTINGS_PATH.split("/", 1)[0] for n in hook_names()))
+    return _settings_dirs[0]
+
+
+def load(name: str) -> HookAdapter:
     """The hook adapter module for an agent name; :class:`UsageError` for an agent without hooks."""
-    module = agent(name) if name in names() else None
+    module: Any = agent(name) if name in names() else None
     if module is None or not hasattr(module, "to_event"):
         raise UsageError(f"No hook adapter for {name!r}; known: {', '.join(hook_names())} (or 'generic').")
-    return module
+    adapter: HookAdapter = module
+    return adapter
 
 
 def family_of(command: str) -> str:
@@ -84,7 +106,7 @@ def family_of(command: str) -> str:
     return os.path.basename(command).split(".")[0].split("-")[0]
 
 
-def by_program(command: str) -> ModuleType | None:
+def by_program(command: str) -> AgentAdapter | None:
     """The known agent a command starts, by its family name, or None."""
     family = family_of(command)
     for name in names():
@@ -133,8 +155,18 @@ def _merge_hooks(existing: Mapping[str, object], ours: dict[str, list[Any]], mar
     return hooks
 
 
-def install(adapter: ModuleType, worktree: str, command: str) -> str:
+def _read_settings(worktree: str, path: str) -> bytes:
+    """The agent's settings file in its worktree, read beneath the worktree through a checked
+    descriptor (:mod:`sandbox.store.agentread`: swapped for a link or a FIFO, it is refused)."""
+    from sandbox.store import agentread
+
+    return agentread.read_path(worktree, path, limit=SETTINGS_LIMIT)
+
+
+def install(adapter: HookAdapter, worktree: str, command: str) -> str:
     """Write the adapter's hooks into the worktree's local agent settings; returns the file's path."""
+    import json
+
     from sandbox.store.fsutil import atomic_write
     from sandbox.store.paths import check_parents
 
@@ -146,9 +178,8 @@ def install(adapter: ModuleType, worktree: str, command: str) -> str:
         if os.path.islink(path) or not os.path.isfile(path):
             raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
         try:
-            with open(path, encoding="utf-8") as fh:
-                loaded = json.load(fh)
-        except (OSError, ValueError, RecursionError) as exc:  # nested deeper than Python recurses: the agent's
+            loaded = json.loads(_read_settings(worktree, path))
+        except (OSError, ValueError, RecursionError, SandboxError) as exc:  # nested too deep: the agent's
             raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
         if not isinstance(loaded, dict):
             raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")
@@ -175,9 +206,11 @@ def remove_ours(settings: dict[str, object], marker: str) -> dict[str, object]:
     return out
 
 
-def uninstall(adapter: ModuleType, worktree: str) -> bool:
+def uninstall(adapter: HookAdapter, worktree: str) -> bool:
     """Take the sandbox's hooks out of the worktree's local agent settings (where ``sandbox run``
     put them before runs had agent homes); the rest of the file is kept. True when it changed."""
+    import json
+
     from sandbox.store.fsutil import atomic_write
     from sandbox.store.paths import check_parents
 
@@ -190,9 +223,8 @@ def uninstall(adapter: ModuleType, worktree: str) -> bool:
     if os.path.islink(path) or not os.path.isfile(path):
         return False
     try:
-        with open(path, encoding="utf-8") as fh:
-            loaded = json.load(fh)
-    except (OSError, ValueError, RecursionError):
+        loaded = json.loads(_read_settings(worktree, path))
+    except (OSError, ValueError, RecursionError, SandboxError):
         return False  # not ours to repair: the agent reports it
     if not isinstance(loaded, dict):
         return False
@@ -201,3 +233,40 @@ def uninstall(adapter: ModuleType, worktree: str) -> bool:
         return False
     atomic_write(path, (json.dumps(cleaned, indent=2) + "\n").encode(), 0o644)
     return True
+
+
+def agent_of(command: str, adapter: str | None = None) -> str | None:
+    """The known agent a command starts (``claude``, ``gemini``, ``codex``), by its name or its hooks."""
+    module = by_program(command)
+    if module is None and adapter in names():
+        module = agent(adapter)
+    return str(module.PROGRAM) if module is not None else None
+
+
+def default_allowlist(agent: str | None, env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
+    """The allowlist of a session: the agent's model endpoints, the host of its base-URL variable
+    in ``env`` (with its port), then ``extra`` (the user's ``[network] allow``).
+
+    Raises :class:`~sandbox.confine.proxy.AllowlistError` for an entry of ``extra`` that cannot be read.
+    """
+    from urllib.parse import urlsplit
+
+    from sandbox.confine.proxy import Allowlist
+
+    module = by_program(agent) if agent else None
+    out = list(module.ENDPOINTS) if module is not None else []
+    for var in module.BASE_URL if module is not None else ():
+        url = env.get(var, "").strip()
+        if not url:
+            continue
+        try:
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            continue  # the agent itself will say its base URL is wrong
+        if parts.hostname:
+            host = parts.hostname
+            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    out += extra
+    Allowlist(out)  # every entry readable
+    return list(dict.fromkeys(out))

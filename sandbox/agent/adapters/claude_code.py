@@ -30,14 +30,14 @@ Started by ``sandbox run``, Claude Code keeps its state in the run (:func:`sessi
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
 
+from sandbox.agent import fastjson
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
 
 TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 NAME = "claude-code"
@@ -63,6 +63,12 @@ CONFIG = (
     "~/.claude/output-styles/",
 )
 PRIVATE = ("~/.claude.json",)
+#: Its state in your home, writable for it when it runs without a run home (``~/.local/state/claude``:
+#: the native installer's locks); its login (``/login``), and the keys of ``.claude.json`` that hold
+#: an account, an API key or a token (the MCP servers' headers).
+STATE = ("~/.claude/", "~/.claude.json", "~/.local/state/claude/")
+LOGIN = ("~/.claude/.credentials.json",)
+LOGIN_KEYS = ("oauthAccount", "primaryApiKey", "customApiKeyResponses", "mcpServers", "projects/*/mcpServers")
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run: anyone could have written it), each with the values it may take (``*``: any plain word; none:
 #: an option without a value). Model and output choices only: everything that loads code or settings
@@ -204,7 +210,7 @@ def respond(outcome: Outcome, payload: Any) -> tuple[str, int]:
             "permissionDecisionReason": outcome.reason,
         }
     }
-    return json.dumps(answer), 0
+    return fastjson.dumps(answer), 0
 
 
 def hook_settings(command: str) -> dict[str, list[Any]]:
@@ -292,9 +298,12 @@ def transcripts_dir(run_dir: str) -> str:
     return os.path.join(config_home(run_dir), "projects")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's config home from the user's (see :mod:`sandbox.agent.agenthome`) with the
     sandbox's hooks in its user settings, and return the variables that point Claude Code at it.
+    ``login``: the user's credentials are merged in too (not for a run from elsewhere the user said no to).
 
     ``.claude.json`` (trust, onboarding, approved key, ``/config``), ``settings.json`` and the
     credentials are merged with what the run saved earlier. The user's files are
@@ -327,8 +336,9 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         with_hooks,
         guarded=GUARDED_SETTINGS,
     )
-    credentials = os.path.join(user_dir, ".credentials.json")  # a new login outside reaches the run too
-    agenthome.seed_json(os.path.join(home, ".credentials.json"), credentials, base(".credentials.json"), create=False)
+    if login:
+        for name in (os.path.basename(p) for p in LOGIN):  # a new login outside reaches the run too
+            agenthome.seed_json(os.path.join(home, name), os.path.join(user_dir, name), base(name), create=False)
     agenthome.relink_config(home, user_dir, LINKED)  # what the agent put in their place is gone
     return {"CLAUDE_CONFIG_DIR": home}
 
@@ -378,7 +388,7 @@ def call_evidence(run_dir: str, session: str | None, call_id: str) -> str | None
     if not session or not adapters.valid_session(session):
         return None
     home = config_home(run_dir)
-    needle = json.dumps(call_id).encode()
+    needle = fastjson.dumps(call_id).encode()
     said: str | None = None
     try:
         root = beneath.open_root(home)
@@ -425,7 +435,7 @@ def _tail(root: int, rel: str) -> bytes:
 def _result_says(line: bytes, call_id: str) -> str | None:
     """ "ran" / "rejected" when ``line`` is the tool result of ``call_id`` that says so, else None."""
     try:
-        record = json.loads(line)
+        record = fastjson.loads(line)
     except ValueError:
         return None
     message = record.get("message") if isinstance(record, dict) and record.get("type") == "user" else None
@@ -443,3 +453,10 @@ def _result_says(line: bytes, call_id: str) -> str | None:
     if isinstance(said, str) and said.startswith("Error: "):
         return "rejected"  # refused by its permission check (not allowed, plan mode, ...): never started
     return None
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import HookAdapter
+    from sandbox.agent.adapters import claude_code as _this
+
+    _adapter: HookAdapter = _this

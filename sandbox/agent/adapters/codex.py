@@ -15,6 +15,8 @@ import contextlib
 import os
 from collections.abc import Mapping
 
+TYPE_CHECKING = False  # no typing at run time: the registry imports this module on the hook's path
+
 NAME = "codex"
 PROGRAM = "codex"
 ENV = ("OPENAI_*", "CODEX_*")
@@ -24,6 +26,14 @@ BASE_URL = ("OPENAI_BASE_URL",)
 #: execution rules (``rules/default.rules``: commands it runs without asking, outside any sandbox).
 CONFIG = ("~/.codex/config.toml", "~/.codex/AGENTS.md", "~/.codex/prompts/", "~/.codex/rules/")
 PRIVATE: tuple[str, ...] = ()
+#: Its state in your home, and its login (``codex login``: an API key or ChatGPT tokens).
+STATE = ("~/.codex/",)
+LOGIN = ("~/.codex/auth.json",)
+LOGIN_KEYS: tuple[str, ...] = ()
+#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
+#: worktree's own ``.codex/`` (its project ``config.toml``: MCP servers, commands, profiles); the
+#: confinement masks the directory (an empty one inside). The run's ``CODEX_HOME`` stays.
+WORKTREE_SETTINGS = (".codex",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, its plugins, apps, browser and computer use turned off, Codex's own sandbox and
@@ -64,7 +74,7 @@ LINKED = ("AGENTS.md", "AGENTS.override.md", "prompts", "rules", "hooks.json")
 SKILLS = "skills"
 #: The login (``codex login``: an API key or ChatGPT tokens), merged at every start like the others'
 #: credentials, so a new login outside reaches the run and a refresh inside holds for the run.
-MERGED = ("auth.json",)
+MERGED = tuple(os.path.basename(p) for p in LOGIN)
 #: Opaque files copied the first time.
 COPIED = ("installation_id",)
 #: The keys of ``config.toml`` the run may choose for itself (what Codex writes there as you use it: the
@@ -116,7 +126,13 @@ def session_homes(environ: Mapping[str, str], home: str, run_dir: str) -> list[s
 
 
 def session_env(
-    run_dir: str, worktree: str, user_home: str, command: str | None, *, user_codex: str | None = None
+    run_dir: str,
+    worktree: str,
+    user_home: str,
+    command: str | None,
+    *,
+    user_codex: str | None = None,
+    login: bool = True,
 ) -> dict[str, str]:
     """Seed the run's Codex home from yours (``user_codex``, else ``~/.codex``; see
     :mod:`sandbox.agent.agenthome`) and return the variable that points Codex at it.
@@ -135,7 +151,7 @@ def session_env(
 
     config = "config.toml"
     agenthome.seed_toml(os.path.join(home, config), os.path.join(mine, config), base(config), kept=RUN_CONFIG)
-    for name in MERGED:
+    for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
         agenthome.seed_json(os.path.join(home, name), os.path.join(mine, name), base(name), create=False)
     for name in COPIED:
         agenthome.copy_missing(os.path.join(home, name), os.path.join(mine, name))
@@ -187,3 +203,10 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     name = os.path.basename(max(found)[1])[: -len(".jsonl")]
     session = name[-36:]  # rollout-<time>-<uuid>: the id is the UUID at the end
     return ["resume", session] if adapters.valid_session(session) and name[-37:-36] == "-" else None
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import AgentAdapter
+    from sandbox.agent.adapters import codex as _this
+
+    _adapter: AgentAdapter = _this

@@ -30,7 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.agent.hookproto import HookEvent, HookInputError, classify_tool, settle_event
 
@@ -91,6 +91,15 @@ CONFIG = (
     "~/.gemini/policies/",
 )
 PRIVATE: tuple[str, ...] = ()
+#: Its state in your home, and its login (a Google account's tokens; an API key comes in ``ENV``).
+STATE = ("~/.gemini/",)
+LOGIN = ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json")
+LOGIN_KEYS: tuple[str, ...] = ()
+#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
+#: worktree's own settings (``.gemini/settings.json``: hooks, MCP servers, tools, environment), commands
+#: and extensions; Gemini CLI has no switch that skips them, so the confinement masks the directory (an
+#: empty one inside). The sandbox's hooks are in the run's own home (``GEMINI_CLI_HOME``), which stays.
+WORKTREE_SETTINGS = (".gemini",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, Gemini's own sandbox (more confinement, never less). ``--yolo``, ``--extensions``,
@@ -321,7 +330,7 @@ LINKED = ("GEMINI.md", "commands", "extensions", "policies", "skills", "agents")
 #: The same beside ``.gemini`` in its home (Gemini CLI 0.61 reads skills from ``~/.agents/skills`` too).
 ROOT_LINKED = (".agents",)
 #: The login, merged into the run's home at every start like the settings.
-MERGED = ("oauth_creds.json", "google_accounts.json")
+MERGED = tuple(os.path.basename(p) for p in LOGIN)
 #: Opaque files copied into the run's home the first time (the installation's ids).
 COPIED = ("installation_id", "user_id")
 
@@ -396,7 +405,9 @@ def sessions_dir(run_dir: str) -> str:
     return os.path.join(cli_home(run_dir), ".gemini", "tmp")
 
 
-def session_env(run_dir: str, worktree: str, user_home: str, command: str | None) -> dict[str, str]:
+def session_env(
+    run_dir: str, worktree: str, user_home: str, command: str | None, *, login: bool = True
+) -> dict[str, str]:
     """Seed the run's Gemini home from the user's ``~/.gemini`` (see :mod:`sandbox.agent.agenthome`),
     with the sandbox's hooks in its user settings (so no project-level hook warning), and return the
     variables for Gemini CLI: the home, and the worktree trusted (:func:`agent_env`)."""
@@ -417,7 +428,7 @@ def session_env(run_dir: str, worktree: str, user_home: str, command: str | None
         agenthome.seed_json(
             os.path.join(state, "settings.json"), user_settings, base, with_hooks, guarded=GUARDED_SETTINGS
         )
-        for name in MERGED:
+        for name in MERGED if login else ():  # the login: not for a run from elsewhere the user said no to
             found = os.path.join(user_dir, name)
             agenthome.seed_json(
                 os.path.join(state, name), found, agenthome.base_of(run_dir, HOME_NAME, name), create=False
@@ -433,6 +444,8 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     """``--resume ID`` for the newest session saved in the run since ``since`` (``latest`` when its
     file names no ``sessionId``), else None."""
     from sandbox.agent import adapters, agenthome
+    from sandbox.errors import SandboxError
+    from sandbox.store import agentread
 
     root = sessions_dir(run_dir)
     try:
@@ -446,7 +459,17 @@ def resume_args(run_dir: str, since: float) -> list[str] | None:
     if not found:
         return None
     session: Any = None
-    with contextlib.suppress(OSError, ValueError, AttributeError), open(max(found, key=os.path.getmtime), "rb") as fh:
-        session = json.loads(fh.readline(64 * 1024)).get("sessionId")
+    with contextlib.suppress(OSError, ValueError, AttributeError, SandboxError):
+        newest = max(found, key=lambda f: os.stat(f, follow_symlinks=False).st_mtime)
+        # The run's agent home is the agent's to write: read beneath it, never by name (agentread).
+        first = agentread.read_path(root, newest, prefix=64 * 1024).split(b"\n", 1)[0]
+        session = json.loads(first).get("sessionId")
     ok = isinstance(session, str) and adapters.valid_session(session)
     return ["--resume", session if ok and isinstance(session, str) else "latest"]
+
+
+if TYPE_CHECKING:  # mypy checks this module against the adapter contract
+    from sandbox.agent.adapter import HookAdapter
+    from sandbox.agent.adapters import gemini as _this
+
+    _adapter: HookAdapter = _this

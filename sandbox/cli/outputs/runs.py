@@ -45,6 +45,10 @@ class RunRow(Output):
     unapplied_calls: int = 0
     #: Calls of which only some hunks were applied (``apply --hunks``).
     partly_applied_calls: list[str] = Field(default_factory=list)
+    uncertain_calls: list[str] = Field(
+        default_factory=list,
+        description="Calls whose end is unknown ('sandbox resume' marked them; 'call resolve' ends one).",
+    )
     call_numbers: dict[str, int] = Field(
         default_factory=dict, description="How 'log' numbers the calls this row names (partly applied, in flight)."
     )
@@ -113,7 +117,9 @@ class StatusOutput(RunRow):
     """``sandbox status --json``: the run's row, what the agent did with its own git, calls in flight."""
 
     agent_git: AgentGit | None = Field(description="The run's own git: branch, head, branches, tags, commits.")
-    in_flight: list[str]
+    in_flight: list[str] = Field(
+        description="Calls started and not ended: running, or left by a crash (uncertain too)."
+    )
     host: StatusHost | None = Field(
         default=None, description="The repository's host process as far as this run goes (None: none runs)."
     )

@@ -479,7 +479,7 @@
           refresh(picked().length === 0);
         }
       }).catch(function () {});
-    }, 2000);
+    }, 1000);
   }
 
   // -- approvals and the runs list --------------------------------------------------------------

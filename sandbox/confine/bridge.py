@@ -1,7 +1,7 @@
 """The forwarder inside an agent's network namespace: ``127.0.0.1:PORT`` -> the run's proxy socket.
 
 A new network namespace has only ``lo`` (bubblewrap brings it up), so the agent reaches the
-allowlist proxy (:mod:`sandbox.agent.netproxy`, outside) through a Unix socket bound into its
+allowlist proxy (:mod:`sandbox.confine.proxy`, outside) through a Unix socket bound into its
 sandbox. HTTP clients want a TCP proxy address, so the agent is started through :data:`PROGRAM`,
 run by the sandbox's own interpreter (``-I -S``, importing only C modules: ``_socket``, ``_thread``,
 ``select``; ``socket`` and ``threading`` would double its start, measured), which

@@ -12,7 +12,7 @@ submodules' git dirs (``modules/``, with their configs), and every run's refs (`
 Inside a run's sandbox the common directory is an empty read-only directory, with ``objects/`` (and
 ``lfs/objects``) bound back read-only, and what the sandbox's own tools inside read of this run (see
 :func:`user_git_view`); the sandbox's own files in ``.git/sandbox`` keep their rule (this run's
-directory and the host's socket directory bound back, :mod:`sandbox.agent.sandboxpolicy`).
+directory and the host's socket directory bound back, :mod:`sandbox.confine.policy`).
 
 A run made before homes existed (``legacy``) is a linked worktree of your repository: its git reads
 your refs and config through ``commondir``. It keeps the older view (the whole ``.git`` read-only,

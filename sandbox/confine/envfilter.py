@@ -1,7 +1,7 @@
 """The environment a confined process inherits: an allowlist of variable names, never our secrets.
 
 Everything not named (``SSH_AUTH_SOCK``, ``DBUS_*``, ``DISPLAY``, ``*_TOKEN``, ``AWS_*``, ...) is dropped;
-the sandbox's own variables are set after the filter (:func:`sandbox.agent.confine.spawn`).
+the sandbox's own variables are set after the filter (:func:`sandbox.confine.spawn.spawn`).
 Standard library only (``sandbox exec``'s fast path imports it).
 """
 

@@ -1,8 +1,8 @@
 """What a confined process may see, write and reach: :class:`Isolation` (what the caller asks for),
 :class:`Policy` (what one run's sandbox gets, :func:`policy_for`) and the paths each decision names.
 
-The backends turn a policy into a sandbox (:mod:`sandbox.agent.bwrap`, :mod:`sandbox.agent.seatbelt`);
-:mod:`sandbox.agent.confine` starts it. Standard library only (``sandbox exec``'s fast path imports it).
+The backends turn a policy into a sandbox (:mod:`sandbox.confine.bwrap`, :mod:`sandbox.confine.seatbelt`);
+:mod:`sandbox.confine.spawn` starts it. Standard library only (``sandbox exec``'s fast path imports it).
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sandbox.agent import gitview, homeview
-from sandbox.agent.agenthome import STATE_DIR, homes_root
-from sandbox.agent.envfilter import DEFAULT_ENV_ALLOW
+from sandbox.confine import gitview, homeview
+from sandbox.confine.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
 from sandbox.store import gitguard, layout
 
@@ -23,7 +22,7 @@ INSTALL_HINT = (
     "Arch: pacman -S bubblewrap)"
 )
 OPT_OUT = "or run without OS confinement with --isolate off ([isolation] isolate = false in .sandbox.toml)"
-#: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.agent.netproxy`).
+#: The run's allowlist proxy socket, in its own directory (see :mod:`sandbox.confine.proxy`).
 PROXY_SOCKET = os.path.join("net", "net.sock")
 
 #: Secrets masked inside by default (``~/`` is the user's home, expanded by the CLI): each existing
@@ -120,7 +119,7 @@ class Limits:
     #: Open files per process (``RLIMIT_NOFILE``): with ``max_processes`` the product stays well under
     #: the machine's ``fs.file-max`` (1024 x 1024 = 1M; 2.4M here).
     max_open_files: int | None = 1024
-    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.agent.nslimits`;
+    #: Inotify instances and watches of the sandbox's own user namespace (:mod:`sandbox.confine.nslimits`;
     #: 32 and 65,536 would be a quarter of a default user's 128 instances, a third of a common 192k
     #: watches). Not bounded by default yet: bubblewrap blocked for the handshake that sets them outlived
     #: a ``sandbox run`` killed at that moment (its --die-with-parent not armed yet), holding the
@@ -161,7 +160,7 @@ class Isolation:
     #: Agent state files each run writes a copy of instead (``agentstate.AGENT_PRIVATE``).
     private: tuple[str, ...] = ()
     #: ``--network allow``: the hosts the agent may reach, through the run's proxy
-    #: (:mod:`sandbox.agent.netproxy`); None: the network is wholly on or off (``network``).
+    #: (:mod:`sandbox.confine.proxy`); None: the network is wholly on or off (``network``).
     allow: tuple[str, ...] | None = None
 
     @property
@@ -182,9 +181,9 @@ class Isolation:
     #: starts, :mod:`sandbox.agent.agenthome`); None: none. Never the directory of all of them: one
     #: agent must not plant settings or sessions for another agent of the run.
     home: str | None = None
-    #: The user's home, empty inside but for the allowlist (:mod:`sandbox.agent.homeview`); None: as on the host.
+    #: The user's home, empty inside but for the allowlist (:mod:`sandbox.confine.homeview`); None: as on the host.
     user_home: str | None = None
-    #: The homes whose toolchains (:data:`sandbox.agent.homeview.TOOLCHAINS`) stay visible, read-only.
+    #: The homes whose toolchains (:data:`sandbox.confine.homeview.TOOLCHAINS`) stay visible, read-only.
     toolchain_homes: tuple[str, ...] = ()
     #: The user's git identity (name, email), given inside as a generated ``~/.gitconfig``.
     identity: tuple[str, str] | None = None
@@ -218,8 +217,8 @@ class Policy:
     config: tuple[str, ...] = field(default=())
     #: (the run's copy, the path it is mounted at): agent state written per run (``agentstate.AGENT_PRIVATE``).
     private: tuple[tuple[str, str], ...] = field(default=())
-    #: ``--network allow``: the run's proxy socket (:mod:`sandbox.agent.netproxy`), reached from the
-    #: agent's own network namespace through the forwarder of :mod:`sandbox.agent.bridge`.
+    #: ``--network allow``: the run's proxy socket (:mod:`sandbox.confine.proxy`), reached from the
+    #: agent's own network namespace through the forwarder of :mod:`sandbox.confine.bridge`.
     proxy: str | None = None
     #: The running agent's home in the run, writable (below the run's directory, which is read-only).
     homes: tuple[str, ...] = field(default=())
@@ -238,7 +237,7 @@ class Policy:
     allowed: tuple[tuple[str, str], ...] = field(default=())
     #: The agent's own git settings (``GIT_CONFIG_GLOBAL`` inside; :mod:`sandbox.store.gitguard`).
     git_config: str | None = None
-    #: (a generated file, the path it is shown at inside, read-only): :mod:`sandbox.agent.gitview`.
+    #: (a generated file, the path it is shown at inside, read-only): :mod:`sandbox.confine.gitview`.
     views: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -339,14 +338,14 @@ def policy_for(
     its hooks check), the host's socket directory (not its lock), the run's home (the ``origin`` file),
     :data:`KEEP_FILES`, the sockets ``unix_sockets`` allows and what the caller keeps ``readable``
     (the home, the sandbox's interpreter, the agent's executable). Of the user's ``.git`` only what the
-    run's git borrows is bound back, read-only (:mod:`sandbox.agent.gitview`).
+    run's git borrows is bound back, read-only (:mod:`sandbox.confine.gitview`).
     """
     real = os.path.realpath
     user_git = gitview.user_git_view(common_dir, run_id)
     hidden = {**user_git.hidden, **hidden_dirs(isolation, common_dir, user_workdir)}
     # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
     # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
-    agents = real(os.path.join(layout.run_dir(common_dir, run_id), STATE_DIR))
+    agents = real(os.path.join(layout.run_dir(common_dir, run_id), layout.AGENT_STATE))
     if os.path.isdir(agents):
         hidden[agents] = "the run's agent homes, with the agents' logins (each visible only to a 'sandbox run' of it)"
     # The session's proxy socket, in a directory of its own: hidden from every other command of the run
@@ -388,10 +387,7 @@ def policy_for(
         config=isolation.config,
         # The running agent's home (CLAUDE_CONFIG_DIR, GEMINI_CLI_HOME: sandbox.agent.agenthome), when made.
         homes=homes,
-        private=tuple(
-            (os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), STATE_DIR, _copy_name(dest)), dest)
-            for dest in isolation.private
-        ),
+        private=tuple((_private_copy(common_dir, run_id, dest), dest) for dest in isolation.private),
         proxy=(
             os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), PROXY_SOCKET)
             if isolation.network_mode == "allow"
@@ -489,11 +485,9 @@ def _host_socket_dir(common_dir: str) -> str:
     visible inside (read-only), so the run's hooks reach the host, wherever it restarts, while its
     lock (which a confined process could hold, flock needing no write access, and no host would
     start again), liveness record and log stay out of sight."""
-    from sandbox.agent import wire
-
     with contextlib.suppress(OSError):
-        wire.ensure_host_dir(common_dir)
-    return os.path.realpath(wire.socket_dir(common_dir))
+        layout.ensure_host_dir(common_dir)
+    return os.path.realpath(layout.host_socket_dir(common_dir))
 
 
 def _empty_file(common_dir: str) -> str | None:
@@ -520,7 +514,7 @@ def _agent_home(common_dir: str, run_id: str, agent: str | None) -> tuple[str, .
     which would lead the writable mount anywhere), or nothing."""
     if agent is None or not agent.isidentifier():
         return ()
-    path = os.path.join(homes_root(layout.run_dir(common_dir, run_id)), agent)
+    path = os.path.join(layout.agent_homes_dir(layout.run_dir(common_dir, run_id)), agent)
     if os.path.islink(path) or not os.path.isdir(path):
         return ()
     return (os.path.realpath(path),)
@@ -574,6 +568,11 @@ def other_state_dirs(data_root: str, common_dir: str) -> list[str]:
 def _copy_name(path: str) -> str:
     """The file name of a run's copy of ``path`` (``~/.claude.json`` -> ``.claude.json``)."""
     return os.path.basename(path.rstrip("/")) or "state"
+
+
+def _private_copy(common_dir: str, run_id: str, dest: str) -> str:
+    """Where the run keeps its own copy of the private state file ``dest``."""
+    return os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), layout.AGENT_STATE, _copy_name(dest))
 
 
 def mount_depth(path: str) -> int:

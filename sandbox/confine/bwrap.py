@@ -1,14 +1,14 @@
-"""The bubblewrap command line for a run's :class:`~sandbox.agent.sandboxpolicy.Policy` (:func:`bwrap_argv`),
-which :func:`sandbox.agent.confine.spawn` starts:
+"""The bubblewrap command line for a run's :class:`~sandbox.confine.policy.Policy` (:func:`bwrap_argv`),
+which :func:`sandbox.confine.spawn.spawn` starts:
 
 * the whole file system read-only (``--ro-bind / /``) but every home, which is empty except its
-  allowlist (:mod:`sandbox.agent.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
+  allowlist (:mod:`sandbox.confine.homeview`); a private ``/tmp``; a private ``/dev``, read-only but
   for its device nodes; an IPC namespace of its own; a user namespace of its own whose inotify
-  limits the caller sets before the command starts (:mod:`sandbox.agent.nslimits`); a ``/proc``
+  limits the caller sets before the command starts (:mod:`sandbox.confine.nslimits`); a ``/proc``
   of its own PID namespace (``--unshare-pid``: the sandbox sees only its own processes, so
   ``/proc/<ppid>/cwd`` cannot lead back to the caller's writable mounts, and nothing outside can be
   signalled or traced);
-* writable: the run's own paths (:func:`sandbox.agent.sandboxpolicy.run_writable_paths`, the one place
+* writable: the run's own paths (:func:`sandbox.confine.policy.run_writable_paths`, the one place
   that says which) and the agent's own state (``~/.claude``, ``~/.gemini``, ... from the settings);
   the user's working tree and its ``.git`` are then re-mounted read-only explicitly, in case they lie
   under a writable path;
@@ -18,7 +18,7 @@ which :func:`sandbox.agent.confine.spawn` starts:
   ``CAP_SYS_ADMIN`` and could simply remount ``/`` read-write) and ``/proc/sys``, ``/proc/irq``,
   ``/proc/bus`` read-only (bubblewrap leaves them writable for root);
 * ``--unshare-net`` when the network is off, and under ``--network allow``, where the one way out
-  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.agent.bridge`). Unix
+  is the run's proxy, reached through a forwarder inside (:mod:`sandbox.confine.bridge`). Unix
   sockets named by a path still work across it:
   the hooks reach the repository's host on its ``host.sock`` (``connect`` needs no write access to
   the mount), with their run's token, which only their own run's (visible) directory holds;
@@ -39,8 +39,9 @@ import os
 import struct
 from collections.abc import Sequence
 
-from sandbox.agent.envfilter import CONFINED_ENV
-from sandbox.agent.sandboxpolicy import Limits, Policy, mount_depth
+from sandbox.confine.envfilter import CONFINED_ENV
+from sandbox.confine.policy import Limits, Policy
+from sandbox.confine.verdict import rules
 
 #: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
 _SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
@@ -61,7 +62,7 @@ def bwrap_argv(
     """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``.
 
     ``userns_fds``: (info, block): a user namespace of its own (root's too), its child's pid told on
-    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.agent.nslimits`)."""
+    ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.confine.nslimits`)."""
     # An IPC namespace of its own: the user's SysV shared memory, semaphores, message queues and POSIX
     # message queues are out of reach.
     out = [program, "--cap-drop", "ALL", "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
@@ -76,7 +77,7 @@ def bwrap_argv(
     for cover in _PROC_COVER:
         out += ["--ro-bind-try", cover, cover]
     mounts, read_only = _mounts(policy, size)
-    for _depth_key, _order, args in sorted(mounts, key=lambda m: (m[0], m[1])):
+    for args in mounts:
         out += args
     # /dev read-only: its device nodes still open for writing (a read-only mount does not stop a device
     # write), but nothing can be created there: no unbounded tmpfs to fill (/dev/shm has its size).
@@ -93,70 +94,59 @@ def bwrap_argv(
     if started_fd is not None:
         shim = f"printf s >/proc/self/fd/{started_fd}; {shim}"
     if policy.proxy is not None:  # the forwarder to the run's proxy listens before the agent starts
-        from sandbox.agent import bridge
+        from sandbox.confine import bridge
 
         argv = bridge.wrap(argv, policy.proxy)
     out += ["--", "/bin/sh", "-c", shim, "sandbox-confined", *argv]
     return out
 
 
-def _mounts(policy: Policy, size: str) -> tuple[list[tuple[int, int, list[str]]], list[str]]:
-    """The mounts below ``/`` as (depth, order, args), and the tmpfs mounts to make read-only after them."""
-    # (depth, order, args): parents first; at equal depth tmpfs, readable, writable, protected, masks.
-    mounts: list[tuple[int, int, list[str]]] = [(mount_depth("/tmp"), 0, ["--size", size, "--tmpfs", "/tmp"])]
-    hidden = [path for path in policy.hidden if os.path.isdir(path)]
-    covered = ["/tmp", *hidden, *(p.rstrip("/") for p in (*policy.writable, *policy.extra_writable))]
-    covered += [os.path.realpath(m.rstrip("/")) for m in policy.masked]
-    # Visible as on the host even below /tmp or a hidden dir: where it leads, and (when a link leads
-    # there) the path as named, so a link that lies below the private /tmp still works inside.
-    readable = dict.fromkeys(p for path in policy.readable for p in (os.path.realpath(path), os.path.abspath(path)))
-    for real in readable:
-        # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
-        if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covered):
-            mounts.append((mount_depth(real), 1, ["--ro-bind-try", real, real]))
-    for path in policy.writable:
-        mounts.append((mount_depth(path), 2, ["--bind", path, path]))
-    for path in policy.extra_writable:
-        real = os.path.realpath(path)
-        mounts.append((mount_depth(real), 2, ["--bind-try", real, real]))
-    for path in policy.protected:
-        mounts.append((mount_depth(path), 3, ["--ro-bind-try", path, path]))
-    for path in policy.homes:
-        mounts.append((mount_depth(path), 2, ["--bind", path, path]))
-    for entry in policy.config:  # the agent's configuration, read-only below its writable state
-        real = os.path.realpath(entry.rstrip("/"))
-        if os.path.lexists(real):
-            mounts.append((mount_depth(real), 3, ["--ro-bind", real, real]))
-    for copy, dest in policy.private:  # the run's own copy where the agent writes this state
-        if os.path.isfile(dest) and os.path.isfile(copy):
-            real = os.path.realpath(dest)
-            mounts.append((mount_depth(real), 3, ["--bind", copy, real]))
-    if policy.identity is not None:  # the user's git identity, alone, as ~/.gitconfig
-        mounts.append((mount_depth(policy.identity[1]), 3, ["--ro-bind", *policy.identity]))
-    for made, dest in policy.views:  # the run's own view of a file of the user's .git
-        mounts.append((mount_depth(dest), 3, ["--ro-bind", made, dest]))
-    shown = [os.path.realpath(p.rstrip("/")) for p in (*readable, *policy.writable, *policy.extra_writable)]
-    shown += [*policy.protected, *policy.homes, *policy.config]
-    masked_dirs = []
-    for entry in policy.masked:  # secrets: an empty directory or file in their place, last of all
-        real = os.path.realpath(entry.rstrip("/"))
-        if _below(real, ["/tmp", *hidden]) and not _below(real, shown):
-            continue  # not visible anyway: a mount would only cost time
-        if os.path.isdir(real):
-            masked_dirs.append(real)
-            mounts.append((mount_depth(real), 4, ["--size", _SMALL, "--tmpfs", real]))
-        elif os.path.exists(real):
-            # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
-            # device ("config is locked"), and tools read an empty file as an empty setting.
-            mounts.append((mount_depth(real), 4, ["--ro-bind", policy.empty_file or "/dev/null", real]))
+def _mounts(policy: Policy, size: str) -> tuple[list[list[str]], list[str]]:
+    """The mounts below ``/``, in order (the policy's :func:`~sandbox.confine.verdict.rules`, each
+    made as bubblewrap makes it), and the tmpfs mounts to make read-only after them."""
+    decided = rules(policy)
+    hidden = [r.path for r in decided if r.kind == "hidden" and os.path.isdir(r.path)]
+    covered = ["/tmp", *hidden, *(r.path for r in decided if r.kind in ("write", "write-try", "mask"))]
+    shown = [r.path for r in decided if r.kind in ("read", "write", "write-try", "home", "protect", "config")]
     # A hidden directory inside another (an empty home) gets its tmpfs only where something is shown
     # above or below it: else the mount would only make an empty directory chain that names it
     # (another repository of the user's, by its run state). One in the private /tmp keeps its own
     # (read-only: a path there stays unwritable, as it is everywhere else).
-    dests = [args[-1] for _depth, _order, args in mounts if args[-2:] != ["--tmpfs", "/tmp"]]
+    dests = [r.path for r in decided if r.kind not in ("tmp", "hidden", "mask")]
     needed = [h for h in hidden if not _below(h, [o for o in hidden if o != h]) or _near(h, dests)]
-    mounts += [(mount_depth(path), 0, ["--size", _SMALL, "--tmpfs", path]) for path in needed]
-    return mounts, [*needed, *masked_dirs]
+    out: list[list[str]] = []
+    masked_dirs: list[str] = []
+    for rule in decided:
+        path = rule.path
+        if rule.kind == "tmp":
+            out.append(["--size", size, "--tmpfs", path])
+        elif rule.kind == "hidden" and path in needed:
+            out.append(["--size", _SMALL, "--tmpfs", path])
+        elif rule.kind == "read" and _below(path, covered):
+            # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
+            out.append(["--ro-bind-try", path, path])
+        elif rule.kind in ("write", "home"):
+            out.append(["--bind", path, path])
+        elif rule.kind == "write-try":
+            out.append(["--bind-try", path, path])
+        elif rule.kind == "protect":
+            out.append(["--ro-bind-try", path, path])
+        elif rule.kind == "config" and os.path.lexists(path):  # read-only below the writable agent state
+            out.append(["--ro-bind", path, path])
+        elif rule.kind == "copy" and rule.source and os.path.isfile(path) and os.path.isfile(rule.source):
+            out.append(["--bind", rule.source, path])  # the run's own copy where the agent writes this state
+        elif rule.kind in ("identity", "view") and rule.source:
+            # The user's git identity alone as ~/.gitconfig; the run's own view of a file of the user's .git.
+            out.append(["--ro-bind", rule.source, path])
+        elif rule.kind == "mask" and (not _below(path, ["/tmp", *hidden]) or _below(path, shown)):
+            if os.path.isdir(path):  # secrets: an empty directory or file in their place
+                masked_dirs.append(path)
+                out.append(["--size", _SMALL, "--tmpfs", path])
+            elif os.path.exists(path):
+                # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
+                # device ("config is locked"), and tools read an empty file as an empty setting.
+                out.append(["--ro-bind", policy.empty_file or "/dev/null", path])
+    return out, [*needed, *masked_dirs]
 
 
 def _near(path: str, others: Sequence[str]) -> bool:

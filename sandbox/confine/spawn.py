@@ -3,11 +3,11 @@
 A run's worktree is only a convention until the processes working in it are kept out of
 everything else. ``sandbox exec`` and ``sandbox run`` start their command or agent through
 :func:`spawn`, which puts it in a sandbox for the run's :class:`Policy`
-(:mod:`sandbox.agent.sandboxpolicy`: what it may see, write and reach), built by the backend
-(:mod:`sandbox.agent.bwrap`, which says what the sandbox looks like; :mod:`sandbox.agent.seatbelt`),
-with the inherited environment filtered (:mod:`sandbox.agent.envfilter`), the agent's configuration
+(:mod:`sandbox.confine.policy`: what it may see, write and reach), built by the backend
+(:mod:`sandbox.confine.bwrap`, which says what the sandbox looks like; :mod:`sandbox.confine.seatbelt`),
+with the inherited environment filtered (:mod:`sandbox.confine.envfilter`), the agent's configuration
 made to exist first (:mod:`sandbox.agent.agentstate`) and what the kernel adds on top
-(:mod:`sandbox.agent.hardening`: Landlock scoping, a pids/memory cgroup).
+(:mod:`sandbox.confine.hardening`: Landlock scoping, a pids/memory cgroup).
 
 Signals: bubblewrap does not pass signals on, and dies of them (killing the sandbox with SIGKILL).
 So it starts with SIGINT, SIGTERM, SIGHUP and SIGQUIT blocked (bubblewrap clears the mask for the
@@ -34,10 +34,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING
 
-from sandbox.agent.agentstate import prepare_config
-from sandbox.agent.bwrap import bwrap_argv, seccomp_program
-from sandbox.agent.envfilter import WITHHELD_ENV, filter_env, renumber_git_config
-from sandbox.agent.sandboxpolicy import (
+from sandbox.confine.bwrap import bwrap_argv, seccomp_program
+from sandbox.confine.envfilter import WITHHELD_ENV, filter_env, renumber_git_config
+from sandbox.confine.policy import (
     INSTALL_HINT,
     OPT_OUT,
     ConfinementError,
@@ -45,13 +44,13 @@ from sandbox.agent.sandboxpolicy import (
     Limits,
     Policy,
 )
-from sandbox.agent.seatbelt import seatbelt_profile
-from sandbox.agent.verdict import bound_sockets, explain, stray_sockets
+from sandbox.confine.seatbelt import seatbelt_profile
+from sandbox.confine.verdict import bound_sockets, explain, stray_sockets
 
 if TYPE_CHECKING:
-    from sandbox.agent.hardening import Cgroups
+    from sandbox.confine.hardening import Cgroups
 
-#: What callers use most, kept importable from here (defined in :mod:`sandbox.agent.sandboxpolicy`).
+#: What callers use most, kept importable from here (defined in :mod:`sandbox.confine.policy`).
 __all__ = ["Confined", "ConfinementError", "Isolation", "Limits", "Policy", "check", "inside_sandbox", "spawn"]
 
 _BLOCKED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -237,6 +236,34 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def prepare_config(policy: Policy) -> None:
+    """Make sure every configuration path exists (else the agent could create it: see
+    :data:`sandbox.agent.agentstate.AGENT_CONFIG`) and every run's copy of private state is there,
+    seeded from the user's."""
+    for entry in policy.config:
+        path = entry.rstrip("/")
+        if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.endswith("/"):
+                os.mkdir(path, 0o700)
+            else:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write("{}\n" if path.endswith(".json") else "")
+    for copy, dest in policy.private:
+        if os.path.exists(copy):
+            continue
+        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+        data = b"{}\n"
+        with contextlib.suppress(OSError):
+            if os.path.isfile(dest):
+                with open(dest, "rb") as fh:
+                    data = fh.read(64 * 1024 * 1024)
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+
+
 def spawn(
     isolation: Isolation,
     policy: Policy,
@@ -269,7 +296,7 @@ def spawn(
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
         return Confined(seatbelt, None, session=False)
-    from sandbox.agent import hardening
+    from sandbox.confine import hardening
 
     stray = stray_sockets(policy, bound_sockets())
     if stray:  # daemons' sockets in the read-only rest of the machine: none reachable unless shown on purpose
@@ -338,7 +365,7 @@ def spawn(
 
 def _userns_pipes(limits: Limits, fds: list[int]) -> tuple[int, int, int, int] | None:
     """(info read end, block write end, info write end, block read end) for bounding inotify in the
-    sandbox's user namespace (:mod:`sandbox.agent.nslimits`); the child's ends are added to ``fds``.
+    sandbox's user namespace (:mod:`sandbox.confine.nslimits`); the child's ends are added to ``fds``.
     None when no bound is asked for."""
     if limits.max_inotify_instances is None and limits.max_inotify_watches is None:
         return None
@@ -349,9 +376,9 @@ def _userns_pipes(limits: Limits, fds: list[int]) -> tuple[int, int, int, int] |
 
 
 def _bound_userns(limits: Limits, info_r: int, block_w: int) -> None:
-    """Map the sandbox's ids and set its inotify limits (:mod:`sandbox.agent.nslimits`), then let its
+    """Map the sandbox's ids and set its inotify limits (:mod:`sandbox.confine.nslimits`), then let its
     setup go on. Without the maps bubblewrap fails to set up (reported by :meth:`Confined.wait`)."""
-    from sandbox.agent import nslimits
+    from sandbox.confine import nslimits
 
     try:
         pid = nslimits.child_pid(info_r)

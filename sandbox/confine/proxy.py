@@ -4,7 +4,7 @@ Under ``--network allow`` (the default of ``sandbox run``) the agent has a netwo
 its own with only ``lo`` in it (bubblewrap's ``--unshare-net``). Its one way out is this proxy,
 which runs in the ``sandbox run`` process (a thread with an asyncio loop) and listens on a Unix
 socket in the run's own directory, ``net.sock``; a forwarder inside the namespace
-(:mod:`sandbox.agent.bridge`) listens on ``127.0.0.1:PORT`` and relays each connection to it, and
+(:mod:`sandbox.confine.bridge`) listens on ``127.0.0.1:PORT`` and relays each connection to it, and
 the proxy variables inside name that port. Nothing else routes: a client that ignores the proxy
 variables, or a ``NO_PROXY`` entry, gets "network unreachable", never a way round.
 
@@ -37,7 +37,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -137,43 +137,6 @@ class Allowlist:
             ):
                 return True
         return False
-
-
-def agent_of(command: str, adapter: str | None = None) -> str | None:
-    """The known agent a command starts (``claude``, ``gemini``, ``codex``), by its name or its hooks."""
-    from sandbox.agent import adapters
-
-    module = adapters.by_program(command)
-    if module is None and adapter in adapters.names():
-        module = adapters.agent(adapter)
-    return str(module.PROGRAM) if module is not None else None
-
-
-def default_allowlist(agent: str | None, env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
-    """The allowlist of a session: the agent's model endpoints, the host of its base-URL variable
-    in ``env`` (with its port), then ``extra`` (the user's ``[network] allow``).
-
-    Raises :class:`AllowlistError` for an entry of ``extra`` that cannot be read.
-    """
-    from sandbox.agent import adapters
-
-    module = adapters.by_program(agent) if agent else None
-    out = list(module.ENDPOINTS) if module is not None else []
-    for var in module.BASE_URL if module is not None else ():
-        url = env.get(var, "").strip()
-        if not url:
-            continue
-        try:
-            parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            continue  # the agent itself will say its base URL is wrong
-        if parts.hostname:
-            host = parts.hostname
-            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-    out += extra
-    Allowlist(out)  # every entry readable
-    return list(dict.fromkeys(out))
 
 
 # -- the proxy ---------------------------------------------------------------------------------

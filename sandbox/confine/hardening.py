@@ -1,6 +1,6 @@
 """What the kernel adds to a bubblewrap sandbox: Landlock scoping, a pids/memory cgroup, and what is missing.
 
-bubblewrap gives the mount view and the namespaces (:mod:`sandbox.agent.confine`). Three things it
+bubblewrap gives the mount view and the namespaces (:mod:`sandbox.confine.spawn`). Three things it
 does not do are done here, each only where the machine allows it, and :func:`probe` says which:
 
 * **Abstract Unix sockets.** They are named in the network namespace, not the file system, so a mount

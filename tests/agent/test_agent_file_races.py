@@ -1,0 +1,206 @@
+"""Readers of files the agent writes, raced by a real hostile process (docs/design.md, "Reading what the agent wrote").
+
+Each reader here runs outside the agent's confinement on a file of its home or worktree, while a
+process swaps that file with a symlink to a secret outside, or with a FIFO, in a loop
+(``renameat2(RENAME_EXCHANGE)``). The reader never returns the secret and never blocks: before,
+each listed (or checked) the name and then opened it by name, which followed the link or waited on
+the FIFO for a writer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from sandbox.agent import adapters, sessions
+from sandbox.agent.adapters import claude_code, gemini
+from sandbox.errors import SandboxError
+from sandbox.store import journal
+from tests.conftest import scaled
+
+SECRET = b'{"sessionId": "0b7c3d9e-1111-4222-8333-444455556666", "secret": "PRIVATE KEY of the user"}\n'
+SESSION = "0b7c3d9e-1111-4222-8333-444455556666"
+
+#: Swaps two names with renameat2(RENAME_EXCHANGE) until killed.
+RACER = textwrap.dedent(
+    """
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = (os.fsencode(p) for p in sys.argv[1:3])
+    print("ready", flush=True)
+    while True:
+        libc.renameat2(-100, a, -100, b, 2)  # AT_FDCWD, RENAME_EXCHANGE
+    """
+)
+
+
+@contextmanager
+def racing(a: Path, b: Path) -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-c", RACER, str(a), str(b)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _blocked(_sig: int, _frame: object) -> None:
+    raise TimeoutError("the reader blocked (on the FIFO swapped in)")
+
+
+def hammer(read: Callable[[], bytes | None], seconds: float = 2.0) -> tuple[int, set[bytes]]:
+    """Call ``read`` for ``seconds``, a blocked call failing the test; (calls, what came back)."""
+    seen: set[bytes] = set()
+    calls = 0
+    until = time.monotonic() + seconds
+    old = signal.signal(signal.SIGALRM, _blocked)
+    signal.alarm(int(scaled(seconds + 20)))
+    try:
+        while time.monotonic() < until:
+            calls += 1
+            try:
+                got = read()
+            except (OSError, SandboxError):
+                continue
+            if got is not None:
+                seen.add(got)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return calls, seen
+
+
+def plant(path: Path, content: bytes, secret: Path, kind: str) -> Path:
+    """Write ``content`` at ``path`` and its hostile twin beside it: a link to ``secret`` or a FIFO."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    twin = path.with_name("twin")
+    if kind == "link":
+        twin.symlink_to(secret)
+    else:
+        os.mkfifo(twin)
+    return twin
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_transcript_swapped_in_its_home_is_never_read_through_the_swap(tmp_path: Path, kind: str) -> None:
+    """transcripts.capture's read: Claude Code's transcript found in the run's home, then read."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(SECRET)
+    home = tmp_path / "run" / ".claude"
+    agent = sessions.ClaudeCode()
+    path = Path(agent.place(str(home), "/w/a", SESSION))
+    mine = b'{"sessionId": "%s", "type": "user"}\n' % SESSION.encode()
+    twin = plant(path, mine, secret, kind)
+
+    def read() -> bytes | None:
+        found = agent.find(SESSION, [str(home)])
+        return None if found is None else sessions.read_found(found, [str(home)])
+
+    with racing(path, twin):
+        calls, seen = hammer(read)
+    assert calls > 20
+    assert seen <= {mine}, "the reader followed the swap"
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_gemini_chat_swapped_in_its_home_is_never_read_through_the_swap(tmp_path: Path, kind: str) -> None:
+    """Gemini's find reads each candidate's first line; resume_args reads the newest chat's."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(SECRET.replace(SESSION.encode(), b"ffffffff-1111-4222-8333-444455556666"))
+    run_dir = tmp_path / "run"
+    chats = Path(gemini.sessions_dir(str(run_dir))) / "proj" / "chats"
+    path = chats / f"session-1-{SESSION[:8]}.jsonl"
+    mine = b'{"sessionId": "%s"}\n' % SESSION.encode()
+    twin = plant(path, mine, secret, kind)
+    homes = [str(Path(gemini.sessions_dir(str(run_dir))).parent)]
+
+    def read() -> bytes | None:
+        found = sessions.GeminiCli().find(SESSION, homes)
+        args = gemini.resume_args(str(run_dir), 0.0)
+        assert args is None or args[1] in (SESSION, "latest"), args
+        return None if found is None else b"found"
+
+    with racing(path, twin):
+        calls, _seen = hammer(read)
+    assert calls > 20
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_the_agents_settings_in_its_worktree_swapped_are_never_read_through_the_swap(tmp_path: Path, kind: str) -> None:
+    """``hooks install`` / ``uninstall`` read the worktree's .claude/settings.local.json, the agent's."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(b'{"secret": "PRIVATE KEY of the user"}\n')
+    worktree = tmp_path / "wt"
+    path = worktree / str(claude_code.SETTINGS_PATH)
+    mine = b'{"mine": true}\n'
+    twin = plant(path, mine, secret, kind)
+
+    def read() -> bytes | None:
+        adapters.uninstall(claude_code, str(worktree))  # reads it; nothing of ours to take out
+        return adapters._read_settings(str(worktree), str(path))
+
+    with racing(path, twin):
+        calls, seen = hammer(read)
+    assert calls > 20
+    assert seen <= {mine}, "the reader followed the swap"
+
+
+def test_a_transcript_reader_refuses_a_sparse_file_over_the_bound_in_bounded_memory(tmp_path: Path) -> None:
+    home = tmp_path / "run" / ".claude"
+    path = Path(sessions.ClaudeCode().place(str(home), "/w/a", SESSION))
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as fh:
+        fh.truncate(4 << 30)
+    probe = textwrap.dedent(
+        """
+        import resource, sys
+        from sandbox.agent import sessions
+        from sandbox.errors import SandboxError
+        try:
+            sessions.read_found(sys.argv[1], [sys.argv[2]])
+            print("read")
+        except SandboxError as exc:
+            print("refused", type(exc).__name__)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(path), str(home)], capture_output=True, timeout=scaled(60), check=True
+    )
+    verdict, peak = proc.stdout.decode().split("\n")[:2]
+    assert verdict == "refused TooLargeError", proc.stdout
+    assert int(peak) < 400, f"{peak} MiB resident"
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_undo_in_the_run_probes_a_swapped_worktree_file_never_through_the_swap(tmp_path: Path, kind: str) -> None:
+    """journal.probe reads the run's worktree when a call is undone in the run (and the user's tree for apply)."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(SECRET)
+    worktree = tmp_path / "wt"
+    path = worktree / "src" / "a.txt"
+    mine = b"the agent's file\n"
+    twin = plant(path, mine, secret, kind)
+    secret_id = str(pygit2.hash(SECRET))
+
+    def read() -> bytes | None:
+        found = journal.probe(str(worktree), "src/a.txt")
+        assert found.entry is None or found.entry.oid != secret_id, "the probe hashed the secret"
+        return found.entry.oid.encode() if found.kind == "file" and found.entry else None
+
+    with racing(path, twin):
+        calls, seen = hammer(read)
+    assert calls > 20
+    assert seen <= {str(pygit2.hash(mine)).encode()}

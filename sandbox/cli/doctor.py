@@ -30,7 +30,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.confine import hardening, seatbelt, spawn
     from sandbox.confine.policy import home_allowlist, policy_for_run
-    from sandbox.confine.verdict import any_run, reachable_sockets
+    from sandbox.confine.verdict import any_run, bound_sockets, reachable_sockets
     from sandbox.run.names import resolve_run
 
     project, workdir, cwd_run = open_project(ctx)
@@ -78,7 +78,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
                 # sandbox run's allowlist (None: the network is all or nothing); an agent adds its model endpoints.
                 "allow": list(runs.allow) if runs.allow is not None else None,
             },
-            "unix_sockets": reachable_sockets(policy_now, _bound_sockets()),
+            "unix_sockets": reachable_sockets(policy_now, bound_sockets()),
             "limits": {
                 "tmpfs_bytes": limits.tmpfs_bytes,
                 "max_processes": limits.max_processes,
@@ -98,16 +98,6 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
         emit_json(data.model_dump(mode="json"))
         return
     _show(data)
-
-
-def _bound_sockets() -> list[str]:
-    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
-    try:
-        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
-            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
-    except OSError:
-        return []
-    return [row[7].strip() for row in rows if len(row) == 8]
 
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:

@@ -108,13 +108,19 @@ def _mounts(policy: Policy, size: str) -> tuple[list[list[str]], list[str]]:
     hidden = [r.path for r in decided if r.kind == "hidden" and os.path.isdir(r.path)]
     covered = ["/tmp", *hidden, *(r.path for r in decided if r.kind in ("write", "write-try", "mask"))]
     shown = [r.path for r in decided if r.kind in ("read", "write", "write-try", "home", "protect", "config")]
+    # A hidden directory inside another (an empty home) gets its tmpfs only where something is shown
+    # above or below it: else the mount would only make an empty directory chain that names it
+    # (another repository of the user's, by its run state). One in the private /tmp keeps its own
+    # (read-only: a path there stays unwritable, as it is everywhere else).
+    dests = [r.path for r in decided if r.kind not in ("tmp", "hidden", "mask")]
+    needed = [h for h in hidden if not _below(h, [o for o in hidden if o != h]) or _near(h, dests)]
     out: list[list[str]] = []
     masked_dirs: list[str] = []
     for rule in decided:
         path = rule.path
         if rule.kind == "tmp":
             out.append(["--size", size, "--tmpfs", path])
-        elif rule.kind == "hidden" and path in hidden:
+        elif rule.kind == "hidden" and path in needed:
             out.append(["--size", _SMALL, "--tmpfs", path])
         elif rule.kind == "read" and _below(path, covered):
             # A mount costs bubblewrap time: one that would show what `/` shows read-only anyway is left out.
@@ -140,7 +146,12 @@ def _mounts(policy: Policy, size: str) -> tuple[list[list[str]], list[str]]:
                 # An empty regular file, not /dev/null: libgit2 refuses a repository whose config is a
                 # device ("config is locked"), and tools read an empty file as an empty setting.
                 out.append(["--ro-bind", policy.empty_file or "/dev/null", path])
-    return out, [*hidden, *masked_dirs]
+    return out, [*needed, *masked_dirs]
+
+
+def _near(path: str, others: Sequence[str]) -> bool:
+    """True when one of ``others`` is ``path``, lies below it or above it."""
+    return any(_below(o, [path]) or _below(path, [o]) for o in others)
 
 
 def _below(path: str, roots: Sequence[str]) -> bool:
@@ -165,29 +176,47 @@ def _limits_shell(limits: Limits) -> str:
 
 # A classic BPF program for seccomp: the kernel keyring calls (add_key, request_key, keyctl) fail with
 # EPERM (as root the user keyring would otherwise be read with keyctl; a keyring is not namespaced by
-# the mount or user namespace); with ``ioctls``, ioctl(fd, TIOCSTI | TIOCLINUX, ...) fails too. Every
-# other call is allowed. The filter sees the calling convention's architecture, not the binary's: a
-# 64-bit process reaches the 32-bit table with ``int 0x80`` (``svc`` in AArch32 on arm64), so each
-# machine lists its compat architecture too, with that table's numbers (ioctl is 54 on i386 and arm).
+# the mount or user namespace), and so do io_uring's (425-427 on every table: a large kernel surface
+# no build tool needs, which libuv and others fall back from); with ``ioctls``, the terminal ioctls
+# no program needs fail too (``_ALLOWED_TTY_IOCTLS``). Every other call is allowed. The filter sees the
+# calling convention's architecture, not the binary's: a 64-bit process reaches the 32-bit table with
+# ``int 0x80`` (``svc`` in AArch32 on arm64), so each machine lists its compat architecture too, with
+# that table's numbers (ioctl is 54 on i386 and arm).
 # Unknown machines get no filter (see :func:`seccomp_program`).
 _X32 = 0x40000000
+_URING = (425, 426, 427)  # io_uring_setup, io_uring_enter, io_uring_register
+_X86_64_REFUSED = (248, 249, 250, *_URING)
 _AUDIT_ARCH: dict[str, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]] = {
-    # (audit arch, ioctl numbers, keyring numbers): x86-64 (and x32), i386
+    # (audit arch, ioctl numbers, refused numbers): x86-64 (and x32), i386
     "x86_64": (
-        (0xC000003E, (16, _X32 | 514), (248, 249, 250, _X32 | 248, _X32 | 249, _X32 | 250)),
-        (0x40000003, (54,), (286, 287, 288)),
+        (0xC000003E, (16, _X32 | 514), (*_X86_64_REFUSED, *(_X32 | n for n in _X86_64_REFUSED))),
+        (0x40000003, (54,), (286, 287, 288, *_URING)),
     ),
-    "aarch64": ((0xC00000B7, (29,), (217, 218, 219)), (0x40000028, (54,), (309, 310, 311))),  # arm64, arm (EABI)
+    # arm64, arm (EABI)
+    "aarch64": ((0xC00000B7, (29,), (217, 218, 219, *_URING)), (0x40000028, (54,), (309, 310, 311, *_URING))),
 }
-_DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
-_LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+# Of the terminal's own ioctls (type 'T', 0x54NN without size bits), only what a program reading and
+# writing a terminal needs: termios, breaks and flushes, process groups, the window size, queue sizes,
+# FIONBIO/FIOCLEX and friends (which share the range), a pty's peer. Refused: TIOCSTI and TIOCLINUX
+# (typing into the user's shell), TIOCSETD (N_NULL on the user's terminal outlives the sandbox: it
+# then reads and shows nothing), TIOCEXCL (the user's own tools then cannot open /dev/tty), serial
+# and console settings.
+_TTY_IOCTLS = (0x5400, 0xFFFFFF00)  # the family: cmd & mask == value
+_ALLOWED_TTY_IOCTLS = (
+    *range(0x5401, 0x540C),  # TCGETS .. TCFLSH
+    *range(0x540D, 0x5412),  # TIOCNXCL, TIOCSCTTY, TIOCGPGRP, TIOCSPGRP, TIOCOUTQ
+    0x5413, 0x5414, 0x541B, 0x5420, 0x5421, 0x5422, 0x5424, 0x5425,  # WINSZ, FIONREAD, PKT, FIONBIO, NOTTY, GETD, BRKP
+    0x5427, 0x5428, 0x5429, 0x5441, 0x5450, 0x5451, 0x5452, 0x5460,  # (C)BRK, GSID, GPTPEER, FIO(N)CLEX, ASYNC, QSIZE
+)  # fmt: skip
+_LD_ABS, _JEQ_K, _RET_K, _AND_K = 0x20, 0x15, 0x06, 0x54
 _ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
 
 
 def seccomp_program(machine: str | None = None, *, ioctls: bool = True) -> bytes | None:
     """The filter as bytes for ``bwrap --seccomp FD``; None on an architecture it does not know.
 
-    ``ioctls``: refuse ``TIOCSTI``/``TIOCLINUX`` too (a command that shares the user's terminal)."""
+    ``ioctls``: refuse the terminal ioctls no program needs too, ``TIOCSTI``/``TIOCLINUX`` first (a
+    command that shares the user's terminal)."""
     arches = _AUDIT_ARCH.get(machine or os.uname().machine)
     if arches is None:
         return None
@@ -204,8 +233,8 @@ def seccomp_program(machine: str | None = None, *, ioctls: bool = True) -> bytes
             prog.append((_JEQ_K, target, "allow" if j == len(checks) - 1 else None, nr))
     labels["args"] = len(prog)
     prog.append((_LD_ABS, None, None, 24))  # low 32 bits of args[1]: the kernel reads cmd as unsigned int
-    for i, cmd in enumerate(_DENIED_IOCTLS):
-        prog.append((_JEQ_K, "deny", "allow" if i == len(_DENIED_IOCTLS) - 1 else None, cmd))
+    prog += [(_JEQ_K, "allow", None, cmd) for cmd in _ALLOWED_TTY_IOCTLS]
+    prog += [(_AND_K, None, None, _TTY_IOCTLS[1]), (_JEQ_K, "deny", "allow", _TTY_IOCTLS[0])]
     labels.update(allow=len(prog), deny=len(prog) + 1)
     out = b""
     for index, (code, jt, jf, k) in enumerate(prog):

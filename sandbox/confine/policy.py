@@ -90,6 +90,9 @@ DEFAULT_DENY_READ = (
 #: ``~/.ssh`` / ``~/.gnupg`` this is the mount view that keeps path sockets out of reach (the module
 #: docstring says what it does not cover); ``unix_sockets`` binds chosen ones back.
 SOCKET_DIRS = ("/run", "/var/run")
+#: Where other file systems are mounted (the FHS's removable media and temporary mounts): the user's
+#: disks and shares, not the system's; hidden like a home (``allow_read`` shows a path of them).
+MOUNT_DIRS = ("/media", "/mnt")
 #: Files below a hidden directory that a confined process still needs (DNS: ``resolv.conf`` is often
 #: a link into ``/run/systemd/resolve``); bound read-only wherever they lead.
 KEEP_FILES = ("/etc/resolv.conf",)
@@ -526,6 +529,8 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
         reasons.append((real(user_workdir), "your working tree (the agent works in its run's worktree)"))
     reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
     reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
+    reasons += [(real(p), "where other file systems are mounted (your disks and shares)") for p in MOUNT_DIRS]
+    reasons += [(p, "a scratch directory every user of the machine writes in") for p in shared_scratch()]
     if isolation.user_home:
         why = "a home, empty inside but for its allowlist (see 'sandbox doctor'; allow_read adds to it)"
         reasons += [(h, why) for h in homeview.hidden_homes(isolation.user_home)]
@@ -573,3 +578,18 @@ def _private_copy(common_dir: str, run_id: str, dest: str) -> str:
 def mount_depth(path: str) -> int:
     """How deep ``path`` lies (``/``: 0): mounts are made parents first."""
     return 0 if path == "/" else path.rstrip("/").count("/")
+
+
+def shared_scratch() -> list[str]:
+    """The machine's shared scratch directories directly below ``/`` and ``/var`` but ``/tmp`` (sticky
+    and world-writable: ``/var/tmp``, ``/var/crash``): every user's files (editors' swap files, core
+    dumps), never the project's. Two listings, no walk."""
+    out = []
+    for root in ("/", "/var"):
+        with contextlib.suppress(OSError), os.scandir(root) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if entry.is_dir(follow_symlinks=False) and mode & 0o1002 == 0o1002 and entry.path != "/tmp":
+                        out.append(entry.path)
+    return out

@@ -26,6 +26,7 @@ This module imports only the standard library: ``sandbox exec``'s fast path uses
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -44,7 +45,7 @@ from sandbox.confine.policy import (
     Policy,
 )
 from sandbox.confine.seatbelt import seatbelt_profile
-from sandbox.confine.verdict import explain
+from sandbox.confine.verdict import bound_sockets, explain, stray_sockets
 
 if TYPE_CHECKING:
     from sandbox.confine.hardening import Cgroups
@@ -297,6 +298,9 @@ def spawn(
         return Confined(seatbelt, None, session=False)
     from sandbox.confine import hardening
 
+    stray = stray_sockets(policy, bound_sockets())
+    if stray:  # daemons' sockets in the read-only rest of the machine: none reachable unless shown on purpose
+        policy = dataclasses.replace(policy, masked=(*policy.masked, *stray))
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None

@@ -147,4 +147,32 @@ def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
     found = {
         p for p in paths if p.startswith("/") and not p.startswith("/proc/") and explain(policy, p, decided).visible
     }
-    return sorted(found)
+    return sorted(found.difference(stray_sockets(policy, found)))
+
+
+def stray_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
+    """Of the Unix sockets bound now (``paths``), those a process under ``policy`` would see only because
+    they lie in the machine's read-only rest, where no rule of the policy shows them on purpose (the
+    host's socket, ``unix_sockets``, ``allow_read`` and the run's own paths do): a daemon's control
+    socket outside ``/run`` (LXD's under ``/var/snap``, say). :func:`sandbox.confine.spawn.spawn` masks
+    them, so that no socket is reachable unless something shows it (a socket bound after the start is not)."""
+    out: list[str] = []
+    decided: list[Rule] | None = None  # made for the first socket to judge
+    for path in paths:
+        # The private /tmp is never the rest of the machine: most sockets there cost nothing.
+        if path.startswith("/") and not path.startswith(("/proc/", "/tmp/")) and os.path.exists(path):
+            decided = rules(policy) if decided is None else decided
+            verdict = explain(policy, path, decided)
+            if verdict.visible and verdict.root is None:
+                out.append(path)
+    return sorted(set(out))
+
+
+def bound_sockets() -> list[str]:
+    """The paths of the Unix sockets bound on this machine now (``/proc/net/unix``; none elsewhere)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+            rows = [line.split(None, 7) for line in fh.readlines()[1:]]
+    except OSError:
+        return []
+    return [row[7].strip() for row in rows if len(row) == 8]

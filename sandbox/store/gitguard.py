@@ -74,6 +74,8 @@ def guarded_paths(worktree: str, git_dir: str) -> list[str]:
     return [
         os.path.join(worktree, ".git"),
         *(os.path.join(git_dir, name) for name in ("config", "hooks", COMMONDIR)),
+        # The object directories it borrows (the user's): named by the host, never by the agent.
+        os.path.join(git_dir, "objects", "info", "alternates"),
     ]
 
 

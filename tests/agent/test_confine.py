@@ -5,6 +5,7 @@ The escape attempts themselves are in tests/reliability/test_escapes.py.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -246,9 +247,61 @@ def _seccomp_verdict(program: bytes, arch: int, nr: int, cmd: int) -> str:
             (acc,) = struct.unpack_from("=I", data, k)
         elif code == 0x15:  # BPF_JMP | BPF_JEQ | BPF_K
             pc += jt if acc == k else jf
+        elif code == 0x54:  # BPF_ALU | BPF_AND | BPF_K
+            acc &= k
         else:  # BPF_RET | BPF_K
             return "allow" if k == 0x7FFF0000 else "deny"
         pc += 1
+
+
+def test_of_the_terminals_ioctls_only_those_a_program_needs_pass() -> None:
+    """The 'T' family is allowed by name (termios, window size, process groups, FIONBIO/FIOCLEX, which
+    share its range); the rest of it refused; any other ioctl is not the filter's business."""
+    program = bwrap.seccomp_program("x86_64")
+    assert program is not None
+    allowed = {"TCGETS": 0x5401, "TCSETSW": 0x5403, "TIOCSPGRP": 0x5410, "TIOCGWINSZ": 0x5413, "FIONBIO": 0x5421}
+    allowed |= {"FIOCLEX": 0x5451, "TCGETS2": 0x802C542A, "SIOCGIFCONF": 0x8912, "BLKGETSIZE64": 0x80081272}
+    denied = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C, "TIOCSETD": 0x5423, "TIOCEXCL": 0x540C, "TIOCCONS": 0x541D}
+    for arch, ioctl in ((0xC000003E, 16), (0x40000003, 54)):
+        for name, cmd in allowed.items():
+            assert _seccomp_verdict(program, arch, ioctl, cmd) == "allow", name
+        for name, cmd in denied.items():
+            assert _seccomp_verdict(program, arch, ioctl, cmd) == "deny", name
+
+
+@needs_bwrap
+def test_the_users_terminal_keeps_its_line_discipline_and_stays_openable(tmp_path: Path) -> None:
+    """An agent sharing the user's terminal set its line discipline to N_NULL (the terminal then reads and
+    shows nothing, after the sandbox ended too) and made it exclusive (the user's sudo or ssh cannot
+    open /dev/tty): both refused, while termios and the window size still work."""
+    import pty
+    import termios
+
+    code = (
+        "import fcntl, struct, termios\n"
+        "out = []\n"
+        "for req, arg in ((0x5423, struct.pack('i', 27)), (0x540C, 0)):\n"
+        "    try:\n        fcntl.ioctl(0, req, arg); out.append('done')\n"
+        "    except OSError as e:\n        out.append(str(e.errno))\n"
+        "termios.tcsetattr(0, termios.TCSANOW, termios.tcgetattr(0))\n"
+        "fcntl.ioctl(0, termios.TIOCGWINSZ, b'\\0' * 8)\n"
+        "print(' '.join(out))\n"
+    )
+    master, slave = pty.openpty()
+    try:
+        policy = spawn.Policy(writable=(str(tmp_path),), protected=(), interactive=True, readable=visible())
+        argv = ["sh", "-c", f'{sys.executable} -c "$0" > out', code]
+        proc = spawn.spawn(isolation(interactive=True), policy, argv, str(tmp_path), stdin=slave)
+        assert proc.wait() == 0
+        assert (tmp_path / "out").read_text().split() == ["1", "1"]  # EPERM, EPERM
+        assert struct.unpack("i", fcntl.ioctl(slave, 0x5424, b"\0" * 4))[0] == 0  # TIOCGETD: N_TTY still
+        fd = os.open(os.ttyname(slave), os.O_RDWR | os.O_NOCTTY)  # not exclusive: opens
+        os.close(fd)
+        assert termios.tcgetattr(slave)
+    finally:
+        fcntl.ioctl(slave, 0x540D)  # TIOCNXCL, whatever happened
+        os.close(master)
+        os.close(slave)
 
 
 def test_seccomp_refuses_tiocsti_through_the_32_bit_table_too() -> None:

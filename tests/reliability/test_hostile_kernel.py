@@ -67,6 +67,25 @@ def test_keyring_calls_are_refused(repo: Path) -> None:
     assert proc.stdout.decode().split() == ["-1", "1"], proc.stdout.decode()  # EPERM
 
 
+URING = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+ret = libc.syscall(425, 1, params)  # io_uring_setup: the same number on every table
+print(ret, ctypes.get_errno())
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the filter knows these machines")
+def test_io_uring_is_refused(repo: Path) -> None:
+    """io_uring is a large kernel surface (most of the kernel exploits of recent bounty programs) that
+    no build tool needs: its calls fail with EPERM inside, as Docker's default profile does."""
+    run_id = start(repo)
+    proc = inside(repo, run_id, "python3", "-c", URING)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["-1", "1"], proc.stdout.decode()  # EPERM
+
+
 def test_keyring_numbers_in_the_filter() -> None:
     from tests.agent.test_confine import _seccomp_verdict
 
@@ -176,13 +195,15 @@ def test_a_calls_size_is_bounded_by_default() -> None:
 
 
 def test_doctor_finds_the_reachable_sockets(repo: Path, tmp_path: Path) -> None:
-    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one in
-    ``/var/tmp`` (visible, read-only: ``connect`` needs no more), yes; Docker Desktop's in the home, no."""
+    """``doctor`` looks at the sockets bound on the machine and says which a run's agent reaches: one that
+    ``unix_sockets`` shows (below the private ``/tmp``), yes; Docker Desktop's in the home, no (a socket
+    in the machine's read-only rest is masked: tests/reliability/test_hostile_unlisted.py)."""
     home = Path(os.environ["HOME"])
+    mine = tmp_path / f"sbx-{os.getpid()}.sock"
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nunix_sockets = ["{mine}"]\n')
     out = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)
     docker = home / ".docker" / "desktop" / "docker.sock"
     docker.parent.mkdir(parents=True, exist_ok=True)
-    mine = Path("/var/tmp") / f"sbx-{os.getpid()}.sock"
     with socket.socket(socket.AF_UNIX) as a, socket.socket(socket.AF_UNIX) as b:
         a.bind(str(docker))
         b.bind(str(mine))

@@ -421,7 +421,7 @@ class Host:
         if not isinstance(call_id, str) or not call_id or len(call_id) > 512:
             return {"ok": False, "error": "A call id is a non-empty string."}
         if op == "begin":
-            with self.record_lock:
+            with slot.lock, self.record_lock:  # the run's first, as a recording takes them
                 self.trees.begun(slot.run, call_id, peer)
             slot.source.begin(call_id)
             return {"ok": True, "watched": slot.source.name == "watcher"}
@@ -435,8 +435,9 @@ class Host:
             return {"ok": False, "message": exc.message}
         inside = self.trees.inside(peer[0]) if peer is not None else None
         if inside is not None and peer is not None:
-            with self.record_lock:
-                return calltrees.refuse(self.slots.get(inside.run_id, slot).run, event, inside, peer[0])
+            target = self.slots.get(inside.run_id, slot)
+            with target.lock, self.record_lock:  # in recording's order (it lets the shared one go to read)
+                return calltrees.refuse(target.run, event, inside, peer[0])
         if peer is not None:
             # The session is the connecting process's, from its ancestry; what the payload says is
             # the agent's word (a confined agent can send any payload): see Recorder._foreign.

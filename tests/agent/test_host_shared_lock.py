@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from sandbox.store import agentread, layout
 from tests.conftest import alive, sandbox_cmd, scaled, wait_until
 
 AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "1"}
+ROOT = Path(__file__).resolve().parents[2]
 FILES = 8
 
 
@@ -61,7 +64,22 @@ def test_a_runs_huge_files_never_hold_up_another_runs_exec(repo: Path) -> None:
         token = wire.run_token(layout.run_dir(common, a))
         assert token is not None
         base = {"cwd": wt_a, "tool": "Write", "call_id": "forged-1", "kind": "write", "paths": names}
-        assert ask(common, a, token, {**base, "event": "start", "input": {"file_path": names[0]}})["ok"]
+        # The start from a process of its own that ends, as a hook's does: the host holds a call's
+        # starter, and B's exec (this process's child) must not count as sent from inside A's call.
+        start = {**base, "event": "start", "input": {"file_path": names[0]}}
+        code = (
+            "import json, sys; from tests.agent.test_host_shared_lock import ask; "
+            "print(json.dumps(ask(*json.loads(sys.argv[1]))))"
+        )
+        sent = subprocess.run(
+            [sys.executable, "-c", code, json.dumps([common, a, token, start])],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},  # as pytest's rootdir gives them
+            capture_output=True,
+            timeout=scaled(60),
+            check=True,
+        )
+        assert json.loads(sent.stdout)["ok"], sent.stdout
         replies: list[tuple[float, dict[str, object]]] = []
 
         def finish() -> None:
@@ -89,3 +107,47 @@ def test_a_runs_huge_files_never_hold_up_another_runs_exec(repo: Path) -> None:
         host.stop_host(common)
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_payload_from_inside_a_call_while_its_run_reads_never_hangs_the_host(repo: Path) -> None:
+    """The host refuses a payload sent from inside a running call (issue 33). Sent while that call's
+    run reads its files with the shared lock let go, the refusal took the shared lock, then waited
+    for the run's ledger lock: the reading call never got the shared lock back, and the host hung."""
+    (a, wt_a) = (lambda r: (r["run"], r["worktree"]))(json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout))
+    common = str(repo / ".git")
+    try:
+        assert sandbox_cmd("exec", a, "--", "true", cwd=repo, env=AUTOSTART).returncode == 0
+        wait_until(lambda: wire.Client(common).ping())
+        names = [f"big{i}.bin" for i in range(2)]
+        for name in names:
+            with open(os.path.join(wt_a, name), "wb") as fh:
+                fh.truncate(4 << 30)
+        token = wire.run_token(layout.run_dir(common, a))
+        assert token is not None
+        base = {"cwd": wt_a, "tool": "Write", "call_id": "forged-2", "kind": "write", "paths": names}
+        # Started from this process: its children are inside the call from now on.
+        assert ask(common, a, token, {**base, "event": "start", "input": {"file_path": names[0]}})["ok"]
+        replies: list[dict[str, object]] = []
+        thread = threading.Thread(
+            target=lambda: replies.append(ask(common, a, token, {**base, "event": "finish", "input": {}}))
+        )
+        thread.start()
+        time.sleep(0.5)  # the finish reads its files, the shared lock let go
+        inner = {**base, "call_id": "forged-3", "event": "start", "input": {"file_path": "x"}}
+        code = (
+            "import json, sys; from tests.agent.test_host_shared_lock import ask; "
+            "print(json.dumps(ask(*json.loads(sys.argv[1]))))"
+        )
+        sent = subprocess.run(
+            [sys.executable, "-c", code, json.dumps([common, a, token, inner])],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},
+            capture_output=True,
+            timeout=scaled(120),
+            check=True,
+        )
+        assert json.loads(sent.stdout)["ok"] is False, sent.stdout  # refused: sent from inside forged-2
+        thread.join(scaled(120))
+        assert not thread.is_alive() and replies, "the host hung"
+    finally:
+        host.stop_host(common)

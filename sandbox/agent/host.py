@@ -581,11 +581,6 @@ def forget_run(common_dir: str, run_id: str) -> None:
         wire.Client(common_dir).request({"op": "forget", "run": run_id}, 5.0)
 
 
-def host_status(common_dir: str) -> wire.StatusReply | None:
-    """The live host's :meth:`Host.status`, or None when none answers (see :func:`sandbox.agent.wire.status`)."""
-    return wire.status(common_dir)
-
-
 def host_pid(common_dir: str) -> int | None:
     """The pid in the live host's ``host.json``, or None."""
     if not wire.host_alive(common_dir):

@@ -326,7 +326,7 @@ def test_twenty_runs_share_one_host_one_inotify_instance(repo: Path) -> None:
         assert len(hosts) == 1, hosts
         instances, watches = instances_of(hosts[0])
         assert instances == 1
-        status = hostmod.host_status(common)
+        status = wire.status(common)
         assert status is not None and status["pid"] == hosts[0]
         assert sorted(status["runs"]) == sorted(r.run_id for r in runs)
         assert all(r["watched"] for r in status["runs"].values())
@@ -353,7 +353,7 @@ def test_runs_beyond_the_limit_are_scanned_and_the_hook_says_so(repo: Path) -> N
         post = hook_proc(scanned, "Bash", "post", "toolu_s")
         assert post.returncode == 0 and post.stderr == b""  # said once
         assert [f.path for f in reopen(scanned).entry("toolu_s").files] == ["scanned.txt"]
-        status = hostmod.host_status(common)
+        status = wire.status(common)
         assert status is not None
         assert status["runs"][watched.run_id]["watched"] is True
         assert status["runs"][scanned.run_id]["watched"] is False

@@ -128,7 +128,7 @@ def test_the_socket_path_imports_neither_pygit2_nor_pydantic(repo: Path, runs: C
 
 
 def served(run: Run) -> bool:
-    status = host.host_status(common(run))
+    status = wire.status(common(run))
     return status is not None and run.run_id in status["runs"]
 
 

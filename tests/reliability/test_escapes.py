@@ -340,7 +340,7 @@ def check_confined(w: dict[str, Any], before: dict[str, Any], results: dict[str,
         assert (w["worktree"] / "escaped-via-ppid.txt").exists()
     assert results["visible processes"] <= 8, results  # its own PID namespace: the attacker and its parents
     # The host outlived every attempt, still serves the other run, and recorded nothing into it.
-    status = host.host_status(w["common"])
+    status = wire.status(w["common"])
     assert status is not None and w["other_run"] in status["runs"], status
     assert "call_evil" not in open_run(w["user"], w["other_run"]).state().calls
     for op in ("list every run", "forget another run", "stop the host"):

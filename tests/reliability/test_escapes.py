@@ -220,6 +220,9 @@ ESCAPE_WITHOUT_ISOLATION = {
 #: ``sandbox run`` without isolation still has its reference-transaction guard (sandbox.agent.launch) on
 #: the agent's git: these ref writes may be refused there even unconfined.
 REF_GUARDED = {"GIT_DIR: new branch", "git -C user stash", "forge the run's ledger refs"}
+#: ``sandbox exec``'s command runs inside its call: the host refuses hook payloads from it even unconfined
+#: (issue 33); a ``sandbox run`` session's window is no call.
+INSIDE_A_CALL = {"host: record into another run"}
 #: Confined, these "succeed" but stay inside the run (checked below).
 #: (git takes GIT_COMMON_DIR as no reason to leave the run's own repository: the tag lands there.)
 STAYS_INSIDE = {"/proc/<ppid>/cwd", "the sandbox's own git runs the agent's config", "GIT_COMMON_DIR: tag"}
@@ -428,7 +431,7 @@ def test_without_isolation_the_escapes_remain(world: dict[str, Any], command: st
         # the run's record says so (other notes, e.g. processes stopped at the end, may come too)
         assert [n["isolation"] for n in notes if "isolation" in n] == ["off"]
     escaped = {name for name, outcome in results.items() if outcome == "done"}
-    expected = ESCAPE_WITHOUT_ISOLATION - (REF_GUARDED if command == "run" else set())
+    expected = ESCAPE_WITHOUT_ISOLATION - (REF_GUARDED if command == "run" else INSIDE_A_CALL)
     assert expected <= escaped, sorted(expected - escaped)
     after = snapshot(world)
     changed = sorted(k for k in before if before[k] != after[k])

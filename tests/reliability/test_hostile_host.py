@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from sandbox.agent import host, wire
 from sandbox.run.run import Run
 from sandbox.store import layout
 from sandbox.store.project import Project
-from tests.conftest import alive, sandbox_cmd, tree_digest, user_state, wait_until
+from tests.conftest import alive, sandbox_cmd, scaled, tree_digest, user_state, wait_until
 
 AUTOSTART = {"SANDBOX_HOOK_AUTOSTART": "1"}
 
@@ -387,8 +388,10 @@ def test_a_forged_payload_cannot_make_the_log_say_another_call_ran(repo: Path) -
         token = wire.run_token(layout.run_dir(common, run.run_id))
         assert token is not None
         args = [wire.socket_path(common), token, run.run_id, run.worktree]
-        proc = sandbox_cmd(
-            "exec", run.run_id, "--", sys.executable, "-c", FORGE_SUMMARY, *args, cwd=repo, env=AUTOSTART
+        # Sent by a process outside every call (from inside one, the host refuses it whole: issue 33),
+        # with the run's token, as a hook the agent forges would send it.
+        proc = subprocess.run(
+            [sys.executable, "-c", FORGE_SUMMARY, *args], cwd=run.worktree, capture_output=True, timeout=scaled(120)
         )
         assert proc.returncode == 0, proc.stderr.decode()
         calls = Run.open(Project(common), run.run_id).state().calls

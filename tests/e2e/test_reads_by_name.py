@@ -28,12 +28,11 @@ KERNEL = {
     "sandbox.confine.hardening": 3,
     "sandbox.confine.nslimits": 1,
     "sandbox.fast.inotify": 3,
-    "sandbox.cli.doctor": 1,
+    "sandbox.confine.verdict": 1,  # /proc/net/unix: the sockets bound on the machine
 }
 # The sandbox's own state (the repository's git dir and sandbox/ state directory, the run's directory,
 # the host's socket directory, locks, journals, packs, tokens): read-only or absent inside the sandbox.
 STATE = {
-    "sandbox.agent.host": 1,
     "sandbox.agent.wire": 7,
     "sandbox.confine.proxy": 1,
     "sandbox.agent.reaper": 1,

@@ -146,7 +146,7 @@ def test_a_fetched_runs_continue_runs_the_agent_on_path_without_its_options_conf
         continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(tmp_path / "nothing-here")])
 
     path = f"{mine.parent}{os.pathsep}{os.environ['PATH']}"
-    done = sandbox_cmd("resume", run_id, "--continue", cwd=b, env={"PATH": path})
+    done = sandbox_cmd("resume", run_id, "--continue", "--yes", cwd=b, env={"PATH": path})
     err = done.stderr.decode()
     assert done.returncode == 0, err
     what, seen, program, *args = done.stdout.split(b"\0")[:-1]
@@ -343,7 +343,7 @@ def test_a_fetched_runs_worktree_agent_settings_are_hidden_on_continue(tmp_path:
     assert planned.masked == [os.path.realpath(worktree / folder)] and planned.foreign == "fetched from origin"
     assert any(f"{folder}/ is empty inside the sandbox" in m for m in planned.messages)
     path = f"{probe.parent}{os.pathsep}{os.environ['PATH']}"
-    done = sandbox_cmd("resume", run_id, "--continue", cwd=b, env={"PATH": path})
+    done = sandbox_cmd("resume", run_id, "--continue", "--yes", cwd=b, env={"PATH": path})
     assert done.returncode == 0, done.stderr
     assert b"SETTINGS-HIDDEN" in done.stdout and f"{folder}/ is empty inside the sandbox".encode() in done.stderr
     assert (worktree / folder / "settings.json").read_text() == '{"evil": true}\n'  # only hidden, never touched

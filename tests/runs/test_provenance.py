@@ -86,7 +86,7 @@ def test_resume_continue_of_a_plain_fetched_run_runs_your_agent_confined(tmp_pat
     git(b, "fetch", "-q", "origin", REFSPEC)
     mine = fake_agent(tmp_path / "bin", "claude", b, "PATH-CLAUDE")
     path = f"{mine.parent}{os.pathsep}{os.environ['PATH']}"
-    done = sandbox_cmd("resume", run_id, "--continue", cwd=b, env={"PATH": path})
+    done = sandbox_cmd("resume", run_id, "--continue", "--yes", cwd=b, env={"PATH": path})
     err = done.stderr.decode()
     assert done.returncode == 0, err
     what, seen, program, *_args = done.stdout.split(b"\0")[:-1]

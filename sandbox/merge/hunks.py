@@ -114,6 +114,8 @@ class Taken:
 
 def split_lines(data: bytes) -> list[bytes]:
     """Lines with their ``\\n`` (the last may lack it), as git and libgit2 count them (only ``\\n`` ends one)."""
+    if b"\r" not in data:  # then bytes.splitlines ends lines where git does, in C
+        return data.splitlines(keepends=True)
     parts = data.split(b"\n")
     out = [part + b"\n" for part in parts[:-1]]
     if parts[-1]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sandbox.cli import cli
 from sandbox.run.run import Run
@@ -369,3 +371,14 @@ def test_help_lists_only_offered_answers_and_the_view_has_file_headers(repo: Pat
     first = out.split("Apply this hunk")[1]
     assert "--- a/a.txt\r\n+++ b/a.txt" in out.replace("\r\r", "\r")
     assert "s - split" not in first and "y - apply this hunk" in first
+
+
+@given(st.binary(max_size=200).map(lambda b: b.replace(b"x", b"\n").replace(b"y", b"\r").replace(b"z", b"\x0b")))
+def test_split_lines_ends_lines_only_at_newlines_as_git_does(data: bytes) -> None:
+    # Its fast path (bytes.splitlines, no carriage return in the data) and the general one agree with git:
+    # only "\n" ends a line; "\r", "\v" and the like are content.
+    parts = data.split(b"\n")
+    expected = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    from sandbox.merge import hunks as hk
+
+    assert hk.split_lines(data) == expected

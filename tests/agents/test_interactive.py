@@ -32,6 +32,7 @@ from tests.agents import gemini_server as gs
 from tests.agents.anthropic_server import ModelServer, write
 from tests.agents.claude_harness import SANDBOX, cli_start, stop_services
 from tests.agents.tmux import Terminal
+from tests.conftest import wait_until
 from tests.hook_fixtures import reopen
 
 pytestmark = pytest.mark.agents
@@ -157,6 +158,9 @@ def test_default_mode_asks_before_write_and_exit_keeps_the_terminal(
         assert hint is not None, shown
         term.run("stty -a > ../stty-after.txt")
         term.wait_prompt(timeout=10)
+        # The prompt seen may be the one before the command: wait for the shell to have written it.
+        after = repo.parent / "stty-after.txt"
+        wait_until(lambda: after.exists() and after.stat().st_size > 0, timeout=30)
     assert (repo.parent / "stty-after.txt").read_text() == (repo.parent / "stty-before.txt").read_text()
     entry = reopen(run).entry(turn.tools[0].id)
     assert entry.status.value == "succeeded" and [f.path for f in entry.files] == ["new.py"]

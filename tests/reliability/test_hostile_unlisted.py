@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
-from conftest import make_repo, sandbox_cmd
+from conftest import make_repo, sandbox_cmd, scaled
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -130,6 +131,10 @@ def test_a_daemons_socket_outside_run_and_the_homes_is_not_reachable(repo: Path,
             assert str(chosen) in report["unix_sockets"], report["unix_sockets"]
             assert str(daemon) not in report["unix_sockets"], report["unix_sockets"]
     finally:
+        # Closed above, so no sandbox started from now on masks them; one that listed them while they
+        # were bound (any test's, on this machine) is given time to set up before they vanish (a socket
+        # masked then gone makes that start fail: docs/confinement.md).
+        time.sleep(scaled(2))
         daemon.unlink(missing_ok=True)
         chosen_there.unlink(missing_ok=True)
         place.rmdir()

@@ -1,6 +1,6 @@
 """The attack of issue 32 from inside real bubblewrap, against the host every run shares.
 
-A confined ``sandbox exec`` of run A swaps, in a loop (``renameat2(RENAME_EXCHANGE)``), a file with a
+A confined ``sandbox run`` session of run A swaps, in a loop (``renameat2(RENAME_EXCHANGE)``), a file with a
 symlink to a secret outside and another file with a FIFO, while it sends the host forged Write
 events naming both (the run's token is visible inside). Meanwhile run B records its own calls through
 the same host. The host never hashes the secret (it did: lstat, then open by name, which followed the
@@ -78,7 +78,8 @@ while time.monotonic() < until:
         answers.append(ask({**base, "event": phase}))
 os.kill(pid, 9)
 os.waitpid(pid, 0)
-print(json.dumps({"rounds": i, "errors": [a for a in answers if isinstance(a, str)]}))
+recorded = sum(1 for a in answers if isinstance(a, dict) and a.get("ok"))
+print(json.dumps({"rounds": i, "recorded": recorded, "errors": [a for a in answers if isinstance(a, str)]}))
 """
 
 
@@ -97,7 +98,9 @@ def test_a_racing_agent_never_gets_a_secret_hashed_nor_blocks_another_run(repo: 
         args = [wire.socket_path(common), token, a, wt_a, str(secret), "8"]
         exe = str(Path(sys.executable).parent / "sandbox")
         attack = subprocess.Popen(
-            [exe, "exec", a, "--", sys.executable, "-c", ATTACK, *args],
+            # A session's process, as a hostile agent's own command is: the host refuses payloads sent
+            # from inside a call (issue 33), so from an exec's command it would read nothing at all.
+            [exe, "run", a, "--hooks", "none", "--", sys.executable, "-c", ATTACK, *args],
             cwd=repo,
             env={**os.environ, **AUTOSTART},
             stdout=subprocess.PIPE,
@@ -120,6 +123,7 @@ def test_a_racing_agent_never_gets_a_secret_hashed_nor_blocks_another_run(repo: 
         assert attack.returncode == 0, err.decode()
         report = json.loads(out.decode().strip().splitlines()[-1])
         assert report["rounds"] > 5 and report["errors"] == [], report
+        assert report["recorded"] > 0, report  # the host did read the racing files, not refuse them unread
         oid = str(pygit2.hash(SECRET))
         for where in (str(repo), wt_a):
             found = subprocess.run(["git", "-C", where, "cat-file", "-e", oid], capture_output=True, check=False)

@@ -80,8 +80,9 @@ def start(repo: Path, env: dict[str, str]) -> str:
     return run_id
 
 
-def probe(repo: Path, run_id: str, env: dict[str, str], *paths: str) -> dict[str, object]:
-    proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", PROBE, *paths, cwd=repo, env=env)
+def probe(repo: Path, run_id: str, env: dict[str, str], *paths: str, script: str = PROBE) -> dict[str, object]:
+    """What ``script`` (a confined command printing one JSON line last) finds for ``paths``."""
+    proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", script, *paths, cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr.decode()
     found: dict[str, object] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     return found

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import make_repo, sandbox_cmd, scaled
 
+from tests.reliability.test_hostile_home import probe as home_probe
+from tests.reliability.test_hostile_home import start
+
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 #: Lists each directory (or says it is not there), then the mount points and the open descriptors.
@@ -29,18 +32,8 @@ print(json.dumps(out))
 """
 
 
-def start(repo: Path, env: dict[str, str]) -> str:
-    proc = sandbox_cmd("start", "--json", cwd=repo, env=env)
-    assert proc.returncode == 0, proc.stderr.decode()
-    run_id: str = json.loads(proc.stdout)["run"]
-    return run_id
-
-
 def probe(repo: Path, run_id: str, env: dict[str, str], *paths: str) -> dict[str, object]:
-    proc = sandbox_cmd("exec", run_id, "--", "python3", "-c", PROBE, *paths, cwd=repo, env=env)
-    assert proc.returncode == 0, proc.stderr.decode()
-    found: dict[str, object] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    return found
+    return home_probe(repo, run_id, env, *paths, script=PROBE)
 
 
 def test_the_names_of_the_users_other_repositories_are_not_revealed(repo: Path, tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ from typing import Protocol
 THRESHOLD = 0.5
 #: Files larger than this are paired only when their blobs are the same (as git's rename limit guards).
 MAX_COMPARED = 4 << 20
+#: Past this many (deleted x added) candidate pairs left after the exact ones, only the same blob pairs:
+#: the comparison is O(pairs) and ``status`` runs it on every call (git bounds it too, ``diff.renameLimit``).
+MAX_PAIRS = 100 * 100
 #: A regular file's modes: only files pair by their lines (links and gitlinks by their ids only).
 _TEXT_MODES = (0o100644, 0o100755)
 
@@ -38,8 +41,9 @@ class Leaf(Protocol):
 def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[[str], bytes]) -> dict[str, str]:
     """Old path -> new path for each deleted path whose content lives on at an added one.
 
-    ``read(oid)`` gives a blob's bytes (it is called only for files under :data:`MAX_COMPARED`
-    once the sizes are unknown: a blob it finds too big or binary is compared by id only).
+    ``read(oid)`` gives a blob's bytes, for the similarity of text files; a blob over
+    :data:`MAX_COMPARED` or binary pairs by its id only, and so does everything when more than
+    :data:`MAX_PAIRS` pairs are left to compare after the exact ones.
     """
     out: dict[str, str] = {}
     free = dict(added)
@@ -51,6 +55,8 @@ def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[
         if new in free:
             out[old] = new
             del free[new]
+    if (len(deleted) - len(out)) * len(free) > MAX_PAIRS:
+        return out
     lines: dict[str, Counter[bytes] | None] = {}
 
     def text(entry: Leaf) -> Counter[bytes] | None:

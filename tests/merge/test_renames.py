@@ -182,3 +182,13 @@ def test_status_names_a_partly_applied_call_as_log_numbers_it(repo: Path, tmp_pa
     assert code == 0, out + err
     code, out, err = invoke(repo, "status", run.run_id)
     assert "partly applied: #3)" in out and "call_" not in out.split("changed:")[1].splitlines()[0]
+
+
+def test_past_the_pair_bound_only_the_same_blob_pairs() -> None:
+    # 101 deleted x 101 added texts, each nearly its partner: more pairs than MAX_PAIRS to compare, so
+    # only the exact rename (the same blob) is paired, and no blob is read for similarity.
+    deleted = {f"old{i}": Leaf(0o100644, f"{i:040x}") for i in range(101)}
+    added = {f"new{i}": Leaf(0o100644, f"{i + 1000:040x}") for i in range(101)}
+    added["moved"] = Leaf(0o100644, f"{7:040x}")
+    assert (len(deleted) - 1) * (len(added) - 1) > renamepairs.MAX_PAIRS
+    assert renamepairs.pair(deleted, added, _never) == {"old7": "moved"}

@@ -41,7 +41,9 @@ class RunRow(Output):
     changed_paths: int = Field(
         description="Paths the run changes from its base; a rename counts once, as in diff --stat."
     )
-    renamed_paths: int = Field(default=0, description="How many of changed_paths are renames.")
+    renamed_paths: int = Field(
+        default=0, description="How many of changed_paths are renames (only exact ones past 10,000 pairs to compare)."
+    )
     unapplied_calls: int = 0
     #: Calls of which only some hunks were applied (``apply --hunks``).
     partly_applied_calls: list[str] = Field(default_factory=list)

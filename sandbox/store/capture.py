@@ -20,7 +20,7 @@ from sandbox.errors import SandboxError
 from sandbox.store import agentread, convert, objects, sparse
 from sandbox.store.fsutil import TEMP_PREFIX
 from sandbox.store.objects import Entry
-from sandbox.store.preread import LIVE, Reader, changed_parent
+from sandbox.store.preread import LIVE, Reader
 
 SYNC_NAME = ".sandbox-sync"
 
@@ -236,9 +236,13 @@ def capture(
             cap.add(rel)
             # A path whose parent became a file or vanished, or a directory where the head has a file
             # (``rm f; mkdir f``): check the parents too, so the file's removal is recorded with it.
-            parent = changed_parent(rel, lambda p: cap.fs.lstat(cap.root, p))
-            if parent is not None:
-                cap.add(parent)
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                st = cap.fs.lstat(cap.root, parent)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    cap.add(parent)
+                    break
                 was = cap.head_entry(parent)
                 if was is not None and not was.is_tree:
                     cap.add(parent)

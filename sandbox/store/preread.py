@@ -102,9 +102,13 @@ class Preread(Reader):
         try:
             for rel in sorted(set(paths)):
                 self._visit(rel)
-                parent = changed_parent(rel, self._lstat)
-                if parent is not None:
-                    self._visit(parent)
+                parts = rel.split("/")
+                for i in range(1, len(parts)):
+                    parent = "/".join(parts[:i])
+                    st = self._lstat(parent)
+                    if st is None or not stat.S_ISDIR(st.st_mode):
+                        self._visit(parent)
+                        break
         finally:
             self.close()
 
@@ -191,15 +195,3 @@ class Preread(Reader):
         if isinstance(found, agentread.Blob):
             return found
         raise found
-
-
-def changed_parent(rel: str, lstat: Callable[[str], os.stat_result | None]) -> str | None:
-    """The first parent of ``rel`` that is no directory now (gone, or a file where the head has a
-    directory: ``rm -r d; touch d``), whose change is recorded with ``rel``'s; None when all are."""
-    parts = rel.split("/")
-    for i in range(1, len(parts)):
-        parent = "/".join(parts[:i])
-        st = lstat(parent)
-        if st is None or not stat.S_ISDIR(st.st_mode):
-            return parent
-    return None

@@ -46,12 +46,6 @@ newer = sorted(f"{n} {pins[n]} -> {v}" for n, v in have.items() if n in pins and
 print("make: beyond the lock: " + ", ".join(newer) if newer else "make: the newest allowed versions are the lock's")
 endef
 export LOCK_DIFF
-test-latest: $(AGENTS_STAMP) bwrap git-lfs chromium
-	@test -x $(VENV_LATEST)/bin/python || $(PYTHON) -m venv $(VENV_LATEST)
-	$(VENV_LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[test]'
-	@$(VENV_LATEST)/bin/python -c "$$LOCK_DIFF"
-	$(VENV_LATEST)/bin/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
-
 # The real agent binaries (pinned in tests/agents/package-lock.json) for the end-to-end tests.
 # npm may skip Claude Code's postinstall (it copies the native binary in); install.cjs does it by hand.
 # Codex's native binary is the platform's optional dependency (@openai/codex-linux-x64...): never omitted.
@@ -72,6 +66,13 @@ $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 	@touch $@
 
 agents: $(AGENTS_STAMP)
+
+# After AGENTS_STAMP: make expands a rule's prerequisites when it reads the rule.
+test-latest: $(AGENTS_STAMP) bwrap git-lfs chromium
+	@test -x $(VENV_LATEST)/bin/python || $(PYTHON) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[test]' setuptools wheel
+	@$(VENV_LATEST)/bin/python -c "$$LOCK_DIFF"
+	$(VENV_LATEST)/bin/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # OS confinement (sandbox run / sandbox exec) uses bubblewrap: installed here when root on Debian,
 # else a message says how (README: "Confinement").

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import sandbox_cmd, write
+from tests.conftest import sandbox_cmd, scaled, write
 
 
 def log(repo: Path, run_id: str) -> list[dict[str, object]]:
@@ -105,7 +105,7 @@ def ctrl_c_run(repo: Path, agent: str) -> bytes:
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"ready\n"  # bounded: the agent exits after 120 s
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 130, err
     return err
 

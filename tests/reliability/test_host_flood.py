@@ -29,7 +29,7 @@ import pytest
 from sandbox.agent import host, wire
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import alive, sandbox_cmd, wait_until
+from tests.conftest import alive, sandbox_cmd, scaled, wait_until
 from tests.hook_fixtures import payload
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
@@ -87,6 +87,9 @@ while time.monotonic() < deadline and not done:
         closed += 1
     time.sleep(REOPEN_EVERY_MS / 1000)
     for _ in range(closed):  # open them again, in one batch a round: the flood goes on
+        if select.select([sys.stdin], [], [], 0)[0] and not os.read(sys.stdin.fileno(), 4096):
+            done = True  # the test closed our stdin: each reopening may wait 2 s, so not the whole batch
+            break
         again = one()
         if again is not None:
             by_fd[again.fileno()] = again
@@ -237,7 +240,7 @@ def test_a_host_out_of_descriptors_backs_off_and_keeps_serving(repo: Path, two_r
     try:
         for _ in range(4):
             proc = subprocess.Popen(
-                [sys.executable, "-c", FLOODER, wire.socket_path(common), "60"],
+                [sys.executable, "-c", FLOODER, wire.socket_path(common), "32"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -248,8 +251,11 @@ def test_a_host_out_of_descriptors_backs_off_and_keeps_serving(repo: Path, two_r
             assert proc.stdout.readline().startswith(b"opened ")
         time.sleep(1.0)
         assert served.poll() is None
+        for proc in flooders:  # all at once: each one's last round of reopening takes up to seconds
+            assert proc.stdin is not None
+            proc.stdin.close()
         for proc in flooders:
-            proc.communicate(input=b"", timeout=120)
+            proc.wait(timeout=scaled(120))
         assert wait_until(lambda: wire.Client(common).ping(), timeout=30)
         _times, failed = time_hooks(b, "after", 4)
         assert failed == []

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
-from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, from_json, to_json
+from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, eventdata, from_json, to_json
 from sandbox.store import integrity, layout, objects, provenance
 from sandbox.store.fsutil import write_json_file
 from sandbox.store.locks import file_lock
@@ -267,6 +267,11 @@ class Ledger:
         if event.version != FORMAT_VERSION:
             raise CorruptionError(
                 f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
+            )
+        why = eventdata.refusal(event)  # typed when read as when written: never folded as if fine
+        if why is not None:
+            raise CorruptionError(
+                f"Ledger event {oid} of run {self.run_id} {why}; the ledger cannot be trusted past this point."
             )
         prev = None if head.startswith(ROOT_PREFIX) or not parents else parents[0]
         event.mark_own(self._own(oid, head, body))

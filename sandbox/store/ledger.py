@@ -174,7 +174,7 @@ class Ledger:
 
     def new_state(self) -> LedgerState:
         """An empty fold for this clone (fold a ledger's events into it)."""
-        return LedgerState(clone=self.clone)
+        return LedgerState(clone=self.clone, foreign=0)
 
     def ensure_clone(self) -> str:
         """This clone's id, made on first use (a random id in ``<common>/sandbox/clone-id``).
@@ -372,8 +372,8 @@ class Ledger:
             state = from_json(LedgerState, state_json)
         except (ValidationError, ValueError):
             return None
-        if state.version != FORMAT_VERSION:
-            return None
+        if state.version != FORMAT_VERSION or state.foreign is None:
+            return None  # another format, or folded before the events from elsewhere were counted
         self._cached_tip = state.tip
         return state
 

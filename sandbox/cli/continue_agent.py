@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,13 +73,19 @@ def continue_agent(
 
     ``isolate``/``network``: the user's override of the confinement the session ran with.
     """
+    from sandbox.agent import sessions, transcripts
     from sandbox.cli.agenthomes import homes
-    from sandbox.cli.run_agent import MASKED, NO_LOGIN, run_agent
+    from sandbox.cli.foreign import GUARDED, MASKED, NO_LOGIN, may_give_login
+    from sandbox.cli.run_agent import run_agent
     from sandbox.recovery import continue_
 
     if isolate is None:
         _check_recorded(run)  # before anything is planned, blocked or started
-    ctx.meta[NO_LOGIN] = not _may_give_login(run, bool(ctx.meta.get(YES)))  # asked before anything is planned
+    recorded = transcripts.agent_command(run)
+    agent = sessions.for_command(recorded.argv) if recorded is not None else None
+    where = (recorded.foreign if recorded is not None else None) or continue_.foreign_origin(run)
+    # Asked before anything is planned (nothing to continue: plan says so).
+    ctx.meta[NO_LOGIN] = agent is not None and not may_give_login(run, agent.name, where, bool(ctx.meta.get(YES)))
     plan = continue_.plan(
         run,
         report,
@@ -97,6 +102,7 @@ def continue_agent(
     for message in plan.messages:
         click.echo(f"sandbox: {escape.text(message)}", err=True)
     ctx.meta[MASKED] = tuple(plan.masked)  # the worktree's settings of a run from elsewhere
+    ctx.meta[GUARDED] = True  # the plan went through continue_.foreign_launch
     assert run_agent.callback is not None
     # The callback itself: 'sandbox run' splits its own arguments (RUN -- AGENT...), which are given here.
     ctx.invoke(
@@ -110,50 +116,6 @@ def continue_agent(
         network=plan.network,
         command=tuple(plan.argv),
     )
-
-
-def _may_give_login(run: Run, yes: bool) -> bool:
-    """Whether the user's login for the run's agent is copied into the run's agent home: always for a run
-    of this clone's own; for one holding anything from elsewhere only when the user says so (``yes``, or
-    at the terminal), refused in one line without a terminal; nothing to ask when there is no login."""
-    from sandbox.agent import adapters, sessions, transcripts
-    from sandbox.errors import UsageError
-    from sandbox.recovery.continue_ import foreign_origin
-
-    recorded = transcripts.agent_command(run)
-    agent = sessions.for_command(recorded.argv) if recorded is not None else None
-    if recorded is None or agent is None or yes:
-        return True  # nothing to continue (plan says so), or the user said yes
-    where = recorded.foreign or foreign_origin(run)
-    if where is None or not login_files(adapters.agent(agent.name)):
-        return True
-    if not sys.stdin.isatty():
-        raise UsageError(
-            f"Run {run.run_id} was {where}, and your {agent.name} login is copied into its agent's home only if "
-            "you say so: answer at a terminal, or pass --yes."
-        )
-    given = click.confirm(
-        f"sandbox: run {run.run_id} was {where}; copy your {agent.name} login into its agent's home (the agent, "
-        "confined, reads it there)?",
-        default=False,
-        err=True,
-    )
-    if not given:
-        click.echo("sandbox: your login is not given to the agent; it may ask you to log in.", err=True)
-    return given
-
-
-def login_files(adapter: Any) -> list[str]:
-    """The user's login files an agent's adapter seeds into a run (its ``LOGIN``) that exist."""
-    home = os.path.expanduser("~")
-    names = [str(n) for n in getattr(adapter, "LOGIN", ())]
-    user_dir = getattr(adapter, "user_dir", None)
-    if user_dir is not None:  # Codex: CODEX_HOME, else ~/.codex
-        base = user_dir(os.environ, home)
-        paths = [os.path.join(base, os.path.basename(n)) for n in names]
-    else:
-        paths = [os.path.join(home, n[2:] if n.startswith("~/") else n) for n in names]
-    return [p for p in paths if os.path.exists(p)]
 
 
 def start_subdir(ctx: click.Context, run: Run) -> str:

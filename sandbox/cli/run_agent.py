@@ -13,6 +13,7 @@ import click
 
 from sandbox.cli import escape
 from sandbox.cli.finding import base_dir, ensure_worktree, open_project, seal_when_done
+from sandbox.cli.foreign import GUARDED, MASKED, NO_LOGIN
 from sandbox.cli.group import AgentChoice, wants_json
 from sandbox.cli.isolation import isolation_options, resolve
 from sandbox.cli.jsonout import stdout_to_stderr
@@ -72,6 +73,8 @@ def _fast_where(ctx: click.Context, run_id: str | None) -> tuple[Where, str, int
         state = repo.state(found)
     except foldcache.Miss:
         return None
+    if state.get("foreign") != 0:
+        return None  # events from elsewhere (or not counted): the full path decides what its agent may load
     place = repo.place(found)
     if place.legacy or not views.worktree_exists(place):
         return None  # the ref guard, or the worktree to make first: the full path
@@ -156,6 +159,7 @@ def _is_foreground() -> bool:
 )
 @click.option("--debounce", type=click.FloatRange(0.1, 600), default=2.0, help="Quiet seconds before a cut.")
 @isolation_options(network_default="allow")
+@click.option("--yes", is_flag=True, help="On a run from elsewhere: give its agent your login without asking.")
 @click.argument("rest", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run_agent(
@@ -168,6 +172,7 @@ def run_agent(
     isolate: str | None,
     network: str | None,
     command: tuple[str, ...],
+    yes: bool = False,
 ) -> None:
     """Run AGENT in a run's worktree; every tool call (or quiet-point change) is recorded.
 
@@ -179,6 +184,8 @@ def run_agent(
     It starts in the subdirectory you are in (of the worktree, or the same one as in your tree).
     Its exit code is passed through and the run is left for you to preview, apply or drop. A
     session stopped with Ctrl-C is recorded as interrupted (its last changes as a failed call).
+    On a run holding anything from another clone the worktree's own agent settings (hooks, MCP
+    servers) are not loaded, and your login is copied in only if you say so (--yes for scripts).
 
     With --json the agent's output goes to stderr and stdout carries only the session's summary.
     """
@@ -204,6 +211,10 @@ def run_agent(
     isolation = _isolation(here, workdir, common_dir, hooks_for, isolate, network, command)
     if fast is None:
         run = _open_or_start(project, workdir, cwd_run, run_id, new, label)
+        if not ctx.meta.get(GUARDED):  # resume/rewind --continue planned the same already
+            from sandbox.cli.foreign import guard_foreign
+
+            command = guard_foreign(ctx, run, command, yes)
         from sandbox.agent.launch import where_of
 
         where = where_of(run)
@@ -319,13 +330,6 @@ def _isolation(
     return isolation
 
 
-#: ``ctx.meta`` key: the worktree paths masked inside the confinement for a relaunch (``resume --continue``:
-#: a foreign run's agent settings, :func:`sandbox.recovery.continue_.settings_to_mask`).
-MASKED = "sandbox.continue.masked"
-#: ``ctx.meta`` key: the user's login is not seeded into the run's agent home (a foreign run, the user said no).
-NO_LOGIN = "sandbox.continue.no_login"
-
-
 def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
     """``isolation`` with the paths ``resume --continue`` masks (a foreign run's agent settings), if any."""
     import dataclasses
@@ -338,7 +342,7 @@ def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
     if not isolation.enabled:
         raise UsageError(
             "This run's agent settings in its worktree came from another clone and are hidden from the agent "
-            "only inside the sandbox; continue it without '--isolate off'."
+            "only inside the sandbox; start its agent without '--isolate off'."
         )
     return dataclasses.replace(isolation, masked=(*isolation.masked, *masked))
 

@@ -120,6 +120,8 @@ class StateJson(TypedDict):
     order: list[str]
     data: FoldDataJson
     clone: str | None
+    #: How many events are not this clone's (None or absent: not counted when it was cached).
+    foreign: int | None
 
 
 class FetchedJson(TypedDict):

@@ -114,6 +114,10 @@ class LedgerState(Model):
     data: FoldData = Field(default_factory=FoldData)
     #: The clone this fold is for: merge-back events of other clones (their trees) are not folded.
     clone: str | None = None
+    #: How many of the folded events are not this clone's (their MAC does not verify: see
+    #: :mod:`sandbox.store.provenance`): a run holding any is launched as one from elsewhere. None: a
+    #: fold cached before they were counted (the ledger folds it again).
+    foreign: int | None = None
 
     def undone_in_run(self) -> set[str]:
         """The calls an undo took out of the run itself (``undo --in-run``) and no redo brought back.

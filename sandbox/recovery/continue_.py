@@ -302,25 +302,12 @@ def plan(
             prompt = f"{prompt}\n\n{comments.message(run, pending)}"
     elif prompt is None or not prompt.strip():
         raise ValueError("plan() needs a resume report or a prompt")
-    untrusted: tuple[str, ...] = ()
-    masked: list[str] = []
     # The worktree's agent settings are someone else's while the run holds anything from elsewhere, even
     # once a session continued here made the record this clone's own.
-    outside = recorded.foreign or foreign_origin(run)
-    if outside is not None:
-        untrusted = agent.untrusted_worktree()
-        if untrusted:
-            messages.append(
-                f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {outside}): "
-                f"{' '.join(untrusted)}."
-            )
-        masked = settings_to_mask(run, agent)
-        if masked:
-            shown = ", ".join(os.path.relpath(p, os.path.realpath(run.worktree)) + "/" for p in masked)
-            messages.append(
-                f"the worktree's own {agent.name} settings are not loaded (a run {outside}): {shown} "
-                "is empty inside the sandbox."
-            )
+    guard = foreign_launch(run, agent, recorded.foreign)
+    untrusted, masked = (guard.untrusted, guard.masked) if guard is not None else ((), [])
+    messages.extend(guard.messages if guard is not None else [])
+    outside = guard.where if guard is not None else None
     new_argv = [*agent.relaunch(argv, session if continued else None, prompt, path), *untrusted, *extra]
     if pending:
         comments.mark_sent(run, pending, session if continued else None, agent.name)
@@ -352,10 +339,55 @@ def plan(
     )
 
 
+@dataclass
+class ForeignLaunch:
+    """What an agent launched on a run holding anything from elsewhere is kept from (:func:`foreign_launch`)."""
+
+    #: Where the run's events from elsewhere came from (``fetched from origin``).
+    where: str
+    #: The agent's options that keep it from loading the worktree's settings (added to its command).
+    untrusted: tuple[str, ...] = ()
+    #: The worktree's settings directories masked inside the confinement (absolute paths).
+    masked: list[str] = field(default_factory=list)
+    #: What is said about it, one sentence each.
+    messages: list[str] = field(default_factory=list)
+
+
+def foreign_launch(
+    run: Run, agent: sessions.AgentSessions | None, recorded_from: str | None = None
+) -> ForeignLaunch | None:
+    """The one rule for every launch of an agent on a run (``sandbox run RUN -- AGENT``, ``resume`` and
+    ``rewind --continue``): None while every event of the run is this clone's (its MAC verifies);
+    else the worktree's own settings of ``agent`` (hooks, MCP servers: whoever wrote the run chose
+    them) are not loaded, by its own switches and by masking their directories inside the
+    confinement. The caller asks before the user's login is copied into the run's agent home.
+    ``recorded_from``: where the agent command on record came from, when it is not this clone's."""
+    outside = recorded_from or foreign_origin(run)
+    if outside is None:
+        return None
+    guard = ForeignLaunch(outside)
+    if agent is None:
+        return guard
+    guard.untrusted = agent.untrusted_worktree()
+    if guard.untrusted:
+        guard.messages.append(
+            f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {outside}): "
+            f"{' '.join(guard.untrusted)}."
+        )
+    guard.masked = settings_to_mask(run, agent)
+    if guard.masked:
+        shown = ", ".join(os.path.relpath(p, os.path.realpath(run.worktree)) + "/" for p in guard.masked)
+        guard.messages.append(
+            f"the worktree's own {agent.name} settings are not loaded (a run {outside}): {shown} "
+            "is empty inside the sandbox."
+        )
+    return guard
+
+
 def foreign_origin(run: Run) -> str | None:
     """Where the run's events from elsewhere came from (:func:`sandbox.agent.transcripts.origin`), or None
-    when every event is this clone's own (its MAC verifies)."""
-    if all(event.own() for _oid, event in run.events_read()):
+    when every event is this clone's own (its MAC verifies: the fold counts those that do not)."""
+    if run.state().foreign == 0:
         return None
     return transcripts.origin(run)
 

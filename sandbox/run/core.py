@@ -465,7 +465,7 @@ class RunCore:
         check: Callable[[LedgerState], None] | None = None,
     ) -> LedgerState:
         """Append an event made by :meth:`new_event` (see :meth:`record`); appending it again is a no-op."""
-        eventdata.check(event.kind.value, event.data)  # typed when written as when read: unknown keys refused
+        eventdata.check_event(event)  # typed when written as when read: unknown keys refused
         return self._ledger.append(event, keep=[c for c in keep if c], attachments=attachments, check=check)
 
     def write_commit(self, tree: str, parent: str, message: str) -> str:

@@ -126,6 +126,8 @@ def fold_event(state: LedgerState, event: Event, oid: str | None) -> LedgerState
     Status only moves forward (planned < approved < started < uncertain < succeeded/failed), so
     any order of the same events leaves each call in one consistent, terminal-wins state.
     """
+    if state.foreign is not None and not event.own():
+        state.foreign += 1  # a repeated one too: whoever wrote it is not this clone
     if event.event_id in state.event_ids:
         if oid is not None:
             state.tip = oid  # a repeated event changes nothing, but the ledger's next append goes after it

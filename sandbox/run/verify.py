@@ -294,7 +294,8 @@ def _load(path: str) -> LedgerState | None:
             state = from_json(LedgerState, fh.read())
     except (OSError, ValueError, ValidationError):
         return None
-    return state if state.tip is not None else None
+    # One verified before the events from elsewhere were counted is verified again from the first event.
+    return state if state.tip is not None and state.foreign is not None else None
 
 
 def verified(ledger: Ledger, tip: str) -> None:

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
-from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, from_json, to_json
+from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, eventdata, from_json, to_json
 from sandbox.store import integrity, layout, objects, provenance
 from sandbox.store.fsutil import write_json_file
 from sandbox.store.locks import file_lock
@@ -174,7 +174,7 @@ class Ledger:
 
     def new_state(self) -> LedgerState:
         """An empty fold for this clone (fold a ledger's events into it)."""
-        return LedgerState(clone=self.clone)
+        return LedgerState(clone=self.clone, foreign=0)
 
     def ensure_clone(self) -> str:
         """This clone's id, made on first use (a random id in ``<common>/sandbox/clone-id``).
@@ -267,6 +267,11 @@ class Ledger:
         if event.version != FORMAT_VERSION:
             raise CorruptionError(
                 f"Ledger event {oid} has format version {event.version}; this sandbox reads {FORMAT_VERSION}."
+            )
+        why = eventdata.refusal(event)  # typed when read as when written: never folded as if fine
+        if why is not None:
+            raise CorruptionError(
+                f"Ledger event {oid} of run {self.run_id} {why}; the ledger cannot be trusted past this point."
             )
         prev = None if head.startswith(ROOT_PREFIX) or not parents else parents[0]
         event.mark_own(self._own(oid, head, body))
@@ -367,8 +372,8 @@ class Ledger:
             state = from_json(LedgerState, state_json)
         except (ValidationError, ValueError):
             return None
-        if state.version != FORMAT_VERSION:
-            return None
+        if state.version != FORMAT_VERSION or state.foreign is None:
+            return None  # another format, or folded before the events from elsewhere were counted
         self._cached_tip = state.tip
         return state
 

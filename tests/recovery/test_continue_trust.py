@@ -349,10 +349,62 @@ def test_a_fetched_runs_worktree_agent_settings_are_hidden_on_continue(tmp_path:
     assert (worktree / folder / "settings.json").read_text() == '{"evil": true}\n'  # only hidden, never touched
     refused = sandbox_cmd("resume", run_id, "--continue", "--isolate", "off", cwd=b, env={"PATH": path})
     assert refused.returncode != 0 and b"SETTINGS-" not in refused.stdout
-    assert b"continue it without '--isolate off'" in refused.stderr
-    # A plain 'sandbox run' (your own command, not a relaunch of the record) is left as it was.
-    own = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(probe), cwd=b, env={"PATH": path})
-    assert own.returncode == 0 and b"SETTINGS-SEEN" in own.stdout, own.stderr
+    assert b"start its agent without '--isolate off'" in refused.stderr
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("agent", "folder"), [("gemini", ".gemini"), ("codex", ".codex")])
+def test_a_plain_run_of_an_agent_on_a_fetched_run_hides_its_worktree_settings(
+    tmp_path: Path, agent: str, folder: str
+) -> None:
+    """'sandbox run RUN -- AGENT' (your own command, not a relaunch of the record) goes through the same rule
+    as a continue: the worktree's settings of a run from elsewhere hidden, '--isolate off' refused for it;
+    the second start too, which a run of this clone's own takes on the fast path (the fold counts the
+    events from elsewhere)."""
+    b, run_id = _fetched_with_settings(tmp_path, agent, folder)
+    probe = _settings_probe(tmp_path / "bin", agent, f"{folder}/settings.json")
+    for _again in range(2):
+        own = sandbox_cmd("run", run_id, "--yes", "--", str(probe), cwd=b)
+        err = own.stderr.decode()
+        assert own.returncode == 0 and b"SETTINGS-HIDDEN" in own.stdout, err
+        assert f"{folder}/ is empty inside the sandbox" in err and "fetched from origin" in err
+    refused = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(probe), cwd=b)
+    assert refused.returncode != 0 and b"SETTINGS-" not in refused.stdout
+    assert b"start its agent without '--isolate off'" in refused.stderr
+    # Made here, the same folder is yours: loaded.
+    mine = sandbox_cmd(
+        "run", "--new", "--isolate", "off", "--", "sh", "-c", f"mkdir {folder}; echo x > {folder}/s", cwd=b
+    )
+    assert mine.returncode == 0, mine.stderr
+    runs = json.loads(sandbox_cmd("list", "--json", cwd=b).stdout)
+    new = next(r["run"] for r in runs if r["run"] != run_id)
+    probe_mine = _settings_probe(tmp_path / "bin2", agent, f"{folder}/s")
+    seen = sandbox_cmd("run", new, "--", str(probe_mine), cwd=b)
+    assert seen.returncode == 0 and b"SETTINGS-SEEN" in seen.stdout, seen.stderr
+
+
+@needs_bwrap
+def test_a_plain_run_of_claude_on_a_fetched_run_skips_its_project_settings_and_asks_for_the_login(
+    tmp_path: Path,
+) -> None:
+    """Claude Code has switches for it: '--setting-sources user --strict-mcp-config' are added to your command
+    (its .claude/settings.json hooks and .mcp.json servers are not loaded); your login is copied in only
+    when you say so."""
+    b, run_id = _fetched_with_settings(tmp_path, "claude", ".claude")
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / ".credentials.json").write_text('{"claudeAiOauth": "yours"}')
+    probe = fake_agent(tmp_path / "bin", "claude", b, "PROBE")
+    env = {"HOME": str(home)}
+    refused = sandbox_cmd("run", run_id, "--", str(probe), "-p", "hi", cwd=b, env=env)
+    err = refused.stderr.decode()
+    assert refused.returncode == 2 and b"PROBE" not in refused.stdout, err
+    assert "pass --yes" in err and "was fetched from origin" in err
+    done = sandbox_cmd("run", run_id, "--yes", "--", str(probe), "-p", "hi", cwd=b, env=env)
+    assert done.returncode == 0, done.stderr
+    _what, _seen, _program, *args = done.stdout.split(b"\0")[:-1]
+    assert [a.decode() for a in args] == ["-p", "hi", "--setting-sources", "user", "--strict-mcp-config"]
+    assert b"settings and MCP servers are not loaded" in done.stderr
 
 
 def test_a_settings_folder_that_leads_out_of_a_fetched_worktree_is_refused(tmp_path: Path) -> None:

@@ -71,6 +71,10 @@ def status_paths(worktree: str) -> set[str]:
             for path in {delta.old_file.path, delta.new_file.path}:
                 if not _is_submodule(worktree, path):
                     out.add(path)
+                elif os.path.lexists(os.path.join(worktree, path, ".git")):
+                    # A repository of the agent's own (`git init sub`, staged or not): capture records
+                    # nothing of it and names it in the call (sandbox.store.capture).
+                    out.add(path.rstrip("/"))
     return out
 
 

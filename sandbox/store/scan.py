@@ -92,8 +92,8 @@ except SandboxError as exc:
 """
 
 
-def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> set[str]:
-    """:func:`status_paths` in a child process, killed after ``deadline`` seconds.
+def status_paths_in_worker(worktree: str, deadline: float | None = None) -> set[str]:
+    """:func:`status_paths` in a child process, killed after ``deadline`` seconds (:data:`WORKER_DEADLINE`).
 
     libgit2 opens the files whose stat changed by name and holds Python's lock while it reads: a file
     the agent swaps for a FIFO at that moment blocks it, and in the host that would stop every run.
@@ -106,13 +106,14 @@ def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> 
 
     from sandbox.errors import SandboxError
 
+    deadline = WORKER_DEADLINE if deadline is None else deadline
     argv = [sys.executable, "-c", _WORKER, worktree]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=deadline, check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SandboxError(
             f"Reading the status of the worktree {worktree} took more than {deadline:g} s (a file there "
-            "blocks it, such as a FIFO); remove it in the worktree, then record again."
+            "blocks it, such as a FIFO); remove it in the worktree, then try again."
         ) from None
     try:
         answer = json.loads(proc.stdout)

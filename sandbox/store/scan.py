@@ -19,8 +19,6 @@ import os
 import pygit2
 from pygit2.enums import DiffOption
 
-from sandbox.store import objects
-
 
 def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None, *, worker: bool = False) -> set[str]:
     """Every path that may differ between the files of ``worktree`` and ``run_head_tree``; with
@@ -127,6 +125,8 @@ def status_paths_in_worker(worktree: str, deadline: float | None = None) -> set[
 
 def head_paths(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """The paths where the worktree's own HEAD tree (the agent may commit) differs from the run's head."""
+    from sandbox.store import objects  # not at the top: the status worker starts without the models (0.3 s)
+
     out: set[str] = set()
     wt, wt_head_tree = _worktree_head_tree(worktree)
     if wt_head_tree != run_head_tree:

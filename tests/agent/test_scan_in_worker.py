@@ -1,5 +1,6 @@
-"""``sandbox exec`` without a host, and ``sandbox resume``, scan as the host does: libgit2's status in a
-child process killed at its deadline (#32 leftovers; :func:`sandbox.store.scan.status_paths_in_worker`).
+"""``sandbox exec`` without a host, ``sandbox resume`` and the MCP server's ``run_command`` scan as the host
+does: libgit2's status in a child process killed at its deadline (#32 leftovers;
+:func:`sandbox.store.scan.status_paths_in_worker`).
 
 libgit2 opens a file whose stat changed by name to hash it, holding Python's lock; an agent that swaps
 such files with a real FIFO in a loop makes it block for ever. In the command's own process that hung
@@ -55,6 +56,13 @@ LOOP = textwrap.dedent(
                 from sandbox.agent.execute import execute
                 out = execute(run, ["true"], use_host=False)
                 said = out.unrecorded or out.entry.status.value
+            elif sys.argv[4] == "mcp":
+                from sandbox.mcp.state import Settings
+                from sandbox.mcp.workspace import Workspace
+                ws = Workspace(project, None, Settings(data_root=project.data_root or ""))
+                ws.open_run(run.run_id)
+                answer = ws.run_command("true")
+                said = answer.error or answer.status
             else:
                 from sandbox.recovery.resume import resume
                 said = resume(run).note or "resumed"
@@ -65,7 +73,7 @@ LOOP = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("what", ["exec", "resume"])
+@pytest.mark.parametrize("what", ["exec", "resume", "mcp"])
 def test_a_scan_raced_with_a_fifo_ends_within_its_deadline(tmp_path: Path, what: str) -> None:
     files = {f"f{i}.txt": f"line {i:04d}\n" for i in range(FILES)}
     source = make_repo(tmp_path / "source", files)

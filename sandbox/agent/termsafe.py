@@ -12,7 +12,8 @@ sequence whole:
 
 - OSC, DCS, APC, PM and SOS strings, up to their terminator (BEL, ST, CAN or SUB), or, unterminated,
   up to :data:`STRING_LIMIT` bytes (then the rest is shown as text: the terminal never saw the opener);
-- CSI sequences other than the kept ones (reports, window operations, mode changes but a few);
+- CSI sequences other than the kept ones (reports, window operations, mode changes but a few, erasing
+  the scrollback);
 - ESC sequences other than cursor save/restore, index and keypad and charset selection;
 - the C0 controls that are not drawing (ENQ, SO/SI, ...) and the C1 controls written in UTF-8.
 
@@ -135,6 +136,8 @@ class TerminalFilter:
 def _csi_kept(params: bytes, inter: bytes, final: bytes) -> bool:
     if inter:
         return False
+    if final == b"J" and params not in (b"", b"0", b"1", b"2"):
+        return False  # 3J erases the terminal's scrollback: what the user saw before
     if final[0] in _CSI_KEPT:
         return _PLAIN_PARAMS.fullmatch(params) is not None
     if final in (b"h", b"l") and _MODE_PARAMS.fullmatch(params):

@@ -26,6 +26,7 @@ HOSTILE = (
     b"\x1bc"  # RIS: a full reset
     b"\xc2\x9d1;x\xc2\x9c"  # OSC as a C1 control in UTF-8
     b"\x1b[?1000h"  # mouse reporting left on
+    b"\x1b[3J"  # the scrollback erased
 )
 DRAWING = b"\x1b[1;31mred\x1b[0m\r 10%\x1b[K\r 99%\x1b[2A\x1b[?25l\x1b[?25h\x1b(0q\x1b(B caf\xc3\xa9\n"
 
@@ -64,7 +65,18 @@ def test_exec_on_a_terminal_draws_but_does_not_act(repo: Path) -> None:
     assert code == 0, screen
     assert b"xy" in screen
     assert DRAWING.replace(b"\n", b"\r\n") in screen or DRAWING in screen
-    for bad in (b"\x1b]", b"\x1bP", b"\x1b_", b"\x1b[6n", b"\x1b[21t", b"\x05", b"\x1bc", b"\xc2\x9d", b"?1000h"):
+    for bad in (
+        b"\x1b]",
+        b"\x1bP",
+        b"\x1b_",
+        b"\x1b[6n",
+        b"\x1b[21t",
+        b"\x05",
+        b"\x1bc",
+        b"\xc2\x9d",
+        b"?1000h",
+        b"[3J",
+    ):
         assert bad not in screen, bad
 
 

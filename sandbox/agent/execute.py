@@ -79,6 +79,9 @@ def execute(
     that reason, and its exit code is a shell's (127, 126).
     """
     confined = _confinement(run, isolation)
+    # A scan's libgit2 status runs in a child killed at its deadline, as the host's does: a file the
+    # agent swaps for a FIFO while it is read would block this process for ever (sandbox.store.scan).
+    run.scan_in_worker = True
     call_id = call_id or new_call_id()
     source, own_watcher = _source(run, source, use_host, local_watcher)
     if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):

@@ -8,6 +8,10 @@ straight; on the way each stream's tail is kept (:mod:`sandbox.run.output`). How
   terminal that channel is a pseudo-terminal with the terminal's size, so the command still sees a
   terminal (colours, progress bars) and its newlines are not rewritten;
 - otherwise two pipes, kept as ``stdout`` and ``stderr``.
+
+What goes on to a terminal passes :class:`~sandbox.agent.termsafe.TerminalFilter` (colours and cursor
+movement kept, OSC 52, titles, reports and other sequences a terminal acts on dropped); to a file or a
+pipe it goes byte for byte. The kept tails are the command's own bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO
 
+from sandbox.agent.termsafe import TerminalFilter
 from sandbox.run.output import Tail, tee
 
 #: How long the output of an ended command is waited for: a process the command left behind may hold
@@ -42,7 +47,10 @@ class Channels:
             os.close(fd)
         for stream, ours, to in self._ours:
             tail = output[stream] = Tail()
-            self._pumps.append(tee(ours, _sink(to), tail))
+            # To a terminal the command draws but does not act (sandbox.agent.termsafe); a pipe or a
+            # file gets its bytes exact.
+            clean = TerminalFilter().feed if os.isatty(to) else None
+            self._pumps.append(tee(ours, _sink(to), tail, clean))
 
     def close(self) -> None:
         """The command could not start: release every end."""

@@ -68,6 +68,9 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
         click.echo(f"commit:  {out.style(entry.commit, fg='yellow')}")
     for f in entry.files:
         click.echo(f"file:    {escape.path(f.path)}")
+    note = nested_note(entry.result)
+    if note:
+        click.echo(f"note:    {note}")
     if error:
         click.echo(out.style("error:", fg="red"))
         for line in escape.lines(error) or [escape.text(error)]:
@@ -77,6 +80,22 @@ def show_call(run: Run, given: str, as_json: bool, patch: bool, out: Output) -> 
             _stream(name, tail, raw, out)
     if patch and entry.commit and entry.parent_commit:
         patch_of(run, entry, out)
+
+
+def nested_note(result: Any) -> str | None:
+    """One escaped sentence naming the directories left out as repositories of their own, or None."""
+    from sandbox.run.calls import nested_repositories
+
+    found = nested_repositories(result)
+    if not found:
+        return None
+    shown = ", ".join(escape.path(p + "/") for p in found)
+    one = len(found) == 1
+    return (
+        f"{shown} {'holds a git repository' if one else 'hold git repositories'} of {'its' if one else 'their'} own "
+        f"(a .git), so nothing in {'it' if one else 'them'} was recorded; remove that .git (or add it as a "
+        "submodule in your repository) to record the files."
+    )
 
 
 def _stream(name: str, tail: StreamTail, raw: bytes, out: Output) -> None:

@@ -19,6 +19,9 @@ exit 0, so the command runs under ``sh -c '...; "$@"; exit $?'``, which turns th
 Availability (:func:`check`) is decided from what is on disk, without starting a process; a
 sandbox that still cannot be set up is reported by :meth:`Confined.wait` from bubblewrap's
 status pipe, never taken for the command's own failure, and never followed by an unconfined run.
+One failure is retried: a daemon's socket masked at the start (:func:`~sandbox.confine.verdict.stray_sockets`)
+that vanishes while bubblewrap starts leaves it nothing to mount over, so :func:`spawn` then starts it
+once more with the masks made anew; a set-up that fails on a path that is not there names the path.
 
 This module imports only the standard library: ``sandbox exec``'s fast path uses it.
 """
@@ -131,8 +134,34 @@ class Confined:
         self._holder = holder
         self.pid = proc.pid
         self._started_fd = started_fd
+        self._started: bool | None = None
         self._session = session
         self.returncode: int | None = None
+        #: The command line that started it (bubblewrap's), to name what a failed set-up missed.
+        self.argv: list[str] = []
+        #: Why the set-up failed, when that is known better than "see bubblewrap's message".
+        self.failure: str | None = None
+
+    def set_up(self) -> bool:
+        """Whether bubblewrap set the sandbox up (the shim said so); waits until it did or died."""
+        fd, self._started_fd = self._started_fd, None
+        if fd is not None:
+            try:
+                # The shim writes first thing inside; every other holder of the pipe's write end
+                # lived in the sandbox's PID namespace, which dies with bubblewrap: the read ends.
+                self._started = os.read(fd, 1) == b"s"
+            finally:
+                os.close(fd)
+        return self._started is not False
+
+    def vanished(self, paths: Sequence[str]) -> list[str]:
+        """Those of ``paths`` (mounted over when it started) that no longer exist."""
+        return [p for p in paths if not os.path.lexists(p)]
+
+    def discard(self) -> None:
+        """Reap a sandbox whose set-up failed (bubblewrap's message is already on stderr)."""
+        with contextlib.suppress(ConfinementError):
+            self.wait()
 
     def command_pids(self) -> list[int]:
         """Outer pids of the command: below bubblewrap's processes and the shim, best effort."""
@@ -190,21 +219,32 @@ class Confined:
             self._holder.set()
         if self._cgroups is not None:
             self._cgroups.remove()
-        fd, self._started_fd = self._started_fd, None
-        if fd is not None:
-            try:
-                # Every holder of the pipe's write end lived in the sandbox's PID namespace,
-                # which died with bubblewrap: this read cannot block.
-                started = os.read(fd, 1) == b"s"
-            finally:
-                os.close(fd)
-            if not started:
-                raise ConfinementError(
-                    f"bubblewrap could not set up the sandbox (exit {code}; its message is above); "
-                    f"check that 'bwrap --ro-bind / / true' works here, {OPT_OUT}."
-                )
+        if not self.set_up():
+            raise ConfinementError(self.failure or _setup_failed(code, self.argv))
         self.returncode = code if code >= 0 else 128 - code
         return self.returncode
+
+
+def _setup_failed(code: int, argv: Sequence[str]) -> str:
+    """The sentence for a set-up bubblewrap gave up on: the path it mounts that is not there (gone
+    since the command line was made), else where to look."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    named = [
+        argv[i + k]
+        for i in range(end)
+        for k in {"--bind": (1, 2), "--ro-bind": (1, 2), "--tmpfs": (1,), "--chdir": (1,)}.get(argv[i], ())
+        if i + k < end
+    ]
+    missing = [p for p in dict.fromkeys(named) if p.startswith("/") and not os.path.lexists(p)]
+    if missing:
+        return (
+            f"bubblewrap could not set up the sandbox: {', '.join(missing)} is not there, and the sandbox "
+            "mounts it (removed while it started?); check that it exists and run the command again."
+        )
+    return (
+        f"bubblewrap could not set up the sandbox (exit {code}; its message is above); "
+        f"check that 'bwrap --ro-bind / / true' works here, {OPT_OUT}."
+    )
 
 
 def _comm(pid: int) -> str:
@@ -296,25 +336,56 @@ def spawn(
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
         return Confined(seatbelt, None, session=False)
+    stray = stray_sockets(policy, bound_sockets())
+    streams = (stdin, stdout, stderr)
+    confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams)
+    # A daemon's socket masked here may vanish while bubblewrap starts (it then cannot make the file
+    # to mount over it, a read-only / gives it nowhere to): once set up or failed, start again once
+    # with the masks made anew. Only with such a socket masked is the set-up waited for here.
+    gone = confined.vanished(stray) if stray and not confined.set_up() else []
+    if gone:
+        confined.discard()
+        stray = stray_sockets(policy, bound_sockets())
+        confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams)
+        if not confined.set_up() and confined.vanished(stray):
+            confined.failure = (
+                f"bubblewrap could not set up the sandbox: a socket it was to mask ({', '.join(gone)}) vanished "
+                "while it started, and another on the second try; run the command again."
+            )
+    return confined
+
+
+def _masking(policy: Policy, stray: Sequence[str]) -> Policy:
+    """``policy`` with the daemons' sockets found in the read-only rest of the machine masked: none is
+    reachable unless shown on purpose."""
+    return dataclasses.replace(policy, masked=(*policy.masked, *stray)) if stray else policy
+
+
+def _start_bwrap(
+    program: str,
+    policy: Policy,
+    argv: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str],
+    streams: tuple[int | IO[bytes] | None, int | IO[bytes] | None, int | IO[bytes] | None],
+) -> Confined:
+    """Start bubblewrap for ``argv`` (the environment already filtered); see :func:`spawn`."""
     from sandbox.confine import hardening
 
-    stray = stray_sockets(policy, bound_sockets())
-    if stray:  # daemons' sockets in the read-only rest of the machine: none reachable unless shown on purpose
-        policy = dataclasses.replace(policy, masked=(*policy.masked, *stray))
     started_r, started_w = os.pipe()
     fds = [started_w]
     seccomp_fd = None
     # The keyring calls always; TIOCSTI only with the terminal shared: in a session of its own the
     # command has no controlling terminal, and TIOCSTI works only on one's controlling terminal.
-    program = seccomp_program(ioctls=policy.interactive)
-    if program is not None:
+    seccomp = seccomp_program(ioctls=policy.interactive)
+    if seccomp is not None:
         seccomp_fd, seccomp_w = os.pipe()
-        os.write(seccomp_w, program)  # a few hundred bytes: fits the pipe buffer
+        os.write(seccomp_w, seccomp)  # a few hundred bytes: fits the pipe buffer
         os.close(seccomp_w)
         fds.append(seccomp_fd)
     userns = _userns_pipes(policy.limits, fds)
     full = bwrap_argv(
-        isolation.program,
+        program,
         policy,
         argv,
         cwd,
@@ -326,6 +397,7 @@ def spawn(
         policy.limits.max_processes, policy.limits.max_memory, memory_if_free=policy.limits.memory_if_free
     )
     full = groups.join_argv() + full
+    stdin, stdout, stderr = streams
 
     def start() -> subprocess.Popen[bytes]:
         # The child inherits the signal mask. Blocking here rather than in a preexec_fn keeps
@@ -360,7 +432,9 @@ def spawn(
             os.close(fd)
     if userns:
         _bound_userns(policy.limits, userns[0], userns[1])
-    return Confined(proc, started_r, session=not policy.interactive, cgroups=groups, holder=holder)
+    confined = Confined(proc, started_r, session=not policy.interactive, cgroups=groups, holder=holder)
+    confined.argv = full
+    return confined
 
 
 def _userns_pipes(limits: Limits, fds: list[int]) -> tuple[int, int, int, int] | None:

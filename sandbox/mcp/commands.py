@@ -149,6 +149,9 @@ class CommandTools(WorkspaceState):
             policy = policy_for_run(isolation, run)
             confined = (isolation, policy)
         argv = ["/bin/sh", "-c", command]
+        # A scan's libgit2 status in a child killed at its deadline (sandbox.store.scan): a file the agent
+        # swaps for a FIFO while it is read would block this server, every tool, for ever.
+        run.scan_in_worker = True
         source = changes.pick(host=(run.project.common_dir, run.run_id, run.dir))
         input_value = command_input(argv, isolation)
         self.refuse_if_denied(run, "run_command", input_value, call_id, agent_session, command[:500])

@@ -385,7 +385,9 @@ def _drift(run: Run, state: LedgerState, events: list[tuple[str, Event]]) -> tup
 
     assert state.head is not None
     head_tree = objects.commit_tree(run.repo, state.head)
-    candidates = scan.candidates(run.repo, run.worktree, head_tree)
+    # libgit2's status in a child killed at its deadline, as the host's: a file the agent swaps for a
+    # FIFO while it is read blocks libgit2 for ever, holding Python's lock (sandbox.store.scan).
+    candidates = scan.candidates(run.repo, run.worktree, head_tree, worker=True)
     # The sandbox's own files in the worktree (hook settings) are never drift: see sandbox.run.include.
     cap = capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
     latest = _latest_found(state, events)

@@ -52,6 +52,9 @@ faults.POINTS.update(
 
 #: An error's one-line summary is at most this long; the whole text is kept beside it.
 ERROR_LINE = 300
+#: The key of a call's result naming the directories whose files were not recorded because each holds a
+#: git repository of its own (the agent's ``git init sub``, staged or not): recorded as nothing, said so.
+NESTED_KEY = "nested_repositories"
 
 
 class RecordingFailedError(SandboxError):
@@ -313,6 +316,7 @@ def _finish_read(
         assert head is not None
         head_tree = objects.commit_tree(run.repo, head)
         cap, tree = _capture_call(run, call_id, head_tree, paths, first)
+        result = _with_nested(result, cap.nested)
         result_data = layout.canonical_json(result) if result is not None else b""
         inline_result = result is not None and len(result_data) <= INLINE_LIMIT
         attachments = {"result.json": result_data} if result is not None and not inline_result else {}
@@ -360,6 +364,22 @@ def _finish_read(
             new_state = run.record(kind, call_id, attachments=attachments, check=check, files=[], **errors, **fields)
             faults.point("call.finish.after_ledger")
         return new_state.calls[call_id]
+
+
+def _with_nested(result: Any, nested: Iterable[str]) -> Any:
+    """The call's result naming the nested repositories its capture left out (:data:`NESTED_KEY`)."""
+    found = sorted(nested)
+    if not found:
+        return result
+    base = dict(result) if isinstance(result, dict) else ({} if result is None else {"response": result})
+    base[NESTED_KEY] = found
+    return base
+
+
+def nested_repositories(result: Any) -> list[str]:
+    """The directories a call's result says were left out as repositories of their own."""
+    found = result.get(NESTED_KEY) if isinstance(result, dict) else None
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
 
 
 def check_writer(run: RunCore, state: LedgerState, entry: LedgerEntry) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, TypedDict
 
@@ -80,9 +80,10 @@ class Tail:
         return tail
 
 
-def tee(fd: int, into: IO[bytes] | None, tail: Tail) -> threading.Thread:
+def tee(fd: int, into: IO[bytes] | None, tail: Tail, clean: Callable[[bytes], bytes] | None = None) -> threading.Thread:
     """Copy what comes from ``fd`` to ``into`` (the user's terminal) as it comes, keeping its tail; a
-    started thread that closes ``fd`` at the stream's end."""
+    started thread that closes ``fd`` at the stream's end. ``clean``: what of each chunk ``into`` gets
+    (the tail keeps the chunk as it came)."""
 
     def pump() -> None:
         sink = into
@@ -96,7 +97,7 @@ def tee(fd: int, into: IO[bytes] | None, tail: Tail) -> threading.Thread:
             tail.feed(chunk)
             if sink is not None:
                 try:
-                    sink.write(chunk)
+                    sink.write(chunk if clean is None else clean(chunk))
                 except (OSError, ValueError):  # the terminal went away: keep recording
                     sink = None
         os.close(fd)

@@ -80,6 +80,8 @@ class Capturer:
         self.convert = convert.for_tree(worktree)
         self._sparse: dict[str, Entry] | None = None
         self._nested: dict[str, bool] = {}
+        #: The directories left out because they hold a repository of their own (the agent's ``git init``).
+        self.nested: set[str] = set()
         #: The worktree's descriptor: every path is opened beneath it (:meth:`close` lets it go).
         self.root = agentread.open_root(worktree)
         #: Reads the agent's files, or answers from what was read before (:mod:`sandbox.store.preread`).
@@ -158,6 +160,7 @@ class Capturer:
 
     def _add_dir(self, rel: str, head: Entry | None) -> None:
         if self.fs.lstat(self.root, rel + "/.git") is not None:
+            self.nested.add(rel)
             return  # a nested repository or submodule: its gitlink stays as it is
         if head is not None and not head.is_tree:
             self._record(rel, head, None)
@@ -192,6 +195,7 @@ class Capturer:
                 tracked = head is not None and head.is_tree
                 self._nested[parent] = not tracked and self.fs.lstat(self.root, parent + "/.git") is not None
             if self._nested[parent]:
+                self.nested.add(parent)
                 return True
         return False
 

@@ -19,8 +19,6 @@ import os
 import pygit2
 from pygit2.enums import DiffOption
 
-from sandbox.store import objects
-
 
 def candidates(repo: pygit2.Repository, worktree: str, run_head_tree: str | None, *, worker: bool = False) -> set[str]:
     """Every path that may differ between the files of ``worktree`` and ``run_head_tree``; with
@@ -71,6 +69,10 @@ def status_paths(worktree: str) -> set[str]:
             for path in {delta.old_file.path, delta.new_file.path}:
                 if not _is_submodule(worktree, path):
                     out.add(path)
+                elif os.path.lexists(os.path.join(worktree, path, ".git")):
+                    # A repository of the agent's own (`git init sub`, staged or not): capture records
+                    # nothing of it and names it in the call (sandbox.store.capture).
+                    out.add(path.rstrip("/"))
     return out
 
 
@@ -88,8 +90,8 @@ except SandboxError as exc:
 """
 
 
-def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> set[str]:
-    """:func:`status_paths` in a child process, killed after ``deadline`` seconds.
+def status_paths_in_worker(worktree: str, deadline: float | None = None) -> set[str]:
+    """:func:`status_paths` in a child process, killed after ``deadline`` seconds (:data:`WORKER_DEADLINE`).
 
     libgit2 opens the files whose stat changed by name and holds Python's lock while it reads: a file
     the agent swaps for a FIFO at that moment blocks it, and in the host that would stop every run.
@@ -102,13 +104,14 @@ def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> 
 
     from sandbox.errors import SandboxError
 
+    deadline = WORKER_DEADLINE if deadline is None else deadline
     argv = [sys.executable, "-c", _WORKER, worktree]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=deadline, check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SandboxError(
             f"Reading the status of the worktree {worktree} took more than {deadline:g} s (a file there "
-            "blocks it, such as a FIFO); remove it in the worktree, then record again."
+            "blocks it, such as a FIFO); remove it in the worktree, then try again."
         ) from None
     try:
         answer = json.loads(proc.stdout)
@@ -122,6 +125,8 @@ def status_paths_in_worker(worktree: str, deadline: float = WORKER_DEADLINE) -> 
 
 def head_paths(repo: pygit2.Repository, worktree: str, run_head_tree: str | None) -> set[str]:
     """The paths where the worktree's own HEAD tree (the agent may commit) differs from the run's head."""
+    from sandbox.store import objects  # not at the top: the status worker starts without the models (0.3 s)
+
     out: set[str] = set()
     wt, wt_head_tree = _worktree_head_tree(worktree)
     if wt_head_tree != run_head_tree:

@@ -8,16 +8,23 @@
   :data:`sandbox.cli.commands.SUMMARIES` laid out as click's ``HelpFormatter.write_dl`` lays them out;
 * ``sandbox path [RUN]`` when the fast read path (:mod:`sandbox.fast.foldcache`) finds the run and
   its worktree is there: the worktree's path, one line;
+* ``sandbox list``, ``sandbox status [RUN]`` and ``sandbox log [RUN]`` written to a pipe or a file,
+  when the fast read path reads every run they show whole from its sealed cache: the lines
+  :mod:`sandbox.cli.fastshow` builds for the click commands too, coloured as your git config says;
 
 and returns None for anything else (another form, a fault armed for tests, an output the click
 command would write otherwise), so the click group runs as before. tests/cli/test_quick.py holds
-each answer byte-identical to what the click group prints.
+each answer byte-identical to what the click group prints (tests/cli/test_quick_reads.py the reads).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start
+if TYPE_CHECKING:
+    from sandbox.cli.plain import Plain
 
 #: ``sandbox --help`` above its command list, at click's default width (78). Kept equal to what
 #: the group in :mod:`sandbox.cli.app` prints by tests/cli/test_quick.py: change both together.
@@ -61,6 +68,10 @@ def quick_main(argv: list[str]) -> int | None:
         text = help_text() if _columns() >= WIDTH + 2 else None
     elif argv[:1] == ["path"] and len(argv) <= 2 and not any(a.startswith("-") for a in argv[1:]):
         text = _path(argv[1] if len(argv) == 2 else None)
+    elif argv in (["list"], ["status"], ["log"]) or (
+        argv[:1] in (["status"], ["log"]) and len(argv) == 2 and not argv[1].startswith("-")
+    ):
+        return _shown(argv[0], argv[1] if len(argv) == 2 else None)
     else:
         return None
     if text is None or sys.stdout is None:
@@ -70,6 +81,78 @@ def quick_main(argv: list[str]) -> int | None:
     except (UnicodeError, LookupError):
         return None  # a name the terminal's encoding cannot write as it is: the click edge decides
     return 0 if _write(data) else None
+
+
+def _shown(command: str, run_id: str | None) -> int | None:
+    """``list``, ``status [RUN]``, ``log [RUN]`` written to a pipe or a file from the fast read path, as
+    the click command writes them there (the exit code), or None: the click command does it.
+
+    On a terminal the click command pages and fits lines to its width; a stream click would write
+    otherwise (not UTF-8, no descriptor) is left to it too.
+    """
+    stdout = sys.stdout
+    if stdout is None or (stdout.encoding or "").lower().replace("_", "-") not in ("utf-8", "utf8"):
+        return None
+    try:
+        if os.isatty(stdout.fileno()):
+            return None
+    except (OSError, ValueError):
+        return None
+    try:
+        found = _read(command, run_id)
+    except Exception:  # anything unexpected: the click command reads it again, and its edge reports it
+        return None
+    if found is None:
+        return None
+    lines, colored = found
+    text = "".join(line + "\n" for line in lines)
+    if not colored and "\x1b" in text:
+        return None  # click strips what looks like a colour code from an uncoloured output: let it
+    try:
+        data = text.encode("utf-8", stdout.errors or "strict")
+    except UnicodeError:
+        return None  # (a name standard output cannot write: the click edge says so)
+    return 0 if _write(data) else None
+
+
+def _read(command: str, run_id: str | None) -> tuple[list[str], bool] | None:
+    """The lines the click command writes to a pipe from the fast read path, and whether they are in
+    colour; None where the click command would take the full path (or decide otherwise)."""
+    from sandbox.cli import fastshow
+    from sandbox.fast.views import STATUS_DISK_ENTRIES
+
+    cwd = os.path.abspath(os.getcwd())
+    lines: list[str] = []
+    if command == "list":
+        rows = fastshow.list_rows(cwd, STATUS_DISK_ENTRIES)
+        if not rows:  # (none at all: the click command's words; or a miss)
+            return ([fastshow.NO_RUNS], False) if rows == [] else None
+        out = _plain(cwd, "ui")
+        fastshow.list_table(rows, out, STATUS_DISK_ENTRIES, lines.append)
+    elif command == "status":
+        found = fastshow.status_row(cwd, run_id, STATUS_DISK_ENTRIES)
+        if found is None:
+            return None
+        out = _plain(cwd, "status")
+        fastshow.status_text(found[0], out, STATUS_DISK_ENTRIES, found[1], lines.append)
+    else:
+        fast = fastshow.fast_open(cwd, run_id)
+        if fast is None:
+            return None
+        repo, run = fast
+        state = repo.state(run)
+        agent = repo.agent_git(run, state["run"]["base"]) if state["order"] else None
+        out = _plain(cwd, "diff")
+        fastshow.log_text(run, state, agent, out, lines.append)
+    return lines, out.color
+
+
+def _plain(cwd: str, slot: str) -> Plain:
+    """Colour as :func:`sandbox.cli.output.setup` decides it for a command with no colour option
+    given, writing to a pipe: from your git config, then ``NO_COLOR`` (no pager, no width)."""
+    from sandbox.cli.plain import Plain, git_config, want_color
+
+    return Plain(want_color(None, git_config(cwd), slot, os.environ, False, False))
 
 
 def _write(data: bytes) -> bool:

@@ -67,6 +67,7 @@ APPLY_MODULES = {
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.quick",  # the entry point's forms answered without click (not apply: it falls through)
     "sandbox.cli.output",
+    "sandbox.cli.plain",  # output.py's colour and pager decisions, made without click (the quick path's too)
     "sandbox.cli.selection",
     "sandbox.errors",
     "sandbox.faults",

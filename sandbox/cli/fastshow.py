@@ -23,10 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Protocol
 
-    from sandbox.fast.agentgit import AgentGitJson
     from sandbox.fast.foldcache import Repository
-    from sandbox.fast.foldjson import EntryJson, StateJson
-    from sandbox.fast.views import RefusalJson, RunRowJson, StatusHostJson
+    from sandbox.fast.foldjson import AgentGitJson, EntryJson, RefusalJson, RunRowJson, StateJson, StatusHostJson
 
     class Styled(Protocol):
         """What the text needs of its output: styles, and the width lines are fitted to."""

@@ -9,10 +9,12 @@ a marker saying how much was left out.
 from __future__ import annotations
 
 import datetime
-import shlex
-from typing import Any
 
 from sandbox.cli import escape
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def local_time(when: datetime.datetime | str | None) -> str:
@@ -59,6 +61,8 @@ def _command_of(inputs: Any, summary: str | None) -> str:
     if isinstance(inputs, dict):
         argv = inputs.get("argv")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+            import shlex  # (it imports re: only for a call given as an argv)
+
             return first_line(shlex.join(argv))
         command = inputs.get("command")
         if isinstance(command, str) and command.strip():

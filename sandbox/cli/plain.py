@@ -60,21 +60,17 @@ def git_config(cwd: str) -> dict[str, str]:
     where = cwd if os.path.isdir(cwd) else None
     loc = layout.locate(where) if where is not None else None
     git_dir = ["--git-dir", loc.common_dir] if loc is not None else []
+    from sandbox.store import gitcli
+
+    pattern = r"^(color\.(ui|diff|status|pager)|core\.pager)$"
     try:
-        import subprocess  # only on a terminal: a command writing to a pipe does not pay for it
-
-        from sandbox.store import gitcli
-
-        argv, env = gitcli.command(
-            [*git_dir, "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"]
-        )
-        proc = subprocess.run(
-            argv, cwd=loc.common_dir if loc is not None else where, env=env, capture_output=True, check=False
+        found = gitcli.output(
+            [*git_dir, "config", "-z", "--get-regexp", pattern], (loc.common_dir if loc else where) or "."
         )
     except OSError:  # no git at all: every setting is at its default
         return {}
     out: dict[str, str] = {}
-    for record in proc.stdout.split(b"\0"):
+    for record in found.split(b"\0"):
         if not record:
             continue
         key, _, value = record.decode(errors="surrogateescape").partition("\n")

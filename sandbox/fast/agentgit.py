@@ -34,7 +34,7 @@ _SYMREF_DEPTH = 5
 
 # A named tuple rather than a dataclass: the fast read path imports this module, and dataclasses
 # costs it several milliseconds of imports (see sandbox.fast.gitread); typing's NamedTuple for mypy,
-# collections' at run time (typing costs the quick path more than the interpreter's start).
+# sandbox.fast.records' at run time (typing and collections cost the quick path).
 if TYPE_CHECKING:
     from typing import NamedTuple
 
@@ -52,9 +52,9 @@ if TYPE_CHECKING:
         commits: list[tuple[str, str]]
         commit_count: int
 else:
-    from collections import namedtuple
+    from sandbox.fast.records import named_tuple
 
-    _Activity = namedtuple("GitActivity", "branch head branches tags stash commits commit_count")
+    _Activity = named_tuple("GitActivity", "branch head branches tags stash commits commit_count", __name__)
 
 
 class GitActivity(_Activity):

@@ -64,7 +64,7 @@ class _guard:  # noqa: N801  (a context manager, named as the function it was)
 
 # Named tuples rather than frozen dataclasses: as immutable and typed, without importing dataclasses
 # (and with it inspect, ast, dis, tokenize: ~4-10 ms measured here) on the fast commands' path;
-# typing's NamedTuple for mypy, collections' at run time (typing costs more than the interpreter's start).
+# typing's NamedTuple for mypy, sandbox.fast.records' at run time (typing and collections cost the quick path).
 if TYPE_CHECKING:
 
     class _Entry(NamedTuple):
@@ -81,10 +81,10 @@ if TYPE_CHECKING:
         #: The committer's time, seconds since the epoch (0 when the header is missing or odd).
         committer_time: int
 else:
-    from collections import namedtuple
+    from sandbox.fast.records import named_tuple
 
-    _Entry = namedtuple("TreeEntry", "mode name oid")
-    Commit = namedtuple("Commit", "tree parents message committer_time")
+    _Entry = named_tuple("TreeEntry", "mode name oid", __name__)
+    Commit = named_tuple("Commit", "tree parents message committer_time", __name__)
 
 
 class TreeEntry(_Entry):

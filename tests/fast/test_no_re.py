@@ -124,3 +124,49 @@ def test_suppress_is_contextlibs() -> None:
             except BaseException as exc:  # noqa: BLE001  (what each lets through, compared)
                 outcomes.append(type(exc).__name__)
         assert outcomes[0] == outcomes[1], raised
+
+
+def test_shell_quoting_is_shlexs_for_every_character() -> None:
+    import shlex
+
+    from sandbox.cli import fmt
+
+    for code in range(0x110000):
+        ch = chr(code)
+        assert fmt.quote(ch) == shlex.quote(ch), hex(code)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text() | st.lists(st.sampled_from(["'", '"', " ", "a", "-", "é", "$", "\n", ""]), max_size=8).map("".join))
+def test_shell_quoting_is_shlexs(arg: str) -> None:
+    import shlex
+
+    from sandbox.cli import fmt
+
+    assert fmt.quote(arg) == shlex.quote(arg)
+
+
+@pytest.mark.parametrize("fields", ["mode name oid", "tree parents message committer_time", "a"])
+def test_named_tuples_are_collections(fields: str) -> None:
+    import collections
+    import pickle
+
+    from sandbox.fast import gitread, records
+
+    ours, theirs = records.named_tuple("T", fields, __name__), collections.namedtuple("T", fields)  # noqa: PYI024
+    values = list(range(len(fields.split())))
+    a, b = ours(*values), theirs(*values)
+    assert a == b == tuple(values) and hash(a) == hash(b) and repr(a) == repr(b) and list(a) == values
+    assert ours(**dict(zip(fields.split(), values, strict=True))) == a
+    assert a._fields == b._fields and a._asdict() == b._asdict()
+    first = fields.split()[0]
+    assert getattr(a, first) == getattr(b, first) == 0
+    assert a._replace(**{first: 9}) == b._replace(**{first: 9})
+    for bad in ((), (*values, 1)):
+        with pytest.raises(TypeError):
+            ours(*bad)
+        with pytest.raises(TypeError):
+            theirs(*bad)
+    entry = gitread.TreeEntry(0o040000, "d", "0" * 40)
+    assert entry.is_tree and pickle.loads(pickle.dumps(entry)) == entry
+    assert type(pickle.loads(pickle.dumps(entry))) is gitread.TreeEntry

@@ -84,22 +84,20 @@ def quick_main(argv: list[str]) -> int | None:
 
 
 def _shown(command: str, run_id: str | None) -> int | None:
-    """``list``, ``status [RUN]``, ``log [RUN]`` written to a pipe or a file from the fast read path, as
-    the click command writes them there (the exit code), or None: the click command does it.
-
-    On a terminal the click command pages and fits lines to its width; a stream click would write
-    otherwise (not UTF-8, no descriptor) is left to it too.
+    """``list``, ``status [RUN]``, ``log [RUN]`` from the fast read path, as the click command writes
+    them (the exit code), or None: the click command does it. Where a pager would start (``list``
+    and ``log`` on a terminal, unless your settings name none), or on a stream click would write
+    otherwise (not UTF-8, no descriptor), the click command does it too.
     """
     stdout = sys.stdout
     if stdout is None or (stdout.encoding or "").lower().replace("_", "-") not in ("utf-8", "utf8"):
         return None
     try:
-        if os.isatty(stdout.fileno()):
-            return None
+        tty = os.isatty(stdout.fileno())
     except (OSError, ValueError):
         return None
     try:
-        found = _read(command, run_id)
+        found = _read(command, run_id, tty)
     except Exception:  # anything unexpected: the click command reads it again, and its edge reports it
         return None
     if found is None:
@@ -115,9 +113,9 @@ def _shown(command: str, run_id: str | None) -> int | None:
     return 0 if _write(data) else None
 
 
-def _read(command: str, run_id: str | None) -> tuple[list[str], bool] | None:
-    """The lines the click command writes to a pipe from the fast read path, and whether they are in
-    colour; None where the click command would take the full path (or decide otherwise)."""
+def _read(command: str, run_id: str | None, tty: bool) -> tuple[list[str], bool] | None:
+    """The lines the click command writes from the fast read path, and whether they are in colour;
+    None where the click command would take the full path, or start a pager."""
     from sandbox.cli import fastshow
     from sandbox.fast.views import STATUS_DISK_ENTRIES
 
@@ -127,13 +125,15 @@ def _read(command: str, run_id: str | None) -> tuple[list[str], bool] | None:
         rows = fastshow.list_rows(cwd, STATUS_DISK_ENTRIES)
         if not rows:  # (none at all: the click command's words; or a miss)
             return ([fastshow.NO_RUNS], False) if rows == [] else None
-        out = _plain(cwd, "ui")
+        out = _plain(cwd, "ui", tty, page=True)
+        if out is None:
+            return None
         fastshow.list_table(rows, out, STATUS_DISK_ENTRIES, lines.append)
     elif command == "status":
         found = fastshow.status_row(cwd, run_id, STATUS_DISK_ENTRIES)
-        if found is None:
+        out = _plain(cwd, "status", tty, page=False) if found is not None else None
+        if found is None or out is None:
             return None
-        out = _plain(cwd, "status")
         fastshow.status_text(found[0], out, STATUS_DISK_ENTRIES, found[1], lines.append)
     else:
         fast = fastshow.fast_open(cwd, run_id)
@@ -142,17 +142,22 @@ def _read(command: str, run_id: str | None) -> tuple[list[str], bool] | None:
         repo, run = fast
         state = repo.state(run)
         agent = repo.agent_git(run, state["run"]["base"]) if state["order"] else None
-        out = _plain(cwd, "diff")
+        out = _plain(cwd, "diff", tty, page=True)
+        if out is None:
+            return None
         fastshow.log_text(run, state, agent, out, lines.append)
     return lines, out.color
 
 
-def _plain(cwd: str, slot: str) -> Plain:
-    """Colour as :func:`sandbox.cli.output.setup` decides it for a command with no colour option
-    given, writing to a pipe: from your git config, then ``NO_COLOR`` (no pager, no width)."""
-    from sandbox.cli.plain import Plain, git_config, want_color
+def _plain(cwd: str, slot: str, tty: bool, page: bool) -> Plain | None:
+    """Colour and width as :func:`sandbox.cli.output.setup` decides them for a command with no option
+    given (from your git config, then ``NO_COLOR``); None where it would start a pager."""
+    from sandbox.cli.plain import Plain, git_config, pager_command, want_color
 
-    return Plain(want_color(None, git_config(cwd), slot, os.environ, False, False))
+    config = git_config(cwd)
+    if page and pager_command(os.environ, config, tty) is not None:
+        return None
+    return Plain(want_color(None, config, slot, os.environ, tty, False), _columns() if tty else None)
 
 
 def _write(data: bytes) -> bool:

@@ -5,10 +5,13 @@ not verify, another format version, a ledger that moved), a terminal, or another
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Callable
 from pathlib import Path
 
@@ -210,24 +213,64 @@ def test_a_ledger_that_moved_is_left_to_the_full_path(files: Path) -> None:
     assert same_without_click(["log", run.run_id], files) == out
 
 
-def test_a_terminal_and_other_forms_are_left_to_click(files: Path) -> None:
+def on_terminal(program: str, args: list[str], cwd: Path, env: dict[str, str], columns: int) -> tuple[bytes, bytes]:
+    """``python -c program args`` with standard output on a new terminal ``columns`` wide (standard
+    error a pipe): what it wrote on the terminal, and on standard error."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program, *args], cwd=cwd, env=env, stdout=slave, stderr=subprocess.PIPE
+    )
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not data:
+                break
+            out += data
+    finally:
+        os.close(master)
+    err = proc.stderr.read() if proc.stderr else b""
+    assert proc.wait(timeout=120) == 0, err
+    return out, err
+
+
+CLICK = "import sys; sys.argv[0] = 'sandbox'; from sandbox.cli.app import cli; from sandbox.cli.edge import run_main; "
+
+
+@pytest.mark.parametrize("columns", [60, 120])
+def test_on_a_terminal_is_clicks_to_the_byte(files: Path, columns: int) -> None:
+    # status is not paged: answered without click, in colour (auto). list and log with no pager
+    # (PAGER=cat): answered without click, log's lines fitted to the terminal's width.
     run = busy(files)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "GIT_PAGER")}
+    env.update(TERM="xterm", PAGER="cat")
+    for args in (["status"], ["status", run.run_id], ["list"], ["log"], ["log", run.run_id]):
+        quick, err = on_terminal(ENTRY, args, files, env, columns)
+        assert err.endswith(b"click=False"), (args, err)
+        assert quick == on_terminal(CLICK + "run_main(cli)", args, files, env, columns)[0], args
+        assert b"\x1b[33m" in quick
+    fitted = on_terminal(ENTRY, ["log"], files, env, columns)[0].decode()
+    assert ("…\r\n" in fitted) == (columns == 60)  # the command lines, cut to the terminal's width
+
+
+def test_where_a_pager_would_start_click_does_it(files: Path) -> None:
+    busy(files)
+    env = {k: v for k, v in os.environ.items() if k not in ("PAGER", "GIT_PAGER")}
+    env.update(TERM="xterm", GIT_PAGER="cat -v")  # a pager that ends by itself
+    for args in (["list"], ["log"]):
+        _out, err = on_terminal(ENTRY, args, files, env, 100)
+        assert err.endswith(b"click=True"), args
+
+
+def test_other_forms_are_left_to_click(files: Path) -> None:
+    busy(files)
     for args in (["list", "--json"], ["status", "--json"], ["log", "--call", "@"], ["-C", str(files), "list"]):
         left_to_click(args, files)
-    master, slave = os.openpty()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", ENTRY, "status", run.run_id],
-            cwd=files,
-            stdout=slave,
-            stderr=subprocess.PIPE,
-            check=False,
-            timeout=120,
-        )
-    finally:
-        os.close(slave)
-        os.close(master)
-    assert proc.returncode == 0 and proc.stderr.endswith(b"click=True")
 
 
 def test_clicks_reference_is_the_installed_commands(files: Path) -> None:

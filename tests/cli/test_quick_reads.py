@@ -276,3 +276,16 @@ def test_other_forms_are_left_to_click(files: Path) -> None:
 def test_clicks_reference_is_the_installed_commands(files: Path) -> None:
     run = busy(files)
     assert clicks(["status", run.run_id], files) == reference(["status", run.run_id], files)[1]
+
+
+def test_a_colour_code_in_a_path_is_left_to_click(files: Path, tmp_path: Path) -> None:
+    # status prints the worktree's path as it is; click takes out what looks like a colour code when it
+    # does not colour, so the quick path leaves such an output to click.
+    data = tmp_path / "data\x1b[31mred"
+    env = {**os.environ, "XDG_DATA_HOME": str(data)}
+    started = subprocess.run(
+        [sys.executable, "-c", ENTRY, "start"], cwd=files, env=env, capture_output=True, check=False, timeout=120
+    )
+    assert started.returncode == 0, started.stderr
+    out = left_to_click(["status"], files, env)
+    assert b"/datared/" in out and b"\x1b" not in out  # (click took the code out)

@@ -24,7 +24,9 @@ string to a person escapes it then). Standard library only: the fast read comman
 
 from __future__ import annotations
 
-import re
+TYPE_CHECKING = False  # no re at run time until a string needs a look: the quick path's start
+if TYPE_CHECKING:
+    import re
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
 #: Bidi marks, embeddings, overrides and isolates, the zero-width characters, and the line and
@@ -32,8 +34,23 @@ _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f":
 _INVISIBLE = (
     "\u061c\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
 )
-_UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]")
-_NEEDS_QUOTES = re.compile(f'[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}"\\\\]')
+_UNSAFE = f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]"
+_NEEDS_QUOTES = f'[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}"\\\\]'
+#: Every character :data:`_UNSAFE` matches is one ``str.isprintable`` refuses (control, surrogate,
+#: format, line and paragraph separator: tests/test_escape.py checks every code point), so a
+#: printable string needs no look, and the quick path's start pays for no :mod:`re`.
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    found = _PATTERNS.get(pattern)
+    if found is None:
+        import re
+
+        found = _PATTERNS[pattern] = re.compile(pattern)
+    return found
 
 
 def _escaped(ch: str) -> str:
@@ -49,16 +66,18 @@ def _escaped(ch: str) -> str:
 
 def text(value: str) -> str:
     """``value`` with every character a terminal would act on written as an escape (see the module)."""
-    if not _UNSAFE.search(value):
+    if value.isprintable() or not _compiled(_UNSAFE).search(value):
         return value
-    return _UNSAFE.sub(lambda m: _escaped(m.group()), value)
+    return _compiled(_UNSAFE).sub(lambda m: _escaped(m.group()), value)
 
 
 def path(value: str) -> str:
     """``value`` as git shows a path: as it is, or quoted with escapes when it needs any."""
-    if not _NEEDS_QUOTES.search(value):
+    if (value.isprintable() and '"' not in value and "\\" not in value) or not _compiled(_NEEDS_QUOTES).search(value):
         return value
-    inner = _NEEDS_QUOTES.sub(lambda m: "\\" + m.group() if m.group() in '"\\' else _escaped(m.group()), value)
+    inner = _compiled(_NEEDS_QUOTES).sub(
+        lambda m: "\\" + m.group() if m.group() in '"\\' else _escaped(m.group()), value
+    )
     return f'"{inner}"'
 
 
@@ -69,7 +88,7 @@ def lines(value: str) -> list[str]:
 
 def suspicious(value: str) -> bool:
     """True when :func:`text` would change ``value`` (a name to flag where it is shown)."""
-    return _UNSAFE.search(value) is not None
+    return not value.isprintable() and _compiled(_UNSAFE).search(value) is not None
 
 
 def message(value: str) -> str:
@@ -79,13 +98,14 @@ def message(value: str) -> str:
 
 #: What a terminal is given as it is: line breaks, tabs, and colour (SGR) sequences, which is what
 #: ``less -R`` passes too (it shows OSC 0/52 and other escapes inert; measured with less 590).
-_KEPT = re.compile(r"(\n|\t|\x1b\[[0-9;]*m)")
+_KEPT = r"(\n|\t|\x1b\[[0-9;]*m)"
 
 
 def terminal(value: str) -> str:
     """Content (a patch, coloured by git) for a terminal with no pager in between: colour kept,
     everything else :func:`text` escapes written as escapes. Through a pager the pager escapes it,
     as for git; to a file or a pipe it stays as it is (a patch must apply)."""
-    if not _UNSAFE.search(value):
+    if value.isprintable() or not _compiled(_UNSAFE).search(value):
         return value
-    return "".join(part if _KEPT.fullmatch(part) else text(part) for part in _KEPT.split(value))
+    kept = _compiled(_KEPT)
+    return "".join(part if kept.fullmatch(part) else text(part) for part in kept.split(value))

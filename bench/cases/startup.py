@@ -167,6 +167,12 @@ def run(ctx: Context, repo: Repo) -> None:
         answer = hookproto.forward(hookproto.locate(event.cwd), event)
         res.add(CASE, None, GROUP, HOOK_HOST, time.perf_counter() - t0)
         assert answer is not None and answer.ok, answer
+        # Its end (not timed): the host keeps this process as the open call's starter until then, and
+        # refuses the next hook process (a child of this one) as sent from inside the call's command.
+        ended = claude_code.to_event({**payload, "hook_event_name": "PostToolUse", "tool_response": {"ok": True}})
+        assert ended is not None
+        closing = hookproto.forward(hookproto.locate(ended.cwd), ended)
+        assert closing is not None and closing.ok, closing
 
     variants = [ref, *[(lambda c=c: fast(c)) for c in FAST], apply, behind]
     variants += [lambda: floor("import click, pygit2, sandbox.models", FLOOR), lambda: floor("import click", CLICK)]

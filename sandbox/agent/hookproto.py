@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 
-from sandbox.agent import fastjson, wire
+from sandbox.agent import wire
 from sandbox.errors import SandboxError
+from sandbox.fast import fastjson
 from sandbox.store import layout
 
 TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
@@ -311,7 +312,7 @@ def read_payload(stream: BinaryIO) -> Any:
     try:
         return fastjson.loads(data)
     except (ValueError, RecursionError) as exc:
-        import json  # its error, raised by json itself (sandbox.agent.fastjson)
+        import json  # its error, raised by json itself (sandbox.fast.fastjson)
 
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid JSON"
         raise HookInputError(f"The hook payload is not valid JSON ({reason}); nothing recorded.") from None

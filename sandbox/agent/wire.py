@@ -59,7 +59,7 @@ import os
 import stat
 import time
 
-from sandbox.agent import fastjson
+from sandbox.fast import fastjson
 from sandbox.store import layout
 
 PROTOCOL = 1

@@ -38,17 +38,9 @@ def open_project(ctx: click.Context) -> tuple[Project, str | None, str | None]:
 def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] | None:
     """The repository and the id of the run named (or the one we are in) as the fast read path
     finds them (:mod:`sandbox.fast.foldcache`); None when it cannot: take the full path."""
-    from sandbox.fast import foldcache
+    from sandbox.cli.fastshow import fast_open as find
 
-    if os.environ.get("GIT_DIR"):
-        return None  # the fast path finds repositories from the directory only: GIT_DIR is the full path's
-    try:
-        repo, _workdir, cwd_run = foldcache.discover(base_dir(ctx))
-        found = repo.resolve(run_id, cwd_run)
-        repo.state(found)  # the run reads whole from its sealed cache
-        return repo, found
-    except foldcache.Miss:
-        return None
+    return find(base_dir(ctx), run_id)
 
 
 def main_workdir(common_dir: str) -> str | None:

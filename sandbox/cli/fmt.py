@@ -2,17 +2,19 @@
 
 Times are stored in UTC; a person reads them in their own zone, with the zone written out
 (``2026-11-30 17:02:03 +0100``, git's ``--date=iso``), never a sliced ISO string. A command is
-shown as a shell would need it typed (``shlex.join``), a multi-line input as its first line and
-a marker saying how much was left out.
+shown as a shell would need it typed (``shlex.join``, as :func:`quote` writes it), a multi-line
+input as its first line and a marker saying how much was left out.
 """
 
 from __future__ import annotations
 
 import datetime
-import shlex
-from typing import Any
 
 from sandbox.cli import escape
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def local_time(when: datetime.datetime | str | None) -> str:
@@ -59,7 +61,7 @@ def _command_of(inputs: Any, summary: str | None) -> str:
     if isinstance(inputs, dict):
         argv = inputs.get("argv")
         if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            return first_line(shlex.join(argv))
+            return first_line(" ".join(quote(a) for a in argv))
         command = inputs.get("command")
         if isinstance(command, str) and command.strip():
             return first_line(command)
@@ -67,6 +69,20 @@ def _command_of(inputs: Any, summary: str | None) -> str:
         if isinstance(path, str) and path:  # what the call touched, never a summary that says otherwise
             return path
     return first_line(summary) if summary else ""
+
+
+#: What ``shlex.quote`` leaves unquoted: ``[\\w@%+=:,./-]`` with ``re.ASCII``.
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def quote(arg: str) -> str:
+    """``shlex.quote(arg)``, without :mod:`re` (which :mod:`shlex` imports: ``log`` is a quick command;
+    tests/fast/test_no_re.py holds the two equal)."""
+    if not arg:
+        return "''"
+    if _SHELL_SAFE.issuperset(arg):
+        return arg
+    return "'" + arg.replace("'", "'\"'\"'") + "'"
 
 
 def fit(text: str, width: int | None) -> str:

@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandbox.cli import escape
+from sandbox.cli.fastshow import log_header, log_row, log_text, refusals_by_call, session_refusals, show_agent_git
 from sandbox.cli.finding import fast_open, open_run
-from sandbox.cli.fmt import command_of, duration, fit, local_time
 from sandbox.cli.jsonout import dump, emit_json
 from sandbox.cli.log_call import patch_of, show_call
-from sandbox.cli.output import STATUS_COLORS, Output, OutputCommand, color_option, pager_option, setup
+from sandbox.cli.output import OutputCommand, color_option, pager_option, setup
 from sandbox.fast import views
-from sandbox.fast.foldjson import EntryJson, StateJson, state_json
-from sandbox.fast.views import RefusalJson, parse_time
+from sandbox.fast.foldjson import state_json
 
 if TYPE_CHECKING:
-    from sandbox.fast.agentgit import AgentGitJson
     from sandbox.fast.foldcache import Repository
     from sandbox.run.run import Run
 
@@ -76,21 +73,23 @@ def log(
     if not entries:
         click.echo(f"Run {run.run_id} has no calls yet." if specs is None else "No call changed those paths.")
         if specs is None:
-            _session_refusals(_refusals_by_call(state_json(run.state().model_dump(mode="json"))), out)
+            session_refusals(refusals_by_call(state_json(run.state().model_dump(mode="json"))), out, click.echo)
         return
     out.page()
-    _header(out)
+    log_header(out, click.echo)
     # Calls of which only some hunks are in your tree ('apply --hunks'), from the typed fold (the
     # merge package stays unloaded: log is a fast command).
     data = state_json(run.state().model_dump(mode="json"))  # once: the rows and the partial applies read it
     partly = views.partial_paths(data)
-    refused = _refusals_by_call(data)
+    refused = refusals_by_call(data)
     for e in entries:
-        _row(run.run_id, data["calls"][e.call_id], out, partly.get(e.call_id), refused.pop(e.call_id, None))
+        log_row(
+            run.run_id, data["calls"][e.call_id], out, click.echo, partly.get(e.call_id), refused.pop(e.call_id, None)
+        )
         if patch and e.commit and e.parent_commit:
             patch_of(run, e, out)
     if specs is None:
-        _session_refusals(refused, out)
+        session_refusals(refused, out, click.echo)
         _agent_git(run)
 
 
@@ -116,25 +115,10 @@ def _fast_log(
         emit_json(entries)
         return True
     out = setup(ctx, color, no_color, slot="diff", no_pager=no_pager)
-    if not entries:
-        click.echo(f"Run {run_id} has no calls yet.")
-        _session_refusals(_refusals_by_call(state), out)
-        return True
-    out.page()
-    _header(out)
-    partly = views.partial_paths(state)
-    refused = _refusals_by_call(state)
-    for e in entries:
-        _row(run_id, e, out, partly.get(e["call_id"]), refused.pop(e["call_id"], None))
-    _session_refusals(refused, out)
-    if agent is not None:
-        _show_agent_git(agent)
+    if entries:
+        out.page()
+    log_text(run_id, state, agent, out, click.echo)
     return True
-
-
-def _header(out: Output) -> None:
-    click.echo(out.style(f"{'#':>3}  {'CALL':<18} {'STATUS':<10} {'TOOL':<16} COMMIT", bold=True))
-    click.echo(out.style(f"{'':>7}{'STARTED':<25} {'TOOK':>6}  COMMAND", bold=True))
 
 
 def _pathspecs(ctx: click.Context, run: Run) -> list[str] | None:
@@ -160,102 +144,6 @@ def _matches(path: str, specs: list[str]) -> bool:
     return any(s == "" or path == s or path.startswith(s + "/") for s in specs)
 
 
-def _refusals_by_call(state: StateJson) -> dict[str | None, list[RefusalJson]]:
-    """The network allowlist's refusals per call running then (None: between calls)."""
-    found: dict[str | None, list[RefusalJson]] = {}
-    for item in views.network_refusals(state["data"]["note"]):
-        found.setdefault(item["call_id"], []).append(item)
-    return found
-
-
-def _refused_line(item: RefusalJson, out: Output) -> str:
-    when = local_time(item["at"]) if item["at"] else "?"
-    where = escape.text(f"{item['host']}:{item['port']}")
-    return f"       {out.style('refused:', fg='red')} network {where} at {when} (not in the allowlist)"
-
-
-def _session_refusals(left: dict[str | None, list[RefusalJson]], out: Output) -> None:
-    """Refusals between calls (or of calls not listed): after the calls, tied to the session."""
-    items = [item for group in left.values() for item in group]
-    if items:
-        click.echo("network refused outside any call (during an agent session):")
-        for item in items:
-            click.echo(_refused_line(item, out))
-
-
-def _untimed(e: EntryJson) -> str | None:
-    """Why the call's TOOK may include a wait at the agent's prompt (its agent gives no tool time), or None."""
-    from sandbox.agent.adapters import gemini
-
-    ended = e["started_at"] and e["finished_at"] and e["status"] != "not_run"
-    same = e["started_at"] is not None and parse_time(e["started_at"]) == parse_time(e["created_at"])
-    return gemini.UNTIMED if ended and same and str(e["call_id"]).startswith(gemini.CALL_PREFIX) else None
-
-
-def _row(
-    run_id: str,
-    e: EntryJson,
-    out: Output,
-    partly: list[str] | None = None,
-    refused: list[RefusalJson] | None = None,
-) -> None:
-    """One call's lines; ``e`` is its ledger entry as JSON data (both read paths give it so)."""
-    approval = e["approval"]
-    asked, started = parse_time(e["created_at"]), e["started_at"]
-    # The tool's own start came after the agent's permission prompt: that wait is not its TOOK.
-    tool_start = parse_time(started) if started else asked
-    waited = duration(asked, tool_start) if (tool_start - asked).total_seconds() >= 0.5 else ""
-    untimed = _untimed(e)
-    flags = "".join(
-        [
-            f" [waited {waited} at the agent's prompt]" if waited else "",
-            f" [{untimed}]" if untimed else "",
-            " [undone]" if e["undone"] else "",
-            " [rolled back]" if e.get("rolled_back") else "",
-            " [applied]" if e["applied"] else "",
-            f" [partly applied: {', '.join(escape.path(p) for p in partly)}]" if partly else "",
-            f" [denied: {escape.text(e['denial_reason'] or 'no reason')}]" if approval == "denied" else "",
-        ]
-    )
-    commit = e["commit"][:10] if e["commit"] else "-"
-    status = e["status"]
-    seq = f"{e['seq']:>3}"
-    click.echo(
-        f"{out.style(seq, fg='yellow')}  {escape.text(e['call_id']):<18} "
-        f"{out.style(f'{status:<10}', fg=STATUS_COLORS.get(status))} {escape.text(e['tool_name']):<16} "
-        f"{out.style(commit, fg='yellow')}{flags}"
-    )
-    finished = e["finished_at"]
-    # A call that never ran took no time (its finish is when the agent moved on).
-    took = duration(parse_time(started), parse_time(finished)) if started and finished and status != "not_run" else ""
-    when = f"{local_time(started or e['created_at']):<25} {took:>6}"
-    command = command_of(e["tool_name"], e["input"], e["summary"])
-    click.echo(fit(f"       {when}  {command}".rstrip(), out.width))
-    error = e["error"]
-    if error:
-        more = f"  (in full: sandbox log {run_id} --call {e['call_id']})" if e["error_detail"] or e["error_ref"] else ""
-        first = escape.text(error.strip().splitlines()[0] if error.strip() else error)  # older: multi-line
-        click.echo(fit(f"       {out.style('error:', fg='red')} {first}{more}", None if more else out.width))
-    # A file moved whole (git mv) is one rename, as 'diff' shows it: the deletion and the addition of one blob.
-    gone = {f["before_hash"]: f["path"] for f in e["files"] if f["after_hash"] is None and f["before_hash"]}
-    moved = {
-        f["path"]: gone.pop(f["after_hash"]) for f in e["files"] if f["before_hash"] is None and f["after_hash"] in gone
-    }
-    sources = set(moved.values())
-    for f in e["files"]:
-        if f["path"] in sources:
-            continue
-        kind = "A" if f["before_hash"] is None else "D" if f["after_hash"] is None else "M"
-        if kind == "M" and f["before_hash"] == f["after_hash"]:
-            kind = "T"
-        name = escape.path(f["path"])
-        if f["path"] in moved:
-            kind, name = "R", f"{escape.path(moved[f['path']])} -> {name}"
-        click.echo(f"       {out.style(kind, fg={'A': 'green', 'D': 'red'}.get(kind))} {name}")
-    for item in refused or []:
-        click.echo(_refused_line(item, out))
-
-
 def _agent_git(run: Run) -> None:
     """What the agent did with the run's own git, after the calls (only when it did something)."""
     from sandbox.fast.agentgit import read
@@ -264,13 +152,4 @@ def _agent_git(run: Run) -> None:
         return
     found = read(run.git_dir, run.run_id, run.base)
     if found is not None:
-        _show_agent_git(found)
-
-
-def _show_agent_git(found: AgentGitJson) -> None:
-    if not views.agent_git_changed(found):
-        return
-    first, *rest = views.describe_agent_git(found)  # branch names and commit subjects are the agent's
-    click.echo(f"agent git: {escape.text(first)}")
-    for line in rest:
-        click.echo(f"           {escape.text(line)}")
+        show_agent_git(found, click.echo)

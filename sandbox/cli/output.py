@@ -21,24 +21,24 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+# Decided without click (sandbox.cli.quick decides the same), and known by these names here too.
+from sandbox.cli.plain import STATUS_COLORS as STATUS_COLORS
+from sandbox.cli.plain import WHEN as WHEN
+from sandbox.cli.plain import colorbool as colorbool
+from sandbox.cli.plain import git_config as git_config
+from sandbox.cli.plain import pager_command as pager_command
+from sandbox.cli.plain import want_color as want_color
+
 if TYPE_CHECKING:
     import subprocess
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-WHEN = ("auto", "always", "never")
-_TRUE = ("true", "yes", "on", "1", "")
-_FALSE = ("false", "no", "off", "0")
-
-#: How a call's status is coloured wherever it is shown (log, status).
-STATUS_COLORS = {"succeeded": "green", "failed": "red", "started": "yellow", "uncertain": "magenta"}
-STATUS_COLORS.update({"interrupted": "red", "violation": "red"})
 
 _pager: subprocess.Popen[bytes] | None = None
 _pager_has_stderr = False
@@ -81,99 +81,6 @@ def color_option(func: F) -> F:
 def pager_option(func: F) -> F:
     """A command's own ``--no-pager`` (``sandbox --no-pager CMD`` works for every command)."""
     return click.option("--no-pager", "no_pager", is_flag=True, help="Do not pipe the output into a pager.")(func)
-
-
-def git_config(cwd: str) -> dict[str, str]:
-    """The colour and pager settings of the git config that applies in ``cwd`` (keys lower-cased).
-
-    Read with ``git config`` itself (one process): includes, conditional includes and
-    ``GIT_CONFIG_*`` variables then count exactly as they do for git. In a run's worktree, the
-    config of the user's repository: the run's own git dir is the agent's to write, and
-    ``core.pager`` is a command this (unconfined) process would start.
-    """
-    from sandbox.store import layout
-
-    where = cwd if os.path.isdir(cwd) else None
-    loc = layout.locate(where) if where is not None else None
-    git_dir = ["--git-dir", loc.common_dir] if loc is not None else []
-    try:
-        import subprocess  # only on a terminal: a command writing to a pipe does not pay for it
-
-        from sandbox.store import gitcli
-
-        argv, env = gitcli.command(
-            [*git_dir, "config", "-z", "--get-regexp", r"^(color\.(ui|diff|status|pager)|core\.pager)$"]
-        )
-        proc = subprocess.run(
-            argv, cwd=loc.common_dir if loc is not None else where, env=env, capture_output=True, check=False
-        )
-    except OSError:  # no git at all: every setting is at its default
-        return {}
-    out: dict[str, str] = {}
-    for record in proc.stdout.split(b"\0"):
-        if not record:
-            continue
-        key, _, value = record.decode(errors="surrogateescape").partition("\n")
-        out[key.lower()] = value  # the last one wins, as in git
-    return out
-
-
-def colorbool(value: str | None) -> str | None:
-    """A git colour setting as ``always``, ``never`` or ``auto`` (None when unset or unreadable)."""
-    if value is None:
-        return None
-    v = value.strip().lower()
-    if v in WHEN:
-        return v
-    if v in _FALSE:
-        return "never"
-    if v in _TRUE:
-        return "auto"  # git: "any normal truth value defaults to 'auto'"
-    return None
-
-
-def want_color(
-    flag: str | None,
-    config: Mapping[str, str],
-    slot: str,
-    env: Mapping[str, str],
-    stdout_tty: bool,
-    paging: bool,
-) -> bool:
-    """Whether to colour: the flag, else ``color.<slot>``/``color.ui``, else ``NO_COLOR``, else auto."""
-    setting = flag
-    if setting is None:
-        setting = colorbool(config.get(f"color.{slot}")) if slot != "ui" else None
-        if setting is None:
-            setting = colorbool(config.get("color.ui"))
-        if setting in (None, "auto") and env.get("NO_COLOR"):
-            return False
-    if setting == "always":
-        return True
-    if setting == "never":
-        return False
-    pager_colour = colorbool(config.get("color.pager")) != "never"
-    if paging and not pager_colour:
-        return False
-    # git's check_auto_color: a terminal, or a pager git started for us (``git -p sandbox-alias``).
-    under_gits_pager = env.get("GIT_PAGER_IN_USE", "").lower() in ("true", "1", "yes", "on") and pager_colour
-    return (stdout_tty or under_gits_pager) and env.get("TERM", "") != "dumb"
-
-
-def pager_command(env: Mapping[str, str], config: Mapping[str, str], stdout_tty: bool) -> str | None:
-    """The pager git would start here, or None (git's ``git_pager``)."""
-    if not stdout_tty:
-        return None
-    pager = env.get("GIT_PAGER")
-    if pager is None:
-        pager = config.get("core.pager")
-    if pager is None:
-        pager = env.get("PAGER")
-    if pager is None:
-        pager = "less"
-    if not pager.strip() or pager.strip() == "cat":
-        return None
-    return pager
 
 
 @dataclass

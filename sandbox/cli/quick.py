@@ -8,16 +8,23 @@
   :data:`sandbox.cli.commands.SUMMARIES` laid out as click's ``HelpFormatter.write_dl`` lays them out;
 * ``sandbox path [RUN]`` when the fast read path (:mod:`sandbox.fast.foldcache`) finds the run and
   its worktree is there: the worktree's path, one line;
+* ``sandbox list``, ``sandbox status [RUN]`` and ``sandbox log [RUN]`` written to a pipe or a file,
+  when the fast read path reads every run they show whole from its sealed cache: the lines
+  :mod:`sandbox.cli.fastshow` builds for the click commands too, coloured as your git config says;
 
 and returns None for anything else (another form, a fault armed for tests, an output the click
 command would write otherwise), so the click group runs as before. tests/cli/test_quick.py holds
-each answer byte-identical to what the click group prints.
+each answer byte-identical to what the click group prints (tests/cli/test_quick_reads.py the reads).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start
+if TYPE_CHECKING:
+    from sandbox.cli.plain import Plain
 
 #: ``sandbox --help`` above its command list, at click's default width (78). Kept equal to what
 #: the group in :mod:`sandbox.cli.app` prints by tests/cli/test_quick.py: change both together.
@@ -61,6 +68,10 @@ def quick_main(argv: list[str]) -> int | None:
         text = help_text() if _columns() >= WIDTH + 2 else None
     elif argv[:1] == ["path"] and len(argv) <= 2 and not any(a.startswith("-") for a in argv[1:]):
         text = _path(argv[1] if len(argv) == 2 else None)
+    elif argv in (["list"], ["status"], ["log"]) or (
+        argv[:1] in (["status"], ["log"]) and len(argv) == 2 and not argv[1].startswith("-")
+    ):
+        return _shown(argv[0], argv[1] if len(argv) == 2 else None)
     else:
         return None
     if text is None or sys.stdout is None:
@@ -70,6 +81,83 @@ def quick_main(argv: list[str]) -> int | None:
     except (UnicodeError, LookupError):
         return None  # a name the terminal's encoding cannot write as it is: the click edge decides
     return 0 if _write(data) else None
+
+
+def _shown(command: str, run_id: str | None) -> int | None:
+    """``list``, ``status [RUN]``, ``log [RUN]`` from the fast read path, as the click command writes
+    them (the exit code), or None: the click command does it. Where a pager would start (``list``
+    and ``log`` on a terminal, unless your settings name none), or on a stream click would write
+    otherwise (not UTF-8, no descriptor), the click command does it too.
+    """
+    stdout = sys.stdout
+    if stdout is None or (stdout.encoding or "").lower().replace("_", "-") not in ("utf-8", "utf8"):
+        return None
+    try:
+        tty = os.isatty(stdout.fileno())
+    except (OSError, ValueError):
+        return None
+    try:
+        found = _read(command, run_id, tty)
+    except Exception:  # anything unexpected: the click command reads it again, and its edge reports it
+        return None
+    if found is None:
+        return None
+    lines, colored = found
+    text = "".join(line + "\n" for line in lines)
+    if not colored and "\x1b" in text:
+        return None  # click strips what looks like a colour code from an uncoloured output: let it
+    try:
+        data = text.encode("utf-8", stdout.errors or "strict")
+    except UnicodeError:
+        return None  # (a name standard output cannot write: the click edge says so)
+    return 0 if _write(data) else None
+
+
+def _read(command: str, run_id: str | None, tty: bool) -> tuple[list[str], bool] | None:
+    """The lines the click command writes from the fast read path, and whether they are in colour;
+    None where the click command would take the full path, or start a pager."""
+    from sandbox.cli import fastshow
+    from sandbox.fast.views import STATUS_DISK_ENTRIES
+
+    cwd = os.path.abspath(os.getcwd())
+    lines: list[str] = []
+    if command == "list":
+        rows = fastshow.list_rows(cwd, STATUS_DISK_ENTRIES)
+        if not rows:  # (none at all: the click command's words; or a miss)
+            return ([fastshow.NO_RUNS], False) if rows == [] else None
+        out = _plain(cwd, "ui", tty, page=True)
+        if out is None:
+            return None
+        fastshow.list_table(rows, out, STATUS_DISK_ENTRIES, lines.append)
+    elif command == "status":
+        found = fastshow.status_row(cwd, run_id, STATUS_DISK_ENTRIES)
+        out = _plain(cwd, "status", tty, page=False) if found is not None else None
+        if found is None or out is None:
+            return None
+        fastshow.status_text(found[0], out, STATUS_DISK_ENTRIES, found[1], lines.append)
+    else:
+        fast = fastshow.fast_open(cwd, run_id)
+        if fast is None:
+            return None
+        repo, run = fast
+        state = repo.state(run)
+        agent = repo.agent_git(run, state["run"]["base"]) if state["order"] else None
+        out = _plain(cwd, "diff", tty, page=True)
+        if out is None:
+            return None
+        fastshow.log_text(run, state, agent, out, lines.append)
+    return lines, out.color
+
+
+def _plain(cwd: str, slot: str, tty: bool, page: bool) -> Plain | None:
+    """Colour and width as :func:`sandbox.cli.output.setup` decides them for a command with no option
+    given (from your git config, then ``NO_COLOR``); None where it would start a pager."""
+    from sandbox.cli.plain import Plain, git_config, pager_command, want_color
+
+    config = git_config(cwd)
+    if page and pager_command(os.environ, config, tty) is not None:
+        return None
+    return Plain(want_color(None, config, slot, os.environ, tty, False), _columns() if tty else None)
 
 
 def _write(data: bytes) -> bool:

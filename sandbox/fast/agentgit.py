@@ -17,13 +17,13 @@ a hang or a crash. Both read paths of ``status`` and ``log`` (the full one and
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypedDict
-
 from sandbox.fast.gitread import Repo
 from sandbox.fast.odb import GitReadError
 from sandbox.fast.revwalk import Walker, reflog_entries, subject
 from sandbox.store.gitfiles import plain_files_only
 from sandbox.store.layout import run_branch
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
 
 #: At most this many of the agent's commits are listed (the count is exact up to :data:`MAX_WALK`).
 MAX_LISTED = 20
@@ -32,40 +32,35 @@ MAX_WALK = 1000
 _SYMREF_DEPTH = 5
 
 
-class CommitJson(TypedDict):
-    """One of the agent's commits: its id and subject."""
+# A named tuple rather than a dataclass: the fast read path imports this module, and dataclasses
+# costs it several milliseconds of imports (see sandbox.fast.gitread); typing's NamedTuple for mypy,
+# sandbox.fast.records' at run time (typing and collections cost the quick path).
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-    id: str
-    subject: str
+    from sandbox.fast.foldjson import AgentGitJson
+
+    class _Activity(NamedTuple):
+        #: The branch the worktree is on (None: detached), and the commit it points at.
+        branch: str | None
+        head: str | None
+        #: Branches and tags of the run's repository other than its starting branch at the snapshot.
+        branches: dict[str, str]
+        tags: dict[str, str]
+        stash: int
+        #: Commits reachable from the run's refs or HEAD and not from the snapshot: (id, subject), newest first.
+        commits: list[tuple[str, str]]
+        commit_count: int
+else:
+    from sandbox.fast.records import named_tuple
+
+    _Activity = named_tuple("GitActivity", "branch head branches tags stash commits commit_count", __name__)
 
 
-class AgentGitJson(TypedDict):
-    """:class:`GitActivity` as JSON data (``agent_git`` of ``sandbox status --json``)."""
-
-    branch: str | None
-    head: str | None
-    branches: dict[str, str]
-    tags: dict[str, str]
-    stash: int
-    commits: list[CommitJson]
-    commit_count: int
-
-
-# NamedTuple rather than a dataclass: the fast read path imports this module, and dataclasses
-# costs it several milliseconds of imports (see sandbox.fast.gitread).
-class GitActivity(NamedTuple):
+class GitActivity(_Activity):
     """The run's own git state, as the agent left it."""
 
-    #: The branch the worktree is on (None: detached), and the commit it points at.
-    branch: str | None
-    head: str | None
-    #: Branches and tags of the run's repository other than its starting branch at the snapshot.
-    branches: dict[str, str]
-    tags: dict[str, str]
-    stash: int
-    #: Commits reachable from the run's refs or HEAD and not from the snapshot: (id, subject), newest first.
-    commits: list[tuple[str, str]]
-    commit_count: int
+    __slots__ = ()
 
     @property
     def changed(self) -> bool:

@@ -23,16 +23,17 @@ provably the fold of the ledger's current tip.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
-from typing import Any
+import sys
 
-from sandbox.fast import agentgit, gitread, odb, renamepairs, views
-from sandbox.fast.agentgit import AgentGitJson
-from sandbox.fast.foldjson import FetchedJson, StateJson, state_json
+from sandbox.fast import agentgit, fastjson, gitread, odb, renamepairs, views
 from sandbox.store import layout
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sandbox.fast.foldjson import AgentGitJson, FetchedJson, RunRowJson, StateJson
 
 #: The persisted format this reader understands (``sandbox.models.FORMAT_VERSION``; a test keeps them equal).
 FORMAT_VERSION = 1
@@ -48,11 +49,39 @@ class Miss(Exception):
 def _read_json(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return fastjson.loads(fh.read())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         raise Miss(path) from exc
+
+
+def mac_of(key: bytes, text: bytes) -> str:
+    """``hmac.new(key, text, hashlib.sha256).hexdigest()``, as the run seals its cache, from the
+    interpreter's own SHA-256: :mod:`hmac` loads OpenSSL (:mod:`_hashlib`), about a fifth of the
+    interpreter's start on every ``list`` (tests/fast/test_foldcache.py holds the two equal). The
+    construction is RFC 2104's, as :mod:`hmac` itself computes it without OpenSSL."""
+    try:
+        sha256 = __import__("_sha2" if sys.version_info >= (3, 12) else "_sha256").sha256
+    except ImportError:  # an interpreter built without its own hashes: hmac's answer
+        import hashlib
+        import hmac
+
+        return hmac.new(key, text, hashlib.sha256).hexdigest()
+    block = 64  # SHA-256's block size
+    if len(key) > block:
+        key = sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = sha256(bytes(b ^ 0x36 for b in key))
+    inner.update(text)
+    return str(sha256(bytes(b ^ 0x5C for b in key) + inner.digest()).hexdigest())
+
+
+def _same(a: str, b: str) -> bool:
+    """``hmac.compare_digest(a, b)``: in time that does not depend on where they differ."""
+    from _operator import _compare_digest
+
+    return bool(_compare_digest(a, b))
 
 
 class Repository:
@@ -115,18 +144,17 @@ class Repository:
         if not isinstance(mac, str) or not isinstance(text, str):
             raise Miss(f"the fold cache of run {run_id} is malformed")
         key = self._key(tip)
-        if not hmac.compare_digest(mac, hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()):
+        if not _same(mac, mac_of(key, text.encode("utf-8"))):
             raise Miss(f"the fold cache of run {run_id} does not verify")  # the full path reports it
-        state = json.loads(text)
+        state: StateJson = fastjson.loads(text)  # the fold as LedgerState dumps it (tests/fast/test_foldjson.py)
         if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION or state.get("tip") != tip:
             raise Miss(f"the fold cache of run {run_id} is not at the ledger's tip")
         if state.get("clone") not in (None, layout.clone_id(self.common_dir)) or not state.get("run"):
             raise Miss(f"the fold cache of run {run_id} is another clone's")
         if state.get("head") is None or self.ref(layout.ref_name(run_id, "head")) != state["head"]:
             raise Miss(f"the head ref of run {run_id} does not mirror its ledger")
-        typed = state_json(state)
-        self._states[run_id] = typed
-        return typed
+        self._states[run_id] = state
+        return state
 
     def _key(self, tip: str) -> bytes:
         try:
@@ -166,7 +194,7 @@ class Repository:
             raise Miss(f"the fetch record of run {run_id} does not read")
         return found
 
-    def summary(self, run_id: str, disk: bool = False, disk_limit: int | None = None) -> views.RunRowJson:
+    def summary(self, run_id: str, disk: bool = False, disk_limit: int | None = None) -> RunRowJson:
         """The run as ``list`` and ``status`` show it (see :func:`sandbox.fast.views.summary`)."""
         state = self.state(run_id)
         changed, renamed = self.changed_paths(state)

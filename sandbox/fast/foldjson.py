@@ -143,3 +143,81 @@ def state_json(dumped: Mapping[str, object]) -> StateJson:
 def fetched_json(dumped: Mapping[str, object]) -> FetchedJson:
     """``FetchedFrom.model_dump(mode="json")`` (or a stored ``fetched.json``) as the typed data it is."""
     return cast(FetchedJson, dumped)
+
+
+class CommitJson(TypedDict):
+    """One of the agent's commits: its id and subject."""
+
+    id: str
+    subject: str
+
+
+class AgentGitJson(TypedDict):
+    """:class:`GitActivity` as JSON data (``agent_git`` of ``sandbox status --json``)."""
+
+    branch: str | None
+    head: str | None
+    branches: dict[str, str]
+    tags: dict[str, str]
+    stash: int
+    commits: list[CommitJson]
+    commit_count: int
+
+
+class RefusalJson(TypedDict):
+    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.runs.NetworkRefusalRow``)."""
+
+    host: str
+    port: int | None
+    at: str | None
+    method: str | None
+    call_id: str | None
+    session: str | None
+
+
+class _RunRowBase(TypedDict):
+    run: str
+    label: str | None
+    created_at: str | None
+    worktree_exists: bool
+    calls: int
+    changed_paths: int
+    disk_bytes: int
+
+
+class StatusHostJson(TypedDict):
+    """The repository's host as far as one run goes (``sandbox.cli.outputs.runs.StatusHost``)."""
+
+    pid: int
+    serves_run: bool
+    watched: bool
+    note: str | None
+
+
+class RunRowJson(_RunRowBase, total=False):
+    """A run as ``list`` shows it (``sandbox.cli.outputs.runs.RunRow``): every field from :func:`summary`; a
+    damaged run has the required ones, ``error`` and ``damaged``. ``status`` adds the last four
+    (``sandbox.cli.outputs.runs.StatusOutput``)."""
+
+    worktree: str | None
+    git_dir: str | None
+    base: str
+    user_head: str | None
+    run_head: str | None
+    by_status: dict[str, int]
+    renamed_paths: int
+    unapplied_calls: int
+    partly_applied_calls: list[str]
+    call_numbers: dict[str, int]
+    uncertain_calls: list[str]
+    conflict_markers: list[str]
+    epoch: int
+    made_on: str | None
+    fetched_from: FetchedJson | None
+    disk_complete: bool
+    error: str
+    damaged: bool
+    agent_git: AgentGitJson | None
+    in_flight: list[str]
+    host: StatusHostJson | None
+    network_refused: list[RefusalJson]

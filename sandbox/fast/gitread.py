@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import struct
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import NamedTuple
 
 from sandbox.fast import odb
-from sandbox.fast.odb import GitReadError
+from sandbox.fast.odb import GitReadError, is_hex40
 from sandbox.store import treediff
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
-_PSEUDO_REF = re.compile(r"[A-Z][A-Z0-9_]*")
+TYPE_CHECKING = False  # no typing, re or contextlib at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
+    from typing import NamedTuple
+
+#: A pseudo-ref's name (``HEAD``, ``FETCH_HEAD``): ``[A-Z][A-Z0-9_]*``.
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_PSEUDO_REF_CHARS = _UPPER | frozenset("0123456789_")
 #: Per-worktree refs live in the worktree's own git dir (git's ``is_per_worktree_ref``).
 _PER_WORKTREE = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
 #: git gives up after 5 levels of symbolic refs too.
@@ -42,25 +45,52 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _HARMLESS_EXTENSIONS = {"noop", "noop-v1", "preciousobjects", "partialclone", "worktreeconfig"}
 
 
-@contextmanager
-def _guard(what: str) -> Iterator[None]:
-    """Turn whatever a damaged file can make the parsing raise into :class:`GitReadError`."""
-    try:
-        yield
-    except GitReadError:
-        raise
-    except (OSError, zlib.error, struct.error, IndexError, ValueError, OverflowError, RecursionError) as exc:
-        raise GitReadError(f"{what}: {type(exc).__name__}: {exc}") from exc
+class _guard:  # noqa: N801  (a context manager, named as the function it was)
+    """Turn whatever a damaged file can make the parsing raise into :class:`GitReadError` (a class
+    rather than ``contextlib.contextmanager``: contextlib imports collections and functools)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(exc, GitReadError):
+            return
+        if isinstance(exc, (OSError, zlib.error, struct.error, IndexError, ValueError, OverflowError, RecursionError)):
+            raise GitReadError(f"{self.what}: {type(exc).__name__}: {exc}") from exc
 
 
-# NamedTuple rather than a frozen dataclass: as immutable and typed, without importing dataclasses
-# (and with it inspect, ast, dis, tokenize: ~4-10 ms measured here) on the fast commands' path.
-class TreeEntry(NamedTuple):
+# Named tuples rather than frozen dataclasses: as immutable and typed, without importing dataclasses
+# (and with it inspect, ast, dis, tokenize: ~4-10 ms measured here) on the fast commands' path;
+# typing's NamedTuple for mypy, sandbox.fast.records' at run time (typing and collections cost the quick path).
+if TYPE_CHECKING:
+
+    class _Entry(NamedTuple):
+        mode: int
+        name: str
+        oid: str
+
+    class Commit(NamedTuple):
+        """The parts of a commit the fast commands read."""
+
+        tree: str
+        parents: tuple[str, ...]
+        message: str
+        #: The committer's time, seconds since the epoch (0 when the header is missing or odd).
+        committer_time: int
+else:
+    from sandbox.fast.records import named_tuple
+
+    _Entry = named_tuple("TreeEntry", "mode name oid", __name__)
+    Commit = named_tuple("Commit", "tree parents message committer_time", __name__)
+
+
+class TreeEntry(_Entry):
     """One entry of a tree: its mode, name (decoded with ``os.fsdecode``) and object id."""
 
-    mode: int
-    name: str
-    oid: str
+    __slots__ = ()
 
     @property
     def is_tree(self) -> bool:
@@ -68,14 +98,20 @@ class TreeEntry(NamedTuple):
         return self.mode == MODE_TREE
 
 
-class Commit(NamedTuple):
-    """The parts of a commit the fast commands read."""
+def config_value(value: str) -> str:
+    r"""A config line's value as this reader compares it: before an inline comment (whitespace then
+    ``#`` or ``;``), unquoted, lower-cased (``re.split(r"\s[#;]", value, maxsplit=1)[0]`` and so on;
+    tests/fast/test_gitread.py holds the two equal)."""
+    for i in range(len(value) - 1):
+        if value[i].isspace() and value[i + 1] in "#;":
+            value = value[:i]
+            break
+    return value.strip().strip('"').lower()
 
-    tree: str
-    parents: tuple[str, ...]
-    message: str
-    #: The committer's time, seconds since the epoch (0 when the header is missing or odd).
-    committer_time: int
+
+def is_pseudo_ref(name: str) -> bool:
+    """``re.fullmatch(r"[A-Z][A-Z0-9_]*", name)``: ``HEAD``, ``FETCH_HEAD``..."""
+    return bool(name) and name[0] in _UPPER and _PSEUDO_REF_CHARS.issuperset(name)
 
 
 def _config_error(config_path: str) -> str | None:
@@ -100,7 +136,7 @@ def _config_error(config_path: str) -> str | None:
             continue
         key, _, value = line.partition("=")
         key = key.strip().lower()
-        value = re.split(r"\s[#;]", value, maxsplit=1)[0].strip().strip('"').lower()
+        value = config_value(value)
         if section == "core" and key == "repositoryformatversion":
             if value not in ("0", "1"):
                 return f"repository format version {value!r} is not read here"
@@ -116,7 +152,7 @@ def _config_error(config_path: str) -> str | None:
 
 def _check_ref_name(name: str) -> None:
     if not name.startswith("refs/"):
-        if _PSEUDO_REF.fullmatch(name):
+        if is_pseudo_ref(name):
             return
         raise GitReadError(f"ref name {name!r} is not read here")
     parts = name.split("/")
@@ -180,7 +216,7 @@ class Repo:
             target = text[4:].strip()
             _check_ref_name(target)
             return "ref: " + target
-        if not _HEX40.fullmatch(text):
+        if not is_hex40(text):
             raise GitReadError(f"ref {name} holds neither an object id nor a symbolic ref")
         return text
 
@@ -200,11 +236,11 @@ class Repo:
             if not line or line.startswith("#"):
                 continue
             if line.startswith("^"):
-                if not _HEX40.fullmatch(line[1:]):
+                if not is_hex40(line[1:]):
                     raise GitReadError(f"{path} has a malformed peeled line")
                 continue
             oid, _, name = line.partition(" ")
-            if not _HEX40.fullmatch(oid) or not name:
+            if not is_hex40(oid) or not name:
                 raise GitReadError(f"{path} has a malformed line")
             found[name] = oid
         self._packed = (key, found)
@@ -385,7 +421,7 @@ class Repo:
         bytes is not read (GitReadError).
         """
         self._check()
-        if not _HEX40.fullmatch(oid):
+        if not is_hex40(oid):
             raise GitReadError(f"{oid!r} is not a SHA-1 object id")
         with _guard(f"object {oid}"):
             found = self._find(oid, limit)
@@ -420,7 +456,7 @@ class Repo:
             elif line.startswith(b"committer "):
                 fields = line.rsplit(b" ", 2)
                 when = int(fields[1]) if len(fields) == 3 and fields[1].isdigit() else 0
-        if not _HEX40.fullmatch(tree) or not all(_HEX40.fullmatch(p) for p in parents):
+        if not is_hex40(tree) or not all(is_hex40(p) for p in parents):
             raise GitReadError(f"commit {oid} has a malformed tree or parent line")
         return Commit(tree, tuple(parents), message.decode("utf-8", "replace"), when)
 

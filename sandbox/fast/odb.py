@@ -10,14 +10,22 @@ pygit2. Standard library only (an import-linter contract in pyproject.toml check
 from __future__ import annotations
 
 import errno
-import hashlib
 import mmap
 import os
 import stat
 import struct
 import zlib
-from collections.abc import Callable
-from typing import overload
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import overload
+else:
+
+    def overload(func: object) -> object:
+        """``typing.overload`` at run time: nothing (mypy reads the real one)."""
+        return func
+
 
 #: A bound on a delta chain, only to stop on a damaged pack whose REF_DELTAs form a cycle.
 _MAX_CHAIN = 10_000
@@ -97,8 +105,8 @@ class Pread:
     @overload
     def __getitem__(self, key: int) -> int: ...
     @overload
-    def __getitem__(self, key: slice) -> bytes: ...
-    def __getitem__(self, key: int | slice) -> int | bytes:
+    def __getitem__(self, key: slice) -> bytes: ...  # noqa: F811  (overload is typing's to ruff only in part)
+    def __getitem__(self, key: int | slice) -> int | bytes:  # noqa: F811
         if isinstance(key, slice):
             start, stop, _step = key.indices(self.size)
             return os.pread(self.fd, stop - start, start) if stop > start else b""
@@ -118,11 +126,41 @@ def _unpack(fmt: str, data: mmap.mmap | Pread | bytes, offset: int) -> tuple[int
     return struct.unpack(fmt, data[offset : offset + struct.calcsize(fmt)])
 
 
+_HEX_LOWER = frozenset("0123456789abcdef")
+_HEX_BYTES = frozenset(b"0123456789abcdefABCDEF")
+
+
+def is_hex40(text: str) -> bool:
+    """``re.fullmatch(r"[0-9a-f]{40}", text)``: an object id as git writes it (without :mod:`re`,
+    which the quick path's start does not pay for; tests/fast/test_gitread.py holds them equal)."""
+    return len(text) == 40 and _HEX_LOWER.issuperset(text)
+
+
+def is_hex40_bytes(data: bytes) -> bool:
+    """``re.fullmatch(rb"[0-9a-fA-F]{40}", data)``: an object id in a reflog or a commit."""
+    return len(data) == 40 and _HEX_BYTES.issuperset(data)
+
+
+#: Objects up to this size are hashed by the interpreter's own SHA-1 (importing :mod:`hashlib` loads
+#: OpenSSL, a fifth of the interpreter's start); larger ones by OpenSSL's, which is faster per byte.
+_SMALL_OBJECT = 1 << 20
+
+
 def object_id(kind: str, data: bytes) -> str:
     """The SHA-1 id of an object of type ``kind`` (``blob``...) and content ``data``."""
-    h = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)))
-    h.update(data)
-    return h.hexdigest()
+    header = b"%s %d\0" % (kind.encode(), len(data))
+    if len(data) <= _SMALL_OBJECT:
+        try:
+            h = __import__("_sha1").sha1(header)
+            h.update(data)
+            return str(h.hexdigest())
+        except ImportError:  # an interpreter built without its own hashes
+            pass
+    import hashlib
+
+    full = hashlib.sha1(header)
+    full.update(data)
+    return full.hexdigest()
 
 
 class Pack:

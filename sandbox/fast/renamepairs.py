@@ -9,9 +9,25 @@ is O(changed paths).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from collections import Counter
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Protocol
+
+    class Leaf(Protocol):
+        """A tree entry: its mode and object id (hex)."""
+
+        @property
+        def mode(self) -> int:
+            """The entry's git mode (``0o100644``...)."""
+            ...
+
+        @property
+        def oid(self) -> str:
+            """The object id, hex."""
+            ...
+
 
 #: git's default rename threshold (``-M50%``).
 THRESHOLD = 0.5
@@ -22,20 +38,6 @@ MAX_COMPARED = 4 << 20
 MAX_PAIRS = 100 * 100
 #: A regular file's modes: only files pair by their lines (links and gitlinks by their ids only).
 _TEXT_MODES = (0o100644, 0o100755)
-
-
-class Leaf(Protocol):
-    """A tree entry: its mode and object id (hex)."""
-
-    @property
-    def mode(self) -> int:
-        """The entry's git mode (``0o100644``...)."""
-        ...
-
-    @property
-    def oid(self) -> str:
-        """The object id, hex."""
-        ...
 
 
 def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[[str], bytes]) -> dict[str, str]:
@@ -57,6 +59,8 @@ def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[
             del free[new]
     if (len(deleted) - len(out)) * len(free) > MAX_PAIRS:
         return out
+    from collections import Counter  # (only where paths are left to pair by their lines)
+
     lines: dict[str, Counter[bytes] | None] = {}
 
     def text(entry: Leaf) -> Counter[bytes] | None:
@@ -88,6 +92,8 @@ def pair(deleted: Mapping[str, Leaf], added: Mapping[str, Leaf], read: Callable[
 
 def similarity(before: bytes, after: bytes) -> float:
     """How alike two texts are, as :func:`pair` scores them: the share of lines they have in common."""
+    from collections import Counter
+
     return _score(Counter(before.splitlines()), Counter(after.splitlines()))
 
 

@@ -22,10 +22,9 @@ Only the standard library is imported (an import-linter contract in pyproject.to
 from __future__ import annotations
 
 import os
-import re
 
 from sandbox.fast.gitread import Repo
-from sandbox.fast.odb import GitReadError
+from sandbox.fast.odb import GitReadError, is_hex40_bytes
 
 #: How many commits libgit2 looks at past the last interesting one before it stops (its SLOP).
 SLOP = 5
@@ -39,7 +38,6 @@ MAX_BYTES = 128 << 20
 #: measured); an honest walk parses the agent's commits plus a handful of the user's.
 MAX_PARSED = 100_000
 _INT64_MAX = (1 << 63) - 1
-_HEX = re.compile(rb"[0-9a-fA-F]{40}")
 _SPACE = b" \t\n\v\f\r"
 _PEEL_DEPTH = 100
 
@@ -157,7 +155,7 @@ def _oid_header(data: bytes, pos: int, header: bytes) -> str | None:
     if end + 1 > len(data) or not data.startswith(header, pos) or data[end] != 0x0A:
         return None
     hex_id = data[pos + len(header) : end]
-    return hex_id.decode("ascii").lower() if _HEX.fullmatch(hex_id) else None
+    return hex_id.decode("ascii").lower() if is_hex40_bytes(hex_id) else None
 
 
 def _parse_commit(data: bytes, quick: bool) -> tuple[list[str], int, int]:
@@ -234,7 +232,7 @@ def _grafts(repo: Repo, name: str) -> dict[str, list[str]]:
         if not line.strip() or line.startswith(b"#"):
             continue
         ids = line.split()
-        if not all(_HEX.fullmatch(i) for i in ids):
+        if not all(is_hex40_bytes(i) for i in ids):
             raise GitReadError(f"{name} has a malformed line")
         grafts[ids[0].decode().lower()] = [i.decode().lower() for i in ids[1:]]
     return grafts
@@ -443,7 +441,7 @@ def reflog_entries(repo: Repo, ref: str) -> int:
         return 0
     count = 0
     for line in data.split(b"\n"):
-        if len(line) < 82 or not _HEX.fullmatch(line[:40]) or line[40:41] != b" " or not _HEX.fullmatch(line[41:81]):
+        if len(line) < 82 or not is_hex40_bytes(line[:40]) or line[40:41] != b" " or not is_hex40_bytes(line[41:81]):
             continue
         tab = line.find(b"\t", 81)
         try:

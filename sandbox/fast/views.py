@@ -10,15 +10,17 @@ an entry ``LedgerEntry.model_dump(mode="json")``, typed as :mod:`sandbox.fast.fo
 from __future__ import annotations
 
 import datetime
-import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
 
-from sandbox.fast.agentgit import AgentGitJson
-from sandbox.fast.foldjson import EntryJson, FetchedJson, StateJson, fetched_json
 from sandbox.store import layout
 from sandbox.store.fsutil import disk_usage_upto
+
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from sandbox.fast.foldjson import AgentGitJson, EntryJson, FetchedJson, RefusalJson, RunRowJson, StateJson
 
 
 def parse_time(text: str) -> datetime.datetime:
@@ -68,12 +70,15 @@ def worktree_exists(place: layout.Place) -> bool:
 
 def fetched_from(common_dir: str, run_id: str) -> FetchedJson | None:
     """Where the run was last fetched from, as stored (None: made here, never fetched, or unreadable)."""
+    from sandbox.fast import fastjson
+
     try:
         with open(layout.fetched_file(common_dir, run_id), encoding="utf-8") as fh:
-            found = json.load(fh)
+            found = fastjson.loads(fh.read())
     except (OSError, ValueError):
         return None
-    return fetched_json(found) if isinstance(found, dict) else None
+    stored: FetchedJson = found  # as the model dumps it (tests/fast/test_foldjson.py)
+    return stored if isinstance(found, dict) else None
 
 
 #: The first line of a conflict section ``apply --3way`` writes (its labels: yours, base, agent).
@@ -109,54 +114,6 @@ def conflict_markers(state: StateJson, common_dir: str) -> list[str]:
 #: counts for its disk use unless asked for all (``--disk``): a whole-tree walk on every status grows
 #: with the repository (on every list, with runs x repository).
 STATUS_DISK_ENTRIES = 10_000
-
-
-class _RunRowBase(TypedDict):
-    run: str
-    label: str | None
-    created_at: str | None
-    worktree_exists: bool
-    calls: int
-    changed_paths: int
-    disk_bytes: int
-
-
-class StatusHostJson(TypedDict):
-    """The repository's host as far as one run goes (``sandbox.cli.outputs.runs.StatusHost``)."""
-
-    pid: int
-    serves_run: bool
-    watched: bool
-    note: str | None
-
-
-class RunRowJson(_RunRowBase, total=False):
-    """A run as ``list`` shows it (``sandbox.cli.outputs.runs.RunRow``): every field from :func:`summary`; a
-    damaged run has the required ones, ``error`` and ``damaged``. ``status`` adds the last four
-    (``sandbox.cli.outputs.runs.StatusOutput``)."""
-
-    worktree: str | None
-    git_dir: str | None
-    base: str
-    user_head: str | None
-    run_head: str | None
-    by_status: dict[str, int]
-    renamed_paths: int
-    unapplied_calls: int
-    partly_applied_calls: list[str]
-    call_numbers: dict[str, int]
-    uncertain_calls: list[str]
-    conflict_markers: list[str]
-    epoch: int
-    made_on: str | None
-    fetched_from: FetchedJson | None
-    disk_complete: bool
-    error: str
-    damaged: bool
-    agent_git: AgentGitJson | None
-    in_flight: list[str]
-    host: StatusHostJson | None
-    network_refused: list[RefusalJson]
 
 
 def summary(
@@ -254,17 +211,6 @@ def describe_agent_git(g: AgentGitJson) -> list[str]:
     for commit in commits[:5]:
         lines.append(f"{str(commit['id'])[:10]} {commit['subject']}")
     return lines
-
-
-class RefusalJson(TypedDict):
-    """A refused connection as ``status`` and ``log`` show it (``sandbox.cli.outputs.runs.NetworkRefusalRow``)."""
-
-    host: str
-    port: int | None
-    at: str | None
-    method: str | None
-    call_id: str | None
-    session: str | None
 
 
 def network_refusals(notes: Sequence[Mapping[str, Any]]) -> list[RefusalJson]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandbox.errors import SandboxError
-from sandbox.fast import renamepairs, views
+from sandbox.fast import foldjson, renamepairs, views
 from sandbox.fast.foldjson import fetched_json, state_json
 from sandbox.run.run import Run
 from sandbox.runs.remote import fetched_from
@@ -14,7 +14,7 @@ from sandbox.store.project import Project
 
 def summarize(
     run: Run, disk: bool = False, git_activity: bool = False, disk_limit: int | None = None
-) -> views.RunRowJson:
+) -> foldjson.RunRowJson:
     """A run as a plain dict: ids, counts by status, changed paths and (optionally) disk use (of at
     most ``disk_limit`` entries) and what the agent did with the run's own git (``agent_git``:
     branches, tags, stash, commits).
@@ -52,11 +52,11 @@ def summarize(
     return row
 
 
-def summarize_runs(project: Project, disk: bool = False, disk_limit: int | None = None) -> list[views.RunRowJson]:
+def summarize_runs(project: Project, disk: bool = False, disk_limit: int | None = None) -> list[foldjson.RunRowJson]:
     """Every run's summary, oldest first; a damaged run is listed with its error. ``disk_limit``: at
     most that many entries of each run's home counted for its disk use (``disk_complete`` says where
     the count stopped; None: all of them, which grows with runs x repository)."""
-    rows: list[views.RunRowJson] = []
+    rows: list[foldjson.RunRowJson] = []
     for run_id in project.run_ids():
         try:
             run = Run.open(project, run_id)
@@ -64,7 +64,7 @@ def summarize_runs(project: Project, disk: bool = False, disk_limit: int | None 
             run.seal_cache()
         except SandboxError as exc:
             rows.append(
-                views.RunRowJson(
+                foldjson.RunRowJson(
                     run=run_id,
                     label=None,
                     created_at=None,

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
 
 from sandbox import faults
 
+TYPE_CHECKING = False  # no typing at run time: list and status read disk use on the quick path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
 TEMP_PREFIX = ".sandbox-tmp-"
+
+
+class _suppress:  # noqa: N801  (named as the context manager it stands for)
+    """``contextlib.suppress``: contextlib imports collections and functools, which the quick path's
+    start does not pay for (:mod:`sandbox.cli.quick`)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
 
 
 def fsync_dir(path: str) -> None:
@@ -45,7 +64,7 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, sync: bool = True) -
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.unlink(tmp)
         raise
     if sync:
@@ -60,7 +79,7 @@ def atomic_symlink(path: str, target: str, sync: bool = True) -> None:
     try:
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.unlink(tmp)
         raise
     if sync:
@@ -145,7 +164,7 @@ def replace_file(path: str, data: bytes, temps: list[str], *, create_mode: int, 
 
 
 def _write_temp(tmp: str, data: bytes, create_mode: int, chmod: int | None) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    with _suppress(FileNotFoundError):
         os.unlink(tmp)  # left by a killed earlier attempt of the same journal
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, create_mode & 0o777)
@@ -174,7 +193,7 @@ def replace_symlink(path: str, target: str, temps: list[str]) -> None:
 
 
 def _make_symlink(tmp: str, target: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    with _suppress(FileNotFoundError):
         os.unlink(tmp)
     os.symlink(target, tmp)
     faults.point("tree.write.after_create")
@@ -192,13 +211,13 @@ def _replace_through_temp(path: str, temps: list[str], make: Callable[[str], Non
             faults.point("tree.write.before_rename")
             os.replace(tmp, path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.unlink(tmp)
             if exc.errno == errno.EXDEV and i + 1 < len(candidates):
                 continue
             raise
         except BaseException:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.unlink(tmp)
             raise
         break
@@ -239,7 +258,7 @@ def disk_usage_upto(path: str, max_entries: int | None) -> tuple[int, bool]:
                 seen += 1
                 if max_entries is not None and seen > max_entries:
                     return total, False
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
                         continue
@@ -287,7 +306,7 @@ def remove_tree(path: str) -> None:
     stuck: set[tuple[int, int]] = set()  # directories that could not be removed: not entered again
     try:
         while True:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.fchmod(fd, 0o700)  # an agent's read-only directory: its entries must be removable
             child = None
             try:
@@ -302,13 +321,13 @@ def remove_tree(path: str) -> None:
                 except OSError:
                     continue
                 if not is_dir:
-                    with contextlib.suppress(OSError):
+                    with _suppress(OSError):
                         os.unlink(entry.name, dir_fd=fd)
                     continue
                 try:
                     child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
                 except OSError:  # swapped for a symlink or a file meanwhile: remove that instead
-                    with contextlib.suppress(OSError):
+                    with _suppress(OSError):
                         os.unlink(entry.name, dir_fd=fd)
                     continue
                 names.append(entry.name)
@@ -334,5 +353,5 @@ def remove_tree(path: str) -> None:
                 stuck.add((here.st_dev, here.st_ino))
     finally:
         os.close(fd)
-    with contextlib.suppress(OSError):
+    with _suppress(OSError):
         os.rmdir(path)

@@ -12,11 +12,14 @@ a git of its own.
 from __future__ import annotations
 
 import os
-import subprocess
-import threading
-from collections.abc import Callable, Mapping, Sequence
 
 from sandbox.errors import SandboxError
+
+TYPE_CHECKING = False  # no typing, subprocess or threading at import: the quick path reads colour settings
+if TYPE_CHECKING:
+    import subprocess
+    import threading
+    from collections.abc import Callable, Mapping, Sequence
 
 _STRIP = (
     "GIT_DIR",
@@ -108,6 +111,8 @@ def git(
     ``optional_locks`` lets read-only commands refresh the index they read; only ever for a run's
     own worktree, never for the user's repository. ``network``: see :func:`command`.
     """
+    import subprocess
+
     argv, full_env = command(args, env, optional_locks=optional_locks, network=network)
     proc = subprocess.run(
         argv,
@@ -120,6 +125,97 @@ def git(
     if check:
         raise_for(args, proc.returncode, proc.stderr)
     return proc
+
+
+def output(args: Sequence[str], cwd: str) -> bytes:
+    """What ``git`` with the safe settings (:func:`command`) writes on standard output, run in ``cwd``
+    (``git -C``), its standard error discarded; whatever its exit code (see :func:`read`)."""
+    return read(args, cwd)[1]
+
+
+def read(
+    args: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float | None = None,
+) -> tuple[int, bytes]:
+    """``git`` with the safe settings (:func:`command`) run in ``cwd`` (``git -C``): its exit code and
+    what it wrote on standard output (standard error discarded), as ``subprocess.run(...,
+    capture_output=True)`` gives them, ``input`` on its standard input (else none), killed with
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds. Started with ``posix_spawn``:
+    :mod:`subprocess` costs ``list``, ``status`` and ``log`` more than the gits they run
+    (:mod:`sandbox.cli.quick`). :class:`OSError` when no git can be started."""
+    argv, full_env = command(["-C", cwd, *args], env)
+    stdin = _stdin(input)
+    if stdin is None:  # more input than a pipe holds unread: subprocess writes it as git reads
+        import subprocess
+
+        proc = subprocess.run(argv, env=full_env, input=input, capture_output=True, check=False, timeout=timeout)
+        return proc.returncode, proc.stdout
+    out, write = os.pipe()
+    try:
+        actions = [
+            (os.POSIX_SPAWN_DUP2, stdin, 0),
+            (os.POSIX_SPAWN_DUP2, write, 1),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+        ]
+        pid = os.posix_spawnp(argv[0], argv, full_env, file_actions=actions)
+    except BaseException:
+        os.close(out)
+        raise
+    finally:
+        os.close(write)
+        os.close(stdin)
+    try:
+        data = _drain(out, pid, argv, timeout)
+    finally:
+        os.close(out)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), data
+
+
+def _stdin(data: bytes | None) -> int | None:
+    """A descriptor to read ``data`` from (``/dev/null`` for None): a pipe already holding all of it,
+    closed for writing; None when it does not fit."""
+    if data is None:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(write_end, False)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_end, view) :]
+    except BlockingIOError:
+        os.close(read_end)
+        return None
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def _drain(fd: int, pid: int, argv: Sequence[str], timeout: float | None) -> bytes:
+    """Everything the child ``pid`` writes to ``fd`` until it closes it; the child killed (and
+    ``subprocess.TimeoutExpired`` raised) when that takes longer than ``timeout`` seconds."""
+    import select
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not poller.poll(None if left is None else left * 1000) and left is not None:
+            import signal
+            import subprocess
+
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(list(argv), timeout or 0.0)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 #: The stderr readers of spawned gits whose progress is passed on: (thread, chunks read so far).
@@ -137,6 +233,9 @@ def spawn(
     ``progress`` gets each line git writes on stderr (its progress meter writes lines ended by
     ``\r``) as it comes, from a reader thread; the whole stderr is still kept for :func:`wait`.
     """
+    import subprocess
+    import threading
+
     argv, full_env = command(args, env)
     proc = subprocess.Popen(
         argv,

@@ -16,7 +16,6 @@ can still win the race. What it closes is the planted FIFO that waits for the ne
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 #: Files of a git dir that libgit2 reads when it opens a repository, its index or its attributes.
@@ -32,7 +31,8 @@ GIT_DIR_FILES = (
 )
 
 #: Config keys naming a file libgit2 reads (``include.path``, ``includeIf.<cond>.path``, ...).
-_FILE_KEYS = re.compile(rb"^\s*(path|attributesfile|excludesfile)\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+#: Compiled where it is used: the quick path's start does not pay for :mod:`re` (sandbox.cli.quick).
+_FILE_KEYS = rb"^\s*(path|attributesfile|excludesfile)\s*=\s*(.*?)\s*$"
 
 #: Nested includes followed at most this deep (git's own limit is 10).
 MAX_INCLUDE_DEPTH = 10
@@ -93,7 +93,9 @@ def _named_files(path: str, st: os.stat_result) -> list[tuple[bytes, str]] | Non
     if data is None:
         return None
     found = []
-    for match in _FILE_KEYS.finditer(data):
+    import re
+
+    for match in re.compile(_FILE_KEYS, re.IGNORECASE | re.MULTILINE).finditer(data):
         value = match.group(2).strip(b'"')
         if not value:
             continue

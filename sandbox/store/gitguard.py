@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 
 from sandbox.store import gitcli
 
@@ -133,15 +132,16 @@ def _read_regular(path: str, limit: int = _MAX_CONFIG) -> bytes | None:
 def config_entries(data: bytes) -> list[tuple[str, str]] | None:
     """The (key, value) pairs of git config text, parsed by git (no include followed, nothing run);
     None when git cannot parse it."""
-    argv, env = gitcli.command(
+    code, listed = gitcli.read(
         ["config", "--no-includes", "--file", "-", "--list", "-z"],
+        "/",
         {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
+        input=data,
     )
-    proc = subprocess.run(argv, input=data, capture_output=True, check=False, cwd="/", env=env)
-    if proc.returncode != 0:
+    if code != 0:
         return None
     out = []
-    for item in proc.stdout.split(b"\0"):
+    for item in listed.split(b"\0"):
         if item:
             key, _, value = item.decode("utf-8", "surrogateescape").partition("\n")
             out.append((key.lower(), value))
@@ -182,20 +182,14 @@ def _gitlinks(worktree: str, git_dir: str) -> list[str]:
     ``git diff`` leave them alone (``diff.ignoreSubmodules``), ``git add -A`` and ``git diff-files`` do not."""
     if not os.path.isfile(os.path.join(git_dir, "index")):
         return []
-    argv, env = gitcli.command(
+    _code, listed = gitcli.read(
         [f"--git-dir={git_dir}", "ls-files", "--stage", "-z"],
+        worktree,
         {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
-    )
-    proc = subprocess.run(
-        argv,
-        capture_output=True,
-        check=False,
-        cwd=worktree,
-        env=env,
         timeout=60,
     )
     out = []
-    for item in proc.stdout.split(b"\0"):
+    for item in listed.split(b"\0"):
         if item.startswith(b"160000 "):
             path = os.fsdecode(item.partition(b"\t")[2])
             if os.path.lexists(os.path.join(worktree, path, ".git")):

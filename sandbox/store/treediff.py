@@ -8,25 +8,25 @@ yields both the file and the tree's paths; mode-only changes count. Standard lib
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol, TypeVar
+TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+    from typing import Protocol, TypeVar
 
+    class TreeEntry(Protocol):
+        """What the walk needs of an entry: its object id, whether it is a tree, and equality."""
 
-class TreeEntry(Protocol):
-    """What the walk needs of an entry: its object id, whether it is a tree, and equality."""
+        @property
+        def oid(self) -> str:
+            """The entry's object id (hex)."""
+            ...
 
-    @property
-    def oid(self) -> str:
-        """The entry's object id (hex)."""
-        ...
+        @property
+        def is_tree(self) -> bool:
+            """True for a tree (a directory)."""
+            ...
 
-    @property
-    def is_tree(self) -> bool:
-        """True for a tree (a directory)."""
-        ...
-
-
-E = TypeVar("E", bound=TreeEntry)
+    E = TypeVar("E", bound=TreeEntry)
 
 
 def changes(

@@ -19,7 +19,7 @@ from sandbox.ui.diffs import run_diff
 from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
 
 if TYPE_CHECKING:
-    from sandbox.fast.views import RunRowJson
+    from sandbox.fast.foldjson import RunRowJson
 
 
 class Boot(TypedDict, total=False):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from conftest import make_repo, sandbox_cmd
 
-from sandbox.fast.views import STATUS_DISK_ENTRIES, RunRowJson
+from sandbox.fast.foldjson import RunRowJson
+from sandbox.fast.views import STATUS_DISK_ENTRIES
 from sandbox.runs.summary import summarize_runs
 from sandbox.store.project import Project
 from sandbox.ui.pages import runs_page

@@ -29,6 +29,7 @@ KERNEL = {
     "sandbox.confine.nslimits": 1,
     "sandbox.fast.inotify": 3,
     "sandbox.confine.verdict": 1,  # /proc/net/unix: the sockets bound on the machine
+    "sandbox.store.gitcli": 1,  # /dev/null: a git's standard input (gitcli.read)
 }
 # The sandbox's own state (the repository's git dir and sandbox/ state directory, the run's directory,
 # the host's socket directory, locks, journals, packs, tokens): read-only or absent inside the sandbox.
@@ -44,7 +45,7 @@ STATE = {
     "sandbox.agent.outputs": 1,
     "sandbox.cli.mcp_headers": 3,
     "sandbox.cli.serve": 2,
-    "sandbox.cli.status": 1,
+    "sandbox.cli.fastshow": 1,  # wire.status: the host's answer on its socket, not a file (status)
     "sandbox.cli.hunkprompt": 1,
     "sandbox.cli.output": 1,
     "sandbox.fast.odb": 1,

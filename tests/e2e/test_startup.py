@@ -67,6 +67,7 @@ APPLY_MODULES = {
     "sandbox.cli.fmt",  # the report's paths, quoted as git quotes them (standard library only)
     "sandbox.cli.quick",  # the entry point's forms answered without click (not apply: it falls through)
     "sandbox.cli.output",
+    "sandbox.cli.plain",  # output.py's colour and pager decisions, made without click (the quick path's too)
     "sandbox.cli.selection",
     "sandbox.errors",
     "sandbox.faults",
@@ -260,7 +261,8 @@ HOOK_MODULES = {
     "sandbox.agent.adapters.claude_code",
     "sandbox.agent.hookproto",
     "sandbox.agent.wire",
-    "sandbox.agent.fastjson",  # json's C functions without json (which imports re, enum, functools)
+    "sandbox.fast",  # (its package: empty)
+    "sandbox.fast.fastjson",  # json's C functions without json (which imports re, enum, functools)
     "sandbox.store",
     "sandbox.store.layout",
 }
@@ -272,7 +274,7 @@ HOOK_NEVER = {
     *("typing", "inspect", "dataclasses", "secrets", "hmac", "hashlib", "random", "pkgutil", "importlib.util"),
     *("pathlib", "subprocess", "ast", "tokenize", "socket", "selectors"),
     # json and re (json's pure-Python parts need re, which imports enum, functools and the collections):
-    # about as much as the interpreter's own start (sandbox.agent.fastjson calls json's C functions).
+    # about as much as the interpreter's own start (sandbox.fast.fastjson calls json's C functions).
     *("json", "re", "enum", "functools", "collections", "contextlib"),
 }
 
@@ -342,3 +344,26 @@ def test_the_help_imports_no_command(repo: Path, tmp_path: Path) -> None:
         assert b"Commands:" in proc.stdout and b"  start " in proc.stdout
         assert ("sandbox.cli.app" in names) == group and ("click" in names) == group
         assert not names & modules, f"--help imports {sorted(names & modules)}"
+
+
+#: What ``list``, ``log`` and ``path`` (written to a pipe, from the sealed fold cache) have no use for,
+#: together about twice the interpreter's own start (issue 30; bench/cases/startup.py): click, typing,
+#: re (and with it enum, functools, contextlib), json (fast/fastjson), hmac and hashlib (OpenSSL: the
+#: cache's MAC and the objects' ids use the interpreter's own hashes), subprocess (git runs through
+#: posix_spawn). ``status`` also checks the run's git for what would run a program (store/gitguard):
+#: that check's pattern is a regular expression.
+QUICK_NEVER = {
+    *("click", "typing", "json", "hmac", "hashlib", "_hashlib", "subprocess", "threading", "selectors"),
+    *("re", "enum", "functools", "contextlib", "dataclasses", "inspect", "shlex", "signal"),
+}
+
+
+@pytest.mark.parametrize("command", ["list", "status", "log", "path"])
+def test_the_quick_reads_load_only_what_they_use(command: str, repo: Path, started: Run, tmp_path: Path) -> None:
+    program = AT_EXIT + "sys.argv[0] = 'sandbox'; from sandbox.cli import main; main()"
+    names, proc = modules_at_exit([sys.executable, "-c", program, command], tmp_path / "modules", cwd=repo)
+    assert proc.stdout  # (answered)
+    # What the interpreter loads by itself here (an editable install's finder imports re at start).
+    floor, _ = modules_at_exit([sys.executable, "-c", AT_EXIT], tmp_path / "floor", cwd=repo)
+    never = QUICK_NEVER - ({"re", "enum", "functools"} if command == "status" else set())
+    assert not (names - floor) & never, f"{command} loads {sorted((names - floor) & never)}"

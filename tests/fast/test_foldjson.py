@@ -28,9 +28,9 @@ MIRRORS = [
     (foldjson.FoldDataJson, models.FoldData),
     (foldjson.StateJson, models.LedgerState),
     (foldjson.FetchedJson, models.FetchedFrom),
-    (views.RefusalJson, outputs.runs.NetworkRefusalRow),
-    (views.RunRowJson, outputs.runs.StatusOutput),
-    (views.StatusHostJson, outputs.runs.StatusHost),
+    (foldjson.RefusalJson, outputs.runs.NetworkRefusalRow),
+    (foldjson.RunRowJson, outputs.runs.StatusOutput),
+    (foldjson.StatusHostJson, outputs.runs.StatusHost),
 ]
 
 
@@ -44,8 +44,8 @@ def test_every_typed_field_is_a_field_of_its_model(typed: type, model: type[mode
 
 
 def test_the_agents_git_json_is_its_activity() -> None:
-    assert keys(agentgit.AgentGitJson) == set(agentgit.GitActivity._fields)
-    assert keys(agentgit.CommitJson) == {"id", "subject"}
+    assert keys(foldjson.AgentGitJson) == set(agentgit.GitActivity._fields)
+    assert keys(foldjson.CommitJson) == {"id", "subject"}
 
 
 def test_a_real_fold_has_every_required_field(repo: Path) -> None:
@@ -65,5 +65,5 @@ def test_a_real_fold_has_every_required_field(repo: Path) -> None:
 
 def test_the_run_row_names_every_field_of_the_status_output() -> None:
     # list and status print these rows as their --json: a field the output has, the row types too.
-    assert keys(views.RunRowJson) == set(outputs.runs.StatusOutput.model_fields)
-    assert keys(views.StatusHostJson) == set(outputs.runs.StatusHost.model_fields)
+    assert keys(foldjson.RunRowJson) == set(outputs.runs.StatusOutput.model_fields)
+    assert keys(foldjson.StatusHostJson) == set(outputs.runs.StatusHost.model_fields)

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import os
 
-from sandbox.agent import fastjson
 from sandbox.agent.hookproto import HookEvent, HookInputError, Outcome, classify_tool, settle_event
+from sandbox.fast import fastjson
 
 TYPE_CHECKING = False  # no typing at run time: this module is on the hook's fast path
 if TYPE_CHECKING:

@@ -95,14 +95,14 @@ class NetworkRefusalRow(Output):
 
 
 class AgentCommit(Output):
-    """One of the agent's own commits in its run (``sandbox.fast.agentgit.CommitJson``)."""
+    """One of the agent's own commits in its run (``sandbox.fast.foldjson.CommitJson``)."""
 
     id: str
     subject: str
 
 
 class AgentGit(Output):
-    """What the agent did with its own git in the run (``sandbox.fast.agentgit.AgentGitJson``)."""
+    """What the agent did with its own git in the run (``sandbox.fast.foldjson.AgentGitJson``)."""
 
     branch: str | None = Field(description="The branch the worktree is on (None: detached).")
     head: str | None

@@ -1,4 +1,4 @@
-"""sandbox.agent.fastjson gives json's answers (and json's errors) without importing json on the hook's path."""
+"""sandbox.fast.fastjson gives json's answers (and json's errors) without importing json on the hook's path."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.agent import fastjson
+from sandbox.fast import fastjson
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30)
@@ -96,7 +96,7 @@ def test_it_imports_no_json_when_all_goes_well() -> None:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
     program = (
-        f"import sys; sys.path.insert(0, {root!r}); from sandbox.agent import fastjson; "
+        f"import sys; sys.path.insert(0, {root!r}); from sandbox.fast import fastjson; "
         'v = fastjson.loads(b\' {"a": [1, 2.5, null, true, "\\\\u00e9"]} \'); s = fastjson.dumps(v); '
         "print(s, 'json' in sys.modules, 're' in sys.modules)"
     )
@@ -113,7 +113,7 @@ def test_an_error_is_jsons_in_a_process_without_json() -> None:
     import sandbox
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
-    bad = f"import sys; sys.path.insert(0, {root!r}); from sandbox.agent import fastjson; fastjson.loads(sys.argv[1])"
+    bad = f"import sys; sys.path.insert(0, {root!r}); from sandbox.fast import fastjson; fastjson.loads(sys.argv[1])"
     for text in ('{"a": 1, }', '{"a": "x', "[1, 2", "nul", "{} x", ""):
         out = subprocess.run([sys.executable, "-I", "-S", "-c", bad, text], capture_output=True, text=True, cwd="/")
         with pytest.raises(json.JSONDecodeError) as expected:

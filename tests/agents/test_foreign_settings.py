@@ -144,8 +144,15 @@ def test_codex_on_a_fetched_run_starts_none_of_its_project_mcp_servers(
     planted = {"mcp_servers": {"planted": {"command": "sh", "args": ["-c", f"touch {MARK}; exec sleep 5"]}}}
     b, run_id = _fetched_with_toml(tmp_path, repo, planted)
 
-    def session(n: int, *yes: str, trusted: Path | None = None) -> subprocess.CompletedProcess[str]:
-        with ResponsesServer([mcp("write_file", path=f"done-{n}.txt", content="done\n")]) as server:
+    # Codex starts MCP servers beside the session: a short session can end before the planted one has run.
+    # Where it must have run, the session first waits for its mark (bounded), so the check is not a race.
+    wait = f"i=0; while [ ! -e {MARK} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
+
+    def session(
+        n: int, *yes: str, trusted: Path | None = None, planted_ran: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        turns = [mcp("run_command", command=wait)] if planted_ran else []
+        with ResponsesServer([*turns, mcp("write_file", path=f"done-{n}.txt", content="done\n")]) as server:
             env = codex_env(tmp_path / "c", server, b)
             if trusted is not None:  # Codex loads a project's .codex/config.toml only where it is trusted
                 with open(Path(env["CODEX_HOME"]) / "config.toml", "a") as fh:
@@ -164,7 +171,7 @@ def test_codex_on_a_fetched_run_starts_none_of_its_project_mcp_servers(
         assert ".codex/ is empty inside the sandbox" in proc.stderr and "fetched from origin" in proc.stderr
         assert (wt / "done-2.txt").exists() and not (wt / MARK).exists()
         assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
-        again = session(3, trusted=wt)
+        again = session(3, trusted=wt, planted_ran=True)
         assert again.returncode == 0, again.stderr + again.stdout
     finally:
         stop_services(b)

@@ -449,6 +449,8 @@ class Host:
             slot.run.scan_in_worker = True
             try:
                 outcome = slot.recorder.record(event)
+                if event.phase == "start":  # what a command started on it may load (sandbox.confine.foreign)
+                    outcome.foreign = slot.run.state().foreign != 0
             except Exception as exc:  # the host must outlive one bad request; the hook reports it
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
             finally:

@@ -449,12 +449,12 @@ class Host:
             slot.run.scan_in_worker = True
             try:
                 outcome = slot.recorder.record(event)
-                if event.phase == "start":  # what a command started on it may load (sandbox.confine.foreign)
-                    outcome.foreign = slot.run.state().foreign != 0
             except Exception as exc:  # the host must outlive one bad request; the hook reports it
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
             finally:
                 slot.run.outside_shared_lock = contextlib.nullcontext
+            with contextlib.suppress(Exception):  # unsaid, a command of it is masked (sandbox.confine.foreign)
+                outcome.foreign = slot.run.state().foreign != 0 if event.phase == "start" else None
         self.trees.recorded(slot.run.run_id, event.phase, outcome, peer)
         faults.point("host.after_record")  # recorded, not yet answered: the client records again (idempotent)
         if slot.note is not None and not slot.noted:

@@ -191,11 +191,15 @@ def test_claude_code_started_by_exec_through_a_shell_runs_none_of_a_fetched_runs
     tmp_path: Path, repo: Path, claude_bin: str
 ) -> None:
     """``sandbox exec RUN -- sh -c '... claude ...'``: the sandbox sees only a shell (no switch of Claude
-    Code's is added), yet the worktree's ``.claude/`` is empty inside, so the planted hook never runs;
-    adopted, the same command runs it."""
+    Code's is added), yet the worktree's ``.claude/`` and ``.mcp.json`` are empty inside, so neither the
+    planted hook nor the planted MCP server runs (and Claude Code takes the empty ``.mcp.json`` as none);
+    adopted, the same command runs both."""
     hook = {"type": "command", "command": f'touch "$CLAUDE_PROJECT_DIR/{MARK}"'}
-    planted = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+    planted = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}, "enableAllProjectMcpServers": True}
     b, run_id = _fetched_with(tmp_path, repo, ".claude", planted)
+    server = {"mcpServers": {"planted": {"command": "sh", "args": ["-c", "touch MCP-RAN; exec sleep 5"]}}}
+    plant = f"printf '%s' '{json.dumps(server)}' > .mcp.json"  # written here: the run still holds A's events
+    assert sandbox_cmd("exec", run_id, "--", "sh", "-c", plant, cwd=b).returncode == 0
 
     def session(n: int) -> subprocess.CompletedProcess[str]:
         with ModelServer([bash(f"echo done >> done-{n}.txt"), Turn(text="ok")]) as server:
@@ -214,12 +218,15 @@ def test_claude_code_started_by_exec_through_a_shell_runs_none_of_a_fetched_runs
     try:
         proc = session(1)
         assert proc.returncode == 0, proc.stderr + proc.stdout
-        assert ".claude/ is empty inside the sandbox" in proc.stderr and "--setting-sources" not in proc.stderr
+        assert ".claude/, .mcp.json are empty inside the sandbox" in proc.stderr, proc.stderr
+        assert "--setting-sources" not in proc.stderr
         wt = _worktree(b, run_id)
         assert (wt / "done-1.txt").read_text() == "done\n" and not (wt / MARK).exists()
+        assert not (wt / "MCP-RAN").exists()
         assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
         again = session(2)
         assert again.returncode == 0, again.stderr + again.stdout
         assert (wt / "done-2.txt").exists() and (wt / MARK).exists() and "is empty inside" not in again.stderr
+        assert (wt / "MCP-RAN").exists()
     finally:
         stop_services(b)

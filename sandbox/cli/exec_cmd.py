@@ -69,8 +69,8 @@ def exec_cmd(
     Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
     The command runs confined (only the worktree is writable) and without network unless
     --network on. It runs in the subdirectory you are in: of the worktree, or the same one as in
-    your tree. On a run from another clone the worktree's .claude/, .mcp.json, .gemini/ and .codex/
-    are empty inside (--isolate off refused). Use '--' before the command: sandbox exec RUN -- make test
+    your tree. On a run from another clone the worktree's .claude/, .mcp.json, .gemini/, .codex/ and
+    .env are empty inside (--isolate off refused). Use '--' before the command: sandbox exec RUN -- make test
 
     With --json the command's output goes to stderr and stdout carries only the call as JSON.
     """

@@ -4,7 +4,10 @@ A run holding anything another clone wrote (an event whose MAC does not verify h
 into this repository, a copied ``.git``) has a worktree whoever wrote it chose, the agents' project
 settings among it: Claude Code's ``.claude/`` (its hooks, permissions, commands) and ``.mcp.json`` (MCP
 servers it starts), Gemini CLI's ``.gemini/`` (hooks, MCP servers), Codex's ``.codex/`` (its project
-``config.toml``). Each names programs an agent runs as soon as it starts, without the model asking.
+``config.toml``), and ``.env``, which Gemini CLI loads into its own environment in a folder it trusts
+(the sandbox trusts the run's worktree for it): every shell command it runs then inherits whatever the
+file says (``BASH_ENV``, ``LD_PRELOAD``, ``NODE_OPTIONS``: a program of the file's choosing). Each makes
+an agent run programs as soon as it starts or runs a command, without the model asking.
 So for every command started on such a run, whatever program it is (``sandbox run RUN -- claude``, a
 wrapper ``./my-claude.sh`` that calls it, ``sandbox exec RUN -- anything``, a ``run_command`` of the
 MCP server, a compensation), the confinement masks those that exist (:data:`AGENT_SETTINGS`, at the
@@ -13,7 +16,9 @@ them): an empty read-only directory or file inside, the worktree's own files unt
 nothing could hide them, so such a command is refused under ``--isolate off``.
 
 Not masked: the instructions files (``CLAUDE.md``, ``GEMINI.md``, ``AGENTS.md``). The agents read them as
-text for the model, as they read any file of the worktree; no agent runs a program they name.
+text for the model, as they read any file of the worktree; no agent runs a program they name. A tool
+of the project's own that reads ``.env`` finds it empty on such a run too (``sandbox adopt`` a run you
+trust entirely).
 
 The one list of those paths, and the one rule: :func:`for_foreign_run`. Whether a run is foreign is the
 caller's to say (the fold counts such events; the repository's host says so in its answer to a start).
@@ -30,7 +35,7 @@ from sandbox.confine.policy import ConfinementError, Isolation
 
 #: The worktree's paths the agents load settings from that make them run programs (hooks, MCP
 #: servers): masked inside for every command started on a run from elsewhere. The one list.
-AGENT_SETTINGS = (".claude", ".mcp.json", ".gemini", ".codex")
+AGENT_SETTINGS = (".claude", ".mcp.json", ".gemini", ".codex", ".env")
 
 
 class ForeignSettingsError(ConfinementError):

@@ -230,3 +230,33 @@ def test_claude_code_started_by_exec_through_a_shell_runs_none_of_a_fetched_runs
         assert (wt / "MCP-RAN").exists()
     finally:
         stop_services(b)
+
+
+def test_gemini_on_a_fetched_run_loads_none_of_its_env_file(
+    tmp_path: Path, repo: Path, gemini_home: Path, gemini_bin: str
+) -> None:
+    """Gemini CLI loads the worktree's ``.env`` into its own environment (the sandbox trusts the worktree
+    for it), and each shell command it runs inherits it: ``BASH_ENV`` there runs a script of the file's
+    choosing before the model's command. On a run from elsewhere ``.env`` is empty inside; adopted, it loads."""
+    b, run_id = _fetched_with(tmp_path, repo, "docs", {"harmless": True})
+    plant = f'printf "touch {MARK}\\n" > evil.sh && printf "BASH_ENV=%s/evil.sh\\n" "$PWD" > .env'
+    assert sandbox_cmd("exec", run_id, "--", "sh", "-c", plant, cwd=b).returncode == 0  # the run stays foreign
+
+    def session(n: int, *yes: str) -> subprocess.CompletedProcess[bytes]:
+        turns = [gs.call("run_shell_command", command=f"echo done >> done-{n}.txt", description="s"), gs.text("ok")]
+        with gs.serve(turns) as server:
+            return sandbox_cmd(
+                "run", run_id, *yes, "--", gemini_bin, "-p", "do the task", "--yolo",
+                cwd=b, env=agent_env(server, gemini_home), timeout=TIMEOUT,
+            )  # fmt: skip
+
+    proc = session(1, "--yes")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "(.env is empty inside the sandbox)" in err
+    wt = _worktree(b, run_id)
+    assert (wt / "done-1.txt").read_text() == "done\n" and not (wt / MARK).exists()
+    assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
+    again = session(2)
+    assert again.returncode == 0, again.stderr.decode()
+    assert (wt / "done-2.txt").exists() and (wt / MARK).exists()

@@ -1,5 +1,5 @@
 """Every command started on a run from another clone, whatever the program, does not see the worktree's
-agent settings (issue 33): ``.claude/``, ``.mcp.json``, ``.gemini/`` and ``.codex/`` are empty inside the
+agent settings (issue 33): ``.claude/``, ``.mcp.json``, ``.gemini/``, ``.codex/`` and ``.env`` are empty inside the
 confinement for ``sandbox exec RUN -- ANYTHING`` (recorded in the exec process or by the repository's
 host) and for ``sandbox run RUN -- WRAPPER`` (a program the sandbox does not know, calling an agent), and
 ``--isolate off`` is refused while there are any. A run of this clone's own sees them.
@@ -28,11 +28,12 @@ PLANTED = {
     ".mcp.json": '{"mcpServers": "evil"}',
     ".gemini/settings.json": '{"hooks": "evil"}',
     ".codex/config.toml": "evil = true",
+    ".env": "BASH_ENV=/evil.sh",
     "pkg/.claude/settings.json": '{"hooks": "nested"}',
 }
 #: A wrapper of an agent, as a user keeps one outside the worktree: it reads the settings an agent would.
 READER = (
-    "for f in .claude/settings.json .mcp.json .gemini/settings.json .codex/config.toml "
+    "for f in .claude/settings.json .mcp.json .gemini/settings.json .codex/config.toml .env "
     'pkg/.claude/settings.json; do if [ -s "$f" ]; then echo "SEEN $f: $(cat "$f")"; '
     'else echo "HIDDEN $f"; fi; done'
 )
@@ -86,9 +87,9 @@ def test_exec_of_any_command_on_a_fetched_run_sees_none_of_its_agent_settings(tm
             done = sandbox_cmd("exec", run_id, "--", "sh", "-c", READER, cwd=b)
             err = done.stderr.decode()
             assert done.returncode == 0, err
-            # At the root (where it starts): all four hidden; a subdirectory's not looked for from there.
+            # At the root (where it starts): all five hidden; a subdirectory's not looked for from there.
             assert _seen(done.stdout) == ["pkg/.claude/settings.json"], (hosted, done.stdout)
-            assert "agent settings are not loaded (.claude/, .mcp.json, .gemini/, .codex/ are empty" in err, err
+            assert "agent settings are not loaded (.claude/, .mcp.json, .gemini/, .codex/, .env are empty" in err, err
             # Started in pkg/: its own .claude/ hidden too, and the root's.
             below = sandbox_cmd(
                 "exec", run_id, "--", "sh", "-c", "cat .claude/settings.json ../.mcp.json", cwd=worktree / "pkg"
@@ -120,7 +121,7 @@ def test_a_wrapper_run_on_a_fetched_run_sees_none_of_its_agent_settings_and_gets
     done = sandbox_cmd("run", run_id, "--", str(wrapper), cwd=b)
     err = done.stderr.decode()
     assert done.returncode == 0, err
-    assert _seen(done.stdout) == ["pkg/.claude/settings.json"] and len(_hidden(done.stdout)) == 4, done.stdout
+    assert _seen(done.stdout) == ["pkg/.claude/settings.json"] and len(_hidden(done.stdout)) == 5, done.stdout
     assert "empty inside the sandbox" in err and "was fetched from origin" not in err  # nothing to ask
     assert "--setting-sources" not in err  # no switches for a program it does not know
     home = tmp_path / "home"
@@ -132,7 +133,7 @@ def test_a_wrapper_run_on_a_fetched_run_sees_none_of_its_agent_settings_and_gets
     assert asked.returncode == 2 and b"HIDDEN" not in asked.stdout, err
     assert "pass --yes" in err and "was fetched from origin" in err
     given = sandbox_cmd("run", run_id, "--yes", "--hooks", "claude-code", "--", str(wrapper), cwd=b, env=env)
-    assert given.returncode == 0 and len(_hidden(given.stdout)) == 4, given.stderr
+    assert given.returncode == 0 and len(_hidden(given.stdout)) == 5, given.stderr
     refused = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(wrapper), cwd=b)
     assert refused.returncode == 1 and b"SEEN" not in refused.stdout, refused.stderr
     assert b"without '--isolate off'" in refused.stderr
@@ -146,17 +147,17 @@ def test_a_run_of_this_clones_own_sees_its_agent_settings(tmp_path: Path) -> Non
     common = Project.discover(str(repo))[0].common_dir
     assert sandbox_cmd("exec", run_id, "--", "sh", "-c", _plant_script(), cwd=repo).returncode == 0
     done = sandbox_cmd("exec", run_id, "--", "sh", "-c", READER, cwd=repo)
-    assert done.returncode == 0 and len(_seen(done.stdout)) == 5, done.stderr
+    assert done.returncode == 0 and len(_seen(done.stdout)) == 6, done.stderr
     assert b"empty inside the sandbox" not in done.stderr
     assert sandbox_cmd("serve", run_id, cwd=repo).returncode == 0
     wait_until(lambda: wire.host_alive(common), scaled(30))
     hosted = sandbox_cmd("exec", run_id, "--", "sh", "-c", READER, cwd=repo)  # the host answers: its own
-    assert hosted.returncode == 0 and len(_seen(hosted.stdout)) == 5, hosted.stderr
+    assert hosted.returncode == 0 and len(_seen(hosted.stdout)) == 6, hosted.stderr
     assert f"{run_id} start run_command" in Path(wire.host_dir(common), wire.LOG).read_text()
     unconfined = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", READER, cwd=repo)
-    assert unconfined.returncode == 0 and len(_seen(unconfined.stdout)) == 5, unconfined.stderr
+    assert unconfined.returncode == 0 and len(_seen(unconfined.stdout)) == 6, unconfined.stderr
     wrapped = sandbox_cmd("run", run_id, "--", str(_wrapper(tmp_path / "bin")), cwd=repo)
-    assert wrapped.returncode == 0 and len(_seen(wrapped.stdout)) == 5, wrapped.stderr
+    assert wrapped.returncode == 0 and len(_seen(wrapped.stdout)) == 6, wrapped.stderr
     host.stop_host(common)
 
 

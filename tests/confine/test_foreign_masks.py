@@ -178,3 +178,24 @@ def test_the_settings_masked_are_at_the_root_and_down_to_where_the_command_start
     with pytest.raises(foreign.ForeignSettingsError, match=r"a/\.codex as a link out of it"):
         foreign.settings_paths(str(root), "a")
     assert foreign.settings_paths(str(root), "c") == [f"{real}/.claude", f"{real}/.mcp.json", f"{real}/c/.claude"]
+
+
+@needs_bwrap
+def test_the_mcp_servers_run_command_on_a_fetched_run_sees_none_of_its_agent_settings(tmp_path: Path) -> None:
+    """``sandbox mcp --run RUN`` (your MCP client's tools on a fetched run): ``run_command`` gets the same masks."""
+    from mcp import ClientSession
+
+    from tests.mcp.test_mcp import serve
+
+    b, run_id = _fetched_with_all_settings(tmp_path)
+    sandbox_cmd("path", run_id, cwd=b)  # its worktree made here
+
+    @serve(b, "--run", run_id)
+    async def answer(s: ClientSession) -> object:
+        r = await s.call_tool("run_command", {"command": READER})
+        return r.structured_content
+
+    shown = json.dumps(answer)
+    assert "SEEN pkg/.claude/settings.json" in shown and shown.count("HIDDEN") == 5, shown
+    assert "evil" not in shown
+    host.stop_host(Project.discover(str(b))[0].common_dir)

@@ -133,8 +133,8 @@ def run_hosted(
     user_workdir = user_workdir_of(loc.common_dir)
     iso = isolation(user_workdir) if isolation is not None else None
     where = subdir(loc.worktree, user_workdir) if subdir is not None else ""
-    if (iso is None or not (iso.enabled or iso.inherited)) and _has_settings(loc.worktree, where):
-        return None  # unconfined beside agent settings: the full path knows whose they are (refused if not ours)
+    if _for_the_full_path(iso, loc.worktree, where):
+        return None  # the full path knows whose the run is before it records anything (refused if not ours)
     confined = _confinement(iso, loc, user_workdir)
     call_id = call_id or f"call_{secrets.token_hex(6)}"
     cwd = os.path.join(loc.worktree, where) if where else loc.worktree
@@ -196,13 +196,15 @@ def _confinement(
     return iso, policy
 
 
-def _has_settings(worktree: str, subdir: str) -> bool:
-    """Whether the worktree holds agent settings a command started in ``subdir`` would see (or one that
-    cannot be told: a link leading out), which on a run from elsewhere must be masked."""
+def _for_the_full_path(iso: spawn.Isolation | None, worktree: str, subdir: str) -> bool:
+    """Whether a command is left to the full path, which reads whose the run is before recording: one
+    started unconfined beside agent settings a run from elsewhere would have masked, or beside such a
+    path that is a link out of the worktree (refused there on a run from elsewhere)."""
     try:
-        return bool(foreign.settings_paths(worktree, subdir))
+        present = bool(foreign.settings_paths(worktree, subdir))
     except foreign.ForeignSettingsError:
         return True
+    return present and (iso is None or not (iso.enabled or iso.inherited))
 
 
 def _masked(

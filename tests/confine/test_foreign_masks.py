@@ -107,6 +107,11 @@ def test_exec_of_any_command_on_a_fetched_run_sees_none_of_its_agent_settings(tm
         assert refused.returncode == 1 and b"SEEN" not in refused.stdout and b"HIDDEN" not in refused.stdout, err
         assert f"Run {run_id} holds work from another clone" in err and "without '--isolate off'" in err, err
         assert _calls(b, run_id) == before
+        # One that leads out of the worktree: refused before anything is recorded (a program would follow it).
+        (worktree / "pkg" / ".gemini").symlink_to(tmp_path)
+        linked = sandbox_cmd("exec", run_id, "--", "true", cwd=worktree / "pkg")
+        assert linked.returncode == 1 and b"pkg/.gemini as a link out of it" in linked.stderr, linked.stderr
+        assert _calls(b, run_id) == before
     finally:
         host.stop_host(common)
 

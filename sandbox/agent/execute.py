@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from sandbox.agent import changes
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
-from sandbox.confine import spawn
+from sandbox.confine import foreign, spawn
 from sandbox.confine.policy import policy_for_run
 from sandbox.models import CallStatus, LedgerEntry
 from sandbox.run.calls import RecordingFailedError
@@ -51,6 +51,9 @@ class ExecOutcome:
     cannot_start: str | None = None
     #: The call's changes could not be recorded: why (it ended failed with that reason).
     unrecorded: str | None = None
+    #: What the command did not see, to tell the user: a run from elsewhere's agent settings, masked
+    #: (:func:`sandbox.confine.foreign.said`); None: nothing masked.
+    masked: str | None = None
 
 
 def execute(
@@ -78,14 +81,14 @@ def execute(
     A command that cannot start at all (no such program, not executable) is recorded as failed with
     that reason, and its exit code is a shell's (127, 126).
     """
-    confined = _confinement(run, isolation)
+    if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
+        subdir = ""
+    confined, masked = _confinement(run, isolation, subdir)
     # A scan's libgit2 status runs in a child killed at its deadline, as the host's does: a file the
     # agent swaps for a FIFO while it is read would block this process for ever (sandbox.store.scan).
     run.scan_in_worker = True
     call_id = call_id or new_call_id()
     source, own_watcher = _source(run, source, use_host, local_watcher)
-    if subdir and not os.path.isdir(os.path.join(run.worktree, subdir)):
-        subdir = ""
     cwd = os.path.join(run.worktree, subdir) if subdir else run.worktree
     input_value = command_input(argv, isolation)
     unstartable = cannot_start(argv, cwd)
@@ -134,7 +137,7 @@ def execute(
     if refused is not None:
         raise refused
     assert call.entry is not None
-    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None, unrecorded)
+    return ExecOutcome(call.entry, returncode, learnt, unstartable.message if unstartable else None, unrecorded, masked)
 
 
 def _source(
@@ -150,12 +153,21 @@ def _source(
     return changes.pick(host=(run.project.common_dir, run.run_id, run.dir) if use_host else None), None
 
 
-def _confinement(run: Run, isolation: spawn.Isolation | None) -> tuple[spawn.Isolation, spawn.Policy] | None:
-    """The confinement and policy of the command; refused here (nothing recorded yet) when unavailable."""
+def _confinement(
+    run: Run, isolation: spawn.Isolation | None, subdir: str
+) -> tuple[tuple[spawn.Isolation, spawn.Policy] | None, str | None]:
+    """The confinement and policy of the command, and what to tell of the paths masked in it for a run
+    holding anything from elsewhere (its worktree's agent settings, :mod:`sandbox.confine.foreign`,
+    whatever the command); refused here (nothing recorded yet) when unavailable, or unconfined with such
+    settings to mask."""
+    masked: list[str] = []
+    if run.state().foreign != 0:
+        isolation, masked = foreign.for_foreign_run(isolation, run.worktree, subdir, run.run_id)
     if isolation is None or not isolation.enabled:
-        return None
+        return None, None
     spawn.check(isolation)
-    return isolation, policy_for_run(isolation, run)
+    told = foreign.said(run.worktree, masked, run.run_id) if masked else None
+    return (isolation, policy_for_run(isolation, run)), told
 
 
 def _own_watcher(run: Run) -> tuple[Inotify, Tree]:

@@ -229,7 +229,9 @@ class Outcome:
     see ``hooks.allow_edits``), or None (the agent decides as it would without the sandbox).
     ``call``, ``status`` and ``files`` say what was recorded (the call, its status after the
     event, how many files a finish committed); ``note`` is a one-line remark for the user (say,
-    that the run's changes are found by scanning because the inotify limits are reached).
+    that the run's changes are found by scanning because the inotify limits are reached);
+    ``foreign``, in the host's answer to a start, whether the run holds events from another clone
+    (a command started on it gets the worktree's agent settings masked: :mod:`sandbox.confine.foreign`).
     """
 
     def __init__(
@@ -243,6 +245,7 @@ class Outcome:
         status: str | None = None,
         files: int | None = None,
         note: str | None = None,
+        foreign: bool | None = None,
     ) -> None:
         self.ok = ok
         self.message = message
@@ -253,6 +256,7 @@ class Outcome:
         self.status = status
         self.files = files
         self.note = note
+        self.foreign = foreign
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Outcome) and vars(self) == vars(other)
@@ -279,6 +283,7 @@ class Outcome:
             status=self.status,
             files=self.files,
             note=self.note,
+            foreign=self.foreign,
         )
 
     @classmethod
@@ -296,6 +301,7 @@ class Outcome:
             reply["status"] if isinstance(reply.get("status"), str) else None,
             files if isinstance(files, int) and not isinstance(files, bool) else None,
             reply["note"] if isinstance(reply.get("note"), str) else None,
+            reply["foreign"] if isinstance(reply.get("foreign"), bool) else None,
         )
 
 

@@ -453,6 +453,8 @@ class Host:
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
             finally:
                 slot.run.outside_shared_lock = contextlib.nullcontext
+            with contextlib.suppress(Exception):  # unsaid, a command of it is masked (sandbox.confine.foreign)
+                outcome.foreign = slot.run.state().foreign != 0 if event.phase == "start" else None
         self.trees.recorded(slot.run.run_id, event.phase, outcome, peer)
         faults.point("host.after_record")  # recorded, not yet answered: the client records again (idempotent)
         if slot.note is not None and not slot.noted:

@@ -7,13 +7,17 @@ path imports neither pygit2 nor pydantic (a third of a second of start-up), like
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
 Only the standard library, :mod:`sandbox.agent.hookproto`, :mod:`sandbox.agent.wire`,
-:mod:`sandbox.store.layout` and :mod:`sandbox.confine.spawn` are imported here. The host's replies
-are structured (the call, its status, its file count): nothing is parsed out of a message. When no host answers,
-:func:`run_hosted` returns None and the caller records the call in its own process.
+:mod:`sandbox.store.layout`, :mod:`sandbox.confine.spawn` and :mod:`sandbox.confine.foreign` are imported
+here. The host's replies are structured (the call, its status, its file count): nothing is parsed out of a
+message. When no host answers, :func:`run_hosted` returns None and the caller records the call in its own
+process. The host's answer to the start says whether the run holds events from another clone: the command
+then runs with the worktree's agent settings masked (:mod:`sandbox.confine.foreign`). A command to run
+unconfined beside such settings is left to the full path, which knows whose they are before recording.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -25,7 +29,7 @@ from typing import Any, TypedDict
 
 from sandbox.agent import hookproto, recorder, wire
 from sandbox.agent.outputs import open_channels
-from sandbox.confine import spawn
+from sandbox.confine import foreign, spawn
 from sandbox.confine.policy import policy_for
 from sandbox.errors import SandboxError
 from sandbox.run.output import OUTPUT_TEXT, Tail
@@ -76,6 +80,9 @@ class HostedOutcome:
     cannot_start: str | None = None
     #: The call's changes could not be recorded: why (it ended failed with that reason).
     unrecorded: str | None = None
+    #: What the command did not see, to tell the user: a run from elsewhere's agent settings, masked
+    #: (:func:`sandbox.confine.foreign.said`); None: nothing masked.
+    masked: str | None = None
 
 
 def locate(base_dir: str, run_id: str | None) -> hookproto.Location | None:
@@ -125,15 +132,11 @@ def run_hosted(
         return None
     user_workdir = user_workdir_of(loc.common_dir)
     iso = isolation(user_workdir) if isolation is not None else None
-    confined: tuple[spawn.Isolation, spawn.Policy] | None = None
-    if iso is not None and iso.enabled:
-        spawn.check(iso)
-        policy = policy_for(
-            iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
-        )
-        confined = (iso, policy)
-    call_id = call_id or f"call_{secrets.token_hex(6)}"
     where = subdir(loc.worktree, user_workdir) if subdir is not None else ""
+    if _for_the_full_path(iso, loc.worktree, where):
+        return None  # the full path knows whose the run is before it records anything (refused if not ours)
+    confined = _confinement(iso, loc, user_workdir)
+    call_id = call_id or f"call_{secrets.token_hex(6)}"
     cwd = os.path.join(loc.worktree, where) if where else loc.worktree
     spec = command_input(argv, iso)
     start = _command_event("start", loc, tool_name, call_id, spec, idempotency=idempotency, replay=replay)
@@ -147,7 +150,10 @@ def run_hosted(
     refused: spawn.ConfinementError | None = None
     unstartable = cannot_start(argv, cwd)
     output: dict[str, Tail] = {}
+    masked: str | None = None
     try:
+        if confined is not None and answer.foreign is not False:  # (None: a host too old to say; masked)
+            confined, masked = _masked(confined, loc, where)
         returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, output)
     except spawn.ConfinementError as exc:
         refused, returncode = exc, 126
@@ -173,9 +179,47 @@ def run_hosted(
     # reason; the command's exit code is still passed through.
     why = unstartable.message if unstartable else None
     unrecorded = None if done.ok else done.message
-    return HostedOutcome(
-        done.call or call_id, done.status or finish.status, done.files, returncode, done.message, why, unrecorded
+    status = done.status or finish.status
+    return HostedOutcome(done.call or call_id, status, done.files, returncode, done.message, why, unrecorded, masked)
+
+
+def _confinement(
+    iso: spawn.Isolation | None, loc: hookproto.Location, user_workdir: str | None
+) -> tuple[spawn.Isolation, spawn.Policy] | None:
+    """The command's isolation and policy (None: unconfined); refused when it cannot be had."""
+    if iso is None or not iso.enabled:
+        return None
+    spawn.check(iso)
+    policy = policy_for(
+        iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
     )
+    return iso, policy
+
+
+def _for_the_full_path(iso: spawn.Isolation | None, worktree: str, subdir: str) -> bool:
+    """Whether a command is left to the full path, which reads whose the run is before recording: one
+    started unconfined beside agent settings a run from elsewhere would have masked, or beside such a
+    path that is a link out of the worktree (refused there on a run from elsewhere)."""
+    try:
+        present = bool(foreign.settings_paths(worktree, subdir))
+    except foreign.ForeignSettingsError:
+        return True
+    return present and (iso is None or not (iso.enabled or iso.inherited))
+
+
+def _masked(
+    confined: tuple[spawn.Isolation, spawn.Policy], loc: hookproto.Location, subdir: str
+) -> tuple[tuple[spawn.Isolation, spawn.Policy], str | None]:
+    """``confined`` for a run the host says holds events from elsewhere: its worktree's agent settings
+    masked (:mod:`sandbox.confine.foreign`, whatever the command), and what to tell the user of it."""
+    iso, policy = confined
+    paths = foreign.settings_paths(loc.worktree, subdir)
+    if not paths:
+        return confined, None
+    masked = foreign.mask(iso, paths, loc.worktree, loc.run_id)
+    assert masked is not None
+    told = foreign.said(loc.worktree, paths, loc.run_id)
+    return (masked, dataclasses.replace(policy, masked=(*policy.masked, *paths))), told
 
 
 def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, object]:

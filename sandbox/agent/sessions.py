@@ -155,11 +155,6 @@ class AgentSessions:
         ``UNTRUSTED_WORKTREE``): added when a run another clone recorded is continued."""
         return tuple(getattr(adapters.agent(self.name), "UNTRUSTED_WORKTREE", ()))
 
-    def worktree_settings(self) -> tuple[str, ...]:
-        """The worktree's directories of agent settings hidden from it (its adapter's ``WORKTREE_SETTINGS``)
-        when a run another clone recorded is continued: masked by the confinement (no switch skips them)."""
-        return tuple(getattr(adapters.agent(self.name), "WORKTREE_SETTINGS", ()))
-
     def carried(self, argv: Sequence[str], program: str) -> tuple[list[str], list[str]]:
         """A command line recorded in another clone, cut down to what may run here: (the line, what was dropped).
 

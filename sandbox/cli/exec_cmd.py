@@ -12,6 +12,7 @@ from sandbox.cli.isolation import isolation_options, resolve, resolver
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
 
 if TYPE_CHECKING:
+    from sandbox.agent.execute import ExecOutcome
     from sandbox.agent.hosted import HostedOutcome
 
 
@@ -68,7 +69,8 @@ def exec_cmd(
     Every file the command creates, changes, deletes, renames or chmods is captured in one commit.
     The command runs confined (only the worktree is writable) and without network unless
     --network on. It runs in the subdirectory you are in: of the worktree, or the same one as in
-    your tree. Use '--' before the command: sandbox exec RUN -- make test
+    your tree. On a run from another clone the worktree's .claude/, .mcp.json, .gemini/, .codex/ and
+    .env are empty inside (--isolate off refused). Use '--' before the command: sandbox exec RUN -- make test
 
     With --json the command's output goes to stderr and stdout carries only the call as JSON.
     """
@@ -91,6 +93,7 @@ def exec_cmd(
                 hosted.files,
                 hosted.cannot_start,
                 hosted.unrecorded,
+                hosted.masked,
             )
             sys.exit(_exit_code(hosted.returncode, hosted.unrecorded))
     from sandbox.agent.execute import execute
@@ -119,6 +122,12 @@ def exec_cmd(
             isolation=isolation,
             subdir=subdir_in_run(here, run.worktree, run.user_workdir),
         )
+    _report_local(as_json, outcome)
+    sys.exit(_exit_code(outcome.returncode, outcome.unrecorded))
+
+
+def _report_local(as_json: bool, outcome: ExecOutcome) -> None:
+    """:func:`_report` of a call recorded in this process."""
     entry = outcome.entry
     _report(
         as_json,
@@ -128,8 +137,8 @@ def exec_cmd(
         len(entry.files),
         outcome.cannot_start,
         outcome.unrecorded,
+        outcome.masked,
     )
-    sys.exit(_exit_code(outcome.returncode, outcome.unrecorded))
 
 
 def _exit_code(returncode: int, unrecorded: str | None) -> int:
@@ -146,10 +155,16 @@ def _report(
     files: int | None,
     why: str | None,
     unrecorded: str | None = None,
+    masked: str | None = None,
 ) -> None:
     """The call as JSON on stdout, or one line on stderr (the command's own output is the user's).
 
-    ``unrecorded``: why the call's changes could not be recorded (one line on stderr, JSON or not)."""
+    ``unrecorded``: why the call's changes could not be recorded (one line on stderr, JSON or not);
+    ``masked``: what the command did not see (a run from elsewhere: its agent settings; on stderr too)."""
+    if masked is not None:
+        from sandbox.cli import escape
+
+        click.echo(f"sandbox: {escape.text(masked)}", err=True)
     if unrecorded is not None:
         click.echo(f"sandbox: {unrecorded}", err=True)
         if not as_json:

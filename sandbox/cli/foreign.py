@@ -1,9 +1,10 @@
-"""Launching an agent on a run holding anything from another clone (``sandbox run RUN -- AGENT``,
+"""Launching an agent on a run holding anything from another clone (``sandbox run RUN -- PROGRAM``,
 ``resume`` and ``rewind --continue``): one rule, :func:`sandbox.recovery.continue_.foreign_launch`.
 
 Whoever wrote such a run chose its worktree, its agent settings among it (hooks, MCP servers): they
-are not loaded (the agent's own switches, their directories masked inside the confinement), and the
-user's login is copied into the run's agent home only when the user says so (``--yes`` for scripts).
+are not loaded (masked inside the confinement for any program, :mod:`sandbox.confine.foreign`; the
+agent's own switches too), and the user's login is copied into the run's agent home only when the user
+says so (``--yes`` for scripts).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from sandbox.run.run import Run
 
 #: ``ctx.meta`` key: the worktree paths masked inside the confinement (a foreign run's agent settings,
-#: :func:`sandbox.recovery.continue_.settings_to_mask`).
+#: :func:`sandbox.confine.foreign.settings_paths`).
 MASKED = "sandbox.continue.masked"
 #: ``ctx.meta`` key: the user's login is not seeded into the run's agent home (a foreign run, the user said no).
 NO_LOGIN = "sandbox.continue.no_login"
@@ -28,19 +29,23 @@ NO_LOGIN = "sandbox.continue.no_login"
 GUARDED = "sandbox.continue.guarded"
 
 
-def guard_foreign(ctx: click.Context, run: Run, command: tuple[str, ...], yes: bool) -> tuple[str, ...]:
-    """``sandbox run RUN -- AGENT`` on a run holding anything from elsewhere: the same rule as ``resume
-    --continue`` (:func:`sandbox.recovery.continue_.foreign_launch`): the worktree's own agent settings
-    not loaded, the user's login given only when asked; the command with the agent's switches added."""
+def guard_foreign(
+    ctx: click.Context, run: Run, command: tuple[str, ...], yes: bool, subdir: str, login_for: str | None
+) -> tuple[str, ...]:
+    """``sandbox run RUN -- PROGRAM`` on a run holding anything from elsewhere: the same rule as ``resume
+    --continue`` (:func:`sandbox.recovery.continue_.foreign_launch`), whatever the program (an agent, a
+    wrapper of one): the worktree's agent settings masked (down to ``subdir``, where it starts), the
+    agent's own switches added when it is one we know, and the login of ``login_for`` (the agent whose
+    home in the run is seeded) given only when asked. The command, with those switches."""
     from sandbox.agent import sessions
     from sandbox.recovery import continue_
 
     agent = sessions.for_command(list(command))
-    guard = continue_.foreign_launch(run, agent)
+    guard = continue_.foreign_launch(run, agent, subdir=subdir)
     if guard is None:
         return command
-    if agent is not None:
-        ctx.meta[NO_LOGIN] = not may_give_login(run, agent.name, guard.where, yes)
+    if login_for is not None:
+        ctx.meta[NO_LOGIN] = not may_give_login(run, login_for, guard.where, yes)
     for message in guard.messages:
         click.echo(f"sandbox: {escape.text(message)}", err=True)
     ctx.meta[MASKED] = tuple(guard.masked)

@@ -214,13 +214,14 @@ def run_agent(
         if not ctx.meta.get(GUARDED):  # resume/rewind --continue planned the same already
             from sandbox.cli.foreign import guard_foreign
 
-            command = guard_foreign(ctx, run, command, yes)
+            starts_in = subdir_in_run(here, run.worktree, run.user_workdir)
+            command = guard_foreign(ctx, run, command, yes, starts_in, _seeded(command, hooks_for))
         from sandbox.agent.launch import where_of
 
         where = where_of(run)
         before = len(run.state().order)  # the exit summary speaks of this session's calls only
     env, home_for = _agent_env(where, command, hooks_for, add_private, login=not ctx.meta.get(NO_LOGIN, False))
-    isolation = _masked(ctx, _with_home(isolation, home_for))
+    isolation = _masked(ctx, _with_home(isolation, home_for), where)
     subdir = subdir_in_run(here, where.worktree, where.user_workdir)
     began = time.time()
     run, result = _session(ctx, run, where, command, env, subdir, debounce, isolation, as_json)
@@ -330,21 +331,26 @@ def _isolation(
     return isolation
 
 
-def _masked(ctx: click.Context, isolation: Isolation) -> Isolation:
-    """``isolation`` with the paths ``resume --continue`` masks (a foreign run's agent settings), if any."""
-    import dataclasses
+def _masked(ctx: click.Context, isolation: Isolation, where: Where) -> Isolation:
+    """``isolation`` with a foreign run's agent settings masked (:mod:`sandbox.confine.foreign`), if any;
+    refused under ``--isolate off``."""
+    from sandbox.confine import foreign
 
-    from sandbox.errors import UsageError
+    masked = list(ctx.meta.get(MASKED, ()))
+    masking = foreign.mask(isolation, masked, where.worktree, where.run_id)
+    assert masking is not None
+    return masking
 
-    masked = tuple(ctx.meta.get(MASKED, ()))
-    if not masked:
-        return isolation
-    if not isolation.enabled:
-        raise UsageError(
-            "This run's agent settings in its worktree came from another clone and are hidden from the agent "
-            "only inside the sandbox; start its agent without '--isolate off'."
-        )
-    return dataclasses.replace(isolation, masked=(*isolation.masked, *masked))
+
+def _seeded(command: tuple[str, ...], hooks_for: str) -> str | None:
+    """The agent whose home in the run :func:`_agent_env` makes, seeded with your login: the one named
+    by ``--hooks``, else the one ``command`` starts by its exact name; None for any other program."""
+    from sandbox.agent import adapters
+
+    if hooks_for not in ("auto", "none"):
+        return hooks_for
+    name = os.path.basename(command[0])
+    return next((n for n in adapters.names() if name == adapters.agent(n).PROGRAM), None)
 
 
 def _homed(command: str) -> AgentAdapter | None:

@@ -143,6 +143,10 @@ class CommandTools(WorkspaceState):
                 self.hosted, run, command, timeout, idempotency, replay, call_id, agent_session
             )
         isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
+        if run.state().foreign != 0:  # a run from elsewhere: its worktree's agent settings masked, any command
+            from sandbox.confine import foreign
+
+            isolation, _masked = foreign.for_foreign_run(isolation, run.worktree, "", run.run_id)
         confined = None
         if isolation is not None and isolation.enabled:
             spawn.check(isolation)  # refused before anything is recorded

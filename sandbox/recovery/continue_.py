@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
 from sandbox.agent.transcripts import RecordedCommand, agent_command, current_session, primary_home
+from sandbox.confine import foreign
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
 from sandbox.run import comments
@@ -73,7 +74,7 @@ class ContinuePlan:
     recorded_isolation: str | None = None
     #: Where the record came from when it is not this clone's (``fetched from origin``), else None.
     foreign: str | None = None
-    #: The worktree's agent settings masked inside the confinement (a foreign run's: absolute paths).
+    #: The worktree's agent settings masked inside the confinement (a foreign run's, :mod:`sandbox.confine.foreign`).
     masked: list[str] = field(default_factory=list)
 
 
@@ -304,7 +305,7 @@ def plan(
         raise ValueError("plan() needs a resume report or a prompt")
     # The worktree's agent settings are someone else's while the run holds anything from elsewhere, even
     # once a session continued here made the record this clone's own.
-    guard = foreign_launch(run, agent, recorded.foreign)
+    guard = foreign_launch(run, agent, recorded.foreign, subdir)
     untrusted, masked = (guard.untrusted, guard.masked) if guard is not None else ((), [])
     messages.extend(guard.messages if guard is not None else [])
     outside = guard.where if guard is not None else None
@@ -347,40 +348,36 @@ class ForeignLaunch:
     where: str
     #: The agent's options that keep it from loading the worktree's settings (added to its command).
     untrusted: tuple[str, ...] = ()
-    #: The worktree's settings directories masked inside the confinement (absolute paths).
+    #: The worktree's agent settings masked inside the confinement (:func:`sandbox.confine.foreign.settings_paths`).
     masked: list[str] = field(default_factory=list)
     #: What is said about it, one sentence each.
     messages: list[str] = field(default_factory=list)
 
 
 def foreign_launch(
-    run: Run, agent: sessions.AgentSessions | None, recorded_from: str | None = None
+    run: Run, agent: sessions.AgentSessions | None, recorded_from: str | None = None, subdir: str = ""
 ) -> ForeignLaunch | None:
     """The one rule for every launch of an agent on a run (``sandbox run RUN -- AGENT``, ``resume`` and
     ``rewind --continue``): None while every event of the run is this clone's (its MAC verifies);
-    else the worktree's own settings of ``agent`` (hooks, MCP servers: whoever wrote the run chose
-    them) are not loaded, by its own switches and by masking their directories inside the
-    confinement. The caller asks before the user's login is copied into the run's agent home.
+    else the worktree's agent settings (hooks, MCP servers: whoever wrote the run chose them) are not
+    loaded: masked inside the confinement whatever the program (:mod:`sandbox.confine.foreign`, down to
+    ``subdir``, where it starts), and skipped by the agent's own switches when it has them. The caller
+    asks before the user's login is copied into the run's agent home.
     ``recorded_from``: where the agent command on record came from, when it is not this clone's."""
     outside = recorded_from or foreign_origin(run)
     if outside is None:
         return None
     guard = ForeignLaunch(outside)
-    if agent is None:
-        return guard
-    guard.untrusted = agent.untrusted_worktree()
-    if guard.untrusted:
+    if agent is not None:
+        guard.untrusted = agent.untrusted_worktree()
+    if guard.untrusted and agent is not None:
         guard.messages.append(
             f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {outside}): "
             f"{' '.join(guard.untrusted)}."
         )
-    guard.masked = settings_to_mask(run, agent)
+    guard.masked = foreign.settings_paths(run.worktree, subdir)
     if guard.masked:
-        shown = ", ".join(os.path.relpath(p, os.path.realpath(run.worktree)) + "/" for p in guard.masked)
-        guard.messages.append(
-            f"the worktree's own {agent.name} settings are not loaded (a run {outside}): {shown} "
-            "is empty inside the sandbox."
-        )
+        guard.messages.append(foreign.said(run.worktree, guard.masked, run.run_id, outside))
     return guard
 
 
@@ -390,25 +387,6 @@ def foreign_origin(run: Run) -> str | None:
     if run.state().foreign == 0:
         return None
     return transcripts.origin(run)
-
-
-def settings_to_mask(run: Run, agent: sessions.AgentSessions) -> list[str]:
-    """The worktree's directories of ``agent``'s settings that exist, as the confinement masks them (where
-    they lead); one that is a link out of the worktree is refused (the agent would follow it)."""
-    root = os.path.realpath(run.worktree)
-    out = []
-    for name in agent.worktree_settings():
-        path = os.path.join(root, name)
-        if not os.path.lexists(path):
-            continue
-        real = os.path.realpath(path)
-        if not real.startswith(root + os.sep):
-            raise CannotContinueError(
-                f"The worktree of run {run.run_id} has {name} as a link out of it, where its {agent.name} would "
-                f"read settings this clone did not write; remove the link, then continue again."
-            )
-        out.append(real)
-    return out
 
 
 def _confinement(

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.agent import sessions, transcripts
+from sandbox.confine.foreign import ForeignSettingsError
 from sandbox.confine.spawn import ConfinementError, Isolation, check
 from sandbox.recovery import continue_
 from sandbox.recovery.resume import resume
@@ -349,7 +350,7 @@ def test_a_fetched_runs_worktree_agent_settings_are_hidden_on_continue(tmp_path:
     assert (worktree / folder / "settings.json").read_text() == '{"evil": true}\n'  # only hidden, never touched
     refused = sandbox_cmd("resume", run_id, "--continue", "--isolate", "off", cwd=b, env={"PATH": path})
     assert refused.returncode != 0 and b"SETTINGS-" not in refused.stdout
-    assert b"start its agent without '--isolate off'" in refused.stderr
+    assert b"run it without '--isolate off'" in refused.stderr
 
 
 @needs_bwrap
@@ -370,7 +371,7 @@ def test_a_plain_run_of_an_agent_on_a_fetched_run_hides_its_worktree_settings(
         assert f"{folder}/ is empty inside the sandbox" in err and "fetched from origin" in err
     refused = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(probe), cwd=b)
     assert refused.returncode != 0 and b"SETTINGS-" not in refused.stdout
-    assert b"start its agent without '--isolate off'" in refused.stderr
+    assert b"run it without '--isolate off'" in refused.stderr
     # Made here, the same folder is yours: loaded.
     mine = sandbox_cmd(
         "run", "--new", "--isolate", "off", "--", "sh", "-c", f"mkdir {folder}; echo x > {folder}/s", cwd=b
@@ -415,7 +416,7 @@ def test_a_settings_folder_that_leads_out_of_a_fetched_worktree_is_refused(tmp_p
     materialize.ensure(run)
     (Path(run.worktree) / ".gemini").symlink_to(tmp_path)
     probe = _settings_probe(tmp_path / "bin", "gemini", ".gemini/settings.json")
-    with pytest.raises(continue_.CannotContinueError, match="as a link out of it"):
+    with pytest.raises(ForeignSettingsError, match="as a link out of it"):
         continue_.plan(run, None, {}, prompt="Go on.", search_path=[str(probe.parent)])
 
 

@@ -30,10 +30,6 @@ PRIVATE: tuple[str, ...] = ()
 STATE = ("~/.codex/",)
 LOGIN = ("~/.codex/auth.json",)
 LOGIN_KEYS: tuple[str, ...] = ()
-#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
-#: worktree's own ``.codex/`` (its project ``config.toml``: MCP servers, commands, profiles); the
-#: confinement masks the directory (an empty one inside). The run's ``CODEX_HOME`` stays.
-WORKTREE_SETTINGS = (".codex",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, its plugins, apps, browser and computer use turned off, Codex's own sandbox and

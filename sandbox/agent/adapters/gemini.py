@@ -95,11 +95,6 @@ PRIVATE: tuple[str, ...] = ()
 STATE = ("~/.gemini/",)
 LOGIN = ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json")
 LOGIN_KEYS: tuple[str, ...] = ()
-#: Hidden from the agent when ``resume --continue`` relaunches a run another clone recorded: the
-#: worktree's own settings (``.gemini/settings.json``: hooks, MCP servers, tools, environment), commands
-#: and extensions; Gemini CLI has no switch that skips them, so the confinement masks the directory (an
-#: empty one inside). The sandbox's hooks are in the run's own home (``GEMINI_CLI_HOME``), which stays.
-WORKTREE_SETTINGS = (".gemini",)
 #: The options ``resume --continue`` keeps from a command line recorded in another clone (a fetched
 #: run), with the values each may take (``*``: any plain word; none: no value): model and output
 #: choices, Gemini's own sandbox (more confinement, never less). ``--yolo``, ``--extensions``,

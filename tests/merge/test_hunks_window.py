@@ -131,3 +131,30 @@ def test_a_repeated_window_lands_where_git_apply_puts_it(tmp_path: Path) -> None
     (tmp_path / "p.diff").write_bytes(patch)
     subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, check=True)
     assert placed == (tmp_path / "f.txt").read_bytes() == b"x0\n" * 6 + b"x1\n" * 4 + b"agent\n" + b"x1\n" * 3
+
+
+def test_parsed_hunks_are_kept_per_process_and_each_caller_gets_its_own(tmp_path: Path) -> None:
+    """file_hunks parses a file once per (path, before, after): a second call shares the parsed hunks (no
+    second read or diff), hands back its own FileHunks (``taken`` set on one is not on the other), and
+    forget() drops them; take(content=False) gives the same ids and replacements, without the content."""
+    import pygit2
+
+    from sandbox.store.objects import MODE_FILE, Entry
+
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    base = b"".join(f"line {i}\n".encode() for i in range(40))
+    agent = base.replace(b"line 5\n", b"FIVE\n").replace(b"line 30\n", b"THIRTY\n")
+    before, after = Entry(MODE_FILE, str(repo.create_blob(base))), Entry(MODE_FILE, str(repo.create_blob(agent)))
+    hk.forget()
+    first = hk.file_hunks(repo, "f.txt", before, after)
+    first.taken = [first.hunks[0].id]
+    second = hk.file_hunks(repo, "f.txt", before, after)
+    assert second is not first and second.hunks[1] is first.hunks[1] and second.old is first.old
+    assert second.taken == [] and [h.id for h in second.hunks] == [h.id for h in first.hunks]
+    assert hk.file_hunks(repo, "g.txt", before, after).hunks[0].id != first.hunks[0].id  # the path is in the id
+    hk.forget()
+    assert hk.file_hunks(repo, "f.txt", before, after).hunks[1] is not first.hunks[1]
+    choice = hk.Choice(ids={second.hunks[1].id})
+    full, bare = hk.take(second, choice), hk.take(second, choice, content=False)
+    assert full is not None and bare is not None and full.content == agent.replace(b"FIVE\n", b"line 5\n")
+    assert bare.content is None and (bare.ids, bare.parts) == (full.ids, full.parts)

@@ -15,6 +15,12 @@ is the hash of the path and both states, and naming it takes the whole file, as 
 Taking a subset writes ``base + chosen changes`` (a new blob); the apply (:mod:`sandbox.merge.partial`)
 records it as a :class:`~sandbox.models.PartialApply` so that ``status``/``log`` say "partly applied",
 a later apply can take the rest, and ``undo`` puts back exactly the base.
+
+A file's parsed hunks are kept per process (:func:`file_hunks`), so listing them and then taking some
+diffs the file once. On a file the user edited, each chosen change is placed by its window (its lines
+and three of context) found in the user's file, as ``git apply`` finds a hunk (:func:`onto_yours`); the
+user's change is diffed only when a window is not found (to name the lines in the way). See
+docs/design.md, "Picked hunks: parsed once, placed by their windows".
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import pygit2
 
 from sandbox.errors import SandboxError, UsageError
 from sandbox.store import objects
+from sandbox.store.lru import Lru
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
 if TYPE_CHECKING:
@@ -36,6 +43,9 @@ if TYPE_CHECKING:
 CONTEXT = 3
 BINARY_SNIFF = 8000
 NO_NEWLINE = b"\\ No newline at end of file\n"
+#: The parsed hunks kept per process (:func:`file_hunks`): at most this many files, and lines in all.
+CACHE_FILES = 64
+CACHE_LINES = 200_000
 
 
 class HunkSelectionError(SandboxError):
@@ -89,6 +99,9 @@ class FileHunks:
     def all_ids(self) -> set[str]:
         """Every id that names something in this file."""
         return {self.id} | {h.id for h in self.hunks} | {c.id for c in self.changes}
+
+
+_parsed: Lru[tuple[str, State, State], FileHunks] = Lru(CACHE_FILES, CACHE_LINES, lambda fh: len(fh.old) + 1)
 
 
 @dataclass
@@ -152,7 +165,27 @@ def _span(start: int, count: int) -> int:
 
 
 def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) -> FileHunks:
-    """The hunks and changes of ``path`` from ``before`` to ``after`` (blobs in ``repo``)."""
+    """The hunks and changes of ``path`` from ``before`` to ``after`` (blobs in ``repo``).
+
+    Kept per process by ``(path, before, after)`` (blobs never change, and an id is a function of
+    the path and the two blobs), so that an apply of hunks just listed (``diff --json``, the page,
+    ``apply --hunks``) does not read and diff the file again; each caller gets its own
+    :class:`FileHunks` (with nothing ``taken``) over the shared, never-modified hunks and lines.
+    """
+    key = (path, before, after)
+    kept = _parsed.get(key)
+    if kept is None:
+        kept = _parse(repo, path, before, after)
+        _parsed.put(key, kept)
+    return FileHunks(kept.path, kept.before, kept.after, kept.id, kept.text, kept.old, list(kept.hunks))
+
+
+def forget() -> None:
+    """Drop every parsed file kept by :func:`file_hunks` (a benchmark's cold start; memory)."""
+    _parsed.clear()
+
+
+def _parse(repo: pygit2.Repository, path: str, before: State, after: State) -> FileHunks:
     whole_id = hunk_id(
         path,
         "file",
@@ -166,7 +199,7 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
     new_data = objects.read_blob(repo, after.oid)
     if not (is_text(old_data) and is_text(new_data)):
         return FileHunks(path, before, after, whole_id, text=False)
-    old, new = split_lines(old_data), split_lines(new_data)
+    old = split_lines(old_data)  # the agent's lines are the hunks' own '+' lines: not split here
     result = FileHunks(path, before, after, whole_id, text=True, old=old)
     # One diff, with context; its changes are the runs of '-' and '+' lines in it, exactly the hunks of
     # a diff without context (xdiff makes one edit script and only groups it by the context asked for).
@@ -178,7 +211,7 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
         removed = [c for o, c in lines if o in " -"]
         added = [c for o, c in lines if o in " +"]
         hunk = Hunk(hunk_id(path, header, removed, added), header, start, h.old_lines, lines)
-        hunk.changes = _changes_of(path, lines, start, _span(h.new_start, h.new_lines), old, new)
+        hunk.changes = _changes_of(path, lines, start, _span(h.new_start, h.new_lines), old)
         changes += hunk.changes
         result.hunks.append(hunk)
     placed = {c.id for h in result.hunks for c in h.changes}
@@ -187,29 +220,28 @@ def file_hunks(repo: pygit2.Repository, path: str, before: State, after: State) 
     return result
 
 
-def _changes_of(
-    path: str, lines: list[tuple[str, bytes]], at: int, new_at: int, old: list[bytes], new: list[bytes]
-) -> list[Change]:
+def _changes_of(path: str, lines: list[tuple[str, bytes]], at: int, new_at: int, old: list[bytes]) -> list[Change]:
     """The changes of one hunk: each run of '-' and '+' lines, numbered as a diff without context numbers it."""
     out: list[Change] = []
-    run: list[int] | None = None  # [old index, new index, removed, added]
-    for origin, _content in [*lines, (" ", b"")]:
+    run: list[int] | None = None  # [old index, new index, removed]
+    added: list[bytes] = []
+    for origin, content in [*lines, (" ", b"")]:
         if origin == " ":
             if run is not None:
-                o, n, r, a = run
+                o, n, r = run
+                a = len(added)
                 header = _header(o + 1 if r else o, r, n + 1 if a else n, a)
-                removed, added = old[o : o + r], new[n : n + a]
-                out.append(Change(hunk_id(path, header, removed, added), header, o, r, added, n))
-                run = None
+                out.append(Change(hunk_id(path, header, old[o : o + r], added), header, o, r, added, n))
+                run, added = None, []
             at, new_at = at + 1, new_at + 1
             continue
         if run is None:
-            run = [at, new_at, 0, 0]
+            run = [at, new_at, 0]
         if origin == "-":
             run[2] += 1
             at += 1
         else:
-            run[3] += 1
+            added.append(content)
             new_at += 1
     return out
 
@@ -298,8 +330,12 @@ def assemble(old: list[bytes], replacements: list[tuple[int, int, list[bytes]]])
     return b"".join(out)
 
 
-def take(fh: FileHunks, choice: Choice) -> Taken | None:
-    """What ``choice`` (plus what was taken before, ``fh.taken``) takes from ``fh``; None: nothing."""
+def take(fh: FileHunks, choice: Choice, content: bool = True) -> Taken | None:
+    """What ``choice`` (plus what was taken before, ``fh.taken``) takes from ``fh``; None: nothing.
+
+    ``content`` False leaves :attr:`Taken.content` None: for a caller that needs only the ids and
+    the replacements (placing them on the user's file), not the base with them made.
+    """
     ids = choice.ids | set(fh.taken)
     if not fh.text:
         if ids & fh.all_ids():
@@ -338,8 +374,8 @@ def take(fh: FileHunks, choice: Choice) -> Taken | None:
         return None
     if not edited and chosen_changes == {c.id for c in fh.changes}:
         return Taken(taken_ids, headers, edited=False, whole=True, parts=replacements)
-    content = assemble(fh.old, replacements)
-    return Taken(taken_ids, headers, edited=edited, whole=False, content=content, parts=replacements)
+    made = assemble(fh.old, replacements) if content else None
+    return Taken(taken_ids, headers, edited=edited, whole=False, content=made, parts=replacements)
 
 
 @dataclass
@@ -372,7 +408,97 @@ def _touches(start: int, count: int, window: tuple[int, int], region: tuple[int,
 def onto_yours(old: list[bytes], yours: bytes, parts: list[tuple[int, int, list[bytes]]]) -> bytes | Overlap:
     """The user's file with the chosen replacements made where their context still matches, as ``git
     apply`` places a hunk (moved by the lines the user added or removed above it); the first
-    replacement whose change or context lines the user changed is returned as an :class:`Overlap`."""
+    replacement whose change or context lines the user changed is returned as an :class:`Overlap`.
+
+    Each replacement's window (its lines and three of context each side) is first looked for as it
+    is in the user's file (:func:`_placed_by_context`: a few byte searches, no diff); only when one
+    is not found there, once, in order, does the whole-file diff of the user's change decide
+    (:func:`_onto_yours_by_diff`), which also names the user's lines in the way.
+    """
+    placed = _placed_by_context(old, yours, sorted(parts, key=lambda r: (r[0], r[1])))
+    if placed is None:
+        return _onto_yours_by_diff(old, yours, parts)
+    out: list[bytes] = []
+    at = 0
+    for begin, end, new in placed:
+        out += (yours[at:begin], b"".join(new))
+        at = end
+    out.append(yours[at:])
+    return b"".join(out)
+
+
+def _placed_by_context(
+    old: list[bytes], yours: bytes, parts: list[tuple[int, int, list[bytes]]]
+) -> list[tuple[int, int, list[bytes]]] | None:
+    """The byte ranges of ``yours`` the replacements take, each window found as it is in the base, in the
+    base's order, nearest to where the user's lines above it put it (``git apply``'s search); None when
+    one is not found so (the whole-file diff then decides and names the user's change in the way).
+
+    The search starts where the window was expected (its place in the base moved as much as the
+    window before it) and goes no further than needed, so a file the user changed in few places costs
+    a comparison of its bytes, not a diff. Where the base's lines are unique this is what the whole-file
+    diff concludes (tested with hypothesis); a window at the start or end of the file with less context
+    must stay there, as git anchors such a hunk; an insertion at the very start or end gives up (who is
+    first, the user's lines or the agent's, is the diff's call).
+    """
+    out: list[tuple[int, int, list[bytes]]] = []
+    prev_end, shift, prev_w1 = 0, 0, -1
+    base_at, line = 0, 0  # the byte offset of old[line] in the base, walked forward (parts are sorted)
+    for start, count, new in parts:
+        w0, w1 = max(0, start - CONTEXT), min(len(old), start + count + CONTEXT)
+        if count == 0 and not (w0 < start < w1):
+            return None
+        base_at += sum(map(len, old[line:w0]))
+        line = w0
+        window = b"".join(old[w0:w1])
+        expected = base_at + shift
+        if w0 < prev_w1:  # overlaps the window before: the same lines, moved alike
+            found = expected if yours.startswith(window, expected) else -1
+        elif w0 == 0 and start < CONTEXT:  # less context above: the file's first lines, as git anchors it
+            found = 0 if yours.startswith(window) else -1
+        else:
+            found = _nearest(yours, window, expected, prev_end)
+        at_end = w1 == len(old) and (start + count + CONTEXT > w1 or not window.endswith(b"\n"))
+        if found < 0 or (at_end and found + len(window) != len(yours)):
+            return None  # not found, or less context below (or no newline) and no longer the file's end
+        shift = found - base_at
+        begin = found + sum(map(len, old[w0:start]))
+        if out and begin < out[-1][1]:
+            return None  # two chosen replacements overlap: the diff's path refuses it (assemble)
+        out.append((begin, begin + sum(map(len, old[start : start + count])), new))
+        prev_end, prev_w1 = found + len(window), w1
+    return out
+
+
+def _nearest(data: bytes, window: bytes, expected: int, lo: int) -> int:
+    """The start of the occurrence of ``window`` in ``data`` at a line start, at or after ``lo``, fewest
+    lines from ``expected`` (the later one of two as near, as ``git apply`` tries them); -1 if none.
+    ``window`` is whole lines (the last may lack its newline)."""
+    if not window:
+        return -1
+    if expected >= lo and data.startswith(window, expected) and (expected == 0 or data[expected - 1] == 0x0A):
+        return expected
+    after = max(expected, lo)
+    while True:
+        after = data.find(window, after)
+        if after <= 0 or data[after - 1] == 0x0A:
+            break
+        after += 1
+    before = min(expected + len(window) - 1, len(data))
+    while before > lo:
+        before = data.rfind(window, lo, before)
+        if before <= 0 or data[before - 1] == 0x0A:
+            break
+        before += len(window) - 1
+    if before < lo:
+        return after
+    if after < 0 or data.count(b"\n", expected, after) > data.count(b"\n", before, expected):
+        return before
+    return after
+
+
+def _onto_yours_by_diff(old: list[bytes], yours: bytes, parts: list[tuple[int, int, list[bytes]]]) -> bytes | Overlap:
+    """:func:`onto_yours` by the whole-file diff of the user's change (the windows' placing, checked)."""
     mine = split_lines(yours)
     regions = your_changes(b"".join(old), yours)
     placed: list[tuple[int, int, list[bytes]]] = []

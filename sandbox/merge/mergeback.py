@@ -39,7 +39,7 @@ from sandbox.merge import obstacles, planning, writing
 from sandbox.merge.planned import ApplyPlan, PlannedPath, move_of, prior_records
 from sandbox.models import ApplyJournal, ApplyReport, Event, EventKind, LedgerState, PathRecordUpdate
 from sandbox.run.run import Run
-from sandbox.store import journal
+from sandbox.store import blobreads, journal
 from sandbox.store.snapshot import user_git_dir
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ def apply(
     """
     project = run.project
     target = run.user_workdir
-    with journal.tree_lock(project, target, lock_timeout):
+    # Blobs read once: the new calls' blobs verified below are the ones a choice of hunks diffs.
+    with journal.tree_lock(project, target, lock_timeout), blobreads.reads_once():
         faults.point("apply.after_lock")
         journal.ensure_none_pending(project, target)
         check_in_progress(target)

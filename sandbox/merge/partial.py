@@ -180,7 +180,8 @@ def _onto_yours(
     if earlier is not None:
         fh.taken = [h.id for h in earlier.hunks]  # taken before: in the file already, and not offered again
     fresh = hunks.FileHunks(fh.path, fh.before, fh.after, fh.id, fh.text, fh.old, fh.hunks)
-    taken = hunks.take(fresh, hunks.Choice(ids=choice.ids - set(fh.taken), edits=choice.edits))
+    # Only the replacements are placed on the user's file: the base with them made is not needed.
+    taken = hunks.take(fresh, hunks.Choice(ids=choice.ids - set(fh.taken), edits=choice.edits), content=False)
     if taken is None:
         decide.left_out(p, "left out: the chosen hunks are in your file already")
         return

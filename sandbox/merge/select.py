@@ -16,6 +16,7 @@ that ``apply`` can say "apply it too" instead of blaming the user
 from __future__ import annotations
 
 import shlex
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -90,38 +91,40 @@ def live_calls(state: LedgerState) -> list[LedgerEntry]:
 
 
 def dependencies(state: LedgerState, selected: Iterable[str], relevant: Callable[[str], bool]) -> list[Dependency]:
-    """The unselected calls the selection depends on for the ``relevant`` paths, transitively, oldest first."""
+    """The unselected calls the selection depends on for the ``relevant`` paths, transitively, oldest first.
+
+    Linear in the calls' changes: each change of a call looked at needs only the nearest earlier
+    live change of its path (that call's own predecessors are found when it is looked at in turn).
+    """
     chosen = set(selected)
     found: dict[str, Dependency] = {}
-    history: dict[str, list[LedgerEntry]] = {}
+    #: per (path, call): the live call that changed the path just before it (None: the first one).
+    previous: dict[tuple[str, str], LedgerEntry | None] = {}
+    last: dict[str, LedgerEntry] = {}
     for entry in live_calls(state):
         for change in entry.files:
-            if relevant(change.path):
-                history.setdefault(change.path, []).append(entry)
-    queue = [c for c in state.order if c in chosen]
+            if relevant(change.path) and (change.path, entry.call_id) not in previous:
+                previous[(change.path, entry.call_id)] = last.get(change.path)
+                last[change.path] = entry
+    done: dict[str, set[str]] = {}
+    queue = deque(c for c in state.order if c in chosen)
     while queue:
-        call_id = queue.pop(0)
-        entry = state.calls[call_id]
-        for change in entry.files:
-            earlier = history.get(change.path, [])
-            position = next((i for i, e in enumerate(earlier) if e.call_id == call_id), None)
-            if not position:
+        call_id = queue.popleft()
+        for change in state.calls[call_id].files:
+            prior = previous.get((change.path, call_id))
+            if prior is None:
                 continue
-            done = set(carried(state, change.path))
-            for prior in reversed(earlier[:position]):
-                if prior.call_id in done or prior.applied:
-                    break  # the user's tree has it; nothing older is needed for this path
-                if prior.call_id in chosen:
-                    break  # selected: its own dependencies are looked at in turn
-                dep = found.setdefault(prior.call_id, Dependency(prior))
-                if change.path not in dep.paths:
-                    dep.paths.append(change.path)
-                if call_id not in dep.needed_by:
-                    dep.needed_by.append(call_id)
-                if prior.call_id not in queue:
-                    queue.append(prior.call_id)
-                chosen.add(prior.call_id)
-                break  # the nearest one; its own predecessors are found when it is looked at
+            if change.path not in done:
+                done[change.path] = set(carried(state, change.path))
+            if prior.call_id in done[change.path] or prior.applied or prior.call_id in chosen:
+                continue  # the user's tree has it, or it is selected (its own dependencies are looked at in turn)
+            dep = found.setdefault(prior.call_id, Dependency(prior))
+            if change.path not in dep.paths:
+                dep.paths.append(change.path)
+            if call_id not in dep.needed_by:
+                dep.needed_by.append(call_id)
+            queue.append(prior.call_id)
+            chosen.add(prior.call_id)
     return sorted(found.values(), key=lambda d: d.call.seq)
 
 

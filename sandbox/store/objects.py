@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pygit2
 
 from sandbox.models import FileChange
-from sandbox.store import agentread, packs, treediff
+from sandbox.store import agentread, blobreads, packs, treediff
 from sandbox.store.lru import Lru
 
 MODE_FILE = 0o100644
@@ -159,12 +159,23 @@ def read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
     A loose object is read and checked here (inflated to its end, header and SHA-1 checked) before
     libgit2 ever sees it: libgit2 1.9 loops forever on a truncated loose object (measured), and a
     damaged object must be reported, never read as valid. Packed objects are read by libgit2 and
-    hashed here too.
+    hashed here too. Inside :func:`~sandbox.store.blobreads.reads_once`, a blob read already is not read again.
     """
     pending = _pending(repo)
     if pending is not None and oid in pending.objects:
         kind, body = pending.objects[oid]
         return kind, body
+    kept = blobreads.kept()
+    found = kept.get((_objects_dir(repo), oid)) if kept is not None else None
+    if found is not None:
+        return _BLOB, found
+    kind, body = _read_object(repo, oid)
+    if kept is not None and kind == _BLOB:
+        kept.put((_objects_dir(repo), oid), body)
+    return kind, body
+
+
+def _read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
     loose = os.path.join(_objects_dir(repo), oid[:2], oid[2:])
     try:
         with open(loose, "rb") as fh:

@@ -105,6 +105,7 @@ APPLY_MODULES = {
     "sandbox.store.agentread",  # the run's files read beneath the worktree, no link followed (standard library)
     "sandbox.store.beneath",
     "sandbox.store.fsutil",
+    "sandbox.store.blobreads",  # blobs read once per apply (verified, then diffed for hunks); standard library
     "sandbox.store.gitcli",
     "sandbox.store.gitpath",  # git's path rules, for both of the above (standard library only)
     "sandbox.store.gitfiles",  # the converter's check that no FIFO waits where libgit2 reads (stdlib)

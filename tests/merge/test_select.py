@@ -250,3 +250,30 @@ def test_diff_refuses_a_pathspec_that_matches_nothing(repo: Path) -> None:
     for args in (["nothing/here"], ["--stat", "nothing/here"], ["--json", "nothing/here"]):
         code, _, err = invoke(repo, "diff", run.run_id, *args)
         assert code == 1 and "do not touch 'nothing/here'" in err, args
+
+
+def test_dependencies_follow_a_long_chain_one_step_each(repo: Path) -> None:
+    """select.dependencies looks at one earlier change per path (linear, not quadratic in the calls): a
+    call at the end of a 40-call chain on one file needs every earlier one, each needed by the next, oldest
+    first; a call on another file in between is not named; an applied call ends the chain."""
+    from sandbox.merge import select
+
+    run = start(repo)
+    ids = []
+    for i in range(40):
+        with run.tool_call("edit") as call:
+            call.write("src/util.py", f"v{i}\n")
+            if i == 20:
+                call.write("other.txt", "o\n")
+        assert call.call_id
+        ids.append(call.call_id)
+    with run.tool_call("other") as call:
+        call.write("other.txt", "o2\n")
+    state = run.state()
+    deps = select.dependencies(state, [ids[-1]], lambda path: True)
+    assert [d.call.call_id for d in deps] == ids[:-1]
+    assert all(d.paths == ["src/util.py"] and d.needed_by == [ids[i + 1]] for i, d in enumerate(deps))
+    assert select.dependencies(state, [ids[-1], ids[10]], lambda path: True)[9].needed_by == [ids[10]]
+    assert invoke(repo, "apply", run.run_id, "--call", f"..{ids[29]}")[0] == 0
+    deps = select.dependencies(run.state(), [ids[-1]], lambda path: path == "src/util.py")
+    assert [d.call.call_id for d in deps] == ids[30:-1]

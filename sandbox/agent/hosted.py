@@ -15,7 +15,6 @@ are structured (the call, its status, its file count): nothing is parsed out of 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -132,7 +131,7 @@ def run_hosted(
             iso, common_dir=loc.common_dir, run_id=loc.run_id, worktree=loc.worktree, user_workdir=user_workdir
         )
         confined = (iso, policy)
-    call_id = call_id or f"call_{secrets.token_hex(6)}"
+    call_id = call_id or f"call_{os.urandom(6).hex()}"  # secrets.token_hex(6), without its imports
     where = subdir(loc.worktree, user_workdir) if subdir is not None else ""
     cwd = os.path.join(loc.worktree, where) if where else loc.worktree
     spec = command_input(argv, iso)

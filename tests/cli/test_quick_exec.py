@@ -135,3 +135,18 @@ def test_without_a_host_the_click_command_records_it(repo: Path) -> None:
     code, err, clicked = exec_proc(repo, run.run_id, "--call-id", "call_alone", "--", "sh", "-c", "echo a > a.txt")
     assert code == 0 and clicked, err
     assert [f.path for f in reopen(run).entry("call_alone").files] == ["a.txt"]
+
+
+@pytest.mark.parametrize("isolate", ["on", "off"])
+def test_the_command_starts_once_its_start_is_recorded(repo: Path, hosted: Run, isolate: str) -> None:
+    """The host makes the start durable while the command is made ready: the command sees it recorded."""
+    common = hosted.project.common_dir
+    ref = f"refs/sandbox/{hosted.run_id}/ledger"
+    seen = f"git --git-dir={common} log -1 --format=%s {ref} > seen.txt"
+    for path, extra in (("quick", []), ("click", ["--tool", "run_command"])):
+        cid = f"call_seen_{path}_{isolate}"
+        code, err, _ = exec_proc(
+            repo, hosted.run_id, "--isolate", isolate, "--call-id", cid, *extra, "--", "sh", "-c", seen
+        )
+        assert code == 0, err
+        assert (Path(hosted.worktree) / "seen.txt").read_text().startswith(f"sandbox-event call_started {cid} ")

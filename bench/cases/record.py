@@ -37,6 +37,10 @@ V_TOOL_CALL = "sandbox tool_call + call.write (in-process)"
 V_FINISH = "sandbox start_call + finish_call(paths) (in-process)"
 V_EXEC = "sandbox exec, no watcher: scan (CLI process)"
 V_EXEC_SESSION = "sandbox exec, the run's service up (CLI process)"
+V_EXEC_BASELINE = "same, the baseline install's sandbox exec (BENCH_BASELINE_SANDBOX), same service"
+#: Another install's ``sandbox`` (a wheel of main, say) whose ``exec`` runs beside this one's against the
+#: same service, alternating: before and after in one run (issue 30). Unset: not measured.
+BASELINE = os.environ.get("BENCH_BASELINE_SANDBOX") or None
 V_READ_TREE = "read-tree snapshot: read-tree HEAD + add -A + write-tree + commit-tree"
 V_SEEDED = "seeded-index snapshot: copy fresh index + add -A + write-tree + commit-tree"
 V_FLOOR_PY = "floor: hash + write only those blobs (pygit2 in-process, libgit2 fsync on)"
@@ -119,8 +123,8 @@ class _Bench:
         assert len(entry.files) == len(files)
         self.add(len(files), V_FINISH, dt)
 
-    def cli_exec(self, files: list[str], variant: str) -> None:
-        argv = [SANDBOX, "-C", self.repo.path, "exec", self.run.run_id, "--", "sh", "-c", APPEND_SH, self.salt()]
+    def cli_exec(self, files: list[str], variant: str, program: str = SANDBOX) -> None:
+        argv = [program, "-C", self.repo.path, "exec", self.run.run_id, "--", "sh", "-c", APPEND_SH, self.salt()]
         p = run_proc([*argv, *files], rss=True)
         self.add(len(files), variant, p.seconds, p.max_rss_kb)
 
@@ -189,9 +193,14 @@ def run(ctx: Context, repo: Repo) -> None:
             res.add(CASE, repo.size, "session", "sandbox serve ready (process start to first answer)", ready)
             for k in KS:
                 files = pick(repo.size, k)
-                for _ in ctx.rounds(n, budget=12):
-                    settle()
-                    b.cli_exec(files, V_EXEC_SESSION)
+                if BASELINE is not None:
+                    res.row(CASE, repo.size, f"{k} file(s)", V_EXEC_BASELINE)
+                execs = [partial(b.cli_exec, files, V_EXEC_SESSION)]
+                execs += [partial(b.cli_exec, files, V_EXEC_BASELINE, BASELINE)] if BASELINE is not None else []
+                for i in ctx.rounds(n, budget=12 * len(execs)):
+                    for fn in rotate(execs, i):
+                        settle()
+                        fn()  # type: ignore[operator]
         finally:
             from sandbox.agent.host import stop_host
 
@@ -220,7 +229,8 @@ def _median(results: Results, size: int, k: int, variant: str) -> float | None:
 
 
 def targets(results: Results, sizes: list[int]) -> list[Target]:
-    """One-file record <= 10 ms and >= 20x faster than the seeded snapshot; exec >= 5x vs read-tree."""
+    """One-file record <= 10 ms and >= 20x faster than the seeded snapshot; exec >= 5x vs read-tree (with the
+    service: >= 10x, and <= 200 ms whole process; issue 30)."""
     size = 100_000 if 100_000 in sizes else max(sizes)
     tag = f"{size // 1000}k"
     out = []
@@ -244,18 +254,22 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
                 seeded / lib >= 20,
             )
         )
-    for variant, label in ((V_EXEC, "no service: scan"), (V_EXEC_SESSION, "the run's service up")):
+    for variant, label, times in ((V_EXEC, "no service: scan", 5), (V_EXEC_SESSION, "the run's service up", 10)):
         exe = _median(results, size, 1, variant)
         name = f"`sandbox exec` ({label}) changing one file vs read-tree snapshot at {tag}"
         if exe is None or read_tree is None:
-            out.append(Target(name, ">= 5x faster", "-", None))
+            out.append(Target(name, f">= {times}x faster", "-", None))
         else:
             out.append(
                 Target(
                     name,
-                    ">= 5x faster",
+                    f">= {times}x faster",
                     f"{read_tree * 1e3:.0f} ms / {exe * 1e3:.0f} ms = {read_tree / exe:.1f}x",
-                    read_tree / exe >= 5,
+                    read_tree / exe >= times,
                 )
             )
+    exe = _median(results, size, 1, V_EXEC_SESSION)
+    name = f"`sandbox exec` (the run's service up) changing one file at {tag}, whole process"
+    value = "-" if exe is None else f"{exe * 1e3:.0f} ms"
+    out.append(Target(name, "<= 200 ms median", value, None if exe is None else exe <= 0.200))
     return out

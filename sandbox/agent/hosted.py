@@ -2,7 +2,9 @@
 
 When the repository's host (``sandbox serve``, :mod:`sandbox.agent.host`) lives, it already has the
 repository open and a watcher on the worktree. ``sandbox exec`` then only has to ask it to start the call (durable when
-the answer comes), run the command, and ask it to finish the call with what its watcher saw. That
+the answer comes), run the command, and ask it to finish the call with what its watcher saw. The start is
+asked for in a thread while the command is made ready (its sandbox's command line, seccomp program,
+cgroups): the host's fsyncs and that work overlap, and the command's process starts once the answer came. That
 path imports neither pygit2 nor pydantic (a third of a second of start-up), like the hooks do: a
 whole ``sandbox exec`` costs the command plus about the cost of two hooks.
 
@@ -19,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -136,26 +138,36 @@ def run_hosted(
     if _for_the_full_path(iso, loc.worktree, where):
         return None  # the full path knows whose the run is before it records anything (refused if not ours)
     confined = _confinement(iso, loc, user_workdir)
-    call_id = call_id or f"call_{secrets.token_hex(6)}"
+    call_id = call_id or f"call_{os.urandom(6).hex()}"  # secrets.token_hex(6), without its imports
     cwd = os.path.join(loc.worktree, where) if where else loc.worktree
     spec = command_input(argv, iso)
     start = _command_event("start", loc, tool_name, call_id, spec, idempotency=idempotency, replay=replay)
-    answer = hookproto.forward(loc, start)
-    if answer is None:
-        return None  # no live host: the caller records the call itself
-    if not answer.ok:
-        raise SandboxError(answer.message)
-    if answer.decision == "deny":
-        raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
+    # The host makes the start durable (its fsyncs) while the command is made ready here; the command
+    # starts only once the host answered (``gate``).
+    asked = _Asked(loc, start)
     refused: spawn.ConfinementError | None = None
     unstartable = cannot_start(argv, cwd)
     output: dict[str, Tail] = {}
     masked: str | None = None
     try:
-        if confined is not None and answer.foreign is not False:  # (None: a host too old to say; masked)
-            confined, masked = _masked(confined, loc, where)
-        returncode = unstartable.exit_code if unstartable else run_command(list(argv), cwd, confined, output)
+        if confined is not None and foreign.settings_paths(loc.worktree, where):
+            # Whose the run is decides what the command sees: wait for the host's answer before making
+            # its sandbox (only here: without agent settings in the worktree, nothing is masked).
+            asked.gate()
+            if asked.foreign is not False:  # (None: a host too old to say; masked)
+                confined, masked = _masked(confined, loc, where)
+        if unstartable is not None:
+            asked.gate()
+            returncode = unstartable.exit_code
+        else:
+            returncode = run_command(list(argv), cwd, confined, output, gate=asked.gate)
+    except _NoHost:
+        return None  # no live host: nothing ran, the caller records the call itself
     except spawn.ConfinementError as exc:
+        try:
+            asked.gate()  # refused while made ready: recorded as the host answered, as if it had started
+        except _NoHost:
+            return None
         refused, returncode = exc, 126
     error = refused.message if refused else None if returncode == 0 else f"exit code {returncode}"
     if unstartable is not None:
@@ -220,6 +232,45 @@ def _masked(
     assert masked is not None
     told = foreign.said(loc.worktree, paths, loc.run_id)
     return (masked, dataclasses.replace(policy, masked=(*policy.masked, *paths))), told
+
+
+class _NoHost(Exception):
+    """No host answered the call's start: nothing ran."""
+
+
+class _Asked:
+    """The call's start, sent to the host in a thread of its own; :meth:`gate` waits for the answer."""
+
+    def __init__(self, loc: hookproto.Location, start: hookproto.HookEvent) -> None:
+        self._answer: hookproto.Outcome | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._ask, args=(loc, start), name="sandbox-start", daemon=True)
+        self._thread.start()
+
+    def _ask(self, loc: hookproto.Location, start: hookproto.HookEvent) -> None:
+        try:
+            self._answer = hookproto.forward(loc, start)
+        except BaseException as exc:  # said in the caller's thread, by gate
+            self._error = exc
+
+    def gate(self) -> None:
+        """Return once the host made the start durable; raise :class:`_NoHost` when none answered,
+        :class:`~sandbox.errors.SandboxError` when it refused or denied the call (nothing runs then)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        answer = self._answer
+        if answer is None:
+            raise _NoHost
+        if not answer.ok:
+            raise SandboxError(answer.message)
+        if answer.decision == "deny":
+            raise SandboxError(answer.reason or answer.message)  # refused before it ran (a denial)
+
+    @property
+    def foreign(self) -> bool | None:
+        """Whether the host says the run holds events from elsewhere (after :meth:`gate`)."""
+        return None if self._answer is None else self._answer.foreign
 
 
 def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, object]:
@@ -290,19 +341,23 @@ def run_command(
     cwd: str,
     confined: tuple[spawn.Isolation, spawn.Policy] | None = None,
     output: dict[str, Tail] | None = None,
+    gate: Callable[[], None] | None = None,
 ) -> int:
     """Run a command to its end in ``cwd``; its exit code (128+N for signal N, 127/126 as a shell).
 
     ``confined``: run it in a sandbox (:mod:`sandbox.confine.spawn`); a sandbox that cannot be set up
     raises :class:`~sandbox.confine.spawn.ConfinementError`, and the command never runs unconfined.
     ``output``: its output still goes to this process's stdout and stderr, and the tails of its
-    streams are kept there (:mod:`sandbox.agent.outputs`).
+    streams are kept there (:mod:`sandbox.agent.outputs`). ``gate``: called just before the command's
+    process starts (:func:`sandbox.confine.spawn.spawn`); what it raises is raised, nothing started.
     """
     channels = open_channels(output is not None)
     kept = output if output is not None else {}
     if confined is not None:
         try:
-            jail = spawn.spawn(confined[0], confined[1], argv, cwd, stdout=channels.stdout, stderr=channels.stderr)
+            jail = spawn.spawn(
+                confined[0], confined[1], argv, cwd, stdout=channels.stdout, stderr=channels.stderr, gate=gate
+            )
         except BaseException:
             channels.close()
             raise
@@ -311,6 +366,12 @@ def run_command(
             return jail.wait()
         finally:
             channels.drain()
+    try:
+        if gate is not None:
+            gate()
+    except BaseException:
+        channels.close()
+        raise
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=channels.stdout, stderr=channels.stderr)
     except FileNotFoundError:

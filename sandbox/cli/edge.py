@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import codecs
-import io
 import os
 import sys
 from typing import TYPE_CHECKING
 
 import click
+
+from sandbox.cli.plain import lenient_output
 
 if TYPE_CHECKING:
     from sandbox.errors import SandboxError
@@ -45,25 +45,6 @@ def _safe(message: str) -> str:
     return escape.text(message)
 
 
-def _write_names_as_given(exc: UnicodeError) -> tuple[str | bytes, int]:
-    """An output error handler: a path's undecodable byte (a surrogate escape) is written as the
-    byte it was, as ``ls`` and ``git -c core.quotePath=false`` do; anything else the terminal's
-    encoding lacks is written as a backslash escape. Never an error."""
-    try:
-        return codecs.lookup_error("surrogateescape")(exc)
-    except UnicodeError:
-        return codecs.lookup_error("backslashreplace")(exc)
-
-
-def lenient_output() -> None:
-    """Make stdout and stderr write any name (see :func:`_write_names_as_given`): under a UTF-8
-    locale Python's stdout is strict, and one file name that is not UTF-8 would end the command."""
-    codecs.register_error("sandbox-names", _write_names_as_given)
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="sandbox-names")
-
-
 def run_main(cli: click.Group) -> None:
     """Run the CLI, mapping errors to one line and an exit code.
 
@@ -86,19 +67,27 @@ def run_main(cli: click.Group) -> None:
             message += f" (see '{where} --help')"
         click.echo(f"sandbox: {_safe(message)}", err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("sandbox: interrupted.", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        sys.exit(said(exc))
     except BrokenPipeError:
         from sandbox.cli.output import paging
 
         sys.exit(0 if paging() else 1)  # quitting the pager early is not a failure
-    except Exception as exc:  # the one place unexpected errors are turned into a line and a log
-        from sandbox.errors import SandboxError
-
-        if isinstance(exc, SandboxError):
-            sys.exit(refused(exc))
-        path = _crash_log(exc)
-        click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
-        sys.exit(3)
+    except Exception as exc:
+        sys.exit(said(exc))
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def said(exc: Exception | KeyboardInterrupt) -> int:
+    """Say an error raised by a command (the click group's or a quick path's) in one line; its exit code.
+    The one place unexpected errors are turned into a line and a log."""
+    if isinstance(exc, KeyboardInterrupt):
+        click.echo("sandbox: interrupted.", err=True)
+        return 130
+    from sandbox.errors import SandboxError
+
+    if isinstance(exc, SandboxError):
+        return refused(exc)
+    path = _crash_log(exc)
+    click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
+    return 3

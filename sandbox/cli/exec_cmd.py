@@ -10,6 +10,7 @@ import click
 from sandbox.cli.finding import ensure_worktree, open_run
 from sandbox.cli.isolation import isolation_options, resolve, resolver
 from sandbox.cli.options import IDEMPOTENCY, REPLAY
+from sandbox.cli.quickexec import exit_code, report_lines
 
 if TYPE_CHECKING:
     from sandbox.agent.execute import ExecOutcome
@@ -95,7 +96,7 @@ def exec_cmd(
                 hosted.unrecorded,
                 hosted.masked,
             )
-            sys.exit(_exit_code(hosted.returncode, hosted.unrecorded))
+            sys.exit(exit_code(hosted.returncode, hosted.unrecorded))
     from sandbox.agent.execute import execute
     from sandbox.confine import spawn
     from sandbox.store.paths import subdir_in_run
@@ -123,7 +124,7 @@ def exec_cmd(
             subdir=subdir_in_run(here, run.worktree, run.user_workdir),
         )
     _report_local(as_json, outcome)
-    sys.exit(_exit_code(outcome.returncode, outcome.unrecorded))
+    sys.exit(exit_code(outcome.returncode, outcome.unrecorded))
 
 
 def _report_local(as_json: bool, outcome: ExecOutcome) -> None:
@@ -141,12 +142,6 @@ def _report_local(as_json: bool, outcome: ExecOutcome) -> None:
     )
 
 
-def _exit_code(returncode: int, unrecorded: str | None) -> int:
-    """The command's exit code; 1 when it exited 0 but its changes could not be recorded (the call
-    ended failed: a script must not go on as if they were)."""
-    return returncode if returncode or unrecorded is None else 1
-
-
 def _report(
     as_json: bool,
     call_id: str,
@@ -161,24 +156,19 @@ def _report(
 
     ``unrecorded``: why the call's changes could not be recorded (one line on stderr, JSON or not);
     ``masked``: what the command did not see (a run from elsewhere: its agent settings; on stderr too)."""
+    if not as_json:
+        for line in report_lines(call_id, status, returncode, files, why, unrecorded, masked):
+            click.echo(line, err=True)
+        return
     if masked is not None:
         from sandbox.cli import escape
 
         click.echo(f"sandbox: {escape.text(masked)}", err=True)
     if unrecorded is not None:
         click.echo(f"sandbox: {unrecorded}", err=True)
-        if not as_json:
-            return
-    if as_json:
-        from sandbox.cli.jsonout import emit_json
+    from sandbox.cli.jsonout import emit_json
 
-        emit_json({"call_id": call_id, "status": status, "exit_code": returncode, "files": files, "cannot_start": why})
-        return
-    count = "?" if files is None else str(files)
-    if why is not None:
-        click.echo(f"sandbox: {why.rstrip('.')}; recorded as {call_id} ({status}, exit {returncode}).", err=True)
-        return
-    click.echo(f"sandbox: {call_id} {status} (exit {returncode}), {count} file(s) changed", err=True)
+    emit_json({"call_id": call_id, "status": status, "exit_code": returncode, "files": files, "cannot_start": why})
 
 
 def _run_hosted(

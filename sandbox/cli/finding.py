@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandbox.cli.machine import data_root as data_root  # read from here by the commands
+
 if TYPE_CHECKING:
     from sandbox.fast.foldcache import Repository
     from sandbox.run.run import Run
@@ -46,21 +48,6 @@ def fast_open(ctx: click.Context, run_id: str | None) -> tuple[Repository, str] 
 def main_workdir(common_dir: str) -> str | None:
     """The main working tree of a repository whose common git dir is ``common_dir`` (None: bare)."""
     return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else None
-
-
-def data_root(workdir: str | None) -> str:
-    """Where runs get their home: ``data_dir`` of the user's ``.sandbox.toml``, else the XDG default.
-
-    The one place the environment and ``~`` are read for it; the library is given the result.
-    """
-    from sandbox.run import config
-    from sandbox.store import layout
-
-    configured = config.load(workdir).data_dir if workdir else None
-    if configured:
-        expanded = os.path.expanduser(os.path.expandvars(configured))
-        return os.path.abspath(os.path.join(workdir or os.getcwd(), expanded))
-    return layout.user_data_root(os.environ, os.path.expanduser("~"))
 
 
 def open_run(ctx: click.Context, run_id: str | None, report_problems: bool = True) -> Run:

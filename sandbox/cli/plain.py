@@ -8,7 +8,10 @@ importing click) decides exactly as the click commands do. :func:`style` writes 
 
 from __future__ import annotations
 
+import codecs
+import io
 import os
+import sys
 
 TYPE_CHECKING = False  # no typing at run time: the quick path's start
 if TYPE_CHECKING:
@@ -134,3 +137,22 @@ def pager_command(env: Mapping[str, str], config: Mapping[str, str], stdout_tty:
     if not pager.strip() or pager.strip() == "cat":
         return None
     return pager
+
+
+def _write_names_as_given(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """An output error handler: a path's undecodable byte (a surrogate escape) is written as the
+    byte it was, as ``ls`` and ``git -c core.quotePath=false`` do; anything else the terminal's
+    encoding lacks is written as a backslash escape. Never an error."""
+    try:
+        return codecs.lookup_error("surrogateescape")(exc)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(exc)
+
+
+def lenient_output() -> None:
+    """Make stdout and stderr write any name (see :func:`_write_names_as_given`): under a UTF-8
+    locale Python's stdout is strict, and one file name that is not UTF-8 would end the command."""
+    codecs.register_error("sandbox-names", _write_names_as_given)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="sandbox-names")

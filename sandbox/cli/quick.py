@@ -11,6 +11,8 @@
 * ``sandbox list``, ``sandbox status [RUN]`` and ``sandbox log [RUN]`` written to a pipe or a file,
   when the fast read path reads every run they show whole from its sealed cache: the lines
   :mod:`sandbox.cli.fastshow` builds for the click commands too, coloured as your git config says;
+* ``sandbox [-C DIR] exec [RUN] -- COMMAND...`` (and a few options) when the run's host records the
+  call: :mod:`sandbox.cli.quickexec`;
 
 and returns None for anything else (another form, a fault armed for tests, an output the click
 command would write otherwise), so the click group runs as before. tests/cli/test_quick.py holds
@@ -72,6 +74,10 @@ def quick_main(argv: list[str]) -> int | None:
         argv[:1] in (["status"], ["log"]) and len(argv) == 2 and not argv[1].startswith("-")
     ):
         return _shown(argv[0], argv[1] if len(argv) == 2 else None)
+    elif "exec" in argv[:3]:
+        from sandbox.cli.quickexec import exec_main
+
+        return exec_main(argv)
     else:
         return None
     if text is None or sys.stdout is None:

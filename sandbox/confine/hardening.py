@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -215,7 +214,7 @@ def make_cgroups(max_pids: int | None, max_memory: int | None, *, memory_if_free
             continue
         used.add(parent)
         _sweep(parent)
-        path = os.path.join(parent, CGROUP_PREFIX + secrets.token_hex(6))
+        path = os.path.join(parent, CGROUP_PREFIX + os.urandom(6).hex())
         v1 = _in_v1(parent, controller)
         both = [("pids.max", max_pids), ("memory.max", max_memory)]
         limits = [(v1_file[controller], wanted[controller])] if v1 else both

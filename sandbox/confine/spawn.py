@@ -34,7 +34,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING
 
 from sandbox.confine.bwrap import bwrap_argv, seccomp_program
@@ -315,6 +315,7 @@ def spawn(
     stdin: int | IO[bytes] | None = None,
     stdout: int | IO[bytes] | None = None,
     stderr: int | IO[bytes] | None = None,
+    gate: Callable[[], None] | None = None,
 ) -> Confined:
     """Start ``argv`` in ``cwd`` confined by ``policy``; raises FileNotFoundError like Popen would.
 
@@ -322,7 +323,10 @@ def spawn(
     sandbox itself sets for the command, is added after the filter. A command that lies in a
     directory hidden inside is refused with :class:`ConfinementError` naming the path and why.
     ``stdin``/``stdout``/``stderr`` are passed to :class:`subprocess.Popen` (``sandbox mcp`` captures
-    a command's output: its own stdout is the protocol's channel).
+    a command's output: its own stdout is the protocol's channel). ``gate``, when given, is called
+    once everything is ready, just before the command's process starts; what it raises ends the
+    start, nothing left behind (``sandbox exec`` waits there for the host to make the call's start
+    durable, and makes the command ready meanwhile).
     """
     check(isolation)
     assert isolation.program is not None
@@ -338,7 +342,7 @@ def spawn(
         return Confined(seatbelt, None, session=False)
     stray = stray_sockets(policy, bound_sockets())
     streams = (stdin, stdout, stderr)
-    confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams)
+    confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams, gate)
     # A daemon's socket masked here may vanish while bubblewrap starts (it then cannot make the file
     # to mount over it, a read-only / gives it nowhere to): once set up or failed, start again once
     # with the masks made anew. Only with such a socket masked is the set-up waited for here.
@@ -368,6 +372,7 @@ def _start_bwrap(
     cwd: str,
     env: Mapping[str, str],
     streams: tuple[int | IO[bytes] | None, int | IO[bytes] | None, int | IO[bytes] | None],
+    gate: Callable[[], None] | None = None,
 ) -> Confined:
     """Start bubblewrap for ``argv`` (the environment already filtered); see :func:`spawn`."""
     from sandbox.confine import hardening
@@ -410,6 +415,8 @@ def _start_bwrap(
 
     holder: threading.Event | None = None
     try:
+        if gate is not None:
+            gate()
         # Abstract Unix sockets are per network namespace: with one of its own (--network off) the
         # sandbox reaches none outside; sharing the host's, Landlock scopes them where the kernel can
         # (only then: it costs importing ctypes, a few ms of every `sandbox exec`).

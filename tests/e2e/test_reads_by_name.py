@@ -82,7 +82,7 @@ USERS = {
     "sandbox.run.include": 3,
     "sandbox.run.venvcopy": 1,  # the copy of your virtualenv, at start, before any agent ran (O_NOFOLLOW)
     "sandbox.run.config": 1,
-    "sandbox.cli.isolation": 2,
+    "sandbox.cli.machine": 2,
     "sandbox.cli.demo": 7,
     "sandbox.confine.homeview": 3,
     "sandbox.agent.agentstate": 1,

@@ -61,6 +61,7 @@ APPLY_MODULES = {
     "sandbox.cli.edge",
     "sandbox.cli.which",  # the line naming the run acted on when a label or prefix named it (issue 33)
     "sandbox.cli.finding",
+    "sandbox.cli.machine",  # the data directory (data_root), read without click for exec's quick path
     "sandbox.cli.group",
     "sandbox.cli.jsonout",
     "sandbox.escape",  # what the agent wrote, made safe to show (standard library only)

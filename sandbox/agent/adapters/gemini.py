@@ -25,7 +25,6 @@ the user's own ``~/.gemini/trustedFolders.json`` is neither read nor changed for
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -232,6 +231,8 @@ def to_event(payload: Any) -> HookEvent | None:
     if not isinstance(tool_input, dict):
         raise HookInputError(f"The {name} payload's tool_input is not an object; nothing recorded.")
     session = str(payload.get("session_id") or "nosession")
+    import hashlib  # here: every exec's confinement reads this module (its state paths); ~2.5 ms
+
     prefix = CALL_PREFIX + hashlib.sha256(session.encode()).hexdigest()[:8] + "_"
     kind = classify(tool)
     paths: list[str] = []

@@ -87,8 +87,9 @@ class RefUpdate:
         self.fd, self.made = -1, []
 
 
-def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str, new: str) -> RefUpdate:
-    """Take ``ref``'s lock and write ``new`` into it, if the ref's value is ``old`` (else :class:`RefMovedError`).
+def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str | None, new: str) -> RefUpdate:
+    """Take ``ref``'s lock and write ``new`` into it, if the ref's value is ``old`` (None: if there is
+    no such ref), else :class:`RefMovedError`.
 
     ``ref`` is a shared ref (``refs/...``), so it lives in the common git directory ``common_dir``.
     """
@@ -110,8 +111,9 @@ def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str, new: 
     update = RefUpdate(path, fd, made)
     try:
         found = repo.references.get(ref)  # under the lock: a loose file or a packed-refs line
-        if found is None or str(found.target) != old:
-            raise RefMovedError(f"{ref} is no longer at {old[:12]} (another writer moved it)")
+        if (None if found is None else str(found.target)) != old:
+            where = "exists already" if old is None else f"is no longer at {old[:12]}"
+            raise RefMovedError(f"{ref} {where} (another writer moved it)")
         os.write(fd, new.encode("ascii") + b"\n")
     except BaseException:
         update.abort()

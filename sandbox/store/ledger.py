@@ -499,13 +499,9 @@ class Ledger:
             message += "\n\n" + body
             new_oid = objects.write_commit(self.repo, tree, parents, message, objects.now())
             self._clear_stale_ref_lock()
-            if state.tip is None:
-                pending.flush()
-                with objects.git_writes():
-                    self.repo.references.create(self.ref, new_oid)
-                return new_oid
-            # The compare-and-swap: the ref moves only if its tip is still the first parent. Its new
-            # content is synced with the objects', the objects made durable before the ref moves.
+            # The compare-and-swap: the ref moves only if its tip is still the first parent (is made
+            # only if there is none). Its new content is synced with the objects', the objects made
+            # durable before the ref moves.
             update = durable.lock_ref(self.repo, objects.common_dir(self.repo), self.ref, state.tip, new_oid)
             durable.flush_with(pending.flush, update)
             return new_oid

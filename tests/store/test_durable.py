@@ -167,6 +167,13 @@ def test_the_ref_moves_only_from_the_expected_tip_and_leaves_no_lock(repo: Path)
         durable.lock_ref(pygit_repo, str(repo / ".git"), ref, tip, tip)
     assert Path(str(lock) + ".lock").read_text() == "held\n"
     os.unlink(str(lock) + ".lock")
+    # Made only where there is none; a new ref's new directories have their entries synced with its lock.
+    with pytest.raises(durable.RefMovedError):
+        durable.lock_ref(pygit_repo, str(repo / ".git"), ref, None, tip)
+    made = durable.lock_ref(pygit_repo, str(repo / ".git"), "refs/sandbox/new/dir/ledger", None, tip)
+    assert len(made.made) == 2 and len(made.fds) == 3  # refs/sandbox and refs/sandbox/new got entries; the lock
+    made.commit()
+    assert git(repo, "rev-parse", "refs/sandbox/new/dir/ledger").strip() == tip
     # After a `git pack-refs`, the tip is read from packed-refs, and the move is a loose ref again.
     git(repo, "pack-refs", "--all")
     update = durable.lock_ref(pygit_repo, str(repo / ".git"), ref, tip, git(repo, "rev-parse", "HEAD").strip())

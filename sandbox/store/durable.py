@@ -97,13 +97,13 @@ def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str | None
     made: list[int] = []
     try:
         for attempt in range(3):
-            made += _make_dirs(common_dir, os.path.dirname(ref))
             try:
                 fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
                 break
-            except FileNotFoundError:  # git's pack-refs removed the empty directory meanwhile: again
+            except FileNotFoundError:  # a new ref, or git's pack-refs removed its empty directory
                 if attempt == 2:
                     raise
+                made += _make_dirs(common_dir, os.path.dirname(ref))
     except BaseException:
         for made_fd in made:
             os.close(made_fd)

@@ -114,7 +114,7 @@ def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str | None
         if (None if found is None else str(found.target)) != old:
             where = "exists already" if old is None else f"is no longer at {old[:12]}"
             raise RefMovedError(f"{ref} {where} (another writer moved it)")
-        os.write(fd, new.encode("ascii") + b"\n")
+        _write_all(fd, new.encode("ascii") + b"\n")
     except BaseException:
         update.abort()
         raise
@@ -123,7 +123,7 @@ def lock_ref(repo: pygit2.Repository, common_dir: str, ref: str, old: str | None
 
 def _make_dirs(root: str, rel: str) -> list[int]:
     """Make the missing directories of ``rel`` under ``root``; descriptors of the directories whose
-    entries that changed (each new directory's parent), for the caller to sync and close."""
+    entries changed (each new directory's parent), for the caller to sync and close."""
     made: list[int] = []
     parent = root
     for part in rel.split("/"):
@@ -167,7 +167,7 @@ def write_loose(objects_dir: str, kind: int, data: bytes, also: Sequence[int] = 
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
             opened.append(fd)
             header = b"%s %d\0" % (packs.TYPE_NAMES[kind], len(data))
-            os.write(fd, zlib.compress(header + data, 1))  # one write: a few hundred bytes
+            _write_all(fd, zlib.compress(header + data, 1))
         if new_fan:
             opened.append(_open_dir(objects_dir))  # the new fan-out directory's own entry
         sync_together([*opened, *also])
@@ -185,6 +185,12 @@ def write_loose(objects_dir: str, kind: int, data: bytes, also: Sequence[int] = 
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return oid
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _link(tmp: str, final: str) -> None:

@@ -36,20 +36,20 @@ def ledger_tip(repo: Path, run_id: str) -> str:
     return git(repo, "rev-parse", f"refs/sandbox/{run_id}/ledger").strip()
 
 
-_LINE = re.compile(r"^(?:\[pid\s+(\d+)\] )?(.*)$")
+_LINE = re.compile(r"^(?:\[pid\s+(\d+)\] |(\d+) +)?(.*)$")
 _CALL = re.compile(r"^(fsync|rename|link)\((?:\d+<([^>]*)>|\"([^\"]*)\")")
 
 
 def completions(trace: str) -> list[tuple[str, str]]:
-    """(syscall, path) in the order the calls *returned* (``strace -f -y``; a call split by another
-    thread's is complete at its ``resumed`` line). fsync names its descriptor's path; rename and link
-    their first path."""
+    """(syscall, path) in the order the calls *returned* (``strace -f -y -o FILE``; a call split by
+    another thread's is complete at its ``resumed`` line). fsync names its descriptor's path; rename
+    and link their first path."""
     pending: dict[str, tuple[str, str]] = {}
     out: list[tuple[str, str]] = []
     for raw in trace.splitlines():
         m = _LINE.match(raw)
         assert m is not None
-        pid, rest = m.group(1) or "main", m.group(2)
+        pid, rest = m.group(1) or m.group(2) or "main", m.group(3)
         if rest.startswith("<... "):
             if pid in pending:
                 out.append(pending.pop(pid))
@@ -58,10 +58,10 @@ def completions(trace: str) -> list[tuple[str, str]]:
         if call is None:
             continue
         item = (call.group(1), call.group(2) or call.group(3))
-        if rest.endswith("<unfinished ...>"):
-            pending[pid] = item
-        elif re.search(r"= 0$", rest.rstrip()):
+        if re.search(r"\) += 0$", rest.rstrip()):
             out.append(item)
+        elif not re.search(r"\) += -?\d+", rest):  # unfinished: another thread's call came between
+            pending[pid] = item
     return out
 
 
@@ -72,8 +72,10 @@ def test_each_ledger_move_waits_for_its_objects_and_is_synced_before_the_command
     the ref's directory synced before the command goes on; the fsyncs of one phase run in threads."""
     run = start_run(repo)
     exe = Path(sys.executable).parent / "sandbox"
+    trace = repo.parent / "strace.txt"
     proc = subprocess.run(
-        ["strace", "-f", "-y", "-e", "trace=fsync,rename,link", str(exe), "write", run.run_id, "traced.txt"],
+        ["strace", "-f", "-qq", "-y", "-o", str(trace), "-e", "trace=fsync,rename,link"]
+        + [str(exe), "write", run.run_id, "traced.txt"],
         input=b"traced\n",
         capture_output=True,
         cwd=repo,
@@ -81,7 +83,7 @@ def test_each_ledger_move_waits_for_its_objects_and_is_synced_before_the_command
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    done = completions(proc.stderr.decode(errors="replace"))
+    done = completions(trace.read_text(errors="replace"))
     ref_dir = str(repo / ".git" / "refs" / "sandbox" / run.run_id)
     lock = ref_dir + "/ledger.lock"
     moves = [i for i, (call, path) in enumerate(done) if call == "rename" and path == lock]

@@ -9,8 +9,8 @@ Read, in turn), with the run's service up:
 * ``run``: ``sandbox run RUN -- claude ...`` (the sandbox process hosts the run's hook socket);
 * ``serve``: ``sandbox hooks install claude-code RUN`` + ``sandbox serve RUN`` in the background,
   then ``claude`` started in the worktree;
-* ``noop`` (the floor on this machine at this load): the same session with a Python hook that only
-  reads its payload;
+* ``noop`` (the floor on this machine at this load): the same session with a Python hook (started as
+  the hook is, ``python -I -S``) that only reads its payload;
 * ``noop-run`` (the floor of ``run``): that hook, installed in the worktree, under ``sandbox run RUN --hooks
   none`` (the same confinement, so the same cost of starting a process inside it).
 
@@ -94,7 +94,8 @@ def env_for(server: ModelServer, home: Path) -> dict[str, str]:
     return env
 
 
-NOOP = f"{sys.executable} -c 'import sys; sys.stdin.buffer.read()'"
+#: As the hook starts (``-I -S``: no site, so no editable install's path finder, ~30 ms here).
+NOOP = f"{sys.executable} -I -S -c 'import sys; sys.stdin.buffer.read()'"
 
 
 def durations(debug_log: Path, marker: str = " hook claude-code") -> list[tuple[str, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import stat
@@ -11,6 +12,7 @@ from sandbox import faults
 TYPE_CHECKING = False  # no typing at run time: list and status read disk use on the quick path
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import ThreadPoolExecutor
     from types import TracebackType
 
 TEMP_PREFIX = ".sandbox-tmp-"
@@ -30,6 +32,49 @@ class _suppress:  # noqa: N801  (named as the context manager it stands for)
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> bool:
         return kind is not None and issubclass(kind, self.kinds)
+
+
+#: Threads that issue the fsyncs of one phase beside the caller's (made on first use; the quick path's
+#: commands never write, so they never import concurrent.futures).
+_POOL_GUARD = _thread.allocate_lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the pool)
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _POOL_GUARD:
+        if _pool is None or _pool[0] != os.getpid():  # a forked child has none of its parent's threads
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=3, thread_name_prefix="sandbox-fsync"))
+        return _pool[1]
+
+
+def sync_together(fds: list[int]) -> None:
+    """fsync every descriptor in ``fds`` at once; returns when all are done (the first error raised).
+
+    For writes with no order between them (see :mod:`sandbox.store.durable`): the disk serves
+    concurrent fsyncs with one cache flush or one journal commit, not one each.
+    """
+    if not fds:
+        return
+    if len(fds) == 1:
+        os.fsync(fds[0])
+        return
+    pool = _executor()
+    futures = [pool.submit(os.fsync, fd) for fd in fds[1:]]
+    first: BaseException | None = None
+    try:
+        os.fsync(fds[0])
+    except OSError as exc:
+        first = exc
+    for future in futures:  # every one waited for: a descriptor is never closed under a running fsync
+        try:
+            future.result()
+        except OSError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def fsync_dir(path: str) -> None:

@@ -5,11 +5,12 @@ event as JSON; its first parent is the previous event. Other parents are the com
 mentions (a call's file-change commit, a checkpoint), so everything the ledger refers to stays
 reachable for the user's own ``git gc`` and travels with a plain push or fetch of the run's refs.
 
-Appends are serialised by the run's lock and are also compare-and-swap on the ref (libgit2's
-``create_commit`` refuses unless the ref's tip is the first parent), so concurrent writers neither
-lose nor duplicate events. With libgit2's fsync turned on, an append that returned survives kill -9
-and power loss. Objects are content-addressed and zlib-checked, so a garbled event is detected and
-reported, never read as valid.
+Appends are serialised by the run's lock and are also compare-and-swap on the ref (moved under
+git's ``<ref>.lock`` only if its tip is the first parent), so concurrent writers neither lose nor
+duplicate events. An append that returned survives kill -9 and power loss: its objects are durable
+before the ref moves, and the ref's move before the append returns (:mod:`sandbox.store.durable`).
+Objects are content-addressed and zlib-checked, so a garbled event is detected and reported, never
+read as valid.
 
 A call's state is the fold of its events in ledger order. The ledger does not interpret events:
 the fold is handed to it (:class:`Fold`; the run's is :mod:`sandbox.run.fold`). The fold of the
@@ -35,7 +36,7 @@ from pydantic import ValidationError
 from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, eventdata, from_json, to_json
-from sandbox.store import integrity, layout, objects, provenance
+from sandbox.store import durable, integrity, layout, objects, provenance
 from sandbox.store.fsutil import write_json_file
 from sandbox.store.locks import file_lock
 
@@ -496,27 +497,23 @@ class Ledger:
             if key is not None:  # this clone's word (sandbox.store.provenance): never the JSON's own claim
                 message += f"\n{provenance.MAC_PREFIX}{key.mac(self.run_id, body)}"
             message += "\n\n" + body
-            when = objects.now()
-            new_oid = objects.write_commit(self.repo, tree, parents, message, when)
-            pending.flush()
+            new_oid = objects.write_commit(self.repo, tree, parents, message, objects.now())
             self._clear_stale_ref_lock()
-            with objects.git_writes():
-                if state.tip is None:
-                    self.repo.references.create(self.ref, new_oid)
-                    return new_oid
-                # The compare-and-swap: libgit2 moves the ref only if its tip is still the first
-                # parent. The commit is stored already, so it is not written again (same bytes).
-                sig = objects.signature(when)
-                return str(self.repo.create_commit(self.ref, sig, sig, message, tree, parents))
+            # The compare-and-swap: the ref moves only if its tip is still the first parent (is made
+            # only if there is none). Its new content is synced with the objects', the objects made
+            # durable before the ref moves.
+            update = durable.lock_ref(self.repo, objects.common_dir(self.repo), self.ref, state.tip, new_oid)
+            durable.flush_with(pending.flush, update)
+            return new_oid
 
     def _clear_stale_ref_lock(self) -> None:
-        """Remove ``<ledger ref>.lock`` left by a process killed inside libgit2's ref update.
+        """Remove ``<ledger ref>.lock`` left by a process killed inside its ref update.
 
         Called under the ledger lock, which every writer of this ref holds: a lock file found now
         belongs to a dead process, and would refuse every later append (found by random kill -9).
         """
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.repo.path, self.ref + ".lock"))
+            os.unlink(os.path.join(objects.common_dir(self.repo), self.ref + ".lock"))
 
     def _key_entry(self, tip: str | None) -> objects.Entry | None:
         """The MAC key's tree entry for the next event: a new key for a new ledger, else the tip's."""

@@ -15,13 +15,13 @@ import stat
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pygit2
 
 from sandbox.models import FileChange
-from sandbox.store import agentread, blobreads, packs, treediff
+from sandbox.store import agentread, blobreads, durable, fsutil, packs, treediff
 from sandbox.store.lru import Lru
 
 MODE_FILE = 0o100644
@@ -59,6 +59,11 @@ def _objects_dir(repo: pygit2.Repository) -> str:
     return found
 
 
+def common_dir(repo: pygit2.Repository) -> str:
+    """The repository's common git directory (where its objects and shared refs live)."""
+    return os.path.dirname(_objects_dir(repo))
+
+
 # -- objects written as one pack ------------------------------------------------------------------
 
 
@@ -82,18 +87,22 @@ class PendingObjects:
         self.objects.setdefault(oid, (kind, data))
         return oid
 
-    def flush(self) -> None:
-        """Make every pending object durable: one pack for several, a loose object for one."""
+    def flush(self, also: Sequence[int] = ()) -> None:
+        """Make every pending object durable: one pack for several, a loose object for one.
+
+        The descriptors ``also`` (a ref's lock) are synced with the objects' contents, in one phase
+        (see :mod:`sandbox.store.durable`), even when there is no object to write.
+        """
         if not self.objects:
+            fsutil.sync_together(list(also))
             return
         if len(self.objects) == 1:
-            # Loose costs two fsyncs (file, directory); a pack three (pack, index, directory).
+            # Loose costs two fsync phases (content, directory); a pack two as well (both files, directory).
             ((kind, data),) = self.objects.values()
-            with git_writes():
-                self.repo.odb.write(kind, data)
+            durable.write_loose(self.objects_dir, kind, data, also)
         else:
             items = [(oid, kind, data) for oid, (kind, data) in self.objects.items()]
-            packs.write_pack(self.objects_dir, items, len(items))
+            packs.write_pack(self.objects_dir, items, len(items), also=also)
             self.wrote_pack = True
         for oid, entries in self.trees.items():
             _tree_cache.put((self.objects_dir, oid), entries)

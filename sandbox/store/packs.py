@@ -2,7 +2,7 @@
 
 libgit2's fsync option syncs every loose object and its fan-out directory (two fsyncs per object);
 a one-file call at depth four writes eight objects. Written instead as one pack (version 2, whole
-objects, no deltas) with its index: fsync the pack, fsync the index, rename both into
+objects, no deltas) with its index: fsync the pack and the index together, rename both into
 ``objects/pack`` (the index last: readers look for packs by their index), fsync the directory.
 Nothing refers to the objects until the caller moves a ref afterwards, so a crash at any instant
 leaves at worst an unreferenced pack or temp file.
@@ -23,12 +23,12 @@ import secrets
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from sandbox import faults
 from sandbox.errors import LockedError
 from sandbox.store import layout
-from sandbox.store.fsutil import fsync_dir
+from sandbox.store.fsutil import fsync_dir, sync_together
 from sandbox.store.locks import file_lock
 
 #: Merge this many packs of one level into one of the next. A run of n calls then leaves at most
@@ -61,11 +61,14 @@ def _object_header(kind: int, size: int) -> bytes:
     return bytes(out)
 
 
-def write_pack(objects_dir: str, items: Iterable[tuple[str, int, bytes]], count: int, level: int = 0) -> str:
+def write_pack(
+    objects_dir: str, items: Iterable[tuple[str, int, bytes]], count: int, level: int = 0, also: Sequence[int] = ()
+) -> str:
     """Write ``count`` distinct objects ``(id, type number, content)`` as one durable pack; its name.
 
     The objects are streamed to the file, so a merge never holds more than one in memory. The
-    name is ``pack-<checksum>``, as git names packs.
+    name is ``pack-<checksum>``, as git names packs. The pack, its index and the descriptors ``also``
+    (a ref's lock, see :mod:`sandbox.store.durable`) are synced together, before either is renamed.
     """
     if count < 1:
         raise ValueError("a pack needs at least one object")
@@ -96,14 +99,13 @@ def write_pack(objects_dir: str, items: Iterable[tuple[str, int, bytes]], count:
             checksum = digest.digest()
             fh.write(checksum)
             fh.flush()
-            os.fsync(fh.fileno())
+            name = "pack-" + checksum.hex()
+            idx_fd = os.open(tmp_idx, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            with os.fdopen(idx_fd, "wb") as idx:
+                idx.write(_index_bytes(index, checksum))
+                idx.flush()
+                sync_together([fh.fileno(), idx.fileno(), *also])
         faults.point("pack.after_pack")
-        name = "pack-" + checksum.hex()
-        fd = os.open(tmp_idx, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_index_bytes(index, checksum))
-            fh.flush()
-            os.fsync(fh.fileno())
         faults.point("pack.after_index")
         _register(objects_dir, name, level)
         os.replace(tmp_pack, os.path.join(pack_dir, name + ".pack"))

@@ -73,6 +73,7 @@ APPLY_MODULES = {
     "sandbox.errors",
     "sandbox.faults",
     "sandbox.store.provenance",  # which events this clone wrote: the ledger reads each event's MAC (issue 33)
+    "sandbox.store.durable",  # the ledger's append: objects, then the ref, fsyncs of a phase together (issue 30)
     "sandbox.merge",
     "sandbox.merge.brings",  # what the run brings: the one decision diff and apply read
     "sandbox.merge.decide",  # the per-path verdict

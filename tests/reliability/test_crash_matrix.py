@@ -78,6 +78,10 @@ CORE_PLAN: dict[str, list[str]] = {
     "call.finish.after_head_ref": ["call-finish", "write"],
     "ledger.append.before": ["start", "call-start", "call-finish", "write@2"],
     "ledger.append.after": ["start", "call-start", "call-finish", "write@1", "write@2"],
+    # Inside an append (sandbox.store.durable): the objects and the ref's lock synced, the ref not moved;
+    # the ref renamed into place, its directory not synced yet.
+    "ledger.append.after_objects": ["call-start", "call-finish", "write@1", "write@2"],
+    "ledger.append.after_ref_rename": ["call-finish", "call-start", "write@1", "write@2"],
     "drop.after_ledger_ref": ["drop"],
     "drop.after_worktree": ["drop"],
     "drop.after_refs": ["drop"],

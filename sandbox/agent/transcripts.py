@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 from sandbox.errors import SandboxError
 from sandbox.models import CallStatus, EventKind, TranscriptIndex, from_json, to_json
 from sandbox.store import objects, packs, trailers
-from sandbox.store.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from sandbox.agent.sessions import AgentSessions
@@ -411,23 +410,21 @@ def write_for_agent(agent: AgentSessions, homes: Sequence[str], cwd: str, sessio
     In the agent's :func:`primary_home`; returns the path written, or None when it has no home here.
     """
     from sandbox.agent.adapters import valid_session
-    from sandbox.errors import PathRefusedError
-    from sandbox.store.paths import check_parents
+    from sandbox.store import beneath
 
     home = primary_home(homes)
     if home is None or not valid_session(session):
         return None  # a session id is part of the file name: never a path of its own
     dest = agent.place(home, cwd, session)
+    os.makedirs(home, exist_ok=True)  # the home itself is the sandbox's (a mount point inside)
     try:
         # The agent writes its home from inside its sandbox: a directory it turned into a link
-        # would send this write (outside the sandbox) anywhere. Then no transcript is placed, and
-        # the agent is continued in a new session that is told so.
-        check_parents(home, os.path.relpath(dest, home))
-    except PathRefusedError:
+        # (now, or while this runs) would send this write, outside the sandbox, anywhere. So it is
+        # written by descriptor, no link followed on the way; then no transcript is placed, and the
+        # agent is continued in a new session that is told so.
+        beneath.write_beneath(home, os.path.relpath(dest, home), data, 0o600)
+    except beneath.EscapeError:
         return None
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    check_parents(home, os.path.relpath(dest, home))  # and none swapped in while they were made
-    atomic_write(dest, data, mode=0o600)
     return dest
 
 

@@ -16,6 +16,7 @@ from sandbox.cli.jsonout import emit_json
 if TYPE_CHECKING:
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.confine.policy import Policy
+    from sandbox.run.run import Run
 
 
 @click.command()
@@ -39,11 +40,14 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     execs = resolve(user_workdir, "exec", None, None)
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
+    masks: dict[str, object] = {}
     if found is not None:
         from sandbox.run.run import Run
 
-        policy_now = policy_for_run(runs, Run.open(project, found))
+        run = Run.open(project, found)
+        policy_now = policy_for_run(runs, run)
         writable = list(policy_now.writable)
+        masks = _foreign_masks(run)
     else:
         policy_now = any_run(runs, project.common_dir, user_workdir)
     hidden = dict(policy_now.reasons)
@@ -92,12 +96,28 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
             "cannot_enforce": list(probe.missing) if probe else seatbelt.cannot_enforce(runs),
+            **masks,
         }
     )
     if wants_json(ctx):
         emit_json(data.model_dump(mode="json"))
         return
     _show(data)
+
+
+def _foreign_masks(run: Run) -> dict[str, object]:
+    """For a run from another clone: the agent settings every command started on it gets masked
+    (:func:`sandbox.confine.foreign.settings_paths`, the one list and rule), or why it is refused."""
+    from sandbox.confine import foreign
+
+    if run.state().foreign == 0:
+        return {}
+    try:
+        paths = foreign.settings_paths(run.worktree)
+    except foreign.ForeignSettingsError as exc:
+        return {"foreign_masked": [], "foreign_refusal": exc.message}
+    shown = foreign.shown(run.worktree, paths)
+    return {"foreign_masked": shown.split(", ") if shown else []}
 
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
@@ -129,6 +149,8 @@ def _size(value: int | None) -> str:
 
 
 def _show(data: DoctorOutput) -> None:
+    from sandbox.confine import foreign
+
     echo = click.echo
     state = "on" if data.isolate else "OFF (--isolate off or [isolation] isolate = false)"
     echo(f"confinement: {state}, {data.backend}" + (f" (run {data.run})" if data.run else ""))
@@ -147,6 +169,15 @@ def _show(data: DoctorOutput) -> None:
     echo(f"masked secrets present here ({len(data.deny_read)} paths in the deny-read set):")
     for path in data.masked or ["(none of them exists)"]:
         echo(f"  {escape.path(path)}")
+    if data.foreign_masked is not None:
+        names = ", ".join(escape.path(p) for p in data.foreign_masked) or "none of them is there now"
+        echo(
+            f"run {data.run} holds work from another clone: its worktree's agent settings are empty inside for "
+            f"every command started on it ({', '.join(foreign.AGENT_SETTINGS)}, at its root and in each directory "
+            f"down to where the command starts); at its root now: {names}"
+        )
+    if data.foreign_refusal:
+        echo(f"  refused: {escape.text(data.foreign_refusal)}")
     net = data.network
     if net.allow is not None:
         hosts = ", ".join(escape.text(h) for h in net.allow) or "no host beyond the agent's model endpoints"

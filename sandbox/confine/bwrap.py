@@ -30,7 +30,8 @@ which :func:`sandbox.confine.spawn.spawn` starts:
 
 A command killed by signal N is reported by bubblewrap 0.8 as exit 0, so the command runs under
 ``sh -c '...; "$@"; exit $?'``, which turns that into 128+N (its trap only stops the shell itself
-from dying first; the command gets default dispositions). Standard library only.
+from dying first; the command gets default dispositions once it has exec'd: a signal before that
+is held by :meth:`sandbox.confine.spawn.Confined.send_signal` until it has). Standard library only.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ command), and :meth:`Confined.send_signal` delivers a signal to the command itse
 the terminal reaches the command directly. Bubblewrap 0.8 reports a command killed by a signal as
 exit 0, so the command runs under ``sh -c '...; "$@"; exit $?'``, which turns that into 128+N
 (its trap only stops the shell itself from dying first; the command gets default dispositions).
+Between the shim's fork and its exec the child still has that trap, and before the shim runs there
+is no command at all: a signal sent then was lost and the command ran on. So ``send_signal`` holds a
+signal until every child of the shim has exec'd (its ``/proc/PID/cmdline`` no longer the shim's) and
+sends it once then; tests/confine/test_signals_at_start.py sends SIGINT and SIGTERM right at the start.
 
 Availability (:func:`check`) is decided from what is on disk, without starting a process; a
 sandbox that still cannot be set up is reported by :meth:`Confined.wait` from bubblewrap's
@@ -34,6 +38,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING
 
@@ -57,6 +62,10 @@ if TYPE_CHECKING:
 __all__ = ["Confined", "ConfinementError", "Isolation", "Limits", "Policy", "check", "inside_sandbox", "spawn"]
 
 _BLOCKED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+#: Seconds a signal sent before the command runs is held for it (bubblewrap still setting up, the shim
+#: not exec'd yet); a sandbox that takes longer to start never gets it.
+PENDING_SIGNAL_WAIT = 60.0
+_HAVE_PROC = os.path.isdir("/proc/self")
 
 
 # -- availability ------------------------------------------------------------------------------
@@ -165,10 +174,14 @@ class Confined:
 
     def command_pids(self) -> list[int]:
         """Outer pids of the command: below bubblewrap's processes and the shim, best effort."""
+        return self._below_shim()[1]
+
+    def _below_shim(self) -> tuple[list[int], list[int]]:
+        """(the shims' outer pids, their children's): empty lists while bubblewrap is still setting up."""
         pids = [self.pid]
         while pids and all(_comm(p) == "bwrap" for p in pids):
             pids = [c for p in pids for c in _children(p)]
-        return [c for shim in pids for c in _children(shim)]
+        return pids, [c for shim in pids for c in _children(shim)]
 
     def send_signal(self, signum: int) -> None:
         """Deliver ``signum`` to the command inside, as a terminal would: to its whole process group.
@@ -178,12 +191,25 @@ class Confined:
         the signal itself (Gemini CLI's launcher relaunches node) would otherwise never pass it on; the
         shim in that group traps it. A command still in this process's own group (it has the terminal,
         which signals the group itself) gets it alone.
+
+        A command that does not run yet gets it once it does: before bubblewrap has started the shim
+        there is nothing to send it to, and between the shim's fork and its exec the child still has the
+        shim's trap, which would swallow it. A thread then waits (up to :data:`PENDING_SIGNAL_WAIT`) for
+        the exec and sends it once (:func:`_unexeced`).
         """
         if self.proc.poll() is not None:
             return
+        if not self._deliver(signum):
+            threading.Thread(target=self._deliver_later, args=(signum,), name="sandbox-signal", daemon=True).start()
+
+    def _deliver(self, signum: int) -> bool:
+        """Send ``signum`` to the command if it runs (every child of the shim exec'd); False if not yet."""
+        shims, pids = self._below_shim()
+        if _HAVE_PROC and not _running(shims, pids):
+            return False
         own_group = os.getpgrp()
         groups: set[int] = set()
-        for pid in self.command_pids():
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 group = os.getpgid(pid)
                 if group != own_group and group not in groups:
@@ -191,6 +217,14 @@ class Confined:
                     os.killpg(group, signum)
                 elif group == own_group:
                     os.kill(pid, signum)
+        return True
+
+    def _deliver_later(self, signum: int) -> None:
+        until = time.monotonic() + PENDING_SIGNAL_WAIT
+        while self.proc.poll() is None and time.monotonic() < until:
+            if self._deliver(signum):
+                return
+            time.sleep(0.001)
 
     def poll(self) -> int | None:
         """The exit code when it ended, else None."""
@@ -203,7 +237,8 @@ class Confined:
 
         Raises :class:`ConfinementError` when bubblewrap could not set the sandbox up (the shim,
         which runs only inside a finished sandbox, never said it started). Ctrl-C while waiting
-        is passed on when the command has a session of its own.
+        is passed on when the command has a session of its own, or does not run yet (the terminal's
+        went to bubblewrap and the shim, which keep it from nobody but themselves).
         """
         if self.returncode is not None:
             return self.returncode
@@ -212,8 +247,8 @@ class Confined:
                 code = self.proc.wait()
                 break
             except KeyboardInterrupt:
-                if self._session:
-                    self.send_signal(signal.SIGINT)
+                if self._session or (_HAVE_PROC and not _running(*self._below_shim())):
+                    self.send_signal(signal.SIGINT)  # held until the command runs (see send_signal)
                 continue  # otherwise the command got the same SIGINT from the terminal
         if self._holder is not None:
             self._holder.set()
@@ -253,6 +288,28 @@ def _comm(pid: int) -> str:
             return fh.read().strip()
     except OSError:
         return ""
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _running(shims: Sequence[int], pids: Sequence[int]) -> bool:
+    """True when the command runs: the shims have children, and each has exec'd (:func:`_unexeced`)."""
+    return bool(pids) and not any(_unexeced(p, shims) for p in pids)
+
+
+def _unexeced(pid: int, shims: Sequence[int]) -> bool:
+    """True while ``pid``, a child of one of ``shims``, has not exec'd its command: its command line is
+    still the shim's (forked, with the shim's trap), or empty (mid-exec: the kernel fills it in after
+    it has reset the caught signals, or a zombie already). A command that is itself ``sh -c`` has its
+    own arguments, never the shim's."""
+    mine = _cmdline(pid)
+    return not mine or any(mine == _cmdline(shim) for shim in shims)
 
 
 def _children(pid: int) -> list[int]:

@@ -178,9 +178,10 @@ def open_parent(root: int, rel: str, *, create: bool = True) -> tuple[int, str]:
     return open_dir(root, "/".join(parts[:-1]), create=create), parts[-1]
 
 
-def write_at(dirfd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+def write_at(dirfd: int, name: str, data: bytes, mode: int = 0o644, *, sync: bool = False) -> None:
     """Replace ``name`` in the directory ``dirfd`` with ``data``: a temporary file written there and
-    renamed over it (a symlink at ``name`` is replaced, never followed)."""
+    renamed over it (a symlink at ``name`` is replaced, never followed). ``sync``: the file fsynced
+    before the rename and the directory after it, so the new file survives a power cut."""
     tmp = f".{name[:180]}.{secrets.token_hex(4)}.sandbox-tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777, dir_fd=dirfd)
     try:
@@ -188,11 +189,33 @@ def write_at(dirfd: int, name: str, data: bytes, mode: int = 0o644) -> None:
             fh.write(data)
             fh.flush()
             os.fchmod(fh.fileno(), mode & 0o7777)
+            if sync:
+                os.fsync(fh.fileno())
         os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dirfd)
         raise
+    if sync:
+        os.fsync(dirfd)
+
+
+def write_beneath(root: str, rel: str, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
+    """Replace the file ``rel`` beneath the directory ``root`` (a worktree, an agent home: a tree the
+    agent writes) with ``data``, by descriptor only: each directory on the way opened ``O_NOFOLLOW``
+    relative to the one before (missing ones made one at a time), the temporary file made and
+    renamed relative to the last (:func:`write_at`). A directory the agent turns into a symlink at
+    any moment is refused (:class:`EscapeError`), never written through. ``root`` itself is the
+    sandbox's, taken as the host names it (its real path)."""
+    top = open_root(os.path.realpath(root))
+    try:
+        dirfd, name = open_parent(top, rel, create=True)
+    finally:
+        os.close(top)
+    try:
+        write_at(dirfd, name, data, mode, sync=sync)
+    finally:
+        os.close(dirfd)
 
 
 def relative(root: int, fd: int) -> str | None:

@@ -9,6 +9,7 @@ the FIFO for a writer.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pygit2
 import pytest
@@ -147,14 +149,58 @@ def test_the_agents_settings_in_its_worktree_swapped_are_never_read_through_the_
     mine = b'{"mine": true}\n'
     twin = plant(path, mine, secret, kind)
 
+    rel = str(claude_code.SETTINGS_PATH)
+
     def read() -> bytes | None:
         adapters.uninstall(claude_code, str(worktree))  # reads it; nothing of ours to take out
-        return adapters._read_settings(str(worktree), str(path))
+        dirfd, name = adapters._open_settings_dir(str(worktree), rel, create=False)
+        try:
+            loaded = adapters._load_settings(dirfd, name, rel)
+        finally:
+            os.close(dirfd)
+        return json.dumps(loaded).encode()
 
     with racing(path, twin):
         calls, seen = hammer(read)
     assert calls > 20
-    assert seen <= {mine}, "the reader followed the swap"
+    assert seen <= {json.dumps(json.loads(mine)).encode()}, "the reader followed the swap"
+
+
+@pytest.mark.parametrize("agent", [claude_code, gemini])
+def test_hooks_written_into_the_worktree_never_land_through_a_swapped_settings_dir(tmp_path: Path, agent: Any) -> None:
+    """``hooks install`` / ``uninstall`` write the worktree's .claude/settings.local.json (.gemini/settings.json)
+    from outside the sandbox while the agent swaps ``.claude`` for a link to your own ``~/.claude`` in a loop
+    (renameat2): each call writes inside the worktree or refuses in one sentence; nothing lands outside."""
+    outside = tmp_path / "home" / ".claude"
+    outside.mkdir(parents=True)
+    worktree = tmp_path / "wt"
+    rel = str(agent.SETTINGS_PATH)
+    settings_dir = worktree / rel.split("/")[0]
+    settings_dir.mkdir(parents=True)
+    twin = worktree / "twin"
+    twin.symlink_to(outside)
+    command = f"{agent.MARKER} --for-tests"
+    done = {"installed": 0, "removed": 0, "refused": 0}
+
+    def write() -> bytes | None:
+        try:
+            adapters.install(agent, str(worktree), command)
+            done["installed"] += 1
+            done["removed"] += adapters.uninstall(agent, str(worktree))
+        except SandboxError as exc:
+            assert "symlink" in str(exc), exc  # one sentence that says why
+            done["refused"] += 1
+        except OSError as exc:
+            raise AssertionError(f"a bare OSError escaped: {exc!r}") from exc
+        return None
+
+    with racing(settings_dir, twin):
+        calls, _seen = hammer(write)
+    assert calls > 20
+    assert list(outside.iterdir()) == [], "a write followed the swapped link"
+    assert done["installed"] and done["removed"], done
+    real = twin if settings_dir.is_symlink() else settings_dir  # the racer stopped with either name the directory
+    assert [p.name for p in real.iterdir()] == [rel.split("/")[1]]  # the settings, no temporary file left behind
 
 
 def test_a_transcript_reader_refuses_a_sparse_file_over_the_bound_in_bounded_memory(tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def test_a_sandbox_that_cannot_be_set_up_is_never_taken_for_the_commands_exit(tm
 def test_signals_reach_the_command_and_a_death_by_signal_is_128_plus_n(tmp_path: Path, signum: int) -> None:
     policy = spawn.Policy(writable=(str(tmp_path),), protected=())
     proc = spawn.spawn(isolation(), policy, ["sleep", "60"], str(tmp_path))
-    # Until `sleep` runs: a signal between the shim's fork and its exec meets the shim's trap (`:`), and is gone.
+    # Until `sleep` runs: bubblewrap is then known to hold the signal sent to it (a signal before the command runs
+    # is held for it by send_signal: tests/confine/test_signals_at_start.py).
     wait_until(lambda: "sleep" in {spawn._comm(p) for p in proc.command_pids()}, 30)
     os.kill(proc.pid, signum)  # bubblewrap itself ignores it (blocked) and keeps the sandbox
     time.sleep(0.1)

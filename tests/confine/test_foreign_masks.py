@@ -204,3 +204,22 @@ def test_the_mcp_servers_run_command_on_a_fetched_run_sees_none_of_its_agent_set
     assert "SEEN pkg/.claude/settings.json" in shown and shown.count("HIDDEN") == 5, shown
     assert "evil" not in shown
     host.stop_host(Project.discover(str(b))[0].common_dir)
+
+
+@needs_bwrap
+def test_doctor_lists_the_agent_settings_a_fetched_run_has_masked_and_none_for_a_run_of_its_own(
+    tmp_path: Path,
+) -> None:
+    b, run_id = _fetched_with_all_settings(tmp_path)
+    worktree = Path(sandbox_cmd("path", run_id, cwd=b).stdout.decode().strip())
+    assert (worktree / ".mcp.json").exists()
+    told = sandbox_cmd("--json", "doctor", run_id, cwd=b)
+    assert told.returncode == 0, told.stderr
+    data = json.loads(told.stdout)
+    assert data["foreign_masked"] == [".claude/", ".mcp.json", ".gemini/", ".codex/", ".env"]
+    assert data["foreign_refusal"] is None
+    text = sandbox_cmd("doctor", run_id, cwd=b).stdout.decode()
+    assert "holds work from another clone" in text and ".claude/, .mcp.json, .gemini/, .codex/, .env" in text
+    own = json.loads(sandbox_cmd("start", "--json", cwd=b).stdout)["run"]
+    mine = json.loads(sandbox_cmd("--json", "doctor", own, cwd=b).stdout)
+    assert mine["foreign_masked"] is None

@@ -151,7 +151,9 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     assert cli_json(runner, "adopt", *c, "adopt", agent["run"])["adopted_events"] == 0  # made here: all signed
     cli_json(runner, "drop", *c, "drop", agent["run"], "--force")
     cli_json(runner, "gc", *c, "gc")
-    assert cli_json(runner, "doctor", *c, "doctor", kept["kept"])["run"] == kept["kept"]
+    doctor = cli_json(runner, "doctor", *c, "doctor", kept["kept"])
+    assert doctor["run"] == kept["kept"]
+    assert doctor["foreign_masked"] is None and doctor["foreign_refusal"] is None  # a run of this clone's own
 
 
 def test_demo_json(tmp_path: Path) -> None:

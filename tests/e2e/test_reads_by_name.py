@@ -23,7 +23,7 @@ COPIES = {"copy", "copy2", "copyfile", "copytree"}
 # /proc, /sys, the kernel's and the process's own: not files an agent writes.
 KERNEL = {
     "sandbox.agent.procs": 6,
-    "sandbox.confine.spawn": 8,
+    "sandbox.confine.spawn": 9,  # /proc/PID/cmdline too: a signal held until the command has exec'd
     "sandbox.agent.calltrees": 1,  # /proc/PID/stat
     "sandbox.confine.hardening": 3,
     "sandbox.confine.nslimits": 1,

@@ -155,39 +155,87 @@ def _merge_hooks(existing: Mapping[str, object], ours: dict[str, list[Any]], mar
     return hooks
 
 
-def _read_settings(worktree: str, path: str) -> bytes:
-    """The agent's settings file in its worktree, read beneath the worktree through a checked
-    descriptor (:mod:`sandbox.store.agentread`: swapped for a link or a FIFO, it is refused)."""
+def _open_settings_dir(worktree: str, rel: str, *, create: bool) -> tuple[int, str]:
+    """(a descriptor of the directory of the agent's settings file ``rel`` in its worktree, the file's
+    name): each directory opened ``O_NOFOLLOW`` relative to the one before (:mod:`sandbox.store.beneath`),
+    made when missing if ``create``. The agent can swap ``.claude`` for a link at any moment: a link
+    met on the way is refused (:class:`SandboxError`), and all later reads and writes go through the
+    descriptor, never the name (docs/design.md, "Reading what the agent wrote: never by name")."""
+    import errno
+
+    from sandbox.store import beneath
+
+    try:
+        top = beneath.open_root(os.path.realpath(worktree))
+        try:
+            return beneath.open_parent(top, rel, create=create)
+        finally:
+            os.close(top)
+    except OSError as exc:
+        if isinstance(exc, beneath.EscapeError) or exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            # ENOTDIR too: O_DIRECTORY met a link that was a directory again by the time it was looked at
+            raise SandboxError(
+                f"A directory on the way to {rel} in the worktree is a symlink or not a directory, which the "
+                "sandbox never writes through; make it a plain directory, then install again."
+            ) from None
+        raise SandboxError(
+            f"{rel} in the worktree could not be reached ({exc.strerror or exc}); make its directory a plain "
+            "directory, then install again."
+        ) from None
+
+
+def _load_settings(dirfd: int, name: str, rel: str) -> dict[str, object] | None:
+    """The settings file ``name`` in the directory ``dirfd`` (None: there is none), read through a
+    checked descriptor (:mod:`sandbox.store.agentread`: swapped for a link or a FIFO, it is refused)."""
+    import json
+    import stat
+
     from sandbox.store import agentread
 
-    return agentread.read_path(worktree, path, limit=SETTINGS_LIMIT)
+    try:
+        seen = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SandboxError(f"{rel} in the worktree could not be read ({exc.strerror or exc}).") from None
+    if not stat.S_ISREG(seen.st_mode):
+        raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
+    try:
+        loaded = json.loads(agentread.read_file(dirfd, name, seen, limit=SETTINGS_LIMIT).data)
+    except (OSError, ValueError, RecursionError, SandboxError) as exc:  # nested too deep: the agent's
+        raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
+    if not isinstance(loaded, dict):
+        raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")
+    return loaded
+
+
+def _write_settings(dirfd: int, name: str, rel: str, settings: Mapping[str, object]) -> None:
+    """Replace the settings file ``name`` in the directory ``dirfd``: a temporary file made there,
+    fsynced and renamed over it (a link there is replaced, never followed), then the directory fsynced."""
+    import json
+
+    from sandbox.store import beneath
+
+    try:
+        beneath.write_at(dirfd, name, (json.dumps(settings, indent=2) + "\n").encode(), 0o644, sync=True)
+    except OSError as exc:
+        raise SandboxError(f"{rel} in the worktree could not be written ({exc.strerror or exc}).") from None
 
 
 def install(adapter: HookAdapter, worktree: str, command: str) -> str:
-    """Write the adapter's hooks into the worktree's local agent settings; returns the file's path."""
-    import json
+    """Write the adapter's hooks into the worktree's local agent settings; returns the file's path.
 
-    from sandbox.store.fsutil import atomic_write
-    from sandbox.store.paths import check_parents
-
+    Read and written through a descriptor of its directory (:func:`_open_settings_dir`): the agent
+    may be running in that worktree, and this process is not confined."""
     rel = str(adapter.SETTINGS_PATH)
-    check_parents(worktree, rel)
-    path = os.path.join(worktree, rel)
-    existing: dict[str, object] = {}
-    if os.path.lexists(path):
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise SandboxError(f"{rel} in the worktree is not a regular file; remove it, then install again.")
-        try:
-            loaded = json.loads(_read_settings(worktree, path))
-        except (OSError, ValueError, RecursionError, SandboxError) as exc:  # nested too deep: the agent's
-            raise SandboxError(f"{rel} in the worktree is not valid JSON ({exc}); fix or remove it first.") from None
-        if not isinstance(loaded, dict):
-            raise SandboxError(f"{rel} in the worktree is not a JSON object; fix or remove it first.")
-        existing = loaded
-    merged = merge_settings(existing, adapter.hook_settings(command), str(adapter.MARKER))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, (json.dumps(merged, indent=2) + "\n").encode(), 0o644)
-    return path
+    dirfd, name = _open_settings_dir(worktree, rel, create=True)
+    try:
+        existing = _load_settings(dirfd, name, rel) or {}
+        merged = merge_settings(existing, adapter.hook_settings(command), str(adapter.MARKER))
+        _write_settings(dirfd, name, rel, merged)
+    finally:
+        os.close(dirfd)
+    return os.path.join(worktree, rel)
 
 
 def remove_ours(settings: dict[str, object], marker: str) -> dict[str, object]:
@@ -208,31 +256,27 @@ def remove_ours(settings: dict[str, object], marker: str) -> dict[str, object]:
 
 def uninstall(adapter: HookAdapter, worktree: str) -> bool:
     """Take the sandbox's hooks out of the worktree's local agent settings (where ``sandbox run``
-    put them before runs had agent homes); the rest of the file is kept. True when it changed."""
-    import json
-
-    from sandbox.store.fsutil import atomic_write
-    from sandbox.store.paths import check_parents
-
+    put them before runs had agent homes); the rest of the file is kept. True when it changed.
+    Through a descriptor as :func:`install`; a link on the way, or a file that is not JSON, is left alone."""
     rel = str(adapter.SETTINGS_PATH)
     try:
-        check_parents(worktree, rel)  # a directory the agent linked out of the worktree is not followed
+        dirfd, name = _open_settings_dir(worktree, rel, create=False)
     except SandboxError:
-        return False
-    path = os.path.join(worktree, rel)
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
+        return False  # absent, or a directory the agent linked out of the worktree: not followed
     try:
-        loaded = json.loads(_read_settings(worktree, path))
-    except (OSError, ValueError, RecursionError, SandboxError):
-        return False  # not ours to repair: the agent reports it
-    if not isinstance(loaded, dict):
-        return False
-    cleaned = remove_ours(loaded, str(adapter.MARKER))
-    if cleaned == loaded:
-        return False
-    atomic_write(path, (json.dumps(cleaned, indent=2) + "\n").encode(), 0o644)
-    return True
+        try:
+            loaded = _load_settings(dirfd, name, rel)
+        except SandboxError:
+            return False  # not ours to repair: the agent reports it
+        if loaded is None:
+            return False
+        cleaned = remove_ours(loaded, str(adapter.MARKER))
+        if cleaned == loaded:
+            return False
+        _write_settings(dirfd, name, rel, cleaned)
+        return True
+    finally:
+        os.close(dirfd)
 
 
 def agent_of(command: str, adapter: str | None = None) -> str | None:

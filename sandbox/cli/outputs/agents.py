@@ -124,3 +124,12 @@ class DoctorOutput(Output):
     landlock_abi: int | None
     cgroups: list[str]
     cannot_enforce: list[str]
+    foreign_masked: list[str] | None = Field(
+        default=None,
+        description="RUN holds work from another clone: its worktree's agent settings masked for every command "
+        "started on it (worktree-relative, those there now at its root; the same names in each directory down to "
+        "where a command starts are masked too). None: no run named, or a run of this clone's own.",
+    )
+    foreign_refusal: str | None = Field(
+        default=None, description="Why a command on that run would be refused (a settings path linked out of it)."
+    )

@@ -40,6 +40,7 @@ FORMAT_VERSION = 1
 KEY_NAME = "fold-key"
 TIP_FILE = "ledger-tip"
 CACHE_FILE = "ledger-cache.json"
+ADOPTED_FILE = "adopted.json"  # sandbox.store.provenance.ADOPTED_FILE
 
 
 class Miss(Exception):
@@ -143,6 +144,8 @@ class Repository:
         mac, text = sealed.get("mac"), sealed.get("state")
         if not isinstance(mac, str) or not isinstance(text, str):
             raise Miss(f"the fold cache of run {run_id} is malformed")
+        if sealed.get("adopted", "") != _adopted_id(run_dir):
+            raise Miss(f"the fold cache of run {run_id} was folded before `sandbox adopt`")
         key = self._key(tip)
         if not _same(mac, mac_of(key, text.encode("utf-8"))):
             raise Miss(f"the fold cache of run {run_id} does not verify")  # the full path reports it
@@ -314,3 +317,10 @@ def _odd_config(path: str) -> bool:
         if key == "worktree" or (key == "bare" and value not in ("false", "no", "off", "0")):
             return True
     return False
+
+
+def _adopted_id(run_dir: str) -> str:
+    """The MAC of the run's adopted list as on disk ("": none), as ``provenance.adopted_id`` reads it."""
+    data = _read_json(os.path.join(run_dir, ADOPTED_FILE))
+    mac = data.get("mac") if isinstance(data, dict) else None
+    return mac if isinstance(mac, str) else ""

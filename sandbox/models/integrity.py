@@ -21,6 +21,9 @@ class LedgerCacheFile(Model):
     version: int = FORMAT_VERSION
     mac: str
     state: str
+    #: The run's adopted list (``sandbox adopt``) the fold counted with, by its MAC ("": none). A fold
+    #: made before the list changed counts adopted events as foreign: stale, refolded, never trusted.
+    adopted: str = ""
 
 
 class AckedTip(Model):

@@ -72,21 +72,26 @@ def _mac(key: bytes, text: str) -> str:
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def seal_cache(key: bytes, state_json: str) -> str:
-    """The cache file's text for a fold serialised as ``state_json``."""
-    return to_json(LedgerCacheFile(mac=_mac(key, state_json), state=state_json))
+def seal_cache(key: bytes, state_json: str, adopted: str = "") -> str:
+    """The cache file's text for a fold serialised as ``state_json``, counted with the adopted list
+    whose MAC is ``adopted``."""
+    return to_json(LedgerCacheFile(mac=_mac(key, state_json), state=state_json, adopted=adopted))
 
 
-def open_cache(key: bytes | None, text: str) -> tuple[str | None, bool]:
+def open_cache(key: bytes | None, text: str, adopted: str = "") -> tuple[str | None, bool]:
     """(the fold's JSON if the MAC verifies, whether a file that should verify did not).
 
     Any file that fails (edited, replaced, or cut short) is reported when the ledger has a key;
-    a ledger written before keys existed cannot verify its cache, so its cache is never used.
+    a ledger written before keys existed cannot verify its cache, so its cache is never used. One
+    folded with another adopted list than ``adopted`` (before a ``sandbox adopt``) is stale: not
+    used, and not damaged either.
     """
     try:
         sealed = from_json(LedgerCacheFile, text)
     except ValueError:
         return None, key is not None
+    if sealed.adopted != adopted:
+        return None, False
     if key is None or not hmac.compare_digest(sealed.mac, _mac(key, sealed.state)):
         return None, key is not None
     return sealed.state, False

@@ -172,6 +172,7 @@ class Ledger:
         self.clone = layout.clone_id(repo.path)
         self._owner: provenance.Key | None | bool = False  # False: not looked up yet
         self._adopted: frozenset[str] = frozenset()
+        self._state_adopted = ""  # the adopted list's MAC (provenance.adopted_id) _state was folded with
 
     def new_state(self) -> LedgerState:
         """An empty fold for this clone (fold a ledger's events into it)."""
@@ -312,10 +313,14 @@ class Ledger:
         :class:`~sandbox.store.integrity.LedgerDamagedError` when the ref was deleted, rewound or rewritten.
         """
         tip = self.tip()
+        adopted = provenance.adopted_id(self.repo.path, self.run_id)
+        if adopted != self._state_adopted:  # `sandbox adopt` since (in another process): fold anew,
+            self._state, self._owner, self._cached_tip = None, False, None  # key, list looked up again
         if self._state is not None and self._state.tip == tip:
             return self._state
         tip = integrity.check(self.repo, self.run_id, self.run_dir, tip)
-        base = self._state if self._state is not None else self._load_cache(tip)
+        base = self._state if self._state is not None else self._load_cache(tip, adopted)
+        self._state_adopted = adopted
         if base is not None and base.clone != self.clone:
             if base.clone is None:  # folded before this clone had an id: no event carried it
                 base = self.fold.fork(base)
@@ -354,13 +359,13 @@ class Ledger:
             self.save_cache(fresh)
         return differed
 
-    def _load_cache(self, tip: str | None) -> LedgerState | None:
+    def _load_cache(self, tip: str | None, adopted: str) -> LedgerState | None:
         try:
             with open(self.cache_path, encoding="utf-8") as fh:
                 text = fh.read()
         except OSError:
             return None
-        state_json, forged = integrity.open_cache(self.key(tip), text)
+        state_json, forged = integrity.open_cache(self.key(tip), text, adopted)
         if forged:
             self._resave = True
             self.problems.append(
@@ -386,7 +391,7 @@ class Ledger:
         if key is None:
             return  # a ledger without a key: its cache could not be verified, so none is kept
         with contextlib.suppress(OSError):
-            write_json_file(self.cache_path, integrity.seal_cache(key, to_json(state)), sync=False)
+            write_json_file(self.cache_path, integrity.seal_cache(key, to_json(state), self._state_adopted), sync=False)
             self._cached_tip = state.tip
 
     def seal(self) -> None:

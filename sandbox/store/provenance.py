@@ -259,6 +259,17 @@ def _fetched_tip(common_dir: str, run_id: str) -> str | None | Literal[False]:
     return tip if isinstance(tip, str) else False
 
 
+def adopted_id(common_dir: str, run_id: str) -> str:
+    """The MAC of the run's adopted list as it is on disk ("": none or unreadable): what a fold
+    counted with, compared to tell a fold made before ``sandbox adopt`` from one made after."""
+    try:
+        with open(os.path.join(layout.run_dir(common_dir, run_id), ADOPTED_FILE), encoding="ascii") as fh:
+            mac = json.loads(fh.read()).get("mac")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return mac if isinstance(mac, str) else ""
+
+
 def adopted(common_dir: str, run_id: str, key: Key) -> frozenset[str]:
     """The run's events adopted by the migration (:func:`adopt`), when their list verifies."""
     path = os.path.join(layout.run_dir(common_dir, run_id), ADOPTED_FILE)

@@ -115,6 +115,9 @@ def test_rows_agree_with_the_full_path_in_process(repo: Path) -> None:
         assert views.in_flight(state) == [e.call_id for e in fresh.entries() if e.status.value == "started"]
     assert foldcache.FORMAT_VERSION == models.FORMAT_VERSION
     assert foldcache.CACHE_FILE == "ledger-cache.json" and foldcache.TIP_FILE == "ledger-tip"
+    from sandbox.store import provenance
+
+    assert foldcache.ADOPTED_FILE == provenance.ADOPTED_FILE
 
 
 def _fast_state(project: Project, run_id: str) -> dict[str, object] | None:

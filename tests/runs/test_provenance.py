@@ -258,3 +258,31 @@ def test_an_approval_another_clone_recorded_approves_nothing_here(tmp_path: Path
     assert here.entry(call).status.value == "planned" and is_approved(here, "deploy", {"to": "prod"}) is None
     approve(here, call)  # the user's own approval here counts
     assert is_approved(open_run(b, run_id), "deploy", {"to": "prod"}) is not None
+
+
+@needs_bwrap
+def test_a_fold_made_before_adopt_is_never_taken_after_it(tmp_path: Path) -> None:
+    """A process that folded the run before ``sandbox adopt`` (the host of the last session) and seals its
+    cache after it, or a cache left from before, never makes the adopted run foreign again: the cache
+    says which adopted list it counted with, and a long-lived fold sees the list change."""
+    from sandbox.fast import foldcache
+
+    a, b = clones(tmp_path)
+    run_id = a_run(a, ["claude"], isolation="bwrap")
+    git(a, "push", "-q", "origin", REFSPEC)
+    git(b, "fetch", "-q", "origin", REFSPEC)
+    assert sandbox_cmd("exec", run_id, "--", "true", cwd=b).returncode == 0  # its worktree made here
+    host = open_run(b, run_id)  # folded before the adopt, kept (as the host keeps its runs)
+    assert host.load().foreign
+    host.seal_cache()
+    cache = Path(layout.run_dir(str(b / ".git"), run_id), "ledger-cache.json")
+    before = cache.read_bytes()
+    assert foldcache.Repository(str(b / ".git")).state(run_id)["foreign"]
+    assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
+    cache.write_bytes(before)  # sealed late, by a process that folded before the adopt
+    assert not open_run(b, run_id).load().foreign
+    with pytest.raises(foldcache.Miss, match="before `sandbox adopt`"):
+        foldcache.Repository(str(b / ".git")).state(run_id)
+    assert not host.load().foreign  # the long-lived fold sees the adopted list change
+    host.seal_cache()
+    assert not foldcache.Repository(str(b / ".git")).state(run_id)["foreign"]

@@ -64,9 +64,10 @@ STATE = {
     "sandbox.store.objects": 2,
     "sandbox.store.packs": 4,
     "sandbox.store.project": 1,
-    "sandbox.store.provenance": 4,
+    "sandbox.store.provenance": 5,
     "sandbox.store.worktree": 4,
     "sandbox.store.beneath": 1,
+    "sandbox.store.durable": 4,  # the common objects/ and the ledger's refs: the sandbox's, read-only inside
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandbox.run.run import Run
-from tests.conftest import tree_digest, user_state
+from tests.conftest import scaled, tree_digest, user_state
 from tests.merge.test_apply import start
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def _browser(pw: Playwright, width: int = 1280, height: int = 800) -> tuple[Brow
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
     # Playwright's string predicates are an eval, which the page's CSP forbids (test_ui_auth keeps the CSP).
     page = browser.new_page(viewport={"width": width, "height": height}, bypass_csp=True)
-    page.set_default_timeout(10_000)
+    page.set_default_timeout(scaled(10) * 1000)  # the page waits on the server, which load slows
     return browser, page
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.run.run import Run
-from tests.conftest import tree_digest
+from tests.conftest import scaled, tree_digest
 from tests.ui.test_ui import CHROMIUM, _goto, _served
 from tests.ui.test_ui import agent_run as agent_run_fixture
 
@@ -164,7 +164,7 @@ def test_a_second_local_origin_gets_no_cookie_no_frame_and_no_action(
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
             context = browser.new_context()  # one profile: the user's tab and the other origin's share it
             page = context.new_page()
-            page.set_default_timeout(10_000)
+            page.set_default_timeout(scaled(10) * 1000)
             _goto(page, run_page + "#token=" + url.split("#token=", 1)[1])  # the user's own tab, in use
             assert agent_run.run_id in page.inner_text("h1")
             assert page.evaluate("document.cookie") == "" and page.context.cookies() == []

@@ -20,21 +20,28 @@ from tests.conftest import on_pty, sandbox_cmd
 SAYS_CLICK = "import atexit, sys; atexit.register(lambda: sys.stderr.write('click=%s' % ('click' in sys.modules))); "
 
 
-def clicks(args: list[str], cwd: Path, columns: int | None = None) -> bytes:
-    """What the click group itself prints for ``args`` in a real process (the reference; click's test
-    runner forces its own width), ``columns`` wide (else as for a pipe)."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+def click_group(
+    args: list[str], cwd: Path | str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The click group itself run on ``args`` in a real process, its output to pipes (the reference)."""
     program = (
         "import sys; sys.argv[0] = 'sandbox'; from sandbox.cli.app import cli; from sandbox.cli.edge import run_main"
     )
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", program + "; run_main(cli)", *args],
         cwd=cwd,
         capture_output=True,
         check=False,
         timeout=120,
-        env={**env, "COLUMNS": str(columns)} if columns else env,
+        env=env,
     )
+
+
+def clicks(args: list[str], cwd: Path, columns: int | None = None) -> bytes:
+    """What the click group itself prints for ``args`` in a real process (the reference; click's test
+    runner forces its own width), ``columns`` wide (else as for a pipe)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = click_group(args, cwd, {**env, "COLUMNS": str(columns)} if columns else env)
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout
 

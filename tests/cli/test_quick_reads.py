@@ -21,7 +21,7 @@ from sandbox.cli.plain import style
 from sandbox.run.run import Run
 from sandbox.store import layout
 from sandbox.store.project import Project
-from tests.cli.test_quick import SAYS_CLICK, clicks
+from tests.cli.test_quick import SAYS_CLICK, click_group, clicks
 from tests.conftest import git
 
 #: Prepended to a program that runs the console entry point with the rest of argv.
@@ -38,17 +38,7 @@ def entry(args: list[str], cwd: Path | str, env: dict[str, str] | None = None) -
 
 def reference(args: list[str], cwd: Path | str, env: dict[str, str] | None = None) -> tuple[int, bytes]:
     """What the click group itself writes for ``args`` to a pipe (the reference)."""
-    program = (
-        "import sys; sys.argv[0] = 'sandbox'; from sandbox.cli.app import cli; from sandbox.cli.edge import run_main"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", program + "; run_main(cli)", *args],
-        cwd=cwd,
-        capture_output=True,
-        check=False,
-        timeout=120,
-        env=env,
-    )
+    proc = click_group(args, cwd, env)
     return proc.returncode, proc.stdout
 
 

@@ -320,7 +320,7 @@ def test_fork_at_a_call_forks_the_conversation(claude_bin: str, repo: Path, home
 def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: str, gemini_bin: str) -> None:
     """Gemini CLI, killed mid-command, continues on its stored chat (``--session-file``) with the note."""
     from tests.agents import gemini_server as gs
-    from tests.agents.test_gemini import agent_env, top_gemini
+    from tests.agents.test_gemini import agent_env, kill_gemini
 
     home = tmp_path / "gemini-home"
     (home / ".gemini").mkdir(parents=True)
@@ -348,7 +348,7 @@ def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: 
             while not (wt / "started.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             assert (wt / "started.txt").exists(), proc.communicate(timeout=30)
-            os.kill(top_gemini(proc.pid), signal.SIGKILL)
+            kill_gemini(proc.pid)
             proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:

@@ -84,16 +84,51 @@ def state_paths(entries: Sequence[str], home: str) -> list[str]:
     return out
 
 
-def prepare_state(paths: Sequence[str]) -> None:
-    """Create missing agent state directories (entries ending in ``/``) and ``.json`` files (``{}``)."""
+def prepare_state(paths: Sequence[str], writable: Sequence[str] | None = None) -> None:
+    """Create missing agent state directories (entries ending in ``/``) and ``.json`` files (``{}``).
+
+    ``writable``: every path a confined agent may write (default ``paths``). Another run's agent may
+    be writing them meanwhile, so below the outermost writable directory that holds an entry nothing
+    is made by name: each directory is opened ``O_NOFOLLOW`` relative to the one before, made one at
+    a time, the file made ``O_EXCL | O_NOFOLLOW`` relative to its directory
+    (:mod:`sandbox.store.beneath`). A link met on the way (the agent swapped a directory of its state
+    for a link outside) makes nothing, as any other failure here does. That outermost directory, and
+    what lies above it, no agent writes (no writable path holds them): they are named as you named them.
+    """
+    tops = [p.rstrip("/") for p in (writable if writable is not None else paths)]
     for entry in paths:
         path = entry.rstrip("/")
-        if entry.endswith("/"):
+        if entry.endswith("/") or path.endswith(".json"):
+            top = min((t for t in tops if path == t or path.startswith(t + "/")), key=len, default=path)
             with contextlib.suppress(OSError):
-                os.makedirs(path, exist_ok=True)
-        elif path.endswith(".json") and not os.path.lexists(path) and os.path.isdir(os.path.dirname(path)):
-            with contextlib.suppress(OSError), open(path, "x", encoding="utf-8") as fh:
-                fh.write("{}\n")
+                _make(top, path, entry.endswith("/"))
+
+
+def _make(top: str, path: str, directory: bool) -> None:
+    """Make the directory (or the ``{}`` file) ``path``, below the outermost writable ``top`` by descriptor."""
+    from sandbox.store import beneath  # standard library only, as this module is
+
+    if directory:
+        os.makedirs(top, exist_ok=True)  # the user's own names: no agent writes them
+        if path == top:
+            return
+        base, rel = top, path[len(top) + 1 :]
+    else:  # a file only where its directory is already
+        base, rel = (os.path.dirname(path), os.path.basename(path)) if path == top else (top, path[len(top) + 1 :])
+    root = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if directory:
+            os.close(beneath.open_dir(root, rel, create=True))
+            return
+        dirfd, name = beneath.open_parent(root, rel, create=False)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dirfd)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"{}\n")
+        finally:
+            os.close(dirfd)
+    finally:
+        os.close(root)
 
 
 def config_paths(

@@ -16,8 +16,8 @@ What it holds (:class:`Host`):
 
 * one socket, ``<common>/sandbox/host/host.sock`` (:mod:`sandbox.agent.wire`: the protocol, who may
   ask what), read by one thread under caps and deadlines and answered by a few workers, fairly
-  between peers (:mod:`sandbox.agent.intake`: one sandbox's flood of connections never stops
-  another run's hooks, and never the host);
+  between runs, then peers (:mod:`sandbox.agent.intake`: one sandbox's flood of connections, or one
+  run's flood of requests, never stops another run's hooks, and never the host);
 * one liveness record: the flock of ``host.lock`` held for its whole life, and ``host.json``
   (:class:`~sandbox.models.HostInfo`) beside it;
 * one inotify instance (:mod:`sandbox.fast.inotify`) watching every served run's worktree, its
@@ -167,7 +167,9 @@ class Host:
         except BaseException:
             self.stop()
             raise
-        self.intake = intake.Intake(sock, self._answer, peer_key=self._peer_key, limits=self.limits, note=self._note)
+        self.intake = intake.Intake(
+            sock, self._answer, peer_key=self._peer_key, lane=wire.run_named, limits=self.limits, note=self._note
+        )
         self._accept = threading.Thread(target=self.intake.run, name="sandbox-host", daemon=True)
         self._accept.start()
 

@@ -19,9 +19,18 @@ run's hooks (issue 25). So:
 * **Descriptors running out** (``EMFILE``/``ENFILE``, or the kernel short of memory) pause the
   accepting with a growing backoff and shed the oldest connection being read, instead of killing
   the host; the reason is said once in the host's notes.
-* **Fairness.** Complete requests queue per peer and a few workers take them round-robin, at most
-  :attr:`Limits.per_peer_workers` of one peer at once: a flood of valid requests from one sandbox
-  waits behind its own, never in front of another run's hooks.
+* **Fairness.** Complete requests queue per *lane* (the run a request names, read from its first
+  bytes by ``lane``; a request naming none is a lane of its own peer's), and within a lane per peer.
+  A few workers take them round-robin over the lanes, then over a lane's peers, at most
+  :attr:`Limits.per_run_workers` of one lane and :attr:`Limits.per_peer_workers` of one peer at
+  once. A run's requests are recorded one after another anyway (each holds the run's own lock), so
+  three workers keep one run's pipeline full (one recording, one decoding the next, one answering)
+  and more only wait; with a cap per peer alone, one run's flood from many processes (an agent's
+  concurrent hooks: a peer each) held every worker waiting on that run's lock, and another run's hook
+  waited for every flooding process's turn (669 ms against 9 ms quiet, 48 processes;
+  tests/agent/test_host_fairness.py). A request that names a run it has no token of is
+  refused by the handler; it lands in that run's lane under its own peer's queue, one turn among
+  the run's peers.
 
 A client whose connection is closed without a reply does what it does when no host lives: it
 records in its own process (recording again is idempotent).
@@ -56,6 +65,7 @@ class Limits:
     max_request: int = 4 * 1024 * 1024
     workers: int = 8
     per_peer_workers: int = 2
+    per_run_workers: int = 3
 
 
 @dataclass
@@ -64,6 +74,7 @@ class _Conn:
     peer: tuple[int, int] | None
     key: str
     deadline: float
+    lane: str = ""
     chunks: list[bytes] = field(default_factory=list)
     size: int = 0
     too_large: bool = False
@@ -72,8 +83,9 @@ class _Conn:
 class Intake:
     """Accepts on ``listener`` and answers each request with ``handle(data, peer) -> reply``.
 
-    ``peer_key(peer)`` names the peer a connection counts against; ``note(line)`` gets one line the
-    first time each kind of trouble happens. Run :meth:`run` in a thread; :meth:`stop` ends it.
+    ``peer_key(peer)`` names the peer a connection counts against; ``lane(data)`` the run a whole
+    request is for (None: the peer's own lane); ``note(line)`` gets one line the first time each
+    kind of trouble happens. Run :meth:`run` in a thread; :meth:`stop` ends it.
     """
 
     def __init__(
@@ -82,12 +94,14 @@ class Intake:
         handle: Callable[[bytes | None, tuple[int, int] | None], bytes],
         *,
         peer_key: Callable[[tuple[int, int] | None], str],
+        lane: Callable[[bytes], str | None] | None = None,
         limits: Limits = Limits(),
         note: Callable[[str], None] | None = None,
     ) -> None:
         self.listener = listener
         self.handle = handle
         self.peer_key = peer_key
+        self.lane = lane
         self.limits = limits
         self.note = note
         self.received = 0
@@ -99,9 +113,10 @@ class Intake:
         self._open: dict[str, int] = {}  # per peer key: connections open (read or being handled)
         self._total = 0
         self._reading: dict[int, _Conn] = {}  # by descriptor
-        self._queues: dict[str, deque[tuple[_Conn, bytes | None]]] = {}
-        self._turns: deque[str] = deque()  # peer keys with queued requests, round-robin
+        self._lanes: dict[str, _Lane] = {}  # per lane: its peers' queued requests
+        self._turns: deque[str] = deque()  # lanes with queued requests, round-robin
         self._busy: dict[str, int] = {}  # per peer key: requests being handled
+        self._lane_busy: dict[str, int] = {}  # per lane: requests being handled
         self._inflight = 0
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -160,10 +175,11 @@ class Intake:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
         with self._lock:
-            for queue in self._queues.values():
-                while queue:
-                    conn, _data = queue.popleft()
+            for lane in self._lanes.values():
+                for conn, _data in lane.drain():
+                    self._inflight -= 1  # never handled: not waited for below
                     self._release(conn)
+            self._lanes.clear()
             self._turns.clear()
             self._lock.notify_all()
             self._lock.wait_for(lambda: self._inflight == 0, timeout=timeout)
@@ -309,37 +325,51 @@ class Intake:
 
     # -- the workers ---------------------------------------------------------------------------
 
+    def _lane_of(self, conn: _Conn, data: bytes | None) -> str:
+        named = None
+        if data is not None and self.lane is not None:
+            with contextlib.suppress(Exception):  # a lane that cannot be told: the peer's own
+                named = self.lane(data)
+        return f"run {named}" if named else f"peer {conn.key}"
+
     def _enqueue(self, conn: _Conn, data: bytes | None) -> None:
+        conn.lane = self._lane_of(conn, data)
         with self._lock:
             if self._stopping.is_set():
                 pass
             else:
-                queue = self._queues.setdefault(conn.key, deque())
-                if not queue:
-                    self._turns.append(conn.key)
-                queue.append((conn, data))
+                lane = self._lanes.get(conn.lane)
+                if lane is None:
+                    lane = self._lanes[conn.lane] = _Lane()
+                    self._turns.append(conn.lane)
+                lane.put(conn, data)
                 self._inflight += 1
                 self._lock.notify()
                 return
         self._release(conn)
 
     def _next(self) -> tuple[_Conn, bytes | None] | None:
-        """The next request to handle, round-robin over peers (called with the lock held)."""
+        """The next request to handle, round-robin over lanes, then over a lane's peers (called with
+        the lock held); None while every lane with requests is at its cap, or its peers at theirs."""
         for _ in range(len(self._turns)):
-            key = self._turns.popleft()
-            queue = self._queues.get(key)
-            if not queue:
-                self._queues.pop(key, None)
+            name = self._turns.popleft()
+            lane = self._lanes.get(name)
+            if lane is None:
                 continue
-            if self._busy.get(key, 0) >= self.limits.per_peer_workers:
-                self._turns.append(key)
+            if self._lane_busy.get(name, 0) >= self.limits.per_run_workers:
+                self._turns.append(name)
                 continue
-            item = queue.popleft()
-            if queue:
-                self._turns.append(key)
+            item = lane.take(lambda key: self._busy.get(key, 0) < self.limits.per_peer_workers)
+            if item is None:
+                self._turns.append(name)
+                continue
+            if lane.empty():
+                del self._lanes[name]
             else:
-                self._queues.pop(key, None)
+                self._turns.append(name)
+            key = item[0].key
             self._busy[key] = self._busy.get(key, 0) + 1
+            self._lane_busy[name] = self._lane_busy.get(name, 0) + 1
             return item
         return None
 
@@ -372,12 +402,53 @@ class Intake:
                 with contextlib.suppress(OSError):
                     conn.sock.close()
                 with self._lock:
-                    self._busy[conn.key] -= 1
-                    if not self._busy[conn.key]:
-                        del self._busy[conn.key]
+                    for counts, key in ((self._busy, conn.key), (self._lane_busy, conn.lane)):
+                        counts[key] -= 1
+                        if not counts[key]:
+                            del counts[key]
                     self._inflight -= 1
                     self.handled += 1
                     self._lock.notify_all()
+
+
+class _Lane:
+    """One lane's queued requests: a queue per peer, taken round-robin (called with the intake's lock held)."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, deque[tuple[_Conn, bytes | None]]] = {}
+        self.turns: deque[str] = deque()  # peer keys with queued requests
+
+    def put(self, conn: _Conn, data: bytes | None) -> None:
+        queue = self.queues.get(conn.key)
+        if queue is None:
+            queue = self.queues[conn.key] = deque()
+            self.turns.append(conn.key)
+        queue.append((conn, data))
+
+    def take(self, free: Callable[[str], bool]) -> tuple[_Conn, bytes | None] | None:
+        """The first request of the next peer that is ``free`` (below its cap), or None."""
+        for _ in range(len(self.turns)):
+            key = self.turns.popleft()
+            if not free(key):
+                self.turns.append(key)
+                continue
+            queue = self.queues[key]
+            item = queue.popleft()
+            if queue:
+                self.turns.append(key)
+            else:
+                del self.queues[key]
+            return item
+        return None
+
+    def empty(self) -> bool:
+        return not self.turns
+
+    def drain(self) -> list[tuple[_Conn, bytes | None]]:
+        out = [item for queue in self.queues.values() for item in queue]
+        self.queues.clear()
+        self.turns.clear()
+        return out
 
 
 def _peer(conn: socket.socket) -> tuple[int, int] | None:

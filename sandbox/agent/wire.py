@@ -93,6 +93,21 @@ CONNECT_TIMEOUT = 2.0
 CONTROL_OPS = ("status", "forget", "stop")
 
 
+def run_named(data: bytes) -> str | None:
+    """The run a request names, read from its first bytes without decoding it (the host's workers
+    are shared fairly between runs by it, :mod:`sandbox.agent.intake`); None when none is seen there.
+    Only a lane: what the request may do is decided once it is decoded and its token checked."""
+    head = data[:256]
+    for key in (b'"run": "', b'"run":"'):
+        at = head.find(key)
+        if at >= 0:
+            start = at + len(key)
+            end = head.find(b'"', start)
+            name = head[start:end].decode("ascii", "replace") if end > start else ""
+            return name if layout.valid_run_id(name) else None
+    return None
+
+
 def host_dir(common_dir: str) -> str:
     """The repository's host directory (see :func:`sandbox.store.layout.host_dir`)."""
     return layout.host_dir(common_dir)

@@ -327,7 +327,8 @@ def _isolation(
     homed = {adapters.agent(n).PROGRAM for n in adapters.names()}  # every known agent has a home in the run
     if isolation.enabled and family and family not in homed:
         # Only this agent's state paths are created (it hangs or fails without them, read-only).
-        agentstate.prepare_state([p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))])
+        mine = [p for p in isolation.writable if family in os.path.basename(p.rstrip("/"))]
+        agentstate.prepare_state(mine, writable=isolation.writable)  # another agent may be writing them
     return isolation
 
 

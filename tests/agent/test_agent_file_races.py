@@ -24,7 +24,7 @@ from typing import Any
 import pygit2
 import pytest
 
-from sandbox.agent import adapters, sessions
+from sandbox.agent import adapters, agentstate, sessions
 from sandbox.agent.adapters import claude_code, gemini
 from sandbox.errors import SandboxError
 from sandbox.store import journal
@@ -250,3 +250,35 @@ def test_undo_in_the_run_probes_a_swapped_worktree_file_never_through_the_swap(t
         calls, seen = hammer(read)
     assert calls > 20
     assert seen <= {str(pygit2.hash(mine)).encode()}
+
+
+def test_agent_state_made_for_a_run_never_lands_through_a_swapped_state_dir(tmp_path: Path) -> None:
+    """``sandbox run`` makes the started agent's missing state in your home before it starts it
+    (``agentstate.prepare_state``), outside the sandbox, while another confined agent with that state
+    bound writable swaps a directory of it for a link to a directory outside in a loop (renameat2):
+    what is made lands inside the state directory or not at all; nothing is ever made outside."""
+    home = tmp_path / "home"
+    state = home / ".aider"  # bound writable for an agent without a home in the run
+    cache = state / "cache"
+    cache.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    twin = state / "twin"
+    twin.symlink_to(outside)
+    writable = [f"{state}/", f"{cache}/"]
+    made = {"n": 0}
+
+    def prepare() -> bytes | None:
+        n = made["n"] = made["n"] + 1
+        entries = [f"{cache}/sub{n}/", f"{cache}/sub{n}/deeper/", f"{cache}/state{n}.json"]
+        agentstate.prepare_state(entries, writable=[*writable, *entries])
+        return None
+
+    with racing(cache, twin):
+        calls, _seen = hammer(prepare)
+    assert calls > 20
+    assert list(outside.iterdir()) == [], "a directory or file was made through the swapped link"
+    real = twin if cache.is_symlink() else cache  # the racer stopped with either name the directory
+    assert any(p.name.startswith("sub") for p in real.iterdir()), "nothing was made inside either"
+    agentstate.prepare_state([f"{home}/.aider.json", f"{state}/top.json"], writable=writable)
+    assert json.loads((home / ".aider.json").read_text()) == {} and (state / "top.json").read_text() == "{}\n"

@@ -86,7 +86,7 @@ USERS = {
     "sandbox.cli.machine": 2,
     "sandbox.cli.demo": 7,
     "sandbox.confine.homeview": 3,
-    "sandbox.agent.agentstate": 1,
+    "sandbox.agent.agentstate": 1,  # the outermost agent state directory, as you named it; below it by descriptor
     "sandbox.agent.agenthome": 4,
 }
 # The worktree's `.git` file (which git dir it is), opened only after sandbox.store.gitfiles found it

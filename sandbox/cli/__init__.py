@@ -30,6 +30,9 @@ def main() -> None:
         code = quick_main(argv)
     if code is not None:
         sys.exit(code)
+    from sandbox.store.gitlib import load_without_ca_bundle
+
+    load_without_ca_bundle()  # while this is the only thread: see the module
     from sandbox.cli.app import cli
     from sandbox.cli.edge import run_main
 

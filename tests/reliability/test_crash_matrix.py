@@ -67,6 +67,8 @@ CORE_PLAN: dict[str, list[str]] = {
     "start.after_refs": ["start"],
     "worktree.create.after_init": ["start"],
     "worktree.add.after": ["start"],
+    # The snapshot's changed paths written over the checkout of HEAD, the run's branch not yet moved.
+    "worktree.advance.after_files": ["start", "start-count@2"],
     "start.after_worktree": ["start"],
     "start.after_ledger": ["start"],
     "call.start.before": ["call-start", "write"],

@@ -184,3 +184,58 @@ def test_git_lfs_files_are_checked_out_from_the_users_lfs_store(tmp_path: Path) 
     assert (wt / "big.bin").read_bytes() == bytes(range(256)) * 64
     assert (wt / "new.bin").read_bytes() == b"uncommitted lfs content\n"
     assert git(wt, "status", "--porcelain") == ""
+
+
+def _awkward_changes(root: Path, extra: int) -> None:
+    """Uncommitted changes of every kind the run's checkout must reproduce, plus ``extra`` new files."""
+    write(root, "a.txt", "a, edited\n")  # modified
+    os.unlink(root / "gone.txt")  # deleted
+    os.unlink(root / "was_file")  # a file that becomes a directory
+    write(root, "was_file/inside.txt", "now a dir\n")
+    for name in os.listdir(root / "was_dir"):  # a directory that becomes a file
+        os.unlink(root / "was_dir" / name)
+    os.rmdir(root / "was_dir")
+    write(root, "was_dir", "now a file\n")
+    os.chmod(root / "tool.sh", 0o755)  # mode only
+    os.unlink(root / "link")  # a symlink retargeted
+    os.symlink("a.txt", root / "link")
+    write(root, "*.txt", "a name that is a glob\n")  # pathspec magic, taken literally
+    write(root, ":(top)odd", "a name that looks like magic\n")
+    for i in range(extra):
+        write(root, f"new/{i}.txt", f"{i}\n")
+
+
+@pytest.mark.parametrize("extra", [0, 40], ids=["paths-checked-out", "whole-index-merge"])
+def test_the_snapshot_is_checked_out_exactly_over_the_users_head(tmp_path: Path, extra: int) -> None:
+    """The run's worktree starts as the user's HEAD and then only the paths the snapshot changed are
+    written (by path, or in one pass over the index above PATHS_AT_MOST): the result is the snapshot,
+    byte for byte, with a clean status and the run's branch on it."""
+    from sandbox.store import worktree
+
+    assert extra == 0 or extra > worktree.PATHS_AT_MOST  # the ten changes below fit under it
+    root = make_repo(
+        tmp_path / "r",
+        {"a.txt": "a\n", "gone.txt": "g\n", "was_file": "f\n", "was_dir/x.txt": "x\n", "tool.sh": "#!/bin/sh\n"},
+    )
+    os.symlink("gone.txt", root / "link")
+    commit_all(root, "with a link")
+    _awkward_changes(root, extra)
+    run = start(root)
+    wt = Path(run.worktree)
+    assert {k: v for k, v in tree_digest(wt).items() if k != ".git"} == tree_digest(root)
+    assert os.readlink(wt / "link") == "a.txt"
+    assert os.stat(wt / "tool.sh").st_mode & 0o111
+    assert git(wt, "status", "--porcelain", "--untracked-files=all") == ""
+    assert git(wt, "rev-parse", "HEAD").strip() == run.base
+
+
+def test_a_clean_tree_is_checked_out_once(repo: Path) -> None:
+    """No uncommitted change: the snapshot's tree is HEAD's, so nothing is written after the checkout
+    (the index is the checkout's own) and the run's branch is moved to the snapshot commit."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "everything")
+    run = start(repo)
+    wt = Path(run.worktree)
+    assert git(wt, "status", "--porcelain", "--untracked-files=all") == ""
+    assert git(wt, "rev-parse", "HEAD").strip() == run.base
+    assert git(wt, "rev-parse", "HEAD^{tree}") == git(repo, "rev-parse", "HEAD^{tree}")

@@ -30,9 +30,10 @@ def main() -> None:
         code = quick_main(argv)
     if code is not None:
         sys.exit(code)
-    from sandbox.store.gitlib import load_without_ca_bundle
+    if argv[:1] != ["run"]:  # `run` starts its agent before any heavy import, then has threads up
+        from sandbox.store.gitlib import load_without_ca_bundle
 
-    load_without_ca_bundle()  # while this is the only thread: see the module
+        load_without_ca_bundle()  # while this is the only thread: see the module
     from sandbox.cli.app import cli
     from sandbox.cli.edge import run_main
 

@@ -109,6 +109,7 @@ APPLY_MODULES = {
     "sandbox.store.fsutil",
     "sandbox.store.blobreads",  # blobs read once per apply (verified, then diffed for hunks); standard library
     "sandbox.store.gitcli",
+    "sandbox.store.gitlib",  # pygit2 imported without parsing the CA bundle twice (issue 30; standard library)
     "sandbox.store.gitpath",  # git's path rules, for both of the above (standard library only)
     "sandbox.store.gitfiles",  # the converter's check that no FIFO waits where libgit2 reads (stdlib)
     "sandbox.store.integrity",

@@ -15,13 +15,14 @@ from tests.conftest import sandbox_cmd
 
 @pytest.mark.parametrize("users", ["/nowhere/my-cas.pem", None])
 def test_what_a_command_runs_sees_ssl_cert_file_as_you_set_it(repo: Path, users: str | None) -> None:
-    """The command's children (here the program of `sandbox run`, unconfined) get the variable as it was."""
+    """The command's children get the variable as it was: `exec --tool` (a form only the click command serves,
+    which loads pygit2 this way), unconfined so that the user's environment reaches the command whole."""
     run = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
     env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
     if users is not None:
         env["SSL_CERT_FILE"] = users
     res = subprocess.run(
-        [str(Path(sys.executable).parent / "sandbox"), "run", run, "--isolate", "off", "--"]
+        [str(Path(sys.executable).parent / "sandbox"), "exec", run, "--tool", "t", "--isolate", "off", "--"]
         + ["sh", "-c", 'echo "ssl=${SSL_CERT_FILE-unset}"'],
         cwd=repo,
         env=env,

@@ -269,3 +269,23 @@ def test_allow_read_naming_the_file_shows_it(repo: Path, tmp_path: Path, planted
     assert inside(repo, run_id, env, f"cat {planted}/secret; ls -A {planted}/vault") == "s3cret\n"
     system = json.loads(sandbox_cmd("doctor", "--json", cwd=repo, env=env).stdout)["system"]
     assert str(planted / "secret") in system["shown"] and str(planted / "vault") in system["hidden"]
+
+
+def test_what_the_policy_shows_on_purpose_is_not_masked_and_a_bind_above_does_not_show() -> None:
+    from sandbox.confine.policy import Policy
+    from sandbox.confine.verdict import SYSTEM_WHY, explain, rules
+
+    system = ("/usr/local/etc/app.key", "/srv/work/secret", "/var/tmp/x", "/etc/shown")
+    policy = Policy(
+        writable=("/srv/work",),
+        protected=(),
+        readable=("/usr/local", "/etc/shown"),
+        reasons=(("/var/tmp", "a scratch directory"),),
+        system=system,
+    )
+    masked = {r.path for r in rules(policy) if r.verdict.why == SYSTEM_WHY}
+    # The interpreter's bind of /usr/local shows only what / shows; the run's paths, a hidden place and
+    # allow_read naming the entry itself decide for theirs.
+    assert masked == {"/usr/local/etc/app.key"}
+    assert not explain(policy, "/usr/local/etc/app.key").visible
+    assert explain(policy, "/srv/work/secret").writable

@@ -42,13 +42,11 @@ fast path imports it).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbox.fast import fastjson
 
@@ -70,9 +68,9 @@ _ANCHORS = frozenset((*SYSTEM_DIRS, *LISTED_DIRS, "/usr"))
 _KERNEL = ("/proc/", "/sys/", "/dev/")
 
 
-@dataclass(frozen=True)
-class Private:
-    """A system entry others cannot read: ``path`` (where a link leads, for a link), found in ``via``."""
+class Private(NamedTuple):
+    """A system entry others cannot read: ``path`` (where a link leads, for a link), found in ``via``.
+    (A named tuple, not a dataclass: making a dataclass costs every ``sandbox exec`` ~2 ms of import.)"""
 
     path: str
     via: str
@@ -90,27 +88,26 @@ class Private:
         return bool(bits & (0o5 if stat.S_ISDIR(self.mode) else 0o4))
 
 
-@dataclass
 class View:
-    """The system directories as walked: each directory's (device, inode, ctime), the entries others
-    cannot read, and the directories changed lately (listed again at each start until they are not)."""
+    """The system directories as walked: each directory's (device, inode, ctime, number of entries), the
+    entries others cannot read, and the directories changed lately (listed again at each start until
+    they are not)."""
 
-    roots: tuple[str, ...]
-    skip: tuple[str, ...]
-    walked_ns: int = 0
-    #: Each directory's (device, inode, ctime, number of entries).
-    dirs: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
-    private: dict[str, Private] = field(default_factory=dict)
-    racy: set[str] = field(default_factory=set)
-    #: This call walked them all afresh.
-    walked: bool = False
-    #: How many directories this call listed.
-    listed: int = 0
-    #: Something changed that the cache on disk does not say yet.
-    dirty: bool = False
-
-    #: How many entries the directories that hold private entries have (from the cache, or :attr:`dirs`).
-    counts: dict[str, int] = field(default_factory=dict)
+    def __init__(self, roots: tuple[str, ...], skip: tuple[str, ...], walked_ns: int = 0) -> None:
+        self.roots = roots
+        self.skip = skip
+        self.walked_ns = walked_ns
+        self.dirs: dict[str, tuple[int, int, int, int]] = {}
+        self.private: dict[str, Private] = {}
+        self.racy: set[str] = set()
+        #: This call walked them all afresh.
+        self.walked = False
+        #: How many directories this call listed.
+        self.listed = 0
+        #: Something changed that the cache on disk does not say yet.
+        self.dirty = False
+        #: How many entries the directories that hold private entries have (from the cache, or :attr:`dirs`).
+        self.counts: dict[str, int] = {}
 
     def hidden_for(self, uid: int, groups: Iterable[int]) -> list[str]:
         """The private entries a process of ``uid`` and ``groups`` could read: what to hide from it. A
@@ -158,7 +155,8 @@ def load(cache: str | None, skip: Sequence[str], *, fresh: bool = False) -> View
     kept = None if fresh or cache is None else _read(cache, here, skipped, now)
     view = kept[0] if kept else None
     if view is None or kept is None or not _refresh(view, now, kept[1]):
-        view = View(here, skipped, walked_ns=now, walked=True, dirty=True)
+        view = View(here, skipped, walked_ns=now)
+        view.walked = view.dirty = True
         _walk(view, "/", now)
     if view.dirty and cache is not None:
         _write(cache, view)
@@ -343,7 +341,8 @@ def _read(
             return None
         if rows[0][0] != "/" or not all(type(p) is str for p in racy):
             return None
-        view = View(here, skip, walked_ns=walked, racy=set(racy))
+        view = View(here, skip, walked_ns=walked)
+        view.racy = set(racy)
         for path, via, *numbers in data["private"]:
             if type(path) is not str or type(via) is not str or not all(type(n) is int for n in numbers):
                 return None
@@ -363,7 +362,7 @@ def _write(cache: str, view: View) -> None:
         "walked_ns": view.walked_ns,
         "dirs": [[p, *known] for p, known in sorted(view.dirs.items(), key=lambda item: item[0] != "/")],
         "racy": sorted(view.racy),
-        "private": [dataclasses.astuple(p) for p in view.private.values()],
+        "private": [list(p) for p in view.private.values()],
     }
     tmp = f"{cache}.{os.getpid()}.tmp"
     try:

@@ -8,7 +8,10 @@ Side by side, alternating within each repetition, on one run of the generated re
 - ``sandbox run RUN --hooks none -- true`` with ``--isolate on`` (network on, its default) and
   ``off``: the whole process, so the difference is what confinement adds to starting (and ending)
   an agent session;
-- floors: ``bwrap`` with the same policy running ``true``, against ``true`` alone.
+- floors: ``bwrap`` with the same policy running ``true``, against ``true`` alone;
+- the system view (:mod:`sandbox.confine.sysview`, what root does not see of the system directories),
+  in-process: the walk a cold cache pays, the re-validation a warm one pays at each start, and its
+  floor (an ``lstat`` of every directory the cache names), with how many mounts it adds for this user.
 
 Each pair runs back to back (order alternating) and its difference is a row of its own: on a
 loaded machine whole processes vary by hundreds of milliseconds, more than what is measured.
@@ -37,6 +40,7 @@ G_EXEC = "sandbox exec -- true"
 G_EXEC_HOSTED = "sandbox exec -- true, the run's service up"
 G_RUN = "sandbox run -- true (whole session)"
 G_FLOOR = "floor: the command alone"
+G_SYSVIEW = "system view: what a start pays to hide what others cannot read (in-process)"
 ON = "isolate on"
 OFF = "isolate off"
 DELTA = "paired difference, on - off (same round)"
@@ -95,6 +99,7 @@ def run(ctx: Context, repo: Repo) -> None:
             res.add(CASE, repo.size, group, BASE, got["base"])
             res.add(CASE, repo.size, group, BASE_DELTA, got["base"] - got["off"])
 
+    _system_view(ctx, repo.size)
     groups: list[tuple[str, Callable[[str], float]]] = [(G_EXEC, exec_), (G_RUN, session), (G_FLOOR, floor)]
     for group, _ in groups:
         res.row(CASE, repo.size, group, OFF, ref=True)
@@ -114,6 +119,35 @@ def run(ctx: Context, repo: Repo) -> None:
 
         stop_host(run_.project.common_dir)
         run_.drop(force=True)
+
+
+def _system_view(ctx: Context, size: int) -> None:
+    """The system view's cost at a start: cold (walked and written), warm (read and re-validated), floor."""
+    import tempfile
+    import time
+
+    from sandbox.confine import policy, sysview
+
+    res = ctx.results
+    skip = (*policy.SOCKET_DIRS, *policy.MOUNT_DIRS, *sysview.shared_scratch())
+    cache = os.path.join(tempfile.mkdtemp(prefix="bench-sysview-"), sysview.CACHE_FILE)
+    res.row(CASE, size, G_SYSVIEW, "warm cache: read, lstat each directory and private entry", ref=True)
+    view = sysview.load(cache, skip)
+    for _ in ctx.rounds(21, budget=20):
+        t0 = time.perf_counter()
+        view = sysview.load(cache, skip, fresh=True)
+        res.add(CASE, size, G_SYSVIEW, "cold cache: walk and write", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sysview.load(cache, skip)
+        res.add(
+            CASE, size, G_SYSVIEW, "warm cache: read, lstat each directory and private entry", time.perf_counter() - t0
+        )
+        t0 = time.perf_counter()
+        for path in view.dirs:
+            os.lstat(path)
+        res.add(CASE, size, G_SYSVIEW, f"floor: lstat of the {len(view.dirs)} directories", time.perf_counter() - t0)
+    hidden = len(view.hidden_for(os.geteuid(), {os.getegid(), *os.getgroups()})) if os.geteuid() == 0 else 0
+    res.add(CASE, size, G_SYSVIEW, "mounts added for this user", hidden, unit="mounts")
 
 
 def _serve(path: str, run_id: str, common_dir: str) -> bool:

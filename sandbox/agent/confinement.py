@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.agent import adapters, agentstate
-from sandbox.confine import envfilter, spawn
+from sandbox.confine import envfilter, spawn, sysview
 from sandbox.confine.policy import DEFAULT_DENY_READ, Isolation, other_state_dirs
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ def decide(
         user_home=user_home,
         toolchain_homes=_toolchain_homes(user_home, machine.account_home),
         identity=machine.identity if user_home else None,
+        system_cache=os.path.join(machine.data_root, sysview.CACHE_FILE) if machine.data_root else None,
     )
 
 

@@ -15,7 +15,7 @@ from sandbox.cli.jsonout import emit_json
 
 if TYPE_CHECKING:
     from sandbox.cli.outputs.agents import DoctorOutput
-    from sandbox.confine.policy import Policy
+    from sandbox.confine.policy import Isolation, Policy
     from sandbox.run.run import Run
 
 
@@ -30,7 +30,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     from sandbox.cli.isolation import resolve
     from sandbox.cli.outputs.agents import DoctorOutput
     from sandbox.confine import hardening, seatbelt, spawn
-    from sandbox.confine.policy import home_allowlist, policy_for_run
+    from sandbox.confine.policy import home_allowlist, policy_for_run, system_hidden
     from sandbox.confine.verdict import any_run, bound_sockets, reachable_sockets
     from sandbox.run.names import resolve_run
 
@@ -41,6 +41,7 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
     found = resolve_run(project, run_id, cwd_run) if run_id or cwd_run else None
     writable = ["the run's worktree", "the run's git directory"]
     masks: dict[str, object] = {}
+    system_hidden(runs, fresh=True)  # doctor always walks the system directories afresh (and keeps the result)
     if found is not None:
         from sandbox.run.run import Run
 
@@ -83,19 +84,11 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
                 "allow": list(runs.allow) if runs.allow is not None else None,
             },
             "unix_sockets": reachable_sockets(policy_now, bound_sockets()),
-            "limits": {
-                "tmpfs_bytes": limits.tmpfs_bytes,
-                "max_processes": limits.max_processes,
-                "max_file_bytes": limits.max_file_bytes,
-                "max_memory": limits.max_memory,
-                "max_call_bytes": limits.max_call_bytes,
-                "max_open_files": limits.max_open_files,
-                "max_inotify_instances": limits.max_inotify_instances,
-                "max_inotify_watches": limits.max_inotify_watches,
-            },
+            "limits": {k: v for k, v in dataclasses.asdict(limits).items() if k != "memory_if_free"},
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
             "cannot_enforce": list(probe.missing) if probe else seatbelt.cannot_enforce(runs),
+            "system": _system(runs, policy_now),
             **masks,
         }
     )
@@ -118,6 +111,30 @@ def _foreign_masks(run: Run) -> dict[str, object]:
         return {"foreign_masked": [], "foreign_refusal": exc.message}
     shown = foreign.shown(run.worktree, paths)
     return {"foreign_masked": shown.split(", ") if shown else []}
+
+
+def _system(isolation: Isolation, policy: Policy) -> dict[str, object]:
+    """Default deny in the system directories (:mod:`sandbox.confine.sysview`): whether it applies, what it hides."""
+    from sandbox.confine import sysview
+    from sandbox.confine.verdict import SYSTEM_WHY, explain, rules
+
+    decided = rules(policy)
+    hidden = [r.path for r in decided if r.verdict.why == SYSTEM_WHY]
+    if not isolation.enabled or isolation.backend != "bwrap":
+        why = "not enforced: no bubblewrap confinement here"
+    elif os.geteuid() != 0:
+        why = "nothing to hide: this user is not root, so inside it reads what it reads outside, as other users do"
+    else:
+        why = "holds: as root, inside you read what other users read of the system directories"
+    return {
+        "applies": bool(policy.system),
+        "why": why,
+        "walked": list(sysview.roots()),
+        "listed": list(sysview.LISTED_DIRS),
+        "directories": sysview.directories(isolation.system_cache),
+        "hidden": hidden,
+        "shown": [p for p in policy.system if p not in hidden and explain(policy, p, decided).visible],
+    }
 
 
 def _explain(ctx: click.Context, policy: Policy, path: str) -> None:
@@ -178,6 +195,14 @@ def _show(data: DoctorOutput) -> None:
         )
     if data.foreign_refusal:
         echo(f"  refused: {escape.text(data.foreign_refusal)}")
+    if data.system is not None:
+        sysv = data.system
+        echo(f"system files other users cannot read: {sysv.why}; {len(sysv.hidden)} hidden here")
+        echo(f"  walked: {', '.join(sysv.walked)} ({sysv.directories} directories); listed: {', '.join(sysv.listed)}")
+        for path in sysv.hidden:
+            echo(f"  {escape.path(path)}")
+        for path in sysv.shown:
+            echo(f"  {escape.path(path)}: shown on purpose (allow_read)")
     net = data.network
     if net.allow is not None:
         hosts = ", ".join(escape.text(h) for h in net.allow) or "no host beyond the agent's model endpoints"

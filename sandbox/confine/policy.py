@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sandbox.confine import gitview, homeview
+from sandbox.confine import gitview, homeview, sysview
 from sandbox.confine.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
 from sandbox.store import gitguard, layout
@@ -189,6 +189,8 @@ class Isolation:
     identity: tuple[str, str] | None = None
     #: The names the started agent's run home links to the user's configuration (its adapter's ``LINKED``).
     linked: tuple[str, ...] = ()
+    #: The system view's cache (:mod:`sandbox.confine.sysview`, in the data directory); None: walked afresh.
+    system_cache: str | None = None
 
     def describe(self) -> str:
         """One phrase for the ledger and messages: ``bwrap, network off``, ``off`` or ``inherited``."""
@@ -239,6 +241,8 @@ class Policy:
     git_config: str | None = None
     #: (a generated file, the path it is shown at inside, read-only): :mod:`sandbox.confine.gitview`.
     views: tuple[tuple[str, str], ...] = field(default=())
+    #: System files and directories others cannot read, hidden from root (:mod:`sandbox.confine.sysview`).
+    system: tuple[str, ...] = field(default=())
 
 
 # -- which paths ------------------------------------------------------------------------------
@@ -404,7 +408,18 @@ def policy_for(
         allowed=tuple(allowed),
         git_config=git_config,
         views=tuple(user_git.files),
+        system=system_hidden(isolation),
     )
+
+
+def system_hidden(isolation: Isolation, *, fresh: bool = False) -> tuple[str, ...]:
+    """What of the system directories root must not see inside (:mod:`sandbox.confine.sysview`): none
+    for an ordinary user, nor where bubblewrap does not confine; the places hidden whole are not walked."""
+    if not isolation.enabled or isolation.inherited or isolation.backend != "bwrap":
+        return ()
+    cache = isolation.system_cache
+    skip = (*SOCKET_DIRS, *MOUNT_DIRS, *sysview.shared_scratch(), *([os.path.dirname(cache)] if cache else []))
+    return tuple(sysview.hidden_here(cache, skip, fresh=fresh))
 
 
 def _home_allowlist(isolation: Isolation, homes: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -530,7 +545,7 @@ def hidden_dirs(isolation: Isolation, common_dir: str, user_workdir: str | None)
     reasons += [(real(p), "the sandbox's data directory or another repository's run state") for p in isolation.hidden]
     reasons += [(real(p), "a directory of daemons' Unix sockets") for p in SOCKET_DIRS]
     reasons += [(real(p), "where other file systems are mounted (your disks and shares)") for p in MOUNT_DIRS]
-    reasons += [(p, "a scratch directory every user of the machine writes in") for p in shared_scratch()]
+    reasons += [(p, "a scratch directory every user of the machine writes in") for p in sysview.shared_scratch()]
     if isolation.user_home:
         why = "a home, empty inside but for its allowlist (see 'sandbox doctor'; allow_read adds to it)"
         reasons += [(h, why) for h in homeview.hidden_homes(isolation.user_home)]
@@ -578,18 +593,3 @@ def _private_copy(common_dir: str, run_id: str, dest: str) -> str:
 def mount_depth(path: str) -> int:
     """How deep ``path`` lies (``/``: 0): mounts are made parents first."""
     return 0 if path == "/" else path.rstrip("/").count("/")
-
-
-def shared_scratch() -> list[str]:
-    """The machine's shared scratch directories directly below ``/`` and ``/var`` but ``/tmp`` (sticky
-    and world-writable: ``/var/tmp``, ``/var/crash``): every user's files (editors' swap files, core
-    dumps), never the project's. Two listings, no walk."""
-    out = []
-    for root in ("/", "/var"):
-        with contextlib.suppress(OSError), os.scandir(root) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    mode = entry.stat(follow_symlinks=False).st_mode
-                    if entry.is_dir(follow_symlinks=False) and mode & 0o1002 == 0o1002 and entry.path != "/tmp":
-                        out.append(entry.path)
-    return out

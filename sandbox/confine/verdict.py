@@ -17,7 +17,15 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sandbox.confine.policy import Isolation, Policy, hidden_dirs, home_allowlist, mount_depth, protected_paths
+from sandbox.confine.policy import (
+    Isolation,
+    Policy,
+    hidden_dirs,
+    home_allowlist,
+    mount_depth,
+    protected_paths,
+    system_hidden,
+)
 
 #: The order of the mounts at one depth: a later one at the same depth covers an earlier one.
 _HIDDEN, _READ, _WRITE, _PROTECT, _MASK = range(5)
@@ -102,7 +110,33 @@ def rules(policy: Policy) -> list[Rule]:
         Rule(real(m.rstrip("/")), _MASK, "mask", Verdict(False, False, "a secret masked by the deny-read set"))
         for m in policy.masked
     ]
+    out += _system_rules(policy.system, out)
     return sorted(out, key=lambda r: (mount_depth(r.path), r.rank))
+
+
+#: Why a system entry is not visible (:mod:`sandbox.confine.sysview`).
+SYSTEM_WHY = (
+    "a system file or directory other users cannot read, hidden from root inside too (sandbox/confine/sysview.py)"
+)
+
+
+def _system_rules(paths: Sequence[str], decided: Sequence[Rule]) -> list[Rule]:
+    """Masks for the system entries ``paths`` that would show in the read-only rest: not those already
+    hidden or masked, nor what the policy shows on purpose (the run's paths, ``allow_read`` naming the
+    entry itself). A read-only bind of a directory above one (the sandbox's interpreter under
+    ``/usr/local``) does not show it: that bind only makes visible what ``/`` shows."""
+    if not paths:
+        return []
+    at = {rule.path.rstrip("/") or "/": rule for rule in sorted(decided, key=lambda r: (mount_depth(r.path), r.rank))}
+    out = []
+    for path in paths:
+        probe = path
+        while probe not in at and probe != "/":
+            probe = os.path.dirname(probe)
+        deciding = at.get(probe)
+        if deciding is None or (deciding.kind == "read" and probe != path):
+            out.append(Rule(path, _MASK, "mask", Verdict(False, False, SYSTEM_WHY)))
+    return out
 
 
 def covers(root: str, path: str) -> bool:
@@ -135,6 +169,7 @@ def any_run(isolation: Isolation, common_dir: str, user_workdir: str | None) -> 
         reasons=tuple(hidden.items()),
         masked=isolation.masked,
         allowed=tuple(allowed),
+        system=system_hidden(isolation),
     )
 
 

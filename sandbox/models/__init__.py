@@ -13,7 +13,8 @@ does not depend on which module holds ``X``:
 - :mod:`~sandbox.models.journal`, :mod:`~sandbox.models.applyreport`: an apply's journal and report;
 - :mod:`~sandbox.models.checkpoint`, :mod:`~sandbox.models.resume`: checkpoints and the resume report;
 - :mod:`~sandbox.models.integrity`, :mod:`~sandbox.models.host`, :mod:`~sandbox.models.fetched`,
-  :mod:`~sandbox.models.transcript`: the fold cache and acked tip, the host, a fetch, a transcript.
+  :mod:`~sandbox.models.transcript`: the fold cache and acked tip, the host, a fetch, a transcript;
+- :mod:`~sandbox.models.sysview`: the system view's cache (what root does not see inside).
 """
 
 from pydantic import BaseModel
@@ -63,6 +64,7 @@ from sandbox.models.payloads import (
     RollbackSessionLogged,
 )
 from sandbox.models.resume import Denial, LiveProcess, ReplayDecision, ResumeReport, UncertainCall
+from sandbox.models.sysview import SystemViewCache
 from sandbox.models.transcript import TranscriptIndex
 
 __all__ = [
@@ -119,6 +121,7 @@ __all__ = [
     "RollbackFilesData",
     "RollbackSessionLogged",
     "RunInfo",
+    "SystemViewCache",
     "TranscriptIndex",
     "UncertainCall",
     "UndoItem",
@@ -140,3 +143,4 @@ PERSISTED += [HostInfo]
 PERSISTED += [LedgerCacheFile, AckedTip]
 PERSISTED += [FetchedFrom]
 PERSISTED += [TranscriptIndex]
+PERSISTED += [SystemViewCache]

@@ -154,6 +154,8 @@ def test_every_commands_json_matches_its_schema(repo: Path, runner: CliRunner) -
     doctor = cli_json(runner, "doctor", *c, "doctor", kept["kept"])
     assert doctor["run"] == kept["kept"]
     assert doctor["foreign_masked"] is None and doctor["foreign_refusal"] is None  # a run of this clone's own
+    system = doctor["system"]  # default deny in the system directories: applies to root, under bubblewrap
+    assert set(system) == {"applies", "why", "walked", "listed", "directories", "hidden", "shown"}
 
 
 def test_demo_json(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ APPLY_MODULES = {
     *(f"sandbox.models.{m}" for m in ("applyreport", "checkpoint", "resume", "host", "integrity", "fetched")),
     "sandbox.models.eventdata",
     "sandbox.models.transcript",
+    "sandbox.models.sysview",  # the system view's cache (the package names every persisted format)
     "sandbox.run",
     "sandbox.run.config",
     "sandbox.run.core",  # the run's state and write path (sandbox.run.run names the operations on its calls)

@@ -101,6 +101,18 @@ class DoctorLimits(Output):
     max_inotify_watches: int | None = None
 
 
+class DoctorSystem(Output):
+    """Default deny in the system directories: what other users cannot read is not visible inside, for root too."""
+
+    applies: bool = Field(description="Whether the rule hides anything for this user here (root, under bubblewrap).")
+    why: str
+    walked: list[str] = Field(description="The system directories walked whole.")
+    listed: list[str] = Field(description="Directories whose own entries are checked, not walked.")
+    directories: int = Field(description="How many directories the walk listed.")
+    hidden: list[str] = Field(description="System files and directories hidden inside now.")
+    shown: list[str] = Field(description="Of those others cannot read, what the policy shows on purpose (allow_read).")
+
+
 class DoctorOutput(Output):
     """``sandbox doctor --json``: the effective confinement policy."""
 
@@ -132,4 +144,7 @@ class DoctorOutput(Output):
     )
     foreign_refusal: str | None = Field(
         default=None, description="Why a command on that run would be refused (a settings path linked out of it)."
+    )
+    system: DoctorSystem | None = Field(
+        default=None, description="What of the system directories is hidden because others cannot read it."
     )

@@ -1,0 +1,291 @@
+"""Default deny in the system directories (issue #31): what other users cannot read is not visible
+inside, whoever runs the sandbox (:mod:`sandbox.confine.sysview`).
+
+The machine's tests run as root, where the gap was: a confined process keeps uid 0 without capabilities,
+so the owner's bits of root's files applied and ``/etc/shadow`` was readable inside ``sandbox exec`` and
+``sandbox run``. Real bubblewrap; a private file is planted in ``/etc`` (a directory of its own, removed
+after) to see it hidden, shown again after ``chmod o+r`` (the cache re-validated, not walked), and hidden
+again after a ``chmod 600`` in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.confine import sysview
+from sandbox.models import SystemViewCache, from_json
+from sandbox.models.base import FORMAT_VERSION
+from tests.conftest import sandbox_cmd
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="the rule hides what root's owner bits open: the tests run as root")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+SKIP = ("/run", "/var/run", "/media", "/mnt")
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Iterator[Path]:
+    """A directory of the test's own in /etc holding a private file, a public one and a private directory."""
+    place = Path("/etc") / f"sandbox-test-{tmp_path.name}"
+    try:
+        place.mkdir(mode=0o755)
+    except OSError:
+        pytest.skip("/etc is not writable here")
+    try:
+        place.chmod(0o755)
+        (place / "secret").write_text("s3cret\n")
+        (place / "secret").chmod(0o600)
+        (place / "public").write_text("public\n")
+        (place / "public").chmod(0o644)
+        (place / "vault").mkdir(mode=0o700)
+        (place / "vault" / "key").write_text("key\n")
+        (place / "public2").write_text("public\n")
+        (place / "public3").write_text("public\n")
+        yield place
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def start(repo: Path, env: dict[str, str]) -> str:
+    proc = sandbox_cmd("start", "--json", cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    run_id: str = json.loads(proc.stdout)["run"]
+    return run_id
+
+
+def inside(repo: Path, run_id: str, env: dict[str, str], script: str, command: str = "exec") -> str:
+    """What ``script`` prints inside ``sandbox exec`` (or ``sandbox run``) of the run."""
+    args = ["exec", run_id, "--"] if command == "exec" else ["run", run_id, "--hooks", "none", "--"]
+    proc = sandbox_cmd(*args, "sh", "-c", script, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode()
+
+
+def user_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    return {"HOME": str(home), "XDG_DATA_HOME": str(home / ".local" / "share")}
+
+
+def cache_of(env: dict[str, str]) -> Path:
+    return Path(env["XDG_DATA_HOME"]) / "sandbox" / sysview.CACHE_FILE
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.parametrize("command", ["exec", "run"])
+def test_root_reads_no_shadow_inside(repo: Path, tmp_path: Path, command: str) -> None:
+    shadow = Path("/etc/shadow")
+    if not shadow.is_file() or shadow.stat().st_size == 0 or shadow.stat().st_mode & 0o004:
+        pytest.skip("no private /etc/shadow with content on this machine")
+    env = user_env(tmp_path)
+    run_id = start(repo, env)
+    script = "wc -c < /etc/shadow; cat /etc/passwd | head -1 | cut -d: -f1"
+    assert inside(repo, run_id, env, script, command).split() == ["0", "root"]
+    assert shadow.read_bytes()  # outside, as it was
+
+
+@needs_root
+@needs_bwrap
+def test_a_private_system_file_is_hidden_and_follows_its_mode(repo: Path, tmp_path: Path, planted: Path) -> None:
+    env = user_env(tmp_path)
+    run_id = start(repo, env)
+    script = f"cat {planted}/secret {planted}/public; ls -A {planted}/vault; echo end"
+    assert inside(repo, run_id, env, script) == "public\nend\n"  # the secret empty, the private directory empty
+    # The cache lies in the data directory, which is hidden inside: no agent can make it lie.
+    assert inside(repo, run_id, env, f"ls {cache_of(env)} 2>/dev/null; echo ok") == "ok\n"
+    kept = from_json(SystemViewCache, cache_of(env).read_text())
+    assert kept.version == FORMAT_VERSION == sysview.FORMAT_VERSION
+    assert str(planted / "secret") in {row[0] for row in kept.private}
+    # Readable by others now: shown at the next start (the file's own ctime changed, not its directory's).
+    (planted / "secret").chmod(0o644)
+    assert inside(repo, run_id, env, script) == "s3cret\npublic\nend\n"
+    # Private again, in place: its directory changed less than a minute ago, so it is listed again.
+    (planted / "secret").chmod(0o600)
+    assert inside(repo, run_id, env, script) == "public\nend\n"
+    assert (planted / "secret").read_text() == "s3cret\n"  # outside, untouched
+
+
+@needs_root
+def test_the_cache_is_revalidated_not_walked_and_a_change_is_listed_again(tmp_path: Path, planted: Path) -> None:
+    cache = str(tmp_path / "data" / sysview.CACHE_FILE)
+    cold = sysview.load(cache, SKIP)
+    assert cold.walked and str(planted / "secret") in cold.hidden_for(0, {0})
+    warm = sysview.load(cache, SKIP)
+    assert not warm.walked
+    assert warm.listed <= len(warm.racy) + 2  # only what changed lately (the planted directory, /etc)
+    assert str(planted / "secret") in warm.hidden_for(0, {0})
+    # A new private file: its directory changed, so it is listed again; an ordinary user is hidden nothing.
+    (planted / "later").write_text("later\n")
+    (planted / "later").chmod(0o640)
+    again = sysview.load(cache, SKIP)
+    assert not again.walked and str(planted / "later") in again.hidden_for(0, {0})
+    assert again.hidden_for(12345, {12345}) == []
+    # What the cache says is what the model says.
+    kept = from_json(SystemViewCache, Path(cache).read_text())
+    assert kept.dirs[0][0] == "/" and str(planted) in {row[0] for row in kept.dirs}
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b"",
+        b'{"version": 999}',
+        b"[]",
+        "truncated",
+        "private with a string for a number",
+        "no root directory first",
+        "from the future",
+    ],
+)
+def test_a_corrupt_or_foreign_cache_is_walked_afresh(tmp_path: Path, planted: Path, damage: bytes | str) -> None:
+    cache = tmp_path / "data" / sysview.CACHE_FILE
+    sysview.load(str(cache), SKIP)
+    text = cache.read_text()
+    data = json.loads(text)
+    if damage == "truncated":
+        cache.write_text(text[: len(text) // 2])
+    elif damage == "private with a string for a number":
+        data["private"] = [[*row[:4], "33188", *row[5:]] for row in data["private"]]
+        cache.write_text(json.dumps(data))
+    elif damage == "no root directory first":
+        data["dirs"] = data["dirs"][1:]
+        cache.write_text(json.dumps(data))
+    elif damage == "from the future":
+        data["walked_ns"] += 3600 * 10**9
+        cache.write_text(json.dumps(data))
+    else:
+        assert isinstance(damage, bytes)
+        cache.write_bytes(damage)
+    view = sysview.load(str(cache), SKIP)
+    assert view.walked
+    assert str(planted / "secret") in view.hidden_for(0, {0})
+    assert from_json(SystemViewCache, cache.read_text()).private  # written whole again
+
+
+@needs_root
+def test_a_cache_with_a_row_of_the_wrong_shape_is_walked_afresh(tmp_path: Path, planted: Path) -> None:
+    cache = tmp_path / "data" / sysview.CACHE_FILE
+    sysview.load(str(cache), SKIP)
+    data = json.loads(cache.read_text())
+    data["dirs"][1] = [data["dirs"][1][0], "x"]
+    cache.write_text(json.dumps(data))
+    view = sysview.load(str(cache), SKIP)
+    assert view.walked and str(planted / "secret") in view.hidden_for(0, {0})
+
+
+@needs_root
+def test_a_link_to_a_private_file_outside_the_walked_directories_hides_that_file(tmp_path: Path, planted: Path) -> None:
+    # /opt is listed, not walked: a private file deep in it is found through the link in /etc that leads there.
+    deep = Path("/opt") / f"sandbox-test-{tmp_path.name}" / "app"
+    try:
+        deep.mkdir(parents=True)
+    except OSError:
+        pytest.skip("/opt is not writable here")
+    try:
+        (deep / "token").write_text("t0ken\n")
+        (deep / "token").chmod(0o600)
+        (planted / "app-token").symlink_to(deep / "token")
+        view = sysview.load(str(tmp_path / "data" / sysview.CACHE_FILE), SKIP)
+        assert str(deep / "token") in view.hidden_for(0, {0})
+        assert str(planted / "app-token") not in view.hidden_for(0, {0})
+    finally:
+        shutil.rmtree(deep.parent, ignore_errors=True)
+
+
+def test_a_directory_mostly_private_is_hidden_whole_in_one_mount() -> None:
+    view = sysview.View(roots=("/etc",), skip=())
+    view.dirs = {"/etc/x": (1, 2, 3, 4), "/etc/y": (1, 3, 3, 10)}
+    for name, uid in (("a", 0), ("b", 0), ("c", 0)):
+        view.private[f"/etc/x/{name}"] = sysview.Private(f"/etc/x/{name}", "/etc/x", 1, 9, 0o100640, uid, 4, 1)
+    view.private["/etc/y/a"] = sysview.Private("/etc/y/a", "/etc/y", 1, 8, 0o100600, 0, 0, 1)
+    view.private["/etc/y/b"] = sysview.Private("/etc/y/b", "/etc/y", 1, 7, 0o100600, 0, 0, 1)
+    assert view.hidden_for(0, {0}) == ["/etc/y/a", "/etc/y/b", "/etc/x"]
+    # Another account's 0640 file in group 4 (adm): root without capabilities cannot read it, so no mount.
+    view.private["/etc/y/c"] = sysview.Private("/etc/y/c", "/etc/y", 1, 6, 0o100640, 107, 4, 1)
+    assert "/etc/y/c" not in view.hidden_for(0, {0})
+    assert view.hidden_for(1000, {1000, 4}) == ["/etc/y/c", "/etc/x"]  # group adm reads them all
+    assert view.hidden_for(1000, {1000}) == []
+
+
+NOBODY = r"""
+import os, sys
+from sandbox.confine import sysview  # first: the interpreter may lie in root's home
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+print(sysview.hidden_here(sys.argv[1], []), os.path.exists(sys.argv[1]))
+"""
+
+
+@needs_root
+def test_an_ordinary_user_is_hidden_nothing_and_walks_nothing(tmp_path: Path, planted: Path) -> None:
+    # It cannot read root's private files anyway: inside it reads what it reads outside, groups included.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o777)
+    data.chmod(0o777)
+    tmp_path.chmod(0o755)
+    cache = data / sysview.CACHE_FILE
+    proc = subprocess.run(
+        [sys.executable, "-c", NOBODY, str(cache)],
+        capture_output=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(sysview.__file__).parents[2])},
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["[]", "False"]
+
+
+@needs_root
+@needs_bwrap
+def test_doctor_says_the_rule_holds_and_what_it_hides(repo: Path, tmp_path: Path, planted: Path) -> None:
+    env = user_env(tmp_path)
+    proc = sandbox_cmd("doctor", "--json", cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    system = json.loads(proc.stdout)["system"]
+    assert system["applies"] is True and system["why"].startswith("holds")
+    assert str(planted / "secret") in system["hidden"] and str(planted / "vault") in system["hidden"]
+    assert str(planted / "public") not in system["hidden"]
+    assert system["directories"] > 0 and "/etc" in system["walked"]
+    text = sandbox_cmd("doctor", cwd=repo, env=env).stdout.decode()
+    assert "system files other users cannot read: holds" in text and f"  {planted / 'secret'}\n" in text
+    explained = sandbox_cmd("doctor", "--explain", str(planted / "secret"), cwd=repo, env=env).stdout.decode()
+    assert "other users cannot read" in explained
+
+
+@needs_root
+@needs_bwrap
+def test_allow_read_naming_the_file_shows_it(repo: Path, tmp_path: Path, planted: Path) -> None:
+    (repo / ".sandbox.toml").write_text(f'[isolation]\nallow_read = ["{planted / "secret"}"]\n')
+    env = user_env(tmp_path)
+    run_id = start(repo, env)
+    assert inside(repo, run_id, env, f"cat {planted}/secret; ls -A {planted}/vault") == "s3cret\n"
+    system = json.loads(sandbox_cmd("doctor", "--json", cwd=repo, env=env).stdout)["system"]
+    assert str(planted / "secret") in system["shown"] and str(planted / "vault") in system["hidden"]
+
+
+def test_what_the_policy_shows_on_purpose_is_not_masked_and_a_bind_above_does_not_show() -> None:
+    from sandbox.confine.policy import Policy
+    from sandbox.confine.verdict import SYSTEM_WHY, explain, rules
+
+    system = ("/usr/local/etc/app.key", "/srv/work/secret", "/var/tmp/x", "/etc/shown")
+    policy = Policy(
+        writable=("/srv/work",),
+        protected=(),
+        readable=("/usr/local", "/etc/shown"),
+        reasons=(("/var/tmp", "a scratch directory"),),
+        system=system,
+    )
+    masked = {r.path for r in rules(policy) if r.verdict.why == SYSTEM_WHY}
+    # The interpreter's bind of /usr/local shows only what / shows; the run's paths, a hidden place and
+    # allow_read naming the entry itself decide for theirs.
+    assert masked == {"/usr/local/etc/app.key"}
+    assert not explain(policy, "/usr/local/etc/app.key").visible
+    assert explain(policy, "/srv/work/secret").writable

@@ -23,9 +23,10 @@ sends it once then; tests/confine/test_signals_at_start.py sends SIGINT and SIGT
 Availability (:func:`check`) is decided from what is on disk, without starting a process; a
 sandbox that still cannot be set up is reported by :meth:`Confined.wait` from bubblewrap's
 status pipe, never taken for the command's own failure, and never followed by an unconfined run.
-One failure is retried: a daemon's socket masked at the start (:func:`~sandbox.confine.verdict.stray_sockets`)
+One failure is retried: a path masked at the start (a daemon's socket,
+:func:`~sandbox.confine.verdict.stray_sockets`; a private system file, :mod:`sandbox.confine.sysview`)
 that vanishes while bubblewrap starts leaves it nothing to mount over, so :func:`spawn` then starts it
-once more with the masks made anew; a set-up that fails on a path that is not there names the path.
+once more without it; a set-up that fails on a path that is not there names the path.
 
 This module imports only the standard library: ``sandbox exec``'s fast path uses it.
 """
@@ -263,14 +264,7 @@ class Confined:
 def _setup_failed(code: int, argv: Sequence[str]) -> str:
     """The sentence for a set-up bubblewrap gave up on: the path it mounts that is not there (gone
     since the command line was made), else where to look."""
-    end = argv.index("--") if "--" in argv else len(argv)
-    named = [
-        argv[i + k]
-        for i in range(end)
-        for k in {"--bind": (1, 2), "--ro-bind": (1, 2), "--tmpfs": (1,), "--chdir": (1,)}.get(argv[i], ())
-        if i + k < end
-    ]
-    missing = [p for p in dict.fromkeys(named) if p.startswith("/") and not os.path.lexists(p)]
+    missing = _missing_mounts(argv)
     if missing:
         return (
             f"bubblewrap could not set up the sandbox: {', '.join(missing)} is not there, and the sandbox "
@@ -280,6 +274,18 @@ def _setup_failed(code: int, argv: Sequence[str]) -> str:
         f"bubblewrap could not set up the sandbox (exit {code}; its message is above); "
         f"check that 'bwrap --ro-bind / / true' works here, {OPT_OUT}."
     )
+
+
+def _missing_mounts(argv: Sequence[str]) -> list[str]:
+    """The places bubblewrap's command line ``argv`` mounts (or starts) in that do not exist now."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    named = [
+        argv[i + k]
+        for i in range(end)
+        for k in {"--bind": (1, 2), "--ro-bind": (1, 2), "--tmpfs": (1,), "--chdir": (1,)}.get(argv[i], ())
+        if i + k < end
+    ]
+    return [p for p in dict.fromkeys(named) if p.startswith("/") and not os.path.lexists(p)]
 
 
 def _comm(pid: int) -> str:
@@ -399,19 +405,22 @@ def spawn(
         return Confined(seatbelt, None, session=False)
     stray = stray_sockets(policy, bound_sockets())
     streams = (stdin, stdout, stderr)
+    # What is masked here (a daemon's socket, a private system file: sysview) may vanish between the
+    # command line and bubblewrap's mounts: it then has nothing to mount over, and a read-only / gives it
+    # nowhere to make one (and may be back by the time anyone looks). A set-up that failed with anything
+    # masked is made once more, its mounts anew (what is gone is not mounted over; what came back is
+    # masked again) and the sockets found anew. Only with something masked is the set-up waited for here.
+    masked = bool(policy.masked or policy.system or stray)
     confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams, gate)
-    # A daemon's socket masked here may vanish while bubblewrap starts (it then cannot make the file
-    # to mount over it, a read-only / gives it nowhere to): once set up or failed, start again once
-    # with the masks made anew. Only with such a socket masked is the set-up waited for here.
-    gone = confined.vanished(stray) if stray and not confined.set_up() else []
-    if gone:
+    if masked and not confined.set_up():
         confined.discard()
         stray = stray_sockets(policy, bound_sockets())
         confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams)
-        if not confined.set_up() and confined.vanished(stray):
+        gone = [p for p in _missing_mounts(confined.argv) if p in {*policy.masked, *policy.system, *stray}]
+        if not confined.set_up() and gone:
             confined.failure = (
-                f"bubblewrap could not set up the sandbox: a socket it was to mask ({', '.join(gone)}) vanished "
-                "while it started, and another on the second try; run the command again."
+                f"bubblewrap could not set up the sandbox: a path it was to mask ({', '.join(gone)}) vanished "
+                "while it started, twice; run the command again."
             )
     return confined
 

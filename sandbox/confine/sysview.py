@@ -364,9 +364,10 @@ def _write(cache: str, view: View) -> None:
         "racy": sorted(view.racy),
         "private": [list(p) for p in view.private.values()],
     }
+    if not os.path.isdir(os.path.dirname(cache)):
+        return  # the data directory is made by the runs it holds, never for this cache (a HOME of its own)
     tmp = f"{cache}.{os.getpid()}.tmp"
     try:
-        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(fastjson.dumps(data))

@@ -52,7 +52,8 @@ def test_the_cache_never_makes_the_data_directory(tmp_path: Path) -> None:
 @pytest.fixture
 def planted(tmp_path: Path) -> Iterator[Path]:
     """A directory of the test's own in /etc holding a private file, a public one and a private directory."""
-    place = Path("/etc") / f"sandbox-test-{tmp_path.name}"
+    # With the worker's pid: tmp_path's names repeat across pytest-xdist workers (a parametrized test's cases).
+    place = Path("/etc") / f"sandbox-test-{os.getpid()}-{tmp_path.name}"
     try:
         place.mkdir(mode=0o755)
     except OSError:

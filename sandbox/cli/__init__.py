@@ -13,13 +13,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-#: Commands that must not load pygit2 up front: ``list``, ``status``, ``log``, ``path`` may answer without it
-#: (the sealed fold cache), ``run`` starts its agent before any heavy import and then has threads up.
-#: Looked for among the first words (after global options): a false match only costs that command the
-#: ~25 ms :mod:`sandbox.store.gitlib` saves.
-LATE_PYGIT2 = frozenset(("run", "list", "status", "log", "path"))
-
-
 def main() -> None:
     """Console-script entry point. ``sandbox hook AGENT`` takes a path without click (it is on
     every tool call of an agent: see :mod:`sandbox.cli.hookrun`), and so do ``sandbox --help`` and
@@ -37,10 +30,9 @@ def main() -> None:
         code = quick_main(argv)
     if code is not None:
         sys.exit(code)
-    if not LATE_PYGIT2.intersection(argv[:4]):
-        from sandbox.store.gitlib import load_without_ca_bundle
+    from sandbox.store.gitlib import install
 
-        load_without_ca_bundle()  # while this is the only thread: see the module
+    install()  # the first `import pygit2`, if any, parses no CA bundle (see the module)
     from sandbox.cli.app import cli
     from sandbox.cli.edge import run_main
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -34,15 +36,29 @@ def test_what_a_command_runs_sees_ssl_cert_file_as_you_set_it(repo: Path, users:
     assert f"ssl={users or 'unset'}" in res.stdout.decode().splitlines()
 
 
-def test_pygit2_so_loaded_trusts_no_ca_and_still_reads_the_repository(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pygit2_so_loaded_trusts_no_ca_and_still_reads_the_repository(repo: Path, tmp_path: Path, threads: int) -> None:
+    """One thread: pygit2 parses no CA file. Two (a child started meanwhile would inherit the variable):
+    pygit2 loads as it always does. Either way the variable is the user's afterwards and git reads."""
     code = (
-        "import os, sys\n"
-        "from sandbox.store.gitlib import load_without_ca_bundle\n"
-        "load_without_ca_bundle()\n"
+        "import os, sys, threading\n"
+        "from sandbox.store.gitlib import install\n"
+        "install()\n"
+        "stop = threading.Event()\n"
+        "if sys.argv[2] == '2': threading.Thread(target=stop.wait, daemon=True).start()\n"
         "import pygit2\n"
+        "stop.set()\n"
         "print(os.environ.get('SSL_CERT_FILE'), pygit2.settings.ssl_cert_file in (None, os.devnull),"
-        " pygit2.Repository(sys.argv[1]).head.target is not None)\n"
+        " pygit2.Repository(sys.argv[1]).head.target is not None, type(pygit2.__loader__).__name__)\n"
     )
-    env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "user.pem")}
-    res = subprocess.run([sys.executable, "-c", code, str(repo)], env=env, capture_output=True, text=True, check=True)
-    assert res.stdout.split() == [str(tmp_path / "user.pem"), "True", "True"]
+    system = ssl.get_default_verify_paths().openssl_cafile
+    if not os.path.isfile(system):
+        pytest.skip("no CA bundle on this machine")
+    users = tmp_path / "user.pem"  # the user's own choice of CA file (a copy of the system's)
+    shutil.copyfile(system, users)
+    env = {**os.environ, "SSL_CERT_FILE": str(users)}
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(repo), str(threads)], env=env, capture_output=True, text=True, check=True
+    )
+    skipped = "True" if threads == 1 else "False"
+    assert res.stdout.split() == [str(users), skipped, "True", "SourceFileLoader"]

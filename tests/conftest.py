@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from reliability import matrix
 
 from sandbox import faults
+from tests import cliserver
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -254,10 +255,13 @@ def sandbox_cmd(
     input: bytes | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run the installed ``sandbox`` script as a real process."""
+    """Run the installed ``sandbox`` script as a real process (forked from one that imported it
+    already, where that runs the same: :mod:`tests.cliserver`)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    if cliserver.forkable(args, env):
+        return cliserver.run(args, cwd, full_env, input, timeout)
     exe = Path(sys.executable).parent / "sandbox"
     return subprocess.run(
         [str(exe), *args],

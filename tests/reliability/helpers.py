@@ -21,6 +21,7 @@ from conftest import git, make_repo, tree_digest, user_state, write
 import sandbox
 from sandbox import faults
 from sandbox.store import layout
+from tests import cliserver
 
 SANDBOX_EXE = str(Path(sys.executable).parent / "sandbox")
 #: A bound for every subprocess the suite starts: a hang is a failure, never a stuck CI job.
@@ -69,6 +70,9 @@ def sb(
         full_env["SANDBOX_FAULT"] = fault
     if env:
         full_env.update(env)
+    changed = {**(env or {}), **({"SANDBOX_FAULT": fault} if fault else {})}
+    if cliserver.forkable(args, changed):
+        return cliserver.run(args, cwd, full_env, input, timeout)
     return subprocess.run(
         [SANDBOX_EXE, *args],
         cwd=cwd,

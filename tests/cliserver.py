@@ -1,0 +1,362 @@
+"""The tests' ``sandbox`` commands, forked from one process that has already imported the CLI.
+
+Most tests drive the CLI as a user would, a real ``sandbox`` process per command; each one spends
+most of its CPU importing pydantic, the models, pygit2 and click (about 0.2 s of CPU on the CI
+machine, ~1,000M instructions against 88M for ``python -c pass``). Over the suite that is about
+half of all the CPU the tests use, and the suite is CPU-bound on two cores.
+
+So :func:`run` hands the command to a server (one per pytest worker, started on first use) that
+imported all of that once and forks a child per command: a real process with the test's argv
+(``sys.argv``), environment (``os.environ``, the time zone, libgit2's home and configuration search paths
+guessed again from it), working directory and standard streams (the test's own pipes, passed over
+the socket), which runs the console script's ``main()`` and exits as the script would (its exit
+code, ``SystemExit``'s message, death by SIGINT on an uncaught ``KeyboardInterrupt``, ``atexit``
+handlers). Its stdout and stderr are read until every holder closes them, as ``subprocess.run``
+does.
+
+What differs from an exec of the script, and so goes through one (:func:`forkable`): a command
+whose start is under test (``hook``, which never imports the heavy modules anyway), an environment
+that changes how Python itself starts (``PYTHON*``, the locale), and one naming a session
+(``SANDBOX_SESSION``: the host reads a process's session from ``/proc/PID/environ``, which for a
+forked child still shows the server's). The tests of start-up itself (``test_startup.py``,
+``test_quick.py``, ``test_foldcache.py``) run ``python -X importtime`` or the script directly, never
+through here. ``TESTS_CLI_FORK=0`` sends every command through an exec.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+#: The installed console script the forked children stand for.
+SCRIPT = str(Path(sys.executable).parent / "sandbox")
+
+#: Environment names that change how Python starts, or that another process reads back from
+#: ``/proc/PID/environ``: a command given one of them is exec'd.
+_EXEC_ONLY_PREFIXES = ("PYTHON", "LC_")
+_EXEC_ONLY_NAMES = {"LANG", "LANGUAGE", "SANDBOX_SESSION"}
+_HEADER = struct.Struct("!I")
+
+_lock = threading.Lock()
+_server: tuple[subprocess.Popen[bytes], str] | None = None
+
+
+def forkable(args: tuple[str, ...], changed_env: Mapping[str, str] | None) -> bool:
+    """Whether a command with these arguments and environment changes runs the same forked."""
+    if os.environ.get("TESTS_CLI_FORK") == "0" or not args or args[0] == "hook":
+        return False
+    names = set(changed_env or ())
+    return not any(n.startswith(_EXEC_ONLY_PREFIXES) or n in _EXEC_ONLY_NAMES for n in names)
+
+
+def run(
+    args: tuple[str, ...],
+    cwd: Path | str,
+    env: Mapping[str, str],
+    input: bytes | None,
+    timeout: float,
+) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run([SCRIPT, *args], capture_output=True, ...)``, the process forked by the server."""
+    path = _server_path()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe() if input is not None else (os.dup(0), -1)
+    request = json.dumps({"args": list(args), "cwd": os.fspath(cwd), "env": dict(env)}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        conn.sendmsg(
+            [_HEADER.pack(len(request)), request],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [in_r, out_w, err_w]))],
+        )
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        pid = _HEADER.unpack(_exactly(conn, _HEADER.size))[0]
+        if in_w != -1:
+            threading.Thread(target=_feed, args=(in_w, input or b""), daemon=True).start()
+        try:
+            stdout, stderr = _drain(out_r, err_r, conn, timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise subprocess.TimeoutExpired([SCRIPT, *args], timeout) from None
+        status = json.loads(_exactly(conn, _HEADER.unpack(_exactly(conn, _HEADER.size))[0]))
+    return subprocess.CompletedProcess([SCRIPT, *args], status, stdout, stderr)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    try:
+        with open(fd, "wb") as fh:
+            fh.write(data)
+    except BrokenPipeError:
+        pass
+
+
+def _drain(out_r: int, err_r: int, conn: socket.socket, timeout: float) -> tuple[bytes, bytes]:
+    """Both streams until every writer closed them (as ``communicate``), within ``timeout``."""
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("sandbox", timeout)
+            ready, _, _ = select.select(open_fds, [], [], left)
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    open_fds.remove(fd)
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        return b"".join(chunks[out_r]), b"".join(chunks[err_r])
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+
+
+def _exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        try:
+            part = conn.recv(size - len(data))
+        except TimeoutError:
+            raise subprocess.TimeoutExpired("sandbox", 0) from None
+        if not part:
+            raise RuntimeError("the tests' command server went away (see its log under /tmp/sandbox-cliserver-*)")
+        data += part
+    return data
+
+
+def _server_path() -> str:
+    """The socket of this process's server, started on first use (it ends when this process does)."""
+    global _server
+    with _lock:
+        if _server is not None and _server[0].poll() is None:
+            return _server[1]
+        base = f"/tmp/sandbox-cliserver-{os.getpid()}"
+        path = base + ".sock"
+        ready_r, ready_w = os.pipe()
+        with open(base + ".log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.cliserver", path, str(os.getpid()), str(ready_w)],
+                cwd=str(Path(__file__).resolve().parent.parent),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(ready_w,),
+                start_new_session=True,
+            )
+        os.close(ready_w)
+        with open(ready_r, "rb") as ready:
+            if ready.read(1) != b"1":
+                raise RuntimeError(f"the tests' command server did not start (see {base}.log)")
+        _server = (proc, path)
+        return path
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+def _preload() -> None:
+    """What a command imports before it does anything: the click group, the library, pygit2."""
+    from sandbox.store.gitlib import install
+
+    install()
+    import importlib
+    import pkgutil
+
+    import pygit2  # noqa: F401
+
+    import sandbox
+    from sandbox.cli.app import cli  # noqa: F401
+    from sandbox.cli.commands import COMMANDS
+
+    for target in COMMANDS.values():
+        importlib.import_module(target.partition(":")[0])
+    for package in ("sandbox.models",):
+        for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+            importlib.import_module(info.name)
+    del sandbox
+
+
+def _serve(path: str, parent: int, ready_fd: int) -> None:
+    _preload()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    waiting: dict[int, socket.socket] = {}
+    os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    while os.getppid() == parent:  # ends with the pytest process that started it
+        ready, _, _ = select.select([listener, wake_r], [], [], 1.0)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        if listener in ready:
+            conn, _ = listener.accept()
+            pid = _start(conn, listener, (wake_r, wake_w))
+            if pid is not None:
+                waiting[pid] = conn
+        _reap(waiting)
+    os.unlink(path)
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        reply = json.dumps(code).encode()
+        try:
+            conn.sendall(_HEADER.pack(len(reply)) + reply)
+        except OSError:
+            pass
+        conn.close()
+
+
+def _start(conn: socket.socket, listener: socket.socket, wake: tuple[int, int]) -> int | None:
+    """Fork the command ``conn`` asks for; its pid, sent back first."""
+    head, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+    if len(head) < _HEADER.size or len(fds) != 3:
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+        return None
+    size = _HEADER.unpack(head)[0]
+    request = json.loads(_exactly(conn, size))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        conn.close()
+        for fd in wake:
+            os.close(fd)
+        _child(request, fds)  # never returns
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(_HEADER.pack(pid))
+    return pid
+
+
+def _child(request: dict[str, object], fds: list[int]) -> None:
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        _new_streams()
+        os.chdir(str(request["cwd"]))
+        os.environ.clear()
+        os.environ.update(request["env"])  # type: ignore[arg-type]
+        time.tzset()  # the zone a fresh process reads from TZ at its start
+        _guess_git_paths_again()
+        sys.argv = [SCRIPT, *request["args"]]  # type: ignore[misc]
+        sys.path[0] = os.path.dirname(SCRIPT)  # as the script's own start puts it
+        code = _main()
+    finally:
+        os._exit(code)
+
+
+def _new_streams() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made anew on the test's descriptors, as
+    Python's start makes them (the server's were made on its own: a log file, seekable)."""
+    made = []
+    for fd, old in enumerate((sys.stdin, sys.stdout, sys.stderr)):
+        tty = os.isatty(fd)
+        stream = open(  # noqa: SIM115  # the process's own standard stream, open until it exits
+            fd,
+            "r" if fd == 0 else "w",
+            encoding=old.encoding,
+            errors=old.errors,
+            closefd=False,
+            buffering=-1,
+        )
+        if fd > 0:
+            stream.reconfigure(line_buffering=tty or fd == 2)
+        made.append(stream)
+    sys.stdin, sys.stdout, sys.stderr = made
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = made
+
+
+def _guess_git_paths_again() -> None:
+    """libgit2 guessed its home and configuration search paths from the server's environment at
+    import; make it guess them from the command's, as a fresh process would."""
+    import pygit2
+    from pygit2.enums import ConfigLevel, Option
+
+    for level in (ConfigLevel.SYSTEM, ConfigLevel.XDG, ConfigLevel.GLOBAL, ConfigLevel.PROGRAMDATA):
+        pygit2.settings.search_path[level] = None
+    pygit2.option(Option.SET_HOMEDIR, None)
+
+
+def _main() -> int:
+    """``sys.exit(main())`` as the console script runs it, and Python's own exit after it."""
+    import atexit
+    import traceback
+
+    from sandbox.cli import main
+
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            sys.stderr.write(f"{exc.code}\n")
+            code = 1
+    except KeyboardInterrupt:
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    _flush()
+    return code
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

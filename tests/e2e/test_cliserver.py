@@ -1,0 +1,90 @@
+"""The tests' forked commands (tests/cliserver.py) answer as the exec'd script does.
+
+Most of the suite's ``sandbox`` commands are forked from a process that imported the CLI already;
+these tests hold that a forked command and an exec of the installed script give the same exit code,
+stdout and stderr, read the same stdin, see the environment and working directory they were given
+(libgit2's configuration search included), and that what differs is exec'd.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import git
+
+from tests import cliserver
+from tests.merge.test_apply import start
+
+SCRIPT = str(Path(sys.executable).parent / "sandbox")
+
+
+def both(*args: str, cwd: Path, env: dict[str, str] | None = None, input: bytes | None = None) -> tuple:
+    """(forked, exec'd) results of one command, each as (code, stdout, stderr)."""
+    full = {**os.environ, **(env or {})}
+    forked = cliserver.run(args, cwd, full, input, 60)
+    execd = subprocess.run(
+        [SCRIPT, *args], cwd=cwd, env=full, input=input, capture_output=True, timeout=60, check=False
+    )
+    return (forked.returncode, forked.stdout, forked.stderr), (execd.returncode, execd.stdout, execd.stderr)
+
+
+def test_answers_refusals_and_help_are_the_scripts(repo: Path) -> None:
+    started = subprocess.run([SCRIPT, "start", "--json"], cwd=repo, capture_output=True, check=True)
+    assert started.returncode == 0
+    for args in (
+        ("list", "--json"),
+        ("status",),
+        ("diff",),
+        ("log",),
+        ("apply", "nosuchrun"),  # a refusal: one line, a non-zero exit
+        ("--bogus-option",),  # click's usage error
+        ("diff", "--help"),
+    ):
+        forked, execd = both(*args, cwd=repo)
+        assert forked == execd, args
+    assert both("apply", "nosuchrun", cwd=repo)[0][0] != 0
+
+
+def test_stdin_cwd_and_environment_are_the_commands(repo: Path, tmp_path: Path) -> None:
+    subprocess.run([SCRIPT, "start", "--label", "w"], cwd=repo, capture_output=True, check=True)
+    sub = repo / "sub"
+    sub.mkdir()
+    forked = cliserver.run(("write", "w", "from-stdin.txt"), sub, dict(os.environ), b"given\n", 60)
+    assert forked.returncode == 0, forked.stderr
+    shown = subprocess.run([SCRIPT, "diff", "w"], cwd=repo, capture_output=True, check=True)
+    assert b"+given" in shown.stdout
+    # The environment is the command's: NO_COLOR and COLUMNS change click's help as for the script.
+    forked, execd = both("--help", cwd=sub, env={"COLUMNS": "50"})
+    assert forked == execd
+
+
+def test_git_configuration_is_read_from_the_commands_home(repo: Path, tmp_path: Path) -> None:
+    """libgit2 found its global configuration from the server's HOME at import; a forked command
+    reads the one under its own HOME, as a fresh process does (``branch`` authors your uncommitted
+    edit with the identity of your git configuration, read through libgit2)."""
+    write_home = tmp_path / "other-home"
+    write_home.mkdir()
+    (write_home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[safe]\n\tdirectory = *\n"
+        "[user]\n\tname = Home Two\n\temail = two@example.com\n"
+    )
+    (repo / "README.md").write_text("my uncommitted line\n")
+    run = start(repo)
+    with run.tool_call("edit_file", {"path": "README.md"}) as call:
+        call.write("README.md", "my uncommitted line\nagent line\n")
+    env = {**os.environ, "HOME": str(write_home), "XDG_CONFIG_HOME": str(write_home / ".config")}
+    made = cliserver.run(("branch", run.run_id, "agent/two"), repo, env, None, 60)
+    assert made.returncode == 0, made.stderr
+    authors = git(repo, "log", "--format=%an <%ae>", "main..agent/two").split("\n")
+    assert "Home Two <two@example.com>" in authors
+
+
+def test_what_differs_is_execd() -> None:
+    assert cliserver.forkable(("list",), None)
+    assert cliserver.forkable(("exec", "--", "true"), {"HOME": "/x"})
+    assert not cliserver.forkable(("hook", "claude"), None)  # its start is what it is measured on
+    for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LANG", "SANDBOX_SESSION"):
+        assert not cliserver.forkable(("list",), {name: "x"}), name

@@ -25,6 +25,7 @@ CASES = {
     "hook": "bench.cases.hook",
     "watcher": "bench.cases.watcher",
     "confine": "bench.cases.confine",
+    "deepsettings": "bench.cases.deepsettings",
     "hunks": "bench.cases.hunks",
     "bigfile": "bench.cases.bigfile",
     "mcp": "bench.cases.mcp",

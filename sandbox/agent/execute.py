@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from sandbox.agent import changes
 from sandbox.agent.hosted import cannot_start, command_input, command_result, run_command
-from sandbox.confine import foreign, spawn
+from sandbox.confine import foreign, settingstree, spawn
 from sandbox.confine.policy import policy_for_run
 from sandbox.models import CallStatus, LedgerEntry
 from sandbox.run.calls import RecordingFailedError
@@ -162,7 +162,8 @@ def _confinement(
     settings to mask."""
     masked: list[str] = []
     if run.state().foreign != 0:
-        isolation, masked = foreign.for_foreign_run(isolation, run.worktree, subdir, run.run_id)
+        deeper = settingstree.recorded(run)  # where the run's recorded tree holds any (below subdir too)
+        isolation, masked = foreign.for_foreign_run(isolation, run.worktree, subdir, run.run_id, deeper)
     if isolation is None or not isolation.enabled:
         return None, None
     spawn.check(isolation)

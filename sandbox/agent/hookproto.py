@@ -231,7 +231,9 @@ class Outcome:
     event, how many files a finish committed); ``note`` is a one-line remark for the user (say,
     that the run's changes are found by scanning because the inotify limits are reached);
     ``foreign``, in the host's answer to a start, whether the run holds events from another clone
-    (a command started on it gets the worktree's agent settings masked: :mod:`sandbox.confine.foreign`).
+    (a command started on it gets the worktree's agent settings masked: :mod:`sandbox.confine.foreign`);
+    ``settings``, with it, where the run's recorded tree holds such settings (worktree-relative paths,
+    :func:`sandbox.confine.settingstree.recorded`: masked there too, and in the directories above them).
     """
 
     def __init__(
@@ -246,6 +248,7 @@ class Outcome:
         files: int | None = None,
         note: str | None = None,
         foreign: bool | None = None,
+        settings: list[str] | None = None,
     ) -> None:
         self.ok = ok
         self.message = message
@@ -257,6 +260,7 @@ class Outcome:
         self.files = files
         self.note = note
         self.foreign = foreign
+        self.settings = settings
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Outcome) and vars(self) == vars(other)
@@ -284,6 +288,7 @@ class Outcome:
             files=self.files,
             note=self.note,
             foreign=self.foreign,
+            settings=self.settings,
         )
 
     @classmethod
@@ -302,7 +307,15 @@ class Outcome:
             files if isinstance(files, int) and not isinstance(files, bool) else None,
             reply["note"] if isinstance(reply.get("note"), str) else None,
             reply["foreign"] if isinstance(reply.get("foreign"), bool) else None,
+            _strings(reply.get("settings")),
         )
+
+
+def _strings(value: object) -> list[str] | None:
+    """A list of strings as a reply carries it, or None (none, or not such a list)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return list(value)
 
 
 # -- reading the payload -----------------------------------------------------------------------

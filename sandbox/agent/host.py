@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, TypedDict
 from sandbox import faults
 from sandbox.agent import calltrees, changes, hookproto, intake, procs, wire
 from sandbox.agent.recorder import Recorder
+from sandbox.confine import settingstree
 from sandbox.errors import CorruptionError, SandboxError
 from sandbox.fast.inotify import Inotify, Tree
 from sandbox.store import locks
@@ -455,8 +456,7 @@ class Host:
                 outcome = hookproto.Outcome(False, f"recording failed: {type(exc).__name__}: {exc}")
             finally:
                 slot.run.outside_shared_lock = contextlib.nullcontext
-            with contextlib.suppress(Exception):  # unsaid, a command of it is masked (sandbox.confine.foreign)
-                outcome.foreign = slot.run.state().foreign != 0 if event.phase == "start" else None
+            outcome.foreign, outcome.settings = settingstree.whose(slot.run) if event.phase == "start" else (None, None)
         self.trees.recorded(slot.run.run_id, event.phase, outcome, peer)
         faults.point("host.after_record")  # recorded, not yet answered: the client records again (idempotent)
         if slot.note is not None and not slot.noted:

@@ -149,18 +149,24 @@ def run_hosted(
     unstartable = cannot_start(argv, cwd)
     output: dict[str, Tail] = {}
     masked: str | None = None
+    gate: Callable[[], None] = _Deeper(asked, iso, loc, where)
     try:
         if confined is not None and foreign.settings_paths(loc.worktree, where):
             # Whose the run is decides what the command sees: wait for the host's answer before making
-            # its sandbox (only here: without agent settings in the worktree, nothing is masked).
+            # its sandbox (only here: without agent settings where it starts, the answer rarely masks).
             asked.gate()
+            gate = asked.gate
             if asked.foreign is not False:  # (None: a host too old to say; masked)
-                confined, masked = _masked(confined, loc, where)
+                confined, masked = _masked(confined, loc, where, asked.settings)
         if unstartable is not None:
             asked.gate()
             returncode = unstartable.exit_code
         else:
-            returncode = run_command(list(argv), cwd, confined, output, gate=asked.gate)
+            try:
+                returncode = run_command(list(argv), cwd, confined, output, gate=gate)
+            except _Remask:  # nothing had started: made ready again, with the masks the answer calls for
+                confined, masked = _remasked(confined, iso, loc, where, asked.settings)
+                returncode = run_command(list(argv), cwd, confined, output, gate=asked.gate)
     except _NoHost:
         return None  # no live host: nothing ran, the caller records the call itself
     except spawn.ConfinementError as exc:
@@ -220,12 +226,16 @@ def _for_the_full_path(iso: spawn.Isolation | None, worktree: str, subdir: str) 
 
 
 def _masked(
-    confined: tuple[spawn.Isolation, spawn.Policy], loc: hookproto.Location, subdir: str
+    confined: tuple[spawn.Isolation, spawn.Policy],
+    loc: hookproto.Location,
+    subdir: str,
+    recorded: list[str] | None,
 ) -> tuple[tuple[spawn.Isolation, spawn.Policy], str | None]:
     """``confined`` for a run the host says holds events from elsewhere: its worktree's agent settings
-    masked (:mod:`sandbox.confine.foreign`, whatever the command), and what to tell the user of it."""
+    masked (:mod:`sandbox.confine.foreign`, whatever the command; ``recorded``: where the host says its
+    recorded tree holds them), and what to tell the user of it."""
     iso, policy = confined
-    paths = foreign.settings_paths(loc.worktree, subdir)
+    paths = foreign.settings_paths(loc.worktree, subdir, recorded or ())
     if not paths:
         return confined, None
     masked = foreign.mask(iso, paths, loc.worktree, loc.run_id)
@@ -234,8 +244,44 @@ def _masked(
     return (masked, dataclasses.replace(policy, masked=(*policy.masked, *paths))), told
 
 
+def _remasked(
+    confined: tuple[spawn.Isolation, spawn.Policy] | None,
+    iso: spawn.Isolation | None,
+    loc: hookproto.Location,
+    subdir: str,
+    recorded: list[str] | None,
+) -> tuple[tuple[spawn.Isolation, spawn.Policy] | None, str | None]:
+    """:func:`_masked` for a command the host's answer says has settings to mask deeper in the run's recorded
+    tree; refused when it runs unconfined (:func:`sandbox.confine.foreign.mask`: nothing could hide them)."""
+    if confined is None:
+        paths = foreign.settings_paths(loc.worktree, subdir, recorded or ())
+        foreign.mask(iso, paths, loc.worktree, loc.run_id)  # raises: there are some, and no sandbox
+        return None, None
+    return _masked(confined, loc, subdir, recorded)
+
+
 class _NoHost(Exception):
     """No host answered the call's start: nothing ran."""
+
+
+class _Remask(Exception):
+    """The host's answer names agent settings to mask the command was not made ready with: nothing ran."""
+
+
+class _Deeper:
+    """The gate of a command made ready without masks: the host's answer, then :class:`_Remask` when it says
+    the run is from elsewhere and its recorded tree holds agent settings there now (deeper than the start
+    directory, where nothing was found before asking), unless an enclosing sandbox of ours masks them."""
+
+    def __init__(self, asked: _Asked, iso: spawn.Isolation | None, loc: hookproto.Location, subdir: str) -> None:
+        self.asked, self.iso, self.loc, self.subdir = asked, iso, loc, subdir
+
+    def __call__(self) -> None:
+        self.asked.gate()
+        if self.asked.foreign is False or not self.asked.settings or (self.iso is not None and self.iso.inherited):
+            return
+        if foreign.settings_paths(self.loc.worktree, self.subdir, self.asked.settings):
+            raise _Remask
 
 
 class _Asked:
@@ -271,6 +317,11 @@ class _Asked:
     def foreign(self) -> bool | None:
         """Whether the host says the run holds events from elsewhere (after :meth:`gate`)."""
         return None if self._answer is None else self._answer.foreign
+
+    @property
+    def settings(self) -> list[str] | None:
+        """Where the host says the run's recorded tree holds agent settings (after :meth:`gate`)."""
+        return None if self._answer is None else self._answer.settings
 
 
 def with_output(result: CommandResult, output: dict[str, Tail]) -> dict[str, object]:

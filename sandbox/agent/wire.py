@@ -13,7 +13,9 @@ Each connection carries one request, a JSON object on one line, and gets one rep
     {"v": 1, "op": "hook",  "run": RUN, "token": T, "event": {...generic hook event...}}
         -> {"ok": bool, "message": str, "strict": bool, "decision": "allow"|"deny"|null,
             "reason": str, "call": CALL|null, "status": STATUS|null, "files": N|null, "note": str|null,
-            "foreign": bool|null}   (foreign: a start's run holds events from another clone)
+            "foreign": bool|null, "settings": [str]|null}
+            (foreign: a start's run holds events from another clone; settings: where its recorded tree
+            holds agent settings, worktree-relative)
     {"v": 1, "op": "begin", "run": RUN, "token": T, "call": CALL}    -> {"ok": true, "watched": bool}
     {"v": 1, "op": "end",   "run": RUN, "token": T, "call": CALL}
         -> {"ok": true, "paths": [...]|null, "reason": str|null}
@@ -406,6 +408,7 @@ if TYPE_CHECKING:
         files: int | None
         note: str | None
         foreign: bool | None
+        settings: list[str] | None
         # begin, end, quiet
         watched: bool
         paths: list[str] | None

@@ -101,12 +101,12 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
 def _foreign_masks(run: Run) -> dict[str, object]:
     """For a run from another clone: the agent settings every command started on it gets masked
     (:func:`sandbox.confine.foreign.settings_paths`, the one list and rule), or why it is refused."""
-    from sandbox.confine import foreign
+    from sandbox.confine import foreign, settingstree
 
     if run.state().foreign == 0:
         return {}
     try:
-        paths = foreign.settings_paths(run.worktree)
+        paths = foreign.settings_paths(run.worktree, "", settingstree.recorded(run))
     except foreign.ForeignSettingsError as exc:
         return {"foreign_masked": [], "foreign_refusal": exc.message}
     shown = foreign.shown(run.worktree, paths)
@@ -190,8 +190,8 @@ def _show(data: DoctorOutput) -> None:
         names = ", ".join(escape.path(p) for p in data.foreign_masked) or "none of them is there now"
         echo(
             f"run {data.run} holds work from another clone: its worktree's agent settings are empty inside for "
-            f"every command started on it ({', '.join(foreign.AGENT_SETTINGS)}, at its root and in each directory "
-            f"down to where the command starts); at its root now: {names}"
+            f"every command started on it ({', '.join(foreign.AGENT_SETTINGS)}, at its root, in each directory "
+            f"down to where the command starts, and in each one its recorded tree has them in); there now: {names}"
         )
     if data.foreign_refusal:
         echo(f"  refused: {escape.text(data.foreign_refusal)}")

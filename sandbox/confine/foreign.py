@@ -15,6 +15,13 @@ worktree's root and in each directory down to where the command starts, where th
 them): an empty read-only directory or file inside, the worktree's own files untouched. Unconfined
 nothing could hide them, so such a command is refused under ``--isolate off``.
 
+Deeper in the tree, where a program gets by ``cd`` first (``sh -c 'cd pkg/sub && claude'``, a wrapper
+script), the masks follow the run's recorded tree instead of a walk of the worktree: every path of the
+run's head tree whose name is one of :data:`AGENT_SETTINGS` (``recorded``, found in git's trees by
+:mod:`sandbox.confine.settingstree`, cached per tree, and passed here by the caller: the host's answer on
+``sandbox exec``'s fast path) adds its directory, and each one above it, to those looked in. A launch
+costs an ``lstat`` per name and directory so named, whatever the size of the tree.
+
 Not masked: the instructions files (``CLAUDE.md``, ``GEMINI.md``, ``AGENTS.md``). The agents read them as
 text for the model, as they read any file of the worktree; no agent runs a program they name. A tool
 of the project's own that reads ``.env`` finds it empty on such a run too (``sandbox adopt`` a run you
@@ -30,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+from collections.abc import Sequence
 
 from sandbox.confine.policy import ConfinementError, Isolation
 
@@ -42,16 +50,18 @@ class ForeignSettingsError(ConfinementError):
     """A command on a run from elsewhere would see the worktree's agent settings: unconfined, or through a link."""
 
 
-def settings_paths(worktree: str, subdir: str = "") -> list[str]:
+def settings_paths(worktree: str, subdir: str = "", recorded: Sequence[str] = ()) -> list[str]:
     """The :data:`AGENT_SETTINGS` that exist in ``worktree``, at its root and in each directory of
-    ``subdir`` (where the command starts) below it, as the confinement masks them (where they lead).
+    ``subdir`` (where the command starts) below it, as the confinement masks them (where they lead);
+    and, for each path of ``recorded`` (the run's recorded tree's settings, deeper ones among them:
+    :func:`sandbox.confine.settingstree.recorded`), in its directory and each one above it.
 
     One that leads out of the worktree through a link is refused: the masks are made where a path
     leads, and a program inside would follow the link to settings the mask does not cover."""
     root = os.path.realpath(worktree)
-    folders = [root]
-    for part in [p for p in subdir.split("/") if p not in ("", ".")]:
-        folders.append(os.path.join(folders[-1], part))
+    folders = dict.fromkeys(_down_to(root, subdir))
+    for rel in sorted(recorded):
+        folders.update(dict.fromkeys(_down_to(root, rel.rpartition("/")[0])))
     out: list[str] = []
     for folder in folders:
         for name in AGENT_SETTINGS:
@@ -70,7 +80,29 @@ def settings_paths(worktree: str, subdir: str = "") -> list[str]:
                 continue  # leads nowhere yet: nothing to read
             if real not in out:
                 out.append(real)
+    # One inside another is hidden with it (and could not be masked inside the empty one).
+    found = set(out)
+    return [p for p in out if not any(above in found for above in _above(p, root))]
+
+
+def _above(path: str, root: str) -> list[str]:
+    """The directories between ``root`` and ``path`` (both left out)."""
+    out = []
+    parent = os.path.dirname(path)
+    while parent != root and len(parent) > len(root):
+        out.append(parent)
+        parent = os.path.dirname(parent)
     return out
+
+
+def _down_to(root: str, subdir: str) -> list[str]:
+    """``root`` and each directory of ``subdir`` below it (``.`` and ``..`` taken for nothing: a tree's
+    names never hold them, and a folder above the root is none of the worktree's)."""
+    folders = [root]
+    for part in subdir.split("/"):
+        if part not in ("", ".", ".."):
+            folders.append(os.path.join(folders[-1], part))
+    return folders
 
 
 def shown(worktree: str, paths: list[str]) -> str:
@@ -80,11 +112,12 @@ def shown(worktree: str, paths: list[str]) -> str:
 
 
 def for_foreign_run(
-    isolation: Isolation | None, worktree: str, subdir: str, run_id: str
+    isolation: Isolation | None, worktree: str, subdir: str, run_id: str, recorded: Sequence[str] = ()
 ) -> tuple[Isolation | None, list[str]]:
     """``isolation`` for a command started in ``subdir`` of the worktree of ``run_id``, a run from elsewhere:
-    with its agent settings masked (:func:`settings_paths`, then :func:`mask`); and the paths masked."""
-    paths = settings_paths(worktree, subdir)
+    with its agent settings masked (:func:`settings_paths`, with the ``recorded`` ones of its tree, then
+    :func:`mask`); and the paths masked."""
+    paths = settings_paths(worktree, subdir, recorded)
     return mask(isolation, paths, worktree, run_id), paths
 
 

@@ -144,9 +144,10 @@ class CommandTools(WorkspaceState):
             )
         isolation = self.settings.isolation(run.user_workdir) if self.settings.isolation else None
         if run.state().foreign != 0:  # a run from elsewhere: its worktree's agent settings masked, any command
-            from sandbox.confine import foreign
+            from sandbox.confine import foreign, settingstree
 
-            isolation, _masked = foreign.for_foreign_run(isolation, run.worktree, "", run.run_id)
+            deeper = settingstree.recorded(run)
+            isolation, _masked = foreign.for_foreign_run(isolation, run.worktree, "", run.run_id, deeper)
         confined = None
         if isolation is not None and isolation.enabled:
             spawn.check(isolation)  # refused before anything is recorded

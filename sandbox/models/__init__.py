@@ -14,7 +14,8 @@ does not depend on which module holds ``X``:
 - :mod:`~sandbox.models.checkpoint`, :mod:`~sandbox.models.resume`: checkpoints and the resume report;
 - :mod:`~sandbox.models.integrity`, :mod:`~sandbox.models.host`, :mod:`~sandbox.models.fetched`,
   :mod:`~sandbox.models.transcript`: the fold cache and acked tip, the host, a fetch, a transcript;
-- :mod:`~sandbox.models.sysview`: the system view's cache (what root does not see inside).
+- :mod:`~sandbox.models.sysview`: the system view's cache (what root does not see inside);
+- :mod:`~sandbox.models.settingsfound`: where a run's recorded tree holds agent settings.
 """
 
 from pydantic import BaseModel
@@ -64,6 +65,7 @@ from sandbox.models.payloads import (
     RollbackSessionLogged,
 )
 from sandbox.models.resume import Denial, LiveProcess, ReplayDecision, ResumeReport, UncertainCall
+from sandbox.models.settingsfound import SettingsFound
 from sandbox.models.sysview import SystemViewCache
 from sandbox.models.transcript import TranscriptIndex
 
@@ -121,6 +123,7 @@ __all__ = [
     "RollbackFilesData",
     "RollbackSessionLogged",
     "RunInfo",
+    "SettingsFound",
     "SystemViewCache",
     "TranscriptIndex",
     "UncertainCall",
@@ -144,3 +147,4 @@ PERSISTED += [LedgerCacheFile, AckedTip]
 PERSISTED += [FetchedFrom]
 PERSISTED += [TranscriptIndex]
 PERSISTED += [SystemViewCache]
+PERSISTED += [SettingsFound]

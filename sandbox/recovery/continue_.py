@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from sandbox.agent import sessions, transcripts
 from sandbox.agent.transcripts import RecordedCommand, agent_command, current_session, primary_home
-from sandbox.confine import foreign
+from sandbox.confine import foreign, settingstree
 from sandbox.errors import SandboxError
 from sandbox.models import EventKind, ResumeReport
 from sandbox.run import comments
@@ -375,7 +375,7 @@ def foreign_launch(
             f"the worktree's own {agent.name} settings and MCP servers are not loaded (a run {outside}): "
             f"{' '.join(guard.untrusted)}."
         )
-    guard.masked = foreign.settings_paths(run.worktree, subdir)
+    guard.masked = foreign.settings_paths(run.worktree, subdir, settingstree.recorded(run))
     if guard.masked:
         guard.messages.append(foreign.said(run.worktree, guard.masked, run.run_id, outside))
     return guard

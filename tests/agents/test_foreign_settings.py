@@ -270,3 +270,42 @@ def test_gemini_on_a_fetched_run_loads_none_of_its_env_file(
     again = session(2)
     assert again.returncode == 0, again.stderr.decode()
     assert (wt / "done-2.txt").exists() and (wt / MARK).exists()
+
+
+def test_claude_code_started_deep_in_a_fetched_runs_tree_runs_none_of_the_hooks_found_there(
+    tmp_path: Path, repo: Path, claude_bin: str
+) -> None:
+    """``sandbox exec RUN -- sh -c 'cd pkg/deep && claude ...'``: the run's tree holds ``pkg/deep/.claude/``,
+    nothing at the root; the command starts at the root, so only the run's recorded tree says where to mask
+    (tests/confine/test_foreign_deep_masks.py). The planted hook does not run; adopted, the same command runs it
+    (Claude Code does load the settings of the folder it starts in)."""
+    hook = {"type": "command", "command": f"touch {MARK}"}
+    planted = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+    b, run_id = _fetched_with(tmp_path, repo, "pkg/deep/.claude", planted)
+    modules = json.dumps(str(Path(claude_bin).parent.parent))
+    (b / ".sandbox.toml").write_text(f"[isolation]\nallow_read = [{modules}]\n")
+
+    def session(n: int) -> subprocess.CompletedProcess[str]:
+        with ModelServer([bash(f"echo done >> done-{n}.txt"), Turn(text="ok")]) as server:
+            wrapper = (
+                f"export HOME=/tmp/h ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY=sk-ant-test-0000 "
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 IS_SANDBOX=1; "
+                f'mkdir -p "$HOME"; cd pkg/deep && exec {claude_bin} -p "Do the task." --dangerously-skip-permissions'
+            )
+            return subprocess.run(
+                [SANDBOX, "exec", run_id, "--network", "on", "--", "sh", "-c", wrapper], cwd=b,
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+            )  # fmt: skip
+
+    try:
+        proc = session(1)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        assert "pkg/deep/.claude/ is empty inside the sandbox" in proc.stderr, proc.stderr
+        deep = _worktree(b, run_id) / "pkg" / "deep"
+        assert (deep / "done-1.txt").read_text() == "done\n" and not (deep / MARK).exists()
+        assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
+        again = session(2)
+        assert again.returncode == 0, again.stderr + again.stdout
+        assert (deep / "done-2.txt").exists() and (deep / MARK).exists() and "is empty inside" not in again.stderr
+    finally:
+        stop_services(b)

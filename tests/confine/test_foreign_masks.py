@@ -87,9 +87,9 @@ def test_exec_of_any_command_on_a_fetched_run_sees_none_of_its_agent_settings(tm
             done = sandbox_cmd("exec", run_id, "--", "sh", "-c", READER, cwd=b)
             err = done.stderr.decode()
             assert done.returncode == 0, err
-            # At the root (where it starts): all five hidden; a subdirectory's not looked for from there.
-            assert _seen(done.stdout) == ["pkg/.claude/settings.json"], (hosted, done.stdout)
-            assert "agent settings are not loaded (.claude/, .mcp.json, .gemini/, .codex/, .env are empty" in err, err
+            # At the root (where it starts): all five hidden; the subdirectory's too (the run's tree has it).
+            assert _seen(done.stdout) == [] and len(_hidden(done.stdout)) == 6, (hosted, done.stdout)
+            assert "are not loaded (.claude/, .mcp.json, .gemini/, .codex/, .env, pkg/.claude/ are empty" in err, err
             # Started in pkg/: its own .claude/ hidden too, and the root's.
             below = sandbox_cmd(
                 "exec", run_id, "--", "sh", "-c", "cat .claude/settings.json ../.mcp.json", cwd=worktree / "pkg"
@@ -126,7 +126,7 @@ def test_a_wrapper_run_on_a_fetched_run_sees_none_of_its_agent_settings_and_gets
     done = sandbox_cmd("run", run_id, "--", str(wrapper), cwd=b)
     err = done.stderr.decode()
     assert done.returncode == 0, err
-    assert _seen(done.stdout) == ["pkg/.claude/settings.json"] and len(_hidden(done.stdout)) == 5, done.stdout
+    assert _seen(done.stdout) == [] and len(_hidden(done.stdout)) == 6, done.stdout
     assert "empty inside the sandbox" in err and "was fetched from origin" not in err  # nothing to ask
     assert "--setting-sources" not in err  # no switches for a program it does not know
     home = tmp_path / "home"
@@ -138,7 +138,7 @@ def test_a_wrapper_run_on_a_fetched_run_sees_none_of_its_agent_settings_and_gets
     assert asked.returncode == 2 and b"HIDDEN" not in asked.stdout, err
     assert "pass --yes" in err and "was fetched from origin" in err
     given = sandbox_cmd("run", run_id, "--yes", "--hooks", "claude-code", "--", str(wrapper), cwd=b, env=env)
-    assert given.returncode == 0 and len(_hidden(given.stdout)) == 5, given.stderr
+    assert given.returncode == 0 and len(_hidden(given.stdout)) == 6, given.stderr
     refused = sandbox_cmd("run", run_id, "--isolate", "off", "--", str(wrapper), cwd=b)
     assert refused.returncode == 1 and b"SEEN" not in refused.stdout, refused.stderr
     assert b"without '--isolate off'" in refused.stderr
@@ -201,7 +201,7 @@ def test_the_mcp_servers_run_command_on_a_fetched_run_sees_none_of_its_agent_set
         return r.structured_content
 
     shown = json.dumps(answer)
-    assert "SEEN pkg/.claude/settings.json" in shown and shown.count("HIDDEN") == 5, shown
+    assert "SEEN" not in shown and shown.count("HIDDEN") == 6, shown
     assert "evil" not in shown
     host.stop_host(Project.discover(str(b))[0].common_dir)
 
@@ -216,10 +216,10 @@ def test_doctor_lists_the_agent_settings_a_fetched_run_has_masked_and_none_for_a
     told = sandbox_cmd("--json", "doctor", run_id, cwd=b)
     assert told.returncode == 0, told.stderr
     data = json.loads(told.stdout)
-    assert data["foreign_masked"] == [".claude/", ".mcp.json", ".gemini/", ".codex/", ".env"]
+    assert data["foreign_masked"] == [".claude/", ".mcp.json", ".gemini/", ".codex/", ".env", "pkg/.claude/"]
     assert data["foreign_refusal"] is None
     text = sandbox_cmd("doctor", run_id, cwd=b).stdout.decode()
-    assert "holds work from another clone" in text and ".claude/, .mcp.json, .gemini/, .codex/, .env" in text
+    assert "holds work from another clone" in text and ".claude/, .mcp.json, .gemini/, .codex/, .env, pkg/" in text
     own = json.loads(sandbox_cmd("start", "--json", cwd=b).stdout)["run"]
     mine = json.loads(sandbox_cmd("--json", "doctor", own, cwd=b).stdout)
     assert mine["foreign_masked"] is None

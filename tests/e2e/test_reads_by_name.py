@@ -41,6 +41,7 @@ STATE = {
     "sandbox.confine.policy": 2,
     "sandbox.confine.gitview": 3,  # the user's packed-refs, and the run's own view of it (the run directory)
     "sandbox.confine.sysview": 2,  # its cache in the data directory (hidden inside), no link followed, written whole
+    "sandbox.confine.settingstree": 1,  # its cache in the run's directory (read-only inside), written whole
     "sandbox.agent.transcripts": 1,
     "sandbox.agent.adapters.gemini": 1,
     "sandbox.agent.outputs": 1,

@@ -94,6 +94,7 @@ APPLY_MODULES = {
     "sandbox.models.eventdata",
     "sandbox.models.transcript",
     "sandbox.models.sysview",  # the system view's cache (the package names every persisted format)
+    "sandbox.models.settingsfound",  # where a run's tree holds agent settings (the package names them all)
     "sandbox.run",
     "sandbox.run.config",
     "sandbox.run.core",  # the run's state and write path (sandbox.run.run names the operations on its calls)

@@ -139,8 +139,9 @@ class DoctorOutput(Output):
     foreign_masked: list[str] | None = Field(
         default=None,
         description="RUN holds work from another clone: its worktree's agent settings masked for every command "
-        "started on it (worktree-relative, those there now at its root; the same names in each directory down to "
-        "where a command starts are masked too). None: no run named, or a run of this clone's own.",
+        "started on it (worktree-relative, those there now at its root and in each directory of one its recorded "
+        "tree has, and the directories above it; the same names in each directory down to where a command starts "
+        "are masked too). None: no run named, or a run of this clone's own.",
     )
     foreign_refusal: str | None = Field(
         default=None, description="Why a command on that run would be refused (a settings path linked out of it)."

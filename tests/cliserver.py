@@ -15,7 +15,8 @@ handlers). Its stdout and stderr are read until every holder closes them, as ``s
 does.
 
 What differs from an exec of the script, and so goes through one (:func:`forkable`): a command
-whose start is under test (``hook``, which never imports the heavy modules anyway), an environment
+whose start is under test (``hook``, which never imports the heavy modules anyway), ``run`` (the
+real agents' tests watch its process tree, its signals and its terminal), an environment
 that changes how Python itself starts (``PYTHON*``, the locale), and one naming a session
 (``SANDBOX_SESSION``: the host reads a process's session from ``/proc/PID/environ``, which for a
 forked child still shows the server's). The tests of start-up itself (``test_startup.py``,
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 #: The installed console script the forked children stand for.
 SCRIPT = str(Path(sys.executable).parent / "sandbox")
@@ -46,6 +48,9 @@ SCRIPT = str(Path(sys.executable).parent / "sandbox")
 #: ``/proc/PID/environ``: a command given one of them is exec'd.
 _EXEC_ONLY_PREFIXES = ("PYTHON", "LC_")
 _EXEC_ONLY_NAMES = {"LANG", "LANGUAGE", "SANDBOX_SESSION"}
+#: Commands exec'd always: ``hook`` (its start is what it is measured on; it imports little anyway) and
+#: ``run`` (the real agents' tests watch its process tree, signals and terminal).
+_EXEC_ONLY_COMMANDS = {"hook", "run"}
 _HEADER = struct.Struct("!I")
 
 _lock = threading.Lock()
@@ -54,10 +59,33 @@ _server: tuple[subprocess.Popen[bytes], str] | None = None
 
 def forkable(args: tuple[str, ...], changed_env: Mapping[str, str] | None) -> bool:
     """Whether a command with these arguments and environment changes runs the same forked."""
-    if os.environ.get("TESTS_CLI_FORK") == "0" or not args or args[0] == "hook":
+    if os.environ.get("TESTS_CLI_FORK") == "0" or not args or args[0] in _EXEC_ONLY_COMMANDS:
         return False
     names = set(changed_env or ())
     return not any(n.startswith(_EXEC_ONLY_PREFIXES) or n in _EXEC_ONLY_NAMES for n in names)
+
+
+def sandbox(
+    *args: str,
+    cwd: Path | str,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float = 120,
+    text: bool = False,
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run([SCRIPT, *args], env=env, capture_output=True, ...)``: forked where that runs the
+    same (:func:`forkable`), else exec'd. ``env``: the whole environment (None: this process's)."""
+    full = dict(os.environ if env is None else env)
+    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
+    if forkable(args, changed):
+        done = run(args, cwd, full, input, timeout)
+    else:
+        done = subprocess.run(
+            [SCRIPT, *args], cwd=cwd, env=full, input=input, capture_output=True, timeout=timeout, check=False
+        )
+    if text:
+        done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode()
+    return done
 
 
 def run(

@@ -260,18 +260,7 @@ def sandbox_cmd(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    if cliserver.forkable(args, env):
-        return cliserver.run(args, cwd, full_env, input, timeout)
-    exe = Path(sys.executable).parent / "sandbox"
-    return subprocess.run(
-        [str(exe), *args],
-        cwd=cwd,
-        env=full_env,
-        input=input,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cliserver.sandbox(*args, cwd=cwd, env=full_env, input=input, timeout=timeout)
 
 
 def replace_stored_object(root: Path, oid: str, new_data: bytes) -> None:

@@ -122,7 +122,9 @@ def in_worktree(
 
 def sandbox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The installed ``sandbox`` command as a real process."""
-    return subprocess.run([SANDBOX, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    from tests import cliserver
+
+    return cliserver.sandbox(*args, cwd=cwd, timeout=TIMEOUT, text=True)
 
 
 def push_into_another_clone(tmp_path: Path, repo: Path, run_id: str) -> Path:

@@ -22,6 +22,7 @@ import pytest
 
 from sandbox.agent.adapters import claude_code
 from sandbox.models import CallStatus
+from tests import cliserver
 from tests.agents.anthropic_server import ModelServer, Request, ToolUse, Turn, bash, result_text, write
 from tests.agents.claude_harness import (
     SANDBOX,
@@ -92,16 +93,7 @@ def _texts(request: Request) -> str:
 
 
 def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [SANDBOX, *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return cliserver.sandbox(*args, cwd=cwd, env=env, input=b"", timeout=TIMEOUT, text=True)
 
 
 def _crash_during_bash(claude_bin: str, repo: Path, run_id: str, wt: Path, home: Path, turns: list[Turn]) -> str:

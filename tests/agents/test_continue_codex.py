@@ -30,6 +30,7 @@ import pytest
 
 from sandbox.agent.adapters import codex
 from sandbox.models import CallStatus
+from tests import cliserver
 from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, push_into_another_clone, stop_services
 from tests.agents.openai_server import ResponsesServer, output_text
 from tests.agents.test_claude_code import _with_marker
@@ -83,16 +84,7 @@ def codex_env(tmp_path: Path, server: ResponsesServer, repo: Path) -> dict[str, 
 
 
 def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [SANDBOX, *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return cliserver.sandbox(*args, cwd=cwd, env=env, input=b"", timeout=TIMEOUT, text=True)
 
 
 def _descendants(root: int) -> list[int]:

@@ -86,5 +86,6 @@ def test_what_differs_is_execd() -> None:
     assert cliserver.forkable(("list",), None)
     assert cliserver.forkable(("exec", "--", "true"), {"HOME": "/x"})
     assert not cliserver.forkable(("hook", "claude"), None)  # its start is what it is measured on
+    assert not cliserver.forkable(("run", "--", "claude"), None)  # its process tree is under test
     for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LANG", "SANDBOX_SESSION"):
         assert not cliserver.forkable(("list",), {name: "x"}), name

@@ -70,18 +70,7 @@ def sb(
         full_env["SANDBOX_FAULT"] = fault
     if env:
         full_env.update(env)
-    changed = {**(env or {}), **({"SANDBOX_FAULT": fault} if fault else {})}
-    if cliserver.forkable(args, changed):
-        return cliserver.run(args, cwd, full_env, input, timeout)
-    return subprocess.run(
-        [SANDBOX_EXE, *args],
-        cwd=cwd,
-        env=full_env,
-        input=input,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cliserver.sandbox(*args, cwd=cwd, env=full_env, input=input, timeout=timeout)
 
 
 def ok(*args: str, cwd: Path | str, input: bytes | None = None) -> str:

@@ -27,14 +27,17 @@ through here. ``TESTS_CLI_FORK=0`` sends every command through an exec.
 from __future__ import annotations
 
 import array
+import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -164,7 +167,7 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
         except TimeoutError:
             raise subprocess.TimeoutExpired("sandbox", 0) from None
         if not part:
-            raise RuntimeError("the tests' command server went away (see its log under /tmp/sandbox-cliserver-*)")
+            raise RuntimeError("the tests' command server went away (see its log: /tmp/sandbox-cliserver-*/log)")
         data += part
     return data
 
@@ -175,10 +178,10 @@ def _server_path() -> str:
     with _lock:
         if _server is not None and _server[0].poll() is None:
             return _server[1]
-        base = f"/tmp/sandbox-cliserver-{os.getpid()}"
-        path = base + ".sock"
+        folder = tempfile.mkdtemp(prefix="sandbox-cliserver-", dir="/tmp")  # short: a socket path has 108 bytes
+        path, log_path = os.path.join(folder, "sock"), os.path.join(folder, "log")
         ready_r, ready_w = os.pipe()
-        with open(base + ".log", "ab") as log:
+        with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.cliserver", path, str(os.getpid()), str(ready_w)],
                 cwd=str(Path(__file__).resolve().parent.parent),
@@ -191,9 +194,23 @@ def _server_path() -> str:
         os.close(ready_w)
         with open(ready_r, "rb") as ready:
             if ready.read(1) != b"1":
-                raise RuntimeError(f"the tests' command server did not start (see {base}.log)")
+                raise RuntimeError(f"the tests' command server did not start (see {log_path})")
+        atexit.register(_stop, proc, folder)
         _server = (proc, path)
         return path
+
+
+def _stop(proc: subprocess.Popen[bytes], folder: str) -> None:
+    """At this process's exit: the server ended, and its folder removed unless its log says something."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log = os.path.join(folder, "log")
+    if not os.path.exists(log) or os.path.getsize(log) == 0:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- the server -------------------------------------------------------------------------------

@@ -86,9 +86,13 @@ def sandbox(
         done = subprocess.run(
             [SCRIPT, *args], cwd=cwd, env=full, input=input, capture_output=True, timeout=timeout, check=False
         )
-    if text:
-        done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode()
+    if text:  # as ``text=True`` reads them: decoded, universal newlines
+        done.stdout, done.stderr = _text(done.stdout), _text(done.stderr)
     return done
+
+
+def _text(data: bytes) -> str:
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 def run(

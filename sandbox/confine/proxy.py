@@ -290,6 +290,9 @@ class NetProxy:
                 return
             if not self.allowlist.allows(host, port):
                 self.refused += 1
+                # Stamped before the answer leaves: the agent may end its call the moment it reads it,
+                # and the refusal is booked to the call running at this time (netrecord).
+                at = datetime.datetime.now(datetime.timezone.utc)
                 writer.write(
                     _reply(
                         "403 Forbidden",
@@ -298,7 +301,7 @@ class NetProxy:
                     )
                 )
                 if self.on_refused is not None:
-                    refusal = Refusal(host, port, datetime.datetime.now(datetime.timezone.utc), method)
+                    refusal = Refusal(host, port, at, method)
                     asyncio.get_running_loop().run_in_executor(None, self.on_refused, refusal)
                 return
             try:

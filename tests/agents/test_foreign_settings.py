@@ -91,18 +91,21 @@ def test_gemini_on_a_fetched_run_loads_none_of_its_worktree_settings(
                 cwd=b, env=agent_env(server, gemini_home), timeout=TIMEOUT,
             )  # fmt: skip
 
-    proc = session("--yes")
-    err = proc.stderr.decode()
-    assert proc.returncode == 0, err
-    assert ".gemini/ is empty inside the sandbox" in err and "fetched from origin" in err
-    wt = _worktree(b, run_id)
-    assert (wt / "done.txt").read_text() == "done\n" and not (wt / MARK).exists()
-    assert [e["tool_name"] for e in log(b, run_id)][-1:] == ["run_shell_command"]  # the sandbox's hooks ran
-    # Made this clone's own, the same settings load and the planted hook runs.
-    assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
-    again = session()
-    assert again.returncode == 0, again.stderr.decode()
-    assert (wt / MARK).exists() and b"is empty inside the sandbox" not in again.stderr
+    try:
+        proc = session("--yes")
+        err = proc.stderr.decode()
+        assert proc.returncode == 0, err
+        assert ".gemini/ is empty inside the sandbox" in err and "fetched from origin" in err
+        wt = _worktree(b, run_id)
+        assert (wt / "done.txt").read_text() == "done\n" and not (wt / MARK).exists()
+        assert [e["tool_name"] for e in log(b, run_id)][-1:] == ["run_shell_command"]  # the sandbox's hooks ran
+        # Made this clone's own, the same settings load and the planted hook runs.
+        assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
+        again = session()
+        assert again.returncode == 0, again.stderr.decode()
+        assert (wt / MARK).exists() and b"is empty inside the sandbox" not in again.stderr
+    finally:
+        stop_services(b)
 
 
 def test_claude_code_on_a_fetched_run_runs_none_of_its_project_hooks(
@@ -122,16 +125,19 @@ def test_claude_code_on_a_fetched_run_runs_none_of_its_project_hooks(
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
             )  # fmt: skip
 
-    proc = session("--yes")
-    assert proc.returncode == 0, proc.stderr
-    assert "--setting-sources user --strict-mcp-config" in proc.stderr and "fetched from origin" in proc.stderr
-    wt = _worktree(b, run_id)
-    assert (wt / "done.txt").read_text() == "done\n" and not (wt / MARK).exists()
-    assert [e["tool_name"] for e in log(b, run_id)][-1:] == ["Bash"]  # the sandbox's own hooks ran
-    assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
-    again = session()
-    assert again.returncode == 0, again.stderr
-    assert (wt / MARK).exists() and "--setting-sources" not in again.stderr
+    try:
+        proc = session("--yes")
+        assert proc.returncode == 0, proc.stderr
+        assert "--setting-sources user --strict-mcp-config" in proc.stderr and "fetched from origin" in proc.stderr
+        wt = _worktree(b, run_id)
+        assert (wt / "done.txt").read_text() == "done\n" and not (wt / MARK).exists()
+        assert [e["tool_name"] for e in log(b, run_id)][-1:] == ["Bash"]  # the sandbox's own hooks ran
+        assert sandbox_cmd("adopt", run_id, cwd=b).returncode == 0
+        again = session()
+        assert again.returncode == 0, again.stderr
+        assert (wt / MARK).exists() and "--setting-sources" not in again.stderr
+    finally:
+        stop_services(b)  # the host its sessions started (else it idles on for 15 minutes)
 
 
 def test_codex_on_a_fetched_run_starts_none_of_its_project_mcp_servers(

@@ -218,18 +218,7 @@ def test_claude_code_started_by_exec_through_a_shell_runs_none_of_a_fetched_runs
     assert sandbox_cmd("exec", run_id, "--", "sh", "-c", plant, cwd=b).returncode == 0
 
     def session(n: int) -> subprocess.CompletedProcess[str]:
-        with ModelServer([bash(f"echo done >> done-{n}.txt"), Turn(text="ok")]) as server:
-            # The wrapper gives Claude Code what it needs inside (a writable HOME in the private /tmp, the
-            # scripted server): exec passes on only an allowlist of your environment.
-            wrapper = (
-                f"export HOME=/tmp/h ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY=sk-ant-test-0000 "
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 IS_SANDBOX=1; "
-                f'mkdir -p "$HOME"; exec {claude_bin} -p "Do the task." --dangerously-skip-permissions'
-            )
-            return subprocess.run(
-                [SANDBOX, "exec", run_id, "--network", "on", "--", "sh", "-c", wrapper], cwd=b,
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
-            )  # fmt: skip
+        return _claude_through_exec(b, run_id, claude_bin, n)
 
     try:
         proc = session(1)
@@ -292,16 +281,7 @@ def test_claude_code_started_deep_in_a_fetched_runs_tree_runs_none_of_the_hooks_
     (b / ".sandbox.toml").write_text(f"[isolation]\nallow_read = [{modules}]\n")
 
     def session(n: int) -> subprocess.CompletedProcess[str]:
-        with ModelServer([bash(f"echo done >> done-{n}.txt"), Turn(text="ok")]) as server:
-            wrapper = (
-                f"export HOME=/tmp/h ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY=sk-ant-test-0000 "
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 IS_SANDBOX=1; "
-                f'mkdir -p "$HOME"; cd pkg/deep && exec {claude_bin} -p "Do the task." --dangerously-skip-permissions'
-            )
-            return subprocess.run(
-                [SANDBOX, "exec", run_id, "--network", "on", "--", "sh", "-c", wrapper], cwd=b,
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
-            )  # fmt: skip
+        return _claude_through_exec(b, run_id, claude_bin, n, cd="pkg/deep")
 
     try:
         proc = session(1)
@@ -315,3 +295,22 @@ def test_claude_code_started_deep_in_a_fetched_runs_tree_runs_none_of_the_hooks_
         assert (deep / "done-2.txt").exists() and (deep / MARK).exists() and "is empty inside" not in again.stderr
     finally:
         stop_services(b)
+
+
+def _claude_through_exec(
+    b: Path, run_id: str, claude_bin: str, n: int, cd: str = "."
+) -> subprocess.CompletedProcess[str]:
+    """``sandbox exec RUN -- sh -c '... cd CD && claude -p ...'`` with a scripted turn writing ``done-N.txt``.
+
+    The wrapper gives Claude Code what it needs inside (a writable HOME in the private /tmp, the scripted
+    server): exec passes on only an allowlist of your environment, and sees a shell, not Claude Code."""
+    with ModelServer([bash(f"echo done >> done-{n}.txt"), Turn(text="ok")]) as server:
+        wrapper = (
+            f"export HOME=/tmp/h ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY=sk-ant-test-0000 "
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 IS_SANDBOX=1; "
+            f'mkdir -p "$HOME"; cd {cd} && exec {claude_bin} -p "Do the task." --dangerously-skip-permissions'
+        )
+        return subprocess.run(
+            [SANDBOX, "exec", run_id, "--network", "on", "--", "sh", "-c", wrapper], cwd=b,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        )  # fmt: skip

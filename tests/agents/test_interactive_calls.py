@@ -134,10 +134,16 @@ def _claude_pane(tmp_path: Path, name: str, repo: Path, run_id: str, claude_bin:
 
 
 def _quit_claude(pane: Pane) -> str:
-    """Two Ctrl-C at Claude Code's prompt (the second leaves); the pane once ``sandbox run`` exited."""
-    pane.keys("C-c")
-    time.sleep(0.3)
-    pane.keys("C-c")
+    """Two Ctrl-C at Claude Code's prompt (the second leaves); the pane once ``sandbox run`` exited.
+
+    A model request still in flight (the prompt just sent) takes the first Ctrl-C for itself, and the second
+    only arms the exit: so the pair is typed again (at most 4 times) until ``sandbox run`` has exited."""
+    for _ in range(4):
+        pane.keys("C-c")
+        time.sleep(0.3)
+        pane.keys("C-c")
+        if pane.shows("SANDBOX-EXITED", 15.0):
+            break
     return pane.wait("SANDBOX-EXITED")
 
 

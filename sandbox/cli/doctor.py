@@ -102,12 +102,13 @@ def _foreign_masks(run: Run) -> dict[str, object]:
     """For a run from another clone: the agent settings every command started on it gets masked
     (:func:`sandbox.confine.foreign.settings_paths`, the one list and rule), or why it is refused."""
     from sandbox.confine import foreign, settingstree
+    from sandbox.errors import CorruptionError
 
     if run.state().foreign == 0:
         return {}
     try:
         paths = foreign.settings_paths(run.worktree, "", settingstree.recorded(run))
-    except foreign.ForeignSettingsError as exc:
+    except (foreign.ForeignSettingsError, CorruptionError) as exc:
         return {"foreign_masked": [], "foreign_refusal": exc.message}
     shown = foreign.shown(run.worktree, paths)
     return {"foreign_masked": shown.split(", ") if shown else []}

@@ -31,6 +31,7 @@ import pygit2
 from pydantic import ValidationError
 
 from sandbox.confine.foreign import AGENT_SETTINGS
+from sandbox.errors import CorruptionError
 from sandbox.models import FORMAT_VERSION, SettingsFound, from_json, to_json
 from sandbox.store import fsutil
 
@@ -51,12 +52,18 @@ def recorded(run: RunCore) -> list[str]:
     head = run.state().head
     if head is None:
         return []
-    tree = str(run.repo[head].peel(pygit2.Tree).id)
-    path = os.path.join(run.dir, CACHE)
-    before = _read(path)
-    if before is not None and before.tree == tree:
-        return list(before.paths)
-    found = search(run.repo, tree, before)
+    try:
+        tree = str(run.repo[head].peel(pygit2.Tree).id)
+        path = os.path.join(run.dir, CACHE)
+        before = _read(path)
+        if before is not None and before.tree == tree:
+            return list(before.paths)
+        found = search(run.repo, tree, before)
+    except (KeyError, ValueError, pygit2.GitError) as exc:  # a missing or damaged object: reported, never skipped
+        raise CorruptionError(
+            f"The recorded tree of run {run.run_id} cannot be read ({exc}), so where its agent settings are is not "
+            "known; 'git fsck' names what is damaged."
+        ) from exc
     with contextlib.suppress(OSError):  # a cache: the next launch searches again
         fsutil.atomic_write(path, to_json(SettingsFound(tree=tree, paths=found)).encode(), sync=False)
     return found

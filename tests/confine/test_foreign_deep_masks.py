@@ -20,7 +20,7 @@ from sandbox.agent import host, wire
 from sandbox.confine import foreign, settingstree
 from sandbox.models import SettingsFound, from_json
 from sandbox.store.project import Project
-from tests.conftest import commit_all, make_repo, sandbox_cmd, scaled, wait_until
+from tests.conftest import commit_all, make_repo, replace_stored_object, sandbox_cmd, scaled, wait_until
 from tests.recovery.test_continue_trust import clone_a, into_b, needs_bwrap, open_run
 
 #: Planted deep in the run's tree only: nothing at the root, nothing where a command starts.
@@ -209,3 +209,19 @@ def test_a_runs_recorded_settings_are_kept_per_tree_and_the_masks_follow_them_do
         f"{real}/a/b/.mcp.json",
         f"{real}/a/b/c/.gemini",
     ]
+
+
+@needs_bwrap
+def test_a_damaged_recorded_tree_is_reported_not_read_as_holding_no_settings(tmp_path: Path) -> None:
+    """Where the settings are cannot be known from a garbled tree: a command is refused in one line, doctor says
+    why, and nothing is masked as if the tree held none."""
+    b, run_id, _worktree = _fetched_with_deep_settings(tmp_path)
+    run = open_run(b, run_id)
+    head = run.repo[run.state().head].peel(pygit2.Tree)
+    replace_stored_object(b, str(head["pkg"].id), b"garbage that is no tree")
+    done = sandbox_cmd("exec", run_id, "--", "true", cwd=b)
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "recorded tree of run" in err and "git fsck" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    told = sandbox_cmd("--json", "doctor", run_id, cwd=b)
+    assert "recorded tree of run" in json.loads(told.stdout)["foreign_refusal"], told.stderr

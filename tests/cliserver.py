@@ -62,7 +62,8 @@ _server: tuple[subprocess.Popen[bytes], str] | None = None
 
 def forkable(args: tuple[str, ...], changed_env: Mapping[str, str] | None) -> bool:
     """Whether a command with these arguments and environment changes runs the same forked."""
-    if os.environ.get("TESTS_CLI_FORK") == "0" or not args or args[0] in _EXEC_ONLY_COMMANDS:
+    command = args[2:3] if args[:1] == ("-C",) else args[:1]  # ``sandbox -C DIR run ...`` is a run too
+    if os.environ.get("TESTS_CLI_FORK") == "0" or not command or command[0] in _EXEC_ONLY_COMMANDS:
         return False
     names = set(changed_env or ())
     return not any(n.startswith(_EXEC_ONLY_PREFIXES) or n in _EXEC_ONLY_NAMES for n in names)
@@ -333,6 +334,11 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
         sys.argv = [SCRIPT, *request["args"]]  # type: ignore[misc]
         sys.path[0] = os.path.dirname(SCRIPT)  # as the script's own start puts it
         code = _main()
+    except BaseException:  # the set-up failed (a working directory that is gone): said on the test's stderr
+        import traceback
+
+        traceback.print_exc()
+        _flush()
     finally:
         os._exit(code)
 

@@ -87,5 +87,12 @@ def test_what_differs_is_execd() -> None:
     assert cliserver.forkable(("exec", "--", "true"), {"HOME": "/x"})
     assert not cliserver.forkable(("hook", "claude"), None)  # its start is what it is measured on
     assert not cliserver.forkable(("run", "--", "claude"), None)  # its process tree is under test
+    assert not cliserver.forkable(("-C", "/somewhere", "run", "--", "claude"), None)
     for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LANG", "SANDBOX_SESSION"):
         assert not cliserver.forkable(("list",), {name: "x"}), name
+
+
+def test_a_working_directory_that_is_gone_is_said_on_stderr(tmp_path: Path) -> None:
+    """subprocess.run raises for a missing cwd; the forked child cannot, so it says why it exits 1."""
+    done = cliserver.run(("list",), tmp_path / "gone", dict(os.environ), None, 60)
+    assert done.returncode == 1 and b"FileNotFoundError" in done.stderr and b"gone" in done.stderr

@@ -24,6 +24,13 @@ class SandboxError(Exception):
         return self.message
 
 
+def damaged_object(exc: Exception) -> str:
+    """The sentence a user or a model reads for a missing or garbled git object that no command turned
+    into its own refusal (``exc`` says which object, e.g. ``sandbox.store.objects.DamagedObjectError``)."""
+    text = str(exc)
+    return f"{text[:1].upper()}{text[1:]}: the repository's object store is damaged ('git fsck' names what is damaged)."
+
+
 class UsageError(SandboxError):
     """The arguments are malformed (bad JSON, unknown status, bad path syntax)."""
 

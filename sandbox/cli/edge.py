@@ -84,10 +84,16 @@ def said(exc: Exception | KeyboardInterrupt) -> int:
     if isinstance(exc, KeyboardInterrupt):
         click.echo("sandbox: interrupted.", err=True)
         return 130
-    from sandbox.errors import SandboxError
+    from sandbox.errors import SandboxError, damaged_object
 
     if isinstance(exc, SandboxError):
         return refused(exc)
+    store = sys.modules.get("sandbox.store.objects")  # loaded already wherever one was raised
+    if store is not None and isinstance(exc, store.DamagedObjectError):
+        # Corruption is reported in a sentence, not as a crash of ours (most commands turn it into
+        # their own refusal; this is the net under the others).
+        click.echo(f"sandbox: {_safe(damaged_object(exc))}", err=True)
+        return 1
     path = _crash_log(exc)
     click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
     return 3

@@ -30,9 +30,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from sandbox.errors import SandboxError, UsageError
+from sandbox.errors import SandboxError, UsageError, damaged_object
 from sandbox.mcp.state import Abandoned
 from sandbox.mcp.workspace import Workspace
+from sandbox.store.objects import DamagedObjectError
 
 T = TypeVar("T")
 
@@ -80,6 +81,8 @@ async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs), abandon_on_cancel=True)
     except SandboxError as exc:
         raise ToolError(exc.message) from None
+    except DamagedObjectError as exc:
+        raise ToolError(damaged_object(exc)) from None
     except Abandoned as exc:
         raise ToolError(f"Abandoned: {exc}; the call is left unfinished for 'sandbox resume'.") from None
 

@@ -103,10 +103,12 @@ def diff_text(
     ]
     if stat:
         args.append("--stat")
+    # git reads packed objects without checking their hashes: a garbled blob would be shown as if it
+    # were what the agent wrote. Every changed file's two blobs are read verified first (O(changed)).
+    repo = run.repo
+    changed = [c.path for c in _verified_changes(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))]
     if spec is not None and spec.positive:
         # As git refuses a pathspec that matches no file, so does diff (in-process, O(changed paths)).
-        repo = run.repo
-        changed = [c.path for c in objects.diff_trees(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))]
         select.check_matched(spec, [p for p in changed if not run.is_private(p)], run.run_id)
     args += [rng.old, rng.new, "--"]
     items = spec.items if spec is not None else []
@@ -125,6 +127,17 @@ def _owned(run: Run) -> list[str]:
     return private_paths(run.dir)
 
 
+def _verified_changes(repo: pygit2.Repository, old: str | None, new: str | None) -> list[objects.TreeChange]:
+    """The paths that differ between two trees, each side's blob read and hash-checked
+    (:class:`~sandbox.store.objects.DamagedObjectError` on a missing or garbled one)."""
+    changes = list(objects.diff_trees(repo, old, new))
+    for change in changes:
+        for entry in (change.old, change.new):
+            if entry is not None and entry.mode != objects.MODE_GITLINK:
+                objects.read_blob(repo, entry.oid)
+    return changes
+
+
 def _tree_of(repo: pygit2.Repository, oid: str) -> str | None:
     obj = repo.get(oid)
     if isinstance(obj, pygit2.Commit):
@@ -140,7 +153,7 @@ def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[FileR
     new_tree = _tree_of(repo, rng.new)
     changes = [
         c
-        for c in objects.diff_trees(repo, old_tree, new_tree)
+        for c in _verified_changes(repo, old_tree, new_tree)
         if not run.is_private(c.path) and (spec is None or spec.matches(c.path))
     ]
     if spec is not None:

@@ -27,10 +27,11 @@ from urllib.parse import quote, urlencode
 
 import pygit2
 
-from sandbox.errors import SandboxError, UsageError
+from sandbox.errors import SandboxError, UsageError, damaged_object
 from sandbox.escape import path as agent_path
 from sandbox.fast.pathspec import Pathspec
 from sandbox.run.run import Run
+from sandbox.store.objects import DamagedObjectError
 from sandbox.ui import filetree, images, names
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ def run_diff(
         files, renames = _records(run, sel)
     except SandboxError as exc:
         return f"<p class='refused' role='alert'>{escape(exc.message)}</p>"
+    except DamagedObjectError as exc:
+        return f"<p class='refused' role='alert'>{escape(damaged_object(exc))}</p>"
     return _files(run, files, renames, page, pick=True, side_by_side=side_by_side, sel=sel, ignore_ws=ignore_ws)
 
 
@@ -116,6 +119,8 @@ def call_diff(run: Run, call_id: str, side_by_side: bool = False) -> str:
         files, renames = _records(run, Selection(), call_id)
     except SandboxError as exc:
         return f"<p class='muted'>{escape(exc.message)}</p>"
+    except DamagedObjectError as exc:
+        return f"<p class='refused' role='alert'>{escape(damaged_object(exc))}</p>"
     per_page = len(files) or 1
     return _files(
         run,

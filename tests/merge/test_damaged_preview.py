@@ -1,0 +1,50 @@
+"""A preview never shows a damaged object as if it were what the agent wrote.
+
+``sandbox diff`` prints through ``git diff``, which reads packed objects without checking their
+hashes: a garbled blob of the run was printed as the agent's file, with exit 0. Every changed file's
+blobs are now read verified first (:func:`sandbox.merge.preview.diff_text`), and a damaged object
+that no command turned into its own refusal is one sentence and exit 1 at the CLI's edge, not an
+"unexpected error".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import replace_stored_object, sandbox_cmd
+
+
+def _run_with_a_recorded_file(repo: Path) -> tuple[str, str]:
+    started = sandbox_cmd("start", "--json", cwd=repo)
+    run_id = json.loads(started.stdout)["run"]
+    done = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", "echo agent-wrote-this > b.txt", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    blob = (
+        subprocess.run(["git", "hash-object", "--stdin"], input=b"agent-wrote-this\n", capture_output=True, check=True)
+        .stdout.decode()
+        .strip()
+    )
+    sandbox_cmd("serve", "--stop", cwd=repo)
+    return run_id, blob
+
+
+@pytest.mark.parametrize("how", [[], ["--stat"], ["--json"], ["--call", "1"]])
+def test_a_garbled_recorded_blob_is_reported_in_one_line_not_shown(repo: Path, how: list[str]) -> None:
+    run_id, blob = _run_with_a_recorded_file(repo)
+    replace_stored_object(repo, blob, b"not what the agent wrote\n")
+    shown = sandbox_cmd("diff", run_id, *how, cwd=repo)
+    err = shown.stderr.decode()
+    assert shown.returncode == 1, (shown.stdout, err)
+    assert b"not what the agent wrote" not in shown.stdout
+    assert blob in err and "git fsck" in err and "unexpected" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_intact_run_still_diffs(repo: Path) -> None:
+    run_id, _blob = _run_with_a_recorded_file(repo)
+    shown = sandbox_cmd("diff", run_id, cwd=repo)
+    assert shown.returncode == 0 and b"+agent-wrote-this" in shown.stdout, shown.stderr

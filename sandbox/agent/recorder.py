@@ -127,6 +127,10 @@ class Recorder:
             if foreign is not None:
                 return Outcome(False, foreign, strict)
             if event.phase == "start":
+                if isinstance(event.input, dict) and event.input.get("isolation") == "off":
+                    from sandbox.confine import settingstree  # pygit2: never for a hook's own start
+
+                    settingstree.refuse_unconfined(self.run, event.input)
                 outcome = self._start(event)
                 outcome.strict = strict
                 return outcome

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pydantic import ValidationError
 
+from sandbox.confine import foreign
 from sandbox.confine.foreign import AGENT_SETTINGS
 from sandbox.errors import CorruptionError
 from sandbox.models import FORMAT_VERSION, SettingsFound, from_json, to_json
@@ -84,6 +85,16 @@ def whose(run: RunCore) -> tuple[bool | None, list[str] | None]:
         return True, recorded(run)
     except Exception:  # e.g. a head whose objects are missing
         return True, None
+
+
+def refuse_unconfined(run: RunCore, command: object) -> None:
+    """Refuse, before its start is recorded, a command started with ``--isolate off`` (``command``: the
+    call's recorded input) on a run from elsewhere whose recorded tree holds agent settings there now:
+    nothing could hide them (:func:`sandbox.confine.foreign.mask`). The client, which sees only where the
+    command starts, learns of deeper ones from the host's answer, which came after the start was booked."""
+    if not isinstance(command, dict) or command.get("isolation") != "off" or not run.state().foreign:
+        return
+    foreign.mask(None, foreign.settings_paths(run.worktree, "", recorded(run)), run.worktree, run.run_id)
 
 
 def search(repo: pygit2.Repository, tree: str, before: SettingsFound | None = None) -> list[str]:

@@ -72,10 +72,14 @@ def test_exec_that_goes_down_first_on_a_fetched_run_finds_its_deep_agent_setting
             # Only hidden inside: the worktree's files are as the run has them.
             assert (worktree / "a/b/.mcp.json").read_text() == DEEP["a/b/.mcp.json"]
         assert f"{run_id} start run_command" in Path(wire.host_dir(common), wire.LOG).read_text()
-        # Unconfined nothing could hide them: refused, host up or not.
+        # Unconfined nothing could hide them: refused, host up or not, before anything is recorded (the
+        # host refuses the start: the client, which sees only where the command starts, learns of the deeper
+        # ones from the host's answer).
+        before = _calls(b, run_id)
         refused = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", PROBE, cwd=b)
         assert refused.returncode == 1 and b"evil" not in refused.stdout and b"END" not in refused.stdout
         assert b"without '--isolate off'" in refused.stderr, refused.stderr
+        assert _calls(b, run_id) == before
         host.stop_host(common)
         wait_until(lambda: not wire.host_alive(common), scaled(30))
         before = _calls(b, run_id)

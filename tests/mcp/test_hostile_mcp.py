@@ -9,7 +9,9 @@ must go on answering.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from tests.conftest import user_state
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
 #: Seconds one tool call may take here (each takes well under a second when nothing hangs).
 LIMIT = 20
+#: What the option-injection trap would make if git ran it (unique: a /tmp/x of the machine's own is not ours).
+MARK = os.path.join(tempfile.gettempdir(), f"sandbox-trap-{secrets.token_hex(6)}")
 
 TRAPS = {
     "fifo-gitignore": ("mkfifo .gitignore", "search", {"pattern": "app"}),
@@ -39,7 +43,7 @@ TRAPS = {
     "fifo-list": ("mkfifo p", "list_files", {"path": "."}),
     "glob-climbs-out": ("true", "search", {"pattern": "hello", "glob": "../../**"}),
     "glob-top-magic": ("true", "search", {"pattern": "hello", "glob": ":(top)*"}),
-    "pattern-is-an-option": ("true", "search", {"pattern": "--open-files-in-pager=touch /tmp/x"}),
+    "pattern-is-an-option": ("true", "search", {"pattern": f"--open-files-in-pager=touch {MARK}"}),
 }
 
 
@@ -82,7 +86,7 @@ def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: 
     assert "Traceback" not in out["text"], out
     assert "hello\nuser edit" not in out["text"]  # nothing of the user's tree
     assert user_state(repo) == before
-    assert not os.path.exists("/tmp/x")
+    assert not os.path.exists(MARK)
 
 
 def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> None:

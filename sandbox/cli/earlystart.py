@@ -77,10 +77,9 @@ def begin(argv: list[str]) -> None:
             check_label(label, "run")
         repo = Repo(git_dir)
         head, head_ref = repo.ref("HEAD"), repo.symbolic_target("HEAD")
-        from sandbox.cli.machine import data_root
         from sandbox.store import layout
 
-        homes = layout.homes_dir(data_root(workdir), common_dir)
+        homes = layout.homes_dir(_data_root(workdir), common_dir)
     except (SandboxError, GitReadError, OSError, ValueError):
         return  # the click command says what is wrong
     if head is None or (head_ref is not None and not head_ref.startswith("refs/")):
@@ -94,6 +93,18 @@ def begin(argv: list[str]) -> None:
     except (SandboxError, OSError):
         return  # nothing is left begun (prestart stopped it); the click command tries again
     _relay = relay
+
+
+def _data_root(workdir: str) -> str:
+    """:func:`sandbox.cli.machine.data_root`, without importing the settings' reader (its dataclasses cost
+    the early part ~10-50 ms) where no file it reads ``data_dir`` from is there."""
+    if any(os.path.lexists(os.path.join(workdir, name)) for name in (".sandbox.toml", "pyproject.toml")):
+        from sandbox.cli.machine import data_root
+
+        return data_root(workdir)
+    from sandbox.store import layout
+
+    return layout.user_data_root(os.environ, os.path.expanduser("~"))
 
 
 def take() -> tuple[Prestart | None, Relay | None]:

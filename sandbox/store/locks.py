@@ -13,10 +13,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 from sandbox.errors import LockedError
+
+TYPE_CHECKING = False  # no typing at run time: sandbox start's early part takes a run's lock
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 #: Wider than any pid (Linux's largest is 7 digits), so a holder's pid always covers the last one's.
 _PID_WIDTH = 12

@@ -64,7 +64,6 @@ INHERITED_CONFIG = (
     "i18n.",
     "filter.",
     "lfs.",
-    "checkout.",
 )
 
 #: Files of the user's git dir the run's git dir gets a copy of: ignore rules and attributes (so
@@ -174,27 +173,19 @@ def set_branch(place: Place, run_id: str, commit: str) -> None:
 
 #: git's own checkout (as fast as cp -a; libgit2's is 2x slower), into the run's own index. Without
 #: an fsync of that index: it is derived from the commit and rebuilt by the next status if lost. The
-#: checkout runs with the user's checkout settings (``checkout.*`` inherited), as ``git worktree add`` would.
+#: checkout runs with the user's checkout settings, like the ``git worktree add`` it is measured against.
 _CHECKOUT = ["-c", "core.fsync=none", "read-tree", "-u", "--reset", "HEAD"]
-#: Where the user has not set ``checkout.workers`` (git's default is one, a sequential checkout): one
-#: worker per core (``0``). At 100k files 0.83-0.87x of the sequential checkout, idle or at load 8
-#: (bench/RESULTS.md, the ``checkout.workers=0`` row); entries an external filter converts (Git LFS)
-#: are checked out by git's main process either way.
-_PARALLEL = ["-c", "checkout.workers=0"]
 
 
 def start_checkout(place: Place, progress: Callable[[str], None] | None = None) -> subprocess.Popen[bytes]:
     """Start checking out the run's HEAD into its empty worktree (in the background).
 
     With ``progress``, git's own progress meter (``read-tree -v``: "Updating files: 45% ...",
-    shown by git after two seconds, as for a clone) is passed to it line by line. The user's
-    ``checkout.workers`` (their repository's, inherited, or global) is followed; unset, one per core.
+    shown by git after two seconds, as for a clone) is passed to it line by line.
     """
-    chosen = git(["config", "--get", "checkout.workers"], cwd=place.worktree, check=False).returncode == 0
-    args = _CHECKOUT if chosen else [*_PARALLEL, *_CHECKOUT]
     if progress is None:
-        return spawn(args, cwd=place.worktree)
-    verbose = [*args[:-3], "-v", *args[-3:]]
+        return spawn(_CHECKOUT, cwd=place.worktree)
+    verbose = [*_CHECKOUT[:3], "-v", *_CHECKOUT[3:]]
     return spawn(verbose, cwd=place.worktree, progress=progress)
 
 

@@ -137,14 +137,3 @@ def test_the_progress_relay_shows_the_newest_line_once_attached() -> None:
     relay.attach(shown.append)
     relay("Updating files: 30%")
     assert shown == ["Updating files: 20%", "Updating files: 30%"]
-
-
-def test_your_checkout_workers_setting_goes_with_the_run(repo: Path) -> None:
-    """The run's checkout follows your ``checkout.workers`` (git's default, one, is not: unset, the run's
-    checkout takes one worker per core); the run's git dir inherits it for the agent's own checkouts."""
-    git(repo, "config", "checkout.workers", "3")
-    project, workdir, _ = Project.discover(str(repo))
-    assert workdir is not None
-    run = Run.start(project, workdir)
-    assert git(Path(run.worktree), "config", "--get", "checkout.workers").strip() == "3"
-    assert (Path(run.worktree) / "README.md").read_text() == "hello\nuser edit\n"

@@ -127,6 +127,7 @@ APPLY_MODULES = {
     "sandbox.fast.pathspec",
     "sandbox.store.project",
     "sandbox.store.snapshot",
+    "sandbox.store.snapadd",  # snapshot's first half (standard library only), with it
     "sandbox.store.treediff",
     "sandbox.store.sparse",
     "sandbox.store.trailers",  # the Sandbox-* trailers of the sandbox's commits (standard library only)

@@ -108,8 +108,8 @@ def begin(
     """Begin a start of a new run of the repository ``common_dir`` from the working tree ``workdir`` (its git
     dir ``git_dir``, whose HEAD is ``head`` on ``head_ref``), its home under ``homes_dir``.
 
-    ``progress`` gets git's progress meter of the checkout, line by line. On an error everything begun is
-    stopped (and left for ``sandbox gc``), and the lock let go.
+    ``progress`` gets git's progress meter of the checkout, line by line. On an error (or Ctrl-C) what was
+    begun is undone (:meth:`Prestart.abandon`) before it is raised.
     """
     run_id = new_run_id()
     while os.path.exists(layout.run_dir(common_dir, run_id)) or os.path.lexists(os.path.join(homes_dir, run_id)):
@@ -129,10 +129,7 @@ def begin(
         started.adding = snapadd.begin(workdir, git_dir, layout.run_dir(common_dir, run_id))
         faults.point("start.after_spawn")
     except BaseException:
-        try:
-            started.stop()
-        finally:
-            started.release()
+        started.abandon()  # what was made is this run's alone: removed now rather than left for gc
         raise
     return started
 

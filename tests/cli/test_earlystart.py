@@ -137,3 +137,16 @@ def test_the_progress_relay_shows_the_newest_line_once_attached() -> None:
     relay.attach(shown.append)
     relay("Updating files: 30%")
     assert shown == ["Updating files: 20%", "Updating files: 30%"]
+
+
+def test_a_first_part_that_fails_leaves_nothing(repo: Path, tmp_path: Path) -> None:
+    from sandbox.run import prestart
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    common = str((repo / ".git").resolve())
+    head = git(repo, "rev-parse", "HEAD").strip()
+    with pytest.raises(OSError):
+        prestart.begin(common, common, str(repo.resolve()), str(blocker / "homes"), head, "refs/heads/main")
+    runs = repo / ".git" / "sandbox" / "runs"
+    assert not runs.exists() or os.listdir(runs) == []

@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 
     from sandbox.run.prestart import Prestart
 
+#: Environment variables that leave the start to the click command: git told where the repository is
+#: or how far up to look (the early part does not take either into account), and shell completion.
+_LEFT_TO_CLICK = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "_SANDBOX_COMPLETE",
+)
+
 _begun: Prestart | None = None
 _relay: Relay | None = None
 
@@ -56,13 +66,16 @@ def begin(argv: list[str]) -> None:
     """Begin ``sandbox start`` when ``argv`` is one of its plain forms (see the module); else do nothing."""
     global _begun, _relay
     parsed = _parse(argv)
-    if parsed is None or os.environ.get("GIT_DIR") or os.environ.get("GIT_CEILING_DIRECTORIES"):
+    if parsed is None or any(os.environ.get(name) for name in _LEFT_TO_CLICK):
         return
     directory, as_json, label, progress = parsed
     from sandbox import faults
 
     faults.arm_once(os.environ.get("SANDBOX_FAULT"))  # the crash matrix kills the early part too
-    found = _repository(os.path.abspath(directory or os.getcwd()))
+    try:
+        found = _repository(os.path.abspath(directory or os.getcwd()))
+    except OSError:
+        return  # (a directory gone or unreadable: the click command says so)
     if found is None:
         return
     common_dir, git_dir, workdir = found
@@ -84,7 +97,7 @@ def begin(argv: list[str]) -> None:
         return  # the click command says what is wrong
     if head is None or (head_ref is not None and not head_ref.startswith("refs/")):
         head_ref = None
-    shown = progress if progress is not None else (not as_json and sys.stderr.isatty())
+    shown = progress if progress is not None else (not as_json and sys.stderr is not None and sys.stderr.isatty())
     relay = Relay() if shown else None
     from sandbox.run import prestart
 

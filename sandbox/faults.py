@@ -11,6 +11,8 @@ import os
 
 _armed: str | None = None
 _skip = 0
+#: What :func:`arm` was last given (``name@N`` whole).
+_given: str | None = None
 
 #: Every point the code defines, for the crash-matrix tests (kept in sync by a test).
 POINTS: set[str] = set()
@@ -18,7 +20,8 @@ POINTS: set[str] = set()
 
 def arm(name: str | None) -> None:
     """Arm one point; ``name@N`` fires on the N-th time it is reached (1-based)."""
-    global _armed, _skip
+    global _armed, _skip, _given
+    _given = name or None
     if not name:
         _armed, _skip = None, 0
         return
@@ -28,6 +31,13 @@ def arm(name: str | None) -> None:
     else:
         _skip = 0
     _armed = name
+
+
+def arm_once(name: str | None) -> None:
+    """:func:`arm`, unless that same point is armed already: what an early part of a command reached of
+    it stays counted (``sandbox start`` arms before its click edge does: :mod:`sandbox.cli.earlystart`)."""
+    if (name or None) != _given:
+        arm(name)
 
 
 def point(name: str) -> None:

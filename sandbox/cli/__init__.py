@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 def main() -> None:
     """Console-script entry point. ``sandbox hook AGENT`` takes a path without click (it is on
     every tool call of an agent: see :mod:`sandbox.cli.hookrun`), and so do ``sandbox --help`` and
-    ``sandbox path [RUN]`` where they can (:mod:`sandbox.cli.quick`)."""
+    ``sandbox path [RUN]`` where they can (:mod:`sandbox.cli.quick`); ``sandbox start`` begins its
+    checkout before click is imported (:mod:`sandbox.cli.earlystart`)."""
     import sys
 
     argv = sys.argv[1:]
@@ -30,13 +31,28 @@ def main() -> None:
         code = quick_main(argv)
     if code is not None:
         sys.exit(code)
-    from sandbox.store.gitlib import install
+    if "start" in argv[:4]:
+        from sandbox.cli import earlystart
 
-    install()  # the first `import pygit2`, if any, parses no CA bundle (see the module)
-    from sandbox.cli.app import cli
-    from sandbox.cli.edge import run_main
+        try:
+            earlystart.begin(argv)  # its checkout runs while click, pygit2 and pydantic are imported
+        except KeyboardInterrupt:
+            earlystart.abandon_unused()
+            sys.stderr.write("sandbox: interrupted.\n")
+            sys.exit(130)
+    try:
+        from sandbox.store.gitlib import install
 
-    run_main(cli)
+        install()  # the first `import pygit2`, if any, parses no CA bundle (see the module)
+        from sandbox.cli.app import cli
+        from sandbox.cli.edge import run_main
+
+        run_main(cli)
+    finally:
+        if "start" in argv[:4]:
+            from sandbox.cli import earlystart
+
+            earlystart.abandon_unused()
 
 
 def __getattr__(name: str) -> Any:

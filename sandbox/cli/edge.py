@@ -53,7 +53,7 @@ def run_main(cli: click.Group) -> None:
     from sandbox import faults
 
     lenient_output()
-    faults.arm(os.environ.get("SANDBOX_FAULT"))
+    faults.arm_once(os.environ.get("SANDBOX_FAULT"))
     try:
         rv = cli.main(standalone_mode=False, prog_name="sandbox")
     except click.exceptions.Abort:

@@ -20,7 +20,7 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     from sandbox.run.names import resolve_run
     from sandbox.store import layout
     from sandbox.store.ledger import repair as do_repair
-    from sandbox.store.ledger import run_lock
+    from sandbox.store.locks import run_lock
 
     project, _, cwd_run = open_project(ctx)
     rid = resolve_run(project, run_id, cwd_run)

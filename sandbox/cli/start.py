@@ -36,6 +36,7 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
     git directory (under $XDG_DATA_HOME/sandbox, or data_dir in .sandbox.toml) and hidden refs
     under refs/sandbox/<run>/ in your repository.
     """
+    from sandbox.cli import earlystart
     from sandbox.errors import SandboxError
     from sandbox.run.run import Run
     from sandbox.store.project import Project
@@ -50,8 +51,13 @@ def start(ctx: click.Context, label: str | None, count: int | None, progress: bo
     from sandbox.cli.output import Progress
 
     shown = Progress.choose(progress, as_json)
+    # What the console script began before click was imported (the checkout running); an error before
+    # this line leaves it to the script, which undoes it (earlystart.abandon_unused).
+    begun, relay = earlystart.take()
+    if relay is not None:
+        relay.attach(shown.callback)
     try:
-        run = Run.start(project, workdir, label=label, progress=shown.callback)
+        run = Run.start(project, workdir, label=label, progress=shown.callback, begun=begun)
         seal_when_done(run)
     finally:
         shown.done()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +26,7 @@ from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownCallError, UnknownRunError
 from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo, eventdata
 from sandbox.run.fold import FOLD
-from sandbox.run.ids import new_run_id
-from sandbox.store import integrity, layout, objects, trailers
+from sandbox.store import integrity, layout, objects
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
@@ -36,12 +34,10 @@ if TYPE_CHECKING:
     # typing has Self from Python 3.11 on; the library runs on 3.10 too.
     from typing_extensions import Self
 
+    from sandbox.run.prestart import Prestart
+
 faults.POINTS.update(
     {
-        "start.after_lock",
-        "start.after_refs",
-        "start.after_worktree",
-        "start.after_ledger",
         "drop.after_ledger_ref",
         "drop.after_worktree",
         "drop.after_refs",
@@ -89,7 +85,12 @@ class RunCore:
 
     @classmethod
     def start(
-        cls, project: Project, workdir: str, label: str | None = None, progress: Callable[[str], None] | None = None
+        cls,
+        project: Project,
+        workdir: str,
+        label: str | None = None,
+        progress: Callable[[str], None] | None = None,
+        begun: Prestart | None = None,
     ) -> Self:
         """Snapshot ``workdir`` and create a run: refs, its home (worktree and own git dir), a ledger.
 
@@ -97,69 +98,13 @@ class RunCore:
         is created. The run becomes visible (its ledger ref is created) only as the last step; a
         start interrupted earlier leaves pieces that ``sandbox gc`` reclaims. ``progress`` is told
         each step as a line of text, git's own progress meter included (the caller shows them).
+        ``begun``: the start's first part, made already (:func:`sandbox.run.prestart.begin`, which
+        ``sandbox start`` calls before it imports pygit2); abandoned when it was not begun for
+        ``project`` and ``workdir``. The steps are in :mod:`sandbox.run.starting`.
         """
-        from sandbox.run.labels import check_label
-        from sandbox.store import snapshot, worktree
+        from sandbox.run.starting import start
 
-        if label is not None:
-            check_label(label, "run")
-        say = progress or (lambda _line: None)
-        objects.enable_fsync()
-        run_id = new_run_id()
-        while os.path.exists(project.run_dir(run_id)) or os.path.lexists(project.new_place(run_id).home or ""):
-            run_id = new_run_id()
-        run = cls(project, run_id)
-        # Taking the lock makes the run's directory (again, if a concurrent gc removes it first).
-        with run.lock():
-            faults.point("start.after_lock")
-            # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while
-            # the snapshot is taken; then only the paths the snapshot changes are written on top.
-            place = run.reserve_place()
-            user_head = snapshot.user_head(workdir)
-            checkout = None
-            if user_head is not None:
-                worktree.init(place, project.common_dir, user_head, run_id, *run.git_settings())
-                checkout = worktree.start_checkout(place, progress)
-            try:
-                say("Taking a snapshot of your working tree")
-                message = trailers.message(f"sandbox snapshot of {workdir}", [(trailers.RUN, run_id)])
-                snap = snapshot.take(project.repo, workdir, run.dir, message)
-                with objects.git_writes():
-                    project.repo.references.create(layout.ref_name(run_id, "base"), snap.commit, force=True)
-                    set_head_ref(project.repo, run_id, snap.commit)
-                faults.point("start.after_refs")
-                if checkout is not None and user_head is not None:
-                    proc, checkout = checkout, None
-                    say("Checking out the run's worktree")
-                    worktree.finish_checkout(proc)
-                    worktree.advance(place, run_id, user_head, snap.commit)
-                else:
-                    worktree.create(place, project.common_dir, snap.commit, run_id, *run.git_settings())
-            finally:
-                if checkout is not None:  # the snapshot failed: stop the checkout (gc reclaims the home)
-                    checkout.kill()
-                    checkout.wait()
-            path = place.worktree
-            faults.point("start.after_worktree")
-            from sandbox.run import include
-
-            say("Finishing the worktree")
-            run.include_report = include.populate(workdir, path, run.dir)
-            info = RunInfo(
-                run_id=run_id,
-                label=label,
-                base=snap.commit,
-                head=snap.head,
-                head_ref=snap.head_ref,
-                worktree=path,
-                user_workdir=workdir,
-                submodules=snap.submodules,
-                host=socket.gethostname(),
-            )
-            event = Event(event_id=new_event_id(), kind=EventKind.run_started, run_id=run_id, run=info, pid=os.getpid())
-            run.record_event(event, keep=[snap.commit])
-            faults.point("start.after_ledger")
-        return run
+        return start(cls, project, workdir, label, progress, begun)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -243,18 +188,21 @@ class RunCore:
     def reserve_place(self, home: str | None = None) -> layout.Place:
         """Record a new home for the run (``home``, or one under the project's homes dir) before anything
         is made there, so ``sandbox gc`` finds leftovers; the place, not yet created."""
-        from sandbox.store.fsutil import atomic_write
+        from sandbox.run.prestart import reserve
 
-        place = layout.home_place(home) if home else self.project.new_place(self.run_id)
-        assert place.home is not None
-        if os.path.lexists(place.worktree) or os.path.lexists(place.git_dir):
-            raise SandboxError(
-                f"The home {place.home} of run {self.run_id} is in use already; run 'sandbox gc' and try again."
-            )
-        os.makedirs(self.dir, exist_ok=True)
-        atomic_write(os.path.join(self.dir, layout.PLACE_FILE), (place.home + "\n").encode())
+        place = reserve(
+            self.project.common_dir,
+            self.run_id,
+            layout.home_place(home) if home else self.project.new_place(self.run_id),
+        )
         self.set_place(place)
         return place
+
+    def set_start_refs(self, commit: str) -> None:
+        """Point the run's ``base`` and ``head`` refs at ``commit``, the snapshot it is made from (while it is made)."""
+        with objects.git_writes():
+            self.repo.references.create(layout.ref_name(self.run_id, "base"), commit, force=True)
+            set_head_ref(self.repo, self.run_id, commit)
 
     def set_place(self, place: layout.Place) -> None:
         """Take ``place`` as where the run's files are from now on (after they were moved there)."""
@@ -266,7 +214,7 @@ class RunCore:
         (:func:`sandbox.store.worktree.settings_of`)."""
         from sandbox.store import worktree
 
-        return worktree.settings_of(self.repo)
+        return worktree.settings_of(self.project.common_dir)
 
     def max_call_bytes(self) -> int | None:
         """``max_call_size`` of the user's settings, else ``config.DEFAULT_MAX_CALL_SIZE`` (read once per Run)."""

@@ -271,8 +271,8 @@ def _pump(fd: int, progress: Callable[[str], None], chunks: list[bytes]) -> None
                 progress(line.decode(errors="replace").strip())
 
 
-def wait(args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
-    """Wait for a :func:`spawn`-ed git; :class:`GitCommandError` when it failed."""
+def wait(args: Sequence[str], proc: subprocess.Popen[bytes]) -> bytes:
+    """Wait for a :func:`spawn`-ed git; what it wrote on stderr, or :class:`GitCommandError` when it failed."""
     pump = _PUMPS.pop(proc.pid, None)
     if pump is None:
         _out, err = proc.communicate()
@@ -283,6 +283,7 @@ def wait(args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
         if proc.stderr is not None:
             proc.stderr.close()
     raise_for(args, proc.returncode, err or b"")
+    return err or b""
 
 
 def raise_for(args: Sequence[str], returncode: int, stderr: bytes) -> None:

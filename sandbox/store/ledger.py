@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import pygit2
 from pydantic import ValidationError
@@ -38,7 +37,7 @@ from sandbox.errors import CorruptionError, SandboxError, UnknownRunError
 from sandbox.models import FORMAT_VERSION, Event, EventKind, LedgerState, eventdata, from_json, to_json
 from sandbox.store import durable, integrity, layout, objects, provenance
 from sandbox.store.fsutil import write_json_file
-from sandbox.store.locks import file_lock
+from sandbox.store.locks import run_lock
 
 MESSAGE_PREFIX = "sandbox-event"
 #: The first event of a ledger has no previous event; its parents are only commits it keeps alive.
@@ -80,46 +79,6 @@ def new_event_id() -> str:
 def ledger_ref(run_id: str) -> str:
     """The ref holding a run's ledger."""
     return layout.ref_name(run_id, "ledger")
-
-
-class _ReentrantFileLock:
-    """The run's file lock, re-entrant within one process (nested appends inside a finish)."""
-
-    def __init__(self, path: str, what: str) -> None:
-        self.path = path
-        self.what = what
-        self._depth = 0
-        self._thread_lock = threading.RLock()
-        self._cm: Any = None
-
-    @contextlib.contextmanager
-    def hold(self, timeout: float = 30.0) -> Iterator[None]:
-        with self._thread_lock:
-            if self._depth == 0:
-                cm = file_lock(self.path, self.what, timeout)
-                cm.__enter__()
-                self._cm = cm
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0 and self._cm is not None:
-                    held, self._cm = self._cm, None
-                    held.__exit__(None, None, None)
-
-
-_LOCKS: dict[str, _ReentrantFileLock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def run_lock(path: str, what: str) -> _ReentrantFileLock:
-    """The process-wide re-entrant lock object for one run's lock file."""
-    with _LOCKS_GUARD:
-        lock = _LOCKS.get(path)
-        if lock is None:
-            lock = _LOCKS[path] = _ReentrantFileLock(path, what)
-        return lock
 
 
 def _ensure_clone_id(common_dir: str) -> str:

@@ -13,9 +13,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 
 from sandbox.errors import LockedError
+
+TYPE_CHECKING = False  # no typing at run time: sandbox start's early part takes a run's lock
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 #: Wider than any pid (Linux's largest is 7 digits), so a holder's pid always covers the last one's.
 _PID_WIDTH = 12
@@ -113,3 +117,45 @@ def released(lock: threading.Lock) -> Iterator[None]:
         yield
     finally:
         lock.acquire()
+
+
+class ReentrantFileLock:
+    """A run's file lock, re-entrant within one process (nested appends inside a finish, a start
+    taken over from its early part: :mod:`sandbox.run.prestart`)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._depth = 0
+        self._thread_lock = threading.RLock()
+        self._cm: Any = None
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float = 30.0) -> Iterator[None]:
+        """Hold the lock for the block (taken on the file only by the outermost hold)."""
+        with self._thread_lock:
+            if self._depth == 0:
+                cm = file_lock(self.path, self.what, timeout)
+                cm.__enter__()
+                self._cm = cm
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._cm is not None:
+                    held, self._cm = self._cm, None
+                    held.__exit__(None, None, None)
+
+
+_LOCKS: dict[str, ReentrantFileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def run_lock(path: str, what: str) -> ReentrantFileLock:
+    """The process-wide re-entrant lock object for one run's lock file."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(path)
+        if lock is None:
+            lock = _LOCKS[path] = ReentrantFileLock(path, what)
+        return lock

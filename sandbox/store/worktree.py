@@ -26,13 +26,9 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from sandbox import faults
 from sandbox.store import gitguard, layout
-
-if TYPE_CHECKING:
-    import pygit2
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -75,13 +71,19 @@ INHERITED_CONFIG = (
 COPIED_FILES = ("info/exclude", "info/attributes", "shallow")
 
 
-def settings_of(repo: pygit2.Repository) -> tuple[list[tuple[str, str]], str | None]:
-    """What a run's own git dir takes from the user's repository config: the settings, and the object format."""
-    import pygit2
+def settings_of(common_dir: str) -> tuple[list[tuple[str, str]], str | None]:
+    """What a run's own git dir takes from the config of the user's repository (its own file and what it
+    includes, as libgit2 reads it at the local level): the settings, and the object format.
 
+    Read by git (``config --local --list``), not pygit2: ``sandbox start`` makes the run's git dir
+    before it imports pygit2 (:mod:`sandbox.run.prestart`)."""
+    proc = git(["config", "--local", "--includes", "--list", "-z"], cwd=common_dir, check=False)
     local: list[tuple[str, str]] = []
-    with contextlib.suppress(pygit2.GitError):
-        local = [(e.name, e.value) for e in repo.config if e.level == pygit2.enums.ConfigLevel.LOCAL and e.value]
+    if proc.returncode == 0:
+        for record in proc.stdout.split(b"\0"):
+            key, newline, value = record.partition(b"\n")
+            if newline and value:  # a key without a value ("[core] bare") or an empty one is left out
+                local.append((key.decode(errors="surrogateescape"), value.decode(errors="surrogateescape")))
     object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
     return inherited(local), object_format
 

@@ -127,6 +127,7 @@ APPLY_MODULES = {
     "sandbox.fast.pathspec",
     "sandbox.store.project",
     "sandbox.store.snapshot",
+    "sandbox.store.snapadd",  # snapshot's first half (standard library only), with it
     "sandbox.store.treediff",
     "sandbox.store.sparse",
     "sandbox.store.trailers",  # the Sandbox-* trailers of the sandbox's commits (standard library only)
@@ -234,6 +235,36 @@ def test_run_spawns_the_agent_before_the_heavy_imports(isolate: str, repo: Path,
     assert "sandbox.agent.early" in loaded_names(report)
     # The allowlist proxy's socket listens before the spawn; its asyncio loop is imported after it.
     assert "asyncio" not in loaded_names(report)
+
+
+def test_start_spawns_its_gits_before_the_heavy_imports(repo: Path, tmp_path: Path) -> None:
+    """``sandbox start`` starts the checkout of your HEAD and the snapshot's ``git add`` before it imports
+    click, pygit2 or pydantic (issue 30): killed right after the two spawns, the process had loaded none of
+    them, and what it left is a run directory and a home that ``sandbox gc`` removes."""
+    script = str(Path(sys.executable).parent / "sandbox")
+    env = {**os.environ, "SANDBOX_FAULT": "start.after_spawn", "XDG_DATA_HOME": str(tmp_path / "data")}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", script, "start", "--json"],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+        timeout=120,
+        env=env,
+    )
+    report = proc.stderr.decode()
+    assert proc.returncode == -signal.SIGKILL, report[-2000:]  # it got as far as the spawns
+    loaded = heavy_loaded(report)
+    assert not loaded, f"sandbox start loads {sorted(loaded)} before its checkout starts"
+    assert {"sandbox.cli.earlystart", "sandbox.run.prestart", "sandbox.fast.gitread"} <= loaded_names(report)
+    runs = repo / ".git" / "sandbox" / "runs"
+    homes = tmp_path / "data" / "sandbox" / "repos"
+    (run_id,) = os.listdir(runs)
+    assert [os.listdir(homes / key) for key in os.listdir(homes)] == [[run_id]]
+    del env["SANDBOX_FAULT"]
+    gc = subprocess.run([script, "gc"], cwd=repo, capture_output=True, check=False, timeout=120, env=env)
+    assert gc.returncode == 0, gc.stderr.decode()
+    assert os.listdir(runs) == []
+    assert [os.listdir(homes / key) for key in os.listdir(homes)] == [[]]
 
 
 def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run) -> None:

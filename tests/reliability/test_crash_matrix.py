@@ -66,6 +66,9 @@ CORE_PLAN: dict[str, list[str]] = {
     "start.snapshot.after_commit": ["start"],
     "start.after_refs": ["start"],
     "worktree.create.after_init": ["start"],
+    # The checkout of the user's HEAD and the snapshot's add both running, before click, pygit2 and
+    # pydantic are imported (sandbox.run.prestart, begun by sandbox.cli.earlystart).
+    "start.after_spawn": ["start"],
     "worktree.add.after": ["start"],
     # The snapshot's changed paths written over the checkout of HEAD, the run's branch not yet moved.
     "worktree.advance.after_files": ["start", "start-count@2"],

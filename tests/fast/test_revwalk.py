@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sandbox.fast import agentgit, gitread, revwalk
 from sandbox.fast.agentgit import MAX_LISTED, MAX_WALK, GitActivity
 from sandbox.store.layout import run_branch
-from tests.conftest import git
+from tests.conftest import examples, git
 
 RUN = "r1"
 
@@ -193,7 +193,7 @@ def build(path: Path, h: dict[str, object]) -> tuple[str, list[str]]:
     return str(path), ids
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(h=histories())
 def test_the_walk_equals_pygit2_on_random_histories(tmp_path: Path, h: dict[str, object]) -> None:
     git_dir, ids = build(tmp_path / "repo.git", h)

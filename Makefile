@@ -129,8 +129,10 @@ TEST_WORKERS ?= 3
 test: lint $(STAMP) $(AGENTS_STAMP) bwrap git-lfs chromium
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
+# The long reliability runs, and the property tests at their full hypothesis counts (a third in `make test`:
+# examples() in tests/conftest.py).
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q --soak --timeout 7200 tests/reliability
+	$(BIN)/python -m pytest -q --soak --timeout 7200 tests/reliability tests/fast tests/merge tests/store
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --sizes 1000,10000,100000

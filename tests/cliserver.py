@@ -145,18 +145,21 @@ def _drain(out_r: int, err_r: int, conn: socket.socket, timeout: float) -> tuple
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     open_fds = [out_r, err_r]
     deadline = time.monotonic() + timeout
+    poller = select.poll()  # not select(): a worker deep into the suite holds descriptors above 1024
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN)
     try:
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired("sandbox", timeout)
-            ready, _, _ = select.select(open_fds, [], [], left)
-            for fd in ready:
+            for fd, _event in poller.poll(left * 1000):
                 data = os.read(fd, 65536)
                 if data:
                     chunks[fd].append(data)
                 else:
                     open_fds.remove(fd)
+                    poller.unregister(fd)
         conn.settimeout(max(0.1, deadline - time.monotonic()))
         return b"".join(chunks[out_r]), b"".join(chunks[err_r])
     finally:

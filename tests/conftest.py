@@ -27,6 +27,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", default=False, help="run long soak tests")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--soak"):  # read by examples() as test modules are collected (a copy of this module)
+        os.environ["TESTS_SOAK"] = "1"
+
+
+def examples(full: int) -> int:
+    """A property test's hypothesis example count: ``full`` with ``--soak``, a third of it in ``make test``.
+
+    The in-process property tests are CPU-bound and the suite runs on two cores; the seeds differ on
+    every run, so CI still tries new examples each time, and a soak run tries them all."""
+    return full if os.environ.get("TESTS_SOAK") == "1" else max(20, full // 3)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--soak"):
         return

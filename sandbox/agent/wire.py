@@ -181,7 +181,11 @@ class _Address:
             self._fd = _checked_dir(os.path.dirname(self.path))
             # Without /proc (macOS) the path is used after the check, as it was checked.
             address = f"/proc/self/fd/{self._fd}/{name}" if hasattr(os, "O_PATH") else self.path
-            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            except BaseException:  # no socket there (no host runs): ``with`` calls no __exit__ for us
+                self.__exit__()
+                raise
             if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
                 self.__exit__()
                 raise UntrustedHostError(errno.EPERM, f"{self.path} is not a socket of yours")

@@ -403,3 +403,16 @@ def test_a_quiet_host_seals_what_it_recorded_so_status_reads_without_git(run: Ru
     state = wait_until(lambda: (s := fast_state()) is not None and "toolu_seal" in s["calls"] and s)
     assert state["calls"]["toolu_seal"]["status"] == "succeeded"
     assert [f["path"] for f in state["calls"]["toolu_seal"]["files"]] == ["sealed.txt"]
+
+
+def test_asking_a_repository_without_a_host_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """The checked connect opens the socket's directory first; when no socket is there (no host runs) it
+    closes it again. A long-lived process (the MCP server, a host, `sandbox run`) asks often: it held one
+    more descriptor per question, and a pytest worker reached descriptor numbers above 1024."""
+    folder = tmp_path / "sandbox"
+    folder.mkdir(mode=0o700)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        with pytest.raises(FileNotFoundError):
+            wire.connect(str(folder / "sock"), 0.1, checked=True)
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.fast import fastjson
+from tests.conftest import examples
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30)
@@ -22,14 +23,14 @@ def same(a: object, b: object) -> bool:
     return json.dumps(a) == json.dumps(b) if isinstance(a, float | list | dict) else a == b
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(VALUES)
 def test_dumps_is_jsons(value: object) -> None:
     assert fastjson.dumps(value) == json.dumps(value)
     assert fastjson.dumps(value, default=str) == json.dumps(value, default=str)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(VALUES, st.sampled_from(["", " ", "\n", " \t\r\n "]))
 def test_loads_is_jsons(value: object, space: str) -> None:
     text = space + json.dumps(value, ensure_ascii=False) + space

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sandbox import escape
 from sandbox.fast import foldcache, gitread, odb
 from sandbox.store import fsutil, layout
+from tests.conftest import examples
 
 HEXISH = st.text(alphabet="0123456789abcdefABCDEFgxyz \n", min_size=0, max_size=45)
 
@@ -59,7 +60,7 @@ PIECES = st.sampled_from(['"', "\\", "\x1b[31m", "\x1b]0;x\x07", "\n", "\t", "a"
 STRINGS = st.text() | st.lists(PIECES, max_size=12).map("".join)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(STRINGS)
 def test_escape_gives_its_patterns_answers(value: str) -> None:
     assert escape.text(value) == _text(value)
@@ -68,7 +69,7 @@ def test_escape_gives_its_patterns_answers(value: str) -> None:
     assert escape.suspicious(value) == (_UNSAFE.search(value) is not None)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(HEXISH)
 def test_hex_ids_as_the_patterns_read_them(text: str) -> None:
     assert odb.is_hex40(text) == bool(re.fullmatch(r"[0-9a-f]{40}", text))
@@ -85,13 +86,13 @@ def test_hex_ids_of_the_exact_width(width: int) -> None:
         assert layout.is_clone_id(text) == bool(re.match(r"^[0-9a-f]{32}$", text))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet=st.sampled_from(["H", "E", "A", "D", "_", "1", "a", "/", "-", "É", "\u0130"]), max_size=12))
 def test_pseudo_refs_as_the_pattern_reads_them(name: str) -> None:
     assert gitread.is_pseudo_ref(name) == bool(re.fullmatch(r"[A-Z][A-Z0-9_]*", name))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.text(alphabet=st.sampled_from([" ", "\t", "\x1c", "\u2003", "\xa0", "#", ";", '"', "a", "B", "1"]), max_size=16)
 )
@@ -100,7 +101,7 @@ def test_config_values_as_the_pattern_splits_them(value: str) -> None:
     assert gitread.config_value(value) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=200), st.binary(max_size=300))
 def test_the_cache_mac_is_hmacs(key: bytes, text: bytes) -> None:
     assert foldcache.mac_of(key, text) == hmac.new(key, text, hashlib.sha256).hexdigest()
@@ -136,7 +137,7 @@ def test_shell_quoting_is_shlexs_for_every_character() -> None:
         assert fmt.quote(ch) == shlex.quote(ch), hex(code)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text() | st.lists(st.sampled_from(["'", '"', " ", "a", "-", "é", "$", "\n", ""]), max_size=8).map("".join))
 def test_shell_quoting_is_shlexs(arg: str) -> None:
     import shlex

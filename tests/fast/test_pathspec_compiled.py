@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sandbox.fast import pathspec
 from sandbox.fast.pathspec import Item, Pathspec
+from tests.conftest import examples
 
 PATTERN = st.text(alphabet="ab/*?\\[]!-.A", max_size=9)
 PATH = st.text(alphabet="ab/.*?[A", min_size=1, max_size=10)
@@ -20,7 +21,7 @@ def item(pattern: str, magic: dict[str, bool]) -> Item:
     return Item(original=pattern, pattern=pattern.encode(), **magic)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(PATTERN, MAGIC, st.lists(PATH, min_size=1, max_size=8))
 def test_one_item_decides_as_the_port(pattern: str, magic: dict[str, bool], paths: list[str]) -> None:
     it = item(pattern, magic)
@@ -30,7 +31,7 @@ def test_one_item_decides_as_the_port(pattern: str, magic: dict[str, bool], path
         assert bool(test(raw)) == pathspec._match_item(it, raw), (pattern, magic, path)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.lists(st.tuples(PATTERN, MAGIC), min_size=1, max_size=4), st.lists(PATH, min_size=1, max_size=8))
 def test_a_list_decides_as_the_port(specs: list[tuple[str, dict[str, bool]]], paths: list[str]) -> None:
     items = [item(p, m) for p, m in specs]

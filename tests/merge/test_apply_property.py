@@ -24,7 +24,7 @@ from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.ledger import new_event_id
 from sandbox.store.project import Project
-from tests.conftest import git, make_repo
+from tests.conftest import examples, git, make_repo
 
 #: A small universe with file <-> directory clashes (d vs d/e) and a nested directory.
 PATHS = ["a", "b", "d", "d/e", "d/f", "g/h/i", "l"]
@@ -185,7 +185,7 @@ def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     shutil.rmtree(top, ignore_errors=True)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_apply_then_undo_properties(w: World, data: st.DataObject) -> None:
     base = data.draw(trees, label="base")

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.merge import hunks as hk
+from tests.conftest import examples
 
 Part = tuple[int, int, list[bytes]]
 
@@ -103,13 +104,13 @@ def check(base: list[bytes], yours: bytes, parts: list[Part], exact: bool = True
     assert placed == (by_diff if rule is None else rule)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(cases(alphabet=0))
 def test_windows_place_hunks_as_the_whole_file_diff_does(case: tuple[list[bytes], bytes, list[Part]]) -> None:
     check(*case)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(cases(alphabet=3))
 def test_repeated_lines_are_placed_by_the_rule(case: tuple[list[bytes], bytes, list[Part]]) -> None:
     """Lines from three values: a window found is placed by the rule (nearest, as git apply searches),

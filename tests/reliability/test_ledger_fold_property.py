@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sandbox.models import CallSpec, CallStatus, Event, EventKind, LedgerState, RunInfo
 from sandbox.run.fold import STATUS_RANK, TERMINAL_STATUSES, fold_event
+from tests.conftest import examples
 
 RUN = "prop0001"
 _ids = itertools.count()
@@ -109,7 +110,7 @@ def rank(status: CallStatus) -> int:
     return 10 if status in TERMINAL_STATUSES else STATUS_RANK[status]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenarios(), data=st.data())
 def test_fold_is_consistent_under_any_interleaving(sc: Scenario, data: st.DataObject) -> None:
     events = interleave(data, sc, duplicates=True)
@@ -142,7 +143,7 @@ def test_fold_is_consistent_under_any_interleaving(sc: Scenario, data: st.DataOb
             assert state.calls[cid].commit is not None
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenarios(), data=st.data())
 def test_same_events_same_outcome(sc: Scenario, data: st.DataObject) -> None:
     """Two orders of the same events (at most one terminal event per call) fold to the same statuses."""

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sandbox.run.run import Run
 from sandbox.store import layout
 from sandbox.store.project import Project
-from tests.conftest import git, make_repo
+from tests.conftest import examples, git, make_repo
 
 
 def test_user_data_root_follows_xdg_and_ignores_a_relative_value() -> None:
@@ -22,7 +22,7 @@ def test_user_data_root_follows_xdg_and_ignores_a_relative_value() -> None:
     assert layout.user_data_root({}, "/home/u") == "/home/u/.local/share/sandbox"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet=st.sampled_from("aZ09_.-\n \u00e9/"), max_size=70) | st.text(max_size=70))
 def test_valid_run_id_is_the_pattern_as_re_reads_it(text: str) -> None:
     # Checked without re on the hook's fast path; re's "$" also matches before one final newline.

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sandbox.store import objects
 from sandbox.store.objects import Entry
+from tests.conftest import examples
 
 NAMES = st.sampled_from(["a", "b", "a.txt", "a-b", "dir", os.fsdecode(b"\xe9t\xe9")])
 PATHS = st.lists(NAMES, min_size=1, max_size=3).map("/".join)
@@ -39,7 +40,7 @@ def _listing(repo: pygit2.Repository, tree: str) -> dict[str, str]:
     return {p: e.oid for p, e in objects.walk_tree(repo, tree)}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     base=st.dictionaries(PATHS, st.binary(max_size=8), max_size=8),
     edits=st.dictionaries(PATHS, st.one_of(st.none(), st.binary(max_size=8)), max_size=6),

@@ -174,79 +174,20 @@ def _parse(argv: list[str]) -> tuple[str | None, bool, str | None, bool | None] 
 
 def _repository(start: str) -> tuple[str, str, str] | None:
     """(common git dir, git dir, working tree) of the repository around ``start``, as
-    :meth:`Project.discover <sandbox.store.project.Project.discover>` finds it, when this reads it for
-    certain: a working tree with a ``.git`` directory or a linked worktree's ``.git`` file, owned by this
-    user, no ``core.worktree`` or ``core.bare``; None otherwise (and inside a run's worktree)."""
+    :meth:`Project.discover <sandbox.store.project.Project.discover>` finds it, when the fast paths read it
+    for certain (:func:`sandbox.fast.foldcache.plain_repository`) and it is owned by this user; None
+    otherwise (and inside a run's worktree)."""
+    from sandbox.fast.foldcache import Miss, plain_repository
     from sandbox.store import layout
 
     if not os.path.isdir(start) or layout.locate(start) is not None:
         return None
-    here = os.path.realpath(start)
-    device = os.stat(here).st_dev
-    while True:
-        dot_git = os.path.join(here, ".git")
-        if os.path.lexists(dot_git):
-            break
-        up = os.path.dirname(here)
-        if up == here or os.stat(up).st_dev != device:
-            return None  # libgit2 does not cross file systems either
-        here = up
-    if os.path.islink(dot_git):
+    try:
+        common_dir, git_dir, here = plain_repository(start)
+    except Miss:
         return None
-    if os.path.isdir(dot_git):
-        git_dir = dot_git
-    else:
-        named = layout.gitdir_of(here)
-        if named is None:
-            return None
-        git_dir = named
-    git_dir = os.path.realpath(git_dir)
-    common = _text(os.path.join(git_dir, "commondir"))
-    common_dir = os.path.realpath(os.path.join(git_dir, common)) if common else git_dir
     uid = os.geteuid()
     for path in (here, git_dir, common_dir):
         if os.stat(path).st_uid != uid:
             return None  # git's and libgit2's ownership checks decide: the click command
-    if not os.path.isfile(os.path.join(git_dir, "HEAD")) or _core_sets_tree(os.path.join(common_dir, "config")):
-        return None
-    if git_dir != common_dir and _core_sets_tree(os.path.join(git_dir, "config.worktree")):
-        return None
     return common_dir, git_dir, here
-
-
-def _core_sets_tree(config: str) -> bool:
-    """True when the config file ``config`` has ``core.worktree`` or ``core.bare`` set true (or cannot be
-    read): the working tree is then not simply the directory holding ``.git``."""
-    try:
-        with open(config, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        return False
-    except (OSError, UnicodeError):
-        return True
-    from sandbox.fast.gitread import config_value
-
-    if "[include" in text.lower():
-        return True  # an included file could set either: the click command decides
-    section = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            end = line.find("]")
-            section = line[1:end].strip().lower() if end > 0 else "?"
-            line = line[end + 1 :].strip() if end > 0 else ""
-        if section != "core" or not line or line[0] in "#;":
-            continue
-        key, _, value = line.partition("=")
-        key = key.strip().lower()
-        if key == "worktree" or (key == "bare" and config_value(value) in ("", "true", "yes", "on", "1")):
-            return True
-    return False
-
-
-def _text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeError):
-        return None

@@ -255,6 +255,15 @@ def discover(path: str) -> tuple[Repository, str | None, str | None]:
     loc = layout.locate(start)
     if loc is not None:
         return Repository(loc.common_dir), None, loc.run_id
+    common_dir, _git_dir, workdir = plain_repository(start)
+    return Repository(common_dir), workdir, None
+
+
+def plain_repository(start: str) -> tuple[str, str, str]:
+    """(common git dir, git dir, working tree) of the repository around the directory ``start``, when it is
+    a plain one: a ``.git`` directory or a linked worktree's ``.git`` file, found without leaving ``start``'s
+    file system, whose configs set neither ``core.bare``, ``core.worktree`` nor an include; else a
+    :class:`Miss` (the full path decides). Not for a run's worktree (:func:`sandbox.store.layout.locate`)."""
     here = start
     device = os.stat(here).st_dev
     while not os.path.lexists(os.path.join(here, ".git")):
@@ -288,7 +297,7 @@ def discover(path: str) -> tuple[Repository, str | None, str | None]:
     for config in (os.path.join(common_dir, "config"), os.path.join(git_dir, "config.worktree")):
         if _odd_config(config):
             raise Miss(f"{config} sets what the full path reads (core.bare, core.worktree, includes)")
-    return Repository(common_dir), os.path.realpath(here), None
+    return common_dir, git_dir, os.path.realpath(here)
 
 
 def _odd_config(path: str) -> bool:

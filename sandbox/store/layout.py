@@ -461,8 +461,7 @@ def common_dir_of(start: str) -> str | None:
             gitdir = gitdir_of(here)
             if gitdir is None:
                 return None
-            common = _read_text(os.path.join(gitdir, "commondir"))
-            return os.path.realpath(os.path.join(gitdir, common)) if common else gitdir
+            return common_of(gitdir)
         up = os.path.dirname(here)
         if up == here:
             return None
@@ -475,6 +474,12 @@ def gitdir_of(worktree: str) -> str | None:
     if not line or not line.startswith("gitdir:"):
         return None
     return os.path.realpath(os.path.join(worktree, line.split(":", 1)[1].strip()))
+
+
+def common_of(gitdir: str) -> str:
+    """The common git dir of a git dir (a linked worktree's admin dir names it in ``commondir``)."""
+    common = _read_text(os.path.join(gitdir, "commondir"))
+    return os.path.realpath(os.path.join(gitdir, common)) if common else gitdir
 
 
 def _read_text(path: str) -> str | None:

@@ -24,12 +24,6 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def _common_of(gitdir: str) -> str:
-    """The common git dir of a git dir (a linked worktree's admin dir names it in ``commondir``)."""
-    common = _read_text(os.path.join(gitdir, "commondir"))
-    return os.path.realpath(os.path.join(gitdir, common)) if common else gitdir
-
-
 class NoWorkingTreeError(SandboxError):
     """No working tree of this repository could be found for a command that writes one."""
 
@@ -102,7 +96,7 @@ class Project:
             raise NotARepositoryError(
                 f"{found} is a bare repository; the sandbox needs a working tree to snapshot and apply to."
             )
-        project = cls(_common_of(os.path.realpath(repo.path)), data_root)
+        project = cls(layout.common_of(os.path.realpath(repo.path)), data_root)
         project.workdir = os.path.realpath(repo.workdir)
         return project, project.workdir, None
 
@@ -128,7 +122,7 @@ class Project:
         tree = os.path.realpath(os.path.join(cwd, tree) if tree else cwd)
         if not os.path.isdir(tree):
             raise NotARepositoryError(f"The working tree {tree} (GIT_WORK_TREE) is not a directory.")
-        project = cls(_common_of(os.path.realpath(repo.path)), data_root)
+        project = cls(layout.common_of(os.path.realpath(repo.path)), data_root)
         if not project.owns_tree(tree):
             # Snapshots, apply and the in-progress checks find the repository from the tree, as git
             # does without GIT_DIR: a tree whose .git leads elsewhere (or nowhere) is refused.
@@ -194,7 +188,7 @@ class Project:
             return os.path.realpath(dot_git) == common
         if os.path.isfile(dot_git):
             gitdir = layout.gitdir_of(real)
-            return gitdir is not None and os.path.isdir(gitdir) and _common_of(gitdir) == common
+            return gitdir is not None and os.path.isdir(gitdir) and layout.common_of(gitdir) == common
         return False
 
     def workdir_file(self, run_id: str) -> str:

@@ -86,7 +86,6 @@ USERS = {
     "sandbox.run.venvcopy": 1,  # the copy of your virtualenv, at start, before any agent ran (O_NOFOLLOW)
     "sandbox.run.config": 1,
     "sandbox.cli.machine": 2,
-    "sandbox.cli.earlystart": 2,  # your repository's config and commondir: start finds it before pygit2 is imported
     "sandbox.cli.demo": 7,
     "sandbox.confine.homeview": 3,
     "sandbox.agent.agentstate": 1,  # the outermost agent state directory, as you named it; below it by descriptor

@@ -205,24 +205,24 @@ def _start_fake_claude(
     return proc, run_id, worktree
 
 
+def _session(run_id: str, needle: str = "") -> list[int]:
+    """The pids of this run's session's processes whose command line contains ``needle``."""
+    found: list[int] = []
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        if needle in procs.command(pid):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"SANDBOX_RUN={run_id}".encode() in env:
+                found.append(pid)
+    return found
+
+
 def _find(run_id: str, needle: str) -> int:
     """The pid of the process of this run's session whose command line contains ``needle``."""
-    found: list[int] = []
-
-    def look() -> bool:
-        for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
-            if needle in procs.command(pid):
-                try:
-                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if f"SANDBOX_RUN={run_id}".encode() in env:
-                    found.append(pid)
-                    return True
-        return False
-
-    wait_for(look)
-    return found[0]
+    wait_for(lambda: bool(_session(run_id, needle)))
+    return _session(run_id, needle)[0]
 
 
 def test_resume_refuses_while_a_finished_call_s_background_process_runs(repo: Path, tmp_path: Path) -> None:
@@ -284,6 +284,9 @@ def test_sandbox_run_killed_its_supervisor_still_stops_the_tree(repo: Path, tmp_
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     wait_for(lambda: not pid_alive(tool_pid) and not pid_alive(agent), 30)
+    # The supervisor stops the rest of the tree (the tool's ``sleep``) and writes its report before it ends;
+    # resume rightly refuses while any process of the session lives, so wait for all of them.
+    wait_for(lambda: not _session(run_id), 30)
     res = sandbox_cmd("resume", run_id, "--json", cwd=repo)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["uncertain"][0]["processes_alive"] is False

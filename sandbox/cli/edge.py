@@ -1,7 +1,8 @@
 """The one error edge: every error becomes one line on stderr and an exit code here.
 
 1: refused or conflict; 2: usage; 3: unexpected (the traceback written to a log file, its path printed);
-130: Ctrl-C. Output streams write any file name (a name that is not UTF-8 never ends a command)."""
+129: the terminal hung up; 130: Ctrl-C. Output streams write any file name (a name that is not UTF-8 never
+ends a command)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ def _safe(message: str) -> str:
     from sandbox.cli import escape
 
     return escape.text(message)
+
+
+def _terminal_gone(exc: Exception) -> bool:
+    """True when ``exc`` is the input/output error of writing to a terminal that hung up (its window
+    closed, its tmux pane killed), which is where this command's output and errors go."""
+    import errno
+
+    if not (isinstance(exc, OSError) and exc.errno == errno.EIO):
+        return False
+    for fd in (1, 2):
+        try:
+            os.write(fd, b"")  # a terminal that hung up refuses even nothing, with EIO
+        except OSError as gone:
+            if gone.errno == errno.EIO:
+                return True
+    return False
 
 
 def run_main(cli: click.Group) -> None:
@@ -94,6 +111,8 @@ def said(exc: Exception | KeyboardInterrupt) -> int:
         # their own refusal; this is the net under the others).
         click.echo(f"sandbox: {_safe(damaged_object(exc))}", err=True)
         return 1
+    if _terminal_gone(exc):
+        return 129  # as a hang-up ends a command: no one is left to read a line or a crash log
     path = _crash_log(exc)
     click.echo(f"sandbox: unexpected error: {type(exc).__name__}: {_safe(str(exc))} (details in {path})", err=True)
     return 3

@@ -439,9 +439,22 @@ def serve_stdio(ws: Workspace, *, network: bool = False) -> list[str]:
     threading.Thread(target=_relay, args=(wire, inner_w, ws), name="mcp-client-pipe", daemon=True).start()
     try:
         anyio.run(server.run_stdio_async)
+    except Exception as exc:  # noqa: BLE001 - a task group wraps what its tasks raise
+        if not (ws.disconnected.is_set() and _client_gone(exc)):
+            raise
+        # The SDK's writer flushed an answer (the abandoned call's) into the pipe the client closed:
+        # the end of the session, not an error of ours.
     finally:
         abandoned = ws.abandon_all()
     return abandoned
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """True when ``exc`` is a broken pipe, or a task group's errors that all are."""
+    if isinstance(exc, BrokenPipeError | ConnectionResetError):
+        return True
+    inner: tuple[BaseException, ...] = getattr(exc, "exceptions", ())
+    return bool(inner) and all(_client_gone(e) for e in inner)
 
 
 def listen_http(port: int) -> socket.socket:

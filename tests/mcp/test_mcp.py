@@ -390,6 +390,9 @@ def test_client_killed_mid_call_leaves_the_call_uncertain(repo: Path, tmp_path: 
     client.wait()
     _wait_gone(server_pid)  # it saw its pipe close, stopped the command, and exited
     assert _sleepers(run) == []
+    # Its answer to the abandoned call met a closed pipe: the end of the session, said as such, no crash.
+    said = (tmp_path / "client.err").read_text()
+    assert "unexpected error" not in said and "the client went away during" in said, said
     _resume_reports_uncertain(repo, run)
 
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -85,6 +85,15 @@ async def _call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ToolError(damaged_object(exc)) from None
     except Abandoned as exc:
         raise ToolError(f"Abandoned: {exc}; the call is left unfinished for 'sandbox resume'.") from None
+
+
+async def _read(func: Callable[..., T], *args: Any) -> T:
+    """:func:`_call` for a resource: its error is the resource's (the SDK would say only "Error reading
+    resource" of a tool's error, and log it as a crash)."""
+    try:
+        return await _call(func, *args)
+    except ToolError as exc:
+        raise ResourceError(str(exc)) from None
 
 
 def _request_id(ctx: Context) -> str | None:
@@ -385,23 +394,23 @@ def _resources(server: MCPServer[Any], ws: Workspace) -> None:
 
     @server.resource("sandbox://run/diff", name="diff", description="The open run's patch.", mime_type="text/x-diff")
     async def current_diff() -> str:
-        return await _call(ws.show_diff)
+        return await _read(ws.show_diff)
 
     @server.resource("sandbox://run/log", name="log", description="The open run's ledger.", mime_type="text/plain")
     async def current_log() -> str:
-        return await _call(ws.show_log)
+        return await _read(ws.show_log)
 
     @server.resource(
         "sandbox://runs/{run_id}/diff", name="run-diff", description="A run's patch.", mime_type="text/x-diff"
     )
     async def run_diff(run_id: str) -> str:
-        return await _call(ws.run_text, run_id, "diff")
+        return await _read(ws.run_text, run_id, "diff")
 
     @server.resource(
         "sandbox://runs/{run_id}/log", name="run-log", description="A run's ledger.", mime_type="text/plain"
     )
     async def run_log(run_id: str) -> str:
-        return await _call(ws.run_text, run_id, "log")
+        return await _read(ws.run_text, run_id, "log")
 
 
 # -- transports ---------------------------------------------------------------------------------

@@ -577,3 +577,17 @@ def test_run_command_sees_no_agent_login(repo: Path) -> None:
         return r.structured_content
 
     assert "-login" not in out["output"], out["output"]
+
+
+def test_a_resource_refused_says_why(repo: Path) -> None:
+    """A resource's refusal is the sentence a tool would give, not the SDK's bare "Error reading resource"."""
+
+    async def body(session: ClientSession) -> str:
+        try:
+            await session.read_resource("sandbox://runs/no-such-run/diff")  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - the SDK raises the server's error as McpError
+            return str(exc)
+        return "read"
+
+    said = serve(repo)(body)
+    assert "no-such-run" in said and "Error reading resource" not in said, said

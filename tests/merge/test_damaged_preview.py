@@ -48,3 +48,29 @@ def test_an_intact_run_still_diffs(repo: Path) -> None:
     run_id, _blob = _run_with_a_recorded_file(repo)
     shown = sandbox_cmd("diff", run_id, cwd=repo)
     assert shown.returncode == 0 and b"+agent-wrote-this" in shown.stdout, shown.stderr
+
+
+def test_the_mcp_server_says_a_garbled_recorded_blob_in_the_same_sentence(repo: Path) -> None:
+    """The MCP server's show_diff tool and diff resource: the CLI's sentence as the tool's error, no garbage."""
+    import anyio
+
+    from tests.mcp.test_mcp import connect, text
+
+    run_id, blob = _run_with_a_recorded_file(repo)
+    replace_stored_object(repo, blob, b"not what the agent wrote\n")
+
+    async def main() -> tuple[bool, str, str]:
+        async with connect(repo, "--run", run_id) as session:
+            tool = await session.call_tool("show_diff", {})
+            try:
+                resource = await session.read_resource("sandbox://run/diff")  # type: ignore[arg-type]
+                said = "".join(getattr(c, "text", "") for c in resource.contents)
+            except Exception as exc:  # noqa: BLE001 - the SDK raises the server's error as McpError
+                said = f"error: {exc}"
+            return bool(tool.is_error), text(tool), said
+
+    is_error, tool_said, resource_said = anyio.run(main)
+    assert is_error, tool_said
+    for said in (tool_said, resource_said):
+        assert blob in said and "git fsck" in said and "not what the agent wrote" not in said, said
+        assert "unexpected" not in said.lower() and "Traceback" not in said, said

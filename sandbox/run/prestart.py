@@ -124,8 +124,9 @@ def begin(
         # snapshot is taken; then only the paths the snapshot changes are written on top.
         place = started.place = reserve(common_dir, run_id, layout.home_place(os.path.join(homes_dir, run_id)))
         if head is not None:
-            worktree.init(place, common_dir, head, run_id, *worktree.settings_of(common_dir))
-            started.checkout = worktree.start_checkout(place, progress)
+            config, object_format = worktree.settings_of(common_dir)
+            worktree.init(place, common_dir, head, run_id, config, object_format)
+            started.checkout = worktree.start_checkout(place, progress, worktree.checkout_workers(config))
         started.adding = snapadd.begin(workdir, git_dir, layout.run_dir(common_dir, run_id))
         faults.point("start.after_spawn")
     except BaseException:

@@ -9,7 +9,8 @@ user's own git in the worktree reads them. The user's objects are reached throug
 ``objects/info/alternates`` (read-only: git writes new objects into the run's own store), so the
 snapshot commit needs no copying and the run costs its checkout plus its changes.
 
-The checkout is git's (``read-tree -u``, parallel checkout on): libgit2's is about 2x slower
+The checkout is git's (``read-tree -u``; parallel where the machine has idle cores, :func:`checkout_workers`):
+libgit2's is about 2x slower
 (docs/design.md), and measured side by side ``git init`` + ``read-tree -u`` costs the same as the
 ``git worktree add --detach`` runs used before (bench/cases/start.py).
 
@@ -73,19 +74,67 @@ COPIED_FILES = ("info/exclude", "info/attributes", "shallow")
 
 def settings_of(common_dir: str) -> tuple[list[tuple[str, str]], str | None]:
     """What a run's own git dir takes from the config of the user's repository (its own file and what it
-    includes, as libgit2 reads it at the local level): the settings, and the object format.
+    includes, as libgit2 reads it at the local level), and the object format.
 
-    Read by git (``config --local --list``), not pygit2: ``sandbox start`` makes the run's git dir
-    before it imports pygit2 (:mod:`sandbox.run.prestart`)."""
-    proc = git(["config", "--local", "--includes", "--list", "-z"], cwd=common_dir, check=False)
+    The user's ``checkout.workers``, set at any level (the repository's own file included, which the run's
+    git dir does not otherwise read), is taken too: the run's checkouts follow it, as ``git worktree add``
+    in the user's repository would.
+
+    Read by git (``config --list --show-scope``, every level in one process), not pygit2: ``sandbox start``
+    makes the run's git dir before it imports pygit2 (:mod:`sandbox.run.prestart`)."""
+    proc = git(["config", "--includes", "--list", "--show-scope", "-z"], cwd=common_dir, check=False)
     local: list[tuple[str, str]] = []
+    workers: str | None = None
     if proc.returncode == 0:
-        for record in proc.stdout.split(b"\0"):
+        fields = proc.stdout.split(b"\0")
+        for scope, record in zip(fields[::2], fields[1::2], strict=False):
             key, newline, value = record.partition(b"\n")
-            if newline and value:  # a key without a value ("[core] bare") or an empty one is left out
-                local.append((key.decode(errors="surrogateescape"), value.decode(errors="surrogateescape")))
+            if not newline or not value:  # a key without a value ("[core] bare") or an empty one is left out
+                continue
+            name, text = key.decode(errors="surrogateescape"), value.decode(errors="surrogateescape")
+            if name.lower() == "checkout.workers":
+                workers = text  # the last one read is the one git uses
+            elif scope == b"local":
+                local.append((name, text))
     object_format = {k.lower(): v for k, v in local}.get("extensions.objectformat")
-    return inherited(local), object_format
+    config = inherited(local)
+    if workers is not None:
+        config.append(("checkout.workers", workers))
+    return config, object_format
+
+
+def checkout_workers(config: Iterable[tuple[str, str]]) -> int | None:
+    """Parallel checkout workers for a run's checkout when the user chose none (``config`` has no
+    ``checkout.workers``): one per core the machine leaves idle now, when that is two or more; else None,
+    git's sequential default.
+
+    Idle now: the cores less the processes running or ready to run at this instant (``/proc/loadavg``'s
+    fourth field, this one excluded), not the one-minute load average, which still counts work that has
+    ended. Measured at 100k files on 2 cores (bench/results/2026-12-07-start-workers.md): idle, a parallel
+    checkout makes ``sandbox start`` about 1.0x ``git worktree add`` against 1.17-1.24x sequential; at a
+    load of 3-6 it was 7% slower than sequential (its second worker competes with the snapshot's
+    ``git add``), so a busy machine keeps git's default."""
+    if any(key.lower() == "checkout.workers" for key, _value in config):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+    busy = _running_now()
+    if busy is None:
+        return None
+    idle = cores - busy
+    return idle if idle >= 2 else None
+
+
+def _running_now() -> int | None:
+    """How many other processes (threads) run or are ready to run at this instant; None when unknown."""
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            running = int(fh.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - 1)
 
 
 def inherited(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -114,12 +163,13 @@ def create(
     ``checkout`` no worktree directory is left and no index is written (for :mod:`sandbox.runs.relocate`,
     which moves a worktree in).
     """
+    config = list(config)
     init(place, common_dir, commit, run_id, config, object_format)
     if not checkout:
         os.unlink(os.path.join(place.worktree, ".git"))
         os.rmdir(place.worktree)  # the files are moved in as a whole directory
         return
-    finish_checkout(start_checkout(place))
+    finish_checkout(start_checkout(place, workers=checkout_workers(config)))
 
 
 def init(
@@ -174,24 +224,26 @@ def set_branch(place: Place, run_id: str, commit: str) -> None:
 #: git's own checkout (as fast as cp -a; libgit2's is 2x slower), into the run's own index. Without
 #: an fsync of that index: it is derived from the commit and rebuilt by the next status if lost. The
 #: checkout runs with the user's checkout settings, like the ``git worktree add`` it is measured against.
-_CHECKOUT = ["-c", "core.fsync=none", "read-tree", "-u", "--reset", "HEAD"]
+_CHECKOUT = ["read-tree", "-u", "--reset", "HEAD"]
 
 
-def start_checkout(place: Place, progress: Callable[[str], None] | None = None) -> subprocess.Popen[bytes]:
+def start_checkout(
+    place: Place, progress: Callable[[str], None] | None = None, workers: int | None = None
+) -> subprocess.Popen[bytes]:
     """Start checking out the run's HEAD into its empty worktree (in the background).
 
     With ``progress``, git's own progress meter (``read-tree -v``: "Updating files: 45% ...",
-    shown by git after two seconds, as for a clone) is passed to it line by line.
+    shown by git after two seconds, as for a clone) is passed to it line by line. ``workers``: a
+    parallel checkout with that many workers (:func:`checkout_workers`); None, the config's choice.
     """
-    if progress is None:
-        return spawn(_CHECKOUT, cwd=place.worktree)
-    verbose = [*_CHECKOUT[:3], "-v", *_CHECKOUT[3:]]
-    return spawn(verbose, cwd=place.worktree, progress=progress)
+    options = ["-c", "core.fsync=none", *(["-c", f"checkout.workers={workers}"] if workers else [])]
+    verbose = ["-v"] if progress is not None else []
+    return spawn([*options, *_CHECKOUT[:2], *verbose, *_CHECKOUT[2:]], cwd=place.worktree, progress=progress)
 
 
 def finish_checkout(proc: subprocess.Popen[bytes]) -> None:
     """Wait for :func:`start_checkout`; :class:`sandbox.store.gitcli.GitCommandError` when it failed."""
-    wait(_CHECKOUT[2:], proc)
+    wait(_CHECKOUT, proc)
     faults.point("worktree.add.after")
 
 

@@ -67,7 +67,7 @@ STATE = {
     "sandbox.store.packs": 4,
     "sandbox.store.project": 1,
     "sandbox.store.provenance": 5,
-    "sandbox.store.worktree": 4,
+    "sandbox.store.worktree": 5,  # and /proc/loadavg (checkout_workers): the kernel's, no agent writes it
     "sandbox.store.beneath": 1,
     "sandbox.store.durable": 4,  # the common objects/ and the ledger's refs: the sandbox's, read-only inside
 }

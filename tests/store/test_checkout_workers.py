@@ -56,3 +56,33 @@ def test_without_a_choice_the_idle_cores_decide() -> None:
     workers = worktree.checkout_workers([("core.autocrlf", "false")])
     # None (git's sequential default) on a busy machine or one of fewer than two cores, else 2..cores.
     assert workers is None or 2 <= workers <= cores, workers
+
+
+def test_a_parallel_checkout_gives_the_same_worktree_as_a_sequential_one(tmp_path: Path) -> None:
+    """The parallel path (your checkout.workers, or idle cores) on more files than git's threshold for it
+    (100), with line-ending conversion, a symlink, an executable and a binary: the same files as git's
+    sequential checkout, and the snapshot's uncommitted edit on top."""
+    from tests.conftest import commit_all, make_repo, tree_digest, write
+
+    files: dict[str, str | bytes] = {f"pkg/m{i:03d}.txt": f"line {i}\nnext\n" for i in range(150)}
+    files[".gitattributes"] = "*.txt text eol=crlf\n*.bin binary\n"
+    files["data.bin"] = bytes(range(256)) * 4
+    files["tool.sh"] = "#!/bin/sh\necho hi\n"
+    trees = {}
+    for workers in ("1", "4"):
+        repo = make_repo(tmp_path / f"w{workers}", files, commit=False)
+        (repo / "tool.sh").chmod(0o755)
+        os.symlink("pkg/m001.txt", repo / "link")
+        commit_all(repo, "initial")
+        git(repo, "config", "checkout.workers", workers)
+        write(repo, "pkg/m007.txt", "edited, not committed\n")
+        trace = tmp_path / f"trace{workers}"
+        started = sandbox_cmd("start", "--json", cwd=repo, env={"GIT_TRACE2_EVENT": str(trace)})
+        assert started.returncode == 0, started.stderr
+        wt = Path(json.loads(started.stdout)["worktree"])
+        trees[workers] = tree_digest(wt)
+        # git's parallel checkout runs its workers as `git checkout--worker` children; the sequential one none.
+        assert ("checkout--worker" in trace.read_text()) == (workers == "4")
+    assert trees["1"] == trees["4"]
+    assert (wt / "pkg" / "m007.txt").read_bytes() == b"edited, not committed\r\n"  # as the attributes say
+    assert (wt / "pkg" / "m008.txt").read_bytes() == b"line 8\r\nnext\r\n"

@@ -206,7 +206,8 @@ def test_kill_9_of_gemini_during_a_long_command_then_resume(
             stdin=subprocess.DEVNULL,
         )
         try:
-            wait_for(started.exists, 90)
+            # The shell makes the file before it writes the pid: wait for the whole line, not the file.
+            wait_for(lambda: started.exists() and started.read_text().endswith("\n"), 90)
             shell = int(started.read_text())
             kill_gemini(proc.pid)
             proc.wait(timeout=60)

@@ -32,7 +32,7 @@ def test_a_hung_up_terminal_ends_sandbox_run_without_a_crash_log(repo: Path, tmp
             "sh",
             "-c",
             f"while [ ! -e {go} ]; do sleep 0.05; done; echo done > done.txt",
-        ],  # fmt: skip
+        ],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=slave,

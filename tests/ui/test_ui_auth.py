@@ -77,7 +77,11 @@ def test_every_answer_forbids_frames_and_sets_no_cookie_and_actions_check_the_fe
 def test_the_browser_gets_a_one_time_code_never_the_token(agent_run: Run, repo: Path, tmp_path: Path) -> None:
     argv_file = tmp_path / "browser-argv.json"
     browser = tmp_path / "browser.py"
-    record = f"import json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv))\n"
+    # Written whole (a temporary file renamed): the test reads it as soon as it exists.
+    record = (
+        f"import json, os, pathlib, sys\npathlib.Path({str(argv_file)!r} + '.tmp').write_text(json.dumps(sys.argv))\n"
+        f"os.replace({str(argv_file)!r} + '.tmp', {str(argv_file)!r})\n"
+    )
     browser.write_text(f"#!{sys.executable}\n{record}")
     browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
     exe = Path(sys.executable).parent / "sandbox"
@@ -87,7 +91,7 @@ def test_the_browser_gets_a_one_time_code_never_the_token(agent_run: Run, repo: 
         assert proc.stdout is not None
         url = json.loads(proc.stdout.readline())["url"]
         token = url.split("#token=", 1)[1]
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while not argv_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         argv = json.loads(argv_file.read_text())

@@ -103,13 +103,18 @@ def diff_text(
     ]
     if stat:
         args.append("--stat")
-    # git reads packed objects without checking their hashes: a garbled blob would be shown as if it
-    # were what the agent wrote. Every changed file's two blobs are read verified first (O(changed)).
     repo = run.repo
-    changed = [c.path for c in _verified_changes(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))]
+    visible = [
+        c
+        for c in objects.diff_trees(repo, _tree_of(repo, rng.old), _tree_of(repo, rng.new))
+        if not run.is_private(c.path)
+    ]
     if spec is not None and spec.positive:
         # As git refuses a pathspec that matches no file, so does diff (in-process, O(changed paths)).
-        select.check_matched(spec, [p for p in changed if not run.is_private(p)], run.run_id)
+        select.check_matched(spec, [c.path for c in visible], run.run_id)
+    # git reads packed objects without checking their hashes: a garbled blob would be shown as if it
+    # were what the agent wrote. The blobs of every file shown are read verified first (O(shown)).
+    _verify(repo, [c for c in visible if spec is None or spec.matches(c.path)])
     args += [rng.old, rng.new, "--"]
     items = spec.items if spec is not None else []
     positive = [i.to_git() for i in items if not i.exclude]
@@ -127,15 +132,13 @@ def _owned(run: Run) -> list[str]:
     return private_paths(run.dir)
 
 
-def _verified_changes(repo: pygit2.Repository, old: str | None, new: str | None) -> list[objects.TreeChange]:
-    """The paths that differ between two trees, each side's blob read and hash-checked
-    (:class:`~sandbox.store.objects.DamagedObjectError` on a missing or garbled one)."""
-    changes = list(objects.diff_trees(repo, old, new))
+def _verify(repo: pygit2.Repository, changes: list[objects.TreeChange]) -> None:
+    """Read each side's blob of ``changes`` hash-checked: :class:`~sandbox.store.objects.DamagedObjectError`
+    on a missing or garbled one."""
     for change in changes:
         for entry in (change.old, change.new):
             if entry is not None and entry.mode != objects.MODE_GITLINK:
                 objects.read_blob(repo, entry.oid)
-    return changes
 
 
 def _tree_of(repo: pygit2.Repository, oid: str) -> str | None:
@@ -153,25 +156,25 @@ def diff_files(run: Run, rng: Range, spec: Pathspec | None = None) -> list[FileR
     new_tree = _tree_of(repo, rng.new)
     changes = [
         c
-        for c in _verified_changes(repo, old_tree, new_tree)
+        for c in objects.diff_trees(repo, old_tree, new_tree)
         if not run.is_private(c.path) and (spec is None or spec.matches(c.path))
     ]
     if spec is not None:
         select.check_matched(spec, [c.path for c in changes], run.run_id)
+    _verify(repo, changes)  # as for diff_text: only what is shown, each blob hash-checked
     texts: dict[str, bytes] = {}
     binary: set[str] = set()
     if changes:
-        # One libgit2 tree diff for the patch texts (libgit2 skips identical subtrees, as git does).
+        # One libgit2 tree diff for the patch texts (libgit2 skips identical subtrees, as git does); a patch,
+        # which reads both blobs, is made only for the files shown.
         diff = repo.diff(old_tree or objects.EMPTY_TREE_HEX, new_tree or objects.EMPTY_TREE_HEX)
         wanted = {c.path for c in changes}
-        for patch in diff:
-            if patch is None:
-                continue
-            delta = patch.delta
+        for index, delta in enumerate(diff.deltas):
             path = os.fsdecode(delta.new_file.raw_path or delta.old_file.raw_path)
-            if path in wanted:
+            patch = diff[index] if path in wanted else None
+            if patch is not None:
                 texts[path] = texts.get(path, b"") + patch.data
-                if delta.is_binary:
+                if patch.delta.is_binary:
                     binary.add(path)
     out: list[FileRecord] = []
     for change in changes:

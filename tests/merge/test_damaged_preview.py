@@ -74,3 +74,18 @@ def test_the_mcp_server_says_a_garbled_recorded_blob_in_the_same_sentence(repo: 
     for said in (tool_said, resource_said):
         assert blob in said and "git fsck" in said and "not what the agent wrote" not in said, said
         assert "unexpected" not in said.lower() and "Traceback" not in said, said
+
+
+@pytest.mark.parametrize("how", [[], ["--json"]])
+def test_a_selection_reads_only_its_own_blobs(repo: Path, how: list[str]) -> None:
+    """Verification costs what is shown (O(selected paths)): a garbled blob outside ``-- PATH`` neither blocks
+    the review of the other files nor is read; the selection holding it is still refused."""
+    run_id, blob = _run_with_a_recorded_file(repo)
+    done = sandbox_cmd("exec", run_id, "--isolate", "off", "--", "sh", "-c", "echo intact > c.txt", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    replace_stored_object(repo, blob, b"not what the agent wrote\n")
+    other = sandbox_cmd("diff", run_id, *how, "--", "c.txt", cwd=repo)
+    assert other.returncode == 0 and b"intact" in other.stdout, other.stderr
+    assert b"not what the agent wrote" not in other.stdout
+    refused = sandbox_cmd("diff", run_id, *how, "--", "b.txt", cwd=repo)
+    assert refused.returncode == 1 and blob in refused.stderr.decode(), refused.stderr

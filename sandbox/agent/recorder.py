@@ -130,7 +130,7 @@ class Recorder:
                 if isinstance(event.input, dict) and event.input.get("isolation") == "off":
                     from sandbox.confine import settingstree  # pygit2: never for a hook's own start
 
-                    settingstree.refuse_unconfined(self.run, event.input)
+                    settingstree.refuse_unconfined(self.run)
                 outcome = self._start(event)
                 outcome.strict = strict
                 return outcome

@@ -87,12 +87,12 @@ def whose(run: RunCore) -> tuple[bool | None, list[str] | None]:
         return True, None
 
 
-def refuse_unconfined(run: RunCore, command: object) -> None:
-    """Refuse, before its start is recorded, a command started with ``--isolate off`` (``command``: the
-    call's recorded input) on a run from elsewhere whose recorded tree holds agent settings there now:
-    nothing could hide them (:func:`sandbox.confine.foreign.mask`). The client, which sees only where the
-    command starts, learns of deeper ones from the host's answer, which came after the start was booked."""
-    if not isinstance(command, dict) or command.get("isolation") != "off" or not run.state().foreign:
+def refuse_unconfined(run: RunCore) -> None:
+    """Refuse, before its start is recorded, a command started with ``--isolate off`` (the recorder asks for
+    such a call only) on a run from elsewhere whose recorded tree holds agent settings there now: nothing
+    could hide them (:func:`sandbox.confine.foreign.mask`). The client, which sees only where the command
+    starts, learns of deeper ones from the host's answer, which came after the start was booked."""
+    if not run.state().foreign:
         return
     foreign.mask(None, foreign.settings_paths(run.worktree, "", recorded(run)), run.worktree, run.run_id)
 

@@ -276,6 +276,20 @@ def sandbox_cmd(
     return cliserver.sandbox(*args, cwd=cwd, env=full_env, input=input, timeout=timeout)
 
 
+def object_dirs(root: Path) -> list[Path]:
+    """Your objects directory, then each run's own store (sandbox.store.runstore)."""
+    common = root / ".git" if (root / ".git").is_dir() else root
+    return [common / "objects", *sorted((common / "sandbox" / "runs").glob("*/objects"))]
+
+
+def loose_path(root: Path, oid: str) -> Path:
+    """Where ``oid`` is stored loose (in your objects or a run's store); your objects' path when nowhere."""
+    for directory in object_dirs(root):
+        if (directory / oid[:2] / oid[2:]).exists():
+            return directory / oid[:2] / oid[2:]
+    return root / ".git" / "objects" / oid[:2] / oid[2:]
+
+
 def replace_stored_object(root: Path, oid: str, new_data: bytes) -> None:
     """Make the object stored as ``oid`` hold ``new_data`` instead (a garbled object that still inflates).
 
@@ -286,30 +300,32 @@ def replace_stored_object(root: Path, oid: str, new_data: bytes) -> None:
 
     from sandbox.store import packs
 
-    objects_dir = root / ".git" / "objects"
-    loose = objects_dir / oid[:2] / oid[2:]
-    if loose.exists():
-        header, _, _ = zlib.decompress(loose.read_bytes()).partition(b"\0")
-        kind = header.split(b" ")[0]
-        loose.chmod(0o644)
-        loose.write_bytes(zlib.compress(b"%s %d\0" % (kind, len(new_data)) + new_data))
-        return
+    dirs = object_dirs(root)  # wherever the object is
+    for objects_dir in dirs:
+        loose = objects_dir / oid[:2] / oid[2:]
+        if loose.exists():
+            header, _, _ = zlib.decompress(loose.read_bytes()).partition(b"\0")
+            kind = header.split(b" ")[0]
+            loose.chmod(0o644)
+            loose.write_bytes(zlib.compress(b"%s %d\0" % (kind, len(new_data)) + new_data))
+            return
     import pygit2
 
     repo = pygit2.Repository(str(root))
-    for idx in (objects_dir / "pack").glob("*.idx"):
-        ids = packs.index_ids(str(idx))
-        if oid not in ids:
-            continue
-        items = []
-        for other in ids:
-            kind, data = repo.odb.read(other)
-            items.append((other, int(kind), new_data if other == oid else bytes(data)))
-        del repo
-        packs.write_pack(str(objects_dir), items, len(items))
-        idx.unlink()
-        idx.with_suffix(".pack").unlink()
-        return
+    for objects_dir in dirs:
+        for idx in (objects_dir / "pack").glob("*.idx"):
+            ids = packs.index_ids(str(idx))
+            if oid not in ids:
+                continue
+            items = []
+            for other in ids:
+                kind, data = repo.odb.read(other)
+                items.append((other, int(kind), new_data if other == oid else bytes(data)))
+            del repo
+            packs.write_pack(str(objects_dir), items, len(items))
+            idx.unlink()
+            idx.with_suffix(".pack").unlink()
+            return
     raise AssertionError(f"object {oid} is not stored")
 
 

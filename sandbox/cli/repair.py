@@ -26,7 +26,7 @@ def repair(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
     rid = resolve_run(project, run_id, cwd_run)
     run_dir = project.run_dir(rid)
     lock = run_lock(layout.run_lock_path(project.common_dir, rid), f"Run {rid}").hold()
-    report = do_repair(project.repo, rid, run_dir, lock, FOLD)
+    report = do_repair(project.run_repository(rid), rid, run_dir, lock, FOLD)
     if as_json:
         emit_json(renamed(asdict(report)))
     elif report.problem is None:

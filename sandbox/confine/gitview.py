@@ -18,10 +18,11 @@ A run made before homes existed (``legacy``) is a linked worktree of your reposi
 your refs and config through ``commondir``. It keeps the older view (the whole ``.git`` read-only,
 configs masked) until ``sandbox gc`` moves it into a home.
 
-What this does not make private: the objects themselves. Every object in your store is readable by
-id and listed by ``git cat-file --batch-all-objects``, and the host records every run's calls into
-that store, so run a can list and read run b's recorded files (docs/confinement.md, "What is not
-private yet"). Standard library only (``sandbox exec``'s fast path imports it).
+The objects: the host records each run into a store of its own (:mod:`sandbox.store.runstore`), which
+the run's git lists first in its alternates and which lies in the run's directory (bound back read-only).
+Your ``objects/info/alternates`` names the hub that lists every live run's store: inside, it is shown
+with your own lines only, so a run's git reaches your objects and its own store, no other run's. Standard
+library only (``sandbox exec``'s fast path imports it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ BORROWED = ("objects", os.path.join("lfs", "objects"))
 WHY = "your repository's git directory (refs, stash, reflogs, hooks, other runs' refs): the run's git has its own"
 #: In the run's directory: the run's own lines of ``packed-refs``, shown as ``packed-refs`` inside.
 PACKED_VIEW = "packed-refs.view"
+#: In the run's directory: your ``objects/info/alternates`` without the hub, shown as it inside.
+ALTERNATES_VIEW = "alternates.view"
 
 
 class View:
@@ -58,14 +61,28 @@ def user_git_view(common_dir: str, run_id: str) -> View:
     linked worktree of yours and reads your refs and config."""
     view = View()
     real = os.path.realpath(common_dir)
-    if layout.place_of(common_dir, run_id).legacy or real == "/" or not os.path.isdir(real):
+    if real == "/" or not os.path.isdir(real):
+        return view
+    alternates = os.path.join(real, "objects", "info", "alternates")
+    if os.path.exists(alternates):  # your own lines, not the hub of every run's store (sandbox.store.runstore)
+        borrowed = layout.user_alternates(real)
+        # What your git borrows (a clone made with --shared or --reference) the run's git borrows too.
+        view.readable += [os.path.realpath(p) for p in borrowed if os.path.isdir(p)]
+        # And this run's own store: a git opened on your git dir inside sees this run's refs and objects.
+        store = os.path.realpath(layout.run_store(real, run_id))
+        shown_lines = [*borrowed, *([store] if os.path.isdir(store) else [])]
+        text = "".join(line + "\n" for line in shown_lines).encode("utf-8", "surrogateescape")
+        alternates_view = _write_view(os.path.join(layout.run_dir(real, run_id), ALTERNATES_VIEW), text)
+        if alternates_view is not None:
+            view.files.append((alternates_view, alternates))
+    if layout.place_of(common_dir, run_id).legacy:
         return view
     view.hidden[real] = WHY
     own_refs = os.path.join(real, *layout.ref_prefix(run_id).rstrip("/").split("/"))
     with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
         os.makedirs(own_refs, exist_ok=True)
     shown = [*(os.path.join(real, rel) for rel in BORROWED), os.path.join(real, "HEAD"), own_refs]
-    view.readable = [os.path.realpath(p) for p in shown if os.path.exists(p)]
+    view.readable += [os.path.realpath(p) for p in shown if os.path.exists(p)]
     packed = _own_packed_refs(real, run_id)
     if packed is not None:
         view.files.append((packed, os.path.join(real, "packed-refs")))
@@ -100,8 +117,11 @@ def _own_packed_refs(common_dir: str, run_id: str) -> str | None:
                 out.append(line)
             elif b"sorted" in header:
                 break  # git keeps them sorted: the run's lines are together
-    path = os.path.join(layout.run_dir(common_dir, run_id), PACKED_VIEW)
-    text = b"".join(out)
+    return _write_view(os.path.join(layout.run_dir(common_dir, run_id), PACKED_VIEW), b"".join(out))
+
+
+def _write_view(path: str, text: bytes) -> str | None:
+    """``path`` holding ``text`` (written only when it differs); None when it cannot be written."""
     with contextlib.suppress(OSError), open(path, "rb") as fh:
         if fh.read() == text:  # as the last command left it: no write on the start path
             return path

@@ -128,6 +128,7 @@ class Repository:
         if run_id in self._states:
             return self._states[run_id]
         run_dir = layout.run_dir(self.common_dir, run_id)
+        self.git.use_store(layout.run_store(self.common_dir, run_id))  # the run's objects (sandbox.store.runstore)
         if os.path.exists(layout.materializing_marker(self.common_dir, run_id)):
             raise Miss(f"a worktree of run {run_id} was being made")  # the full path finishes or discards it
         # The acknowledged tip is read before the ref (as the full path does), so a concurrent
@@ -178,6 +179,7 @@ class Repository:
             tip = state["head"]
             if tip is None:  # (state() refuses such a fold: a Miss, as the full path would repair it)
                 raise Miss("the fold has no head")
+            self.git.use_store(layout.run_store(self.common_dir, state["run"]["run_id"]))
             base = self.git.commit(state["run"]["base"]).tree
             head = self.git.commit(tip).tree
             return renamepairs.count(self.git.changes(base, head), lambda oid: self.git.read(oid)[1])

@@ -21,7 +21,7 @@ import zlib
 
 from sandbox.fast import odb
 from sandbox.fast.odb import GitReadError, is_hex40
-from sandbox.store import treediff
+from sandbox.store import layout, treediff
 
 TYPE_CHECKING = False  # no typing, re or contextlib at run time: the quick path's start (sandbox.cli.quick)
 if TYPE_CHECKING:
@@ -186,6 +186,16 @@ class Repo:
         self._packed: tuple[tuple[int, int, int], dict[str, str]] | None = None
         self._object_dirs: list[str] | None = None
         self._packs: dict[str, list[odb.Pack]] = {}
+        #: Runs' own stores read here (:meth:`use_store`); the hub that lists every run's is not followed.
+        self._stores: list[str] = []
+        self._hub = os.path.normpath(layout.stores_hub(self.common_dir))
+
+    def use_store(self, store: str) -> None:
+        """Read objects from a run's own store too (``sandbox.store.runstore``), right after yours."""
+        store = os.path.normpath(store)
+        if store not in self._stores and os.path.isdir(store):
+            self._stores.append(store)
+            self._object_dirs = None
 
     # -- format check ------------------------------------------------------------------------------
 
@@ -347,11 +357,11 @@ class Repo:
         """The objects directory, then its alternates (recursively, relative to the naming dir)."""
         if self._object_dirs is None:
             dirs: list[str] = []
-            todo = [(os.path.join(self.common_dir, "objects"), 0)]
+            todo = [(os.path.join(self.common_dir, "objects"), 0), *((store, 1) for store in self._stores)]
             while todo:
                 directory, depth = todo.pop(0)
                 directory = os.path.normpath(directory)
-                if directory in dirs or depth > _ALTERNATES_DEPTH:
+                if directory in dirs or depth > _ALTERNATES_DEPTH or directory == self._hub:
                     continue
                 if dirs and not os.path.isdir(directory):
                     continue  # as git and libgit2 skip an alternate that does not exist

@@ -26,7 +26,7 @@ from sandbox import faults
 from sandbox.errors import CorruptionError, SandboxError, UnknownCallError, UnknownRunError
 from sandbox.models import Event, EventKind, LedgerEntry, LedgerState, RunInfo, eventdata
 from sandbox.run.fold import FOLD
-from sandbox.store import integrity, layout, objects
+from sandbox.store import integrity, layout, objects, repository
 from sandbox.store.ledger import Ledger, StorageError, new_event_id
 from sandbox.store.project import Project
 
@@ -51,7 +51,8 @@ class RunCore:
 
     def __init__(self, project: Project, run_id: str) -> None:
         self.project = project
-        self.repo = project.repo
+        #: The run's objects (its own store: :meth:`Project.run_repository`).
+        self.repo = project.run_repository(run_id)
         self.run_id = run_id
         self.dir = project.run_dir(run_id)
         # Private: every write goes through :meth:`record` / :meth:`move_head`, every read through
@@ -196,7 +197,16 @@ class RunCore:
             layout.home_place(home) if home else self.project.new_place(self.run_id),
         )
         self.set_place(place)
+        self.make_store()
         return place
+
+    def make_store(self) -> None:
+        """Give the run being made its own object store (:mod:`sandbox.store.runstore`): what is recorded for it
+        from now on goes there."""
+        from sandbox.store import runstore
+
+        runstore.create(self.project.common_dir, self.run_id)
+        self.repo = self._ledger.repo = self.project.run_repository(self.run_id)
 
     def set_start_refs(self, commit: str) -> None:
         """Point the run's ``base`` and ``head`` refs at ``commit``, the snapshot it is made from (while it is made)."""
@@ -269,8 +279,8 @@ class RunCore:
         try:
             ref = self.repo.references.get(name)
             if ref is None or str(ref.target) != head:
-                # A mirror of the durable ledger: written without fsync (objects.mirror_repository).
-                set_head_ref(objects.mirror_repository(self.repo), self.run_id, head)
+                # A mirror of the durable ledger, written without fsync (repository.mirror_repository).
+                set_head_ref(repository.mirror_repository(self.repo), self.run_id, head)
         except (pygit2.GitError, OSError):
             # Only a mirror of the ledger's head (which is durable already): the next read repairs it.
             pass
@@ -523,6 +533,10 @@ class RunCore:
             faults.point("drop.after_worktree")
             delete_run_refs(self.repo, self.run_id)
             faults.point("drop.after_refs")
+            from sandbox.store import runstore
+
+            # Its objects into yours (what outlives the run keeps them), then its store unlisted.
+            runstore.retire(self.project.common_dir, self.run_id)
         from sandbox.store.fsutil import remove_tree
 
         remove_tree(self.dir)  # iterative: an agent home nested past Python's recursion limit is removed too

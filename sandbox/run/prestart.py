@@ -24,7 +24,7 @@ import os
 from sandbox import faults
 from sandbox.errors import SandboxError
 from sandbox.run.ids import new_run_id
-from sandbox.store import layout, snapadd, worktree
+from sandbox.store import layout, runstore, snapadd, worktree
 from sandbox.store.fsutil import atomic_write
 from sandbox.store.locks import remove_locked_dir, run_lock
 
@@ -91,6 +91,7 @@ class Prestart:
             self.stop()
             if self.place is not None:
                 worktree.remove_place(self.common_dir, self.place)
+            runstore.retire(self.common_dir, self.run_id)
             remove_locked_dir(layout.run_dir(self.common_dir, self.run_id))
         finally:
             self.release()
@@ -123,11 +124,14 @@ def begin(
         # Checking out the user's HEAD is most of a start at 100k files: it runs (in git) while the
         # snapshot is taken; then only the paths the snapshot changes are written on top.
         place = started.place = reserve(common_dir, run_id, layout.home_place(os.path.join(homes_dir, run_id)))
+        runstore.create(common_dir, run_id)  # before anything is written for the run: its objects go there
         if head is not None:
             config, object_format = worktree.settings_of(common_dir)
             worktree.init(place, common_dir, head, run_id, config, object_format)
             started.checkout = worktree.start_checkout(place, progress, worktree.checkout_workers(config))
-        started.adding = snapadd.begin(workdir, git_dir, layout.run_dir(common_dir, run_id))
+        started.adding = snapadd.begin(
+            workdir, git_dir, layout.run_dir(common_dir, run_id), runstore.git_env(common_dir, run_id)
+        )
         faults.point("start.after_spawn")
     except BaseException:
         started.abandon()  # what was made is this run's alone: removed now rather than left for gc

@@ -16,6 +16,8 @@ from sandbox.store.ledger import new_event_id
 if TYPE_CHECKING:
     import contextlib
 
+    import pygit2
+
     from sandbox.run.prestart import Prestart
     from sandbox.store import layout
     from sandbox.store.project import Project
@@ -26,6 +28,7 @@ class _Making(Protocol):
 
     dir: str
     include_report: Any
+    repo: pygit2.Repository
 
     def set_place(self, place: layout.Place) -> None: ...
     def set_start_refs(self, commit: str) -> None: ...
@@ -93,7 +96,7 @@ def _finish(
         try:
             say("Taking a snapshot of your working tree")
             message = trailers.message(f"sandbox snapshot of {workdir}", [(trailers.RUN, run_id)])
-            snap = snapshot.finish(project.repo, begun.adding, begun.head, begun.head_ref, message)
+            snap = snapshot.finish(run.repo, begun.adding, begun.head, begun.head_ref, message)
             run.set_start_refs(snap.commit)
             faults.point("start.after_refs")
             if begun.checkout is not None and begun.head is not None:

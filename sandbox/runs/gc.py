@@ -22,7 +22,7 @@ from typing import Protocol
 from sandbox import faults
 from sandbox.errors import LockedError
 from sandbox.run.core import delete_run_refs
-from sandbox.store import integrity, journal, layout, packs, worktree
+from sandbox.store import integrity, journal, layout, packs, runstore, worktree
 from sandbox.store.locks import file_lock, remove_locked_dir
 from sandbox.store.project import Project
 
@@ -120,17 +120,16 @@ def collect(
                         report.worktrees.append(place.worktree)
                 faults.point("gc.after_worktree")
                 report.runs.append(run_id)
+                runstore.retire(project.common_dir, run_id)  # its objects into yours, its store unlisted
                 # Last act under the lock: a start waiting on it re-takes it on a fresh file.
                 with contextlib.suppress(OSError):
                     remove_locked_dir(project.run_dir(run_id))
         except LockedError:
             report.skipped_busy.append(run_id)
             continue
-    objects_dir = os.path.join(project.common_dir, "objects")
     if progress is not None:
         progress("Removing leftover temp files")
-    report.temp_files = packs.remove_leftovers(objects_dir, older_than=time.time() - TEMP_FILE_AGE)
-    report.write_temp_files = len(journal.remove_write_leftovers(project))
+    _remove_leftovers(project, live, report)
     # Admin dirs of sandbox worktrees whose run is gone (git's own prune skips them: they are locked).
     for admin, wt in worktree.admin_dirs_pointing_into(project.common_dir, project.worktrees_dir).items():
         run_id = os.path.relpath(wt, project.worktrees_dir).split(os.sep)[0]
@@ -142,6 +141,19 @@ def collect(
     if claim_host is not None:
         _move_legacy_runs(project, sorted(live), report, claim_host)
     return report
+
+
+def _remove_leftovers(project: Project, live: set[str], report: GcReport) -> None:
+    """Temp files of killed pack writes (in your store and the live runs' own) and of killed file writes;
+    stores the hub lists without a run (a crash inside a drop's last steps: :func:`runstore.sweep`)."""
+    older_than = time.time() - TEMP_FILE_AGE
+    report.temp_files = packs.remove_leftovers(os.path.join(project.common_dir, "objects"), older_than)
+    for run_id in sorted(live):
+        store = layout.run_store(project.common_dir, run_id)
+        if os.path.isdir(store):
+            report.temp_files += packs.remove_leftovers(store, older_than)
+    runstore.sweep(project.common_dir)
+    report.write_temp_files = len(journal.remove_write_leftovers(project))
 
 
 def _finish_interrupted_homes(project: Project, live: list[str], report: GcReport) -> None:

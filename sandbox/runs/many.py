@@ -31,7 +31,7 @@ from sandbox.run.core import set_head_ref
 from sandbox.run.fold import TERMINAL_STATUSES, fold_event
 from sandbox.run.ids import new_run_id
 from sandbox.run.run import Run
-from sandbox.store import layout, objects, snapshot, trailers, worktree
+from sandbox.store import layout, objects, runstore, snapshot, trailers, worktree
 from sandbox.store.ledger import new_event_id
 from sandbox.store.project import Project
 
@@ -85,7 +85,12 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
         # The checkouts of the user's HEAD start now and overlap the snapshot (as in Run.start).
         pending = _Checkouts(places if start_at is not None else [])
         try:
-            snap = snapshot.take(project.repo, workdir, runs[0].dir, message)
+            first = runs[0].run_id
+            snap = snapshot.take(
+                runs[0].repo, workdir, runs[0].dir, message, runstore.git_env(project.common_dir, first)
+            )
+            for run in runs[1:]:  # one snapshot, in every run's own store
+                runstore.share(project.common_dir, first, run.run_id)
             with objects.git_writes():
                 for run in runs:
                     project.repo.references.create(layout.ref_name(run.run_id, "base"), snap.commit, force=True)
@@ -202,6 +207,8 @@ def fork(source: Run, at: str | None = None, label: str | None = None) -> Run:
     origin = f"{source.run_id}@{named}" if named else source.run_id
     with run.lock():
         place = run.reserve_place()
+        # The fork reads the source's objects (its snapshot, its calls' files up to ``target``): its store gets them.
+        runstore.share(project.common_dir, source.run_id, run.run_id)
         worktree.create(place, project.common_dir, target, run.run_id, *run.git_settings())
         with objects.git_writes():
             project.repo.references.create(layout.ref_name(run.run_id, "base"), info.base, force=True)

@@ -257,7 +257,9 @@ def _relation(repo: pygit2.Repository, local: str, remote: str) -> str:
 
 def _count_between(project: Project, run_id: str, tip: str, stop: str | None) -> int:
     try:
-        return len(Ledger(project.repo, run_id, project.run_dir(run_id), FOLD).events_since(stop, tip))
+        return len(
+            Ledger(project.run_repository(run_id), run_id, project.run_dir(run_id), FOLD).events_since(stop, tip)
+        )
     except (LookupError, SandboxError):
         return 0
 

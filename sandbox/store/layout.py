@@ -245,6 +245,65 @@ def packs_registry(common_dir: str) -> str:
     return os.path.join(common_dir, STATE_DIR, PACKS)
 
 
+def packs_registry_of(objects_dir: str) -> str:
+    """The pack registry of an objects directory: your store's (:func:`packs_registry`) or, for a run's
+    store (:func:`run_store`), one in the run's directory (a merge never combines two stores' packs)."""
+    parent = os.path.dirname(objects_dir)
+    if os.path.basename(objects_dir) == RUN_OBJECTS and os.path.basename(os.path.dirname(parent)) == RUNS:
+        return os.path.join(parent, PACKS)
+    return packs_registry(parent)
+
+
+#: In a run's directory: the objects the host records for the run (see :mod:`sandbox.store.runstore`).
+RUN_OBJECTS = "objects"
+#: In the sandbox's directory: an objects directory holding no object, whose ``info/alternates`` names
+#: each live run's store; your ``objects/info/alternates`` names it once (:data:`HUB_LINE`).
+HUB = "run-objects"
+#: Your ``objects/info/alternates`` line naming the hub (relative to your objects directory).
+HUB_LINE = "../" + STATE_DIR + "/" + HUB
+#: In the sandbox's directory: your objects without the hub (for the gits that write a run's objects).
+USER_VIEW = "user-objects"
+
+
+def user_alternates(common_dir: str) -> list[str]:
+    """Your own lines of ``objects/info/alternates`` (the hub's left out), each an absolute path."""
+    objects_dir = os.path.join(common_dir, "objects")
+    try:
+        with open(os.path.join(objects_dir, "info", "alternates"), encoding="utf-8", errors="surrogateescape") as fh:
+            lines = [line.strip() for line in fh]
+    except FileNotFoundError:
+        return []
+    return [
+        os.path.normpath(os.path.join(objects_dir, line))
+        for line in lines
+        if line and not line.startswith("#") and line != HUB_LINE
+    ]
+
+
+def listed_stores(common_dir: str) -> set[str]:
+    """The runs' stores the hub lists now (what a repository opened after this sees through your alternates)."""
+    try:
+        with open(os.path.join(stores_hub(common_dir), "info", "alternates"), encoding="utf-8") as fh:
+            return {os.path.normpath(line.strip()) for line in fh if line.strip()}
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return set()
+
+
+def run_store(common_dir: str, run_id: str) -> str:
+    """The run's own object store: what the host records for it (its snapshot, calls, ledger)."""
+    return os.path.join(common_dir, STATE_DIR, RUNS, run_id, RUN_OBJECTS)
+
+
+def stores_hub(common_dir: str) -> str:
+    """The objects directory whose alternates list every live run's store (see :data:`HUB`)."""
+    return os.path.join(common_dir, STATE_DIR, HUB)
+
+
+def user_objects_view(common_dir: str) -> str:
+    """Your objects seen without any run's store (see :data:`USER_VIEW`)."""
+    return os.path.join(common_dir, STATE_DIR, USER_VIEW)
+
+
 def git_worktrees_dir(common_dir: str) -> str:
     """git's admin directories of linked worktrees (a legacy run's git dir is one of them)."""
     return os.path.join(common_dir, GIT_WORKTREES)

@@ -46,6 +46,15 @@ _OBJECTS_DIRS: dict[str, str] = {}
 
 
 def _objects_dir(repo: pygit2.Repository) -> str:
+    """Where objects written through ``repo`` go: a run's store (:func:`open_repository`), else its objects."""
+    store: str | None = getattr(repo, "sandbox_store", None)
+    if store is not None:
+        return store
+    return common_objects_dir(repo)
+
+
+def common_objects_dir(repo: pygit2.Repository) -> str:
+    """Your objects directory (``<common>/objects``), whatever store ``repo`` writes to."""
     gitdir = repo.path
     found = _OBJECTS_DIRS.get(gitdir)
     if found is not None:
@@ -61,7 +70,7 @@ def _objects_dir(repo: pygit2.Repository) -> str:
 
 def common_dir(repo: pygit2.Repository) -> str:
     """The repository's common git directory (where its objects and shared refs live)."""
-    return os.path.dirname(_objects_dir(repo))
+    return os.path.dirname(common_objects_dir(repo))
 
 
 # -- objects written as one pack ------------------------------------------------------------------
@@ -184,15 +193,23 @@ def read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
     return kind, body
 
 
+def _loose_dirs(repo: pygit2.Repository) -> tuple[str, ...]:
+    common = common_objects_dir(repo)
+    store = _objects_dir(repo)
+    return (common,) if store == common else (store, common)
+
+
 def _read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
-    loose = os.path.join(_objects_dir(repo), oid[:2], oid[2:])
-    try:
-        with open(loose, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raw = None
-    except OSError as exc:
-        raise DamagedObjectError(f"object {oid} cannot be read ({exc.strerror})") from exc
+    raw = None
+    for directory in _loose_dirs(repo):
+        try:
+            with open(os.path.join(directory, oid[:2], oid[2:]), "rb") as fh:
+                raw = fh.read()
+            break
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise DamagedObjectError(f"object {oid} cannot be read ({exc.strerror})") from exc
     if raw is None:
         try:
             kind, data = repo.odb.read(oid)
@@ -283,9 +300,24 @@ def write_commit(repo: pygit2.Repository, tree: str, parents: list[str], message
 
 
 #: Held around every libgit2 write the sandbox makes and while a repository it writes to is opened,
-#: so that :func:`mirror_repository` (which turns libgit2's process-wide fsync option off for a
-#: moment) never overlaps them.
+#: so that :func:`sandbox.store.repository.mirror_repository` (which turns libgit2's process-wide
+#: fsync option off for a moment) never overlaps them.
 _WRITE_GUARD = threading.RLock()
+
+
+def fsync_enabled() -> bool:
+    """True once :func:`enable_fsync` ran in this process."""
+    return _fsync_enabled
+
+
+def write_guard() -> threading.RLock:
+    """The lock every libgit2 write and durable open holds (see :data:`_WRITE_GUARD`)."""
+    return _WRITE_GUARD
+
+
+def objects_dir_of(repo: pygit2.Repository) -> str:
+    """Where objects written through ``repo`` go (a run's store, or your objects)."""
+    return _objects_dir(repo)
 
 
 def enable_fsync() -> None:
@@ -302,47 +334,6 @@ def git_writes() -> Iterator[None]:
     with _WRITE_GUARD:
         enable_fsync()
         yield
-
-
-def open_repository(path: str) -> pygit2.Repository:
-    """Open a repository the sandbox writes to, with fsync on for its objects and refs.
-
-    libgit2 reads its fsync option once per repository, when the reference database is first
-    used (objects check it on every write): a repository opened, or a ref read, before the option
-    was on would write refs without fsync for good. So the option goes on first, and the reference
-    database is created here, under the guard :func:`mirror_repository` holds while the option is off.
-    """
-    with _WRITE_GUARD:
-        enable_fsync()
-        repo = pygit2.Repository(path)
-        with contextlib.suppress(pygit2.GitError, ValueError):
-            repo.references.get("HEAD")
-    return repo
-
-
-_MIRRORS: dict[str, pygit2.Repository] = {}
-
-
-def mirror_repository(repo: pygit2.Repository) -> pygit2.Repository:
-    """The same repository opened with libgit2's fsync off: only for mirror refs, repaired on read.
-
-    The run's ``head`` ref mirrors the ledger's head, which is durable already; syncing it cost two
-    more fsyncs per call. The option is off only while this repository's reference database is
-    created, under the guard every durable open and write holds.
-    """
-    found = _MIRRORS.get(repo.path)
-    if found is not None:
-        return found
-    with _WRITE_GUARD:
-        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, False)
-        try:
-            mirror = pygit2.Repository(repo.path)
-            with contextlib.suppress(pygit2.GitError, ValueError):
-                mirror.references.get("HEAD")
-        finally:
-            pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, _fsync_enabled)
-    _MIRRORS[repo.path] = mirror
-    return mirror
 
 
 def signature(when: int | None = None) -> pygit2.Signature:

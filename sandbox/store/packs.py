@@ -169,7 +169,7 @@ def index_ids(idx_path: str) -> list[str]:
 
 
 def _registry(objects_dir: str) -> str:
-    return layout.packs_registry(os.path.dirname(objects_dir))
+    return layout.packs_registry_of(objects_dir)
 
 
 def _register(objects_dir: str, name: str, level: int) -> None:
@@ -215,7 +215,7 @@ def maybe_merge(objects_dir: str, read: Callable[[str], tuple[int, bytes]]) -> l
     if not any(count >= FAN_IN for count in levels.values()):
         return []  # the common case: one directory listing
     made: list[str] = []
-    lock = layout.packs_registry(os.path.dirname(objects_dir)) + ".lock"
+    lock = layout.packs_registry_of(objects_dir) + ".lock"
     try:
         with file_lock(lock, "Merging sandbox packs", timeout=0):
             _prune_registry(objects_dir)

@@ -13,7 +13,7 @@ import os
 import pygit2
 
 from sandbox.errors import NotARepositoryError, SandboxError
-from sandbox.store import layout, objects
+from sandbox.store import layout, repository
 
 
 def _read_text(path: str) -> str | None:
@@ -38,8 +38,11 @@ class Project:
 
     def __init__(self, common_dir: str, data_root: str | None = None) -> None:
         self.common_dir = os.path.realpath(common_dir)
+        # Read before the repository opens: every store listed now is one libgit2 sees through your alternates.
+        self._stores_seen = layout.listed_stores(self.common_dir)
+        self._run_repos: dict[str, pygit2.Repository] = {}
         try:
-            self.repo = objects.open_repository(self.common_dir)
+            self.repo = repository.open_repository(self.common_dir)
         except pygit2.GitError as exc:
             raise NotARepositoryError(f"{common_dir} is not a git repository ({exc}).") from exc
         self.data_root = data_root
@@ -138,6 +141,29 @@ class Project:
     def run_dir(self, run_id: str) -> str:
         """The run's scratch directory (lock, caches)."""
         return layout.run_dir(self.common_dir, run_id)
+
+    def run_repository(self, run_id: str) -> pygit2.Repository:
+        """The repository a run's objects are read and written through: its own store's
+        (:mod:`sandbox.store.runstore`), or :attr:`repo` for a run without one (made before stores, fetched).
+
+        :attr:`repo` sees the store too from then on (a run started after it was opened, whose store
+        libgit2 did not find through your alternates then)."""
+        found = self._run_repos.get(run_id)
+        if found is not None:
+            return found
+        store = layout.run_store(self.common_dir, run_id)
+        if not layout.valid_run_id(run_id) or not os.path.isdir(store):
+            return self.repo
+        try:
+            repo = repository.open_repository(self.common_dir, store)
+        except pygit2.GitError as exc:
+            raise SandboxError(f"The object store of run {run_id} cannot be opened ({exc}).") from exc
+        real = os.path.realpath(store)
+        if real not in self._stores_seen:
+            self.repo.odb.add_disk_alternate(real)
+            self._stores_seen.add(real)
+        self._run_repos[run_id] = repo
+        return repo
 
     def place(self, run_id: str) -> layout.Place:
         """Where the run's worktree and git dir are on this machine (see :func:`sandbox.store.layout.place_of`)."""

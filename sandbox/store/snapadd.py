@@ -29,15 +29,18 @@ _ADD = ["add", "-A", "--ignore-errors", "--", "."]
 class Adding:
     """A ``git add -A`` running into a copy of the user's index; :meth:`tree` finishes it."""
 
-    def __init__(self, workdir: str, temp_index: str, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, workdir: str, temp_index: str, proc: subprocess.Popen[bytes], objects_env: dict[str, str]
+    ) -> None:
         self.workdir = workdir
         self.temp_index = temp_index
         self.proc = proc
+        self.objects_env = objects_env
 
     def tree(self) -> tuple[str, list[str]]:
         """Wait for the add, write its tree: (the tree's id, the nested repositories and gitlinks in it).
         The copied index is removed either way."""
-        env = {"GIT_INDEX_FILE": self.temp_index}
+        env = {"GIT_INDEX_FILE": self.temp_index, **self.objects_env}
         try:
             said = wait(_ADD, self.proc)
             faults.point("start.snapshot.after_add")
@@ -63,9 +66,11 @@ class Adding:
             os.unlink(self.temp_index)
 
 
-def begin(workdir: str, git_dir: str, scratch_dir: str) -> Adding:
+def begin(workdir: str, git_dir: str, scratch_dir: str, objects_env: dict[str, str] | None = None) -> Adding:
     """Copy the index of the user's git dir ``git_dir`` into ``scratch_dir`` and start ``git add -A`` of the
-    working tree ``workdir`` into the copy (in the background)."""
+    working tree ``workdir`` into the copy (in the background). ``objects_env``: where its objects go
+    (a run's store, :func:`sandbox.store.runstore.git_env`)."""
+    objects_env = dict(objects_env or {})
     os.makedirs(scratch_dir, exist_ok=True)
     temp_index = os.path.join(scratch_dir, TEMP_INDEX)
     real_index = os.path.join(git_dir, "index")
@@ -73,12 +78,12 @@ def begin(workdir: str, git_dir: str, scratch_dir: str) -> Adding:
         if os.path.exists(real_index):
             shutil.copyfile(real_index, temp_index)
         # Its stderr is read by a thread while it runs (``progress``), so a chatty add never fills the pipe.
-        proc = spawn(_ADD, cwd=workdir, env={"GIT_INDEX_FILE": temp_index}, progress=_ignore)
+        proc = spawn(_ADD, cwd=workdir, env={"GIT_INDEX_FILE": temp_index, **objects_env}, progress=_ignore)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp_index)
         raise
-    return Adding(workdir, temp_index, proc)
+    return Adding(workdir, temp_index, proc, objects_env)
 
 
 def _ignore(_line: str) -> None:

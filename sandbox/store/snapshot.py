@@ -54,11 +54,18 @@ def head_of(git_dir: str) -> tuple[str | None, str | None]:
     return str(user.head.target), None if user.head_is_detached else user.head.name
 
 
-def take(project_repo: pygit2.Repository, workdir: str, scratch_dir: str, message: str) -> Snapshot:
-    """Snapshot the working tree ``workdir`` into a commit (no ref is created)."""
+def take(
+    project_repo: pygit2.Repository,
+    workdir: str,
+    scratch_dir: str,
+    message: str,
+    objects_env: dict[str, str] | None = None,
+) -> Snapshot:
+    """Snapshot the working tree ``workdir`` into a commit (no ref is created); ``objects_env``: where the
+    add writes its objects (:func:`sandbox.store.runstore.git_env`)."""
     gitdir = user_git_dir(workdir)
     head, head_ref = head_of(gitdir)
-    return finish(project_repo, snapadd.begin(workdir, gitdir, scratch_dir), head, head_ref, message)
+    return finish(project_repo, snapadd.begin(workdir, gitdir, scratch_dir, objects_env), head, head_ref, message)
 
 
 def finish(

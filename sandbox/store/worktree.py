@@ -193,10 +193,11 @@ def init(
     faults.point("worktree.create.after_init")
     gd = place.git_dir
     os.makedirs(os.path.join(gd, "objects", "info"), exist_ok=True)
-    atomic_write(
-        os.path.join(gd, "objects", "info", "alternates"),
-        (os.path.join(os.path.realpath(common_dir), "objects") + "\n").encode(),
-    )
+    # The run's own store first (what the host records for it), then your objects (sandbox.store.runstore).
+    store = os.path.realpath(layout.run_store(common_dir, run_id))
+    lines = [store] if os.path.isdir(store) else []
+    lines.append(os.path.join(os.path.realpath(common_dir), "objects"))
+    atomic_write(os.path.join(gd, "objects", "info", "alternates"), "".join(f"{p}\n" for p in lines).encode())
     for rel in COPIED_FILES:
         src = os.path.join(common_dir, rel)
         if os.path.isfile(src):

@@ -70,6 +70,8 @@ STATE = {
     "sandbox.store.worktree": 5,  # and /proc/loadavg (checkout_workers): the kernel's, no agent writes it
     "sandbox.store.beneath": 1,
     "sandbox.store.durable": 4,  # the common objects/ and the ledger's refs: the sandbox's, read-only inside
+    # The hub's list of the runs' stores and a store's files (linked into a fork's): the sandbox's, hidden inside.
+    "sandbox.store.runstore": 2,
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.
@@ -95,7 +97,8 @@ USERS = {
 # a plain file; a regular file's read cannot block. Known gap: by name (docs/design.md).
 GUARDED = {
     "sandbox.store.sparse": 1,
-    "sandbox.store.layout": 1,
+    # and your objects/info/alternates and the hub's (user_alternates, listed_stores): read-only inside a run
+    "sandbox.store.layout": 3,
     "sandbox.fast.foldcache": 4,
     "sandbox.store.gitfiles": 1,
     "sandbox.store.journal": 1,

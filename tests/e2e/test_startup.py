@@ -121,6 +121,7 @@ APPLY_MODULES = {
     "sandbox.store.locks",
     "sandbox.store.objects",
     "sandbox.store.lru",  # objects' cache of parsed commits and trees (split out of it)
+    "sandbox.store.repository",  # the repositories written through, a run's own store's (split out of objects)
     "sandbox.store.packs",
     "sandbox.store.paths",
     "sandbox.fast",  # the package of the next line (git's pathspecs, standard library only)

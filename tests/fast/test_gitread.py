@@ -34,6 +34,8 @@ def assert_all_objects_equal(root: Path, git_dir: Path | None = None) -> int:
     """Every object read by gitread equals pygit2's (type and bytes); how many were compared."""
     gdir = str(git_dir or root / ".git")
     reader = Repo(gdir)
+    for store in sorted(Path(reader.common_dir, "sandbox", "runs").glob("*/objects")):
+        reader.use_store(str(store))  # runs' own stores: gitread reads those it is told of, not the hub
     oracle = pygit2.Repository(gdir)
     oids = all_oids(root)
     assert oids
@@ -177,6 +179,7 @@ def test_objects_written_by_the_sandbox(repo: Path) -> None:
         call.write("src/new.py", "NEW = 1\n")
     common = project.common_dir
     reader = Repo(common)
+    reader.use_store(layout.run_store(common, run.run_id))  # the run's objects are in its own store
     oracle = pygit2.Repository(common)
     tip = reader.ref(layout.ref_name(run.run_id, "ledger"))
     assert tip is not None and tip == str(oracle.references[layout.ref_name(run.run_id, "ledger")].target)
@@ -207,7 +210,7 @@ def test_objects_written_by_the_sandbox(repo: Path) -> None:
     head = run.head()
     assert reader.commit(head).tree == objects.read_commit(oracle, head).tree
     # Every object, including those in the packs the sandbox writes itself (sandbox.store.packs).
-    assert list((repo / ".git" / "objects" / "pack").glob("*.idx"))
+    assert list((Path(run.repo.sandbox_store) / "pack").glob("*.idx"))
     assert assert_all_objects_equal(repo) > 10
     assert assert_all_objects_equal(Path(run.worktree), Path(run.git_dir)) > 10  # through its alternates
 

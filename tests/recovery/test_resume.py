@@ -21,7 +21,7 @@ from sandbox.models import CallStatus, EventKind
 from sandbox.recovery.resume import resume
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import git, replace_stored_object, sandbox_cmd
+from tests.conftest import git, loose_path, replace_stored_object, sandbox_cmd
 
 KILLED_WRITER = textwrap.dedent(
     """
@@ -272,7 +272,7 @@ def test_garbled_checkpoint_falls_back_and_is_reported(repo: Path) -> None:
     run.checkpoint("one", messages=["first history"], run_state={"n": 1})
     two = run.checkpoint("two", messages=["second history"], run_state={"n": 2})
     assert two.messages_ref is not None
-    path = repo / ".git" / "objects" / two.messages_ref[:2] / two.messages_ref[2:]
+    path = loose_path(repo, two.messages_ref)
     path.chmod(stat.S_IRUSR | stat.S_IWUSR)
     path.write_bytes(path.read_bytes()[:5])
     report = resume(reopen(run))

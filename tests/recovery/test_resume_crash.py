@@ -26,7 +26,7 @@ from sandbox.run.checkpoint import CheckpointStore
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.project import Project
-from tests.conftest import make_repo, sandbox_cmd
+from tests.conftest import loose_path, make_repo, sandbox_cmd
 
 RUNTIME = str(Path(__file__).parents[1] / "scripted_runtime.py")
 ROOT = str(Path(__file__).parents[2])
@@ -187,7 +187,7 @@ def test_missing_worktree_and_garbled_checkpoint_after_a_crash(tmp_path: Path) -
     run = open_run(repo, state)
     newest = CheckpointStore(run).list().checkpoints[-1]
     assert newest.blob is not None
-    path = repo / ".git" / "objects" / newest.blob[:2] / newest.blob[2:]
+    path = loose_path(repo, newest.blob)
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:7])
     shutil.rmtree(run.worktree)

@@ -20,7 +20,7 @@ from conftest import git, make_repo, tree_digest, user_state, write
 
 import sandbox
 from sandbox import faults
-from sandbox.store import layout
+from sandbox.store import layout, runstore
 from tests import cliserver
 
 SANDBOX_EXE = str(Path(sys.executable).parent / "sandbox")
@@ -172,6 +172,8 @@ def sandbox_things(root: Path) -> dict[str, set[str]]:
         "worktrees": {n for d in homes_dirs for n in _listdir(Path(d))},
         "runs": set(_listdir(common / "sandbox" / "runs")),
         "admin": admin,
+        # The runs whose store the hub lists (sandbox.store.runstore): your git reads them.
+        "stores": {os.path.basename(os.path.dirname(p)) for p in runstore.listed(real_common)},
     }
 
 
@@ -187,6 +189,7 @@ def things_of(things: dict[str, set[str]], run_id: str) -> list[str]:
     out = [r for r in things["refs"] if r.startswith(f"refs/sandbox/{run_id}/")]
     out += [f"worktree {w}" for w in things["worktrees"] if w == run_id]
     out += [f"run dir {r}" for r in things["runs"] if r == run_id]
+    out += [f"store of {r} listed" for r in things.get("stores", ()) if r == run_id]
     return out
 
 
@@ -300,6 +303,9 @@ def make_legacy(root: Path, run_id: str) -> Path:
     run = open_run(root, run_id)
     head = run.head()
     assert run.place.home is not None
+    from sandbox.store import runstore
+
+    runstore.retire(run.project.common_dir, run_id)  # made before runs had stores: its objects are in yours
     shutil.rmtree(run.place.home)
     os.unlink(os.path.join(run.dir, layout.PLACE_FILE))
     legacy = Path(layout.legacy_place(run.project.common_dir, run_id).worktree)

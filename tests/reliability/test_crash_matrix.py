@@ -90,6 +90,9 @@ CORE_PLAN: dict[str, list[str]] = {
     "drop.after_ledger_ref": ["drop"],
     "drop.after_worktree": ["drop"],
     "drop.after_refs": ["drop"],
+    # A dropped run's objects moved into your store, then its store unlisted (sandbox.store.runstore).
+    "runstore.retire.after_move": ["drop", "gc"],
+    "runstore.retire.after_unlist": ["drop", "gc"],
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],
@@ -300,7 +303,7 @@ def scenario_call(root: Path, fault: str, op: str) -> str:
         # One pack short of a merge: the crashing write's pack starts it.
         from sandbox.store import packs
 
-        objects_dir = str(root / ".git" / "objects")
+        objects_dir = str(root / ".git" / "sandbox" / "runs" / run_id / "objects")  # the run's own store
         while list(packs.registered(objects_dir).values()).count(0) < packs.FAN_IN - 1:
             with run.tool_call("write_file", {}) as call:
                 call.write("filler.txt", f"{len(packs.registered(objects_dir))}\n")

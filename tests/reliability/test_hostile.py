@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from conftest import git, make_repo, tree_digest, user_state, write
+from conftest import git, loose_path, make_repo, object_dirs, tree_digest, user_state, write
 
 from .helpers import (
     assert_fsck_clean,
@@ -286,14 +286,14 @@ def test_start_inside_a_run_worktree(env: Env) -> None:
 
 
 def loose_object(root: Path, oid: str) -> Path:
-    return root / ".git" / "objects" / oid[:2] / oid[2:]
+    return loose_path(root, oid)
 
 
 def pack_holding(root: Path, oid: str) -> Path:
     """The pack file (``.pack``) whose index lists ``oid``."""
     from sandbox.store import packs
 
-    for idx in (root / ".git" / "objects" / "pack").glob("*.idx"):
+    for idx in (idx for directory in object_dirs(root) for idx in (directory / "pack").glob("*.idx")):
         if oid in packs.index_ids(str(idx)):
             return idx.with_suffix(".pack")
     raise AssertionError(f"{oid} is in no pack")

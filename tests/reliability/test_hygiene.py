@@ -110,8 +110,8 @@ def test_long_session_hygiene(user_repo: Path) -> None:
     # The user's own gc must keep every object a run refers to.
     wanted = {r: referenced_objects(user_repo, r) for r in runs}
     git(user_repo, "gc", "-q", "--prune=now")
-    repo = open_run(user_repo, runs[0]).repo
     for run_id, oids in wanted.items():
+        repo = open_run(user_repo, run_id).repo  # the run's objects: its own store, then yours
         missing = [oid for oid in oids if not repo.odb.exists(oid)]
         assert not missing, f"run {run_id}: objects lost to git gc: {missing[:5]}"
         for oid in oids:
@@ -136,7 +136,7 @@ def test_long_session_hygiene(user_repo: Path) -> None:
     assert freed > 0 and _du(state_dir) + sum(_du(h) for h in homes) < used - freed // 2
     assert not any(h.exists() for h in homes)
     things = sandbox_things(user_repo)
-    assert things == {"refs": set(), "worktrees": set(), "runs": set(), "admin": set()}, things
+    assert things == {"refs": set(), "worktrees": set(), "runs": set(), "admin": set(), "stores": set()}, things
     assert not (user_repo / ".git" / "worktrees").exists() or not os.listdir(user_repo / ".git" / "worktrees")
     assert git(user_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert git(user_repo, "for-each-ref", "refs/sandbox") == ""

@@ -182,15 +182,9 @@ def test_a_run_made_before_homes_still_reads_its_git_through_yours(setting: dict
     assert "initial" in out.splitlines(), out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objects are not private yet: every run's objects are in your store (docs/confinement.md, "
-    "'What is not private yet')",
-)
 def test_an_agent_lists_none_of_another_runs_objects(setting: dict[str, str]) -> None:
     """``git cat-file --batch-all-objects`` inside run a: your committed history and a's own objects
-    only. Today it lists run b's recorded file (and its ledger): this flips when runs get their own
-    object directories."""
+    only: run b's recorded file (and its ledger) are in run b's own store (sandbox.store.runstore)."""
     secret = hashlib.sha1(b"blob 9\0b-secret\n").hexdigest()  # run b's recorded b.txt
     assert git(setting["repo"], "cat-file", "-t", secret).strip() == "blob"  # recorded into your store
     listing = ["git", "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]

@@ -22,7 +22,7 @@ from sandbox.run.checkpoint import (
 )
 from sandbox.run.run import Run
 from sandbox.store.project import Project
-from tests.conftest import git, sandbox_cmd
+from tests.conftest import git, loose_path, sandbox_cmd
 
 
 def start(repo: Path) -> Run:
@@ -37,7 +37,7 @@ def reopen(run: Run) -> Run:
 
 
 def loose_object(repo: Path, oid: str) -> Path:
-    path = repo / ".git" / "objects" / oid[:2] / oid[2:]
+    path = loose_path(repo, oid)
     assert path.exists(), f"{oid} is not a loose object"
     path.chmod(stat.S_IRUSR | stat.S_IWUSR)
     return path

@@ -57,8 +57,9 @@ def test_run_has_its_own_git_dir_outside_the_users_repository(repo: Path, tmp_pa
     assert git(run.worktree, "rev-parse", "--git-common-dir").strip() in (run.git_dir, "../git", ".")
     assert git(run.worktree, "symbolic-ref", "HEAD").strip() == f"refs/heads/sandbox/{run.run_id}"
     assert git(run.worktree, "rev-parse", "HEAD").strip() == run.base
-    alternates = (Path(run.git_dir) / "objects" / "info" / "alternates").read_text().strip()
-    assert alternates == os.path.join(project.common_dir, "objects")
+    # Its own store first (what the host records for it: sandbox.store.runstore), then your objects.
+    alternates = (Path(run.git_dir) / "objects" / "info" / "alternates").read_text().splitlines()
+    assert alternates == [os.path.realpath(run.repo.sandbox_store), os.path.join(project.common_dir, "objects")]
     assert git(run.worktree, "status", "--porcelain") == ""
     # Nothing of it in the user's repository but the hidden refs and the run's directory.
     assert "sandbox" not in git(repo, "branch", "-a")

@@ -88,7 +88,7 @@ def test_each_ledger_move_waits_for_its_objects_and_is_synced_before_the_command
     lock = ref_dir + "/ledger.lock"
     moves = [i for i, (call, path) in enumerate(done) if call == "rename" and path == lock]
     assert len(moves) == 2, "one ledger move for the started event, one for the finish"
-    objects = str(repo / ".git" / "objects")
+    objects = os.path.realpath(run.repo.sandbox_store)  # the run's own store (sandbox.store.runstore)
     start = 0
     for move in moves:
         before = done[start:move]

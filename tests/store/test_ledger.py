@@ -18,7 +18,7 @@ from sandbox.run.fold import FOLD
 from sandbox.run.run import Run
 from sandbox.store.ledger import Ledger
 from sandbox.store.project import Project
-from tests.conftest import replace_stored_object, sandbox_cmd, stored_object_data
+from tests.conftest import loose_path, replace_stored_object, sandbox_cmd, stored_object_data
 
 
 def start_run(repo: Path) -> Run:
@@ -102,7 +102,7 @@ def test_concurrent_recorders_lose_and_duplicate_nothing(repo: Path) -> None:
 
 
 def _loose_object_path(repo: Path, oid: str) -> Path:
-    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+    return loose_path(repo, oid)
 
 
 @pytest.mark.parametrize("where", ["packed", "loose"])

@@ -25,9 +25,13 @@ def _start(root: Path) -> Run:
     return Run.start(project, workdir)
 
 
-def _loose_count(root: Path) -> int:
-    objdir = root / ".git" / "objects"
+def _loose_count(objdir: Path) -> int:
     return sum(len(os.listdir(objdir / d)) for d in os.listdir(objdir) if len(d) == 2)
+
+
+def _store(run: Run) -> Path:
+    """Where the run's objects are written: its own store (sandbox.store.runstore)."""
+    return Path(run.repo.sandbox_store)
 
 
 def _pack_dir(root: Path) -> Path:
@@ -86,14 +90,14 @@ def test_a_one_file_call_writes_one_pack_and_no_loose_object(tmp_path: Path) -> 
     run = _start(root)
     with run.tool_call("Write", {"path": "a/b/c/d.txt"}) as call:
         call.write("a/b/c/d.txt", "two\n")
-    loose = _loose_count(root)
-    before = set(os.listdir(_pack_dir(root)))
+    loose = _loose_count(_store(run))
+    before = set(os.listdir(_store(run) / "pack"))
     with run.tool_call("Write", {"path": "a/b/c/d.txt"}) as call:
         call.write("a/b/c/d.txt", "three\n")
-    new = set(os.listdir(_pack_dir(root))) - before
+    new = set(os.listdir(_store(run) / "pack")) - before
     assert len([n for n in new if n.endswith(".idx")]) == 1
     # Only the started event is loose (one object: cheaper loose than packed).
-    assert _loose_count(root) == loose + 1
+    assert _loose_count(_store(run)) == loose + 1
     assert call.entry is not None and call.entry.commit is not None
     # A fresh process (plain git) reads the call's commit, its tree and the ledger.
     assert git(root, "show", f"{call.entry.commit}:a/b/c/d.txt") == "three\n"
@@ -102,8 +106,8 @@ def test_a_one_file_call_writes_one_pack_and_no_loose_object(tmp_path: Path) -> 
 
 def test_packs_are_merged_by_level_and_every_object_stays_readable(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "repo", {"f.txt": "0\n"})
-    objdir = str(root / ".git" / "objects")
     run = _start(root)
+    objdir = str(_store(run))
     commits = []
     for i in range(packs.FAN_IN * 2 + 3):
         with run.tool_call("Write", {"i": i}) as call:
@@ -139,8 +143,8 @@ print("ok", flush=True)
 
 def test_a_process_that_opened_the_repository_before_a_merge_still_reads_everything(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "repo", {"f.txt": "0\n"})
-    objdir = str(root / ".git" / "objects")
     run = _start(root)
+    objdir = str(_store(run))
     commits = []
     while len(packs.registered(objdir)) < packs.FAN_IN - 1:
         with run.tool_call("Write", {}) as call:

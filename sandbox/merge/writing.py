@@ -23,7 +23,7 @@ from sandbox.merge import validate
 from sandbox.merge.planned import PlannedPath
 from sandbox.models import ApplyJournal, ApplyReport, JournalEntry
 from sandbox.run.run import Run
-from sandbox.store import convert, journal, objects
+from sandbox.store import convert, journal, objects, repository
 from sandbox.store.project import Project
 
 OPS = ("apply", "undo", "redo")
@@ -67,6 +67,11 @@ def execute(
     """
     project, op = run.project, j.op
     validate.check(run.repo, j.entries)  # the whole plan, before the journal: nothing half-applies
+    if j.target == "user":
+        # What goes into your tree is yours: its blobs in your store, not only in the run's (repository.give_to_user).
+        repository.give_to_user(
+            run.repo, [e.after_oid for e in j.entries if e.after_oid and e.after_mode != objects.MODE_GITLINK]
+        )
     if j.token is None:
         j.token = journal.new_token()
     temps = journal.temps_of(project, j)
@@ -165,8 +170,12 @@ def _roll_back_failed(
 
 def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
     """Store the user's version of each path about to be written, so ``sandbox undo`` can put it back
-    (an edit of theirs under a 3-way merge, a state the sandbox never wrote, is not in any object store)."""
+    (an edit of theirs under a 3-way merge, a state the sandbox never wrote, is not in any object store).
+    Stored in your own store: it is your content (and what an undo puts back in your tree). The blobs the
+    apply writes, as ``git add`` would store them, go there too (:func:`repository.give_to_user`)."""
     repo = run.repo
+    mine = repository.users_own(repo)
+    repository.give_to_user(repo, [p.write.oid for p in writes if p.write and p.write.mode != objects.MODE_GITLINK])
     conv = convert.for_tree(root)
     with objects.git_writes():
         for p in writes:
@@ -179,7 +188,7 @@ def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
             else:
                 with open(full, "rb") as fh:
                     data = conv.clean_bytes(p.path, fh.read())
-            objects.write_blob(repo, data)  # the apply's plan still checks the file against state.oid
+            objects.write_blob(mine, data)  # the apply's plan still checks the file against state.oid
 
 
 def continue_pending(project: Project, workdir: str, lock_timeout: float = 30.0) -> ApplyReport | None:

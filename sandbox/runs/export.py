@@ -29,7 +29,7 @@ from sandbox import escape
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
-from sandbox.store import objects, trailers
+from sandbox.store import objects, repository, trailers
 
 AGENT_NAME = "sandbox agent"
 AGENT_EMAIL = "sandbox@localhost"
@@ -123,6 +123,8 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 f"Run {run.run_id} started in a repository without commits and no call changed files; "
                 "there is nothing to put on a branch."
             )
+        # Your branch's commits, trees and blobs in your own store, not only in the run's (give_to_user).
+        repository.give_to_user(repo, result.commits)
         if existing is not None:
             repo.references.create(ref, parent, force=True)
         else:

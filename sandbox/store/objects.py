@@ -171,6 +171,11 @@ def _write(repo: pygit2.Repository, kind: int, data: bytes) -> str:
         return str(repo.odb.write(kind, data))
 
 
+def write_raw(repo: pygit2.Repository, kind: int, data: bytes) -> str:
+    """Store an object of type number ``kind`` as it is (a copy from another store); its id."""
+    return _write(repo, kind, data)
+
+
 def read_object(repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
     """An object's type number and content, verified.
 

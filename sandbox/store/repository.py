@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 
 import pygit2
 
@@ -78,3 +79,61 @@ def mirror_repository(repo: pygit2.Repository) -> pygit2.Repository:
             pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, objects.fsync_enabled())
     _MIRRORS[key] = mirror
     return mirror
+
+
+_OWN: dict[str, pygit2.Repository] = {}
+
+
+def users_own(repo: pygit2.Repository) -> pygit2.Repository:
+    """Your repository with your own objects only (no run's store): what is written through it goes into
+    your ``objects/``, and what it finds is what every run's git reads too."""
+    common = objects.common_objects_dir(repo)
+    found = _OWN.get(common)
+    if found is not None:
+        return found
+    with objects.write_guard():
+        objects.enable_fsync()
+        own = pygit2.Repository(os.path.dirname(common))
+        odb = pygit2.Odb()
+        odb.add_backend(pygit2.OdbBackendPack(common), 2)
+        odb.add_backend(pygit2.OdbBackendLoose(common, -1, True), 1)
+        for alternate in layout.user_alternates(os.path.dirname(common)):
+            if os.path.isdir(alternate):
+                odb.add_disk_alternate(alternate)
+        own.set_odb(odb)
+    _OWN[common] = own
+    return own
+
+
+def give_to_user(repo: pygit2.Repository, oids: Iterable[str]) -> int:
+    """Copy into your own store each object of ``oids`` that it lacks (read through a run's ``repo``), with
+    the trees and blobs a commit or tree reaches that it lacks too (a commit's parents are not followed);
+    how many were copied, made durable as one pack.
+
+    What leaves a run for your tree or your branches (an apply's files, an exported branch) must not live
+    in the run's store alone: git writes no object it finds anywhere, so your next ``git add`` or commit of
+    the same content would name an object that only that run's store holds, which every other run's git
+    (seeing your objects and its own store) could not read.
+    """
+    own = users_own(repo)
+    todo = [oid for oid in oids if oid]
+    seen: set[str] = set()
+    copied = 0
+    with objects.git_writes(), objects.batch(own):
+        while todo:
+            oid = todo.pop()
+            if oid in seen or oid in own.odb:
+                continue
+            seen.add(oid)
+            kind, data = objects.read_object(repo, oid)
+            if kind == _COMMIT:
+                todo.append(objects.read_commit(repo, oid).tree)
+            elif kind == _TREE:
+                todo += [e.oid for e in objects.read_tree(repo, oid).values() if e.mode != objects.MODE_GITLINK]
+            objects.write_raw(own, kind, data)
+            copied += 1
+    return copied
+
+
+_COMMIT = 1
+_TREE = 2

@@ -151,3 +151,21 @@ def test_your_own_alternates_are_kept_and_shown_inside(tmp_path: Path) -> None:
     assert "initial" in ok("exec", run, "--", "git", "log", "--format=%s", cwd=clone)
     write(clone, "x.txt", "x\n")
     _quiet_git(clone, "status", "--porcelain")
+
+
+@needs_bwrap
+def test_what_you_take_from_a_run_is_in_your_store_for_every_later_run(repo: Path) -> None:
+    """Applied files and an exported branch: their objects are yours (git would not write them again, as
+    it finds them in the run's store), so a later run's git reads your commit of them."""
+    (b,) = _start(repo)
+    ok("exec", b, "--", "sh", "-c", "echo applied > taken.txt && echo branched > branch.txt", cwd=repo)
+    ok("apply", b, "--", "taken.txt", cwd=repo)
+    assert _holds(repo / ".git" / "objects", _blob("applied\n"))
+    git(repo, "add", "taken.txt")
+    git(repo, "commit", "-q", "-m", "take it")
+    made = json.loads(ok("--json", "branch", b, "agent/work", cwd=repo))
+    assert all(_holds(repo / ".git" / "objects", c) for c in made["commits"])
+    assert _holds(repo / ".git" / "objects", _blob("branched\n"))
+    (c,) = _start(repo)
+    assert ok("exec", c, "--", "git", "show", "HEAD:taken.txt", cwd=repo) == "applied\n"
+    assert ok("exec", c, "--", "git", "cat-file", "-p", f"{made['commits'][-1]}:branch.txt", cwd=repo) == "branched\n"

@@ -317,18 +317,35 @@ def test_what_the_policy_shows_on_purpose_is_not_masked_and_a_bind_above_does_no
     assert explain(policy, "/srv/work/secret").writable
 
 
+@pytest.fixture
+def apart(tmp_path: Path) -> Iterator[Path]:
+    """A public directory of the test's own in /opt: read-only inside a sandbox like /etc, but /opt is listed,
+    not walked (sysview.LISTED_DIRS), so the other tests' sandboxes never mask what flickers in it."""
+    place = Path("/opt") / f"sandbox-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        place.mkdir(mode=0o755)
+    except OSError:
+        pytest.skip("/opt is not writable here")
+    try:
+        place.chmod(0o755)
+        yield place
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
 @needs_root
 @needs_bwrap
 def test_a_private_file_that_vanishes_while_the_sandbox_starts_costs_one_more_start(
-    planted: Path, tmp_path: Path
+    apart: Path, tmp_path: Path
 ) -> None:
     """Masked, then gone before bubblewrap mounts over it (a read-only / leaves it nowhere to make one): the
     start is made once more with its mounts made anew. A file made after the mounts is not masked: the rule's
-    documented limit, not asserted here."""
+    documented limit, not asserted here. (Not in /etc: every other test's sandbox would mask the flickering
+    file there and meet it gone, twice.)"""
     from sandbox.confine import spawn
     from sandbox.errors import SandboxError
 
-    secret = planted / "secret"
+    secret = apart / "secret"
     policy = spawn.Policy(writable=(str(tmp_path),), protected=(), system=(str(secret),))
     isolation = spawn.Isolation(enabled=True, network=False, program=shutil.which("bwrap"), interactive=False)
     stop = threading.Event()

@@ -271,7 +271,7 @@ def user_alternates(common_dir: str) -> list[str]:
     try:
         with open(os.path.join(objects_dir, "info", "alternates"), encoding="utf-8", errors="surrogateescape") as fh:
             lines = [line.strip() for line in fh]
-    except FileNotFoundError:
+    except OSError:  # none (the usual case), or not readable here
         return []
     return [
         os.path.normpath(os.path.join(objects_dir, line))
@@ -281,11 +281,12 @@ def user_alternates(common_dir: str) -> list[str]:
 
 
 def listed_stores(common_dir: str) -> set[str]:
-    """The runs' stores the hub lists now (what a repository opened after this sees through your alternates)."""
+    """The runs' stores the hub lists now (absolute; the hub's lines are relative to it)."""
+    hub = os.path.realpath(stores_hub(common_dir))
     try:
-        with open(os.path.join(stores_hub(common_dir), "info", "alternates"), encoding="utf-8") as fh:
-            return {os.path.normpath(line.strip()) for line in fh if line.strip()}
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        with open(os.path.join(hub, "info", "alternates"), encoding="utf-8") as fh:
+            return {os.path.normpath(os.path.join(hub, line.strip())) for line in fh if line.strip()}
+    except (OSError, UnicodeDecodeError):  # no run has a store yet, or the hub is hidden (inside a run)
         return set()
 
 

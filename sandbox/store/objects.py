@@ -46,7 +46,8 @@ _OBJECTS_DIRS: dict[str, str] = {}
 
 
 def _objects_dir(repo: pygit2.Repository) -> str:
-    """Where objects written through ``repo`` go: a run's store (:func:`open_repository`), else its objects."""
+    """Where objects written through ``repo`` go: a run's store (see
+    :func:`sandbox.store.repository.open_repository`), else its objects."""
     store: str | None = getattr(repo, "sandbox_store", None)
     if store is not None:
         return store

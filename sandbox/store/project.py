@@ -38,13 +38,16 @@ class Project:
 
     def __init__(self, common_dir: str, data_root: str | None = None) -> None:
         self.common_dir = os.path.realpath(common_dir)
-        # Read before the repository opens: every store listed now is one libgit2 sees through your alternates.
-        self._stores_seen = layout.listed_stores(self.common_dir)
         self._run_repos: dict[str, pygit2.Repository] = {}
         try:
             self.repo = repository.open_repository(self.common_dir)
         except pygit2.GitError as exc:
             raise NotARepositoryError(f"{common_dir} is not a git repository ({exc}).") from exc
+        # Every live run's store (sandbox.store.runstore): libgit2 follows a relative alternate only in the
+        # repository's own file, not in the hub's, so they are added here.
+        self._stores_seen: set[str] = set()
+        for store in sorted(layout.listed_stores(self.common_dir)):
+            self._see_store(store)
         self.data_root = data_root
         self.state_dir = layout.state_dir(self.common_dir)
         self.runs_dir = layout.runs_dir(self.common_dir)
@@ -158,12 +161,15 @@ class Project:
             repo = repository.open_repository(self.common_dir, store)
         except pygit2.GitError as exc:
             raise SandboxError(f"The object store of run {run_id} cannot be opened ({exc}).") from exc
-        real = os.path.realpath(store)
-        if real not in self._stores_seen:
-            self.repo.odb.add_disk_alternate(real)
-            self._stores_seen.add(real)
+        self._see_store(os.path.realpath(store))
         self._run_repos[run_id] = repo
         return repo
+
+    def _see_store(self, store: str) -> None:
+        """Let :attr:`repo` read a run's store too (once)."""
+        if store not in self._stores_seen and os.path.isdir(store):
+            self.repo.odb.add_disk_alternate(store)
+            self._stores_seen.add(store)
 
     def place(self, run_id: str) -> layout.Place:
         """Where the run's worktree and git dir are on this machine (see :func:`sandbox.store.layout.place_of`)."""

@@ -41,7 +41,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-faults.POINTS.update({"runstore.retire.after_move", "runstore.retire.after_unlist"})
+faults.POINTS.update({"runstore.retire.after_move", "runstore.retire.after_remove"})
 
 _LOCK = "run-objects.lock"
 
@@ -82,16 +82,13 @@ def create(common_dir: str, run_id: str) -> str:
     """Make the run's store and list it in the hub (your alternates naming the hub, once); its path.
 
     Listed before the run has any object or ref, and durably: every later ref of the run names objects
-    your git finds."""
+    your git finds. The hub is listed afresh from the stores that exist (:func:`_relist`): a repository
+    moved since keeps seeing its runs."""
     store = layout.run_store(common_dir, run_id)
     for sub in ("pack", "info"):
         os.makedirs(os.path.join(store, sub), exist_ok=True)
-    real = os.path.realpath(store)
     with _lock(common_dir):
-        hub = layout.stores_hub(common_dir)
-        entries = _lines(_alternates(hub))
-        if real not in entries:
-            _write_lines(_alternates(hub), [*entries, real])
+        _relist(common_dir)
         mine = _alternates(os.path.join(common_dir, "objects"))
         have = _lines(mine)
         if layout.HUB_LINE not in (line.strip() for line in have):
@@ -99,13 +96,23 @@ def create(common_dir: str, run_id: str) -> str:
     return store
 
 
-def _unlist(common_dir: str, stores: set[str]) -> None:
-    with _lock(common_dir):
-        path = _alternates(layout.stores_hub(common_dir))
-        entries = _lines(path)
-        kept = [line for line in entries if os.path.normpath(line) not in stores]
-        if kept != entries:
-            _write_lines(path, kept)
+def _relist(common_dir: str) -> None:
+    """The hub names every store that exists, at this repository's path, and nothing else (under the lock)."""
+    runs = layout.runs_dir(common_dir)
+    try:
+        names = sorted(os.listdir(runs))
+    except FileNotFoundError:
+        names = []
+    # Relative to the hub (git reads nested alternates relative to the naming directory): a repository
+    # moved as a whole keeps them right, and your git never warns of a store that is not there.
+    wanted = [
+        f"../{layout.RUNS}/{name}/{layout.RUN_OBJECTS}"
+        for name in names
+        if os.path.isdir(os.path.join(runs, name, layout.RUN_OBJECTS))
+    ]
+    path = _alternates(layout.stores_hub(common_dir))
+    if _lines(path) != wanted:
+        _write_lines(path, wanted)
 
 
 def _move(src: str, dest: str) -> None:
@@ -132,9 +139,10 @@ def retire(common_dir: str, run_id: str) -> None:
     if os.path.isdir(store):
         _fold(store, os.path.join(common_dir, "objects"))
     faults.point("runstore.retire.after_move")
-    _unlist(common_dir, {os.path.realpath(store), os.path.normpath(store)})
-    faults.point("runstore.retire.after_unlist")
-    remove_tree(store)
+    with _lock(common_dir):  # gone and unlisted together: a start relisting meanwhile never names it
+        remove_tree(store)
+        faults.point("runstore.retire.after_remove")
+        _relist(common_dir)
 
 
 def _fold(store: str, objects_dir: str) -> None:
@@ -169,22 +177,22 @@ def _fold(store: str, objects_dir: str) -> None:
 
 
 def sweep(common_dir: str) -> int:
-    """Unlist what the hub names without a live run's directory (after a crash inside :func:`retire`, or
-    a run directory removed by hand), its objects moved first; how many were unlisted."""
-    runs = os.path.realpath(layout.runs_dir(common_dir))
-    gone: set[str] = set()
-    for entry in _lines(_alternates(layout.stores_hub(common_dir))):
-        path = os.path.normpath(entry)
-        if os.path.dirname(os.path.dirname(path)) != runs:
-            continue
-        run_dir = os.path.dirname(path)
-        if not os.path.exists(os.path.join(run_dir, layout.PLACE_FILE)):
-            if os.path.isdir(path):
-                _fold(path, os.path.join(common_dir, "objects"))
-            gone.add(path)
-    if gone:
-        _unlist(common_dir, gone)
-    return len(gone)
+    """Finish what a crash inside :func:`retire` left: the store of a run directory without its ``place``
+    (dropped) moved into your store and removed; the hub listed afresh. How many stores were retired."""
+    runs = layout.runs_dir(common_dir)
+    try:
+        names = sorted(os.listdir(runs))
+    except FileNotFoundError:
+        names = []
+    done = 0
+    for name in names:
+        store = os.path.join(runs, name, layout.RUN_OBJECTS)
+        if os.path.isdir(store) and not os.path.exists(os.path.join(runs, name, layout.PLACE_FILE)):
+            retire(common_dir, name)
+            done += 1
+    with _lock(common_dir):
+        _relist(common_dir)
+    return done
 
 
 def share(common_dir: str, source: str, target: str) -> None:

@@ -92,7 +92,7 @@ CORE_PLAN: dict[str, list[str]] = {
     "drop.after_refs": ["drop"],
     # A dropped run's objects moved into your store, then its store unlisted (sandbox.store.runstore).
     "runstore.retire.after_move": ["drop", "gc"],
-    "runstore.retire.after_unlist": ["drop", "gc"],
+    "runstore.retire.after_remove": ["drop", "gc"],
     "worktree.remove.after_files": ["drop", "gc"],
     "gc.after_refs": ["gc"],
     "gc.after_worktree": ["gc"],

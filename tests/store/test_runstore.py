@@ -169,3 +169,16 @@ def test_what_you_take_from_a_run_is_in_your_store_for_every_later_run(repo: Pat
     (c,) = _start(repo)
     assert ok("exec", c, "--", "git", "show", "HEAD:taken.txt", cwd=repo) == "applied\n"
     assert ok("exec", c, "--", "git", "cat-file", "-p", f"{made['commits'][-1]}:branch.txt", cwd=repo) == "branched\n"
+
+
+def test_a_moved_repository_keeps_seeing_its_runs(repo: Path, tmp_path: Path) -> None:
+    """The hub's lines are relative to it: your git, moved with the repository, finds every live run's
+    objects and warns of nothing."""
+    (run,) = _start(repo)
+    ok("exec", run, "--", "sh", "-c", "echo travels > t.txt", cwd=repo)
+    moved = tmp_path / "elsewhere"
+    repo.rename(moved)
+    assert _quiet_git(moved, "show", f"refs/sandbox/{run}/head:t.txt") == "travels\n"
+    assert_fsck_clean(moved)
+    git(moved, "gc", "-q")
+    assert _holds(_store(moved, run), _blob("travels\n"))

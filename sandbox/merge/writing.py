@@ -69,9 +69,7 @@ def execute(
     validate.check(run.repo, j.entries)  # the whole plan, before the journal: nothing half-applies
     if j.target == "user":
         # What goes into your tree is yours: its blobs in your store, not only in the run's (repository.give_to_user).
-        repository.give_to_user(
-            run.repo, [e.after_oid for e in j.entries if e.after_oid and e.after_mode != objects.MODE_GITLINK]
-        )
+        give_to_user(run, op, [e.after_oid for e in j.entries if e.after_mode != objects.MODE_GITLINK])
     if j.token is None:
         j.token = journal.new_token()
     temps = journal.temps_of(project, j)
@@ -119,6 +117,19 @@ def execute(
         ) from exc
     faults.point(f"{op}.after_journal_remove")
     return written
+
+
+def give_to_user(run: Run, op: str, oids: list[str | None]) -> None:
+    """Copy the blobs an operation writes into your tree into your own store (:func:`repository.give_to_user`),
+    before anything is written; a full disk (or any write error) there is a refusal that names it."""
+    try:
+        repository.give_to_user(run.repo, [oid for oid in oids if oid])
+    except OSError as exc:
+        raise journal.WriteFailedError(
+            f"The {op} of run {run.run_id} could not store the files it writes in your repository's objects "
+            f"({journal.describe(exc)}); nothing was written. {remedy(exc)}, then run 'sandbox {op} {run.run_id}' "
+            "again."
+        ) from exc
 
 
 def _where(root: str, exc: OSError) -> str:
@@ -175,7 +186,7 @@ def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
     apply writes, as ``git add`` would store them, go there too (:func:`repository.give_to_user`)."""
     repo = run.repo
     mine = repository.users_own(repo)
-    repository.give_to_user(repo, [p.write.oid for p in writes if p.write and p.write.mode != objects.MODE_GITLINK])
+    give_to_user(run, "apply", [p.write.oid for p in writes if p.write and p.write.mode != objects.MODE_GITLINK])
     conv = convert.for_tree(root)
     with objects.git_writes():
         for p in writes:

@@ -322,6 +322,18 @@ def fill_leaving(fs: Path, free: int) -> Path:
     return filler
 
 
+def store_in_yours(root: Path, run_id: str, contents: list[bytes]) -> None:
+    """Copy these blobs of the run into your own store beforehand, as an earlier apply would have: an apply
+    copies what it writes there first (a full disk then refuses it before anything is written:
+    test_disk_full_before_the_journal), and these tests fill the disk in the middle of the files. (Not with
+    `git hash-object -w`: git finds the blob in the run's store and writes nothing.)"""
+    import pygit2
+
+    from sandbox.store import repository
+
+    repository.give_to_user(open_run(root, run_id).repo, [str(pygit2.hash(data)) for data in contents])
+
+
 @pytest.mark.parametrize("op", ["apply", "redo"])
 def test_disk_full_during_apply_or_redo_rolls_back(small_fs: Path, op: str) -> None:
     root = make_repo(small_fs / "repo", {"a.txt": "a\n"})
@@ -329,8 +341,10 @@ def test_disk_full_during_apply_or_redo_rolls_back(small_fs: Path, op: str) -> N
     files = {f"f{i}.bin": os.urandom(400_000) for i in range(8)}
     record(root, run_id, dict(files))
     if op == "redo":
-        ok("apply", run_id, cwd=root)
+        ok("apply", run_id, cwd=root)  # which copied the blobs into your store
         ok("undo", run_id, cwd=root)
+    else:
+        store_in_yours(root, run_id, list(files.values()))
     before = (tree_digest(root), user_state(root))
     filler = fill_leaving(small_fs, 1_300_000)  # three files fit, the fourth does not
     proc = sb(op, run_id, cwd=root)
@@ -392,6 +406,7 @@ def test_disk_full_where_putting_back_fails_too_keeps_the_journal(small_fs: Path
     run_id = start_run(root)
     grown = {rel: os.urandom(new) for rel, (_old, new) in sizes.items()}
     record(root, run_id, dict(grown))
+    store_in_yours(root, run_id, list(grown.values()))
     before = tree_digest(root)
     filler = fill_leaving(small_fs, 1_200_000)
     proc = sb("apply", run_id, cwd=root)

@@ -115,18 +115,19 @@ def _relist(common_dir: str) -> None:
         _write_lines(path, wanted)
 
 
-def _move(src: str, dest: str) -> None:
-    """Move the object file ``src`` to ``dest`` (an object's content is its name: one there already is kept)."""
+def _link(src: str, dest: str) -> bool:
+    """Give the object file ``src`` the name ``dest`` too (an object's content is its name: one there already
+    is kept); False when the file system has no hard links and it was renamed instead (atomic: one name)."""
     try:
         os.link(src, dest)
     except FileExistsError:
         pass
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK):
+        if exc.errno not in (errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
         os.replace(src, dest)
-        return
-    os.unlink(src)
+        return False
+    return True
 
 
 def retire(common_dir: str, run_id: str) -> None:
@@ -146,34 +147,42 @@ def retire(common_dir: str, run_id: str) -> None:
 
 
 def _fold(store: str, objects_dir: str) -> None:
-    """Every object file of ``store`` moved into ``objects_dir``, synced there before it leaves ``store``."""
-    touched: set[str] = set()
+    """Every object file of ``store`` moved into ``objects_dir``: linked there, the new names synced, and only
+    then unlinked from ``store`` (a power cut in between leaves it in both)."""
+    moves: list[tuple[str, str]] = []
     pack_src = os.path.join(store, "pack")
     with contextlib.suppress(FileNotFoundError):
         names = sorted(os.listdir(pack_src))
-        pack_dest = os.path.join(objects_dir, "pack")
-        os.makedirs(pack_dest, exist_ok=True)
         # The pack before its index: git looks for packs by their ``.idx``.
         for ext in (".pack", ".rev", ".idx"):
-            for name in names:
-                if name.startswith("pack-") and name.endswith(ext):
-                    _move(os.path.join(pack_src, name), os.path.join(pack_dest, name))
-                    touched.add(pack_dest)
+            moves += [
+                (os.path.join(pack_src, n), os.path.join(objects_dir, "pack", n))
+                for n in names
+                if n.startswith("pack-") and n.endswith(ext)
+            ]
     with contextlib.suppress(FileNotFoundError):
-        for fan in os.listdir(store):
-            if len(fan) != 2 or not all(c in "0123456789abcdef" for c in fan):
-                continue
-            dest = os.path.join(objects_dir, fan)
-            for name in os.listdir(os.path.join(store, fan)):
-                if name.startswith("tmp"):
-                    continue
-                os.makedirs(dest, exist_ok=True)
-                _move(os.path.join(store, fan, name), os.path.join(dest, name))
-                touched.add(dest)
+        for fan in sorted(os.listdir(store)):
+            if len(fan) == 2 and all(c in "0123456789abcdef" for c in fan):
+                names = sorted(os.listdir(os.path.join(store, fan)))
+                moves += [
+                    (os.path.join(store, fan, n), os.path.join(objects_dir, fan, n))
+                    for n in names
+                    if not n.startswith("tmp")
+                ]
+    linked: list[str] = []
+    touched: set[str] = set()
+    for src, dest in moves:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if _link(src, dest):
+            linked.append(src)
+        touched.add(os.path.dirname(dest))
     for directory in sorted(touched):
         fsync_dir(directory)
     if touched:
         fsync_dir(objects_dir)
+    for src in linked:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(src)
 
 
 def sweep(common_dir: str) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pygit2
 
@@ -119,7 +119,7 @@ def execute(
     return written
 
 
-def give_to_user(run: Run, op: str, oids: list[str | None]) -> None:
+def give_to_user(run: Run, op: str, oids: Sequence[str | None]) -> None:
     """Copy the blobs an operation writes into your tree into your own store (:func:`repository.give_to_user`),
     before anything is written; a full disk (or any write error) there is a refusal that names it."""
     try:
@@ -182,12 +182,16 @@ def _roll_back_failed(
 def keep_users_files(run: Run, root: str, writes: list[PlannedPath]) -> None:
     """Store the user's version of each path about to be written, so ``sandbox undo`` can put it back
     (an edit of theirs under a 3-way merge, a state the sandbox never wrote, is not in any object store).
-    Stored in your own store: it is your content (and what an undo puts back in your tree). The blobs the
-    apply writes, as ``git add`` would store them, go there too (:func:`repository.give_to_user`)."""
+    Stored in your own store: it is your content (and what an undo puts back in your tree). Where git
+    converts a path, the blob ``git add`` would store for what the apply writes goes there too (the journal
+    names the converted bytes, which :func:`execute` gives: :func:`repository.give_to_user`)."""
     repo = run.repo
     mine = repository.users_own(repo)
-    give_to_user(run, "apply", [p.write.oid for p in writes if p.write and p.write.mode != objects.MODE_GITLINK])
     conv = convert.for_tree(root)
+    files = (objects.MODE_FILE, objects.MODE_EXEC)  # what git converts (links and gitlinks never)
+    converted = [p.write.oid for p in writes if p.write and p.write.mode in files and conv.applies(p.path)]
+    if converted:
+        give_to_user(run, "apply", converted)
     with objects.git_writes():
         for p in writes:
             state = p.user.state

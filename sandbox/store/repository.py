@@ -38,19 +38,25 @@ def open_repository(path: str, store: str | None = None) -> pygit2.Repository:
 
 
 def _use_store(repo: pygit2.Repository, store: str) -> None:
-    common = objects.common_objects_dir(repo)
+    repo.set_odb(_odb(objects.common_objects_dir(repo), store))
+    repo.sandbox_store = store  # type: ignore[attr-defined]
+
+
+def _odb(common: str, store: str | None) -> pygit2.Odb:
+    """Your objects (``common``) with your own alternates but not the hub, behind ``store`` when given.
+
+    Highest priority first: reads look in the store, then in yours; writes go to the first writable
+    backend (the store's loose one, else yours)."""
     odb = pygit2.Odb()
-    # Highest priority first: reads look in the store, then in yours; writes go to the first writable
-    # backend (the store's loose one).
-    odb.add_backend(pygit2.OdbBackendPack(store), 4)
-    odb.add_backend(pygit2.OdbBackendLoose(store, -1, True), 3)
+    if store is not None:
+        odb.add_backend(pygit2.OdbBackendPack(store), 4)
+        odb.add_backend(pygit2.OdbBackendLoose(store, -1, True), 3)
     odb.add_backend(pygit2.OdbBackendPack(common), 2)
     odb.add_backend(pygit2.OdbBackendLoose(common, -1, True), 1)
     for alternate in layout.user_alternates(os.path.dirname(common)):
         if os.path.isdir(alternate):
             odb.add_disk_alternate(alternate)
-    repo.set_odb(odb)
-    repo.sandbox_store = store  # type: ignore[attr-defined]
+    return odb
 
 
 _MIRRORS: dict[str, pygit2.Repository] = {}
@@ -94,13 +100,7 @@ def users_own(repo: pygit2.Repository) -> pygit2.Repository:
     with objects.write_guard():
         objects.enable_fsync()
         own = pygit2.Repository(os.path.dirname(common))
-        odb = pygit2.Odb()
-        odb.add_backend(pygit2.OdbBackendPack(common), 2)
-        odb.add_backend(pygit2.OdbBackendLoose(common, -1, True), 1)
-        for alternate in layout.user_alternates(os.path.dirname(common)):
-            if os.path.isdir(alternate):
-                odb.add_disk_alternate(alternate)
-        own.set_odb(odb)
+        own.set_odb(_odb(common, None))
     _OWN[common] = own
     return own
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 
 from sandbox import faults
-from sandbox.store import layout
+from sandbox.store import layout, packs
 from sandbox.store.fsutil import atomic_write, fsync_dir, remove_tree
 from sandbox.store.locks import file_lock
 
@@ -234,8 +235,19 @@ def share(common_dir: str, source: str, target: str) -> None:
 
 
 def _copy(src: str, dest: str) -> None:
-    with open(src, "rb") as fh:
-        atomic_write(dest, fh.read(), mode=0o444)
+    """``src`` copied to ``dest`` (streamed, synced, renamed into place) where hard links are refused."""
+    # Named as a killed pack write's temporaries are: `sandbox gc` removes what a kill leaves (packs.remove_leftovers).
+    tmp = os.path.join(os.path.dirname(dest), f"{packs.TEMP_PREFIX}{os.urandom(6).hex()}")
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def user_view(common_dir: str) -> str:

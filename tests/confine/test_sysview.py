@@ -49,17 +49,23 @@ def test_the_cache_never_makes_the_data_directory(tmp_path: Path) -> None:
     assert not cache.parent.exists()
 
 
-@pytest.fixture
-def planted(tmp_path: Path) -> Iterator[Path]:
-    """A directory of the test's own in /etc holding a private file, a public one and a private directory."""
+def _own_dir(parent: Path, tmp_path: Path) -> Path:
+    """A public directory of the test's own under ``parent`` (skipped where ``parent`` is not writable)."""
     # With the worker's pid: tmp_path's names repeat across pytest-xdist workers (a parametrized test's cases).
-    place = Path("/etc") / f"sandbox-test-{os.getpid()}-{tmp_path.name}"
+    place = parent / f"sandbox-test-{os.getpid()}-{tmp_path.name}"
     try:
         place.mkdir(mode=0o755)
     except OSError:
-        pytest.skip("/etc is not writable here")
+        pytest.skip(f"{parent} is not writable here")
+    place.chmod(0o755)
+    return place
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Iterator[Path]:
+    """A directory of the test's own in /etc holding a private file, a public one and a private directory."""
+    place = _own_dir(Path("/etc"), tmp_path)
     try:
-        place.chmod(0o755)
         (place / "secret").write_text("s3cret\n")
         (place / "secret").chmod(0o600)
         (place / "public").write_text("public\n")
@@ -321,13 +327,8 @@ def test_what_the_policy_shows_on_purpose_is_not_masked_and_a_bind_above_does_no
 def apart(tmp_path: Path) -> Iterator[Path]:
     """A public directory of the test's own in /opt: read-only inside a sandbox like /etc, but /opt is listed,
     not walked (sysview.LISTED_DIRS), so the other tests' sandboxes never mask what flickers in it."""
-    place = Path("/opt") / f"sandbox-test-{os.getpid()}-{tmp_path.name}"
+    place = _own_dir(Path("/opt"), tmp_path)
     try:
-        place.mkdir(mode=0o755)
-    except OSError:
-        pytest.skip("/opt is not writable here")
-    try:
-        place.chmod(0o755)
         yield place
     finally:
         shutil.rmtree(place, ignore_errors=True)

@@ -70,8 +70,9 @@ STATE = {
     "sandbox.store.worktree": 5,  # and /proc/loadavg (checkout_workers): the kernel's, no agent writes it
     "sandbox.store.beneath": 1,
     "sandbox.store.durable": 4,  # the common objects/ and the ledger's refs: the sandbox's, read-only inside
-    # The hub's list of the runs' stores and a store's files (linked into a fork's): the sandbox's, hidden inside.
-    "sandbox.store.runstore": 2,
+    # The hub's list of the runs' stores, and a store's file copied into a fork's where hard links are refused
+    # (the source and the copy's temporary): the sandbox's, read-only or hidden inside.
+    "sandbox.store.runstore": 3,
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.

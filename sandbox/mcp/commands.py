@@ -306,6 +306,7 @@ class CommandTools(WorkspaceState):
                 pass
             if self.disconnected.is_set():
                 _kill(proc, box)
+                self.abandoned.append(flight.call_id)  # said at the end, even once its flight is gone
                 raise Abandoned(f"the client went away while {argv[-1][:80]!r} ran")
             if flight.cancelled.is_set():
                 _kill(proc, box)
@@ -328,7 +329,8 @@ class CommandTools(WorkspaceState):
         deadline = time.monotonic() + wait
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(_POLL)
-        return pending
+        # A command that saw the client go away first has left in_flight already: it counts too.
+        return list(dict.fromkeys(self.abandoned + pending))
 
 
 def _bounded_output(fh: IO[bytes]) -> tuple[str, bool]:

@@ -89,6 +89,8 @@ class WorkspaceState:
         #: Set when the client went away: running commands are stopped and left unfinished.
         self.disconnected = threading.Event()
         self.in_flight: dict[str, InFlight] = {}
+        #: Calls a command of which was stopped because the client went away (left unfinished).
+        self.abandoned: list[str] = []
         self.scope = ProcessScope(
             token=secrets.token_hex(16),
             supervisor_pid=os.getpid(),

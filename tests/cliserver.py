@@ -225,7 +225,11 @@ def _stop(proc: subprocess.Popen[bytes], folder: str) -> None:
 
 
 def _preload() -> None:
-    """What a command imports before it does anything: the click group, the library, pygit2."""
+    """Every module of the package, imported once: the click group, the library, pygit2, and what the
+    commands import lazily inside their functions (about half of a forked command's CPU when each child
+    imported it again: ``apply``, ``undo``, ``diff``, ``start``). None of them changes the process's
+    state at import (signals, environment, working directory); what a command's own start-up imports is
+    tested on an exec'd script (``test_startup.py``)."""
     from sandbox.store.gitlib import install
 
     install()
@@ -236,12 +240,9 @@ def _preload() -> None:
 
     import sandbox
     from sandbox.cli.app import cli  # noqa: F401
-    from sandbox.cli.commands import COMMANDS
 
-    for target in COMMANDS.values():
-        importlib.import_module(target.partition(":")[0])
-    for package in ("sandbox.models",):
-        for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+    for info in pkgutil.walk_packages(sandbox.__path__, "sandbox."):
+        if not info.name.endswith(".__main__"):
             importlib.import_module(info.name)
     del sandbox
 

@@ -141,6 +141,21 @@ def _disarm_faults() -> Iterator[None]:
     faults.arm(None)
 
 
+@pytest.fixture(autouse=True)
+def _keeps_the_working_directory() -> Iterator[None]:
+    """A test gives back the worker's working directory (monkeypatch.chdir): a passing test's tmp_path
+    is removed at its teardown, and the worker's next tests would run in a directory that is gone."""
+    before = os.getcwd()
+    yield
+    try:
+        after = os.getcwd()
+    except FileNotFoundError:  # it was in the test's tmp_path, removed by now
+        after = "a directory removed since"
+    if after != before:
+        os.chdir(before)
+        pytest.fail(f"the test left the working directory at {after}; use monkeypatch.chdir")
+
+
 def git(cwd: Path | str, *args: str, check: bool = True) -> str:
     """Run git in ``cwd`` and return its stdout."""
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)

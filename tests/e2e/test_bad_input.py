@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import pytest
 
 from sandbox.cli import cli
 from sandbox.cli.edge import run_main
@@ -114,10 +115,10 @@ def outcome(args: list[str]) -> tuple[int, str]:
     return code, err.buffer.getvalue().decode("utf-8", "replace")
 
 
-def test_no_odd_value_gives_a_traceback(repo: Path) -> None:
+def test_no_odd_value_gives_a_traceback(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = start(repo, label="odd")
     write_calls(run, 3)
-    os.chdir(repo)
+    monkeypatch.chdir(repo)  # given back at teardown: the worker's next tests run in a directory that exists
     seen = 0
     bad = []
     for args in invocations(run.run_id):

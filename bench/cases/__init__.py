@@ -37,6 +37,7 @@ CASES = {
     "firstscreen": "bench.cases.firstscreen",
     "ports": "bench.cases.ports",
     "uipage": "bench.cases.uipage",
+    "runstores": "bench.cases.runstores",
 }
 
 

@@ -37,6 +37,7 @@ class _suppress:  # noqa: N801  (named as the context manager it stands for)
 #: Threads that issue the fsyncs of one phase beside the caller's (made on first use; the quick path's
 #: commands never write, so they never import concurrent.futures).
 _POOL_GUARD = _thread.allocate_lock()
+_POOL_PREFIX = "sandbox-fsync"
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the pool)
 
 
@@ -46,8 +47,20 @@ def _executor() -> ThreadPoolExecutor:
         if _pool is None or _pool[0] != os.getpid():  # a forked child has none of its parent's threads
             from concurrent.futures import ThreadPoolExecutor
 
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=3, thread_name_prefix="sandbox-fsync"))
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=3, thread_name_prefix=_POOL_PREFIX))
         return _pool[1]
+
+
+def forkable() -> bool:
+    """True when this process may fork a child that goes on in Python and libgit2: it runs its main
+    thread alone, apart from the fsync pool's threads, which hold no lock between two
+    :func:`sync_together` (each waits for every fsync it gave them) and never call libgit2."""
+    import threading
+
+    main = threading.main_thread()
+    if threading.current_thread() is not main:
+        return False
+    return all(t is main or t.name.startswith(_POOL_PREFIX) for t in threading.enumerate())
 
 
 def sync_together(fds: list[int]) -> None:

@@ -95,19 +95,20 @@ def status_paths_in_worker(worktree: str, deadline: float | None = None, *, fork
     the agent swaps for a FIFO at that moment blocks it, and in the host that would stop every run.
     In a child, it costs this call only: it ends failed with the reason.
 
-    The child is a fork of this process when it has one thread (a command, a hook): pygit2 is imported
-    already, about 0.01 s of CPU against 0.15 s for a fresh interpreter. A process with threads (the
-    host, the MCP server) starts a fresh one: a fork there could inherit a lock another thread held.
+    The child is a fork of this process when it has one thread (a command, a hook; the idle fsync pool
+    aside: :func:`sandbox.store.fsutil.forkable`): pygit2 is imported already, about 0.01 s of CPU
+    against 0.15 s for a fresh interpreter. A process with threads (the host, the MCP server) starts a
+    fresh one: a fork there could inherit a lock another thread held.
     ``fork`` forces one way (tests).
     """
     import sys
-    import threading
 
     from sandbox.errors import SandboxError
+    from sandbox.store import fsutil
 
     deadline = WORKER_DEADLINE if deadline is None else deadline
     if fork is None:
-        fork = threading.active_count() == 1 and sys.platform.startswith("linux")
+        fork = sys.platform.startswith("linux") and fsutil.forkable()
     try:
         out, detail = _forked(worktree, deadline) if fork else _execed(worktree, deadline)
     except TimeoutError:
@@ -183,16 +184,20 @@ def _forked(worktree: str, deadline: float) -> tuple[bytes, Callable[[], str]]:
     os.close(write_end)
     chunks: list[bytes] = []
     until = time.monotonic() + deadline
+    poller = select.poll()  # not select(): a long-lived process may hold descriptors above FD_SETSIZE
+    poller.register(read_end, select.POLLIN)
     try:
         while True:
             left = until - time.monotonic()
-            if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
                 raise TimeoutError
             chunk = os.read(read_end, 1 << 16)
             if not chunk:
                 break
             chunks.append(chunk)
+    except BaseException:  # its deadline, or this process interrupted (Ctrl-C): the child goes first
+        os.kill(pid, signal.SIGKILL)
+        raise
     finally:
         os.close(read_end)
         _, status = os.waitpid(pid, 0)

@@ -95,9 +95,11 @@ SCANNER = textwrap.dedent(
 )
 
 
-def test_a_forked_worker_never_outlives_its_parent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["killed", "interrupted"])
+def test_a_forked_worker_never_outlives_its_parent(tmp_path: Path, how: str) -> None:
     """The forked worker holds copies of its parent's descriptors (a run's lock): stopped (as a FIFO
-    would block it) when its parent is killed with -9, it is killed too, never left holding them."""
+    would block it) when its parent is killed with -9, it is killed too, never left holding them; when
+    its parent is interrupted (Ctrl-C), the parent kills it and ends, never waits on it for ever."""
     worktree = make_repo(tmp_path / "wt", {f"f{i}.txt": f"line {i}\n" for i in range(FILES)})
     scanner = subprocess.Popen([sys.executable, "-c", SCANNER, str(worktree)], stdout=subprocess.PIPE)
     stopped = None
@@ -114,8 +116,11 @@ def test_a_forked_worker_never_outlives_its_parent(tmp_path: Path) -> None:
                     break
                 os.kill(pid, signal.SIGCONT)
         assert stopped is not None, "no worker of the scanner was seen"
-        scanner.kill()
-        scanner.wait()
+        if how == "killed":
+            scanner.kill()
+        else:
+            scanner.send_signal(signal.SIGINT)  # to the parent alone, as a terminal's would reach it first
+        assert scanner.wait(timeout=scaled(10)) != 0
         until = time.monotonic() + scaled(10)
         while _alive(stopped):
             assert time.monotonic() < until, f"worker {stopped} outlived its parent"
@@ -150,3 +155,28 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+FORKABLE = textwrap.dedent(
+    """
+    import os, sys, tempfile, threading
+    from sandbox.store import fsutil
+    said = [fsutil.forkable()]  # the main thread alone
+    fds = [os.open(tempfile.mkstemp()[1], os.O_RDWR) for _ in range(3)]
+    fsutil.sync_together(fds)  # the fsync pool now has idle threads
+    said.append(fsutil.forkable())
+    other = threading.Thread(target=threading.Event().wait, args=(5,), daemon=True)
+    other.start()
+    said.append(fsutil.forkable())  # another thread might hold a lock the child needs
+    box = []
+    side = threading.Thread(target=lambda: box.append(fsutil.forkable()))
+    side.start(); side.join()
+    said.append(box[0])  # not from a thread other than the main one
+    print(said)
+    """
+)
+
+
+def test_a_process_forks_its_worker_only_when_no_other_thread_could_hold_a_lock() -> None:
+    out = subprocess.run([sys.executable, "-c", FORKABLE], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[True, True, False, False]"

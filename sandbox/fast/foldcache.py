@@ -27,7 +27,7 @@ import os
 import sys
 
 from sandbox.fast import agentgit, fastjson, gitread, odb, renamepairs, views
-from sandbox.store import layout
+from sandbox.store import layout, moved
 
 TYPE_CHECKING = False  # no typing at run time: the quick path's start (sandbox.cli.quick)
 if TYPE_CHECKING:
@@ -258,6 +258,8 @@ def discover(path: str) -> tuple[Repository, str | None, str | None]:
     if loc is not None:
         return Repository(loc.common_dir), None, loc.run_id
     common_dir, _git_dir, workdir = plain_repository(start)
+    if moved.moved(common_dir):
+        raise Miss("the repository moved: the full path names it where it is now in its runs' homes")
     return Repository(common_dir), workdir, None
 
 

@@ -104,6 +104,7 @@ class Project:
             )
         project = cls(layout.common_of(os.path.realpath(repo.path)), data_root)
         project.workdir = os.path.realpath(repo.workdir)
+        project.follow_move()
         return project, project.workdir, None
 
     @classmethod
@@ -137,7 +138,15 @@ class Project:
                 "works in trees of their own repository: unset GIT_DIR/GIT_WORK_TREE and run it in the tree."
             )
         project.workdir = tree
+        project.follow_move()
         return project, tree, None
+
+    def follow_move(self) -> None:
+        """Name the repository where it is now in its runs' homes, when it was moved since they last
+        named it (:mod:`sandbox.store.moved`; one small read when nothing moved)."""
+        from sandbox.store import moved
+
+        moved.follow(self.common_dir)
 
     # -- runs ----------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sandbox import faults
-from sandbox.store import gitguard, layout
+from sandbox.store import gitguard, layout, moved
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -194,10 +194,8 @@ def init(
     gd = place.git_dir
     os.makedirs(os.path.join(gd, "objects", "info"), exist_ok=True)
     # The run's own store first (what the host records for it), then your objects (sandbox.store.runstore).
-    store = os.path.realpath(layout.run_store(common_dir, run_id))
-    lines = [store] if os.path.isdir(store) else []
-    lines.append(os.path.join(os.path.realpath(common_dir), "objects"))
-    atomic_write(os.path.join(gd, "objects", "info", "alternates"), "".join(f"{p}\n" for p in lines).encode())
+    moved.write_alternates(gd, common_dir, run_id)
+    moved.remember(common_dir)  # the fast read path trusts the homes of a repository that did not move
     for rel in COPIED_FILES:
         src = os.path.join(common_dir, rel)
         if os.path.isfile(src):

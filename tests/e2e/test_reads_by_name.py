@@ -73,6 +73,9 @@ STATE = {
     # The hub's list of the runs' stores, and a store's file copied into a fork's where hard links are refused
     # (the source and the copy's temporary): the sandbox's, read-only or hidden inside.
     "sandbox.store.runstore": 3,
+    # The state dir's note of where the repository is, and each run home's origin file (a run's home is
+    # read-only inside: only its worktree and git dir are the agent's): sandbox.store.moved.
+    "sandbox.store.moved": 3,
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.

@@ -127,6 +127,7 @@ APPLY_MODULES = {
     "sandbox.fast",  # the package of the next line (git's pathspecs, standard library only)
     "sandbox.fast.pathspec",
     "sandbox.store.project",
+    "sandbox.store.moved",  # a moved repository's runs follow it: one small read (standard library only)
     "sandbox.store.snapshot",
     "sandbox.store.snapadd",  # snapshot's first half (standard library only), with it
     "sandbox.store.treediff",

@@ -9,7 +9,8 @@ the worktree's status, the agent's git found no HEAD, hooks found no repository 
 live runs' homes orphans.
 
 :func:`follow` puts both right, for every run that has a home, the first time a command opens the
-repository where it now is. A file in the state dir remembers where that was (one small read per
+repository where it now is (and the run's recorded place, for a home inside the git dir that moved along:
+the library's without a data directory). A file in the state dir remembers where that was (one small read per
 command when nothing moved). A home whose ``origin`` still names a repository that records this home for the
 run is left alone: that is a copy of the repository (``cp -r``), and the home stays the original's.
 """
@@ -70,10 +71,12 @@ def follow(common_dir: str) -> list[str]:
     real = os.path.realpath(common_dir)
     state = layout.state_dir(common_dir)
     marker = os.path.join(state, AT_FILE)
+    was = None
     try:
         with open(marker, encoding="utf-8") as fh:
-            if fh.read().strip() == real:
-                return []
+            was = fh.read().strip()
+        if was == real:
+            return []
     except FileNotFoundError:
         if not os.path.isdir(state):
             return []
@@ -86,7 +89,7 @@ def follow(common_dir: str) -> list[str]:
         run_ids = []
     try:
         for run_id in run_ids:
-            if layout.valid_run_id(run_id) and _follow_run(common_dir, real, run_id):
+            if layout.valid_run_id(run_id) and _follow_run(common_dir, real, run_id, was):
                 followed.append(run_id)
         atomic_write(marker, f"{real}\n".encode())
     except OSError:  # read-only here (inside a run): the next command outside puts it right
@@ -94,8 +97,14 @@ def follow(common_dir: str) -> list[str]:
     return followed
 
 
-def _follow_run(common_dir: str, real: str, run_id: str) -> bool:
+def _follow_run(common_dir: str, real: str, run_id: str, was: str | None) -> bool:
     home = layout.recorded_home(common_dir, run_id)
+    if home is not None and was and home.startswith(was + os.sep) and not os.path.isdir(home):
+        # A home inside the git dir (library use without a data directory) moved along with it.
+        inside = real + home[len(was) :]
+        if os.path.isdir(inside):
+            atomic_write(os.path.join(layout.run_dir(common_dir, run_id), layout.PLACE_FILE), f"{inside}\n".encode())
+            home = inside
     if home is None or not os.path.isdir(home):
         return False  # a legacy run (its worktree inside .git moved along), or no home (yet) on this machine
     place = layout.home_place(home)

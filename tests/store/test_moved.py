@@ -84,3 +84,28 @@ def test_a_moved_repositorys_state_dir_remembers_where_it_is(tmp_path: Path) -> 
     assert sb("list", cwd=plain).returncode == 0
     assert not (plain / ".git" / "sandbox").exists()  # a repository never used with the sandbox gets nothing
     assert subprocess.run(["git", "-C", str(plain), "status", "--porcelain"], capture_output=True).stdout == b""
+
+
+def test_homes_inside_the_git_dir_move_along(tmp_path: Path) -> None:
+    """The library without a data directory keeps homes in ``.git/sandbox/homes``: they moved with the
+    repository, and the run's recorded place is put right with the rest."""
+    from sandbox.run.run import Run
+    from sandbox.store.project import Project
+
+    repo = make_repo(tmp_path / "project", {"a.txt": "user\n"})
+    project, workdir, _ = Project.discover(str(repo))
+    assert workdir is not None and project.data_root is None
+    run = Run.start(project, workdir)
+    with run.tool_call("write_file", {"path": "a.txt"}) as call:
+        call.write("a.txt", "agent\n")
+    assert run.worktree.startswith(str(repo / ".git"))
+    moved = tmp_path / "renamed"
+    repo.rename(moved)
+
+    project, workdir, _ = Project.discover(str(moved))
+    run = Run.open(project, run.run_id)
+    assert run.worktree.startswith(str(moved / ".git")) and Path(run.worktree).is_dir()
+    with run.tool_call("write_file", {"path": "b.txt"}) as call:
+        call.write("b.txt", "more\n")
+    assert [e.status.value for e in run.entries()] == ["succeeded", "succeeded"]
+    assert git(Path(run.worktree), "rev-parse", "HEAD")

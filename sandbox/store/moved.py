@@ -38,9 +38,13 @@ def alternates_lines(common_dir: str, run_id: str) -> list[str]:
 
 
 def write_alternates(git_dir: str, common_dir: str, run_id: str) -> None:
-    """(Re)write the run's git dir's alternates from :func:`alternates_lines`."""
+    """(Re)write the run's git dir's alternates from :func:`alternates_lines`. The git dir is the agent's
+    to write: by descriptor, beneath it, so a directory it made a symlink is refused
+    (:class:`sandbox.store.beneath.EscapeError`), never written through."""
+    from sandbox.store import beneath  # not at the top: the quick read path imports this module (ctypes)
+
     lines = alternates_lines(common_dir, run_id)
-    atomic_write(os.path.join(git_dir, "objects", "info", "alternates"), "".join(f"{p}\n" for p in lines).encode())
+    beneath.write_beneath(git_dir, "objects/info/alternates", "".join(f"{p}\n" for p in lines).encode())
 
 
 def moved(common_dir: str) -> bool:
@@ -58,7 +62,9 @@ def moved(common_dir: str) -> bool:
 def remember(common_dir: str) -> None:
     """Note that the runs' homes name the repository where it is now (a new home was just made here)."""
     if moved(common_dir):
-        atomic_write(os.path.join(layout.state_dir(common_dir), AT_FILE), f"{os.path.realpath(common_dir)}\n".encode())
+        marker = os.path.join(layout.state_dir(common_dir), AT_FILE)
+        with contextlib.suppress(OSError):  # a note for the fast path only: a later command writes it
+            atomic_write(marker, f"{os.path.realpath(common_dir)}\n".encode())
 
 
 def follow(common_dir: str) -> list[str]:
@@ -87,13 +93,14 @@ def follow(common_dir: str) -> list[str]:
         run_ids = sorted(os.listdir(layout.runs_dir(common_dir)))
     except OSError:
         run_ids = []
-    try:
-        for run_id in run_ids:
+    for run_id in run_ids:
+        try:
             if layout.valid_run_id(run_id) and _follow_run(common_dir, real, run_id, was):
                 followed.append(run_id)
+        except OSError:  # read-only here (inside a run): the next command outside puts it right
+            return followed
+    with contextlib.suppress(OSError):
         atomic_write(marker, f"{real}\n".encode())
-    except OSError:  # read-only here (inside a run): the next command outside puts it right
-        return followed
     return followed
 
 
@@ -119,7 +126,12 @@ def _follow_run(common_dir: str, real: str, run_id: str, was: str | None) -> boo
         return False  # the repository there records this home too: this one is a copy, it stays the original's
     if not os.path.isdir(os.path.join(place.git_dir, "objects")):
         return False  # an interrupted start: gc's to remove
-    write_alternates(place.git_dir, common_dir, run_id)
+    from sandbox.store import beneath
+
+    try:
+        write_alternates(place.git_dir, common_dir, run_id)
+    except beneath.EscapeError:
+        pass  # its agent made a directory of its git dir a symlink: its own git stays broken, nothing else
     atomic_write(origin_file, f"{real}\n".encode())
     return True
 

@@ -15,7 +15,6 @@ would run commands from the agent's git config in the sandbox's process (see :fu
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import pygit2
 from pygit2.enums import DiffOption
@@ -101,6 +100,7 @@ def status_paths_in_worker(worktree: str, deadline: float | None = None, *, fork
     host, the MCP server) starts a fresh one: a fork there could inherit a lock another thread held.
     ``fork`` forces one way (tests).
     """
+    import json
     import sys
 
     from sandbox.errors import SandboxError
@@ -116,12 +116,10 @@ def status_paths_in_worker(worktree: str, deadline: float | None = None, *, fork
             f"Reading the status of the worktree {worktree} took more than {deadline:g} s (a file there "
             "blocks it, such as a FIFO); remove it in the worktree, then try again."
         ) from None
-    import json
-
     try:
         answer = json.loads(out)
     except ValueError:
-        raise SandboxError(f"Cannot read the status of the worktree {worktree} ({detail()}).") from None
+        raise SandboxError(f"Cannot read the status of the worktree {worktree} ({detail}).") from None
     if "error" in answer:
         raise SandboxError(str(answer["error"]))
     if "failed" in answer:
@@ -129,7 +127,7 @@ def status_paths_in_worker(worktree: str, deadline: float | None = None, *, fork
     return {str(p) for p in answer["paths"]}
 
 
-def _execed(worktree: str, deadline: float) -> tuple[bytes, Callable[[], str]]:
+def _execed(worktree: str, deadline: float) -> tuple[bytes, str]:
     """The worker as a fresh interpreter: (its answer, what its failure said)."""
     import subprocess
     import sys
@@ -139,15 +137,11 @@ def _execed(worktree: str, deadline: float) -> tuple[bytes, Callable[[], str]]:
         proc = subprocess.run(argv, capture_output=True, timeout=deadline, check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise TimeoutError from None
-
-    def detail() -> str:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-        return tail[0] if tail else f"exit {proc.returncode}"
-
-    return proc.stdout, detail
+    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+    return proc.stdout, tail[0] if tail else f"exit {proc.returncode}"
 
 
-def _forked(worktree: str, deadline: float) -> tuple[bytes, Callable[[], str]]:
+def _forked(worktree: str, deadline: float) -> tuple[bytes, str]:
     """The worker as a fork of this one-thread process: (its answer, what its failure said).
 
     The child holds copies of this process's descriptors (a run's lock among them): it dies with this
@@ -204,7 +198,7 @@ def _forked(worktree: str, deadline: float) -> tuple[bytes, Callable[[], str]]:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): its answer says enough
             status = 0
-    return b"".join(chunks), lambda: f"exit {os.waitstatus_to_exitcode(status)}"
+    return b"".join(chunks), f"exit {os.waitstatus_to_exitcode(status)}"
 
 
 def _answer(worktree: str) -> bytes:

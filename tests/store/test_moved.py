@@ -109,3 +109,23 @@ def test_homes_inside_the_git_dir_move_along(tmp_path: Path) -> None:
         call.write("b.txt", "more\n")
     assert [e.status.value for e in run.entries()] == ["succeeded", "succeeded"]
     assert git(Path(run.worktree), "rev-parse", "HEAD")
+
+
+def test_a_symlink_the_agent_planted_in_its_git_dir_is_never_written_through(tmp_path: Path) -> None:
+    """The run's git dir is the agent's to write: its ``objects/info`` made a symlink to a directory of
+    yours, the move's rewrite of the alternates is refused there (by descriptor), and the rest follows."""
+    repo = make_repo(tmp_path / "project", {"a.txt": "user\n"})
+    run_id = _start_with_a_change(repo)
+    worktree = Path(ok("path", run_id, cwd=repo).strip())
+    info = worktree.parent / "git" / "objects" / "info"
+    yours = tmp_path / "yours"
+    yours.mkdir()
+    shutil.rmtree(info)
+    info.symlink_to(yours)  # what an agent can do in its own git dir
+    moved = tmp_path / "renamed"
+    repo.rename(moved)
+
+    ok("list", "--json", cwd=moved)
+    assert list(yours.iterdir()) == []  # nothing written through the link
+    assert info.is_symlink()
+    assert _origin(moved, run_id) == str(moved / ".git")  # the home itself follows

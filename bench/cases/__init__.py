@@ -38,6 +38,7 @@ CASES = {
     "ports": "bench.cases.ports",
     "uipage": "bench.cases.uipage",
     "runstores": "bench.cases.runstores",
+    "history": "bench.cases.history",
 }
 
 

@@ -9,9 +9,11 @@ an alternate). Everything else there is yours or another run's: your branches, t
 you are writing, the admin directories of your linked worktrees (``worktrees/``), hooks, ``info/``,
 submodules' git dirs (``modules/``, with their configs), and every run's refs (``refs/sandbox/<run>``).
 
-Inside a run's sandbox the common directory is an empty read-only directory, with ``objects/`` (and
-``lfs/objects``) bound back read-only, and what the sandbox's own tools inside read of this run (see
-:func:`user_git_view`); the sandbox's own files in ``.git/sandbox`` keep their rule (this run's
+Inside a run's sandbox the common directory is an empty read-only directory, with ``lfs/objects`` bound
+back read-only, your committed history shown as ``objects/`` (a store of the sandbox's holding what your
+branches, tags and remote-tracking branches reach, :mod:`sandbox.store.history`: not your stash, what
+only your reflogs keep, nor unreachable objects), and what the sandbox's own tools inside read of this
+run (see :func:`user_git_view`); the sandbox's own files in ``.git/sandbox`` keep their rule (this run's
 directory and the host's socket directory bound back, :mod:`sandbox.confine.policy`).
 
 A run made before homes existed (``legacy``) is a linked worktree of your repository: its git reads
@@ -30,9 +32,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from sandbox.store import layout
+from sandbox.store import history, layout
 
-#: What of your common git dir a run's git reads (read-only), relative to it.
+#: What of your common git dir a run's git reads (read-only), relative to it: your objects as your
+#: committed history (:mod:`sandbox.store.history`), your Git LFS files as they are.
 BORROWED = ("objects", os.path.join("lfs", "objects"))
 
 WHY = "your repository's git directory (refs, stash, reflogs, hooks, other runs' refs): the run's git has its own"
@@ -57,8 +60,9 @@ def user_git_view(common_dir: str, run_id: str) -> View:
     (``sandbox mcp`` under ``sandbox run``, ``sandbox status``) read of this run: ``HEAD`` (so the
     directory opens as a repository), the run's own ``refs/sandbox/<run>/`` (live) and its lines of
     ``packed-refs`` (as of the command's start: a ``git pack-refs`` of yours during a long session
-    leaves them stale inside until the next command). Nothing for a legacy run, whose git is a
-    linked worktree of yours and reads your refs and config."""
+    leaves them stale inside until the next command). Your ``objects/`` is shown as your committed
+    history (:func:`sandbox.store.history.shown`, brought up to your branches first). Nothing for a
+    legacy run, whose git is a linked worktree of yours and reads your refs and config."""
     view = View()
     real = os.path.realpath(common_dir)
     if real == "/" or not os.path.isdir(real):
@@ -81,7 +85,12 @@ def user_git_view(common_dir: str, run_id: str) -> View:
     own_refs = os.path.join(real, *layout.ref_prefix(run_id).rstrip("/").split("/"))
     with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
         os.makedirs(own_refs, exist_ok=True)
-    shown = [*(os.path.join(real, rel) for rel in BORROWED), os.path.join(real, "HEAD"), own_refs]
+    borrowed_here: tuple[str, ...] = BORROWED
+    if os.path.isdir(layout.run_store(real, run_id)):
+        view.files.append((history.shown(real), os.path.join(real, "objects")))
+        borrowed_here = BORROWED[1:]
+    # else a run made before stores, or fetched: what is recorded for it lies in your objects, shown whole.
+    shown = [*(os.path.join(real, rel) for rel in borrowed_here), os.path.join(real, "HEAD"), own_refs]
     view.readable += [os.path.realpath(p) for p in shown if os.path.exists(p)]
     packed = _own_packed_refs(real, run_id)
     if packed is not None:

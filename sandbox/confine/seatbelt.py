@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 #: What the Seatbelt profile cannot enforce of the policy, each with what follows from it.
 CANNOT_ENFORCE = (
-    "reads: the home allowlist, hidden places and masked secrets (Seatbelt allows every read here)",
+    "reads: the home allowlist, hidden places, masked secrets and your objects beyond your committed history"
+    " (Seatbelt allows every read here)",
     "a private /tmp: the agent shares yours",
     "a PID namespace: the agent sees your processes and may signal those of your user",
     "an IPC namespace: your shared memory, semaphores and message queues are reachable",

@@ -64,6 +64,17 @@ class Rule:
 OUTSIDE = Verdict(True, False, "read-only, as on the host (outside the homes and every hidden place)")
 
 
+#: Why each view of a file or directory of your ``.git`` is shown (:mod:`sandbox.confine.gitview`).
+_VIEWS_WHY = {
+    "packed-refs": "read-only: this run's own lines of your packed-refs, generated (sandbox/confine/gitview.py)",
+    "alternates": "read-only: your alternates without other runs' stores, generated (sandbox/confine/gitview.py)",
+    "objects": (
+        "read-only: your committed history alone (what your branches, tags and remote-tracking branches reach;"
+        " not your stash, reflogs or unreachable objects: sandbox/store/history.py)"
+    ),
+}
+
+
 def rules(policy: Policy) -> list[Rule]:
     """Every decision of ``policy``, parents first and, at one depth, in the order above: a path's
     verdict is that of the last rule covering it. The one list bubblewrap's mounts
@@ -104,8 +115,10 @@ def rules(policy: Policy) -> list[Rule]:
     if policy.identity is not None:
         why = "read-only: your git identity alone, generated"
         out.append(Rule(policy.identity[1], _PROTECT, "identity", Verdict(True, False, why), policy.identity[0]))
-    why = "read-only: this run's own lines of your packed-refs, generated (sandbox/confine/gitview.py)"
-    out += [Rule(dest, _PROTECT, "view", Verdict(True, False, why), made) for made, dest in policy.views]
+    out += [
+        Rule(dest, _PROTECT, "view", Verdict(True, False, _VIEWS_WHY[os.path.basename(dest)]), made)
+        for made, dest in policy.views
+    ]
     out += [
         Rule(real(m.rstrip("/")), _MASK, "mask", Verdict(False, False, "a secret masked by the deny-read set"))
         for m in policy.masked

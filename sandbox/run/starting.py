@@ -85,7 +85,7 @@ def _finish(
     progress: Callable[[str], None] | None,
 ) -> R:
     """What :func:`start` does once its first part is begun: the snapshot, the worktree moved to it, the ledger."""
-    from sandbox.store import snapshot, worktree
+    from sandbox.store import history, snapshot, worktree
 
     say = progress or (lambda _line: None)
     run_id, workdir, place = begun.run_id, begun.workdir, begun.place
@@ -97,6 +97,7 @@ def _finish(
             say("Taking a snapshot of your working tree")
             message = trailers.message(f"sandbox snapshot of {workdir}", [(trailers.RUN, run_id)])
             snap = snapshot.finish(run.repo, begun.adding, begun.head, begun.head_ref, message)
+            history.complete(project.common_dir, run_id, snap.commit, snap.tree, snap.head)
             run.set_start_refs(snap.commit)
             faults.point("start.after_refs")
             if begun.checkout is not None and begun.head is not None:

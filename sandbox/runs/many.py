@@ -31,7 +31,7 @@ from sandbox.run.core import set_head_ref
 from sandbox.run.fold import TERMINAL_STATUSES, fold_event
 from sandbox.run.ids import new_run_id
 from sandbox.run.run import Run
-from sandbox.store import layout, objects, runstore, snapshot, trailers, worktree
+from sandbox.store import history, layout, objects, runstore, snapshot, trailers, worktree
 from sandbox.store.ledger import new_event_id
 from sandbox.store.project import Project
 
@@ -89,6 +89,7 @@ def start_many(project: Project, workdir: str, count: int, label: str | None = N
             snap = snapshot.take(
                 runs[0].repo, workdir, runs[0].dir, message, runstore.git_env(project.common_dir, first)
             )
+            history.complete(project.common_dir, first, snap.commit, snap.tree, snap.head)
             for run in runs[1:]:  # one snapshot, in every run's own store
                 runstore.share(project.common_dir, first, run.run_id)
             with objects.git_writes():

@@ -76,6 +76,9 @@ STATE = {
     # The state dir's note of where the repository is, and each run home's origin file (a run's home is
     # read-only inside: only its worktree and git dir are the agent's): sandbox.store.moved.
     "sandbox.store.moved": 3,
+    # Your packed-refs, the history store's current/tips files and each generation's in-use lock file: your
+    # .git and the sandbox's state there (read-only or hidden inside; a worktree's HEAD is read via agentread).
+    "sandbox.store.history": 4,
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.

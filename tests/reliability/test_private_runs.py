@@ -202,3 +202,62 @@ def test_doctor_explains_what_of_your_git_a_run_sees(setting: dict[str, str]) ->
         one = json.loads(ok("--json", "doctor", setting["a"], "--explain", str(common / rel), cwd=setting["repo"]))
         assert one["visible"] is visible and not one["writable"], (rel, one)
         assert visible or "the run's git has its own" in one["why"], one
+
+
+def _blob(text: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest()
+
+
+def test_your_stash_reflogs_and_unreachable_objects_are_not_in_a_runs_objects(tmp_path: Path) -> None:
+    """Inside a run your ``objects/`` is your committed history (:mod:`sandbox.store.history`): the
+    files of your stash, of a commit only your reflog keeps, of an object nothing names and of a dropped
+    run's ledger are neither listed by ``git cat-file --batch-all-objects`` nor readable by id; what the
+    run's snapshot took of yours beyond your history (a staged file) is in the run's own store, and the
+    agent's git finds its start whole."""
+    repo = make_user_repo(tmp_path / "repo")
+    write(repo, "stashed.txt", "in your stash\n")
+    git(repo, "add", "stashed.txt")
+    git(repo, "stash", "push", "-q")
+    write(repo, "amended.txt", "before the amend\n")
+    git(repo, "add", "amended.txt")
+    git(repo, "commit", "-qm", "to be amended")
+    write(repo, "amended.txt", "after the amend\n")
+    git(repo, "add", "amended.txt")
+    git(repo, "commit", "-q", "--amend", "-m", "amended")  # the first version lives in your reflog alone
+    loose = git(repo, "hash-object", "-w", str(write(tmp_path, "loose.txt", "named by nothing\n"))).strip()
+    write(repo, "staged.txt", "staged, not committed\n")
+    git(repo, "add", "staged.txt")  # the snapshot takes the index's blob, in your objects/ alone
+    dropped = json.loads(ok("start", "--json", cwd=repo))["run"]
+    ok("exec", dropped, "--", "sh", "-c", "echo dropped-ledger > d.txt", cwd=repo)
+    ok("drop", dropped, "--force", cwd=repo)  # its store retired into yours
+    run = json.loads(ok("start", "--json", cwd=repo))["run"]
+    hidden = {
+        "stash": _blob(b"in your stash\n"),
+        "reflog": _blob(b"before the amend\n"),
+        "unreachable": loose,
+        "dropped run": _blob(b"dropped-ledger\n"),
+    }
+    for name, oid in hidden.items():
+        assert git(repo, "cat-file", "-t", oid).strip() == "blob", name  # all in your objects/
+    listing = ["git", "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]
+    listed = set(ok("exec", run, "--", *listing, cwd=repo).split())
+    assert git(repo, "rev-parse", "HEAD:README.md").strip() in listed  # your history is there
+    assert not {name for name, oid in hidden.items() if oid in listed}, listed
+    for name, oid in hidden.items():
+        proc = sb("exec", run, "--", "git", "cat-file", "-e", oid, cwd=repo)
+        assert proc.returncode != 0, name
+    script = (
+        "set -e; git cat-file -p HEAD:staged.txt | grep -q 'staged, not committed';"
+        " git cat-file -p HEAD^:README.md >/dev/null; git fsck --connectivity-only --no-dangling; echo whole"
+    )
+    assert "whole" in ok("exec", run, "--", "sh", "-c", script, cwd=repo)
+    # A branch you delete unmerged leaves the next command's history too (a new generation).
+    git(repo, "checkout", "-q", "-b", "scratch")
+    write(repo, "scratch.txt", "a commit you throw away\n")
+    git(repo, "add", "scratch.txt")
+    git(repo, "commit", "-qm", "scratch")
+    git(repo, "checkout", "-q", "main")
+    ok("exec", run, "--", "true", cwd=repo)
+    assert _blob(b"a commit you throw away\n") in set(ok("exec", run, "--", *listing, cwd=repo).split())
+    git(repo, "branch", "-q", "-D", "scratch")
+    assert _blob(b"a commit you throw away\n") not in set(ok("exec", run, "--", *listing, cwd=repo).split())

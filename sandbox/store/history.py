@@ -1,0 +1,250 @@
+"""Your committed history: the only objects of yours a run's sandbox shows.
+
+A run's git borrows your objects (:mod:`sandbox.store.worktree`), and your ``objects/`` holds more than
+your history: the commits, trees and files of your stash, what your reflogs alone keep (an amended
+commit, a branch you reset), objects nothing names any more, and what dropped runs left there (their
+ledgers: every command line and output). Bound in as it is, an agent could read any of them by id, and
+``git cat-file --batch-all-objects`` would list them all.
+
+So inside a run's sandbox your ``objects/`` is a store of the sandbox's, ``<common>/sandbox/history``,
+holding what your branches, tags, remote-tracking branches and the HEADs of your worktrees reach, and
+nothing else (:mod:`sandbox.confine.gitview` binds it in your objects' place). It is made by git
+(``pack-objects --revs``, reusing your packs' deltas) the first time a run's command is confined (O(your
+history), once), and kept up by appending a pack of what new tips reach (O(new commits)); when a tip
+went away without being merged (a branch deleted or rewritten), the next command makes a new
+generation from scratch, so what you dropped does not stay visible. Each generation is a directory of
+its own, named in ``current``; each process that shows one holds a shared lock on it while it lives (the
+sandbox it spawned dies with it), and an older generation nobody holds is removed.
+
+What a run's snapshot adds of yours that your history does not hold (a staged file, a tree written from
+your index) is copied into the run's own store when the snapshot is made (:func:`complete`): the run's git
+finds its starting commit whole without reading your objects.
+
+Standard library only: ``sandbox exec``'s fast path shows the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+
+from sandbox.errors import SandboxError
+from sandbox.store import layout
+from sandbox.store.fsutil import atomic_write, remove_tree
+from sandbox.store.gitcli import NO_LAZY_FETCH_ENV, git, read
+from sandbox.store.locks import file_lock
+
+#: In the sandbox's directory: the generations of the history store and ``current``, naming the one shown.
+HISTORY = "history"
+CURRENT = "current"
+#: In a generation: the tips (commit and tag ids) whose history it holds, one per line, sorted.
+TIPS = "tips"
+#: In a generation: the file each process showing it holds a shared lock on.
+IN_USE = "in-use"
+
+#: The refs whose history is shown; every other ref (your stash, notes, other runs' refs) is not.
+REF_ROOTS = ("refs/heads/", "refs/tags/", "refs/remotes/")
+
+_LOCK = "history.lock"
+_HEX = frozenset("0123456789abcdef")
+
+
+def root(common_dir: str) -> str:
+    """``<common>/sandbox/history``: the generations and ``current``."""
+    return os.path.join(layout.state_dir(common_dir), HISTORY)
+
+
+def _objects(common_dir: str, generation: str) -> str:
+    return os.path.join(root(common_dir), generation, "objects")
+
+
+def _is_id(text: str) -> bool:
+    return len(text) in (40, 64) and set(text) <= _HEX
+
+
+def tips(common_dir: str) -> list[str]:
+    """The ids your branches, tags and remote-tracking branches name, and the detached HEADs of your
+    worktrees (not a run's), sorted: read from the files (O(refs)), by git where the refs are a reftable."""
+    found: set[str] = set()
+    if os.path.isdir(os.path.join(common_dir, "reftable")):
+        code, out = read(["for-each-ref", "--format=%(objectname)", *REF_ROOTS], common_dir)
+        found.update(out.decode().split() if code == 0 else ())
+    else:
+        with contextlib.suppress(OSError), open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+            for line in fh:
+                oid, _, name = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
+                if name.startswith(REF_ROOTS) and _is_id(oid):
+                    found.add(oid)
+        for ref_root in REF_ROOTS:
+            for dirpath, _dirs, files in os.walk(os.path.join(common_dir, ref_root)):
+                found.update(oid for oid in (_head(dirpath, name) for name in files) if oid)
+    found.update(oid for oid in [_head(common_dir, "HEAD")] if oid)  # detached; a branch's is counted above
+    base = layout.git_worktrees_dir(common_dir)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            # A run made before homes is a linked worktree too: its HEAD is the agent's, not your history.
+            if not os.path.isdir(layout.run_dir(common_dir, name)):
+                found.update(oid for oid in [_head(os.path.join(base, name), "HEAD")] if oid)
+    return sorted(found)
+
+
+def _head(directory: str, name: str) -> str | None:
+    """The id a ref file names (None for a symbolic ref or anything else), read beneath ``directory``
+    following no link (:mod:`sandbox.store.agentread`: a linked worktree's is not the sandbox's)."""
+    from sandbox.store import agentread
+
+    try:
+        text = agentread.read_path(directory, os.path.join(directory, name), prefix=100)
+    except (OSError, SandboxError):
+        return None
+    oid = text.decode("ascii", "replace").strip()
+    return oid if _is_id(oid) else None
+
+
+def _read_lines(path: str) -> list[str] | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except (OSError, UnicodeError):
+        return None
+
+
+#: The generations this process shows (path -> descriptor holding the shared lock), until it exits.
+_HELD: dict[str, int] = {}
+
+
+def shown(common_dir: str) -> str:
+    """The objects directory shown as your ``objects/`` inside a run: the current generation, brought up
+    to your tips first, held (a shared lock) for as long as this process lives.
+    :class:`sandbox.store.gitcli.GitCommandError` when git could not pack your history."""
+    real = os.path.realpath(common_dir)
+    with file_lock(os.path.join(layout.locks_dir(real), _LOCK), "Your committed history, as runs see it"):
+        generation = _up_to_date(real)
+        _hold(os.path.join(root(real), generation))
+        _remove_unused(real, generation)
+    return _objects(real, generation)
+
+
+def _hold(path: str) -> None:
+    """Hold a shared lock on generation ``path`` until this process exits (once: again only when the
+    generation there is another one, its directory made anew)."""
+    in_use = os.path.join(path, IN_USE)
+    held = _HELD.get(path)
+    if held is not None:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(held), os.stat(in_use)):
+                return
+        os.close(held)
+    fd = os.open(in_use, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _HELD[path] = fd
+
+
+def _up_to_date(common_dir: str) -> str:
+    """The current generation, holding what your tips reach (under the lock)."""
+    now = tips(common_dir)
+    current = (_read_lines(os.path.join(root(common_dir), CURRENT)) or [""])[0]
+    held = _read_lines(os.path.join(root(common_dir), current, TIPS)) if current else None
+    if held is not None and os.path.isdir(_objects(common_dir, current)):
+        if held == now:
+            return current
+        gone = sorted(set(held) - set(now))
+        if not gone or not _unmerged(common_dir, gone, now):
+            new = sorted(set(now) - set(held))
+            if new:
+                _pack(common_dir, _objects(common_dir, current), new, held)
+            atomic_write(os.path.join(root(common_dir), current, TIPS), _text(now))
+            return current
+    generation = _next_generation(common_dir, current)
+    objects = _objects(common_dir, generation)
+    os.makedirs(os.path.join(objects, "pack"), exist_ok=True)
+    os.makedirs(os.path.join(objects, "info"), exist_ok=True)
+    # An empty alternates file: where the run's own view of yours is bound (sandbox.confine.gitview).
+    atomic_write(os.path.join(objects, "info", "alternates"), b"")
+    if now:
+        _pack(common_dir, objects, now, [])
+    atomic_write(os.path.join(root(common_dir), generation, TIPS), _text(now))
+    atomic_write(os.path.join(root(common_dir), CURRENT), f"{generation}\n".encode())
+    return generation
+
+
+def _text(ids: list[str]) -> bytes:
+    return "".join(f"{i}\n" for i in ids).encode()
+
+
+def _unmerged(common_dir: str, gone: list[str], now: list[str]) -> bool:
+    """True when a tip in ``gone`` reaches a commit no tip in ``now`` reaches (or git cannot tell)."""
+    code, out = read(["rev-list", "-n1", "--stdin"], common_dir, input=_text([*gone, *(f"^{t}" for t in now)]))
+    return code != 0 or bool(out.strip())
+
+
+def _pack(common_dir: str, objects: str, tips_now: list[str], held: list[str]) -> None:
+    """One pack in ``objects`` of what ``tips_now`` reach and ``held`` do not, written (and synced) by git
+    from your repository before anything names it."""
+    args = [
+        *("-c", "core.fsync=pack,pack-metadata", "-c", "core.fsyncMethod=fsync"),
+        *("pack-objects", "--revs", "-q", "--delta-base-offset", "--missing=allow-any"),
+        os.path.join(objects, "pack", "pack"),
+    ]
+    git(args, cwd=common_dir, env=NO_LAZY_FETCH_ENV, input=_text([*tips_now, *(f"^{t}" for t in held)]))
+
+
+def _next_generation(common_dir: str, current: str) -> str:
+    number = int(current[1:]) + 1 if current[1:].isdigit() else 1
+    while os.path.exists(os.path.join(root(common_dir), f"g{number}")):
+        number += 1
+    return f"g{number}"
+
+
+def _remove_unused(common_dir: str, current: str) -> None:
+    """Remove the generations but ``current`` that no process holds (under the lock)."""
+    try:
+        generations = [g for g in os.listdir(root(common_dir)) if g.startswith("g") and g != current]
+    except OSError:
+        return
+    for generation in generations:
+        path = os.path.join(root(common_dir), generation)
+        if path in _HELD:
+            continue
+        try:
+            fd = os.open(os.path.join(path, IN_USE), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live sandbox shows it
+        else:
+            remove_tree(path)
+        finally:
+            os.close(fd)
+
+
+def complete(common_dir: str, run_id: str, commit: str, tree: str, head: str | None) -> None:
+    """Copy into run ``run_id``'s store what ``commit`` (its snapshot, on your ``head``) reaches of yours
+    beyond ``head``'s history: what only your ``objects/`` holds (a staged file, a tree your index had
+    written) would be missing inside, where your objects are your committed history alone. O(changed
+    paths): git compares the two trees, skipping what they share."""
+    store = layout.run_store(common_dir, run_id)
+    if not os.path.isdir(store):
+        return
+    from sandbox.store import runstore
+
+    env = runstore.git_env(common_dir, run_id)
+    args = ["diff-tree", "--no-commit-id", "-r", "-t", "-z", "--no-renames", *([head] if head else ["--root"]), commit]
+    fields = git(args, cwd=common_dir, env=env).stdout.split(b"\0")
+    wanted = {commit, tree}
+    for meta in fields[0::2]:  # ":<old mode> <new mode> <old id> <new id> <status>", then the path
+        parts = meta.decode("ascii", "replace").split()
+        if len(parts) >= 4 and parts[1] != "160000" and _is_id(parts[3]) and set(parts[3]) != {"0"}:
+            wanted.add(parts[3])
+    only_store = {"GIT_OBJECT_DIRECTORY": store, "GIT_ALTERNATE_OBJECT_DIRECTORIES": ""}
+    check = git(
+        ["cat-file", "--batch-check=%(objectname)"], cwd=common_dir, env=only_store, input=_text(sorted(wanted))
+    )
+    missing = [line.split()[0] for line in check.stdout.decode().splitlines() if line.endswith(" missing")]
+    if missing:
+        args = ["-c", "core.fsync=pack,pack-metadata", "pack-objects", "-q", os.path.join(store, "pack", "pack")]
+        os.makedirs(os.path.join(store, "pack"), exist_ok=True)
+        git(args, cwd=common_dir, env={**env, **NO_LAZY_FETCH_ENV}, input=_text(missing))

@@ -1,0 +1,116 @@
+"""Your committed history as runs see it (:mod:`sandbox.store.history`), kept up without rebuilding it.
+
+A branch moved forward adds one pack to the generation shown; a branch deleted or rewritten whose
+commits nothing else reaches makes a new generation, without them; a generation a live process shows is
+kept until that process exits (its sandboxes die with it), then removed; a run made before homes (a
+linked worktree of yours) is not your history. Real git repositories, real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import git, make_repo, write
+
+from sandbox.store import history
+
+
+def _repo(tmp_path: Path) -> tuple[Path, str]:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    common = str(repo / ".git")
+    os.makedirs(os.path.join(common, "sandbox", "locks"), exist_ok=True)
+    return repo, common
+
+
+def _commit(repo: Path, name: str, text: str) -> str:
+    write(repo, name, text)
+    git(repo, "add", name)
+    git(repo, "commit", "-qm", name)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def _listed(objects: str) -> set[str]:
+    """Every object of the objects directory ``objects`` (its own packs only)."""
+    out = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"],
+        env={**os.environ, "GIT_OBJECT_DIRECTORY": objects, "GIT_ALTERNATE_OBJECT_DIRECTORIES": ""},
+        cwd=os.path.dirname(objects),
+        capture_output=True,
+        check=True,
+    )
+    return set(out.stdout.decode().split())
+
+
+def _blob(repo: Path, text: str) -> str:
+    return (
+        subprocess.run(
+            ["git", "hash-object", "--stdin"], cwd=repo, input=text.encode(), capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+
+
+def test_a_branch_moved_forward_adds_a_pack_and_a_deleted_one_makes_a_new_generation(tmp_path: Path) -> None:
+    repo, common = _repo(tmp_path)
+    first = history.shown(common)
+    assert _blob(repo, "a\n") in _listed(first)
+    _commit(repo, "b.txt", "b\n")
+    assert history.shown(common) == first  # forward: the same generation, one more pack
+    assert _blob(repo, "b\n") in _listed(first)
+    git(repo, "checkout", "-q", "-b", "topic")
+    _commit(repo, "c.txt", "thrown away\n")
+    assert _blob(repo, "thrown away\n") in _listed(history.shown(common))
+    git(repo, "checkout", "-q", "main")
+    git(repo, "branch", "-q", "-D", "topic")
+    second = history.shown(common)
+    assert second != first and _blob(repo, "thrown away\n") not in _listed(second)
+    assert _blob(repo, "b\n") in _listed(second)
+    # A merged branch deleted changes nothing: what it reached, main reaches.
+    git(repo, "branch", "-q", "merged")
+    history.shown(common)
+    git(repo, "branch", "-q", "-d", "merged")
+    assert history.shown(common) == second
+
+
+HOLD = """
+import sys, time
+from sandbox.store import history
+print(history.shown(sys.argv[1]), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_generation_a_live_process_shows_is_kept_until_it_exits(tmp_path: Path) -> None:
+    repo, common = _repo(tmp_path)
+    git(repo, "checkout", "-q", "-b", "topic")
+    _commit(repo, "c.txt", "c\n")
+    git(repo, "checkout", "-q", "main")
+    env = {**os.environ, "PYTHONPATH": str(Path(history.__file__).parents[2])}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, common], stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout is not None
+        held = holder.stdout.readline().decode().strip()
+        git(repo, "branch", "-q", "-D", "topic")
+        newer = history.shown(common)
+        assert newer != held and os.path.isdir(held)  # rewound: a new one, the held one kept
+    finally:
+        holder.kill()
+        holder.wait()
+    git(repo, "branch", "-q", "again")  # any change of tips: the next command looks again
+    history.shown(common)
+    assert not os.path.exists(held) and os.path.isdir(newer)
+
+
+def test_a_worktrees_detached_head_is_history_a_run_made_before_homes_is_not(tmp_path: Path) -> None:
+    repo, common = _repo(tmp_path)
+    git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+    detached = _commit(tmp_path / "linked", "d.txt", "detached\n")
+    git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "legacy"))
+    agents = _commit(tmp_path / "legacy", "e.txt", "the agent's\n")
+    os.makedirs(os.path.join(common, "sandbox", "runs", "legacy"))  # the admin dir's name is a run's
+    found = history.tips(common)
+    assert detached in found and agents not in found

@@ -88,8 +88,10 @@ def user_git_view(common_dir: str, run_id: str) -> View:
     borrowed_here: tuple[str, ...] = BORROWED
     if os.path.isdir(layout.run_store(real, run_id)):
         view.files.append((history.shown(real), os.path.join(real, "objects")))
+        if os.path.exists(layout.fetched_file(real, run_id)):  # its ledger came into your objects by git
+            history.adopt(real, run_id)
         borrowed_here = BORROWED[1:]
-    # else a run made before stores, or fetched: what is recorded for it lies in your objects, shown whole.
+    # else a run made before stores: what is recorded for it lies in your objects, shown whole.
     shown = [*(os.path.join(real, rel) for rel in borrowed_here), os.path.join(real, "HEAD"), own_refs]
     view.readable += [os.path.realpath(p) for p in shown if os.path.exists(p)]
     packed = _own_packed_refs(real, run_id)

@@ -18,7 +18,8 @@ sandbox it spawned dies with it), and an older generation nobody holds is remove
 
 What a run's snapshot adds of yours that your history does not hold (a staged file, a tree written from
 your index) is copied into the run's own store when the snapshot is made (:func:`complete`): the run's git
-finds its starting commit whole without reading your objects.
+finds its starting commit whole without reading your objects. A fetched run's record came into your
+objects by git: :func:`adopt` copies what its refs reach beyond your history into its store.
 
 Standard library only: ``sandbox exec``'s fast path shows the store.
 """
@@ -66,19 +67,7 @@ def _is_id(text: str) -> bool:
 def tips(common_dir: str) -> list[str]:
     """The ids your branches, tags and remote-tracking branches name, and the detached HEADs of your
     worktrees (not a run's), sorted: read from the files (O(refs)), by git where the refs are a reftable."""
-    found: set[str] = set()
-    if os.path.isdir(os.path.join(common_dir, "reftable")):
-        code, out = read(["for-each-ref", "--format=%(objectname)", *REF_ROOTS], common_dir)
-        found.update(out.decode().split() if code == 0 else ())
-    else:
-        with contextlib.suppress(OSError), open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
-            for line in fh:
-                oid, _, name = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
-                if name.startswith(REF_ROOTS) and _is_id(oid):
-                    found.add(oid)
-        for ref_root in REF_ROOTS:
-            for dirpath, _dirs, files in os.walk(os.path.join(common_dir, ref_root)):
-                found.update(oid for oid in (_head(dirpath, name) for name in files) if oid)
+    found = _ref_ids(common_dir, REF_ROOTS)
     found.update(oid for oid in [_head(common_dir, "HEAD")] if oid)  # detached; a branch's is counted above
     base = layout.git_worktrees_dir(common_dir)
     with contextlib.suppress(OSError):
@@ -87,6 +76,24 @@ def tips(common_dir: str) -> list[str]:
             if not os.path.isdir(layout.run_dir(common_dir, name)):
                 found.update(oid for oid in [_head(os.path.join(base, name), "HEAD")] if oid)
     return sorted(found)
+
+
+def _ref_ids(common_dir: str, roots: tuple[str, ...]) -> set[str]:
+    """The ids the refs below ``roots`` (``refs/heads/``, ...) name, packed or loose."""
+    found: set[str] = set()
+    if os.path.isdir(os.path.join(common_dir, "reftable")):
+        code, out = read(["for-each-ref", "--format=%(objectname)", *roots], common_dir)
+        found.update(out.decode().split() if code == 0 else ())
+        return found
+    with contextlib.suppress(OSError), open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+        for line in fh:
+            oid, _, name = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
+            if name.startswith(roots) and _is_id(oid):
+                found.add(oid)
+    for ref_root in roots:
+        for dirpath, _dirs, files in os.walk(os.path.join(common_dir, ref_root)):
+            found.update(oid for oid in (_head(dirpath, name) for name in files) if oid)
+    return found
 
 
 def _head(directory: str, name: str) -> str | None:
@@ -248,3 +255,34 @@ def complete(common_dir: str, run_id: str, commit: str, tree: str, head: str | N
         args = ["-c", "core.fsync=pack,pack-metadata", "pack-objects", "-q", os.path.join(store, "pack", "pack")]
         os.makedirs(os.path.join(store, "pack"), exist_ok=True)
         git(args, cwd=common_dir, env={**env, **NO_LAZY_FETCH_ENV}, input=_text(missing))
+
+
+#: In a run's directory: the run's tips whose objects :func:`adopt` has copied into its store.
+ADOPTED = "history-adopted"
+
+
+def adopt(common_dir: str, run_id: str) -> None:
+    """Copy into a fetched run's store what its refs reach that lies in your ``objects/`` alone (its
+    ledger, calls and snapshot, fetched there by git) and not in your history: inside, your objects are
+    your committed history. Once per change of the run's refs: git packs only what is your own
+    (``pack-objects --local`` skips what the run's store, through your alternates, already has)."""
+    real = os.path.realpath(common_dir)
+    store = layout.run_store(real, run_id)
+    now = sorted(_ref_ids(real, (layout.ref_prefix(run_id),)))
+    record = os.path.join(layout.run_dir(real, run_id), ADOPTED)
+    held = _read_lines(record)
+    if held == now or not os.path.isdir(store):
+        return
+    current = (_read_lines(os.path.join(root(real), CURRENT)) or [""])[0]
+    history_tips = (_read_lines(os.path.join(root(real), current, TIPS)) or []) if current else []
+    new = sorted(set(now) - set(held or []))
+    if new:
+        args = [
+            *("-c", "core.fsync=pack,pack-metadata", "-c", "core.fsyncMethod=fsync"),
+            *("pack-objects", "--revs", "--local", "-q", "--missing=allow-any"),
+            os.path.join(store, "pack", "pack"),
+        ]
+        os.makedirs(os.path.join(store, "pack"), exist_ok=True)
+        exclude = [f"^{t}" for t in sorted({*history_tips, *(held or [])})]
+        git(args, cwd=real, env=NO_LAZY_FETCH_ENV, input=_text([*new, *exclude]))
+    atomic_write(record, _text(now), sync=False)

@@ -347,3 +347,27 @@ def test_bad_remotes_are_one_line_and_change_nothing(tmp_path: Path) -> None:
         assert proc.returncode == code, (args, err)
         assert words in err and len(err.strip().splitlines()) == 1, err
     assert everything_of(a) == before
+
+
+def test_a_fetched_runs_record_is_readable_inside_it_and_your_stash_is_not(tmp_path: Path) -> None:
+    """Inside a run your objects are your committed history (sandbox.store.history); a fetched run's
+    record came into your objects by git: it is copied into the run's store, so its ledger, calls and
+    snapshot are readable inside, and B's stash still is not."""
+    runner = CliRunner()
+    a, b, _bare = two_clones(tmp_path)
+    run_id = json.loads(sb(runner, a, "start", "--json"))["run"]
+    sb(runner, a, "exec", run_id, "--", "sh", "-c", "echo from-the-agent > made.txt")
+    sb(runner, a, "push", run_id)
+    (b / "stashed.txt").write_text("b's stash\n")
+    git(b, "add", "stashed.txt")
+    git(b, "stash", "push", "-q")
+    stashed = git(b, "rev-parse", "stash@{0}:stashed.txt").strip()
+    sb(runner, b, "fetch")
+    ours = [git(b, "rev-parse", f"refs/sandbox/{run_id}/{name}").strip() for name in ("ledger", "head", "base")]
+    check = " && ".join(f"git cat-file -e {oid}" for oid in ours)
+    proc = sandbox_cmd("exec", run_id, "--", "sh", "-c", f"{check} && echo readable", cwd=b)
+    assert proc.returncode == 0 and b"readable" in proc.stdout, proc.stderr
+    proc = sandbox_cmd("exec", run_id, "--", "git", "cat-file", "-e", stashed, cwd=b)
+    assert proc.returncode != 0, proc.stdout
+    again = sandbox_cmd("exec", run_id, "--", "sh", "-c", f"{check} && echo readable", cwd=b)
+    assert again.returncode == 0 and b"readable" in again.stdout, again.stderr  # its new calls too

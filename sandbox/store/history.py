@@ -265,7 +265,8 @@ def adopt(common_dir: str, run_id: str) -> None:
     """Copy into a fetched run's store what its refs reach that lies in your ``objects/`` alone (its
     ledger, calls and snapshot, fetched there by git) and not in your history: inside, your objects are
     your committed history. Once per change of the run's refs: git packs only what is your own
-    (``pack-objects --local`` skips what the run's store, through your alternates, already has)."""
+    (``pack-objects --local`` skips what the run's store, through your alternates, already has). What git
+    cannot pack (a damaged object) is left out, and tried again at the next command."""
     real = os.path.realpath(common_dir)
     store = layout.run_store(real, run_id)
     now = sorted(_ref_ids(real, (layout.ref_prefix(run_id),)))
@@ -284,5 +285,9 @@ def adopt(common_dir: str, run_id: str) -> None:
         ]
         os.makedirs(os.path.join(store, "pack"), exist_ok=True)
         exclude = [f"^{t}" for t in sorted({*history_tips, *(held or [])})]
-        git(args, cwd=real, env=NO_LAZY_FETCH_ENV, input=_text([*new, *exclude]))
+        proc = git(args, cwd=real, env=NO_LAZY_FETCH_ENV, input=_text([*new, *exclude]), check=False)
+        if proc.returncode != 0:
+            # A damaged record (a garbled object git cannot pack): left to the checks that report it (the
+            # run's recorded tree, ``git fsck``); nothing of yours is shown for it, and the next command tries again.
+            return
     atomic_write(record, _text(now), sync=False)

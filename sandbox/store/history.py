@@ -48,6 +48,8 @@ IN_USE = "in-use"
 REF_ROOTS = ("refs/heads/", "refs/tags/", "refs/remotes/")
 
 _LOCK = "history.lock"
+#: Seconds a command waits for another's build of the store (a first build of a large history included).
+LOCK_WAIT = 600.0
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -126,7 +128,9 @@ def shown(common_dir: str) -> str:
     to your tips first, held (a shared lock) for as long as this process lives.
     :class:`sandbox.store.gitcli.GitCommandError` when git could not pack your history."""
     real = os.path.realpath(common_dir)
-    with file_lock(os.path.join(layout.locks_dir(real), _LOCK), "Your committed history, as runs see it"):
+    # Waited for as long as a first build of a large history may take (it is O(your history), once).
+    lock = os.path.join(layout.locks_dir(real), _LOCK)
+    with file_lock(lock, "Your committed history, as runs see it", timeout=LOCK_WAIT):
         generation = _up_to_date(real)
         _hold(os.path.join(root(real), generation))
         _remove_unused(real, generation)

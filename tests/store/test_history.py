@@ -121,9 +121,7 @@ def test_commands_starting_together_share_one_build(tmp_path: Path) -> None:
     _repo_path, common = _repo(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(history.__file__).parents[2])}
     show = "import sys; from sandbox.store import history; print(history.shown(sys.argv[1]))"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", show, common], stdout=subprocess.PIPE, env=env) for _ in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", show, common], stdout=subprocess.PIPE, env=env) for _ in range(3)]
     shown = {p.communicate(timeout=60)[0].decode().strip() for p in procs}
     assert all(p.returncode == 0 for p in procs) and len(shown) == 1, shown
     assert sorted(os.listdir(history.root(common))) == ["current", "g1"]

@@ -22,7 +22,7 @@ from typing import Protocol
 from sandbox import faults
 from sandbox.errors import LockedError
 from sandbox.run.core import delete_run_refs
-from sandbox.store import integrity, journal, layout, packs, runstore, worktree
+from sandbox.store import history, integrity, journal, layout, packs, runstore, worktree
 from sandbox.store.locks import file_lock, remove_locked_dir
 from sandbox.store.project import Project
 
@@ -153,6 +153,8 @@ def _remove_leftovers(project: Project, live: set[str], report: GcReport) -> Non
         if os.path.isdir(store):
             report.temp_files += packs.remove_leftovers(store, older_than)
     runstore.sweep(project.common_dir)
+    if not live:  # your committed history as runs see it: no run left to show it to (sandbox.store.history)
+        report.bytes_freed += history.reclaim(project.common_dir)
     report.write_temp_files = len(journal.remove_write_leftovers(project))
 
 

@@ -32,7 +32,7 @@ import os
 
 from sandbox.errors import SandboxError
 from sandbox.store import layout
-from sandbox.store.fsutil import atomic_write, remove_tree
+from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import NO_LAZY_FETCH_ENV, git, read
 from sandbox.store.locks import file_lock
 
@@ -155,7 +155,7 @@ def _hold(path: str) -> None:
 def _up_to_date(common_dir: str) -> str:
     """The current generation, holding what your tips reach (under the lock)."""
     now = tips(common_dir)
-    current = (_read_lines(os.path.join(root(common_dir), CURRENT)) or [""])[0]
+    current = _current(common_dir)
     held = _read_lines(os.path.join(root(common_dir), current, TIPS)) if current else None
     if held is not None and os.path.isdir(_objects(common_dir, current)):
         if held == now:
@@ -208,12 +208,13 @@ def _next_generation(common_dir: str, current: str) -> str:
     return f"g{number}"
 
 
-def _remove_unused(common_dir: str, current: str) -> None:
-    """Remove the generations but ``current`` that no process holds (under the lock)."""
+def _remove_unused(common_dir: str, current: str | None) -> int:
+    """Remove the generations but ``current`` that no process holds (under the lock); the bytes freed."""
     try:
         generations = [g for g in os.listdir(root(common_dir)) if g.startswith("g") and g != current]
     except OSError:
-        return
+        return 0
+    freed = 0
     for generation in generations:
         path = os.path.join(root(common_dir), generation)
         if path in _HELD:
@@ -227,9 +228,27 @@ def _remove_unused(common_dir: str, current: str) -> None:
         except OSError:
             continue  # a live sandbox shows it
         else:
+            freed += disk_usage(path)
+            if generation == _current(common_dir):
+                os.unlink(os.path.join(root(common_dir), CURRENT))  # first: never a current that is gone
             remove_tree(path)
         finally:
             os.close(fd)
+    return freed
+
+
+def _current(common_dir: str) -> str:
+    return (_read_lines(os.path.join(root(common_dir), CURRENT)) or [""])[0]
+
+
+def reclaim(common_dir: str) -> int:
+    """Remove every generation no process holds, the current one too (``sandbox gc`` when no run is
+    left: the next confined command builds it again); the bytes freed."""
+    real = os.path.realpath(common_dir)
+    if not os.path.isdir(root(real)):
+        return 0
+    with file_lock(os.path.join(layout.locks_dir(real), _LOCK), "Your committed history, as runs see it"):
+        return _remove_unused(real, None)
 
 
 def complete(common_dir: str, run_id: str, commit: str, tree: str, head: str | None) -> None:
@@ -278,7 +297,7 @@ def adopt(common_dir: str, run_id: str) -> None:
     held = _read_lines(record)
     if held == now or not os.path.isdir(store):
         return
-    current = (_read_lines(os.path.join(root(real), CURRENT)) or [""])[0]
+    current = _current(real)
     history_tips = (_read_lines(os.path.join(root(real), current, TIPS)) or []) if current else []
     new = sorted(set(now) - set(held or []))
     if new:

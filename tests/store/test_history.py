@@ -125,3 +125,25 @@ def test_commands_starting_together_share_one_build(tmp_path: Path) -> None:
     shown = {p.communicate(timeout=60)[0].decode().strip() for p in procs}
     assert all(p.returncode == 0 for p in procs) and len(shown) == 1, shown
     assert sorted(os.listdir(history.root(common))) == ["current", "g1"]
+
+
+def test_gc_with_no_run_left_removes_the_store_and_the_next_run_builds_it_again(tmp_path: Path) -> None:
+    """``sandbox gc`` reclaims the disk the store takes once no run is left; a generation a live
+    process holds is kept; the next confined command builds it again."""
+    import json
+
+    from tests.reliability.helpers import ok
+
+    repo, common = _repo(tmp_path)
+    run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
+    ok("exec", run_id, "--", "true", cwd=repo)
+    assert os.path.isdir(os.path.join(history.root(common), "g1"))
+    ok("gc", cwd=repo)  # a live run: kept
+    assert os.path.isdir(os.path.join(history.root(common), "g1"))
+    ok("drop", run_id, "--force", cwd=repo)
+    ok("gc", cwd=repo)
+    assert os.listdir(history.root(common)) == []
+    held = history.shown(common)  # this process holds it now
+    assert history.reclaim(common) == 0 and os.path.isdir(held)
+    again = json.loads(ok("start", "--json", cwd=repo))["run"]
+    assert "ok" in ok("exec", again, "--", "sh", "-c", "git cat-file -e HEAD^ && echo ok", cwd=repo)

@@ -55,14 +55,15 @@ class View:
         self.files: list[tuple[str, str]] = []
 
 
-def user_git_view(common_dir: str, run_id: str) -> View:
+def user_git_view(common_dir: str, run_id: str, *, history_view: bool = True) -> View:
     """Your common git dir hidden but for :data:`BORROWED` and what the sandbox's own tools inside
     (``sandbox mcp`` under ``sandbox run``, ``sandbox status``) read of this run: ``HEAD`` (so the
     directory opens as a repository), the run's own ``refs/sandbox/<run>/`` (live) and its lines of
     ``packed-refs`` (as of the command's start: a ``git pack-refs`` of yours during a long session
     leaves them stale inside until the next command). Your ``objects/`` is shown as your committed
-    history (:func:`sandbox.store.history.shown`, brought up to your branches first). Nothing for a
-    legacy run, whose git is a linked worktree of yours and reads your refs and config."""
+    history (:func:`sandbox.store.history.shown`, brought up to your branches first) where the sandbox
+    binds it (``history_view``: bubblewrap, not already inside a sandbox; Seatbelt cannot hide a read).
+    Nothing for a legacy run, whose git is a linked worktree of yours and reads your refs and config."""
     view = View()
     real = os.path.realpath(common_dir)
     if real == "/" or not os.path.isdir(real):
@@ -86,7 +87,7 @@ def user_git_view(common_dir: str, run_id: str) -> View:
     with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
         os.makedirs(own_refs, exist_ok=True)
     borrowed_here: tuple[str, ...] = BORROWED
-    if os.path.isdir(layout.run_store(real, run_id)):
+    if history_view and os.path.isdir(layout.run_store(real, run_id)):
         view.files.append((history.shown(real), os.path.join(real, "objects")))
         if os.path.exists(layout.fetched_file(real, run_id)):  # its ledger came into your objects by git
             history.adopt(real, run_id)

@@ -345,7 +345,9 @@ def policy_for(
     run's git borrows is bound back, read-only (:mod:`sandbox.confine.gitview`).
     """
     real = os.path.realpath
-    user_git = gitview.user_git_view(common_dir, run_id)
+    # Your committed history in your objects' place, where bubblewrap makes this sandbox (sandbox.store.history).
+    binds = isolation.enabled and not isolation.inherited and isolation.backend == "bwrap"
+    user_git = gitview.user_git_view(common_dir, run_id, history_view=binds)
     hidden = {**user_git.hidden, **hidden_dirs(isolation, common_dir, user_workdir)}
     # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
     # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.

@@ -57,3 +57,27 @@ def test_a_legacy_run_keeps_the_older_view(tmp_path: Path) -> None:
     (common / "sandbox" / "runs" / "old").mkdir(parents=True)  # no place: made before homes
     view = gitview.user_git_view(str(common), "old")
     assert (view.hidden, view.readable, view.files) == ({}, [], [])
+
+
+def test_your_objects_are_your_history_only_where_bubblewrap_binds_it(tmp_path: Path) -> None:
+    """With a store, bubblewrap shows your committed history as your objects; Seatbelt (which cannot hide
+    a read) and a command already inside a sandbox read your objects where they are, and build nothing."""
+    from conftest import make_repo
+
+    from sandbox.confine.policy import Isolation, policy_for
+    from sandbox.store import history
+
+    repo = make_repo(tmp_path / "repo")
+    common = os.path.realpath(repo / ".git")
+    run_dir = Path(common) / "sandbox" / "runs" / "r1"
+    (run_dir / layout.RUN_OBJECTS).mkdir(parents=True)
+    (run_dir / layout.PLACE_FILE).write_text(str(tmp_path / "home" / "r1"))
+    worktree = str(tmp_path / "home" / "r1" / "worktree")
+    objects = os.path.join(common, "objects")
+    for isolation in (Isolation(backend="seatbelt"), Isolation(inherited=True)):
+        policy = policy_for(isolation, common_dir=common, run_id="r1", worktree=worktree, user_workdir=None)
+        assert objects in policy.readable and all(dest != objects for _made, dest in policy.views)
+        assert not os.path.exists(history.root(common))
+    policy = policy_for(Isolation(), common_dir=common, run_id="r1", worktree=worktree, user_workdir=None)
+    assert objects not in policy.readable
+    assert [made for made, dest in policy.views if dest == objects] == [history.shown(common)]

@@ -345,9 +345,7 @@ def policy_for(
     run's git borrows is bound back, read-only (:mod:`sandbox.confine.gitview`).
     """
     real = os.path.realpath
-    # Your committed history in your objects' place, where bubblewrap makes this sandbox (sandbox.store.history).
-    binds = isolation.enabled and not isolation.inherited and isolation.backend == "bwrap"
-    user_git = gitview.user_git_view(common_dir, run_id, history_view=binds)
+    user_git = gitview.user_git_view(common_dir, run_id, history_view=_binds(isolation))
     hidden = {**user_git.hidden, **hidden_dirs(isolation, common_dir, user_workdir)}
     # Every agent home of the run holds that agent's login (seeded from yours): hidden from every
     # command, the started agent's own bound back (writable) for a `sandbox run` of it alone.
@@ -412,6 +410,11 @@ def policy_for(
         views=tuple(user_git.files),
         system=system_hidden(isolation),
     )
+
+
+def _binds(isolation: Isolation) -> bool:
+    """True when bubblewrap makes this sandbox here: it shows your history as your objects (sandbox.store.history)."""
+    return isolation.enabled and not isolation.inherited and isolation.backend == "bwrap"
 
 
 def system_hidden(isolation: Isolation, *, fresh: bool = False) -> tuple[str, ...]:

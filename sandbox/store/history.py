@@ -185,7 +185,11 @@ def _text(ids: list[str]) -> bytes:
 
 
 def _unmerged(common_dir: str, gone: list[str], now: list[str]) -> bool:
-    """True when a tip in ``gone`` reaches a commit no tip in ``now`` reaches (or git cannot tell)."""
+    """True when a tip in ``gone`` reaches a commit no tip in ``now`` reaches, or is not a commit (a deleted
+    annotated tag: its message would stay), or git cannot tell."""
+    code, kinds = read(["cat-file", "--batch-check=%(objecttype)"], common_dir, input=_text(gone))
+    if code != 0 or set(kinds.split()) != {b"commit"}:
+        return True
     code, out = read(["rev-list", "-n1", "--stdin"], common_dir, input=_text([*gone, *(f"^{t}" for t in now)]))
     return code != 0 or bool(out.strip())
 

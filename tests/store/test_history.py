@@ -147,3 +147,14 @@ def test_gc_with_no_run_left_removes_the_store_and_the_next_run_builds_it_again(
     assert history.reclaim(common) == 0 and os.path.isdir(held)
     again = json.loads(ok("start", "--json", cwd=repo))["run"]
     assert "ok" in ok("exec", again, "--", "sh", "-c", "git cat-file -e HEAD^ && echo ok", cwd=repo)
+
+
+def test_a_deleted_annotated_tag_leaves_the_view_with_its_message(tmp_path: Path) -> None:
+    """A tag deleted whose commit stays reachable: the tag object itself (its message) is gone too."""
+    repo, common = _repo(tmp_path)
+    git(repo, "tag", "-a", "v9", "-m", "a message you take back")
+    tag = git(repo, "rev-parse", "v9").strip()
+    first = history.shown(common)
+    assert tag in _listed(first)
+    git(repo, "tag", "-d", "v9")
+    assert tag not in _listed(history.shown(common))

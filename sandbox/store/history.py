@@ -164,7 +164,7 @@ def _up_to_date(common_dir: str) -> str:
         if not gone or not _unmerged(common_dir, gone, now):
             new = sorted(set(now) - set(held))
             if new:
-                _pack(common_dir, _objects(common_dir, current), new, held)
+                _pack(common_dir, _objects(common_dir, current), [*new, *(f"^{t}" for t in held)])
             atomic_write(os.path.join(root(common_dir), current, TIPS), _text(now))
             return current
     generation = _next_generation(common_dir, current)
@@ -174,7 +174,7 @@ def _up_to_date(common_dir: str) -> str:
     # An empty alternates file: where the run's own view of yours is bound (sandbox.confine.gitview).
     atomic_write(os.path.join(objects, "info", "alternates"), b"")
     if now:
-        _pack(common_dir, objects, now, [])
+        _pack(common_dir, objects, now)
     atomic_write(os.path.join(root(common_dir), generation, TIPS), _text(now))
     atomic_write(os.path.join(root(common_dir), CURRENT), f"{generation}\n".encode())
     return generation
@@ -194,15 +194,30 @@ def _unmerged(common_dir: str, gone: list[str], now: list[str]) -> bool:
     return code != 0 or bool(out.strip())
 
 
-def _pack(common_dir: str, objects: str, tips_now: list[str], held: list[str]) -> None:
-    """One pack in ``objects`` of what ``tips_now`` reach and ``held`` do not, written (and synced) by git
-    from your repository before anything names it."""
+def _pack(
+    common_dir: str,
+    objects: str,
+    lines: list[str],
+    *,
+    revs: bool = True,
+    local: bool = False,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> bool:
+    """One pack in ``objects`` written (and synced) by git from your repository before anything names it:
+    of what the revisions ``lines`` reach (``^id`` excluding what an id reaches), or with ``revs`` False of
+    the objects ``lines`` name; ``local``: only what your own ``objects/`` holds (not your alternates).
+    False when git failed and ``check`` is False."""
+    os.makedirs(os.path.join(objects, "pack"), exist_ok=True)
     args = [
-        *("-c", "core.fsync=pack,pack-metadata", "-c", "core.fsyncMethod=fsync"),
-        *("pack-objects", "--revs", "-q", "--delta-base-offset", "--missing=allow-any"),
+        *("-c", "core.fsync=pack,pack-metadata", "-c", "core.fsyncMethod=fsync", "pack-objects", "-q"),
+        *(["--revs", "--missing=allow-any"] if revs else []),
+        *(["--local"] if local else []),
+        "--delta-base-offset",
         os.path.join(objects, "pack", "pack"),
     ]
-    git(args, cwd=common_dir, env=NO_LAZY_FETCH_ENV, input=_text([*tips_now, *(f"^{t}" for t in held)]))
+    proc = git(args, cwd=common_dir, env={**(env or {}), **NO_LAZY_FETCH_ENV}, input=_text(lines), check=check)
+    return proc.returncode == 0
 
 
 def _next_generation(common_dir: str, current: str) -> str:
@@ -279,9 +294,7 @@ def complete(common_dir: str, run_id: str, commit: str, tree: str, head: str | N
     )
     missing = [line.split()[0] for line in check.stdout.decode().splitlines() if line.endswith(" missing")]
     if missing:
-        args = ["-c", "core.fsync=pack,pack-metadata", "pack-objects", "-q", os.path.join(store, "pack", "pack")]
-        os.makedirs(os.path.join(store, "pack"), exist_ok=True)
-        git(args, cwd=common_dir, env={**env, **NO_LAZY_FETCH_ENV}, input=_text(missing))
+        _pack(common_dir, store, missing, revs=False, env=env)
 
 
 #: In a run's directory: the run's tips whose objects :func:`adopt` has copied into its store.
@@ -304,17 +317,9 @@ def adopt(common_dir: str, run_id: str) -> None:
     current = _current(real)
     history_tips = (_read_lines(os.path.join(root(real), current, TIPS)) or []) if current else []
     new = sorted(set(now) - set(held or []))
-    if new:
-        args = [
-            *("-c", "core.fsync=pack,pack-metadata", "-c", "core.fsyncMethod=fsync"),
-            *("pack-objects", "--revs", "--local", "-q", "--missing=allow-any"),
-            os.path.join(store, "pack", "pack"),
-        ]
-        os.makedirs(os.path.join(store, "pack"), exist_ok=True)
-        exclude = [f"^{t}" for t in sorted({*history_tips, *(held or [])})]
-        proc = git(args, cwd=real, env=NO_LAZY_FETCH_ENV, input=_text([*new, *exclude]), check=False)
-        if proc.returncode != 0:
-            # A damaged record (a garbled object git cannot pack): left to the checks that report it (the
-            # run's recorded tree, ``git fsck``); nothing of yours is shown for it, and the next command tries again.
-            return
+    exclude = [f"^{t}" for t in sorted({*history_tips, *(held or [])})]
+    if new and not _pack(real, store, [*new, *exclude], local=True, check=False):
+        # A damaged record (a garbled object git cannot pack): left to the checks that report it (the run's
+        # recorded tree, ``git fsck``); nothing of yours is shown for it, and the next command tries again.
+        return
     atomic_write(record, _text(now), sync=False)

@@ -263,6 +263,10 @@ def _tidy(repo: Repo) -> bool:
     if os.path.isdir(state):
         subprocess.run(["chmod", "-R", "u+w", state], check=False)
         shutil.rmtree(state)
+    # The runs' hub named in the alternates went with it (git would complain of it at every command).
+    alternates = os.path.join(path, ".git", "objects", "info", "alternates")
+    if os.path.exists(alternates):
+        os.remove(alternates)
     git(["worktree", "prune"], cwd=path)
     status = git(["status", "--porcelain", "--untracked-files=all"], cwd=path).decode().splitlines()
     expected = sorted([f" M {repo.user_edit}", f"?? {UNTRACKED}"])

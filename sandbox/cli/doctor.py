@@ -87,7 +87,9 @@ def doctor(ctx: click.Context, run_id: str | None, explain_path: str | None) -> 
             "limits": {k: v for k, v in dataclasses.asdict(limits).items() if k != "memory_if_free"},
             "landlock_abi": probe.landlock_abi if probe else None,
             "cgroups": list(probe.cgroups) if probe else [],
-            "cannot_enforce": list(probe.missing) if probe else seatbelt.cannot_enforce(runs),
+            "cannot_enforce": [*probe.missing, hardening.later_sockets(probe.landlock_abi)]
+            if probe
+            else seatbelt.cannot_enforce(runs),
             "system": _system(runs, policy_now),
             **masks,
         }

@@ -106,6 +106,27 @@ def begin(argv: list[str]) -> None:
     except (SandboxError, OSError):
         return  # nothing is left begun (prestart stopped it); the click command tries again
     _relay = relay
+    _after_the_add(_begun)
+
+
+#: Above this size of your index (about 10k files) the imports wait for the snapshot's add (see below).
+_BIG_INDEX = 1 << 20
+
+
+def _after_the_add(begun: Prestart) -> None:
+    """Wait for the snapshot's ``git add -A`` where the repository is big, before the imports.
+
+    What the command does next needs the add's result first (the snapshot), and the checkout, the longest
+    of the three, runs on one core: imported beside both gits on two cores, the imports slow the checkout;
+    after the add they take its core. In a small repository the add ends before the imports would, and is
+    not waited for."""
+    adding = begun.adding
+    try:
+        big = adding is not None and os.path.getsize(adding.temp_index) > _BIG_INDEX
+    except OSError:
+        big = False
+    if big and adding is not None:
+        adding.proc.wait()
 
 
 def _data_root(workdir: str) -> str:

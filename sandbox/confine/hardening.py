@@ -278,6 +278,29 @@ class Probe:
     missing: tuple[str, ...]
 
 
+#: The Landlock ABI whose ``LANDLOCK_ACCESS_FS_RESOLVE_UNIX`` (Linux 7.1) decides ``connect`` to a socket's path.
+RESOLVE_UNIX_ABI = 9
+
+
+def later_sockets(abi: int) -> str:
+    """The rule no backend holds yet, as ``sandbox doctor`` says it: a socket bound after a sandbox started.
+
+    A mount view cannot hide what appears in a directory it shows after it is made, and ``connect`` needs no
+    write access to a socket on a read-only mount. Landlock's rule for socket paths would hold it, but a
+    domain that handles a file-system right forbids mounts, so it must be put on inside the sandbox once
+    bubblewrap has made its mounts, by the command's first process: not done yet."""
+    kernel = (
+        "this kernel has it, and the sandbox does not use it yet"
+        if abi >= RESOLVE_UNIX_ABI
+        else f"this kernel's Landlock is ABI {abi}"
+    )
+    return (
+        "a Unix socket bound after a sandbox started, in a directory it sees read-only (by a daemon started "
+        "later), is reachable from it: each start masks the sockets bound before it; Landlock's rule for "
+        f"socket paths (ABI {RESOLVE_UNIX_ABI}, Linux 7.1) would refuse it, and {kernel}"
+    )
+
+
 def probe() -> Probe:
     """Probe Landlock and the cgroups (no process is started); the gaps as whole sentences."""
     abi = landlock_abi()

@@ -8,7 +8,9 @@ load only the heavy ones named here. A command that starts importing more (the m
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 
 from sandbox.run.run import Run
 from sandbox.store.project import Project
+from tests.conftest import git, scaled
 
 #: What counts as heavy: third-party packages, and library parts a read-only command has no use for.
 HEAVY_PACKAGES = ("pygit2", "pydantic", "pydantic_core", "watchdog", "click")
@@ -267,6 +270,53 @@ def test_start_spawns_its_gits_before_the_heavy_imports(repo: Path, tmp_path: Pa
     assert gc.returncode == 0, gc.stderr.decode()
     assert os.listdir(runs) == []
     assert [os.listdir(homes / key) for key in os.listdir(homes)] == [[]]
+
+
+def _a_big_repository(root: Path, files: int) -> Path:
+    """A repository of ``files`` one-line files, committed: its index is over a MiB from 14k files."""
+    root.mkdir()
+    git(root, "init", "-q")
+    for i in range(files):
+        folder = root / f"d{i // 1000:02d}"
+        if i % 1000 == 0:
+            folder.mkdir()
+        (folder / f"file{i:05d}.txt").write_text(f"{i}\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "big")
+    (root / "d00" / "file00000.txt").write_text("edited\n")
+    return root
+
+
+@pytest.mark.parametrize("files, waits", [(16_000, True), (50, False)])
+def test_start_in_a_big_repository_imports_after_the_snapshots_add(tmp_path: Path, files: int, waits: bool) -> None:
+    """In a repository whose index is over a MiB, ``sandbox start`` imports click, pygit2 and pydantic only once
+    the snapshot's ``git add`` has ended (issue 30, item 5): beside the checkout and the add, on two cores, the
+    imports slowed the checkout. A git in front of the real one looks, when the add has ended and a moment
+    later, whether the ``sandbox`` process has loaded pygit2; in a small repository it has (no wait)."""
+    repo = _a_big_repository(tmp_path / "repo", files)
+    wrapper = tmp_path / "bin"
+    wrapper.mkdir()
+    mark = tmp_path / "mark"
+    real = shutil.which("git")
+    assert real is not None
+    (wrapper / "git").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f'  *" add -A "*) "{real}" "$@"; rc=$?; sleep {scaled(1):.1f}\n'
+        f'    if grep -q pygit2 /proc/$PPID/maps; then echo loaded > "{mark}"; else echo waiting > "{mark}"; fi\n'
+        "    exit $rc;;\n"
+        "esac\n"
+        f'exec "{real}" "$@"\n'
+    )
+    (wrapper / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{wrapper}{os.pathsep}{os.environ['PATH']}", "XDG_DATA_HOME": str(tmp_path / "data")}
+    script = str(Path(sys.executable).parent / "sandbox")
+    proc = subprocess.run([script, "start", "--json"], cwd=repo, capture_output=True, check=False, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert mark.read_text().strip() == ("waiting" if waits else "loaded")
+    run = Run.open(Project(str(repo / ".git")), json.loads(proc.stdout)["run"])
+    assert (Path(run.worktree) / "d00" / "file00000.txt").read_text() == "edited\n"
+    assert (Path(run.worktree) / "d00" / "file00001.txt").read_text() == "1\n"
 
 
 def test_run_without_a_sealed_cache_takes_the_full_path(repo: Path, started: Run) -> None:

@@ -108,7 +108,7 @@ def run(command: list[str], acct_file: Path) -> tuple[int, float, float | None]:
     started = time.monotonic()
     try:
         child = subprocess.Popen(command)
-        code = child.wait()
+        code = child.returncode = _wait_reaping(child.pid)
         wall = time.monotonic() - started
         _reap_orphans(grace=20.0)
     finally:
@@ -122,6 +122,15 @@ def run(command: list[str], acct_file: Path) -> tuple[int, float, float | None]:
         except OSError:
             pass
     return code, wall, cpu
+
+
+def _wait_reaping(pid: int) -> int:
+    """Wait for the child ``pid``, reaping every orphan that comes back to us meanwhile, as init would: a
+    killed host left a zombie, and a test waiting for it to be gone (``kill -0``) waited forever."""
+    while True:
+        got, status = os.waitpid(-1, 0)
+        if got == pid:
+            return os.waitstatus_to_exitcode(status)
 
 
 def _reap_orphans(grace: float) -> None:

@@ -114,19 +114,31 @@ _BIG_INDEX = 1 << 20
 
 
 def _after_the_add(begun: Prestart) -> None:
-    """Wait for the snapshot's ``git add -A`` where the repository is big, before the imports.
+    """Wait for the snapshot's ``git add -A`` where the repository is big, before the imports; no longer than
+    the checkout runs.
 
     What the command does next needs the add's result first (the snapshot), and the checkout, the longest
     of the three, runs on one core: imported beside both gits on two cores, the imports slow the checkout;
-    after the add they take its core. In a small repository the add ends before the imports would, and is
-    not waited for."""
-    adding = begun.adding
+    after the add they take its core. A checkout that ends first (an add hashing big untracked files) ends
+    the wait too: the imports then have a core of their own. In a small repository the add ends before the
+    imports would, and is not waited for; without a checkout (no commit yet) there is nothing to slow."""
+    adding, checkout = begun.adding, begun.checkout
+    if adding is None or checkout is None:
+        return
+    import select
+
+    fds: list[int] = []
     try:
-        big = adding is not None and os.path.getsize(adding.temp_index) > _BIG_INDEX
-    except OSError:
-        big = False
-    if big and adding is not None:
-        adding.proc.wait()
+        if os.path.getsize(adding.temp_index) <= _BIG_INDEX:
+            return
+        for pid in (adding.proc.pid, checkout.pid):
+            fds.append(os.pidfd_open(pid))
+        select.select(fds, [], [])  # readable once that process has ended (reaped or not)
+    except (OSError, AttributeError):  # no pidfd (not Linux, or before 5.3): the imports go on at once
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _data_root(workdir: str) -> str:

@@ -74,14 +74,18 @@ def run(ctx: Context, repo: Repo) -> None:
         shutil.rmtree(dest)
         git(["worktree", "prune"], cwd=repo.path)
 
-    def own_init() -> None:
-        gd, wt = os.path.join(dest, "git"), os.path.join(dest, "worktree")
-        t0 = time.perf_counter()
+    def own_git_dir(gd: str, wt: str) -> None:
+        # A git dir of the run's own at HEAD, as the sandbox makes it: alternates to your objects, a branch.
         git(["init", "-q", "--template=", f"--separate-git-dir={gd}", wt], cwd=repo.path)
         with open(os.path.join(gd, "objects", "info", "alternates"), "w", encoding="utf-8") as fh:
             fh.write(objects_dir + "\n")
         git(["update-ref", "refs/heads/run", head], cwd=wt)
         git(["symbolic-ref", "HEAD", "refs/heads/run"], cwd=wt)
+
+    def own_init() -> None:
+        gd, wt = os.path.join(dest, "git"), os.path.join(dest, "worktree")
+        t0 = time.perf_counter()
+        own_git_dir(gd, wt)
         git(["-c", "checkout.workers=0", "read-tree", "-u", "--reset", "HEAD"], cwd=wt)
         seconds = time.perf_counter() - t0
         res.add(CASE, repo.size, GROUP, "own git dir: git init + alternates + read-tree -u", seconds)
@@ -104,11 +108,7 @@ def run(ctx: Context, repo: Repo) -> None:
         gd, wt = os.path.join(dest, "git"), os.path.join(dest, "worktree")
         index = os.path.join(repo.scratch, "floor-index")
         t0 = time.perf_counter()
-        git(["init", "-q", "--template=", f"--separate-git-dir={gd}", wt], cwd=repo.path)
-        with open(os.path.join(gd, "objects", "info", "alternates"), "w", encoding="utf-8") as fh:
-            fh.write(objects_dir + "\n")
-        git(["update-ref", "refs/heads/run", head], cwd=wt)
-        git(["symbolic-ref", "HEAD", "refs/heads/run"], cwd=wt)
+        own_git_dir(gd, wt)
         shutil.copyfile(os.path.join(repo.path, ".git", "index"), index)
         env = {**os.environ, "GIT_INDEX_FILE": index}
         checkout = subprocess.Popen(["git", "-c", "core.fsync=none", "read-tree", "-u", "--reset", "HEAD"], cwd=wt)

@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
 SHELL := /bin/bash
+# One target at a time, whatever -j says: the targets install into one venv and run apt-get (one at a time).
+.NOTPARALLEL:
 .PHONY: venv deps lock test-latest demo test lint typecheck bench bench-big bench-claude bench-many bench-ui screenshots soak clean agents bwrap chromium git-lfs
 
 # The test environment comes from requirements.lock (every package pinned, with hashes), so the suite
@@ -134,9 +136,12 @@ TEST_WORKERS ?= 4
 # suite: 563 s against 581-587 s. The caches go in __pycache__ (ignored by git).
 PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 # The venv and the agents' npm install are made side by side (a fresh clone: 20 s against 31 s one after
-# the other); neither installs system packages, so no two apt runs meet.
+# the other); neither installs system packages, so no two apt runs meet. Two sub-makes in the shell, not
+# `make -j`: this Makefile is .NOTPARALLEL (below), so a `make -j test` never runs two pip or two apt at once.
 deps:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(AGENTS_STAMP)
+	@$(MAKE) --no-print-directory $(STAMP) & venv=$$!; \
+	  $(MAKE) --no-print-directory $(AGENTS_STAMP); agents=$$?; \
+	  wait $$venv && exit $$agents
 test: deps lint bwrap git-lfs chromium
 	$(PYTEST_ENV) $(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --durations=15
 

@@ -131,9 +131,11 @@ def _after_the_add(begun: Prestart) -> None:
     try:
         if os.path.getsize(adding.temp_index) <= _BIG_INDEX:
             return
+        ended = select.poll()  # (not select(): no bound on the descriptors' numbers)
         for pid in (adding.proc.pid, checkout.pid):
             fds.append(os.pidfd_open(pid))
-        select.select(fds, [], [])  # readable once that process has ended (reaped or not)
+            ended.register(fds[-1], select.POLLIN)
+        ended.poll()  # readable once that process has ended (reaped or not)
     except (OSError, AttributeError):  # no pidfd (not Linux, or before 5.3): the imports go on at once
         pass
     finally:

@@ -55,7 +55,7 @@ class View:
         self.files: list[tuple[str, str]] = []
 
 
-def user_git_view(common_dir: str, run_id: str, *, history_view: bool = True) -> View:
+def user_git_view(common_dir: str, run_id: str, *, history_view: bool) -> View:
     """Your common git dir hidden but for :data:`BORROWED` and what the sandbox's own tools inside
     (``sandbox mcp`` under ``sandbox run``, ``sandbox status``) read of this run: ``HEAD`` (so the
     directory opens as a repository), the run's own ``refs/sandbox/<run>/`` (live) and its lines of

@@ -19,7 +19,7 @@ def _view(common: Path, run_id: str, packed: str) -> str:
     run_dir = common / "sandbox" / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / layout.PLACE_FILE).write_text(str(common.parent / "home" / run_id))
-    view = gitview.user_git_view(str(common), run_id)
+    view = gitview.user_git_view(str(common), run_id, history_view=True)
     assert view.hidden == {os.path.realpath(common): gitview.WHY}
     [(made, shown)] = view.files
     assert shown == os.path.join(os.path.realpath(common), "packed-refs")
@@ -55,7 +55,7 @@ def test_only_the_runs_own_lines_with_their_peeled_lines_whether_sorted_or_not(t
 def test_a_legacy_run_keeps_the_older_view(tmp_path: Path) -> None:
     common = tmp_path / ".git"
     (common / "sandbox" / "runs" / "old").mkdir(parents=True)  # no place: made before homes
-    view = gitview.user_git_view(str(common), "old")
+    view = gitview.user_git_view(str(common), "old", history_view=True)
     assert (view.hidden, view.readable, view.files) == ({}, [], [])
 
 

@@ -30,7 +30,7 @@ import contextlib
 import fcntl
 import os
 
-from sandbox.errors import SandboxError
+from sandbox.errors import LockedError, SandboxError
 from sandbox.store import layout
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import NO_LAZY_FETCH_ENV, git, read
@@ -266,8 +266,13 @@ def reclaim(common_dir: str) -> int:
     real = os.path.realpath(common_dir)
     if not os.path.isdir(root(real)):
         return 0
-    with file_lock(os.path.join(layout.locks_dir(real), _LOCK), "Your committed history, as runs see it"):
-        return _remove_unused(real, None)
+    try:
+        with file_lock(
+            os.path.join(layout.locks_dir(real), _LOCK), "Your committed history, as runs see it", timeout=1.0
+        ):
+            return _remove_unused(real, None)
+    except LockedError:
+        return 0  # a command is bringing it up to date for a sandbox: in use, kept (the next gc tries again)
 
 
 def complete(common_dir: str, run_id: str, commit: str, tree: str, head: str | None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from conftest import git, make_repo, write
 
 from sandbox.store import history
+from tests.agent.test_confine import needs_bwrap
 
 
 def _repo(tmp_path: Path) -> tuple[Path, str]:
@@ -127,6 +128,7 @@ def test_commands_starting_together_share_one_build(tmp_path: Path) -> None:
     assert sorted(os.listdir(history.root(common))) == ["current", "g1"]
 
 
+@needs_bwrap  # the store is built where bubblewrap binds it
 def test_gc_with_no_run_left_removes_the_store_and_the_next_run_builds_it_again(tmp_path: Path) -> None:
     """``sandbox gc`` reclaims the disk the store takes once no run is left; a generation a live
     process holds is kept; the next confined command builds it again."""
@@ -158,3 +160,27 @@ def test_a_deleted_annotated_tag_leaves_the_view_with_its_message(tmp_path: Path
     assert tag in _listed(first)
     git(repo, "tag", "-d", "v9")
     assert tag not in _listed(history.shown(common))
+
+
+def test_gc_keeps_a_store_another_command_is_bringing_up_to_date(tmp_path: Path) -> None:
+    """``reclaim`` (``sandbox gc`` with no run left) does not wait on the store's lock, which a first build of a
+    large history holds for long: the store is in use, kept, and gc goes on."""
+    _repo_path, common = _repo(tmp_path)
+    generation = history.shown(common)
+    lock = os.path.join(common, "sandbox", "locks", "history.lock")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+            " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            lock,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        assert history.reclaim(common) == 0 and os.path.isdir(generation)
+    finally:
+        holder.kill()
+        holder.wait()

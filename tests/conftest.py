@@ -128,7 +128,11 @@ def _isolated_git_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     )
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "SANDBOX_FAULT"):
         os.environ.pop(key, None)
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[safe]\n\tdirectory = *\n")
+    # maintenance.auto off: every test's commit, fetch and merge otherwise spawned ``git maintenance run
+    # --auto`` (1,700 processes over the suite, each finding nothing to do in a repository this small).
+    (home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[safe]\n\tdirectory = *\n[maintenance]\n\tauto = false\n"
+    )
     yield
     os.environ.clear()
     os.environ.update(saved)

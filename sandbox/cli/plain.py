@@ -56,22 +56,54 @@ def git_config(cwd: str) -> dict[str, str]:
     Read with ``git config`` itself (one process): includes, conditional includes and
     ``GIT_CONFIG_*`` variables then count exactly as they do for git. In a run's worktree, the
     config of the user's repository: the run's own git dir is the agent's to write, and
-    ``core.pager`` is a command this (unconfined) process would start.
+    ``core.pager`` is a command this (unconfined) process would start. What :func:`prefetch` started
+    for the same ``cwd`` is used, once.
     """
-    from sandbox.store import layout
+    begun = _PREFETCHED.pop(cwd, None)
+    if begun is None:
+        begun = _started(cwd)
+    return _settings(begun)
+
+
+#: The colour settings' git :func:`prefetch` started, by directory.
+_PREFETCHED: dict[str, object] = {}
+
+
+def prefetch(cwd: str) -> None:
+    """Start reading :func:`git_config` of ``cwd`` now, side by side with what the command reads before
+    it needs them (the quick ``list``, ``status`` and ``log``). :func:`collect` reaps it if unused."""
+    _PREFETCHED[cwd] = _started(cwd)
+
+
+def collect() -> None:
+    """Wait for what :func:`prefetch` started and nobody read (no process is left unreaped)."""
+    while _PREFETCHED:
+        _settings(_PREFETCHED.popitem()[1])
+
+
+def _started(cwd: str) -> object:
+    """The git of :func:`git_config` started (an :class:`OSError` kept when none can start)."""
+    from sandbox.store import gitcli, layout
 
     where = cwd if os.path.isdir(cwd) else None
     loc = layout.locate(where) if where is not None else None
     git_dir = ["--git-dir", loc.common_dir] if loc is not None else []
-    from sandbox.store import gitcli
-
     pattern = r"^(color\.(ui|diff|status|pager)|core\.pager)$"
     try:
-        found = gitcli.output(
+        return gitcli.started(
             [*git_dir, "config", "-z", "--get-regexp", pattern], (loc.common_dir if loc else where) or "."
         )
-    except OSError:  # no git at all: every setting is at its default
+    except OSError as exc:  # no git at all: every setting is at its default
+        return exc
+
+
+def _settings(begun: object) -> dict[str, str]:
+    if isinstance(begun, OSError):
         return {}
+    from sandbox.store import gitcli
+
+    assert isinstance(begun, gitcli.Started)
+    found = begun.result()[1]
     out: dict[str, str] = {}
     for record in found.split(b"\0"):
         if not record:

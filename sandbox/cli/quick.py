@@ -102,10 +102,15 @@ def _shown(command: str, run_id: str | None) -> int | None:
         tty = os.isatty(stdout.fileno())
     except (OSError, ValueError):
         return None
+    from sandbox.cli import plain
+
     try:
+        plain.prefetch(os.path.abspath(os.getcwd()))  # your colour settings, read beside the run's files
         found = _read(command, run_id, tty)
     except Exception:  # anything unexpected: the click command reads it again, and its edge reports it
         return None
+    finally:
+        plain.collect()
     if found is None:
         return None
     lines, colored = found

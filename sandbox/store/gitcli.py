@@ -146,13 +146,50 @@ def read(
     ``subprocess.TimeoutExpired`` after ``timeout`` seconds. Started with ``posix_spawn``:
     :mod:`subprocess` costs ``list``, ``status`` and ``log`` more than the gits they run
     (:mod:`sandbox.cli.quick`). :class:`OSError` when no git can be started."""
-    argv, full_env = command(["-C", cwd, *args], env)
-    stdin = _stdin(input)
-    if stdin is None:  # more input than a pipe holds unread: subprocess writes it as git reads
-        import subprocess
+    return started(args, cwd, env, input).result(timeout)
 
-        proc = subprocess.run(argv, env=full_env, input=input, capture_output=True, check=False, timeout=timeout)
-        return proc.returncode, proc.stdout
+
+class Started:
+    """A git :func:`started` and not yet waited for: :meth:`result` gives what :func:`read` does. Two
+    reads a command needs one after the other run side by side (``status``: the colour settings, the
+    run's config and its index)."""
+
+    def __init__(self, argv: list[str], full_env: dict[str, str], input: bytes | None) -> None:
+        self.argv = argv
+        self.input = input
+        self.pid = -1
+        self.out = -1
+        self.env = full_env
+        self._done: tuple[int, bytes] | None = None
+
+    def result(self, timeout: float | None = None) -> tuple[int, bytes]:
+        """Its exit code and standard output, once it ended (killed after ``timeout`` seconds)."""
+        if self._done is not None:
+            return self._done
+        if self.pid == -1:  # more input than a pipe holds unread: subprocess writes it as git reads
+            import subprocess
+
+            proc = subprocess.run(
+                self.argv, env=self.env, input=self.input, capture_output=True, check=False, timeout=timeout
+            )
+            self._done = (proc.returncode, proc.stdout)
+            return self._done
+        try:
+            data = _drain(self.out, self.pid, self.argv, timeout)
+        finally:
+            os.close(self.out)
+        self._done = (os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1]), data)
+        return self._done
+
+
+def started(args: Sequence[str], cwd: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> Started:
+    """The git :func:`read` runs, started and left running: call :meth:`Started.result` once, on every
+    path (it reaps the process). :class:`OSError` when no git can be started."""
+    argv, full_env = command(["-C", cwd, *args], env)
+    begun = Started(argv, full_env, input)
+    stdin = _stdin(input)
+    if stdin is None:
+        return begun
     out, write = os.pipe()
     try:
         actions = [
@@ -160,18 +197,15 @@ def read(
             (os.POSIX_SPAWN_DUP2, write, 1),
             (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ]
-        pid = os.posix_spawnp(argv[0], argv, full_env, file_actions=actions)
+        begun.pid = os.posix_spawnp(argv[0], argv, full_env, file_actions=actions)
     except BaseException:
         os.close(out)
         raise
     finally:
         os.close(write)
         os.close(stdin)
-    try:
-        data = _drain(out, pid, argv, timeout)
-    finally:
-        os.close(out)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), data
+    begun.out = out
+    return begun
 
 
 def _stdin(data: bytes | None) -> int | None:

@@ -38,7 +38,6 @@ ran unconfined). Standard library only (``sandbox status`` reads it on its fast 
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from sandbox.store import gitcli
@@ -54,16 +53,70 @@ AGENT_CONFIG = "agent.gitconfig"
 AGENT_CONFIG_TEXT = "[include]\n\tpath = ~/.gitconfig\n\tpath = ~/.config/git/config\n"
 
 #: Keys (lowercase) whose values git runs, or that make git read more configuration or another tree.
-#: Only for reporting: the protection is where git reads, not which keys it finds.
-_PROGRAM_KEYS = re.compile(
-    r"^(core\.(fsmonitor|pager|editor|sshcommand|askpass|hookspath|gitproxy|alternaterefscommand|worktree)"
-    r"|diff\.external|diff\.[^\n]*\.(textconv|command)|(diff|merge)tool\.[^\n]*\.(cmd|path)"
-    r"|merge\.[^\n]*\.driver|filter\.[^\n]*\.(clean|smudge|process)|pager\.[^\n]*|alias\.[^\n]*"
-    r"|sequence\.editor|gpg\.([^\n]*\.)?program|credential\.([^\n]*\.)?helper|include\.path"
-    r"|includeif\.[^\n]*\.path|uploadpack\.packobjectshook|extensions\.worktreeconfig"
-    r"|remote\.[^\n]*\.(uploadpack|receivepack)|web\.browser|browser\.[^\n]*\.(cmd|path)|man\.[^\n]*\.(cmd|path)"
-    r"|submodule\.[^\n]*\.update|diff\.ignoresubmodules|status\.submodulesummary|submodule\.recurse)$"
+#: Only for reporting: the protection is where git reads, not which keys it finds. Matched without
+#: ``re`` (:func:`program_key`; ``status`` reads them on its quick path, and ``import re`` is 6 ms).
+_PROGRAM_EXACT = frozenset(
+    {
+        *(
+            f"core.{name}"
+            for name in (
+                "fsmonitor",
+                "pager",
+                "editor",
+                "sshcommand",
+                "askpass",
+                "hookspath",
+                "gitproxy",
+                "alternaterefscommand",
+                "worktree",
+            )
+        ),
+        "diff.external",
+        "sequence.editor",
+        "gpg.program",
+        "credential.helper",
+        "include.path",
+        "uploadpack.packobjectshook",
+        "extensions.worktreeconfig",
+        "web.browser",
+        "diff.ignoresubmodules",
+        "status.submodulesummary",
+        "submodule.recurse",
+    }
 )
+#: ``SECTION.<anything>.NAME``: the section, and the names that run a program there.
+_PROGRAM_NAMED = {
+    "diff": ("textconv", "command"),
+    "difftool": ("cmd", "path"),
+    "mergetool": ("cmd", "path"),
+    "merge": ("driver",),
+    "filter": ("clean", "smudge", "process"),
+    "gpg": ("program",),
+    "credential": ("helper",),
+    "includeif": ("path",),
+    "remote": ("uploadpack", "receivepack"),
+    "browser": ("cmd", "path"),
+    "man": ("cmd", "path"),
+    "submodule": ("update",),
+}
+#: Every key of these sections.
+_PROGRAM_SECTIONS = ("pager.", "alias.")
+
+
+def program_key(key: str) -> bool:
+    """Whether git runs the value of config ``key`` (lowercase), or reads more configuration or another
+    tree for it (as a regular expression anchored with ``^...$`` would say: one final newline allowed)."""
+    if key.endswith("\n"):
+        key = key[:-1]
+    if "\n" in key:
+        return False
+    if key in _PROGRAM_EXACT or key.startswith(_PROGRAM_SECTIONS):
+        return True
+    section, dot, rest = key.partition(".")
+    names = _PROGRAM_NAMED.get(section) if dot else None
+    return names is not None and any(rest.endswith("." + name) for name in names)
+
+
 _MAX_CONFIG = 1 << 20  # a config larger than this is reported, not read
 
 
@@ -153,6 +206,21 @@ def findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
     in ``worktree`` and was not put there by the sandbox: one phrase each (of agent origin: escape
     before printing). Empty when the run's git holds the rule of this module."""
     out: list[str] = []
+    # The index's gitlinks are listed by a git of their own, side by side with the config's parse.
+    index = os.path.join(git_dir, "index")
+    links = _gitlinks_started(worktree, git_dir) if os.path.isfile(index) else None
+    try:
+        out += _findings(worktree, git_dir, common_dir)
+    finally:
+        listed = links.result(timeout=60)[1] if links is not None else b""
+    return out + [
+        f"submodule {path} has a repository of its own (git add -A there runs git in it)"
+        for path in _gitlinks(worktree, listed)
+    ]
+
+
+def _findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
+    out: list[str] = []
     pointer = _read_regular(os.path.join(worktree, ".git"), 4096)
     expected = os.path.realpath(git_dir)
     if pointer is not None and pointer.startswith(b"gitdir: "):
@@ -170,24 +238,22 @@ def findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
         out.append("commondir is not a regular file")
     out += _config_findings(os.path.join(git_dir, "config"), os.path.join(common_dir, "config"))
     out += _hook_findings(os.path.join(git_dir, "hooks"), os.path.join(common_dir, "hooks"))
-    out += [
-        f"submodule {path} has a repository of its own (git add -A there runs git in it)"
-        for path in _gitlinks(worktree, git_dir)
-    ]
     return out
 
 
-def _gitlinks(worktree: str, git_dir: str) -> list[str]:
-    """The gitlinks of the run's index whose path in the worktree holds a ``.git``: ``git status`` and
-    ``git diff`` leave them alone (``diff.ignoreSubmodules``), ``git add -A`` and ``git diff-files`` do not."""
-    if not os.path.isfile(os.path.join(git_dir, "index")):
-        return []
-    _code, listed = gitcli.read(
+def _gitlinks_started(worktree: str, git_dir: str) -> gitcli.Started:
+    """``git ls-files --stage`` of the run's index, started (:func:`_gitlinks` reads what it lists)."""
+    return gitcli.started(
         [f"--git-dir={git_dir}", "ls-files", "--stage", "-z"],
         worktree,
         {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
-        timeout=60,
     )
+
+
+def _gitlinks(worktree: str, listed: bytes) -> list[str]:
+    """The gitlinks ``listed`` (the run's index) whose path in the worktree holds a ``.git``: ``git
+    status`` and ``git diff`` leave them alone (``diff.ignoreSubmodules``), ``git add -A`` and ``git
+    diff-files`` do not."""
     out = []
     for item in listed.split(b"\0"):
         if item.startswith(b"160000 "):
@@ -205,7 +271,7 @@ def _config_findings(path: str, user_config: str) -> list[str]:
     if entries is None:
         return ["its config is not a regular file git can read"]
     ours = {(k.lower(), v) for k, v in SETTINGS}
-    found = [(key, value) for key, value in entries if _PROGRAM_KEYS.match(key) and (key, value) not in ours]
+    found = [(key, value) for key, value in entries if program_key(key) and (key, value) not in ours]
     if not found:
         return []  # the common case: one git process, not two
     yours = set(config_entries(_read_regular(user_config) or b"") or [])

@@ -171,3 +171,85 @@ def test_named_tuples_are_collections(fields: str) -> None:
     entry = gitread.TreeEntry(0o040000, "d", "0" * 40)
     assert entry.is_tree and pickle.loads(pickle.dumps(entry)) == entry
     assert type(pickle.loads(pickle.dumps(entry))) is gitread.TreeEntry
+
+
+#: The regular expression gitguard's program_key stands for (as it was, compiled with re).
+PROGRAM_KEYS = re.compile(
+    r"^(core\.(fsmonitor|pager|editor|sshcommand|askpass|hookspath|gitproxy|alternaterefscommand|worktree)"
+    r"|diff\.external|diff\.[^\n]*\.(textconv|command)|(diff|merge)tool\.[^\n]*\.(cmd|path)"
+    r"|merge\.[^\n]*\.driver|filter\.[^\n]*\.(clean|smudge|process)|pager\.[^\n]*|alias\.[^\n]*"
+    r"|sequence\.editor|gpg\.([^\n]*\.)?program|credential\.([^\n]*\.)?helper|include\.path"
+    r"|includeif\.[^\n]*\.path|uploadpack\.packobjectshook|extensions\.worktreeconfig"
+    r"|remote\.[^\n]*\.(uploadpack|receivepack)|web\.browser|browser\.[^\n]*\.(cmd|path)|man\.[^\n]*\.(cmd|path)"
+    r"|submodule\.[^\n]*\.update|diff\.ignoresubmodules|status\.submodulesummary|submodule\.recurse)$"
+)
+#: Pieces of config keys: every section and name the expression knows, dots, newlines, others.
+KEY_PARTS = [
+    *[
+        "core",
+        "diff",
+        "merge",
+        "difftool",
+        "mergetool",
+        "filter",
+        "pager",
+        "alias",
+        "sequence",
+        "gpg",
+        "credential",
+        "include",
+        "includeif",
+    ],
+    *["uploadpack", "extensions", "remote", "web", "browser", "man", "submodule", "status", "tool", "x"],
+    *[
+        "fsmonitor",
+        "editor",
+        "sshcommand",
+        "askpass",
+        "hookspath",
+        "gitproxy",
+        "alternaterefscommand",
+        "worktree",
+        "external",
+    ],
+    *[
+        "textconv",
+        "command",
+        "cmd",
+        "path",
+        "driver",
+        "clean",
+        "smudge",
+        "process",
+        "program",
+        "helper",
+        "packobjectshook",
+    ],
+    *["worktreeconfig", "receivepack", "ignoresubmodules", "submodulesummary", "recurse", "update"],
+    ".",
+    ".",
+    "\n",
+    "a.b",
+]
+
+
+@settings(max_examples=examples(3000), deadline=None)
+@given(st.lists(st.sampled_from(KEY_PARTS), max_size=6))
+def test_program_keys_as_the_pattern_reads_them(parts: list[str]) -> None:
+    from sandbox.store import gitguard
+
+    key = "".join(parts)
+    assert gitguard.program_key(key) == bool(PROGRAM_KEYS.match(key)), key
+
+
+def test_every_program_key_the_pattern_names() -> None:
+    from sandbox.store import gitguard
+
+    sections = ("diff", "difftool", "mergetool", "merge", "filter", "gpg", "credential", "includeif", "remote")
+    names = [n for part in KEY_PARTS for n in (part,) if part.isalpha()]
+    for section in (*sections, "browser", "man", "submodule", "pager", "alias", "core", "web", "status"):
+        for middle in ("", ".", ".a", ".a.b", ".x."):
+            for name in names:
+                for tail in ("", "\n", "\n\n"):
+                    key = f"{section}{middle}.{name}{tail}"
+                    assert gitguard.program_key(key) == bool(PROGRAM_KEYS.match(key)), repr(key)

@@ -142,7 +142,12 @@ def run(ctx: Context, repo: Repo) -> None:
 
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
-    iso = spawn.Isolation(enabled=True, network=False, program=bwrap, allow=(f"127.0.0.1:{port}",))
+    from sandbox.cli.machine import installed_paths
+
+    # The interpreter stays visible as the CLI keeps it (the bridge inside runs it): a venv under /tmp
+    # would otherwise be hidden by the private /tmp ("python: not found" inside).
+    readable = tuple(installed_paths([]))
+    iso = spawn.Isolation(enabled=True, network=False, program=bwrap, readable=readable, allow=(f"127.0.0.1:{port}",))
     policy = policy_for(iso, common_dir=project.common_dir, run_id=rid, worktree=run_.worktree, user_workdir=workdir)
     assert policy.proxy is not None
     plain = spawn.Policy(**{**policy.__dict__, "proxy": None})

@@ -28,7 +28,6 @@ Standard library only: the fast paths (the hook, ``status``) may import it.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import time
@@ -230,6 +229,8 @@ def read_fd(
     :class:`ChangedError`; one that takes longer than ``deadline`` seconds, :class:`SlowReadError`.
     """
     size = st.st_size
+    import hashlib  # here, not at import: OpenSSL's load is 4 ms of a confined exec's start
+
     digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
     keep = size <= limit
     parts: list[bytes] = []
@@ -327,6 +328,8 @@ def blob_id(root: int, rel: str, seen: os.stat_result | None = None) -> str:
     file's read cannot block. :class:`ChangedError` when its size changes meanwhile."""
     fd, st = open_file(root, rel, seen)
     try:
+        import hashlib  # here, not at import: OpenSSL's load is 4 ms of a confined exec's start
+
         digest = hashlib.sha1(b"blob %d\0" % st.st_size, usedforsecurity=False)
         total = 0
         while chunk := os.read(fd, CHUNK):

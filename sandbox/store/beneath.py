@@ -27,14 +27,12 @@ import contextlib
 import ctypes
 import errno
 import os
-import platform
-import secrets
 import stat
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
 #: ``openat2`` has the same number on every architecture that gained it after the y2038 rework.
-_SYS_OPENAT2 = 437 if platform.machine() in ("x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x") else None
+_SYS_OPENAT2 = 437 if os.uname().machine in ("x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x") else None
 
 
 class _OpenHow(ctypes.Structure):
@@ -182,7 +180,7 @@ def write_at(dirfd: int, name: str, data: bytes, mode: int = 0o644, *, sync: boo
     """Replace ``name`` in the directory ``dirfd`` with ``data``: a temporary file written there and
     renamed over it (a symlink at ``name`` is replaced, never followed). ``sync``: the file fsynced
     before the rename and the directory after it, so the new file survives a power cut."""
-    tmp = f".{name[:180]}.{secrets.token_hex(4)}.sandbox-tmp"
+    tmp = f".{name[:180]}.{os.urandom(4).hex()}.sandbox-tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777, dir_fd=dirfd)
     try:
         with os.fdopen(fd, "wb") as fh:

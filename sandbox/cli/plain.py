@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # no typing at run time: the quick path's start
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sandbox.store.gitcli import Started
+
 WHEN = ("auto", "always", "never")
 _TRUE = ("true", "yes", "on", "1", "")
 _FALSE = ("false", "no", "off", "0")
@@ -56,33 +58,15 @@ def git_config(cwd: str) -> dict[str, str]:
     Read with ``git config`` itself (one process): includes, conditional includes and
     ``GIT_CONFIG_*`` variables then count exactly as they do for git. In a run's worktree, the
     config of the user's repository: the run's own git dir is the agent's to write, and
-    ``core.pager`` is a command this (unconfined) process would start. What :func:`prefetch` started
-    for the same ``cwd`` is used, once.
+    ``core.pager`` is a command this (unconfined) process would start.
     """
-    begun = _PREFETCHED.pop(cwd, None)
-    if begun is None:
-        begun = _started(cwd)
-    return _settings(begun)
+    return config_of(config_started(cwd))
 
 
-#: The colour settings' git :func:`prefetch` started, by directory.
-_PREFETCHED: dict[str, object] = {}
-
-
-def prefetch(cwd: str) -> None:
-    """Start reading :func:`git_config` of ``cwd`` now, side by side with what the command reads before
-    it needs them (the quick ``list``, ``status`` and ``log``). :func:`collect` reaps it if unused."""
-    _PREFETCHED[cwd] = _started(cwd)
-
-
-def collect() -> None:
-    """Wait for what :func:`prefetch` started and nobody read (no process is left unreaped)."""
-    while _PREFETCHED:
-        _settings(_PREFETCHED.popitem()[1])
-
-
-def _started(cwd: str) -> object:
-    """The git of :func:`git_config` started (an :class:`OSError` kept when none can start)."""
+def config_started(cwd: str) -> Started | OSError:
+    """The git :func:`git_config` runs, started (an :class:`OSError` kept when none can start): the quick
+    ``list``, ``status`` and ``log`` start it before reading the run, and :func:`config_of` reads it
+    when they need it (and reaps it on every path)."""
     from sandbox.store import gitcli, layout
 
     where = cwd if os.path.isdir(cwd) else None
@@ -97,12 +81,10 @@ def _started(cwd: str) -> object:
         return exc
 
 
-def _settings(begun: object) -> dict[str, str]:
+def config_of(begun: Started | OSError) -> dict[str, str]:
+    """The settings the git :func:`config_started` started found, once it ended."""
     if isinstance(begun, OSError):
         return {}
-    from sandbox.store import gitcli
-
-    assert isinstance(begun, gitcli.Started)
     found = begun.result()[1]
     out: dict[str, str] = {}
     for record in found.split(b"\0"):

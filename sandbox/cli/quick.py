@@ -27,6 +27,7 @@ import sys
 TYPE_CHECKING = False  # no typing at run time: the quick path's start
 if TYPE_CHECKING:
     from sandbox.cli.plain import Plain
+    from sandbox.store.gitcli import Started
 
 #: ``sandbox --help`` above its command list, at click's default width (78). Kept equal to what
 #: the group in :mod:`sandbox.cli.app` prints by tests/cli/test_quick.py: change both together.
@@ -104,13 +105,16 @@ def _shown(command: str, run_id: str | None) -> int | None:
         return None
     from sandbox.cli import plain
 
+    config: Started | OSError | None = None
     try:
-        plain.prefetch(os.path.abspath(os.getcwd()))  # your colour settings, read beside the run's files
-        found = _read(command, run_id, tty)
+        cwd = os.path.abspath(os.getcwd())
+        config = plain.config_started(cwd)  # your colour settings, read beside the run's files
+        found = _read(command, cwd, run_id, tty, config)
     except Exception:  # anything unexpected: the click command reads it again, and its edge reports it
         return None
     finally:
-        plain.collect()
+        if config is not None:
+            plain.config_of(config)  # its git reaped on every path (the answer is kept)
     if found is None:
         return None
     lines, colored = found
@@ -124,25 +128,26 @@ def _shown(command: str, run_id: str | None) -> int | None:
     return 0 if _write(data) else None
 
 
-def _read(command: str, run_id: str | None, tty: bool) -> tuple[list[str], bool] | None:
+def _read(
+    command: str, cwd: str, run_id: str | None, tty: bool, config: Started | OSError
+) -> tuple[list[str], bool] | None:
     """The lines the click command writes from the fast read path, and whether they are in colour;
     None where the click command would take the full path, or start a pager."""
     from sandbox.cli import fastshow
     from sandbox.fast.views import STATUS_DISK_ENTRIES
 
-    cwd = os.path.abspath(os.getcwd())
     lines: list[str] = []
     if command == "list":
         rows = fastshow.list_rows(cwd, STATUS_DISK_ENTRIES)
         if not rows:  # (none at all: the click command's words; or a miss)
             return ([fastshow.NO_RUNS], False) if rows == [] else None
-        out = _plain(cwd, "ui", tty, page=True)
+        out = _plain("ui", tty, True, config)
         if out is None:
             return None
         fastshow.list_table(rows, out, STATUS_DISK_ENTRIES, lines.append)
     elif command == "status":
         found = fastshow.status_row(cwd, run_id, STATUS_DISK_ENTRIES)
-        out = _plain(cwd, "status", tty, page=False) if found is not None else None
+        out = _plain("status", tty, False, config) if found is not None else None
         if found is None or out is None:
             return None
         fastshow.status_text(found[0], out, STATUS_DISK_ENTRIES, found[1], lines.append)
@@ -153,22 +158,22 @@ def _read(command: str, run_id: str | None, tty: bool) -> tuple[list[str], bool]
         repo, run = fast
         state = repo.state(run)
         agent = repo.agent_git(run, state["run"]["base"]) if state["order"] else None
-        out = _plain(cwd, "diff", tty, page=True)
+        out = _plain("diff", tty, True, config)
         if out is None:
             return None
         fastshow.log_text(run, state, agent, out, lines.append)
     return lines, out.color
 
 
-def _plain(cwd: str, slot: str, tty: bool, page: bool) -> Plain | None:
+def _plain(slot: str, tty: bool, page: bool, config: Started | OSError) -> Plain | None:
     """Colour and width as :func:`sandbox.cli.output.setup` decides them for a command with no option
-    given (from your git config, then ``NO_COLOR``); None where it would start a pager."""
-    from sandbox.cli.plain import Plain, git_config, pager_command, want_color
+    given (from your git config, ``config``, then ``NO_COLOR``); None where it would start a pager."""
+    from sandbox.cli.plain import Plain, config_of, pager_command, want_color
 
-    config = git_config(cwd)
-    if page and pager_command(os.environ, config, tty) is not None:
+    settings = config_of(config)
+    if page and pager_command(os.environ, settings, tty) is not None:
         return None
-    return Plain(want_color(None, config, slot, os.environ, tty, False), _columns() if tty else None)
+    return Plain(want_color(None, settings, slot, os.environ, tty, False), _columns() if tty else None)
 
 
 def _write(data: bytes) -> bool:

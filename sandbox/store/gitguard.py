@@ -205,12 +205,11 @@ def findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
     """What in the run's git would run a program (or read another configuration) for the user's git
     in ``worktree`` and was not put there by the sandbox: one phrase each (of agent origin: escape
     before printing). Empty when the run's git holds the rule of this module."""
-    out: list[str] = []
     # The index's gitlinks are listed by a git of their own, side by side with the config's parse.
     index = os.path.join(git_dir, "index")
     links = _gitlinks_started(worktree, git_dir) if os.path.isfile(index) else None
     try:
-        out += _findings(worktree, git_dir, common_dir)
+        out = _findings(worktree, git_dir, common_dir)
     finally:
         listed = links.result(timeout=60)[1] if links is not None else b""
     return out + [

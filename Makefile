@@ -15,11 +15,12 @@ SHELL := /bin/bash
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: the test environment needs Python >= 3.11 (its lint tools do; the library runs on 3.10): set PYTHON=python3.11 or newer." >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --no-compile -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 # Byte-compiled once here: with PYTHONDONTWRITEBYTECODE set (as on CI machines) or from inside a sandbox
 # (the source tree is read-only there), every process would otherwise compile what it imports (~0.1 s CPU).
-	$(BIN)/python -m compileall -q -j 0 sandbox hooks >/dev/null
+# The dependencies too, on every core at once (pip compiles them one file after another).
+	$(BIN)/python -m compileall -q -j 0 sandbox hooks "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
 	$(BIN)/python -m pip check --disable-pip-version-check >/dev/null || { $(BIN)/python -m pip check; echo "make: requirements.lock does not satisfy pyproject.toml's dependencies; run 'make lock'." >&2; exit 1; }
 	@touch $(STAMP)
 

@@ -22,6 +22,11 @@ that changes how Python itself starts (``PYTHON*``, the locale), and one naming 
 forked child still shows the server's). The tests of start-up itself (``test_startup.py``,
 ``test_quick.py``, ``test_foldcache.py``) run ``python -X importtime`` or the script directly, never
 through here. ``TESTS_CLI_FORK=0`` sends every command through an exec.
+
+Two more kinds of process are forked the same way: a test's Python script that drives the library
+(:func:`script`: ``tests/scripted_runtime.py``, killed at its fault points), and ``sandbox mcp`` started
+by a client that spawns the process itself (:func:`stdio_command`: the MCP SDK's ``stdio_client`` starts
+a small stand-in, :mod:`tests.forkshim`, which has the command forked on its own streams).
 """
 
 from __future__ import annotations
@@ -93,6 +98,38 @@ def sandbox(
     return done
 
 
+def script(
+    path: str, *args: str, cwd: Path | str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run([sys.executable, path, *args], env=env, capture_output=True, ...)`` for a Python
+    script of the tests that uses the library (``tests/scripted_runtime.py``): forked where that runs the
+    same (:func:`forkable`'s rules for the environment), else exec'd. Its ``__main__`` runs in the child
+    as ``python path`` would run it (``sys.argv``, ``sys.path[0]``, ``SystemExit``, ``atexit``)."""
+    full = dict(os.environ if env is None else env)
+    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
+    if forkable(("script",), changed):
+        return run(args, cwd, full, None, timeout, script=path)
+    return subprocess.run(
+        [sys.executable, path, *args], cwd=cwd, env=full, capture_output=True, timeout=timeout, check=False
+    )
+
+
+#: The stand-in a client that starts its own process runs instead of the script (:func:`stdio_command`).
+SHIM = str(Path(__file__).resolve().parent / "forkshim.py")
+
+
+def stdio_command(*args: str, env: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """``(command, args)`` for a client that starts ``sandbox ARGS`` itself and talks to it over its
+    standard streams (the MCP SDK's ``stdio_client``): a stand-in (:mod:`tests.forkshim`) that has the
+    server fork the command on its own streams, where that runs the same (:func:`forkable`); else the
+    script itself."""
+    full = dict(os.environ if env is None else env)
+    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
+    if forkable(args, changed):
+        return sys.executable, ["-I", "-S", SHIM, _server_path(), *args]
+    return SCRIPT, list(args)
+
+
 def _text(data: bytes) -> str:
     return data.decode().replace("\r\n", "\n").replace("\r", "\n")
 
@@ -103,13 +140,17 @@ def run(
     env: Mapping[str, str],
     input: bytes | None,
     timeout: float,
+    *,
+    script: str | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """``subprocess.run([SCRIPT, *args], capture_output=True, ...)``, the process forked by the server."""
+    """``subprocess.run([SCRIPT, *args], capture_output=True, ...)``, the process forked by the server
+    (``script``: ``[sys.executable, script, *args]``)."""
+    argv = [SCRIPT, *args] if script is None else [sys.executable, script, *args]
     path = _server_path()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if input is not None else (os.dup(0), -1)
-    request = json.dumps({"args": list(args), "cwd": os.fspath(cwd), "env": dict(env)}).encode()
+    request = json.dumps({"args": list(args), "cwd": os.fspath(cwd), "env": dict(env), "script": script}).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(path)
         conn.sendmsg(
@@ -128,9 +169,9 @@ def run(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            raise subprocess.TimeoutExpired([SCRIPT, *args], timeout) from None
+            raise subprocess.TimeoutExpired(argv, timeout) from None
         status = json.loads(_exactly(conn, _HEADER.unpack(_exactly(conn, _HEADER.size))[0]))
-    return subprocess.CompletedProcess([SCRIPT, *args], status, stdout, stderr)
+    return subprocess.CompletedProcess(argv, status, stdout, stderr)
 
 
 def _feed(fd: int, data: bytes) -> None:
@@ -354,15 +395,17 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        _new_streams()
         os.chdir(str(request["cwd"]))
         os.environ.clear()
         os.environ.update(request["env"])  # type: ignore[arg-type]
+        _new_streams()
         time.tzset()  # the zone a fresh process reads from TZ at its start
         _guess_git_paths_again()
-        sys.argv = [SCRIPT, *request["args"]]  # type: ignore[misc]
-        sys.path[0] = os.path.dirname(SCRIPT)  # as the script's own start puts it
-        code = _main()
+        script = request.get("script")
+        path = SCRIPT if script is None else str(script)
+        sys.argv = [path, *request["args"]]  # type: ignore[misc]
+        sys.path[0] = os.path.dirname(path)  # as the script's own start puts it
+        code = _main(None if script is None else path)
     except BaseException:  # the set-up failed (a working directory that is gone): said on the test's stderr
         import traceback
 
@@ -374,18 +417,27 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
 
 def _new_streams() -> None:
     """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made anew on the test's descriptors, as
-    Python's start makes them (the server's were made on its own: a log file, seekable)."""
+    Python's start makes them from the command's environment (the server's were made on its own: a log
+    file, seekable): ``PYTHONUNBUFFERED`` writes through, as ``python -u`` does."""
+    import io
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     made = []
     for fd, old in enumerate((sys.stdin, sys.stdout, sys.stderr)):
         tty = os.isatty(fd)
-        stream = open(  # noqa: SIM115  # the process's own standard stream, open until it exits
-            fd,
-            "r" if fd == 0 else "w",
-            encoding=old.encoding,
-            errors=old.errors,
-            closefd=False,
-            buffering=-1,
-        )
+        stream: io.TextIOWrapper
+        if fd > 0 and unbuffered:
+            raw = open(fd, "wb", buffering=0, closefd=False)  # noqa: SIM115  # as above
+            stream = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, write_through=True)
+        else:
+            stream = open(  # noqa: SIM115  # the process's own standard stream, open until it exits
+                fd,
+                "r" if fd == 0 else "w",
+                encoding=old.encoding,
+                errors=old.errors,
+                closefd=False,
+                buffering=-1,
+            )
         if fd > 0:
             stream.reconfigure(line_buffering=tty or fd == 2)
         made.append(stream)
@@ -404,16 +456,21 @@ def _guess_git_paths_again() -> None:
     pygit2.option(Option.SET_HOMEDIR, None)
 
 
-def _main() -> int:
-    """``sys.exit(main())`` as the console script runs it, and Python's own exit after it."""
+def _main(script: str | None) -> int:
+    """``sys.exit(main())`` as the console script runs it (``script``: ``python script``), and Python's
+    own exit after it."""
     import atexit
+    import runpy
     import traceback
 
     from sandbox.cli import main
 
     code = 0
     try:
-        main()
+        if script is None:
+            main()
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         if exc.code is None:
             code = 0

@@ -96,3 +96,55 @@ def test_a_working_directory_that_is_gone_is_said_on_stderr(tmp_path: Path) -> N
     """subprocess.run raises for a missing cwd; the forked child cannot, so it says why it exits 1."""
     done = cliserver.run(("list",), tmp_path / "gone", dict(os.environ), None, 60)
     assert done.returncode == 1 and b"FileNotFoundError" in done.stderr and b"gone" in done.stderr
+
+
+SCRIPT_BODY = """
+import atexit, os, signal, sys
+atexit.register(lambda: print("atexit", flush=True))
+print(sys.argv[1:], os.getcwd(), os.environ.get("PROBE"), sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+sys.stderr.write("to stderr\\n")
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_script_runs_forked_as_python_runs_it(tmp_path: Path) -> None:
+    """cliserver.script: argv, working directory, environment, sys.path[0], exit code, atexit and death by
+    SIGKILL (an armed fault point) as ``python script`` gives them."""
+    path = tmp_path / "probe.py"
+    path.write_text(SCRIPT_BODY)
+    env = {**os.environ, "PROBE": "given"}
+    for arg in ("0", "3", "kill"):
+        forked = cliserver.script(str(path), arg, cwd=tmp_path, env=env, timeout=60)
+        execd = subprocess.run(
+            [sys.executable, str(path), arg], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
+        )
+        assert (forked.returncode, forked.stdout, forked.stderr) == (execd.returncode, execd.stdout, execd.stderr)
+    assert forked.returncode == -9
+
+
+def test_the_stand_in_forwards_streams_signals_and_the_exit(repo: Path) -> None:
+    """cliserver.stdio_command (the MCP clients' ``sandbox mcp``): the stand-in's streams are the command's,
+    its exit is the command's, and a SIGTERM it gets reaches the command (which dies of it, as does the
+    stand-in)."""
+    command, argv = cliserver.stdio_command("write", "--help")
+    assert argv[:3] == ["-I", "-S", cliserver.SHIM]
+    standin = subprocess.run([command, *argv], cwd=repo, capture_output=True, timeout=60, check=False)
+    execd = subprocess.run([SCRIPT, "write", "--help"], cwd=repo, capture_output=True, timeout=60, check=False)
+    assert (standin.returncode, standin.stdout, standin.stderr) == (execd.returncode, execd.stdout, execd.stderr)
+    command, argv = cliserver.stdio_command("mcp", "--new")
+    proc = subprocess.Popen([command, *argv], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdin.write(  # type: ignore[union-attr]
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+            b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+        )
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert b'"id":1' in proc.stdout.readline()  # type: ignore[union-attr]  # the forked server answers
+        proc.terminate()
+        assert proc.wait(timeout=30) == -15
+    finally:
+        proc.kill()
+        proc.wait()
+    assert cliserver.stdio_command("run", "--", "true")[0] == SCRIPT  # exec'd, as cliserver.sandbox would

@@ -20,6 +20,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests import cliserver
 from tests.conftest import user_state
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
@@ -59,7 +60,8 @@ def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: 
     before = user_state(repo)
 
     async def main() -> dict[str, Any]:
-        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--new"], env=dict(os.environ), cwd=str(repo))
+        command, argv = cliserver.stdio_command("mcp", "--new")
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             # Its own recording may refuse (a scan cannot read a FIFO'd .gitignore): the trap is there.
@@ -99,7 +101,8 @@ def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> N
     other = Path(b["worktree"])
 
     async def main() -> bool:
-        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--run", a], env=dict(os.environ), cwd=str(repo))
+        command, argv = cliserver.stdio_command("mcp", "--run", a)
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             started = await session.call_tool("start_run", {})

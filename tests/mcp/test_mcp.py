@@ -27,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import sandbox
 from sandbox.agent import procs
+from tests import cliserver
 from tests.conftest import make_repo, sandbox_cmd, user_state
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
@@ -35,7 +36,8 @@ SANDBOX = str(Path(sys.executable).parent / "sandbox")
 @asynccontextmanager
 async def connect(repo: Path, *args: str) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session with ``sandbox mcp ARGS`` started in ``repo``."""
-    params = StdioServerParameters(command=SANDBOX, args=["mcp", *args], env=dict(os.environ), cwd=str(repo))
+    command, argv = cliserver.stdio_command("mcp", *args)
+    params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -97,7 +99,8 @@ def test_tools_listed_with_schemas_annotations_and_instructions(repo: Path) -> N
 
 def test_instructions_say_apply_undo_drop_stay_with_the_user(repo: Path) -> None:
     async def main() -> Any:
-        params = StdioServerParameters(command=SANDBOX, args=["mcp"], env=dict(os.environ), cwd=str(repo))
+        command, argv = cliserver.stdio_command("mcp")
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             return await session.initialize()
 

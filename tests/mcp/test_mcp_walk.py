@@ -4,7 +4,6 @@ directory, symlink loops, a planted FIFO ``.gitignore``; bounded, in a stable or
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,9 @@ from sandbox.mcp.state import Settings
 from sandbox.mcp.workspace import Workspace
 from sandbox.store.fsutil import remove_tree
 from sandbox.store.project import Project
+from tests import cliserver
 from tests.conftest import make_repo
 
-SANDBOX = str(Path(sys.executable).parent / "sandbox")
 DEPTH = 5_000
 
 
@@ -93,7 +92,8 @@ def test_the_mcp_client_gets_the_deep_file_and_the_server_goes_on(tmp_path: Path
     repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
 
     async def main() -> tuple[bool, str, str]:
-        params = StdioServerParameters(command=SANDBOX, args=["mcp", "--new"], env=dict(os.environ), cwd=str(repo))
+        command, argv = cliserver.stdio_command("mcp", "--new")
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             await session.call_tool("run_command", {"command": "true"})

@@ -26,6 +26,7 @@ from sandbox.run.checkpoint import CheckpointStore
 from sandbox.run.run import Run
 from sandbox.store import objects
 from sandbox.store.project import Project
+from tests import cliserver
 from tests.conftest import loose_path, make_repo, sandbox_cmd
 
 RUNTIME = str(Path(__file__).parents[1] / "scripted_runtime.py")
@@ -41,14 +42,9 @@ def run_runtime(repo: Path, state: Path, fault: str | None = None) -> int:
     env.pop("SANDBOX_FAULT", None)
     if fault:
         env["SANDBOX_FAULT"] = fault
-    env["PYTHONPATH"] = ROOT
-    proc = subprocess.run(
-        [sys.executable, RUNTIME, str(repo), str(state), str(state / "counter")],
-        env=env,
-        capture_output=True,
-        timeout=180,
-        check=False,
-    )
+    # Forked by the tests' command server, which imported the library once (a real process all the same:
+    # the armed point SIGKILLs it); the editable install makes ``sandbox`` importable.
+    proc = cliserver.script(RUNTIME, str(repo), str(state), str(state / "counter"), cwd=ROOT, env=env, timeout=180)
     if proc.returncode not in (0, -9):
         raise AssertionError(proc.stderr.decode())
     return proc.returncode

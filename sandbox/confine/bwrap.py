@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 from sandbox.confine.envfilter import CONFINED_ENV
 from sandbox.confine.policy import Limits, Policy
-from sandbox.confine.verdict import rules
+from sandbox.confine.verdict import Rule, rules
 
 #: Runs the command as a child, so a death by signal N becomes exit 128+N (see the module docstring).
 _SHIM = 'trap : INT TERM HUP QUIT; "$@"; exit $?'
@@ -59,8 +59,10 @@ def bwrap_argv(
     started_fd: int | None = None,
     seccomp_fd: int | None = None,
     userns_fds: tuple[int, int] | None = None,
+    decided: Sequence[Rule] | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy``.
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under ``policy`` (``decided``: its
+    :func:`~sandbox.confine.verdict.rules`, when the caller has them).
 
     ``userns_fds``: (info, block): a user namespace of its own (root's too), its child's pid told on
     ``info`` and the setup held until a byte arrives on ``block`` (:mod:`sandbox.confine.nslimits`)."""
@@ -77,7 +79,7 @@ def bwrap_argv(
     out += ["--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     for cover in _PROC_COVER:
         out += ["--ro-bind-try", cover, cover]
-    mounts, read_only = _mounts(policy, size)
+    mounts, read_only = _mounts(policy, size, decided)
     for args in mounts:
         out += args
     # /dev read-only: its device nodes still open for writing (a read-only mount does not stop a device
@@ -102,10 +104,10 @@ def bwrap_argv(
     return out
 
 
-def _mounts(policy: Policy, size: str) -> tuple[list[list[str]], list[str]]:
+def _mounts(policy: Policy, size: str, decided: Sequence[Rule] | None = None) -> tuple[list[list[str]], list[str]]:
     """The mounts below ``/``, in order (the policy's :func:`~sandbox.confine.verdict.rules`, each
     made as bubblewrap makes it), and the tmpfs mounts to make read-only after them."""
-    decided = rules(policy)
+    decided = rules(policy) if decided is None else decided
     hidden = [r.path for r in decided if r.kind == "hidden" and os.path.isdir(r.path)]
     covered = ["/tmp", *hidden, *(r.path for r in decided if r.kind in ("write", "write-try", "mask"))]
     shown = [r.path for r in decided if r.kind in ("read", "write", "write-try", "home", "protect", "config")]

@@ -54,7 +54,7 @@ from sandbox.confine.policy import (
     Policy,
 )
 from sandbox.confine.seatbelt import seatbelt_profile
-from sandbox.confine.verdict import bound_sockets, explain, stray_sockets
+from sandbox.confine.verdict import Rule, bound_sockets, explain, rules, stray_sockets
 
 if TYPE_CHECKING:
     from sandbox.confine.hardening import Cgroups
@@ -398,12 +398,13 @@ def spawn(
     env = filter_env(base, policy.env_allow)
     env.update({k: v for k, v in (own_env or {}).items() if k not in WITHHELD_ENV})
     renumber_git_config(env)
-    _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""))
+    decided = rules(policy)  # made once: the command's check, the sockets' and the mounts read them
+    _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""), decided)
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
         return Confined(seatbelt, None, session=False)
-    stray = stray_sockets(policy, bound_sockets())
+    stray = stray_sockets(policy, bound_sockets(), decided)
     streams = (stdin, stdout, stderr)
     # What is masked here (a daemon's socket, a private system file: sysview) may vanish between the
     # command line and bubblewrap's mounts: it then has nothing to mount over, and a read-only / gives it
@@ -411,10 +412,12 @@ def spawn(
     # masked is made once more, its mounts anew (what is gone is not mounted over; what came back is
     # masked again) and the sockets found anew. Only with something masked is the set-up waited for here.
     masked = bool(policy.masked or policy.system or stray)
-    confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams, gate)
+    confined = _start_bwrap(
+        isolation.program, _masking(policy, stray), argv, cwd, env, streams, gate, None if stray else decided
+    )
     if masked and not confined.set_up():
         confined.discard()
-        stray = stray_sockets(policy, bound_sockets())
+        stray = stray_sockets(policy, bound_sockets(), decided)
         confined = _start_bwrap(isolation.program, _masking(policy, stray), argv, cwd, env, streams)
         gone = [p for p in _missing_mounts(confined.argv) if p in {*policy.masked, *policy.system, *stray}]
         if not confined.set_up() and gone:
@@ -439,8 +442,10 @@ def _start_bwrap(
     env: Mapping[str, str],
     streams: tuple[int | IO[bytes] | None, int | IO[bytes] | None, int | IO[bytes] | None],
     gate: Callable[[], None] | None = None,
+    decided: Sequence[Rule] | None = None,
 ) -> Confined:
-    """Start bubblewrap for ``argv`` (the environment already filtered); see :func:`spawn`."""
+    """Start bubblewrap for ``argv`` (the environment already filtered; ``decided``: the policy's rules,
+    when already made); see :func:`spawn`."""
     from sandbox.confine import hardening
 
     started_r, started_w = os.pipe()
@@ -463,6 +468,7 @@ def _start_bwrap(
         started_fd=started_w,
         seccomp_fd=seccomp_fd,
         userns_fds=(userns[2], userns[3]) if userns else None,
+        decided=decided,
     )
     groups = hardening.make_cgroups(
         policy.limits.max_processes, policy.limits.max_memory, memory_if_free=policy.limits.memory_if_free
@@ -542,7 +548,9 @@ def _bound_userns(limits: Limits, info_r: int, block_w: int) -> None:
         os.close(block_w)
 
 
-def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_var: str) -> None:
+def _refuse_hidden_command(
+    policy: Policy, argv: Sequence[str], cwd: str, path_var: str, decided: Sequence[Rule] | None = None
+) -> None:
     """One line naming the command's path and why it is not visible inside, before anything starts."""
     if not argv:
         return
@@ -559,7 +567,7 @@ def _refuse_hidden_command(policy: Policy, argv: Sequence[str], cwd: str, path_v
     if not found or not os.path.exists(found):
         return  # the shell inside says "not found", as it would outside
     real = os.path.realpath(found)
-    verdict = explain(policy, real)
+    verdict = explain(policy, real, decided)
     why = None if verdict.visible else verdict.why
     if why is not None:
         raise ConfinementError(

@@ -80,7 +80,14 @@ def rules(policy: Policy) -> list[Rule]:
     verdict is that of the last rule covering it. The one list bubblewrap's mounts
     (:mod:`sandbox.confine.bwrap`), the Seatbelt profile (:mod:`sandbox.confine.seatbelt`) and
     ``sandbox doctor --explain`` (:func:`explain`) are made from."""
-    real = os.path.realpath
+    resolved: dict[str, str] = {}
+
+    def real(path: str) -> str:  # each path resolved once (a readable path is looked up twice below)
+        found = resolved.get(path)
+        if found is None:
+            found = resolved[path] = os.path.realpath(path)
+        return found
+
     reasons = dict.fromkeys(policy.hidden, "hidden inside") | dict(policy.reasons)
     tmp_why = reasons.pop("/tmp", "/tmp, private inside")
     out = [Rule("/tmp", _HIDDEN, "tmp", Verdict(False, False, tmp_why))]
@@ -198,14 +205,14 @@ def reachable_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
     return sorted(found.difference(stray_sockets(policy, found)))
 
 
-def stray_sockets(policy: Policy, paths: Iterable[str]) -> list[str]:
+def stray_sockets(policy: Policy, paths: Iterable[str], decided: Sequence[Rule] | None = None) -> list[str]:
     """Of the Unix sockets bound now (``paths``), those a process under ``policy`` would see only because
     they lie in the machine's read-only rest, where no rule of the policy shows them on purpose (the
     host's socket, ``unix_sockets``, ``allow_read`` and the run's own paths do): a daemon's control
     socket outside ``/run`` (LXD's under ``/var/snap``, say). :func:`sandbox.confine.spawn.spawn` masks
-    them, so that no socket is reachable unless something shows it (a socket bound after the start is not)."""
+    them, so that no socket is reachable unless something shows it (a socket bound after the start is not).
+    ``decided``: the policy's :func:`rules`, when the caller has them (else made for the first socket)."""
     out: list[str] = []
-    decided: list[Rule] | None = None  # made for the first socket to judge
     for path in paths:
         # The private /tmp is never the rest of the machine: most sockets there cost nothing.
         if path.startswith("/") and not path.startswith(("/proc/", "/tmp/")) and os.path.exists(path):

@@ -184,3 +184,27 @@ def test_gc_keeps_a_store_another_command_is_bringing_up_to_date(tmp_path: Path)
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_tips_are_read_from_regular_ref_files_only_following_no_link(tmp_path: Path) -> None:
+    """A ref that is a link (to a file or a directory outside), a FIFO (never waited on) or not an id
+    names no tip; the real branches and tags still do (packed ones included)."""
+    repo, common = _repo(tmp_path)
+    main = git(repo, "rev-parse", "HEAD").strip()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    elsewhere = _blob(repo, "not history\n")
+    (outside / "ref").write_text(elsewhere + "\n")
+    (outside / "nested").mkdir()
+    (outside / "nested" / "ref").write_text(elsewhere + "\n")
+    git(repo, "tag", "v1")
+    git(repo, "pack-refs", "--all")
+    _commit(repo, "b.txt", "b\n")  # main loose again, v1 packed
+    loose = git(repo, "rev-parse", "HEAD").strip()
+    heads = Path(common, "refs", "heads")  # made after git's own commands: git would wait on the FIFO
+    os.symlink(outside / "ref", heads / "linked-file")
+    os.symlink(outside / "nested", heads / "linked-dir")
+    os.mkfifo(heads / "fifo")
+    (heads / "junk").write_text("not an id\n")
+    found = history.tips(common)
+    assert loose in found and main in found and elsewhere not in found

@@ -408,7 +408,7 @@ def policy_for(
         allowed=tuple(allowed),
         git_config=git_config,
         views=tuple(user_git.files),
-        system=system_hidden(isolation),
+        system=system_hidden(isolation, state_dir=layout.state_dir(common_dir)),
     )
 
 
@@ -417,12 +417,12 @@ def _binds(isolation: Isolation) -> bool:
     return isolation.enabled and not isolation.inherited and isolation.backend == "bwrap"
 
 
-def system_hidden(isolation: Isolation, *, fresh: bool = False) -> tuple[str, ...]:
-    """What of the system directories root must not see inside (:mod:`sandbox.confine.sysview`): none
-    for an ordinary user, nor where bubblewrap does not confine; the places hidden whole are not walked."""
+def system_hidden(isolation: Isolation, *, fresh: bool = False, state_dir: str | None = None) -> tuple[str, ...]:
+    """What of the system directories root must not see inside (:mod:`sandbox.confine.sysview`; kept in ``state_dir``
+    without a data directory): none for an ordinary user, nor where bubblewrap does not confine."""
     if not isolation.enabled or isolation.inherited or isolation.backend != "bwrap":
         return ()
-    cache = isolation.system_cache
+    cache = sysview.cache_in(isolation.system_cache, state_dir)
     skip = (*SOCKET_DIRS, *MOUNT_DIRS, *sysview.shared_scratch(), *([os.path.dirname(cache)] if cache else []))
     return tuple(sysview.hidden_here(cache, skip, fresh=fresh))
 

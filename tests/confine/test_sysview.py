@@ -381,3 +381,23 @@ def test_a_private_file_that_vanishes_while_the_sandbox_starts_costs_one_more_st
     refused = [text for _, code, text in outcomes if code]
     assert len(refused) <= 10, refused
     assert all(text.startswith("bubblewrap could not set up the sandbox") for text in refused), refused
+
+
+@needs_root
+def test_without_a_data_directory_the_walk_is_kept_in_the_repositorys_sandbox_directory(tmp_path: Path) -> None:
+    """A run started through the library keeps its home in the repository and makes no data directory:
+    the walk is kept in the repository's sandbox directory instead (hidden inside, as the data directory
+    is), so that the next confined start only re-validates it; the data directory is still never made."""
+    from sandbox.confine.policy import Isolation, system_hidden
+
+    data = tmp_path / "home" / ".local" / "share" / "sandbox"
+    state = tmp_path / "repo" / ".git" / "sandbox"
+    state.mkdir(parents=True)
+    iso = Isolation(True, False, "/usr/bin/bwrap", "bwrap", system_cache=str(data / sysview.CACHE_FILE))
+    first = system_hidden(iso, state_dir=str(state))
+    kept = state / sysview.CACHE_FILE
+    assert kept.is_file() and not data.exists()
+    written = kept.stat().st_mtime_ns
+    assert system_hidden(iso, state_dir=str(state)) == first
+    racy = json.loads(kept.read_text())["racy"]
+    assert racy or kept.stat().st_mtime_ns == written  # re-validated, not walked and written again

@@ -35,8 +35,8 @@ directory as it was. What no directory shows, a file made private in place long 
 found by the next full walk: the cache is walked afresh when it is older than :data:`MAX_AGE_NS`, and
 ``sandbox doctor`` always walks. A cache that cannot be read whole, of another version or for other
 roots is walked afresh too: it never shows a file (fail closed). It lies in the data directory, which is
-hidden inside: an agent cannot edit it. Standard library only (``sandbox exec``'s
-fast path imports it).
+hidden inside: an agent cannot edit it (without one, in the repository's ``.git/sandbox``: :func:`cache_in`).
+Standard library only (``sandbox exec``'s fast path imports it).
 """
 
 from __future__ import annotations

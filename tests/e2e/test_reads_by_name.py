@@ -76,9 +76,11 @@ STATE = {
     # The state dir's note of where the repository is, and each run home's origin file (a run's home is
     # read-only inside: only its worktree and git dir are the agent's): sandbox.store.moved.
     "sandbox.store.moved": 3,
-    # Your packed-refs, the history store's current/tips files and each generation's in-use lock file: your
-    # .git and the sandbox's state there (read-only or hidden inside; a worktree's HEAD is read via agentread).
-    "sandbox.store.history": 4,
+    # Your packed-refs, the history store's current/tips files, each generation's in-use lock file and the
+    # directory a HEAD is read in (your .git, a linked worktree's admin dir): your .git and the sandbox's state
+    # there (read-only or hidden inside; the ref files themselves are opened from a directory's descriptor,
+    # following no link, a regular file checked, the first 100 bytes).
+    "sandbox.store.history": 5,
 }
 # The user's own files: their working tree (apply, undo, snapshot, include), their configuration
 # and home (agent homes are seeded from them), the demo's repository.

@@ -11,7 +11,11 @@ Side by side, alternating within each repetition, on one run of the generated re
 - floors: ``bwrap`` with the same policy running ``true``, against ``true`` alone;
 - the system view (:mod:`sandbox.confine.sysview`, what root does not see of the system directories),
   in-process: the walk a cold cache pays, the re-validation a warm one pays at each start, and its
-  floor (an ``lstat`` of every directory the cache names), with how many mounts it adds for this user.
+  floor (an ``lstat`` of every directory the cache names), with how many mounts it adds for this user;
+- the home's allowlist (default deny: the home hidden but for its toolchains, :mod:`sandbox.confine.homeview`),
+  in-process: the policy and bubblewrap's command line of one start for a home of 10 entries and one of 1,000
+  (the same five toolchains, the rest other projects and dotfiles), with the mounts each gives: O(allowlist),
+  never a walk of the home (issue #31).
 
 Each pair runs back to back (order alternating) and its difference is a row of its own: on a
 loaded machine whole processes vary by hundreds of milliseconds, more than what is measured.
@@ -29,11 +33,15 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bench.cases import Context, rotate, settle
 from bench.genrepo import Repo
 from bench.results import Results, Target
 from bench.timing import SANDBOX, run_proc
+
+if TYPE_CHECKING:
+    from sandbox.confine.policy import Isolation
 
 CASE = "confine"
 G_EXEC = "sandbox exec -- true"
@@ -41,6 +49,11 @@ G_EXEC_HOSTED = "sandbox exec -- true, the run's service up"
 G_RUN = "sandbox run -- true (whole session)"
 G_FLOOR = "floor: the command alone"
 G_SYSVIEW = "system view: what a start pays to hide what others cannot read (in-process)"
+G_HOME = "home allowlist: the policy and command line of a start (in-process)"
+HOME_SMALL = "10 entries in the home"
+HOME_BIG = "1,000 entries in the home"
+#: The toolchains each measured home holds (sandbox.confine.homeview.TOOLCHAINS finds them).
+HOME_TOOLCHAINS = (".cargo/bin", ".rustup", ".npm", ".local/bin", ".m2/repository")
 ON = "isolate on"
 OFF = "isolate off"
 DELTA = "paired difference, on - off (same round)"
@@ -100,6 +113,7 @@ def run(ctx: Context, repo: Repo) -> None:
             res.add(CASE, repo.size, group, BASE_DELTA, got["base"] - got["off"])
 
     _system_view(ctx, repo.size)
+    _home_allowlist(ctx, repo.size, iso, project.common_dir, rid, run_.worktree, workdir)
     groups: list[tuple[str, Callable[[str], float]]] = [(G_EXEC, exec_), (G_RUN, session), (G_FLOOR, floor)]
     for group, _ in groups:
         res.row(CASE, repo.size, group, OFF, ref=True)
@@ -150,6 +164,49 @@ def _system_view(ctx: Context, size: int) -> None:
     res.add(CASE, size, G_SYSVIEW, "mounts added for this user", hidden, unit="mounts")
 
 
+def _home_allowlist(
+    ctx: Context, size: int, iso: Isolation, common_dir: str, run_id: str, worktree: str, workdir: str
+) -> None:
+    """One start's policy and command line for a home of 10 entries and one of 1,000, interleaved."""
+    import dataclasses
+    import tempfile
+    import time
+
+    from sandbox.confine.bwrap import bwrap_argv
+    from sandbox.confine.policy import policy_for
+
+    res = ctx.results
+    homes: dict[str, Isolation] = {}
+    for variant, entries in ((HOME_SMALL, 10), (HOME_BIG, 1000)):
+        home = tempfile.mkdtemp(prefix="bench-home-allow-")
+        for rel in HOME_TOOLCHAINS:
+            os.makedirs(os.path.join(home, rel))
+        for i in range(entries - len(HOME_TOOLCHAINS)):
+            if i % 2:  # another project, with its git directory
+                os.makedirs(os.path.join(home, f"project-{i}", ".git"))
+            else:
+                with open(os.path.join(home, f".dotfile-{i}"), "w", encoding="utf-8") as fh:
+                    fh.write("x\n")
+        homes[variant] = dataclasses.replace(iso, user_home=home, toolchain_homes=(home,))
+    res.row(CASE, size, G_HOME, HOME_SMALL, ref=True)
+    mounts: dict[str, int] = {}
+    try:
+        for i in ctx.rounds(21, budget=20):
+            for variant in rotate([HOME_SMALL, HOME_BIG], i):
+                t0 = time.perf_counter()
+                policy = policy_for(
+                    homes[variant], common_dir=common_dir, run_id=run_id, worktree=worktree, user_workdir=workdir
+                )
+                argv = bwrap_argv(str(homes[variant].program), policy, ["true"], worktree)
+                res.add(CASE, size, G_HOME, str(variant), time.perf_counter() - t0)
+                mounts[variant] = argv.count("--ro-bind-try") + argv.count("--ro-bind") + argv.count("--bind")
+        for variant, count in mounts.items():
+            res.add(CASE, size, G_HOME, f"bind mounts, {variant}", count, unit="mounts")
+    finally:
+        for isolation in homes.values():
+            shutil.rmtree(str(isolation.user_home), ignore_errors=True)
+
+
 def _serve(path: str, run_id: str, common_dir: str) -> bool:
     import time
 
@@ -185,4 +242,12 @@ def targets(results: Results, sizes: list[int]) -> list[Target]:
             out.append(Target(name, goal, "-", None))
         else:
             out.append(Target(name, goal, f"{delta * 1e3:+.0f} ms", delta <= limit))
+    # Issue #31: the allowlist costs O(allowlist), never a walk of the home.
+    small, big = results.find(CASE, size, G_HOME, HOME_SMALL), results.find(CASE, size, G_HOME, HOME_BIG)
+    name = f"home allowlist: a start's policy with 1,000 entries in the home against 10, at {size // 1000}k"
+    if small is None or big is None:
+        out.append(Target(name, "<= 1.2x median", "-", None))
+    else:
+        ratio = big.stats.median / small.stats.median
+        out.append(Target(name, "<= 1.2x median", f"{ratio:.2f}x", ratio <= 1.2))
     return out

@@ -69,10 +69,20 @@ _server: tuple[subprocess.Popen[bytes], str] | None = None
 def forkable(args: tuple[str, ...], changed_env: Mapping[str, str] | None) -> bool:
     """Whether a command with these arguments and environment changes runs the same forked."""
     command = args[2:3] if args[:1] == ("-C",) else args[:1]  # ``sandbox -C DIR run ...`` is a run too
-    if os.environ.get("TESTS_CLI_FORK") == "0" or not command or command[0] in _EXEC_ONLY_COMMANDS:
+    return bool(command) and command[0] not in _EXEC_ONLY_COMMANDS and _forkable_env(changed_env)
+
+
+def _forkable_env(changed_env: Mapping[str, str] | None) -> bool:
+    """Whether a process given these environment changes runs the same forked (any command, any script)."""
+    if os.environ.get("TESTS_CLI_FORK") == "0":
         return False
-    names = set(changed_env or ())
-    return not any(n.startswith(_EXEC_ONLY_PREFIXES) or n in _EXEC_ONLY_NAMES for n in names)
+    return not any(n.startswith(_EXEC_ONLY_PREFIXES) or n in _EXEC_ONLY_NAMES for n in changed_env or ())
+
+
+def _environment(env: Mapping[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """A child's whole environment (``env``, None: this process's) and what in it differs from this one's."""
+    full = dict(os.environ if env is None else env)
+    return full, {k: v for k, v in full.items() if os.environ.get(k) != v}
 
 
 def sandbox(
@@ -85,8 +95,7 @@ def sandbox(
 ) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run([SCRIPT, *args], env=env, capture_output=True, ...)``: forked where that runs the
     same (:func:`forkable`), else exec'd. ``env``: the whole environment (None: this process's)."""
-    full = dict(os.environ if env is None else env)
-    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
+    full, changed = _environment(env)
     if forkable(args, changed):
         done = run(args, cwd, full, input, timeout)
     else:
@@ -103,11 +112,10 @@ def script(
 ) -> subprocess.CompletedProcess[bytes]:
     """``subprocess.run([sys.executable, path, *args], env=env, capture_output=True, ...)`` for a Python
     script of the tests that uses the library (``tests/scripted_runtime.py``): forked where that runs the
-    same (:func:`forkable`'s rules for the environment), else exec'd. Its ``__main__`` runs in the child
-    as ``python path`` would run it (``sys.argv``, ``sys.path[0]``, ``SystemExit``, ``atexit``)."""
-    full = dict(os.environ if env is None else env)
-    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
-    if forkable(("script",), changed):
+    same (:func:`_forkable_env`), else exec'd. Its ``__main__`` runs in the child as ``python path`` would
+    run it (``sys.argv``, ``sys.path[0]``, ``SystemExit``, ``atexit``)."""
+    full, changed = _environment(env)
+    if _forkable_env(changed):
         return run(args, cwd, full, None, timeout, script=path)
     return subprocess.run(
         [sys.executable, path, *args], cwd=cwd, env=full, capture_output=True, timeout=timeout, check=False
@@ -123,9 +131,7 @@ def stdio_command(*args: str, env: Mapping[str, str] | None = None) -> tuple[str
     standard streams (the MCP SDK's ``stdio_client``): a stand-in (:mod:`tests.forkshim`) that has the
     server fork the command on its own streams, where that runs the same (:func:`forkable`); else the
     script itself."""
-    full = dict(os.environ if env is None else env)
-    changed = {k: v for k, v in full.items() if os.environ.get(k) != v}
-    if forkable(args, changed):
+    if forkable(args, _environment(env)[1]):
         return sys.executable, ["-I", "-S", SHIM, _server_path(), *args]
     return SCRIPT, list(args)
 

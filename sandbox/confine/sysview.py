@@ -34,9 +34,10 @@ file created and then made private (``echo > f; chmod 600 f``) is seen although 
 directory as it was. What no directory shows, a file made private in place long after it was made, is
 found by the next full walk: the cache is walked afresh when it is older than :data:`MAX_AGE_NS`, and
 ``sandbox doctor`` always walks. A cache that cannot be read whole, of another version or for other
-roots is walked afresh too: it never shows a file (fail closed). It lies in the data directory, which is
-hidden inside: an agent cannot edit it (without one, in the repository's ``.git/sandbox``: :func:`cache_in`).
-Standard library only (``sandbox exec``'s fast path imports it).
+roots, or not this user's own (owned by it, writable by no one else), is walked afresh too: it never
+shows a file (fail closed). It lies in the data directory, which is hidden inside: an agent cannot edit
+it (without one, in the repository's ``.git/sandbox``: :func:`cache_in`). Standard library only
+(``sandbox exec``'s fast path imports it).
 """
 
 from __future__ import annotations
@@ -344,6 +345,11 @@ def _read(
     try:
         fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
+            # Only a cache this user wrote, that no one else can write: what it leaves out is shown to root
+            # inside, and the repository's .git (where it lies without a data directory) may be another's.
+            st = os.fstat(fh.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+                return None
             data = fastjson.loads(fh.read(64 * 1024 * 1024))
         if data.get("version") != FORMAT_VERSION or tuple(data["roots"]) != here:
             return None

@@ -176,6 +176,8 @@ def test_the_cache_is_revalidated_not_walked_and_a_change_is_listed_again(tmp_pa
         "private with a string for a number",
         "no root directory first",
         "from the future",
+        "owned by another user",
+        "writable by others",
     ],
 )
 def test_a_corrupt_or_foreign_cache_is_walked_afresh(tmp_path: Path, planted: Path, damage: bytes | str) -> None:
@@ -194,6 +196,14 @@ def test_a_corrupt_or_foreign_cache_is_walked_afresh(tmp_path: Path, planted: Pa
     elif damage == "from the future":
         data["walked_ns"] += 3600 * 10**9
         cache.write_text(json.dumps(data))
+    elif damage == "owned by another user":  # the repository's .git/sandbox may be another user's
+        data["private"] = []  # as its owner would forge it: nothing private
+        cache.write_text(json.dumps(data))
+        os.chown(cache, 12345, 12345)
+    elif damage == "writable by others":
+        data["private"] = []
+        cache.write_text(json.dumps(data))
+        cache.chmod(0o666)
     else:
         assert isinstance(damage, bytes)
         cache.write_bytes(damage)

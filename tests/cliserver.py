@@ -15,13 +15,18 @@ handlers). Its stdout and stderr are read until every holder closes them, as ``s
 does.
 
 What differs from an exec of the script, and so goes through one (:func:`forkable`): a command
-whose start is under test (``hook``, which never imports the heavy modules anyway), ``run`` (the
-real agents' tests watch its process tree, its signals and its terminal), an environment
+whose start is under test (``hook``, which never imports the heavy modules anyway), an environment
 that changes how Python itself starts (``PYTHON*``, the locale), and one naming a session
 (``SANDBOX_SESSION``: the host reads a process's session from ``/proc/PID/environ``, which for a
 forked child still shows the server's). The tests of start-up itself (``test_startup.py``,
 ``test_quick.py``, ``test_foldcache.py``) run ``python -X importtime`` or the script directly, never
-through here. ``TESTS_CLI_FORK=0`` sends every command through an exec.
+through here, nor do the commands given a terminal (``sandbox run`` on a pseudo-terminal: it must
+be the terminal's own session). ``TESTS_CLI_FORK=0`` sends every command through an exec.
+
+A command a test watches, signals or kills while it runs (a ``sandbox run`` of a real agent, ``ui``, the
+kill loop's ``apply``) is forked the same way by :func:`popen`: its ``pid`` is the command's own, so a
+signal sent to it lands in the command, and the agent's process tree is below it as below an exec'd one.
+A shell script of a test calls :func:`stand_in` in place of the script.
 
 Two more kinds of process are forked the same way: a test's Python script that drives the library
 (:func:`script`: ``tests/scripted_runtime.py``, killed at its fault points), and ``sandbox mcp`` started
@@ -57,9 +62,8 @@ SCRIPT = str(Path(sys.executable).parent / "sandbox")
 #: ``/proc/PID/environ``: a command given one of them is exec'd.
 _EXEC_ONLY_PREFIXES = ("PYTHON", "LC_")
 _EXEC_ONLY_NAMES = {"LANG", "LANGUAGE", "SANDBOX_SESSION"}
-#: Commands exec'd always: ``hook`` (its start is what it is measured on; it imports little anyway) and
-#: ``run`` (the real agents' tests watch its process tree, signals and terminal).
-_EXEC_ONLY_COMMANDS = {"hook", "run"}
+#: Commands exec'd always: ``hook`` (its start is what it is measured on; it imports little anyway).
+_EXEC_ONLY_COMMANDS = {"hook"}
 _HEADER = struct.Struct("!I")
 
 _lock = threading.Lock()
@@ -134,6 +138,173 @@ def stdio_command(*args: str, env: Mapping[str, str] | None = None) -> tuple[str
     if forkable(args, _environment(env)[1]):
         return sys.executable, ["-I", "-S", SHIM, _server_path(), *args]
     return SCRIPT, list(args)
+
+
+def popen(
+    *args: str,
+    cwd: Path | str,
+    env: Mapping[str, str] | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    start_new_session: bool = False,
+    script: str | None = None,
+) -> Forked | subprocess.Popen[bytes]:
+    """``subprocess.Popen([SCRIPT, *args], stdin=DEVNULL, ...)`` for a command a test watches, signals or
+    kills while it runs: forked where that runs the same (:func:`forkable`), as a :class:`Forked` whose
+    ``pid`` is the command's own (a SIGKILL sent to it kills the command itself), else exec'd.
+    ``stdout``/``stderr``: None (this process's), ``subprocess.DEVNULL`` or ``subprocess.PIPE``.
+    ``script``: a test's Python script instead, ``[sys.executable, script, *args]`` (as :func:`script`)."""
+    full, changed = _environment(env)
+    if not (_forkable_env(changed) if script else forkable(args, changed)):
+        return subprocess.Popen(
+            [SCRIPT, *args] if script is None else [sys.executable, script, *args],
+            cwd=cwd,
+            env=full,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=start_new_session,
+        )
+    return Forked(args, cwd, full, stdout, stderr, start_new_session, script)
+
+
+class Forked:
+    """A command forked by the server, watched as a :class:`subprocess.Popen` is: ``pid``, ``poll``,
+    ``wait``, ``send_signal``/``terminate``/``kill``, ``communicate`` and ``stdout``/``stderr`` (PIPE)."""
+
+    def __init__(
+        self,
+        args: tuple[str, ...],
+        cwd: Path | str,
+        env: Mapping[str, str],
+        stdout: int | None,
+        stderr: int | None,
+        new_session: bool,
+        script: str | None = None,
+    ) -> None:
+        self.args = [SCRIPT, *args] if script is None else [sys.executable, script, *args]
+        self.returncode: int | None = None
+        self.stdin = None
+        ends: list[int] = []  # the child's descriptors (closed here once sent)
+        mine: list[int | None] = []
+        for fd, how in ((0, subprocess.DEVNULL), (1, stdout), (2, stderr)):
+            if how == subprocess.DEVNULL:
+                ends.append(os.open(os.devnull, os.O_RDWR))
+                mine.append(None)
+            elif how == subprocess.PIPE:
+                r, w = os.pipe()
+                ends.append(w)
+                mine.append(r)
+            elif how is None:
+                ends.append(os.dup(fd))
+                mine.append(None)
+            else:
+                raise ValueError(f"Forked: unsupported stream {how!r}")
+        self.stdout = open(mine[1], "rb") if mine[1] is not None else None  # noqa: SIM115  # as Popen's
+        self.stderr = open(mine[2], "rb") if mine[2] is not None else None  # noqa: SIM115
+        request: dict[str, object] = {"args": list(args), "cwd": os.fspath(cwd), "env": dict(env), "script": script}
+        if new_session:
+            request["session"] = True
+        data = json.dumps(request).encode()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._conn.connect(_server_path())
+            self._conn.sendmsg(
+                [_HEADER.pack(len(data)), data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", ends))]
+            )
+            self.pid: int = _HEADER.unpack(_exactly(self._conn, _HEADER.size))[0]
+        finally:
+            for fd in ends:
+                os.close(fd)
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def _status(self, timeout: float | None) -> int | None:
+        """The exit status the server sent once it reaped the command; None if not within ``timeout``."""
+        if self.returncode is None:
+            if not _readable(self._conn.fileno(), timeout):
+                return None
+            self._conn.settimeout(None)  # sent in one piece once readable
+            self.returncode = json.loads(_exactly(self._conn, _HEADER.unpack(_exactly(self._conn, _HEADER.size))[0]))
+            self._conn.close()
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # as Popen: never a signal to a pid the command no longer has
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes | None, bytes | None]:
+        """Both PIPE streams read to their end, then the exit status (``timeout``: for the whole)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = _read_all(self.stdout, deadline, self.args)
+        err = _read_all(self.stderr, deadline, self.args)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return out, err
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+def _readable(fd: int, timeout: float | None) -> bool:
+    """Whether ``fd`` has something to read (or its end) within ``timeout`` (None: wait). Not select(): a
+    worker deep into the suite holds descriptors above 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else timeout * 1000))
+
+
+def _read_all(stream: Any, deadline: float | None, args: list[str]) -> bytes | None:
+    if stream is None:
+        return None
+    if stream.closed:  # read to its end by an earlier call
+        return b""
+    chunks = []
+    fd = stream.fileno()
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(args, 0)
+        if not _readable(fd, left):
+            raise subprocess.TimeoutExpired(args, 0)
+        data = os.read(fd, 65536)
+        if not data:
+            stream.close()
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def stand_in(folder: Path) -> str:
+    """An executable in ``folder`` that a shell script of a test can call in place of the ``sandbox`` script:
+    it runs the stand-in (:mod:`tests.forkshim`), which has the server fork the command. Only for commands
+    that run the same forked (:func:`forkable`); with ``TESTS_CLI_FORK=0``, the script itself."""
+    if not _forkable_env(None):
+        return SCRIPT
+    path = folder / "sandbox"
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {SHIM} {_server_path()} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
 
 
 def _text(data: bytes) -> str:
@@ -398,6 +569,8 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if request.get("session"):
+            os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)

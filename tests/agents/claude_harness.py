@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests import cliserver
 from tests.agents.anthropic_server import ModelServer
 
 if TYPE_CHECKING:
@@ -75,16 +76,9 @@ def via_run(
 ) -> Session:
     """``sandbox run RUN -- claude ...`` from the user's repository."""
     debug_log = home / f"debug-{len(server.requests)}.log"
-    proc = subprocess.run(
-        [SANDBOX, "run", run_id, "--", *claude_args(claude_bin, mode, debug_log, extra)],
-        cwd=repo,
-        env=claude_env(server, home),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    # Forked by the tests' command server (tests/cliserver.py); stdin at its end at once, as DEVNULL's.
+    args = ("run", run_id, "--", *claude_args(claude_bin, mode, debug_log, extra))
+    proc = cliserver.sandbox(*args, cwd=repo, env=claude_env(server, home), input=b"", timeout=TIMEOUT, text=True)
     return Session(proc.returncode, proc.stdout, proc.stderr, debug_log)
 
 

@@ -244,16 +244,13 @@ def test_codex_kill_9_then_resume_continue(codex_bin: str, repo: Path, tmp_path:
 
 def _codex_under_run(codex_bin: str, repo: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``sandbox run RUN -- codex exec ...`` (confined) to its end."""
-    return subprocess.run(
-        [SANDBOX, "run", run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
-        + ["--strict-config", "--color=never", "Do the task."],
+    return cliserver.sandbox(  # forked by the tests' command server; stdin at its end at once
+        *("run", run_id, "--", codex_bin, "exec", *NO_TRAFFIC, "--strict-config", "--color=never", "Do the task."),
         cwd=repo,
         env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
+        input=b"",
         timeout=TIMEOUT,
-        check=False,
+        text=True,
     )
 
 

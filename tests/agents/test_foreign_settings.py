@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cliserver
 from tests.agents import gemini_server as gs
 from tests.agents.anthropic_server import ModelServer, Turn, bash
 from tests.agents.claude_harness import SANDBOX, TIMEOUT, claude_args, claude_env, stop_services
@@ -120,9 +121,9 @@ def test_claude_code_on_a_fetched_run_runs_none_of_its_project_hooks(
         turns = [bash("echo done >> done.txt"), Turn(text="ok")]
         with ModelServer(turns) as server:
             argv = claude_args(claude_bin, "bypassPermissions", home / f"debug-{len(yes)}.log")
-            return subprocess.run(
-                [SANDBOX, "run", run_id, *yes, "--", *argv], cwd=b, env=claude_env(server, home),
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+            return cliserver.sandbox(
+                "run", run_id, *yes, "--", *argv, cwd=b, env=claude_env(server, home), input=b"", timeout=TIMEOUT,
+                text=True,
             )  # fmt: skip
 
     try:
@@ -163,9 +164,9 @@ def test_codex_on_a_fetched_run_starts_none_of_its_project_mcp_servers(
             if trusted is not None:  # Codex loads a project's .codex/config.toml only where it is trusted
                 with open(Path(env["CODEX_HOME"]) / "config.toml", "a") as fh:
                     fh.write(f'\n[projects.{json.dumps(str(trusted))}]\ntrust_level = "trusted"\n')
-            return subprocess.run(
-                [SANDBOX, "run", run_id, *yes, "--", codex_bin, "exec", *NO_TRAFFIC, "--color=never", "Do the task."],
-                cwd=b, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+            return cliserver.sandbox(
+                "run", run_id, *yes, "--", codex_bin, "exec", *NO_TRAFFIC, "--color=never", "Do the task.",
+                cwd=b, env=env, input=b"", timeout=TIMEOUT, text=True,
             )  # fmt: skip
 
     try:

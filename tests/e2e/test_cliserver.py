@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import git
 
 from tests import cliserver
@@ -86,8 +87,8 @@ def test_what_differs_is_execd() -> None:
     assert cliserver.forkable(("list",), None)
     assert cliserver.forkable(("exec", "--", "true"), {"HOME": "/x"})
     assert not cliserver.forkable(("hook", "claude"), None)  # its start is what it is measured on
-    assert not cliserver.forkable(("run", "--", "claude"), None)  # its process tree is under test
-    assert not cliserver.forkable(("-C", "/somewhere", "run", "--", "claude"), None)
+    assert not cliserver.forkable(("-C", "/somewhere", "hook", "claude"), None)
+    assert cliserver.forkable(("run", "--", "claude"), None)  # a real process of its own: its tree is below it
     for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LANG", "SANDBOX_SESSION"):
         assert not cliserver.forkable(("list",), {name: "x"}), name
 
@@ -147,4 +148,36 @@ def test_the_stand_in_forwards_streams_signals_and_the_exit(repo: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-    assert cliserver.stdio_command("run", "--", "true")[0] == SCRIPT  # exec'd, as cliserver.sandbox would
+    assert cliserver.stdio_command("hook", "claude")[0] == SCRIPT  # exec'd, as cliserver.sandbox would
+
+
+def test_a_popen_is_the_commands_own_process(repo: Path, tmp_path: Path) -> None:
+    """cliserver.popen (commands a test watches and kills): its pid is the forked command's own (a SIGKILL
+    sent to it kills the command, which is a child of no shell), its streams and exit are the command's,
+    and ``communicate`` reads them whole."""
+    proc = cliserver.popen("write", "--help", cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert isinstance(proc, cliserver.Forked)
+    execd = subprocess.run([SCRIPT, "write", "--help"], cwd=repo, capture_output=True, timeout=60, check=False)
+    assert proc.communicate(timeout=60) == (execd.stdout, execd.stderr) and proc.returncode == execd.returncode
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    sleeper = cliserver.popen(cwd=tmp_path, stdout=subprocess.PIPE, script=str(script), start_new_session=True)
+    assert sleeper.stdout is not None
+    assert int(sleeper.stdout.readline()) == sleeper.pid  # the command itself, not a stand-in
+    assert os.getsid(sleeper.pid) == sleeper.pid  # start_new_session, as Popen's
+    assert sleeper.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.1)
+    sleeper.kill()
+    assert sleeper.wait(timeout=60) == -9 and sleeper.poll() == -9
+    sleeper.kill()  # no signal once it is gone (as Popen: its pid may be another process's by now)
+
+
+def test_a_shell_runs_the_stand_in_for_sandbox(repo: Path, tmp_path: Path) -> None:
+    """cliserver.stand_in: an executable a shell script of a test calls in place of the ``sandbox`` script."""
+    exe = cliserver.stand_in(tmp_path)
+    done = subprocess.run(
+        ["sh", "-c", '"$0" -C "$1" write --help; echo "exit $?"', exe, str(repo)], capture_output=True, timeout=60
+    )
+    execd = subprocess.run([SCRIPT, "write", "--help"], cwd=repo, capture_output=True, timeout=60, check=False)
+    assert done.stdout == execd.stdout + b"exit 0\n" and done.stderr == execd.stderr

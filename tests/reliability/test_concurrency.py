@@ -8,16 +8,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import git, tree_digest, user_state, write
 
+from tests import cliserver
+
 from .helpers import (
-    SANDBOX_EXE,
     TIMEOUT,
     assert_fsck_clean,
     has_command,
@@ -58,11 +59,20 @@ CLI_WRITER = textwrap.dedent(
 )
 
 
+def writer(folder: Path, *args: str) -> Any:
+    """A process running :data:`WRITER` with ``args`` (forked by the tests' command server, as
+    :func:`tests.cliserver.popen` does; stdout and stderr piped)."""
+    script = folder / "writer.py"
+    if not script.exists():
+        script.write_text(WRITER)
+    return cliserver.popen(*args, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, script=str(script))
+
+
 def start_run(root: Path) -> str:
     return str(json.loads(ok("start", "--json", cwd=root))["run"])
 
 
-def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 180.0) -> list[tuple[int, str, str]]:
+def wait_all(procs: list[Any], timeout: float = 180.0) -> list[tuple[int, str, str]]:
     deadline = time.monotonic() + timeout
     out = []
     for proc in procs:
@@ -77,19 +87,20 @@ def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 180.0) -> li
 
 
 @pytest.mark.parametrize("writers,calls", [(8, 6)])
-def test_eight_writers_on_one_run(user_repo: Path, writers: int, calls: int) -> None:
+def test_eight_writers_on_one_run(user_repo: Path, tmp_path: Path, writers: int, calls: int) -> None:
     """8 processes record calls on one run at once: nothing lost, nothing duplicated, one head chain."""
     run_id = start_run(user_repo)
+    exe = cliserver.stand_in(tmp_path)  # each ``sandbox`` of the shell writers forked by the command server
     before = user_state(user_repo), tree_digest(user_repo)
     procs = []
     cli_writers = 2
     for i in range(writers):
         name = f"w{i}"
         if i < cli_writers:  # two writers speak the CLI protocol, the rest use the library
-            argv = ["sh", "-c", CLI_WRITER, "sh", str(user_repo), run_id, name, str(calls // 2), SANDBOX_EXE]
+            argv = ["sh", "-c", CLI_WRITER, "sh", str(user_repo), run_id, name, str(calls // 2), exe]
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         else:
-            argv = [sys.executable, "-c", WRITER, str(user_repo), run_id, name, str(calls)]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            procs.append(writer(tmp_path, str(user_repo), run_id, name, str(calls)))
     results = wait_all(procs)
     acked: list[str] = []
     for code, stdout, stderr in results:
@@ -136,9 +147,7 @@ def test_four_runs_apply_to_one_tree(user_repo: Path) -> None:
     before_user = user_state(user_repo)
     digest = tree_digest(user_repo)
     procs = [
-        subprocess.Popen(
-            [SANDBOX_EXE, "apply", r, "--json"], cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        cliserver.popen("apply", r, "--json", cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for r in runs
     ]
     results = wait_all(procs)
@@ -169,13 +178,13 @@ def test_start_and_drop_race_with_gc(user_repo: Path) -> None:
     victims = [start_run(user_repo) for _ in range(3)]
     for run_id in victims:
         ok("write", run_id, "v.txt", cwd=user_repo, input=b"v\n")
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+    procs: list[tuple[str, Any]] = []
 
     def spawn(kind: str, *args: str) -> None:
         procs.append(
             (
                 kind,
-                subprocess.Popen([SANDBOX_EXE, *args], cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+                cliserver.popen(*args, cwd=user_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
             )
         )
 
@@ -225,9 +234,9 @@ def test_paused_writer_is_fenced_by_resume(user_repo: Path) -> None:
     ok("write", run_id, "first.txt", cwd=user_repo, input=b"first\n")
     # The command writes a file, then stops its own recording process (its parent) mid-call.
     script = "echo stale > stale.txt; kill -STOP $PPID"
-    proc = subprocess.Popen(
+    proc = cliserver.popen(
         # --isolate off: a confined command cannot see its recorder (another PID namespace) to stop it.
-        [SANDBOX_EXE, "exec", run_id, "--isolate", "off", "--call-id", "call_paused", "--", "sh", "-c", script],
+        *("exec", run_id, "--isolate", "off", "--call-id", "call_paused", "--", "sh", "-c", script),
         cwd=user_repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -255,17 +264,10 @@ def test_paused_writer_is_fenced_by_resume(user_repo: Path) -> None:
     assert_fsck_clean(user_repo)
 
 
-def test_writers_racing_a_drop(user_repo: Path) -> None:
+def test_writers_racing_a_drop(user_repo: Path, tmp_path: Path) -> None:
     """Calls racing a drop either finish before it or are refused cleanly; nothing is left behind."""
     run_id = start_run(user_repo)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(user_repo), run_id, f"w{i}", "5"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(3)
-    ]
+    procs = [writer(tmp_path, str(user_repo), run_id, f"w{i}", "5") for i in range(3)]
     time.sleep(0.3)
     ok("drop", run_id, "--force", cwd=user_repo)
     # Writers that lost the race fail (the run is gone); none may hang or resurrect the run.

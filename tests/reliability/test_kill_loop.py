@@ -32,7 +32,9 @@ from pathlib import Path
 import pytest
 from conftest import make_repo, tree_digest, user_state
 
-from .helpers import SANDBOX_EXE, TIMEOUT, assert_fsck_clean, ok, open_run, write_temporaries
+from tests import cliserver
+
+from .helpers import TIMEOUT, assert_fsck_clean, ok, open_run, write_temporaries
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +43,9 @@ MB = 1 << 20
 LANES = 2
 #: Serialises the lanes' in-process library calls (CLI processes and file checks run side by side).
 LIBRARY = threading.Lock()
+#: A ``sandbox`` process of the loop: forked by the tests' command server (:func:`tests.cliserver.popen`;
+#: its pid is the command's own, so the SIGKILL lands in the command), or exec'd.
+Process = cliserver.Forked | subprocess.Popen[bytes]
 
 
 def build(root: Path, seed: int) -> None:
@@ -105,7 +110,7 @@ def make_run(root: Path, seed: int) -> tuple[str, str]:
 
 def timed(root: Path, *args: str) -> float:
     """Run an operation to its end; the seconds its journal existed (its writing phase)."""
-    proc = subprocess.Popen([SANDBOX_EXE, *args], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = cliserver.popen(*args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen = wait_for_journal(root, proc)
     assert seen is not None, "the operation wrote no journal"
     while pending(root) and proc.poll() is None:
@@ -129,7 +134,7 @@ def recover(root: Path, run_id: str, how: str, via_cli: bool) -> None:
         undo.undo(run)
 
 
-def wait_for_journal(root: Path, proc: subprocess.Popen[bytes]) -> float | None:
+def wait_for_journal(root: Path, proc: Process) -> float | None:
     """Poll (bounded) until the operation's journal exists; the time it was seen, or None if it exited first."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
@@ -141,7 +146,7 @@ def wait_for_journal(root: Path, proc: subprocess.Popen[bytes]) -> float | None:
     raise AssertionError("the operation neither wrote its journal nor exited")
 
 
-def wait_for_staged(root: Path, proc: subprocess.Popen[bytes]) -> bool:
+def wait_for_staged(root: Path, proc: Process) -> bool:
     """Poll (bounded) until a temporary of a file write exists in the staging area; False if the process ended."""
     staging = state_dir(root) / "staging"
     deadline = time.monotonic() + TIMEOUT
@@ -187,9 +192,7 @@ def kill_loop(tmp_path: Path, kills: int, seed: int) -> Counter[str]:
                 # An undone apply can be redone, or applied afresh (the run keeps the agent's change).
                 undone = bool(treeops.stack(run, run.state()).undone)
                 op = "apply" if not undone or rng.random() < 0.3 else "redo"
-        proc = subprocess.Popen(
-            [SANDBOX_EXE, op, run_id], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        proc = cliserver.popen(op, run_id, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         aim = rng.choice(["anywhere", "inside a write"])
         if wait_for_journal(root, proc) is not None:
             # Half the kills at a random instant of the writing phase, half a few ms after a file

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandbox.run.run import Run
+from tests import cliserver
 from tests.conftest import scaled, tree_digest, user_state
 from tests.merge.test_apply import start
 
@@ -35,13 +36,9 @@ BEFORE_A = "".join(f"line {i}\n" for i in range(1, 41))
 BEFORE_B = "alpha\nbeta\ngamma\n"
 
 
-def _served(repo: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    exe = Path(sys.executable).parent / "sandbox"
-    proc = subprocess.Popen(
-        [str(exe), "ui", "--no-browser", "--json", *args],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+def _served(repo: Path, *args: str) -> Iterator[tuple[cliserver.Forked | subprocess.Popen[bytes], str]]:
+    proc = cliserver.popen(
+        "ui", "--no-browser", "--json", *args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.run.run import Run
+from tests import cliserver
 from tests.conftest import scaled, tree_digest
 from tests.ui.test_ui import CHROMIUM, _goto, _served
 from tests.ui.test_ui import agent_run as agent_run_fixture
@@ -84,9 +85,8 @@ def test_the_browser_gets_a_one_time_code_never_the_token(agent_run: Run, repo: 
     )
     browser.write_text(f"#!{sys.executable}\n{record}")
     browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
-    exe = Path(sys.executable).parent / "sandbox"
     env = {**os.environ, "BROWSER": f"{browser} %s"}
-    proc = subprocess.Popen([str(exe), "ui", "--json"], cwd=repo, env=env, stdout=subprocess.PIPE)
+    proc = cliserver.popen("ui", "--json", cwd=repo, env=env, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         url = json.loads(proc.stdout.readline())["url"]

@@ -148,12 +148,14 @@ def popen(
     stderr: int | None = None,
     start_new_session: bool = False,
     script: str | None = None,
-) -> Forked | subprocess.Popen[bytes]:
+    text: bool = False,
+) -> Forked | subprocess.Popen[Any]:
     """``subprocess.Popen([SCRIPT, *args], stdin=DEVNULL, ...)`` for a command a test watches, signals or
     kills while it runs: forked where that runs the same (:func:`forkable`), as a :class:`Forked` whose
     ``pid`` is the command's own (a SIGKILL sent to it kills the command itself), else exec'd.
     ``stdout``/``stderr``: None (this process's), ``subprocess.DEVNULL`` or ``subprocess.PIPE``.
-    ``script``: a test's Python script instead, ``[sys.executable, script, *args]`` (as :func:`script`)."""
+    ``script``: a test's Python script instead, ``[sys.executable, script, *args]`` (as :func:`script`).
+    ``text``: ``communicate`` gives text, as Popen's ``text=True`` (the stream attributes stay binary)."""
     full, changed = _environment(env)
     if not (_forkable_env(changed) if script else forkable(args, changed)):
         return subprocess.Popen(
@@ -164,8 +166,9 @@ def popen(
             stdout=stdout,
             stderr=stderr,
             start_new_session=start_new_session,
+            text=text,
         )
-    return Forked(args, cwd, full, stdout, stderr, start_new_session, script)
+    return Forked(args, cwd, full, stdout, stderr, start_new_session, script, text)
 
 
 class Forked:
@@ -181,8 +184,10 @@ class Forked:
         stderr: int | None,
         new_session: bool,
         script: str | None = None,
+        text: bool = False,
     ) -> None:
         self.args = [SCRIPT, *args] if script is None else [sys.executable, script, *args]
+        self._text = text
         self.returncode: int | None = None
         self.stdin = None
         ends: list[int] = []  # the child's descriptors (closed here once sent)
@@ -200,8 +205,9 @@ class Forked:
                 mine.append(None)
             else:
                 raise ValueError(f"Forked: unsupported stream {how!r}")
-        self.stdout = open(mine[1], "rb") if mine[1] is not None else None  # noqa: SIM115  # as Popen's
-        self.stderr = open(mine[2], "rb") if mine[2] is not None else None  # noqa: SIM115
+        # Unbuffered: what a test read with readline() is all that left the pipe (communicate reads the rest).
+        self.stdout = open(mine[1], "rb", buffering=0) if mine[1] is not None else None  # noqa: SIM115
+        self.stderr = open(mine[2], "rb", buffering=0) if mine[2] is not None else None  # noqa: SIM115
         request: dict[str, object] = {"args": list(args), "cwd": os.fspath(cwd), "env": dict(env), "script": script}
         if new_session:
             request["session"] = True
@@ -249,12 +255,14 @@ class Forked:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def communicate(self, timeout: float | None = None) -> tuple[bytes | None, bytes | None]:
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         """Both PIPE streams read to their end, then the exit status (``timeout``: for the whole)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         out = _read_all(self.stdout, deadline, self.args)
         err = _read_all(self.stderr, deadline, self.args)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self._text:
+            return (None if out is None else _text(out)), (None if err is None else _text(err))
         return out, err
 
     def __enter__(self) -> Forked:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from sandbox.models import CallStatus
+from tests import cliserver
 from tests.agents.anthropic_server import ModelServer, ToolUse, Turn, bash, edit, read, result_text, write
 from tests.agents.claude_harness import (
-    SANDBOX,
     claude_args,
     claude_env,
     cli_start,
@@ -271,11 +271,10 @@ def test_kill_9_during_a_long_bash_then_resume(claude_bin: str, repo: Path, home
     turns = [write(str(wt / NEW_FILE), NEW_TEXT), Turn(tools=[long_call])]
     with ModelServer(turns) as server:
         debug_log = home / "debug.log"
-        proc = subprocess.Popen(
-            [SANDBOX, "run", run.run_id, "--", *claude_args(claude_bin, "bypassPermissions", debug_log)],
+        proc = cliserver.popen(  # forked by the tests' command server: its pid is sandbox run's own
+            *("run", run.run_id, "--", *claude_args(claude_bin, "bypassPermissions", debug_log)),
             cwd=repo,
             env=claude_env(server, home),
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

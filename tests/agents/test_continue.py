@@ -25,7 +25,6 @@ from sandbox.models import CallStatus
 from tests import cliserver
 from tests.agents.anthropic_server import ModelServer, Request, ToolUse, Turn, bash, result_text, write
 from tests.agents.claude_harness import (
-    SANDBOX,
     TIMEOUT,
     claude_args,
     claude_env,
@@ -99,11 +98,10 @@ def _sandbox(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpro
 def _crash_during_bash(claude_bin: str, repo: Path, run_id: str, wt: Path, home: Path, turns: list[Turn]) -> str:
     """Run Claude Code under ``sandbox run`` and SIGKILL it once the last turn's Bash wrote started.txt."""
     with ModelServer(list(turns)) as server:
-        proc = subprocess.Popen(
-            [SANDBOX, "run", run_id, "--", *claude_args(claude_bin, "bypassPermissions", home / "debug.log")],
+        proc = cliserver.popen(  # forked by the tests' command server: its pid is sandbox run's own
+            *("run", run_id, "--", *claude_args(claude_bin, "bypassPermissions", home / "debug.log")),
             cwd=repo,
             env=claude_env(server, home),
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -327,11 +325,10 @@ def test_gemini_kill_9_then_resume_continue(repo: Path, tmp_path: Path, marker: 
         gs.call("run_shell_command", command=command),
     ]
     with gs.serve(turns) as server:
-        proc = subprocess.Popen(
-            [SANDBOX, "run", run.run_id, "--", gemini_bin, "-p", "do the task", "--yolo"],
+        proc = cliserver.popen(  # forked by the tests' command server: its pid is sandbox run's own
+            *("run", run.run_id, "--", gemini_bin, "-p", "do the task", "--yolo"),
             cwd=repo,
             env={**os.environ, **agent_env(server, home)},
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

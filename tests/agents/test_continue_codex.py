@@ -31,7 +31,7 @@ import pytest
 from sandbox.agent.adapters import codex
 from sandbox.models import CallStatus
 from tests import cliserver
-from tests.agents.claude_harness import SANDBOX, TIMEOUT, cli_start, push_into_another_clone, stop_services
+from tests.agents.claude_harness import TIMEOUT, cli_start, push_into_another_clone, stop_services
 from tests.agents.openai_server import ResponsesServer, output_text
 from tests.agents.test_claude_code import _with_marker
 from tests.agents.test_codex_mcp import KEY, KEY_VAR, NO_TRAFFIC, codex_config, mcp
@@ -140,14 +140,12 @@ def _codex_until(
     marker: Path,
     *,
     new_session: bool = False,
-) -> subprocess.Popen[str]:
+) -> Any:
     """``sandbox run RUN -- codex exec ...`` started, once ``marker`` exists (its long command began)."""
-    proc = subprocess.Popen(
-        [SANDBOX, "run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC]
-        + ["--strict-config", "--color=never", "Do the task."],
+    proc = cliserver.popen(  # forked by the tests' command server: its pid is sandbox run's own
+        *("run", run.run_id, "--", codex_bin, "exec", *NO_TRAFFIC, "--strict-config", "--color=never", "Do the task."),
         cwd=repo,
         env=codex_env(tmp_path, server, repo),
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -154,8 +154,10 @@ def facts_html(run: Run) -> str:
 
 
 def _calls_count(run: Run) -> str:
+    """The calls, and how many changed nothing: a call still running (started) may yet change files, so it
+    is not counted (a live update would otherwise say it changed nothing until its finish arrived)."""
     state = run.state()
-    empty = sum(1 for c in state.order if not state.calls[c].files)
+    empty = sum(1 for c in state.order if not state.calls[c].files and state.calls[c].status.value != "started")
     return f"<span class='muted' id='calls-count'>({len(state.order)}; {empty} changed nothing)</span>"
 
 

@@ -291,7 +291,8 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     if e.error and status not in ("interrupted", "violation"):
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
-    if not e.files:  # every row of a call that changed nothing: the page's filter hides them together
+    # A call that changed nothing (a running one may yet): the page's filter hides its rows together.
+    if not e.files and status != "started":
         return "".join(row).replace("<tr class='", "<tr class='nofiles ")
     return "".join(row)
 

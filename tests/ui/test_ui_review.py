@@ -135,3 +135,21 @@ def test_filter_keys_confirmations_and_live_updates_in_place(agent_run: Run, rep
             assert page.evaluate("window.stayed") == 2
             assert row.locator("input[name=run]").is_checked()
             browser.close()
+
+
+def test_a_running_call_is_not_said_to_have_changed_nothing(agent_run: Run) -> None:
+    """A call still running may yet change files: the count of the calls that changed nothing leaves it out,
+    and the filter that hides them does not hide it. (A live update said "2 changed nothing" while a call's
+    finish was on its way.)"""
+    from sandbox.ui import pages
+    from sandbox.ui.timeline import timeline
+
+    assert "(3; 1 changed nothing)" in pages.facts_html(agent_run)  # the planned deploy ran nothing
+    running = agent_run.start_call("Bash", {"command": "make"})
+    assert "(4; 1 changed nothing)" in pages.facts_html(agent_run)
+    row = next(r for r in timeline(agent_run).split("<tr ") if f"id='call-{running}'" in r)
+    assert "nofiles" not in row and "started" in row
+    agent_run.finish_call(running, "succeeded")
+    assert "(4; 2 changed nothing)" in pages.facts_html(agent_run)  # it ended with no file changed
+    row = next(r for r in timeline(agent_run).split("<tr ") if f"id='call-{running}'" in r)
+    assert "nofiles" in row

@@ -42,6 +42,7 @@ import gc
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -256,10 +257,10 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
-        """Both PIPE streams read to their end, then the exit status (``timeout``: for the whole)."""
+        """Both PIPE streams read to their end, side by side (a command that fills one pipe while the other
+        is open never blocks), then the exit status (``timeout``: for the whole)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        out = _read_all(self.stdout, deadline, self.args)
-        err = _read_all(self.stderr, deadline, self.args)
+        out, err = _read_all((self.stdout, self.stderr), deadline, self.args)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._text:
             return (None if out is None else _text(out)), (None if err is None else _text(err))
@@ -283,24 +284,27 @@ def _readable(fd: int, timeout: float | None) -> bool:
     return bool(poller.poll(None if timeout is None else timeout * 1000))
 
 
-def _read_all(stream: Any, deadline: float | None, args: list[str]) -> bytes | None:
-    if stream is None:
-        return None
-    if stream.closed:  # read to its end by an earlier call
-        return b""
-    chunks = []
-    fd = stream.fileno()
-    while True:
+def _read_all(streams: tuple[Any, ...], deadline: float | None, args: list[str]) -> list[bytes | None]:
+    """Each stream (None: not piped) read to its end, all side by side, by ``deadline``; each is closed at
+    its end (one that an earlier call read to its end gives nothing more)."""
+    fds = [None if s is None else (-1 if s.closed else s.fileno()) for s in streams]
+    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds if fd is not None}
+    left_open = {fd: s for fd, s in zip(fds, streams, strict=True) if fd is not None and fd != -1}
+    poller = select.poll()  # not select(): a worker deep into the suite holds descriptors above 1024
+    for fd in left_open:
+        poller.register(fd, select.POLLIN)
+    while left_open:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             raise subprocess.TimeoutExpired(args, 0)
-        if not _readable(fd, left):
-            raise subprocess.TimeoutExpired(args, 0)
-        data = os.read(fd, 65536)
-        if not data:
-            stream.close()
-            return b"".join(chunks)
-        chunks.append(data)
+        for fd, _event in poller.poll(None if left is None else left * 1000):
+            data = os.read(fd, 65536)
+            if data:
+                chunks[fd].append(data)
+            else:
+                poller.unregister(fd)
+                left_open.pop(fd).close()
+    return [None if fd is None else b"".join(chunks[fd]) for fd in fds]
 
 
 def stand_in(folder: Path) -> str:
@@ -310,7 +314,8 @@ def stand_in(folder: Path) -> str:
     if not _forkable_env(None):
         return SCRIPT
     path = folder / "sandbox"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {SHIM} {_server_path()} "$@"\n')
+    command = " ".join(shlex.quote(word) for word in (sys.executable, "-I", "-S", SHIM, _server_path()))
+    path.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
     path.chmod(0o755)
     return str(path)
 

@@ -173,6 +173,17 @@ def test_a_popen_is_the_commands_own_process(repo: Path, tmp_path: Path) -> None
     sleeper.kill()  # no signal once it is gone (as Popen: its pid may be another process's by now)
 
 
+def test_communicate_reads_both_streams_side_by_side(tmp_path: Path) -> None:
+    """A command that fills its stderr pipe while its stdout is still open is read to its end, as Popen's
+    communicate reads it (one stream read after the other would wait on it for ever)."""
+    script = tmp_path / "loud.py"
+    script.write_text("import sys\nsys.stderr.write('e' * 300_000)\nsys.stderr.flush()\nprint('o' * 300_000)\n")
+    proc = cliserver.popen(cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, script=str(script), text=True)
+    out, err = proc.communicate(timeout=60)
+    assert (out, err, proc.returncode) == ("o" * 300_000 + "\n", "e" * 300_000, 0)
+    assert proc.communicate(timeout=5) == ("", "")  # read to their ends already
+
+
 def test_a_shell_runs_the_stand_in_for_sandbox(repo: Path, tmp_path: Path) -> None:
     """cliserver.stand_in: an executable a shell script of a test calls in place of the ``sandbox`` script."""
     exe = cliserver.stand_in(tmp_path)

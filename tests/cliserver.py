@@ -260,7 +260,15 @@ class Forked:
         """Both PIPE streams read to their end, side by side (a command that fills one pipe while the other
         is open never blocks), then the exit status (``timeout``: for the whole)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        out, err = _read_all((self.stdout, self.stderr), deadline, self.args)
+        streams = (self.stdout, self.stderr)
+        live = [s for s in streams if s is not None and not s.closed]  # one read to its end gives nothing more
+        try:
+            read = _read_to_end([s.fileno() for s in live], deadline)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        out, err = (None if s is None else b"" if s.closed else read[s.fileno()] for s in streams)
+        for stream in live:
+            stream.close()
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._text:
             return (None if out is None else _text(out)), (None if err is None else _text(err))
@@ -284,27 +292,26 @@ def _readable(fd: int, timeout: float | None) -> bool:
     return bool(poller.poll(None if timeout is None else timeout * 1000))
 
 
-def _read_all(streams: tuple[Any, ...], deadline: float | None, args: list[str]) -> list[bytes | None]:
-    """Each stream (None: not piped) read to its end, all side by side, by ``deadline``; each is closed at
-    its end (one that an earlier call read to its end gives nothing more)."""
-    fds = [None if s is None else (-1 if s.closed else s.fileno()) for s in streams]
-    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds if fd is not None}
-    left_open = {fd: s for fd, s in zip(fds, streams, strict=True) if fd is not None and fd != -1}
+def _read_to_end(fds: list[int], deadline: float | None) -> dict[int, bytes]:
+    """Each descriptor read side by side until every writer closed it (as ``communicate`` reads a command's
+    pipes: one it fills while the other is open never blocks), by ``deadline``."""
+    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds}
+    left_open = list(fds)
     poller = select.poll()  # not select(): a worker deep into the suite holds descriptors above 1024
     for fd in left_open:
         poller.register(fd, select.POLLIN)
     while left_open:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            raise subprocess.TimeoutExpired(args, 0)
+            raise subprocess.TimeoutExpired("sandbox", 0)
         for fd, _event in poller.poll(None if left is None else left * 1000):
             data = os.read(fd, 65536)
             if data:
                 chunks[fd].append(data)
             else:
+                left_open.remove(fd)
                 poller.unregister(fd)
-                left_open.pop(fd).close()
-    return [None if fd is None else b"".join(chunks[fd]) for fd in fds]
+    return {fd: b"".join(parts) for fd, parts in chunks.items()}
 
 
 def stand_in(folder: Path) -> str:
@@ -374,26 +381,11 @@ def _feed(fd: int, data: bytes) -> None:
 
 def _drain(out_r: int, err_r: int, conn: socket.socket, timeout: float) -> tuple[bytes, bytes]:
     """Both streams until every writer closed them (as ``communicate``), within ``timeout``."""
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    open_fds = [out_r, err_r]
     deadline = time.monotonic() + timeout
-    poller = select.poll()  # not select(): a worker deep into the suite holds descriptors above 1024
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
     try:
-        while open_fds:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired("sandbox", timeout)
-            for fd, _event in poller.poll(left * 1000):
-                data = os.read(fd, 65536)
-                if data:
-                    chunks[fd].append(data)
-                else:
-                    open_fds.remove(fd)
-                    poller.unregister(fd)
+        read = _read_to_end([out_r, err_r], deadline)
         conn.settimeout(max(0.1, deadline - time.monotonic()))
-        return b"".join(chunks[out_r]), b"".join(chunks[err_r])
+        return read[out_r], read[err_r]
     finally:
         os.close(out_r)
         os.close(err_r)

@@ -71,13 +71,13 @@ def tips(common_dir: str) -> list[str]:
     """The ids your branches, tags and remote-tracking branches name, and the detached HEADs of your
     worktrees (not a run's), sorted: read from the files (O(refs)), by git where the refs are a reftable."""
     found = _ref_ids(common_dir, REF_ROOTS)
-    found.update(oid for oid in [_head(common_dir, "HEAD")] if oid)  # detached; a branch's is counted above
+    found.update(oid for oid in [_head(common_dir)] if oid)  # detached; a branch's is counted above
     base = layout.git_worktrees_dir(common_dir)
     with contextlib.suppress(OSError):
         for name in os.listdir(base):
             # A run made before homes is a linked worktree too: its HEAD is the agent's, not your history.
             if not os.path.isdir(layout.run_dir(common_dir, name)):
-                found.update(oid for oid in [_head(os.path.join(base, name), "HEAD")] if oid)
+                found.update(oid for oid in [_head(os.path.join(base, name))] if oid)
     return sorted(found)
 
 
@@ -105,15 +105,14 @@ def _ref_ids(common_dir: str, roots: tuple[str, ...]) -> set[str]:
 _REF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _head(directory: str, name: str) -> str | None:
-    """The id the ref file ``name`` of ``directory`` names (None for a symbolic ref or anything else):
-    see :func:`_id_at`."""
+def _head(directory: str) -> str | None:
+    """The id ``directory``'s ``HEAD`` names (None for a symbolic ref or anything else): see :func:`_id_at`."""
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return _id_at(dir_fd, name)
+        return _id_at(dir_fd, "HEAD")
     finally:
         os.close(dir_fd)
 

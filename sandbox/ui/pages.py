@@ -16,7 +16,7 @@ from sandbox.run.run import Run
 from sandbox.store.fsutil import human_size
 from sandbox.ui import names
 from sandbox.ui.diffs import run_diff
-from sandbox.ui.timeline import STATUS_CLASS, command, timeline, when
+from sandbox.ui.timeline import STATUS_CLASS, changed_nothing, command, timeline, when
 
 if TYPE_CHECKING:
     from sandbox.fast.foldjson import RunRowJson
@@ -154,10 +154,9 @@ def facts_html(run: Run) -> str:
 
 
 def _calls_count(run: Run) -> str:
-    """The calls, and how many changed nothing: a call still running (started) may yet change files, so it
-    is not counted (a live update would otherwise say it changed nothing until its finish arrived)."""
+    """The calls, and how many changed nothing (:func:`~sandbox.ui.timeline.changed_nothing`)."""
     state = run.state()
-    empty = sum(1 for c in state.order if not state.calls[c].files and state.calls[c].status.value != "started")
+    empty = sum(1 for c in state.order if changed_nothing(state.calls[c]))
     return f"<span class='muted' id='calls-count'>({len(state.order)}; {empty} changed nothing)</span>"
 
 

@@ -145,6 +145,13 @@ def _detail(kind: str, html: str) -> str:
     return f"<tr class='detail {kind}'><td></td><td colspan='{COLUMNS - 1}'>{html}</td></tr>"
 
 
+def changed_nothing(e: LedgerEntry) -> bool:
+    """Whether a call changed nothing: no file, and not still running (a started call may yet change
+    files; a live update would otherwise say it changed nothing until its finish arrived). The header's
+    count and the page's filter both ask this."""
+    return not e.files and e.status.value != "started"
+
+
 def timeline(run: Run) -> str:
     """The calls in ledger order: tool, command, status, duration, files, errors, denials, uncertain
     ends, and what the confinement refused, each under the call it belongs to; each rewind where it
@@ -291,8 +298,7 @@ def _call(run: Run, e: LedgerEntry, refused: list[str], rewound: Rewind | None, 
     if e.error and status not in ("interrupted", "violation"):
         row.append(_detail("bad", f"error: {escape(e.error)}"))
     row.append(f"<tr class='calldiff' hidden data-for='{cid}'><td colspan='{COLUMNS}'></td></tr>")
-    # A call that changed nothing (a running one may yet): the page's filter hides its rows together.
-    if not e.files and status != "started":
+    if changed_nothing(e):  # the page's filter hides its rows together
         return "".join(row).replace("<tr class='", "<tr class='nofiles ")
     return "".join(row)
 

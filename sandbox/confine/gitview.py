@@ -35,7 +35,8 @@ import os
 from sandbox.store import history, layout
 
 #: What of your common git dir a run's git reads (read-only), relative to it: your objects as your
-#: committed history (:mod:`sandbox.store.history`), your Git LFS files as they are.
+#: committed history (:mod:`sandbox.store.history`), your Git LFS files as they are (a run's own are in
+#: its own storage, :mod:`sandbox.store.lfsstore`).
 BORROWED = ("objects", os.path.join("lfs", "objects"))
 
 WHY = "your repository's git directory (refs, stash, reflogs, hooks, other runs' refs): the run's git has its own"

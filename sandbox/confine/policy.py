@@ -15,7 +15,7 @@ from typing import Protocol
 from sandbox.confine import gitview, homeview, sysview
 from sandbox.confine.envfilter import DEFAULT_ENV_ALLOW
 from sandbox.errors import SandboxError
-from sandbox.store import gitguard, layout
+from sandbox.store import gitguard, layout, lfsstore
 
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -491,7 +491,7 @@ def run_git_guard(common_dir: str, run_id: str) -> tuple[list[str], str | None]:
             p for p in gitguard.guarded_paths(real(place.worktree), real(place.git_dir)) if os.path.lexists(p)
         ], None
     try:
-        gitguard.guard(place.git_dir)
+        gitguard.guard(place.git_dir, lfsstore.setting(common_dir, run_id))
     except OSError as exc:
         raise ConfinementError(
             f"The run's git directory {place.git_dir} cannot be prepared ({exc.strerror}); nothing was run."

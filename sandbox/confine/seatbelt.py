@@ -14,7 +14,9 @@ doctor`` on macOS):
 - the keyring refusal (the login keychain answers through its Mach service);
 - the Unix socket rule (every socket you may connect to is reachable, not only the host's);
 - the process, file-size, memory and open-file limits, and inotify bounds (macOS has FSEvents);
-- ``--network allow`` (no network namespace to route through the proxy: ``run`` gets the network on).
+- ``--network allow`` (no network namespace to route through the proxy: ``run`` gets the network on);
+- Git LFS links: git-lfs hard-links what it finds in your LFS store into the agent's git dir, where
+  bubblewrap's read-only mount refuses the link (``EXDEV``) and Seatbelt does not.
 
 The per-call size bound is checked when a call is recorded, outside the sandbox: it holds here too.
 """
@@ -40,6 +42,8 @@ CANNOT_ENFORCE = (
     "Unix sockets: every socket you may connect to is reachable, not only the repository's host",
     "the process, file-size, memory and open-file limits, and inotify bounds (macOS has FSEvents)",
     "--network allow: run gets the network on",
+    "Git LFS links: the agent's git-lfs may hard-link your LFS store's files into its git dir (no mount"
+    " boundary refuses it), and write your stored content through that name",
 )
 #: When the policy keeps agent state files per run (bubblewrap binds the run's copy over yours).
 PRIVATE_STATE = "a run's own copy of agent state: the agent writes {paths} itself"

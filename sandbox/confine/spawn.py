@@ -55,6 +55,7 @@ from sandbox.confine.policy import (
 )
 from sandbox.confine.seatbelt import seatbelt_profile
 from sandbox.confine.verdict import Rule, bound_sockets, explain, rules, stray_sockets
+from sandbox.store import lfsstore
 
 if TYPE_CHECKING:
     from sandbox.confine.hardening import Cgroups
@@ -397,6 +398,10 @@ def spawn(
     base = os.environ if env is None else env
     env = filter_env(base, policy.env_allow)
     env.update({k: v for k, v in (own_env or {}).items() if k not in WITHHELD_ENV})
+    if policy.git_config is not None:  # the agent's git stores Git LFS contents in its own git dir
+        env["GIT_CONFIG_KEY_lfs"], env["GIT_CONFIG_VALUE_lfs"] = lfsstore.inside_config(
+            os.path.dirname(policy.git_config)
+        )
     renumber_git_config(env)
     decided = rules(policy)  # made once: the command's check, the sockets' and the mounts read them
     _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""), decided)

@@ -29,7 +29,7 @@ from sandbox import escape
 from sandbox.errors import SandboxError, UsageError
 from sandbox.models import LedgerEntry
 from sandbox.run.run import Run
-from sandbox.store import objects, repository, trailers
+from sandbox.store import lfsstore, objects, repository, trailers
 
 AGENT_NAME = "sandbox agent"
 AGENT_EMAIL = "sandbox@localhost"
@@ -96,6 +96,7 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 commit = str(repo.create_commit(None, sig, sig, msg, new_tree, [parent] if parent else []))
                 parent, tree = commit, new_tree
                 result.commits.append(commit)
+        blobs: list[str] = []
         for entry in live:  # as diff and apply: not undone in the run, not taken out by rollback --files
             call_id = entry.call_id
             assert entry.commit is not None  # a live call has its commit
@@ -108,6 +109,9 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
             }
             if not changes:
                 continue
+            blobs += [
+                e.oid for e in changes.values() if e is not None and e.mode in (objects.MODE_FILE, objects.MODE_EXEC)
+            ]
             new_tree = objects.edit_tree(repo, tree, changes)
             if new_tree == tree:
                 continue
@@ -123,14 +127,34 @@ def export(run: Run, name: str, force: bool = False) -> BranchExport:
                 f"Run {run.run_id} started in a repository without commits and no call changed files; "
                 "there is nothing to put on a branch."
             )
-        # Your branch's commits, trees and blobs in your own store, not only in the run's (give_to_user).
-        repository.give_to_user(repo, result.commits)
+        _give_to_user(run, result.commits, blobs)
         if existing is not None:
             repo.references.create(ref, parent, force=True)
         else:
             repo.references.create(ref, parent)
     result.tip = parent
     return result
+
+
+def _give_to_user(run: Run, commits: list[str], blobs: list[str]) -> None:
+    """Your branch's commits, trees and blobs in your own store, not only in the run's (give_to_user), and
+    the Git LFS contents its files name, which the run's own storage holds (:mod:`sandbox.store.lfsstore`)."""
+    repository.give_to_user(run.repo, commits)
+    lfsstore.give(run.project.common_dir, run.run_id, _lfs_contents(run.repo, blobs))
+
+
+def _lfs_contents(repo: pygit2.Repository, blobs: list[str]) -> list[str]:
+    """The Git LFS contents named by those of ``blobs`` that are pointers (a header read for the others)."""
+    out = []
+    for oid in blobs:
+        try:
+            _kind, size = repo.odb.read_header(oid)
+        except (KeyError, ValueError, pygit2.GitError):
+            continue
+        content = lfsstore.pointer_oid(objects.read_blob(repo, oid)) if size <= lfsstore.POINTER_MAX else None
+        if content is not None:
+            out.append(content)
+    return out
 
 
 #: A loose ref is a file; its lock file adds ".lock", and most file systems allow 255 bytes a name.

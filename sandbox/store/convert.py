@@ -32,7 +32,7 @@ from pygit2.enums import FilterMode
 from pygit2.filter import FilterList
 
 from sandbox.errors import SandboxError
-from sandbox.store import agentread, gitfiles, objects
+from sandbox.store import agentread, gitfiles, lfsstore, objects
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -67,6 +67,8 @@ class Converter:
         #: The bytes on disk behind a cleaned probe: (path, cleaned entry) -> entry of the raw bytes.
         self._raw: dict[tuple[str, Entry], Entry] = {}
         self._user_repo: pygit2.Repository | None = None
+        #: (common dir, run) of a run's worktree with a home (its Git LFS storage: sandbox.store.lfsstore).
+        self._run: tuple[str, str] | None = None
 
     @property
     def repo(self) -> pygit2.Repository | None:
@@ -91,6 +93,8 @@ class Converter:
             from sandbox.store import layout
 
             loc = layout.locate(self.workdir)
+            if loc is not None and not layout.place_of(loc.common_dir, loc.run_id).legacy:
+                self._run = (loc.common_dir, loc.run_id)
             if loc is not None:
                 try:
                     self._user_repo = pygit2.Repository(loc.common_dir)
@@ -150,10 +154,12 @@ class Converter:
         the user's tree cannot find it. So drivers run against the user's repository, with this
         tree's files and attributes.
         """
+        store = getattr(repo, "sandbox_store", None)  # a run's repository: what a smudge may need is there
         if repo is None:
             repo = self._trusted()
         where = ["--git-dir", repo.path, "--work-tree", self.workdir] if repo is not None else []
-        proc = git([*where, *args], cwd=self.workdir, input=data, check=False)
+        options, env = self._lfs(store)
+        proc = git([*options, *where, *args], cwd=self.workdir, env=env, input=data, check=False)
         if proc.returncode != 0:
             what = "clean" if args[0] == "hash-object" else "smudge"
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -162,6 +168,14 @@ class Converter:
                 "fix the filter driver in your git config, then try again."
             )
         return proc.stdout
+
+    def _lfs(self, store: str | None) -> tuple[list[str], dict[str, str]]:
+        """Where git-lfs stores and finds contents for a driver run here (:mod:`sandbox.store.lfsstore`): a
+        run's worktree, the run's own storage (never your ``.git/lfs``, which every run reads); your tree,
+        your storage, finding a run's contents beside its ``store`` (an apply links them into yours)."""
+        if self._trusted() is not None and self._run is not None:
+            return lfsstore.driver(*self._run)
+        return [], lfsstore.reference_env(store) if store is not None else {}
 
     def clean(self, rel: str, data: bytes, repo: pygit2.Repository | None = None) -> bytes:
         """The blob content ``git add`` would store for ``data`` at ``rel`` (``repo``: the object store)."""

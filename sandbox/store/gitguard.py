@@ -14,7 +14,9 @@ to every confined process (bound read-only inside bubblewrap, :func:`guarded_pat
   made ``../git`` (the directory itself) so that no agent can create one naming a directory of its own;
 - ``config``: what the run inherited from your repository, plus ``diff.ignoreSubmodules=all``
   (:data:`SETTINGS`): a gitlink the agent stages, whose ``.git`` file names a repository it wrote,
-  would otherwise make ``git status`` and ``git diff`` run git in there, with that configuration;
+  would otherwise make ``git status`` and ``git diff`` run git in there, with that configuration; and
+  ``lfs.storage``, the run's own Git LFS storage (:mod:`sandbox.store.lfsstore`): by default git-lfs
+  stores into the git dir, where it would hard-link your stored contents for the agent to rewrite;
 - ``hooks/``.
 
 Everything else of the run's git directory (objects, refs, index, HEAD, logs) stays the agent's to
@@ -131,15 +133,20 @@ def guarded_paths(worktree: str, git_dir: str) -> list[str]:
     ]
 
 
-def guard(git_dir: str) -> None:
+def guard(git_dir: str, lfs_storage: tuple[str, str] | None = None) -> None:
     """Make what :func:`guarded_paths` binds exist in a run's own git dir: ``hooks/``, ``commondir``
-    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), and the agent's settings
-    file. Nothing is written through a link, no file there is replaced (a run's git an agent changed
-    unconfined is reported by :func:`findings`, not repaired)."""
+    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), ``lfs_storage`` as its last
+    ``lfs.storage`` (:func:`set_last`), and the agent's settings file. Nothing is written through a link,
+    no file there is replaced (a run's git an agent changed unconfined is reported by :func:`findings`,
+    not repaired)."""
     hooks = os.path.join(git_dir, "hooks")
     if not os.path.lexists(hooks):
         os.mkdir(hooks)
     _add_settings(os.path.join(git_dir, "config"))
+    if lfs_storage is not None and set_last(os.path.join(git_dir, "config"), *lfs_storage):
+        from sandbox.store import lfsstore
+
+        lfsstore.unlink_shared(git_dir)  # a run made before: what the host's checkout linked from your store
     # Relative (the home moves as a whole); not ".", which libgit2 cannot open.
     common = f"../{os.path.basename(os.path.normpath(git_dir))}\n"
     for name, text in ((COMMONDIR, common), (AGENT_CONFIG, AGENT_CONFIG_TEXT)):
@@ -165,6 +172,38 @@ def _add_settings(config: str) -> None:
             os.write(fd, ("\n" if data and not data.endswith(b"\n") else "").encode() + text.encode())
     finally:
         os.close(fd)
+
+
+def entry_text(key: str, value: str) -> str:
+    """git config file text for one ``key`` (``section[.subsection].name``) set to ``value``."""
+    section, _, name = key.rpartition(".")
+    head, dot, sub = section.partition(".")
+    quoted_sub = sub.replace("\\", "\\\\").replace('"', '\\"')
+    header = f'[{head} "{quoted_sub}"]' if dot else f"[{head}]"
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'{header}\n\t{name} = "{escaped}"\n'
+
+
+def set_last(config: str, key: str, value: str) -> bool:
+    """Append ``key = value`` to ``config`` (a regular file only) unless it is already the file's last
+    setting of ``key`` (git takes the last): a run made before the setting, or whose repository moved.
+    One read when nothing is to be done (a confined command's start). True when it was appended."""
+    data = _read_regular(config)
+    if data is None:
+        return False
+    entry = entry_text(key, value).encode("utf-8", "surrogateescape")
+    at = data.rfind(entry)
+    name = key.rpartition(".")[2].lower().encode()
+    if at >= 0 and name not in data[at + len(entry) :].lower():
+        return False
+    fd = os.open(config, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, (b"\n" if data and not data.endswith(b"\n") else b"") + entry)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _read_regular(path: str, limit: int = _MAX_CONFIG) -> bytes | None:

@@ -34,7 +34,7 @@ import os
 import shutil
 
 from sandbox import faults
-from sandbox.store import layout, packs
+from sandbox.store import layout, lfsstore, packs
 from sandbox.store.fsutil import atomic_write, fsync_dir, remove_tree
 from sandbox.store.locks import file_lock
 
@@ -138,6 +138,7 @@ def retire(common_dir: str, run_id: str) -> None:
     run forked from it. A crash at any point leaves every object in one of the two places, both seen
     by your git (the store stays listed until its objects are out; :func:`sweep` finishes it)."""
     store = layout.run_store(common_dir, run_id)
+    lfsstore.fold(common_dir, run_id)  # its Git LFS contents too, for the same reason
     if os.path.isdir(store):
         _fold(store, os.path.join(common_dir, "objects"))
     faults.point("runstore.retire.after_move")
@@ -209,6 +210,7 @@ def share(common_dir: str, source: str, target: str) -> None:
     """Give run ``target``'s store every object of run ``source``'s (hard links; a fork, runs of one snapshot)."""
     src = layout.run_store(common_dir, source)
     dest = layout.run_store(common_dir, target)
+    lfsstore.share(common_dir, source, target)
     if not os.path.isdir(src):
         return  # a run made before stores, or fetched: its objects are in yours
     touched: set[str] = set()

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sandbox import faults
-from sandbox.store import gitguard, layout, moved
+from sandbox.store import gitguard, layout, lfsstore, moved
 from sandbox.store.fsutil import atomic_write, disk_usage, remove_tree
 from sandbox.store.gitcli import git, spawn, wait
 from sandbox.store.layout import ORIGIN_FILE, Place, gitdir_of, run_branch
@@ -201,8 +201,9 @@ def init(
         if os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(gd, rel)), exist_ok=True)
             shutil.copyfile(src, os.path.join(gd, rel))
-    settings = list(config)
-    # (Git LFS finds the user's file contents through the alternates too: no lfs.storage needed.)
+    # Git LFS stores into the run's own storage, not into this git dir, which the agent writes: an
+    # unconfined git here (this start's checkout, yours after `cd`) would link your contents into it.
+    settings = [*config, lfsstore.setting(common_dir, run_id)]
     if "core.hookspath" not in {k.lower() for k, _ in settings}:
         _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
     # The settings every run's git has (sandbox.store.gitguard), then what it inherits.
@@ -303,15 +304,7 @@ def _copy_hooks(src: str, dst: str) -> None:
 
 def config_text(settings: Iterable[tuple[str, str]]) -> str:
     """git config file text for ``(key, value)`` pairs (``section[.subsection].name``)."""
-    lines = []
-    for key, value in settings:
-        section, _, name = key.rpartition(".")
-        head, dot, sub = section.partition(".")
-        quoted_sub = sub.replace("\\", "\\\\").replace('"', '\\"')
-        header = f'[{head} "{quoted_sub}"]' if dot else f"[{head}]"
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-        lines.append(f'{header}\n\t{name} = "{escaped}"\n')
-    return "".join(lines)
+    return "".join(gitguard.entry_text(key, value) for key, value in settings)
 
 
 def admin_dir_for(path: str) -> str | None:

@@ -22,10 +22,19 @@ def test_seatbelt_names_every_rule_it_cannot_enforce() -> None:
         "open-file limits",
         "inotify",
         "--network allow",
+        "Git LFS links",
     ):
         assert rule in text, rule
     assert "the agent writes /Users/ada/.claude.json itself" in text
     assert not any("/Users" in line for line in seatbelt.cannot_enforce(Isolation(backend="seatbelt")))
     doc = seatbelt.__doc__ or ""
-    for rule in ("home allowlist", "private ``/tmp``", "PID namespace", "IPC namespace", "keyring", "inotify"):
+    for rule in (
+        "home allowlist",
+        "private ``/tmp``",
+        "PID namespace",
+        "IPC namespace",
+        "keyring",
+        "inotify",
+        "Git LFS",
+    ):
         assert rule in doc, rule

@@ -225,7 +225,15 @@ def test_variables_git_config_and_unknown_sandbox_names_do_not_pass(repo: Path, 
     proc = sandbox_cmd("exec", run_id, "--", "env", cwd=repo, env={**env, **given})
     inside = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()
-    assert "var-secret" not in inside and "GIT_CONFIG_KEY" not in inside, inside
+    assert "var-secret" not in inside and "extraHeader" not in inside, inside
+    # The one pair inside is the sandbox's own: the agent's git stores Git LFS contents in its git dir.
+    pairs = sorted(line.partition("=")[0] for line in inside.splitlines() if line.startswith("GIT_CONFIG_"))
+    assert [p for p in pairs if p[-1].isdigit() or p.endswith("COUNT")] == [
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_KEY_0",
+        "GIT_CONFIG_VALUE_0",
+    ], pairs
+    assert "GIT_CONFIG_KEY_0=lfs.storage" in inside.splitlines(), inside
     assert "sandbox-prefixed-secret" not in inside and "SANDBOX_HOOK_AUTOSTART=0" in inside, inside
 
 

@@ -76,6 +76,13 @@ def gc(ctx: click.Context, as_json: bool, force: bool, orphans: bool) -> None:
         click.echo(f"Moved run {run_id} (made before runs had their own git directory) to {path}.")
     for run_id, why in sorted(report.not_moved.items()):
         click.echo(f"Left run {run_id} in its old place under .git: {why}")
+    for run_id in report.stored:
+        click.echo(
+            f"Gave run {run_id} (made before runs had their own object store) a store of its own: "
+            "its sandbox now shows your committed history only."
+        )
+    for run_id, why in sorted(report.not_stored.items()):
+        click.echo(f"Left run {run_id} without an object store of its own: {why}")
     for run_id in report.damaged:
         click.echo(
             f"Kept run {run_id}: its ledger ref is missing but it recorded work; restore it with "

@@ -69,10 +69,14 @@ def user_git_view(common_dir: str, run_id: str, *, history_view: bool) -> View:
     real = os.path.realpath(common_dir)
     if real == "/" or not os.path.isdir(real):
         return view
+    legacy = layout.place_of(common_dir, run_id).legacy
+    history_on = history_view and not legacy and os.path.isdir(layout.run_store(real, run_id))
     alternates = os.path.join(real, "objects", "info", "alternates")
     if os.path.exists(alternates):  # your own lines, not the hub of every run's store (sandbox.store.runstore)
-        borrowed = layout.user_alternates(real)
-        # What your git borrows (a clone made with --shared or --reference) the run's git borrows too.
+        # What your git borrows (a clone made with --shared or --reference): where your history is shown,
+        # what of it your tips reach is in that store (packed from them), and the rest is not shown; else
+        # the run's git borrows it whole.
+        borrowed = [] if history_on else layout.user_alternates(real)
         view.readable += [os.path.realpath(p) for p in borrowed if os.path.isdir(p)]
         # And this run's own store: a git opened on your git dir inside sees this run's refs and objects.
         store = os.path.realpath(layout.run_store(real, run_id))
@@ -81,14 +85,14 @@ def user_git_view(common_dir: str, run_id: str, *, history_view: bool) -> View:
         alternates_view = _write_view(os.path.join(layout.run_dir(real, run_id), ALTERNATES_VIEW), text)
         if alternates_view is not None:
             view.files.append((alternates_view, alternates))
-    if layout.place_of(common_dir, run_id).legacy:
+    if legacy:
         return view
     view.hidden[real] = WHY
     own_refs = os.path.join(real, *layout.ref_prefix(run_id).rstrip("/").split("/"))
     with contextlib.suppress(OSError):  # a run whose refs are all packed: bound as an empty directory
         os.makedirs(own_refs, exist_ok=True)
     borrowed_here: tuple[str, ...] = BORROWED
-    if history_view and os.path.isdir(layout.run_store(real, run_id)):
+    if history_on:
         view.files.append((history.shown(real), os.path.join(real, "objects")))
         if os.path.exists(layout.fetched_file(real, run_id)):  # its ledger came into your objects by git
             history.adopt(real, run_id)

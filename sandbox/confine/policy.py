@@ -491,7 +491,7 @@ def run_git_guard(common_dir: str, run_id: str) -> tuple[list[str], str | None]:
             p for p in gitguard.guarded_paths(real(place.worktree), real(place.git_dir)) if os.path.lexists(p)
         ], None
     try:
-        gitguard.guard(place.git_dir, lfsstore.setting(common_dir, run_id))
+        gitguard.guard(place.git_dir, lfsstore.settings(common_dir, run_id))
     except OSError as exc:
         raise ConfinementError(
             f"The run's git directory {place.git_dir} cannot be prepared ({exc.strerror}); nothing was run."

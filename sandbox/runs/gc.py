@@ -52,6 +52,10 @@ class GcReport:
     not_moved: dict[str, str] = field(default_factory=dict)
     #: Runs whose ledger ref is missing but that hold recorded work: kept (see ``sandbox repair``).
     damaged: list[str] = field(default_factory=list)
+    #: Runs made before stores given one of their own (:func:`sandbox.store.history.give_store`).
+    stored: list[str] = field(default_factory=list)
+    #: Such runs left without one this time: {run id: why}.
+    not_stored: dict[str, str] = field(default_factory=dict)
 
 
 class HostClaim(Protocol):
@@ -140,6 +144,7 @@ def collect(
     _finish_interrupted_homes(project, sorted(live), report)
     if claim_host is not None:
         _move_legacy_runs(project, sorted(live), report, claim_host)
+        _give_stores(project, sorted(live), report, claim_host)
     return report
 
 
@@ -206,6 +211,33 @@ def _move_legacy_runs(project: Project, live: list[str], report: GcReport, claim
             continue
         if moved:
             report.moved[run_id] = moved
+
+
+def _give_stores(project: Project, live: list[str], report: GcReport, claim_host: ClaimHost) -> None:
+    """Give live runs made before stores (a home, no store) one of their own (:func:`history.give_store`)."""
+    from sandbox.errors import SandboxError
+    from sandbox.store import moved
+
+    common = project.common_dir
+    for run_id in live:
+        place = layout.place_of(common, run_id)
+        if place.legacy or not os.path.isdir(place.git_dir) or os.path.isdir(layout.run_store(common, run_id)):
+            continue
+        host = claim_host(project.run_dir(run_id))  # no host records into your objects meanwhile
+        if host is None:
+            report.not_stored[run_id] = "the repository's host (sandbox serve) is up; stop it and run gc again"
+            continue
+        try:
+            with file_lock(layout.run_lock_path(common, run_id), f"Run {run_id}", timeout=0):
+                if history.give_store(common, run_id):
+                    moved.write_alternates(place.git_dir, common, run_id)  # its store first, as a new run's
+                    report.stored.append(run_id)
+        except LockedError:
+            report.not_stored[run_id] = "it is busy (a call is being recorded); run gc again"
+        except (SandboxError, OSError) as exc:
+            report.not_stored[run_id] = str(exc)
+        finally:
+            host.release()
 
 
 def _own_homes(project: Project) -> dict[str, list[str]]:

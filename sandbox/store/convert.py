@@ -32,7 +32,7 @@ from pygit2.enums import FilterMode
 from pygit2.filter import FilterList
 
 from sandbox.errors import SandboxError
-from sandbox.store import agentread, gitfiles, lfsstore, objects
+from sandbox.store import agentread, gitfiles, objects
 from sandbox.store.gitcli import git
 from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
@@ -173,6 +173,8 @@ class Converter:
         """Where git-lfs stores and finds contents for a driver run here (:mod:`sandbox.store.lfsstore`): a
         run's worktree, the run's own storage (never your ``.git/lfs``, which every run reads); your tree,
         your storage, finding a run's contents beside its ``store`` (an apply links them into yours)."""
+        from sandbox.store import lfsstore  # only for a filter driver's path: not on apply's start
+
         if self._trusted() is not None and self._run is not None:
             return lfsstore.driver(*self._run)
         return [], lfsstore.reference_env(store) if store is not None else {}

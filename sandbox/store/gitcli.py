@@ -59,7 +59,14 @@ BASE_CONFIG = (
 #: set empty allows no protocol and, unlike ``protocol.allow``, cannot be loosened by a
 #: ``protocol.<name>.allow`` in the agent's config; ``GIT_NO_LAZY_FETCH`` (git 2.45+) refuses the
 #: lazy fetch itself where git knows it; ``-c`` settings reach the git subprocesses git starts.
-NO_TRANSPORT_CONFIG = ("-c", "protocol.allow=never")
+#: git-lfs (a filter driver git starts) has an HTTP client of its own, which none of the above stops: a
+#: content missing locally is downloaded from ``lfs.url``, which a worktree's ``.lfsconfig`` may set, so
+#: an agent could make a git the sandbox runs in its worktree (a rollback's smudge, say) post to a URL of
+#: its choosing. The command line's ``lfs.url`` beats every other source; ``/dev/null/...`` is a path no
+#: one can make; ``lfs.skipdownloaderrors`` writes the pointer instead of failing, as a checkout of yours
+#: without the content would leave it.
+LFS_OFFLINE = (("lfs.url", "file:///dev/null/the-sandbox-downloads-nothing"), ("lfs.skipdownloaderrors", "true"))
+NO_TRANSPORT_CONFIG = ("-c", "protocol.allow=never", *(a for k, v in LFS_OFFLINE for a in ("-c", f"{k}={v}")))
 NO_TRANSPORT_ENV = {"GIT_ALLOW_PROTOCOL": "", "GIT_PROTOCOL_FROM_USER": "0"}
 NO_LAZY_FETCH_ENV = {"GIT_NO_LAZY_FETCH": "1"}
 

@@ -133,17 +133,17 @@ def guarded_paths(worktree: str, git_dir: str) -> list[str]:
     ]
 
 
-def guard(git_dir: str, lfs_storage: tuple[str, str] | None = None) -> None:
+def guard(git_dir: str, lfs: list[tuple[str, str]] | None = None) -> None:
     """Make what :func:`guarded_paths` binds exist in a run's own git dir: ``hooks/``, ``commondir``
-    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), ``lfs_storage`` as its last
-    ``lfs.storage`` (:func:`set_last`), and the agent's settings file. Nothing is written through a link,
-    no file there is replaced (a run's git an agent changed unconfined is reported by :func:`findings`,
-    not repaired)."""
+    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), the ``lfs`` settings as the last
+    of their keys (:func:`set_last`), and the agent's settings file. Nothing is written through a link, no
+    file there is replaced (a run's git an agent changed unconfined is reported by :func:`findings`, not
+    repaired)."""
     hooks = os.path.join(git_dir, "hooks")
     if not os.path.lexists(hooks):
         os.mkdir(hooks)
     _add_settings(os.path.join(git_dir, "config"))
-    if lfs_storage is not None and set_last(os.path.join(git_dir, "config"), *lfs_storage):
+    if lfs and "lfs.storage" in set_last(os.path.join(git_dir, "config"), lfs):
         from sandbox.store import lfsstore
 
         lfsstore.unlink_shared(git_dir)  # a run made before: what the host's checkout linked from your store
@@ -184,26 +184,30 @@ def entry_text(key: str, value: str) -> str:
     return f'{header}\n\t{name} = "{escaped}"\n'
 
 
-def set_last(config: str, key: str, value: str) -> bool:
-    """Append ``key = value`` to ``config`` (a regular file only) unless it is already the file's last
-    setting of ``key`` (git takes the last): a run made before the setting, or whose repository moved.
-    One read when nothing is to be done (a confined command's start). True when it was appended."""
+def set_last(config: str, settings: list[tuple[str, str]]) -> list[str]:
+    """Append each ``(key, value)`` of ``settings`` to ``config`` (a regular file only) that is not already
+    the file's last setting of its key (git takes the last): a run made before the settings, or whose
+    repository moved. One read when nothing is to be done (a confined command's start). The keys appended."""
     data = _read_regular(config)
     if data is None:
-        return False
-    entry = entry_text(key, value).encode("utf-8", "surrogateescape")
-    at = data.rfind(entry)
-    name = key.rpartition(".")[2].lower().encode()
-    if at >= 0 and name not in data[at + len(entry) :].lower():
-        return False
+        return []
+    lower = data.lower()
+    todo = []
+    for key, value in settings:
+        entry = entry_text(key, value).encode("utf-8", "surrogateescape")
+        at = data.rfind(entry)
+        if at < 0 or key.rpartition(".")[2].lower().encode() in lower[at + len(entry) :]:
+            todo.append((key, entry))
+    if not todo:
+        return []
     fd = os.open(config, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        os.write(fd, (b"\n" if data and not data.endswith(b"\n") else b"") + entry)
+            return []
+        os.write(fd, (b"\n" if data and not data.endswith(b"\n") else b"") + b"".join(e for _k, e in todo))
     finally:
         os.close(fd)
-    return True
+    return [k for k, _e in todo]
 
 
 def _read_regular(path: str, limit: int = _MAX_CONFIG) -> bytes | None:

@@ -355,3 +355,25 @@ def adopt(common_dir: str, run_id: str) -> None:
         # recorded tree, ``git fsck``); nothing of yours is shown for it, and the next command tries again.
         return
     atomic_write(record, _text(now), sync=False)
+
+
+def give_store(common_dir: str, run_id: str) -> bool:
+    """Give a run made before stores one of its own (``sandbox gc``): until then what is recorded for it lies
+    in your ``objects/``, which its sandbox shows whole. What its refs reach beyond your history is packed
+    into the store from your objects (where it also stays), and the store is listed (:mod:`sandbox.store.runstore`).
+    Built beside and renamed into place: a crash leaves no store half made. False when it has one."""
+    real = os.path.realpath(common_dir)
+    store = layout.run_store(real, run_id)
+    if os.path.isdir(store):
+        return False
+    building = f"{store}.building"
+    remove_tree(building)
+    os.makedirs(os.path.join(building, "info"))
+    refs = sorted(_ref_ids(real, (layout.ref_prefix(run_id),)))
+    if refs:
+        _pack(real, building, [*refs, *(f"^{t}" for t in tips(real))], local=True)
+    os.rename(building, store)
+    from sandbox.store import runstore
+
+    runstore.create(real, run_id)
+    return True

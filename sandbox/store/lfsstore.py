@@ -20,6 +20,11 @@ storage. Two consequences shape where a run's contents go:
   inside the sandbox the agent's own git is told its git dir's ``lfs`` (:func:`inside_config`), where a
   link from a read-only mount is refused (``EXDEV``) and git-lfs copies.
 
+And no git outside the sandbox downloads for a run: git-lfs has an HTTP client of its own, which posts to
+the ``lfs.url`` of the worktree's ``.lfsconfig`` (the agent's to write) for a content missing locally. The
+run's config and every git the sandbox runs (:data:`sandbox.store.gitcli.LFS_OFFLINE`) name a URL that
+cannot exist, and leave a missing content as its pointer.
+
 Your contents reach a run's storage as links (git-lfs's own, from your store); a run's reach yours when
 you take them: an apply's smudge finds them through the run's store given as an alternate
 (:func:`reference_env`) and links them into your store, and a dropped run's storage is folded into yours
@@ -35,6 +40,7 @@ import stat
 
 from sandbox.store import layout
 from sandbox.store.fsutil import fsync_dir
+from sandbox.store.gitcli import LFS_OFFLINE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,9 +60,11 @@ def storage(common_dir: str, run_id: str) -> str:
     return os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), LFS)
 
 
-def setting(common_dir: str, run_id: str) -> tuple[str, str]:
-    """The run's git config setting naming its storage."""
-    return ("lfs.storage", storage(common_dir, run_id))
+def settings(common_dir: str, run_id: str) -> list[tuple[str, str]]:
+    """The run's git config settings for git-lfs: its storage, and no download (a git started outside the
+    sandbox in its worktree, yours included, never posts to the ``lfs.url`` of an ``.lfsconfig`` the agent
+    wrote; a content missing here is left as its pointer: :data:`sandbox.store.gitcli.LFS_OFFLINE`)."""
+    return [("lfs.storage", storage(common_dir, run_id)), *LFS_OFFLINE]
 
 
 def inside_config(git_dir: str) -> tuple[str, str]:

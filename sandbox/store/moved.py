@@ -143,7 +143,7 @@ def _follow_run(common_dir: str, real: str, run_id: str, was: str | None) -> boo
     from sandbox.store import gitguard, lfsstore
 
     # Its Git LFS storage where the run's directory now is (the config is the sandbox's: read-only inside).
-    gitguard.set_last(os.path.join(place.git_dir, "config"), *lfsstore.setting(common_dir, run_id))
+    gitguard.set_last(os.path.join(place.git_dir, "config"), lfsstore.settings(common_dir, run_id))
     atomic_write(origin_file, f"{real}\n".encode())
     return True
 

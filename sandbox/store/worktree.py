@@ -203,7 +203,7 @@ def init(
             shutil.copyfile(src, os.path.join(gd, rel))
     # Git LFS stores into the run's own storage, not into this git dir, which the agent writes: an
     # unconfined git here (this start's checkout, yours after `cd`) would link your contents into it.
-    settings = [*config, lfsstore.setting(common_dir, run_id)]
+    settings = [*config, *lfsstore.settings(common_dir, run_id)]
     if "core.hookspath" not in {k.lower() for k, _ in settings}:
         _copy_hooks(os.path.join(common_dir, "hooks"), os.path.join(gd, "hooks"))
     # The settings every run's git has (sandbox.store.gitguard), then what it inherits.

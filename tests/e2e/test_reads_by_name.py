@@ -59,7 +59,9 @@ STATE = {
     "sandbox.runs.relocate": 2,
     "sandbox.runs.remote": 1,
     "sandbox.store.fsutil": 4,
-    "sandbox.store.gitguard": 3,
+    # The run's git config and what it names (hooks, commondir, the agent's settings file): written by the
+    # sandbox, bound read-only inside (sandbox.store.gitguard), each opened without following a link.
+    "sandbox.store.gitguard": 4,
     "sandbox.store.integrity": 3,
     "sandbox.store.ledger": 2,
     "sandbox.store.locks": 2,
@@ -76,6 +78,10 @@ STATE = {
     # The state dir's note of where the repository is, and each run home's origin file (a run's home is
     # read-only inside: only its worktree and git dir are the agent's): sandbox.store.moved.
     "sandbox.store.moved": 3,
+    # A run's Git LFS storage (in its directory, read-only inside) copied into yours or a fork's where hard
+    # links are refused (the content and the copy's temporary), and the run's git dir opened once to walk its
+    # lfs/objects by descriptor (O_NOFOLLOW; the home naming it is read-only inside): sandbox.store.lfsstore.
+    "sandbox.store.lfsstore": 3,
     # Your packed-refs, the history store's current/tips files, each generation's in-use lock file and the
     # directory a HEAD is read in (your .git, a linked worktree's admin dir): your .git and the sandbox's state
     # there (read-only or hidden inside; the ref files themselves are opened from a directory's descriptor,

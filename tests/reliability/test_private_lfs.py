@@ -11,12 +11,15 @@ user.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -198,7 +201,7 @@ def test_a_run_made_before_gets_its_storage_and_loses_the_links_to_your_store(tm
     git_dir = Path(open_run(repo, run_id).place.git_dir)
     config = git_dir / "config"
     text = config.read_text()
-    ours = text[text.rindex("[lfs]") :]
+    ours = text[text.rindex("[lfs]\n\tstorage") :]
     config.write_text(text.replace(ours, ""))  # as a run made before wrote it
     yours = _store(repo)
     for name, path in yours.items():  # as the host's checkout linked them
@@ -213,3 +216,51 @@ def test_a_run_made_before_gets_its_storage_and_loses_the_links_to_your_store(tm
     your_inodes = {(p.stat().st_dev, p.stat().st_ino) for p in yours.values()}
     assert not your_inodes & _inodes(git_dir)
     assert {_sha(p.read_bytes()) for p in _store(repo).values()} == set(yours)
+
+
+def test_no_git_the_sandbox_runs_downloads_from_an_lfs_url_the_agent_set(tmp_path: Path) -> None:
+    """git-lfs downloads a content missing locally from ``lfs.url``, which a worktree's ``.lfsconfig`` sets:
+    the agent writes one naming a listener of its own and a pointer to a content nowhere here, then a
+    rollback makes the host write that pointer back, and your own git checks it out in the worktree. No
+    connection is made; the pointer is written, as a checkout without the content leaves it."""
+    repo = _lfs_repo(tmp_path / "repo")
+    run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    hits: list[bytes] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                with contextlib.suppress(OSError):
+                    hits.append(conn.recv(200))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{'ab' * 32}\nsize 12\n"
+    lfsconfig = f'[lfs]\n\turl = http://127.0.0.1:{port}/lfs\n[remote "origin"]\n\tlfsurl = http://127.0.0.1:{port}/o\n'
+    wt = Path(open_run(repo, run_id).worktree)
+    ok("exec", run_id, "--", "sh", "-c", "cat > .lfsconfig", cwd=repo, input=lfsconfig.encode())
+    commit = "cat > p.bin; git add p.bin .lfsconfig; git commit -qm pointer"  # the agent's own git has it too
+    ok("exec", run_id, "--", "sh", "-c", commit, cwd=repo, input=pointer.encode())
+    ok("checkpoint", run_id, "--label", "pointer", cwd=repo)
+    ok("exec", run_id, "--", "sh", "-c", "printf 'real content\\n' > p.bin", cwd=repo)
+    try:
+        ok("rollback", run_id, "--files", "--to", "pointer", cwd=repo)
+        (wt / "p.bin").unlink()
+        git(wt, "checkout", "--", "p.bin")  # your own git in the worktree reads the run's config: no download
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+    assert (wt / "p.bin").read_text() == pointer
+    assert hits == [], hits

@@ -261,3 +261,73 @@ def test_your_stash_reflogs_and_unreachable_objects_are_not_in_a_runs_objects(tm
     assert _blob(b"a commit you throw away\n") in set(ok("exec", run, "--", *listing, cwd=repo).split())
     git(repo, "branch", "-q", "-D", "scratch")
     assert _blob(b"a commit you throw away\n") not in set(ok("exec", run, "--", *listing, cwd=repo).split())
+
+
+@pytest.mark.parametrize("how", ["--reference", "--shared"])
+def test_a_borrowed_object_store_shows_only_your_history(tmp_path: Path, how: str) -> None:
+    """Your clone borrows another repository's objects (``clone --reference`` or ``--shared``): inside a run
+    your history is whole (packed from your tips, borrowed objects included), and what else that store
+    holds (a branch you did not clone) is neither listed nor readable by id."""
+    mirror = make_user_repo(tmp_path / "mirror")
+    git(mirror, "checkout", "-q", "-b", "other")
+    write(mirror, "other.txt", "only in the store you borrow\n")
+    git(mirror, "add", "other.txt")
+    git(mirror, "commit", "-qm", "other")
+    git(mirror, "checkout", "-q", "main")
+    secret = _blob(b"only in the store you borrow\n")
+    repo = tmp_path / "repo"
+    git(
+        tmp_path,
+        "clone",
+        "-q",
+        "--single-branch",
+        "-b",
+        "main",
+        how,
+        *([str(mirror)] if how == "--reference" else []),
+        str(mirror),
+        str(repo),
+    )
+    assert git(repo, "cat-file", "-t", secret).strip() == "blob"  # your git reads it through the alternate
+    git(repo, "config", "user.name", "u")
+    git(repo, "config", "user.email", "u@example.com")
+    run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
+    script = (
+        "set -e; git log --format=%s | grep -q initial; git cat-file -p HEAD:README.md;"
+        " git fsck --connectivity-only --no-dangling; echo whole"
+    )
+    assert "whole" in ok("exec", run_id, "--", "sh", "-c", script, cwd=repo)
+    assert sb("exec", run_id, "--", "git", "cat-file", "-e", secret, cwd=repo).returncode != 0
+    listing = ["git", "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]
+    assert secret not in ok("exec", run_id, "--", *listing, cwd=repo).split()
+    found = ok("exec", run_id, "--", "sh", "-c", f"ls {mirror}/.git/objects 2>&1 || true", cwd=repo)
+    assert "pack" not in found.split(), found
+
+
+def test_gc_gives_a_run_made_before_stores_its_own(tmp_path: Path) -> None:
+    """A run made before stores (what is recorded for it lies in your objects) sees your objects whole,
+    your stash included; ``sandbox gc`` packs what its refs reach beyond your history into a store of its
+    own, and from then on its sandbox shows your committed history and its own objects only."""
+    from sandbox.store import layout, moved, runstore
+
+    repo = make_user_repo(tmp_path / "repo")
+    write(repo, "stashed.txt", "in your stash\n")
+    git(repo, "add", "stashed.txt")
+    git(repo, "stash", "push", "-q")
+    run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
+    ok("exec", run_id, "--", "sh", "-c", "echo its-own-record > own.txt", cwd=repo)
+    common = str(repo / ".git")
+    runstore.retire(common, run_id)  # as a run made before stores: its objects in yours, no store
+    moved.write_alternates(open_run(repo, run_id).place.git_dir, common, run_id)
+    stash, own = _blob(b"in your stash\n"), _blob(b"its-own-record\n")
+    sb("serve", "--stop", cwd=repo)
+    assert sb("exec", run_id, "--", "git", "cat-file", "-e", stash, cwd=repo).returncode == 0
+    sb("serve", "--stop", cwd=repo)
+    out = ok("gc", cwd=repo)
+    assert f"Gave run {run_id}" in out, out
+    assert os.path.isdir(layout.run_store(common, run_id))
+    assert sb("exec", run_id, "--", "git", "cat-file", "-e", stash, cwd=repo).returncode != 0
+    assert ok("exec", run_id, "--", "git", "--git-dir", common, "cat-file", "-p", own, cwd=repo) == "its-own-record\n"
+    assert "own.txt" in ok("diff", run_id, "--stat", cwd=repo)
+    assert git(repo, "fsck", "--connectivity-only", "--no-dangling").strip() == ""
+    assert "Gave run" not in ok("gc", cwd=repo)  # once

@@ -335,6 +335,8 @@ class GcOutput(Output):
     moved: dict[str, str]
     not_moved: dict[str, str]
     damaged: list[str]
+    stored: list[str] = Field(description="Runs made before stores, given an object store of their own.")
+    not_stored: dict[str, str] = Field(description="Such runs left without one this time: run id -> why.")
     orphan_homes: list[OrphanHomeOutput] = Field(
         description="Run homes whose repository no longer exists: home, origin (the gone git dir), bytes."
     )

@@ -118,9 +118,15 @@ class Converter:
         )
 
     def _driver(self, rel: str) -> bool:
-        """True when a configured filter driver applies to ``rel`` (git must run it)."""
+        """True when a configured filter driver applies to ``rel`` (git must run it).
+
+        Not where the tree's ``.lfsconfig``, which git-lfs reads by name, is not a plain file: a FIFO the
+        agent made there would hang the driver (and the host recording it) for ever (measured), as one in
+        place of a ``.gitattributes`` would hang libgit2 (:mod:`sandbox.store.gitfiles`)."""
         repo = self.repo
         if repo is None or not self._plain(rel):
+            return False
+        if not gitfiles.plain_or_absent(os.path.join(self.workdir, ".lfsconfig")):
             return False
         try:
             name = repo.get_attr(rel, "filter")

@@ -264,3 +264,14 @@ def test_no_git_the_sandbox_runs_downloads_from_an_lfs_url_the_agent_set(tmp_pat
         listener.close()
     assert (wt / "p.bin").read_text() == pointer
     assert hits == [], hits
+
+
+def test_a_fifo_for_lfsconfig_does_not_hang_the_host(tmp_path: Path) -> None:
+    """git-lfs reads the worktree's ``.lfsconfig`` by name: one the agent made a FIFO would block the
+    host's clean of its next LFS file for ever. The host runs no filter driver in that tree then (the file
+    is recorded as it is), and the call ends."""
+    repo = _lfs_repo(tmp_path / "repo")
+    run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
+    proc = sb("exec", run_id, "--", "sh", "-c", "mkfifo .lfsconfig; printf 'x\\n' > stuck.bin", cwd=repo, timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert git(repo, "cat-file", "blob", f"refs/sandbox/{run_id}/head:stuck.bin") == "x\n"

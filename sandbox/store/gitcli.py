@@ -5,8 +5,8 @@ Every git the sandbox starts is built by one function, :func:`command` (:func:`g
 environment that cannot touch the user's state by accident and runs nothing a run's agent
 configured: no hooks, no inherited ``GIT_DIR``/``GIT_INDEX_FILE``, no optional locks, fsync of what
 it writes, no ``core.fsmonitor`` command (see :data:`BASE_CONFIG`), and no transport at all, so no
-lazy fetch (see :data:`NO_TRANSPORT`). ``tests/store/test_gitcli.py`` checks that no other module starts
-a git of its own.
+lazy fetch and no Git LFS download (see :data:`NO_TRANSPORT_CONFIG`). ``tests/store/test_gitcli.py``
+checks that no other module starts a git of its own.
 """
 
 from __future__ import annotations

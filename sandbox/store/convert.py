@@ -22,6 +22,7 @@ conversion applies cost one filter-list lookup and are otherwise untouched (the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -38,9 +39,13 @@ from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from sandbox.store.preread import Reader
 
 _REGULAR = (MODE_FILE, MODE_EXEC)
+#: The most of a ``.gitattributes`` or ``.lfsconfig`` a driver's work tree copies (git's own bound is 100 MB).
+_RULES_LIMIT = 100 * 1024 * 1024
 
 
 class _Live:
@@ -118,15 +123,9 @@ class Converter:
         )
 
     def _driver(self, rel: str) -> bool:
-        """True when a configured filter driver applies to ``rel`` (git must run it).
-
-        Not where the tree's ``.lfsconfig``, which git-lfs reads by name, is not a plain file: a FIFO the
-        agent made there would hang the driver (and the host recording it) for ever (measured), as one in
-        place of a ``.gitattributes`` would hang libgit2 (:mod:`sandbox.store.gitfiles`)."""
+        """True when a configured filter driver applies to ``rel`` (git must run it)."""
         repo = self.repo
         if repo is None or not self._plain(rel):
-            return False
-        if not gitfiles.plain_or_absent(os.path.join(self.workdir, ".lfsconfig")):
             return False
         try:
             name = repo.get_attr(rel, "filter")
@@ -158,14 +157,20 @@ class Converter:
         A run's worktree has a git dir of its own (objects through alternates); a driver run there
         would keep what it stores (git-lfs's content) in the run's git dir, where a later smudge in
         the user's tree cannot find it. So drivers run against the user's repository, with this
-        tree's files and attributes.
+        tree's attributes.
+
+        Not in a run's worktree itself: git and git-lfs read its ``.gitattributes`` and ``.lfsconfig``
+        by name, and the agent, writing there while the host records, can swap one for a FIFO after
+        any check (the driver then blocks for ever: measured). They run in a work tree of the host's
+        holding copies of those files, read by descriptor (:func:`_work_tree`).
         """
         store = getattr(repo, "sandbox_store", None)  # a run's repository: what a smudge may need is there
         if repo is None:
             repo = self._trusted()
-        where = ["--git-dir", repo.path, "--work-tree", self.workdir] if repo is not None else []
         options, env = self._lfs(store)
-        proc = git([*options, *where, *args], cwd=self.workdir, env=env, input=data, check=False)
+        with self._work_tree(rel) as tree:
+            where = ["--git-dir", repo.path, "--work-tree", tree] if repo is not None else []
+            proc = git([*options, *where, *args], cwd=tree, env=env, input=data, check=False)
         if proc.returncode != 0:
             what = "clean" if args[0] == "hash-object" else "smudge"
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -174,6 +179,35 @@ class Converter:
                 "fix the filter driver in your git config, then try again."
             )
         return proc.stdout
+
+    @contextlib.contextmanager
+    def _work_tree(self, rel: str) -> Iterator[str]:
+        """The work tree a driver for ``rel`` runs in: this tree, or for a run's worktree (the agent's to
+        write) a private temporary directory with copies of the ``.gitattributes`` along ``rel``'s path and
+        of the root's ``.lfsconfig``, each read beneath the worktree by descriptor (no link followed, a
+        regular file, bounded: :mod:`sandbox.store.agentread`); one that is not is left out, as git leaves
+        out a symlinked ``.gitattributes``."""
+        if self._trusted() is None:
+            yield self.workdir
+            return
+        import tempfile  # only for a filter driver in a run's worktree: not on apply's start
+
+        parts = rel.split("/")[:-1]
+        names = [*("/".join([*parts[:i], ".gitattributes"]) for i in range(len(parts) + 1)), ".lfsconfig"]
+        with tempfile.TemporaryDirectory(prefix="sandbox-filter-") as tree:
+            root = agentread.open_root(self.workdir)
+            try:
+                for name in names:
+                    try:
+                        data = agentread.read_file(root, name, limit=_RULES_LIMIT).data
+                    except (OSError, agentread.AgentReadError):
+                        continue
+                    os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
+                    with open(os.path.join(tree, name), "wb") as fh:
+                        fh.write(data)
+            finally:
+                os.close(root)
+            yield tree
 
     def _lfs(self, store: str | None) -> tuple[list[str], dict[str, str]]:
         """Where git-lfs stores and finds contents for a driver run here (:mod:`sandbox.store.lfsstore`): a

@@ -266,12 +266,16 @@ def test_no_git_the_sandbox_runs_downloads_from_an_lfs_url_the_agent_set(tmp_pat
     assert hits == [], hits
 
 
-def test_a_fifo_for_lfsconfig_does_not_hang_the_host(tmp_path: Path) -> None:
-    """git-lfs reads the worktree's ``.lfsconfig`` by name: one the agent made a FIFO would block the
-    host's clean of its next LFS file for ever. The host runs no filter driver in that tree then (the file
-    is recorded as it is), and the call ends."""
+def test_a_fifo_for_a_file_git_lfs_reads_does_not_hang_the_host(tmp_path: Path) -> None:
+    """git-lfs reads the worktree's ``.lfsconfig`` by name: one the agent made a FIFO (after any check the
+    host makes: it writes there while the host records) blocked the host's clean of its next LFS file for
+    ever. The driver runs in a work tree of the host's, with copies of the rules read by descriptor: the
+    call ends and its LFS file is recorded as the pointer your git would store. (A ``.gitattributes`` FIFO
+    is refused before any driver runs: sandbox.store.gitfiles.)"""
     repo = _lfs_repo(tmp_path / "repo")
     run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
-    proc = sb("exec", run_id, "--", "sh", "-c", "mkfifo .lfsconfig; printf 'x\\n' > stuck.bin", cwd=repo, timeout=30)
+    script = "mkfifo .lfsconfig; mkdir -p sub; printf 'x\\n' > sub/stuck.bin"
+    proc = sb("exec", run_id, "--", "sh", "-c", script, cwd=repo, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode()
-    assert git(repo, "cat-file", "blob", f"refs/sandbox/{run_id}/head:stuck.bin") == "x\n"
+    recorded = git(repo, "cat-file", "blob", f"refs/sandbox/{run_id}/head:sub/stuck.bin")
+    assert recorded.startswith("version https://git-lfs") and _sha(b"x\n") in recorded, recorded

@@ -143,6 +143,8 @@ class Started:
     on_signal: Callable[[int], None] | None = None
     #: The handlers :func:`start` replaced, put back by :meth:`release`.
     previous: dict[int, Any] = field(default_factory=dict)
+    #: Signals that came while the agent's process was being made, passed on once it exists.
+    held: list[int] = field(default_factory=list)
 
     def wait(self) -> int:
         """Wait for the agent (the signal handlers stay until :meth:`release`); its raw exit code."""
@@ -162,6 +164,13 @@ class Started:
             ended = True
         if ended:
             self.ended_at = time.monotonic()
+
+    def pass_held(self) -> None:
+        """Pass on to the agent the signals :attr:`held` while its process was being made."""
+        held, self.held = self.held, []
+        for signum in held:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
 
     def release(self) -> None:
         """Put back the signal handlers that were there before :func:`start` (idempotent)."""
@@ -252,16 +261,22 @@ def start(
         else where.worktree
     )
     full_env = agent_env(env, where.run_id, hooks_dir, token)
+    # Before the agent starts: a Ctrl-C while it starts (it may print its prompt before the spawn returns)
+    # is held and passed on as soon as it runs, never taken by this process's default handler.
+    _forward_signals(started, is_foreground)
     try:
         if isolation is not None and policy is not None:
             _spawn_confined(started, isolation, policy, list(argv), cwd, full_env)
         else:
             _spawn_supervised(started, list(argv), cwd, full_env, grace)
     except BaseException:
+        started.release()
         started.stop_proxy()
         raise
-    if started.proc is not None:
-        _forward_signals(started, is_foreground)
+    if started.proc is None:
+        started.release()  # nothing started (127/126): nothing to pass a signal to
+    else:
+        started.pass_held()
     faults.point(SPAWNED_POINT)
     if proxy is not None:
         try:
@@ -375,8 +390,8 @@ def _spawn_supervised(started: Started, argv: list[str], cwd: str, env: dict[str
 
 def _forward_signals(started: Started, is_foreground: Callable[[], bool] | None) -> None:
     """Pass SIGINT/SIGTERM/SIGHUP on to the agent (Ctrl-C only when the agent is not in the
-    terminal's foreground group, which got it already) until :meth:`Started.release`."""
-    proc = started.proc
+    terminal's foreground group, which got it already) until :meth:`Started.release`; one that comes
+    before the agent's process exists is held in :attr:`Started.held` for :func:`start` to pass on."""
 
     def forward(signum: int, _frame: Any) -> None:
         if signum == signal.SIGINT:
@@ -385,6 +400,10 @@ def _forward_signals(started: Started, is_foreground: Callable[[], bool] | None)
             started.on_signal(signum)
         if signum == signal.SIGINT and is_foreground is not None and is_foreground():
             return  # the terminal sent Ctrl-C to the whole foreground group, the agent included
+        proc = started.proc
+        if proc is None:
+            started.held.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
 

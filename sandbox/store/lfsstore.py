@@ -16,7 +16,7 @@ storage. Two consequences shape where a run's contents go:
   the run's git config and, by default, stored into the run's git dir, which the agent writes: git-lfs
   hard-linked your ``.git/lfs/objects`` files there, and a confined ``printf x > .../lfs/objects/...``
   rewrote your stored content through the shared inode. The run's git config (written by the sandbox,
-  read-only inside, :mod:`sandbox.store.gitguard`) names the run's storage instead (:func:`setting`);
+  read-only inside, :mod:`sandbox.store.gitguard`) names the run's storage instead (:func:`settings`);
   inside the sandbox the agent's own git is told its git dir's ``lfs`` (:func:`inside_config`), where a
   link from a read-only mount is refused (``EXDEV``) and git-lfs copies.
 

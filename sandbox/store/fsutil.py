@@ -105,6 +105,34 @@ def temp_name(directory: str, name: str) -> str:
     return os.path.join(directory, TEMP_PREFIX + os.fsdecode(stem) + "-" + os.urandom(4).hex())
 
 
+def link_or_copy(src: str, dest: str, tmp: str, *, mode: int | None = None) -> bool:
+    """Give the file ``src`` the name ``dest`` too: a hard link, or where the file system refuses one a copy
+    (streamed to ``tmp``, synced, ``mode`` set, renamed into place). False when ``dest`` exists already (for
+    content-named files, the same content). The caller syncs ``dest``'s directory."""
+    try:
+        os.link(src, dest)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+            raise
+    import shutil
+
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        with _suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
 def atomic_write(path: str, data: bytes, mode: int = 0o644, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never a mix.
 

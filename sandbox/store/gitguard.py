@@ -135,15 +135,14 @@ def guarded_paths(worktree: str, git_dir: str) -> list[str]:
 
 def guard(git_dir: str, lfs: list[tuple[str, str]] | None = None) -> None:
     """Make what :func:`guarded_paths` binds exist in a run's own git dir: ``hooks/``, ``commondir``
-    (``../git``), :data:`SETTINGS` in ``config`` (a run made before them), the ``lfs`` settings as the last
-    of their keys (:func:`set_last`), and the agent's settings file. Nothing is written through a link, no
-    file there is replaced (a run's git an agent changed unconfined is reported by :func:`findings`, not
-    repaired)."""
+    (``../git``), :data:`SETTINGS` and the ``lfs`` settings each the last of its key in ``config`` (a run
+    made before them, a moved repository: :func:`set_last`, one read of the config), and the agent's
+    settings file. Nothing is written through a link, no file there is replaced (a run's git an agent
+    changed unconfined is reported by :func:`findings`, not repaired)."""
     hooks = os.path.join(git_dir, "hooks")
     if not os.path.lexists(hooks):
         os.mkdir(hooks)
-    _add_settings(os.path.join(git_dir, "config"))
-    if lfs and "lfs.storage" in set_last(os.path.join(git_dir, "config"), lfs):
+    if "lfs.storage" in set_last(os.path.join(git_dir, "config"), [*SETTINGS, *(lfs or ())]):
         from sandbox.store import lfsstore
 
         lfsstore.unlink_shared(git_dir)  # a run made before: what the host's checkout linked from your store
@@ -158,20 +157,6 @@ def guard(git_dir: str, lfs: list[tuple[str, str]] | None = None) -> None:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
-
-
-def _add_settings(config: str) -> None:
-    """Append :data:`SETTINGS` to the config of a run made before they existed (a regular file only)."""
-    data = _read_regular(config)
-    if data is None or b"ignoresubmodules" in data.lower():
-        return
-    text = "".join(f"[{k.rpartition('.')[0]}]\n\t{k.rpartition('.')[2]} = {v}\n" for k, v in SETTINGS)
-    fd = os.open(config, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            os.write(fd, ("\n" if data and not data.endswith(b"\n") else "").encode() + text.encode())
-    finally:
-        os.close(fd)
 
 
 def entry_text(key: str, value: str) -> str:
@@ -196,7 +181,7 @@ def set_last(config: str, settings: list[tuple[str, str]]) -> list[str]:
     for key, value in settings:
         entry = entry_text(key, value).encode("utf-8", "surrogateescape")
         at = data.rfind(entry)
-        if at < 0 or key.rpartition(".")[2].lower().encode() in lower[at + len(entry) :]:
+        if at < 0 or f"\t{key.rpartition('.')[2].lower()} =".encode() in lower[at + len(entry) :]:
             todo.append((key, entry))
     if not todo:
         return []

@@ -34,12 +34,11 @@ you take them: an apply's smudge finds them through the run's store given as an 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 
 from sandbox.store import layout
-from sandbox.store.fsutil import fsync_dir
+from sandbox.store.fsutil import fsync_dir, link_or_copy, temp_name
 from sandbox.store.gitcli import LFS_OFFLINE
 
 TYPE_CHECKING = False
@@ -128,34 +127,12 @@ def _link(pairs: Iterable[tuple[str, str]]) -> int:
         if os.path.exists(dest) or not os.path.isfile(src):
             continue
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            os.link(src, dest)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
-                raise
-            _copy(src, dest)
-        added += 1
-        touched.add(os.path.dirname(dest))
+        if link_or_copy(src, dest, temp_name(os.path.dirname(dest), os.path.basename(dest))):
+            added += 1
+            touched.add(os.path.dirname(dest))
     for directory in sorted(touched):
         fsync_dir(directory)
     return added
-
-
-def _copy(src: str, dest: str) -> None:
-    tmp = f"{dest}.{os.getpid()}.tmp"
-    try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -31,11 +31,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 
 from sandbox import faults
 from sandbox.store import layout, lfsstore, packs
-from sandbox.store.fsutil import atomic_write, fsync_dir, remove_tree
+from sandbox.store.fsutil import atomic_write, fsync_dir, link_or_copy, remove_tree
 from sandbox.store.locks import file_lock
 
 TYPE_CHECKING = False
@@ -222,34 +221,12 @@ def share(common_dir: str, source: str, target: str) -> None:
         for name in names:
             if name.startswith("tmp"):
                 continue
-            to = os.path.join(dest, sub, name)
-            try:
-                os.link(os.path.join(src, sub, name), to)
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK):
-                    raise
-                _copy(os.path.join(src, sub, name), to)
-            touched.add(os.path.join(dest, sub))
+            # A copy's temporary is named as a killed pack write's: `sandbox gc` removes what a kill leaves.
+            tmp = os.path.join(dest, sub, f"{packs.TEMP_PREFIX}{os.urandom(6).hex()}")
+            if link_or_copy(os.path.join(src, sub, name), os.path.join(dest, sub, name), tmp, mode=0o444):
+                touched.add(os.path.join(dest, sub))
     for directory in sorted(touched):
         fsync_dir(directory)
-
-
-def _copy(src: str, dest: str) -> None:
-    """``src`` copied to ``dest`` (streamed, synced, renamed into place) where hard links are refused."""
-    # Named as a killed pack write's temporaries are: `sandbox gc` removes what a kill leaves (packs.remove_leftovers).
-    tmp = os.path.join(os.path.dirname(dest), f"{packs.TEMP_PREFIX}{os.urandom(6).hex()}")
-    try:
-        shutil.copyfile(src, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def user_view(common_dir: str) -> str:

@@ -58,10 +58,12 @@ STATE = {
     "sandbox.runs.gc": 2,
     "sandbox.runs.relocate": 2,
     "sandbox.runs.remote": 1,
-    "sandbox.store.fsutil": 4,
+    # And link_or_copy's copy where hard links are refused (a run's store or Git LFS storage into yours or a
+    # fork's: the source and the copy's temporary, both the sandbox's, read-only or hidden inside).
+    "sandbox.store.fsutil": 6,
     # The run's git config and what it names (hooks, commondir, the agent's settings file): written by the
     # sandbox, bound read-only inside (sandbox.store.gitguard), each opened without following a link.
-    "sandbox.store.gitguard": 4,
+    "sandbox.store.gitguard": 3,
     "sandbox.store.integrity": 3,
     "sandbox.store.ledger": 2,
     "sandbox.store.locks": 2,
@@ -72,16 +74,14 @@ STATE = {
     "sandbox.store.worktree": 5,  # and /proc/loadavg (checkout_workers): the kernel's, no agent writes it
     "sandbox.store.beneath": 1,
     "sandbox.store.durable": 4,  # the common objects/ and the ledger's refs: the sandbox's, read-only inside
-    # The hub's list of the runs' stores, and a store's file copied into a fork's where hard links are refused
-    # (the source and the copy's temporary): the sandbox's, read-only or hidden inside.
-    "sandbox.store.runstore": 3,
+    # The hub's list of the runs' stores: the sandbox's, read-only or hidden inside.
+    "sandbox.store.runstore": 1,
     # The state dir's note of where the repository is, and each run home's origin file (a run's home is
     # read-only inside: only its worktree and git dir are the agent's): sandbox.store.moved.
     "sandbox.store.moved": 3,
-    # A run's Git LFS storage (in its directory, read-only inside) copied into yours or a fork's where hard
-    # links are refused (the content and the copy's temporary), and the run's git dir opened once to walk its
-    # lfs/objects by descriptor (O_NOFOLLOW; the home naming it is read-only inside): sandbox.store.lfsstore.
-    "sandbox.store.lfsstore": 3,
+    # The run's git dir opened once to walk its lfs/objects by descriptor (O_NOFOLLOW; the home naming it is
+    # read-only inside): sandbox.store.lfsstore.
+    "sandbox.store.lfsstore": 1,
     # The copies of a run's .gitattributes and .lfsconfig a filter driver reads, written into a private
     # temporary directory of the host's (the originals read by descriptor): sandbox.store.convert.
     "sandbox.store.convert": 1,

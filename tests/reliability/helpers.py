@@ -73,6 +73,15 @@ def sb(
     return cliserver.sandbox(*args, cwd=cwd, env=full_env, input=input, timeout=timeout)
 
 
+def sb_as_user(*args: str, cwd: Path | str) -> subprocess.CompletedProcess[bytes]:
+    """:func:`sb` as an ordinary user: uid 1000 in a user namespace of its own when the tests run as root
+    (the sandbox then makes its own inside that one), else as the tests' own user already is."""
+    if os.geteuid() != 0:
+        return sb(*args, cwd=cwd)
+    as_user = ["unshare", "--user", "--map-user=1000", "--map-group=1000", SANDBOX_EXE]
+    return subprocess.run([*as_user, *args], cwd=cwd, capture_output=True, timeout=TIMEOUT, check=False)
+
+
 def ok(*args: str, cwd: Path | str, input: bytes | None = None) -> str:
     """Run a sandbox command that must succeed; returns its stdout."""
     proc = sb(*args, cwd=cwd, input=input)

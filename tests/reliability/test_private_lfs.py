@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import git, make_repo, write
 
-from .helpers import SANDBOX_EXE, TIMEOUT, ok, open_run, sb
+from .helpers import ok, open_run, sb, sb_as_user
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make venv installs it)"),
@@ -88,12 +88,7 @@ def _inodes(directory: Path) -> set[tuple[int, int]]:
 
 
 def _exec(repo: Path, run_id: str, as_user: bool, *command: str) -> subprocess.CompletedProcess[bytes]:
-    if not as_user or os.geteuid() != 0:
-        return sb("exec", run_id, "--", *command, cwd=repo)
-    as_user_argv = ["unshare", "--user", "--map-user=1000", "--map-group=1000", SANDBOX_EXE]
-    return subprocess.run(
-        [*as_user_argv, "exec", run_id, "--", *command], cwd=repo, capture_output=True, timeout=TIMEOUT, check=False
-    )
+    return (sb_as_user if as_user else sb)("exec", run_id, "--", *command, cwd=repo)
 
 
 @pytest.mark.parametrize("as_user", [False, True], ids=["root-or-you", "ordinary-user"])

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import git, write
 
-from .helpers import SANDBOX_EXE, TIMEOUT, make_legacy, make_user_repo, ok, open_run, sb
+from .helpers import make_legacy, make_user_repo, ok, open_run, sb, sb_as_user
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (make venv installs it)"
@@ -139,12 +139,8 @@ def _inside(setting: dict[str, str], command: str, script: list[str]) -> subproc
     """``script`` run by run a's agent, through ``sandbox exec`` or a ``sandbox run`` without hooks;
     ``exec-as-user``: ``sandbox exec`` as an ordinary user (uid 1000 in a user namespace of its own)."""
     args = ["run", setting["a"], "--hooks", "none"] if command == "run" else ["exec", setting["a"]]
-    if command != "exec-as-user" or os.geteuid() != 0:
-        return sb(*args, "--", *script, cwd=setting["repo"])
-    as_user = ["unshare", "--user", "--map-user=1000", "--map-group=1000", SANDBOX_EXE]
-    return subprocess.run(
-        [*as_user, *args, "--", *script], cwd=setting["repo"], capture_output=True, timeout=TIMEOUT, check=False
-    )
+    run = sb_as_user if command == "exec-as-user" else sb
+    return run(*args, "--", *script, cwd=setting["repo"])
 
 
 @pytest.mark.parametrize("command", ["exec", "run", "exec-as-user"])
@@ -322,6 +318,11 @@ def test_gc_gives_a_run_made_before_stores_its_own(tmp_path: Path) -> None:
     stash, own = _blob(b"in your stash\n"), _blob(b"its-own-record\n")
     sb("serve", "--stop", cwd=repo)
     assert sb("exec", run_id, "--", "git", "cat-file", "-e", stash, cwd=repo).returncode == 0
+    served = sb("serve", "--json", cwd=repo)  # the host up: gc leaves the run as it is, and says why
+    assert served.returncode == 0, served.stderr.decode()
+    kept = ok("gc", cwd=repo)
+    assert f"Left run {run_id} without an object store of its own" in kept and "sandbox serve" in kept, kept
+    assert not os.path.isdir(layout.run_store(common, run_id))
     sb("serve", "--stop", cwd=repo)
     out = ok("gc", cwd=repo)
     assert f"Gave run {run_id}" in out, out

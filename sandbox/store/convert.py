@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sandbox.store.preread import Reader
 
 _REGULAR = (MODE_FILE, MODE_EXEC)
-#: The most of a ``.gitattributes`` or ``.lfsconfig`` a driver's work tree copies (git's own bound is 100 MB).
+#: The most of a ``.gitattributes`` a driver's work tree copies (git's own bound is 100 MB).
 _RULES_LIMIT = 100 * 1024 * 1024
 
 
@@ -162,7 +162,7 @@ class Converter:
         Not in a run's worktree itself: git and git-lfs read its ``.gitattributes`` and ``.lfsconfig``
         by name, and the agent, writing there while the host records, can swap one for a FIFO after
         any check (the driver then blocks for ever: measured). They run in a work tree of the host's
-        holding copies of those files, read by descriptor (:func:`_work_tree`).
+        holding copies of the ``.gitattributes``, read by descriptor (:func:`_work_tree`).
         """
         store = getattr(repo, "sandbox_store", None)  # a run's repository: what a smudge may need is there
         if repo is None:
@@ -183,17 +183,22 @@ class Converter:
     @contextlib.contextmanager
     def _work_tree(self, rel: str) -> Iterator[str]:
         """The work tree a driver for ``rel`` runs in: this tree, or for a run's worktree (the agent's to
-        write) a private temporary directory with copies of the ``.gitattributes`` along ``rel``'s path and
-        of the root's ``.lfsconfig``, each read beneath the worktree by descriptor (no link followed, a
-        regular file, bounded: :mod:`sandbox.store.agentread`); one that is not is left out, as git leaves
-        out a symlinked ``.gitattributes``."""
+        write) a private temporary directory with copies of the ``.gitattributes`` along ``rel``'s path,
+        each read beneath the worktree by descriptor (no link followed, a regular file, bounded:
+        :mod:`sandbox.store.agentread`); one that is not is left out, as git leaves out a symlinked
+        ``.gitattributes``.
+
+        The agent's ``.lfsconfig`` is not copied: git-lfs reads it with ``git config --includes``, which
+        opens whatever path an ``[include]`` names, a FIFO in the worktree included (the host's clean
+        blocked for ever: measured). Offline, none of its keys git-lfs honours changes what a clean
+        stores; git-lfs reads your repository's own (your index's ``.lfsconfig``) instead."""
         if self._trusted() is None:
             yield self.workdir
             return
         import tempfile  # only for a filter driver in a run's worktree: not on apply's start
 
         parts = rel.split("/")[:-1]
-        names = [*("/".join([*parts[:i], ".gitattributes"]) for i in range(len(parts) + 1)), ".lfsconfig"]
+        names = ["/".join([*parts[:i], ".gitattributes"]) for i in range(len(parts) + 1)]
         with tempfile.TemporaryDirectory(prefix="sandbox-filter-") as tree:
             root = agentread.open_root(self.workdir)
             try:

@@ -43,7 +43,7 @@ from sandbox.store.gitcli import LFS_OFFLINE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 #: In a run's directory: the run's git-lfs storage (its contents under ``objects/``).
 LFS = "lfs"
@@ -86,6 +86,49 @@ def driver(common_dir: str, run_id: str) -> tuple[list[str], dict[str, str]]:
     contents beside them (your store is otherwise not among its places once the storage is another)."""
     mine = os.path.join(os.path.realpath(common_dir), "objects")
     return ["-c", f"lfs.storage={storage(common_dir, run_id)}"], {"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(mine)}
+
+
+#: The filter keys of git-lfs that run a program: what :func:`host_checkout` wraps.
+_DRIVER_KEYS = ("process", "smudge", "clean")
+
+
+@contextlib.contextmanager
+def host_checkout(git_dir: str, common_dir: str, run_id: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The options and environment of a git the host runs in a run's worktree that may run git-lfs on a tree
+    the agent wrote (a fork's, a fetched run's or a recreated worktree's checkout, an index refresh).
+
+    git-lfs reads the work tree's ``.lfsconfig`` by name, or the index's, with ``git config --includes``,
+    which opens whatever path an ``[include]`` names: a FIFO of another run's worktree, ``/dev/tty``
+    (measured: ``sandbox resume`` waited for ever). So your configured git-lfs driver is run against your
+    repository (its config, its index's ``.lfsconfig``) with an empty work tree of the host's, told the
+    run's storage and your objects as an alternate (:func:`driver`), as the host's clean of a single file
+    is (:mod:`sandbox.store.convert`). Where you configured no git-lfs driver, nothing changes."""
+    from sandbox.store.gitcli import git
+
+    listing = git(
+        ["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^filter\.lfs\.(process|smudge|clean)$"],
+        cwd=git_dir,
+        check=False,
+    ).stdout
+    configured = dict(e.split("\n", 1) for e in listing.decode(errors="surrogateescape").split("\0") if "\n" in e)
+    options, env = driver(common_dir, run_id)
+    if not configured:
+        yield options, env
+        return
+    import shlex
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sandbox-lfs-") as empty:
+        view = (
+            f"cd {shlex.quote(empty)} && unset GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR && "
+            f"GIT_DIR={shlex.quote(os.path.realpath(common_dir))} GIT_WORK_TREE={shlex.quote(empty)} && "
+            "export GIT_DIR GIT_WORK_TREE && "
+        )
+        for key in _DRIVER_KEYS:
+            command = configured.get(f"filter.lfs.{key}")
+            if command:  # git expands %f in a smudge or clean command (%% is a percent sign), not in process
+                options += ["-c", f"filter.lfs.{key}={view if key == 'process' else view.replace('%', '%%')}{command}"]
+        yield options, env
 
 
 def reference_env(store: str) -> dict[str, str]:

@@ -169,7 +169,10 @@ def create(
         os.unlink(os.path.join(place.worktree, ".git"))
         os.rmdir(place.worktree)  # the files are moved in as a whole directory
         return
-    finish_checkout(start_checkout(place, workers=checkout_workers(config)))
+    # The tree may be the agent's (a fork, a fetched run, a recreated worktree): git-lfs is kept off its
+    # .lfsconfig (lfsstore.host_checkout).
+    with lfsstore.host_checkout(place.git_dir, common_dir, run_id) as view:
+        finish_checkout(start_checkout(place, workers=checkout_workers(config), view=view))
 
 
 def init(
@@ -228,17 +231,23 @@ _CHECKOUT = ["read-tree", "-u", "--reset", "HEAD"]
 
 
 def start_checkout(
-    place: Place, progress: Callable[[str], None] | None = None, workers: int | None = None
+    place: Place,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    view: tuple[list[str], dict[str, str]] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start checking out the run's HEAD into its empty worktree (in the background).
 
     With ``progress``, git's own progress meter (``read-tree -v``: "Updating files: 45% ...",
     shown by git after two seconds, as for a clone) is passed to it line by line. ``workers``: a
     parallel checkout with that many workers (:func:`checkout_workers`); None, the config's choice.
+    ``view``: more options and environment (:func:`sandbox.store.lfsstore.host_checkout`).
     """
     options = ["-c", "core.fsync=none", *(["-c", f"checkout.workers={workers}"] if workers else [])]
     verbose = ["-v"] if progress is not None else []
-    return spawn([*options, *_CHECKOUT[:2], *verbose, *_CHECKOUT[2:]], cwd=place.worktree, progress=progress)
+    extra, env = view if view is not None else ([], None)
+    argv = [*options, *extra, *_CHECKOUT[:2], *verbose, *_CHECKOUT[2:]]
+    return spawn(argv, cwd=place.worktree, env=env, progress=progress)
 
 
 def finish_checkout(proc: subprocess.Popen[bytes]) -> None:

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo, write
+from conftest import git, make_repo, two_clones, write
 
 from .helpers import ok, open_run, sb, sb_as_user
 
@@ -261,16 +261,83 @@ def test_no_git_the_sandbox_runs_downloads_from_an_lfs_url_the_agent_set(tmp_pat
     assert hits == [], hits
 
 
-def test_a_fifo_for_a_file_git_lfs_reads_does_not_hang_the_host(tmp_path: Path) -> None:
-    """git-lfs reads the worktree's ``.lfsconfig`` by name: one the agent made a FIFO (after any check the
-    host makes: it writes there while the host records) blocked the host's clean of its next LFS file for
-    ever. The driver runs in a work tree of the host's, with copies of the rules read by descriptor: the
-    call ends and its LFS file is recorded as the pointer your git would store. (A ``.gitattributes`` FIFO
-    is refused before any driver runs: sandbox.store.gitfiles.)"""
+_LFSCONFIG_TRAPS = {
+    "fifo": "mkfifo .lfsconfig",
+    # git-lfs reads .lfsconfig with `git config --includes`: an absolute include is opened by name.
+    "include": "mkfifo trap; printf '[include]\\n\\tpath = %s/trap\\n' \"$PWD\" > .lfsconfig",
+}
+
+
+@pytest.mark.parametrize("trap", sorted(_LFSCONFIG_TRAPS))
+def test_a_fifo_for_a_file_git_lfs_reads_does_not_hang_the_host(tmp_path: Path, trap: str) -> None:
+    """git-lfs reads the worktree's ``.lfsconfig`` by name, and what it ``[include]``s: one the agent made
+    a FIFO (after any check the host makes: it writes there while the host records), or an ``.lfsconfig``
+    including a FIFO of the worktree by its absolute path, blocked the host's clean of its next LFS file
+    for ever. The driver runs in a work tree of the host's, with copies of the ``.gitattributes`` read by
+    descriptor and none of the agent's ``.lfsconfig``: the call ends and its LFS file is recorded as the
+    pointer your git would store. (A ``.gitattributes`` FIFO is refused before any driver runs:
+    sandbox.store.gitfiles.)"""
     repo = _lfs_repo(tmp_path / "repo")
     run_id = json.loads(ok("start", "--json", cwd=repo))["run"]
-    script = "mkfifo .lfsconfig; mkdir -p sub; printf 'x\\n' > sub/stuck.bin"
+    script = f"{_LFSCONFIG_TRAPS[trap]}; mkdir -p sub; printf 'x\\n' > sub/stuck.bin"
     proc = sb("exec", run_id, "--", "sh", "-c", script, cwd=repo, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode()
     recorded = git(repo, "cat-file", "blob", f"refs/sandbox/{run_id}/head:sub/stuck.bin")
     assert recorded.startswith("version https://git-lfs") and _sha(b"x\n") in recorded, recorded
+
+
+def test_a_checkout_of_the_agents_tree_opens_nothing_its_lfsconfig_names(tmp_path: Path) -> None:
+    """The host checks out a tree the agent wrote when it forks a run, and when it makes a missing worktree
+    again (``resume``; a fetched run's first command takes the same path). git-lfs read that tree's
+    ``.lfsconfig`` with ``git config --includes``: one including a FIFO of another run's worktree by its
+    path blocked both for ever. Your git-lfs driver now runs against your repository with an empty work
+    tree of the host's: they end, the LFS files have their contents, and your store gains none of the run's."""
+    repo = _lfs_repo(tmp_path / "repo")
+    run_a = json.loads(ok("start", "--json", cwd=repo))["run"]
+    run_b = json.loads(ok("start", "--json", cwd=repo))["run"]
+    trap = Path(open_run(repo, run_b).worktree) / "trap"
+    ok("exec", run_b, "--", "mkfifo", str(trap), cwd=repo)
+    script = f"printf '[include]\\n\\tpath = {trap}\\n' > .lfsconfig; printf 'agent\\n' > out.bin"
+    ok("exec", run_a, "--", "sh", "-c", script, cwd=repo)
+    before = set(_store(repo))
+
+    forking = sb("--json", "fork", run_a, cwd=repo, timeout=60)
+    assert forking.returncode == 0, forking.stderr.decode()
+    fork = json.loads(forking.stdout)["run"]
+    forked = Path(open_run(repo, fork).worktree)
+    assert (forked / "out.bin").read_bytes() == b"agent\n"
+    assert (forked / "big.bin").read_bytes() == COMMITTED
+
+    worktree = Path(open_run(repo, run_a).worktree)
+    shutil.rmtree(worktree)
+    resuming = sb("resume", run_a, cwd=repo, timeout=60)
+    assert resuming.returncode == 0, resuming.stderr.decode()
+    assert (worktree / "out.bin").read_bytes() == b"agent\n"
+    assert (worktree / "big.bin").read_bytes() == COMMITTED
+    assert (worktree / ".lfsconfig").read_text().startswith("[include]")  # the agent's file, as it wrote it
+    assert set(_store(repo)) == before
+
+
+def test_a_fetched_runs_first_command_opens_nothing_its_lfsconfig_names(tmp_path: Path) -> None:
+    """A run fetched from elsewhere gets its worktree here at its first command: a checkout of its head, then
+    its agent's git put back (``reset --mixed``: the index refresh cleans the files the agent had not
+    committed). Both ran your git-lfs on the run's ``.lfsconfig``, whose ``[include]`` named a FIFO of this
+    machine (``/dev/tty`` waits as well): the command hung. It now ends and the files are the run's."""
+    rules = "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+    a, b, _ = two_clones(tmp_path, {"README.md": "hello\n", ".gitattributes": rules})
+    git(b, "lfs", "install", "--local")
+    trap = tmp_path / "trap"
+    os.mkfifo(trap)
+    run_id = json.loads(ok("start", "--json", cwd=a))["run"]
+    script = (
+        f"printf '[include]\\n\\tpath = {trap}\\n' > .lfsconfig && printf 'one\\n' > out.bin && git add -A && "
+        "git -c user.name=agent -c user.email=agent@example.com commit -qm one && printf 'two\\n' > out.bin"
+    )
+    ok("exec", run_id, "--", "sh", "-c", script, cwd=a)
+    ok("push", run_id, "--with-agent-refs", cwd=a)
+    ok("fetch", cwd=b)
+    first = sb("exec", run_id, "--", "cat", "out.bin", cwd=b, timeout=60)
+    assert first.returncode == 0, first.stderr.decode()
+    assert first.stdout == b"two\n"
+    worktree = Path(open_run(b, run_id).worktree)
+    assert git(worktree, "log", "-1", "--format=%s").strip() == "one"  # the agent's own commit came along

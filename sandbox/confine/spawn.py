@@ -407,6 +407,8 @@ def spawn(
     _refuse_hidden_command(policy, argv, cwd, env.get("PATH", ""), decided)
     if isolation.backend == "seatbelt":
         full = [isolation.program, "-p", seatbelt_profile(policy), *argv]
+        if gate is not None:  # the command starts only once the gate has passed, as below
+            gate()
         seatbelt = subprocess.Popen(full, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
         return Confined(seatbelt, None, session=False)
     stray = stray_sockets(policy, bound_sockets(), decided)

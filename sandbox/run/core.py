@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from sandbox.run.prestart import Prestart
+    from sandbox.store.rulemirror import RuleMirror
 
 faults.POINTS.update(
     {
@@ -59,6 +60,8 @@ class RunCore:
         # :meth:`state` / :meth:`events`, so the fold's checks and the lock cannot be bypassed.
         self._ledger = Ledger(self.repo, run_id, self.dir, FOLD)
         self._wt_repo: pygit2.Repository | None = None
+        #: The host's copies of the worktree's ignore rules (sandbox.store.rulemirror), made at first use.
+        self._rules: RuleMirror | None = None
         self._info: RunInfo | None = None
         self._place: layout.Place | None = None
         self._user_workdir: str | None = None
@@ -218,6 +221,7 @@ class RunCore:
         """Take ``place`` as where the run's files are from now on (after they were moved there)."""
         self._place = place
         self._wt_repo = None
+        self._rules = None
 
     def git_settings(self) -> tuple[list[tuple[str, str]], str | None]:
         """What the run's own git dir takes from the user's repository config
@@ -304,15 +308,29 @@ class RunCore:
         return self._wt_repo
 
     def is_ignored(self, rel: str) -> bool:
-        """True when the worktree's ignore rules exclude ``rel`` (an untracked path); False when a
-        file libgit2 would read for them is not a plain file (a FIFO would hang it: the agent's)."""
+        """True when the worktree's ignore rules exclude ``rel`` (an untracked path).
+
+        A run with a home: libgit2 reads the host's copies of the rule files, each read beneath the
+        worktree by descriptor (:mod:`sandbox.store.rulemirror`; one that is not a plain file counts as
+        absent). A run made before homes: False when a file libgit2 would read for them is not a plain
+        file (a FIFO would hang it: the agent's), checked just before."""
         from sandbox.store import gitfiles
 
-        if not gitfiles.repository_plain(self.worktree) or not gitfiles.path_rules_plain(self.worktree, rel):
-            return False
         try:
+            if self._rules is None:
+                place = self.place
+                if not place.legacy:
+                    from sandbox.store.rulemirror import RuleMirror, home_of
+
+                    config = os.path.join(place.git_dir, "config")
+                    home = home_of(self.project.common_dir, self.run_id)
+                    self._rules = RuleMirror(self.worktree, place.git_dir, config, home)
+            if self._rules is not None:
+                return bool(self._rules.for_path(rel, ".gitignore").path_is_ignored(rel))
+            if not gitfiles.repository_plain(self.worktree) or not gitfiles.path_rules_plain(self.worktree, rel):
+                return False
             return bool(self.wt_repo().path_is_ignored(rel))
-        except (pygit2.GitError, UnicodeError, ValueError):
+        except (pygit2.GitError, UnicodeError, ValueError, OSError):
             return False
 
     def is_private(self, rel: str) -> bool:

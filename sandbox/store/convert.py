@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sandbox.store.preread import Reader
+    from sandbox.store.rulemirror import RuleMirror
 
 _REGULAR = (MODE_FILE, MODE_EXEC)
 #: The most of a ``.gitattributes`` a driver's work tree copies (git's own bound is 100 MB).
@@ -74,6 +75,8 @@ class Converter:
         self._user_repo: pygit2.Repository | None = None
         #: (common dir, run) of a run's worktree with a home (its Git LFS storage: sandbox.store.lfsstore).
         self._run: tuple[str, str] | None = None
+        #: A run's worktree: the host's copies of its attribute rules (sandbox.store.rulemirror).
+        self._mirror: RuleMirror | None = None
 
     @property
     def repo(self) -> pygit2.Repository | None:
@@ -122,10 +125,28 @@ class Converter:
             self.workdir, rel, (".gitattributes",)
         )
 
+    def _rules(self, rel: str) -> pygit2.Repository | None:
+        """The repository whose attribute rules (and config) decide what applies to ``rel``: for a run's
+        worktree with a home, the host's mirror of its rule files (:mod:`sandbox.store.rulemirror`: libgit2
+        opens none of the agent's files by name); for another tree, its own repository, checked first."""
+        if self._trusted() is not None and self._run is not None:
+            if self._mirror is None:
+                from sandbox.store import layout
+                from sandbox.store.rulemirror import RuleMirror, home_of  # not on apply's start
+
+                git_dir = layout.place_of(*self._run).git_dir
+                self._mirror = RuleMirror(self.workdir, git_dir, os.path.join(git_dir, "config"), home_of(*self._run))
+            try:
+                return self._mirror.for_path(rel, ".gitattributes")
+            except OSError:  # the worktree is gone: nothing to convert
+                return None
+        repo = self.repo
+        return repo if repo is not None and self._plain(rel) else None
+
     def _driver(self, rel: str) -> bool:
         """True when a configured filter driver applies to ``rel`` (git must run it)."""
-        repo = self.repo
-        if repo is None or not self._plain(rel):
+        repo = self._rules(rel)
+        if repo is None:
             return False
         try:
             name = repo.get_attr(rel, "filter")
@@ -137,8 +158,8 @@ class Converter:
         return any(f"filter.{name}.{key}" in config for key in ("clean", "smudge", "process"))
 
     def _filters(self, rel: str, mode: FilterMode) -> FilterList | None:
-        repo = self.repo
-        if repo is None or not self._plain(rel):
+        repo = self._rules(rel)
+        if repo is None:
             return None
         try:
             return repo.load_filter_list(rel, mode)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,64 @@ def test_a_planted_fifo_never_hangs_recording_or_the_users_commands(repo: Path, 
     run(repo, "undo", run_id)
     run(repo, "drop", "--force", run_id)
     run(repo, "gc")
+
+
+#: Renames a FIFO and a plain file in turn over each rule file libgit2 reads for ``d/x.txt``, for argv[3] s.
+_SWAP = """
+import os, sys, time
+worktree, git_dir, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+os.makedirs(os.path.join(worktree, "d"), exist_ok=True)
+os.makedirs(os.path.join(git_dir, "info"), exist_ok=True)
+targets = [os.path.join(worktree, n) for n in (".gitattributes", ".gitignore", "d/.gitattributes", "d/.gitignore")]
+targets += [os.path.join(git_dir, "info", n) for n in ("attributes", "exclude")]
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for target in targets:
+        spare = target + ".swap"
+        os.mkfifo(spare)
+        os.replace(spare, target)
+        with open(spare, "w") as fh:
+            fh.write("*.txt text eol=crlf\\n*.log\\n")
+        os.replace(spare, target)
+"""
+
+#: What the host asks about ``d/x.txt`` while it records a call: ignored? converted? For argv[3] s.
+_ASK = """
+import sys, time
+from sandbox.run.run import Run
+from sandbox.store.convert import Converter
+from sandbox.store.project import Project
+project, _, _ = Project.discover(sys.argv[1])
+run = Run.open(project, sys.argv[2])
+converter = Converter(run.worktree)
+end, asked = time.monotonic() + float(sys.argv[3]), 0
+while time.monotonic() < end:
+    run.is_ignored("d/x.txt")
+    run.is_ignored("d/x.log")
+    converter.applies("d/x.txt")
+    asked += 1
+print(asked)
+"""
+
+
+def test_rule_files_the_agent_swaps_for_fifos_while_the_host_reads_them_never_hang_it(repo: Path) -> None:
+    """A check before libgit2 opens a rule file by name is a race: the agent, writing while the host records
+    (another call of the run, a hook), swaps the file for a FIFO in between, and libgit2 blocked for ever
+    holding the GIL (measured: on the first try). The host now gives libgit2 its own copies, read by
+    descriptor (sandbox.store.rulemirror): a real process swaps, a real process asks, the asking ends."""
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    place = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)
+    worktree = place["worktree"]
+    git_dir = str(Path(worktree).parent / "git")
+    swapper = subprocess.Popen([sys.executable, "-c", _SWAP, worktree, git_dir, "8"])
+    try:
+        asking = subprocess.run(
+            [sys.executable, "-c", _ASK, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the host's questions about the run's rules hung (more than {LIMIT} s)")
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert asking.returncode == 0, asking.stderr.decode(errors="replace")
+    assert int(asking.stdout) > 10

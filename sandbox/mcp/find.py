@@ -14,16 +14,14 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-
-import pygit2
 
 from sandbox.errors import UsageError
 from sandbox.mcp.state import WorkspaceState
 from sandbox.mcp.worktree import MAX_READ_BYTES, open_path, open_worktree
 from sandbox.run.run import Run
-from sandbox.store import beneath, gitfiles
+from sandbox.store import beneath
 
 #: Bounds on what one answer carries (the model's context is the scarce resource).
 MAX_LIST = 1_000
@@ -374,30 +372,25 @@ _SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 class IgnoreRules:
     """Whether a directory of the run's worktree is excluded by its ignore rules, as the run's
-    recording decides (:meth:`sandbox.run.core.RunCore.is_ignored`: libgit2's ``path_is_ignored``
-    on the run's repository), asked only while the files libgit2 reads for it are plain
-    (:mod:`sandbox.store.gitfiles`: a FIFO the model planted would block this unconfined server)."""
+    recording decides (:meth:`sandbox.run.core.RunCore.is_ignored`: libgit2's ``path_is_ignored`` on the
+    host's copies of the rule files, read by descriptor, for a run with a home: a FIFO the model swapped
+    in would otherwise block this unconfined server)."""
 
     def __init__(self, run: Run, start: str) -> None:
-        #: The run's repository; None when its git dir or a rule file down to ``start`` is not plain.
-        self.repo: pygit2.Repository | None = None
+        #: What asks; None when nothing is excluded (the walk starts inside an ignored directory).
+        self._ask: Callable[[str], bool] | None = run.is_ignored
         #: The walk's start, relative to the worktree ("" for its top).
         self.start = start
-        if gitfiles.repository_plain(run.worktree) and gitfiles.path_rules_plain(run.worktree, f"{start}/."):
-            self.repo = run.wt_repo()
-            # Asked to look inside an ignored directory: everything below it is ignored too, and wanted.
-            if start and self.excludes(""):
-                self.repo = None
+        # Asked to look inside an ignored directory: everything below it is ignored too, and wanted.
+        if start and self.excludes(""):
+            self._ask = None
 
     def excludes(self, sub: str) -> bool:
         """True when the directory ``sub`` (relative to :attr:`start`) is ignored; False when unsure."""
-        if self.repo is None:
+        if self._ask is None:
             return False
-        try:
-            rel = "/".join(p for p in (self.start, sub) if p)
-            return bool(self.repo.path_is_ignored(f"{rel}/"))
-        except (pygit2.GitError, UnicodeError, ValueError, OSError):
-            return False
+        rel = "/".join(p for p in (self.start, sub) if p)
+        return self._ask(f"{rel}/")
 
 
 @dataclass

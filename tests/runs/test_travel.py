@@ -30,12 +30,21 @@ def homes_of(repo: Path) -> Path:
 
 
 def digest_dir(root: Path) -> str:
-    """A hash of everything below ``root`` (names, modes, bytes, link targets), .git included."""
+    """A hash of everything below ``root`` (names, modes, bytes, link targets), .git included.
+
+    A run's ``rules`` directory is left out: each process that records makes its mirror of the run's
+    rule files there and removes it when done (sandbox.store.rulemirror); the commands here run in this
+    test's process, whose earlier run objects are collected at any time."""
     h = hashlib.sha256()
     if not root.exists():
         return "absent"
     for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        parts = Path(dirpath).relative_to(root).parts
+        if any(parts[i] == "runs" and parts[i + 2] == "rules" for i in range(len(parts) - 2)):
+            continue
         dirnames.sort()
+        if Path(dirpath).parent.name == "runs":
+            dirnames[:] = [d for d in dirnames if d != "rules"]
         for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             full = os.path.join(dirpath, name)
             st = os.lstat(full)

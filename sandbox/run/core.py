@@ -308,28 +308,15 @@ class RunCore:
         return self._wt_repo
 
     def is_ignored(self, rel: str) -> bool:
-        """True when the worktree's ignore rules exclude ``rel`` (an untracked path).
-
-        A run with a home: libgit2 reads the host's copies of the rule files, each read beneath the
-        worktree by descriptor (:mod:`sandbox.store.rulemirror`; one that is not a plain file counts as
-        absent). A run made before homes: False when a file libgit2 would read for them is not a plain
-        file (a FIFO would hang it: the agent's), checked just before."""
-        from sandbox.store import gitfiles
-
+        """True when the worktree's ignore rules exclude ``rel`` (an untracked path; a directory when it
+        ends with ``/``). libgit2 reads the host's copies of the rule files, each read beneath the worktree
+        by descriptor (:mod:`sandbox.store.rulemirror`); one that is not a plain file counts as absent."""
         try:
             if self._rules is None:
-                place = self.place
-                if not place.legacy:
-                    from sandbox.store.rulemirror import RuleMirror, home_of
+                from sandbox.store import rulemirror
 
-                    config = os.path.join(place.git_dir, "config")
-                    home = home_of(self.project.common_dir, self.run_id)
-                    self._rules = RuleMirror(self.worktree, place.git_dir, config, home)
-            if self._rules is not None:
-                return bool(self._rules.for_path(rel, ".gitignore").path_is_ignored(rel))
-            if not gitfiles.repository_plain(self.worktree) or not gitfiles.path_rules_plain(self.worktree, rel):
-                return False
-            return bool(self.wt_repo().path_is_ignored(rel))
+                self._rules = rulemirror.for_run(self.project.common_dir, self.run_id, self.worktree)
+            return bool(self._rules.for_path(rel, ".gitignore").path_is_ignored(rel))
         except (pygit2.GitError, UnicodeError, ValueError, OSError):
             return False
 

@@ -22,7 +22,6 @@ conversion applies cost one filter-list lookup and are otherwise untouched (the 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import threading
@@ -39,14 +38,10 @@ from sandbox.store.journal import Probe, State
 from sandbox.store.objects import MODE_EXEC, MODE_FILE, Entry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from sandbox.store.preread import Reader
     from sandbox.store.rulemirror import RuleMirror
 
 _REGULAR = (MODE_FILE, MODE_EXEC)
-#: The most of a ``.gitattributes`` a driver's work tree copies (git's own bound is 100 MB).
-_RULES_LIMIT = 100 * 1024 * 1024
 
 
 class _Live:
@@ -75,6 +70,8 @@ class Converter:
         self._user_repo: pygit2.Repository | None = None
         #: (common dir, run) of a run's worktree with a home (its Git LFS storage: sandbox.store.lfsstore).
         self._run: tuple[str, str] | None = None
+        #: (common dir, run) of any run's worktree, a run made before homes included.
+        self._located: tuple[str, str] | None = None
         #: A run's worktree: the host's copies of its attribute rules (sandbox.store.rulemirror).
         self._mirror: RuleMirror | None = None
 
@@ -104,6 +101,7 @@ class Converter:
             if loc is not None and not layout.place_of(loc.common_dir, loc.run_id).legacy:
                 self._run = (loc.common_dir, loc.run_id)
             if loc is not None:
+                self._located = (loc.common_dir, loc.run_id)
                 try:
                     self._user_repo = pygit2.Repository(loc.common_dir)
                 except pygit2.GitError:
@@ -125,21 +123,28 @@ class Converter:
             self.workdir, rel, (".gitattributes",)
         )
 
-    def _rules(self, rel: str) -> pygit2.Repository | None:
-        """The repository whose attribute rules (and config) decide what applies to ``rel``: for a run's
-        worktree with a home, the host's mirror of its rule files (:mod:`sandbox.store.rulemirror`: libgit2
-        opens none of the agent's files by name); for another tree, its own repository, checked first."""
-        if self._trusted() is not None and self._run is not None:
-            if self._mirror is None:
-                from sandbox.store import layout
-                from sandbox.store.rulemirror import RuleMirror, home_of  # not on apply's start
+    def _mirrored(self, rel: str) -> RuleMirror | None:
+        """For a run's worktree (the agent's to write), the host's mirror of its attribute rules, synced for
+        ``rel`` (:mod:`sandbox.store.rulemirror`: libgit2 and git open none of the agent's files by name);
+        None for another tree. OSError when the worktree is gone."""
+        if self._trusted() is None or self._located is None:
+            return None
+        if self._mirror is None:
+            from sandbox.store import rulemirror  # not on apply's start
 
-                git_dir = layout.place_of(*self._run).git_dir
-                self._mirror = RuleMirror(self.workdir, git_dir, os.path.join(git_dir, "config"), home_of(*self._run))
-            try:
-                return self._mirror.for_path(rel, ".gitattributes")
-            except OSError:  # the worktree is gone: nothing to convert
-                return None
+            self._mirror = rulemirror.for_run(*self._located, self.workdir)
+        self._mirror.for_path(rel, ".gitattributes")
+        return self._mirror
+
+    def _rules(self, rel: str) -> pygit2.Repository | None:
+        """The repository whose attribute rules (and config) decide what applies to ``rel``: a run's
+        worktree's mirror (:meth:`_mirrored`); another tree's own repository, checked first."""
+        try:
+            mirror = self._mirrored(rel)
+        except OSError:  # the worktree is gone: nothing to convert
+            return None
+        if mirror is not None:
+            return mirror.repo
         repo = self.repo
         return repo if repo is not None and self._plain(rel) else None
 
@@ -183,15 +188,15 @@ class Converter:
         Not in a run's worktree itself: git and git-lfs read its ``.gitattributes`` and ``.lfsconfig``
         by name, and the agent, writing there while the host records, can swap one for a FIFO after
         any check (the driver then blocks for ever: measured). They run in a work tree of the host's
-        holding copies of the ``.gitattributes``, read by descriptor (:func:`_work_tree`).
+        holding copies of the ``.gitattributes``, read by descriptor (:meth:`_work_tree`).
         """
         store = getattr(repo, "sandbox_store", None)  # a run's repository: what a smudge may need is there
         if repo is None:
             repo = self._trusted()
         options, env = self._lfs(store)
-        with self._work_tree(rel) as tree:
-            where = ["--git-dir", repo.path, "--work-tree", tree] if repo is not None else []
-            proc = git([*options, *where, *args], cwd=tree, env=env, input=data, check=False)
+        tree = self._work_tree(rel)
+        where = ["--git-dir", repo.path, "--work-tree", tree] if repo is not None else []
+        proc = git([*options, *where, *args], cwd=tree, env=env, input=data, check=False)
         if proc.returncode != 0:
             what = "clean" if args[0] == "hash-object" else "smudge"
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -201,39 +206,18 @@ class Converter:
             )
         return proc.stdout
 
-    @contextlib.contextmanager
-    def _work_tree(self, rel: str) -> Iterator[str]:
+    def _work_tree(self, rel: str) -> str:
         """The work tree a driver for ``rel`` runs in: this tree, or for a run's worktree (the agent's to
-        write) a private temporary directory with copies of the ``.gitattributes`` along ``rel``'s path,
-        each read beneath the worktree by descriptor (no link followed, a regular file, bounded:
-        :mod:`sandbox.store.agentread`); one that is not is left out, as git leaves out a symlinked
-        ``.gitattributes``.
+        write) the root of the host's mirror of its rules, holding copies of the ``.gitattributes`` along
+        ``rel``'s path, each read beneath the worktree by descriptor (:meth:`_mirrored`); one that is not a
+        regular file is left out, as git leaves out a symlinked ``.gitattributes``.
 
         The agent's ``.lfsconfig`` is not copied: git-lfs reads it with ``git config --includes``, which
         opens whatever path an ``[include]`` names, a FIFO in the worktree included (the host's clean
         blocked for ever: measured). Offline, none of its keys git-lfs honours changes what a clean
         stores; git-lfs reads your repository's own (your index's ``.lfsconfig``) instead."""
-        if self._trusted() is None:
-            yield self.workdir
-            return
-        import tempfile  # only for a filter driver in a run's worktree: not on apply's start
-
-        parts = rel.split("/")[:-1]
-        names = ["/".join([*parts[:i], ".gitattributes"]) for i in range(len(parts) + 1)]
-        with tempfile.TemporaryDirectory(prefix="sandbox-filter-") as tree:
-            root = agentread.open_root(self.workdir)
-            try:
-                for name in names:
-                    try:
-                        data = agentread.read_file(root, name, limit=_RULES_LIMIT).data
-                    except (OSError, agentread.AgentReadError):
-                        continue
-                    os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
-                    with open(os.path.join(tree, name), "wb") as fh:
-                        fh.write(data)
-            finally:
-                os.close(root)
-            yield tree
+        mirror = self._mirrored(rel)
+        return self.workdir if mirror is None else mirror.root
 
     def _lfs(self, store: str | None) -> tuple[list[str], dict[str, str]]:
         """Where git-lfs stores and finds contents for a driver run here (:mod:`sandbox.store.lfsstore`): a

@@ -11,7 +11,7 @@ conversion, no ignore rule, or a one-line refusal.
 
 The check and libgit2's read are two steps: an agent that swaps a plain file for a FIFO in between
 can still win the race. What it closes is the planted FIFO that waits for the next read. The rules read
-per recorded path of a run with a home (ignore, attributes) are no longer read this way: libgit2 reads
+per recorded path of a run (ignore, attributes) are no longer read this way: libgit2 reads
 the host's copies of them (:mod:`sandbox.store.rulemirror`); the scan's status runs in a worker process
 killed at its deadline (:mod:`sandbox.store.scan`).
 """

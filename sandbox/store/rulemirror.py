@@ -106,11 +106,16 @@ class RuleMirror:
         self._finalizer()
 
 
-def home_of(common_dir: str, run_id: str) -> str:
-    """Where the run's mirrors are made: ``rules`` in the run's own directory."""
+def for_run(common_dir: str, run_id: str, worktree: str) -> RuleMirror:
+    """A mirror of the rules of the run's ``worktree``, made in ``rules`` of the run's own directory. Its
+    git dir's ``info/`` files and config are the run's own; a run made before homes (a linked worktree of
+    yours) reads yours, as git does for it."""
     from sandbox.store import layout
 
-    return os.path.join(layout.run_dir(common_dir, run_id), "rules")
+    place = layout.place_of(common_dir, run_id)
+    git_dir = common_dir if place.legacy else place.git_dir
+    home = os.path.join(layout.run_dir(common_dir, run_id), "rules")
+    return RuleMirror(worktree, git_dir, os.path.join(git_dir, "config"), home)
 
 
 def _sweep(home: str) -> None:

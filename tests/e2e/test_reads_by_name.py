@@ -82,11 +82,9 @@ STATE = {
     # The run's git dir opened once to walk its lfs/objects by descriptor (O_NOFOLLOW; the home naming it is
     # read-only inside): sandbox.store.lfsstore.
     "sandbox.store.lfsstore": 1,
-    # The copies of a run's .gitattributes a filter driver reads, written into a private temporary
-    # directory of the host's (the originals read by descriptor): sandbox.store.convert.
-    "sandbox.store.convert": 1,
-    # The mirror of a run's ignore and attribute rules: its HEAD, its config and each copy, written in the
-    # run's own directory (the sandbox's; the originals read by descriptor): sandbox.store.rulemirror.
+    # The mirror of a run's ignore and attribute rules (libgit2 reads it, and a filter driver runs in it):
+    # its HEAD, its config and each copy, written in the run's own directory (the sandbox's; the originals
+    # read by descriptor): sandbox.store.rulemirror.
     "sandbox.store.rulemirror": 3,
     # Your packed-refs, the history store's current/tips files, each generation's in-use lock file and the
     # directory a HEAD is read in (your .git, a linked worktree's admin dir): your .git and the sandbox's state

@@ -25,6 +25,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 
 import pygit2
@@ -61,9 +62,15 @@ class RuleMirror:
         self.repo = pygit2.Repository(self.root)
         #: What each copy holds (relative to the mirror's root), so that an unchanged file is not written.
         self._held: dict[str, bytes] = {}
+        #: One sync at a time: a converter is shared by the host's threads (sandbox.store.convert.for_tree).
+        self._lock = threading.Lock()
 
     def for_path(self, rel: str, kind: str) -> pygit2.Repository:
         """The mirror, its ``kind`` rules (``.gitignore`` or ``.gitattributes``) for ``rel`` as they are now."""
+        with self._lock:
+            return self._for_path(rel, kind)
+
+    def _for_path(self, rel: str, kind: str) -> pygit2.Repository:
         parts = [p for p in rel.split("/") if p][:-1]
         names = ["/".join([*parts[:i], kind]) for i in range(len(parts) + 1)]
         root = agentread.open_root(self.worktree)

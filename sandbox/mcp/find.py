@@ -373,8 +373,8 @@ _SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class IgnoreRules:
     """Whether a directory of the run's worktree is excluded by its ignore rules, as the run's
     recording decides (:meth:`sandbox.run.core.RunCore.is_ignored`: libgit2's ``path_is_ignored`` on the
-    host's copies of the rule files, read by descriptor, for a run with a home: a FIFO the model swapped
-    in would otherwise block this unconfined server)."""
+    host's copies of the rule files, read by descriptor: a FIFO the model swapped in would otherwise block
+    this unconfined server)."""
 
     def __init__(self, run: Run, start: str) -> None:
         #: What asks; None when nothing is excluded (the walk starts inside an ignored directory).

@@ -114,6 +114,6 @@ def _agent_git(run: Run, place: layout.Place, head: str) -> int:
         from sandbox.store import lfsstore
 
         # The index refresh cleans the worktree's LFS files: git-lfs kept off the run's .lfsconfig.
-        with lfsstore.host_checkout(place.git_dir, run.project.common_dir, run.run_id) as (options, env):
-            git([*options, "reset", "-q", "--mixed", agent_head], cwd=place.worktree, env=env)
+        options, env = lfsstore.host_checkout(place.git_dir, run.project.common_dir, run.run_id)
+        git([*options, "reset", "-q", "--mixed", agent_head], cwd=place.worktree, env=env)
     return count

@@ -148,9 +148,8 @@ class Converter:
         repo = self.repo
         return repo if repo is not None and self._plain(rel) else None
 
-    def _driver(self, rel: str) -> bool:
-        """True when a configured filter driver applies to ``rel`` (git must run it)."""
-        repo = self._rules(rel)
+    def _driver(self, rel: str, repo: pygit2.Repository | None) -> bool:
+        """True when a configured filter driver applies to ``rel`` (git must run it); ``repo``: :meth:`_rules`."""
         if repo is None:
             return False
         try:
@@ -162,8 +161,7 @@ class Converter:
         config = repo.config
         return any(f"filter.{name}.{key}" in config for key in ("clean", "smudge", "process"))
 
-    def _filters(self, rel: str, mode: FilterMode) -> FilterList | None:
-        repo = self._rules(rel)
+    def _filters(self, rel: str, mode: FilterMode, repo: pygit2.Repository | None) -> FilterList | None:
         if repo is None:
             return None
         try:
@@ -173,7 +171,8 @@ class Converter:
 
     def applies(self, rel: str) -> bool:
         """True when git would convert ``rel`` between the working tree and the object store."""
-        return self._driver(rel) or self._filters(rel, FilterMode.TO_ODB) is not None
+        rules = self._rules(rel)  # read once: for a run, the rule files along rel are read anew each time
+        return self._driver(rel, rules) or self._filters(rel, FilterMode.TO_ODB, rules) is not None
 
     # -- clean: working tree -> blob ------------------------------------------------------------
 
@@ -231,12 +230,13 @@ class Converter:
 
     def clean(self, rel: str, data: bytes, repo: pygit2.Repository | None = None) -> bytes:
         """The blob content ``git add`` would store for ``data`` at ``rel`` (``repo``: the object store)."""
-        if self._driver(rel):
+        rules = self._rules(rel)
+        if self._driver(rel, rules):
             oid = self._git(repo, rel, ["hash-object", "-w", f"--path={rel}", "--stdin"], data).decode().strip()
             store = repo if repo is not None else self._trusted() or self.repo
             assert store is not None
             return objects.read_blob(store, oid)
-        filters = self._filters(rel, FilterMode.TO_ODB)
+        filters = self._filters(rel, FilterMode.TO_ODB, rules)
         return filters.apply_to_buffer(data) if filters is not None else data
 
     def read_file(
@@ -301,10 +301,11 @@ class Converter:
 
     def smudge(self, rel: str, oid: str, repo: pygit2.Repository) -> bytes:
         """What checkout would write at ``rel`` for the blob ``oid``."""
-        if self._driver(rel):
+        rules = self._rules(rel)
+        if self._driver(rel, rules):
             return self._git(repo, rel, ["cat-file", "--filters", f"--path={rel}", oid])
         data = objects.read_blob(repo, oid)
-        filters = self._filters(rel, FilterMode.TO_WORKTREE)
+        filters = self._filters(rel, FilterMode.TO_WORKTREE, rules)
         if filters is None:
             return data
         own = self.repo

@@ -43,7 +43,7 @@ from sandbox.store.gitcli import LFS_OFFLINE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
 #: In a run's directory: the run's git-lfs storage (its contents under ``objects/``).
 LFS = "lfs"
@@ -92,8 +92,7 @@ def driver(common_dir: str, run_id: str) -> tuple[list[str], dict[str, str]]:
 _DRIVER_KEYS = ("process", "smudge", "clean")
 
 
-@contextlib.contextmanager
-def host_checkout(git_dir: str, common_dir: str, run_id: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+def host_checkout(git_dir: str, common_dir: str, run_id: str) -> tuple[list[str], dict[str, str]]:
     """The options and environment of a git the host runs in a run's worktree that may run git-lfs on a tree
     the agent wrote (a fork's, a fetched run's or a recreated worktree's checkout, an index refresh).
 
@@ -105,30 +104,32 @@ def host_checkout(git_dir: str, common_dir: str, run_id: str) -> Iterator[tuple[
     is (:mod:`sandbox.store.convert`). Where you configured no git-lfs driver, nothing changes."""
     from sandbox.store.gitcli import git
 
+    keys = "|".join(_DRIVER_KEYS)
     listing = git(
-        ["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^filter\.lfs\.(process|smudge|clean)$"],
+        ["--git-dir", git_dir, "config", "-z", "--get-regexp", rf"^filter\.lfs\.({keys})$"],
         cwd=git_dir,
         check=False,
     ).stdout
     configured = dict(e.split("\n", 1) for e in listing.decode(errors="surrogateescape").split("\0") if "\n" in e)
     options, env = driver(common_dir, run_id)
     if not configured:
-        yield options, env
-        return
+        return options, env
     import shlex
-    import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="sandbox-lfs-") as empty:
-        view = (
-            f"cd {shlex.quote(empty)} && unset GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR && "
-            f"GIT_DIR={shlex.quote(os.path.realpath(common_dir))} GIT_WORK_TREE={shlex.quote(empty)} && "
-            "export GIT_DIR GIT_WORK_TREE && "
-        )
-        for key in _DRIVER_KEYS:
-            command = configured.get(f"filter.lfs.{key}")
-            if command:  # git expands %f in a smudge or clean command (%% is a percent sign), not in process
-                options += ["-c", f"filter.lfs.{key}={view if key == 'process' else view.replace('%', '%%')}{command}"]
-        yield options, env
+    # An empty directory of the sandbox's (read-only inside, so it stays empty), made once: nothing to
+    # remove after a checkout, nothing left in /tmp by a killed one.
+    empty = os.path.join(os.path.realpath(layout.run_dir(common_dir, run_id)), "lfs-work-tree")
+    os.makedirs(empty, exist_ok=True)
+    view = (
+        f"cd {shlex.quote(empty)} && unset GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR && "
+        f"GIT_DIR={shlex.quote(os.path.realpath(common_dir))} GIT_WORK_TREE={shlex.quote(empty)} && "
+        "export GIT_DIR GIT_WORK_TREE && "
+    )
+    for key in _DRIVER_KEYS:
+        command = configured.get(f"filter.lfs.{key}")
+        if command:  # git expands %f in a smudge or clean command (%% is a percent sign), not in process
+            options += ["-c", f"filter.lfs.{key}={view if key == 'process' else view.replace('%', '%%')}{command}"]
+    return options, env
 
 
 def reference_env(store: str) -> dict[str, str]:

@@ -171,8 +171,8 @@ def create(
         return
     # The tree may be the agent's (a fork, a fetched run, a recreated worktree): git-lfs is kept off its
     # .lfsconfig (lfsstore.host_checkout).
-    with lfsstore.host_checkout(place.git_dir, common_dir, run_id) as view:
-        finish_checkout(start_checkout(place, workers=checkout_workers(config), view=view))
+    view = lfsstore.host_checkout(place.git_dir, common_dir, run_id)
+    finish_checkout(start_checkout(place, workers=checkout_workers(config), view=view))
 
 
 def init(

@@ -153,3 +153,47 @@ def test_a_running_call_is_not_said_to_have_changed_nothing(agent_run: Run) -> N
     assert "(4; 2 changed nothing)" in pages.facts_html(agent_run)  # it ended with no file changed
     row = next(r for r in timeline(agent_run).split("<tr ") if f"id='call-{running}'" in r)
     assert "nofiles" in row
+
+
+_HOLD_CALL_DIFFS = """
+window.held = [];
+const real = window.fetch;
+window.fetch = (url, options) => real(url, options).then(answer =>
+  String(url).endsWith('/diff') && String(url).includes('/call/')
+    ? new Promise(release => window.held.push(() => release(answer)))
+    : answer);
+"""
+
+
+@needs_chromium
+def test_a_call_opened_as_a_live_update_replaces_the_timeline_shows_its_diff(agent_run: Run, repo: Path) -> None:
+    """The call's diff arrives after a live update replaced the timeline: it goes into the row shown (open),
+    not the replaced one. (CI saw the row open and empty for ever when an update came between the click and
+    the answer.)"""
+    from playwright.sync_api import sync_playwright
+
+    first = agent_run.entries()[0].call_id
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            _goto(page, url.replace("/#", f"/run/{agent_run.run_id}#"))
+            page.evaluate(_HOLD_CALL_DIFFS)
+            page.click(f"tr#call-{first}")
+            page.wait_for_function("window.held.length === 1")  # the answer is in, and held back
+            with Run.open(agent_run.project, agent_run.run_id).tool_call("live_tool", {"path": "c.txt"}) as call:
+                call.write("c.txt", "live\n")
+            page.wait_for_function("document.getElementById('timeline').innerText.includes('live_tool')")
+            page.evaluate("window.held.forEach(release => release())")
+            page.wait_for_function(
+                f"document.querySelector(\"tr.calldiff[data-for='{first}']:not([hidden]) .file\") !== null"
+            )
+            assert "line 2 (agent)" in page.inner_text(f"tr.calldiff[data-for='{first}']")
+            # Closed before its answer came, it stays closed.
+            page.evaluate("window.held = []")
+            for _ in range(3):  # closed, opened (its answer held), closed
+                page.click(f"tr#call-{first}")
+            page.wait_for_function("window.held.length === 1")
+            page.evaluate("window.held.forEach(release => release())")
+            page.wait_for_timeout(300)
+            assert not page.locator(f"tr.calldiff[data-for='{first}']").is_visible()
+            browser.close()

@@ -383,22 +383,31 @@
       if (box) load(box, "/run/" + encodeURIComponent(boot.run) + "/comments");
     }
 
+    function detailOf(call) {
+      return document.querySelector("tr.calldiff[data-for='" + CSS.escape(call) + "']");
+    }
+
     function toggle(row) {
-      var detail = document.querySelector("tr.calldiff[data-for='" + CSS.escape(row.dataset.call) + "']");
+      var call = row.dataset.call;
+      var detail = detailOf(call);
       if (!detail) return;
       if (!detail.hidden) { detail.hidden = true; return; }
       detail.hidden = false;
-      var cell = detail.firstElementChild;
       var none = "<p class='muted'>This call changed no files.</p>";
       // Its output (the tails the ledger kept, escaped by the server) above its diff.
       var output = row.dataset.output ? get(row.dataset.output) : Promise.resolve("");
       var diff = row.dataset.diff ? get(row.dataset.diff) : Promise.resolve(none);
       Promise.all([output, diff]).then(function (got) {
+        // Into the row as it is now: a live update may have replaced the timeline (and this row) meanwhile,
+        // keeping it open but empty. Closed since, it is left closed.
+        var now = detailOf(call);
+        if (!now || now.hidden) return;
+        var cell = now.firstElementChild;
         cell.innerHTML = got[0] + got[1];
         if (!row.dataset.diff || !cell.querySelector(".file")) return;  // nothing to pick (e.g. rolled back since)
         var only = document.createElement("p");
         only.innerHTML = "<a href='#' class='pick-call'>Show and pick only this call's changes</a>";
-        only.firstChild.dataset.call = row.dataset.call;
+        only.firstChild.dataset.call = call;
         cell.insertBefore(only, cell.firstChild);
         highlightIn(cell);
       });

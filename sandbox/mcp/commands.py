@@ -16,9 +16,7 @@ the call is recorded ``failed`` with what it changed until then.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -30,7 +28,7 @@ from sandbox.confine.policy import policy_for_run
 from sandbox.errors import SandboxError, UsageError
 from sandbox.mcp.find import sendable
 from sandbox.mcp.hosted import HostLedger
-from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState
+from sandbox.mcp.state import MAX_OUTPUT_CHARS, Abandoned, InFlight, WorkspaceState, kill
 from sandbox.models import CallStatus
 from sandbox.run.output import OUTPUT_TEXT, Tail
 from sandbox.run.run import Run
@@ -305,16 +303,16 @@ class CommandTools(WorkspaceState):
             except subprocess.TimeoutExpired:
                 pass
             if self.disconnected.is_set():
-                _kill(proc, box)
+                kill(proc, box)
                 self.abandoned.append(flight.call_id)  # said at the end, even once its flight is gone
                 raise Abandoned(f"the client went away while {argv[-1][:80]!r} ran")
             if flight.cancelled.is_set():
-                _kill(proc, box)
+                kill(proc, box)
                 timed_out = False
                 break
             if time.monotonic() >= deadline:
                 timed_out = True
-                _kill(proc, box)
+                kill(proc, box)
                 break
         if box is not None:
             code = box.wait()
@@ -363,14 +361,3 @@ def _recorded_files(run: Run, call_id: str) -> list[str]:
     except (SandboxError, OSError):
         return []
     return [f.path for f in entry.files] if entry is not None else []
-
-
-def _kill(proc: subprocess.Popen[bytes], box: spawn.Confined | None) -> None:
-    """Kill a command and everything it started (bubblewrap's PID namespace, or its session)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if box is not None:
-            proc.kill()  # the namespace's init dies with bubblewrap, and every process in it
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)

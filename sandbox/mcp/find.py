@@ -17,8 +17,9 @@ import stat
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
+from sandbox.confine import spawn
 from sandbox.errors import UsageError
-from sandbox.mcp.state import WorkspaceState
+from sandbox.mcp.state import WorkspaceState, kill
 from sandbox.mcp.worktree import MAX_READ_BYTES, open_path, open_worktree
 from sandbox.run.run import Run
 from sandbox.store import beneath
@@ -29,6 +30,8 @@ MAX_SEARCH = 200
 #: The most directory entries one ``list_files`` reads (its walk, or one directory) before it answers
 #: with what it found.
 MAX_VISIT = 100_000
+#: Seconds a search's git may read the worktree (a large tree's grep takes a few).
+SEARCH_DEADLINE = 60.0
 
 
 class FindTools(WorkspaceState):
@@ -37,6 +40,8 @@ class FindTools(WorkspaceState):
     #: The most directory entries one ``list_files`` reads, with a pattern (the walk) or without (one
     #: directory: a model's build can put millions of files in one).
     max_visit: int = MAX_VISIT
+    #: Seconds the git of one ``search`` may take before it is killed and the search refused.
+    search_deadline: float = SEARCH_DEADLINE
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> str:
         """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
@@ -83,17 +88,18 @@ class FindTools(WorkspaceState):
         when a command of the model's flips a directory to a symlink while git reads (git opens the
         paths it walks, and would follow it). A pattern git cannot take (PCRE and Python differ a
         little) falls back to every file ``ls-files`` lists."""
-        from sandbox.store import gitcli, gitfiles
+        from sandbox.store import gitfiles
 
         run = self.require_run()
         rel, fd = open_path(run, path, os.O_RDONLY, allow_root=True)
         os.close(fd)
-        # git grep --untracked and ls-files read every .gitignore, info/exclude and core.excludesFile:
-        # one the model made a FIFO would block this (unconfined) server for ever (sandbox.store.gitfiles).
+        # git grep --untracked and ls-files read every .gitignore, .gitattributes (is a file binary),
+        # info/exclude and core.excludesFile: one the model made a FIFO blocks that git. Said at once when
+        # it is there before; one swapped in while git reads is the deadline's (_git).
         odd = None if gitfiles.repository_plain(run.worktree) else ".git"
-        odd = odd or gitfiles.tree_rules_plain(run.worktree, (".gitignore",))
+        odd = odd or gitfiles.tree_rules_plain(run.worktree)
         if odd is not None:
-            raise UsageError(f"The search cannot read the worktree's ignore rules: {odd} is not a regular file.")
+            raise UsageError(f"The search cannot read the worktree's git rules: {odd} is not a regular file.")
         try:
             regex = re.compile(pattern.encode("utf-8", "surrogateescape"), re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
@@ -102,23 +108,24 @@ class FindTools(WorkspaceState):
         spec = rel or "."
         pathspecs = [f":(glob){rel + '/' if rel else ''}{glob if '/' in glob else '**/' + glob}"] if glob else [spec]
         grep = ["grep", "-l", "-z", "-I", "--untracked", "--full-name", *(["-i"] if ignore_case else [])]
-        proc = gitcli.git([*grep, "-P", "-e", pattern, "--", *pathspecs], run.worktree, check=False)
-        if proc.returncode == 1:
+        code, out, err = self._git(run, [*grep, "-P", "-e", pattern, "--", *pathspecs])
+        if code == 1:
             return f"No line matches {pattern!r}."
-        if proc.returncode != 0 and b"limit exceeded" in proc.stderr:
+        if code != 0 and b"limit exceeded" in err:
             # PCRE gave up backtracking (its match, depth or heap limit). Python's re has no limit and
             # holds the GIL: the same pattern over every file would stop this server for ever.
             raise UsageError(
                 f"The search pattern {pattern!r} backtracks past PCRE's limit on some line (nested repeats such "
                 "as '(a+)+'); simplify it."
             )
-        if proc.returncode != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
-            listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
-            proc = gitcli.git(listing, run.worktree, check=False)
-        if proc.returncode != 0:
-            detail = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(proc.returncode)}.")
-        names = sorted({os.fsdecode(n) for n in proc.stdout.split(b"\0") if n})
+        if code != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
+            code, out, err = self._git(
+                run, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
+            )
+        if code != 0:
+            detail = err.decode(errors="replace").strip().splitlines()
+            raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(code)}.")
+        names = sorted({os.fsdecode(n) for n in out.split(b"\0") if n})
         lines: list[str] = []
         more = left = 0
         root = open_worktree(run)
@@ -141,6 +148,65 @@ class FindTools(WorkspaceState):
             where = f", and maybe in {left} more files" if left else ""
             lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
         return sendable("\n".join(lines))
+
+    def _git(self, run: Run, args: list[str]) -> tuple[int, bytes, bytes]:
+        """(exit code, standard output, standard error) of a git the search runs in the run's worktree.
+
+        That git opens by name what the model wrote (the files it greps, every rule file, a
+        ``core.excludesFile`` its config names), so it runs where the model's own commands run: in the
+        run's sandbox when the server confines them (reading a file of yours outside, as an exclude
+        file, would tell the model which of its file names are lines of it), and is killed after
+        :attr:`search_deadline` seconds either way (a rule file swapped for a FIFO while git reads)."""
+        import subprocess
+        import tempfile
+
+        from sandbox.confine.policy import policy_for_run
+        from sandbox.store import gitcli
+
+        argv, env = gitcli.command(args)
+        isolation = None
+        if self.hosted is None and self.settings.isolation is not None:  # hosted: in the sandbox already
+            isolation = self.settings.isolation(run.user_workdir)
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            box = None
+            if isolation is not None and isolation.enabled:
+                spawn.check(isolation)
+                policy = policy_for_run(isolation, run)
+                own = gitcli.pinned_env()  # back after the policy's filter of the environment
+                box = spawn.spawn(
+                    isolation,
+                    policy,
+                    argv,
+                    run.worktree,
+                    env=env,
+                    own_env=own,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                )
+                proc = box.proc
+            else:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=run.worktree,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            try:
+                proc.wait(timeout=self.search_deadline)
+            except subprocess.TimeoutExpired:
+                kill(proc, box)
+                raise UsageError(
+                    f"The search was stopped after {self.search_deadline:g} s: git did not finish reading the "
+                    "worktree (a rule file that is a FIFO, or a very large tree); narrow the path or glob."
+                ) from None
+            code = box.wait() if box is not None else proc.returncode
+            out.seek(0)
+            err.seek(0)
+            return code, out.read(), err.read()
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -10,8 +10,11 @@ common to the recording tools (a pinned run, a server inside a sandbox, an input
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -178,3 +181,15 @@ def _start_time(pid: int) -> int | None:
     from sandbox.agent import procs
 
     return procs.start_time(pid)
+
+
+def kill(proc: subprocess.Popen[bytes], box: spawn.Confined | None) -> None:
+    """Kill a process the server started and everything it started (bubblewrap's PID namespace, or its
+    session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if box is not None:
+            proc.kill()  # the namespace's init dies with bubblewrap, and every process in it
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)

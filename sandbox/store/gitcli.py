@@ -89,15 +89,22 @@ def command(
     if not network:
         argv.extend(NO_TRANSPORT_CONFIG)
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    full_env["GIT_OPTIONAL_LOCKS"] = "1" if optional_locks else "0"
-    full_env["GIT_TERMINAL_PROMPT"] = "0"
-    full_env["LC_ALL"] = "C"
-    if env:
-        full_env.update(env)
-    full_env.update(NO_LAZY_FETCH_ENV)
-    if not network:
-        full_env.update(NO_TRANSPORT_ENV)
+    full_env.update(pinned_env(env, optional_locks=optional_locks, network=network))
     return [*argv, *args], full_env
+
+
+def pinned_env(
+    env: Mapping[str, str] | None = None, *, optional_locks: bool = False, network: bool = False
+) -> dict[str, str]:
+    """What :func:`command` sets in a git's environment, ``env`` included: a git started in a sandbox,
+    whose environment is filtered, gets these back after the filter (:func:`sandbox.confine.spawn.spawn`'s
+    ``own_env``)."""
+    pinned = {"GIT_OPTIONAL_LOCKS": "1" if optional_locks else "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    pinned.update(env or {})
+    pinned.update(NO_LAZY_FETCH_ENV)
+    if not network:
+        pinned.update(NO_TRANSPORT_ENV)
+    return pinned
 
 
 class GitCommandError(SandboxError):

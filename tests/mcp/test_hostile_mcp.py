@@ -1,8 +1,8 @@
 """``sandbox mcp`` against a model that plants traps with its own ``run_command`` first.
 
-The MCP server is not confined (only the commands it runs are): a tool that opens what the model
-planted in the worktree or the run's git dir must neither hang (a FIFO), nor read outside, nor run
-anything. Each answer must come back within a bound, as a tool error or a result, and the session
+The MCP server is not confined (the commands it runs are, and so is the git of its search): a tool that
+opens what the model planted in the worktree or the run's git dir must neither hang (a FIFO), nor read
+outside, nor run anything. Each answer must come back within a bound, as a tool error or a result, and the session
 must go on answering.
 """
 
@@ -38,6 +38,9 @@ TRAPS = {
         "search",
         {"pattern": "app"},
     ),
+    # git grep reads the attributes of each file it greps (is it binary?): this one hung the server for ever.
+    "fifo-gitattributes": ("mkfifo .gitattributes", "search", {"pattern": "app"}),
+    "fifo-nested-gitattributes": ("mkfifo src/.gitattributes", "search", {"pattern": "app"}),
     "fifo-read": ("mkfifo p", "read_file", {"path": "p"}),
     "fifo-edit": ("mkfifo p", "edit_file", {"path": "p", "old_string": "a", "new_string": "b"}),
     "fifo-write-over": ("mkfifo p", "write_file", {"path": "p", "content": "x\n"}),
@@ -89,6 +92,94 @@ def test_a_planted_trap_never_hangs_or_escapes_the_mcp_server(repo: Path, trap: 
     assert "hello\nuser edit" not in out["text"]  # nothing of the user's tree
     assert user_state(repo) == before
     assert not os.path.exists(MARK)
+
+
+def test_a_search_reads_what_the_models_own_git_reads(repo: Path) -> None:
+    """The search's git opens by name what the model wrote, so it runs where the model's commands run: in
+    the run's sandbox, where nothing of your home is visible. Run by the server itself, it read your home's
+    exclude file (any file your global config names) and hid a file the model's own git grep shows."""
+    ignore = Path(os.environ["XDG_CONFIG_HOME"]) / "git" / "ignore"
+    ignore.parent.mkdir(parents=True, exist_ok=True)
+    ignore.write_text("hunter2\n")
+
+    async def main() -> tuple[str, str]:
+        command, argv = cliserver.stdio_command("mcp", "--new")
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(LIMIT):
+                own = await session.call_tool(
+                    "run_command", {"command": "echo app > hunter2 && git grep -l --untracked '^app$'"}
+                )
+                answer = await session.call_tool("search", {"pattern": "^app$"})
+            return "".join(getattr(c, "text", "") for c in own.content), "".join(
+                getattr(c, "text", "") for c in answer.content
+            )
+
+    own, found = anyio.run(main)
+    assert "hunter2" in own, own  # the model's git does not see your home's exclude file
+    assert "hunter2:1:app" in found, found
+
+
+#: A model's process that renames a FIFO and a plain file in turn over the rule files git grep reads.
+_SWAP = """
+import os, sys, time
+worktree, seconds = sys.argv[1], float(sys.argv[2])
+targets = [os.path.join(worktree, n) for n in (".gitattributes", ".gitignore", "src/.gitattributes", "src/.gitignore")]
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for target in targets:
+        spare = target + ".swap"
+        os.mkfifo(spare)
+        os.replace(spare, target)
+        with open(spare, "w") as fh:
+            fh.write("*.log\\n")
+        os.replace(spare, target)
+"""
+
+#: Searches for 5 s (each git stopped after 2 s) while _SWAP runs: how many answers, how many stopped.
+_SEARCH_WHILE_SWAPPED = """
+import subprocess, sys, time
+from sandbox.errors import UsageError
+from sandbox.mcp.state import Settings
+from sandbox.mcp.workspace import Workspace
+from sandbox.store.project import Project
+
+project, workdir, _run = Project.discover(sys.argv[1])
+project.data_root = sys.argv[2]
+ws = Workspace(project, workdir, Settings(data_root=project.data_root))
+ws.search_deadline = 2.0
+ws.start_run()
+swapper = subprocess.Popen([sys.executable, "-c", sys.argv[3], ws.run.worktree, "8"])
+end, answered, stopped = time.monotonic() + 5, 0, 0
+while time.monotonic() < end:
+    try:
+        ws.search("app")
+    except UsageError as exc:
+        stopped += "stopped after" in exc.message
+    answered += 1
+swapper.kill()
+print(answered, stopped)
+"""
+
+
+def test_a_rule_file_swapped_for_a_fifo_while_git_greps_stops_that_search_only(repo: Path, tmp_path: Path) -> None:
+    """The check before the search's git is a race: a rule file swapped for a FIFO after it blocks that git.
+    The git is killed at the search's deadline, and the search says so; the server answers on."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _SEARCH_WHILE_SWAPPED, str(repo), str(tmp_path / "data"), _SWAP],
+            capture_output=True,
+            timeout=LIMIT + 10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a search hung on a rule file swapped for a FIFO")
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    answered, _stopped = map(int, proc.stdout.split())
+    assert answered > 1
 
 
 def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> None:

@@ -197,3 +197,36 @@ def test_a_call_opened_as_a_live_update_replaces_the_timeline_shows_its_diff(age
             page.wait_for_timeout(300)
             assert not page.locator(f"tr.calldiff[data-for='{first}']").is_visible()
             browser.close()
+
+
+_HOLD_FIRST_TIMELINE = """
+window.held = [];
+const real = window.fetch;
+window.fetch = (url, options) => real(url, options).then(answer =>
+  String(url).endsWith('/timeline') && window.held.length === 0
+    ? new Promise(release => window.held.push(() => release(answer)))
+    : answer);
+"""
+
+
+@needs_chromium
+def test_an_older_live_update_that_answers_last_does_not_undo_a_newer_one(agent_run: Run, repo: Path) -> None:
+    """Two live updates a second apart, the first one's timeline answering last: the page keeps the newer
+    calls (it showed the older timeline until the run moved on again, which a finished run never does)."""
+    from playwright.sync_api import sync_playwright
+
+    for _proc, url in _served(repo):
+        with sync_playwright() as pw:
+            browser, page = _browser(pw)
+            _goto(page, url.replace("/#", f"/run/{agent_run.run_id}#"))
+            page.evaluate(_HOLD_FIRST_TIMELINE)
+            with Run.open(agent_run.project, agent_run.run_id).tool_call("live_one", {"path": "c.txt"}) as call:
+                call.write("c.txt", "one\n")
+            page.wait_for_function("window.held.length === 1")  # the first update's timeline, held back
+            with Run.open(agent_run.project, agent_run.run_id).tool_call("live_two", {"path": "d.txt"}) as call:
+                call.write("d.txt", "two\n")
+            page.wait_for_function("document.getElementById('timeline').innerText.includes('live_two')")
+            page.evaluate("window.held.forEach(release => release())")
+            page.wait_for_timeout(500)
+            assert "live_two" in page.inner_text("#timeline")
+            browser.close()

@@ -201,10 +201,16 @@
     if (before.bottom < 0) window.scrollBy(0, el.getBoundingClientRect().height - before.height);
   }
 
+  // As for the diff: only the newest timeline asked for lands (two live updates a second apart, the
+  // older answer last, would show the calls as they were until the run moved on again).
+  var timelineAsked = 0;
   function refresh(withDiff) {
     var run = encodeURIComponent(boot.run);
     var timeline = document.getElementById("timeline");
-    var jobs = [get("/run/" + run + "/timeline").then(function (html) { swapInPlace(timeline, html); })];
+    var mine = ++timelineAsked;
+    var jobs = [get("/run/" + run + "/timeline").then(function (html) {
+      if (mine === timelineAsked) swapInPlace(timeline, html);
+    })];
     if (withDiff) {
       jobs.push(loadDiff());
       var c = document.getElementById("conflicts");
@@ -472,13 +478,16 @@
 
     // Live: follow a running agent (the ledger's tip) in place: the header's counts, the calls, and the
     // diff unless hunks are picked (scroll, open calls and picks kept).
+    var factsAsked = 0;
     setInterval(function () {
       get("/api/tips").then(function (text) {
         var tips = JSON.parse(text);
         var tip = tips[boot.run];
         if (tip !== undefined && tip !== boot.tip) {
           boot.tip = tip;
+          var mine = ++factsAsked;
           get("/run/" + encodeURIComponent(boot.run) + "/facts").then(function (html) {
+            if (mine !== factsAsked) return;  // a newer one is on its way
             var doc = new DOMParser().parseFromString(html, "text/html");
             ["p.facts", "#calls-count"].forEach(function (sel) {
               var now = document.querySelector(sel), fresh = doc.querySelector(sel);
@@ -508,13 +517,16 @@
   });
 
   if (boot.page === "runs" || boot.page === "approvals") {
+    var runsAsked = 0;
     setInterval(function () {
       get("/api/tips").then(function (text) {
         if (!boot.tips || text.replace(/\s/g, "") === JSON.stringify(boot.tips).replace(/\s/g, "")) return;
         var rows = document.querySelector("table.runs tbody");
         if (boot.page !== "runs" || !rows) { location.reload(); return; }
-        // The runs list in place: the boxes checked for comparing stay checked.
+        // The runs list in place: the boxes checked for comparing stay checked; only the newest answer lands.
+        var mine = ++runsAsked;
         get("/").then(function (html) {
+          if (mine !== runsAsked) return;
           var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("table.runs tbody");
           if (!fresh) { location.reload(); return; }
           var checked = {};

@@ -199,6 +199,8 @@ class FindTools(WorkspaceState):
                 proc.wait(timeout=self.search_deadline)
             except subprocess.TimeoutExpired:
                 kill(proc, box)
+                if box is not None:
+                    box.discard()  # its cgroups removed, the thread that started it let go
                 raise UsageError(
                     f"The search was stopped after {self.search_deadline:g} s: git did not finish reading the "
                     "worktree (a rule file that is a FIFO, or a very large tree); narrow the path or glob."

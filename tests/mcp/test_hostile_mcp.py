@@ -140,6 +140,7 @@ while time.monotonic() < end:
 #: Searches for 5 s (each git stopped after 2 s) while _SWAP runs: how many answers, how many stopped.
 _SEARCH_WHILE_SWAPPED = """
 import subprocess, sys, time
+from sandbox.cli.machine import resolver
 from sandbox.errors import UsageError
 from sandbox.mcp.state import Settings
 from sandbox.mcp.workspace import Workspace
@@ -147,7 +148,8 @@ from sandbox.store.project import Project
 
 project, workdir, _run = Project.discover(sys.argv[1])
 project.data_root = sys.argv[2]
-ws = Workspace(project, workdir, Settings(data_root=project.data_root))
+confined = resolver("exec", None, None) if sys.argv[4] == "confined" else None
+ws = Workspace(project, workdir, Settings(data_root=project.data_root, isolation=confined))
 ws.search_deadline = 2.0
 ws.start_run()
 swapper = subprocess.Popen([sys.executable, "-c", sys.argv[3], ws.run.worktree, "8"])
@@ -163,14 +165,18 @@ print(answered, stopped)
 """
 
 
-def test_a_rule_file_swapped_for_a_fifo_while_git_greps_stops_that_search_only(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["confined", "unconfined"])
+def test_a_rule_file_swapped_for_a_fifo_while_git_greps_stops_that_search_only(
+    repo: Path, tmp_path: Path, how: str
+) -> None:
     """The check before the search's git is a race: a rule file swapped for a FIFO after it blocks that git.
-    The git is killed at the search's deadline, and the search says so; the server answers on."""
+    The git is killed at the search's deadline (in the run's sandbox, or with --isolate off), and the search
+    says so; the server answers on."""
     import subprocess
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _SEARCH_WHILE_SWAPPED, str(repo), str(tmp_path / "data"), _SWAP],
+            [sys.executable, "-c", _SEARCH_WHILE_SWAPPED, str(repo), str(tmp_path / "data"), _SWAP, how],
             capture_output=True,
             timeout=LIMIT + 10,
             check=False,

@@ -8,7 +8,9 @@ stdio, alive for the whole case (as a client keeps it). Measured from the client
   and as its floors the same workspace method, and the library's ``tool_call`` + ``call.write``,
   called in the benchmark's own process (what the protocol adds, what the workspace adds);
 - ``run_command`` of a command that changes one file, against ``sandbox exec RUN -- sh -c ...``
-  (a whole process, the run's service up: its fast path) of the same command, alternating.
+  (a whole process, the run's service up: its fast path) of the same command, alternating;
+- ``search`` of a pattern found nowhere (git walks the whole tree), its git in the run's sandbox,
+  against the same ``git grep`` run plainly in the worktree (what a model's own unconfined grep costs).
 
 Targets (issue 15): the write, median <= 30 ms at the largest size; ``run_command`` within 1.5x
 of ``sandbox exec`` (ratio of the medians).
@@ -33,6 +35,11 @@ V_MCP = "run_command through MCP"
 V_EXEC = "sandbox exec, the run's service up"
 V_FLOOR = "floor: the same Workspace.write_file in-process (no protocol)"
 V_LIB = "floor: run.tool_call + call.write in-process (the library alone)"
+G_SEARCH = "a search found nowhere (the whole tree read)"
+V_SEARCH = "search through MCP (its git in the run's sandbox)"
+V_GREP = "git grep -l --untracked in the worktree, unconfined"
+#: Found in no file of the generated repository.
+NOWHERE = "sandbox-bench-nowhere-[0-9]{7}"
 
 
 def run(ctx: Context, repo: Repo) -> None:
@@ -71,6 +78,7 @@ async def _measure(ctx: Context, repo: Repo, run_id: str) -> None:
     params = StdioServerParameters(command=SANDBOX, args=["-C", repo.path, "mcp", "--run", run_id], env=env)
     res.row(CASE, repo.size, G_WRITE, V_LIB, ref=True)
     res.row(CASE, repo.size, G_CMD, V_EXEC, ref=True)
+    res.row(CASE, repo.size, G_SEARCH, V_GREP, ref=True)
     async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as s:
         await s.initialize()
         await s.call_tool("write_file", {"path": "bench/warm.txt", "content": "warm\n"})  # first call: imports
@@ -109,6 +117,15 @@ async def _measure(ctx: Context, repo: Repo, run_id: str) -> None:
                     argv = [SANDBOX, "-C", repo.path, "exec", run_id, "--", "sh", "-c", command]
                     value = run_proc(argv, env={"SANDBOX_HOOK_AUTOSTART": "0"}).seconds
                 res.add(CASE, repo.size, G_CMD, str(variant), value)
+        grep = ["git", "-C", floor.run.worktree, "grep", "-l", "-z", "-I", "--untracked", "-P", "-e", NOWHERE]
+        for i in ctx.rounds(9, budget=60):
+            for variant in rotate([V_SEARCH, V_GREP], i):
+                settle()
+                if variant == V_SEARCH:
+                    value = await call("search", {"pattern": NOWHERE})
+                else:
+                    value = run_proc(grep, check=False).seconds
+                res.add(CASE, repo.size, G_SEARCH, str(variant), value)
 
 
 def _in_process(repo: Repo, run_id: str) -> Any:

@@ -17,9 +17,9 @@ import stat
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
-from sandbox.confine import spawn
 from sandbox.errors import UsageError
-from sandbox.mcp.state import WorkspaceState, kill
+from sandbox.mcp import searchgit
+from sandbox.mcp.state import WorkspaceState
 from sandbox.mcp.worktree import MAX_READ_BYTES, open_path, open_worktree
 from sandbox.run.run import Run
 from sandbox.store import beneath
@@ -30,8 +30,6 @@ MAX_SEARCH = 200
 #: The most directory entries one ``list_files`` reads (its walk, or one directory) before it answers
 #: with what it found.
 MAX_VISIT = 100_000
-#: Seconds a search's git may read the worktree (a large tree's grep takes a few).
-SEARCH_DEADLINE = 60.0
 
 
 class FindTools(WorkspaceState):
@@ -41,7 +39,7 @@ class FindTools(WorkspaceState):
     #: directory: a model's build can put millions of files in one).
     max_visit: int = MAX_VISIT
     #: Seconds the git of one ``search`` may take before it is killed and the search refused.
-    search_deadline: float = SEARCH_DEADLINE
+    search_deadline: float = searchgit.SEARCH_DEADLINE
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> str:
         """The entries of a directory (``pattern`` None), or the files below it matching a glob."""
@@ -88,16 +86,15 @@ class FindTools(WorkspaceState):
         when a command of the model's flips a directory to a symlink while git reads (git opens the
         paths it walks, and would follow it). A pattern git cannot take (PCRE and Python differ a
         little) falls back to every file ``ls-files`` lists."""
-        from sandbox.store import gitfiles
-
         run = self.require_run()
         rel, fd = open_path(run, path, os.O_RDONLY, allow_root=True)
         os.close(fd)
-        # git grep --untracked and ls-files read every .gitignore, .gitattributes (is a file binary),
-        # info/exclude and core.excludesFile: one the model made a FIFO blocks that git. Said at once when
-        # it is there before; one swapped in while git reads is the deadline's (_git).
-        odd = None if gitfiles.repository_plain(run.worktree) else ".git"
-        odd = odd or gitfiles.tree_rules_plain(run.worktree)
+        # Its git runs where the model's commands run, bounded in time (sandbox.mcp.searchgit).
+        isolation = None
+        if self.hosted is None and self.settings.isolation is not None:  # hosted: in the sandbox already
+            isolation = self.settings.isolation(run.user_workdir)
+        confined = searchgit.confinement(run, isolation)
+        odd = searchgit.blocking_file(run, confined)
         if odd is not None:
             raise UsageError(f"The search cannot read the worktree's git rules: {odd} is not a regular file.")
         try:
@@ -108,7 +105,9 @@ class FindTools(WorkspaceState):
         spec = rel or "."
         pathspecs = [f":(glob){rel + '/' if rel else ''}{glob if '/' in glob else '**/' + glob}"] if glob else [spec]
         grep = ["grep", "-l", "-z", "-I", "--untracked", "--full-name", *(["-i"] if ignore_case else [])]
-        code, out, err = self._git(run, [*grep, "-P", "-e", pattern, "--", *pathspecs])
+        code, out, err = searchgit.run_git(
+            run, confined, [*grep, "-P", "-e", pattern, "--", *pathspecs], self.search_deadline
+        )
         if code == 1:
             return f"No line matches {pattern!r}."
         if code != 0 and b"limit exceeded" in err:
@@ -119,9 +118,8 @@ class FindTools(WorkspaceState):
                 "as '(a+)+'); simplify it."
             )
         if code != 0:  # a git without PCRE, or a pattern PCRE reads otherwise: every file
-            code, out, err = self._git(
-                run, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
-            )
+            listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs]
+            code, out, err = searchgit.run_git(run, confined, listing, self.search_deadline)
         if code != 0:
             detail = err.decode(errors="replace").strip().splitlines()
             raise UsageError(f"The search failed: {detail[-1] if detail else 'exit ' + str(code)}.")
@@ -148,67 +146,6 @@ class FindTools(WorkspaceState):
             where = f", and maybe in {left} more files" if left else ""
             lines.append(f"[{more} more matching lines{where}; narrow the pattern, path or glob]")
         return sendable("\n".join(lines))
-
-    def _git(self, run: Run, args: list[str]) -> tuple[int, bytes, bytes]:
-        """(exit code, standard output, standard error) of a git the search runs in the run's worktree.
-
-        That git opens by name what the model wrote (the files it greps, every rule file, a
-        ``core.excludesFile`` its config names), so it runs where the model's own commands run: in the
-        run's sandbox when the server confines them (reading a file of yours outside, as an exclude
-        file, would tell the model which of its file names are lines of it), and is killed after
-        :attr:`search_deadline` seconds either way (a rule file swapped for a FIFO while git reads)."""
-        import subprocess
-        import tempfile
-
-        from sandbox.confine.policy import policy_for_run
-        from sandbox.store import gitcli
-
-        argv, env = gitcli.command(args)
-        isolation = None
-        if self.hosted is None and self.settings.isolation is not None:  # hosted: in the sandbox already
-            isolation = self.settings.isolation(run.user_workdir)
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            box = None
-            if isolation is not None and isolation.enabled:
-                spawn.check(isolation)
-                policy = policy_for_run(isolation, run)
-                own = gitcli.pinned_env()  # back after the policy's filter of the environment
-                box = spawn.spawn(
-                    isolation,
-                    policy,
-                    argv,
-                    run.worktree,
-                    env=env,
-                    own_env=own,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                )
-                proc = box.proc
-            else:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=run.worktree,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                )
-            try:
-                proc.wait(timeout=self.search_deadline)
-            except subprocess.TimeoutExpired:
-                kill(proc, box)
-                if box is not None:
-                    box.discard()  # its cgroups removed, the thread that started it let go
-                raise UsageError(
-                    f"The search was stopped after {self.search_deadline:g} s: git did not finish reading the "
-                    "worktree (a rule file that is a FIFO, or a very large tree); narrow the path or glob."
-                ) from None
-            code = box.wait() if box is not None else proc.returncode
-            out.seek(0)
-            err.seek(0)
-            return code, out.read(), err.read()
 
 
 # -- helpers -----------------------------------------------------------------------------------

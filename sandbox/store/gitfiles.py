@@ -112,7 +112,7 @@ def _named_files(path: str, st: os.stat_result) -> list[tuple[bytes, str]] | Non
     return found
 
 
-def _config_files_plain(path: str, depth: int = 0) -> bool:
+def config_files_plain(path: str, depth: int = 0) -> bool:
     """True when the config ``path`` and every file it names (includes, followed) are plain."""
     try:
         st = os.stat(path)
@@ -129,7 +129,7 @@ def _config_files_plain(path: str, depth: int = 0) -> bool:
         if not plain_or_absent(other):
             return False
         nested = key == b"path"
-        if nested and (depth >= MAX_INCLUDE_DEPTH or not _config_files_plain(other, depth + 1)):
+        if nested and (depth >= MAX_INCLUDE_DEPTH or not config_files_plain(other, depth + 1)):
             return False
     return True
 
@@ -157,7 +157,7 @@ def repository_plain(workdir: str, names: tuple[str, ...] = GIT_DIR_FILES) -> bo
     for d in dirs:
         if not all(plain_or_absent(os.path.join(d, name)) for name in names):
             return False
-        if not _config_files_plain(os.path.join(d, "config")):
+        if not config_files_plain(os.path.join(d, "config")):
             return False
     return True
 

@@ -32,7 +32,17 @@ MARK = os.path.join(tempfile.gettempdir(), f"sandbox-trap-{secrets.token_hex(6)}
 TRAPS = {
     "fifo-gitignore": ("mkfifo .gitignore", "search", {"pattern": "app"}),
     "fifo-nested-gitignore": ("mkfifo src/.gitignore", "search", {"pattern": "app", "path": "src"}),
-    "fifo-excludesfile": ('mkfifo x.fifo && git config core.excludesFile "$PWD/x.fifo"', "search", {"pattern": "app"}),
+    # The run's git config is read-only inside; the agent's global one is its own (and the search's git reads it).
+    "fifo-excludesfile": (
+        'mkfifo x.fifo && git config --global core.excludesFile "$PWD/x.fifo"',
+        "search",
+        {"pattern": "app"},
+    ),
+    "fifo-attributesfile": (
+        'mkfifo x.fifo && git config --global core.attributesFile "$PWD/x.fifo"',
+        "search",
+        {"pattern": "app"},
+    ),
     "fifo-info-exclude": (
         'g="$(git rev-parse --git-dir)"; mkdir -p "$g/info"; rm -f "$g/info/exclude"; mkfifo "$g/info/exclude"',
         "search",

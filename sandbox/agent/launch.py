@@ -172,7 +172,9 @@ def cut(
         if candidates is None:
             from sandbox.store import scan
 
-            candidates = scan.candidates(run.repo, run.worktree, head_tree)
+            # In a worker killed at its deadline: the agent may still run (a quiet point whose window did not
+            # vouch), and a rule file it swaps for a FIFO while libgit2 reads would stop this process.
+            candidates = scan.candidates(run.repo, run.worktree, head_tree, worker=True)
         cap = (
             capture(run.repo, run.worktree, head_tree, candidates, run.is_ignored, run.is_private)
             if candidates

@@ -126,3 +126,52 @@ def test_rule_files_the_agent_swaps_for_fifos_while_the_host_reads_them_never_ha
         swapper.wait()
     assert asking.returncode == 0, asking.stderr.decode(errors="replace")
     assert int(asking.stdout) > 10
+
+
+#: A session's cuts (sandbox.agent.launch.cut: a quiet point whose window did not vouch, so a scan) for
+#: argv[3] s, each changing a file first; prints how many ended, how many were stopped.
+_CUT = """
+import sys, time
+from sandbox.agent import launch
+from sandbox.errors import SandboxError
+from sandbox.run.run import Run
+from sandbox.store import scan
+from sandbox.store.project import Project
+scan.WORKER_DEADLINE = 3.0  # a blocked scan is stopped within the test's time
+project, _, _ = Project.discover(sys.argv[1])
+run = Run.open(project, sys.argv[2])
+end, cut, stopped = time.monotonic() + float(sys.argv[3]), 0, 0
+while time.monotonic() < end:
+    with open(run.worktree + "/d/x.txt", "w") as fh:
+        fh.write(str(cut))
+    try:
+        launch.cut(run, None)
+    except SandboxError:
+        stopped += 1
+    cut += 1
+print(cut, stopped)
+"""
+
+
+def test_a_sessions_scan_while_the_agent_swaps_rule_files_for_fifos_never_hangs_the_session(repo: Path) -> None:
+    """A quiet point of 'sandbox run' whose window cannot vouch (the host's queue overflowed, or no host)
+    scans the worktree while the agent still runs. libgit2's status opens every rule file by name after the
+    plain check, so a FIFO swapped in between blocked the session's own process, holding the GIL. The scan
+    runs in a worker killed at its deadline: a cut may fail (the final scan retries), the session goes on."""
+    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    place = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)
+    worktree = place["worktree"]
+    git_dir = str(Path(worktree).parent / "git")
+    swapper = subprocess.Popen([sys.executable, "-c", _SWAP, worktree, git_dir, "8"])
+    try:
+        cutting = subprocess.run(
+            [sys.executable, "-c", _CUT, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a session's scan hung on a rule file swapped for a FIFO (more than {LIMIT} s)")
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert cutting.returncode == 0, cutting.stderr.decode(errors="replace")
+    cut, _stopped = map(int, cutting.stdout.split())
+    assert cut > 1

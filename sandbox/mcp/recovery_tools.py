@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
 
-def register(server: MCPServer[Any], ws: Workspace, call: Callable[..., Awaitable[Any]]) -> None:
-    """Add the tools and resource of this module to ``server`` (an ``MCPServer``), working on ``ws``."""
+def register(
+    server: MCPServer[Any], ws: Workspace, call: Callable[..., Awaitable[Any]], read: Callable[..., Awaitable[Any]]
+) -> None:
+    """Add the tools and resource of this module to ``server`` (an ``MCPServer``), working on ``ws``: ``call``
+    runs a tool's function, ``read`` a resource's (its refusal is the resource's error, said whole)."""
 
     @server.tool(
         description=(
@@ -47,7 +50,7 @@ def register(server: MCPServer[Any], ws: Workspace, call: Callable[..., Awaitabl
         mime_type="application/json",
     )
     async def run_conversations(run_id: str) -> str:
-        text: str = await call(conversations, ws, run_id)
+        text: str = await read(conversations, ws, run_id)
         return text
 
 
@@ -76,11 +79,10 @@ def rewind_open_run(ws: Workspace, call_id: str) -> dict[str, object]:
 def conversations(ws: Workspace, run_id: str) -> str:
     """The stored conversations of a run, as JSON text."""
     from sandbox.agent import transcripts
-    from sandbox.run.names import resolve_run
     from sandbox.run.run import Run
 
     with ws.lock:
-        run = Run.open(ws.project, resolve_run(ws.project, run_id))
+        run = Run.open(ws.project, ws.resolve_own(run_id))  # a pinned server's model reads its own run's only
         out = []
         for agent, session in transcripts.sessions(run):
             stored = transcripts.latest(run, session)

@@ -64,11 +64,10 @@ class ReviewTools(WorkspaceState):
         return _bounded_diff(text)
 
     def run_text(self, run_id: str, what: Literal["diff", "log"]) -> str:
-        """The diff or log of any run of the repository (the resources name it), without opening it."""
-        from sandbox.run.names import resolve_run
-
+        """The diff or log of any run of the repository (the resources name it), without opening it; only
+        its own run's for a server pinned to one (another agent's run is not the model's to read)."""
         with self.lock:  # the project's repository is shared with the recording tools
-            run = Run.open(self.project, resolve_run(self.project, run_id))
+            run = Run.open(self.project, self.resolve_own(run_id))
             if what == "log":
                 return _log_text(run, None)
             text = _diff_text(run, None, False)

@@ -45,11 +45,7 @@ class RunTools(WorkspaceState):
     def open_run(self, run_id: str) -> Opened:
         """Work on an existing run (any unique prefix of its id)."""
         with self.lock:
-            from sandbox.run.names import resolve_run
-
-            rid = resolve_run(self.project, run_id)
-            self.refuse_if_pinned(rid)
-            run = Run.open(self.project, rid)
+            run = Run.open(self.project, self.resolve_own(run_id))
             run.load()
             return self._opened(run, created=False)
 
@@ -80,13 +76,14 @@ class RunTools(WorkspaceState):
         }
 
     def list_runs(self) -> list[RunListing]:
-        """The repository's runs: id, label, calls, changed paths, whether it is the open one."""
+        """The repository's runs: id, label, calls, changed paths, whether it is the open one; only its own
+        for a server pinned to one (the others are other agents', not the model's to know of)."""
         from sandbox.runs.summary import summarize_runs
 
         with self.lock:
             rows = summarize_runs(self.project, disk=False)
         current = self.run.run_id if self.run is not None else None
-        return [_listing(r, r["run"] == current) for r in rows]
+        return [_listing(r, r["run"] == current) for r in rows if self.pinned is None or r["run"] == self.pinned]
 
 
 #: The keys of a ``sandbox list`` row (:func:`sandbox.runs.summary.summarize_runs`) a model needs, in order.

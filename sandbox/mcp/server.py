@@ -138,7 +138,7 @@ def build(ws: Workspace, *, network: bool = False) -> MCPServer[Any]:
     _command_tools(server, ws, network=network)
     _review_tools(server, ws)
     _resources(server, ws)
-    register_recovery(server, ws, _call)  # rewind, and the conversations a run holds
+    register_recovery(server, ws, _call, _read)  # rewind, and the conversations a run holds
     return server
 
 

@@ -149,6 +149,19 @@ class WorkspaceState:
                 f"ledger is read-only; the user runs '{instead}' on their command line."
             )
 
+    def resolve_own(self, run_id: str) -> str:
+        """The id of the run ``run_id`` names (its id, label or a prefix); a server pinned to a run refuses
+        every other one, and one that names none, alike (its model learns nothing of other runs' names)."""
+        from sandbox.run.names import resolve_run
+
+        try:
+            rid = resolve_run(self.project, run_id)
+        except SandboxError:
+            self.refuse_if_pinned(None)
+            raise
+        self.refuse_if_pinned(rid)
+        return rid
+
     def refuse_if_pinned(self, wanted: str | None) -> None:
         """Refuse to move to run ``wanted`` (None: a new run) when the server is pinned to another."""
         if self.pinned is not None and wanted != self.pinned:

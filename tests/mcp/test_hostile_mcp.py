@@ -224,6 +224,46 @@ def test_a_server_pinned_to_one_run_does_not_write_into_another(repo: Path) -> N
     assert not wrote and not (other / "planted.txt").exists()
 
 
+def test_a_server_pinned_to_one_run_shows_nothing_of_another(repo: Path) -> None:
+    """A pinned server (--run, --new) is the model's view of its own run: another agent's run is neither
+    listed nor readable through the resources (its diff carried what that agent wrote: a secret here), and
+    a name that matches no run is refused as another run's is (no oracle of the runs' names)."""
+    import json
+
+    from tests.conftest import sandbox_cmd
+
+    other = json.loads(sandbox_cmd("start", "--json", "--label", "victim", cwd=repo).stdout)["run"]
+    assert (
+        sandbox_cmd("exec", other, "--", "sh", "-c", "echo API_KEY=victim-secret > config.env", cwd=repo).returncode
+        == 0
+    )
+
+    async def main() -> dict[str, Any]:
+        command, argv = cliserver.stdio_command("mcp", "--new")
+        params = StdioServerParameters(command=command, args=argv, env=dict(os.environ), cwd=str(repo))
+        out: dict[str, Any] = {}
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.call_tool("list_runs", {})
+            out["listed"] = "".join(getattr(c, "text", "") for c in listed.content)
+            for name in (other, "victim", "no-such-run"):
+                for what in ("diff", "log", "conversations"):
+                    try:
+                        read_back = await session.read_resource(f"sandbox://runs/{name}/{what}")
+                        out[f"{name}/{what}"] = "".join(getattr(c, "text", "") for c in read_back.contents)
+                    except Exception as exc:  # the SDK raises the server's error
+                        out[f"{name}/{what}"] = f"REFUSED {exc}"
+        return out
+
+    out = anyio.run(main)
+    assert other not in out["listed"] and "victim" not in out["listed"], out["listed"]
+    for key, text in out.items():
+        if key == "listed":
+            continue
+        assert "victim-secret" not in text and text.startswith("REFUSED"), (key, text)
+        assert "works on run" in text, (key, text)
+
+
 #: A confined agent's client for another session's HTTP MCP server (the SDK's, run inside the sandbox).
 HTTP_CLIENT = r"""
 import sys, anyio

@@ -108,6 +108,41 @@ def read(git_dir: str, run_id: str, base: str) -> AgentGitJson | None:
     return None if found is None else found.to_json()
 
 
+def tips(git_dir: str) -> dict[str, str] | None:
+    """The run's own branches and tags (``refs/heads/x``, ``refs/tags/t``), each peeled to its commit, and
+    ``HEAD``'s commit when it has one: what travels with ``sandbox push``. None when the directory cannot
+    be read (as :func:`activity`: never a hang on a FIFO, never a crash). A ref that does not resolve or
+    peel to a commit is skipped, as libgit2 skips it."""
+    if not plain_files_only(git_dir):
+        return None
+    try:
+        repo = Repo(git_dir, mapped=False)
+    except GitReadError:
+        return None
+    try:
+        walker = Walker(repo)
+        out: dict[str, str] = {}
+        for name in repo.ref_names("refs/"):
+            if name.startswith(("refs/heads/", "refs/tags/")):
+                try:
+                    oid = repo.ref(name)
+                    if oid is not None:
+                        out[name] = walker.peel(oid)
+                except GitReadError:
+                    continue
+        try:
+            head = _head(repo)[1]
+        except GitReadError:
+            head = None
+        if head is not None:
+            out["HEAD"] = head
+        return out
+    except (GitReadError, OSError):
+        return None
+    finally:
+        repo.close()
+
+
 def _head(repo: Repo) -> tuple[str | None, str | None]:
     """(branch, commit) of HEAD as libgit2 gives them: the last ref of its symbolic chain (None when
     HEAD is detached), and the id it resolves to, unpeeled (both None when the branch is unborn)."""

@@ -42,6 +42,7 @@ from typing import TypedDict
 import pygit2
 
 from sandbox.errors import CorruptionError, SandboxError, UsageError
+from sandbox.fast import agentgit
 from sandbox.models import FetchedFrom, from_json, to_json
 from sandbox.run import verify
 from sandbox.run.core import set_head_ref
@@ -218,21 +219,16 @@ def agent_refs(project: Project, run_id: str) -> tuple[dict[str, str], str | Non
     if place.legacy or not os.path.isdir(os.path.join(place.git_dir, "objects")):
         local = _local_refs(project, run_id)
         return {n: oid for n, oid in local.items() if n.startswith(AGENT_PREFIX)}, None
-    try:
-        repo = pygit2.Repository(place.git_dir)
-    except pygit2.GitError:
-        return {}, None
-    out: dict[str, str] = {}
-    for name in repo.references:
-        if name.startswith(("refs/heads/", "refs/tags/")):
-            # Peeled to commits (an annotated tag's message stays behind): every ref under
-            # refs/sandbox names a commit (docs/refs-layout.md).
-            with contextlib.suppress(pygit2.GitError, KeyError, ValueError):
-                out[AGENT_PREFIX + name] = str(repo.references[name].peel(pygit2.Commit).id)
-    with contextlib.suppress(pygit2.GitError):
-        if not repo.head_is_unborn:
-            out[AGENT_PREFIX + "HEAD"] = str(repo.head.target)
-    return out, os.path.join(place.git_dir, "objects")
+    # The agent writes that directory: read without libgit2, which opened a FIFO made its packed-refs
+    # and waited for ever (sandbox.fast.agentgit). Peeled to commits (an annotated tag's message stays
+    # behind): every ref under refs/sandbox names a commit (docs/refs-layout.md).
+    found = agentgit.tips(place.git_dir)
+    if found is None:
+        raise SandboxError(
+            f"The git directory of run {run_id} ({place.git_dir}) cannot be read: a file where git keeps refs "
+            "or objects is not a regular file, or is damaged; nothing was sent. Remove it there, or drop the run."
+        )
+    return {AGENT_PREFIX + name: oid for name, oid in found.items()}, os.path.join(place.git_dir, "objects")
 
 
 def _has(repo: pygit2.Repository, oid: str) -> bool:

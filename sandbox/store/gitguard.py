@@ -233,17 +233,42 @@ def findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:
     """What in the run's git would run a program (or read another configuration) for the user's git
     in ``worktree`` and was not put there by the sandbox: one phrase each (of agent origin: escape
     before printing). Empty when the run's git holds the rule of this module."""
-    # The index's gitlinks are listed by a git of their own, side by side with the config's parse.
+    from sandbox.store import gitfiles
+
+    # The index's gitlinks are listed by a git of their own, side by side with the config's parse. That git
+    # opens the run's HEAD, config, refs and index by name: one the agent made a FIFO would block it, so
+    # they are checked plain first, and a swap after the check costs this listing its deadline, no more.
     index = os.path.join(git_dir, "index")
-    links = _gitlinks_started(worktree, git_dir) if os.path.isfile(index) else None
+    plain = gitfiles.plain_files_only(git_dir) and gitfiles.plain_or_absent(index)
+    links = _gitlinks_started(worktree, git_dir) if plain and os.path.isfile(index) else None
     try:
         out = _findings(worktree, git_dir, common_dir)
     finally:
-        listed = links.result(timeout=60)[1] if links is not None else b""
+        listed, late = _listed(links)
+    if not plain:
+        out.append("a file of its git directory (HEAD, config, a ref, a pack or the index) is not a regular file")
+    elif late:
+        out.append(f"its index could not be listed within {LIST_DEADLINE:g} s (a file of its git dir blocks git)")
     return out + [
         f"submodule {path} has a repository of its own (git add -A there runs git in it)"
         for path in _gitlinks(worktree, listed)
     ]
+
+
+#: Seconds the listing of a run's index may take before ``status`` goes on without it.
+LIST_DEADLINE = 10.0
+
+
+def _listed(links: gitcli.Started | None) -> tuple[bytes, bool]:
+    """(what the index listing wrote, True when it was stopped at :data:`LIST_DEADLINE`)."""
+    import subprocess
+
+    if links is None:
+        return b"", False
+    try:
+        return links.result(timeout=LIST_DEADLINE)[1], False
+    except subprocess.TimeoutExpired:
+        return b"", True
 
 
 def _findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:

@@ -40,13 +40,14 @@ def status_paths(worktree: str) -> set[str]:
     # A status reads every ignore and attributes file and the git dir's: one that the agent made a
     # FIFO (or a link to one) would block libgit2 for ever (sandbox.store.gitfiles).
     gdir = gitfiles.git_dir(worktree)
-    plain = gitfiles.repository_plain(worktree) and (gdir is None or gitfiles.plain_files_only(gdir))
-    odd = None if plain else ".git"  # the worktree's HEAD and objects are read too: its refs, packs
+    odd = None if gitfiles.repository_plain(worktree) else ".git (or a file it names)"
+    if odd is None and gdir is not None and not gitfiles.plain_files_only(gdir):  # its HEAD, refs, packs
+        odd = f"a file of its git directory {gdir} (HEAD, a ref or a pack)"
     odd = odd or gitfiles.tree_rules_plain(worktree)
     if odd is not None:
         raise SandboxError(
-            f"Cannot read the status of the worktree {worktree}: {odd} (or a file it names) is not a "
-            "regular file; remove it in the worktree, then try again."
+            f"Cannot read the status of the worktree {worktree}: {odd} is not a regular file; remove it, "
+            "then try again."
         )
     # libgit2, not the git command: the worktree's git dir is the agent's to write, and git would
     # run commands named there (core.fsmonitor, filter drivers, a redirected commondir's config)

@@ -34,6 +34,9 @@ PLANTS = {
     "core-attributesfile": 'mkfifo attrs.fifo && git config core.attributesFile "$PWD/attrs.fifo"',
     "run-git-config": 'g="$(git rev-parse --git-dir)"; rm "$g/config"; mkfifo "$g/config"',
     "run-git-index": 'g="$(git rev-parse --git-dir)"; rm "$g/index"; mkfifo "$g/index"',
+    # status listed the run's index with a git that opened HEAD first: 60 s, then a traceback (120 s from
+    # the worktree); push read the agent's refs with libgit2, which waited on packed-refs for ever.
+    "run-git-head": 'g="$(git rev-parse --git-dir)"; rm "$g/HEAD"; mkfifo "$g/HEAD"',
     "dot-git-file": "rm .git; mkfifo .git",
     "alternates": 'a="$(git rev-parse --git-dir)/objects/info/alternates"; rm -f "$a"; mkfifo "$a"',
     "packed-refs": 'g="$(git rev-parse --git-dir)"; mkfifo "$g/packed-refs"',
@@ -52,14 +55,19 @@ def run(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 
 @pytest.mark.parametrize("plant", list(PLANTS.values()), ids=list(PLANTS))
-def test_a_planted_fifo_never_hangs_recording_or_the_users_commands(repo: Path, plant: str) -> None:
+def test_a_planted_fifo_never_hangs_recording_or_the_users_commands(repo: Path, tmp_path: Path, plant: str) -> None:
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "remote.git")], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", str(tmp_path / "remote.git")], check=True)
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
+    worktree = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)["worktree"]
     before = (tree_digest(repo), user_state(repo))
     # The call that plants it, and one after it: both are recorded (or refused in one line).
     run(repo, "exec", run_id, "--", "sh", "-c", f"{plant}; echo one >> src/app.py; rm -f src/util.py")
     run(repo, "exec", run_id, "--", "sh", "-c", "echo two >> src/app.py")
     for args in (["status", run_id], ["log", run_id], ["diff", run_id], ["list"], ["resume", run_id]):
         run(repo, *args)
+    run(Path(worktree), "status")  # from the run's worktree: the other read path
+    run(repo, "push", run_id, "origin")  # sent, or refused in one line
     assert (tree_digest(repo), user_state(repo)) == before
     run(repo, "apply", run_id)
     run(repo, "undo", run_id)

@@ -261,14 +261,16 @@ LIST_DEADLINE = 10.0
 
 def _listed(links: gitcli.Started | None) -> tuple[bytes, bool]:
     """(what the index listing wrote, True when it was stopped at :data:`LIST_DEADLINE`)."""
-    import subprocess
-
     if links is None:
         return b"", False
     try:
         return links.result(timeout=LIST_DEADLINE)[1], False
-    except subprocess.TimeoutExpired:
-        return b"", True
+    except Exception as exc:
+        import subprocess  # only now: status's quick path loads no subprocess (gitcli raises its TimeoutExpired)
+
+        if isinstance(exc, subprocess.TimeoutExpired):
+            return b"", True
+        raise
 
 
 def _findings(worktree: str, git_dir: str, common_dir: str) -> list[str]:

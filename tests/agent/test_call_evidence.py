@@ -169,7 +169,7 @@ def served(repo: Path) -> Iterator[Run]:
 def test_a_payload_from_another_session_touches_nothing(repo: Path, hosted: bool, request: Any) -> None:
     run = request.getfixturevalue("served") if hosted else start_run(repo)
     wt = Path(run.worktree)
-    victim, attacker = "a" * 32, "b" * 32
+    victim, attacker = os.urandom(16).hex(), os.urandom(16).hex()  # machine-wide: none of another suite's
     alive = [_session(victim), _session(attacker)]
     try:
         assert _hook_in(victim, _bash(wt, "pre"), wt)["code"] == 0
@@ -194,15 +194,16 @@ def test_a_payload_from_another_session_touches_nothing(repo: Path, hosted: bool
 def test_an_agent_session_continues_in_a_new_sandbox_session_once_the_old_one_is_gone(repo: Path) -> None:
     run = start_run(repo)
     wt = Path(run.worktree)
-    first = _session("c" * 32)
-    assert _hook_in("c" * 32, _bash(wt, "pre"), wt)["code"] == 0
-    assert _hook_in("c" * 32, _bash(wt, "post"), wt)["code"] == 0
+    old, new = os.urandom(16).hex(), os.urandom(16).hex()  # looked for machine-wide: this test's own
+    first = _session(old)
+    assert _hook_in(old, _bash(wt, "pre"), wt)["code"] == 0
+    assert _hook_in(old, _bash(wt, "post"), wt)["code"] == 0
     first.kill()
     first.wait()
     # `sandbox run RUN -- claude --resume ID`: the same agent session under a new sandbox session.
     again = payload("Bash", "pre", wt, "toolu_resumed", session_id=SESSION)
-    assert _hook_in("d" * 32, again, wt)["code"] == 0
-    assert reopen(run).state().data.sessions == {SESSION: "d" * 32}
+    assert _hook_in(new, again, wt)["code"] == 0
+    assert reopen(run).state().data.sessions == {SESSION: new}
 
 
 def test_a_result_for_a_refused_call_is_a_violation(repo: Path) -> None:

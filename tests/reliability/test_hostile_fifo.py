@@ -118,22 +118,28 @@ def test_rule_files_the_agent_swaps_for_fifos_while_the_host_reads_them_never_ha
     (another call of the run, a hook), swaps the file for a FIFO in between, and libgit2 blocked for ever
     holding the GIL (measured: on the first try). The host now gives libgit2 its own copies, read by
     descriptor (sandbox.store.rulemirror): a real process swaps, a real process asks, the asking ends."""
+    asking = _while_swapped(repo, _ASK, "the host's questions about the run's rules hung")
+    assert int(asking.stdout) > 10
+
+
+def _while_swapped(repo: Path, script: str, hung: str) -> subprocess.CompletedProcess[bytes]:
+    """``script`` (argv: the repository, a new run, 5 s) run while :data:`_SWAP` swaps the run's rule files
+    for 8 s; the test fails with ``hung`` when it does not end within :data:`LIMIT`, or fails itself."""
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
-    place = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)
-    worktree = place["worktree"]
+    worktree = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)["worktree"]
     git_dir = str(Path(worktree).parent / "git")
     swapper = subprocess.Popen([sys.executable, "-c", _SWAP, worktree, git_dir, "8"])
     try:
-        asking = subprocess.run(
-            [sys.executable, "-c", _ASK, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the host's questions about the run's rules hung (more than {LIMIT} s)")
+        pytest.fail(f"{hung} (more than {LIMIT} s)")
     finally:
         swapper.kill()
         swapper.wait()
-    assert asking.returncode == 0, asking.stderr.decode(errors="replace")
-    assert int(asking.stdout) > 10
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done
 
 
 #: A session's cuts (sandbox.agent.launch.cut: a quiet point whose window did not vouch, so a scan) for
@@ -166,20 +172,6 @@ def test_a_sessions_scan_while_the_agent_swaps_rule_files_for_fifos_never_hangs_
     scans the worktree while the agent still runs. libgit2's status opens every rule file by name after the
     plain check, so a FIFO swapped in between blocked the session's own process, holding the GIL. The scan
     runs in a worker killed at its deadline: a cut may fail (the final scan retries), the session goes on."""
-    run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
-    place = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)
-    worktree = place["worktree"]
-    git_dir = str(Path(worktree).parent / "git")
-    swapper = subprocess.Popen([sys.executable, "-c", _SWAP, worktree, git_dir, "8"])
-    try:
-        cutting = subprocess.run(
-            [sys.executable, "-c", _CUT, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a session's scan hung on a rule file swapped for a FIFO (more than {LIMIT} s)")
-    finally:
-        swapper.kill()
-        swapper.wait()
-    assert cutting.returncode == 0, cutting.stderr.decode(errors="replace")
+    cutting = _while_swapped(repo, _CUT, "a session's scan hung on a rule file swapped for a FIFO")
     cut, _stopped = map(int, cutting.stdout.split())
     assert cut > 1

@@ -20,7 +20,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests import cliserver
+from tests import cliserver, fifo_swap
 from tests.conftest import user_state
 
 SANDBOX = str(Path(sys.executable).parent / "sandbox")
@@ -131,23 +131,8 @@ def test_a_search_reads_what_the_models_own_git_reads(repo: Path) -> None:
     assert "hunter2:1:app" in found, found
 
 
-#: A model's process that renames a FIFO and a plain file in turn over the rule files git grep reads.
-_SWAP = """
-import os, sys, time
-worktree, seconds = sys.argv[1], float(sys.argv[2])
-targets = [os.path.join(worktree, n) for n in (".gitattributes", ".gitignore", "src/.gitattributes", "src/.gitignore")]
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    for target in targets:
-        spare = target + ".swap"
-        os.mkfifo(spare)
-        os.replace(spare, target)
-        with open(spare, "w") as fh:
-            fh.write("*.log\\n")
-        os.replace(spare, target)
-"""
-
-#: Searches for 5 s (each git stopped after 2 s) while _SWAP runs: how many answers, how many stopped.
+#: Searches for 5 s (each git stopped after 2 s) while the swapper (argv[3]: tests/fifo_swap.py) swaps the rule
+#: files git grep reads: how many answers, how many stopped.
 _SEARCH_WHILE_SWAPPED = """
 import subprocess, sys, time
 from sandbox.cli.machine import resolver
@@ -162,7 +147,8 @@ confined = resolver("exec", None, None) if sys.argv[4] == "confined" else None
 ws = Workspace(project, workdir, Settings(data_root=project.data_root, isolation=confined))
 ws.search_deadline = 2.0
 ws.start_run()
-swapper = subprocess.Popen([sys.executable, "-c", sys.argv[3], ws.run.worktree, "8"])
+rules = (".gitattributes", ".gitignore", "src/.gitattributes", "src/.gitignore")
+swapper = subprocess.Popen([sys.executable, sys.argv[3], "8", *(ws.run.worktree + "/" + n for n in rules)])
 end, answered, stopped = time.monotonic() + 5, 0, 0
 while time.monotonic() < end:
     try:
@@ -186,7 +172,7 @@ def test_a_rule_file_swapped_for_a_fifo_while_git_greps_stops_that_search_only(
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _SEARCH_WHILE_SWAPPED, str(repo), str(tmp_path / "data"), _SWAP, how],
+            [sys.executable, "-c", _SEARCH_WHILE_SWAPPED, str(repo), str(tmp_path / "data"), fifo_swap.SCRIPT, how],
             capture_output=True,
             timeout=LIMIT + 10,
             check=False,

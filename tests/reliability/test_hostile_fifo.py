@@ -12,6 +12,7 @@ can hold: tests/agent/test_agent_git.py, tests/reliability/test_agent_git_hostil
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from conftest import sandbox_cmd, tree_digest, user_state
+
+from tests import fifo_swap
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -75,24 +78,10 @@ def test_a_planted_fifo_never_hangs_recording_or_the_users_commands(repo: Path, 
     run(repo, "gc")
 
 
-#: Renames a FIFO and a plain file in turn over each rule file libgit2 reads for ``d/x.txt``, for argv[3] s.
-_SWAP = """
-import os, sys, time
-worktree, git_dir, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-os.makedirs(os.path.join(worktree, "d"), exist_ok=True)
-os.makedirs(os.path.join(git_dir, "info"), exist_ok=True)
-targets = [os.path.join(worktree, n) for n in (".gitattributes", ".gitignore", "d/.gitattributes", "d/.gitignore")]
-targets += [os.path.join(git_dir, "info", n) for n in ("attributes", "exclude")]
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    for target in targets:
-        spare = target + ".swap"
-        os.mkfifo(spare)
-        os.replace(spare, target)
-        with open(spare, "w") as fh:
-            fh.write("*.txt text eol=crlf\\n*.log\\n")
-        os.replace(spare, target)
-"""
+#: The rule files libgit2 reads for ``d/x.txt``, in the worktree and the run's git dir, that the swapper swaps.
+_RULES = [".gitattributes", ".gitignore", "d/.gitattributes", "d/.gitignore"]
+_INFO = ["info/attributes", "info/exclude"]
+
 
 #: What the host asks about ``d/x.txt`` while it records a call: ignored? converted? For argv[3] s.
 _ASK = """
@@ -123,12 +112,13 @@ def test_rule_files_the_agent_swaps_for_fifos_while_the_host_reads_them_never_ha
 
 
 def _while_swapped(repo: Path, script: str, hung: str) -> subprocess.CompletedProcess[bytes]:
-    """``script`` (argv: the repository, a new run, 5 s) run while :data:`_SWAP` swaps the run's rule files
+    """``script`` (argv: the repository, a new run, 5 s) run while tests/fifo_swap.py swaps the run's rule files
     for 8 s; the test fails with ``hung`` when it does not end within :data:`LIMIT`, or fails itself."""
     run_id = json.loads(sandbox_cmd("start", "--json", cwd=repo).stdout)["run"]
     worktree = json.loads(sandbox_cmd("status", run_id, "--json", cwd=repo).stdout)["worktree"]
     git_dir = str(Path(worktree).parent / "git")
-    swapper = subprocess.Popen([sys.executable, "-c", _SWAP, worktree, git_dir, "8"])
+    targets = [os.path.join(worktree, n) for n in _RULES] + [os.path.join(git_dir, n) for n in _INFO]
+    swapper = subprocess.Popen([sys.executable, fifo_swap.SCRIPT, "8", *targets])
     try:
         done = subprocess.run(
             [sys.executable, "-c", script, str(repo), run_id, "5"], capture_output=True, timeout=LIMIT, check=False
